@@ -1,0 +1,203 @@
+"""Rollout (generation) timing: decode step time, prefill, engine throughput, phase duration.
+
+A decode step of one engine (``tp`` GPUs, ``batch`` running sequences, mean cached length
+``kv_len``) runs, per layer, the four projection GEMMs (QKV, O, gate+up, down, each split over TP),
+decode attention over the cached tokens, and two TP all-reduces of the hidden states; then the LM
+head GEMM. Kernel times come from :mod:`estimators.kernels` (fitted to vLLM 0.24 measurements).
+The sum is the step time: CPU-side scheduling and sampling are hidden by CUDA graphs and
+overlapped scheduling in SGLang and vLLM v1 and are not added.
+
+A rollout *phase* is the makespan of ``n_requests`` generations spread round-robin over the pool's
+engines, each engine batching continuously up to its KV-cache capacity. Two estimates:
+
+* ``conservative`` (Weave's SLO bound): every response runs to ``max_response_tokens``;
+* ``sampled``: response lengths drawn from a distribution (:mod:`estimators.lengths`), the
+  engines' makespans computed event by event (a completion frees a slot for the next request).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from estimators import kernels
+from estimators.gpus import GPUSpec
+from estimators.memory import kv_capacity_tokens
+from estimators.models import ModelDims
+
+MAX_RUNNING_REQUESTS = 1024  # engine-side cap on concurrent sequences (SGLang/vLLM default order of magnitude)
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    gemm_ms: float
+    attention_ms: float
+    comm_ms: float
+    lm_head_ms: float
+
+    @property
+    def total_ms(self) -> float:
+        return self.gemm_ms + self.attention_ms + self.comm_ms + self.lm_head_ms
+
+
+def decode_step(model: ModelDims, gpu: GPUSpec, tp: int, batch: float, kv_len: float) -> StepBreakdown:
+    """Kernel-time breakdown of one decode step (milliseconds)."""
+    h, hd = model.hidden_size, model.hd
+    q_heads = model.num_heads / tp
+    kv_heads = max(1.0, model.num_kv_heads / tp)
+    b = max(1.0, float(batch))
+    per_layer_gemm = (
+        kernels.gemm_ms(gpu, b, (model.q_dim + 2 * model.kv_dim) / tp, h)
+        + kernels.gemm_ms(gpu, b, h, model.q_dim / tp)
+        + kernels.gemm_ms(gpu, b, 2 * model.intermediate_size / tp, h)
+        + kernels.gemm_ms(gpu, b, h, model.intermediate_size / tp)
+    )
+    attn = kernels.decode_attention_ms(gpu, b, q_heads, kv_heads, hd, kv_len)
+    comm = 2 * kernels.all_reduce_ms(gpu, b * h * 2, tp) if tp > 1 else 0.0
+    lm_head = kernels.gemm_ms(gpu, b, model.vocab_size / tp, h)
+    return StepBreakdown(
+        gemm_ms=float(model.num_layers * per_layer_gemm),
+        attention_ms=float(model.num_layers * attn),
+        comm_ms=float(model.num_layers * comm),
+        lm_head_ms=float(lm_head),
+    )
+
+
+def decode_step_ms(model: ModelDims, gpu: GPUSpec, tp: int, batch: float, kv_len: float) -> float:
+    return decode_step(model, gpu, tp, batch, kv_len).total_ms
+
+
+@dataclass(frozen=True)
+class LinearStep:
+    """Decode step time as ``a + b * batch + c * total_kv_tokens`` (ms), fitted per engine.
+
+    The kernel model is close to linear in batch (GEMMs at small m are weight-bandwidth bound) and
+    exactly linear in the total cached tokens (attention reads each cached token once), so the
+    simulator and the phase estimate can integrate it in closed form.
+    """
+
+    a_ms: float
+    b_ms: float
+    c_ms: float
+
+    def __call__(self, batch, total_kv):
+        return self.a_ms + self.b_ms * np.asarray(batch) + self.c_ms * np.asarray(total_kv)
+
+
+def linear_step_model(model: ModelDims, gpu: GPUSpec, tp: int, max_batch: int) -> LinearStep:
+    """Least-squares fit of :func:`decode_step_ms` over batch 1..max_batch and kv 1K..32K."""
+    batches = np.unique(np.linspace(1, max(2, max_batch), 8).round())
+    kvs = np.array([512.0, 2048.0, 8192.0, 32768.0])
+    rows, ys = [], []
+    for b in batches:
+        for kv in kvs:
+            rows.append([1.0, b, b * kv])
+            ys.append(decode_step_ms(model, gpu, tp, b, kv))
+    X, y = np.array(rows), np.array(ys)
+    w = 1.0 / y  # relative error
+    coef, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
+    a, b, c = (max(0.0, float(v)) for v in coef)
+    return LinearStep(a, b, c)
+
+
+def prefill_ms(model: ModelDims, gpu: GPUSpec, tp: int, n_seqs: float, seq_len: float) -> float:
+    """Prefill of ``n_seqs`` prompts of ``seq_len`` tokens in one batch (ms)."""
+    tokens = max(1.0, n_seqs * seq_len)
+    h = model.hidden_size
+    gemm = (
+        kernels.gemm_ms(gpu, tokens, (model.q_dim + 2 * model.kv_dim) / tp, h)
+        + kernels.gemm_ms(gpu, tokens, h, model.q_dim / tp)
+        + kernels.gemm_ms(gpu, tokens, 2 * model.intermediate_size / tp, h)
+        + kernels.gemm_ms(gpu, tokens, h, model.intermediate_size / tp)
+    )
+    attn = kernels.prefill_attention_ms(gpu, n_seqs, model.num_heads / tp, max(1.0, model.num_kv_heads / tp), model.hd, seq_len)
+    comm = 2 * kernels.all_reduce_ms(gpu, tokens * h * 2, tp) if tp > 1 else 0.0
+    lm_head = kernels.gemm_ms(gpu, n_seqs, model.vocab_size / tp, h)  # logits of the last position only
+    return float(model.num_layers * (gemm + attn + comm) + lm_head)
+
+
+def max_concurrency(model: ModelDims, gpu: GPUSpec, tp: int, tokens_per_seq: float,
+                    cap: int = MAX_RUNNING_REQUESTS) -> int:
+    """Sequences one engine can run at once when each may grow to ``tokens_per_seq`` tokens."""
+    kv = kv_capacity_tokens(model, gpu.hbm_gb, tp)
+    return int(max(0, min(cap, math.floor(kv / max(1.0, tokens_per_seq)))))
+
+
+def throughput_tokens_per_s(model: ModelDims, gpu: GPUSpec, tp: int, batch: float, kv_len: float) -> float:
+    """Decode tokens per second of one engine at a given batch."""
+    return float(batch) / (decode_step_ms(model, gpu, tp, batch, kv_len) / 1e3)
+
+
+def conservative_phase_s(model: ModelDims, gpu: GPUSpec, tp: int, n_gpus: int, n_requests: int,
+                         prompt_tokens: float, max_response_tokens: float) -> float:
+    """Rollout makespan when every response runs to ``max_response_tokens`` (Weave's bound).
+
+    Each engine serves ``ceil(R / E)`` requests in waves of its KV-limited concurrency ``C``; a wave
+    is ``L`` decode steps whose cached length grows linearly, so its time is ``L`` steps at the
+    mean cached length ``P + L/2`` (attention time is linear in the cached length). Prefill of
+    each wave is added.
+    """
+    engines = max(1, n_gpus // tp)
+    per_engine = math.ceil(n_requests / engines)
+    conc = max_concurrency(model, gpu, tp, prompt_tokens + max_response_tokens)
+    if conc <= 0:
+        return math.inf
+    waves = math.ceil(per_engine / conc)
+    t = 0.0
+    left = per_engine
+    for _ in range(waves):
+        b = min(conc, left)
+        left -= b
+        t += max_response_tokens * decode_step_ms(model, gpu, tp, b, prompt_tokens + max_response_tokens / 2.0)
+        t += prefill_ms(model, gpu, tp, b, prompt_tokens)
+    return t / 1e3
+
+
+def engine_makespan_s(lengths: np.ndarray, prompt_tokens: float, concurrency: int, step: LinearStep) -> float:
+    """Makespan of one engine serving ``lengths`` (tokens each, in queue order) with continuous batching.
+
+    Event driven: between two completions the running set is fixed, so the steps of that stretch
+    are integrated exactly under the linear step model (the total cached length grows by ``batch``
+    tokens per step).
+    """
+    lengths = np.asarray(lengths, dtype=float)
+    if lengths.size == 0:
+        return 0.0
+    conc = max(1, int(concurrency))
+    queue = list(lengths[conc:])
+    running = list(lengths[:conc])  # remaining tokens of each running sequence
+    done_tokens = [0.0] * len(running)
+    t_ms = 0.0
+    qi = 0
+    while running:
+        k = min(running)
+        b = len(running)
+        kv0 = sum(prompt_tokens + d for d in done_tokens)
+        # sum over steps s=0..k-1 of a + b_ms*b + c*(kv0 + b*s)
+        t_ms += k * (step.a_ms + step.b_ms * b + step.c_ms * kv0) + step.c_ms * b * k * (k - 1) / 2.0
+        nr, nd = [], []
+        for r, d in zip(running, done_tokens):
+            if r - k > 1e-9:
+                nr.append(r - k)
+                nd.append(d + k)
+            elif qi < len(queue):
+                nr.append(queue[qi])
+                nd.append(0.0)
+                qi += 1
+        running, done_tokens = nr, nd
+    return t_ms / 1e3
+
+
+def sampled_phase_s(model: ModelDims, gpu: GPUSpec, tp: int, n_gpus: int, lengths: np.ndarray,
+                    prompt_tokens: float, max_response_tokens: float) -> float:
+    """Rollout makespan for sampled response lengths spread round-robin over the engines."""
+    engines = max(1, n_gpus // tp)
+    lengths = np.minimum(np.asarray(lengths, dtype=float), max_response_tokens)
+    mean_len = float(np.mean(lengths)) if lengths.size else 0.0
+    conc = max_concurrency(model, gpu, tp, prompt_tokens + mean_len)
+    if conc <= 0:
+        return math.inf
+    step = linear_step_model(model, gpu, tp, conc)
+    return max(engine_makespan_s(lengths[e::engines], prompt_tokens, conc, step) for e in range(engines))

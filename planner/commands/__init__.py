@@ -1,0 +1,1 @@
+"""One module per ``planner`` sub-command (see :mod:`planner.cli`)."""

@@ -1,0 +1,36 @@
+"""planner validate SCENARIO...: check scenario files (schema and cross-field checks)."""
+
+from __future__ import annotations
+
+NAME = "validate"
+HELP = "check scenario files: schema, names, parallelism, memory fit, SLOs"
+DESCRIPTION = """Check one or more scenario files.
+
+Every problem is reported with its file and line, the field path (e.g.
+jobs[3].rollout.max_response_tokens), the bad value, and how to fix it. Exit status 0 when
+every file is valid, 2 otherwise."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("scenarios", nargs="+", metavar="SCENARIO", help="scenario YAML file(s)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
+
+
+def run(args) -> int:
+    import sys
+
+    from planner.errors import UserError
+    from planner.schema import load_scenario
+
+    failed = 0
+    for path in args.scenarios:
+        try:
+            sc = load_scenario(path)
+        except UserError as exc:
+            print(f"error: {exc.render()}", file=sys.stderr)
+            failed += 1
+            continue
+        if not args.quiet:
+            nodes = sum(g.count for g in sc.cluster.node_groups)
+            print(f"ok: {path}: scenario '{sc.name}', {len(sc.jobs)} job(s), {nodes} node(s)")
+    return 2 if failed else 0

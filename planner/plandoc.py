@@ -1,0 +1,174 @@
+"""Plan documents: the one data format that is emitted, validated, diffed and applied.
+
+A plan document is versioned and self-describing::
+
+    kind: PlacementPlan          # which decision problem produced it
+    version: 1                   # plan format version; another version is refused with a message
+    generator: rl-planner 0.1.0
+    scenario: weave-micro        # scenario name and the digest of its validated content
+    scenario_digest: 3f2a...
+    solver:                      # the solve that produced it (solver-neutral record)
+      backend: highs
+      status: optimal            # optimal | feasible | infeasible | error | not_solved
+      objective: 123.4
+      best_bound: 123.4
+      gap: 0.0
+      wall_time_s: 0.41
+      time_limit_s: 60
+      warm_start: greedy         # or previous-plan, or null
+    body: {...}                  # problem-specific; validated by the model registered for ``kind``
+
+Serialisation is deterministic: the same plan gives the same bytes (keys sorted below the top
+level, floats rounded to 9 significant digits, no timestamps unless the producer puts them in the
+body). ``.json`` files are JSON, anything else YAML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from planner import __version__
+from planner.errors import Problem, UserError
+
+PLAN_VERSION = 1
+
+# kind -> "module:Class" of the pydantic model that validates ``body``; each decision problem
+# registers its own.
+BODY_MODELS: dict[str, str] = {}
+
+
+def register_body(kind: str, target: str) -> None:
+    BODY_MODELS[kind] = target
+
+
+class SolverRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str
+    status: str
+    objective: Optional[float] = None
+    best_bound: Optional[float] = None
+    gap: Optional[float] = None
+    wall_time_s: float = 0.0
+    time_limit_s: Optional[float] = None
+    warm_start: Optional[str] = None
+    message: str = ""
+
+
+class PlanDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str
+    version: int = PLAN_VERSION
+    generator: str = f"rl-planner {__version__}"
+    scenario: str = ""
+    scenario_digest: str = ""
+    solver: SolverRecord
+    body: dict[str, Any] = Field(default_factory=dict)
+
+    def body_as(self, model: type[BaseModel]) -> BaseModel:
+        return model.model_validate(self.body)
+
+
+def _round(obj: Any) -> Any:
+    if isinstance(obj, bool) or obj is None:
+        return obj
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            return None if math.isnan(obj) else (1e300 if obj > 0 else -1e300)
+        r = float(f"{obj:.9g}")
+        return int(r) if r.is_integer() and abs(r) < 2**53 else r
+    if isinstance(obj, dict):
+        return {str(k): _round(obj[k]) for k in sorted(obj, key=str)}
+    if isinstance(obj, (list, tuple)):
+        return [_round(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return _round(obj.item())
+    return obj
+
+
+def to_data(doc: PlanDocument) -> dict:
+    raw = doc.model_dump(mode="json")
+    top = ["kind", "version", "generator", "scenario", "scenario_digest", "solver", "body"]
+    return {k: _round(raw[k]) for k in top}
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str_presenter(dumper, data):
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str_presenter)
+
+
+def dumps(doc: PlanDocument, fmt: str = "yaml") -> str:
+    data = to_data(doc)
+    if fmt == "json":
+        return json.dumps(data, indent=2, sort_keys=False) + "\n"
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
+
+
+def write(doc: PlanDocument, path: str | Path) -> None:
+    """Write atomically (temp file + rename): a failed write never leaves half a plan."""
+    p = Path(path)
+    text = dumps(doc, "json" if p.suffix == ".json" else "yaml")
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(p)
+
+
+def loads(text: str, source: str = "<plan>", expect_kind: str | None = None) -> PlanDocument:
+    try:
+        data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise UserError(Problem("", f"not a plan document (cannot parse: {exc})", source=source)) from None
+    if not isinstance(data, dict) or "kind" not in data:
+        raise UserError(Problem("", "not a plan document: no 'kind' field", "pass a file written by a planner command", source=source))
+    version = data.get("version")
+    if version != PLAN_VERSION:
+        raise UserError(Problem("version", f"plan format version {version!r}, but this rl-planner ({__version__}) reads version {PLAN_VERSION}",
+                                "re-create the plan with this version's planner, or use the rl-planner release that wrote it "
+                                f"({data.get('generator', 'unknown')})", source=source))
+    if expect_kind and data["kind"] != expect_kind:
+        raise UserError(Problem("kind", f"expected a {expect_kind}, got a {data['kind']}", "pass the right plan file", source=source))
+    try:
+        doc = PlanDocument.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise UserError(Problem(loc, err["msg"], source=source)) from None
+    target = BODY_MODELS.get(doc.kind)
+    if target:
+        mod, cls = target.split(":")
+        model = getattr(importlib.import_module(mod), cls)
+        try:
+            model.model_validate(doc.body)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            loc = "body." + ".".join(str(x) for x in err["loc"])
+            raise UserError(Problem(loc, err["msg"], source=source)) from None
+    return doc
+
+
+def read(path: str | Path, expect_kind: str | None = None) -> PlanDocument:
+    p = Path(path)
+    if not p.exists():
+        raise UserError(Problem("", f"plan file not found: {p}", "check the path"))
+    return loads(p.read_text(), str(p), expect_kind)
+
+
+def scenario_digest(scenario: BaseModel) -> str:
+    canon = json.dumps(scenario.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]

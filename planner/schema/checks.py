@@ -1,0 +1,147 @@
+"""Cross-field checks: what one field alone cannot say.
+
+* names: GPU types (catalogue or derived with ``base``), fabric names, unique node-group and job
+  names, model presets, ServeGen clients; prices for every GPU type the cluster uses;
+* parallelism: a rollout TP that does not divide a node's GPUs; a trainer TP x PP that does not
+  divide its GPUs; an explicit DP that disagrees with the nodes;
+* capacity: a job whose model fits no allowed pool (KV cache for one full-length sequence;
+  training state plus activations), or that needs more nodes than any allowed type has;
+* SLOs: an ``iteration_s`` below the job's solo iteration time on its best pool pair (by how much).
+"""
+
+from __future__ import annotations
+
+from estimators import gpus as gpu_catalogue
+from estimators import lengths as length_tables
+from estimators import models as model_presets
+from planner.errors import Problem, UserError, did_you_mean
+from planner.schema.loader import Document
+from planner.schema.scenario import Scenario, ServegenLengths
+
+
+def check_scenario(sc: Scenario, doc: Document | None = None) -> None:
+    problems: list[Problem] = []
+
+    def add(path: tuple, msg: str, fix: str = "") -> None:
+        from planner.schema.loader import _fmt
+
+        problems.append(Problem(_fmt(path), msg, fix, source=doc.where(path) if doc else ""))
+
+    catalogue = sorted(gpu_catalogue.CATALOGUE)
+    # ---- GPU types
+    for name, spec in sc.gpu_types.items():
+        base = spec.base or name
+        if gpu_catalogue.canonical_name(base) is None:
+            field = ("gpu_types", name, "base") if spec.base else ("gpu_types", name)
+            add(field, f"unknown GPU type '{base}'.{did_you_mean(base, catalogue)}",
+                f"use one of {', '.join(catalogue)}, or give a new type a 'base:' from that list")
+    known_types = set(sc.gpu_types) | set(catalogue)
+    fabrics = [c.name for c in sc.cluster.clusters]
+    if len(set(fabrics)) != len(fabrics):
+        add(("cluster", "clusters"), "cluster names must be unique")
+    seen_groups: set[str] = set()
+    used_types: list[str] = []
+    for i, g in enumerate(sc.cluster.node_groups):
+        p = ("cluster", "node_groups", i)
+        if g.name in seen_groups:
+            add(p + ("name",), f"duplicate node group name '{g.name}'", "give each node group its own name")
+        seen_groups.add(g.name)
+        if g.gpu_type not in known_types and gpu_catalogue.canonical_name(g.gpu_type) is None:
+            add(p + ("gpu_type",), f"unknown GPU type '{g.gpu_type}'.{did_you_mean(g.gpu_type, sorted(known_types))}",
+                f"use one of {', '.join(sorted(known_types))} or define it under gpu_types with a 'base:'")
+        else:
+            used_types.append(g.gpu_type)
+        if g.cluster not in fabrics:
+            add(p + ("cluster",), f"cluster '{g.cluster}' is not defined.{did_you_mean(g.cluster, fabrics)}",
+                f"add it under cluster.clusters or use one of {', '.join(fabrics)}")
+    for t in sorted(set(used_types)):
+        spec = sc.gpu_types.get(t)
+        if spec is None or spec.price_per_gpu_hour is None:
+            add(("gpu_types", t, "price_per_gpu_hour"), f"no price for GPU type '{t}', which the cluster uses",
+                f"set gpu_types.{t}.price_per_gpu_hour ($ per GPU-hour; prices are inputs, never built in)")
+    if problems:
+        raise UserError(problems, title=f"{doc.filename}: invalid scenario" if doc else "invalid scenario")
+
+    # ---- jobs (needs resolved GPU types)
+    from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
+
+    view = ClusterView(sc, resolve_gpu_types(sc))
+    seen_jobs: set[str] = set()
+    clients = length_tables.servegen_clients()
+    cluster_types = view.types()
+    for j, job in enumerate(sc.jobs):
+        p = ("jobs", j)
+        if job.name in seen_jobs:
+            add(p + ("name",), f"duplicate job name '{job.name}'", "job names must be unique")
+        seen_jobs.add(job.name)
+        if isinstance(job.model, str):
+            try:
+                model_presets.preset(job.model)
+            except KeyError:
+                add(p + ("model",), f"unknown model preset '{job.model}'.{did_you_mean(job.model, model_presets.preset_names())}",
+                    f"use one of {', '.join(model_presets.preset_names())} or give the dimensions as a mapping")
+                continue
+        rl = job.rollout.response_lengths
+        if isinstance(rl, ServegenLengths) and rl.client is not None and str(rl.client) not in clients:
+            add(p + ("rollout", "response_lengths", "client"), f"no ServeGen client '{rl.client}'.{did_you_mean(rl.client, clients)}",
+                f"use one of {', '.join(clients)} or leave it out for the mixture")
+        bad_types = False
+        for key in ("rollout", "trainer"):
+            allowed = getattr(job, key).gpu_types
+            for k, t in enumerate(allowed or []):
+                if t not in cluster_types:
+                    add(p + (key, "gpu_types", k), f"GPU type '{t}' has no nodes in the cluster.{did_you_mean(t, cluster_types)}",
+                        f"use one of {', '.join(cluster_types)}")
+                    bad_types = True
+        if bad_types:
+            continue
+        r_types = job.rollout.gpu_types or cluster_types
+        t_types = job.trainer.gpu_types or cluster_types
+        for t in r_types:
+            gpn = view.gpus_per_node(t)
+            if gpn % job.rollout.tp:
+                add(p + ("rollout", "tp"), f"rollout tp={job.rollout.tp} does not divide the {gpn} GPUs of a {t} node",
+                    f"use a tp that divides {gpn} (e.g. {', '.join(str(d) for d in _divisors(gpn))})")
+        for t in t_types:
+            gpus = view.gpus_per_node(t) * job.trainer.nodes
+            mp = job.trainer.tp * job.trainer.pp
+            if job.trainer.tp > view.gpus_per_node(t) or view.gpus_per_node(t) % job.trainer.tp:
+                add(p + ("trainer", "tp"), f"trainer tp={job.trainer.tp} does not divide the {view.gpus_per_node(t)} GPUs of a {t} node",
+                    "keep tensor parallelism inside a node: a divisor of its GPUs")
+            elif gpus % mp:
+                add(p + ("trainer", "pp"), f"trainer tp x pp = {mp} does not divide the {gpus} GPUs of {job.trainer.nodes} {t} node(s)",
+                    "choose tp and pp whose product divides the training GPUs")
+            elif job.trainer.dp is not None and mp * job.trainer.dp != gpus:
+                add(p + ("trainer", "dp"), f"tp x pp x dp = {mp * job.trainer.dp} but {job.trainer.nodes} {t} node(s) have {gpus} GPUs",
+                    f"set dp to {gpus // mp} or leave it out")
+        if problems:
+            continue
+        for key, nodes, types in (("rollout", job.rollout.nodes, r_types), ("trainer", job.trainer.nodes, t_types)):
+            most = max((view.nodes_of(t) for t in types), default=0)
+            if nodes > most and sc.budget_per_hour is None and not _capacity_planning(sc):
+                add(p + (key, "nodes"), f"needs {nodes} nodes but the most of any allowed type is {most}",
+                    "lower the nodes or add nodes to the cluster")
+        est = estimate_job(job, view, sc.solver.phase_time_estimate)
+        if not est.rollout_types:
+            add(p + ("model",), f"the model does not fit any allowed rollout GPU at tp={job.rollout.tp} "
+                f"with a {job.rollout.prompt_tokens + job.rollout.max_response_tokens}-token sequence",
+                "raise rollout.tp, lower rollout.max_response_tokens, or allow a GPU with more memory")
+        if not est.train_types:
+            add(p + ("model",), f"the training state does not fit any allowed trainer GPU at tp={job.trainer.tp}, pp={job.trainer.pp} "
+                f"on {job.trainer.nodes} node(s)", "raise trainer.tp/pp or trainer.nodes, or allow a GPU with more memory")
+        if est.best and job.slo.iteration_s is not None and job.slo.iteration_s < est.solo_iteration_s:
+            a, b = est.best
+            add(p + ("slo", "iteration_s"),
+                f"{job.slo.iteration_s:g} s is below the job's solo iteration time {est.solo_iteration_s:.1f} s on its best pools "
+                f"({a} rollout + {b} training) by {est.solo_iteration_s - job.slo.iteration_s:.1f} s",
+                f"raise slo.iteration_s to at least {est.solo_iteration_s:.0f}, or use slo.ratio_to_solo")
+    if problems:
+        raise UserError(problems, title=f"{doc.filename}: invalid scenario" if doc else "invalid scenario")
+
+
+def _capacity_planning(sc: Scenario) -> bool:
+    return any(spec.max_nodes is not None for spec in sc.gpu_types.values())
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]

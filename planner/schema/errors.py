@@ -1,0 +1,161 @@
+"""Turn pydantic validation errors into problems that name the field path, the bad value, what is
+allowed, and (for unknown keys) the closest valid key."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from planner.errors import Problem, did_you_mean
+from planner.schema.loader import Document, _fmt
+
+
+def _clean_path(loc: tuple, data: Any) -> tuple[tuple, Any]:
+    """Drop pydantic's union-branch markers from ``loc``, keeping only real keys of ``data``."""
+    out: list = []
+    cur = data
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(cur, dict) and part in cur:
+            out.append(part)
+            cur = cur[part]
+        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
+            out.append(part)
+            cur = cur[part]
+        elif last and isinstance(cur, dict) and isinstance(part, str) and not _is_marker(part):
+            out.append(part)  # a missing field or an unknown key
+            cur = None
+        # else: a union branch marker such as 'ModelSpec', 'str', 'lognormal', 'function-after[...]'
+    return tuple(out), cur
+
+
+def _is_marker(part: str) -> bool:
+    return part[:1].isupper() or "[" in part or part in {"str", "int", "float", "bool", "list", "dict"}
+
+
+def _unwrap(tp):
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(tp)[0])
+    return tp
+
+
+def _candidates(tp, data) -> list:
+    tp = _unwrap(tp)
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        out = []
+        for a in typing.get_args(tp):
+            out += _candidates(a, data)
+        return out
+    return [tp]
+
+
+def _model_at(root: type[BaseModel], path: tuple, data: Any) -> type[BaseModel] | None:
+    """The model class that validates the mapping at ``path`` (None when not a model)."""
+    tp: Any = root
+    cur = data
+    for part in path:
+        models = [c for c in _candidates(tp, cur) if isinstance(c, type) and issubclass(c, BaseModel)]
+        nxt = None
+        if isinstance(part, int):
+            for c in _candidates(tp, cur):
+                if typing.get_origin(c) is list:
+                    nxt = typing.get_args(c)[0]
+        else:
+            for c in _candidates(tp, cur):
+                if typing.get_origin(c) is dict:
+                    nxt = typing.get_args(c)[1]
+            for m in _pick(models, cur):
+                if part in m.model_fields:
+                    nxt = m.model_fields[part].annotation
+                    break
+        if nxt is None:
+            return None
+        tp = nxt
+        cur = cur.get(part) if isinstance(cur, dict) else (cur[part] if isinstance(cur, list) and isinstance(part, int) and part < len(cur) else None)
+    models = [c for c in _candidates(tp, cur) if isinstance(c, type) and issubclass(c, BaseModel)]
+    picked = _pick(models, cur)
+    return picked[0] if picked else None
+
+
+def _pick(models: list, cur) -> list:
+    """Prefer the discriminated-union member whose literal tag matches the data."""
+    if len(models) <= 1 or not isinstance(cur, dict):
+        return models
+    for m in models:
+        f = m.model_fields.get("source")
+        if f is not None and f.default == cur.get("source"):
+            return [m]
+    for m in models:
+        f = m.model_fields.get("source")
+        if f is not None and typing.get_args(f.annotation) and cur.get("source") in typing.get_args(f.annotation):
+            return [m]
+    return models
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def problems_from_validation(exc: ValidationError, doc: Document, root: type[BaseModel] | None = None) -> list[Problem]:
+    from planner.schema.scenario import Scenario
+
+    root = root or Scenario
+    by_path: dict[tuple, Problem] = {}
+    union_types: dict[tuple, list[str]] = {}
+    for err in exc.errors(include_url=False):
+        path, _ = _clean_path(tuple(err["loc"]), doc.data)
+        kind = err["type"]
+        value = err.get("input")
+        where = _fmt(path)
+        if kind == "extra_forbidden":
+            parent = path[:-1]
+            model = _model_at(root, parent, doc.data)
+            allowed = sorted(model.model_fields) if model else []
+            hint = did_you_mean(path[-1], allowed)
+            msg = f"unknown key '{path[-1]}'.{hint}"
+            fix = f"allowed keys here: {', '.join(allowed)}" if allowed else "remove it"
+            by_path[path] = Problem(where, msg, fix, source=doc.where(path))
+            continue
+        if kind == "missing":
+            p = Problem(where, "required field is missing", f"add '{path[-1]}'", source=doc.where(path))
+        else:
+            text = err["msg"]
+            if text.startswith("Value error, "):
+                text = text[len("Value error, "):]
+            if kind in {"literal_error", "union_tag_invalid"}:
+                expected = err.get("ctx", {}).get("expected")
+                text = f"{_short(value)} is not allowed; expected {expected}" if expected else text
+            elif kind == "string_type" and len(err["loc"]) > len(path):
+                # one branch of a union (e.g. model: preset name or dimensions); report once below
+                union_types.setdefault(path, []).append("a preset name")
+                continue
+            elif kind == "model_type" and len(err["loc"]) > len(path):
+                union_types.setdefault(path, []).append("a mapping of dimensions")
+                continue
+            elif not isinstance(value, (dict, list)):
+                text = f"{text} (got {_short(value)})"
+            p = Problem(where, text, source=doc.where(path))
+        # keep the first problem per path, but a concrete one beats a union summary
+        by_path.setdefault(path, p)
+    for path, kinds in union_types.items():
+        if path not in by_path and not any(k[: len(path)] == path and k != path for k in by_path):
+            value = _lookup(doc.data, path)
+            by_path[path] = Problem(_fmt(path), f"got {_short(value)}; expected {' or '.join(dict.fromkeys(kinds))}",
+                                    source=doc.where(path))
+    return list(by_path.values())
+
+
+def _lookup(data: Any, path: tuple) -> Any:
+    cur = data
+    for p in path:
+        try:
+            cur = cur[p]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return cur

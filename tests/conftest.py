@@ -1,0 +1,38 @@
+"""Shared test helpers: the project root, the shared data folder, and running the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("RL_PLANNER_SHARED_DATA", ROOT.parent / "shared" / "data"))
+SCENARIOS = ROOT / "scenarios"
+
+
+def shared_data(*parts: str) -> Path:
+    """Path into ../shared/data; the calling test is skipped when it is absent."""
+    p = SHARED_DATA.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"shared data not available: {p}")
+    return p
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120.0, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m planner ARGS`` in a subprocess (the real entry point), capturing output."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    e.setdefault("COLUMNS", "120")
+    if env:
+        e.update(env)
+    return subprocess.run([sys.executable, "-m", "planner", *args], cwd=cwd or ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=e)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
