@@ -7,15 +7,17 @@ interruptible point gets nothing else. Otherwise (up to ``max_candidates`` per c
   whose engines of this component cache the fewest tokens first (cheapest Workload migration,
   and whole nodes free up early), inside a node the emptiest engine first — at evenly spaced
   sizes from one engine to all but one;
-* every other component gets *grow* candidates onto GPUs that are free or that some donor can
-  release, in units of its ``unit_gpus`` (an engine's TP, a trainer replica's TP x PP) kept
+* every other component gets *grow* candidates onto GPUs that are free or that another component
+  may give up (a donor's, or one that can relocate), in units of its ``unit_gpus`` (an engine's TP, a trainer replica's TP x PP) kept
   inside one node (TP granularity and node locality). Several fill orders are tried, so that two
   receivers need not compete for the same GPUs: *affinity* (nodes it already uses, then nodes
   of its dataflow neighbours, then the rest), *donor-first* (the donors' release order) and
   *free-first*; and several GPU types: per allowed type, plus all types together for components
-  whose engines may mix types. A synchronous component (trainer, critic) stays on one type: it
-  grows on its current type or is *relocated* whole onto another type (Weave-style pools such as
-  H100 for the trainer and H20 for rollout, with the cost of the move between them).
+  whose engines may mix types; and *relocate* candidates that move the whole component onto
+  another allowed type (Weave-style pools such as H100 for the trainer and H20 for rollout, with
+  the cost of the move between them; e.g. log-prob inference onto H20 so the trainer can grow on
+  the H100s it frees). A synchronous component (trainer, critic) stays on one type: it grows on its
+  current type or relocates.
 
 Each candidate carries the migration that reaches it (:mod:`formulation.realloc.migrations`):
 kind, steps, duration and bytes, and its cost in pipeline units per second,
@@ -100,9 +102,9 @@ def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGrap
     single = node.kind in SYNCHRONOUS_KINDS
     options: list[tuple[str, tuple, bool]] = []  # (label, types, relocate)
     for t in ctx.types():
-        if single and cur_types and t not in cur_types:
-            options.append((f"@{t}", (t,), True))
-        else:
+        if cur_types and t not in cur_types:
+            options.append((f"@{t}", (t,), True))  # the whole component onto another type
+        if not single or t in cur_types:
             options.append((f"@{t}", (t,), False))
     if not single and len(ctx.types()) > 1:
         options.append(("@any", tuple(ctx.types()), False))
@@ -168,15 +170,20 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
                 raise ValueError(f"component {node.name} has workers on node {p}, which the context's pools do not list")
             used[p] = used.get(p, 0) + v
     free = {p: max(0, pools[p].gpus - used.get(p, 0)) for p in pools}
-    donor_gpus: dict[str, int] = {}
-    donor_order: list[str] = []
+    # GPUs other components may give up: donors' (shrink), then relocatable components' (whole
+    # moves onto another GPU type), in release order
+    donor_order: list[tuple[str, str, int]] = []  # (component, pool, gpus)
     for d in sorted(donors):
         node = graph.nodes.get(d)
-        if node is None or not node.interruptible:
+        if node is not None and node.interruptible:
+            donor_order += [(d, w.node, w.gpus) for w in _release_order(node)]
+    for node in graph.nodes.values():
+        ctx = context.components.get(node.name)
+        if node.name in donors or not node.interruptible or ctx is None:
             continue
-        for w in _release_order(node):
-            donor_order.append(w.node)
-            donor_gpus[w.node] = donor_gpus.get(w.node, 0) + w.gpus
+        own = {pools[p].gpu_type for p in node.gpus_by_node() if p in pools}
+        if any(t not in own for t in ctx.types()):
+            donor_order += [(node.name, w.node, w.gpus) for w in _release_order(node)]
     stages: list[Stage] = []
     raw: list[tuple[ComponentNode, ComponentContext, list[tuple[str, dict]]]] = []
     for node in graph.nodes.values():
@@ -188,8 +195,11 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
             if node.name in donors:
                 groups = [_shrinks(node, max_candidates - 1)]
             else:
-                slots = {p: free[p] + donor_gpus.get(p, 0) for p in pools}
-                groups = _grows_with(node, ctx, graph, pools, free, slots, donor_order, max_candidates - 1)
+                others = [(p, g) for c, p, g in donor_order if c != node.name]
+                slots = dict(free)
+                for p, g in others:
+                    slots[p] += g
+                groups = _grows_with(node, ctx, graph, pools, free, slots, [p for p, _ in others], max_candidates - 1)
         raw.append((node, ctx, _select(groups, node.gpus_by_node(), max_candidates - 1)))
     # current pipeline throughput, for the migration cost
     cur = []
@@ -201,8 +211,11 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         if missing:
             raise ValueError(f"component {node.name} runs on {', '.join(missing)} but has no throughput curve for it")
         cur.append(sum(ctx.curves[t](g) for t, g in by_type.items()))
-    t_now = min(cur) if cur else 0.0
-    horizon = max(1e-6, context.horizon_s)
+    t_now = min((v for v, (_, ctx, _) in zip(cur, raw) if ctx.pipeline), default=0.0)
+    if context.horizon_s is not None:
+        horizon = max(1e-6, context.horizon_s)
+    else:
+        horizon = 1.0 / t_now if t_now > 0 else 60.0
     for node, ctx, named in raw:
         current = node.gpus_by_node()
         why_keep = "current allocation" if node.interruptible else "current allocation (not at an interruptible point: cannot move now)"
@@ -212,5 +225,7 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
             cands.append(Candidate(name, alloc, mp.duration_s, mp.bytes_moved, t_now * mp.duration_s / horizon, mp.kind, mp.moves,
                                    mp.cause))
         stages.append(Stage(node.name, node.kind, node.dynamic, node.interruptible, dict(ctx.curves), cands,
-                            unit_gpus=max(1, ctx.unit_gpus), single_type=node.kind in SYNCHRONOUS_KINDS, donor=node.name in donors))
-    return ReallocInstance(list(context.pools), stages, margin=margin, horizon_s=horizon, job=graph.job, time_s=graph.time_s)
+                            unit_gpus=max(1, ctx.unit_gpus), single_type=node.kind in SYNCHRONOUS_KINDS, donor=node.name in donors,
+                            pipeline=ctx.pipeline, curve_source=ctx.curve_source))
+    return ReallocInstance(list(context.pools), stages, margin=margin, horizon_s=horizon, job=graph.job, time_s=graph.time_s,
+                           notes=list(context.notes), unit=context.unit)

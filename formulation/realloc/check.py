@@ -103,11 +103,12 @@ def check(inst: ReallocInstance, choice: Sequence[int], *, objective: Optional[f
         for s, (a, b) in enumerate(zip(stage_throughput, thr)):
             if not _close(a, b, rel_tol):
                 out.append(Violation("throughput", inst.stages[s].name, f"claimed {a:.6g}, recomputed {b:.6g}"))
-    value = min(thr) - sum(inst.stages[s].candidates[c].migration_cost for s, c in enumerate(choice))
+    pipe = [s for s, st in enumerate(inst.stages) if st.pipeline]
+    value = min(thr[s] for s in pipe) - sum(inst.stages[s].candidates[c].migration_cost for s, c in enumerate(choice))
     if objective is not None and not _close(objective, value, rel_tol):
         out.append(Violation("objective", "decision", f"claimed {objective:.6g}, recomputed {value:.6g}"))
     if committed is not None:
-        current = min(stage_value(inst, s, 0) for s in range(len(inst.stages)))
+        current = min(stage_value(inst, s, 0) for s in pipe)
         should = value > current * (1.0 + inst.margin) and any(c != 0 for c in choice)
         if bool(committed) != should:
             out.append(Violation("commit", "decision", f"committed={committed}, but objective {value:.6g} vs current {current:.6g} "

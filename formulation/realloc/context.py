@@ -47,6 +47,7 @@ class ComponentContext:
     kv_bytes_per_token: float = 0.0  # KV-cache bytes per cached token (Workload migration moves caches)
     p2p: bool = True  # stateful: the framework reshards live (else Reboot)
     curve_source: str = ""  # where the curves came from (predictor, scenario, snapshot)
+    pipeline: bool = True  # False: its work this iteration is done; it only holds GPUs (a pure donor)
 
     def types(self) -> list[str]:
         ts = sorted(self.curves)
@@ -58,8 +59,10 @@ class ReallocContext:
     pools: list  # Pool: every node (capacity, type, cluster)
     components: dict  # component name -> ComponentContext
     links: Links
-    horizon_s: float = 60.0  # seconds left in the iteration, over which a migration's lost time is spread
+    horizon_s: Optional[float] = None  # seconds left in the iteration (None: 1 / predicted throughput when
+    # curves are normalised by remaining work, i.e. the model's own prediction of the time left)
     notes: list = field(default_factory=list)
+    unit: str = "tokens/s"  # of the curves: "tokens/s", or "1/s" (fraction of the remaining work per second)
 
 
 def pools_from_snapshot(snap, gpus_per_node: Optional[dict] = None, clusters: Optional[dict] = None) -> list[Pool]:

@@ -11,7 +11,7 @@ Objective
 Constraints
     * ``define_choice``:     ``ExactlyOne(x_{s,·})``                               ∀s
     * ``define_capacity``:   ``Σ_{s,c} G_{s,c,p} x_{s,c} ≤ cap_p``                 ∀p
-    * ``define_bottleneck``: ``z ≤ Σ_c F_{s,c} x_{s,c}``                            ∀s
+    * ``define_bottleneck``: ``z ≤ Σ_c F_{s,c} x_{s,c}``                  ∀s in the pipeline
 Linearisation
     the curves enter as a table: ``F_{s,c} = round(f_s(G_{s,c}) / q)``, the candidate's exact
     throughput (the MILP writes the curve as the minimum of its segments instead, so the two
@@ -54,7 +54,7 @@ def define_capacity(m, inst: ReallocInstance, x) -> None:
 
 
 def define_bottleneck(m, inst: ReallocInstance, x, z, F) -> None:
-    for s in range(len(inst.stages)):
+    for s in inst.pipeline_stages():
         m.Add(z <= sum(F[s][c] * x[s][c] for c in range(len(x[s]))))
 
 

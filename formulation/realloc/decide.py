@@ -122,12 +122,13 @@ def decide(snapshot: TelemetrySnapshot | dict, context: ReallocContext, options:
     choice = list(sol.choice)
     thr = [inst.stage_throughput(s, c) for s, c in enumerate(choice)]
     obj = inst.objective(choice)
+    pipe_thr = inst.pipeline_throughput(choice)
     moved = any(c != 0 for c in choice)
     if not moved:
         reason = f"kept: the current allocation is the best candidate combination ({current:.6g} per s)"
         commit = False
     elif obj > current * (1.0 + inst.margin):
-        reason = (f"committed: predicted {min(thr):.6g} per s minus migration cost {min(thr) - obj:.6g} = {obj:.6g}, "
+        reason = (f"committed: predicted {pipe_thr:.6g} per s minus migration cost {pipe_thr - obj:.6g} = {obj:.6g}, "
                   f"{obj / current if current > 0 else float('inf'):.3f}x the current {current:.6g} (margin {inst.margin:.0%})")
         commit = True
     else:
@@ -139,7 +140,7 @@ def decide(snapshot: TelemetrySnapshot | dict, context: ReallocContext, options:
         commit = False
         reason = "not committed: the checker rejected the decision: " + "; ".join(str(v) for v in violations)
     timings["total"] = (time.perf_counter() - t0) * 1e3
-    return Decision(graph.job, graph.time_s, graph.iteration, evidence, graph, inst, choice, rec, current, min(thr), obj, thr,
+    return Decision(graph.job, graph.time_s, graph.iteration, evidence, graph, inst, choice, rec, current, pipe_thr, obj, thr,
                     commit, reason, violations, timings)
 
 

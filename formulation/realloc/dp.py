@@ -41,7 +41,8 @@ def solve(inst: ReallocInstance, options: SolveOptions | None = None) -> tuple[S
     G = [[int(c.gpus.get(pool.name, 0)) for c in st.candidates] for st in inst.stages]
     M = [[c.migration_cost for c in st.candidates] for st in inst.stages]
     best_val, best_choice = -np.inf, None
-    for tau in sorted({v for row in table for v in row}, reverse=True):
+    pipe = set(inst.pipeline_stages())
+    for tau in sorted({v for s, row in enumerate(table) if s in pipe for v in row}, reverse=True):
         dp = np.full(cap + 1, np.inf)
         dp[0] = 0.0
         picks = []
@@ -49,7 +50,7 @@ def solve(inst: ReallocInstance, options: SolveOptions | None = None) -> tuple[S
             new = np.full(cap + 1, np.inf)
             arg = np.full(cap + 1, -1)
             for c, (g, m) in enumerate(zip(G[s], M[s])):
-                if table[s][c] < tau or g > cap:
+                if (s in pipe and table[s][c] < tau) or g > cap:
                     continue
                 cand = dp[: cap + 1 - g] + m
                 better = cand < new[g:]
@@ -95,7 +96,7 @@ def exhaustive(inst: ReallocInstance, limit: int = 200_000) -> Solution:
                 use[p] = use.get(p, 0) + g
         if any(v > caps[p] for p, v in use.items()):
             continue
-        val = min(table[s][c] for s, c in enumerate(choice)) - sum(inst.stages[s].candidates[c].migration_cost
+        val = min(table[s][c] for s, c in enumerate(choice) if inst.stages[s].pipeline) - sum(inst.stages[s].candidates[c].migration_cost
                                                                      for s, c in enumerate(choice))
         if val > best_val + 1e-12:
             best, best_val = list(choice), val

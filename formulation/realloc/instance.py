@@ -129,6 +129,8 @@ class Stage:
     unit_gpus: int = 1  # allocation granularity on a pool (an engine's TP, a trainer replica's TP x PP)
     single_type: bool = False  # synchronous stage: every GPU of one type
     donor: bool = False
+    pipeline: bool = True  # counts in the bottleneck (False: its work this iteration is done; it only holds GPUs)
+    curve_source: str = ""
 
     @property
     def current(self) -> Candidate:
@@ -144,6 +146,7 @@ class ReallocInstance:
     job: str = ""
     time_s: float = 0.0
     notes: list = field(default_factory=list)
+    unit: str = "tokens/s"  # throughput unit of the curves (see ReallocContext.unit)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -154,8 +157,8 @@ class ReallocInstance:
         if len(set(names)) != len(names):
             raise ValueError("pool names must be unique")
         known = set(names)
-        if not self.stages:
-            raise ValueError("an instance needs at least one stage")
+        if not any(s.pipeline for s in self.stages):
+            raise ValueError("an instance needs at least one pipeline stage (a component with work left)")
         for s in self.stages:
             if not s.candidates:
                 raise ValueError(f"stage {s.name} has no candidate (candidate 0 must be its current allocation)")
@@ -207,9 +210,16 @@ class ReallocInstance:
     def throughput_table(self) -> list[list[float]]:
         return [[self.stage_throughput(s, c) for c in range(len(st.candidates))] for s, st in enumerate(self.stages)]
 
+    def pipeline_stages(self) -> list[int]:
+        return [s for s, st in enumerate(self.stages) if st.pipeline]
+
+    def pipeline_throughput(self, choice: list[int]) -> float:
+        """Minimum over the pipeline stages of their predicted throughput."""
+        return min(self.stage_throughput(s, choice[s]) for s in self.pipeline_stages())
+
     def objective(self, choice: list[int]) -> float:
         """Predicted pipeline throughput of a choice (one candidate index per stage) minus migration cost."""
-        thr = min(self.stage_throughput(s, c) for s, c in enumerate(choice))
+        thr = self.pipeline_throughput(choice)
         return thr - sum(self.stages[s].candidates[c].migration_cost for s, c in enumerate(choice))
 
     def current_throughput(self) -> float:

@@ -180,3 +180,30 @@ def _reboot(component, ctx, current, target, changed, links, why) -> MigrationPl
     moves = tuple(Move("reboot", p, current.get(p, 0), target.get(p, 0), t, 2.0 * state if i == 0 else 0.0,
                        f"save {state / GB:.1f} GB to storage, restart on the new GPUs, load it back") for i, p in enumerate(changed))
     return MigrationPlan("reboot", moves, t, 2.0 * state, why)
+
+
+def order_moves(moves: list, capacity: dict, used: dict) -> list:
+    """Order ``(component, Move)`` pairs so that no node is ever over capacity.
+
+    Create before destroy where capacity allows: at each point run every step that adds GPUs and
+    fits what is free now; when none fits, release GPUs — first from components with nothing left
+    to add (donors), then the others. ``capacity`` and ``used`` are GPUs per pool before any step.
+    Raises ValueError when the steps cannot be ordered (the allocation does not fit).
+    """
+    free = {p: capacity[p] - used.get(p, 0) for p in capacity}
+    pending = list(moves)
+    out = []
+    while pending:
+        grow = next((cm for cm in pending if cm[1].gpus_to > cm[1].gpus_from
+                     and cm[1].gpus_to - cm[1].gpus_from <= free.get(cm[1].pool, 0)), None)
+        if grow is None:
+            still_growing = {c for c, m in pending if m.gpus_to > m.gpus_from}
+            shrinks = [cm for cm in pending if cm[1].gpus_to <= cm[1].gpus_from]
+            if not shrinks:
+                raise ValueError("migration steps cannot be ordered within node capacity: "
+                                 + ", ".join(f"{c} on {m.pool} +{m.gpus_to - m.gpus_from}" for c, m in pending))
+            grow = min(shrinks, key=lambda cm: (cm[0] in still_growing, pending.index(cm)))
+        pending.remove(grow)
+        free[grow[1].pool] = free.get(grow[1].pool, 0) - (grow[1].gpus_to - grow[1].gpus_from)
+        out.append(grow)
+    return out

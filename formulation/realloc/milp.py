@@ -16,7 +16,7 @@ Constraints
     * ``define_choice``:     ``Σ_c x_{s,c} = 1``                                         ∀s
     * ``define_capacity``:   ``Σ_{s,c} G_{s,c,p} x_{s,c} ≤ cap_p``                        ∀p
     * ``define_curves``:     ``h_{s,t} ≤ a_k Σ_c G_{s,c,t} x_{s,c} + b_k``                ∀s,t,k
-    * ``define_bottleneck``: ``z ≤ Σ_t h_{s,t}``                                          ∀s
+    * ``define_bottleneck``: ``z ≤ Σ_t h_{s,t}``                              ∀s in the pipeline
 Linearisation
     the max-min objective is the epigraph variable ``z``; each concave curve is the minimum of its
     segments' lines, so maximising pushes ``h`` onto the curve with no binaries for the curve
@@ -127,7 +127,7 @@ def define_curves(rows: _Rows, inst: ReallocInstance, lay: Layout) -> None:
 
 
 def define_bottleneck(rows: _Rows, inst: ReallocInstance, lay: Layout) -> None:
-    for s in range(len(inst.stages)):
+    for s in inst.pipeline_stages():
         cols = [col for (ss, _), col in lay.h.items() if ss == s]
         rows.add([lay.z] + cols, [1.0] + [-1.0] * len(cols), -np.inf, 0.0)
 
@@ -186,6 +186,8 @@ def _warm_start(h, inst: ReallocInstance, lay: Layout, choice: list[int]) -> Non
         vals[lay.x[s][c]] = 1.0
     thr = []
     for s, c in enumerate(choice):
+        if not inst.stages[s].pipeline:
+            continue
         tot = 0.0
         for (ss, t), col in lay.h.items():
             if ss == s:
@@ -263,7 +265,7 @@ def build_pyomo(inst: ReallocInstance):
 
     m.SEG = pyo.Set(initialize=segs, dimen=3)
     m.curves = pyo.Constraint(m.SEG, rule=curve_rule)
-    m.bottleneck = pyo.Constraint(range(len(inst.stages)),
+    m.bottleneck = pyo.Constraint(inst.pipeline_stages(),
                                   rule=lambda m, s: m.z <= sum(m.h[ss, t] for ss, t in lay.h if ss == s))
     return m
 

@@ -59,7 +59,9 @@ class StageOut(_Body):
     dynamic: bool
     interruptible: bool
     donor: bool
+    pipeline: bool = Field(True, description="counts in the bottleneck (false: its work this iteration is done)")
     unit_gpus: int
+    curve_source: str = ""
     candidates: list[CandidateOut]
 
 
@@ -103,6 +105,8 @@ class ReallocPlan(_Body):
     backend: str
     margin: float
     horizon_s: float
+    throughput_unit: str = Field("tokens/s", description="tokens/s, or 1/s: fraction of the remaining work per second "
+                                                         "(1 / throughput = seconds to finish)")
     donors: list[DonorOut]
     stages: list[StageOut]
     current_throughput: float
@@ -148,10 +152,10 @@ def _allocation(dec, s: int, c: int) -> tuple[ComponentAllocation, list[StepOut]
     alloc = ComponentAllocation(component=st.name, kind=st.kind, migration_kind=cand.migration_kind, from_workers=before,
                                 to_workers=after, predicted_throughput_before=inst.stage_throughput(s, 0),
                                 predicted_throughput_after=inst.stage_throughput(s, c))
-    steps = [StepOut(order=0, component=st.name, kind=m.kind, node=m.pool, gpu_type=inst.pool(m.pool).gpu_type, gpus_from=m.gpus_from,
+    steps = [(m, StepOut(order=0, component=st.name, kind=m.kind, node=m.pool, gpu_type=inst.pool(m.pool).gpu_type, gpus_from=m.gpus_from,
                      gpus_to=m.gpus_to, workers_removed=removed.get(m.pool, []),
                      workers_added=[w.worker_id for w in added.get(m.pool, [])], duration_s=m.duration_s, bytes_moved=m.bytes_moved,
-                     cause=m.cause) for m in cand.moves]
+                     cause=m.cause)) for m in cand.moves]
     return alloc, steps
 
 
@@ -164,19 +168,26 @@ def decision_body(dec) -> dict:
                               migration_s=c.migration_s, migration_bytes=c.migration_bytes, migration_cost=c.migration_cost,
                               chosen=i == dec.choice[s], cause=c.cause) for i, c in enumerate(st.candidates)]
         stages.append(StageOut(name=st.name, kind=st.kind, dynamic=st.dynamic, interruptible=st.interruptible, donor=st.donor,
-                               unit_gpus=st.unit_gpus, candidates=cands))
-    allocation, steps = [], []
-    # stages that release GPUs go first, so the GPUs they free exist when the growing stages start
-    order = sorted(dec.changed(), key=lambda s: (inst.stages[s].candidates[dec.choice[s]].total_gpus - inst.stages[s].current.total_gpus, s))
-    for s in order:
+                               pipeline=st.pipeline, unit_gpus=st.unit_gpus, curve_source=st.curve_source, candidates=cands))
+    from formulation.realloc.migrations import order_moves
+
+    allocation, pairs = [], []
+    for s in dec.changed():
         a, st_steps = _allocation(dec, s, dec.choice[s])
         allocation.append(a)
-        steps += st_steps
+        pairs += [(inst.stages[s].name, m, out) for m, out in st_steps]
+    used: dict[str, int] = {}
+    for st in inst.stages:
+        for p, g in st.current.gpus.items():
+            used[p] = used.get(p, 0) + g
+    by_move = {(c, id(m)): out for c, m, out in pairs}
+    ordered = order_moves([(c, m) for c, m, _ in pairs], {p.name: p.gpus for p in inst.pools}, used)
+    steps = [by_move[(c, id(m))] for c, m in ordered]
     for i, st in enumerate(steps):
         st.order = i + 1
     body = ReallocPlan(
         job=dec.job, time_s=dec.time_s, iteration=dec.iteration, backend=dec.record.backend, margin=inst.margin,
-        horizon_s=inst.horizon_s, donors=[DonorOut(**{k: v for k, v in e.as_dict().items() if k != "time_s"}) for e in dec.donors],
+        horizon_s=inst.horizon_s, throughput_unit=inst.unit, donors=[DonorOut(**{k: v for k, v in e.as_dict().items() if k != "time_s"}) for e in dec.donors],
         stages=stages, current_throughput=dec.current_throughput, predicted_throughput=dec.predicted_throughput,
         objective=dec.objective, improvement=(dec.objective / dec.current_throughput) if dec.current_throughput > 0 else 0.0,
         committed=dec.committed, reason=dec.reason, allocation=allocation, steps=steps,

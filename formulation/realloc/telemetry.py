@@ -71,6 +71,7 @@ class ComponentTelemetry(_Strict):
     progress: float = Field(0.0, ge=0.0, le=1.0, description="fraction of this iteration's work done")
     interruptible: bool = Field(True, description="at an interruptible point now (a migration may start)")
     throughput: Optional[float] = Field(None, ge=0.0, description="work items per second, when the component reports it")
+    remaining_tokens: Optional[float] = Field(None, ge=0.0, description="tokens of work it has left this iteration, when it knows")
 
 
 class NodeTelemetry(_Strict):
