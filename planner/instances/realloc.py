@@ -10,8 +10,8 @@ costs; :func:`formulation.realloc.decide.decide` turns it and the snapshot into 
 1. the online predictor (:mod:`estimators.predictor`), refined from observed throughput;
 2. the scenario's model and the estimators:
    * rollout / tool agent (dynamic): the *tail curve* of the requests still running. With ``R``
-     requests left (in flight + queued, from the snapshot), ``E`` engines of TP ``tp`` each run
-     ``b = min(C, R / E)`` of them (``C``: KV-limited concurrency) and decode
+     requests left (in flight + queued, from the snapshot), ``E`` engines of TP ``tp`` (at most
+     ``R`` of them busy) each run ``b = min(C, R / E)`` of them (``C``: KV-limited concurrency) and decode
      ``b / step(b)`` tokens/s, with the step time from :func:`estimators.rollout.linear_step_model`
      at the requests' current mean cached length (KV used / requests in flight). The curve
      ``E b / step(b)`` is concave and saturates once every request has an engine slot — the thinning
@@ -148,13 +148,15 @@ def _links(specs: dict[str, GPUSpec], scenario, clusters: set[str]) -> Links:
 def _tail_curve(R: float, conc: float, a_ms: float, c_ms: float, max_engines: int, tp: int) -> Curve:
     """Tokens/s of ``E`` engines sharing ``R`` requests, each at most ``conc``, step ``a + c b`` ms."""
     max_engines = max(1, max_engines)
-    engines = sorted({1, 2, 3, 4, 6, 8, max_engines} | {int(v) for v in np.unique(np.geomspace(1, max_engines, 12).round())})
+    knee = int(max(1, math.ceil(R)))  # one request per engine: where the curve turns flat
+    engines = sorted({1, 2, 3, 4, 6, 8, knee, max_engines} | {int(v) for v in np.unique(np.geomspace(1, max_engines, 12).round())})
     engines = [e for e in engines if 1 <= e <= max_engines]
     pts = []
     for e in engines:
-        b = min(max(conc, 1e-9), R / e)
+        busy = min(e, max(1.0, math.ceil(R)))  # engines beyond one per request stay idle
+        b = min(max(conc, 1e-9), R / busy)
         step = a_ms + c_ms * b
-        pts.append((e * tp, e * b / (step / 1e3) if step > 0 and b > 0 else 0.0))
+        pts.append((e * tp, busy * b / (step / 1e3) if step > 0 and b > 0 else 0.0))
     fit = fit_concave(pts)
     return Curve(tuple(float(x) for x in fit.xs), tuple(float(max(0.0, y)) for y in fit.ys))
 
@@ -426,6 +428,13 @@ def _fix_for(err: dict) -> str:
         return "name a component listed under components, or add that component"
     if "without workers" in err["msg"]:
         return "list at least one worker for every component (or drop the component)"
+    msg = err["msg"]
+    if "declares as" in msg or "one GPU type" in msg:
+        return "report each worker's GPU type as its node's (declared under nodes)"
+    if "duplicate" in msg:
+        return "give every worker and component a unique name"
+    if "more GPUs than the node has" in msg:
+        return "fix the workers' gpus or the node's capacity under nodes"
     if t.startswith("literal_error"):
         return "use one of the allowed values"
     if t in ("less_than_equal", "greater_than_equal", "greater_than"):
