@@ -48,9 +48,9 @@ def test_regret_is_zero_when_the_applied_allocation_stays_best_and_positive_othe
     # reality: the rollout on 4 GPUs only makes 150 tok/s; refined, keeping would have been better
     for _ in range(30):
         pred.observe("rollout", "H100", 4, 150.0)
-        pred.observe("rollout", "H100", 8, 500.0)
+        pred.observe("rollout", "H100", 8, 220.0)
     pred.realise("d1", 150.0)
-    assert pred.regret(rec) > 0
+    assert pred.regret(rec) == pytest.approx(200.0 - (150.0 - 10.0), rel=0.05)  # keep: min(220, 200); moved: 150 - 10
     rep = pred.report()
     assert rep["decision_mape"] == pytest.approx(abs(390 - 150) / 150) and rep["mean_regret"] > 0
     with pytest.raises(KeyError):
