@@ -37,7 +37,7 @@ import numpy as np
 from formulation.realloc.context import ComponentContext, ReallocContext
 from formulation.realloc.graph import SYNCHRONOUS_KINDS, ComponentGraph, ComponentNode
 from formulation.realloc.instance import Candidate, ReallocInstance, Stage
-from formulation.realloc.migrations import plan_migration
+from formulation.realloc.migrations import drain_orders, plan_migration
 
 DEFAULT_MAX_CANDIDATES = 8
 
@@ -109,6 +109,7 @@ def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGrap
     if not single and len(ctx.types()) > 1:
         options.append(("@any", tuple(ctx.types()), False))
     out: list[list[tuple[str, dict]]] = []
+    per_group = min(count, 2 * math.ceil(count / max(1, len(options) * len(orders))) + 1)  # _select keeps about count / groups
     for label, tys, relocate in options:
         cand_pools = [p for p in pools if pools[p].gpu_type in tys]
         room = {p: slots.get(p, 0) for p in cand_pools}
@@ -118,7 +119,7 @@ def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGrap
         for oname, key in orders.items():
             order = sorted(cand_pools, key=key)
             group = []
-            for k in _levels(n_max, count):
+            for k in _levels(n_max, per_group):
                 if k < lo:
                     continue
                 alloc = _fill(base, order, room, unit, k)
@@ -220,8 +221,9 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         current = node.gpus_by_node()
         why_keep = "current allocation" if node.interruptible else "current allocation (not at an interruptible point: cannot move now)"
         cands = [Candidate("keep", dict(current), cause=why_keep)]
+        drain = drain_orders(node.workers) if named else {}
         for name, alloc in named:
-            mp = plan_migration(node.name, node.kind, ctx, current, alloc, node.workers, pools, context.links)
+            mp = plan_migration(node.name, node.kind, ctx, current, alloc, node.workers, pools, context.links, drain)
             cands.append(Candidate(name, alloc, mp.duration_s, mp.bytes_moved, t_now * mp.duration_s / horizon, mp.kind, mp.moves,
                                    mp.cause))
         stages.append(Stage(node.name, node.kind, node.dynamic, node.interruptible, dict(ctx.curves), cands,

@@ -11,7 +11,7 @@ dynamic-reallocation policy, the daemon per telemetry post, ``planner realloc`` 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
@@ -27,8 +27,25 @@ from formulation.realloc.telemetry import TelemetrySnapshot
 BACKENDS = ("highs", "cpsat", "dp", "pyomo")
 
 
-def solve_instance(inst: ReallocInstance, backend: str = "highs", options: SolveOptions | None = None) -> tuple[Solution, SolveRecord]:
-    """One interface over the backends."""
+def solve_instance(inst: ReallocInstance, backend: str = "highs", options: SolveOptions | None = None,
+                   reduce: bool | None = None) -> tuple[Solution, SolveRecord]:
+    """One interface over the backends. The model backends solve the exactly reduced instance
+    (:mod:`formulation.realloc.reduce`; ``reduce=False`` to skip); the DP oracle never does."""
+    if reduce is None:
+        reduce = backend in ("highs", "cpsat", "pyomo")
+    if reduce:
+        from formulation.realloc.reduce import expand
+        from formulation.realloc.reduce import reduce as reduce_instance
+
+        red, keep = reduce_instance(inst)
+        opts = options or SolveOptions()
+        if opts.warm_start:
+            back = [{orig: i for i, orig in enumerate(k)} for k in keep]
+            opts = replace(opts, warm_start=[back[s].get(c, 0) for s, c in enumerate(opts.warm_start)])
+        sol, rec = solve_instance(red, backend, opts, reduce=False)
+        full = sum(len(st.candidates) for st in inst.stages)
+        rec.message += f"; exact reduction kept {sum(len(k) for k in keep)} of {full} candidates"
+        return Solution(expand(sol.choice, keep), sol.objective, sol.best_bound), rec
     if backend == "highs":
         from formulation.realloc import milp
         return milp.solve(inst, options)

@@ -61,13 +61,36 @@ class MigrationPlan:
     cause: str
 
 
-def _best_source(dst: Pool, sources: list[Pool], links: Links) -> tuple[Optional[Pool], Optional[float]]:
-    best, best_bw = None, None
-    for p in sources:
-        bw = links.bandwidth(p, dst)
-        if bw is not None and (best_bw is None or bw > best_bw):
-            best, best_bw = p, bw
-    return best, best_bw
+class _Sources:
+    """The best link from any of ``sources`` to a destination pool, in O(1) per query.
+
+    Same node: NVLink; same cluster: the NIC, best from the source type with the fastest NIC;
+    another cluster: that NIC capped by the inter-cluster link (None when there is none).
+    """
+
+    def __init__(self, sources: list[Pool], links: Links) -> None:
+        self.links = links
+        self.names = {p.name: p for p in sources}
+        self.by_cluster: dict[str, Pool] = {}
+        self.fastest: Optional[Pool] = None
+        nic = links.nic_gb_per_s
+        for p in sources:
+            cur = self.by_cluster.get(p.cluster)
+            if cur is None or nic.get(p.gpu_type, 50.0) > nic.get(cur.gpu_type, 50.0):
+                self.by_cluster[p.cluster] = p
+            if self.fastest is None or nic.get(p.gpu_type, 50.0) > nic.get(self.fastest.gpu_type, 50.0):
+                self.fastest = p
+
+    def best(self, dst: Pool) -> tuple[Optional[Pool], Optional[float]]:
+        options = [self.names.get(dst.name), self.by_cluster.get(dst.cluster), self.fastest]
+        best, best_bw = None, None
+        for p in options:
+            if p is None:
+                continue
+            bw = self.links.bandwidth(p, dst)
+            if bw is not None and (best_bw is None or bw > best_bw):
+                best, best_bw = p, bw
+        return best, best_bw
 
 
 def drain_order(workers: list, pool: str) -> list:
@@ -75,9 +98,16 @@ def drain_order(workers: list, pool: str) -> list:
     return sorted((w for w in workers if w.node == pool), key=lambda w: (w.kv_used_tokens, w.worker_id))
 
 
-def _drained_workers(workers: list, pool: str, gpus: int) -> tuple[list[str], float]:
-    """The engines on ``pool`` to drain to release ``gpus`` GPUs."""
-    on_pool = drain_order(workers, pool)
+def drain_orders(workers: list) -> dict:
+    """:func:`drain_order` for every pool the workers sit on."""
+    out: dict = {}
+    for w in workers:
+        out.setdefault(w.node, []).append(w)
+    return {p: sorted(ws, key=lambda w: (w.kv_used_tokens, w.worker_id)) for p, ws in out.items()}
+
+
+def _drained_workers(on_pool: list, gpus: int) -> tuple[list[str], float]:
+    """The first engines of ``on_pool`` (in drain order) that release ``gpus`` GPUs."""
     out, freed, tokens = [], 0, 0.0
     for w in on_pool:
         if freed >= gpus:
@@ -101,40 +131,48 @@ def _kind(kind: str, ctx: ComponentContext, reachable: bool) -> tuple[str, str]:
 
 
 def plan_migration(component: str, kind: str, ctx: ComponentContext, current: dict, target: dict, workers: list,
-                   pools: dict, links: Links) -> MigrationPlan:
-    """Steps that take ``component`` from ``current`` to ``target`` (pool name -> GPUs)."""
+                   pools: dict, links: Links, drain: Optional[dict] = None) -> MigrationPlan:
+    """Steps that take ``component`` from ``current`` to ``target`` (pool name -> GPUs).
+
+    ``drain``: :func:`drain_orders` of ``workers``, when the caller has it already.
+    """
     changed = sorted(p for p in set(current) | set(target) if current.get(p, 0) != target.get(p, 0))
     if not changed:
         return MigrationPlan("none", (), 0.0, 0.0, "keeps its allocation")
-    old_pools = [pools[p] for p, v in current.items() if v > 0]
-    kept_pools = [pools[p] for p in current if min(current.get(p, 0), target.get(p, 0)) > 0]
+    old = _Sources([pools[p] for p, v in current.items() if v > 0], links)
     added = [p for p in changed if target.get(p, 0) > current.get(p, 0)]
-    reachable = all(_best_source(pools[p], old_pools, links)[0] is not None for p in added)
+    reachable = all(old.best(pools[p])[0] is not None for p in added)
     mkind, why = _kind(kind, ctx, reachable)
     if mkind == "p2p":
-        return _p2p(component, ctx, current, target, changed, old_pools, pools, links, why)
+        return _p2p(component, ctx, current, target, changed, old, pools, links, why)
     if mkind == "reboot":
         return _reboot(component, ctx, current, target, changed, links, why)
-    return _workload(component, ctx, current, target, changed, workers, old_pools, kept_pools, pools, links, why)
+    kept = [pools[p] for p in current if min(current.get(p, 0), target.get(p, 0)) > 0]
+    return _workload(ctx, current, target, changed, drain if drain is not None else drain_orders(workers), old, kept, pools,
+                     links, why)
 
 
-def _workload(component, ctx, current, target, changed, workers, old_pools, kept_pools, pools, links, why) -> MigrationPlan:
+def _workload(ctx, current, target, changed, drain, old, kept_pools, pools, links, why) -> MigrationPlan:
     unit = max(1, ctx.unit_gpus)
+    kept_src = _Sources(kept_pools, links) if kept_pools else old
     moves = []
     for p in changed:
         a, b = current.get(p, 0), target.get(p, 0)
         pool = pools[p]
         if b < a:
-            drained, tokens = _drained_workers(workers, p, a - b)
+            drained, tokens = _drained_workers(drain.get(p, []), a - b)
             nbytes = tokens * ctx.kv_bytes_per_token
-            keep = [q for q in kept_pools if q.name != p] or kept_pools
-            _, bw = _best_source(pool, keep or old_pools, links)
+            # the requests go to a kept engine: on this node if one stays here, else the best other
+            if b > 0:
+                bw = links.bandwidth(pool, pool)
+            else:
+                _, bw = kept_src.best(pool)
             t = links.handoff_s + (nbytes / (bw * GB) if bw and nbytes else 0.0)
             moves.append(Move("workload", p, a, b, t, nbytes,
                               f"drain {len(drained)} engine(s) ({', '.join(drained)}): hand {tokens:,.0f} cached tokens to kept engines"))
         else:
             engines = (b - a) // unit
-            src, bw = _best_source(pool, old_pools, links)
+            src, bw = old.best(pool)
             per_engine = ctx.weight_bytes
             t = links.restart_s + (per_engine / (bw * GB * unit) if bw else 0.0)
             moves.append(Move("workload", p, a, b, t, per_engine * engines,
@@ -144,7 +182,7 @@ def _workload(component, ctx, current, target, changed, workers, old_pools, kept
     return MigrationPlan("workload", tuple(moves), max(m.duration_s for m in moves), sum(m.bytes_moved for m in moves), why)
 
 
-def _p2p(component, ctx, current, target, changed, old_pools, pools, links, why) -> MigrationPlan:
+def _p2p(component, ctx, current, target, changed, old, pools, links, why) -> MigrationPlan:
     unit = max(1, ctx.unit_gpus)
     n_old = sum(current.values()) // unit
     n_new = sum(target.values()) // unit
@@ -154,7 +192,7 @@ def _p2p(component, ctx, current, target, changed, old_pools, pools, links, why)
     total = state + weights
     bws = []
     for p in changed:
-        _, bw = _best_source(pools[p], old_pools, links)
+        _, bw = old.best(pools[p])
         if bw is not None:
             bws.append(bw)
     bw = min(bws) if bws else None
