@@ -151,3 +151,36 @@ def test_checker_catches_bad_claims():
     assert checker.check(inst, [5, 0])[0].rule == "choice"
     inst.stages[0].interruptible = False
     assert "interruptible" in [v.rule for v in checker.check(inst, [1, 1])]
+
+
+@pytest.mark.parametrize("seed", [1, 14, 18, 6])
+def test_benchmark_instances_agree_with_and_without_reduction(seed):
+    """The 128-GPU benchmark's synthetic instances (where a HiGHS warm start once returned a stale
+    solution vector): HiGHS and CP-SAT, on the reduced and the full instance, reach one optimum,
+    and the reduction drops no candidate that an optimum needs."""
+    from formulation.realloc.bench import synthetic
+    from formulation.realloc.candidates import build_instance
+    from formulation.realloc.graph import build_graph
+
+    snap, ctx = synthetic(seed, ("H100",), 16)
+    inst = build_instance(build_graph(snap), ctx, ["rollout", "agent"], max_candidates=10, margin=0.02)
+    vals = []
+    for backend in ("highs", "cpsat"):
+        for red in (True, False):
+            sol, rec = solve_instance(inst, backend, OPTS, reduce=red)
+            assert rec.status.value == "optimal" and checker.check(inst, sol.choice) == []
+            vals.append(inst.objective(sol.choice))
+    assert max(vals) - min(vals) <= 1e-5 * max(1.0, abs(max(vals)))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_reduction_is_exact_on_random_instances(seed):
+    from formulation.realloc.reduce import reduce
+
+    rng = np.random.default_rng(500 + seed)
+    inst = random_instance(rng, n_pools=2, types=("H100", "H20"), n_stages=3, n_cands=6, cost_scale=2.0)
+    red, keep = reduce(inst)
+    assert all(k[0] == 0 for k in keep)  # the current allocation always stays
+    full = dp.exhaustive(inst).objective
+    reduced = dp.exhaustive(red).objective
+    assert reduced == pytest.approx(full, rel=1e-9, abs=1e-9)
