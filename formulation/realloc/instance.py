@@ -147,9 +147,13 @@ class ReallocInstance:
     time_s: float = 0.0
     notes: list = field(default_factory=list)
     unit: str = "tokens/s"  # throughput unit of the curves (see ReallocContext.unit)
+    validated: bool = field(default=True, repr=False)  # False only for instances derived from a validated one
 
     def __post_init__(self) -> None:
-        self.validate()
+        self._pool_index = {p.name: p for p in self.pools}
+        self._table = None
+        if self.validated:
+            self.validate()
 
     # --------------------------------------------------------------------------- structure
     def validate(self) -> None:
@@ -157,6 +161,7 @@ class ReallocInstance:
         if len(set(names)) != len(names):
             raise ValueError("pool names must be unique")
         known = set(names)
+        pool_type = {p.name: p.gpu_type for p in self.pools}
         if not any(s.pipeline for s in self.stages):
             raise ValueError("an instance needs at least one pipeline stage (a component with work left)")
         for s in self.stages:
@@ -170,7 +175,7 @@ class ReallocInstance:
                     raise ValueError(f"stage {s.name} candidate {c.name} uses unknown pool(s) {bad}")
                 if any(v < 0 for v in c.gpus.values()) or c.migration_cost < 0:
                     raise ValueError(f"stage {s.name} candidate {c.name}: negative GPUs or migration cost")
-                types = {self.pool(p).gpu_type for p, v in c.gpus.items() if v > 0}
+                types = {pool_type[p] for p, v in c.gpus.items() if v > 0}
                 missing = types - set(s.curves)
                 if missing:
                     raise ValueError(f"stage {s.name} candidate {c.name} uses GPU type(s) {sorted(missing)} without a throughput curve")
@@ -181,15 +186,7 @@ class ReallocInstance:
             raise ValueError("margin must be >= 0")
 
     def pool(self, name: str) -> Pool:
-        return self._pools[name]
-
-    @property
-    def _pools(self) -> dict:
-        d = self.__dict__.get("_pool_index")
-        if d is None or len(d) != len(self.pools):
-            d = {p.name: p for p in self.pools}
-            self.__dict__["_pool_index"] = d
-        return d
+        return self._pool_index[name]
 
     def gpu_types(self) -> list[str]:
         return sorted({p.gpu_type for p in self.pools})
@@ -208,7 +205,10 @@ class ReallocInstance:
         return sum(st.curves[t](g) for t, g in self.gpus_by_type(st.candidates[c]).items())
 
     def throughput_table(self) -> list[list[float]]:
-        return [[self.stage_throughput(s, c) for c in range(len(st.candidates))] for s, st in enumerate(self.stages)]
+        """Predicted throughput of every stage under every candidate (computed once; treat as read-only)."""
+        if self._table is None:
+            self._table = [[self.stage_throughput(s, c) for c in range(len(st.candidates))] for s, st in enumerate(self.stages)]
+        return self._table
 
     def pipeline_stages(self) -> list[int]:
         return [s for s, st in enumerate(self.stages) if st.pipeline]

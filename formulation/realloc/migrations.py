@@ -81,6 +81,10 @@ class _Sources:
             if self.fastest is None or nic.get(p.gpu_type, 50.0) > nic.get(self.fastest.gpu_type, 50.0):
                 self.fastest = p
 
+    def reaches(self, dst: Pool) -> bool:
+        return dst.name in self.names or dst.cluster in self.by_cluster or (
+            self.fastest is not None and self.links.inter_cluster_gb_per_s is not None)
+
     def best(self, dst: Pool) -> tuple[Optional[Pool], Optional[float]]:
         options = [self.names.get(dst.name), self.by_cluster.get(dst.cluster), self.fastest]
         best, best_bw = None, None
@@ -141,7 +145,7 @@ def plan_migration(component: str, kind: str, ctx: ComponentContext, current: di
         return MigrationPlan("none", (), 0.0, 0.0, "keeps its allocation")
     old = _Sources([pools[p] for p, v in current.items() if v > 0], links)
     added = [p for p in changed if target.get(p, 0) > current.get(p, 0)]
-    reachable = all(old.best(pools[p])[0] is not None for p in added)
+    reachable = all(old.reaches(pools[p]) for p in added)
     mkind, why = _kind(kind, ctx, reachable)
     if mkind == "p2p":
         return _p2p(component, ctx, current, target, changed, old, pools, links, why)

@@ -65,7 +65,8 @@ def reduce(inst: ReallocInstance) -> tuple[ReallocInstance, list[list[int]]]:
         keep_idx.append([int(i) for i in idx])
         stages.append(replace(st, candidates=[st.candidates[i] for i in idx]))
     red = ReallocInstance(inst.pools, stages, margin=inst.margin, horizon_s=inst.horizon_s, job=inst.job, time_s=inst.time_s,
-                          notes=inst.notes, unit=inst.unit)
+                          notes=inst.notes, unit=inst.unit, validated=False)  # a subset of a validated instance
+    red._table = [[table[s][i] for i in keep] for s, keep in enumerate(keep_idx)]
     return red, keep_idx
 
 
