@@ -37,7 +37,7 @@ import numpy as np
 from formulation.realloc.context import ComponentContext, ReallocContext
 from formulation.realloc.graph import SYNCHRONOUS_KINDS, ComponentGraph, ComponentNode
 from formulation.realloc.instance import Candidate, ReallocInstance, Stage
-from formulation.realloc.migrations import drain_orders, plan_migration
+from formulation.realloc.migrations import MigrationPlanner
 
 DEFAULT_MAX_CANDIDATES = 8
 
@@ -221,9 +221,9 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         current = node.gpus_by_node()
         why_keep = "current allocation" if node.interruptible else "current allocation (not at an interruptible point: cannot move now)"
         cands = [Candidate("keep", dict(current), cause=why_keep)]
-        drain = drain_orders(node.workers) if named else {}
+        planner = MigrationPlanner(node.name, node.kind, ctx, current, node.workers, pools, context.links) if named else None
         for name, alloc in named:
-            mp = plan_migration(node.name, node.kind, ctx, current, alloc, node.workers, pools, context.links, drain)
+            mp = planner.plan(alloc)
             cands.append(Candidate(name, alloc, mp.duration_s, mp.bytes_moved, t_now * mp.duration_s / horizon, mp.kind, mp.moves,
                                    mp.cause))
         stages.append(Stage(node.name, node.kind, node.dynamic, node.interruptible, dict(ctx.curves), cands,

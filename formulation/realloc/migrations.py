@@ -25,6 +25,7 @@ The cost a candidate carries into the objective is computed by the caller from t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Optional
 
 from formulation.realloc.context import ComponentContext, Links
@@ -34,6 +35,7 @@ from formulation.realloc.instance import Move, Pool
 GB = 1e9
 
 
+@lru_cache(maxsize=4096)
 def moved_fraction(n_old: int, n_new: int) -> float:
     """Share of a 1-D contiguously sharded state that changes owner going from ``n_old`` to ``n_new`` shards.
 
@@ -70,6 +72,7 @@ class _Sources:
 
     def __init__(self, sources: list[Pool], links: Links) -> None:
         self.links = links
+        self._memo: dict = {}
         self.names = {p.name: p for p in sources}
         self.by_cluster: dict[str, Pool] = {}
         self.fastest: Optional[Pool] = None
@@ -86,6 +89,12 @@ class _Sources:
             self.fastest is not None and self.links.inter_cluster_gb_per_s is not None)
 
     def best(self, dst: Pool) -> tuple[Optional[Pool], Optional[float]]:
+        hit = self._memo.get(dst.name)
+        if hit is None:
+            hit = self._memo[dst.name] = self._best(dst)
+        return hit
+
+    def _best(self, dst: Pool) -> tuple[Optional[Pool], Optional[float]]:
         options = [self.names.get(dst.name), self.by_cluster.get(dst.cluster), self.fastest]
         best, best_bw = None, None
         for p in options:
@@ -134,16 +143,32 @@ def _kind(kind: str, ctx: ComponentContext, reachable: bool) -> tuple[str, str]:
     return "workload", "stateless engines: drain and hand requests over with their caches"
 
 
+class MigrationPlanner:
+    """Plans the migrations of one component from its current allocation to many targets,
+    sharing the link lookups and drain orders between them."""
+
+    def __init__(self, component: str, kind: str, ctx: ComponentContext, current: dict, workers: list, pools: dict,
+                 links: Links) -> None:
+        self.args = (component, kind, ctx, current, workers, pools, links)
+        self.old = _Sources([pools[p] for p, v in current.items() if v > 0], links)
+        self.drain = drain_orders(workers)
+
+    def plan(self, target: dict) -> MigrationPlan:
+        component, kind, ctx, current, workers, pools, links = self.args
+        return plan_migration(component, kind, ctx, current, target, workers, pools, links, self.drain, self.old)
+
+
 def plan_migration(component: str, kind: str, ctx: ComponentContext, current: dict, target: dict, workers: list,
-                   pools: dict, links: Links, drain: Optional[dict] = None) -> MigrationPlan:
+                   pools: dict, links: Links, drain: Optional[dict] = None, old: Optional[_Sources] = None) -> MigrationPlan:
     """Steps that take ``component`` from ``current`` to ``target`` (pool name -> GPUs).
 
-    ``drain``: :func:`drain_orders` of ``workers``, when the caller has it already.
+    ``drain`` and ``old``: the drain orders of ``workers`` and the link index of the current
+    pools, when the caller has them already (:class:`MigrationPlanner`).
     """
     changed = sorted(p for p in set(current) | set(target) if current.get(p, 0) != target.get(p, 0))
     if not changed:
         return MigrationPlan("none", (), 0.0, 0.0, "keeps its allocation")
-    old = _Sources([pools[p] for p, v in current.items() if v > 0], links)
+    old = old if old is not None else _Sources([pools[p] for p, v in current.items() if v > 0], links)
     added = [p for p in changed if target.get(p, 0) > current.get(p, 0)]
     reachable = all(old.reaches(pools[p]) for p in added)
     mkind, why = _kind(kind, ctx, reachable)
