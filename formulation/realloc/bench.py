@@ -132,8 +132,13 @@ def run_case(name: str, types: tuple, nodes_per_type: int, max_candidates: int, 
                  "decisions": decisions, "backends": {}}
     donors = DonorConfig(theta=0.5, u_low=0.2, hold_s=0.0, kinds=("rollout", "tool_agent"))
     sizes, objs = [], {b: [] for b in backends}
+    warm_snap, warm_ctx = synthetic(10_000, types, nodes_per_type)
     for b in backends:
-        res["backends"][b] = {"total_ms": [], "candidates_ms": [], "build_and_solve_ms": [], "build_ms": [], "committed": 0,
+        # the first call in a process pays one-off costs (library initialisation): timed apart
+        t0 = time.perf_counter()
+        decide(warm_snap, warm_ctx, ReallocOptions(backend=b, max_candidates=max_candidates), DonorDetector(donors))
+        first = (time.perf_counter() - t0) * 1e3
+        res["backends"][b] = {"first_call_ms": first, "total_ms": [], "cpu_ms": [], "candidates_ms": [], "build_and_solve_ms": [], "build_ms": [], "committed": 0,
                               "status": {}}
     for d in range(decisions):
         snap, ctx = synthetic(d, types, nodes_per_type)
@@ -142,8 +147,10 @@ def run_case(name: str, types: tuple, nodes_per_type: int, max_candidates: int, 
                 continue
             opts = ReallocOptions(backend=b, margin=0.02, max_candidates=max_candidates,
                                   solve=SolveOptions(time_limit_s=5.0, mip_gap=1e-6))
+            c0 = time.process_time()
             dec = decide(snap, ctx, opts, DonorDetector(donors))
             r = res["backends"][b]
+            r["cpu_ms"].append((time.process_time() - c0) * 1e3)
             r["total_ms"].append(dec.timings_ms["total"])
             r["candidates_ms"].append(dec.timings_ms.get("candidates", 0.0))
             r["build_and_solve_ms"].append(dec.timings_ms.get("build_and_solve", 0.0))
@@ -164,7 +171,7 @@ def run_case(name: str, types: tuple, nodes_per_type: int, max_candidates: int, 
         res["backends"][b]["max_rel_objective_diff_vs_" + backends[0]] = max(
             (abs(x - y) / max(1e-12, abs(x)) for x, y in pairs), default=0.0)
     for b, r in res["backends"].items():
-        for key in ("total_ms", "candidates_ms", "build_and_solve_ms", "build_ms"):
+        for key in ("total_ms", "cpu_ms", "candidates_ms", "build_and_solve_ms", "build_ms"):
             v = r.pop(key)
             r[key.replace("_ms", "")] = {"n": len(v), "p50_ms": _pct(v, 50), "p99_ms": _pct(v, 99), "max_ms": max(v) if v else None,
                                          "mean_ms": float(np.mean(v)) if v else None}
@@ -181,21 +188,25 @@ def _markdown(report: dict) -> str:
              f"load average at start {report['load_start']}, at end {report['load_end']}. Shared machine: wall times are "
              "noisy, ratios are measured side by side in the same run.", "",
              "Latency is one `decide()` call: component graph, donor detection, candidate generation with migration "
-             "plans, model build, solve, solver-free check. Targets: p50 <= 20 ms, p99 <= 50 ms.", ""]
+             "plans, model build, solve, solver-free check (wall clock; CPU time of this process beside it, which other "
+             "users' load disturbs less). Targets: p50 <= 20 ms, p99 <= 50 ms. \"build only\" is the model construction "
+             "alone on the same instance: highspy arrays, CP-SAT's Python API, Pyomo components. Each backend's first call in "
+             "the process (library initialisation) is timed apart, on a snapshot outside the measured set.", ""]
     for case in report["cases"]:
         inst = case["instance"]
         lines += [f"## {case['case']}: {inst['gpus']} GPUs of {inst['gpu_types']} type(s) on {inst['pools']} nodes, "
                   f"{inst['stages']} components, {inst['candidates']} candidates in all (median), {case['decisions']} decisions", "",
-                  "| backend | n | decide p50 ms | decide p99 ms | max ms | candidates p50 ms | build+solve p50 ms | build only p50 ms | "
-                  "p50 vs highs | build vs highs | committed | status |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| backend | n | decide p50 ms | decide p99 ms | max ms | CPU p50 / p99 ms | candidates p50 ms | build+solve p50 ms | "
+                  "build only p50 ms | p50 vs highs | build vs highs | first call ms | committed | status |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         hb = case["backends"].get("highs")
         for b, r in case["backends"].items():
             ratio = r["total"]["p50_ms"] / hb["total"]["p50_ms"] if hb else float("nan")
             bratio = r["build"]["p50_ms"] / hb["build"]["p50_ms"] if hb else float("nan")
             lines.append(f"| {b} | {r['total']['n']} | {r['total']['p50_ms']:.1f} | {r['total']['p99_ms']:.1f} | "
-                         f"{r['total']['max_ms']:.1f} | {r['candidates']['p50_ms']:.1f} | {r['build_and_solve']['p50_ms']:.1f} | "
-                         f"{r['build']['p50_ms']:.2f} | {ratio:.2f}x | {bratio:.1f}x | {r['committed']} | "
+                         f"{r['total']['max_ms']:.1f} | {r['cpu']['p50_ms']:.1f} / {r['cpu']['p99_ms']:.1f} | "
+                         f"{r['candidates']['p50_ms']:.1f} | {r['build_and_solve']['p50_ms']:.1f} | "
+                         f"{r['build']['p50_ms']:.2f} | {ratio:.2f}x | {bratio:.1f}x | {r['first_call_ms']:.0f} | {r['committed']} | "
                          f"{', '.join(f'{k}: {v}' for k, v in r['status'].items())} |")
         diffs = {b: r[k] for b, r in case["backends"].items() for k in r if k.startswith("max_rel_objective_diff")}
         if diffs:
