@@ -1,10 +1,15 @@
 """Write the example telemetry streams in this folder (deterministic; re-run to regenerate).
 
 * ``tail-h100-16node.json``: the DynaRL 7B math job (``scenarios/dynarl/math-7b-128gpu.yaml``) on
-  16 H100 nodes late in rollout: 88 rollout engines (11 nodes), log-prob inference on one node, the trainer (TP 2) on four (the math reward is rule-based, on CPUs); the tail has thinned so most engines hold one or two
-  requests and little KV cache. Four snapshots 2 s apart: a donor after T = 5 s.
+  16 H100 nodes late in rollout: 88 rollout engines (11 nodes), log-prob inference on one node,
+  the trainer (TP 2) on four (the math reward is rule-based, on CPUs). The tail has thinned: most
+  engines hold one or two requests and little KV cache, while the trainer has its whole batch
+  ahead. Four snapshots 2 s apart: a donor after T = 5 s; the planner moves rollout GPUs to the
+  trainer.
 * ``hetero-h20-h100.json`` (with ``hetero.yaml``): rollout on H20 nodes, trainer and log-prob
-  inference on H100 nodes, one H20 node free, the rollout tail thinning.
+  inference on H100 nodes, one H20 node free, the rollout tail thinning. The trainer may use
+  H100 only: the planner relocates log-prob inference onto H20 (freed by the rollout) so that the
+  trainer grows onto the H100s it leaves.
 
     python scenarios/realloc/generate.py
 """
