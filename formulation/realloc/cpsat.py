@@ -38,7 +38,7 @@ def _scale(inst: ReallocInstance, table: list[list[float]]) -> float:
 
 def define_choice(m, inst: ReallocInstance, x) -> None:
     for s in range(len(inst.stages)):
-        m.AddExactlyOne(x[s])
+        m.add_exactly_one(x[s])
 
 
 def define_capacity(m, inst: ReallocInstance, x) -> None:
@@ -48,14 +48,19 @@ def define_capacity(m, inst: ReallocInstance, x) -> None:
             for p, g in cand.gpus.items():
                 if g > 0:
                     users[p].append((int(g), x[s][c]))
+    from ortools.sat.python import cp_model
+
     for pool in inst.pools:
         if users[pool.name]:
-            m.Add(sum(g * v for g, v in users[pool.name]) <= int(pool.gpus))
+            gs, vs = zip(*users[pool.name])
+            m.add(cp_model.LinearExpr.weighted_sum(list(vs), list(gs)) <= int(pool.gpus))
 
 
 def define_bottleneck(m, inst: ReallocInstance, x, z, F) -> None:
+    from ortools.sat.python import cp_model
+
     for s in inst.pipeline_stages():
-        m.Add(z <= sum(F[s][c] * x[s][c] for c in range(len(x[s]))))
+        m.add(z <= cp_model.LinearExpr.weighted_sum(x[s], F[s]))
 
 
 def build(inst: ReallocInstance, options: SolveOptions | None = None):
@@ -66,12 +71,14 @@ def build(inst: ReallocInstance, options: SolveOptions | None = None):
     F = [[int(round(v / q)) for v in row] for row in table]
     M = [[int(round(c.migration_cost / q)) for c in st.candidates] for st in inst.stages]
     m = cp_model.CpModel()
-    x = [[m.NewBoolVar(f"x[{s},{c}]") for c in range(len(st.candidates))] for s, st in enumerate(inst.stages)]
-    z = m.NewIntVar(0, max(max(r) for r in F), "z")
+    x = [[m.new_bool_var(f"x[{s},{c}]") for c in range(len(st.candidates))] for s, st in enumerate(inst.stages)]
+    z = m.new_int_var(0, max(max(r) for r in F), "z")
     define_choice(m, inst, x)
     define_capacity(m, inst, x)
     define_bottleneck(m, inst, x, z, F)
-    m.Maximize(z - sum(M[s][c] * x[s][c] for s in range(len(x)) for c in range(len(x[s]))))
+    flat_x = [v for row in x for v in row]
+    flat_m = [c for row in M for c in row]
+    m.maximize(z - cp_model.LinearExpr.weighted_sum(flat_x, flat_m))
     return m, x, q
 
 
@@ -84,7 +91,7 @@ def solve(inst: ReallocInstance, options: SolveOptions | None = None) -> tuple[S
     hint = opts.warm_start or [0] * len(inst.stages)
     for s, row in enumerate(x):
         for c, v in enumerate(row):
-            m.AddHint(v, 1 if c == hint[s] else 0)
+            m.add_hint(v, 1 if c == hint[s] else 0)
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.max_time_in_seconds = float(opts.time_limit_s)
@@ -92,14 +99,14 @@ def solve(inst: ReallocInstance, options: SolveOptions | None = None) -> tuple[S
     p.random_seed = int(opts.seed)
     p.relative_gap_limit = float(opts.mip_gap)
     p.log_search_progress = bool(opts.verbose)
-    code = solver.Solve(m)
-    status = from_cpsat(solver.StatusName(code))
+    code = solver.solve(m)
+    status = from_cpsat(solver.status_name(code))
     choice = [0] * len(inst.stages)
     obj = bound = None
     if status.has_solution:
-        choice = [next(c for c, v in enumerate(row) if solver.BooleanValue(v)) for row in x]
+        choice = [next(c for c, v in enumerate(row) if solver.boolean_value(v)) for row in x]
         obj = inst.objective(choice)
-        bound = float(solver.BestObjectiveBound()) * q
+        bound = float(solver.best_objective_bound) * q
     rec = SolveRecord("cpsat", status, obj, bound, time.perf_counter() - t0, opts.time_limit_s,
-                      opts.warm_start_name or "current-allocation", f"CP-SAT {solver.StatusName(code)}")
+                      opts.warm_start_name or "current-allocation", f"CP-SAT {solver.status_name(code)}")
     return Solution(choice, obj, bound), rec
