@@ -2,9 +2,13 @@
 
 ``decide(snapshot, context, options, detector) -> Decision``: build the component graph, feed the
 donor detector, generate candidates (the numbers-only instance), solve with the chosen backend
-(``highs``: highspy directly; ``cpsat``; ``dp``: the exact single-pool program; ``pyomo``: the
+(``bnb``: exact branch and bound; ``highs``: highspy directly; ``cpsat``; ``dp``: the exact single-pool program; ``pyomo``: the
 Pyomo reference), check the answer with the solver-free checker, and commit only when the
-objective beats the current pipeline throughput by ``margin``. The simulator calls it in its
+objective beats the current pipeline throughput by ``margin``.
+
+``bnb`` (:mod:`formulation.realloc.bnb`, exact branch and bound on the bottleneck level) is the
+default: it is exact and the fastest on the benchmark (``results/realloc/latency.md``); when it
+stops at its node or time budget, HiGHS finishes the decision. The simulator calls it in its
 dynamic-reallocation policy, the daemon per telemetry post, ``planner realloc`` once per file.
 """
 
@@ -24,7 +28,7 @@ from formulation.realloc.instance import ReallocInstance, Solution
 from formulation.realloc.migrations import drain_order
 from formulation.realloc.telemetry import TelemetrySnapshot
 
-BACKENDS = ("highs", "cpsat", "dp", "pyomo")
+BACKENDS = ("bnb", "highs", "cpsat", "dp", "pyomo")
 
 
 def solve_instance(inst: ReallocInstance, backend: str = "highs", options: SolveOptions | None = None,
@@ -32,7 +36,7 @@ def solve_instance(inst: ReallocInstance, backend: str = "highs", options: Solve
     """One interface over the backends. The model backends solve the exactly reduced instance
     (:mod:`formulation.realloc.reduce`; ``reduce=False`` to skip); the DP oracle never does."""
     if reduce is None:
-        reduce = backend in ("highs", "cpsat", "pyomo")
+        reduce = backend in ("bnb", "highs", "cpsat", "pyomo")
     if reduce:
         from formulation.realloc.reduce import expand
         from formulation.realloc.reduce import reduce as reduce_instance
@@ -46,6 +50,18 @@ def solve_instance(inst: ReallocInstance, backend: str = "highs", options: Solve
         full = sum(len(st.candidates) for st in inst.stages)
         rec.message += f"; exact reduction kept {sum(len(k) for k in keep)} of {full} candidates"
         return Solution(expand(sol.choice, keep), sol.objective, sol.best_bound), rec
+    if backend == "bnb":
+        from formulation.realloc import bnb
+        sol, rec = bnb.solve(inst, options)
+        if rec.status is SolveStatus.FEASIBLE or rec.status is SolveStatus.NOT_SOLVED:
+            from formulation.realloc import milp
+            # past the search's budget: HiGHS proves (or improves on) what it found
+            sol, hrec = milp.solve(inst, options)
+            hrec.message = f"{rec.message}; finished by {hrec.message}"
+            hrec.backend = "bnb+highs"
+            hrec.wall_time_s += rec.wall_time_s
+            rec = hrec
+        return sol, rec
     if backend == "highs":
         from formulation.realloc import milp
         return milp.solve(inst, options)
@@ -63,7 +79,7 @@ def solve_instance(inst: ReallocInstance, backend: str = "highs", options: Solve
 
 @dataclass
 class ReallocOptions:
-    backend: str = "highs"
+    backend: str = "bnb"
     margin: float = 0.05  # commit only when objective > (1 + margin) x current throughput
     max_candidates: int = DEFAULT_MAX_CANDIDATES  # per component, including the current allocation
     require_donor: bool = True  # decide only when a donor is detected (DynaRL's trigger)

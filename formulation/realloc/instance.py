@@ -20,8 +20,9 @@ chosen combination is :mod:`formulation.realloc.check`'s job.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -59,6 +60,19 @@ class Curve:
                 return float(ys[-1] + slope * (g - xs[-1]))
             return float(ys[-1])
         return float(np.interp(g, xs, ys))
+
+    def values(self, g: np.ndarray) -> np.ndarray:
+        """``f`` at every element of ``g`` (the same arithmetic as :meth:`__call__`, element by element)."""
+        xs = np.array((0.0,) + tuple(self.gpus))
+        ys = np.array((0.0,) + tuple(self.throughput))
+        g = np.asarray(g, dtype=float)
+        out = np.interp(g, xs, ys)
+        if self.extrapolate:
+            beyond = g > xs[-1]
+            if beyond.any():
+                slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+                out[beyond] = ys[-1] + slope * (g[beyond] - xs[-1])
+        return out
 
     def segments(self) -> list[tuple[float, float]]:
         """(slope, intercept) lines with ``f(g) = min_k slope_k g + intercept_k`` for all ``g >= 0``.
@@ -102,6 +116,44 @@ class Move:
     cause: str
 
 
+class LazyMoves(Sequence):
+    """A candidate's migration steps, planned on first use.
+
+    The objective needs only a candidate's duration (its cost); the steps themselves are read for
+    the chosen candidates (checker, plan body), so the candidate generator plans them lazily. Reads
+    like the tuple it stands for (and compares equal to it).
+    """
+
+    __slots__ = ("_plan", "_moves")
+
+    def __init__(self, plan: Callable[[], tuple]) -> None:
+        self._plan = plan
+        self._moves: Optional[tuple] = None
+
+    def _get(self) -> tuple:
+        if self._moves is None:
+            self._moves = tuple(self._plan())
+            self._plan = None
+        return self._moves
+
+    def __getitem__(self, i):
+        return self._get()[i]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __eq__(self, other) -> bool:
+        return self._get() == (other._get() if isinstance(other, LazyMoves) else other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(self._get()) if self._moves is not None else "LazyMoves(<not planned yet>)"
+
+
 @dataclass(frozen=True)
 class Candidate:
     name: str
@@ -110,7 +162,7 @@ class Candidate:
     migration_bytes: float = 0.0
     migration_cost: float = 0.0  # pipeline units per second subtracted from the objective
     migration_kind: str = "none"  # "none" | "workload" | "p2p" | "reboot"
-    moves: tuple = ()  # Move, in execution order
+    moves: Sequence = ()  # Move, in execution order (a tuple, or LazyMoves that plans them on first use)
     cause: str = ""
 
     @property
@@ -151,7 +203,9 @@ class ReallocInstance:
 
     def __post_init__(self) -> None:
         self._pool_index = {p.name: p for p in self.pools}
-        self._table = None
+        self._table: Optional[list] = None
+        self._thr: Optional[list] = None
+        self._arrays: Optional[Arrays] = None
         if self.validated:
             self.validate()
 
@@ -201,14 +255,50 @@ class ReallocInstance:
         return out
 
     def stage_throughput(self, s: int, c: int) -> float:
+        """Sum over GPU types, in type order, of the type's curve at the candidate's GPUs of that type."""
         st = self.stages[s]
-        return sum(st.curves[t](g) for t, g in self.gpus_by_type(st.candidates[c]).items())
+        return sum(st.curves[t](g) for t, g in sorted(self.gpus_by_type(st.candidates[c]).items()))
+
+    def arrays(self) -> "Arrays":
+        """The instance's dense numbers (computed once from the candidates unless the generator gave them)."""
+        if self._arrays is None:
+            col = {p.name: i for i, p in enumerate(self.pools)}
+            gpus = []
+            for st in self.stages:
+                g = np.zeros((len(st.candidates), len(self.pools)), dtype=np.int64)
+                for c, cand in enumerate(st.candidates):
+                    for p, v in cand.gpus.items():
+                        if v:
+                            g[c, col[p]] = v
+                gpus.append(g)
+            self._arrays = Arrays.of(self, gpus)
+        return self._arrays
 
     def throughput_table(self) -> list[list[float]]:
-        """Predicted throughput of every stage under every candidate (computed once; treat as read-only)."""
+        """Predicted throughput of every stage under every candidate (computed once; treat as read-only).
+
+        Vectorised over the candidates with the same arithmetic as :meth:`stage_throughput`
+        (``Curve.values``, types added in type order), so the two agree to the last bit."""
         if self._table is None:
-            self._table = [[self.stage_throughput(s, c) for c in range(len(st.candidates))] for s, st in enumerate(self.stages)]
+            self._table = [row.tolist() for row in self.throughput_arrays()]
         return self._table
+
+    def throughput_arrays(self) -> list[np.ndarray]:
+        """:meth:`throughput_table` as one array per stage."""
+        if self._thr is None:
+            if self._table is not None:
+                self._thr = [np.asarray(row, dtype=float) for row in self._table]
+            else:
+                arr = self.arrays()
+                self._thr = []
+                for s, st in enumerate(self.stages):
+                    by_type = arr.by_type(s)
+                    thr = np.zeros(len(st.candidates))
+                    for t in sorted(st.curves):
+                        if t in arr.type_index:
+                            thr += st.curves[t].values(by_type[:, arr.type_index[t]])
+                    self._thr.append(thr)
+        return self._thr
 
     def pipeline_stages(self) -> list[int]:
         return [s for s, st in enumerate(self.stages) if st.pipeline]
@@ -231,6 +321,47 @@ class ReallocInstance:
     def size(self) -> dict:
         return {"pools": len(self.pools), "stages": len(self.stages), "candidates": sum(len(s.candidates) for s in self.stages),
                 "gpus": sum(p.gpus for p in self.pools), "gpu_types": len(self.gpu_types())}
+
+
+@dataclass
+class Arrays:
+    """An instance's numbers as dense arrays, for the vectorised code (table, reduction, search).
+
+    ``gpus[s]``: GPUs of every candidate of stage ``s`` on every pool (candidates x pools, columns in
+    ``inst.pools`` order); ``cost[s]``: migration costs; ``cap``: GPUs per pool; ``types``: the GPU
+    types in order, ``pool_type``: each pool's index in ``types``.
+    """
+
+    gpus: list
+    cost: list
+    cap: np.ndarray
+    types: list
+    pool_type: np.ndarray
+
+    @property
+    def type_index(self) -> dict:
+        return {t: i for i, t in enumerate(self.types)}
+
+    @classmethod
+    def of(cls, inst: "ReallocInstance", gpus: list) -> "Arrays":
+        types = sorted({p.gpu_type for p in inst.pools})
+        ti = {t: i for i, t in enumerate(types)}
+        return cls(gpus, [np.array([c.migration_cost for c in st.candidates], dtype=float) for st in inst.stages],
+                   np.array([p.gpus for p in inst.pools], dtype=np.int64), types,
+                   np.array([ti[p.gpu_type] for p in inst.pools], dtype=np.int64))
+
+    def by_type(self, s: int) -> np.ndarray:
+        """GPUs of every candidate of stage ``s`` per GPU type (candidates x types)."""
+        g = self.gpus[s]
+        out = np.zeros((g.shape[0], len(self.types)), dtype=np.int64)
+        for i in range(len(self.types)):
+            out[:, i] = g[:, self.pool_type == i].sum(axis=1)
+        return out
+
+    def subset(self, keep: list) -> "Arrays":
+        """The arrays of the candidates ``keep[s]`` (indices) of every stage."""
+        return Arrays([g[k] for g, k in zip(self.gpus, keep)], [c[k] for c, k in zip(self.cost, keep)], self.cap, self.types,
+                      self.pool_type)
 
 
 @dataclass
