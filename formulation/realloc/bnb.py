@@ -46,8 +46,9 @@ def search_order(inst: ReallocInstance) -> list[int]:
     return sorted(range(len(inst.stages)), key=lambda s: (inst.stages[s].donor, len(inst.stages[s].candidates), s))
 
 
-def solve(inst: ReallocInstance, options: SolveOptions | None = None, node_limit: int = NODE_LIMIT) -> tuple[Solution, SolveRecord]:
+def solve(inst: ReallocInstance, options: SolveOptions | None = None, node_limit: int | None = None) -> tuple[Solution, SolveRecord]:
     opts = options or SolveOptions()
+    node_limit = NODE_LIMIT if node_limit is None else node_limit
     t0 = time.perf_counter()
     deadline = t0 + float(opts.time_limit_s)
     arr = inst.arrays()
@@ -82,7 +83,7 @@ def solve(inst: ReallocInstance, options: SolveOptions | None = None, node_limit
     choice = [0] * S
 
     def tol() -> float:
-        return REL_TOL * max(1.0, abs(best_val))
+        return REL_TOL * max(1.0, abs(best_val)) if best is not None else 0.0
 
     def visit(k: int, use: np.ndarray, tau0: float, cost: float) -> None:
         nonlocal best_val, best, nodes
