@@ -30,23 +30,31 @@ Joint feasibility (the pools' capacity) is left to the solver.
 from __future__ import annotations
 
 import math
+from functools import lru_cache, partial
 from typing import Iterable
 
 import numpy as np
 
 from formulation.realloc.context import ComponentContext, ReallocContext
 from formulation.realloc.graph import SYNCHRONOUS_KINDS, ComponentGraph, ComponentNode
-from formulation.realloc.instance import Candidate, ReallocInstance, Stage
-from formulation.realloc.migrations import MigrationPlanner
+from formulation.realloc.instance import Arrays, Candidate, LazyAlloc, LazyMoves, ReallocInstance, Stage
+from formulation.realloc.migrations import LinkTable, MigrationPlanner
 
 DEFAULT_MAX_CANDIDATES = 8
 
 
-def _levels(n_max: int, count: int) -> list[int]:
+@lru_cache(maxsize=4096)
+def _levels(n_max: int, count: int) -> tuple[int, ...]:
     """Up to ``count`` distinct sizes in [1, n_max], evenly spaced, always including n_max."""
     if n_max <= 0 or count <= 0:
-        return []
-    return sorted({int(v) for v in np.round(np.linspace(1, n_max, min(count, n_max)))} | {n_max})[-count:]
+        return ()
+    return tuple(sorted({int(v) for v in np.round(np.linspace(1, n_max, min(count, n_max)))} | {n_max})[-count:])
+
+
+@lru_cache(maxsize=4096)
+def _spread(n: int, q: int) -> tuple[int, ...]:
+    """``q`` indices spread evenly over ``range(n)``, the last one included."""
+    return tuple(sorted({int(v) for v in np.round(np.linspace(n - 1, 0, q))})) if q else ()
 
 
 def _release_order(node: ComponentNode) -> list:
@@ -70,6 +78,14 @@ def _shrinks(node: ComponentNode, count: int) -> list[tuple[str, dict]]:
     return out
 
 
+def _neighbour_pools(node: ComponentNode, graph: ComponentGraph) -> set[str]:
+    out: set[str] = set()
+    for e in graph.edges:
+        if node.name in (e.src, e.dst):
+            out |= set(graph.nodes[e.dst if e.src == node.name else e.src].gpus_by_node())
+    return out
+
+
 def _fill(base: dict, order: Iterable[str], slots: dict, unit: int, k: int) -> dict:
     alloc = dict(base)
     left = k
@@ -83,24 +99,13 @@ def _fill(base: dict, order: Iterable[str], slots: dict, unit: int, k: int) -> d
     return alloc
 
 
-def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGraph, pools: dict, free: dict, slots: dict,
-                donor_order: list[str], count: int) -> list[list[tuple[str, dict]]]:
-    """Grow (or relocate) candidates onto ``slots`` (free GPUs plus what donors can release, per pool)."""
-    unit = max(1, ctx.unit_gpus)
-    current = node.gpus_by_node()
-    cur_types = sorted({pools[p].gpu_type for p in current})
-    neighbours: set[str] = set()
-    for e in graph.edges:
-        if node.name in (e.src, e.dst):
-            neighbours |= set(graph.nodes[e.dst if e.src == node.name else e.src].gpus_by_node())
-    donor_rank = {p: i for i, p in enumerate(dict.fromkeys(donor_order))}
-    orders = {
-        "affinity": lambda p: (p not in current, p not in neighbours, -slots.get(p, 0), p),
-        "donor-first": lambda p: (donor_rank.get(p, math.inf), -free.get(p, 0), p),
-        "free-first": lambda p: (-free.get(p, 0), donor_rank.get(p, math.inf), p),
-    }
+ORDERS = ("affinity", "donor-first", "free-first")  # fill orders of the grow candidates
+
+
+def _grow_options(node: ComponentNode, ctx: ComponentContext, cur_types: list, count: int) -> tuple[list, int]:
+    """(label, GPU types, relocate) of every grow group, and how many sizes each group offers."""
     single = node.kind in SYNCHRONOUS_KINDS
-    options: list[tuple[str, tuple, bool]] = []  # (label, types, relocate)
+    options: list[tuple[str, tuple, bool]] = []
     for t in ctx.types():
         if cur_types and t not in cur_types:
             options.append((f"@{t}", (t,), True))  # the whole component onto another type
@@ -108,8 +113,25 @@ def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGrap
             options.append((f"@{t}", (t,), False))
     if not single and len(ctx.types()) > 1:
         options.append(("@any", tuple(ctx.types()), False))
+    per_group = min(count, 2 * math.ceil(count / max(1, len(options) * len(ORDERS))) + 1)  # _select keeps about count / groups
+    return options, per_group
+
+
+def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGraph, pools: dict, free: dict, slots: dict,
+                donor_order: list[str], count: int) -> list[list[tuple[str, dict]]]:
+    """Grow (or relocate) candidates onto ``slots`` (free GPUs plus what donors can release, per pool)."""
+    unit = max(1, ctx.unit_gpus)
+    current = node.gpus_by_node()
+    cur_types = sorted({pools[p].gpu_type for p in current})
+    neighbours = _neighbour_pools(node, graph)
+    donor_rank = {p: i for i, p in enumerate(dict.fromkeys(donor_order))}
+    orders = dict(zip(ORDERS, (
+        lambda p: (p not in current, p not in neighbours, -slots.get(p, 0), p),
+        lambda p: (donor_rank.get(p, math.inf), -free.get(p, 0), p),
+        lambda p: (-free.get(p, 0), donor_rank.get(p, math.inf), p),
+    )))
+    options, per_group = _grow_options(node, ctx, cur_types, count)
     out: list[list[tuple[str, dict]]] = []
-    per_group = min(count, 2 * math.ceil(count / max(1, len(options) * len(orders))) + 1)  # _select keeps about count / groups
     for label, tys, relocate in options:
         cand_pools = [p for p in pools if pools[p].gpu_type in tys]
         room = {p: slots.get(p, 0) for p in cand_pools}
@@ -129,17 +151,26 @@ def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGrap
     return out
 
 
-def _select(groups: list[list[tuple[str, dict]]], current: dict, limit: int) -> list[tuple[str, dict]]:
-    """Distinct allocations (not the current one), at most ``limit``, spread evenly over the groups
-    (GPU type x fill order) and, inside a group, evenly over its sizes."""
-    seen = {tuple(sorted(current.items()))}
-    uniq: list[list[tuple[str, dict]]] = []
+def _dict_key(alloc: dict):
+    return tuple(sorted(alloc.items())) if alloc else None
+
+
+def _row_key(row: np.ndarray):
+    return row.tobytes() if row.any() else None
+
+
+def _select(groups: list[list[tuple[str, object]]], current, limit: int, key=_dict_key) -> list[tuple[str, object]]:
+    """Distinct allocations (not the current one, not empty), at most ``limit``, spread evenly over
+    the groups (GPU type x fill order) and, inside a group, evenly over its sizes. Allocations are
+    dicts (``key=_dict_key``) or rows of GPUs per pool (``key=_row_key``)."""
+    seen = {key(current)}
+    uniq: list[list[tuple[str, object]]] = []
     for g in groups:
         kept = []
         for name, alloc in g:
-            key = tuple(sorted(alloc.items()))
-            if alloc and key not in seen:
-                seen.add(key)
+            k = key(alloc)
+            if k is not None and k not in seen:
+                seen.add(k)
                 kept.append((name, alloc))
         if kept:
             uniq.append(kept)
@@ -152,16 +183,100 @@ def _select(groups: list[list[tuple[str, dict]]], current: dict, limit: int) -> 
                 left -= 1
     out = []
     for q, g in zip(quota, uniq):
-        idx = sorted({int(v) for v in np.round(np.linspace(len(g) - 1, 0, q))}) if q else []
-        out += [g[i] for i in idx]
+        out += [g[i] for i in _spread(len(g), q)]
     return out
 
 
+class _Columns:
+    """Pools as columns (the context's order), for the numpy generator."""
+
+    def __init__(self, pools: dict) -> None:
+        self.names = list(pools)
+        self.col = {p: i for i, p in enumerate(self.names)}
+        self.types = np.array([pools[p].gpu_type for p in self.names])
+        self.name_rank = np.empty(len(self.names), dtype=np.int64)
+        self.name_rank[np.argsort(np.array(self.names), kind="stable")] = np.arange(len(self.names))
+
+    def vector(self, alloc: dict) -> np.ndarray:
+        v = np.zeros(len(self.names), dtype=np.int64)
+        for p, g in alloc.items():
+            v[self.col[p]] += g
+        return v
+
+
+
+def _shrink_rows(node: ComponentNode, count: int, cols: _Columns) -> list[tuple[str, np.ndarray]]:
+    """:func:`_shrinks` as rows."""
+    order = _release_order(node)
+    levels = _levels(len(order) - 1, count)
+    if not levels:
+        return []
+    cur = cols.vector(node.gpus_by_node())
+    where = np.array([cols.col[w.node] for w in order[: levels[-1]]], dtype=np.int64)
+    gpus = np.array([w.gpus for w in order[: levels[-1]]], dtype=np.int64)
+    released = np.cumsum(gpus)
+    out = []
+    for k in levels:
+        row = cur - np.bincount(where[:k], weights=gpus[:k], minlength=len(cur)).astype(np.int64)
+        out.append((f"shrink-{int(released[k - 1])}", row))
+    return out
+
+
+def _grow_rows(node: ComponentNode, ctx: ComponentContext, graph: ComponentGraph, pools: dict, cols: _Columns, free: np.ndarray,
+               slots: np.ndarray, donor_rank: np.ndarray, count: int) -> list[list[tuple[str, np.ndarray]]]:
+    """:func:`_grows_with` as rows: the fill orders are one lexicographic sort each over all pools
+    (restricting a sorted order to some pools keeps it sorted), and every size of a group fills
+    its order at once."""
+    unit = max(1, ctx.unit_gpus)
+    current = node.gpus_by_node()
+    cur = cols.vector(current)
+    cur_types = sorted({pools[p].gpu_type for p in current})
+    nb = cols.vector({p: 1 for p in _neighbour_pools(node, graph)}) > 0
+    rank = cols.name_rank
+    sorts = dict(zip(ORDERS, (np.lexsort((rank, -slots, ~nb, ~(cur > 0))),  # lexsort: the last key sorts first
+                              np.lexsort((rank, -free, donor_rank)),
+                              np.lexsort((rank, donor_rank, -free)))))
+    options, per_group = _grow_options(node, ctx, cur_types, count)
+    units = slots // unit
+    out: list[list[tuple[str, np.ndarray]]] = []
+    for label, tys, relocate in options:
+        mask = np.isin(cols.types, tys)
+        n_max = int(units[mask].sum())
+        lo = max(1, int(cur.sum()) // unit) if relocate else 1
+        base = np.zeros_like(cur) if relocate else cur
+        verb = "relocate" if relocate else "grow"
+        ks = np.array([k for k in _levels(n_max, per_group) if k >= lo], dtype=np.int64)
+        for oname, srt in sorts.items():
+            order = srt[mask[srt]]
+            u = units[order]
+            before = np.cumsum(u) - u
+            take = np.clip(ks[:, None] - before[None, :], 0, u[None, :])
+            rows = np.repeat(base[None, :], len(ks), axis=0)
+            rows[:, order] += take * unit
+            out.append([(f"{verb}-{int(k) * unit}{label}/{oname}", rows[i]) for i, k in enumerate(ks)])
+    return out
+
+
+def _plan_moves(planner: MigrationPlanner, alloc: dict) -> tuple:
+    return planner.plan(alloc).moves
+
+
+GENERATORS = ("numpy", "python")
+
+
 def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Iterable[str], *,
-                   max_candidates: int = DEFAULT_MAX_CANDIDATES, margin: float = 0.05) -> ReallocInstance:
-    """Candidates for every component of ``graph`` and the numbers-only instance they make."""
+                   max_candidates: int = DEFAULT_MAX_CANDIDATES, margin: float = 0.05, generator: str = "numpy") -> ReallocInstance:
+    """Candidates for every component of ``graph`` and the numbers-only instance they make.
+
+    ``generator``: ``numpy`` (default) builds the allocations as rows of GPUs per pool and costs
+    all of a component's migrations at once (:meth:`MigrationPlanner.costs`), planning the steps
+    of a candidate only when they are read; ``python`` is the reference it is tested against
+    (dicts, one :meth:`MigrationPlanner.plan` per candidate). Both give the same candidates.
+    """
     if max_candidates < 1:
         raise ValueError("max_candidates must be at least 1 (the current allocation)")
+    if generator not in GENERATORS:
+        raise ValueError(f"unknown candidate generator {generator!r}: use one of {', '.join(GENERATORS)}")
     donors = set(donors)
     pools = {p.name: p for p in context.pools}
     used: dict[str, int] = {}
@@ -185,23 +300,33 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         own = {pools[p].gpu_type for p in node.gpus_by_node() if p in pools}
         if any(t not in own for t in ctx.types()):
             donor_order += [(node.name, w.node, w.gpus) for w in _release_order(node)]
-    stages: list[Stage] = []
-    raw: list[tuple[ComponentNode, ComponentContext, list[tuple[str, dict]]]] = []
+    cols = _Columns(pools) if generator == "numpy" else None
+    links = LinkTable(pools, context.links) if cols is not None else None
+    raw: list[tuple[ComponentNode, ComponentContext, list]] = []
     for node in graph.nodes.values():
         ctx = context.components.get(node.name)
         if ctx is None:
             raise ValueError(f"no throughput curve or sizes for component {node.name}: the context must describe every component")
-        groups: list[list[tuple[str, dict]]] = []
+        groups: list[list] = []
         if node.interruptible and max_candidates > 1:
             if node.name in donors:
-                groups = [_shrinks(node, max_candidates - 1)]
+                groups = [_shrinks(node, max_candidates - 1) if cols is None else _shrink_rows(node, max_candidates - 1, cols)]
             else:
                 others = [(p, g) for c, p, g in donor_order if c != node.name]
                 slots = dict(free)
                 for p, g in others:
                     slots[p] += g
-                groups = _grows_with(node, ctx, graph, pools, free, slots, [p for p, _ in others], max_candidates - 1)
-        raw.append((node, ctx, _select(groups, node.gpus_by_node(), max_candidates - 1)))
+                if cols is None:
+                    groups = _grows_with(node, ctx, graph, pools, free, slots, [p for p, _ in others], max_candidates - 1)
+                else:
+                    first = {p: float(i) for i, p in enumerate(dict.fromkeys(p for p, _ in others))}
+                    rank = np.array([first.get(p, np.inf) for p in cols.names])
+                    groups = _grow_rows(node, ctx, graph, pools, cols, cols.vector(free), cols.vector(slots), rank,
+                                        max_candidates - 1)
+        if cols is None:
+            raw.append((node, ctx, _select(groups, node.gpus_by_node(), max_candidates - 1)))
+        else:
+            raw.append((node, ctx, _select(groups, cols.vector(node.gpus_by_node()), max_candidates - 1, key=_row_key)))
     # current pipeline throughput, for the migration cost
     cur = []
     for node, ctx, _ in raw:
@@ -211,23 +336,41 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         missing = [t for t in by_type if t not in ctx.curves]
         if missing:
             raise ValueError(f"component {node.name} runs on {', '.join(missing)} but has no throughput curve for it")
-        cur.append(sum(ctx.curves[t](g) for t, g in by_type.items()))
+        cur.append(sum(ctx.curves[t](g) for t, g in sorted(by_type.items())))
     t_now = min((v for v, (_, ctx, _) in zip(cur, raw) if ctx.pipeline), default=0.0)
     if context.horizon_s is not None:
         horizon = max(1e-6, context.horizon_s)
     else:
         horizon = 1.0 / t_now if t_now > 0 else 60.0
+    stages: list[Stage] = []
+    matrices: list[np.ndarray] = []
     for node, ctx, named in raw:
         current = node.gpus_by_node()
         why_keep = "current allocation" if node.interruptible else "current allocation (not at an interruptible point: cannot move now)"
         cands = [Candidate("keep", dict(current), cause=why_keep)]
-        planner = MigrationPlanner(node.name, node.kind, ctx, current, node.workers, pools, context.links) if named else None
-        for name, alloc in named:
-            mp = planner.plan(alloc)
-            cands.append(Candidate(name, alloc, mp.duration_s, mp.bytes_moved, t_now * mp.duration_s / horizon, mp.kind, mp.moves,
-                                   mp.cause))
+        planner = MigrationPlanner(node.name, node.kind, ctx, current, node.workers, pools, context.links, links) if named else None
+        if cols is None:
+            for name, alloc in named:
+                mp = planner.plan(alloc)
+                cands.append(Candidate(name, alloc, mp.duration_s, mp.bytes_moved, t_now * mp.duration_s / horizon, mp.kind,
+                                       mp.moves, mp.cause))
+        else:
+            rows = np.vstack([cols.vector(current)] + [row for _, row in named])
+            matrices.append(rows)
+            if named:
+                kinds, seconds, nbytes, causes = planner.costs(rows[1:])
+                cost = t_now * seconds / horizon
+                for i, (name, _) in enumerate(named):
+                    alloc = LazyAlloc(rows[i + 1], cols.names)
+                    cands.append(Candidate(name, alloc, float(seconds[i]), float(nbytes[i]), float(cost[i]), kinds[i],
+                                           LazyMoves(partial(_plan_moves, planner, alloc)), causes[i]))
         stages.append(Stage(node.name, node.kind, node.dynamic, node.interruptible, dict(ctx.curves), cands,
                             unit_gpus=max(1, ctx.unit_gpus), single_type=node.kind in SYNCHRONOUS_KINDS, donor=node.name in donors,
                             pipeline=ctx.pipeline, curve_source=ctx.curve_source))
-    return ReallocInstance(list(context.pools), stages, margin=margin, horizon_s=horizon, job=graph.job, time_s=graph.time_s,
-                           notes=list(context.notes), unit=context.unit)
+    inst = ReallocInstance(list(context.pools), stages, margin=margin, horizon_s=horizon, job=graph.job, time_s=graph.time_s,
+                           notes=list(context.notes), unit=context.unit, validated=False)
+    if cols is not None:
+        inst._arrays = Arrays.of(inst, matrices)  # the rows the candidates were made from
+    inst.validated = True
+    inst.validate()
+    return inst

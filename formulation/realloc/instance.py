@@ -20,7 +20,7 @@ chosen combination is :mod:`formulation.realloc.check`'s job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -154,10 +154,44 @@ class LazyMoves(Sequence):
         return repr(self._get()) if self._moves is not None else "LazyMoves(<not planned yet>)"
 
 
+class LazyAlloc(Mapping):
+    """A candidate's GPUs per pool, read from its row of the stage's array on first use.
+
+    The solvers read the arrays; the dict is built for the candidates someone looks at (the
+    chosen ones, the plan body). Reads like the dict it stands for (and compares equal to it).
+    """
+
+    __slots__ = ("_row", "_names", "_dict")
+
+    def __init__(self, row: np.ndarray, names: list) -> None:
+        self._row = row
+        self._names = names
+        self._dict: Optional[dict] = None
+
+    def _get(self) -> dict:
+        if self._dict is None:
+            vals = self._row.tolist()
+            self._dict = {self._names[i]: vals[i] for i in np.flatnonzero(self._row).tolist()}
+            self._row = None
+        return self._dict
+
+    def __getitem__(self, key):
+        return self._get()[key]
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
 @dataclass(frozen=True)
 class Candidate:
     name: str
-    gpus: dict  # pool name -> GPUs (only pools with > 0)
+    gpus: Mapping  # pool name -> GPUs (only pools with > 0): a dict, or a LazyAlloc read from the instance's arrays
     migration_s: float = 0.0
     migration_bytes: float = 0.0
     migration_cost: float = 0.0  # pipeline units per second subtracted from the objective
@@ -215,7 +249,6 @@ class ReallocInstance:
         if len(set(names)) != len(names):
             raise ValueError("pool names must be unique")
         known = set(names)
-        pool_type = {p.name: p.gpu_type for p in self.pools}
         if not any(s.pipeline for s in self.stages):
             raise ValueError("an instance needs at least one pipeline stage (a component with work left)")
         for s in self.stages:
@@ -224,15 +257,21 @@ class ReallocInstance:
             if s.current.migration_cost != 0 or s.current.moves:
                 raise ValueError(f"stage {s.name}: candidate 0 is the current allocation and must carry no migration")
             for c in s.candidates:
-                bad = [p for p in c.gpus if p not in known]
-                if bad:
+                if not isinstance(c.gpus, LazyAlloc) and c.gpus.keys() - known:  # a LazyAlloc is a row over the pools
+                    bad = [p for p in c.gpus if p not in known]
                     raise ValueError(f"stage {s.name} candidate {c.name} uses unknown pool(s) {bad}")
-                if any(v < 0 for v in c.gpus.values()) or c.migration_cost < 0:
-                    raise ValueError(f"stage {s.name} candidate {c.name}: negative GPUs or migration cost")
-                types = {pool_type[p] for p, v in c.gpus.items() if v > 0}
-                missing = types - set(s.curves)
-                if missing:
-                    raise ValueError(f"stage {s.name} candidate {c.name} uses GPU type(s) {sorted(missing)} without a throughput curve")
+        arr = self.arrays()
+        for i, s in enumerate(self.stages):
+            neg = (arr.gpus[i] < 0).any(axis=1) | (arr.cost[i] < 0)
+            if neg.any():
+                raise ValueError(f"stage {s.name} candidate {s.candidates[int(np.argmax(neg))].name}: negative GPUs or migration cost")
+            no_curve = [k for k, t in enumerate(arr.types) if t not in s.curves]
+            if no_curve:
+                uses = arr.by_type(i)[:, no_curve] > 0
+                if uses.any():
+                    c = int(np.argmax(uses.any(axis=1)))
+                    missing = sorted(arr.types[k] for k, u in zip(no_curve, uses[c]) if u)
+                    raise ValueError(f"stage {s.name} candidate {s.candidates[c].name} uses GPU type(s) {missing} without a throughput curve")
             for t, cv in s.curves.items():
                 if not cv.is_concave():
                     raise ValueError(f"stage {s.name}: curve for {t} is not concave and non-decreasing")
@@ -356,6 +395,25 @@ class Arrays:
         out = np.zeros((g.shape[0], len(self.types)), dtype=np.int64)
         for i in range(len(self.types)):
             out[:, i] = g[:, self.pool_type == i].sum(axis=1)
+        return out
+
+    def users(self) -> list[tuple[int, list[tuple[int, int, int]]]]:
+        """Per pool with any user, in pool order: (pool index, [(stage, candidate, GPUs), ...] in
+        stage-then-candidate order) — who could put GPUs on it."""
+        parts = [np.nonzero(g) for g in self.gpus]
+        if not parts:
+            return []
+        stage = np.concatenate([np.full(len(c), s, dtype=np.int64) for s, (c, _) in enumerate(parts)])
+        cand = np.concatenate([c for c, _ in parts])
+        pool = np.concatenate([p for _, p in parts])
+        gpus = np.concatenate([g[c, p] for g, (c, p) in zip(self.gpus, parts)])
+        order = np.argsort(pool, kind="stable")  # stable: stage-then-candidate order within a pool
+        pool, stage, cand, gpus = pool[order].tolist(), stage[order].tolist(), cand[order].tolist(), gpus[order].tolist()
+        out: list[tuple[int, list]] = []
+        for p, s, c, g in zip(pool, stage, cand, gpus):
+            if not out or out[-1][0] != p:
+                out.append((p, []))
+            out[-1][1].append((s, c, g))
         return out
 
     def subset(self, keep: list) -> "Arrays":

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
+import numpy as np
+
 from formulation.realloc.context import ComponentContext, Links
 from formulation.realloc.graph import STATEFUL_KINDS
 from formulation.realloc.instance import Move, Pool
@@ -106,6 +108,39 @@ class _Sources:
         return best, best_bw
 
 
+class LinkTable:
+    """The links of every pool (columns in ``pools`` order), and :meth:`_Sources.best` for many
+    source sets at once: the best bandwidth into each pool from the pools marked in each row —
+    the pool itself (NVLink), else the fastest NIC of its cluster, else the fastest NIC anywhere
+    capped by the inter-cluster link (NaN: no path). Identical to ``_Sources`` when no GPU type's
+    NVLink is slower than its NIC (``exact``); :meth:`MigrationPlanner.costs` falls back to
+    one plan per target otherwise."""
+
+    def __init__(self, pools: dict, links: Links) -> None:
+        plist = list(pools.values())
+        self.inter = links.inter_cluster_gb_per_s
+        self.nic = np.array([float(links.nic_gb_per_s.get(p.gpu_type, 50.0)) for p in plist])
+        self.nvlink = np.array([links.bandwidth(p, p) for p in plist], dtype=float)
+        clusters = sorted({p.cluster for p in plist})
+        index = {c: i for i, c in enumerate(clusters)}
+        self.cluster = np.array([index[p.cluster] for p in plist], dtype=np.int64)
+        self.n_clusters = len(clusters)
+        self.by_name = np.argsort(np.array([p.name for p in plist]), kind="stable")
+        self.exact = bool((self.nvlink >= self.nic).all())
+
+    def best(self, src: np.ndarray) -> np.ndarray:
+        kn = np.where(src, self.nic, -np.inf)
+        out = np.where(src, self.nvlink, -np.inf)
+        if self.inter is not None:
+            top = kn.max(axis=1)[:, None]
+            out = np.maximum(out, np.where(top > -np.inf, np.minimum(np.minimum(top, self.nic), self.inter), -np.inf))
+        for c in range(self.n_clusters):
+            here = self.cluster == c
+            top = kn[:, here].max(axis=1)[:, None]
+            out[:, here] = np.maximum(out[:, here], np.where(top > -np.inf, np.minimum(top, self.nic[here]), -np.inf))
+        return np.where(out > -np.inf, out, np.nan)
+
+
 def drain_order(workers: list, pool: str) -> list:
     """The component's workers on ``pool`` in the order they are released: emptiest caches first."""
     return sorted((w for w in workers if w.node == pool), key=lambda w: (w.kv_used_tokens, w.worker_id))
@@ -145,17 +180,136 @@ def _kind(kind: str, ctx: ComponentContext, reachable: bool) -> tuple[str, str]:
 
 class MigrationPlanner:
     """Plans the migrations of one component from its current allocation to many targets,
-    sharing the link lookups and drain orders between them."""
+    sharing the link lookups and drain orders between them.
+
+    :meth:`plan` gives one target's full plan (steps included); :meth:`costs` gives many targets'
+    kind, duration, bytes and cause at once (numpy, the same arithmetic as :meth:`plan`, checked
+    against it in the tests), which is all the objective needs: the candidate generator plans the
+    steps of a candidate only when they are read.
+    """
 
     def __init__(self, component: str, kind: str, ctx: ComponentContext, current: dict, workers: list, pools: dict,
-                 links: Links) -> None:
+                 links: Links, links_table: Optional["LinkTable"] = None) -> None:
         self.args = (component, kind, ctx, current, workers, pools, links)
         self.old = _Sources([pools[p] for p, v in current.items() if v > 0], links)
         self.drain = drain_orders(workers)
+        self.links_table = links_table  # shared by the planners of one decision (built on first use otherwise)
+        self._vec: Optional[dict] = None
 
     def plan(self, target: dict) -> MigrationPlan:
         component, kind, ctx, current, workers, pools, links = self.args
         return plan_migration(component, kind, ctx, current, target, workers, pools, links, self.drain, self.old)
+
+    # ----------------------------------------------------------------------- vectorised costs
+    def _tables(self) -> dict:
+        """Per pool (columns in ``pools`` order) numbers :meth:`costs` looks up."""
+        if self._vec is None:
+            _, _, ctx, current, _, pools, links = self.args
+            if self.links_table is None:
+                self.links_table = LinkTable(pools, links)
+            names = list(pools)
+            col = {p: i for i, p in enumerate(names)}
+            cur = np.zeros(len(names), dtype=np.int64)
+            for p, g in current.items():
+                cur[col[p]] = g
+            old_bw = self.links_table.best(cur[None, :] > 0)[0]
+            # KV tokens handed over when d GPUs leave pool p: the first engines in drain order that free d
+            depth = int(cur.max(initial=0))
+            tokens = np.zeros((len(names), depth + 1))
+            for p, on in self.drain.items():
+                freed, tok = [0], [0.0]
+                for w in on:
+                    freed.append(freed[-1] + w.gpus)
+                    tok.append(tok[-1] + w.kv_used_tokens)
+                first = np.searchsorted(np.array(freed), np.arange(depth + 1), side="left")
+                tokens[col[p]] = np.array(tok)[np.minimum(first, len(on))]
+            self._vec = dict(cur=cur, old_bw=old_bw, reach=~np.isnan(old_bw), tokens=tokens)
+        return self._vec
+
+    def costs(self, targets: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, list]:
+        """Kind, duration (s), bytes and cause of the migration to every row of ``targets``
+        (GPUs per pool, columns in ``pools`` order), as :meth:`plan` would give them."""
+        _, kind, ctx, _, _, pools, links = self.args
+        v = self._tables()
+        T = np.asarray(targets, dtype=np.int64)
+        if not self.links_table.exact:
+            names = list(pools)
+            plans = [self.plan({names[i]: int(row[i]) for i in np.flatnonzero(row)}) for row in T]
+            return ([m.kind for m in plans], np.array([m.duration_s for m in plans]), np.array([m.bytes_moved for m in plans]),
+                    [m.cause for m in plans])
+        n = T.shape[0]
+        cur = v["cur"]
+        delta = T - cur
+        changed = delta != 0
+        added = delta > 0
+        reachable = ~(added & ~v["reach"]).any(axis=1)
+        kinds = np.empty(n, dtype=object)
+        causes = np.empty(n, dtype=object)
+        for ok in (True, False):
+            k, why = _kind(kind, ctx, ok)
+            kinds[reachable == ok] = k
+            causes[reachable == ok] = why
+        none = ~changed.any(axis=1)
+        kinds[none] = "none"
+        causes[none] = "keeps its allocation"
+        duration = np.zeros(n)
+        nbytes = np.zeros(n)
+        for k, fn in (("workload", self._workload_costs), ("p2p", self._p2p_costs), ("reboot", self._reboot_costs)):
+            rows = np.nonzero(kinds == k)[0]
+            if len(rows):
+                duration[rows], nbytes[rows] = fn(T[rows], ctx, links, v, self.links_table)
+        return kinds.tolist(), duration, nbytes, causes.tolist()
+
+    @staticmethod
+    def _workload_costs(T, ctx, links, v, lt: LinkTable) -> tuple[np.ndarray, np.ndarray]:
+        unit = max(1, ctx.unit_gpus)
+        cur = v["cur"]
+        n = T.shape[0]
+        grow, shrink = T > cur, T < cur
+        # starts: restart plus one engine's weights over the best link from the current pools
+        old_bw = v["old_bw"]
+        has = ~np.isnan(old_bw) & (old_bw != 0)
+        t_start = links.restart_s + np.where(has, ctx.weight_bytes / (np.where(has, old_bw, 1.0) * GB * unit), 0.0)
+        b_start = ctx.weight_bytes * ((T - cur) // unit)
+        # drains: hand the drained engines' KV over, on the node if some engine stays, else to the
+        # best kept node (to the best current one when none is kept)
+        b_drain = v["tokens"][np.arange(len(cur))[None, :], np.where(shrink, cur - T, 0)] * ctx.kv_bytes_per_token
+        kept = (T > 0) & (cur > 0)
+        gone_bw = np.where(kept.any(axis=1)[:, None], lt.best(kept), old_bw)
+        bw = np.where(T > 0, lt.nvlink, gone_bw)
+        ok = ~np.isnan(bw) & (bw != 0) & (b_drain != 0)
+        t_drain = links.handoff_s + np.where(ok, b_drain / (np.where(ok, bw, 1.0) * GB), 0.0)
+        t = np.where(grow, t_start, np.where(shrink, t_drain, -np.inf))
+        # bytes added in step order: drains, then starts, each by pool name
+        order = lt.by_name
+        steps = np.concatenate([np.where(shrink, b_drain, 0.0)[:, order], np.where(grow, b_start, 0.0)[:, order]], axis=1)
+        total = np.add.accumulate(steps, axis=1)[:, -1] if n else np.zeros(0)
+        return t.max(axis=1), total
+
+    @staticmethod
+    def _p2p_costs(T, ctx, links, v, lt: LinkTable) -> tuple[np.ndarray, np.ndarray]:
+        unit = max(1, ctx.unit_gpus)
+        cur = v["cur"]
+        n_old = int(cur.sum()) // unit
+        size = T.sum(axis=1)
+        n_new = size // unit
+        frac = np.array([moved_fraction(n_old, int(m)) for m in n_new])
+        total = ctx.sharded_state_bytes * frac + ctx.weight_bytes * np.maximum(0, n_new - n_old)
+        changed = T != cur
+        old_bw = v["old_bw"]
+        bw = np.where(changed & ~np.isnan(old_bw), old_bw, np.inf).min(axis=1)  # the slowest link used (inf: none)
+        streams = np.maximum(1, np.minimum(int(cur.sum()), size))
+        ok = np.isfinite(bw) & (bw != 0) & (total != 0)
+        transfer = np.where(ok, total / (np.where(ok, bw, 1.0) * GB * streams), 0.0)
+        starts = (n_new > n_old) | (T > cur).any(axis=1)
+        return np.where(starts, links.restart_s, 0.0) + transfer + links.group_rebuild_s, total
+
+    @staticmethod
+    def _reboot_costs(T, ctx, links, v, lt: LinkTable) -> tuple[np.ndarray, np.ndarray]:
+        state = ctx.weight_bytes + ctx.sharded_state_bytes
+        nodes = np.maximum(1, (T > 0).sum(axis=1))
+        io = 2.0 * state / (links.storage_gb_per_s * GB * nodes)
+        return io + links.restart_s + links.group_rebuild_s, np.full(T.shape[0], 2.0 * state)
 
 
 def plan_migration(component: str, kind: str, ctx: ComponentContext, current: dict, target: dict, workers: list,
