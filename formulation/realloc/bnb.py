@@ -68,7 +68,8 @@ def solve(inst: ReallocInstance, options: SolveOptions | None = None, node_limit
     taus = np.unique(np.concatenate([F[k] for k in range(S) if pipe[order[k]]]))  # ascending
     by_f = [np.argsort(f, kind="stable") for f in F]
     first = [np.searchsorted(f[o], taus, side="left") for f, o in zip(F, by_f)]  # first candidate reaching each tau
-    G_by_f = [g[o] for g, o in zip(G, by_f)]
+    # in throughput order, with a sentinel (fits anywhere, costs inf) for levels no candidate reaches
+    G_by_f = [np.vstack([g[o], np.zeros((1, len(cols)), dtype=g.dtype)]) for g, o in zip(G, by_f)]
     M_by_f = [np.append(m[o], np.inf) for m, o in zip(M, by_f)]
     least = [g.min(axis=0) for g in G]
     rest = [np.zeros(len(cols), dtype=np.int64) for _ in range(S + 1)]  # least GPUs stages k.. must hold
@@ -103,7 +104,7 @@ def solve(inst: ReallocInstance, options: SolveOptions | None = None, node_limit
             return
         need = np.zeros(len(taus))  # least cost of the remaining stages at every level tau
         for j in range(k + 1, S):
-            ok = np.append((G_by_f[j] <= room + least[j]).all(axis=1), True)
+            ok = (G_by_f[j] <= room + least[j]).all(axis=1)
             cheapest = np.minimum.accumulate(np.where(ok, M_by_f[j], np.inf)[::-1])[::-1]
             need += cheapest[first[j]]
         reach = np.maximum.accumulate(taus - need)  # best level-minus-cost at or below each tau

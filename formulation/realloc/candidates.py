@@ -65,8 +65,8 @@ def _release_order(node: ComponentNode) -> list:
     return sorted(node.workers, key=lambda w: (tokens[w.node], w.node, w.kv_used_tokens, w.worker_id))
 
 
-def _shrinks(node: ComponentNode, count: int) -> list[tuple[str, dict]]:
-    order = _release_order(node)
+def _shrinks(node: ComponentNode, count: int, order: list | None = None) -> list[tuple[str, dict]]:
+    order = _release_order(node) if order is None else order
     current = node.gpus_by_node()
     out = []
     for k in _levels(len(order) - 1, count):
@@ -197,6 +197,9 @@ class _Columns:
         self.name_rank = np.empty(len(self.names), dtype=np.int64)
         self.name_rank[np.argsort(np.array(self.names), kind="stable")] = np.arange(len(self.names))
 
+    def type_mask(self, types: tuple) -> np.ndarray:
+        return np.isin(self.types, types)
+
     def vector(self, alloc: dict) -> np.ndarray:
         v = np.zeros(len(self.names), dtype=np.int64)
         for p, g in alloc.items():
@@ -205,9 +208,30 @@ class _Columns:
 
 
 
-def _shrink_rows(node: ComponentNode, count: int, cols: _Columns) -> list[tuple[str, np.ndarray]]:
-    """:func:`_shrinks` as rows."""
-    order = _release_order(node)
+class _Givers:
+    """The GPUs other components may give up (``donor_order``) as vectors: for a receiver, free
+    GPUs plus everyone else's (``slots``), and each pool's first place in everyone else's release
+    order (``rank``, inf where none)."""
+
+    def __init__(self, donor_order: list, cols: _Columns, free: np.ndarray) -> None:
+        self.comp = np.array([c for c, _, _ in donor_order], dtype=object)
+        self.pool = np.array([cols.col[p] for _, p, _ in donor_order], dtype=np.int64)
+        self.gpus = np.array([g for _, _, g in donor_order], dtype=np.int64)
+        self.free = free
+
+    def slots_and_rank(self, receiver: str) -> tuple[np.ndarray, np.ndarray]:
+        mask = self.comp != receiver
+        pool, gpus = self.pool[mask], self.gpus[mask]
+        n = len(self.free)
+        slots = self.free + np.bincount(pool, weights=gpus, minlength=n).astype(np.int64)
+        rank = np.full(n, np.inf)
+        seen, first = np.unique(pool, return_index=True)
+        rank[seen] = first
+        return slots, rank
+
+
+def _shrink_rows(node: ComponentNode, count: int, cols: _Columns, order: list) -> list[tuple[str, np.ndarray]]:
+    """:func:`_shrinks` as rows (``order``: the node's release order)."""
     levels = _levels(len(order) - 1, count)
     if not levels:
         return []
@@ -240,7 +264,7 @@ def _grow_rows(node: ComponentNode, ctx: ComponentContext, graph: ComponentGraph
     units = slots // unit
     out: list[list[tuple[str, np.ndarray]]] = []
     for label, tys, relocate in options:
-        mask = np.isin(cols.types, tys)
+        mask = cols.type_mask(tys)
         n_max = int(units[mask].sum())
         lo = max(1, int(cur.sum()) // unit) if relocate else 1
         base = np.zeros_like(cur) if relocate else cur
@@ -289,10 +313,12 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
     # GPUs other components may give up: donors' (shrink), then relocatable components' (whole
     # moves onto another GPU type), in release order
     donor_order: list[tuple[str, str, int]] = []  # (component, pool, gpus)
+    release: dict[str, list] = {}  # release orders, computed once
     for d in sorted(donors):
         node = graph.nodes.get(d)
         if node is not None and node.interruptible:
-            donor_order += [(d, w.node, w.gpus) for w in _release_order(node)]
+            release[d] = _release_order(node)
+            donor_order += [(d, w.node, w.gpus) for w in release[d]]
     for node in graph.nodes.values():
         ctx = context.components.get(node.name)
         if node.name in donors or not node.interruptible or ctx is None:
@@ -302,6 +328,9 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
             donor_order += [(node.name, w.node, w.gpus) for w in _release_order(node)]
     cols = _Columns(pools) if generator == "numpy" else None
     links = LinkTable(pools, context.links) if cols is not None else None
+    if cols is not None:
+        free_v = cols.vector(free)
+        givers = _Givers(donor_order, cols, free_v)
     raw: list[tuple[ComponentNode, ComponentContext, list]] = []
     for node in graph.nodes.values():
         ctx = context.components.get(node.name)
@@ -310,19 +339,17 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         groups: list[list] = []
         if node.interruptible and max_candidates > 1:
             if node.name in donors:
-                groups = [_shrinks(node, max_candidates - 1) if cols is None else _shrink_rows(node, max_candidates - 1, cols)]
+                order = release.get(node.name) or _release_order(node)
+                groups = [_shrinks(node, max_candidates - 1, order) if cols is None else _shrink_rows(node, max_candidates - 1, cols, order)]
             else:
-                others = [(p, g) for c, p, g in donor_order if c != node.name]
-                slots = dict(free)
-                for p, g in others:
-                    slots[p] += g
                 if cols is None:
+                    others = [(p, g) for c, p, g in donor_order if c != node.name]
+                    slots = dict(free)
+                    for p, g in others:
+                        slots[p] += g
                     groups = _grows_with(node, ctx, graph, pools, free, slots, [p for p, _ in others], max_candidates - 1)
                 else:
-                    first = {p: float(i) for i, p in enumerate(dict.fromkeys(p for p, _ in others))}
-                    rank = np.array([first.get(p, np.inf) for p in cols.names])
-                    groups = _grow_rows(node, ctx, graph, pools, cols, cols.vector(free), cols.vector(slots), rank,
-                                        max_candidates - 1)
+                    groups = _grow_rows(node, ctx, graph, pools, cols, free_v, *givers.slots_and_rank(node.name), max_candidates - 1)
         if cols is None:
             raw.append((node, ctx, _select(groups, node.gpus_by_node(), max_candidates - 1)))
         else:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Optional
 
 import numpy as np
@@ -61,10 +62,13 @@ class Curve:
             return float(ys[-1])
         return float(np.interp(g, xs, ys))
 
+    @cached_property
+    def _points(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.array((0.0,) + tuple(self.gpus)), np.array((0.0,) + tuple(self.throughput))
+
     def values(self, g: np.ndarray) -> np.ndarray:
         """``f`` at every element of ``g`` (the same arithmetic as :meth:`__call__`, element by element)."""
-        xs = np.array((0.0,) + tuple(self.gpus))
-        ys = np.array((0.0,) + tuple(self.throughput))
+        xs, ys = self._points
         g = np.asarray(g, dtype=float)
         out = np.interp(g, xs, ys)
         if self.extrapolate:
@@ -183,6 +187,21 @@ class LazyAlloc(Mapping):
 
     def __len__(self) -> int:
         return len(self._get())
+
+    def __contains__(self, key) -> bool:
+        return key in self._get()
+
+    def get(self, key, default=None):
+        return self._get().get(key, default)
+
+    def keys(self):
+        return self._get().keys()
+
+    def items(self):
+        return self._get().items()
+
+    def values(self):
+        return self._get().values()
 
     def __repr__(self) -> str:
         return repr(self._get())
@@ -390,12 +409,12 @@ class Arrays:
                    np.array([ti[p.gpu_type] for p in inst.pools], dtype=np.int64))
 
     def by_type(self, s: int) -> np.ndarray:
-        """GPUs of every candidate of stage ``s`` per GPU type (candidates x types)."""
-        g = self.gpus[s]
-        out = np.zeros((g.shape[0], len(self.types)), dtype=np.int64)
-        for i in range(len(self.types)):
-            out[:, i] = g[:, self.pool_type == i].sum(axis=1)
-        return out
+        """GPUs of every candidate of stage ``s`` per GPU type (candidates x types; computed once, read-only)."""
+        cache = self.__dict__.setdefault("_by_type", {})
+        if s not in cache:
+            onehot = (self.pool_type[:, None] == np.arange(len(self.types))[None, :]).astype(np.int64)
+            cache[s] = self.gpus[s] @ onehot
+        return cache[s]
 
     def users(self) -> list[tuple[int, list[tuple[int, int, int]]]]:
         """Per pool with any user, in pool order: (pool index, [(stage, candidate, GPUs), ...] in
@@ -418,8 +437,10 @@ class Arrays:
 
     def subset(self, keep: list) -> "Arrays":
         """The arrays of the candidates ``keep[s]`` (indices) of every stage."""
-        return Arrays([g[k] for g, k in zip(self.gpus, keep)], [c[k] for c, k in zip(self.cost, keep)], self.cap, self.types,
-                      self.pool_type)
+        out = Arrays([g[k] for g, k in zip(self.gpus, keep)], [c[k] for c, k in zip(self.cost, keep)], self.cap, self.types,
+                     self.pool_type)
+        out._by_type = {s: bt[keep[s]] for s, bt in self.__dict__.get("_by_type", {}).items()}
+        return out
 
 
 @dataclass

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import attrgetter
 from typing import Optional
 
 import numpy as np
@@ -149,9 +150,9 @@ def drain_order(workers: list, pool: str) -> list:
 def drain_orders(workers: list) -> dict:
     """:func:`drain_order` for every pool the workers sit on."""
     out: dict = {}
-    for w in workers:
+    for w in sorted(workers, key=attrgetter("node", "kv_used_tokens", "worker_id")):
         out.setdefault(w.node, []).append(w)
-    return {p: sorted(ws, key=lambda w: (w.kv_used_tokens, w.worker_id)) for p, ws in out.items()}
+    return out
 
 
 def _drained_workers(on_pool: list, gpus: int) -> tuple[list[str], float]:

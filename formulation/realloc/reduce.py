@@ -47,6 +47,8 @@ def reduce(inst: ReallocInstance) -> tuple[ReallocInstance, list[list[int]]]:
         if len(idx) > 1:
             sub_t, sub_m, sub_g = thr[idx], cost[idx], arr.gpus[s][idx]
             sub_g = sub_g[:, sub_g.any(axis=0)]  # pools no kept candidate uses cannot tell them apart
+            if sub_g.size and sub_g.max() < 256:
+                sub_g = sub_g.astype(np.uint8)  # GPUs per node: the n x n x pools comparison on bytes
             # dom[i, j]: j dominates i
             dom = (sub_t[None, :] >= sub_t[:, None]) & (sub_m[None, :] <= sub_m[:, None]) & \
                   (sub_g[None, :, :] <= sub_g[:, None, :]).all(axis=2)
