@@ -20,7 +20,7 @@ from typing import Optional
 
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
 from formulation.realloc import check as checker
-from formulation.realloc.candidates import DEFAULT_MAX_CANDIDATES, build_instance
+from formulation.realloc.candidates import DEFAULT_MAX_CANDIDATES, GENERATORS, build_instance
 from formulation.realloc.context import ReallocContext
 from formulation.realloc.donors import DonorDetector, DonorEvidence
 from formulation.realloc.graph import ComponentGraph, build_graph
@@ -83,6 +83,7 @@ class ReallocOptions:
     margin: float = 0.05  # commit only when objective > (1 + margin) x current throughput
     max_candidates: int = DEFAULT_MAX_CANDIDATES  # per component, including the current allocation
     require_donor: bool = True  # decide only when a donor is detected (DynaRL's trigger)
+    generator: str = "numpy"  # candidate generator: numpy, or python (the reference it is tested against)
     solve: SolveOptions = field(default_factory=lambda: SolveOptions(time_limit_s=1.0, mip_gap=1e-6))
 
     def __post_init__(self) -> None:
@@ -92,6 +93,8 @@ class ReallocOptions:
             raise ValueError(f"margin must be >= 0, got {self.margin}")
         if self.max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}")
+        if self.generator not in GENERATORS:
+            raise ValueError(f"unknown candidate generator {self.generator!r}: use one of {', '.join(GENERATORS)}")
 
 
 @dataclass
@@ -138,11 +141,11 @@ def decide(snapshot: TelemetrySnapshot | dict, context: ReallocContext, options:
     t1 = time.perf_counter()
     timings["graph_and_donors"] = (t1 - t0) * 1e3
     if opts.require_donor and not donors:
-        inst = build_instance(graph, context, [], max_candidates=1, margin=opts.margin)
+        inst = build_instance(graph, context, [], max_candidates=1, margin=opts.margin, generator=opts.generator)
         why = "; ".join(e.cause for e in evidence) or "no component of a judged kind"
         rec = SolveRecord("none", SolveStatus.NOT_SOLVED, None, None, 0.0, None, None, "no trigger: no donor detected")
         return _keep(graph, evidence, inst, rec, f"no donor detected: {why}", t0, timings)
-    inst = build_instance(graph, context, donors, max_candidates=opts.max_candidates, margin=opts.margin)
+    inst = build_instance(graph, context, donors, max_candidates=opts.max_candidates, margin=opts.margin, generator=opts.generator)
     t2 = time.perf_counter()
     timings["candidates"] = (t2 - t1) * 1e3
     sol, rec = solve_instance(inst, opts.backend, opts.solve)
