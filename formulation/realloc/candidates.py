@@ -155,25 +155,25 @@ def _dict_key(alloc: dict):
     return tuple(sorted(alloc.items())) if alloc else None
 
 
-def _row_key(row: np.ndarray):
-    return row.tobytes() if row.any() else None
-
-
-def _select(groups: list[list[tuple[str, object]]], current, limit: int, key=_dict_key) -> list[tuple[str, object]]:
-    """Distinct allocations (not the current one, not empty), at most ``limit``, spread evenly over
-    the groups (GPU type x fill order) and, inside a group, evenly over its sizes. Allocations are
-    dicts (``key=_dict_key``) or rows of GPUs per pool (``key=_row_key``)."""
-    seen = {key(current)}
-    uniq: list[list[tuple[str, object]]] = []
-    for g in groups:
+def _distinct(groups: list[list], keys: list[list], current_key) -> list[list]:
+    """Per group, the positions of the allocations to keep: not empty (key None), not the
+    current one, not seen before in this or an earlier group. Groups left empty are dropped."""
+    seen = {current_key}
+    out = []
+    for g, ks in zip(groups, keys):
         kept = []
-        for name, alloc in g:
-            k = key(alloc)
+        for i, k in enumerate(ks):
             if k is not None and k not in seen:
                 seen.add(k)
-                kept.append((name, alloc))
+                kept.append(g[i])
         if kept:
-            uniq.append(kept)
+            out.append(kept)
+    return out
+
+
+def _take(uniq: list[list], limit: int) -> list:
+    """At most ``limit`` items, spread evenly over the groups (a round-robin quota) and, inside a
+    group, evenly over its items."""
     quota = [0] * len(uniq)
     left = limit
     while left > 0 and any(q < len(g) for q, g in zip(quota, uniq)):
@@ -185,6 +185,30 @@ def _select(groups: list[list[tuple[str, object]]], current, limit: int, key=_di
     for q, g in zip(quota, uniq):
         out += [g[i] for i in _spread(len(g), q)]
     return out
+
+
+def _select(groups: list[list[tuple[str, dict]]], current: dict, limit: int) -> list[tuple[str, dict]]:
+    """Distinct allocations (not the current one, not empty), at most ``limit``, spread evenly over
+    the groups (GPU type x fill order) and, inside a group, evenly over its sizes."""
+    return _take(_distinct(groups, [[_dict_key(a) for _, a in g] for g in groups], _dict_key(current)), limit)
+
+
+def _select_rows(groups: list[tuple[np.ndarray, list]], current: np.ndarray, limit: int) -> tuple[list, np.ndarray]:
+    """:func:`_select` over blocks of rows: ``groups`` holds (rows, names); the names may be
+    callables, formatted for the kept rows only. Returns the kept names and rows."""
+    if not groups:
+        return [], np.zeros((0, len(current)), dtype=np.int64)
+    rows = np.ascontiguousarray(np.vstack([r for r, _ in groups]))
+    keys = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel().tolist()
+    keys = [k if e else None for k, e in zip(keys, rows.any(axis=1).tolist())]
+    at, pos, per_key = 0, [], []
+    for r, _ in groups:
+        pos.append(list(range(at, at + len(r))))
+        per_key.append(keys[at:at + len(r)])
+        at += len(r)
+    kept = _take(_distinct(pos, per_key, current.tobytes()), limit)
+    names = [n for _, ns in groups for n in ns]
+    return [names[i]() if callable(names[i]) else names[i] for i in kept], rows[kept]
 
 
 class _Columns:
@@ -230,8 +254,8 @@ class _Givers:
         return slots, rank
 
 
-def _shrink_rows(node: ComponentNode, count: int, cols: _Columns, order: list) -> list[tuple[str, np.ndarray]]:
-    """:func:`_shrinks` as rows (``order``: the node's release order)."""
+def _shrink_rows(node: ComponentNode, count: int, cols: _Columns, order: list) -> list[tuple[np.ndarray, list]]:
+    """:func:`_shrinks` as one block of rows (``order``: the node's release order)."""
     levels = _levels(len(order) - 1, count)
     if not levels:
         return []
@@ -239,18 +263,17 @@ def _shrink_rows(node: ComponentNode, count: int, cols: _Columns, order: list) -
     where = np.array([cols.col[w.node] for w in order[: levels[-1]]], dtype=np.int64)
     gpus = np.array([w.gpus for w in order[: levels[-1]]], dtype=np.int64)
     released = np.cumsum(gpus)
-    out = []
-    for k in levels:
-        row = cur - np.bincount(where[:k], weights=gpus[:k], minlength=len(cur)).astype(np.int64)
-        out.append((f"shrink-{int(released[k - 1])}", row))
-    return out
+    rows = np.empty((len(levels), len(cur)), dtype=np.int64)
+    for i, k in enumerate(levels):
+        rows[i] = cur - np.bincount(where[:k], weights=gpus[:k], minlength=len(cur)).astype(np.int64)
+    return [(rows, [f"shrink-{int(released[k - 1])}" for k in levels])]
 
 
 def _grow_rows(node: ComponentNode, ctx: ComponentContext, graph: ComponentGraph, pools: dict, cols: _Columns, free: np.ndarray,
-               slots: np.ndarray, donor_rank: np.ndarray, count: int) -> list[list[tuple[str, np.ndarray]]]:
-    """:func:`_grows_with` as rows: the fill orders are one lexicographic sort each over all pools
-    (restricting a sorted order to some pools keeps it sorted), and every size of a group fills
-    its order at once."""
+               slots: np.ndarray, donor_rank: np.ndarray, count: int) -> list[tuple[np.ndarray, list]]:
+    """:func:`_grows_with` as blocks of rows, in the same group order. A fill order is one
+    lexicographic sort over all pools (restricting it to one type's pools keeps it sorted: the
+    other pools get no room), and every size of every type fills that order at once."""
     unit = max(1, ctx.unit_gpus)
     current = node.gpus_by_node()
     cur = cols.vector(current)
@@ -261,23 +284,30 @@ def _grow_rows(node: ComponentNode, ctx: ComponentContext, graph: ComponentGraph
                               np.lexsort((rank, -free, donor_rank)),
                               np.lexsort((rank, donor_rank, -free)))))
     options, per_group = _grow_options(node, ctx, cur_types, count)
+    if not options:
+        return []
     units = slots // unit
-    out: list[list[tuple[str, np.ndarray]]] = []
-    for label, tys, relocate in options:
-        mask = cols.type_mask(tys)
-        n_max = int(units[mask].sum())
-        lo = max(1, int(cur.sum()) // unit) if relocate else 1
-        base = np.zeros_like(cur) if relocate else cur
+    room = units[None, :] * np.stack([cols.type_mask(tys) for _, tys, _ in options])  # options x pools
+    whole = max(1, int(cur.sum()) // unit)
+    sizes = [[k for k in _levels(int(r.sum()), per_group) if k >= (whole if relocate else 1)]
+             for r, (_, _, relocate) in zip(room, options)]
+    ks = np.zeros((len(options), max(1, max(len(k) for k in sizes))), dtype=np.int64)
+    for o, k in enumerate(sizes):
+        ks[o, : len(k)] = k
+    base = np.stack([np.zeros_like(cur) if relocate else cur for _, _, relocate in options])
+    blocks = {}
+    for oname, perm in sorts.items():
+        u = room[:, perm]
+        before = np.cumsum(u, axis=1) - u
+        rows = np.repeat(base[:, None, :], ks.shape[1], axis=1)
+        rows[:, :, perm] += np.clip(ks[:, :, None] - before[:, None, :], 0, u[:, None, :]) * unit
+        blocks[oname] = rows
+    out = []
+    for o, (label, _, relocate) in enumerate(options):
         verb = "relocate" if relocate else "grow"
-        ks = np.array([k for k in _levels(n_max, per_group) if k >= lo], dtype=np.int64)
-        for oname, srt in sorts.items():
-            order = srt[mask[srt]]
-            u = units[order]
-            before = np.cumsum(u) - u
-            take = np.clip(ks[:, None] - before[None, :], 0, u[None, :])
-            rows = np.repeat(base[None, :], len(ks), axis=0)
-            rows[:, order] += take * unit
-            out.append([(f"{verb}-{int(k) * unit}{label}/{oname}", rows[i]) for i, k in enumerate(ks)])
+        for oname in ORDERS:
+            out.append((blocks[oname][o, : len(sizes[o])], [partial(str.format, "{}-{}{}/{}", verb, k * unit, label, oname)
+                                                              for k in sizes[o]]))
     return out
 
 
@@ -340,7 +370,7 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         if node.interruptible and max_candidates > 1:
             if node.name in donors:
                 order = release.get(node.name) or _release_order(node)
-                groups = [_shrinks(node, max_candidates - 1, order) if cols is None else _shrink_rows(node, max_candidates - 1, cols, order)]
+                groups = [_shrinks(node, max_candidates - 1, order)] if cols is None else _shrink_rows(node, max_candidates - 1, cols, order)
             else:
                 if cols is None:
                     others = [(p, g) for c, p, g in donor_order if c != node.name]
@@ -353,7 +383,7 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         if cols is None:
             raw.append((node, ctx, _select(groups, node.gpus_by_node(), max_candidates - 1)))
         else:
-            raw.append((node, ctx, _select(groups, cols.vector(node.gpus_by_node()), max_candidates - 1, key=_row_key)))
+            raw.append((node, ctx, _select_rows(groups, cols.vector(node.gpus_by_node()), max_candidates - 1)))
     # current pipeline throughput, for the migration cost
     cur = []
     for node, ctx, _ in raw:
@@ -375,19 +405,21 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         current = node.gpus_by_node()
         why_keep = "current allocation" if node.interruptible else "current allocation (not at an interruptible point: cannot move now)"
         cands = [Candidate("keep", dict(current), cause=why_keep)]
-        planner = MigrationPlanner(node.name, node.kind, ctx, current, node.workers, pools, context.links, links) if named else None
+        planner = (MigrationPlanner(node.name, node.kind, ctx, current, node.workers, pools, context.links, links)
+                   if (named if cols is None else named[0]) else None)
         if cols is None:
             for name, alloc in named:
                 mp = planner.plan(alloc)
                 cands.append(Candidate(name, alloc, mp.duration_s, mp.bytes_moved, t_now * mp.duration_s / horizon, mp.kind,
                                        mp.moves, mp.cause))
         else:
-            rows = np.vstack([cols.vector(current)] + [row for _, row in named])
+            names, chosen = named
+            rows = np.vstack([cols.vector(current)[None, :], chosen])
             matrices.append(rows)
-            if named:
+            if names:
                 kinds, seconds, nbytes, causes = planner.costs(rows[1:])
                 cost = t_now * seconds / horizon
-                for i, (name, _) in enumerate(named):
+                for i, name in enumerate(names):
                     alloc = LazyAlloc(rows[i + 1], cols.names)
                     cands.append(Candidate(name, alloc, float(seconds[i]), float(nbytes[i]), float(cost[i]), kinds[i],
                                            LazyMoves(partial(_plan_moves, planner, alloc)), causes[i]))

@@ -126,19 +126,26 @@ class LinkTable:
         index = {c: i for i, c in enumerate(clusters)}
         self.cluster = np.array([index[p.cluster] for p in plist], dtype=np.int64)
         self.n_clusters = len(clusters)
-        self.by_name = np.argsort(np.array([p.name for p in plist]), kind="stable")
+        self.name_rank = np.empty(len(plist), dtype=np.int64)
+        self.name_rank[np.argsort(np.array([p.name for p in plist]), kind="stable")] = np.arange(len(plist))
         self.exact = bool((self.nvlink >= self.nic).all())
 
-    def best(self, src: np.ndarray) -> np.ndarray:
-        kn = np.where(src, self.nic, -np.inf)
-        out = np.where(src, self.nvlink, -np.inf)
+    def best(self, src: np.ndarray, cols: Optional[np.ndarray] = None) -> np.ndarray:
+        """``src``: rows of sources over the pools ``cols`` (all pools when None); the best
+        bandwidth into each of those pools."""
+        nic, nvlink, cluster = (self.nic, self.nvlink, self.cluster) if cols is None else \
+            (self.nic[cols], self.nvlink[cols], self.cluster[cols])
+        kn = np.where(src, nic, -np.inf)
+        out = np.where(src, nvlink, -np.inf)
         if self.inter is not None:
             top = kn.max(axis=1)[:, None]
-            out = np.maximum(out, np.where(top > -np.inf, np.minimum(np.minimum(top, self.nic), self.inter), -np.inf))
+            out = np.maximum(out, np.where(top > -np.inf, np.minimum(np.minimum(top, nic), self.inter), -np.inf))
         for c in range(self.n_clusters):
-            here = self.cluster == c
+            here = cluster == c
+            if not here.any():
+                continue
             top = kn[:, here].max(axis=1)[:, None]
-            out[:, here] = np.maximum(out[:, here], np.where(top > -np.inf, np.minimum(top, self.nic[here]), -np.inf))
+            out[:, here] = np.maximum(out[:, here], np.where(top > -np.inf, np.minimum(top, nic[here]), -np.inf))
         return np.where(out > -np.inf, out, np.nan)
 
 
@@ -238,12 +245,16 @@ class MigrationPlanner:
             plans = [self.plan({names[i]: int(row[i]) for i in np.flatnonzero(row)}) for row in T]
             return ([m.kind for m in plans], np.array([m.duration_s for m in plans]), np.array([m.bytes_moved for m in plans]),
                     [m.cause for m in plans])
+        # only the pools the component holds or any target uses matter: the others change nothing
+        act = np.nonzero((v["cur"] > 0) | T.any(axis=0))[0]
+        T = T[:, act]
+        va = {k: v[k][act] for k in ("cur", "old_bw", "reach", "tokens")}
+        va["act"] = act
         n = T.shape[0]
-        cur = v["cur"]
-        delta = T - cur
+        delta = T - va["cur"]
         changed = delta != 0
         added = delta > 0
-        reachable = ~(added & ~v["reach"]).any(axis=1)
+        reachable = ~(added & ~va["reach"]).any(axis=1)
         kinds = np.empty(n, dtype=object)
         causes = np.empty(n, dtype=object)
         for ok in (True, False):
@@ -258,33 +269,41 @@ class MigrationPlanner:
         for k, fn in (("workload", self._workload_costs), ("p2p", self._p2p_costs), ("reboot", self._reboot_costs)):
             rows = np.nonzero(kinds == k)[0]
             if len(rows):
-                duration[rows], nbytes[rows] = fn(T[rows], ctx, links, v, self.links_table)
+                duration[rows], nbytes[rows] = fn(T[rows], ctx, links, va, self.links_table)
         return kinds.tolist(), duration, nbytes, causes.tolist()
 
     @staticmethod
     def _workload_costs(T, ctx, links, v, lt: LinkTable) -> tuple[np.ndarray, np.ndarray]:
         unit = max(1, ctx.unit_gpus)
-        cur = v["cur"]
-        n = T.shape[0]
+        cur, act = v["cur"], v["act"]
         grow, shrink = T > cur, T < cur
         # starts: restart plus one engine's weights over the best link from the current pools
         old_bw = v["old_bw"]
         has = ~np.isnan(old_bw) & (old_bw != 0)
         t_start = links.restart_s + np.where(has, ctx.weight_bytes / (np.where(has, old_bw, 1.0) * GB * unit), 0.0)
-        b_start = ctx.weight_bytes * ((T - cur) // unit)
-        # drains: hand the drained engines' KV over, on the node if some engine stays, else to the
-        # best kept node (to the best current one when none is kept)
-        b_drain = v["tokens"][np.arange(len(cur))[None, :], np.where(shrink, cur - T, 0)] * ctx.kv_bytes_per_token
-        kept = (T > 0) & (cur > 0)
-        gone_bw = np.where(kept.any(axis=1)[:, None], lt.best(kept), old_bw)
-        bw = np.where(T > 0, lt.nvlink, gone_bw)
-        ok = ~np.isnan(bw) & (bw != 0) & (b_drain != 0)
-        t_drain = links.handoff_s + np.where(ok, b_drain / (np.where(ok, bw, 1.0) * GB), 0.0)
-        t = np.where(grow, t_start, np.where(shrink, t_drain, -np.inf))
+        t = np.where(grow, t_start, -np.inf)
+        b_start = np.where(grow, ctx.weight_bytes * ((T - cur) // unit), 0.0)
+        order = np.argsort(lt.name_rank[act])  # steps by pool name
+        b_drain = np.zeros(T.shape)
+        drains = np.nonzero(shrink.any(axis=1))[0]
+        if len(drains):
+            # drains: hand the drained engines' KV over, on the node if some engine stays, else to
+            # the best kept node (to the best current one when none is kept)
+            Td, sd = T[drains], shrink[drains]
+            b = v["tokens"][np.arange(len(cur))[None, :], np.where(sd, cur - Td, 0)] * ctx.kv_bytes_per_token
+            kept = (Td > 0) & (cur > 0)
+            gone = sd & (Td == 0)
+            bw = np.where(Td > 0, lt.nvlink[act], old_bw)
+            far = np.nonzero(gone.any(axis=1) & kept.any(axis=1))[0]
+            if len(far):
+                bw[far] = np.where(Td[far] > 0, bw[far], lt.best(kept[far], act))
+            ok = ~np.isnan(bw) & (bw != 0) & (b != 0)
+            t_drain = links.handoff_s + np.where(ok, b / (np.where(ok, bw, 1.0) * GB), 0.0)
+            t[drains] = np.where(sd, t_drain, t[drains])
+            b_drain[drains] = np.where(sd, b, 0.0)
         # bytes added in step order: drains, then starts, each by pool name
-        order = lt.by_name
-        steps = np.concatenate([np.where(shrink, b_drain, 0.0)[:, order], np.where(grow, b_start, 0.0)[:, order]], axis=1)
-        total = np.add.accumulate(steps, axis=1)[:, -1] if n else np.zeros(0)
+        steps = np.concatenate([b_drain[:, order], b_start[:, order]], axis=1)
+        total = np.add.accumulate(steps, axis=1)[:, -1] if steps.shape[1] else np.zeros(T.shape[0])
         return t.max(axis=1), total
 
     @staticmethod
