@@ -222,7 +222,10 @@ class _Columns:
         self.name_rank[np.argsort(np.array(self.names), kind="stable")] = np.arange(len(self.names))
 
     def type_mask(self, types: tuple) -> np.ndarray:
-        return np.isin(self.types, types)
+        masks = self.__dict__.setdefault("_masks", {})
+        if types not in masks:
+            masks[types] = np.isin(self.types, types)
+        return masks[types]
 
     def vector(self, alloc: dict) -> np.ndarray:
         v = np.zeros(len(self.names), dtype=np.int64)
@@ -294,14 +297,13 @@ def _grow_rows(node: ComponentNode, ctx: ComponentContext, graph: ComponentGraph
     ks = np.zeros((len(options), max(1, max(len(k) for k in sizes))), dtype=np.int64)
     for o, k in enumerate(sizes):
         ks[o, : len(k)] = k
-    base = np.stack([np.zeros_like(cur) if relocate else cur for _, _, relocate in options])
+    base = np.stack([np.zeros_like(cur) if relocate else cur for _, _, relocate in options])[:, None, :]
     blocks = {}
     for oname, perm in sorts.items():
         u = room[:, perm]
         before = np.cumsum(u, axis=1) - u
-        rows = np.repeat(base[:, None, :], ks.shape[1], axis=1)
-        rows[:, :, perm] += np.clip(ks[:, :, None] - before[:, None, :], 0, u[:, None, :]) * unit
-        blocks[oname] = rows
+        fill = np.clip(ks[:, :, None] - before[:, None, :], 0, u[:, None, :])  # units taken, pools in fill order
+        blocks[oname] = base + fill[:, :, np.argsort(perm)] * unit
     out = []
     for o, (label, _, relocate) in enumerate(options):
         verb = "relocate" if relocate else "grow"
