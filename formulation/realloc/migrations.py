@@ -221,16 +221,20 @@ class MigrationPlanner:
             for p, g in current.items():
                 cur[col[p]] = g
             old_bw = self.links_table.best(cur[None, :] > 0)[0]
-            # KV tokens handed over when d GPUs leave pool p: the first engines in drain order that free d
+            # KV tokens handed over when d GPUs leave pool p: the first engines in drain order that
+            # free d (per pool, engines in drain order in the columns, zero-padded: running sums stay flat)
             depth = int(cur.max(initial=0))
-            tokens = np.zeros((len(names), depth + 1))
+            width = max((len(on) for on in self.drain.values()), default=0)
+            gpus = np.zeros((len(names), width + 1), dtype=np.int64)
+            kv = np.zeros((len(names), width + 1))
             for p, on in self.drain.items():
-                freed, tok = [0], [0.0]
-                for w in on:
-                    freed.append(freed[-1] + w.gpus)
-                    tok.append(tok[-1] + w.kv_used_tokens)
-                first = np.searchsorted(np.array(freed), np.arange(depth + 1), side="left")
-                tokens[col[p]] = np.array(tok)[np.minimum(first, len(on))]
+                i = col[p]
+                gpus[i, 1: len(on) + 1] = [w.gpus for w in on]
+                kv[i, 1: len(on) + 1] = [w.kv_used_tokens for w in on]
+            freed = np.cumsum(gpus, axis=1)
+            tok = np.add.accumulate(kv, axis=1)  # in drain order, as the plan adds them up
+            first = (freed[:, :, None] >= np.arange(depth + 1)[None, None, :]).argmax(axis=1)  # pools x d
+            tokens = np.take_along_axis(tok, first, axis=1)
             self._vec = dict(cur=cur, old_bw=old_bw, reach=~np.isnan(old_bw), tokens=tokens)
         return self._vec
 
