@@ -52,11 +52,12 @@ def solve_instance(inst: ReallocInstance, backend: str = "highs", options: Solve
         return Solution(expand(sol.choice, keep), sol.objective, sol.best_bound), rec
     if backend == "bnb":
         from formulation.realloc import bnb
-        sol, rec = bnb.solve(inst, options)
+        opts = options or SolveOptions()
+        sol, rec = bnb.solve(inst, opts)
         if rec.status is SolveStatus.FEASIBLE or rec.status is SolveStatus.NOT_SOLVED:
             from formulation.realloc import milp
-            # past the search's budget: HiGHS proves (or improves on) what it found
-            sol, hrec = milp.solve(inst, options)
+            # past the search's budget: HiGHS finishes the decision in the time left
+            sol, hrec = milp.solve(inst, replace(opts, time_limit_s=max(0.05, opts.time_limit_s - rec.wall_time_s)))
             hrec.message = f"{rec.message}; finished by {hrec.message}"
             hrec.backend = "bnb+highs"
             hrec.wall_time_s += rec.wall_time_s
