@@ -25,6 +25,11 @@ kind, steps, duration and bytes, and its cost in pipeline units per second,
 migration's duration, spread over the time left in the iteration (conservative: it counts the
 whole duration as lost and adds the components' migrations although they run in parallel).
 Joint feasibility (the pools' capacity) is left to the solver.
+
+Two generators make the same candidates (``tests/realloc/test_candidates.py`` checks it to the
+last bit): ``numpy`` (default) works on rows of GPUs per pool, costs a component's migrations in
+one vectorised pass and plans a candidate's steps only when they are read; ``python`` is the
+reference, with dicts and one migration plan per candidate.
 """
 
 from __future__ import annotations
