@@ -179,13 +179,18 @@ def _distinct(groups: list[list], keys: list[list], current_key) -> list[list]:
 def _take(uniq: list[list], limit: int) -> list:
     """At most ``limit`` items, spread evenly over the groups (a round-robin quota) and, inside a
     group, evenly over its items."""
-    quota = [0] * len(uniq)
-    left = limit
-    while left > 0 and any(q < len(g) for q, g in zip(quota, uniq)):
-        for i, g in enumerate(uniq):
-            if left > 0 and quota[i] < len(g):
-                quota[i] += 1
-                left -= 1
+    # round robin: every group one more per round, in group order, until ``limit`` are handed out;
+    # whole rounds first (``full``: the last round every group still with items gets in full)
+    sizes = [len(g) for g in uniq]
+    full = 0
+    while full < max(sizes, default=0) and sum(min(n, full + 1) for n in sizes) <= limit:
+        full += 1
+    quota = [min(n, full) for n in sizes]
+    left = limit - sum(quota)
+    for i, n in enumerate(sizes):
+        if left > 0 and n > full:
+            quota[i] += 1
+            left -= 1
     out = []
     for q, g in zip(quota, uniq):
         out += [g[i] for i in _spread(len(g), q)]
@@ -268,12 +273,12 @@ def _shrink_rows(node: ComponentNode, count: int, cols: _Columns, order: list) -
     if not levels:
         return []
     cur = cols.vector(node.gpus_by_node())
-    where = np.array([cols.col[w.node] for w in order[: levels[-1]]], dtype=np.int64)
-    gpus = np.array([w.gpus for w in order[: levels[-1]]], dtype=np.int64)
+    n = levels[-1]
+    gpus = np.array([w.gpus for w in order[:n]], dtype=np.int64)
+    step = np.zeros((n, len(cur)), dtype=np.int64)  # step i: the i-th engine released leaves its node
+    step[np.arange(n), [cols.col[w.node] for w in order[:n]]] = gpus
+    rows = cur - np.cumsum(step, axis=0)[np.array(levels) - 1]
     released = np.cumsum(gpus)
-    rows = np.empty((len(levels), len(cur)), dtype=np.int64)
-    for i, k in enumerate(levels):
-        rows[i] = cur - np.bincount(where[:k], weights=gpus[:k], minlength=len(cur)).astype(np.int64)
     return [(rows, [f"shrink-{int(released[k - 1])}" for k in levels])]
 
 

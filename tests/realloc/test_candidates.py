@@ -182,3 +182,25 @@ def _stage(cands, curves=None):
 def test_instance_rejects_malformed_candidates(bad, message):
     with pytest.raises(ValueError, match=message):
         ReallocInstance([Pool("p", "H100", 8), Pool("q", "H20", 8)], [_stage(bad)])
+
+
+def test_selection_quota_is_a_round_robin():
+    """_take hands out its quota in whole rounds and then one more per group in order: the same as
+    giving every group one more per round, in group order, until the limit is reached."""
+    from formulation.realloc.candidates import _take
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        groups = [list(range(100 * g, 100 * g + int(rng.integers(1, 9)))) for g in range(int(rng.integers(1, 12)))]
+        limit = int(rng.integers(0, 70))
+        quota, left = [0] * len(groups), limit
+        while left > 0 and any(q < len(g) for q, g in zip(quota, groups)):
+            for i, g in enumerate(groups):
+                if left > 0 and quota[i] < len(g):
+                    quota[i] += 1
+                    left -= 1
+        got = _take(groups, limit)
+        assert [sum(1 for x in got if x // 100 == g) for g in range(len(groups))] == quota
+        for g, q in zip(groups, quota):  # spread evenly, the largest always in
+            mine = [x for x in got if x // 100 == g[0] // 100]
+            assert len(set(mine)) == q and (q == 0 or g[-1] in mine)
