@@ -274,10 +274,13 @@ def _shrink_rows(node: ComponentNode, count: int, cols: _Columns, order: list) -
         return []
     cur = cols.vector(node.gpus_by_node())
     n = levels[-1]
+    where = np.array([cols.col[w.node] for w in order[:n]], dtype=np.int64)
     gpus = np.array([w.gpus for w in order[:n]], dtype=np.int64)
-    step = np.zeros((n, len(cur)), dtype=np.int64)  # step i: the i-th engine released leaves its node
-    step[np.arange(n), [cols.col[w.node] for w in order[:n]]] = gpus
-    rows = cur - np.cumsum(step, axis=0)[np.array(levels) - 1]
+    rows = np.empty((len(levels), len(cur)), dtype=np.int64)
+    row, done = cur.copy(), 0
+    for i, k in enumerate(levels):  # each level releases the engines after the previous one's
+        row -= np.bincount(where[done:k], weights=gpus[done:k], minlength=len(cur)).astype(np.int64)
+        rows[i], done = row, k
     released = np.cumsum(gpus)
     return [(rows, [f"shrink-{int(released[k - 1])}" for k in levels])]
 
