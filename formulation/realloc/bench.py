@@ -15,13 +15,16 @@ migrations, model build, solve, checker) per backend (``bnb``, the default exact
 generator, the path before the numpy generator), and, on the same instance, the model build
 alone (highspy arrays vs Pyomo components vs CP-SAT) so that the cost of Pyomo's model
 construction is measured beside highspy's. Reports p50 / p99 / max, ratios side by side, the
-machine (``uname -a``, CPUs, load average at start and end) and the exact command. Writes
+machine (``uname -a``, CPUs, load average at start and end) and the exact command. A full garbage
+collection runs (untimed) before each timed call, so that one backend's garbage is not collected
+on the next one's clock (with Pyomo in the same process this otherwise shows in the others' p99). Writes
 ``latency.md`` and ``latency.json`` under ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -161,6 +164,7 @@ def run_case(name: str, types: tuple, nodes_per_type: int, max_candidates: int, 
                 continue
             opts = ReallocOptions(backend=backend, generator=generator, margin=0.02, max_candidates=max_candidates,
                                   solve=SolveOptions(time_limit_s=5.0, mip_gap=1e-6))
+            gc.collect()  # untimed: the previous backend's garbage (Pyomo's models above all) is not collected on this one's clock
             c0 = time.process_time()
             dec = decide(snap, ctx, opts, DonorDetector(donors))
             r = res["backends"][b]
@@ -206,7 +210,8 @@ def _markdown(report: dict) -> str:
              f"Machine: `{report['machine']['uname']}`, {report['machine']['cpus']} CPUs, Python {report['machine']['python']}; "
              f"load average at start {report['load_start']}, at end {report['load_end']}. Shared machine: wall times are "
              "noisy (other users' jobs share the 2 CPUs), ratios are measured side by side in the same run, on the same "
-             "snapshots, one backend after the other per snapshot.", "",
+             "snapshots, one backend after the other per snapshot; a full garbage collection runs, untimed, before each "
+             "timed call.", "",
              "Latency is one `decide()` call: component graph, donor detection, candidate generation with migration "
              "plans, model build, solve, solver-free check (wall clock; CPU time of this process beside it, which other "
              "users' load disturbs less). Targets: p50 <= 20 ms, p99 <= 50 ms. A label `backend/python` generates the "
