@@ -182,8 +182,8 @@ def _take(uniq: list[list], limit: int) -> list:
     # round robin: every group one more per round, in group order, until ``limit`` are handed out;
     # whole rounds first (``full``: the last round every group still with items gets in full)
     sizes = [len(g) for g in uniq]
-    full = 0
-    while full < max(sizes, default=0) and sum(min(n, full + 1) for n in sizes) <= limit:
+    full, most = 0, max(sizes, default=0)
+    while full < most and sum(min(n, full + 1) for n in sizes) <= limit:
         full += 1
     quota = [min(n, full) for n in sizes]
     left = limit - sum(quota)
@@ -239,9 +239,16 @@ class _Columns:
 
     def vector(self, alloc: dict) -> np.ndarray:
         v = np.zeros(len(self.names), dtype=np.int64)
-        for p, g in alloc.items():
-            v[self.col[p]] += g
+        if alloc:
+            v[[self.col[p] for p in alloc]] = list(alloc.values())
         return v
+
+    def current(self, node: ComponentNode) -> np.ndarray:
+        """The node's current allocation as a row (computed once; read-only)."""
+        cache = self.__dict__.setdefault("_current", {})
+        if node.name not in cache:
+            cache[node.name] = self.vector(node.gpus_by_node())
+        return cache[node.name]
 
 
 
@@ -272,7 +279,7 @@ def _shrink_rows(node: ComponentNode, count: int, cols: _Columns, order: list) -
     levels = _levels(len(order) - 1, count)
     if not levels:
         return []
-    cur = cols.vector(node.gpus_by_node())
+    cur = cols.current(node)
     n = levels[-1]
     where = np.array([cols.col[w.node] for w in order[:n]], dtype=np.int64)
     gpus = np.array([w.gpus for w in order[:n]], dtype=np.int64)
@@ -292,7 +299,7 @@ def _grow_rows(node: ComponentNode, ctx: ComponentContext, graph: ComponentGraph
     other pools get no room), and every size of every type fills that order at once."""
     unit = max(1, ctx.unit_gpus)
     current = node.gpus_by_node()
-    cur = cols.vector(current)
+    cur = cols.current(node)
     cur_types = sorted({pools[p].gpu_type for p in current})
     nb = cols.vector({p: 1 for p in _neighbour_pools(node, graph)}) > 0
     rank = cols.name_rank
@@ -398,7 +405,7 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         if cols is None:
             raw.append((node, ctx, _select(groups, node.gpus_by_node(), max_candidates - 1)))
         else:
-            raw.append((node, ctx, _select_rows(groups, cols.vector(node.gpus_by_node()), max_candidates - 1)))
+            raw.append((node, ctx, _select_rows(groups, cols.current(node), max_candidates - 1)))
     # current pipeline throughput, for the migration cost
     cur = []
     for node, ctx, _ in raw:
@@ -429,7 +436,7 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
                                        mp.moves, mp.cause))
         else:
             names, chosen = named
-            rows = np.vstack([cols.vector(current)[None, :], chosen])
+            rows = np.vstack([cols.current(node)[None, :], chosen])
             matrices.append(rows)
             if names:
                 kinds, seconds, nbytes, causes = planner.costs(rows[1:])

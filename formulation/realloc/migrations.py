@@ -57,6 +57,26 @@ def moved_fraction(n_old: int, n_new: int) -> float:
     return max(0.0, 1.0 - kept)
 
 
+def moved_fractions(n_old: int, n_new: np.ndarray) -> np.ndarray:
+    """:func:`moved_fraction` for many ``n_new`` at once (the same arithmetic, the overlaps added
+    in rank order)."""
+    n_new = np.asarray(n_new, dtype=np.int64)
+    out = np.ones(len(n_new))
+    ok = (n_new > 0) & (n_new != n_old)
+    if n_old <= 0 or not ok.any():
+        out[n_new == n_old] = 0.0 if n_old > 0 else 1.0
+        return out
+    m = n_new[ok]
+    i = np.arange(int(min(n_old, m.max())))[None, :]
+    lo = np.maximum(i / n_old, i / m[:, None])
+    hi = np.minimum((i + 1) / n_old, (i + 1) / m[:, None])
+    overlap = np.where(i < np.minimum(n_old, m)[:, None], np.maximum(0.0, hi - lo), 0.0)
+    kept = np.add.accumulate(overlap, axis=1)[:, -1] if overlap.shape[1] else np.zeros(len(m))
+    out[ok] = np.maximum(0.0, 1.0 - kept)
+    out[n_new == n_old] = 0.0
+    return out
+
+
 @dataclass(frozen=True)
 class MigrationPlan:
     kind: str
@@ -317,7 +337,7 @@ class MigrationPlanner:
         n_old = int(cur.sum()) // unit
         size = T.sum(axis=1)
         n_new = size // unit
-        frac = np.array([moved_fraction(n_old, int(m)) for m in n_new])
+        frac = moved_fractions(n_old, n_new)
         total = ctx.sharded_state_bytes * frac + ctx.weight_bytes * np.maximum(0, n_new - n_old)
         changed = T != cur
         old_bw = v["old_bw"]

@@ -204,3 +204,11 @@ def test_selection_quota_is_a_round_robin():
         for g, q in zip(groups, quota):  # spread evenly, the largest always in
             mine = [x for x in got if x // 100 == g[0] // 100]
             assert len(set(mine)) == q and (q == 0 or g[-1] in mine)
+
+
+def test_moved_fractions_equal_the_scalar_rule():
+    from formulation.realloc.migrations import moved_fraction, moved_fractions
+
+    for n_old in range(0, 70):
+        new = np.arange(0, 100)
+        assert moved_fractions(n_old, new).tolist() == [moved_fraction(n_old, int(m)) for m in new]
