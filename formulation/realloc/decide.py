@@ -157,7 +157,8 @@ def decide(snapshot: TelemetrySnapshot | dict, context: ReallocContext, options:
         return _keep(graph, evidence, inst, rec, f"kept the current allocation: the {rec.backend} solve ended "
                                                  f"{rec.status.value} ({rec.message})", t0, timings)
     choice = list(sol.choice)
-    thr = [inst.stage_throughput(s, c) for s, c in enumerate(choice)]
+    table = inst.throughput_table()  # computed by the solve: the same numbers as inst.stage_throughput
+    thr = [table[s][c] for s, c in enumerate(choice)]
     obj = inst.objective(choice)
     pipe_thr = inst.pipeline_throughput(choice)
     moved = any(c != 0 for c in choice)

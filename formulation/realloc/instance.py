@@ -362,7 +362,10 @@ class ReallocInstance:
         return [s for s, st in enumerate(self.stages) if st.pipeline]
 
     def pipeline_throughput(self, choice: list[int]) -> float:
-        """Minimum over the pipeline stages of their predicted throughput."""
+        """Minimum over the pipeline stages of their predicted throughput (read from the table once
+        it is computed: the same numbers as :meth:`stage_throughput`)."""
+        if self._table is not None:
+            return min(self._table[s][choice[s]] for s in self.pipeline_stages())
         return min(self.stage_throughput(s, choice[s]) for s in self.pipeline_stages())
 
     def objective(self, choice: list[int]) -> float:
