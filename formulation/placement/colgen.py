@@ -1,0 +1,322 @@
+"""The scalable formulation: set partitioning over group patterns, by column generation.
+
+Sets: job classes ``c`` (jobs with identical phase tables, DRAM, SLO and current-plan status,
+``d_c`` jobs each); configurations ``k``; GPU types ``t``; patterns ``p`` (a configuration
+``k_p`` and class counts ``m_cp`` forming a feasible group, :mod:`formulation.placement.evaluate`).
+
+Master (restricted to the patterns generated so far; :mod:`formulation.placement.master`)::
+
+    min  sum_p (c_{k_p} + move_p) lambda_p + P sum_c u_c
+    s.t. sum_p m_cp lambda_p + u_c >= d_c        (cover_c: every job placed; u_c: left unplaced)
+         sum_p n_{t,k_p} lambda_p <= cap_t       (capacity_t)
+         lambda_p, u_c >= 0 (integer in the final solve)
+
+``move_p`` charges ``move_price_per_job`` for every member that was placed in the current plan
+and is not kept in its own group (*anchored* columns keep a current group's nodes and members).
+Classes make the model independent of the number of identical jobs and remove the symmetry
+between them; the cover rows are ``>=`` because a group stays feasible when a member is dropped.
+
+Pricing (:mod:`formulation.placement.pricing`): for each configuration, the group of largest
+dual value; its reduced cost is ``c_k + sum_t mu_t n_tk - value``.
+
+Certified lower bound (Lagrangian): for duals ``pi, mu >= 0`` and ``U_k`` = the most groups of
+configuration ``k`` any plan can hold (capacity, jobs),
+``LB = sum_c pi_c d_c - sum_t mu_t cap_t + sum_k U_k min(0, rc*_k) + sum_c d_c min(0, P - pi_c)``,
+where ``rc*_k`` is a lower bound on the reduced cost of every pattern of ``k`` computed without
+move charges (so it holds for anchored columns too). When pricing finds no negative reduced cost
+this is the LP optimum.
+
+Integer solution: the master with integer columns, warm-started with the greedy plan, under the
+time limit. Optimality proof for small instances: with LP-optimal duals every pattern in a plan
+of cost ``<= UB`` has reduced cost ``<= UB - LB``; when enumerating all of them fits the budget,
+the integer master over them is the global optimum (``proven``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from formulation.placement.evaluate import Group, Index, Solution
+from formulation.placement.master import Column, Master
+from formulation.placement.pricing import PricingItems, price, price_heuristic
+
+
+@dataclass
+class Classes:
+    rep: np.ndarray  # a representative job per class
+    jobs: list[list[int]]  # jobs of each class
+    placed: np.ndarray  # bool: the class's jobs are in the current plan
+    of_job: np.ndarray
+
+    @property
+    def demand(self) -> np.ndarray:
+        return np.array([len(j) for j in self.jobs], dtype=float)
+
+
+def job_classes(idx: Index, placed: Optional[set[int]] = None, jobs: Optional[list[int]] = None) -> Classes:
+    placed = placed or set()
+    keys: dict[bytes, int] = {}
+    rep, members, flags = [], [], []
+    of_job = np.full(idx.n, -1)
+    for j in (range(idx.n) if jobs is None else jobs):
+        key = b"".join([idx.a[:, j].tobytes(), idx.bs[:, j].tobytes(), idx.ok[:, j].tobytes(),
+                        np.array([idx.slo[j], idx.dram_r[j], idx.state_t[j], float(j in placed)]).tobytes()])
+        c = keys.get(key)
+        if c is None:
+            c = keys[key] = len(rep)
+            rep.append(j)
+            members.append([])
+            flags.append(j in placed)
+        members[c].append(j)
+        of_job[j] = c
+    return Classes(np.array(rep, dtype=int), members, np.array(flags, dtype=bool), of_job)
+
+
+@dataclass
+class ColgenStats:
+    rounds: int = 0
+    columns: int = 0
+    lp_value: Optional[float] = None
+    lower_bound: Optional[float] = None
+    lp_converged: bool = False
+    enumerated: Optional[int] = None  # columns enumerated for the optimality proof
+    proven: bool = False
+    mip_status: str = ""
+    watchdog_fired: bool = False
+    phase_s: dict = field(default_factory=dict)
+
+
+class PatternModel:
+    def __init__(self, idx: Index, classes: Classes, move_price: float = 0.0, threads: int = 1):
+        self.deadline = float("inf")
+        self.idx = idx
+        self.cl = classes
+        self.move_price = move_price
+        self.penalty = 10.0 * float(idx.cost.max() if len(idx.cost) else 1.0) + 1.0
+        cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
+        self.cap = cap
+        self.master = Master(classes.demand, cap, idx.node_matrix, self.penalty, threads)
+        r = classes.rep
+        self.items_static = []
+        for k in range(len(idx.configs)):
+            use = np.flatnonzero(idx.ok[k, r])
+            order = use[np.argsort(-idx.slo[r[use]], kind="stable")]
+            self.items_static.append(order)
+        # most groups of configuration k in any plan
+        dem = classes.demand
+        self.U = np.zeros(len(idx.configs))
+        for k in range(len(idx.configs)):
+            jobs_k = dem[self.items_static[k]].sum()
+            nodes = idx.node_matrix[k]
+            caps = [cap[t] // nodes[t] for t in range(len(cap)) if nodes[t] > 0]
+            self.U[k] = min([jobs_k] + caps)
+
+    # ------------------------------------------------------------------ columns
+    def column_cost(self, k: int, counts: dict[int, int], anchor_classes: Optional[dict[int, int]] = None) -> float:
+        moved = sum(n for c, n in counts.items() if self.cl.placed[c])
+        if anchor_classes:
+            moved -= sum(min(n, anchor_classes.get(c, 0)) for c, n in counts.items())
+        return float(self.idx.cost[k] + self.move_price * max(0, moved))
+
+    def counts_of(self, members) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for j in members:
+            c = int(self.cl.of_job[j])
+            out[c] = out.get(c, 0) + 1
+        return out
+
+    def add_groups(self, groups: list[Group], anchors: dict[str, list[int]]) -> list[int]:
+        """Columns for concrete groups (a warm start); returns their column ids (None when known)."""
+        ids = []
+        for g in groups:
+            counts = self.counts_of(g.members)
+            anchor_counts = self.counts_of(anchors[g.anchor]) if g.anchor and g.anchor in anchors else None
+            col = Column(g.config, counts, self.column_cost(g.config, counts, anchor_counts), g.anchor if anchor_counts else None)
+            ids.append(self.master.add(col, 1.0 if col.anchor else np.inf))
+        return ids
+
+    def _items(self, k: int, pi: np.ndarray, charge_moves: bool) -> PricingItems:
+        idx, r = self.idx, self.cl.rep
+        order = self.items_static[k]
+        val = pi[order] - (self.move_price * self.cl.placed[order] if charge_moves else 0.0)
+        keep = val > 1e-9
+        o = order[keep]
+        j = r[o]
+        c = idx.configs[k]
+        return PricingItems(o, val[keep], self.cl.demand[o].astype(int), idx.a[k, j], idx.bs[k, j], idx.tot[k, j], idx.slo[j],
+                            idx.dram_r[j], idx.state_t[j], float(idx.dram_cap_r[k]), float(idx.dram_cap_t[k]))
+
+    def price_all(self, pi, mu, charge_moves: bool, node_budget: int, max_columns: int = 3, exact: bool = True):
+        """(new columns with negative reduced cost, lower bound on every pattern's reduced cost per k).
+
+        ``exact=False`` runs only the heuristic (no bound: ``rc_lb`` is ``-inf``).
+        """
+        cols, rc_lb = [], np.full(len(self.idx.configs), -np.inf)
+        self.last_exact = exact
+        for k in range(len(self.idx.configs)):
+            fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
+            items = self._items(k, pi, charge_moves)
+            heur = price_heuristic(items, fixed, max_columns=max_columns)
+            found = [(v, c) for v, c in heur]
+            if exact:
+                start = max([fixed] + [v for v, _ in heur])
+                res = price(items, start, max_columns=max_columns, node_budget=node_budget, deadline=self.deadline)
+                rc_lb[k] = fixed - res.upper_bound
+                self.last_exact &= res.exact
+                found += res.columns
+            for value, counts in found:
+                cols.append(Column(k, counts, self.column_cost(k, counts)))
+        return cols, rc_lb
+
+    def add_singletons(self) -> None:
+        """One column per class on its cheapest configuration: a feasible start and sensible first duals."""
+        for c, j in enumerate(self.cl.rep):
+            ks = self.idx.job_configs[j]
+            if len(ks):
+                k = int(ks[np.argmin(self.idx.cost[ks])])
+                self.master.add(Column(k, {c: 1}, self.column_cost(k, {c: 1})))
+
+    def lagrangian_bound(self, pi, mu, rc_lb) -> float:
+        """Lagrangian bound with the cover rows priced by ``pi`` and the capacity rows kept.
+
+        ``rc_lb[k]`` bounds the reduced cost (with ``mu``) of every pattern of ``k`` from below, so
+        ``rc_lb[k] - mu n_k`` bounds ``c_k - value``. The plan's groups ``y_k`` must fit the
+        fleet, hence ``LB = pi d + min { sum_k y_k (rc_lb_k - mu n_k) : N y <= cap, y <= U }`` (an LP
+        over the configurations; its optimum is at least the bound with capacity dualised by ``mu``).
+        """
+        from scipy.optimize import linprog
+
+        d = self.cl.demand
+        base = float(pi @ d + d @ np.minimum(0.0, self.penalty - pi))
+        r = rc_lb - self.idx.node_matrix @ mu
+        neg = np.flatnonzero(r < 0)
+        if len(neg) == 0:
+            return base
+        res = linprog(r[neg], A_ub=self.idx.node_matrix[neg].T, b_ub=self.cap, bounds=[(0, self.U[k]) for k in neg], method="highs")
+        dualised = float(pi @ d - mu @ self.cap + self.U @ np.minimum(0.0, rc_lb) + d @ np.minimum(0.0, self.penalty - pi))
+        if res.status != 0:
+            return dualised
+        return max(dualised, base + float(res.fun))
+
+    # ------------------------------------------------------------------ solve
+    def solve(self, deadline: float, warm: Optional[Solution], anchors: dict[str, list[int]], mip_gap: float,
+              node_budget: int = 20000, enumerate_limit: int = 200000) -> tuple[Optional[Solution], ColgenStats]:
+        st = ColgenStats()
+        t0 = time.perf_counter()
+        self.deadline = deadline
+        warm_ids = self.add_groups(warm.groups, anchors) if warm else []
+        self.add_singletons()
+        # phase 1: column generation until no negative reduced cost or a share of the time is used
+        lp_deadline = t0 + 0.6 * (deadline - t0)
+        pi = mu = None
+        best_lb = -np.inf
+        center = None  # duals with the best Lagrangian bound so far (Wentges smoothing)
+        alpha = 0.5
+        while True:
+            obj, pi, mu = self.master.solve_lp(deadline)
+            st.rounds += 1
+            st.lp_value = obj
+            cols, _ = self.price_all(pi, mu, True, node_budget, exact=False)
+            if [c for c in cols if self.master.add(c) is not None] and time.perf_counter() < lp_deadline:
+                continue  # the heuristic still finds columns: no need for the exact pricing yet
+            smooth = center is not None and alpha > 0
+            ps, ms = ((alpha * center[0] + (1 - alpha) * pi, alpha * center[1] + (1 - alpha) * mu) if smooth else (pi, mu))
+            budget = node_budget
+            while True:  # exact pricing; a larger node budget while it is cut short and time allows
+                cols, rc_lb = self.price_all(ps, ms, True, budget)
+                exact = self.last_exact
+                if self.move_price > 0:
+                    _, rc_lb = self.price_all(ps, ms, False, budget, max_columns=1)
+                    exact &= self.last_exact
+                useful = [c for c in cols if c.cost - pi[list(c.counts)] @ np.array(list(c.counts.values()), dtype=float)
+                          - mu @ self.idx.node_matrix[c.config] < -1e-9 * max(1.0, abs(obj))]
+                new = [c for c in useful if self.master.add(c) is not None]
+                if new or exact or time.perf_counter() > lp_deadline:
+                    break
+                budget *= 5
+            lb = self.lagrangian_bound(ps, ms, rc_lb)
+            if lb > best_lb:
+                best_lb, center = lb, (ps, ms)
+            if not new:
+                if smooth:  # mispricing: the smoothed duals found nothing for the LP; price at the LP duals
+                    alpha = 0.0
+                    continue
+                st.lp_converged = exact
+                break
+            alpha = 0.5
+            if time.perf_counter() > lp_deadline:
+                break
+        st.lower_bound = best_lb
+        st.phase_s["colgen"] = time.perf_counter() - t0
+        # phase 2: enumerate every pattern that can be in a better plan (small instances)
+        ub = warm.cost(self.idx) + self.move_price * len(warm.moved) if warm and not warm.unplaced else None
+        if st.lp_converged and ub is not None and time.perf_counter() < deadline:
+            t1 = time.perf_counter()
+            gap = ub - best_lb
+            n_enum, complete = 0, True
+            for k in range(len(self.idx.configs)):
+                fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
+                res = price(self._items(k, pi, False), fixed - gap - 1e-9, max_columns=enumerate_limit - n_enum + 1,
+                            node_budget=4 * enumerate_limit)
+                if not res.exact or len(res.columns) > enumerate_limit - n_enum or time.perf_counter() > deadline:
+                    complete = False
+                    break
+                for _, counts in res.columns:
+                    self.master.add(Column(k, counts, self.column_cost(k, counts)))
+                    n_enum += 1
+            st.enumerated = n_enum if complete else None
+            st.phase_s["enumerate"] = time.perf_counter() - t1
+        # phase 3: integer master
+        t2 = time.perf_counter()
+        start = None
+        if warm is not None:
+            start = np.zeros(len(self.master.columns))
+            for c in range(self.master.nc):
+                start[c] = 0.0
+            for cid, g in zip(warm_ids, warm.groups):
+                if cid is not None:
+                    start[cid] += 1
+            for j in warm.unplaced:
+                start[int(self.cl.of_job[j])] += 1
+            # warm columns already known (None ids): fall back to letting HiGHS find its own start
+            if any(cid is None for cid in warm_ids):
+                start = None
+        x, status, fired = self.master.solve_mip(deadline, start, mip_gap)
+        st.mip_status, st.watchdog_fired = status, fired
+        st.phase_s["mip"] = time.perf_counter() - t2
+        st.columns = len(self.master.columns) - self.master.nc
+        if x is None:
+            return None, st
+        sol = self.to_solution(x, anchors)
+        st.proven = bool(st.enumerated is not None and status == "Optimal")
+        return sol, st
+
+    def to_solution(self, x: np.ndarray, anchors: dict[str, list[int]]) -> Solution:
+        pool = [list(js) for js in self.cl.jobs]
+        taken: set[int] = set()
+        groups: list[tuple[Column, list[int]]] = []
+        chosen = [(i, int(round(v))) for i, v in enumerate(x) if v > 0.5 and self.master.columns[i] is not None]
+        chosen.sort(key=lambda t: self.master.columns[t[0]].anchor is None)  # anchored first: they take their own jobs
+        for i, copies in chosen:
+            col = self.master.columns[i]
+            for _ in range(copies):
+                members: list[int] = []
+                own = [j for j in anchors.get(col.anchor, [])] if col.anchor else []
+                for c, n in sorted(col.counts.items()):
+                    mine = [j for j in own if self.cl.of_job[j] == c and j not in taken][:n]
+                    rest = [j for j in pool[c] if j not in taken and j not in mine][: n - len(mine)]
+                    for j in mine + rest:
+                        taken.add(j)
+                        members.append(j)
+                if members:
+                    groups.append((col, members))
+        out = []
+        for col, members in groups:
+            members.sort()
+            out.append(Group(col.config, tuple(members), col.anchor))
+        unplaced = [j for j in range(self.idx.n) if j not in taken and self.cl.of_job[j] >= 0]
+        return Solution(out, unplaced)
