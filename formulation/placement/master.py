@@ -21,6 +21,25 @@ import highspy
 import numpy as np
 
 
+def new_highs() -> highspy.Highs:
+    """A silent ``highspy.Highs``: its constructor prints a banner on the C-level stdout, which would
+    corrupt a plan written to stdout, so file descriptor 1 points at /dev/null while it runs."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
+
+
 @dataclass
 class Column:
     config: int
@@ -57,8 +76,7 @@ class Watchdog:
 
 class Master:
     def __init__(self, demand: np.ndarray, capacity: np.ndarray, node_matrix: np.ndarray, penalty: float, threads: int = 1):
-        self.h = highspy.Highs()
-        self.h.setOptionValue("output_flag", False)
+        self.h = new_highs()
         self.h.setOptionValue("threads", int(threads))
         self.h.setOptionValue("random_seed", 0)
         self.nc = len(demand)

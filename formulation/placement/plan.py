@@ -58,7 +58,7 @@ class GroupPlan(_Body):
 
 class Unplaced(_Body):
     job: str
-    reason: str = Field(description="no-pool | slo | dram | capacity")
+    reason: str = Field(description="no-pool | slo | dram | capacity | pending (admit: not admitted yet)")
     message: str
     fix: str
 
