@@ -124,11 +124,11 @@ class Master:
         self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.ones(n, dtype=np.uint8))
         self.h.setOptionValue("mip_rel_gap", float(mip_gap))
         self.h.setOptionValue("time_limit", max(0.01, deadline - time.perf_counter()))
-        if start is not None:
-            s = highspy.HighsSolution()
-            s.col_value = list(map(float, start))
-            s.value_valid = True
-            self.h.setSolution(s)
+        # ``start`` is not handed to HiGHS: with a MIP start set on this master after its LP
+        # solves, HiGHS 1.16 reported "Optimal" with an objective that did not match the returned
+        # columns (152 $/h returned, 56 reported, 104 optimal on weave-micro). The caller keeps
+        # the better of the warm start and this solve instead.
+        del start
         with Watchdog(self.h, deadline) as wd:
             self.h.run()
         status = self.h.modelStatusToString(self.h.getModelStatus())

@@ -128,10 +128,6 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
 
     def dfs(p, theta, sa, sb, mt, sw, ss, v) -> None:
         state["nodes"] += 1
-        if v > threshold() + 1e-12:
-            best.append((v, tuple(counts)))
-            best.sort(key=lambda t: -t[0])
-            del best[max_columns:]
         if p == n:
             return
         ub = v + bound(p, theta, sa, sb, sw, ss)
@@ -153,6 +149,10 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
                     break
             for c in range(c_max, 0, -1):
                 counts[i] = c
+                if v + c * val[i] > threshold() + 1e-12:  # a new group (each is reached once: by including i)
+                    best.append((v + c * val[i], tuple(counts)))
+                    best.sort(key=lambda t: -t[0])
+                    del best[max_columns:]
                 dfs(p + 1, th, sa + c * A[i], sb + c * B[i], nt, sw + c * W[i], ss + c * S[i], v + c * val[i])
             counts[i] = 0
         dfs(p + 1, theta, sa, sb, mt, sw, ss, v)
