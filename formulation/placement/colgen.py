@@ -42,7 +42,12 @@ import numpy as np
 
 from formulation.placement.evaluate import Group, Index, Solution
 from formulation.placement.master import Column, Master
+import os
+
 from formulation.placement.pricing import PricingItems, price, price_heuristic
+
+
+TRACE = os.environ.get("RL_PLANNER_TRACE") == "1"
 
 
 @dataclass
@@ -93,6 +98,7 @@ class ColgenStats:
 class PatternModel:
     def __init__(self, idx: Index, classes: Classes, move_price: float = 0.0, threads: int = 1):
         self.deadline = float("inf")
+        self.promise = np.zeros(len(idx.configs))
         self.idx = idx
         self.cl = classes
         self.move_price = move_price
@@ -150,26 +156,34 @@ class PatternModel:
         return PricingItems(o, val[keep], self.cl.demand[o].astype(int), idx.a[k, j], idx.bs[k, j], idx.tot[k, j], idx.slo[j],
                             idx.dram_r[j], idx.state_t[j], float(idx.dram_cap_r[k]), float(idx.dram_cap_t[k]))
 
-    def price_all(self, pi, mu, charge_moves: bool, node_budget: int, max_columns: int = 3, exact: bool = True):
-        """(new columns with negative reduced cost, lower bound on every pattern's reduced cost per k).
+    def price_all(self, pi, mu, charge_moves: bool, node_budget: int, max_columns: int = 3, exact: bool = True,
+                  stop_after: Optional[int] = None):
+        """Columns with negative reduced cost, and a lower bound on every pattern's reduced cost per k.
 
-        ``exact=False`` runs only the heuristic (no bound: ``rc_lb`` is ``-inf``).
+        ``exact=False`` runs only the heuristic (``rc_lb`` is ``-inf``). ``stop_after``: stop once
+        that many columns are found (partial pricing, most promising configurations first); the
+        bound is then incomplete (``self.last_full`` is False).
         """
-        cols, rc_lb = [], np.full(len(self.idx.configs), -np.inf)
+        K = len(self.idx.configs)
+        cols, rc_lb = [], np.full(K, -np.inf)
         self.last_exact = exact
-        for k in range(len(self.idx.configs)):
+        self.last_full = True
+        for k in sorted(range(K), key=lambda k: -self.promise[k]):
             fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
             items = self._items(k, pi, charge_moves)
-            heur = price_heuristic(items, fixed, max_columns=max_columns)
-            found = [(v, c) for v, c in heur]
+            found = list(price_heuristic(items, fixed, max_columns=max_columns))
             if exact:
-                start = max([fixed] + [v for v, _ in heur])
+                start = max([fixed] + [v for v, _ in found])
                 res = price(items, start, max_columns=max_columns, node_budget=node_budget, deadline=self.deadline)
                 rc_lb[k] = fixed - res.upper_bound
                 self.last_exact &= res.exact
                 found += res.columns
+            self.promise[k] = 0.5 * self.promise[k] + len(found)
             for value, counts in found:
                 cols.append(Column(k, counts, self.column_cost(k, counts)))
+            if stop_after is not None and len(cols) >= stop_after:
+                self.last_full = False
+                break
         return cols, rc_lb
 
     def add_singletons(self) -> None:
@@ -198,13 +212,25 @@ class PatternModel:
             return base
         res = linprog(r[neg], A_ub=self.idx.node_matrix[neg].T, b_ub=self.cap, bounds=[(0, self.U[k]) for k in neg], method="highs")
         dualised = float(pi @ d - mu @ self.cap + self.U @ np.minimum(0.0, rc_lb) + d @ np.minimum(0.0, self.penalty - pi))
-        if res.status != 0:
-            return dualised
-        return max(dualised, base + float(res.fun))
+        best = dualised if res.status != 0 else max(dualised, base + float(res.fun))
+        return max(best, self.farley_bound(pi, mu, rc_lb))
+
+    def farley_bound(self, pi, mu, rc_lb) -> float:
+        """Farley's bound: ``pi / r`` is dual feasible for the model without capacity rows when ``r``
+        is the largest value-to-cost ratio of any pattern (``UB_k / c_k`` from pricing), so
+        ``pi d / r`` bounds the optimum (dropping rows only lowers it). Far tighter than the
+        Lagrangian bound while pricing still finds columns of slightly negative reduced cost."""
+        ub_value = self.idx.cost + self.idx.node_matrix @ mu - rc_lb  # most any pattern of k is worth at pi
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(self.idx.cost > 0, ub_value / self.idx.cost, np.inf)
+        r = max(1.0, float(np.max(ratio)) if len(ratio) else 1.0, float(np.max(pi / self.penalty)) if len(pi) else 1.0)
+        if not np.isfinite(r):
+            return -np.inf
+        return float(pi @ self.cl.demand) / r
 
     # ------------------------------------------------------------------ solve
     def solve(self, deadline: float, warm: Optional[Solution], anchors: dict[str, list[int]], mip_gap: float,
-              node_budget: int = 20000, enumerate_limit: int = 200000) -> tuple[Optional[Solution], ColgenStats]:
+              node_budget: int = 200000, enumerate_limit: int = 200000) -> tuple[Optional[Solution], ColgenStats]:
         st = ColgenStats()
         t0 = time.perf_counter()
         self.deadline = deadline
@@ -216,40 +242,46 @@ class PatternModel:
         best_lb = -np.inf
         center = None  # duals with the best Lagrangian bound so far (Wentges smoothing)
         alpha = 0.5
+        budget = node_budget
         while True:
             obj, pi, mu = self.master.solve_lp(deadline)
             st.rounds += 1
             st.lp_value = obj
-            cols, _ = self.price_all(pi, mu, True, node_budget, exact=False)
+            cols, _ = self.price_all(pi, mu, True, budget, exact=False)
             if [c for c in cols if self.master.add(c) is not None] and time.perf_counter() < lp_deadline:
                 continue  # the heuristic still finds columns: no need for the exact pricing yet
             smooth = center is not None and alpha > 0
             ps, ms = ((alpha * center[0] + (1 - alpha) * pi, alpha * center[1] + (1 - alpha) * mu) if smooth else (pi, mu))
-            budget = node_budget
-            while True:  # exact pricing; a larger node budget while it is cut short and time allows
-                cols, rc_lb = self.price_all(ps, ms, True, budget)
-                exact = self.last_exact
-                if self.move_price > 0:
+            self.deadline = lp_deadline
+            tp = time.perf_counter()
+            cols, rc_lb = self.price_all(ps, ms, True, budget, stop_after=8)
+            full, exact = self.last_full, self.last_exact
+            useful = [c for c in cols if c.cost - pi[list(c.counts)] @ np.array(list(c.counts.values()), dtype=float)
+                      - mu @ self.idx.node_matrix[c.config] < -1e-9 * max(1.0, abs(obj))]
+            new = [c for c in useful if self.master.add(c) is not None]
+            if full:
+                if self.move_price > 0:  # the bound must hold for anchored columns: price without move charges
                     _, rc_lb = self.price_all(ps, ms, False, budget, max_columns=1)
                     exact &= self.last_exact
-                useful = [c for c in cols if c.cost - pi[list(c.counts)] @ np.array(list(c.counts.values()), dtype=float)
-                          - mu @ self.idx.node_matrix[c.config] < -1e-9 * max(1.0, abs(obj))]
-                new = [c for c in useful if self.master.add(c) is not None]
-                if new or exact or time.perf_counter() > lp_deadline:
-                    break
-                budget *= 5
-            lb = self.lagrangian_bound(ps, ms, rc_lb)
-            if lb > best_lb:
-                best_lb, center = lb, (ps, ms)
+                lb = self.lagrangian_bound(ps, ms, rc_lb)
+                if lb > best_lb:
+                    best_lb, center = lb, (ps, ms)
+            if TRACE:
+                print(f"round {st.rounds} t={time.perf_counter() - t0:.2f} lp={obj:.3f} exact pricing {time.perf_counter() - tp:.2f} s "
+                      f"full={full} exact={exact} new={len(new)} lb={best_lb:.3f} alpha={alpha if smooth else 0}")
             if not new:
                 if smooth:  # mispricing: the smoothed duals found nothing for the LP; price at the LP duals
                     alpha = 0.0
                     continue
-                st.lp_converged = exact
+                if full and not exact and time.perf_counter() < lp_deadline:
+                    budget *= 4  # the search was cut short: a larger budget for a tighter bound
+                    continue
+                st.lp_converged = full and exact
                 break
             alpha = 0.5
             if time.perf_counter() > lp_deadline:
                 break
+        self.deadline = deadline
         st.lower_bound = best_lb
         st.phase_s["colgen"] = time.perf_counter() - t0
         # phase 2: enumerate every pattern that can be in a better plan (small instances)

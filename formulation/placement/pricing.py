@@ -161,43 +161,52 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
     cols = [(v, {int(items.cls[i]): int(c) for i, c in enumerate(key) if c}) for v, key in best if v > min_value + 1e-12]
     top = best[0][0] if best else 0.0
     # a pruned node was worth at most the threshold then, which never exceeds max(top, min_value)
+    price.last_nodes = state["nodes"]
     return PricingResult(cols, max(top, state["open"], min_value), not state["cut"])
 
 
-def price_heuristic(items: PricingItems, min_value: float, max_columns: int = 3, thresholds: int = 24) -> list[tuple[float, dict[int, int]]]:
-    """Fast columns: for a sample of SLO thresholds, fill a group greedily by value per size.
+def price_heuristic(items: PricingItems, min_value: float, max_columns: int = 3, thresholds: int = 64) -> list[tuple[float, dict[int, int]]]:
+    """Fast columns: for each SLO threshold (a sample when there are many), fill a group greedily.
 
-    The class that sets the threshold goes in first; then classes with at least that SLO, best
-    value per unit of the tighter of rollout and training time, as many copies as fit.
+    The class that sets the threshold goes in first; then classes with at least that SLO in order
+    of value per unit of rollout time, of training time, and of the larger of the two (three
+    fills), as many copies as fit.
     """
     n = len(items.cls)
     if n == 0:
         return []
     tol = 1 + REL_TOL
-    cand = np.unique(np.linspace(0, n - 1, min(n, thresholds)).round().astype(int))
+    slo_vals = np.unique(items.slo)
+    if len(slo_vals) > thresholds:
+        slo_vals = slo_vals[np.unique(np.linspace(0, len(slo_vals) - 1, thresholds).round().astype(int))]
     out: dict[tuple, float] = {}
-    for t in cand:
-        theta = float(items.slo[t])
-        elig = np.flatnonzero((np.arange(n) <= t) & (items.tot <= theta * tol))
-        if t not in elig:
+    val_all = items.value
+    for theta in slo_vals:
+        theta = float(theta)
+        elig = np.flatnonzero((items.slo >= theta * (1 - 1e-12)) & (items.tot <= theta * tol))
+        if len(elig) == 0:
             continue
-        size = np.maximum(items.a[elig], items.bs[elig]) / theta + 1e-12
-        order = elig[np.argsort(-(items.value[elig] / size), kind="stable")]
-        order = [t] + [i for i in order if i != t]
-        sa = sb = sw = ss = 0.0
-        val = 0.0
-        counts: dict[int, int] = {}
-        for i in order:
-            for _ in range(int(items.demand[i])):
-                na, nb, nw, ns = sa + items.a[i], sb + items.bs[i], sw + items.w[i], ss + items.s[i]
-                if na <= theta * tol and nb <= theta * tol and nw <= items.cap_w * tol and ns <= items.cap_s * tol:
-                    sa, sb, sw, ss = na, nb, nw, ns
-                    val += float(items.value[i])
-                    counts[int(items.cls[i])] = counts.get(int(items.cls[i]), 0) + 1
-                else:
-                    break
-        if val > min_value + 1e-12 and counts:
-            key = tuple(sorted(counts.items()))
-            out[key] = max(out.get(key, 0.0), val)
+        at = elig[np.abs(items.slo[elig] - theta) <= 1e-9 * theta]
+        if len(at) == 0:
+            continue
+        first = int(at[np.argmax(val_all[at])])
+        for size in (items.a[elig], items.bs[elig], np.maximum(items.a[elig], items.bs[elig])):
+            order = elig[np.argsort(-(val_all[elig] / (size + 1e-12)), kind="stable")]
+            order = [first] + [int(i) for i in order if i != first]
+            sa = sb = sw = ss = 0.0
+            val = 0.0
+            counts: dict[int, int] = {}
+            for i in order:
+                for _ in range(int(items.demand[i])):
+                    na, nb, nw, ns = sa + items.a[i], sb + items.bs[i], sw + items.w[i], ss + items.s[i]
+                    if na <= theta * tol and nb <= theta * tol and nw <= items.cap_w * tol and ns <= items.cap_s * tol:
+                        sa, sb, sw, ss = na, nb, nw, ns
+                        val += float(val_all[i])
+                        counts[int(items.cls[i])] = counts.get(int(items.cls[i]), 0) + 1
+                    else:
+                        break
+            if val > min_value + 1e-12 and counts:
+                key = tuple(sorted(counts.items()))
+                out[key] = max(out.get(key, 0.0), val)
     best = sorted(out.items(), key=lambda kv: -kv[1])[:max_columns]
     return [(v, dict(k)) for k, v in best]

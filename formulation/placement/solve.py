@@ -142,7 +142,11 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
         found, status, lb, message = solve_compact(idx, options, deadline, warm, cur)
         if found is not None:
             found.moved = moved_jobs(found, cur)
-            sol = found
+            if (len(found.unplaced), _objective(idx, found)) <= (len(warm.unplaced), _objective(idx, warm) + 1e-9):
+                sol = found
+            else:  # stopped early with a worse incumbent than the warm start: keep the warm start
+                status = SolveStatus.FEASIBLE
+                message += f"; kept the {warm_name} plan (cheaper than the solver's incumbent)"
     else:
         raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     sol.moved = moved_jobs(sol, cur)
