@@ -102,7 +102,7 @@ class PatternModel:
         self.idx = idx
         self.cl = classes
         self.move_price = move_price
-        self.penalty = 10.0 * float(idx.cost.max() if len(idx.cost) else 1.0) + 1.0
+        self.penalty = idx.penalty
         cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
         self.cap = cap
         self.master = Master(classes.demand, cap, idx.node_matrix, self.penalty, threads)
@@ -285,7 +285,7 @@ class PatternModel:
         st.lower_bound = best_lb
         st.phase_s["colgen"] = time.perf_counter() - t0
         # phase 2: enumerate every pattern that can be in a better plan (small instances)
-        ub = warm.cost(self.idx) + self.move_price * len(warm.moved) if warm and not warm.unplaced else None
+        ub = (warm.cost(self.idx) + self.move_price * len(warm.moved) + self.penalty * len(warm.unplaced)) if warm else None
         if st.lp_converged and ub is not None and time.perf_counter() < deadline:
             t1 = time.perf_counter()
             gap = ub - best_lb

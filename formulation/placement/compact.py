@@ -76,7 +76,7 @@ def make_slots(idx: Index, cur=None) -> Slots:
             members[s] = list(jobs)
             for j in grp.members:
                 home[j] = s
-    penalty = 10.0 * float(idx.cost.max() if len(idx.cost) else 1.0) + 1.0
+    penalty = idx.penalty
     return Slots(jobs, slots, configs, members, home, anchor_of, penalty)
 
 

@@ -102,6 +102,11 @@ class Index:
                        & (self.state_t[None, :] <= self.dram_cap_t[:, None] * (1 + REL_TOL)))
         self.config_id = {c: k for k, c in enumerate(configs)}
 
+    @property
+    def penalty(self) -> float:
+        """$/h every solver charges per job left unplaced: 10 x the most expensive configuration + 1."""
+        return 10.0 * float(self.cost.max() if len(self.cost) else 1.0) + 1.0
+
     # ------------------------------------------------------------------ configurations
     def config_cost(self, c: Config) -> float:
         pr, pt = self.inst.pool_types[c.rollout_type], self.inst.pool_types[c.train_type]

@@ -127,7 +127,7 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
         if found is not None:
             found = tighten(idx, found)
             found.moved = moved_jobs(found, cur)
-            if _objective(idx, found) <= _objective(idx, warm) + 1e-9 and len(found.unplaced) <= len(warm.unplaced):
+            if _score(idx, found) <= _score(idx, warm) + 1e-9:
                 sol = found
         status = SolveStatus.OPTIMAL if st.proven else SolveStatus.FEASIBLE
         message = (f"column generation: {st.rounds} rounds, {st.columns} columns, LP {st.lp_value:.6g}"
@@ -142,7 +142,7 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
         found, status, lb, message = solve_compact(idx, options, deadline, warm, cur)
         if found is not None:
             found.moved = moved_jobs(found, cur)
-            if (len(found.unplaced), _objective(idx, found)) <= (len(warm.unplaced), _objective(idx, warm) + 1e-9):
+            if _score(idx, found) <= _score(idx, warm) + 1e-9:
                 sol = found
             else:  # stopped early with a worse incumbent than the warm start: keep the warm start
                 status = SolveStatus.FEASIBLE
@@ -150,8 +150,6 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
     else:
         raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     sol.moved = moved_jobs(sol, cur)
-    if sol.unplaced:
-        status = SolveStatus.FEASIBLE if status is SolveStatus.OPTIMAL and lb is None else status
     free = dict(idx.capacity)
     for t, n in idx.nodes_used(sol.groups).items():
         free[t] -= n
@@ -172,3 +170,7 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
 
 def _objective(idx: Index, sol: Solution) -> float:
     return idx.groups_cost(sol.groups) + idx.inst.move_price_per_job * len(sol.moved)
+
+
+def _score(idx: Index, sol: Solution) -> float:
+    return _objective(idx, sol) + idx.penalty * len(sol.unplaced)
