@@ -163,7 +163,8 @@ class Packer:
             if not feas.any():
                 continue
             marg = np.where(feas, idx.cost[ks][None, :] - idx.cost[ks][rpos][:, None], np.inf)
-            fill = np.maximum(A, BS) / lim
+            with np.errstate(invalid="ignore", divide="ignore"):
+                fill = np.maximum(A, BS) / lim
             m = marg.min()
             if m > best.marginal_cost + 1e-9:
                 continue
