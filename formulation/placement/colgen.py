@@ -48,6 +48,9 @@ from formulation.placement.pricing import PricingItems, price, price_heuristic
 
 
 TRACE = os.environ.get("RL_PLANNER_TRACE") == "1"
+# Exact pricing stops proving once a configuration's groups cannot beat its price by more than
+# this share of it: the bound gives up at most that share, the search gets much shorter.
+PRICING_TOLERANCE = 0.002
 
 
 @dataclass
@@ -174,7 +177,8 @@ class PatternModel:
             found = list(price_heuristic(items, fixed, max_columns=max_columns))
             if exact:
                 start = max([fixed] + [v for v, _ in found])
-                res = price(items, start, max_columns=max_columns, node_budget=node_budget, deadline=self.deadline)
+                res = price(items, start, max_columns=max_columns, node_budget=node_budget, deadline=self.deadline,
+                            tolerance=PRICING_TOLERANCE * fixed)
                 rc_lb[k] = fixed - res.upper_bound
                 self.last_exact &= res.exact
                 found += res.columns
@@ -237,13 +241,15 @@ class PatternModel:
         warm_ids = self.add_groups(warm.groups, anchors) if warm else []
         self.add_singletons()
         # phase 1: column generation until no negative reduced cost or a share of the time is used
-        lp_deadline = t0 + 0.6 * (deadline - t0)
+        lp_deadline = t0 + 0.75 * (deadline - t0)
         pi = mu = None
         best_lb = -np.inf
         center = None  # duals with the best Lagrangian bound so far (Wentges smoothing)
         alpha = 0.5
         budget = node_budget
         while True:
+            if time.perf_counter() > lp_deadline and st.rounds:
+                break
             obj, pi, mu = self.master.solve_lp(deadline)
             st.rounds += 1
             st.lp_value = obj
@@ -284,48 +290,63 @@ class PatternModel:
         self.deadline = deadline
         st.lower_bound = best_lb
         st.phase_s["colgen"] = time.perf_counter() - t0
-        # phase 2: enumerate every pattern that can be in a better plan (small instances)
+        # phase 2: enumerate every pattern that can be in a better plan (when the gap is small enough)
+        reserve = max(0.3, 0.1 * (deadline - t0))  # for the integer master and building the plan
         ub = (warm.cost(self.idx) + self.move_price * len(warm.moved) + self.penalty * len(warm.unplaced)) if warm else None
-        if st.lp_converged and ub is not None and time.perf_counter() < deadline:
+        if st.lp_converged and ub is not None and time.perf_counter() < deadline - 2 * reserve:
             t1 = time.perf_counter()
+            self.deadline = deadline - 2 * reserve
             gap = ub - best_lb
-            n_enum, complete = 0, True
+            pool: list[Column] = []
+            complete = True
             for k in range(len(self.idx.configs)):
                 fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
-                res = price(self._items(k, pi, False), fixed - gap - 1e-9, max_columns=enumerate_limit - n_enum + 1,
-                            node_budget=4 * enumerate_limit)
-                if not res.exact or len(res.columns) > enumerate_limit - n_enum or time.perf_counter() > deadline:
+                res = price(self._items(k, pi, False), fixed - gap - 1e-9, max_columns=enumerate_limit - len(pool) + 1,
+                            node_budget=4 * enumerate_limit, deadline=self.deadline)
+                if not res.exact or len(pool) + len(res.columns) > enumerate_limit:
                     complete = False
                     break
-                for _, counts in res.columns:
-                    self.master.add(Column(k, counts, self.column_cost(k, counts)))
-                    n_enum += 1
-            st.enumerated = n_enum if complete else None
+                pool += [Column(k, counts, self.column_cost(k, counts)) for _, counts in res.columns]
+            if complete:
+                for col in pool:
+                    self.master.add(col)
+                st.enumerated = len(pool)
             st.phase_s["enumerate"] = time.perf_counter() - t1
-        # phase 3: integer master
+            self.deadline = deadline
+        # phase 3: the integer master, and the LP's integral part repaired by the greedy
         t2 = time.perf_counter()
-        start = None
-        if warm is not None:
-            start = np.zeros(len(self.master.columns))
-            for c in range(self.master.nc):
-                start[c] = 0.0
-            for cid, g in zip(warm_ids, warm.groups):
-                if cid is not None:
-                    start[cid] += 1
-            for j in warm.unplaced:
-                start[int(self.cl.of_job[j])] += 1
-            # warm columns already known (None ids): fall back to letting HiGHS find its own start
-            if any(cid is None for cid in warm_ids):
-                start = None
-        x, status, fired = self.master.solve_mip(deadline, start, mip_gap)
+        x_lp = self.master.last_primal
+        x, status, fired = self.master.solve_mip(deadline - reserve, None, mip_gap)
         st.mip_status, st.watchdog_fired = status, fired
         st.phase_s["mip"] = time.perf_counter() - t2
         st.columns = len(self.master.columns) - self.master.nc
-        if x is None:
-            return None, st
-        sol = self.to_solution(x, anchors)
+        cands = []
+        if x is not None:
+            cands.append(self.to_solution(x, anchors))
+        if x_lp is not None:
+            cands.append(self.round_and_repair(x_lp, anchors))
         st.proven = bool(st.enumerated is not None and status == "Optimal")
-        return sol, st
+        if not cands:
+            return None, st
+        score = lambda sol: sol.cost(self.idx) + self.penalty * len(sol.unplaced)  # noqa: E731
+        return min(cands, key=score), st
+
+    def round_and_repair(self, x_lp: np.ndarray, anchors: dict[str, list[int]]) -> Solution:
+        """The LP solution's integral part (``floor`` of each pattern's copies), then the greedy admits
+        the jobs left over. Close to the LP bound when the groups are many and the fractions few."""
+        from formulation.placement.greedy import Packer, arrival_order
+
+        floor = np.floor(np.asarray(x_lp) + 1e-6)
+        base = self.to_solution(floor, anchors)
+        pk = Packer(self.idx)
+        for g in base.groups:
+            if all(pk.free.get(t, 0) >= n for t, n in self.idx.config_nodes(g.config).items()):
+                pk.add_group(g.config, list(g.members), g.anchor)
+        left = set(j for j in range(self.idx.n) if j not in pk.job_group and self.cl.of_job[j] >= 0)
+        for j in arrival_order(self.idx):
+            if j in left:
+                pk.admit(j)
+        return pk.solution()
 
     def to_solution(self, x: np.ndarray, anchors: dict[str, list[int]]) -> Solution:
         pool = [list(js) for js in self.cl.jobs]

@@ -88,6 +88,7 @@ class Master:
         self.h.addRows(self.nt, np.full(self.nt, -inf), np.asarray(capacity, dtype=float), 0,
                        np.zeros(self.nt, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
         self.columns: list[Optional[Column]] = []
+        self.last_primal: Optional[np.ndarray] = None
         self.keys: set = set()
         for c in range(self.nc):  # slack: class c left unplaced
             self.h.addCol(penalty, 0.0, inf, 1, np.array([c], dtype=np.int32), np.array([1.0]))
@@ -115,6 +116,7 @@ class Master:
         with Watchdog(self.h, deadline):
             self.h.run()
         sol = self.h.getSolution()
+        self.last_primal = np.asarray(sol.col_value)
         y = np.asarray(sol.row_dual)
         obj = self.h.getInfo().objective_function_value
         return float(obj), np.maximum(y[: self.nc], 0.0), np.maximum(-y[self.nc:], 0.0)

@@ -48,12 +48,24 @@ class PricingResult:
 
 
 def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budget: int = 20000,
-          deadline: float = float("inf")) -> PricingResult:
+          deadline: float = float("inf"), tolerance: float = 0.0) -> PricingResult:
     """Groups worth more than ``min_value`` (best first), and an upper bound on any group's worth.
 
-    Pure-Python depth-first branch and bound (groups hold a handful of members, so the bound's
-    fractional fills stop after a few classes; numpy calls per node would cost more than they save).
+    The SLO coupling is taken apart by thresholds: for each distinct SLO ``theta`` the classes with
+    ``slo >= theta`` form a knapsack with the fixed capacity ``theta`` on both the rollout and the
+    training side (and the two DRAM limits). Every feasible group is feasible for the threshold of
+    its smallest SLO, and every group found under a threshold is feasible, so the best over the
+    thresholds is the exact answer. Thresholds go in order of their root bound, and the search
+    stops when no remaining root bound can beat the incumbents.
+
+    Each knapsack is a depth-first branch and bound over the classes in order of value per unit of
+    (rollout + training) time, with the fractional fill of each resource as the bound (the smallest
+    of them is valid: each resource alone limits the group), in pure Python: groups hold a handful
+    of members, so the fills stop after a few classes. ``tolerance`` prunes nodes that cannot beat
+    the threshold by more than it (far fewer nodes when many groups are worth about the same, as
+    with the degenerate duals near the LP optimum); the bound returned grows by it.
     """
+    import heapq
     import time
 
     n = len(items.cls)
@@ -69,32 +81,35 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
     W = [float(x) for x in items.w]
     S = [float(x) for x in items.s]
     capw, caps = items.cap_w, items.cap_s
-    # Bound: whatever the group's final SLO limit theta_f is, every member has slo >= theta_f, so
-    # sum a_i / slo_i <= sum a_i / theta_f <= 1: a knapsack with sizes a_i / slo_i (likewise for
-    # the training side and any mix of the two) whose capacity is 1 - (what is in) / theta_now.
-    NA = [A[i] / SLO[i] for i in range(n)]
-    NB = [B[i] / SLO[i] for i in range(n)]
-    NM = [(A[i] + B[i]) / (2 * SLO[i]) for i in range(n)]
-    sizes = (NA, NB, NM, W, S)
-    orders = [sorted(range(n), key=lambda i, sz=sz: -(val[i] / sz[i]) if sz[i] > 1e-12 else -float("inf")) for sz in sizes]
     counts = [0] * n
-    best: list[tuple[float, tuple]] = []
+    best: list[tuple[float, tuple]] = []  # min-heap of the best groups (a plain list when enumerating)
+    seen: set[tuple] = set()
+    enumerate_all = max_columns >= 1000
     state = {"open": 0.0, "nodes": 0, "cut": False}
 
     def threshold() -> float:
-        return best[-1][0] if len(best) >= max_columns else min_value
+        if enumerate_all:
+            return min_value
+        return best[0][0] if len(best) >= max_columns else min_value
 
-    main = orders[2]  # branch in order of value per unit of (normalised) time, best first
-    rank = [0] * n
-    for r, i in enumerate(main):
-        rank[i] = r
+    def record(value: float) -> None:
+        key = tuple(counts)
+        if key in seen:
+            return
+        seen.add(key)
+        if enumerate_all:
+            best.append((value, key))
+            if len(best) > max_columns:
+                state["cut"] = True
+                state["nodes"] = node_budget + 1  # stop: too many to enumerate
+        elif len(best) < max_columns:
+            heapq.heappush(best, (value, key))
+        else:
+            heapq.heapreplace(best, (value, key))
 
-    def frac(order, size, p, theta, cap) -> float:
-        total = 0.0
-        left = cap
+    def frac(order, size, cap) -> float:
+        total, left = 0.0, cap
         for i in order:
-            if rank[i] < p or TOT[i] > theta * tol:
-                continue
             av = dem[i] - counts[i]
             if av <= 0:
                 continue
@@ -110,62 +125,101 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
                 left -= need
             else:
                 total += val[i] * left / sz
-                left = 0.0
                 break
         return total
 
-    def bound(p, theta, sa, sb, sw, ss) -> float:
-        b = frac(orders[2], NM, p, theta, 1.0 - (sa + sb) / (2 * theta))
-        b = min(b, frac(orders[0], NA, p, theta, 1.0 - sa / theta))
-        b = min(b, frac(orders[1], NB, p, theta, 1.0 - sb / theta))
-        if capw < float("inf"):
-            b = min(b, frac(orders[3], W, p, theta, capw - sw))
-        if caps < float("inf"):
-            b = min(b, frac(orders[4], S, p, theta, caps - ss))
-        return b
+    def solve_threshold(theta: float, elig: list[int], root_ub: float) -> None:
+        lim = theta * tol
+        inf = float("inf")
+        key_m = lambda i: -(val[i] / (A[i] + B[i])) if A[i] + B[i] > 1e-12 else -inf  # noqa: E731
+        main = sorted(elig, key=key_m)
+        by_a = sorted(elig, key=lambda i: -(val[i] / A[i]) if A[i] > 1e-12 else -inf)
+        by_b = sorted(elig, key=lambda i: -(val[i] / B[i]) if B[i] > 1e-12 else -inf)
+        by_w = sorted(elig, key=lambda i: -(val[i] / W[i]) if W[i] > 1e-12 else -inf)
+        by_s = sorted(elig, key=lambda i: -(val[i] / S[i]) if S[i] > 1e-12 else -inf)
+        m = len(main)
+        pos = {i: r for r, i in enumerate(main)}
+        AB = [A[i] + B[i] for i in range(n)]
+        cache: dict[tuple[int, int], list[int]] = {}
 
-    inf = float("inf")
+        def suffix(which: int, order: list[int], p: int) -> list[int]:
+            if which == 0:
+                return main[p:]
+            lst = cache.get((which, p))
+            if lst is None:
+                lst = [i for i in order if pos[i] >= p]
+                if m <= 400:
+                    cache[(which, p)] = lst
+            return lst
 
-    def dfs(p, theta, sa, sb, mt, sw, ss, v) -> None:
-        state["nodes"] += 1
-        if p == n:
-            return
-        ub = v + bound(p, theta, sa, sb, sw, ss)
-        if ub <= threshold() + 1e-12:
-            return
-        if state["nodes"] > node_budget or (state["nodes"] & 255 == 0 and time.perf_counter() > deadline):
-            state["open"] = max(state["open"], ub)
-            state["cut"] = True
-            return
-        i = main[p]
-        th = theta if theta < SLO[i] else SLO[i]
-        lim = th * tol
-        nt = mt if mt > TOT[i] else TOT[i]
-        if nt <= lim:
-            c_max = dem[i]
+        def bound_prunes(p, sa, sb, sw, ss, v, thr):
+            b = frac(main[p:], AB, 2 * theta - sa - sb)
+            if v + b <= thr:
+                return True, b
+            for which, order, size, cap in ((1, by_a, A, theta - sa), (2, by_b, B, theta - sb), (3, by_w, W, capw - sw),
+                                            (4, by_s, S, caps - ss)):
+                if cap == inf:
+                    continue
+                b = min(b, frac(suffix(which, order, p), size, cap))
+                if v + b <= thr:
+                    return True, b
+            return False, b
+
+        def dfs(p, sa, sb, sw, ss, v) -> None:
+            state["nodes"] += 1
+            if p == m:
+                return
+            pruned, b = bound_prunes(p, sa, sb, sw, ss, v, threshold() + 1e-12 + tolerance)
+            if pruned:
+                return
+            if state["nodes"] > node_budget or (state["nodes"] & 255 == 0 and time.perf_counter() > deadline):
+                state["open"] = max(state["open"], v + b)
+                state["cut"] = True
+                return
+            i = main[p]
+            c_max = 0
             for c in range(1, dem[i] + 1):
-                if (sa + c * A[i] > lim or sb + c * B[i] > lim or sw + c * W[i] > capw * tol or ss + c * S[i] > caps * tol):
-                    c_max = c - 1
+                if sa + c * A[i] > lim or sb + c * B[i] > lim or sw + c * W[i] > capw * tol or ss + c * S[i] > caps * tol:
                     break
+                c_max = c
             for c in range(c_max, 0, -1):
                 counts[i] = c
-                if v + c * val[i] > threshold() + 1e-12:  # a new group (each is reached once: by including i)
-                    best.append((v + c * val[i], tuple(counts)))
-                    best.sort(key=lambda t: -t[0])
-                    del best[max_columns:]
-                dfs(p + 1, th, sa + c * A[i], sb + c * B[i], nt, sw + c * W[i], ss + c * S[i], v + c * val[i])
+                if v + c * val[i] > threshold() + 1e-12:
+                    record(v + c * val[i])
+                dfs(p + 1, sa + c * A[i], sb + c * B[i], sw + c * W[i], ss + c * S[i], v + c * val[i])
             counts[i] = 0
-        dfs(p + 1, theta, sa, sb, mt, sw, ss, v)
+            dfs(p + 1, sa, sb, sw, ss, v)
 
-    dfs(0, inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        dfs(0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+    # thresholds and their root bounds
+    jobs_by_slo = sorted(range(n), key=lambda i: -SLO[i])
+    plans = []
+    for theta in sorted({SLO[i] for i in range(n)}, reverse=True):
+        elig = [i for i in jobs_by_slo if SLO[i] >= theta * (1 - 1e-12) and TOT[i] <= theta * tol]
+        if not elig:
+            continue
+        ub = min(frac(sorted(elig, key=lambda i: -(val[i] / A[i]) if A[i] > 1e-12 else -float("inf")), A, theta),
+                 frac(sorted(elig, key=lambda i: -(val[i] / B[i]) if B[i] > 1e-12 else -float("inf")), B, theta))
+        plans.append((ub, theta, elig))
+    plans.sort(key=lambda t: -t[0])
+    for r, (ub, theta, elig) in enumerate(plans):
+        if ub <= threshold() + 1e-12 + tolerance:
+            break
+        if state["cut"]:
+            state["open"] = max(state["open"], ub)
+            continue
+        solve_threshold(theta, elig, ub)
+    price.last_nodes = state["nodes"]
+    best.sort(key=lambda t: -t[0])
     cols = [(v, {int(items.cls[i]): int(c) for i, c in enumerate(key) if c}) for v, key in best if v > min_value + 1e-12]
     top = best[0][0] if best else 0.0
-    # a pruned node was worth at most the threshold then, which never exceeds max(top, min_value)
-    price.last_nodes = state["nodes"]
-    return PricingResult(cols, max(top, state["open"], min_value), not state["cut"])
+    # a pruned node was worth at most the threshold (+ tolerance) then, which never exceeds
+    # max(top, min_value) + tolerance
+    return PricingResult(cols, max(top, state["open"], min_value) + tolerance, not state["cut"])
 
 
-def price_heuristic(items: PricingItems, min_value: float, max_columns: int = 3, thresholds: int = 64) -> list[tuple[float, dict[int, int]]]:
+def price_heuristic(items: PricingItems, min_value: float, max_columns: int = 3, thresholds: int = 20) -> list[tuple[float, dict[int, int]]]:
     """Fast columns: for each SLO threshold (a sample when there are many), fill a group greedily.
 
     The class that sets the threshold goes in first; then classes with at least that SLO in order
