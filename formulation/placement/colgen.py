@@ -50,7 +50,11 @@ from formulation.placement.pricing import PricingItems, price, price_heuristic
 TRACE = os.environ.get("RL_PLANNER_TRACE") == "1"
 # Exact pricing stops proving once a configuration's groups cannot beat its price by more than
 # this share of it: the bound gives up at most that share, the search gets much shorter.
-PRICING_TOLERANCE = 0.002
+PRICING_TOLERANCE = 0.0
+# Enumerate the patterns for an optimality proof only when the best plan is within this share of
+# the LP bound: the number of patterns with reduced cost below the gap grows fast with it.
+ENUMERATE_GAP = 0.02
+ENUMERATE_CLASSES = 30  # ... or when the classes are this few (the enumeration is cheap whatever the gap)
 
 
 @dataclass
@@ -82,6 +86,27 @@ def job_classes(idx: Index, placed: Optional[set[int]] = None, jobs: Optional[li
         members[c].append(j)
         of_job[j] = c
     return Classes(np.array(rep, dtype=int), members, np.array(flags, dtype=bool), of_job)
+
+
+def _small_lp(c: np.ndarray, A: np.ndarray, b: np.ndarray, upper: np.ndarray) -> Optional[float]:
+    """min c y s.t. A y <= b, 0 <= y <= upper (HiGHS); None when it fails."""
+    import highspy
+
+    from formulation.placement.master import new_highs
+
+    h = new_highs()
+    inf = highspy.kHighsInf
+    n, m = len(c), len(b)
+    h.addVars(n, np.zeros(n), np.asarray(upper, dtype=float))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.asarray(c, dtype=float))
+    rows, cols = np.nonzero(A)
+    for i in range(m):
+        idx = cols[rows == i].astype(np.int32)
+        h.addRow(-inf, float(b[i]), len(idx), idx, A[i, idx].astype(float))
+    h.run()
+    if h.modelStatusToString(h.getModelStatus()) != "Optimal":
+        return None
+    return float(h.getInfo().objective_function_value)
 
 
 @dataclass
@@ -206,17 +231,15 @@ class PatternModel:
         fleet, hence ``LB = pi d + min { sum_k y_k (rc_lb_k - mu n_k) : N y <= cap, y <= U }`` (an LP
         over the configurations; its optimum is at least the bound with capacity dualised by ``mu``).
         """
-        from scipy.optimize import linprog
-
         d = self.cl.demand
         base = float(pi @ d + d @ np.minimum(0.0, self.penalty - pi))
         r = rc_lb - self.idx.node_matrix @ mu
         neg = np.flatnonzero(r < 0)
         if len(neg) == 0:
             return base
-        res = linprog(r[neg], A_ub=self.idx.node_matrix[neg].T, b_ub=self.cap, bounds=[(0, self.U[k]) for k in neg], method="highs")
+        fun = _small_lp(r[neg], self.idx.node_matrix[neg].T, self.cap, self.U[neg])
         dualised = float(pi @ d - mu @ self.cap + self.U @ np.minimum(0.0, rc_lb) + d @ np.minimum(0.0, self.penalty - pi))
-        best = dualised if res.status != 0 else max(dualised, base + float(res.fun))
+        best = dualised if fun is None else max(dualised, base + fun)
         return max(best, self.farley_bound(pi, mu, rc_lb))
 
     def farley_bound(self, pi, mu, rc_lb) -> float:
@@ -290,13 +313,36 @@ class PatternModel:
         self.deadline = deadline
         st.lower_bound = best_lb
         st.phase_s["colgen"] = time.perf_counter() - t0
-        # phase 2: enumerate every pattern that can be in a better plan (when the gap is small enough)
-        reserve = max(0.3, 0.1 * (deadline - t0))  # for the integer master and building the plan
-        ub = (warm.cost(self.idx) + self.move_price * len(warm.moved) + self.penalty * len(warm.unplaced)) if warm else None
-        if st.lp_converged and ub is not None and time.perf_counter() < deadline - 2 * reserve:
+        # phase 2: integer solutions: the LP's integral part repaired by the greedy, the integer master
+        reserve = max(0.3, 0.1 * (deadline - t0))  # for building the plan afterwards
+        score = lambda sol: sol.cost(self.idx) + self.move_price * len(sol.moved) + self.penalty * len(sol.unplaced)  # noqa: E731
+        cands: list[Solution] = []
+        x_lp = self.master.last_primal
+        if x_lp is not None:
+            cands.append(self.round_and_repair(x_lp, anchors))
+        t2 = time.perf_counter()
+        # keep time for the proof when it is within reach: the LP is optimal and the best plan so far
+        # is within ENUMERATE_GAP of it (beyond that the patterns to enumerate are too many)
+        dual_value = float(pi @ self.cl.demand - mu @ self.cap) if pi is not None else -np.inf
+        ub0 = min([score(c) for c in cands + ([warm] if warm else [])], default=np.inf)
+        small = len(self.cl.rep) <= ENUMERATE_CLASSES
+        try_proof = st.lp_converged and (small or ub0 - dual_value <= ENUMERATE_GAP * max(1.0, ub0))
+        first_share = 0.3 if try_proof else 1.0
+        x, status, fired = self.master.solve_mip(t2 + first_share * max(0.0, deadline - reserve - t2), None, mip_gap)
+        st.mip_status, st.watchdog_fired = status, fired
+        if x is not None:
+            cands.append(self.to_solution(x, anchors))
+        st.phase_s["mip"] = time.perf_counter() - t2
+        # phase 3: every pattern that can be in a better plan than the best so far (reduced cost <=
+        # UB - LP under the LP's duals, every reduced cost being >= 0); the integer master over all of
+        # them is the optimum
+        if st.lp_converged and (cands or warm) and time.perf_counter() < deadline - 2 * reserve and (
+                try_proof or min(score(c) for c in cands + ([warm] if warm else [])) - dual_value <= ENUMERATE_GAP * ub0
+                or small):
             t1 = time.perf_counter()
             self.deadline = deadline - 2 * reserve
-            gap = ub - best_lb
+            ub = min(score(c) for c in cands + ([warm] if warm else []))
+            gap = max(0.0, ub - dual_value)
             pool: list[Column] = []
             complete = True
             for k in range(len(self.idx.configs)):
@@ -307,28 +353,20 @@ class PatternModel:
                     complete = False
                     break
                 pool += [Column(k, counts, self.column_cost(k, counts)) for _, counts in res.columns]
+            st.phase_s["enumerate"] = time.perf_counter() - t1
+            self.deadline = deadline
             if complete:
                 for col in pool:
                     self.master.add(col)
                 st.enumerated = len(pool)
-            st.phase_s["enumerate"] = time.perf_counter() - t1
-            self.deadline = deadline
-        # phase 3: the integer master, and the LP's integral part repaired by the greedy
-        t2 = time.perf_counter()
-        x_lp = self.master.last_primal
-        x, status, fired = self.master.solve_mip(deadline - reserve, None, mip_gap)
-        st.mip_status, st.watchdog_fired = status, fired
-        st.phase_s["mip"] = time.perf_counter() - t2
+                x, status, fired = self.master.solve_mip(deadline - reserve, None, mip_gap)
+                st.mip_status, st.watchdog_fired = status, st.watchdog_fired or fired
+                if x is not None:
+                    cands.append(self.to_solution(x, anchors))
+                st.proven = status == "Optimal"
         st.columns = len(self.master.columns) - self.master.nc
-        cands = []
-        if x is not None:
-            cands.append(self.to_solution(x, anchors))
-        if x_lp is not None:
-            cands.append(self.round_and_repair(x_lp, anchors))
-        st.proven = bool(st.enumerated is not None and status == "Optimal")
         if not cands:
             return None, st
-        score = lambda sol: sol.cost(self.idx) + self.penalty * len(sol.unplaced)  # noqa: E731
         return min(cands, key=score), st
 
     def round_and_repair(self, x_lp: np.ndarray, anchors: dict[str, list[int]]) -> Solution:
