@@ -54,7 +54,8 @@ PRICING_TOLERANCE = 0.0
 # Enumerate the patterns for an optimality proof only when the best plan is within this share of
 # the LP bound: the number of patterns with reduced cost below the gap grows fast with it.
 ENUMERATE_GAP = 0.02
-ENUMERATE_CLASSES = 30  # ... or when the classes are this few (the enumeration is cheap whatever the gap)
+ENUMERATE_CLASSES = 30
+ENRICH_PER_CONFIG = 150  # patterns of least reduced cost added per configuration when there is no proof  # ... or when the classes are this few (the enumeration is cheap whatever the gap)
 
 
 @dataclass
@@ -364,6 +365,27 @@ class PatternModel:
                 if x is not None:
                     cands.append(self.to_solution(x, anchors))
                 st.proven = status == "Optimal"
+        # phase 4 (no proof): enrich the master with the best patterns of small reduced cost per
+        # configuration and solve the integer master again; more ways to combine, a better plan
+        if not st.proven and st.lp_converged and time.perf_counter() < deadline - 3 * reserve:
+            t3 = time.perf_counter()
+            ub = min(score(c) for c in cands + ([warm] if warm else []))
+            gap = max(0.0, ub - dual_value)
+            self.deadline = t3 + 0.3 * (deadline - reserve - t3)
+            added = 0
+            for k in range(len(self.idx.configs)):
+                fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
+                res = price(self._items(k, pi, False), fixed - gap - 1e-9, max_columns=ENRICH_PER_CONFIG,
+                            node_budget=node_budget, deadline=self.deadline)
+                for _, counts in res.columns:
+                    added += self.master.add(Column(k, counts, self.column_cost(k, counts))) is not None
+            self.deadline = deadline
+            st.phase_s["enrich"] = time.perf_counter() - t3
+            if added:
+                x, status, fired = self.master.solve_mip(deadline - reserve, None, mip_gap)
+                st.mip_status, st.watchdog_fired = status, st.watchdog_fired or fired
+                if x is not None:
+                    cands.append(self.to_solution(x, anchors))
         st.columns = len(self.master.columns) - self.master.nc
         if not cands:
             return None, st

@@ -94,6 +94,25 @@ def decode(idx: Index, sl: Slots, x_on, z_on) -> Solution:
     return Solution(groups, [j for j in range(idx.n) if j not in placed])
 
 
+class BuildTimeout(Exception):
+    """Building the compact model ran past the deadline (the model is too large for the limit)."""
+
+
+def deadline_guard(deadline: float):
+    """A callable that raises :class:`BuildTimeout` once the deadline has passed (cheap: checks the
+    clock every 256 calls); the model builders call it per constraint."""
+    import time
+
+    count = [0]
+
+    def check() -> None:
+        count[0] += 1
+        if count[0] & 255 == 0 and time.perf_counter() > deadline:
+            raise BuildTimeout()
+
+    return check
+
+
 def big_m(idx: Index) -> dict[str, np.ndarray]:
     ok = idx.ok
     a = np.where(ok, idx.a, 0.0)

@@ -23,7 +23,7 @@ import time
 from typing import Optional
 
 from formulation.common import SolveOptions, SolveStatus, from_cpsat
-from formulation.placement.compact import decode, make_slots
+from formulation.placement.compact import BuildTimeout, deadline_guard, decode, make_slots
 from formulation.placement.evaluate import Index, Solution
 
 TIME_SCALE = 1000  # ms
@@ -61,8 +61,9 @@ def define_compat(m, x, z, sl, idx):
         m.AddBoolOr([z[s, k] for k in sl.configs[s] if idx.ok[k, j]] + [var.Not()])
 
 
-def define_slo(m, x, z, L, sl, idx):
+def define_slo(m, x, z, L, sl, idx, guard=lambda: None):
     for (j, s), var in x.items():
+        guard()
         m.Add(L[s] <= _down(idx.slo[j], TIME_SCALE)).OnlyEnforceIf(var)
         for k in sl.configs[s]:
             if idx.ok[k, j]:
@@ -96,7 +97,8 @@ def define_objective(m, x, z, u, sl, idx):
                + move * sum(1 - x[j, s] for j, s in sl.home.items() if (j, s) in x))
 
 
-def build(idx: Index, cur=None):
+def build(idx: Index, cur=None, deadline: float = float("inf")):
+    """The CP-SAT model; raises BuildTimeout when building it passes ``deadline``."""
     from ortools.sat.python import cp_model
 
     sl = make_slots(idx, cur)
@@ -109,7 +111,7 @@ def build(idx: Index, cur=None):
     define_assign(m, x, u, sl)
     define_one_config(m, x, z, sl)
     define_compat(m, x, z, sl, idx)
-    define_slo(m, x, z, L, sl, idx)
+    define_slo(m, x, z, L, sl, idx, deadline_guard(deadline))
     define_dram(m, x, z, sl, idx)
     define_capacity(m, z, sl, idx)
     define_objective(m, x, z, u, sl, idx)
@@ -121,7 +123,11 @@ def solve_compact(idx: Index, options: SolveOptions, deadline: float, warm: Opti
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
-    m, sl, x, z = build(idx, cur)
+    try:
+        m, sl, x, z = build(idx, cur, deadline)
+    except BuildTimeout:
+        return None, SolveStatus.NOT_SOLVED, None, (f"compact CP-SAT: building the model outlasted the time limit "
+                                                    f"({time.perf_counter() - t0:.1f} s); the colgen backend scales to this size")
     if warm is not None:
         vals = sl.warm_values(idx, warm)
         if vals is not None:

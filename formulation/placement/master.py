@@ -12,6 +12,7 @@ round, which Pyomo would rebuild and re-send each time (measured in ``results/pl
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ class Watchdog:
         self._t = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
+        if os.environ.get("RL_PLANNER_NO_WATCHDOG") == "1":  # the benchmark measures HiGHS's own limit alone
+            return
         while not self._stop.wait(0.01):
             if time.perf_counter() >= self.deadline:
                 self.fired = True

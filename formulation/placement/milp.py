@@ -35,7 +35,7 @@ import time
 from typing import Optional
 
 from formulation.common import SolveOptions, SolveStatus, from_pyomo
-from formulation.placement.compact import big_m, decode, make_slots
+from formulation.placement.compact import BuildTimeout, big_m, deadline_guard, decode, make_slots
 from formulation.placement.evaluate import Index, Solution
 
 
@@ -94,9 +94,33 @@ def define_objective(m, pe, sl, idx):
                           + move * sum(1 - m.x[j, s] for j, s in sl.home.items() if j in sl.jobs), sense=pe.minimize)
 
 
-def build(idx: Index, cur=None):
-    import pyomo.environ as pe
+class _GuardedPyomo:
+    """``pyomo.environ`` whose ``Constraint`` checks the build deadline before each rule call."""
 
+    def __init__(self, pe, guard):
+        self._pe = pe
+        outer = self
+
+        class Constraint:  # noqa: D401 - mirrors pyomo.environ.Constraint, rules guarded
+            Skip = pe.Constraint.Skip
+
+            def __new__(cls, *index, rule):
+                def guarded(*args):
+                    guard()
+                    return rule(*args)
+                return outer._pe.Constraint(*index, rule=guarded)
+
+        self.Constraint = Constraint
+
+    def __getattr__(self, name):
+        return getattr(self._pe, name)
+
+
+def build(idx: Index, cur=None, deadline: float = float("inf")):
+    """The Pyomo model; raises BuildTimeout when building it passes ``deadline``."""
+    import pyomo.environ as pyomo_env
+
+    pe = _GuardedPyomo(pyomo_env, deadline_guard(deadline))
     sl = make_slots(idx, cur)
     M = big_m(idx)
     m = pe.ConcreteModel(name="placement-compact")
@@ -125,7 +149,11 @@ def solve_compact(idx: Index, options: SolveOptions, deadline: float, warm: Opti
     from formulation.placement.master import Watchdog, new_highs  # noqa: F401 (new_highs: silences the banner)
 
     t0 = time.perf_counter()
-    m, sl = build(idx, cur)
+    try:
+        m, sl = build(idx, cur, deadline)
+    except BuildTimeout:
+        return None, SolveStatus.NOT_SOLVED, None, (f"compact MILP: building the Pyomo model outlasted the time limit "
+                                                    f"({time.perf_counter() - t0:.1f} s); the colgen backend scales to this size")
     t_build = time.perf_counter() - t0
     if warm is not None:
         vals = sl.warm_values(idx, warm)

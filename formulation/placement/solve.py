@@ -140,6 +140,9 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
         else:
             from formulation.placement.cpsat import solve_compact
         found, status, lb, message = solve_compact(idx, options, deadline, warm, cur)
+        if found is None and status is not SolveStatus.INFEASIBLE:
+            status = SolveStatus.FEASIBLE
+            message += f"; no plan from the solver in time: the {warm_name} plan is returned"
         if found is not None:
             found.moved = moved_jobs(found, cur)
             if _score(idx, found) <= _score(idx, warm) + 1e-9:
@@ -157,6 +160,8 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
     obj = _objective(idx, sol)
     if status is SolveStatus.OPTIMAL and not sol.unplaced:
         lb = obj if lb is None or lb > obj - 1e-6 * max(1.0, obj) or backend == "colgen" else lb
+    if lb is not None:
+        lb = _round_up_to_cost_unit(idx, lb)
     if lb is not None and lb > obj:  # rounding: a bound never exceeds the plan it certifies
         lb = obj
     if lb is not None and not sol.unplaced and obj - lb <= options.mip_gap * max(1.0, abs(obj)):
@@ -166,6 +171,25 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
     record = SolveRecord(backend=backend, status=status, objective=obj, best_bound=lb if not sol.unplaced else None,
                          wall_time_s=time.perf_counter() - t0, time_limit_s=options.time_limit_s, warm_start=warm_name, message=message)
     return Result(plan, record, sol, base_greedy)
+
+
+def _round_up_to_cost_unit(idx: Index, lb: float) -> float:
+    """Every plan that places all jobs costs a sum of configuration costs (and move prices): a whole
+    multiple of their greatest common divisor. A bound below the unplaced-job penalty can therefore
+    be rounded up to that multiple (plans leaving a job out cost more than the penalty anyway)."""
+    import math
+
+    vals = list(idx.cost) + ([idx.inst.move_price_per_job] if idx.inst.move_price_per_job > 0 else [])
+    scaled = [round(v * 1000) for v in vals]
+    if not scaled or any(abs(v * 1000 - sv) > 1e-6 for v, sv in zip(vals, scaled)):
+        return lb
+    unit = 0
+    for v in scaled:
+        unit = math.gcd(unit, int(v))
+    if unit <= 0:
+        return lb
+    rounded = math.ceil(lb * 1000 / unit - 1e-9) * unit / 1000
+    return rounded if rounded <= idx.penalty else lb
 
 
 def _objective(idx: Index, sol: Solution) -> float:
