@@ -82,9 +82,61 @@ def run_one(spec: str, backend: str, limit: float) -> dict:
     return out
 
 
-def _child(spec: str, backend: str, limit: float) -> dict:
+def watchdog_case(n: int, limit: float, backend: str) -> dict:
+    """A solve under a limit: its wall time with HiGHS's own time limit alone vs with the watchdog
+    as well (the caller runs the two in separate processes)."""
+    from formulation.common import SolveOptions
+    from formulation.placement.solve import solve
+
+    inst = _instance(f"{n}:0")
+    t0 = time.perf_counter()
+    res = solve(inst, SolveOptions(time_limit_s=limit), backend)
+    return {"wall_s": time.perf_counter() - t0, "limit_s": limit, "status": res.record.status.value, "message": res.record.message}
+
+
+def master_build_case(n: int) -> dict:
+    """Time to build the same restricted master (the columns of a colgen run) in Pyomo (model +
+    hand-over to HiGHS through appsi) and directly in highspy."""
+    import numpy as np
+    import pyomo.environ as pe
+    from pyomo.contrib.appsi.solvers import Highs
+
+    from formulation.placement.colgen import PatternModel, job_classes
+    from formulation.placement.evaluate import Index
+    from formulation.placement.greedy import best_greedy
+    from formulation.placement.master import Master
+
+    inst = _instance(f"{n}:0")
+    idx = Index(inst)
+    warm, _ = best_greedy(idx)
+    pm = PatternModel(idx, job_classes(idx))
+    pm.solve(time.perf_counter() + 20, warm, {}, 1e-4)
+    cols = [c for c in pm.master.columns if c is not None]
+    dem, cap = pm.cl.demand, pm.cap
+    t0 = time.perf_counter()
+    mm = Master(dem, cap, idx.node_matrix, pm.penalty)
+    for c in cols:
+        mm.add(c)
+    t_highspy = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    m = pe.ConcreteModel()
+    m.P = pe.Set(initialize=range(len(cols)))
+    m.C = pe.Set(initialize=range(len(dem)))
+    m.lam = pe.Var(m.P, domain=pe.NonNegativeReals)
+    m.u = pe.Var(m.C, domain=pe.NonNegativeReals)
+    m.cover = pe.Constraint(m.C, rule=lambda m, c: sum(cols[p].counts.get(c, 0) * m.lam[p] for p in m.P if c in cols[p].counts) + m.u[c] >= dem[c])
+    m.cap = pe.Constraint(range(len(cap)), rule=lambda m, t: sum(float(idx.node_matrix[cols[p].config, t]) * m.lam[p] for p in m.P) <= cap[t])
+    m.obj = pe.Objective(expr=sum(cols[p].cost * m.lam[p] for p in m.P) + pm.penalty * sum(m.u[c] for c in m.C))
+    opt = Highs()
+    opt.set_instance(m)
+    t_pyomo = time.perf_counter() - t0
+    return {"columns": len(cols), "rows": int(len(dem) + len(cap)), "highspy_build_s": t_highspy, "pyomo_build_s": t_pyomo,
+            "ratio": t_pyomo / max(t_highspy, 1e-9), "lp_rounds": int(np.int64(0))}
+
+
+def _child(spec: str, backend: str, limit: float, env: dict | None = None) -> dict:
     cmd = [sys.executable, "-m", "formulation.placement.bench", "--one", spec, "--backend", backend, "--limit", str(limit)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
     if proc.returncode != 0:
         return {"instance": spec, "backend": backend, "error": proc.stderr.strip().splitlines()[-1:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -109,7 +161,13 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=float, default=60.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(run_one(args.one, args.backend, args.limit)))
+        if args.one.startswith("watchdog:"):
+            out = watchdog_case(int(args.one.split(":")[1]), args.limit, args.backend)
+        elif args.one.startswith("masterbuild:"):
+            out = master_build_case(int(args.one.split(":")[1]))
+        else:
+            out = run_one(args.one, args.backend, args.limit)
+        print(json.dumps(out))
         return 0
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     load0 = os.getloadavg()
@@ -127,6 +185,14 @@ def main(argv=None) -> int:
             row["cpsat"] = _child(spec, "cpsat", limit)
         rows.append(row)
         print(json.dumps(row), flush=True)
+    extra = {
+        "watchdog": {"with": _child("watchdog:2000", "colgen", 20.0),
+                     "without": _child("watchdog:2000", "colgen", 20.0, {"RL_PLANNER_NO_WATCHDOG": "1"}),
+                     "compact_with": _child("watchdog:40", "highs", 2.0),
+                     "compact_without": _child("watchdog:40", "highs", 2.0, {"RL_PLANNER_NO_WATCHDOG": "1"})},
+        "master_build": _child("masterbuild:500", "colgen", 0),
+    }
+    print(json.dumps(extra), flush=True)
     load1 = os.getloadavg()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -134,7 +200,7 @@ def main(argv=None) -> int:
     command = "python -m formulation.placement.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     meta = {"command": command.strip(), "machine": machine, "uname": " ".join(platform.uname()), "started": started,
             "load_average_start": load0, "load_average_end": load1}
-    (out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    (out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows, "extra": extra}, indent=2) + "\n")
     lines = [
         "# Placement benchmark", "",
         f"Command: `{meta['command']}`  ", f"Machine: {machine}  ", f"Started: {started}; load average at start "
@@ -157,6 +223,15 @@ def main(argv=None) -> int:
             f"{_fmt(g.get('admit_ms_median'), 2)} / {_fmt(g.get('admit_ms_max'), 2)} | {_fmt(c.get('cost'), 1)} | {_fmt(c.get('bound'), 1)} | "
             f"{_fmt(100 * c['gap'] if c.get('gap') is not None else None, 2)} | {_fmt(saving, 1)} | {_fmt(c.get('wall_s'), 2)} | "
             f"{c.get('status', c.get('error'))} | {_fmt(c.get('peak_rss_mb'), 0)} | {comp(hs)} | {comp(cs)} |")
+    wd, mb = extra["watchdog"], extra["master_build"]
+    lines += ["", "Wall-clock limit, colgen on 2000 generated jobs with a 20 s limit: HiGHS's own time limit alone "
+              f"{_fmt(wd['without'].get('wall_s'))} s, with the watchdog {_fmt(wd['with'].get('wall_s'))} s. Compact MILP on 40 jobs "
+              f"with a 2 s limit (Pyomo build and hand-over included, which no watchdog can interrupt): alone "
+              f"{_fmt(wd['compact_without'].get('wall_s'))} s, with the watchdog {_fmt(wd['compact_with'].get('wall_s'))} s.",
+              "", "Restricted master build (the columns of a 500-job colgen run: "
+              f"{mb.get('columns')} columns, {mb.get('rows')} rows): Pyomo + appsi hand-over {_fmt(mb.get('pyomo_build_s'), 3)} s, "
+              f"highspy directly {_fmt(mb.get('highspy_build_s'), 3)} s ({_fmt(mb.get('ratio'), 1)}x); the master is rebuilt "
+              "or extended every pricing round, so it uses highspy directly."]
     lines += ["", "Solver messages:", ""]
     for r in rows:
         for b in ("colgen", "highs", "cpsat"):

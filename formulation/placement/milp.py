@@ -187,9 +187,23 @@ def solve_compact(idx: Index, options: SolveOptions, deadline: float, warm: Opti
     finally:
         os.dup2(saved, 1)
         os.close(saved)
-    opt.config.time_limit = max(0.01, deadline - time.perf_counter())
-    with Watchdog(opt._solver_model, deadline) as wd:
-        res = opt.solve(m)
+    t_handover = time.perf_counter() - t0 - t_build
+    if time.perf_counter() >= deadline:
+        return None, SolveStatus.NOT_SOLVED, None, (f"compact MILP: building ({t_build:.1f} s) and handing the model to HiGHS "
+                                                    f"({t_handover:.1f} s) outlasted the time limit; the colgen backend scales to this size")
+    # HiGHS's own limit a little before the deadline, so that it normally stops itself and hands
+    # back its incumbent; the watchdog at the deadline catches a run that overruns it (presolve)
+    opt.config.time_limit = max(0.01, 0.9 * (deadline - time.perf_counter()))
+    import logging
+
+    quiet = logging.getLogger("pyomo.contrib.appsi.solvers.highs")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # an interrupted run is reported by our own message
+    try:
+        with Watchdog(opt._solver_model, deadline) as wd:
+            res = opt.solve(m)
+    finally:
+        quiet.setLevel(level)
     tc = res.termination_condition.name
     has = res.best_feasible_objective is not None
     status = from_pyomo(tc, has)
@@ -202,5 +216,5 @@ def solve_compact(idx: Index, options: SolveOptions, deadline: float, warm: Opti
     if status is SolveStatus.OPTIMAL and sol is not None and sol.unplaced:
         status = SolveStatus.OPTIMAL  # optimal: those jobs cannot be placed together with the others
     msg = (f"compact MILP (Pyomo -> HiGHS): {len(sl.slots)} slots, {len(m.XS)} x-variables, {len(m.SK)} z-variables; "
-           f"build {t_build:.2f} s; HiGHS: {tc}{'; stopped by the watchdog' if wd.fired else ''}")
+           f"build {t_build:.2f} s, hand-over to HiGHS {t_handover:.2f} s; HiGHS: {tc}{'; stopped by the watchdog' if wd.fired else ''}")
     return sol, status, lb, msg
