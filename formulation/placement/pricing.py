@@ -219,7 +219,7 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
     return PricingResult(cols, max(top, state["open"], min_value) + tolerance, not state["cut"])
 
 
-def price_heuristic(items: PricingItems, min_value: float, max_columns: int = 3, thresholds: int = 20) -> list[tuple[float, dict[int, int]]]:
+def price_heuristic(items: PricingItems, min_value: float, max_columns: int = 3, thresholds: int = 8) -> list[tuple[float, dict[int, int]]]:
     """Fast columns: for each SLO threshold (a sample when there are many), fill a group greedily.
 
     The class that sets the threshold goes in first; then classes with at least that SLO in order
