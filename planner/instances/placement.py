@@ -6,7 +6,8 @@ group's rollout pool may be larger than what the job needs, and every member's r
 the whole pool); training seconds at every size from ``trainer.nodes`` up (data parallelism
 fills the pool; a job that fixes ``trainer.dp`` trains on exactly ``trainer.nodes``), where the
 training state fits and ``tp x pp`` divides the pool's GPUs; weight sync per (rollout type,
-training type) as the largest over the pool sizes (conservative); host DRAM per rollout node and
+training type) at the job's own node counts (the same figure as its solo iteration time, which a
+ratio SLO is relative to; across pool sizes it varies by well under a second); host DRAM per rollout node and
 the whole training state (spread over the training pool's nodes). The SLO is the scenario's
 ``iteration_s`` or ``ratio_to_solo`` times the solo iteration time at the job's own node counts.
 Node names come from :meth:`planner.instances.common.ClusterView.node_names`.
@@ -26,7 +27,9 @@ POOL_SIZES = (1, 2, 3, 4, 6, 8)
 
 
 def _sizes(least: int, most: int) -> list[int]:
-    return [n for n in sorted(set(POOL_SIZES) | {least}) if least <= n <= most]
+    """Pool sizes from the job's own node count up to the fleet's; the job's own count is always
+    there (a fleet too small for it then shows up as a capacity shortage, with the number)."""
+    return [n for n in sorted(set(POOL_SIZES) | {least}) if least <= n <= max(most, least)]
 
 
 def compile_job(job: JobSpec, view: ClusterView, mode: str) -> PlacementJob:
@@ -47,10 +50,10 @@ def compile_job(job: JobSpec, view: ClusterView, mode: str) -> PlacementJob:
         if row:
             t_tab[t] = row
     s_tab: dict[str, dict[str, float]] = {}
-    for a, ra in r_tab.items():
-        for b, tb in t_tab.items():
-            s_tab.setdefault(a, {})[b] = max(sync_s(prof, view.pool(a, nr), view.pool(b, nt), view.inter_cluster_bw(a, b))
-                                              for nr in ra for nt in tb)
+    for a in r_tab:
+        for b in t_tab:
+            s_tab.setdefault(a, {})[b] = sync_s(prof, view.pool(a, job.rollout.nodes), view.pool(b, job.trainer.nodes),
+                                                view.inter_cluster_bw(a, b))
     state_gb = est.dram_train_node_gb * job.trainer.nodes
     return PlacementJob(name=job.name, slo_s=est.slo_s if est.slo_s != float("inf") else 1e12, rollout_s=r_tab, train_s=t_tab,
                         sync_s=s_tab, dram_rollout_node_gb=est.dram_rollout_node_gb, train_state_gb=state_gb, arrival_s=job.arrival_s)
