@@ -196,6 +196,9 @@ def test_shipped_trace_instance_matches_the_scenario():
             assert a.rollout_s[t] == pytest.approx(b.rollout_s[t])
         for t in b.train_s:
             assert a.train_s[t] == pytest.approx(b.train_s[t])
+        assert all(
+            a.sync_s[p][q] == pytest.approx(b.sync_s[p][q]) for p in b.sync_s for q in b.sync_s[p])
+        assert (a.dram_rollout_node_gb, a.train_state_gb) == pytest.approx((b.dram_rollout_node_gb, b.train_state_gb))
 
 
 def test_compiled_instance_is_consistent_with_the_estimators():
