@@ -38,9 +38,13 @@ class Admission:
 
 
 class _Family:
-    def __init__(self, configs: list[int], cap: int):
+    def __init__(self, configs: list[int], cap: int, idx: Index):
         self.configs = configs  # configuration ids, rollout sizes ascending
         R = len(configs)
+        self.sizes = np.array([idx.configs[k].rollout_nodes for k in configs])
+        self.cost = idx.cost[configs]
+        self.rollout_type = idx.configs[configs[0]].rollout_type
+        self.cols = np.arange(R)[None, :]
         self.gid = np.zeros(cap, dtype=int)
         self.rpos = np.zeros(cap, dtype=int)
         self.sum_a = np.zeros((cap, R))
@@ -71,7 +75,7 @@ class Packer:
         for ks in fam_key.values():
             ks.sort(key=lambda k: idx.configs[k].rollout_nodes)
             f = len(self.families)
-            self.families.append(_Family(ks, cap))
+            self.families.append(_Family(ks, cap, idx))
             for r, k in enumerate(ks):
                 self.fam_of[k] = (f, r)
         self.job_group: dict[int, int] = {}
@@ -152,17 +156,14 @@ class Packer:
             k0 = ks[0]
             dram_ok = ((fam.sum_w[:G] + idx.dram_r[j] <= idx.dram_cap_r[k0] * tol)
                        & (fam.sum_s[:G] + idx.state_t[j] <= idx.dram_cap_t[k0] * tol))[:, None]
-            R = len(ks)
             rpos = fam.rpos[:G]
-            cols = np.arange(R)[None, :]
-            sizes = np.array([idx.configs[k].rollout_nodes for k in ks])
+            sizes = fam.sizes
             extra_nodes = sizes[None, :] - sizes[rpos][:, None]
-            p = idx.configs[k0].rollout_type
             feas = ((A <= lim) & (BS <= lim) & (TOT <= lim) & dram_ok & okj[None, :]
-                    & (cols >= rpos[:, None]) & (extra_nodes <= self.free.get(p, 0)))
+                    & (fam.cols >= rpos[:, None]) & (extra_nodes <= self.free.get(fam.rollout_type, 0)))
             if not feas.any():
                 continue
-            marg = np.where(feas, idx.cost[ks][None, :] - idx.cost[ks][rpos][:, None], np.inf)
+            marg = np.where(feas, fam.cost[None, :] - fam.cost[rpos][:, None], np.inf)
             with np.errstate(invalid="ignore", divide="ignore"):
                 fill = np.maximum(A, BS) / lim
             m = marg.min()
@@ -176,11 +177,15 @@ class Packer:
                 row, r = int(pick[0]), int(pick[1])
                 best = Admission(j, "fill-bubble" if r == rpos[row] else "extend-rollout-pool", int(fam.gid[row]), ks[r], float(m))
                 best_fill = fbest
-        # open a new group
-        for k in idx.job_configs[j]:
-            c = idx.cost[k]
-            if c < best.marginal_cost - 1e-9 and all(self.free.get(t, 0) >= n for t, n in idx.config_nodes(k).items()):
-                best = Admission(j, "new-group", None, int(k), float(c))
+        # open a new group: the cheapest configuration the fleet still has the nodes for
+        ks = idx.job_configs[j]
+        if len(ks):
+            free = np.array([self.free.get(t, 0) for t in idx.types])
+            fits = (idx.node_matrix[ks] <= free[None, :]).all(axis=1)
+            costs = np.where(fits, idx.cost[ks], np.inf)
+            i = int(np.argmin(costs))
+            if costs[i] < best.marginal_cost - 1e-9:
+                best = Admission(j, "new-group", None, int(ks[i]), float(costs[i]))
         return best
 
     def apply(self, adm: Admission) -> None:

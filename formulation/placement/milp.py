@@ -150,7 +150,9 @@ def solve_compact(idx: Index, options: SolveOptions, deadline: float, warm: Opti
 
     t0 = time.perf_counter()
     try:
-        m, sl = build(idx, cur, deadline)
+        # handing the model to HiGHS takes about as long as building it and cannot be interrupted:
+        # the build may use a bit less than half of the time left
+        m, sl = build(idx, cur, t0 + 0.45 * (deadline - t0))
     except BuildTimeout:
         return None, SolveStatus.NOT_SOLVED, None, (f"compact MILP: building the Pyomo model outlasted the time limit "
                                                     f"({time.perf_counter() - t0:.1f} s); the colgen backend scales to this size")
