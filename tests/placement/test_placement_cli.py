@@ -211,3 +211,34 @@ def test_compiled_instance_is_consistent_with_the_estimators():
             assert all(row[a] > row[b] for a, b in zip(sizes, sizes[1:]))  # a larger rollout pool is faster
         spec = next(s for s in sc.jobs if s.name == j.name)
         assert min(j.rollout_s["H20"]) == spec.rollout.nodes and min(j.train_s["H800"]) == spec.trainer.nodes
+
+
+def test_admit_extends_a_rollout_pool_and_keeps_the_nodes(tmp_path):
+    # j0 + j1 share 1 A + 1 B node; j2 only fits if the rollout pool grows to 2 A nodes (see
+    # test_greedy_takes_weaves_moves_in_order): admission extends it and keeps the first node
+    from formulation.placement.instance import PlacementInstance, PlacementJob, PoolType
+
+    pools = {"A": PoolType(gpus_per_node=1, price_per_gpu_hour=1.0, dram_gb=2048, count=4),
+             "B": PoolType(gpus_per_node=1, price_per_gpu_hour=2.0, dram_gb=2048, count=4)}
+
+    def job(name, a, b, slo, a2):
+        return PlacementJob(name=name, slo_s=slo, rollout_s={"A": {1: a, 2: a2}}, train_s={"B": {1: b}})
+
+    jobs = [job("j0", 50, 100, 200, 30), job("j1", 50, 60, 200, 30), job("j2", 110, 30, 200, 60)]
+    full = PlacementInstance(name="ext", pool_types=pools, jobs=jobs)
+    first = full.model_copy(update={"jobs": jobs[:2]})
+    (tmp_path / "two.yaml").write_text(dump_instance(first))
+    (tmp_path / "three.yaml").write_text(dump_instance(full))
+    base, after = tmp_path / "base.yaml", tmp_path / "after.yaml"
+    assert run_cli("plan", str(tmp_path / "two.yaml"), "--out", str(base)).returncode == 0
+    proc = run_cli("admit", str(tmp_path / "three.yaml"), "--current", str(base), "--job", "j2", "--out", str(after))
+    assert proc.returncode == 0, proc.stderr
+    assert "extend-rollout-pool" in proc.stderr and "+1.00 $/h" in proc.stderr
+    _, before = read_plan(base)
+    _, plan = read_plan(after)
+    assert check(full, plan) == []
+    (g_before,), (g_after,) = before.groups, plan.groups
+    assert g_after.id == g_before.id and g_after.rollout_pool.size == 2
+    assert set(g_before.rollout_pool.nodes) < set(g_after.rollout_pool.nodes)
+    assert g_after.train_pool.nodes == g_before.train_pool.nodes
+    assert plan.cost_per_hour == pytest.approx(before.cost_per_hour + 1)
