@@ -134,6 +134,40 @@ def master_build_case(n: int) -> dict:
             "ratio": t_pyomo / max(t_highspy, 1e-9), "lp_rounds": int(np.int64(0))}
 
 
+def choices_case(what: str, limit: float) -> dict:
+    """Measured design choices: symmetry breaking in the compact MILP; job classes in colgen."""
+    from formulation.common import SolveOptions
+    from formulation.placement.colgen import PatternModel, job_classes
+    from formulation.placement.evaluate import Index
+    from formulation.placement.greedy import best_greedy
+
+    out = {}
+    if what == "symmetry":
+        from formulation.placement.milp import solve_compact
+
+        inst = _instance("10:7")
+        idx = Index(inst)
+        warm, _ = best_greedy(idx)
+        for flag in (True, False):
+            t0 = time.perf_counter()
+            sol, status, lb, msg = solve_compact(idx, SolveOptions(time_limit_s=limit), t0 + limit, warm, None, symmetry_breaking=flag)
+            out["on" if flag else "off"] = {"wall_s": time.perf_counter() - t0, "status": status.value,
+                                            "cost": sol.cost(idx) if sol else None, "bound": lb}
+    else:
+        inst = _instance("500:0")
+        idx = Index(inst)
+        warm, _ = best_greedy(idx)
+        for merge in (True, False):
+            cl = job_classes(idx, merge=merge)
+            pm = PatternModel(idx, cl)
+            t0 = time.perf_counter()
+            sol, st = pm.solve(t0 + limit, warm, {}, 1e-4)
+            out["classes" if merge else "per-job"] = {"classes": len(cl.rep), "wall_s": time.perf_counter() - t0,
+                                                      "lp_s": st.phase_s.get("colgen"), "converged": st.lp_converged,
+                                                      "cost": sol.cost(idx) if sol else None, "bound": st.lower_bound}
+    return out
+
+
 def _child(spec: str, backend: str, limit: float, env: dict | None = None) -> dict:
     cmd = [sys.executable, "-m", "formulation.placement.bench", "--one", spec, "--backend", backend, "--limit", str(limit)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
@@ -163,6 +197,8 @@ def main(argv=None) -> int:
     if args.one:
         if args.one.startswith("watchdog:"):
             out = watchdog_case(int(args.one.split(":")[1]), args.limit, args.backend)
+        elif args.one.startswith("choices:"):
+            out = choices_case(args.one.split(":")[1], args.limit)
         elif args.one.startswith("masterbuild:"):
             out = master_build_case(int(args.one.split(":")[1]))
         else:
@@ -191,6 +227,8 @@ def main(argv=None) -> int:
                      "compact_with": _child("watchdog:40", "highs", 2.0),
                      "compact_without": _child("watchdog:40", "highs", 2.0, {"RL_PLANNER_NO_WATCHDOG": "1"})},
         "master_build": _child("masterbuild:500", "colgen", 0),
+        "symmetry": _child("choices:symmetry", "highs", 60.0),
+        "classes": _child("choices:classes", "colgen", 30.0),
     }
     print(json.dumps(extra), flush=True)
     load1 = os.getloadavg()
@@ -232,6 +270,17 @@ def main(argv=None) -> int:
               f"{mb.get('columns')} columns, {mb.get('rows')} rows): Pyomo + appsi hand-over {_fmt(mb.get('pyomo_build_s'), 3)} s, "
               f"highspy directly {_fmt(mb.get('highspy_build_s'), 3)} s ({_fmt(mb.get('ratio'), 1)}x); the master is rebuilt "
               "or extended every pricing round, so it uses highspy directly."]
+    sy, cl = extra["symmetry"], extra["classes"]
+    if "on" in sy:
+        lines += ["", "Symmetry breaking in the compact MILP (10 generated jobs, 60 s limit): with the representative-member "
+                  f"slots {_fmt(sy['on']['wall_s'])} s ({sy['on']['status']}, {_fmt(sy['on']['cost'], 1)} $/h), without "
+                  f"{_fmt(sy['off']['wall_s'])} s ({sy['off']['status']}, {_fmt(sy['off']['cost'], 1)} $/h, bound {_fmt(sy['off']['bound'], 1)})."]
+    if "classes" in cl:
+        a, b = cl["classes"], cl["per-job"]
+        lines += ["", f"Job classes in the pattern model (500 generated jobs, 30 s): {a['classes']} classes: LP "
+                  f"{'converged' if a['converged'] else 'not converged'} in {_fmt(a['lp_s'])} s, {_fmt(a['cost'], 1)} $/h, bound "
+                  f"{_fmt(a['bound'], 1)}; one class per job ({b['classes']}): LP {'converged' if b['converged'] else 'not converged'} "
+                  f"in {_fmt(b['lp_s'])} s, {_fmt(b['cost'], 1)} $/h, bound {_fmt(b['bound'], 1)}."]
     lines += ["", "Solver messages:", ""]
     for r in rows:
         for b in ("colgen", "highs", "cpsat"):

@@ -70,14 +70,17 @@ class Classes:
         return np.array([len(j) for j in self.jobs], dtype=float)
 
 
-def job_classes(idx: Index, placed: Optional[set[int]] = None, jobs: Optional[list[int]] = None) -> Classes:
+def job_classes(idx: Index, placed: Optional[set[int]] = None, jobs: Optional[list[int]] = None, merge: bool = True) -> Classes:
+    """Jobs with identical tables, DRAM, SLO and current-plan status form one class
+    (``merge=False``: one class per job, for the benchmark's comparison)."""
     placed = placed or set()
     keys: dict[bytes, int] = {}
     rep, members, flags = [], [], []
     of_job = np.full(idx.n, -1)
     for j in (range(idx.n) if jobs is None else jobs):
         key = b"".join([idx.a[:, j].tobytes(), idx.bs[:, j].tobytes(), idx.ok[:, j].tobytes(),
-                        np.array([idx.slo[j], idx.dram_r[j], idx.state_t[j], float(j in placed)]).tobytes()])
+                        np.array([idx.slo[j], idx.dram_r[j], idx.state_t[j], float(j in placed)]).tobytes()]
+                       + ([] if merge else [str(j).encode()]))
         c = keys.get(key)
         if c is None:
             c = keys[key] = len(rep)

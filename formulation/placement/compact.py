@@ -53,7 +53,9 @@ class Slots:
         return x, z
 
 
-def make_slots(idx: Index, cur=None) -> Slots:
+def make_slots(idx: Index, cur=None, symmetry_breaking: bool = True) -> Slots:
+    """Slots; ``symmetry_breaking=False`` (for the benchmark's comparison) lets any job use any
+    slot and drops the representative rule, so the slots are interchangeable."""
     jobs = [j for j in range(idx.n) if len(idx.job_configs[j])]
     slots: list[tuple[str, object]] = []
     configs: dict[int, list[int]] = {}
@@ -62,9 +64,9 @@ def make_slots(idx: Index, cur=None) -> Slots:
     anchor_of: dict[int, str] = {}
     for g in jobs:
         s = len(slots)
-        slots.append(("rep", g))
-        configs[s] = [int(k) for k in idx.job_configs[g]]
-        members[s] = [j for j in jobs if j >= g]
+        slots.append(("rep", g) if symmetry_breaking else ("free", g))
+        configs[s] = [int(k) for k in idx.job_configs[g]] if symmetry_breaking else list(range(len(idx.configs)))
+        members[s] = [j for j in jobs if j >= g] if symmetry_breaking else list(jobs)
     if cur is not None:
         for grp in cur.groups:
             s = len(slots)

@@ -116,12 +116,12 @@ class _GuardedPyomo:
         return getattr(self._pe, name)
 
 
-def build(idx: Index, cur=None, deadline: float = float("inf")):
+def build(idx: Index, cur=None, deadline: float = float("inf"), symmetry_breaking: bool = True):
     """The Pyomo model; raises BuildTimeout when building it passes ``deadline``."""
     import pyomo.environ as pyomo_env
 
     pe = _GuardedPyomo(pyomo_env, deadline_guard(deadline))
-    sl = make_slots(idx, cur)
+    sl = make_slots(idx, cur, symmetry_breaking)
     M = big_m(idx)
     m = pe.ConcreteModel(name="placement-compact")
     m.J = pe.Set(initialize=sl.jobs)
@@ -142,7 +142,8 @@ def build(idx: Index, cur=None, deadline: float = float("inf")):
     return m, sl
 
 
-def solve_compact(idx: Index, options: SolveOptions, deadline: float, warm: Optional[Solution], cur=None):
+def solve_compact(idx: Index, options: SolveOptions, deadline: float, warm: Optional[Solution], cur=None,
+                  symmetry_breaking: bool = True):
     """(solution or None, status, lower bound or None, message)."""
     from pyomo.contrib.appsi.solvers import Highs
 
@@ -152,7 +153,7 @@ def solve_compact(idx: Index, options: SolveOptions, deadline: float, warm: Opti
     try:
         # handing the model to HiGHS takes about as long as building it and cannot be interrupted:
         # the build may use a bit less than half of the time left
-        m, sl = build(idx, cur, t0 + 0.45 * (deadline - t0))
+        m, sl = build(idx, cur, t0 + 0.45 * (deadline - t0), symmetry_breaking)
     except BuildTimeout:
         return None, SolveStatus.NOT_SOLVED, None, (f"compact MILP: building the Pyomo model outlasted the time limit "
                                                     f"({time.perf_counter() - t0:.1f} s); the colgen backend scales to this size")
