@@ -97,7 +97,6 @@ def watchdog_case(n: int, limit: float, backend: str) -> dict:
 def master_build_case(n: int) -> dict:
     """Time to build the same restricted master (the columns of a colgen run) in Pyomo (model +
     hand-over to HiGHS through appsi) and directly in highspy."""
-    import numpy as np
     import pyomo.environ as pe
     from pyomo.contrib.appsi.solvers import Highs
 
@@ -131,7 +130,7 @@ def master_build_case(n: int) -> dict:
     opt.set_instance(m)
     t_pyomo = time.perf_counter() - t0
     return {"columns": len(cols), "rows": int(len(dem) + len(cap)), "highspy_build_s": t_highspy, "pyomo_build_s": t_pyomo,
-            "ratio": t_pyomo / max(t_highspy, 1e-9), "lp_rounds": int(np.int64(0))}
+            "ratio": t_pyomo / max(t_highspy, 1e-9)}
 
 
 def choices_case(what: str, limit: float) -> dict:

@@ -11,8 +11,6 @@ pool of the same types (Weave's extend move).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
-
 import numpy as np
 
 from formulation.placement.evaluate import Group, Index, Solution

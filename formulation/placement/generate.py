@@ -17,7 +17,6 @@ Identical template and tier give identical jobs: at 2,000 jobs there are at most
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np

@@ -11,7 +11,7 @@ from formulation.placement.check import check
 from formulation.placement.plan import PlacementPlan
 from planner.instances.placement import compile_scenario, dump_instance, load_instance
 from planner.schema import load_scenario
-from tests.conftest import ROOT, SCENARIOS, run_cli
+from tests.conftest import SCENARIOS, run_cli
 
 SMALL = SCENARIOS / "instances" / "placement-small.yaml"
 
