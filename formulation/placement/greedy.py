@@ -53,7 +53,11 @@ class _Family:
         self.min_slo = np.zeros(cap)
         self.sum_w = np.zeros(cap)
         self.sum_s = np.zeros(cap)
+        self.open = np.zeros(cap, dtype=bool)  # can some job still join (at the largest rollout pool)?
         self.size = 0
+        ok_first, ok_last = idx.ok[configs[0]], idx.ok[configs[-1]]
+        self.min_bs = float(idx.bs[configs[0], ok_first].min()) if ok_first.any() else np.inf
+        self.min_a = float(idx.a[configs[-1], ok_last].min()) if ok_last.any() else np.inf
 
 
 class Packer:
@@ -98,12 +102,15 @@ class Packer:
             fam.sum_a[row] = np.inf
             fam.max_tot[row] = np.inf
             fam.min_slo[row] = -np.inf
+        # closed for good (until a member leaves): not even the quickest job fits at the largest pool
+        lim = fam.min_slo[row] * (1 + REL_TOL)
+        fam.open[row] = bool(fam.sum_bs[row] + fam.min_bs <= lim and fam.sum_a[row, -1] + fam.min_a <= lim)
 
     def add_group(self, k: int, members: Sequence[int], anchor: Optional[str] = None, charge: bool = True) -> int:
         f, r = self.fam_of[k]
         fam = self.families[f]
         if fam.size == len(fam.gid):  # grow
-            for name in ("gid", "rpos", "sum_bs", "min_slo", "sum_w", "sum_s"):
+            for name in ("gid", "rpos", "sum_bs", "min_slo", "sum_w", "sum_s", "open"):
                 arr = getattr(fam, name)
                 setattr(fam, name, np.concatenate([arr, np.zeros_like(arr)]))
             for name in ("sum_a", "max_tot"):
@@ -147,16 +154,18 @@ class Packer:
             okj = idx.ok[ks, j]
             if not okj.any():
                 continue
-            G = fam.size
-            lim = np.minimum(fam.min_slo[:G], lim_j)[:, None] * tol
-            A = fam.sum_a[:G] + idx.a[ks, j][None, :]
-            TOT = np.maximum(fam.max_tot[:G], idx.tot[ks, j][None, :])
+            rows = np.flatnonzero(fam.open[:fam.size])
+            if len(rows) == 0:
+                continue
+            lim = np.minimum(fam.min_slo[rows], lim_j)[:, None] * tol
+            A = fam.sum_a[rows] + idx.a[ks, j][None, :]
+            TOT = np.maximum(fam.max_tot[rows], idx.tot[ks, j][None, :])
             bs = idx.bs[ks[0], j]
-            BS = (fam.sum_bs[:G] + bs)[:, None]
+            BS = (fam.sum_bs[rows] + bs)[:, None]
             k0 = ks[0]
-            dram_ok = ((fam.sum_w[:G] + idx.dram_r[j] <= idx.dram_cap_r[k0] * tol)
-                       & (fam.sum_s[:G] + idx.state_t[j] <= idx.dram_cap_t[k0] * tol))[:, None]
-            rpos = fam.rpos[:G]
+            dram_ok = ((fam.sum_w[rows] + idx.dram_r[j] <= idx.dram_cap_r[k0] * tol)
+                       & (fam.sum_s[rows] + idx.state_t[j] <= idx.dram_cap_t[k0] * tol))[:, None]
+            rpos = fam.rpos[rows]
             sizes = fam.sizes
             extra_nodes = sizes[None, :] - sizes[rpos][:, None]
             feas = ((A <= lim) & (BS <= lim) & (TOT <= lim) & dram_ok & okj[None, :]
@@ -175,7 +184,7 @@ class Packer:
             fbest = float(fills.max())
             if m < best.marginal_cost - 1e-9 or fbest > best_fill:
                 row, r = int(pick[0]), int(pick[1])
-                best = Admission(j, "fill-bubble" if r == rpos[row] else "extend-rollout-pool", int(fam.gid[row]), ks[r], float(m))
+                best = Admission(j, "fill-bubble" if r == rpos[row] else "extend-rollout-pool", int(fam.gid[rows[row]]), ks[r], float(m))
                 best_fill = fbest
         # open a new group: the cheapest configuration the fleet still has the nodes for
         ks = idx.job_configs[j]
