@@ -1,9 +1,12 @@
 """One entry point for every backend: greedy, colgen (pattern model), highs (compact MILP), cpsat.
 
 ``solve(instance, options, backend, current)`` returns the plan body and the solve record. The
-time limit is a wall-clock limit for the whole call: each backend gets a deadline, HiGHS runs
-under a watchdog that cancels it (presolve included) and CP-SAT under one that stops its search;
-a solve stopped early returns its best plan with the certified bound and gap.
+time limit is a wall-clock limit for the whole call: each backend gets a deadline; HiGHS gets its
+own limit and a watchdog thread that calls ``cancelSolve`` at the deadline (for a run that
+overruns its own limit), CP-SAT likewise with ``StopSearch``, and the compact models stop
+building at the deadline (Pyomo's hand-over of a built model to HiGHS cannot be interrupted: the
+MILP build is given under half of the time for that reason). A solve stopped early returns its
+best plan, never worse than the greedy warm start, with the certified bound and gap.
 
 ``current`` (a plan body) warm-starts the re-optimisation: its groups that are still feasible are
 kept as *anchored* groups (same nodes), the greedy admits the other jobs into them or new groups,
