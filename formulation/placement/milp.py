@@ -84,8 +84,12 @@ def define_dram(m, pe, sl, idx):
 
 
 def define_capacity(m, pe, sl, idx):
-    m.capacity = pe.Constraint(range(len(idx.types)), rule=lambda m, t: sum(
-        float(idx.node_matrix[k, t]) * m.z[s, k] for (s, k) in m.SK if idx.node_matrix[k, t]) <= idx.capacity[idx.types[t]])
+    def rule(m, t):
+        terms = [(s, k) for (s, k) in m.SK if idx.node_matrix[k, t]]
+        if not terms:
+            return pe.Constraint.Skip  # no configuration uses this type
+        return sum(float(idx.node_matrix[k, t]) * m.z[s, k] for (s, k) in terms) <= idx.capacity[idx.types[t]]
+    m.capacity = pe.Constraint(range(len(idx.types)), rule=rule)
 
 
 def define_objective(m, pe, sl, idx):

@@ -115,6 +115,11 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
     base_greedy = greedy(idx, "arrival")
     if backend == "auto":
         backend = "colgen"
+    if idx.n == 0:  # nothing to place: the empty plan, whatever the backend
+        plan = build_plan(idx, Solution([]), [], None, greedy_cost=0.0, lower_bound=0.0)
+        record = SolveRecord(backend=backend, status=SolveStatus.OPTIMAL, objective=0.0, best_bound=0.0,
+                             wall_time_s=time.perf_counter() - t0, time_limit_s=options.time_limit_s, message="no jobs")
+        return Result(plan, record, Solution([]), Solution([]))
     lb = None
     status = SolveStatus.FEASIBLE
     message = ""

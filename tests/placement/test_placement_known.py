@@ -125,3 +125,17 @@ def test_fleet_short_by_n_nodes():
     assert check(inst, res.plan) == []
     (u,) = res.plan.unplaced
     assert u.reason == "capacity" and "short by 1 node(s) of B" in u.message
+
+
+@pytest.mark.parametrize("backend", BACKENDS + ["greedy"])
+def test_edge_cases_no_jobs_and_a_type_without_nodes(backend):
+    empty = PlacementInstance(name="empty", pool_types=pools(), jobs=[])
+    res = solve(empty, SolveOptions(time_limit_s=5), backend)
+    assert res.plan.groups == [] and res.plan.cost_per_hour == 0 and res.record.status.value == "optimal"
+    # type A has no nodes: the job can still run both pools on B (1 + 1 B nodes = 4 $/h)
+    p = pools(n_a=0)
+    j = PlacementJob(name="x", slo_s=100, rollout_s={"A": {1: 10}, "B": {1: 12}}, train_s={"B": {1: 10}})
+    inst = PlacementInstance(name="no-a", pool_types=p, jobs=[j])
+    res = solve(inst, SolveOptions(time_limit_s=5), backend)
+    assert check(inst, res.plan) == []
+    assert res.plan.cost_per_hour == pytest.approx(4) and not res.plan.unplaced
