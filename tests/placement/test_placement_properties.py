@@ -158,3 +158,27 @@ def test_plan_body_round_trips_through_its_model(good):
     inst, plan = good
     again = PlacementPlan.model_validate(plan.model_dump(mode="json"))
     assert check(inst, again) == []
+
+
+@pytest.mark.parametrize("backend", ["colgen", "highs", "cpsat"])
+def test_reoptimisation_keeps_unmoved_jobs_on_their_nodes(backend):
+    inst = small_instance(21, 9, capacity=(6, 6), dram_gb=(2048.0, 2048.0))
+    first = inst.model_copy(update={"jobs": inst.jobs[:7]})
+    cur = solve(first, SolveOptions(time_limit_s=10), "greedy").plan
+    later = inst.model_copy(update={"jobs": inst.jobs[1:], "move_price_per_job": 0.5})  # j0 left, j7 and j8 arrived
+    res = solve(later, SolveOptions(time_limit_s=20), backend, current=cur)
+    assert check(later, res.plan) == []
+    assert res.record.warm_start == "previous-plan"
+    old = {m.job: (g.id, tuple(g.rollout_pool.nodes), tuple(g.train_pool.nodes)) for g in cur.groups for m in g.members}
+    moved = set(res.plan.moved_jobs)
+    for g in res.plan.groups:
+        for m in g.members:
+            assert m.moved == (m.job in moved)
+            if m.job in old and m.job not in moved:  # kept: same group id, its nodes still in the pools
+                gid, r, t = old[m.job]
+                assert g.id == gid and set(r) <= set(g.rollout_pool.nodes) and set(t) <= set(g.train_pool.nodes)
+    assert moved <= set(old)  # only jobs of the current plan can move
+    assert res.plan.move_cost_per_hour == pytest.approx(0.5 * len(moved))
+    # the objective the solvers minimise: never worse than keeping everyone and admitting the newcomers
+    keep = solve(later, SolveOptions(time_limit_s=10), "greedy", current=cur).plan
+    assert res.plan.cost_per_hour + res.plan.move_cost_per_hour <= keep.cost_per_hour + keep.move_cost_per_hour + 1e-6
