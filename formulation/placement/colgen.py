@@ -269,51 +269,7 @@ class PatternModel:
         self.add_singletons()
         # phase 1: column generation until no negative reduced cost or a share of the time is used
         lp_deadline = t0 + 0.75 * (deadline - t0)
-        pi = mu = None
-        best_lb = -np.inf
-        center = None  # duals with the best Lagrangian bound so far (Wentges smoothing)
-        alpha = 0.5
-        budget = node_budget
-        while True:
-            if time.perf_counter() > lp_deadline and st.rounds:
-                break
-            obj, pi, mu = self.master.solve_lp(deadline)
-            st.rounds += 1
-            st.lp_value = obj
-            cols, _ = self.price_all(pi, mu, True, budget, exact=False)
-            if [c for c in cols if self.master.add(c) is not None] and time.perf_counter() < lp_deadline:
-                continue  # the heuristic still finds columns: no need for the exact pricing yet
-            smooth = center is not None and alpha > 0
-            ps, ms = ((alpha * center[0] + (1 - alpha) * pi, alpha * center[1] + (1 - alpha) * mu) if smooth else (pi, mu))
-            self.deadline = lp_deadline
-            tp = time.perf_counter()
-            cols, rc_lb = self.price_all(ps, ms, True, budget, stop_after=8)
-            full, exact = self.last_full, self.last_exact
-            useful = [c for c in cols if c.cost - pi[list(c.counts)] @ np.array(list(c.counts.values()), dtype=float)
-                      - mu @ self.idx.node_matrix[c.config] < -1e-9 * max(1.0, abs(obj))]
-            new = [c for c in useful if self.master.add(c) is not None]
-            if full:
-                if self.move_price > 0:  # the bound must hold for anchored columns: price without move charges
-                    _, rc_lb = self.price_all(ps, ms, False, budget, max_columns=1)
-                    exact &= self.last_exact
-                lb = self.lagrangian_bound(ps, ms, rc_lb)
-                if lb > best_lb:
-                    best_lb, center = lb, (ps, ms)
-            if TRACE:
-                print(f"round {st.rounds} t={time.perf_counter() - t0:.2f} lp={obj:.3f} exact pricing {time.perf_counter() - tp:.2f} s "
-                      f"full={full} exact={exact} new={len(new)} lb={best_lb:.3f} alpha={alpha if smooth else 0}")
-            if not new:
-                if smooth:  # mispricing: the smoothed duals found nothing for the LP; price at the LP duals
-                    alpha = 0.0
-                    continue
-                if full and not exact and time.perf_counter() < lp_deadline:
-                    budget *= 4  # the search was cut short: a larger budget for a tighter bound
-                    continue
-                st.lp_converged = full and exact
-                break
-            alpha = 0.5
-            if time.perf_counter() > lp_deadline:
-                break
+        pi, mu, best_lb = self.column_generation(st, t0, deadline, lp_deadline, node_budget)
         self.deadline = deadline
         st.lower_bound = best_lb
         st.phase_s["colgen"] = time.perf_counter() - t0
@@ -393,6 +349,67 @@ class PatternModel:
         if not cands:
             return None, st
         return min(cands, key=score), st
+
+    def column_generation(self, st: ColgenStats, t0: float, deadline: float, lp_deadline: float, node_budget: int):
+        """Phase 1: the LP of the master by column generation; returns (pi, mu, best lower bound)."""
+        pi = mu = None
+        best_lb = -np.inf
+        center = None  # duals with the best Lagrangian bound so far (Wentges smoothing)
+        alpha = 0.5
+        budget = node_budget
+        while True:
+            if time.perf_counter() > lp_deadline and st.rounds:
+                break
+            obj, pi, mu = self.master.solve_lp(deadline)
+            st.rounds += 1
+            st.lp_value = obj
+            cols, _ = self.price_all(pi, mu, True, budget, exact=False)
+            if [c for c in cols if self.master.add(c) is not None] and time.perf_counter() < lp_deadline:
+                continue  # the heuristic still finds columns: no need for the exact pricing yet
+            smooth = center is not None and alpha > 0
+            ps, ms = ((alpha * center[0] + (1 - alpha) * pi, alpha * center[1] + (1 - alpha) * mu) if smooth else (pi, mu))
+            self.deadline = lp_deadline
+            tp = time.perf_counter()
+            cols, rc_lb = self.price_all(ps, ms, True, budget, stop_after=8)
+            full, exact = self.last_full, self.last_exact
+            useful = [c for c in cols if c.cost - pi[list(c.counts)] @ np.array(list(c.counts.values()), dtype=float)
+                      - mu @ self.idx.node_matrix[c.config] < -1e-9 * max(1.0, abs(obj))]
+            new = [c for c in useful if self.master.add(c) is not None]
+            if full:
+                if self.move_price > 0:  # the bound must hold for anchored columns: price without move charges
+                    _, rc_lb = self.price_all(ps, ms, False, budget, max_columns=1)
+                    exact &= self.last_exact
+                lb = self.lagrangian_bound(ps, ms, rc_lb)
+                if lb > best_lb:
+                    best_lb, center = lb, (ps, ms)
+            if TRACE:
+                print(f"round {st.rounds} t={time.perf_counter() - t0:.2f} lp={obj:.3f} exact pricing {time.perf_counter() - tp:.2f} s "
+                      f"full={full} exact={exact} new={len(new)} lb={best_lb:.3f} alpha={alpha if smooth else 0}")
+            if not new:
+                if smooth:  # mispricing: the smoothed duals found nothing for the LP; price at the LP duals
+                    alpha = 0.0
+                    continue
+                if full and not exact and time.perf_counter() < lp_deadline:
+                    budget *= 4  # the search was cut short: a larger budget for a tighter bound
+                    continue
+                st.lp_converged = full and exact
+                break
+            alpha = 0.5
+            if time.perf_counter() > lp_deadline:
+                break
+        return pi, mu, best_lb
+
+    def lp_bound(self, deadline: float, warm: Optional[Solution], node_budget: int = 200000) -> float:
+        """Only the certified lower bound (the LP phase), e.g. of the move-free problem."""
+        st = ColgenStats()
+        t0 = time.perf_counter()
+        self.deadline = deadline
+        if warm is not None:
+            self.add_groups(warm.groups, {})
+        self.add_singletons()
+        _, _, lb = self.column_generation(st, t0, deadline, deadline, node_budget)
+        self.deadline = deadline
+        return lb
 
     def round_and_repair(self, x_lp: np.ndarray, anchors: dict[str, list[int]]) -> Solution:
         """The LP solution's integral part (``floor`` of each pattern's copies), then the greedy admits

@@ -130,8 +130,16 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
         placed = cur.placed if cur else set()
         pm = PatternModel(idx, job_classes(idx, placed), inst.move_price_per_job, options.threads)
         anchors = cur.members if cur else {}
+        bound_free = None
+        if inst.move_price_per_job > 0 and cur is not None:
+            # the bound under move charges prices against distorted duals; the move-free problem's
+            # LP bound is also valid (moves only add cost) and usually much tighter
+            share = time.perf_counter() + 0.25 * (deadline - time.perf_counter())
+            free_model = PatternModel(idx, job_classes(idx), 0.0, options.threads)
+            bound_free = free_model.lp_bound(share, best_greedy(idx)[0])
         found, st = pm.solve(deadline, warm, anchors, options.mip_gap)
-        lb = st.lower_bound if st.lower_bound is not None and st.lower_bound > -1e300 else None
+        bounds = [b for b in (st.lower_bound, bound_free) if b is not None and b > -1e300]
+        lb = max(bounds) if bounds else None
         if found is not None:
             found = tighten(idx, found)
             found.moved = moved_jobs(found, cur)
