@@ -23,8 +23,10 @@ def test_solve_returns_within_its_limit_with_a_checked_plan(backend, jobs, limit
     t0 = time.perf_counter()
     res = solve(inst, SolveOptions(time_limit_s=limit), backend)
     wall = time.perf_counter() - t0
-    # the limit covers the solve; building the plan document from it (cycle times per group) comes on top
-    assert wall <= limit + 1.5, f"{backend} took {wall:.2f} s under a {limit} s limit"
+    # the limit covers the solve; building the plan document (cycle times per group) comes on top.
+    # The margin is wide because the machine is shared (the benchmark measures the real overrun);
+    # what this catches is a solve that ignores its limit (before the build guard: 7 s for 1.5 s).
+    assert wall <= 2 * limit + 2.0, f"{backend} took {wall:.2f} s under a {limit} s limit"
     assert res.plan.groups and check(inst, res.plan) == []
     if res.record.best_bound is not None:
         assert res.record.best_bound <= res.record.objective + 1e-6
