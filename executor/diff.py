@@ -124,7 +124,8 @@ def _wargs(w: Worker, comp: Component, **extra) -> dict:
     return {"worker": {"id": w.id, "component": w.component, "node": w.node, "gpus": w.gpus, "dram_gb": w.dram_gb,
                        "index": w.index, "generation": w.generation},
             "role": comp.role, "job": comp.job, "gpu_type": comp.gpu_type,
-            "layout": {"tp": comp.layout.tp, "pp": comp.layout.pp, "dp": comp.layout.dp}, **extra}
+            "layout": {"tp": comp.layout.tp, "pp": comp.layout.pp, "dp": comp.layout.dp}, "migration": comp.migration,
+            "model": dict(comp.model), "engine": dict(comp.engine), **extra}
 
 
 def _unit_workload(o: Component, t: Component) -> Unit:
@@ -178,7 +179,7 @@ def _unit_p2p(o: Component, t: Component) -> Unit:
              f"trainer {o.layout} on {o.placement_counts()} -> {t.layout} on {t.placement_counts()}: P2P migration")
     for w in new:
         u.steps.append(_step(u, "create", w.id, f"rank {w.index} of the new layout {t.layout} on {w.node}, created while the "
-                                               f"old ranks keep training", _wargs(w, t)))
+                                               f"old ranks keep training", _wargs(w, t, init="empty")))
     u.steps.append(_step(u, "reshard", "", f"parameters, Adam moments and gradient buffers must move from {o.layout} to "
                                            f"{t.layout} before the switch",
                          {"old": [w.id for w in old], "new": [w.id for w in new],
@@ -203,7 +204,8 @@ def _unit_reboot(o: Component, t: Component) -> Unit:
         u.steps.append(_step(u, "stop", w.id, f"reboot stops {w.id} on {w.node} after its state was saved", _wargs(w, o)))
     for w in new:
         u.steps.append(_step(u, "create", w.id, f"reboot restarts {t.name} on {w.node} from checkpoint {ckpt}",
-                             _wargs(w, t, restore=ckpt, workers_in_generation=len(new))))
+                             _wargs(w, t, restore=ckpt, init="empty", restore_layout=vars(o.layout) | {},
+                                    restore_count=len(old))))
     u.steps.append(_step(u, "switch", "", f"restarted workers of {t.name} take over", {"active": [w.id for w in new],
                                                                                      "retired": [w.id for w in old],
                                                                                      "generation": gen, "checkpoint": ckpt}))

@@ -105,6 +105,9 @@ class Component:
     workers: list[Worker] = field(default_factory=list)
     # Target only: workers wanted per node (the diff assigns ids and ranks).
     placement: dict[str, int] = field(default_factory=dict)
+    # What the workers run: the trainer's model dimensions, the rollout engine's settings.
+    model: dict = field(default_factory=dict)
+    engine: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.migration:

@@ -143,8 +143,9 @@ class Coordinator:
                 snap = snapshots.get(rid)
                 if snap is not None and len(snap) >= len(r["output"]):
                     r["output"] = list(snap)
-                r["owner"] = new_owner
-                r["handoffs"] += 1
+                if r["owner"] != new_owner:
+                    r["owner"] = new_owner
+                    r["handoffs"] += 1
                 out.append(dict(r, output=list(r["output"])))
             return out
 
@@ -193,5 +194,17 @@ class Coordinator:
             for k in [k for k in self.checkpoints if k.startswith(prefix)]:
                 del self.checkpoints[k]
 
+    def generations(self) -> dict[str, int]:
+        return dict(self.generation)
+
     def ping(self) -> bool:
         return True
+
+    def __getstate__(self) -> dict:
+        d = dict(self.__dict__)
+        d.pop("_lock", None)
+        return d
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self._lock = threading.RLock()

@@ -75,13 +75,14 @@ class RolloutEngine:
         self.finished: list[str] = []
         self.refused: list[str] = []
         self.cache_hits_tokens = 0
+        self._seen_done: set[str] = set()  # finished here: offering them again must not rerun them
         self._lock = threading.RLock()
         self._since_progress = 0
 
     # ------------------------------------------------------------------ requests in
     def admit(self, requests: list[dict]) -> int:
         with self._lock:
-            have = {r.id for r in self.pending} | set(self.running)
+            have = {r.id for r in self.pending} | set(self.running) | self._seen_done
             n = 0
             for d in requests:
                 if d["id"] in have:
@@ -157,6 +158,7 @@ class RolloutEngine:
             ok = self._coord("complete", self.id, epoch, r.id, list(r.output))
             with self._lock:
                 self.running.pop(r.id, None)
+                self._seen_done.add(r.id)
                 (self.finished if ok else self.refused).append(r.id)
         return produced
 
@@ -194,3 +196,13 @@ class RolloutEngine:
 
     def ready(self) -> bool:
         return True
+
+    def __getstate__(self) -> dict:
+        d = dict(self.__dict__)
+        d.pop("_lock", None)
+        d["_coord"] = None
+        return d
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self._lock = threading.RLock()

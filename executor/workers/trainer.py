@@ -219,3 +219,8 @@ class TrainerRank:
 
     def ready(self) -> bool:
         return True
+
+    def __getstate__(self) -> dict:
+        d = dict(self.__dict__)
+        d["_coord"], d["_stores"], d["train_pgs"] = None, [], None
+        return d
