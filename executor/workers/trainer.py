@@ -22,6 +22,18 @@ from executor.state import Layout
 from executor.workers.model import STATE_KINDS, ModelSpec, full_init, owned_params, shard_slice
 
 
+def _local_ip() -> str:
+    """This node's address as the Ray cluster knows it (loopback outside Ray)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - outside a Ray worker
+        pass
+    return "127.0.0.1"
+
+
 def synthetic_target(spec: ModelSpec, name: str, shape, step: int, dp_i: int) -> torch.Tensor:
     g = torch.Generator().manual_seed((spec.seed + 1) * 7_777_777 + step * 65_537 + dp_i * 131 + sum(map(ord, name)))
     return torch.randn(shape, generator=g)
@@ -157,17 +169,18 @@ class TrainerRank:
 
     # ------------------------------------------------------------------ P2P migration
     def host_migration_store(self, world: int, timeout_s: float) -> tuple[str, int]:
-        store, port = gloo.host_store("127.0.0.1", world, timeout_s)
+        host = _local_ip()
+        store, port = gloo.host_store(host, world, timeout_s)
         self._stores.append(store)
-        return "127.0.0.1", port
+        return host, port
 
-    def host_training_stores(self, keys: list[str], world: int, timeout_s: float) -> dict:
-        out = {}
+    def host_training_stores(self, keys: list[str], world: int, timeout_s: float) -> tuple[str, dict]:
+        host, out = _local_ip(), {}
         for k in keys:
-            store, port = gloo.host_store("127.0.0.1", world, timeout_s)
+            store, port = gloo.host_store(host, world, timeout_s)
             self._stores.append(store)
             out[k] = port
-        return out
+        return host, out
 
     def migrate(self, host: str, port: int, mig_rank: int, mig_world: int, prefix: str, role: str,
                 pieces: list[tuple], rank_map: dict, timeout_s: float) -> dict:
