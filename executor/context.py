@@ -18,6 +18,7 @@ class Ctx:
     on_event: Optional[Callable[[dict], None]] = None
     step: Any = None
     journal_outcomes: dict = field(default_factory=dict)
+    committed: bool = False  # the current unit passed its commit point: roll forward only
 
     def coord(self, method: str, *args: Any) -> Any:
         return self.backend.coord(method, *args)

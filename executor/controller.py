@@ -41,7 +41,9 @@ COMPENSATE: dict[str, Optional[Callable]] = {
     "create": compensate_create, "switch": compensate_switch, "drain": workload.compensate_drain,
     "save": reboot.compensate_save, "handoff": None, "reshard": None, "stop": None,
 }
-COMMIT_AFTER = {"workload": "handoff", "p2p": "switch", "add": "switch", "remove": "switch"}
+# After this step a unit rolls forward. P2P commits at the first stop of an old rank: until then
+# the old ranks still hold the whole state, so a new rank that dies after the switch is undone.
+COMMIT_AFTER = {"workload": "handoff", "p2p": "stop", "add": "switch", "remove": "switch"}
 
 
 @dataclass
@@ -124,6 +126,7 @@ class Executor:
             commit = COMMIT_AFTER.get(unit[0].unit.rsplit("/", 1)[-1])
             committed = any(s.kind == commit and status[s.seq][0] == "done" for s in unit)
             for s in unit:
+                self.ctx.committed = committed
                 if status[s.seq][0] == "done":
                     self._notify(s, "skipped (done before)")
                     continue
@@ -137,7 +140,12 @@ class Executor:
                     status = self.journal.status_of(aid)
                     self._notify(s, "failed", why)
                     if committed:
-                        why += " (after the commit point: rolled forward is not possible for this step)"
+                        msg = (f"step {s.id} failed after unit {s.unit} passed its commit point ({why}); the new placement "
+                               f"stands, the step was not retried. Fix: check 'planner status' and apply the plan again")
+                        self._sweep(unit[0].component)
+                        self.journal.finish(aid, "failed", msg)
+                        res.status, res.message = "failed", msg
+                        return res
                     msg = self._rollback(aid, unit, status, why)
                     self.journal.finish(aid, "rolled_back", msg)
                     res.status, res.message = "rolled_back", msg
@@ -148,6 +156,7 @@ class Executor:
                 res.steps_run += 1
                 if s.kind == commit:
                     committed = True
+            self._sweep(unit[0].component)
         self.journal.finish(aid, "done", f"{len(steps)} step(s)")
         return res
 
@@ -166,6 +175,19 @@ class Executor:
         self._notify(s, "done", out)
         self.ctx.step = None
         return out
+
+    def _sweep(self, component: str) -> None:
+        """After a unit: fence workers of the component whose process is gone, and give any
+        request left with a dead owner to a live engine."""
+        recs = self.ctx.component_records(component)
+        for r in recs:
+            if r.get("status") == "running" and not self.backend.worker_alive(r["id"]):
+                self.ctx.declare_dead(r["id"], "its process is gone (found after the unit)")
+        if any(r["role"] == "rollout" for r in recs):
+            try:
+                workload.rehome(self.ctx, component)
+            except WorkerLost as exc:
+                self.ctx.event("requests waiting", str(exc), component=component)
 
     # ------------------------------------------------------------------ rollback
     def _rollback(self, aid: int, unit: list[Step], status: dict, why: str) -> str:
@@ -234,3 +256,17 @@ class Executor:
             if rec and rec["role"] == "rollout":
                 workload.rehome(self.ctx, unit[0].component)
         return f"restarted the old placement from {ckpt}: {made}"
+
+
+def reap(backend: Any) -> list[str]:
+    """Kill the processes of workers declared dead (fenced already); keep their records marked
+    dead so the next plan knows the component lost them. Returns what was reaped."""
+    out = []
+    for r in backend.coord("records"):
+        if r.get("status") == "dead" and backend.worker_alive(r["id"]):
+            try:
+                note = backend.stop_worker(r["id"])
+            except WorkerLost as exc:
+                note = f"unreachable ({exc.why})"
+            out.append(f"{r['id']}: {note}")
+    return out

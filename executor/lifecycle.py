@@ -55,8 +55,21 @@ def compensate_create(ctx: Ctx, step: Step, outcome) -> str:
     return f"discarded {wid}: {note}"
 
 
+def _check_successors(ctx: Ctx, step: Step) -> None:
+    """Before the first old trainer rank stops: every rank that took over must still be alive,
+    else the switch is undone while the old ranks still hold the whole state."""
+    active = ctx.coord("active_set", step.component)
+    wid = step.args["worker"]["id"]
+    if wid in active or ctx.committed:
+        return
+    for a in active:
+        ctx.call(a, "ready")  # raises WorkerLost for a dead or frozen successor
+
+
 def run_stop(ctx: Ctx, step: Step) -> dict:
     wid = step.args["worker"]["id"]
+    if step.args["role"] == "trainer" and step.unit.endswith("/p2p"):
+        _check_successors(ctx, step)
     if step.args["role"] == "rollout" and ctx.coord("owned_by", [wid]):
         from executor.migrations.workload import rehome
 

@@ -215,9 +215,10 @@ class SimBackend:
         self.workers[worker_id].frozen = True
 
     def thaw(self, worker_id: str) -> Any:
-        """Wake a frozen worker; returns its object so a test can make it act with its stale epoch."""
+        """Wake a frozen worker: it answers again and acts with whatever lease epoch it holds."""
         w = self.workers.get(worker_id)
-        return w.obj if w else None
+        if w:
+            w.frozen = False
 
     def raw(self, worker_id: str) -> Any:
         w = self.workers.get(worker_id)

@@ -165,6 +165,11 @@ class Coordinator:
             return list(self.rejected)
 
     # ------------------------------------------------------------------ trainer and checkpoints
+    def authorize(self, worker_id: str, epoch: int, what: str) -> bool:
+        """A worker asks before it changes state it owns: refused (and recorded) on a stale lease."""
+        with self._lock:
+            return self._fence(worker_id, epoch, what)
+
     def commit_step(self, worker_id: str, epoch: int, component: str, step: int) -> bool:
         with self._lock:
             if not self._fence(worker_id, epoch, f"commit step {step} of {component}"):

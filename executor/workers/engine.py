@@ -158,8 +158,11 @@ class RolloutEngine:
             ok = self._coord("complete", self.id, epoch, r.id, list(r.output))
             with self._lock:
                 self.running.pop(r.id, None)
-                self._seen_done.add(r.id)
-                (self.finished if ok else self.refused).append(r.id)
+                if ok:
+                    self._seen_done.add(r.id)
+                    self.finished.append(r.id)
+                else:  # not ours (moved, or our lease is gone): drop it; the ledger's owner runs it
+                    self.refused.append(r.id)
         return produced
 
     # ------------------------------------------------------------------ migration

@@ -99,7 +99,12 @@ class TrainerRank:
             off += g.numel()
 
     def apply_step(self, step: int) -> bool:
-        """Adam step with the (reduced) gradient buffers, then commit under the lease."""
+        """Commit the step under the lease, then take the Adam step with the reduced gradients.
+
+        The commit comes first: a rank whose lease was revoked (declared dead, retired by a
+        switch) is refused and leaves its state untouched."""
+        if not self._coord("commit_step", self.id, self.epoch, self.component, step):
+            return False
         for n, t in self.params.items():
             t.grad = self.shards[n]["grad"].clone()
         self.opt.step()
@@ -107,9 +112,11 @@ class TrainerRank:
             t.grad = None
             self.shards[n]["grad"].zero_()
         self.step_no = step + 1
-        return bool(self._coord("commit_step", self.id, self.epoch, self.component, step))
+        return True
 
     def train_step(self, step: int) -> bool:
+        if not self._coord("authorize", self.id, self.epoch, f"train step {step} of {self.component}"):
+            return False  # fenced before touching the gradient buffers
         self.compute_grads(step)
         self.reduce_grads()
         return self.apply_step(step)
