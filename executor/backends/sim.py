@@ -199,8 +199,13 @@ class SimBackend:
                     w.obj.step()
 
     def leaks(self) -> list[str]:
-        reg = {r["id"] for r in self.coordinator.records()}
-        return sorted(f"worker {wid} runs but is not registered" for wid in self.workers if wid not in reg)
+        recs = {r["id"]: r for r in self.coordinator.records()}
+        out = [f"worker {wid} runs but is not registered" for wid, w in self.workers.items() if w.alive and wid not in recs]
+        out += [f"worker {wid} was declared dead but its process still runs (not reaped)" for wid, r in recs.items()
+                if r.get("status") == "dead" and self.worker_alive(wid)]
+        out += [f"registered worker {wid} has no process" for wid, r in recs.items()
+                if r.get("status") != "dead" and not self.worker_alive(wid)]
+        return sorted(out)
 
     def close(self) -> None:
         self.save()

@@ -43,7 +43,7 @@ class RayBackend:
             rc.connect(address)
         self.namespace = rc.NAMESPACE
         self._coord = CoordinatorActor.options(name=COORDINATOR, namespace=self.namespace, lifetime="detached",
-                                               get_if_exists=True, resources={}).remote()
+                                               get_if_exists=True).remote()
         ray.get(self._coord.invoke.remote("ping"), timeout=self.deadlines.start_s)
         self._handles: dict[str, Any] = {}
         self.fail_starts: set[str] = set()
@@ -123,15 +123,35 @@ class RayBackend:
                 raise WorkerLost(wid, "no such actor (its process is gone)")
             refs.append((wid, h.invoke.remote(m, *a)))
         end = time.time() + deadline
-        out = []
-        for wid, ref in refs:
-            try:
-                out.append(ray.get(ref, timeout=max(0.0, end - time.time())))
-            except GetTimeoutError:
-                raise WorkerLost(wid, f"no answer within {deadline:g} s") from None
-            except RayActorError as exc:
-                raise WorkerLost(wid, f"its process died ({_cause(exc)})") from None
-        return out
+        owner = {r: wid for wid, r in refs}
+        pending = [r for _, r in refs]
+        results = {}
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, end - time.time()))
+            if not ready:
+                break
+            for r in ready:
+                try:
+                    results[r] = ray.get(r)
+                except RayActorError as exc:  # a dead peer fails the group at once, and is the one to blame
+                    raise WorkerLost(owner[r], f"its process died ({_cause(exc)})") from None
+        if pending:
+            raise WorkerLost(self._blame([owner[r] for r in pending]), f"no answer within {deadline:g} s") from None
+        return [results[r] for _, r in refs]
+
+    def _blame(self, waiting: list[str]) -> str:
+        """Of the workers that missed a deadline, the one that is dead or frozen (a worker merely
+        blocked on a dead peer still answers a ping on another thread)."""
+        states = self._actor_states()
+        for w in waiting:
+            if states.get(w) == "DEAD":
+                return w
+        pings = {w: self._handle(w).ready.remote() for w in waiting}
+        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=2.0)
+        for w, ref in pings.items():
+            if ref not in ready:
+                return w
+        return waiting[0]
 
     def stop_worker(self, worker_id: str) -> str:
         h = self._handle(worker_id)
@@ -203,21 +223,34 @@ class RayBackend:
         reg = {r["id"] for r in self.coord("records")}
         out = [f"actor {name} is alive but not registered" for name, st in self._actor_states().items()
                if st == "ALIVE" and name != COORDINATOR and name not in reg]
-        out += [f"registered worker {w} has no live actor" for w in reg if not self.worker_alive(w)]
+        dead = {r["id"] for r in self.coord("records") if r.get("status") == "dead"}
+        out += [f"registered worker {w} has no live actor" for w in reg if w not in dead and not self.worker_alive(w)]
+        out += [f"worker {w} was declared dead but its process still runs (not reaped)" for w in dead if self.worker_alive(w)]
         for pg_id, pg in (ray.util.placement_group_table() or {}).items():
             if pg.get("state") not in ("REMOVED",):
                 out.append(f"placement group {pg_id} is {pg.get('state')}")
         return sorted(out)
 
     def reset(self) -> None:
-        """Kill every worker actor and the coordinator (tests; ``planner apply --reset``)."""
+        """Kill every worker actor and start a fresh coordinator (tests, benchmarks)."""
+        for pid in self._pids.values():
+            _signal(pid, signal.SIGCONT)
         for name, st in self._actor_states().items():
             if st != "DEAD":
                 try:
                     ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
                 except ValueError:
                     pass
+        end = time.time() + 20
+        while time.time() < end and any(st != "DEAD" for st in self._actor_states().values()):
+            time.sleep(0.05)
         self._handles.clear()
+        self._pids.clear()
+        self.fail_starts.clear()
+        self.creates.clear()
+        self._coord = CoordinatorActor.options(name=COORDINATOR, namespace=self.namespace, lifetime="detached",
+                                               get_if_exists=True).remote()
+        ray.get(self._coord.invoke.remote("ping"), timeout=self.deadlines.start_s)
 
     def close(self) -> None:
         if self._cluster is not None:
