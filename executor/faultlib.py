@@ -183,6 +183,7 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
     requests: int = 0
     seconds: float = 0.0
+    fired: bool = False
 
 
 def _roles(backend: Any, kind: str, old_ids: dict) -> tuple[list[str], list[str]]:
@@ -246,6 +247,7 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
         out.resumed = True
         res = Executor(b, j).apply(steps, case.migration)  # a new controller resumes from the journal
     out.status = res.status
+    out.fired = all(f.fired for f in plan.faults)
     b.fail_starts.clear()
 
     # Stale workers wake up and try to act with the epoch they hold.
@@ -283,16 +285,16 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
         out.problems.append(f"{len(wrong)} request(s) finished with the wrong output: {wrong[:5]}")
     if len(recs) != requests:
         out.problems.append(f"ledger holds {len(recs)} requests, {requests} were submitted")
-    fenced_at = {e["worker"] for e in b.coord("rejected_effects")}
-    late = [r["id"] for r in recs if r["finished_by"] in frozen and r["finished_by"] in fenced_at
-            and any(e["worker"] == r["finished_by"] and e["at"] < 0 for e in [])]
     # Trainer: wholly on the old or wholly on the new layout, bit-identical to the snapshot.
     ids_now = [r["id"] for r in b.coord("records") if r["component"] == TRAINER]
     gens = {r["generation"] for r in b.coord("records") if r["component"] == TRAINER}
     if len(gens) > 1:
         out.problems.append(f"trainer ranks of generations {sorted(gens)} coexist")
     is_old = set(ids_now) <= set(old_ids[TRAINER])
-    out.layout = "old" if is_old else "new"
+    base_t = target(base_body()).components[TRAINER]
+    shapes = {(tuple(sorted(r["layout"].items())), r["node"]) for r in b.coord("records") if r["component"] == TRAINER}
+    old_shape = {(tuple(sorted(vars(base_t.layout).items())), n) for n in base_t.placement}
+    out.layout = "old" if shapes <= old_shape else "new"  # a reboot restored in place is the old layout again
     after, step_after, lost = full_state(b, ids_now)
     out.lost_ranks = lost + (sorted(set(old_ids[TRAINER]) - set(ids_now)) if is_old else [])
     if not out.lost_ranks:
@@ -311,8 +313,6 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
                 break
     if out.stale_accepted:
         out.problems.append(f"{out.stale_accepted} stale effect(s) were accepted")
-    if late:
-        out.problems.append(f"requests finished by fenced workers: {late[:5]}")
     reap(b)
     leaks = b.leaks()
     if leaks:

@@ -27,7 +27,9 @@ def run_drain(ctx: Ctx, step: Step) -> dict:
     for w in step.args["workers"]:
         ok, res = ctx.try_call(w, "drain")
         out[w] = res if ok else f"declared dead: {res}"
-        ctx.coord("set_status", w, "draining") if ok else None
+        if ok:
+            ctx.coord("set_status", w, "draining")
+        ctx.fault("mid")  # (fires once: after the first engine stopped admitting)
     return out
 
 
@@ -65,7 +67,7 @@ def _place(ctx: Ctx, reqs: list[dict], targets: list[str], snapshots: dict[str, 
         load[t] = ld["pending"] + ld["running"]
     moves = affinity.assign(reqs, scores, load)
     ctx.coord("transfer", moves, snapshots)
-    ctx.fault("mid")
+    ctx.fault("mid")  # ownership moved in the ledger, nothing admitted yet
     for t in targets:
         ctx.call(t, "admit", ctx.coord("owned_by", [t]))
     hits = sum(scores[moves[r["id"]]][i] for i, r in enumerate(reqs))
@@ -91,6 +93,8 @@ def run_handoff(ctx: Ctx, step: Step) -> dict:
     if len(targets) < len(dst):
         gone = sorted(set(dst) - set(targets))
         raise WorkerLost(gone[0], "a kept engine is gone; the handoff cannot place its share")
+    if not reqs:
+        ctx.fault("mid")
     out = _place(ctx, reqs, targets, snapshots)
     # Requests the ledger already moved to the targets in an earlier, interrupted attempt.
     for t in targets:
