@@ -38,7 +38,29 @@ class Ctx:
 
     def declare_dead(self, worker_id: str, why: str) -> None:
         """Fence a worker that died or missed a deadline: its lease is revoked at once, so a
-        process that is merely frozen can never act again; its resources are reaped when it stops."""
+        process that is merely frozen can never act again; its resources are reaped when it stops.
+
+        A missed deadline may mean the whole node froze: the other workers on that node are
+        pinged, and if none answers the node is declared dead and every worker on it fenced."""
+        rec = self.record(worker_id)
+        self._fence(worker_id, why)
+        if rec is None or "no answer" not in why:
+            return
+        others = [r["id"] for r in self.coord("records") if r["node"] == rec["node"] and r["id"] != worker_id
+                  and r.get("status") != "dead"]
+        silent = []
+        for w in others:
+            try:
+                self.backend.call(w, "ready", deadline_s=1.0)
+            except WorkerLost:
+                silent.append(w)
+        if len(silent) == len(others):
+            self.coord("mark_node_dead", rec["node"], why)
+            self.event("node declared dead", f"no worker on {rec['node']} answers ({why})", node=rec["node"])
+        for w in silent:
+            self._fence(w, f"its node {rec['node']} stopped answering")
+
+    def _fence(self, worker_id: str, why: str) -> None:
         self.coord("revoke", worker_id, why)
         self.coord("set_status", worker_id, "dead")
         self.event("declared dead", why, worker=worker_id)

@@ -60,6 +60,10 @@ class Backend(Protocol):
 def observe(backend: Backend) -> ClusterState:
     """The observed state: the backend's nodes and the coordinator's registry of live workers."""
     st = ClusterState(nodes=dict(backend.nodes()))
+    for name in backend.coord("dead_node_list"):  # declared dead by the executor (frozen, unreachable)
+        if name in st.nodes:
+            n = st.nodes[name]
+            st.nodes[name] = Node(n.name, n.gpu_type, n.gpus, n.dram_gb, alive=False)
     gens = backend.coord("generations")
     for rec in backend.coord("records"):
         c = st.components.get(rec["component"])

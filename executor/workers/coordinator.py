@@ -32,6 +32,7 @@ class Coordinator:
         self.checkpoints: dict[str, Any] = {}
         self.commits: dict[str, list[dict]] = {}
         self.generation: dict[str, int] = {}
+        self.dead_nodes: dict[str, str] = {}
 
     # ------------------------------------------------------------------ leases
     def grant(self, worker_id: str) -> int:
@@ -198,6 +199,13 @@ class Coordinator:
         with self._lock:
             for k in [k for k in self.checkpoints if k.startswith(prefix)]:
                 del self.checkpoints[k]
+
+    def mark_node_dead(self, node: str, why: str) -> None:
+        with self._lock:
+            self.dead_nodes[node] = why
+
+    def dead_node_list(self) -> dict[str, str]:
+        return dict(self.dead_nodes)
 
     def generations(self) -> dict[str, int]:
         return dict(self.generation)
