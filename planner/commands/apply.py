@@ -66,8 +66,15 @@ def run(args) -> int:
         nodes = [Node(n["name"], n["gpu_type"], n["gpus"], n["dram_gb"], n.get("alive", True)) for n in doc.body["nodes"]]
     backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, nodes=nodes, deadlines=deadlines)
     target, name, digest = read_target(args.plan, lambda: observe(backend), args.scenario)
-    observed = observe(backend)
-    plan = diff(observed, target)
+    jp = journal_path(args.journal)
+    unfinished = Journal(jp).unfinished() if jp.exists() else None
+    if unfinished and unfinished["plan_digest"] == digest and not args.dry_run:
+        # An interrupted apply of this very plan: finish the journaled steps, do not re-diff.
+        from executor.diff import StepPlan
+
+        plan = StepPlan([], unfinished["steps"], observe(backend), target)
+    else:
+        plan = diff(observe(backend), target)
     if args.dry_run:
         print_plan(plan, sys.stdout)
         return 0
