@@ -88,10 +88,19 @@ def pairs(pieces: list[Piece]) -> dict[tuple[int, int], list[Piece]]:
     return dict(sorted(out.items()))
 
 
+def _gather(views: list[torch.Tensor]) -> torch.Tensor:
+    """Copy strided views into one new flat buffer (one copy per element)."""
+    buf = torch.empty(sum(v.numel() for v in views))
+    off = 0
+    for v in views:
+        buf[off: off + v.numel()].view(v.shape).copy_(v)
+        off += v.numel()
+    return buf
+
+
 def pack(shards: dict[str, dict[str, torch.Tensor]], pcs: list[Piece]) -> torch.Tensor:
     """One flat buffer with every piece's slice of all four state tensors, in plan order."""
-    parts = [_sl(shards[pc.name][k], pc.dim, pc.src_lo, pc.src_hi).reshape(-1) for pc in pcs for k in STATE_KINDS]
-    return torch.cat(parts) if parts else torch.empty(0)
+    return _gather([_sl(shards[pc.name][k], pc.dim, pc.src_lo, pc.src_hi) for pc in pcs for k in STATE_KINDS])
 
 
 def packed_numel(shards_like: dict[str, dict[str, torch.Tensor]], pcs: list[Piece]) -> int:
@@ -116,12 +125,11 @@ def unpack(buf: torch.Tensor, shards: dict[str, dict[str, torch.Tensor]], pcs: l
 
 def repack_dst(shards: dict[str, dict[str, torch.Tensor]], pcs: list[Piece]) -> torch.Tensor:
     """What the destination now holds for these pieces, packed like the source packed them."""
-    parts = [_sl(shards[pc.name][k], pc.dim, pc.dst_lo, pc.dst_hi).reshape(-1) for pc in pcs for k in STATE_KINDS]
-    return torch.cat(parts) if parts else torch.empty(0)
+    return _gather([_sl(shards[pc.name][k], pc.dim, pc.dst_lo, pc.dst_hi) for pc in pcs for k in STATE_KINDS])
 
 
 def checksum(t: torch.Tensor) -> int:
-    return zlib.crc32(t.contiguous().numpy().tobytes())
+    return zlib.crc32(t.detach().contiguous().numpy().view("uint8"))  # reads the buffer in place
 
 
 def empty_shards(spec: ModelSpec, layout: Layout, rank: int) -> dict[str, dict[str, torch.Tensor]]:
