@@ -191,10 +191,10 @@ def bench_workload(args) -> None:
             live = {r["id"] for r in b.coord("records")}
             recs = b.coord("request_records")
             orphans = [r["id"] for r in recs if not r["done"] and r["owner"] not in live]
-            partial = sum(1 for r in recs if not r["done"] and r["output"])
+            partial = sum(1 for r in recs if r["handoffs"] > 0 and r["output"])
             h = res.outcomes["job/rollout/workload/handoff"]
             rows.append({"backend": name, "requests": args.requests, "in flight or pending at the migration": args.requests - before["done"],
-                         "moved": h["moved"], "moved with partial output": partial, "cached-prefix tokens reused": h["cached_prefix_tokens"],
+                         "moved": h["moved"], "moved in flight (with partial output)": partial, "cached-prefix tokens reused": h["cached_prefix_tokens"],
                          "migration wall s (whole apply)": apply_s, "submit s": submit_s,
                          "requests without a live owner after": len(orphans)})
             print(rows[-1], flush=True)

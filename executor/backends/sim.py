@@ -30,6 +30,7 @@ from executor.state import Layout, Node
 from executor.workers.coordinator import Coordinator
 from executor.workers.factory import make_worker, record_of
 from executor.workers.model import ModelSpec
+from executor.workers.trainer import average_over_dp
 
 
 class _W:
@@ -179,15 +180,7 @@ class SimBackend:
         objs = [self.workers[i].obj for i in ids if self.worker_alive(i) and not self.workers[i].frozen]
         for o in objs:
             o.compute_grads(step)
-        groups: dict[tuple[int, int], list] = {}
-        for o in objs:
-            pp, _, tp = o.layout.coords(o.rank)
-            groups.setdefault((pp, tp), []).append(o)
-        for g in groups.values():
-            gs = [o.grads() for o in g]
-            mean = {n: sum(x[n] for x in gs) / len(gs) for n in gs[0]}
-            for o in g:
-                o.set_grads(mean)
+        average_over_dp(objs)
         out = [o.apply_step(step) for o in objs]
         self.save()
         return out

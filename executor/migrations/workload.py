@@ -96,9 +96,11 @@ def run_handoff(ctx: Ctx, step: Step) -> dict:
     if not reqs:
         ctx.fault("mid")
     out = _place(ctx, reqs, targets, snapshots)
-    # Requests the ledger already moved to the targets in an earlier, interrupted attempt.
-    for t in targets:
-        ctx.call(t, "admit", ctx.coord("owned_by", [t]))
+    if not reqs:
+        # Nothing left on the sources: an earlier attempt moved them in the ledger and may have
+        # died before every target admitted its share. Admission is idempotent by request id.
+        for t in targets:
+            ctx.call(t, "admit", ctx.coord("owned_by", [t]))
     for w in src:
         if w not in lost:
             ctx.try_call(w, "release", [r["id"] for r in reqs])

@@ -19,7 +19,7 @@ import torch
 
 from executor.migrations import gloo, reshard
 from executor.state import Layout
-from executor.workers.model import STATE_KINDS, ModelSpec, full_init, owned_params, shard_slice
+from executor.workers.model import ModelSpec, full_init, owned_params, shard_shape, shard_slice
 
 
 def _local_ip() -> str:
@@ -52,8 +52,10 @@ class TrainerRank:
         self.params: dict[str, torch.Tensor] = {}
         self.shards: dict[str, dict[str, torch.Tensor]] = {}
         for p in owned_params(self.spec, self.layout, rank):
-            t = full_init(self.spec, p)[shard_slice(p, self.layout, rank)].clone() if init == "fresh" else \
-                torch.zeros(tuple(full_init(self.spec, p)[shard_slice(p, self.layout, rank)].shape))
+            if init == "fresh":
+                t = full_init(self.spec, p)[shard_slice(p, self.layout, rank)].clone()
+            else:  # filled by a reshard or a restore
+                t = torch.zeros(shard_shape(p, self.layout))
             t.requires_grad_(True)
             self.params[p.name] = t
         self.opt = torch.optim.Adam(list(self.params.values()), lr=lr, foreach=False)
@@ -244,3 +246,17 @@ class TrainerRank:
         d = dict(self.__dict__)
         d["_coord"], d["_stores"], d["train_pgs"] = None, [], None
         return d
+
+
+def average_over_dp(ranks: list[TrainerRank]) -> None:
+    """In-process stand-in for the training group's all-reduce: average the gradient buffers of
+    the ranks that share a pipeline stage and TP index (the sim backend, tests, benchmarks)."""
+    groups: dict[tuple[int, int], list[TrainerRank]] = {}
+    for t in ranks:
+        pp, _, tp = t.layout.coords(t.rank)
+        groups.setdefault((pp, tp), []).append(t)
+    for g in groups.values():
+        gs = [t.grads() for t in g]
+        mean = {n: sum(x[n] for x in gs) / len(gs) for n in gs[0]}
+        for t in g:
+            t.set_grads(mean)

@@ -8,7 +8,7 @@ import torch
 from executor.adapters import megatron
 from executor.state import Layout
 from executor.workers.model import ModelSpec, param_specs
-from executor.workers.trainer import TrainerRank
+from executor.workers.trainer import TrainerRank, average_over_dp
 
 SPEC = ModelSpec(hidden=16, ffn=32, layers=4, vocab=32, seed=5)
 
@@ -20,16 +20,9 @@ def _coord(*a):
 def _trained(layout):
     ranks = [TrainerRank(f"w{r}", 1, "c", vars(layout), r, vars(SPEC), _coord) for r in range(layout.world)]
     for step in range(2):
-        grads = {}
         for t in ranks:
             t.compute_grads(step)
-            pp, _, tp = layout.coords(t.rank)
-            grads.setdefault((pp, tp), []).append(t)
-        for g in grads.values():
-            gs = [x.grads() for x in g]
-            mean = {n: sum(x[n] for x in gs) / len(gs) for n in gs[0]}
-            for x in g:
-                x.set_grads(mean)
+        average_over_dp(ranks)
         for t in ranks:
             assert t.apply_step(step)
     return ranks

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from executor.migrations import reshard
 from executor.state import Layout
 from executor.workers.model import STATE_KINDS, ModelSpec, check_layout, full_init, owned_params, param_specs, shard_slice
-from executor.workers.trainer import TrainerRank
+from executor.workers.trainer import TrainerRank, average_over_dp
 
 SPEC = ModelSpec(hidden=16, ffn=32, layers=4, vocab=32, seed=1)
 layouts = st.builds(Layout, st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 3]))
@@ -21,18 +21,6 @@ def _coord(*a):
 
 def _ranks(layout: Layout, init="fresh"):
     return [TrainerRank(f"w{r}", 1, "c", vars(layout), r, vars(SPEC), _coord, init=init) for r in range(layout.world)]
-
-
-def _dp_average(ranks, layout):
-    groups = {}
-    for t in ranks:
-        pp, _, tp = layout.coords(t.rank)
-        groups.setdefault((pp, tp), []).append(t)
-    for g in groups.values():
-        gs = [t.grads() for t in g]
-        mean = {n: sum(x[n] for x in gs) / len(gs) for n in gs[0]}
-        for t in g:
-            t.set_grads(mean)
 
 
 def _assemble(ranks, layout):
@@ -61,12 +49,12 @@ def test_plan_tiles_every_new_shard_and_moves_state_bit_identically(old, new):
     for step in range(2):
         for t in olds:
             t.compute_grads(step)
-        _dp_average(olds, old)
+        average_over_dp(olds)
         for t in olds:
             assert t.apply_step(step)
     for t in olds:  # a half-accumulated gradient buffer moves too
         t.compute_grads(2)
-    _dp_average(olds, old)
+    average_over_dp(olds)
     news = _ranks(new, init="empty")
     sums = reshard.apply_local(pieces, {t.rank: t.shards for t in olds}, {t.rank: t.shards for t in news})
     assert all(a == b for a, b in sums.values())
