@@ -99,7 +99,7 @@ def bench_reshard(args) -> None:
     ray_b = RayBackend(local_nodes=nodes, deadlines=Deadlines(start_s=120, call_s=120, reshard_s=600))
     try:
         for old, new in cases:
-            for name, make in (("ray (gloo, 2 processes per side)", lambda: (ray_b.reset(), ray_b)[1]),
+            for name, make in (("ray (gloo; one process per rank)", lambda: (ray_b.reset(), ray_b)[1]),
                                ("sim (in-process pack/unpack)", lambda: SimBackend(nodes))):
                 secs, nbytes = [], 0
                 for _ in range(args.repeat):
