@@ -260,3 +260,14 @@ def average_over_dp(ranks: list[TrainerRank]) -> None:
         mean = {n: sum(x[n] for x in gs) / len(gs) for n in gs[0]}
         for t in g:
             t.set_grads(mean)
+
+
+def train_in_process(ranks: list[TrainerRank], steps: range) -> None:
+    """Train a whole layout held in one process for ``steps`` (tests and benchmarks)."""
+    for step in steps:
+        for t in ranks:
+            t.compute_grads(step)
+        average_over_dp(ranks)
+        for t in ranks:
+            if not t.apply_step(step):
+                raise RuntimeError(f"{t.id}: step {step} was refused")

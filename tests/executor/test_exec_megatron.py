@@ -8,7 +8,7 @@ import torch
 from executor.adapters import megatron
 from executor.state import Layout
 from executor.workers.model import ModelSpec, param_specs
-from executor.workers.trainer import TrainerRank, average_over_dp
+from executor.workers.trainer import TrainerRank, train_in_process
 
 SPEC = ModelSpec(hidden=16, ffn=32, layers=4, vocab=32, seed=5)
 
@@ -19,12 +19,7 @@ def _coord(*a):
 
 def _trained(layout):
     ranks = [TrainerRank(f"w{r}", 1, "c", vars(layout), r, vars(SPEC), _coord) for r in range(layout.world)]
-    for step in range(2):
-        for t in ranks:
-            t.compute_grads(step)
-        average_over_dp(ranks)
-        for t in ranks:
-            assert t.apply_step(step)
+    train_in_process(ranks, range(2))
     return ranks
 
 

@@ -13,6 +13,7 @@ import os
 
 import pytest
 import ray
+import torch
 
 from executor import faultlib, router
 from executor.backends.base import observe
@@ -50,6 +51,7 @@ def test_all_three_migrations_move_real_work(ray_backend):
     old = [r["id"] for r in b.coord("records") if r["component"] == TRAINER]
     before, step, _ = full_state(b, old)
     body = faultlib.migration_body("p2p")
+    body["components"][1]["layout"] = {"tp": 1, "dp": 2}  # the new layout trains with a gloo DP all-reduce
     body["components"][0]["placement"] = {"a": 2}  # and a workload migration of the rollout
     body["components"].append({"name": "job/reward", "role": "service", "gpus_per_worker": 1, "placement": {"b": 1}})
     res = Executor(b, j).apply(diff(observe(b), target(body)).steps, "both")
@@ -60,8 +62,15 @@ def test_all_three_migrations_move_real_work(ray_backend):
     assert not set(new) & set(old)
     after, step_after, lost = full_state(b, new)
     assert same_state(before, after) == [] and step_after == step and lost == []
-    # The new layout trains on (pp=2 over a fresh training group), the old ranks are gone.
+    # The new layout trains on over its own training group (gloo all-reduce of the DP replicas'
+    # gradients): both replicas take the same Adam step, bit for bit; the old ranks are gone.
     assert all(b.train_step(TRAINER, 1))
+    s0, s1 = (b.call(w, "state") for w in sorted(new))
+    assert s0["step"] == s1["step"] == step + 1
+    for n in s0["shards"]:
+        for k in ("param", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(s0["shards"][n][k], s1["shards"][n][k]), (n, k)
+    assert not torch.equal(s0["shards"]["embed"]["param"], before[("embed", "param")])
     assert all(not b.worker_alive(w) for w in old)
     # Reboot the reward service onto another node, keeping its state.
     b.call("job.reward.g1.w0", "serve", "k", 41)

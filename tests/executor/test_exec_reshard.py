@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from executor.migrations import reshard
 from executor.state import Layout
 from executor.workers.model import STATE_KINDS, ModelSpec, check_layout, full_init, owned_params, param_specs, shard_slice
-from executor.workers.trainer import TrainerRank, average_over_dp
+from executor.workers.trainer import TrainerRank, average_over_dp, train_in_process
 
 SPEC = ModelSpec(hidden=16, ffn=32, layers=4, vocab=32, seed=1)
 layouts = st.builds(Layout, st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 3]))
@@ -46,12 +46,7 @@ def test_plan_tiles_every_new_shard_and_moves_state_bit_identically(old, new):
     pieces = reshard.plan(SPEC, old, new)
     assert reshard.coverage_problems(SPEC, new, pieces) == []
     olds = _ranks(old)
-    for step in range(2):
-        for t in olds:
-            t.compute_grads(step)
-        average_over_dp(olds)
-        for t in olds:
-            assert t.apply_step(step)
+    train_in_process(olds, range(2))
     for t in olds:  # a half-accumulated gradient buffer moves too
         t.compute_grads(2)
     average_over_dp(olds)
