@@ -132,3 +132,38 @@ RAY_CASES = faultlib.representative_cases()
 def test_fault_on_ray(ray_backend, case):
     out = faultlib.run_case(case, _reset(ray_backend), settle_s=30)
     assert out.fired and out.problems == [], out
+
+
+@pytest.mark.skipif(os.environ.get("RL_PLANNER_RAY_FAULTS") != "1", reason="set RL_PLANNER_RAY_FAULTS=1 (about 40 s)")
+def test_controller_process_killed_mid_p2p_then_resumed_by_address(ray_backend, tmp_path):
+    """The real thing: `planner apply --backend ray --address ADDR` dies (exit 137) right after the
+    reshard; the detached actors live on; a second apply of the same plan resumes from the journal."""
+    import yaml
+
+    from tests.conftest import run_cli
+
+    b = ray_backend
+    b.reset()
+    addr = b._cluster.address
+    plans = {}
+    for name, body in (("base", faultlib.base_body()), ("p2p", faultlib.migration_body("p2p"))):
+        plans[name] = tmp_path / f"{name}.yaml"
+        plans[name].write_text(yaml.safe_dump({"kind": "ExecutorTarget", "version": 1,
+                                               "solver": {"backend": "manual", "status": "feasible"}, "body": body}))
+    common = ["--backend", "ray", "--address", addr, "--journal", str(tmp_path / "j.db"), "--call-timeout", "10"]
+    r = run_cli("apply", str(plans["base"]), *common, timeout=180)
+    assert r.returncode == 0, r.stderr
+    old = [x["id"] for x in b.coord("records") if x["component"] == TRAINER]
+    before, step, _ = full_state(b, old)
+    r = run_cli("apply", str(plans["p2p"]), *common, timeout=180, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:after"})
+    assert r.returncode == 137, r.stderr
+    assert {x["generation"] for x in b.coord("records") if x["component"] == TRAINER} == {1, 2}  # both alive, not switched
+    r = run_cli("apply", str(plans["p2p"]), *common, timeout=180)
+    assert r.returncode == 0 and "(resumed)" in r.stdout, r.stderr
+    new = [x["id"] for x in b.coord("records") if x["component"] == TRAINER]
+    assert not set(new) & set(old)
+    made = [a["Name"] for a in ray._private.state.actors().values() if a.get("Name") in set(new)]
+    assert sorted(made) == sorted(new)  # each new rank's actor was created once, across both controllers
+    after, step_after, lost = full_state(b, new)
+    assert same_state(before, after) == [] and step_after == step and lost == []
+    assert b.leaks() == []
