@@ -51,11 +51,22 @@ def start_local(nodes: list[Node], object_store_mb: int = 80, cpus_per_node: int
     return cluster
 
 
-def connect(address: Optional[str]) -> None:
+def connect(address: Optional[str], timeout_s: float = 5.0) -> None:
+    """Join a running cluster. A ``host:port`` that nothing answers on fails within ``timeout_s``
+    (``ray.init`` alone keeps retrying for a minute)."""
+    import socket
+
     import ray
 
     if ray.is_initialized():
         return
+    if address and address != "auto" and "://" not in address:
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+                pass
+        except (OSError, ValueError) as exc:
+            raise ConnectionError(f"nothing answers at {address} ({exc})") from None
     ray.init(address=address or "auto", namespace=NAMESPACE, log_to_driver=False)
 
 
