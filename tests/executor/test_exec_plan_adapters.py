@@ -98,3 +98,23 @@ def test_placement_plan_pins_resident_state_and_reserves_pools():
     # over-full DRAM on the pinned node is refused, naming the node
     with pytest.raises(UserError, match="node h800-0"):
         diff(obs, to_state(from_placement(body, sc, dram={"small-a": (20.0, 300.0), "small-b": (40.0, 300.0)})))
+
+
+def test_apply_reads_each_plan_kind_from_its_document(tmp_path):
+    import yaml
+
+    from executor.session import read_target
+
+    b = _running()
+    doc = {"kind": "ReallocPlan", "version": 1, "solver": {"backend": "highs", "status": "optimal"}, "body": _realloc()}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(doc))
+    tgt, name, digest = read_target(str(tmp_path / "r.yaml"), lambda: observe(b))
+    assert name == "r.yaml" and len(digest) == 16 and tgt.components["math/actor"].layout.dp == 2
+    doc["kind"] = "PlacementPlan"
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(UserError, match="--scenario"):
+        read_target(str(tmp_path / "p.yaml"), lambda: observe(b))
+    doc["kind"] = "CapacityPlan"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(UserError, match="cannot apply a CapacityPlan"):
+        read_target(str(tmp_path / "c.yaml"), lambda: observe(b))
