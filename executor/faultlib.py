@@ -311,6 +311,9 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
             if not torch.equal(t[m], before[k][m]):
                 out.problems.append(f"surviving old shards of {k} changed")
                 break
+    illegal = b.coord("illegal_transitions")
+    if illegal:
+        out.problems.append(f"illegal worker transitions: {illegal[:4]}")
     if out.stale_accepted:
         out.problems.append(f"{out.stale_accepted} stale effect(s) were accepted")
     reap(b)

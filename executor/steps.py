@@ -10,7 +10,7 @@ overwrite)::
 
     requested ─▶ starting ─▶ running ─▶ draining ─▶ stopping ─▶ stopped
         │            │          │  ▲         │           ▲
-        ▼            ▼          ▼  └─saving──┘ (rolled-back drain returns to running)
+        ▼            ▼          ▼  └─saving──┘ (a rolled-back drain or switch returns to running)
       failed ─────────────────▶ stopped      dead ─▶ stopped (declared dead, fenced, then reaped)
 
 Step lifecycle: ``planned ─▶ intent ─▶ done | failed``; a done or failed step of a unit that is
@@ -28,7 +28,7 @@ WORKER_TRANSITIONS: dict[str, frozenset[str]] = {
     "running": frozenset({"draining", "saving", "stopping", "dead"}),
     "saving": frozenset({"running", "stopping", "dead"}),
     "draining": frozenset({"running", "stopping", "dead"}),
-    "stopping": frozenset({"stopped", "dead"}),
+    "stopping": frozenset({"stopped", "dead", "running"}),  # running: a switch that is rolled back
     "failed": frozenset({"stopped"}),
     "dead": frozenset({"stopped"}),
     "stopped": frozenset(),

@@ -33,6 +33,7 @@ class Coordinator:
         self.commits: dict[str, list[dict]] = {}
         self.generation: dict[str, int] = {}
         self.dead_nodes: dict[str, str] = {}
+        self.illegal: list[str] = []
 
     # ------------------------------------------------------------------ leases
     def grant(self, worker_id: str) -> int:
@@ -65,9 +66,22 @@ class Coordinator:
             self.registry[record["id"]] = dict(record)
 
     def set_status(self, worker_id: str, status: str) -> None:
+        """Move a worker along the lifecycle table (:data:`executor.steps.WORKER_TRANSITIONS`).
+        An illegal move is a bug in the executor: it is recorded (tests assert there is none)
+        rather than raised, so a controller in the middle of a rollback is not stopped by it."""
+        from executor.steps import WORKER_TRANSITIONS
+
         with self._lock:
-            if worker_id in self.registry:
-                self.registry[worker_id]["status"] = status
+            rec = self.registry.get(worker_id)
+            if rec is None or rec.get("status") == status:
+                return
+            old = rec.get("status", "requested")
+            if status not in WORKER_TRANSITIONS.get(old, ()):
+                self.illegal.append(f"{worker_id}: {old} -> {status}")
+            rec["status"] = status
+
+    def illegal_transitions(self) -> list[str]:
+        return list(self.illegal)
 
     def unregister(self, worker_id: str) -> None:
         with self._lock:
@@ -83,8 +97,8 @@ class Coordinator:
         with self._lock:
             for w in retired:
                 self.leases.pop(w, None)
-                if w in self.registry:
-                    self.registry[w]["status"] = "stopping"
+                if w in self.registry and self.registry[w].get("status") != "dead":
+                    self.set_status(w, "stopping")
             self.active[component] = list(active)
             self.generation[component] = generation
 

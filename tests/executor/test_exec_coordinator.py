@@ -78,3 +78,16 @@ def test_trainer_commit_needs_lease_and_active_set():
     assert not c.commit_step("old", e0, "t", 1)  # retired: its lease is gone
     assert [x["worker"] for x in c.commits["t"]] == ["old", "new"]
     assert len(c.rejected_effects()) == 2
+
+
+def test_worker_lifecycle_follows_the_transition_table():
+    c = Coordinator()
+    c.register({"id": "w", "status": "starting"})
+    for s in ("running", "draining", "running", "stopping", "running", "dead"):
+        c.set_status("w", s)
+    assert c.illegal_transitions() == []
+    c.set_status("w", "running")  # a dead worker never comes back
+    c.register({"id": "v", "status": "starting"})
+    c.set_status("v", "failed")
+    c.set_status("v", "running")  # neither does a failed start
+    assert c.illegal_transitions() == ["w: dead -> running", "v: failed -> running"]

@@ -85,6 +85,7 @@ def test_all_three_migrations_move_real_work(ray_backend):
         time.sleep(0.2)
     recs = b.coord("request_records")
     assert all(r["done"] and r["output"] == expected_output(r) for r in recs)
+    assert b.coord("illegal_transitions") == []
     assert b.leaks() == []
 
 
