@@ -17,6 +17,9 @@ class ServiceWorker:
         self.served = 0
 
     def serve(self, key: str, value: Any) -> bool:
+        """Take a write, only under a valid lease (a fenced worker leaves its state untouched)."""
+        if not self._coord("authorize", self.id, self.epoch, f"write {key}"):
+            return False
         self.kv[key] = value
         self.served += 1
         return True

@@ -91,3 +91,16 @@ def test_worker_lifecycle_follows_the_transition_table():
     c.set_status("v", "failed")
     c.set_status("v", "running")  # neither does a failed start
     assert c.illegal_transitions() == ["w: dead -> running", "v: failed -> running"]
+
+
+def test_a_fenced_service_refuses_writes_and_keeps_its_state():
+    from executor.workers.service import ServiceWorker
+
+    c = Coordinator()
+    e = c.grant("s")
+    w = ServiceWorker("s", e, lambda m, *a: getattr(c, m)(*a))
+    assert w.serve("k", 1)
+    c.revoke("s")
+    assert not w.serve("k", 2)
+    assert w.state() == {"kv": {"k": 1}, "served": 1}
+    assert c.rejected_effects()[-1]["what"] == "write k"
