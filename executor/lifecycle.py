@@ -70,7 +70,12 @@ def run_stop(ctx: Ctx, step: Step) -> dict:
     wid = step.args["worker"]["id"]
     if step.args["role"] == "trainer" and step.unit.endswith("/p2p"):
         _check_successors(ctx, step)
-    if step.args["role"] == "rollout" and ctx.coord("owned_by", [wid]):
+    if step.args["role"] == "rollout" and step.unit.endswith("/remove"):
+        n = ctx.coord("cancel", step.component, "the component left the plan")
+        if n:
+            ctx.event("cancelled", step.cause, requests=n)
+    elif step.args["role"] == "rollout" and step.unit.endswith("/workload") and ctx.coord("owned_by", [wid]):
+        # (a reboot's requests wait in the ledger, saved, for the restarted engines)
         from executor.migrations.workload import rehome
 
         ctx.coord("revoke", wid, "stopping")

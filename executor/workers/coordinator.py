@@ -141,6 +141,17 @@ class Coordinator:
             r["done"], r["finished_by"], r["output"] = True, worker_id, list(output)
             return True
 
+    def cancel(self, component: str, why: str) -> int:
+        """The component leaves the plan: its unfinished requests end as cancelled (counted once;
+        a completion that arrives later is refused)."""
+        with self._lock:
+            n = 0
+            for r in self.requests.values():
+                if r.get("component") == component and not r["done"]:
+                    r["done"], r["cancelled"], r["finished_by"] = True, why, None
+                    n += 1
+            return n
+
     def owned_by(self, worker_ids: list[str]) -> list[dict]:
         with self._lock:
             s = set(worker_ids)
@@ -167,7 +178,7 @@ class Coordinator:
     def ledger_summary(self) -> dict:
         with self._lock:
             rs = list(self.requests.values())
-            return {"requests": len(rs), "done": sum(r["done"] for r in rs),
+            return {"requests": len(rs), "done": sum(r["done"] for r in rs), "cancelled": sum(bool(r.get("cancelled")) for r in rs),
                     "refused_completions": sum(r["completions_refused"] for r in rs),
                     "handoffs": sum(r["handoffs"] for r in rs), "rejected_effects": len(self.rejected)}
 
