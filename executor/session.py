@@ -55,17 +55,24 @@ def open_backend(kind: str, *, address: Optional[str] = None, sim_state: Optiona
     raise UserError(Problem("--backend", f"unknown backend {kind!r}", "use ray or sim"))
 
 
-def read_target(path: str, observed_or_none, scenario: Optional[str] = None) -> tuple[ClusterState, str, str]:
-    """(target state, plan name, digest) from any plan document the executor understands."""
+def plan_digest(doc) -> str:
+    """What identifies a plan in the journal: the digest of its canonical bytes."""
     import hashlib
 
+    from planner import plandoc
+
+    return hashlib.sha256(plandoc.dumps(doc).encode()).hexdigest()[:16]
+
+
+def read_target(path: str, observed_or_none, scenario: Optional[str] = None) -> tuple[ClusterState, str, str]:
+    """(target state, plan name, digest) from any plan document the executor understands."""
     from planner import plandoc
 
     import executor.target as tgt  # registers the ExecutorTarget body model
     from executor.adapters import plans
 
     doc = plandoc.read(path)
-    digest = hashlib.sha256(plandoc.dumps(doc).encode()).hexdigest()[:16]
+    digest = plan_digest(doc)
     name = Path(path).name
     if doc.kind == tgt.KIND:
         return tgt.to_state(tgt.ExecutorTarget.model_validate(doc.body)), name, digest

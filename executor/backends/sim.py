@@ -25,12 +25,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from executor.backends.base import Deadlines, StartFailed, WorkerLost
-from executor.migrations import reshard as rs
 from executor.state import Layout, Node
 from executor.workers.coordinator import Coordinator
 from executor.workers.factory import make_worker, record_of
-from executor.workers.model import ModelSpec
-from executor.workers.trainer import average_over_dp
 
 
 class _W:
@@ -151,6 +148,9 @@ class SimBackend:
 
     def reshard(self, component: str, old: list[dict], new: list[dict], old_layout: Layout, new_layout: Layout,
                 generation: int) -> dict:
+        from executor.migrations import reshard as rs  # torch: imported only when a trainer moves
+        from executor.workers.model import ModelSpec
+
         spec = ModelSpec(**(new[0].get("model") or {})) if new else ModelSpec()
         pieces = rs.plan(spec, old_layout, new_layout)
         objs = {}
@@ -176,6 +176,8 @@ class SimBackend:
 
     def train_step(self, component: str, step: int) -> list[bool]:
         """One training step of the component's active ranks (DP average done in-process)."""
+        from executor.workers.trainer import average_over_dp
+
         ids = self.coordinator.active_set(component)
         objs = [self.workers[i].obj for i in ids if self.worker_alive(i) and not self.workers[i].frozen]
         for o in objs:

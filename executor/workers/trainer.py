@@ -1,8 +1,8 @@
 """A trainer rank: real shards of a small model with real Adam state and gradient buffers.
 
 Each rank holds, for the parameters of its pipeline stage, its TP slice of the parameter, the
-gradient buffer and Adam's moments (``torch.optim.Adam`` owns them; the shard table points at the
-very tensors Adam updates). A training step computes real autograd gradients of a synthetic
+gradient buffer and Adam's moments, updated in place by :func:`adam_update` (torch.optim.Adam's
+arithmetic, tested bit for bit against it). A training step computes real autograd gradients of a synthetic
 per-element loss whose inputs derive from the *global* coordinates of each element (so a TP
 shard's gradient needs no TP communication), averages them over the data-parallel replicas with
 a gloo all-reduce in the **training group**, takes an Adam step and commits the step to the
@@ -20,6 +20,20 @@ import torch
 from executor.migrations import gloo, reshard
 from executor.state import Layout
 from executor.workers.model import ModelSpec, full_init, owned_params, shard_shape, shard_slice
+
+
+def adam_update(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: int,
+                lr: float, betas: tuple[float, float], eps: float) -> None:
+    """One Adam step in place, with the arithmetic of ``torch.optim.Adam``'s single-tensor path
+    (tested bit for bit against it). Written out so a rank does not pay for importing
+    ``torch._dynamo`` (about 2 s per process), which ``torch.optim`` pulls in."""
+    b1, b2 = betas
+    exp_avg.lerp_(grad, 1 - b1)
+    exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+    bias1 = 1 - b1 ** step
+    bias2_sqrt = (1 - b2 ** step) ** 0.5
+    denom = (exp_avg_sq.sqrt() / bias2_sqrt).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-(lr / bias1))
 
 
 def _local_ip() -> str:
@@ -58,11 +72,10 @@ class TrainerRank:
                 t = torch.zeros(shard_shape(p, self.layout))
             t.requires_grad_(True)
             self.params[p.name] = t
-        self.opt = torch.optim.Adam(list(self.params.values()), lr=lr, foreach=False)
+        self.lr, self.betas, self.eps = lr, (0.9, 0.999), 1e-8
         for name, t in self.params.items():
-            self.opt.state[t] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(t), "exp_avg_sq": torch.zeros_like(t)}
-            self.shards[name] = {"param": t.data, "grad": torch.zeros_like(t), "exp_avg": self.opt.state[t]["exp_avg"],
-                                 "exp_avg_sq": self.opt.state[t]["exp_avg_sq"]}
+            self.shards[name] = {"param": t.data, "grad": torch.zeros_like(t), "exp_avg": torch.zeros_like(t),
+                                 "exp_avg_sq": torch.zeros_like(t)}
         self.train_pgs: Optional[dict] = None
         self._stores: list = []
 
@@ -107,13 +120,11 @@ class TrainerRank:
         switch) is refused and leaves its state untouched."""
         if not self._coord("commit_step", self.id, self.epoch, self.component, step):
             return False
-        for n, t in self.params.items():
-            t.grad = self.shards[n]["grad"].clone()
-        self.opt.step()
-        for n, t in self.params.items():
-            t.grad = None
-            self.shards[n]["grad"].zero_()
-        self.step_no = step + 1
+        self.step_no += 1
+        with torch.no_grad():
+            for s in self.shards.values():
+                adam_update(s["param"], s["grad"], s["exp_avg"], s["exp_avg_sq"], self.step_no, self.lr, self.betas, self.eps)
+                s["grad"].zero_()
         return True
 
     def train_step(self, step: int) -> bool:
@@ -152,8 +163,6 @@ class TrainerRank:
 
     def _set_step(self, step: int) -> None:
         self.step_no = step
-        for t in self.params.values():
-            self.opt.state[t]["step"] = torch.tensor(float(step))
 
     def save_state(self, key: str) -> bool:
         """Reboot: write this rank's shards to the checkpoint store under the lease."""

@@ -39,7 +39,7 @@ def run(args) -> int:
     from executor.diff import diff
     from executor.journal import Journal
     from executor.progress import Progress, print_plan
-    from executor.session import crash_hook_from_env, journal_path, open_backend, read_target
+    from executor.session import crash_hook_from_env, journal_path, open_backend, plan_digest, read_target
 
     for name in ("start_timeout", "call_timeout"):
         if getattr(args, name) <= 0:
@@ -64,10 +64,13 @@ def run(args) -> int:
         from executor.state import Node
 
         nodes = [Node(n["name"], n["gpu_type"], n["gpus"], n["dram_gb"], n.get("alive", True)) for n in doc.body["nodes"]]
-    backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, nodes=nodes, deadlines=deadlines)
-    target, name, digest = read_target(args.plan, lambda: observe(backend), args.scenario)
     jp = journal_path(args.journal)
     unfinished = Journal(jp).unfinished() if jp.exists() else None
+    if unfinished and unfinished["plan_digest"] != plan_digest(doc) and not args.dry_run:
+        # Refused before touching the cluster: another plan's apply is half done.
+        Journal(jp).open_apply(plan_digest(doc), args.plan, args.backend, [])
+    backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, nodes=nodes, deadlines=deadlines)
+    target, name, digest = read_target(args.plan, lambda: observe(backend), args.scenario)
     if unfinished and unfinished["plan_digest"] == digest and not args.dry_run:
         # An interrupted apply of this very plan: finish the journaled steps, do not re-diff.
         from executor.diff import StepPlan

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-RAY_DEADLINES = dict(start_s=30.0, call_s=3.0, reshard_s=6.0, stop_s=5.0)
+RAY_DEADLINES = dict(start_s=30.0, call_s=3.0, reshard_s=4.0, stop_s=5.0)
 
 
 @pytest.fixture(scope="module")

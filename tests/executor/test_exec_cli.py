@@ -8,6 +8,7 @@ import sqlite3
 
 import yaml
 
+from planner.cli import main
 from tests.conftest import run_cli
 
 
@@ -29,17 +30,17 @@ def _args(tmp_path):
     return ["--journal", str(tmp_path / "j.db"), "--sim-state", str(tmp_path / "sim.pkl")]
 
 
-def test_dry_run_apply_status_and_crash_resume(tmp_path):
+def test_dry_run_apply_status_and_crash_resume(tmp_path, capsys):
     a = _args(tmp_path)
     p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
-    r = run_cli("apply", str(p1), "--dry-run", *a)
-    assert r.returncode == 0 and "because the plan adds job/rollout" in r.stdout
-    assert not (tmp_path / "sim.pkl").exists() and not (tmp_path / "j.db").exists()  # a dry run writes nothing
     r = run_cli("apply", str(p1), *a)
     assert r.returncode == 0, r.stderr
     # The next plan shrinks the rollout and reshapes the trainer; the controller dies mid-reshard.
     p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    state_before = (tmp_path / "sim.pkl").read_bytes()
     r = run_cli("apply", str(p2), "--dry-run", *a)
+    assert (tmp_path / "sim.pkl").read_bytes() == state_before  # a dry run changes nothing
+    assert "because parameters, Adam moments and gradient buffers must move" in r.stdout
     assert [l.split()[1] for l in r.stdout.splitlines() if re.match(r"^\s+\d+\. ", l)] == \
         ["drain", "handoff", "stop", "stop", "create", "create", "reshard", "switch", "stop", "stop"]
     r = run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:after"})
@@ -55,14 +56,16 @@ def test_dry_run_apply_status_and_crash_resume(tmp_path):
     rows = db.execute("SELECT kind, status, attempts FROM steps WHERE apply_id = 2 ORDER BY seq").fetchall()
     assert all(s == "done" for _, s, _ in rows)
     assert [n for k, _, n in rows if k == "reshard"] == [2] and all(n == 1 for k, _, n in rows if k != "reshard")
-    r = run_cli("status", "--json", *a)
-    data = json.loads(r.stdout)
+    # status, in this process (the subprocess path is the same entry point as apply's)
+    assert main(["status", *a]) == 0
+    out = capsys.readouterr().out
+    assert "job/trainer" in out and "tp1/pp1/dp2" in out and "DEAD" not in out
+    assert main(["status", "--json", *a]) == 0
+    data = json.loads(capsys.readouterr().out)
     comps = {c["name"]: c for c in data["state"]["components"]}
     assert comps["job/trainer"]["layout"] == {"tp": 1, "pp": 1, "dp": 2}
     assert len(comps["job/rollout"]["workers"]) == 2
     assert [x["status"] for x in data["applies"]][:2] == ["done", "done"]
-    r = run_cli("status", *a)
-    assert r.returncode == 0 and "job/trainer" in r.stdout and "tp1/pp1/dp2" in r.stdout
 
 
 def test_unreachable_plan_is_refused_with_exit_2(tmp_path):

@@ -147,7 +147,7 @@ class RayBackend:
             if states.get(w) == "DEAD":
                 return w
         pings = {w: self._handle(w).ready.remote() for w in waiting}
-        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=2.0)
+        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=1.0)
         for w, ref in pings.items():
             if ref not in ready:
                 return w
