@@ -154,6 +154,18 @@ def all_cases(points=("before", "mid", "after")) -> list[Case]:
     return cases
 
 
+def rotating_cases() -> list[Case]:
+    """Every fault kind at every step of every migration, at one of the three points (rotating,
+    so each point is hit for every fault kind): a third of :func:`all_cases`."""
+    by_key: dict[tuple, list[Case]] = {}
+    for c in all_cases():
+        by_key.setdefault((c.migration, c.fault, c.step_kind, c.nth), []).append(c)
+    out = []
+    for i, cs in enumerate(by_key.values()):
+        out.append(cs[i % len(cs)])
+    return out
+
+
 def representative_cases() -> list[Case]:
     """Every fault kind for every migration, at a step where it bites (the default test set)."""
     picks = {
