@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 
@@ -246,8 +246,7 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
     if case.fault == "kill_controller":
         plan.faults.append(Fault(case.step_kind, case.point, "crash", nth=case.nth))
     elif case.fault == "fail_destination_start":
-        def arm(backend, step):
-            _, dst_now = _roles(backend, case.migration, old_ids)
+        def arm(backend, step):  # this create's worker fails in start-up, as on an OOM
             backend.fail_starts.add(step.args["worker"]["id"])
         plan.faults.append(Fault(case.step_kind, case.point, arm, nth=case.nth))
     else:

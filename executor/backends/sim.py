@@ -27,7 +27,7 @@ from typing import Any, Optional
 from executor.backends.base import Deadlines, StartFailed, WorkerLost
 from executor.state import Layout, Node
 from executor.workers.coordinator import Coordinator
-from executor.workers.factory import make_worker, record_of
+from executor.workers.factory import make_worker
 
 
 class _W:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from executor.diff import _new_workers
-from executor.state import ClusterState, Component, Layout, Node
+from executor.state import ClusterState, Component, Node
 from executor.steps import Step
 
 

@@ -17,7 +17,7 @@ import torch
 
 from executor import faultlib, router
 from executor.backends.base import observe
-from executor.controller import Executor, reap
+from executor.controller import Executor
 from executor.diff import diff
 from executor.faultlib import NODES, ROLLOUT, TRAINER, full_state, same_state, target
 from executor.journal import Journal
