@@ -49,6 +49,19 @@ def _realloc(committed=True):
             "improvement": 1.7, "committed": committed, "reason": "better by 70%", "allocation": alloc, "steps": []}
 
 
+
+def _placement_body() -> dict:
+    """A PlacementPlan body of two members sharing one H20 and one H800 node."""
+    pool = lambda t, nodes: {"gpu_type": t, "nodes": nodes, "size": len(nodes), "gpus_per_node": 8, "gpus": 8 * len(nodes)}
+    member = lambda j, r, t: {"job": j, "rollout_nodes": r, "train_nodes": t, "rollout_s": 1, "train_s": 1, "sync_s": 0.1,
+                              "cycle_time_s": 3, "slo_s": 5, "slack_s": 2}
+    return {"instance": "tiny", "cost_per_hour": 1.0, "nodes_used": {}, "gpus_used": {},
+            "groups": [{"id": "g0", "rollout_pool": pool("H20", ["h20-0"]), "train_pool": pool("H800", ["h800-0"]),
+                        "order": ["small-a", "small-b"], "members": [member("small-a", ["h20-0"], ["h800-0"]),
+                                                                     member("small-b", ["h20-0"], ["h800-0"])],
+                        "cycle_time_s": 3, "critical": [], "rollout_busy": 0.5, "train_busy": 0.5, "cost_per_hour": 1.0}]}
+
+
 def test_realloc_plan_becomes_workload_and_p2p_migrations():
     b = _running()
     tgt = to_state(from_realloc(_realloc(), observe(b)))
@@ -80,14 +93,7 @@ def test_placement_plan_pins_resident_state_and_reserves_pools():
     from planner.schema import load_scenario
 
     sc = load_scenario(SCENARIOS / "ci" / "tiny-2jobs.yaml")
-    pool = lambda t, nodes: {"gpu_type": t, "nodes": nodes, "size": len(nodes), "gpus_per_node": 8, "gpus": 8 * len(nodes)}
-    member = lambda j, r, t: {"job": j, "rollout_nodes": r, "train_nodes": t, "rollout_s": 1, "train_s": 1, "sync_s": 0.1,
-                              "cycle_time_s": 3, "slo_s": 5, "slack_s": 2}
-    body = {"instance": "tiny", "cost_per_hour": 1.0, "nodes_used": {}, "gpus_used": {},
-            "groups": [{"id": "g0", "rollout_pool": pool("H20", ["h20-0"]), "train_pool": pool("H800", ["h800-0"]),
-                        "order": ["small-a", "small-b"], "members": [member("small-a", ["h20-0"], ["h800-0"]),
-                                                                     member("small-b", ["h20-0"], ["h800-0"])],
-                        "cycle_time_s": 3, "critical": [], "rollout_busy": 0.5, "train_busy": 0.5, "cost_per_hour": 1.0}]}
+    body = _placement_body()
     tgt = to_state(from_placement(body, sc, dram={"small-a": (20.0, 60.0), "small-b": (40.0, 120.0)}))
     assert set(tgt.nodes) == {"h20-0", "h20-1", "h800-0", "h800-1"}
     assert tgt.components["g0/rollout-pool"].placement == {"h20-0": 1} and tgt.components["g0/rollout-pool"].gpus_per_worker == 8
@@ -111,6 +117,7 @@ def test_apply_reads_each_plan_kind_from_its_document(tmp_path):
     tgt, name, digest = read_target(str(tmp_path / "r.yaml"), lambda: observe(b))
     assert name == "r.yaml" and len(digest) == 16 and tgt.components["math/actor"].layout.dp == 2
     doc["kind"] = "PlacementPlan"
+    doc["body"] = _placement_body()
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(UserError, match="--scenario"):
         read_target(str(tmp_path / "p.yaml"), lambda: observe(b))
