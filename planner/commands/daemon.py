@@ -98,6 +98,7 @@ def add_arguments(p) -> None:
                    help="simulated cluster: each job's true phase times are the estimates x a factor drawn from [LO, HI] (default 1:1)")
     h.add_argument("--sim-noise", type=float, default=0.0, help="simulated cluster: per-iteration noise, e.g. 0.03 for +-3%% (default 0)")
     h.add_argument("--sim-seed", type=int, default=0, help="simulated cluster: seed of the factors and the noise")
+    h.add_argument("--sim-step-delay-s", type=float, default=0.0, help="simulated cluster: wall seconds each apply step takes (default 0)")
     h.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
 
 
@@ -113,12 +114,14 @@ def run(args) -> int:
                        amortise_s=args.amortise_s, gain_margin=args.gain_margin, max_moves_per_hour=args.max_moves_per_hour,
                        drift_threshold=args.drift_threshold, admission_timeout_s=args.admission_timeout_s, realloc=not args.no_realloc,
                        lease_ttl_s=args.lease_ttl_s, until_idle=args.until_idle, max_cycles=args.max_cycles)
-    if args.pace_s < 0:
-        from planner.errors import Problem, UserError
+    from planner.errors import Problem, UserError
 
-        raise UserError(Problem("--pace-s", f"must be >= 0, got {args.pace_s}"))
+    for flag, v in (("--pace-s", args.pace_s), ("--sim-noise", args.sim_noise), ("--sim-step-delay-s", args.sim_step_delay_s)):
+        if not v >= 0:
+            raise UserError(Problem(flag, f"must be >= 0, got {v}"))
     host, port = args.listen
     truth = {"slow_lo": args.sim_slowdown[0], "slow_hi": args.sim_slowdown[1], "noise": args.sim_noise, "seed": args.sim_seed}
     opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,
-                   standby=args.standby, wall_s_per_cycle=args.pace_s, sim_state=args.sim_state, sim_truth=truth, ready_file=args.ready_file)
+                   standby=args.standby, wall_s_per_cycle=args.pace_s, sim_state=args.sim_state, sim_truth=truth, ready_file=args.ready_file,
+                   sim_step_delay_s=args.sim_step_delay_s)
     return Daemon(opts).open().run()

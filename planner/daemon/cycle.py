@@ -45,7 +45,8 @@ from planner.daemon.lease import Lease
 from planner.daemon.lifecycle import JobState
 from planner.daemon.metrics import DaemonMetrics
 from planner.daemon.phasetimes import PhaseTimer
-from planner.daemon.ports import ApplyResult, Executor, IterationSample, Observation, Placement, PlacementPlanner, PlanningContext, Reallocator
+from planner.daemon.ports import (ApplyResult, Executor, IterationSample, Observation, Placement, PlacementPlanner, PlanningContext,
+                                  Reallocator, moved_jobs)
 from planner.daemon.ratelimit import TokenBucket
 from planner.daemon.store import JobRecord, Store
 from planner.schema.scenario import JobSpec, Scenario
@@ -264,7 +265,8 @@ class Loop:
                 row = d.row() | {"cycle": cycle, "at": now, "outcome": outcome, "plan_id": new_plan_id if d.changes_plan else None,
                                  "dry_run": self.cfg.dry_run}
                 self.store.insert_decision(c, row)
-                self.metrics.decisions.labels(d.kind, outcome).inc()
+                if outcome != "applying":  # counted with its final outcome once the apply ends
+                    self.metrics.decisions.labels(d.kind, outcome).inc()
             self.cost_usd += cost_delta
             self._save_state(c, cycle, cursor, now)
         self.cycle_no, self.cursor, self.last_at = cycle, cursor, now
@@ -311,7 +313,11 @@ class Loop:
         with self.store.tx() as c:
             if not self.lease.verify(c):
                 raise LeaseLost("the applier lease was lost during an apply; its new holder resumes it")
-            ids = [r["id"] for r in c.execute("SELECT id FROM decisions WHERE plan_id=?", (plan_id,))]
+            rows = list(c.execute("SELECT id, kind FROM decisions WHERE plan_id=?", (plan_id,)))
+            ids = [r["id"] for r in rows]
+            if not res.interrupted:
+                for r in rows:
+                    self.metrics.decisions.labels(r["kind"], "applied" if res.ok else "failed").inc()
             note = ("resumed after a restart: " if resumed else "") + f"apply: {res.message} ({res.steps_done}/{res.steps_total} steps)"
             if res.ok:
                 c.execute("UPDATE plans SET status='superseded' WHERE status='applied' AND id != ?", (plan_id,))
@@ -346,7 +352,7 @@ class Loop:
 
     # ------------------------------------------------------------------ reallocation
     def _reallocate(self, ctx, jobs, target: Placement, plan: Placement, snapshots: dict, now: float, cycle: int) -> None:
-        moved = set(gate.moved_jobs(plan, target)) if target is not plan else set()
+        moved = set(moved_jobs(plan, target))
         for job, snaps in sorted(snapshots.items()):
             r = jobs.get(job)
             if r is None or r.state is not JobState.RUNNING or job in moved or not snaps:

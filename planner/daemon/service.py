@@ -53,6 +53,7 @@ class Options:
     wall_s_per_cycle: float = 0.0  # virtual clock: pace the replay
     sim_state: Optional[Path] = None
     sim_truth: Optional[dict] = None  # Truth fields for the simulated cluster
+    sim_step_delay_s: float = 0.0
     ready_file: Optional[Path] = None
 
 
@@ -199,7 +200,7 @@ def _executor(opts: Options, cluster: Scenario, store: Store):
                 return None
 
         path = opts.sim_state or opts.state.with_name(opts.state.name + ".sim")
-        return SimCluster(path, cluster, spec_of, Truth(**(opts.sim_truth or {})))
+        return SimCluster(path, cluster, spec_of, Truth(**(opts.sim_truth or {})), step_delay_s=opts.sim_step_delay_s)
     raise UserError(Problem("--backend", f"the {opts.backend!r} backend needs the executor (issue 6), which this build does not have yet",
                             "use --backend sim"))
 

@@ -26,6 +26,7 @@ import json
 import math
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -85,8 +86,10 @@ def diff(running: dict[str, Group], target: Placement) -> list[Step]:
 class SimCluster:
     name = "sim"
 
-    def __init__(self, path: str | Path, cluster: Scenario, spec_of: Callable[[str], Optional[JobSpec]], truth: Truth = Truth()) -> None:
+    def __init__(self, path: str | Path, cluster: Scenario, spec_of: Callable[[str], Optional[JobSpec]], truth: Truth = Truth(),
+                 step_delay_s: float = 0.0) -> None:
         self.path = Path(path)
+        self.step_delay_s = step_delay_s  # wall seconds each step takes (a real start takes minutes; tests need a window)
         self.cluster = cluster
         self.view = ClusterView(cluster, resolve_gpu_types(cluster))
         self.spec_of = spec_of
@@ -209,6 +212,8 @@ class SimCluster:
             if should_stop():
                 return ApplyResult(False, done_before + i, total, f"stopped between steps ({done_before + i}/{total} done); "
                                    "the journal resumes it", interrupted=True)
+            if self.step_delay_s > 0:
+                time.sleep(self.step_delay_s)
             with self._tx() as c:
                 step_no = c.execute("SELECT COALESCE(MAX(step), 0) + 1 FROM sim_journal WHERE plan_id=?", (plan_id,)).fetchone()[0]
                 if st.action == "stop":
