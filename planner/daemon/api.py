@@ -29,6 +29,7 @@ from typing import Any, Callable, Literal, Optional
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, Field, ValidationError
 
 from formulation.realloc.telemetry import TelemetrySnapshot
@@ -173,7 +174,7 @@ class _ShimError:
 
 def _problems(errors: list[dict], body: Any, root: type[BaseModel] | None) -> list[Problem]:
     from planner.schema.errors import problems_from_validation
-    from planner.schema.loader import Document
+    from planner.schema.loader import Document, _fmt
 
     body_errs = [dict(e, loc=tuple(e["loc"][1:])) for e in errors if e["loc"] and e["loc"][0] == "body"]
     other = [e for e in errors if not (e["loc"] and e["loc"][0] == "body")]
@@ -190,12 +191,13 @@ def _problems(errors: list[dict], body: Any, root: type[BaseModel] | None) -> li
             out += [Problem(".".join(str(x) for x in e["loc"]), e["msg"]) for e in body_errs]
     else:
         for e in body_errs:
-            where = ".".join(str(x) for x in e["loc"])
+            where = _fmt(tuple(e["loc"]))
             msg = e["msg"][len("Value error, "):] if e["msg"].startswith("Value error, ") else e["msg"]
             out.append(Problem(where, msg, "send a JSON object with the documented fields" if not e["loc"] else ""))
-    for e in other:
-        where = ".".join(str(x) for x in e["loc"][1:]) or str(e["loc"][0])
-        out.append(Problem(where, e["msg"]))
+    for e in other:  # query and path parameters: loc is ("query", name, index...)
+        where = _fmt(tuple(e["loc"][1:])) or str(e["loc"][0])
+        got = e.get("input")
+        out.append(Problem(where, e["msg"] + (f" (got {got!r})" if isinstance(got, (str, int, float)) else "")))
     for p in out:
         p.source = ""
     return out
@@ -229,6 +231,12 @@ def create_app(service, *, max_body_bytes: int = 1 << 20) -> FastAPI:
         root = roots.get(request.url.path)
         return _err(422, "invalid request", _problems(list(exc.errors()), getattr(exc, "body", None), root))
 
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400:  # the body could not be read as JSON at all (e.g. not UTF-8)
+            return _err(422, "invalid request", [Problem("", f"the body is not valid JSON: {exc.detail}", "send a UTF-8 JSON object")])
+        return _err(exc.status_code, str(exc.detail), [])
+
     @app.exception_handler(StoreError)
     async def on_store(request: Request, exc: StoreError):
         return _err(exc.status, exc.message, [Problem(exc.where, exc.message, exc.fix)])
@@ -251,7 +259,7 @@ def create_app(service, *, max_body_bytes: int = 1 << 20) -> FastAPI:
 
     @app.get("/v1/jobs", response_model=JobList, responses=_resp(422), tags=["jobs"], summary="List jobs")
     def list_jobs(state: Optional[list[JobState]] = Query(None, description="only jobs in these states (repeatable)"),
-                  limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0)) -> JobList:
+                  limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=2**62)) -> JobList:
         states = [s.value for s in state] if state else None
         recs = store.list_jobs(states, limit=limit, offset=offset)
         counts = store.count_jobs()
