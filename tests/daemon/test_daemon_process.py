@@ -1,0 +1,118 @@
+"""Real processes: one applier per state file, SIGTERM, a kill mid-apply, the CLI's bad input."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from daemonproc import DaemonProc, job, kv, query, wait_for, write_cluster
+
+from tests.conftest import run_cli
+
+
+def test_a_second_daemon_refuses_naming_the_holder_and_a_standby_takes_over(tmp_path):
+    cluster = write_cluster(tmp_path)
+    first = DaemonProc(tmp_path, "--scenario", str(cluster), "--period-s", "0.2", name="first")
+    try:
+        second = DaemonProc(tmp_path, "--period-s", "0.2", name="second", wait=False)
+        assert second.wait(60) == 2
+        out = second.output()
+        assert "another daemon applies to" in out and f"pid {first.proc.pid}" in out and first.url in out
+        assert "Traceback" not in out
+        standby = DaemonProc(tmp_path, "--period-s", "0.2", "--standby", "--lease-ttl-s", "3", name="standby")
+        with standby.client() as c:
+            h = c.get("/v1/health").json()
+            assert h["role"] == "standby" and f"pid {first.proc.pid}" in h["lease_holder"]
+            # The standby's API still accepts work: the applier picks it up from the shared state.
+            assert c.post("/v1/jobs", json=job("via-standby")).status_code == 201
+        with first.client() as c:
+            wait_for(lambda: c.get("/v1/jobs/via-standby").json()["state"] == "running", what="admitted by the applier")
+        assert first.stop() == 0
+        with standby.client() as c:
+            wait_for(lambda: c.get("/v1/health").json()["role"] == "applier", timeout=30, what="standby took the lease")
+            assert c.post("/v1/jobs", json=job("after-failover")).status_code == 201
+            wait_for(lambda: c.get("/v1/jobs/after-failover").json()["state"] == "running", what="new applier admits")
+        assert standby.stop() == 0
+    finally:
+        first.stop()
+
+
+def test_sigterm_exits_cleanly_and_releases_the_lease(tmp_path):
+    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "0.2")
+    with d.client() as c:
+        assert c.post("/v1/jobs", json=job("a")).status_code == 201
+        wait_for(lambda: c.get("/v1/jobs/a").json()["state"] == "running", what="a running")
+    d.signal(signal.SIGTERM)
+    assert d.wait(30) == 0, d.output()
+    assert query(d.state, "SELECT * FROM lease") == []
+    assert "Traceback" not in d.output()
+    # A restart continues from the state: same job, same plan, a new lease epoch.
+    again = DaemonProc(tmp_path, "--period-s", "0.2", name="again")
+    with again.client() as c:
+        assert c.get("/v1/jobs/a").json()["state"] == "running"
+        assert c.get("/v1/health").json()["lease"]["epoch"] == 1  # released, so the row was re-created
+    assert again.stop() == 0
+
+
+def test_sigterm_mid_apply_finishes_the_step_and_a_restart_resumes_without_repeating(tmp_path):
+    cluster = write_cluster(tmp_path)
+    d = DaemonProc(tmp_path, "--scenario", str(cluster), "--period-s", "0.2", "--sim-step-delay-s", "0.4")
+    with d.client() as c:
+        for n in ("a", "b", "c"):
+            assert c.post("/v1/jobs", json=job(n)).status_code == 201
+    sim = tmp_path / "state.sqlite.sim"
+    wait_for(lambda: sim.exists() and query(sim, "SELECT COUNT(*) AS n FROM sim_journal")[0]["n"] >= 1, what="first step done")
+    d.signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    assert d.wait(30) == 0, d.output()
+    assert time.monotonic() - t0 < 5, "stops after the current step, not after the whole apply"
+    done = query(sim, "SELECT COUNT(*) AS n FROM sim_journal")[0]["n"]
+    plans = query(d.state, "SELECT id, status FROM plans")
+    assert 1 <= done < 3 and plans[-1]["status"] == "applying", (done, plans)
+    again = DaemonProc(tmp_path, "--period-s", "0.2", name="again")
+    assert "resumed plan" in again.output()
+    with again.client() as c:
+        wait_for(lambda: all(c.get(f"/v1/jobs/{n}").json()["state"] == "running" for n in "abc"), what="all running")
+    assert again.stop() == 0
+    steps = query(sim, "SELECT action, job FROM sim_journal")
+    assert len(steps) == len({(s["action"], s["job"]) for s in steps}) == 3, steps
+    assert query(d.state, "SELECT status FROM plans WHERE id=?", (plans[-1]["id"],))[0]["status"] == "applied"
+
+
+def test_sigkill_mid_apply_resumes_from_the_journal(tmp_path):
+    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "0.2", "--sim-step-delay-s", "0.3")
+    with d.client() as c:
+        for n in ("a", "b", "c", "e"):
+            assert c.post("/v1/jobs", json=job(n)).status_code == 201
+    sim = tmp_path / "state.sqlite.sim"
+    wait_for(lambda: sim.exists() and query(sim, "SELECT COUNT(*) AS n FROM sim_journal")[0]["n"] >= 2, what="two steps done")
+    d.kill()
+    again = DaemonProc(tmp_path, "--period-s", "0.2", name="again")  # the dead holder's lease is taken at once
+    with again.client() as c:
+        wait_for(lambda: all(c.get(f"/v1/jobs/{n}").json()["state"] == "running" for n in "abce"), what="all running")
+    assert again.stop() == 0
+    steps = query(sim, "SELECT action, job FROM sim_journal")
+    assert sorted(s["job"] for s in steps) == ["a", "b", "c", "e"] and {s["action"] for s in steps} == {"start"}
+    assert kv(d.state, "cycle") > 0
+
+
+def test_cli_bad_input_exits_2_with_a_message(tmp_path):
+    r = run_cli("daemon", "--state", str(tmp_path / "s.sqlite"), "--listen", "127.0.0.1:0")
+    assert r.returncode == 2 and "--scenario" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("daemon", "--state", str(tmp_path / "s.sqlite"), "--listen", "127.0.0.1:99999")
+    assert r.returncode == 2 and "port" in r.stderr
+    r = run_cli("daemon", "--scenario", str(write_cluster(tmp_path)), "--state", str(tmp_path / "s.sqlite"), "--period-s", "-1")
+    assert r.returncode == 2 and "--period-s" in r.stderr
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("not sqlite" * 1000)
+    r = run_cli("daemon", "--scenario", str(write_cluster(tmp_path)), "--state", str(junk), "--listen", "127.0.0.1:0")
+    assert r.returncode == 2 and "--state" in r.stderr and "Traceback" not in r.stderr
+    other = tmp_path / "other.yaml"
+    other.write_text(write_cluster(tmp_path).read_text().replace("count: 4", "count: 3"))
+    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--max-cycles", "1", "--clock", "virtual", name="init")
+    assert d.wait(60) == 0
+    r = run_cli("daemon", "--scenario", str(other), "--state", str(d.state), "--listen", "127.0.0.1:0")
+    assert r.returncode == 2 and "different cluster" in r.stderr
+    r = run_cli("daemon", "--scenario", str(write_cluster(tmp_path)), "--state", str(tmp_path / "x.sqlite"), "--backend", "ray",
+                "--clock", "virtual", "--listen", "127.0.0.1:0")
+    assert r.returncode == 2 and "--clock" in r.stderr
