@@ -86,6 +86,7 @@ class Loop:
         self.realloc_at: dict[str, float] = kv("realloc_at", {})
         self.estimates = Estimates(cfg.drift_window, cfg.drift_min_samples, cfg.drift_threshold, kv("estimates"))
         self.timer = PhaseTimer(kv("phase_timer"))
+        self.sample_mark: dict[str, int] = kv("sample_mark", {})  # job -> newest iteration already folded in
         if kv("clock_s") is not None:
             clock.advance_to(kv("clock_s"))
         self.bucket = TokenBucket.restore(cfg.max_moves_per_hour, kv("move_budget"), clock.now())
@@ -166,10 +167,11 @@ class Loop:
                     samples.append(s)
         base = self.placer.predict(ctx, plan)
         per_job: dict[str, list[IterationSample]] = {}
-        for s in samples:
-            if s.job in base and s.job in jobs:
+        for s in sorted(samples, key=lambda s: (s.job, s.iteration)):
+            if s.job in base and s.job in jobs and s.iteration > self.sample_mark.get(s.job, 0):
                 self.estimates.add(s, *base[s.job])
                 per_job.setdefault(s.job, []).append(s)
+                self.sample_mark[s.job] = s.iteration
         drifts = self.estimates.detect()
         for d in drifts:
             self.metrics.drifts.labels(d.phase).inc()
@@ -228,6 +230,7 @@ class Loop:
         for j in leaving:
             self.estimates.forget(j)
             self.timer.forget(j)
+            self.sample_mark.pop(j, None)
             self.realloc_at.pop(j, None)
         cost_delta = plan.cost_per_hour * max(0.0, now - self.last_at) / 3600.0 if self.last_at is not None else 0.0
         new_plan_id = None
@@ -238,7 +241,8 @@ class Loop:
                 slo = jobs[job].slo_s
                 misses = sum(1 for s in ss if slo is not None and s.iteration_s > slo * (1 + 1e-9))
                 last = max(ss, key=lambda s: s.iteration)
-                self.store.record_iterations(c, job, len(ss), last.iteration_s, misses)
+                total = obs.iterations.get(job, jobs[job].iterations + len(ss))
+                self.store.record_iterations(c, job, total, last.iteration_s, misses)
                 if misses:
                     self.metrics.slo_misses.inc(misses)
             for m in moves:
@@ -302,6 +306,7 @@ class Loop:
         kv(c, "cost_usd", self.cost_usd)
         kv(c, "estimates", self.estimates.state())
         kv(c, "phase_timer", self.timer.state())
+        kv(c, "sample_mark", self.sample_mark)
         kv(c, "move_budget", self.bucket.state())
         kv(c, "realloc_at", self.realloc_at)
 

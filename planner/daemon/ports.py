@@ -207,7 +207,8 @@ class Observation:
     running: dict[str, str] = field(default_factory=dict)  # job -> group id the backend runs it in
     finished: dict[str, str] = field(default_factory=dict)  # job -> why (completed)
     failed: dict[str, str] = field(default_factory=dict)  # job -> why
-    samples: list[IterationSample] = field(default_factory=list)
+    samples: list[IterationSample] = field(default_factory=list)  # the last few measured iterations per job (may repeat)
+    iterations: dict[str, int] = field(default_factory=dict)  # job -> iterations completed so far, when the backend counts them
     telemetry: list[Any] = field(default_factory=list)  # TelemetrySnapshot the backend itself emitted
 
 

@@ -351,9 +351,10 @@ class Store:
         c.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE name=?", (*args, name))
         c.execute("INSERT INTO job_events(job, at, from_state, to_state, reason) VALUES (?,?,?,?,?)", (name, now, src.value, to.value, reason))
 
-    def record_iterations(self, c: sqlite3.Connection, name: str, n: int, last_iteration_s: float, misses: int) -> None:
-        c.execute("UPDATE jobs SET iterations=iterations+?, last_iteration_s=?, slo_misses=slo_misses+? WHERE name=?",
-                  (n, last_iteration_s, misses, name))
+    def record_iterations(self, c: sqlite3.Connection, name: str, total: int, last_iteration_s: float, misses: int) -> None:
+        """The job has completed ``total`` iterations; the newest took ``last_iteration_s``; ``misses`` more missed the SLO."""
+        c.execute("UPDATE jobs SET iterations=MAX(iterations, ?), last_iteration_s=?, slo_misses=slo_misses+? WHERE name=?",
+                  (total, last_iteration_s, misses, name))
 
     def set_job_reason(self, c: sqlite3.Connection, name: str, reason: str) -> None:
         c.execute("UPDATE jobs SET reason=? WHERE name=?", (reason, name))

@@ -39,7 +39,7 @@ from planner.schema.scenario import JobSpec, Scenario
 DDL = """
 CREATE TABLE IF NOT EXISTS sim_groups (id TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sim_jobs (job TEXT PRIMARY KEY, grp TEXT, run_s REAL NOT NULL DEFAULT 0, progress REAL NOT NULL DEFAULT 0,
-    reported INTEGER NOT NULL DEFAULT 0, last_obs REAL, state TEXT NOT NULL);
+    last_obs REAL NOT NULL, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sim_journal (id INTEGER PRIMARY KEY, plan_id INTEGER NOT NULL, step INTEGER NOT NULL, action TEXT NOT NULL,
     job TEXT NOT NULL, grp TEXT NOT NULL, at REAL NOT NULL, UNIQUE(plan_id, step));
 CREATE TABLE IF NOT EXISTS sim_realloc (id INTEGER PRIMARY KEY, job TEXT NOT NULL, at REAL NOT NULL, body TEXT NOT NULL);
@@ -160,41 +160,59 @@ class SimCluster:
         return cycle, per
 
     # ------------------------------------------------------------------ the port
+    def _advance(self, r: sqlite3.Row, cycle: float, spec: Optional[JobSpec], now: float) -> tuple[float, float, bool]:
+        """(run_s, progress) of a running job at ``now`` and whether it has finished; reads nothing else."""
+        dt = max(0.0, now - r["last_obs"])
+        if spec is not None and spec.duration_s is not None:
+            dt = min(dt, max(0.0, spec.duration_s - r["run_s"]))
+        run_s = r["run_s"] + dt
+        progress = r["progress"] + (dt / cycle if cycle > 0 else 0.0)
+        finished = spec is not None and spec.duration_s is not None and run_s >= spec.duration_s - 1e-9
+        return run_s, progress, finished
+
+    def _members(self, c: sqlite3.Connection) -> tuple[dict[str, Group], dict[str, list[str]], list[sqlite3.Row]]:
+        groups = {r["id"]: Group.from_dict(json.loads(r["data"])) for r in c.execute("SELECT * FROM sim_groups")}
+        rows = list(c.execute("SELECT * FROM sim_jobs WHERE state='running' ORDER BY job"))
+        members: dict[str, list[str]] = {}
+        for r in rows:
+            members.setdefault(r["grp"], []).append(r["job"])
+        return groups, members, rows
+
     def observe(self, now: float) -> Observation:
+        """What runs, what finished, the last few iterations: a pure read (observing twice at the same
+        time gives the same answer, so a daemon that crashes after observing loses nothing)."""
         obs = Observation()
-        with self._tx() as c:
-            groups = {r["id"]: Group.from_dict(json.loads(r["data"])) for r in c.execute("SELECT * FROM sim_groups")}
-            rows = list(c.execute("SELECT * FROM sim_jobs WHERE state IN ('running', 'finished') ORDER BY job"))
-            members: dict[str, list[str]] = {}
-            for r in rows:
-                if r["state"] == "running":
-                    members.setdefault(r["grp"], []).append(r["job"])
-            for r in rows:
-                job, g = r["job"], groups.get(r["grp"])
-                if g is None:
-                    continue
-                if r["state"] == "finished":
-                    obs.finished[job] = "finished its work (duration reached)"
-                    continue
+        c = self._conn()
+        groups, members, rows = self._members(c)
+        for r in rows:
+            job, g = r["job"], groups.get(r["grp"])
+            if g is None:
+                continue
+            spec = self.spec_of(job)
+            cycle, _ = self._cycle(g, members[g.id])
+            _, progress, finished = self._advance(r, cycle, spec, now)
+            done = int(math.floor(progress + 1e-9))
+            obs.iterations[job] = done
+            for k in range(max(1, done - SAMPLES_PER_OBSERVE + 1), done + 1):
+                cyc_k, per = self._cycle(g, members[g.id], k)
+                a, b = per[job]
+                obs.samples.append(IterationSample(job, k, a, b, cyc_k))
+            if finished:
+                obs.finished[job] = f"finished after {spec.duration_s:.0f} s of running"
+            else:
                 obs.running[job] = g.id
-                dt = max(0.0, now - (r["last_obs"] if r["last_obs"] is not None else now))
-                spec = self.spec_of(job)
-                cycle, _ = self._cycle(g, members[g.id])
-                run_s = r["run_s"] + dt
-                progress = r["progress"] + (dt / cycle if cycle > 0 else 0.0)
-                done = int(math.floor(progress + 1e-9))
-                for k in range(max(r["reported"] + 1, done - SAMPLES_PER_OBSERVE + 1), done + 1):
-                    cyc_k, per = self._cycle(g, members[g.id], k)
-                    a, b = per[job]
-                    obs.samples.append(IterationSample(job, k, a, b, cyc_k))
-                state = "running"
-                if spec is not None and spec.duration_s is not None and run_s >= spec.duration_s:
-                    state = "finished"
-                    obs.finished[job] = f"finished after {spec.duration_s:.0f} s of running"
-                    obs.running.pop(job, None)
-                c.execute("UPDATE sim_jobs SET run_s=?, progress=?, reported=?, last_obs=?, state=? WHERE job=?",
-                          (run_s, progress, max(done, r["reported"]), now, state, job))
         return obs
+
+    def _settle(self, c: sqlite3.Connection, now: float) -> None:
+        """Bring every running job's progress up to ``now`` before the groups change (idempotent at one time)."""
+        groups, members, rows = self._members(c)
+        for r in rows:
+            g = groups.get(r["grp"])
+            if g is None or r["last_obs"] >= now:
+                continue
+            cycle, _ = self._cycle(g, members[g.id])
+            run_s, progress, _ = self._advance(r, cycle, self.spec_of(r["job"]), now)
+            c.execute("UPDATE sim_jobs SET run_s=?, progress=?, last_obs=? WHERE job=?", (run_s, progress, now, r["job"]))
 
     def apply(self, target: Placement, *, plan_id: int, now: float, should_stop: Callable[[], bool]) -> ApplyResult:
         return self._carry_out(target, plan_id, now, should_stop)
@@ -215,9 +233,10 @@ class SimCluster:
             if self.step_delay_s > 0:
                 time.sleep(self.step_delay_s)
             with self._tx() as c:
+                self._settle(c, now)
                 step_no = c.execute("SELECT COALESCE(MAX(step), 0) + 1 FROM sim_journal WHERE plan_id=?", (plan_id,)).fetchone()[0]
                 if st.action == "stop":
-                    c.execute("UPDATE sim_jobs SET state='stopped', grp=NULL WHERE job=? AND state IN ('running', 'finished')", (st.job,))
+                    c.execute("UPDATE sim_jobs SET state='stopped', grp=NULL WHERE job=? AND state='running'", (st.job,))
                 else:
                     g = by_id[st.group]
                     c.execute("INSERT INTO sim_groups(id, data) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET data=excluded.data",
@@ -227,6 +246,7 @@ class SimCluster:
                 c.execute("INSERT INTO sim_journal(plan_id, step, action, job, grp, at) VALUES (?,?,?,?,?,?)",
                           (plan_id, step_no, st.action, st.job, st.group, now))
         with self._tx() as c:  # groups now: what the target says (pools resized, emptied groups gone)
+            self._settle(c, now)
             live = {r["grp"] for r in c.execute("SELECT DISTINCT grp FROM sim_jobs WHERE state='running'")}
             c.execute("DELETE FROM sim_groups")
             for g in target.groups:
