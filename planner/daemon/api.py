@@ -18,13 +18,13 @@ GET     /metrics                  Prometheus text format
 
 Every refusal is a JSON ``{"error": ..., "problems": [{"field", "message", "fix"}]}`` whose
 ``field`` is the path inside the request (``rollout.max_response_tokens``), never a traceback.
-Requests over ``max_body_bytes`` get 413. Nothing reaches the state before it validated.
+Requests over 1 MiB get 413 (:class:`BodyLimit`). Nothing reaches the state before it validated.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Literal, Optional
 
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -203,28 +203,71 @@ def _problems(errors: list[dict], body: Any, root: type[BaseModel] | None) -> li
     return out
 
 
+# ------------------------------------------------------------------------------ body limit
+class BodyLimit:
+    """Pure ASGI: refuse bodies over ``limit`` bytes with 413 before the app reads them.
+
+    A declared ``content-length`` is checked at once; a chunked body is read (up to the limit) and
+    handed to the app whole. Outside the app, so no handler ever sees an oversized body.
+    """
+
+    def __init__(self, app, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def _refuse(self, send, size: str) -> None:
+        body = ErrorBody(error="request body too large", problems=[ProblemView(
+            field="", message=f"the body is {size} bytes; the limit is {self.limit}", fix="send one job or one snapshot per request")])
+        data = body.model_dump_json().encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        size = headers.get(b"content-length")
+        if size is not None:
+            if not size.isdigit() or int(size) > self.limit:
+                return await self._refuse(send, size.decode("latin-1"))
+            return await self.app(scope, receive, send)
+        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        chunks, total, more = [], 0, True
+        while more:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                return
+            chunk = msg.get("body", b"")
+            total += len(chunk)
+            if total > self.limit:
+                return await self._refuse(send, f"more than {self.limit}")
+            chunks.append(chunk)
+            more = msg.get("more_body", False)
+        whole, given = b"".join(chunks), False
+
+        async def replay():
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": whole, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+
+def asgi_app(service, *, max_body_bytes: int = 1 << 20):
+    """What the server runs: the app behind the body limit."""
+    return BodyLimit(create_app(service), max_body_bytes)
+
+
 # ------------------------------------------------------------------------------------- app
-def create_app(service, *, max_body_bytes: int = 1 << 20) -> FastAPI:
+def create_app(service) -> FastAPI:
     """The app around a :class:`planner.daemon.service.Service` (its store, metrics and status)."""
     app = FastAPI(title="rl-planner daemon", version=__version__,
                   description="Admits RL post-training jobs, watches their telemetry, replans and applies. See docs/daemon.md.")
     store, metrics = service.store, service.metrics
     roots: dict[str, type[BaseModel]] = {"/v1/jobs": JobSpec, "/v1/telemetry": TelemetrySnapshot}
-
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Callable):
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > max_body_bytes):
-            return _err(413, "request body too large", [Problem("", f"the body is {size} bytes; the limit is {max_body_bytes}",
-                                                                 "send smaller requests (one job or one snapshot each)")])
-        if request.method in ("POST", "PUT", "PATCH") and size is None:
-            body = b""
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > max_body_bytes:
-                    return _err(413, "request body too large", [Problem("", f"the body exceeds the limit of {max_body_bytes} bytes")])
-            request._body = body  # noqa: SLF001 - the stream is consumed; hand the body on
-        return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError):
@@ -281,8 +324,8 @@ def create_app(service, *, max_body_bytes: int = 1 << 20) -> FastAPI:
     # ---- telemetry
     @app.post("/v1/telemetry", status_code=202, response_model=Accepted, responses=_resp(404, 409, 413, 422), tags=["telemetry"],
               summary="Post a telemetry snapshot of a placed job")
-    def post_telemetry(snapshot: TelemetrySnapshot) -> Accepted:
-        return Accepted(id=service.add_telemetry(snapshot), job=snapshot.job)
+    async def post_telemetry(snapshot: TelemetrySnapshot) -> Accepted:
+        return Accepted(id=await service.ingest.submit(snapshot), job=snapshot.job)
 
     # ---- plan and decisions
     @app.get("/v1/plan", response_model=PlanView, responses=_resp(404), tags=["plan"], summary="The plan in force")

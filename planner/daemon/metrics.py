@@ -15,6 +15,8 @@ planner_drifts_total{phase}                estimate updates after drift
 planner_cycles_total                       cycles run
 planner_cycle_seconds                      wall time of a cycle (histogram)
 planner_cycle_overrun_total                cycles that took longer than the period (wall clock)
+planner_cycle_lateness_seconds             how late a cycle started after its scheduled time (wall clock, histogram)
+planner_cycle_lateness_max_seconds         the latest a cycle has started (wall clock)
 planner_last_cycle_timestamp_seconds       wall time the last cycle ended
 planner_plan_cost_per_hour_usd             $/h of the plan in force
 planner_cost_usd_total                     $ of the plans in force integrated over the daemon's clock
@@ -53,6 +55,9 @@ class DaemonMetrics:
         self.cycles = Counter("planner_cycles", "cycles run", registry=r)
         self.cycle_seconds = Histogram("planner_cycle_seconds", "wall time of a cycle", buckets=SOLVE_BUCKETS, registry=r)
         self.cycle_overrun = Counter("planner_cycle_overrun", "cycles longer than the period", registry=r)
+        self.cycle_lateness = Histogram("planner_cycle_lateness_seconds", "how late a cycle started after its schedule", buckets=SOLVE_BUCKETS,
+                                        registry=r)
+        self.cycle_lateness_max = Gauge("planner_cycle_lateness_max_seconds", "the latest a cycle has started", registry=r)
         self.last_cycle = Gauge("planner_last_cycle_timestamp_seconds", "wall time the last cycle ended", registry=r)
         self.plan_cost = Gauge("planner_plan_cost_per_hour_usd", "$/h of the plan in force", registry=r)
         self.cost_total = Gauge("planner_cost_usd_total", "$ of plans in force over the daemon's clock", registry=r)

@@ -30,7 +30,6 @@ from planner.daemon.clock import Clock, VirtualClock, WallClock
 from planner.daemon.config import DaemonConfig
 from planner.daemon.cycle import LeaseLost, Loop
 from planner.daemon.lease import Lease
-from planner.daemon.lifecycle import JobState
 from planner.daemon.metrics import DaemonMetrics
 from planner.daemon.ports import Placement
 from planner.daemon.store import Conflict, JobRecord, NotFound, StateFileError, Store
@@ -120,6 +119,10 @@ class Service:
         self.last_cycle_wall: Optional[float] = None
         self.placer_name = opts.placer
         self.role = "starting"
+        from planner.daemon.ingest import TelemetryIngest
+
+        self.ingest = TelemetryIngest(store, metrics)
+        self.lateness_max = 0.0
 
     # ---- API side
     def now(self) -> float:
@@ -133,18 +136,6 @@ class Service:
         if arrives_at is None:
             arrives_at = max(job.arrival_s, now) if self.clock.kind != "wall" else now
         return self.store.submit_job(job.name, job.model_dump(mode="json"), now, arrives_at, slo)
-
-    def add_telemetry(self, snap) -> int:
-        state = self.store.job_state(snap.job)
-        if state is None:
-            self.metrics.telemetry_rejected.labels("unknown-job").inc()
-            raise NotFound(f"no job named '{snap.job}'", "job", "post telemetry only for jobs submitted to this daemon")
-        if state not in (JobState.ADMITTED, JobState.RUNNING):
-            self.metrics.telemetry_rejected.labels("not-placed").inc()
-            raise Conflict(f"job '{snap.job}' is {state.value}; telemetry is accepted only for admitted or running jobs", "job")
-        rid = self.store.add_telemetry(snap.job, time.time(), snap.time_s, snap.iteration, snap.model_dump(mode="json"))
-        self.metrics.telemetry.inc()
-        return rid
 
     def group_of(self, name: str) -> Optional[dict]:
         p = self.store.current_plan()
@@ -210,8 +201,10 @@ def _bind(host: str, port: int) -> socket.socket:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise UserError(Problem("--listen", f"cannot resolve host {host!r}: {exc}", "use an address such as 127.0.0.1:8765")) from None
-    fam, _, _, _, addr = infos[0]
-    sock = socket.socket(fam, socket.SOCK_STREAM)
+    fam, _, proto, _, addr = infos[0]
+    # The protocol must be IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only
+    # then, and without it every response waits out the client's delayed ACK (40 ms on Linux).
+    sock = socket.socket(fam, socket.SOCK_STREAM, proto or socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(addr)
@@ -275,9 +268,9 @@ class Daemon:
     def _start_http(self) -> None:
         import uvicorn
 
-        from planner.daemon.api import create_app
+        from planner.daemon.api import asgi_app
 
-        app = create_app(self.service)
+        app = asgi_app(self.service)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
         self.server = uvicorn.Server(config)
         t = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="http", daemon=True)
@@ -373,6 +366,11 @@ class Daemon:
         while not loop.stop.is_set():
             if not self._wait(next_t, loop.stop):
                 break
+            if self.clock.kind == "wall":
+                late = max(0.0, self.clock.now() - next_t)
+                self.metrics.cycle_lateness.observe(late)
+                self.service.lateness_max = max(self.service.lateness_max, late)
+                self.metrics.cycle_lateness_max.set(self.service.lateness_max)
             rep = loop.run_cycle()
             cycles += 1
             self.service.beat = time.monotonic()
@@ -413,6 +411,7 @@ class Daemon:
         except Exception as exc:  # noqa: BLE001 - a lease that expires on its own is fine
             log.warning("could not release the lease: %s", exc)
         self.metrics.lease_held.set(0)
+        self.service.ingest.close()
         try:
             self.executor.close()
         except Exception:  # noqa: BLE001
