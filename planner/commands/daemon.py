@@ -70,7 +70,8 @@ def add_arguments(p) -> None:
     p.add_argument("--state", type=Path, default=Path("planner-state.sqlite"), help="SQLite state file (default ./planner-state.sqlite)")
     p.add_argument("--scenario", type=Path, help="cluster scenario (required the first time; its jobs are submitted as a trace)")
     p.add_argument("--backend", choices=["sim", "ray"], default="sim", help="where plans are applied (default sim)")
-    p.add_argument("--placer", choices=["solo"], default="solo", help="placement planner")
+    p.add_argument("--placer", choices=["weave", "solo"], default="solo",
+                   help="weave: co-execution groups (formulation.placement); solo: every job alone on its cheapest pools (default solo)")
     p.add_argument("--listen", type=_listen, default=("127.0.0.1", 8765), metavar="HOST:PORT", help="HTTP address (default 127.0.0.1:8765)")
     p.add_argument("--period-s", type=_pos(float), default=10.0, help="seconds between cycles on the daemon's clock (default 10)")
     p.add_argument("--dry-run", action="store_true", help="decide and record, apply nothing")

@@ -177,7 +177,14 @@ def _placer(name: str, cluster: Scenario):
         from planner.daemon.adapters.solo import SoloPlacer
 
         return SoloPlacer(cluster)
-    raise UserError(Problem("--placer", f"unknown placer {name!r}", "use solo"))
+    if name == "weave":
+        from planner.daemon.adapters import placement
+
+        why = placement.available()
+        if why:
+            raise UserError(Problem("--placer", why, "use --placer solo"))
+        return placement.WeavePlacer(cluster)
+    raise UserError(Problem("--placer", f"unknown placer {name!r}", "use weave or solo"))
 
 
 def _executor(opts: Options, cluster: Scenario, store: Store):
