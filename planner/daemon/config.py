@@ -21,6 +21,7 @@ class DaemonConfig:
     reoptimise: bool = True
     reoptimise_every_s: float = 3600.0  # at most one periodic re-optimisation per this many clock seconds
     reoptimise_time_limit_s: float = 10.0  # wall-clock limit of one re-optimisation solve
+    reoptimise_min_interval_s: float = 900.0  # departure-triggered re-optimisations at most this often (clock seconds)
     amortise_s: float = 3600.0  # a $/h saving counts over this horizon against the one-off migration cost
     gain_margin: float = 0.10  # keep an optional change only if gain > (1 + margin) x migration cost
     max_moves_per_hour: float = 30.0  # jobs moved by optional changes, token bucket (rate limit)
@@ -42,7 +43,7 @@ class DaemonConfig:
 
     def __post_init__(self) -> None:
         bad = []
-        pos = ["period_s", "reoptimise_every_s", "reoptimise_time_limit_s", "amortise_s", "lease_ttl_s", "drift_threshold",
+        pos = ["period_s", "reoptimise_every_s", "reoptimise_time_limit_s", "reoptimise_min_interval_s", "amortise_s", "lease_ttl_s", "drift_threshold",
                "telemetry_retention_s"]
         for name in pos:
             if not getattr(self, name) > 0:

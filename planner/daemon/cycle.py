@@ -207,13 +207,15 @@ class Loop:
         decisions += adm.decisions
         solve_s.update(adm.solve_s)
         reopt_ran = rep_.reoptimised
-        if self.cfg.reoptimise and not reopt_ran and target.groups and (periodic or departed):
+        since = float("inf") if self.last_reopt_at is None else now - self.last_reopt_at
+        freed = departed and since >= self.cfg.reoptimise_min_interval_s
+        if self.cfg.reoptimise and not reopt_ran and target.groups and (periodic or freed):
             ro = solve.reoptimise(ctx, self.placer, target, self.cfg, self.bucket, now, ["periodic"] if periodic else ["departure"])
             target = ro.target
             decisions += ro.decisions
             solve_s.update(ro.solve_s)
             reopt_ran = True
-        if periodic:
+        if reopt_ran or periodic:
             self.last_reopt_at = now
         for kind, secs in solve_s.items():
             self.metrics.solve_seconds.labels(kind).observe(secs)

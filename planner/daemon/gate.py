@@ -77,6 +77,24 @@ def migration_usd(ctx: PlanningContext, before: Placement, after: Placement) -> 
     return float(sum(per_job.values())), moves, per_job
 
 
+def move_price_per_hour(ctx: PlanningContext, placement: Placement, *, amortise_s: float, margin: float) -> float:
+    """The $/h per moved job that makes a re-optimisation weigh moves as this gate will.
+
+    A move pays when its share of the saving, counted over ``amortise_s``, beats ``(1 + margin)``
+    times its migration cost: so each moved job is charged its mean migration cost (over the jobs
+    placed now) times ``(1 + margin)``, spread over the horizon in hours. Never below the
+    scenario's own ``solver.move_price_per_job``.
+    """
+    costs = []
+    for g in placement.groups:
+        rate = g.cost_per_hour / max(1, len(g.members))
+        for m in g.members:
+            if m in ctx.jobs:
+                costs.append(downtime_s(ctx, m, "moved", g.train_type, g.rollout_type) / 3600.0 * rate)
+    mean = sum(costs) / len(costs) if costs else 0.0
+    return max(ctx.cluster.solver.move_price_per_job, (1.0 + margin) * mean / (amortise_s / 3600.0))
+
+
 def judge(ctx: PlanningContext, before: Placement, after: Placement, *, amortise_s: float, margin: float) -> Verdict:
     """Whether an optional change pays for its moves, with the figures that say so."""
     delta = before.cost_per_hour - after.cost_per_hour

@@ -121,6 +121,7 @@ class PlanningContext:
     jobs: dict[str, JobSpec]  # every job the decision may place, by name
     factors: dict[str, PhaseFactors] = field(default_factory=dict)
     now: float = 0.0
+    move_price_per_job: Optional[float] = None  # $/h a re-optimisation charges per moved job (None: the scenario's)
 
     def factor(self, job: str) -> PhaseFactors:
         return self.factors.get(job, PhaseFactors())

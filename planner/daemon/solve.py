@@ -119,6 +119,7 @@ def repair(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, dr
         return out
     reasons = why + [v.message for v in bad]
     if cfg.reoptimise:
+        ctx.move_price_per_job = gate.move_price_per_hour(ctx, target, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
         t0 = time.perf_counter()
         r = placer.reoptimise(ctx, target, cfg.reoptimise_time_limit_s)
         out.solve_s["repair"] = time.perf_counter() - t0
@@ -202,6 +203,7 @@ def reoptimise(ctx: PlanningContext, placer: PlacementPlanner, target: Placement
     out = Outcome(target)
     if not target.groups:
         return out
+    ctx.move_price_per_job = gate.move_price_per_hour(ctx, target, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
     t0 = time.perf_counter()
     r = placer.reoptimise(ctx, target, cfg.reoptimise_time_limit_s)
     out.solve_s["reoptimise"] = time.perf_counter() - t0

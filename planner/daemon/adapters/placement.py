@@ -66,8 +66,9 @@ class WeavePlacer:
     def _instance(self, ctx: PlanningContext, names: list[str], scaled: bool = True):
         from formulation.placement.instance import PlacementInstance
 
+        price = self.cluster.solver.move_price_per_job if ctx.move_price_per_job is None else ctx.move_price_per_job
         return PlacementInstance(name=self.cluster.name, pool_types=self.pools, jobs=[self._job(ctx, n, scaled) for n in names],
-                                 move_price_per_job=self.cluster.solver.move_price_per_job)
+                                 move_price_per_job=price)
 
     def _groups(self, idx, placement: Placement):
         """The placement as the planner's anchored groups, and their nodes."""
