@@ -172,7 +172,8 @@ class Loop:
                 self.estimates.add(s, *base[s.job])
                 per_job.setdefault(s.job, []).append(s)
                 self.sample_mark[s.job] = s.iteration
-        drifts = self.estimates.detect()
+        missed = {j for j, ss in per_job.items() if jobs[j].slo_s is not None and any(s.iteration_s > jobs[j].slo_s * (1 + 1e-9) for s in ss)}
+        drifts = self.estimates.detect(missed)
         for d in drifts:
             self.metrics.drifts.labels(d.phase).inc()
         ctx.factors = self.estimates.factors()

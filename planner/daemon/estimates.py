@@ -4,10 +4,13 @@ For every running job and phase (rollout; training plus weight sync) the daemon 
 ``measured / predicted`` of its recent iterations, where *predicted* is the estimators' figure
 for the pools the job runs on. The **factor in force** multiplies that job's estimated phase
 times in every later decision (the planning context carries it to the placement planner). It
-changes -- a **drift** -- when the envelope of the recent ratios (their maximum over the window:
-conservative, so an SLO is judged against the slowest recent iteration) differs from it by more
-than the threshold, and only once ``min_samples`` iterations back it. A slowdown is therefore
-followed at once; a speed-up only when the whole window agrees.
+changes -- a **drift** -- when the conservative envelope of the recent ratios differs from it by
+more than the threshold, once ``min_samples`` iterations back it; or by any amount when the job
+just missed its SLO (a group packed to within a few percent of an SLO must not wait for a 10%
+drift). The envelope is the slowest recent ratio plus half the recent spread (max + (max - min)/2):
+conservative like Weave's bounds, so an SLO is judged against the slowest iteration seen and the
+noise around it. A slowdown is therefore followed at once; a speed-up only when the whole window
+agrees.
 
 The prediction error of the estimates in force (the mean absolute percentage error over the most
 recent iterations, per phase) is the ``predictor error`` the daemon exports.
@@ -60,17 +63,21 @@ class Estimates:
                 r[phase].append(measured / base)
                 self.errors[phase].append(abs(fac * base - measured) / measured)
 
-    def detect(self) -> list[Drift]:
-        """Move the factors where the window says so; the moves made."""
+    def detect(self, missed: set[str] | frozenset = frozenset()) -> list[Drift]:
+        """Move the factors where the window says so (for jobs in ``missed``: where it differs at all)."""
         out = []
         for job, by_phase in sorted(self.ratios.items()):
             for phase in PHASES:
                 q = by_phase[phase]
-                if len(q) < self.min_samples:
+                if len(q) < self.min_samples and job not in missed:
                     continue
-                env = max(q)
+                if not q:
+                    continue
+                hi, lo = max(q), min(q)
+                env = hi + (hi - lo) / 2.0
                 old = self.factor.get(job, {}).get(phase, 1.0)
-                if abs(env / old - 1.0) > self.threshold:
+                limit = 1e-3 if job in missed else self.threshold
+                if abs(env / old - 1.0) > limit:
                     self.factor.setdefault(job, {})[phase] = env
                     out.append(Drift(job, phase, old, env, len(q)))
         return out
