@@ -49,6 +49,7 @@ from planner.daemon.ports import (ApplyResult, Executor, IterationSample, Observ
                                   Reallocator, moved_jobs)
 from planner.daemon.ratelimit import TokenBucket
 from planner.daemon.store import JobRecord, Store
+from planner.errors import UserError
 from planner.schema.scenario import JobSpec, Scenario
 
 log = logging.getLogger("planner.daemon")
@@ -71,10 +72,12 @@ class CycleReport:
 
 class Loop:
     def __init__(self, store: Store, cluster: Scenario, placer: PlacementPlanner, executor: Executor, clock: Clock, cfg: DaemonConfig,
-                 lease: Lease, metrics: DaemonMetrics, reallocator: Optional[Reallocator] = None) -> None:
+                 lease: Lease, metrics: DaemonMetrics, reallocator: Optional[Reallocator] = None,
+                 stop: Optional[threading.Event] = None) -> None:
         self.store, self.cluster, self.placer, self.executor = store, cluster, placer, executor
         self.clock, self.cfg, self.lease, self.metrics, self.reallocator = clock, cfg, lease, metrics, reallocator
-        self.stop = threading.Event()
+        self.stop = stop if stop is not None else threading.Event()
+        self._realloc_errors: dict[str, str] = {}
         self._specs: dict[tuple[str, int], JobSpec] = {}
         kv = store.get_kv
         self.cycle_no: int = kv("cycle", 0)
@@ -231,6 +234,8 @@ class Loop:
             target, _ = self.placer.evaluate(ctx, target)
         leaving = {m.job for m in moves if m.to in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)}
         for j in leaving:
+            if self.reallocator is not None:
+                self.reallocator.forget(j)
             self.estimates.forget(j)
             self.timer.forget(j)
             self.sample_mark.pop(j, None)
@@ -366,7 +371,16 @@ class Loop:
             if r is None or r.state is not JobState.RUNNING or job in moved or not snaps:
                 continue
             t0 = time.perf_counter()
-            out = self.reallocator.decide(ctx, job, snaps)
+            try:
+                out = self.reallocator.decide(ctx, job, snaps)
+            except (UserError, ValueError) as exc:  # telemetry the planner cannot use: say so once, keep the loop going
+                msg = exc.render() if isinstance(exc, UserError) else str(exc)
+                if self._realloc_errors.get(job) != msg:
+                    log.warning("no reallocation decision for %s: %s", job, msg)
+                    self._realloc_errors[job] = msg
+                self.metrics.decisions.labels("realloc", "error").inc()
+                continue
+            self._realloc_errors.pop(job, None)
             self.metrics.solve_seconds.labels("realloc").observe(time.perf_counter() - t0)
             if not out.donors and not out.committed:
                 continue
@@ -402,6 +416,10 @@ class Loop:
         m.cost_total.set(self.cost_usd)
         for phase, err in self.estimates.predictor_error().items():
             m.predictor_error.labels(phase).set(err)
+        if self.reallocator is not None:
+            err = self.reallocator.predictor_error()
+            if err is not None:
+                m.predictor_error.labels("throughput").set(err)
         met = total = 0
         for name, r in jobs.items():
             if r.state is not JobState.RUNNING or r.slo_s is None:

@@ -10,11 +10,13 @@ planner_migrations_total{kind}             jobs whose nodes changed in applied p
 planner_migration_cost_usd_total           migration cost of applied plans
 planner_slo_attainment_ratio               running jobs whose last measured iteration met their SLO, fraction
 planner_slo_misses_total                   measured iterations slower than their job's SLO
-planner_predictor_error{phase}             mean absolute percentage error of the phase-time estimates in force
+planner_predictor_error{phase}             mean absolute percentage error of the estimates in force: phase times
+                                           (rollout, train) and the reallocation throughput predictor (throughput)
 planner_drifts_total{phase}                estimate updates after drift
 planner_cycles_total                       cycles run
 planner_cycle_seconds                      wall time of a cycle (histogram)
 planner_cycle_overrun_total                cycles that took longer than the period (wall clock)
+planner_cycle_errors_total                 cycles that failed (logged; the loop reloads its state and goes on)
 planner_cycle_lateness_seconds             how late a cycle started after its scheduled time (wall clock, histogram)
 planner_cycle_lateness_max_seconds         the latest a cycle has started (wall clock)
 planner_last_cycle_timestamp_seconds       wall time the last cycle ended
@@ -54,6 +56,7 @@ class DaemonMetrics:
         self.drifts = Counter("planner_drifts", "estimate updates after drift", ["phase"], registry=r)
         self.cycles = Counter("planner_cycles", "cycles run", registry=r)
         self.cycle_seconds = Histogram("planner_cycle_seconds", "wall time of a cycle", buckets=SOLVE_BUCKETS, registry=r)
+        self.cycle_errors = Counter("planner_cycle_errors", "cycles that failed", registry=r)
         self.cycle_overrun = Counter("planner_cycle_overrun", "cycles longer than the period", registry=r)
         self.cycle_lateness = Histogram("planner_cycle_lateness_seconds", "how late a cycle started after its schedule", buckets=SOLVE_BUCKETS,
                                         registry=r)

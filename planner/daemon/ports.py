@@ -186,7 +186,13 @@ class ReallocOutcome:
 
 
 class Reallocator(Protocol):
-    def decide(self, ctx: PlanningContext, job: str, snapshot: Any) -> ReallocOutcome: ...
+    def decide(self, ctx: PlanningContext, job: str, snapshots: list) -> ReallocOutcome:
+        """Feed a job's new snapshots (in order) and decide at the last one."""
+        ...
+
+    def forget(self, job: str) -> None: ...
+
+    def predictor_error(self) -> Optional[float]: ...
 
 
 # --------------------------------------------------------------------------------- executor

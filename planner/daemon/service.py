@@ -38,6 +38,8 @@ from planner.schema.scenario import JobSpec, Scenario
 
 log = logging.getLogger("planner.daemon")
 
+MAX_FAILED_CYCLES = 5  # consecutive failed cycles before the daemon gives up (exit 1) for a supervisor to restart it
+
 
 @dataclass
 class Options:
@@ -123,6 +125,7 @@ class Service:
 
         self.ingest = TelemetryIngest(store, metrics)
         self.lateness_max = 0.0
+        self.last_error: Optional[str] = None
 
     # ---- API side
     def now(self) -> float:
@@ -157,6 +160,8 @@ class Service:
             problems.append("this daemon no longer holds the applier lease")
         if self.role == "standby":
             problems.append("standby: another daemon holds the applier lease")
+        if self.last_error:
+            problems.append(self.last_error)
         p = self.store.current_plan()
         status = "stopping" if self.stopping else ("degraded" if problems else "ok")
         return {"status": status, "version": __version__, "role": self.role, "backend": self.opts.backend, "placer": self.placer_name,
@@ -235,6 +240,8 @@ class Daemon:
         self._threads: list[threading.Thread] = []
         self._hb_stop = threading.Event()
         self._signals = 0
+        self._loop_stop = threading.Event()
+        self.reallocator = None
         self.exit_message = ""
 
     def open(self) -> "Daemon":
@@ -269,6 +276,13 @@ class Daemon:
                 self.service.submit(job, arrives_at=job.arrival_s if self.cfg.clock == "virtual" else None)
         self.placer = _placer(o.placer, self.cluster)
         self.executor = _executor(o, self.cluster, self.store)
+        if self.cfg.realloc:
+            from planner.daemon.adapters import realloc
+
+            if realloc.available() is None:
+                self.reallocator = realloc.DynaRLReallocator(self.cluster)
+            else:
+                log.warning("%s: no reallocation inside iterations", realloc.available())
         return self
 
     # ------------------------------------------------------------------ threads
@@ -299,8 +313,7 @@ class Daemon:
                 self.exit_message = f"lost the applier lease to {h.describe() if h else 'nobody'}"
                 log.error(self.exit_message)
                 self.metrics.lease_held.set(0)
-                if self.service.loop:
-                    self.service.loop.stop.set()
+                self._loop_stop.set()
                 return
 
     def _on_signal(self, signum, frame) -> None:
@@ -310,8 +323,7 @@ class Daemon:
         log.info("signal %d: finishing the current step, then stopping", signum)
         self.service.stopping = True
         self._stop.set()
-        if self.service.loop:
-            self.service.loop.stop.set()
+        self._loop_stop.set()
 
     # ------------------------------------------------------------------ main
     def run(self) -> int:
@@ -360,16 +372,20 @@ class Daemon:
                 return True
         return False
 
-    def _run_loop(self) -> int:
-        loop = Loop(self.store, self.cluster, self.placer, self.executor, self.clock, self.cfg, self.lease, self.metrics)
+    def _new_loop(self) -> Loop:
+        """A loop whose state is what the store says (at start, and after a failed cycle)."""
+        loop = Loop(self.store, self.cluster, self.placer, self.executor, self.clock, self.cfg, self.lease, self.metrics,
+                    self.reallocator, stop=self._loop_stop)
         self.service.loop = loop
-        if self._stop.is_set():
-            loop.stop.set()
+        return loop
+
+    def _run_loop(self) -> int:
+        loop = self._new_loop()
         for msg in loop.recover():
             print(f"planner daemon: resumed {msg}", flush=True)
         period = self.cfg.period_s
         next_t = self.clock.now() if loop.last_at is None else loop.last_at + period
-        cycles = 0
+        cycles = failures = 0
         while not loop.stop.is_set():
             if not self._wait(next_t, loop.stop):
                 break
@@ -378,7 +394,23 @@ class Daemon:
                 self.metrics.cycle_lateness.observe(late)
                 self.service.lateness_max = max(self.service.lateness_max, late)
                 self.metrics.cycle_lateness_max.set(self.service.lateness_max)
-            rep = loop.run_cycle()
+            try:
+                rep = loop.run_cycle()
+            except LeaseLost:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a failed cycle is logged and retried with the state as stored
+                failures += 1
+                self.metrics.cycle_errors.inc()
+                self.service.last_error = f"cycle {loop.cycle_no + 1} failed: {type(exc).__name__}: {exc}"
+                log.exception("%s (%d in a row)", self.service.last_error, failures)
+                if failures >= MAX_FAILED_CYCLES:
+                    self.exit_message = f"{failures} cycles in a row failed; the last: {self.service.last_error}"
+                    return 1
+                loop = self._new_loop()
+                next_t += self.cfg.period_s
+                continue
+            failures = 0
+            self.service.last_error = None
             cycles += 1
             self.service.beat = time.monotonic()
             self.service.last_cycle_wall = time.time()

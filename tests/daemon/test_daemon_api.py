@@ -149,3 +149,33 @@ def test_health_metrics_and_openapi(http, daemon):
     spec = http.get("/openapi.json").json()
     assert set(spec["paths"]) >= {"/v1/jobs", "/v1/jobs/{name}", "/v1/telemetry", "/v1/plan", "/v1/decisions", "/v1/health", "/metrics"}
     assert "422" in spec["paths"]["/v1/jobs"]["post"]["responses"] and "409" in spec["paths"]["/v1/jobs"]["post"]["responses"]
+
+
+def tail_snapshot(job: str, t: float, iteration: int = 3) -> dict:
+    """A rollout tail: 6 of 8 engines hold one request each at 0.5% KV (DynaRL's donors), 2 still busy."""
+    workers = [{"worker_id": f"r{k}", "component": "rollout", "node": "h20-0", "gpu_type": "H20", "kv_used_tokens": 500 if k < 6 else 60000,
+                "kv_capacity_tokens": 100000, "tokens_per_s": 40.0 if k < 6 else 300.0, "requests_in_flight": 1 if k < 6 else 6}
+               for k in range(8)]
+    workers += [{"worker_id": "ref0", "component": "ref", "node": "h800-0", "gpu_type": "H800", "gpus": 4, "tokens_per_s": 20000.0},
+                {"worker_id": "t0", "component": "actor", "node": "h800-0", "gpu_type": "H800", "gpus": 4, "tokens_per_s": 8000.0}]
+    return {"job": job, "time_s": t, "iteration": iteration, "workers": workers,
+            "components": [{"name": "rollout", "kind": "rollout", "progress": 0.85}, {"name": "ref", "kind": "reference", "progress": 0.3},
+                           {"name": "actor", "kind": "trainer", "progress": 0.0, "interruptible": False}]}
+
+
+def test_a_rollout_tail_in_telemetry_triggers_a_reallocation_decision(http, daemon):
+    assert http.post("/v1/jobs", json=job("rl", trainer={"nodes": 1})).status_code == 201
+    wait_for(lambda: http.get("/v1/jobs/rl").json()["state"] == "running", what="rl running")
+    for t in (100.0, 103.0, 108.0):  # below U_low for 8 s > T = 5 s
+        assert http.post("/v1/telemetry", json=tail_snapshot("rl", t)).status_code == 202
+
+    def realloc():
+        ds = http.get("/v1/decisions", params={"kind": "realloc", "limit": 1000}).json()["decisions"]
+        return [d for d in ds if d["jobs"] == ["rl"]]
+
+    ds = wait_for(realloc, what="a reallocation decision")
+    d = ds[0]
+    assert d["triggers"] == ["donor(rollout)"] and d["reasons"] and d["outcome"] in ("applied", "not-committed")
+    assert d["solver"]["status"] in ("optimal", "feasible")
+    m = http.get("/metrics").text
+    assert 'planner_solve_seconds_count{kind="realloc"}' in m
