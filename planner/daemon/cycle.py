@@ -153,7 +153,7 @@ class Loop:
         snapshots: dict[str, list] = {}
         for _, job, body in rows:
             try:
-                snapshots.setdefault(job, []).append(TelemetrySnapshot.model_validate(body))
+                snapshots.setdefault(job, []).append(TelemetrySnapshot.model_validate_json(body))
             except ValidationError:  # validated on the way in; a row that no longer validates is skipped, not fatal
                 log.warning("skipping a stored telemetry snapshot of %s that no longer validates", job)
         for snap in obs.telemetry:

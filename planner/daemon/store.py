@@ -364,15 +364,16 @@ class Store:
                                                      (name,))]
 
     # ------------------------------------------------------------------ telemetry
-    def add_telemetry(self, job: str, wall: float, time_s: float, iteration: int, body: dict) -> int:
+    def add_telemetry(self, job: str, wall: float, time_s: float, iteration: int, body: dict | str) -> int:
         with self.tx() as c:
             cur = c.execute("INSERT INTO telemetry(job, received_wall, time_s, iteration, body) VALUES (?,?,?,?,?)",
-                            (job, wall, time_s, iteration, _dumps(body)))
+                            (job, wall, time_s, iteration, body if isinstance(body, str) else _dumps(body)))
             return int(cur.lastrowid)
 
-    def telemetry_after(self, cursor: int, limit: int = 100000) -> list[tuple[int, str, dict]]:
+    def telemetry_after(self, cursor: int, limit: int = 100000) -> list[tuple[int, str, str]]:
+        """(id, job, JSON text) of the snapshots after ``cursor``, oldest first."""
         rows = self.conn().execute("SELECT id, job, body FROM telemetry WHERE id > ? ORDER BY id LIMIT ?", (cursor, limit))
-        return [(r["id"], r["job"], json.loads(r["body"])) for r in rows]
+        return [(r["id"], r["job"], r["body"]) for r in rows]
 
     def prune_telemetry(self, c: sqlite3.Connection, cursor: int, older_than_wall: float) -> int:
         return c.execute("DELETE FROM telemetry WHERE id <= ? AND received_wall < ?", (cursor, older_than_wall)).rowcount
