@@ -78,6 +78,9 @@ def add_arguments(p) -> None:
     p.add_argument("--clock", choices=["wall", "virtual"], default="wall",
                    help="wall: real time; virtual: simulated time, each cycle advances it by --period-s (sim backend only)")
     p.add_argument("--pace-s", type=float, default=0.0, help="virtual clock: wall seconds to wait per cycle (default 0: as fast as possible)")
+    p.add_argument("--token-file", type=Path, help="API token file: requests need 'Authorization: Bearer <token>' (probes excepted); "
+                                                 "required to listen beyond loopback")
+    p.add_argument("--insecure", action="store_true", help="listen beyond loopback without a token (an authenticating proxy in front)")
     p.add_argument("--standby", action="store_true", help="when another daemon holds the lease, serve and wait for it instead of exiting")
     g = p.add_argument_group("replanning")
     g.add_argument("--no-reoptimise", action="store_true", help="admission and repair only (no periodic or departure re-optimisation)")
@@ -124,5 +127,5 @@ def run(args) -> int:
     truth = {"slow_lo": args.sim_slowdown[0], "slow_hi": args.sim_slowdown[1], "noise": args.sim_noise, "seed": args.sim_seed}
     opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,
                    standby=args.standby, wall_s_per_cycle=args.pace_s, sim_state=args.sim_state, sim_truth=truth, ready_file=args.ready_file,
-                   sim_step_delay_s=args.sim_step_delay_s)
+                   sim_step_delay_s=args.sim_step_delay_s, token_file=args.token_file, insecure=args.insecure)
     return Daemon(opts).open().run()

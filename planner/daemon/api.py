@@ -256,9 +256,36 @@ class BodyLimit:
         return await self.app(scope, replay, send)
 
 
-def asgi_app(service, *, max_body_bytes: int = 1 << 20):
-    """What the server runs: the app behind the body limit."""
-    return BodyLimit(create_app(service), max_body_bytes)
+class BearerToken:
+    """Pure ASGI: every request but the probes (``/healthz``, ``/readyz``, ``/metrics``) needs
+    ``Authorization: Bearer <token>``; 401 otherwise. Compared in constant time."""
+
+    OPEN = ("/healthz", "/readyz", "/metrics")
+
+    def __init__(self, app, token: str) -> None:
+        self.app, self.token = app, token.encode()
+
+    async def __call__(self, scope, receive, send):
+        import hmac
+
+        if scope["type"] != "http" or scope.get("path") in self.OPEN:
+            return await self.app(scope, receive, send)
+        got = dict(scope.get("headers") or []).get(b"authorization", b"")
+        if got.startswith(b"Bearer ") and hmac.compare_digest(got[7:].strip(), self.token):
+            return await self.app(scope, receive, send)
+        data = ErrorBody(error="unauthorized", problems=[ProblemView(
+            field="Authorization", message="missing or wrong bearer token",
+            fix="send 'Authorization: Bearer <token>' with the token of the daemon's --token-file")]).model_dump_json().encode()
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                                (b"www-authenticate", b"Bearer")]})
+        await send({"type": "http.response.body", "body": data})
+
+
+def asgi_app(service, *, max_body_bytes: int = 1 << 20, token: Optional[str] = None):
+    """What the server runs: the app behind the body limit (and the token check, when there is a token)."""
+    app = BodyLimit(create_app(service), max_body_bytes)
+    return BearerToken(app, token) if token else app
 
 
 # ------------------------------------------------------------------------------------- app

@@ -56,6 +56,8 @@ class Options:
     sim_truth: Optional[dict] = None  # Truth fields for the simulated cluster
     sim_step_delay_s: float = 0.0
     ready_file: Optional[Path] = None
+    token_file: Optional[Path] = None
+    insecure: bool = False
 
 
 # --------------------------------------------------------------------------------- cluster
@@ -208,6 +210,30 @@ def _executor(opts: Options, cluster: Scenario, store: Store):
                             "use --backend sim"))
 
 
+def _token(o: Options) -> Optional[str]:
+    """The API token (from --token-file); refuses to serve beyond loopback without one unless --insecure."""
+    import ipaddress
+
+    if o.token_file is not None:
+        try:
+            token = o.token_file.read_text().strip()
+        except OSError as exc:
+            raise UserError(Problem("--token-file", f"cannot read {o.token_file}: {exc.strerror}", "check the path")) from None
+        if len(token) < 16:
+            raise UserError(Problem("--token-file", f"the token in {o.token_file} has {len(token)} characters; use at least 16",
+                                    "e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))' > TOKEN"))
+        return token
+    try:
+        loopback = o.host == "localhost" or ipaddress.ip_address(o.host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not o.insecure:
+        raise UserError(Problem("--listen", f"{o.host} is reachable from other machines and the API would take jobs and telemetry "
+                                            "from anyone", "pass --token-file TOKEN (clients send 'Authorization: Bearer <token>'), "
+                                                          "or --insecure if a proxy in front authenticates"))
+    return None
+
+
 def _bind(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -257,6 +283,7 @@ class Daemon:
         if self.cfg.clock == "virtual" and o.backend != "sim":
             raise UserError(Problem("--clock", "a virtual clock only makes sense with the simulated cluster", "use --backend sim or --clock wall"))
         self.metrics = DaemonMetrics()
+        self.token = _token(o)
         self.sock = _bind(o.host, o.port)
         host, port = self.sock.getsockname()[:2]
         self.url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
@@ -291,7 +318,7 @@ class Daemon:
 
         from planner.daemon.api import asgi_app
 
-        app = asgi_app(self.service)
+        app = asgi_app(self.service, token=self.token)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
         self.server = uvicorn.Server(config)
         t = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="http", daemon=True)
