@@ -6,9 +6,8 @@ at the start of a cycle and acts on them. So an API call never races the loop on
 and a state change is always a legal move of :mod:`planner.daemon.lifecycle`, written together
 with its event row in one transaction.
 
-Durability: WAL journal, ``synchronous=NORMAL`` (a committed transaction survives the process
-being killed; only an OS crash can lose the last ones, never corrupt the file), a busy timeout so
-the API and the loop wait for each other instead of failing. Each thread has its own connection.
+Durability and concurrency: :class:`planner.daemon.sqlitedb.SQLiteFile` (WAL, a connection per
+thread, write transactions that take the lock up front).
 
 Tables (``SCHEMA_VERSION`` is checked at open; another version is refused with a message):
 
@@ -27,16 +26,15 @@ lease          who may apply: holder, pid, host, epoch (fencing), expiry
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from planner.daemon import lifecycle
 from planner.daemon.lifecycle import JobState
+from planner.daemon.sqlitedb import SQLiteFile
 
 SCHEMA_VERSION = 1
 
@@ -197,60 +195,19 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-class Store:
+class Store(SQLiteFile):
     """Thread-safe access to one state file (a connection per thread)."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
+        super().__init__(path)
         try:
             self._init_schema()
         except sqlite3.DatabaseError as exc:
             raise StateFileError(f"{self.path} is not a usable SQLite state file ({exc})") from None
 
-    # ------------------------------------------------------------------ connections
-    def conn(self) -> sqlite3.Connection:
-        c = getattr(self._local, "conn", None)
-        if c is None:
-            c = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            c.row_factory = sqlite3.Row
-            c.execute("PRAGMA journal_mode=WAL")
-            c.execute("PRAGMA synchronous=NORMAL")
-            c.execute("PRAGMA busy_timeout=30000")
-            c.execute("PRAGMA foreign_keys=ON")
-            self._local.conn = c
-            with self._lock:
-                self._all.append(c)
-        return c
-
-    def close(self) -> None:
-        with self._lock:
-            for c in self._all:
-                with contextlib.suppress(Exception):
-                    c.close()
-            self._all.clear()
-        self._local = threading.local()
-
-    @contextlib.contextmanager
-    def tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (BEGIN IMMEDIATE: takes the write lock up front, no upgrade deadlocks)."""
-        c = self.conn()
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            yield c
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        else:
-            c.execute("COMMIT")
-
     def _init_schema(self) -> None:
-        with self.tx() as c:  # statement by statement: executescript would COMMIT on its own
-            for stmt in DDL.split(";"):
-                if stmt.strip():
-                    c.execute(stmt)
+        with self.tx() as c:
+            self.run_ddl(c, DDL)
             row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 c.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (_dumps(SCHEMA_VERSION),))

@@ -111,6 +111,14 @@ class DaemonProc:
         self.proc.wait()
 
 
+def serve(tmp_path_factory, name: str, *args: str):
+    """A module fixture's body: a daemon on the test cluster for the whole module, stopped cleanly after."""
+    tmp = tmp_path_factory.mktemp(name)
+    d = DaemonProc(tmp, "--scenario", str(write_cluster(tmp)), *args)
+    yield d
+    assert d.stop() == 0, d.output()
+
+
 def query(path: Path, sql: str, args: tuple = ()) -> list[dict]:
     """Read the state file the way an operator would (a separate read-only connection)."""
     c = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)

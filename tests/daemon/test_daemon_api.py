@@ -5,17 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from daemonproc import DaemonProc, job, query, wait_for, write_cluster
+from daemonproc import job, query, serve, wait_for
 
 from formulation.realloc.telemetry import TelemetrySnapshot
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("api")
-    d = DaemonProc(tmp, "--scenario", str(write_cluster(tmp)), "--period-s", "0.2")
-    yield d
-    assert d.stop() == 0, d.output()
+    yield from serve(tmp_path_factory, "api", "--period-s", "0.2")
 
 
 @pytest.fixture

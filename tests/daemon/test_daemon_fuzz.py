@@ -13,7 +13,7 @@ import json
 import os
 
 import pytest
-from daemonproc import DaemonProc, query, write_cluster
+from daemonproc import query, serve
 
 schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -32,10 +32,7 @@ EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fuzz")
-    d = DaemonProc(tmp, "--scenario", str(write_cluster(tmp)), "--period-s", "0.5")
-    yield d
-    assert d.stop() == 0, d.output()
+    yield from serve(tmp_path_factory, "fuzz", "--period-s", "0.5")
 
 
 def _fuzz(daemon, mode: GenerationMode, checks: list, examples: int) -> dict:

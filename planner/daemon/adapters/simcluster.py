@@ -20,18 +20,17 @@ What it models (enough to close the loop, nothing more):
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from estimators import phases
+from planner.daemon.sqlitedb import SQLiteFile
 from planner.daemon.ports import ApplyResult, Group, IterationSample, Observation, Placement
 from planner.instances.common import ClusterView, job_profile, resolve_gpu_types
 from planner.schema.scenario import JobSpec, Scenario
@@ -95,40 +94,19 @@ class SimCluster:
         self.spec_of = spec_of
         self.truth = truth
         self._times: dict[tuple, tuple[float, float]] = {}
-        self._local = threading.local()
-        with self._tx() as c:
-            for stmt in DDL.split(";"):
-                if stmt.strip():
-                    c.execute(stmt)
+        self.db = SQLiteFile(self.path)
+        with self.db.tx() as c:
+            self.db.run_ddl(c, DDL)
 
     # ------------------------------------------------------------------ storage
     def _conn(self) -> sqlite3.Connection:
-        c = getattr(self._local, "c", None)
-        if c is None:
-            c = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            c.row_factory = sqlite3.Row
-            c.execute("PRAGMA journal_mode=WAL")
-            c.execute("PRAGMA synchronous=NORMAL")
-            self._local.c = c
-        return c
+        return self.db.conn()
 
-    @contextlib.contextmanager
     def _tx(self):
-        c = self._conn()
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            yield c
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        else:
-            c.execute("COMMIT")
+        return self.db.tx()
 
     def close(self) -> None:
-        c = getattr(self._local, "c", None)
-        if c is not None:
-            c.close()
-            self._local.c = None
+        self.db.close()
 
     def _running(self, c: sqlite3.Connection) -> dict[str, Group]:
         groups = {r["id"]: Group.from_dict(json.loads(r["data"])) for r in c.execute("SELECT * FROM sim_groups")}
