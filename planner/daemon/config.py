@@ -36,6 +36,7 @@ class DaemonConfig:
     realloc_cooldown_s: float = 30.0  # per job, at most one committed reallocation per this many seconds
     # Housekeeping.
     telemetry_retention_s: float = 120.0  # wall seconds a consumed telemetry snapshot is kept for inspection
+    plans_keep: int = 1000  # superseded and failed plans beyond the newest this many are deleted (decisions keep their reasons)
     telemetry_max_per_cycle: int = 20000  # snapshots one cycle consumes (the rest waits: the loop keeps its period)
     lease_ttl_s: float = 15.0  # wall seconds; a heartbeat renews it every third of that while the loop is alive
     until_idle: bool = False  # exit once no job is live and none is due to arrive
@@ -57,6 +58,8 @@ class DaemonConfig:
             bad.append(Problem("--drift-min-samples", "needs 1 <= drift_min_samples <= drift_window"))
         if self.admission_timeout_s is not None and self.admission_timeout_s <= 0:
             bad.append(Problem("--admission-timeout-s", f"must be > 0, got {self.admission_timeout_s}"))
+        if self.plans_keep < 1:
+            bad.append(Problem("plans_keep", f"must be >= 1, got {self.plans_keep}"))
         if self.max_cycles is not None and self.max_cycles < 1:
             bad.append(Problem("--max-cycles", f"must be >= 1, got {self.max_cycles}"))
         if self.lease_ttl_s < 3.0:

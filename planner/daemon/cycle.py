@@ -296,6 +296,7 @@ class Loop:
         self._export(jobs, target, per_job)
         with self.store.tx() as c:
             self.store.prune_telemetry(c, self.cursor, time.time() - self.cfg.telemetry_retention_s)
+            self.store.prune_plans(c, self.cfg.plans_keep)
         rep.wall_s = time.perf_counter() - t_wall
         self.metrics.cycles.inc()
         self.metrics.cycle_seconds.observe(rep.wall_s)

@@ -361,6 +361,13 @@ class Store(SQLiteFile):
             raise NotFound(f"no plan {plan_id}", "plan_id")
         return PlanRecord.from_row(row)
 
+    def prune_plans(self, c: sqlite3.Connection, keep: int) -> int:
+        """Delete superseded and failed plans older than the newest ``keep`` plans; the plan in force stays."""
+        row = c.execute("SELECT id FROM plans ORDER BY id DESC LIMIT 1 OFFSET ?", (keep - 1,)).fetchone()
+        if row is None:
+            return 0
+        return c.execute("DELETE FROM plans WHERE id < ? AND status IN ('superseded', 'failed')", (row["id"],)).rowcount
+
     def plans_with_status(self, status: str) -> list[PlanRecord]:
         return [PlanRecord.from_row(r) for r in self.conn().execute("SELECT * FROM plans WHERE status=? ORDER BY id", (status,))]
 

@@ -82,6 +82,16 @@ def test_arrivals_admitted_in_order_then_run_and_complete(tmp_path):
     assert r.iterations > 0 and r.slo_misses == 0 and r.last_iteration_s <= r.slo_s
 
 
+def test_old_plans_are_pruned_but_the_plan_in_force_stays(tmp_path):
+    w = World(tmp_path, plans_keep=2)
+    for i in range(4):
+        w.submit(f"p{i}", at=100.0 * i)
+        w.cycle(100.0 * i)
+    rows = w.store.conn().execute("SELECT id, status FROM plans ORDER BY id").fetchall()
+    assert [r["status"] for r in rows] == ["superseded", "applied"]
+    assert w.store.current_plan().id == rows[-1]["id"] and len(w.decisions("admit")) == 4
+
+
 def test_no_room_waits_then_admits_when_room_frees_and_timeout_rejects(tmp_path):
     w = World(tmp_path, admission_timeout_s=5000.0)
     for i in range(5):  # 4 H20 + 4 H800 nodes: the fifth solo job waits
