@@ -70,6 +70,7 @@ def add_arguments(p) -> None:
     p.add_argument("--state", type=Path, default=Path("planner-state.sqlite"), help="SQLite state file (default ./planner-state.sqlite)")
     p.add_argument("--scenario", type=Path, help="cluster scenario (required the first time; its jobs are submitted as a trace)")
     p.add_argument("--backend", choices=["sim", "ray"], default="sim", help="where plans are applied (default sim)")
+    p.add_argument("--ray-address", help="--backend ray: the Ray cluster (default: auto; 'local' starts one from the cluster's nodes)")
     p.add_argument("--placer", choices=["weave", "solo"], default="solo",
                    help="weave: co-execution groups (formulation.placement); solo: every job alone on its cheapest pools (default solo)")
     p.add_argument("--listen", type=_listen, default=("127.0.0.1", 8765), metavar="HOST:PORT", help="HTTP address (default 127.0.0.1:8765)")
@@ -127,5 +128,6 @@ def run(args) -> int:
     truth = {"slow_lo": args.sim_slowdown[0], "slow_hi": args.sim_slowdown[1], "noise": args.sim_noise, "seed": args.sim_seed}
     opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,
                    standby=args.standby, wall_s_per_cycle=args.pace_s, sim_state=args.sim_state, sim_truth=truth, ready_file=args.ready_file,
-                   sim_step_delay_s=args.sim_step_delay_s, token_file=args.token_file, insecure=args.insecure)
+                   sim_step_delay_s=args.sim_step_delay_s, token_file=args.token_file, insecure=args.insecure,
+                   ray_address=args.ray_address)
     return Daemon(opts).open().run()

@@ -57,6 +57,7 @@ class Options:
     sim_step_delay_s: float = 0.0
     ready_file: Optional[Path] = None
     token_file: Optional[Path] = None
+    ray_address: Optional[str] = None
     insecure: bool = False
 
 
@@ -195,19 +196,38 @@ def _placer(name: str, cluster: Scenario):
 
 
 def _executor(opts: Options, cluster: Scenario, store: Store):
+    """The executor (issue 6) when it is in this build; before that, the simulated cluster applies by itself."""
+    from planner.daemon.adapters import executor as ex
+    from planner.daemon.adapters.simcluster import SimCluster, Truth
+
+    def spec_of(name: str) -> Optional[JobSpec]:
+        try:
+            return JobSpec.model_validate(store.get_job(name).spec)
+        except NotFound:
+            return None
+
+    world = None
     if opts.backend == "sim":
-        from planner.daemon.adapters.simcluster import SimCluster, Truth
-
-        def spec_of(name: str) -> Optional[JobSpec]:
-            try:
-                return JobSpec.model_validate(store.get_job(name).spec)
-            except NotFound:
-                return None
-
         path = opts.sim_state or opts.state.with_name(opts.state.name + ".sim")
-        return SimCluster(path, cluster, spec_of, Truth(**(opts.sim_truth or {})), step_delay_s=opts.sim_step_delay_s)
-    raise UserError(Problem("--backend", f"the {opts.backend!r} backend needs the executor (issue 6), which this build does not have yet",
-                            "use --backend sim"))
+        world = SimCluster(path, cluster, spec_of, Truth(**(opts.sim_truth or {})), step_delay_s=opts.sim_step_delay_s)
+    if ex.available() is None:
+        from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
+
+        view = ClusterView(cluster, resolve_gpu_types(cluster))
+        dram: dict[str, tuple[float, float]] = {}
+
+        def dram_of(name: str) -> tuple[float, float]:
+            if name not in dram:
+                est = estimate_job(spec_of(name), view, cluster.solver.phase_time_estimate)
+                dram[name] = (est.dram_rollout_node_gb, est.dram_train_node_gb)
+            return dram[name]
+
+        return ex.ExecutorApplier(opts.backend, cluster, opts.state.with_name(opts.state.name + ".journal"), dram_of,
+                                  sim_state=opts.state.with_name(opts.state.name + ".executor-sim"), address=opts.ray_address,
+                                  world=world)
+    if world is not None:
+        return world
+    raise UserError(Problem("--backend", f"the {opts.backend!r} backend needs the executor: {ex.available()}", "use --backend sim"))
 
 
 def _token(o: Options) -> Optional[str]:
