@@ -454,6 +454,13 @@ class Daemon:
                     self.exit_message = f"{failures} cycles in a row failed; the last: {self.service.last_error}"
                     return 1
                 loop = self._new_loop()
+                try:  # an apply the failure interrupted is finished before the next cycle
+                    for msg in loop.recover():
+                        print(f"planner daemon: resumed {msg}", flush=True)
+                except LeaseLost:
+                    raise
+                except Exception:  # noqa: BLE001 - counted as the same failure; the next round retries
+                    log.exception("resuming after the failed cycle failed too")
                 next_t += self.cfg.period_s
                 continue
             failures = 0

@@ -76,6 +76,10 @@ class ExecutorApplier:
             groups.append({"id": g.id, "rollout_pool": {"gpu_type": g.rollout_type, "nodes": rn, "gpus_per_node": gpn_r},
                            "train_pool": {"gpu_type": g.train_type, "nodes": tn, "gpus_per_node": gpn_t},
                            "members": [{"job": j, "rollout_nodes": rn, "train_nodes": tn} for j in g.members]})
+        if not groups:  # nothing placed: the executor's target document needs a component, the state does not
+            from executor.state import ClusterState
+
+            return ClusterState(nodes=dict(self.backend.nodes()))
         dram = {j: self.dram_of(j) for g in target.groups for j in g.members}
         return to_state(from_placement({"groups": groups}, self.cluster, dram))
 
