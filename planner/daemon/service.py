@@ -207,10 +207,12 @@ def _executor(opts: Options, cluster: Scenario, store: Store):
             return None
 
     world = None
+    executor_here = ex.available() is None
     if opts.backend == "sim":
         path = opts.sim_state or opts.state.with_name(opts.state.name + ".sim")
-        world = SimCluster(path, cluster, spec_of, Truth(**(opts.sim_truth or {})), step_delay_s=opts.sim_step_delay_s)
-    if ex.available() is None:
+        world = SimCluster(path, cluster, spec_of, Truth(**(opts.sim_truth or {})),
+                           step_delay_s=0.0 if executor_here else opts.sim_step_delay_s)
+    if executor_here:
         from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
 
         view = ClusterView(cluster, resolve_gpu_types(cluster))
@@ -224,7 +226,7 @@ def _executor(opts: Options, cluster: Scenario, store: Store):
 
         return ex.ExecutorApplier(opts.backend, cluster, opts.state.with_name(opts.state.name + ".journal"), dram_of,
                                   sim_state=opts.state.with_name(opts.state.name + ".executor-sim"), address=opts.ray_address,
-                                  world=world)
+                                  world=world, step_delay_s=opts.sim_step_delay_s)
     if world is not None:
         return world
     raise UserError(Problem("--backend", f"the {opts.backend!r} backend needs the executor: {ex.available()}", "use --backend sim"))

@@ -129,6 +129,17 @@ def query(path: Path, sql: str, args: tuple = ()) -> list[dict]:
         c.close()
 
 
+def applied_steps(state: Path) -> list[dict]:
+    """The apply steps done so far, from the executor's journal when the executor applies, else the simulated cluster's."""
+    journal = state.with_name(state.name + ".journal")
+    if journal.exists():
+        return query(journal, "SELECT apply_id, seq, step_id AS step, kind AS action, attempts FROM steps WHERE status='done' ORDER BY apply_id, seq")
+    sim = state.with_name(state.name + ".sim")
+    if not sim.exists():
+        return []
+    return query(sim, "SELECT plan_id AS apply_id, step AS seq, action || ':' || job AS step, action, 1 AS attempts FROM sim_journal ORDER BY id")
+
+
 def wait_for(pred, timeout: float = 30.0, every: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout
     last = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import time
 
-from daemonproc import DaemonProc, job, kv, query, wait_for, write_cluster
+from daemonproc import DaemonProc, applied_steps, job, kv, query, wait_for, write_cluster
 
 from tests.conftest import run_cli
 
@@ -56,44 +56,47 @@ def test_sigterm_exits_cleanly_and_releases_the_lease(tmp_path):
 
 def test_sigterm_mid_apply_finishes_the_step_and_a_restart_resumes_without_repeating(tmp_path):
     cluster = write_cluster(tmp_path)
-    d = DaemonProc(tmp_path, "--scenario", str(cluster), "--period-s", "0.2", "--sim-step-delay-s", "1.0")
+    d = DaemonProc(tmp_path, "--scenario", str(cluster), "--period-s", "0.2", "--sim-step-delay-s", "0.5")
     with d.client() as c:
         for n in ("a", "b", "c", "e"):
             assert c.post("/v1/jobs", json=job(n)).status_code == 201
-    sim = tmp_path / "state.sqlite.sim"
-    wait_for(lambda: sim.exists() and query(sim, "SELECT COUNT(*) AS n FROM sim_journal")[0]["n"] >= 1, what="first step done")
+    wait_for(lambda: len(applied_steps(d.state)) >= 1, what="first step done")
     d.signal(signal.SIGTERM)
     t0 = time.monotonic()
     assert d.wait(30) == 0, d.output()
-    assert time.monotonic() - t0 < 3.5, "stops after the current step, not after the whole apply"
-    done = query(sim, "SELECT COUNT(*) AS n FROM sim_journal")[0]["n"]
+    assert time.monotonic() - t0 < 3.0, "stops after the current step, not after the whole apply"
+    done = applied_steps(d.state)
     plans = query(d.state, "SELECT id, status FROM plans")
-    assert 1 <= done < 4 and plans[-1]["status"] == "applying", (done, plans)
+    assert plans[-1]["status"] == "applying", (len(done), plans)
     again = DaemonProc(tmp_path, "--period-s", "0.2", name="again")
     wait_for(lambda: "resumed plan" in again.output(), what="the restart resumed the apply")
     with again.client() as c:
         wait_for(lambda: all(c.get(f"/v1/jobs/{n}").json()["state"] == "running" for n in "abce"), what="all running")
     assert again.stop() == 0
-    steps = query(sim, "SELECT action, job FROM sim_journal")
-    assert len(steps) == len({(s["action"], s["job"]) for s in steps}) == 4, steps
+    after = applied_steps(d.state)
+    assert len(done) < len(after), "the restart carried out the rest"
+    assert after[:len(done)] == done, "steps done before the stop were not run again"
+    assert {s["apply_id"] for s in after} == {done[0]["apply_id"]} and all(s["attempts"] == 1 for s in after), after
+    assert len({s["step"] for s in after}) == len(after)
     assert query(d.state, "SELECT status FROM plans WHERE id=?", (plans[-1]["id"],))[0]["status"] == "applied"
 
 
 def test_sigkill_mid_apply_resumes_from_the_journal(tmp_path):
-    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "0.2", "--sim-step-delay-s", "0.6")
+    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "0.2", "--sim-step-delay-s", "0.5")
     with d.client() as c:
         for n in ("a", "b", "c", "e"):
             assert c.post("/v1/jobs", json=job(n)).status_code == 201
-    sim = tmp_path / "state.sqlite.sim"
-    wait_for(lambda: sim.exists() and query(sim, "SELECT COUNT(*) AS n FROM sim_journal")[0]["n"] >= 2, what="two steps done")
+    wait_for(lambda: len(applied_steps(d.state)) >= 2, what="two steps done")
     d.kill()
-    assert query(sim, "SELECT COUNT(*) AS n FROM sim_journal")[0]["n"] < 4, "killed mid-apply"
+    done = applied_steps(d.state)
     again = DaemonProc(tmp_path, "--period-s", "0.2", name="again")  # the dead holder's lease is taken at once
     with again.client() as c:
         wait_for(lambda: all(c.get(f"/v1/jobs/{n}").json()["state"] == "running" for n in "abce"), what="all running")
     assert again.stop() == 0
-    steps = query(sim, "SELECT action, job FROM sim_journal")
-    assert sorted(s["job"] for s in steps) == ["a", "b", "c", "e"] and {s["action"] for s in steps} == {"start"}
+    after = applied_steps(d.state)
+    assert len(done) < len(after) and after[:len(done)] == done, "killed mid-apply; the steps done before were kept, not redone"
+    assert {s["apply_id"] for s in after} == {done[0]["apply_id"]}, "the same apply was resumed"
+    assert len({s["step"] for s in after}) == len(after)
     assert kv(d.state, "cycle") > 0
 
 

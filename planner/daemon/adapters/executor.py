@@ -22,6 +22,7 @@ journal (intent before each step, outcome after; a failed unit is rolled back).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -44,7 +45,7 @@ def node_map(cluster: Scenario) -> dict[str, str]:
 
 class ExecutorApplier:
     def __init__(self, kind: str, cluster: Scenario, journal_path: Path, dram_of: Callable[[str], tuple[float, float]], *,
-                 sim_state: Optional[Path] = None, address: Optional[str] = None, world=None) -> None:
+                 sim_state: Optional[Path] = None, address: Optional[str] = None, world=None, step_delay_s: float = 0.0) -> None:
         from executor.backends.base import Deadlines
         from executor.journal import Journal
         from executor.session import open_backend
@@ -54,6 +55,7 @@ class ExecutorApplier:
         self.cluster = cluster
         self.dram_of = dram_of
         self.world = world
+        self.step_delay_s = step_delay_s  # wall seconds before each step (the simulated backend's steps are instant; tests need a window)
         self.nodes = node_map(cluster)
         from executor.adapters.plans import scenario_nodes
 
@@ -115,6 +117,8 @@ class ExecutorApplier:
         def on_step(step, status, data) -> None:
             if status in ("running", "done"):
                 self._save()
+            if status == "running" and self.step_delay_s > 0:
+                time.sleep(self.step_delay_s)
             if status == "done" and should_stop():
                 raise StopApply()
 
