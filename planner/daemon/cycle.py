@@ -70,6 +70,30 @@ class CycleReport:
     wall_s: float = 0.0
 
 
+@dataclass
+class _Cycle:
+    """What one cycle's phases hand each other (the snapshot and the decisions made on it)."""
+
+    cycle: int
+    now: float
+    jobs: dict = field(default_factory=dict)
+    plan: Placement = field(default_factory=Placement)
+    obs: Observation = field(default_factory=Observation)
+    cursor: int = 0
+    snapshots: dict = field(default_factory=dict)  # job -> telemetry snapshots in order
+    ctx: Optional[PlanningContext] = None
+    per_job: dict = field(default_factory=dict)  # job -> new measured iterations
+    drifts: list = field(default_factory=list)
+    periodic: bool = False
+    target: Placement = field(default_factory=Placement)
+    moves: list = field(default_factory=list)
+    decisions: list = field(default_factory=list)
+    report: CycleReport = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        self.report = CycleReport(self.cycle, self.now)
+
+
 class Loop:
     def __init__(self, store: Store, cluster: Scenario, placer: PlacementPlanner, executor: Executor, clock: Clock, cfg: DaemonConfig,
                  lease: Lease, metrics: DaemonMetrics, reallocator: Optional[Reallocator] = None,
@@ -140,100 +164,110 @@ class Loop:
     # ------------------------------------------------------------------ the cycle
     def run_cycle(self) -> CycleReport:
         t_wall = time.perf_counter()
-        now = self.clock.now()
-        cycle = self.cycle_no + 1
-        rep = CycleReport(cycle, now)
+        cy = _Cycle(self.cycle_no + 1, self.clock.now())
+        self._observe(cy)  # 1
+        self._estimate(cy)  # 2
+        self._triggers(cy)  # 3
+        self._solve(cy)  # 4 and 5 (the gate sits inside the optional re-optimisation)
+        self._apply(cy)  # 6
+        self._record(cy)  # 7
+        cy.report.wall_s = time.perf_counter() - t_wall
+        self.metrics.cycles.inc()
+        self.metrics.cycle_seconds.observe(cy.report.wall_s)
+        if self.clock.kind == "wall" and cy.report.wall_s > self.cfg.period_s:
+            self.metrics.cycle_overrun.inc()
+        self.metrics.last_cycle.set(time.time())
+        return cy.report
 
-        # 1. observe ----------------------------------------------------------------------
-        jobs = {r.name: r for r in self.store.live_jobs()}
-        plan_id, plan = self.current()
-        obs: Observation = self.executor.observe(now)
+    def _observe(self, cy: "_Cycle") -> None:
+        """1. The state (live jobs, plan in force, new telemetry) and the backend, at one instant."""
+        cy.jobs = {r.name: r for r in self.store.live_jobs()}
+        _, cy.plan = self.current()
+        cy.obs = self.executor.observe(cy.now)
         rows = self.store.telemetry_after(self.cursor, self.cfg.telemetry_max_per_cycle)
-        cursor = rows[-1][0] if rows else self.cursor
-        snapshots: dict[str, list] = {}
+        cy.cursor = rows[-1][0] if rows else self.cursor
         for _, job, body in rows:
             try:
-                snapshots.setdefault(job, []).append(TelemetrySnapshot.model_validate_json(body))
+                cy.snapshots.setdefault(job, []).append(TelemetrySnapshot.model_validate_json(body))
             except ValidationError:  # validated on the way in; a row that no longer validates is skipped, not fatal
                 log.warning("skipping a stored telemetry snapshot of %s that no longer validates", job)
-        for snap in obs.telemetry:
-            snapshots.setdefault(snap.job, []).append(snap)
+        for snap in cy.obs.telemetry:
+            cy.snapshots.setdefault(snap.job, []).append(snap)
 
-        # 2. estimate ---------------------------------------------------------------------
-        ctx = self.context(jobs, now)
-        samples: list[IterationSample] = list(obs.samples)
+    def _estimate(self, cy: "_Cycle") -> None:
+        """2. Fold measured iterations (the backend's, else derived from telemetry) into the estimates."""
+        cy.ctx = self.context(cy.jobs, cy.now)
+        samples: list[IterationSample] = list(cy.obs.samples)
         sampled = {s.job for s in samples}
-        for job, snaps in snapshots.items():
+        for job, snaps in cy.snapshots.items():
             for snap in snaps:
                 s = self.timer.feed(snap)
-                if s is not None and job not in sampled and job in jobs:
+                if s is not None and job not in sampled and job in cy.jobs:
                     samples.append(s)
-        base = self.placer.predict(ctx, plan)
-        per_job: dict[str, list[IterationSample]] = {}
+        base = self.placer.predict(cy.ctx, cy.plan)
         for s in sorted(samples, key=lambda s: (s.job, s.iteration)):
-            if s.job in base and s.job in jobs and s.iteration > self.sample_mark.get(s.job, 0):
+            if s.job in base and s.job in cy.jobs and s.iteration > self.sample_mark.get(s.job, 0):
                 self.estimates.add(s, *base[s.job])
-                per_job.setdefault(s.job, []).append(s)
+                cy.per_job.setdefault(s.job, []).append(s)
                 self.sample_mark[s.job] = s.iteration
-        missed = {j for j, ss in per_job.items() if jobs[j].slo_s is not None and any(s.iteration_s > jobs[j].slo_s * (1 + 1e-9) for s in ss)}
-        drifts = self.estimates.detect(missed)
-        for d in drifts:
+        missed = {j for j, ss in cy.per_job.items() if cy.jobs[j].slo_s is not None
+                  and any(s.iteration_s > cy.jobs[j].slo_s * (1 + 1e-9) for s in ss)}
+        cy.drifts = self.estimates.detect(missed)
+        for d in cy.drifts:
             self.metrics.drifts.labels(d.phase).inc()
-        ctx.factors = self.estimates.factors()
+        cy.ctx.factors = self.estimates.factors()
 
-        # 3. triggers ---------------------------------------------------------------------
-        due = [r for r in jobs.values() if r.state is JobState.PENDING and r.arrives_at <= now]
-        triggers = []
+    def _triggers(self, cy: "_Cycle") -> None:
+        """3. What asks for a decision this cycle."""
+        jobs, t = cy.jobs, cy.report.triggers
+        due = [r for r in jobs.values() if r.state is JobState.PENDING and r.arrives_at <= cy.now]
         if due:
-            triggers.append(f"arrival({len(due)})")
-        if obs.finished or obs.failed or any(r.cancel_requested_at is not None or r.state is JobState.CANCELLING for r in jobs.values()):
-            triggers.append("departure")
-        if drifts:
-            triggers.append(f"drift({len(drifts)})")
-        periodic = self.cfg.reoptimise and (self.last_reopt_at is None or now - self.last_reopt_at >= self.cfg.reoptimise_every_s)
-        if periodic and plan.groups:
-            triggers.append("periodic")
-        if snapshots:
-            triggers.append(f"telemetry({sum(len(v) for v in snapshots.values())})")
-        rep.triggers = triggers
+            t.append(f"arrival({len(due)})")
+        if cy.obs.finished or cy.obs.failed or any(r.cancel_requested_at is not None or r.state is JobState.CANCELLING
+                                                   for r in jobs.values()):
+            t.append("departure")
+        if cy.drifts:
+            t.append(f"drift({len(cy.drifts)})")
+        cy.periodic = self.cfg.reoptimise and (self.last_reopt_at is None or cy.now - self.last_reopt_at >= self.cfg.reoptimise_every_s)
+        if cy.periodic and cy.plan.groups:
+            t.append("periodic")
+        if cy.snapshots:
+            t.append(f"telemetry({sum(len(v) for v in cy.snapshots.values())})")
 
-        # 4-5. solve and gate -------------------------------------------------------------
-        out = solve.departures(jobs, plan, obs)
-        target, moves, decisions, solve_s = out.target, list(out.moves), list(out.decisions), dict(out.solve_s)
-        departed = bool(out.decisions)
-        rep_ = solve.repair(ctx, self.placer, target, drifts, jobs, self.cfg)
-        target = rep_.target
-        decisions += rep_.decisions
-        solve_s.update(rep_.solve_s)
-        adm = solve.admissions(ctx, self.placer, target, jobs, now, self.cfg)
-        target = adm.target
-        moves += adm.moves
-        decisions += adm.decisions
-        solve_s.update(adm.solve_s)
-        reopt_ran = rep_.reoptimised
-        since = float("inf") if self.last_reopt_at is None else now - self.last_reopt_at
+    def _solve(self, cy: "_Cycle") -> None:
+        """4-5. Departures, repair, admissions (mandatory); re-optimisation (optional, gated)."""
+        steps = [solve.departures(cy.jobs, cy.plan, cy.obs)]
+        departed = bool(steps[0].decisions)
+        steps.append(solve.repair(cy.ctx, self.placer, steps[-1].target, cy.drifts, cy.jobs, self.cfg))
+        reopt_ran = steps[-1].reoptimised
+        steps.append(solve.admissions(cy.ctx, self.placer, steps[-1].target, cy.jobs, cy.now, self.cfg))
+        since = float("inf") if self.last_reopt_at is None else cy.now - self.last_reopt_at
         freed = departed and since >= self.cfg.reoptimise_min_interval_s
-        if self.cfg.reoptimise and not reopt_ran and target.groups and (periodic or freed):
-            ro = solve.reoptimise(ctx, self.placer, target, self.cfg, self.bucket, now, ["periodic"] if periodic else ["departure"])
-            target = ro.target
-            decisions += ro.decisions
-            solve_s.update(ro.solve_s)
+        if self.cfg.reoptimise and not reopt_ran and steps[-1].target.groups and (cy.periodic or freed):
+            steps.append(solve.reoptimise(cy.ctx, self.placer, steps[-1].target, self.cfg, self.bucket, cy.now,
+                                          ["periodic"] if cy.periodic else ["departure"]))
             reopt_ran = True
-        if reopt_ran or periodic:
-            self.last_reopt_at = now
-        for kind, secs in solve_s.items():
-            self.metrics.solve_seconds.labels(kind).observe(secs)
-        for d in decisions:
+        if reopt_ran or cy.periodic:
+            self.last_reopt_at = cy.now
+        cy.target = steps[-1].target
+        for st in steps:
+            cy.moves += st.moves
+            cy.decisions += st.decisions
+            for kind, secs in st.solve_s.items():
+                self.metrics.solve_seconds.labels(kind).observe(secs)
+        for d in cy.decisions:
             gap = d.solver.get("gap") if d.solver else None
             if gap is not None:
                 self.metrics.solve_gap.labels(d.kind).set(gap)
 
-        # 6. apply (write-ahead, then the executor, then the outcome) ---------------------
+    def _apply(self, cy: "_Cycle") -> None:
+        """6. Write-ahead (decisions, target, transitions, loop state), then the executor, then the outcome."""
+        now, jobs, target, plan = cy.now, cy.jobs, cy.target, cy.plan
         changed = target.as_dict() != plan.as_dict()
         if changed:
-            target, _ = self.placer.evaluate(ctx, target)
-        leaving = {m.job for m in moves if m.to in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)}
-        for j in leaving:
+            target, _ = self.placer.evaluate(cy.ctx, target)
+            cy.target = target
+        for j in {m.job for m in cy.moves if m.to in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)}:
             if self.reallocator is not None:
                 self.reallocator.forget(j)
             self.estimates.forget(j)
@@ -245,65 +279,60 @@ class Loop:
         with self.store.tx() as c:
             if not self.lease.verify(c):
                 raise LeaseLost("the applier lease is held by another daemon now")
-            for job, ss in per_job.items():
+            for job, ss in cy.per_job.items():
                 slo = jobs[job].slo_s
                 misses = sum(1 for s in ss if slo is not None and s.iteration_s > slo * (1 + 1e-9))
                 last = max(ss, key=lambda s: s.iteration)
-                total = obs.iterations.get(job, jobs[job].iterations + len(ss))
+                total = cy.obs.iterations.get(job, jobs[job].iterations + len(ss))
                 self.store.record_iterations(c, job, total, last.iteration_s, misses)
                 if misses:
                     self.metrics.slo_misses.inc(misses)
-            for m in moves:
+            for m in cy.moves:
                 if m.to is None:
                     self.store.set_job_reason(c, m.job, m.reason)
                 else:
                     self.store.transition(c, m.job, m.to, m.reason, now)
             if changed:
                 status = "recorded" if self.cfg.dry_run else "applying"
-                solver = next((d.solver for d in reversed(decisions) if d.changes_plan and d.solver), {}) or \
+                solver = next((d.solver for d in reversed(cy.decisions) if d.changes_plan and d.solver), {}) or \
                     {"backend": self.placer.name, "status": "feasible", "warm_start": "previous-plan"}
-                new_plan_id = self.store.insert_plan(c, created_at=now, cycle=cycle, kind="placement", status=status,
+                new_plan_id = self.store.insert_plan(c, created_at=now, cycle=cy.cycle, kind="placement", status=status,
                                                      cost_per_hour=target.cost_per_hour, decision_id=None, placement=target.as_dict(),
-                                                     doc=self.placer.plan_document(ctx, target, solver))
+                                                     doc=self.placer.plan_document(cy.ctx, target, solver))
                 if self.cfg.dry_run:
+                    placed = set(target.jobs())
                     for name, r in jobs.items():
-                        m_to = next((m.to for m in moves if m.job == name), r.state)
-                        if m_to is JobState.CANCELLING and name not in set(target.jobs()):
+                        m_to = next((m.to for m in cy.moves if m.job == name), r.state)
+                        if m_to is JobState.CANCELLING and name not in placed:
                             self.store.transition(c, name, JobState.CANCELLED, "removed from the recorded plan (dry-run)", now)
-            for d in decisions:
+            for d in cy.decisions:
                 outcome = d.outcome
                 if d.changes_plan and changed:
                     outcome = "dry-run" if self.cfg.dry_run else "applying"
-                row = d.row() | {"cycle": cycle, "at": now, "outcome": outcome, "plan_id": new_plan_id if d.changes_plan else None,
+                row = d.row() | {"cycle": cy.cycle, "at": now, "outcome": outcome, "plan_id": new_plan_id if d.changes_plan else None,
                                  "dry_run": self.cfg.dry_run}
                 self.store.insert_decision(c, row)
                 if outcome != "applying":  # counted with its final outcome once the apply ends
                     self.metrics.decisions.labels(d.kind, outcome).inc()
             self.cost_usd += cost_delta
-            self._save_state(c, cycle, cursor, now)
-        self.cycle_no, self.cursor, self.last_at = cycle, cursor, now
-        rep.decisions, rep.plan_id = len(decisions), new_plan_id
+            self._save_state(c, cy.cycle, cy.cursor, now)
+        self.cycle_no, self.cursor, self.last_at = cy.cycle, cy.cursor, now
+        cy.report.decisions, cy.report.plan_id = len(cy.decisions), new_plan_id
         if changed and self.cfg.dry_run:
-            rep.apply = "dry-run"
+            cy.report.apply = "dry-run"
         elif changed:
             res = self.executor.apply(target, plan_id=new_plan_id, now=now, should_stop=self.stop.is_set)
-            self._finish_apply(new_plan_id, plan, target, res, now, ctx)
-            rep.apply = "ok" if res.ok else ("interrupted" if res.interrupted else "failed")
+            self._finish_apply(new_plan_id, plan, target, res, now, cy.ctx)
+            cy.report.apply = "ok" if res.ok else ("interrupted" if res.interrupted else "failed")
 
-        # 7. record -----------------------------------------------------------------------
+    def _record(self, cy: "_Cycle") -> None:
+        """7. Reallocations inside iterations, metrics, housekeeping."""
         if self.reallocator is not None and self.cfg.realloc and not self.stop.is_set():
-            self._reallocate(ctx, jobs, target, plan, snapshots, now, cycle)
-        self._export(jobs, target, per_job)
+            self._reallocate(cy.ctx, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
+        self._export(cy.jobs, cy.target, cy.per_job)
         with self.store.tx() as c:
             self.store.prune_telemetry(c, self.cursor, time.time() - self.cfg.telemetry_retention_s)
             self.store.prune_plans(c, self.cfg.plans_keep)
-        rep.wall_s = time.perf_counter() - t_wall
-        self.metrics.cycles.inc()
-        self.metrics.cycle_seconds.observe(rep.wall_s)
-        if self.clock.kind == "wall" and rep.wall_s > self.cfg.period_s:
-            self.metrics.cycle_overrun.inc()
-        self.metrics.last_cycle.set(time.time())
-        return rep
 
     def _save_state(self, c, cycle: int, cursor: int, now: float) -> None:
         kv = self.store.set_kv

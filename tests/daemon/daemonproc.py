@@ -30,8 +30,13 @@ solver: {time_limit_s: 5}
 """
 
 
-def write_cluster(tmp: Path, text: str = CLUSTER_YAML) -> Path:
-    p = tmp / "cluster.yaml"
+def write_cluster(tmp: Path, text: str = CLUSTER_YAML, jobs: list[dict] | None = None) -> Path:
+    """The test cluster as a scenario file; ``jobs`` (submitted at the daemon's first start) make it a trace."""
+    import yaml
+
+    p = tmp / ("trace.yaml" if jobs else "cluster.yaml")
+    if jobs:
+        text = text + yaml.safe_dump({"jobs": jobs}, sort_keys=False)
     p.write_text(text)
     return p
 

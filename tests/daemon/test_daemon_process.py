@@ -55,11 +55,8 @@ def test_sigterm_exits_cleanly_and_releases_the_lease(tmp_path):
 
 
 def test_sigterm_mid_apply_finishes_the_step_and_a_restart_resumes_without_repeating(tmp_path):
-    cluster = write_cluster(tmp_path)
-    d = DaemonProc(tmp_path, "--scenario", str(cluster), "--period-s", "0.2", "--sim-step-delay-s", "0.5")
-    with d.client() as c:
-        for n in ("a", "b", "c", "e"):
-            assert c.post("/v1/jobs", json=job(n)).status_code == 201
+    trace = write_cluster(tmp_path, jobs=[job(n) for n in "abce"])  # all four admitted by the first cycle, in one plan
+    d = DaemonProc(tmp_path, "--scenario", str(trace), "--period-s", "0.2", "--sim-step-delay-s", "0.5")
     wait_for(lambda: len(applied_steps(d.state)) >= 1, what="first step done")
     d.signal(signal.SIGTERM)
     t0 = time.monotonic()
@@ -82,13 +79,12 @@ def test_sigterm_mid_apply_finishes_the_step_and_a_restart_resumes_without_repea
 
 
 def test_sigkill_mid_apply_resumes_from_the_journal(tmp_path):
-    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "0.2", "--sim-step-delay-s", "0.5")
-    with d.client() as c:
-        for n in ("a", "b", "c", "e"):
-            assert c.post("/v1/jobs", json=job(n)).status_code == 201
-    wait_for(lambda: len(applied_steps(d.state)) >= 2, what="two steps done")
+    trace = write_cluster(tmp_path, jobs=[job(n) for n in "abce"])
+    d = DaemonProc(tmp_path, "--scenario", str(trace), "--period-s", "0.2", "--sim-step-delay-s", "1.0")
+    wait_for(lambda: len(applied_steps(d.state)) >= 1, what="a step done")
     d.kill()
     done = applied_steps(d.state)
+    assert query(d.state, "SELECT status FROM plans ORDER BY id DESC LIMIT 1")[0]["status"] == "applying", "killed mid-apply"
     again = DaemonProc(tmp_path, "--period-s", "0.2", name="again")  # the dead holder's lease is taken at once
     with again.client() as c:
         wait_for(lambda: all(c.get(f"/v1/jobs/{n}").json()["state"] == "running" for n in "abce"), what="all running")
