@@ -114,6 +114,7 @@ class Loop:
         self.estimates = Estimates(cfg.drift_window, cfg.drift_min_samples, cfg.drift_threshold, kv("estimates"))
         self.timer = PhaseTimer(kv("phase_timer"))
         self.sample_mark: dict[str, int] = kv("sample_mark", {})  # job -> newest iteration already folded in
+        self.reopt_blocked_until: Optional[float] = kv("reopt_blocked_until")  # after an executor refusal: no reshuffles
         if kv("clock_s") is not None:
             clock.advance_to(kv("clock_s"))
         self.bucket = TokenBucket.restore(cfg.max_moves_per_hour, kv("move_budget"), clock.now())
@@ -212,7 +213,9 @@ class Loop:
                 self.sample_mark[s.job] = s.iteration
         missed = {j for j, ss in cy.per_job.items() if cy.jobs[j].slo_s is not None
                   and any(s.iteration_s > cy.jobs[j].slo_s * (1 + 1e-9) for s in ss)}
-        cy.drifts = self.estimates.detect(missed)
+        groups = cy.plan.job_groups()
+        suspects = {m for j in missed if j in groups for m in groups[j].members}  # every member shapes the group's cycle
+        cy.drifts = self.estimates.detect(missed | suspects)
         for d in cy.drifts:
             self.metrics.drifts.labels(d.phase).inc()
         cy.ctx.factors = self.estimates.factors()
@@ -238,12 +241,13 @@ class Loop:
         """4-5. Departures, repair, admissions (mandatory); re-optimisation (optional, gated)."""
         steps = [solve.departures(cy.jobs, cy.plan, cy.obs)]
         departed = bool(steps[0].decisions)
-        steps.append(solve.repair(cy.ctx, self.placer, steps[-1].target, cy.drifts, cy.jobs, self.cfg))
+        blocked = self.reopt_blocked_until is not None and cy.now < self.reopt_blocked_until
+        steps.append(solve.repair(cy.ctx, self.placer, steps[-1].target, cy.drifts, cy.jobs, self.cfg, allow_reoptimise=not blocked))
         reopt_ran = steps[-1].reoptimised
         steps.append(solve.admissions(cy.ctx, self.placer, steps[-1].target, cy.jobs, cy.now, self.cfg))
         since = float("inf") if self.last_reopt_at is None else cy.now - self.last_reopt_at
         freed = departed and since >= self.cfg.reoptimise_min_interval_s
-        if self.cfg.reoptimise and not reopt_ran and steps[-1].target.groups and (cy.periodic or freed):
+        if self.cfg.reoptimise and not reopt_ran and not blocked and steps[-1].target.groups and (cy.periodic or freed):
             steps.append(solve.reoptimise(cy.ctx, self.placer, steps[-1].target, self.cfg, self.bucket, cy.now,
                                           ["periodic"] if cy.periodic else ["departure"]))
             reopt_ran = True
@@ -347,6 +351,7 @@ class Loop:
         kv(c, "sample_mark", self.sample_mark)
         kv(c, "move_budget", self.bucket.state())
         kv(c, "realloc_at", self.realloc_at)
+        kv(c, "reopt_blocked_until", self.reopt_blocked_until)
 
     # ------------------------------------------------------------------ apply outcome
     def _finish_apply(self, plan_id: int, prev: Placement, target: Placement, res: ApplyResult, now: float, ctx: PlanningContext,
@@ -386,6 +391,10 @@ class Loop:
                     self.store.update_decision(c, i, add_reason=note + "; a restarted daemon resumes it from the journal")
             else:
                 self.store.set_plan_status(c, plan_id, "failed")
+                self.reopt_blocked_until = now + self.cfg.reoptimise_min_interval_s
+                self.store.set_kv(c, "reopt_blocked_until", self.reopt_blocked_until)
+                note += (f"; the previous plan stays in force, and re-optimisations wait until clock {self.reopt_blocked_until:.0f} "
+                         "(admissions and departures go on)")
                 for i in ids:
                     self.store.update_decision(c, i, outcome="failed", add_reason=note)
                 prev_jobs = set(prev.jobs())

@@ -94,6 +94,8 @@ def departures(jobs: dict[str, JobRecord], plan: Placement, obs: Observation) ->
             out.moves.append(Move(name, JobState.CANCELLING, "cancel requested: leaves the plan"))
             leaving[name] = f"{name} cancelled by request"
     placed = set(plan.jobs())
+    for name in placed - set(jobs) - set(leaving):  # ended already, but the plan that removed it was never applied
+        leaving[name] = f"{name} has ended; a previous plan without it could not be applied"
     gone = {n for n in leaving if n in placed}
     if gone:
         out.target = plan.without(gone)
@@ -104,7 +106,7 @@ def departures(jobs: dict[str, JobRecord], plan: Placement, obs: Observation) ->
 
 # -------------------------------------------------------------------------------- b. repair
 def repair(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, drifts: list[Drift], jobs: dict[str, JobRecord],
-           cfg: DaemonConfig) -> Outcome:
+           cfg: DaemonConfig, allow_reoptimise: bool = True) -> Outcome:
     out = Outcome(target)
     if not drifts:
         return out
@@ -118,7 +120,9 @@ def repair(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, dr
                                       target.cost_per_hour, target.cost_per_hour))
         return out
     reasons = why + [v.message for v in bad]
-    if cfg.reoptimise:
+    if cfg.reoptimise and not allow_reoptimise:
+        reasons.append("no re-optimisation now: the executor refused a recent plan; evicting and re-admitting instead")
+    if cfg.reoptimise and allow_reoptimise:
         ctx.move_price_per_job = gate.move_price_per_hour(ctx, target, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
         t0 = time.perf_counter()
         r = placer.reoptimise(ctx, target, cfg.reoptimise_time_limit_s)

@@ -342,3 +342,40 @@ def test_a_daemon_that_lost_the_lease_stops_before_writing(tmp_path):
     with pytest.raises(LeaseLost):
         w.cycle(0.0)
     assert w.state("a") is JobState.PENDING and w.store.current_plan() is None and w.sim.journal() == []
+
+
+class RefusingOnce(SimCluster):
+    """The simulated cluster, whose executor refuses the first plan after ``after`` applies (an unreachable order)."""
+
+    def __init__(self, *a, after: int = 1, **k):
+        super().__init__(*a, **k)
+        self.after, self.calls = after, 0
+
+    def apply(self, target, *, plan_id, now, should_stop):
+        self.calls += 1
+        if self.calls == self.after + 1:
+            return ApplyResult(False, 0, 3, "the executor refuses the target: no capacity-safe order of the steps exists")
+        return super().apply(target, plan_id=plan_id, now=now, should_stop=should_stop)
+
+
+def test_after_a_refused_plan_ended_jobs_still_leave_and_reshuffles_wait(tmp_path):
+    w = World(tmp_path, reoptimise_every_s=60.0)  # a periodic re-optimisation is due every cycle, unless blocked
+    w.sim = RefusingOnce(tmp_path / "r.sim", w.cluster, w.spec, after=1)
+    w.loop = Loop(w.store, w.cluster, w.placer, w.sim, w.clock, w.cfg, w.lease, w.metrics)
+    w.submit("short", duration_s=100.0)
+    w.submit("long")
+    w.cycle(0.0)
+    assert w.state("short") is JobState.RUNNING
+    w.cycle(200.0)  # short finished: the plan without it is refused
+    assert w.state("short") is JobState.COMPLETED
+    dep = w.decisions("departure")[-1]
+    assert dep["outcome"] == "failed" and "re-optimisations wait" in dep["reasons"][-1]
+    assert "short" in {m for g in w.store.current_plan().placement["groups"] for m in g["members"]}
+    assert w.loop.reopt_blocked_until == pytest.approx(200.0 + w.cfg.reoptimise_min_interval_s)
+    w.cycle(260.0)  # the ended job leaves the plan in force now; no re-optimisation while blocked
+    plan = w.store.current_plan()
+    assert plan.status == "applied" and "short" not in {m for g in plan.placement["groups"] for m in g["members"]}
+    assert "could not be applied" in w.decisions("departure")[-1]["reasons"][0]
+    assert not [d for d in w.decisions("reoptimise") if d["cycle"] >= 3]
+    w.cycle(1200.0)  # the block has passed
+    assert [d for d in w.decisions("reoptimise") if d["cycle"] == 4]
