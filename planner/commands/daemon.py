@@ -71,8 +71,9 @@ def add_arguments(p) -> None:
     p.add_argument("--scenario", type=Path, help="cluster scenario (required the first time; its jobs are submitted as a trace)")
     p.add_argument("--backend", choices=["sim", "ray"], default="sim", help="where plans are applied (default sim)")
     p.add_argument("--ray-address", help="--backend ray: the Ray cluster (default: auto; 'local' starts one from the cluster's nodes)")
-    p.add_argument("--placer", choices=["weave", "solo"], default="solo",
-                   help="weave: co-execution groups (formulation.placement); solo: every job alone on its cheapest pools (default solo)")
+    p.add_argument("--placer", choices=["auto", "weave", "solo"], default="auto",
+                   help="weave: co-execution groups (formulation.placement); solo: every job alone on its cheapest pools; "
+                        "auto (default): weave when this build has the placement planner, else solo")
     p.add_argument("--listen", type=_listen, default=("127.0.0.1", 8765), metavar="HOST:PORT", help="HTTP address (default 127.0.0.1:8765)")
     p.add_argument("--period-s", type=_pos(float), default=10.0, help="seconds between cycles on the daemon's clock (default 10)")
     p.add_argument("--dry-run", action="store_true", help="decide and record, apply nothing")

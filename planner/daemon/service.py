@@ -46,7 +46,7 @@ class Options:
     state: Path
     scenario: Optional[Path] = None
     backend: str = "sim"
-    placer: str = "solo"
+    placer: str = "auto"
     host: str = "127.0.0.1"
     port: int = 8765
     cfg: DaemonConfig = field(default_factory=DaemonConfig)
@@ -181,6 +181,12 @@ class Service:
 
 # ---------------------------------------------------------------------------- construction
 def _placer(name: str, cluster: Scenario):
+    if name == "auto":
+        from planner.daemon.adapters import placement
+
+        name = "weave" if placement.available() is None else "solo"
+        if name == "solo":
+            log.warning("%s: placing every job alone (--placer solo)", placement.available())
     if name == "solo":
         from planner.daemon.adapters.solo import SoloPlacer
 
@@ -324,6 +330,7 @@ class Daemon:
             if self.store.job_state(job.name) is None:
                 self.service.submit(job, arrives_at=job.arrival_s if self.cfg.clock == "virtual" else None)
         self.placer = _placer(o.placer, self.cluster)
+        self.service.placer_name = o.placer = self.placer.name
         self.executor = _executor(o, self.cluster, self.store)
         if self.cfg.realloc:
             from planner.daemon.adapters import realloc
