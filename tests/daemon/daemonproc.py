@@ -134,6 +134,14 @@ def query(path: Path, sql: str, args: tuple = ()) -> list[dict]:
         c.close()
 
 
+def step_delay() -> str:
+    """Wall seconds per apply step that leave a test time to interrupt an apply: the executor takes
+    about eight steps per solo job, the simulated cluster alone one."""
+    import importlib.util
+
+    return "0.25" if importlib.util.find_spec("executor") is not None else "1.0"
+
+
 def applied_steps(state: Path) -> list[dict]:
     """The apply steps done so far, from the executor's journal when the executor applies, else the simulated cluster's."""
     journal = state.with_name(state.name + ".journal")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import time
 
-from daemonproc import DaemonProc, applied_steps, job, kv, query, wait_for, write_cluster
+from daemonproc import DaemonProc, applied_steps, job, kv, query, step_delay, wait_for, write_cluster
 
 from tests.conftest import run_cli
 
@@ -56,7 +56,7 @@ def test_sigterm_exits_cleanly_and_releases_the_lease(tmp_path):
 
 def test_sigterm_mid_apply_finishes_the_step_and_a_restart_resumes_without_repeating(tmp_path):
     trace = write_cluster(tmp_path, jobs=[job(n) for n in "abce"])  # all four admitted by the first cycle, in one plan
-    d = DaemonProc(tmp_path, "--scenario", str(trace), "--period-s", "0.2", "--sim-step-delay-s", "0.5")
+    d = DaemonProc(tmp_path, "--scenario", str(trace), "--period-s", "0.2", "--sim-step-delay-s", step_delay())
     wait_for(lambda: len(applied_steps(d.state)) >= 1, what="first step done")
     d.signal(signal.SIGTERM)
     t0 = time.monotonic()
@@ -79,15 +79,15 @@ def test_sigterm_mid_apply_finishes_the_step_and_a_restart_resumes_without_repea
 
 
 def test_sigkill_mid_apply_resumes_from_the_journal(tmp_path):
-    trace = write_cluster(tmp_path, jobs=[job(n) for n in "abce"])
-    d = DaemonProc(tmp_path, "--scenario", str(trace), "--period-s", "0.2", "--sim-step-delay-s", "1.0")
+    trace = write_cluster(tmp_path, jobs=[job(n) for n in "ab"])
+    d = DaemonProc(tmp_path, "--scenario", str(trace), "--period-s", "0.2", "--sim-step-delay-s", step_delay())
     wait_for(lambda: len(applied_steps(d.state)) >= 1, what="a step done")
     d.kill()
     done = applied_steps(d.state)
     assert query(d.state, "SELECT status FROM plans ORDER BY id DESC LIMIT 1")[0]["status"] == "applying", "killed mid-apply"
     again = DaemonProc(tmp_path, "--period-s", "0.2", name="again")  # the dead holder's lease is taken at once
     with again.client() as c:
-        wait_for(lambda: all(c.get(f"/v1/jobs/{n}").json()["state"] == "running" for n in "abce"), what="all running")
+        wait_for(lambda: all(c.get(f"/v1/jobs/{n}").json()["state"] == "running" for n in "ab"), what="all running")
     assert again.stop() == 0
     after = applied_steps(d.state)
     assert len(done) < len(after) and after[:len(done)] == done, "killed mid-apply; the steps done before were kept, not redone"
