@@ -31,12 +31,13 @@ STATIC = ("reference", "critic", "reward", "trainer")
 
 
 class DynaRLReallocator:
-    def __init__(self, cluster: Scenario, *, margin: float = 0.05, backend: str = "highs", donor: Optional[dict] = None) -> None:
+    def __init__(self, cluster: Scenario, *, margin: float = 0.05, backend: Optional[str] = None, donor: Optional[dict] = None) -> None:
         from formulation.common import SolveOptions
         from formulation.realloc.decide import ReallocOptions
         from formulation.realloc.donors import DonorConfig
 
         self.cluster = cluster
+        backend = backend or ReallocOptions().backend  # the planner's default solver
         self.options = ReallocOptions(backend=backend, margin=margin, solve=SolveOptions(time_limit_s=1.0, mip_gap=1e-6))
         self.donor_cfg = DonorConfig(**(donor or {}))
         self.detectors: dict = {}
