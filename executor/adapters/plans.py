@@ -84,15 +84,10 @@ def from_realloc(body: dict, observed: ClusterState) -> ExecutorTarget:
 
 
 def scenario_nodes(scenario) -> list[dict]:
-    """Node inventory named as the placement planner names them: ``<type>-<i>`` per GPU type."""
-    out, seen = [], {}
-    for g in scenario.cluster.node_groups:
-        for _ in range(g.count):
-            i = seen.get(g.gpu_type, 0)
-            seen[g.gpu_type] = i + 1
-            out.append({"name": f"{g.gpu_type.lower()}-{i}", "gpu_type": g.gpu_type, "gpus": g.gpus_per_node,
-                        "dram_gb": g.host_dram_gb})
-    return out
+    """Node inventory named as the placement planner names them (``ClusterView.node_names``):
+    ``<node group>-<i>`` for each node group in scenario order."""
+    return [{"name": f"{g.name}-{i}", "gpu_type": g.gpu_type, "gpus": g.gpus_per_node, "dram_gb": g.host_dram_gb}
+            for g in scenario.cluster.node_groups for i in range(g.count)]
 
 
 def from_placement(body: dict, scenario, dram: Optional[dict[str, tuple[float, float]]] = None) -> ExecutorTarget:

@@ -13,8 +13,8 @@ journal (intent before each step, outcome after; a failed unit is rolled back).
 * SIGTERM: the step in progress finishes (its outcome is journaled), then the apply stops
   (:class:`StopApply` is raised from the executor's step callback, outside its error handling,
   so nothing is rolled back or marked failed) and is resumed by the next start.
-* Node names: the placement planner names nodes ``<node group>-<i>``, the executor's scenario
-  inventory ``<gpu type>-<i>`` per type; the adapter maps one to the other by type and position.
+* Node names: the placement planner and the executor's scenario inventory both name nodes
+  ``<node group>-<i>`` (:meth:`planner.instances.common.ClusterView.node_names`).
 * ``--backend sim``: the executor's in-process simulated backend, saved to its state file after
   every step; the simulated cluster of :mod:`planner.daemon.adapters.simcluster` still says how
   the jobs run (iterations, completions) once the executor has applied their placement.
@@ -35,12 +35,19 @@ class StopApply(BaseException):
 
 
 def node_map(cluster: Scenario) -> dict[str, str]:
-    """Placement node name (``<group>-<i>``) -> executor node name (``<type lowercased>-<k>``)."""
+    """Placement node name -> executor node name: the same ``<node group>-<i>`` on both sides;
+    the map checks that the executor's inventory holds every node the planner may name."""
     from executor.adapters.plans import scenario_nodes
 
-    ours = [f"{g.name}-{i}" for g in cluster.cluster.node_groups for i in range(g.count)]
-    theirs = [n["name"] for n in scenario_nodes(cluster)]
-    return dict(zip(ours, theirs))
+    from planner.instances.common import ClusterView, resolve_gpu_types
+
+    view = ClusterView(cluster, resolve_gpu_types(cluster))
+    ours = [n for t in view.types() for n in view.node_names(t)]
+    theirs = {n["name"] for n in scenario_nodes(cluster)}
+    missing = [n for n in ours if n not in theirs]
+    if missing:
+        raise RuntimeError(f"executor inventory lacks planner nodes {missing[:5]}")
+    return {n: n for n in ours}
 
 
 class ExecutorApplier:
