@@ -42,7 +42,9 @@ COMPENSATE: dict[str, Optional[Callable]] = {
 }
 # After this step a unit rolls forward. P2P commits at the first stop of an old rank: until then
 # the old ranks still hold the whole state, so a new rank that dies after the switch is undone.
-COMMIT_AFTER = {"workload": "handoff", "p2p": "stop", "add": "switch", "remove": "switch"}
+# A park commits at its first stop (the state is in its checkpoint from then on: roll forward and
+# restore later); a restore that fails is undone and leaves the component parked.
+COMMIT_AFTER = {"workload": "handoff", "p2p": "stop", "add": "switch", "remove": "switch", "park": "stop"}
 
 
 @dataclass
@@ -165,7 +167,7 @@ class Executor:
         self.ctx.step = s
         self.ctx.fault("before")
         out = RUN[s.kind](self.ctx, s)
-        if s.kind == "switch" and s.unit.endswith("/reboot") and s.args.get("active"):
+        if s.kind == "switch" and s.unit.endswith(("/reboot", "/restore")) and s.args.get("active"):
             rec = self.ctx.record(s.args["active"][0])
             if rec and rec["role"] == "rollout":
                 out["rehomed"] = reboot.after_switch(self.ctx, s)
@@ -223,6 +225,9 @@ class Executor:
             except WorkerLost as exc:
                 notes.append(f"requests of {comp_name} wait for an engine: {exc}")
         msg = f"unit {unit[0].unit} rolled back because {why}"
+        if kind == "restore":
+            ckpt = next((s.args.get("restore") for s in unit if s.kind == "create"), "")
+            msg += f"; {comp_name} stays parked in checkpoint {ckpt} (its state is saved): apply the plan again to restore it"
         self.ctx.event("rolled back", why, unit=unit[0].unit, notes=notes)
         return msg
 

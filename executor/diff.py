@@ -5,16 +5,24 @@ Every component that differs becomes a *unit* of steps, chosen by its migration 
 * **workload** (rollout engines): create the new engines, drain the engines being released,
   hand their requests to the kept and new engines, stop the released ones;
 * **p2p** (trainer): create every rank of the new layout, reshard into them, switch, stop the
-  old ranks (create-before-destroy: the old ranks keep training until the switch);
+  old ranks (create-before-destroy: the old ranks keep training until the switch); when only DP
+  changes (TP and PP kept: what a reallocation does), the old replicas that fit where the new
+  layout wants ranks stay in place and take their new rank at the switch, and only the added
+  replicas are created and filled — so growing a trainer needs room for the added ranks only;
 * **reboot**: save, stop, create on the target from the saved state (the one kind that stops
   before it starts; a plan picks it when there is no room for both copies);
-* **add** / **remove**: components new to the plan, or gone from it.
+* **add** / **remove**: components new to the plan, or gone from it (a co-execution group's
+  reservation of a node is a component of its own, so a pool grows and shrinks node by node);
+* **park** / **restore**: a reboot staged in two units (see below).
 
-Units are then ordered so that at every intermediate state no node holds more GPUs or host
-DRAM than it has: a greedy pass (units that give capacity back first), then an exhaustive
-search with memoised dead ends when the greedy pass gets stuck. A target that is invalid, or
-for which no safe order exists, is refused with :class:`Unreachable`, naming the component,
-the node and the shortfall, and how to fix it.
+Capacity follows :mod:`executor.capacity` (members of a co-execution group share its reserved
+GPUs in time). Units are ordered by :mod:`executor.order` so that at every intermediate state no
+node or reservation is over-full. When no such order of the planned migrations exists — groups
+that swap nodes need each other's nodes first — the fewest units needed are *staged*: parked
+(saved and stopped, giving their resources back) early and restored from their checkpoint once
+the others have made room; the plan's notes say which and why. A target that is invalid is
+refused with :class:`Unreachable`, naming the component, the node and the shortfall, and how to
+fix it.
 """
 
 from __future__ import annotations
@@ -22,8 +30,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from planner.errors import Problem, UserError, did_you_mean
+from estimators.errors import Problem, UserError, did_you_mean
 
+from executor import capacity
+from executor.capacity import Need
+from executor.order import Free, order_units, unit_effect  # noqa: F401 - unit_effect: part of this module's interface
 from executor.state import ALLOWED_MIGRATIONS, ClusterState, Component, Worker
 from executor.steps import STEP_KINDS, Step, Unit
 
@@ -54,11 +65,22 @@ class StepPlan:
 
 
 # ----------------------------------------------------------------------------- validation
+def reservations(st: ClusterState) -> set[tuple[str, str]]:
+    """(group, node) pairs a state's reservation components hold (target: placed; observed: live)."""
+    return {(c.reserves, n) for c in st.components.values() if c.reserves for n in c.placement_counts()}
+
+
+def share_at(c: Component, node: str, reserved: set[tuple[str, str]]) -> str:
+    """How a worker of ``c`` on ``node`` counts its GPUs: inside its group's reservation there, if any."""
+    return c.group if c.group and (c.group, node) in reserved else ""
+
+
 def validate_target(observed: ClusterState, target: ClusterState) -> list[Problem]:
     """Problems with the target on its own (before any ordering): each names where and the fix."""
     probs: list[Problem] = []
     nodes = observed.nodes or target.nodes
-    per_node: dict[str, list[int | float]] = {n: [0, 0.0] for n in nodes}
+    reserved = reservations(target)
+    needs: list[Need] = []
     for c in sorted(target.components.values(), key=lambda c: c.name):
         where = f"components[{c.name}]"
         if c.migration not in ALLOWED_MIGRATIONS.get(c.role, ()):
@@ -82,16 +104,19 @@ def validate_target(observed: ClusterState, target: ClusterState) -> list[Proble
             if c.gpu_type and n.gpu_type != c.gpu_type:
                 probs.append(Problem(f"{where}.placement.{node}", f"node {node} has {n.gpu_type} GPUs, the component wants {c.gpu_type}",
                                      f"place it on {c.gpu_type} nodes or change its gpu_type"))
-            per_node[node][0] += k * c.gpus_per_worker
-            per_node[node][1] += k * c.dram_gb_per_worker
-    for node, (g, d) in sorted(per_node.items()):
-        n = nodes[node]
-        if g > n.gpus:
-            probs.append(Problem(f"node {node}", f"the plan itself places {g} GPUs of workers on a node with {n.gpus}",
-                                 "move workers to other nodes or shrink them"))
-        if d > n.dram_gb + EPS:
-            probs.append(Problem(f"node {node}", f"the plan itself needs {d:g} GB host DRAM on a node with {n.dram_gb:g} GB",
-                                 "move some jobs' resident state to other nodes"))
+            needs += [Need(node, c.gpus_per_worker, c.dram_gb_per_worker, share_at(c, node, reserved), c.job, c.reserves)] * k
+    slots = capacity.initial(nodes, needs)
+    for k, v in sorted(slots.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        if k[0] == "gpus" and v < 0:
+            probs.append(Problem(f"node {k[1]}", f"the plan itself places {nodes[k[1]].gpus - v} GPUs of workers on a node with "
+                                                 f"{nodes[k[1]].gpus}", "move workers to other nodes or shrink them"))
+        elif k[0] == "dram" and v < -EPS:
+            probs.append(Problem(f"node {k[1]}", f"the plan itself needs {nodes[k[1]].dram_gb - v:g} GB host DRAM on a node with "
+                                                 f"{nodes[k[1]].dram_gb:g} GB", "move some jobs' resident state to other nodes"))
+        elif k[0] == "use" and v > slots.get(("res", k[1], k[3]), 0):
+            probs.append(Problem(f"node {k[3]}", f"the plan itself gives job {k[2]} {v} GPUs inside group {k[1]}'s reservation of "
+                                                 f"{slots.get(('res', k[1], k[3]), 0)}",
+                                 "a member's workers (all its components together) must fit in what its group reserves on the node"))
     for c in observed.components.values():
         dead = [w for w in c.live_workers() if w.node in nodes and not nodes[w.node].alive]
         t = target.components.get(c.name)
@@ -103,32 +128,34 @@ def validate_target(observed: ClusterState, target: ClusterState) -> list[Proble
 
 
 # ----------------------------------------------------------------------------- units
-def _needs_change(o: Component, t: Component) -> bool:
+def _needs_change(o: Component, t: Component, reserved: set[tuple[str, str]]) -> bool:
     return (o.placement_counts() != t.placement_counts() or o.layout != t.layout
             or o.gpus_per_worker != t.gpus_per_worker or abs(o.dram_gb_per_worker - t.dram_gb_per_worker) > EPS
-            or any(w.status != "running" for w in o.live_workers()))
+            or o.group != t.group or o.reserves != t.reserves
+            or any(w.status != "running" or w.share != share_at(t, w.node, reserved) for w in o.live_workers())
+            or bool(t.keep and set(t.keep) != {w.id for w in o.live_workers()}))
 
 
-def _new_workers(t: Component, generation: int, start_index: int = 0) -> list[Worker]:
+def _new_workers(t: Component, generation: int, start_index: int = 0, reserved: set = frozenset()) -> list[Worker]:
     out, idx = [], start_index
     for node, k in t.placement_counts().items():
         for _ in range(k):
             out.append(Worker(id=worker_id(t.name, generation, idx, t.role), component=t.name, node=node,
                               gpus=t.gpus_per_worker, dram_gb=t.dram_gb_per_worker, index=idx, generation=generation,
-                              status="requested"))
+                              status="requested", share=share_at(t, node, reserved)))
             idx += 1
     return out
 
 
 def _wargs(w: Worker, comp: Component, **extra) -> dict:
     return {"worker": {"id": w.id, "component": w.component, "node": w.node, "gpus": w.gpus, "dram_gb": w.dram_gb,
-                       "index": w.index, "generation": w.generation},
+                       "index": w.index, "generation": w.generation, "share": w.share},
             "role": comp.role, "job": comp.job, "gpu_type": comp.gpu_type,
             "layout": {"tp": comp.layout.tp, "pp": comp.layout.pp, "dp": comp.layout.dp}, "migration": comp.migration,
-            "model": dict(comp.model), "engine": dict(comp.engine), **extra}
+            "model": dict(comp.model), "engine": dict(comp.engine), "group": comp.group, "reserves": comp.reserves, **extra}
 
 
-def _unit_workload(o: Component, t: Component) -> Unit:
+def _unit_workload(o: Component, t: Component, reserved: set) -> Unit:
     uid = f"{t.name}/workload"
     same_shape = o.gpus_per_worker == t.gpus_per_worker and abs(o.dram_gb_per_worker - t.dram_gb_per_worker) <= EPS
     want = t.placement_counts()
@@ -136,9 +163,13 @@ def _unit_workload(o: Component, t: Component) -> Unit:
     by_node: dict[str, list[Worker]] = {}
     for w in sorted(o.live_workers(), key=lambda w: w.index):
         by_node.setdefault(w.node, []).append(w)
+    prefer = set(t.keep)
     for node, ws in by_node.items():
         k = min(len(ws), want.get(node, 0)) if same_shape else 0
-        ok = [w for w in ws if w.status == "running"][:k]
+        ok = [w for w in ws if w.status == "running" and w.share == share_at(t, node, reserved)]
+        if prefer:  # the plan chose which engines stay (e.g. the reallocation planner's drain order)
+            ok = [w for w in ok if w.id in prefer]
+        ok = ok[:k]
         kept += ok
         released += [w for w in ws if w not in ok]
     gen = o.generation + 1
@@ -146,10 +177,10 @@ def _unit_workload(o: Component, t: Component) -> Unit:
     for w in kept:
         need[w.node] -= 1
     start = max([w.index for w in o.workers] + [-1]) + 1
-    new = _new_workers(replace(t, placement={n: k for n, k in need.items() if k > 0}), gen, start)
+    new = _new_workers(replace(t, placement={n: k for n, k in need.items() if k > 0}), gen, start, reserved)
     cause_shape = "" if same_shape else f" (engine size changes: {o.gpus_per_worker}->{t.gpus_per_worker} GPUs, none can be kept)"
     u = Unit(uid, t.name, "workload",
-             f"rollout placement {o.placement_counts()} -> {want}{cause_shape}: workload migration keeps {len(kept)} engine(s), "
+             f"engine placement {o.placement_counts()} -> {want}{cause_shape}: workload migration keeps {len(kept)} engine(s), "
              f"adds {len(new)}, releases {len(released)}")
     kept_ids = [w.id for w in kept] + [w.id for w in new]
     for w in new:
@@ -171,49 +202,142 @@ def _unit_workload(o: Component, t: Component) -> Unit:
     return u
 
 
-def _unit_p2p(o: Component, t: Component) -> Unit:
+def _in_place(o: Component, t: Component, reserved: set) -> Optional[tuple[dict[str, int], list[Worker]]]:
+    """A DP resize with TP and PP kept: the old replicas that stay where they are (old rank id ->
+    its rank in the new layout) and the new ranks to create; None when it does not apply."""
+    old = sorted(o.live_workers(), key=lambda w: w.index)
+    if (o.layout.tp, o.layout.pp) != (t.layout.tp, t.layout.pp) or o.gpus_per_worker != t.gpus_per_worker or o.group != t.group \
+            or len(old) != o.layout.world or any(w.status != "running" or w.share != share_at(t, w.node, reserved) for w in old):
+        return None
+    room = dict(t.placement_counts())
+    by_replica: dict[int, list[Worker]] = {}
+    for w in old:
+        by_replica.setdefault(o.layout.coords(w.index)[1], []).append(w)
+    kept: dict[str, int] = {}
+    for r in sorted(by_replica):
+        d = len({o.layout.coords(x.index)[1] for x in old if x.id in kept})
+        if d >= t.layout.dp:
+            break
+        need: dict[str, int] = {}
+        for w in by_replica[r]:
+            need[w.node] = need.get(w.node, 0) + 1
+        if all(room.get(n, 0) >= k for n, k in need.items()):
+            for n, k in need.items():
+                room[n] -= k
+            for w in by_replica[r]:
+                pp_i, _, tp_i = o.layout.coords(w.index)
+                kept[w.id] = t.layout.rank_of(pp_i, d, tp_i)
+    if not kept:
+        return None
+    gen = o.generation + 1
+    taken = set(kept.values())
+    slots = [n for n, k in sorted(room.items()) for _ in range(k)]
+    new = []
+    for idx in range(t.layout.world):
+        if idx in taken:
+            continue
+        node = slots.pop(0)
+        new.append(Worker(id=worker_id(t.name, gen, idx, t.role), component=t.name, node=node, gpus=t.gpus_per_worker,
+                          dram_gb=t.dram_gb_per_worker, index=idx, generation=gen, status="requested",
+                          share=share_at(t, node, reserved)))
+    return kept, new
+
+
+def _unit_p2p(o: Component, t: Component, reserved: set) -> Unit:
     gen = o.generation + 1
     old = sorted(o.live_workers(), key=lambda w: w.index)
-    new = _new_workers(t, gen)
+    inplace = _in_place(o, t, reserved)
+    kept, new = inplace if inplace else ({}, _new_workers(t, gen, 0, reserved))
+    retired = [w for w in old if w.id not in kept]
+    how = (f"P2P migration in place: {len(kept)} rank(s) keep their replicas, {len(new)} new rank(s) get a copy"
+           if kept else "P2P migration")
     u = Unit(f"{t.name}/p2p", t.name, "p2p",
-             f"trainer {o.layout} on {o.placement_counts()} -> {t.layout} on {t.placement_counts()}: P2P migration")
+             f"trainer {o.layout} on {o.placement_counts()} -> {t.layout} on {t.placement_counts()}: {how}")
     for w in new:
         u.steps.append(_step(u, "create", w.id, f"rank {w.index} of the new layout {t.layout} on {w.node}, created while the "
                                                f"old ranks keep training", _wargs(w, t, init="empty")))
     u.steps.append(_step(u, "reshard", "", f"parameters, Adam moments and gradient buffers must move from {o.layout} to "
                                            f"{t.layout} before the switch",
-                         {"old": [w.id for w in old], "new": [w.id for w in new],
+                         {"old": [w.id for w in old], "new": [w.id for w in new], "kept": dict(kept),
                           "old_layout": vars(o.layout) | {}, "new_layout": vars(t.layout) | {}, "generation": gen}))
-    u.steps.append(_step(u, "switch", "", f"checksums verified: the new ranks take over training of {t.name}",
-                         {"active": [w.id for w in new], "retired": [w.id for w in old], "generation": gen}))
-    for w in old:
+    active = sorted([(i, wid) for wid, i in kept.items()] + [(w.index, w.id) for w in new])
+    switch = {"active": [wid for _, wid in active], "retired": [w.id for w in retired], "generation": gen}
+    if kept:  # the kept ranks take their place in the new layout (and back, if the switch is undone)
+        index = {w.id: w.index for w in old}
+        switch["relayout"] = {wid: {"index": i, "layout": vars(t.layout) | {}, "generation": gen} for wid, i in kept.items()}
+        switch["relayout_back"] = {wid: {"index": index[wid], "layout": vars(o.layout) | {}, "generation": o.generation}
+                                   for wid in kept}
+    u.steps.append(_step(u, "switch", "", f"checksums verified: the new ranks take over training of {t.name}", switch))
+    for w in retired:
         u.steps.append(_step(u, "stop", w.id, f"old rank {w.index} on {w.node} retired by the switch", _wargs(w, o)))
     return u
 
 
-def _unit_reboot(o: Component, t: Component) -> Unit:
+def _save_step(u: Unit, o: Component, ckpt: str, gen: int, park: bool = False) -> Step:
+    args = {"workers": [w.id for w in sorted(o.live_workers(), key=lambda w: w.index)], "checkpoint": ckpt, "generation": gen}
+    if park:  # where the state waits while the component is stopped (the next diff restores from it)
+        args["park"] = {"checkpoint": ckpt, "layout": vars(o.layout) | {}, "count": len(args["workers"]), "generation": gen,
+                        "role": o.role}
+    return _step(u, "save", "", f"the state of {o.name} must survive the restart", args)
+
+
+def _restore_steps(u: Unit, t: Component, new: list[Worker], ckpt: str, old_layout: dict, old_count: int, gen: int,
+                   retired: list[str], park: Optional[dict] = None) -> None:
+    for w in new:
+        u.steps.append(_step(u, "create", w.id, f"{t.name} restarts on {w.node} from checkpoint {ckpt}",
+                             _wargs(w, t, restore=ckpt, init="empty", restore_layout=old_layout, restore_count=old_count)))
+    args = {"active": [w.id for w in new], "retired": retired, "generation": gen, "checkpoint": ckpt}
+    if park:  # undoing the switch parks the component again
+        args["park"] = park
+    u.steps.append(_step(u, "switch", "", f"restarted workers of {t.name} take over", args))
+
+
+def _unit_reboot(o: Component, t: Component, reserved: set) -> Unit:
     gen = o.generation + 1
     old = sorted(o.live_workers(), key=lambda w: w.index)
-    new = _new_workers(t, gen)
+    new = _new_workers(t, gen, 0, reserved)
     ckpt = f"{t.name}@g{gen}"
     u = Unit(f"{t.name}/reboot", t.name, "reboot",
              f"{t.name} {o.placement_counts()} -> {t.placement_counts()}: reboot (save, stop, restart from the saved state)")
-    u.steps.append(_step(u, "save", "", f"the state of {t.name} must survive the restart", {"workers": [w.id for w in old],
-                                                                                          "checkpoint": ckpt, "generation": gen}))
+    u.steps.append(_save_step(u, o, ckpt, gen))
     for w in old:
         u.steps.append(_step(u, "stop", w.id, f"reboot stops {w.id} on {w.node} after its state was saved", _wargs(w, o)))
-    for w in new:
-        u.steps.append(_step(u, "create", w.id, f"reboot restarts {t.name} on {w.node} from checkpoint {ckpt}",
-                             _wargs(w, t, restore=ckpt, init="empty", restore_layout=vars(o.layout) | {},
-                                    restore_count=len(old))))
-    u.steps.append(_step(u, "switch", "", f"restarted workers of {t.name} take over", {"active": [w.id for w in new],
-                                                                                     "retired": [w.id for w in old],
-                                                                                     "generation": gen, "checkpoint": ckpt}))
+    _restore_steps(u, t, new, ckpt, vars(o.layout) | {}, len(old), gen, [w.id for w in old])
     return u
 
 
-def _unit_add(t: Component, generation: int = 1) -> Unit:
-    new = _new_workers(t, generation)
+def staged(o: Component, t: Component, reserved: set, why: str) -> list[Unit]:
+    """A reboot in two units that other units may run between: **park** (save, stop: gives the
+    component's GPUs and DRAM back) and **restore** (restart on the target from the checkpoint).
+    The journal holds both; while the component is parked the coordinator records its checkpoint,
+    so a later diff restores it from there."""
+    gen = o.generation + 1
+    old = sorted(o.live_workers(), key=lambda w: w.index)
+    new = _new_workers(t, gen, 0, reserved)
+    ckpt = f"{t.name}@g{gen}"
+    park = Unit(f"{t.name}/park", t.name, "park", f"{t.name} is stopped from its saved state while other components move: {why}")
+    save = _save_step(park, o, ckpt, gen, park=True)
+    park.steps.append(save)
+    for w in old:
+        park.steps.append(_step(park, "stop", w.id, f"parked: {w.id} on {w.node} stops after its state was saved", _wargs(w, o)))
+    restore = Unit(f"{t.name}/restore", t.name, "restore", f"{t.name} restarts on {t.placement_counts()} from checkpoint {ckpt}",
+                   after=[park.id])
+    _restore_steps(restore, t, new, ckpt, vars(o.layout) | {}, len(old), gen, [], save.args["park"])
+    return [park, restore]
+
+
+def _unit_unpark(info: dict, t: Component, reserved: set) -> Unit:
+    """A component a staged reboot parked (an earlier apply stopped before restoring it): restore it."""
+    gen = int(info["generation"])
+    new = _new_workers(t, gen, 0, reserved)
+    u = Unit(f"{t.name}/restore", t.name, "restore", f"{t.name} was parked in checkpoint {info['checkpoint']}: restart it on "
+                                                      f"{t.placement_counts()}")
+    _restore_steps(u, t, new, info["checkpoint"], info["layout"], int(info["count"]), gen, [], dict(info))
+    return u
+
+
+def _unit_add(t: Component, generation: int = 1, reserved: set = frozenset()) -> Unit:
+    new = _new_workers(t, generation, 0, reserved)
     u = Unit(f"{t.name}/add", t.name, "add", f"{t.name} is new in the plan")
     for w in new:
         u.steps.append(_step(u, "create", w.id, f"the plan adds {t.name}: worker {w.index} on {w.node}", _wargs(w, t)))
@@ -240,116 +364,49 @@ def _step(u: Unit, kind: str, worker: str, cause: str, args: dict) -> Step:
 
 def build_units(observed: ClusterState, target: ClusterState) -> list[Unit]:
     units: list[Unit] = []
+    reserved = reservations(target)
     for name in sorted(set(observed.components) | set(target.components)):
         o, t = observed.components.get(name), target.components.get(name)
         if o is None or not o.live_workers():
-            if t is not None:
-                units.append(_unit_add(t, (o.generation + 1) if o else 1))
+            if t is not None and name in observed.parked:
+                units.append(_unit_unpark(observed.parked[name], t, reserved))
+            elif t is not None:
+                units.append(_unit_add(t, (o.generation + 1) if o else 1, reserved))
         elif t is None:
             units.append(_unit_remove(o))
-        elif _needs_change(o, t):
-            units.append({"workload": _unit_workload, "p2p": _unit_p2p, "reboot": _unit_reboot}[t.migration](o, t))
+        elif _needs_change(o, t, reserved):
+            units.append({"workload": _unit_workload, "p2p": _unit_p2p, "reboot": _unit_reboot}[t.migration](o, t, reserved))
     return units
 
 
-# ----------------------------------------------------------------------------- ordering
-Free = dict[str, tuple[int, float]]
-
-
-def unit_effect(u: Unit, free: Free) -> tuple[Optional[Free], Optional[str]]:
-    """Free capacity after ``u``, or (None, why) if some step of ``u`` overfills a node."""
-    cur = dict(free)
-    for s in u.steps:
-        info = STEP_KINDS[s.kind]
-        if not (info.takes_resources or info.releases_resources):
-            continue
-        w = s.args["worker"]
-        g, d = cur.get(w["node"], (0, 0.0))
-        sign = -1 if info.takes_resources else 1
-        g, d = g + sign * w["gpus"], d + sign * w["dram_gb"]
-        if g < 0 or d < -EPS:
-            short = f"{-g} GPU(s)" if g < 0 else f"{-d:g} GB host DRAM"
-            return None, (f"step '{s.id}' needs {w['gpus']} GPU(s) and {w['dram_gb']:g} GB DRAM on node {w['node']}, "
-                          f"{short} short")
-        cur[w["node"]] = (g, d)
-    return cur, None
-
-
-def _release_score(u: Unit, free: Free) -> tuple[int, float]:
-    after, _ = unit_effect(u, free)
-    assert after is not None
-    return (sum(after[n][0] - free[n][0] for n in free), sum(after[n][1] - free[n][1] for n in free))
-
-
-def order_units(units: list[Unit], free0: Free, budget: int = 50_000) -> tuple[Optional[list[Unit]], list[str]]:
-    """A capacity-safe order of ``units`` (or None and the reasons no order was found)."""
-    # Greedy: among the units that fit now, the one that gives most capacity back goes first.
-    free, done, remaining = dict(free0), [], list(units)
-    while remaining:
-        fits = [u for u in remaining if unit_effect(u, free)[0] is not None]
-        if not fits:
-            break
-        u = max(fits, key=lambda u: (_release_score(u, free), -units.index(u)))
-        free = unit_effect(u, free)[0]
-        done.append(u)
-        remaining.remove(u)
-    if not remaining:
-        return done, []
-    # Exhaustive search over done-sets (the free capacity depends only on which units are done).
-    dead: set[frozenset[int]] = set()
-    expansions = [0]
-
-    def search(done_ix: frozenset[int], free: Free, path: list[int]) -> Optional[list[int]]:
-        if len(done_ix) == len(units):
-            return path
-        if done_ix in dead or expansions[0] > budget:
-            return None
-        expansions[0] += 1
-        for i, u in enumerate(units):
-            if i in done_ix:
-                continue
-            after, _ = unit_effect(u, free)
-            if after is not None:
-                got = search(done_ix | {i}, after, path + [i])
-                if got is not None:
-                    return got
-        dead.add(done_ix)
-        return None
-
-    found = search(frozenset(), dict(free0), [])
-    if found is not None:
-        return [units[i] for i in found], []
-    reasons = []
-    for u in remaining:
-        _, why = unit_effect(u, free)
-        reasons.append(f"{u.id} ({u.kind}): {why}")
-    if expansions[0] > budget:
-        reasons.append(f"(search stopped after {budget} states; the order may exist but was not found)")
-    return None, reasons
-
-
 def _free_capacity(observed: ClusterState) -> Free:
-    out: Free = {}
-    for name, n in observed.nodes.items():
-        if not n.alive:
-            out[name] = (0, 0.0)
-            continue
-        out[name] = observed.free(name)
-    return out
+    return observed.slots(dead_free_zero=True)
 
 
-def diff(observed: ClusterState, target: ClusterState) -> StepPlan:
-    """Ordered steps from ``observed`` to ``target``; raises :class:`Unreachable` with the reasons."""
+def diff(observed: ClusterState, target: ClusterState, *, stage: bool = False, budget: int = 50_000) -> StepPlan:
+    """Ordered steps from ``observed`` to ``target``; raises :class:`Unreachable` with the reasons.
+
+    When no capacity-safe order of the planned migrations exists (e.g. groups that swap nodes),
+    ``stage`` turns as few of them as it needs into staged reboots (:func:`staged`: park, and
+    restore once the others have made room) and says so in the plan's notes."""
     if not target.nodes:
         target.nodes = dict(observed.nodes)
     problems = validate_target(observed, target)
     if problems:
         raise Unreachable(problems, title="the plan cannot be applied to this cluster:")
     units = build_units(observed, target)
-    ordered, reasons = order_units(units, _free_capacity(observed))
+    reserved = reservations(target)
+
+    def split(u: Unit, why: str) -> Optional[list[Unit]]:
+        if u.kind not in ("workload", "p2p", "reboot"):
+            return None
+        return staged(observed.components[u.component], target.components[u.component], reserved, why)
+
+    ordered, reasons, notes = order_units(units, _free_capacity(observed), budget=budget, split=split if stage else None)
     if ordered is None:
         fixes = ("give the components that grow room on other nodes, or choose migration 'reboot' for a component "
-                 "whose old and new copies cannot both fit (it stops before it restarts)")
+                 "whose old and new copies cannot both fit (it stops before it restarts)"
+                 + ("" if stage else ", or let the executor stage such migrations as park-then-restore (planner apply --stage)"))
         raise Unreachable([Problem(r.split(" (")[0], r, "") for r in reasons] + [Problem("", "no capacity-safe order of the steps exists", fixes)],
                           title="the plan cannot be reached without overfilling a node:")
     steps: list[Step] = []
@@ -357,4 +414,4 @@ def diff(observed: ClusterState, target: ClusterState) -> StepPlan:
         for s in u.steps:
             s.seq = len(steps) + 1
             steps.append(s)
-    return StepPlan(ordered, steps, observed, target)
+    return StepPlan(ordered, steps, observed, target, notes)

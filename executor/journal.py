@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from planner.errors import Problem, UserError
+from estimators.errors import Problem, UserError
 
 from executor.steps import STEP_TRANSITIONS, Step, check_transition
 

@@ -48,7 +48,10 @@ def compensate_create(ctx: Ctx, step: Step, outcome) -> str:
         from executor.migrations.workload import rehome
 
         ctx.coord("revoke", wid, "rolled back")
-        rehome(ctx, step.component, exclude=[wid])
+        try:
+            rehome(ctx, step.component, exclude=[wid])
+        except WorkerLost:  # no other engine of the component is up (a restore being undone): the ledger keeps them
+            ctx.event("requests waiting", f"no live engine of {step.component} to take them", component=step.component)
     ctx.coord("revoke", wid, "rolled back")
     note = ctx.backend.stop_worker(wid)
     ctx.coord("unregister", wid)
@@ -101,16 +104,33 @@ def run_switch(ctx: Ctx, step: Step) -> dict:
         from executor.migrations.p2p import check_unchanged_since_reshard
 
         check_unchanged_since_reshard(ctx, step)
+        if a.get("relayout"):
+            _relayout(ctx, a["relayout"])
+            recs = {r["id"]: r for r in ctx.coord("records")}
         layout = Layout(**recs[active[0]]["layout"])
         ctx.backend.form_training_group(step.component, [recs[w] for w in active], layout)
     ctx.fault("mid")
     ctx.coord("switch", step.component, active, retired, gen)
+    if step.unit.endswith("/restore"):
+        ctx.coord("unpark", step.component)
     ctx.event("switched", step.cause, active=active, retired=retired)
     return {"active": active, "retired": retired, "generation": gen}
 
 
+def _relayout(ctx: Ctx, moves: dict) -> None:
+    """Kept trainer ranks take their rank and layout in the other layout (worker and registry; idempotent)."""
+    for wid, info in sorted(moves.items()):
+        ctx.call(wid, "relayout", info["index"], info["layout"])
+        ctx.coord("update_record", wid, {"index": info["index"], "layout": info["layout"], "generation": info["generation"]})
+
+
 def compensate_switch(ctx: Ctx, step: Step, outcome) -> str:
     a = step.args
+    if a.get("relayout_back"):
+        try:
+            _relayout(ctx, {w: i for w, i in a["relayout_back"].items() if ctx.backend.worker_alive(w)})
+        except WorkerLost as exc:
+            ctx.declare_dead(exc.worker_id, exc.why)
     back = []
     for w in a["retired"]:
         if ctx.backend.worker_alive(w) and ctx.coord("lease", w) is None:
@@ -127,5 +147,9 @@ def compensate_switch(ctx: Ctx, step: Step, outcome) -> str:
             back.append(w)
         elif ctx.coord("lease", w) is not None:
             back.append(w)
+    kept = a.get("relayout_back", {})
+    back += [w for w in sorted(kept, key=lambda w: kept[w]["index"]) if ctx.coord("lease", w) is not None]
     ctx.coord("switch", step.component, back, [], a["generation"] - 1)
+    if a.get("park"):  # an undone restore: the component is parked again, its checkpoint kept
+        ctx.coord("park", step.component, a["park"])
     return f"serving set restored to {back}"

@@ -16,6 +16,8 @@ def print_plan(plan: StepPlan, out: TextIO) -> None:
         out.write("nothing to do: the cluster already matches the plan\n")
         return
     out.write(f"{len(plan.steps)} step(s) in {len(plan.units)} unit(s):\n")
+    for note in plan.notes:
+        out.write(f"note: {note}\n")
     for u in plan.units:
         out.write(f"\n[{u.kind}] {u.component}: {u.cause}\n")
         for s in u.steps:

@@ -1,4 +1,7 @@
-"""What the ``apply`` and ``status`` commands share: opening a backend, reading a plan as a target."""
+"""What the ``apply`` and ``status`` commands share: opening a backend, the default paths, the crash hook.
+
+(Reading plan documents as targets needs the planner's documents and scenarios: it lives in
+:mod:`planner.apply.documents`.)"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from planner.errors import Problem, UserError
+from estimators.errors import Problem, UserError
 
 from executor.backends.base import Deadlines
 from executor.state import ClusterState, Node
@@ -19,7 +22,7 @@ def journal_path(arg: Optional[str]) -> Path:
 
 
 def sim_state_path(arg: Optional[str]) -> Path:
-    return Path(arg) if arg else DEFAULT_DIR / "sim-state.pkl"
+    return Path(arg) if arg else DEFAULT_DIR / "sim-state.sqlite"
 
 
 def open_backend(kind: str, *, address: Optional[str] = None, sim_state: Optional[str] = None,
@@ -53,41 +56,6 @@ def open_backend(kind: str, *, address: Optional[str] = None, sim_state: Optiona
             raise UserError(Problem("--address", f"cannot connect to a Ray cluster at {address or 'auto'}: {exc}",
                                     "start one with 'ray start --head' or pass --address HOST:PORT")) from None
     raise UserError(Problem("--backend", f"unknown backend {kind!r}", "use ray or sim"))
-
-
-def plan_digest(doc) -> str:
-    """What identifies a plan in the journal: the digest of its canonical bytes."""
-    import hashlib
-
-    from planner import plandoc
-
-    return hashlib.sha256(plandoc.dumps(doc).encode()).hexdigest()[:16]
-
-
-def read_target(path: str, observed_or_none, scenario: Optional[str] = None) -> tuple[ClusterState, str, str]:
-    """(target state, plan name, digest) from any plan document the executor understands."""
-    from planner import plandoc
-
-    import executor.target as tgt  # registers the ExecutorTarget body model
-    from executor.adapters import plans
-
-    doc = plandoc.read(path)
-    digest = plan_digest(doc)
-    name = Path(path).name
-    if doc.kind == tgt.KIND:
-        return tgt.to_state(tgt.ExecutorTarget.model_validate(doc.body)), name, digest
-    if doc.kind == "ReallocPlan":
-        observed = observed_or_none()
-        return tgt.to_state(plans.from_realloc(doc.body, observed)), name, digest
-    if doc.kind == "PlacementPlan":
-        if not scenario:
-            raise UserError(Problem("--scenario", "a PlacementPlan needs the scenario it was made from (jobs' DRAM, node names)",
-                                    "pass --scenario SCENARIO.yaml"))
-        from planner.schema import load_scenario
-
-        return tgt.to_state(plans.from_placement(doc.body, load_scenario(scenario))), name, digest
-    raise UserError(Problem("kind", f"the executor cannot apply a {doc.kind}",
-                            "pass an ExecutorTarget, a PlacementPlan (with --scenario) or a ReallocPlan"))
 
 
 def crash_hook_from_env():

@@ -4,16 +4,19 @@ One model serves both sides of :func:`executor.diff.diff`:
 
 * a :class:`Node` has a GPU type, a GPU count and host DRAM (GB);
 * a :class:`Component` is one part of one RL job (``qwen7b/rollout``, ``qwen7b/trainer``, ...)
-  with a role (rollout engines, trainer ranks, or another service), a trainer layout (TP/PP/DP),
-  the migration kind to use when it moves, and its workers;
+  with a role (inference engines, trainer ranks, or another service), a trainer layout
+  (TP/PP/DP), the migration kind to use when it moves, and its workers; a member of a
+  co-execution group names the group (``group``), and a group's reservation of a node's GPUs is
+  a component of its own (``reserves``);
 * a :class:`Worker` is one actor: its node, the GPUs and host DRAM it holds, its rank (trainer) or
   engine index (rollout), the epoch of its lease and its lifecycle status (see
-  :mod:`executor.steps`).
+  :mod:`executor.steps`), and the group whose reservation its GPUs count against (``share``).
 
 The *observed* state comes from a backend (the workers that really run). The *target* state is
 built from the executor's own input document (:mod:`executor.target`): it has the same shape,
-with worker ids left to the diff. Capacity is accounted per node: GPUs and DRAM held by every
-worker that is not stopped.
+with worker ids left to the diff. Capacity is accounted per node by the rule of
+:mod:`executor.capacity` over every worker that is not stopped: DRAM always; GPUs on the node, or
+inside a co-execution group's reservation (members share the pool's GPUs in time).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable, Literal, Optional
+
+from executor import capacity
+from executor.capacity import Need
 
 Role = Literal["rollout", "trainer", "service"]
 MigrationKind = Literal["workload", "p2p", "reboot"]
@@ -83,6 +89,7 @@ class Worker:
     epoch: int = 0  # lease epoch; every side effect of the worker carries it
     generation: int = 0  # bumped by every migration of its component
     status: str = "running"
+    share: str = ""  # runs inside this co-execution group's reservation on its node (executor.capacity)
 
     @property
     def holds_resources(self) -> bool:
@@ -108,6 +115,9 @@ class Component:
     # What the workers run: the trainer's model dimensions, the rollout engine's settings.
     model: dict = field(default_factory=dict)
     engine: dict = field(default_factory=dict)
+    group: str = ""  # a member of this co-execution group: inside its reservations, GPUs are time-shared
+    reserves: str = ""  # this component is the group's reservation of its nodes' GPUs
+    keep: list[str] = field(default_factory=list)  # target only: workers to keep when engines are released
 
     def __post_init__(self) -> None:
         if not self.migration:
@@ -134,35 +144,39 @@ class Component:
 class ClusterState:
     nodes: dict[str, Node] = field(default_factory=dict)
     components: dict[str, Component] = field(default_factory=dict)
+    # Observed only: components a staged reboot stopped and has not restored yet, with their checkpoint
+    # ({"checkpoint", "layout", "count", "generation"}): the next diff restores them from it.
+    parked: dict[str, dict] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ capacity
     def workers(self) -> Iterable[Worker]:
         for c in self.components.values():
             yield from c.workers
 
+    def needs(self) -> list[Need]:
+        """What every worker that is not stopped holds (:mod:`executor.capacity`)."""
+        out = []
+        for c in self.components.values():
+            for w in c.live_workers():
+                out.append(Need(w.node, w.gpus, w.dram_gb, w.share, c.job, c.reserves))
+        return out
+
+    def slots(self, dead_free_zero: bool = False) -> dict:
+        return capacity.initial(self.nodes, self.needs(), dead_free_zero)
+
     def used(self, node: str) -> tuple[int, float]:
-        gpus, dram = 0, 0.0
-        for w in self.workers():
-            if w.node == node and w.holds_resources:
-                gpus += w.gpus
-                dram += w.dram_gb
-        return gpus, dram
+        """GPUs held on the node (reservations and workers outside any) and host DRAM pinned there."""
+        s = self.slots()
+        n = self.nodes[node]
+        return n.gpus - s[("gpus", node)], n.dram_gb - s[("dram", node)]
 
     def free(self, node: str) -> tuple[int, float]:
-        n = self.nodes[node]
-        g, d = self.used(node)
-        return n.gpus - g, n.dram_gb - d
+        s = self.slots()
+        return s[("gpus", node)], s[("dram", node)]
 
     def over_capacity(self) -> list[str]:
-        """Nodes whose workers hold more GPUs or DRAM than the node has (one message each)."""
-        out = []
-        for name, n in sorted(self.nodes.items()):
-            g, d = self.used(name)
-            if g > n.gpus:
-                out.append(f"node {name}: {g} GPUs in use, has {n.gpus}")
-            if d > n.dram_gb + 1e-9:
-                out.append(f"node {name}: {d:g} GB host DRAM in use, has {n.dram_gb:g}")
-        return out
+        """Over-full nodes and reservations (one message each)."""
+        return capacity.violations(self.nodes, self.needs())
 
     def worker(self, worker_id: str) -> Optional[Worker]:
         for w in self.workers():
@@ -180,6 +194,7 @@ class ClusterState:
                  "workers": [asdict(w) for w in sorted(c.workers, key=lambda w: (w.index, w.id))]}
                 for c in sorted(self.components.values(), key=lambda c: c.name)
             ],
+            **({"parked": {k: dict(v) for k, v in sorted(self.parked.items())}} if self.parked else {}),
         }
 
     @classmethod
@@ -193,6 +208,7 @@ class ClusterState:
             layout = Layout(**c.pop("layout", {}))
             comp = Component(**c, layout=layout, workers=workers)
             st.components[comp.name] = comp
+        st.parked = {k: dict(v) for k, v in data.get("parked", {}).items()}
         return st
 
     def to_json(self) -> str:
@@ -205,8 +221,9 @@ class ClusterState:
     def table(self) -> list[dict]:
         """One row per node: GPUs and DRAM in use, and which component's workers sit there."""
         rows = []
+        s = self.slots()
         for name, n in sorted(self.nodes.items()):
-            g, d = self.used(name)
+            g, d = n.gpus - s[("gpus", name)], n.dram_gb - s[("dram", name)]
             here: dict[str, int] = {}
             for c in self.components.values():
                 for w in c.live_workers():

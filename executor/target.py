@@ -23,6 +23,10 @@ write one by hand::
           placement: {h100-0: 4}
           migration: p2p
           model: {hidden: 64, ffn: 256, layers: 4, vocab: 512}
+
+Co-execution groups: a component with ``reserves: G`` holds GPUs of its nodes for group ``G``;
+a component with ``group: G`` runs inside those reservations, its GPUs time-shared with the
+group's other members (:mod:`executor.capacity`).
 """
 
 from __future__ import annotations
@@ -30,8 +34,6 @@ from __future__ import annotations
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from planner.plandoc import register_body
 
 from executor.state import ClusterState, Component, Layout, Node
 
@@ -83,6 +85,10 @@ class ComponentIn(_S):
     migration: Optional[Literal["workload", "p2p", "reboot"]] = None
     model: Optional[ModelIn] = None
     engine: Optional[EngineIn] = None
+    group: str = Field("", description="co-execution group this component is a member of: on nodes the group reserves, "
+                                       "its workers run inside the reservation (members take turns on its GPUs)")
+    reserves: str = Field("", description="this component is the group's reservation of its nodes' GPUs")
+    keep: Optional[list[str]] = Field(None, description="engines: the running workers to keep (the rest are released)")
 
     @model_validator(mode="after")
     def _shape(self):
@@ -110,9 +116,6 @@ class ExecutorTarget(_S):
         return self
 
 
-register_body(KIND, "executor.target:ExecutorTarget")
-
-
 def to_state(body: ExecutorTarget) -> ClusterState:
     st = ClusterState(nodes={n.name: Node(n.name, n.gpu_type, n.gpus, n.dram_gb, n.alive) for n in body.nodes})
     for c in body.components:
@@ -122,7 +125,7 @@ def to_state(body: ExecutorTarget) -> ClusterState:
             layout=Layout(lay.tp, lay.pp, lay.dp), gpus_per_worker=c.gpus_per_worker, dram_gb_per_worker=c.dram_gb_per_worker,
             migration=c.migration or "", placement=dict(c.placement),
             model=c.model.model_dump() if c.model else ({} if c.role != "trainer" else ModelIn().model_dump()),
-            engine=c.engine.model_dump() if c.engine else {})
+            engine=c.engine.model_dump() if c.engine else {}, group=c.group, reserves=c.reserves, keep=list(c.keep or []))
     return st
 
 
@@ -137,6 +140,10 @@ def from_state(st: ClusterState) -> dict:
             d["model"] = dict(c.model) or None
         if c.engine:
             d["engine"] = dict(c.engine)
+        if c.group:
+            d["group"] = c.group
+        if c.reserves:
+            d["reserves"] = c.reserves
         comps.append({k: v for k, v in d.items() if v is not None})
     nodes = [{"name": n.name, "gpu_type": n.gpu_type, "gpus": n.gpus, "dram_gb": n.dram_gb}
              for n in sorted(st.nodes.values(), key=lambda n: n.name)]

@@ -1,39 +1,64 @@
-"""From the planners' plan bodies to the executor's target state (:mod:`executor.target`).
+"""From a reallocation plan body to the executor's target state (:mod:`executor.target`).
 
-* **ReallocPlan** (in-iteration reallocation, DynaRL): for each component whose allocation
-  changes, ``to_workers`` gives the workers per node and their GPUs, ``migration_kind`` the
-  migration. Components keep their names as ``<job>/<component>``; every component the plan
-  does not touch stays as observed. A trainer's new layout keeps the observed TP and PP and
-  takes DP from the GPU count (one rank per GPU); a count that TP x PP does not divide is
-  refused. A plan that was not committed is refused: there is nothing to apply.
-* **PlacementPlan** (co-execution groups, Weave): members of a group share its rollout and
-  training pools in turn (round-robin), and each member's weights and optimizer state stay
-  resident in host DRAM on the nodes it is pinned to. So each group becomes two pool
-  components (``<group>/rollout-pool``, ``<group>/train-pool``: one worker per pool node holding
-  every GPU of the node) and each member two resident-state components (``<job>/rollout``,
-  ``<job>/trainer``: one worker per pinned node, no GPUs, the job's host DRAM per node from the
-  scenario's estimates). Moving a member's resident state is a cold start: reboot.
+**ReallocPlan** (in-iteration reallocation, DynaRL): for each component whose allocation
+changes, ``to_workers`` gives the workers per node and their GPUs, ``migration_kind`` the
+migration. The plan's components are the job's components as the executor runs them
+(``<job>/<component>``; telemetry reports ``<component>`` and the executor's worker ids), and
+every component the plan does not touch stays as observed. Engines: the plan's kept workers
+(``to_workers`` not marked ``new``) are the ones kept, the rest of the component's engines are
+released (the planner chose them: emptiest first), and new engines are started where it says.
+A trainer's new layout keeps the observed TP and PP and takes DP from the GPU count (one rank per
+GPU); a count that TP x PP does not divide is refused. A plan that was not committed is refused:
+there is nothing to apply.
 
-Both bodies are read as plain dictionaries (the planners' pydantic models live in their own
-packages); a missing field is reported with its path and the fix.
+Everything the plan names must exist here: every node (``to_workers[].node``) must be a node of
+this cluster — the reallocation planner names the nodes its snapshot declares, so a snapshot must
+declare the nodes as the executor names them — and every kept worker a running worker of its
+component; anything else is refused with the field and the fix.
+
+The body is read as a plain dictionary (the planner's pydantic model lives in its own package);
+a missing field is reported with its path and the fix. The adapter for placement plans needs the
+scenario and lives in the planner (:mod:`planner.apply.placement`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
-from planner.errors import Problem, UserError
+from estimators.errors import Problem, UserError, did_you_mean
 
-from executor.state import ClusterState
+from executor.state import ALLOWED_MIGRATIONS, ClusterState
 from executor.target import ExecutorTarget, from_state
-
-ROLE_OF_KIND = {"rollout": "rollout", "trainer": "trainer", "critic": "trainer"}
 
 
 def _need(d: dict, key: str, where: str) -> Any:
     if key not in d:
         raise UserError(Problem(f"{where}.{key}", "missing", "pass a plan written by this rl-planner's planner"))
     return d[key]
+
+
+def _check_workers(name: str, workers: list, observed: ClusterState, where: str) -> list[str]:
+    """The kept workers' ids, after checking every node and kept worker the plan names exists here."""
+    comp = observed.components[name]
+    running = {w.id for w in comp.live_workers() if w.status == "running"}
+    kept = []
+    for k, w in enumerate(workers):
+        node = _need(w, "node", f"{where}.to_workers[{k}]")
+        if node not in observed.nodes:
+            raise UserError(Problem(f"{where}.to_workers[{k}].node", f"node {node!r} is not a node of this cluster."
+                                    f"{did_you_mean(node, observed.nodes)} (nodes: {', '.join(sorted(observed.nodes)[:8])}"
+                                    f"{', ...' if len(observed.nodes) > 8 else ''})",
+                                    "re-plan from a telemetry snapshot that declares the cluster's nodes ('nodes') under the names "
+                                    "the executor reports ('planner status', GET /v1/cluster)"))
+        if not w.get("new"):
+            wid = _need(w, "worker_id", f"{where}.to_workers[{k}]")
+            if wid not in running:
+                raise UserError(Problem(f"{where}.to_workers[{k}].worker_id", f"worker {wid!r} is not a running worker of {name}."
+                                        f"{did_you_mean(wid, running)}",
+                                        "re-plan from telemetry that reports the executor's own worker ids ('planner status', "
+                                        "GET /v1/cluster), or mark the worker new"))
+            kept.append(wid)
+    return kept
 
 
 def from_realloc(body: dict, observed: ClusterState) -> ExecutorTarget:
@@ -46,16 +71,27 @@ def from_realloc(body: dict, observed: ClusterState) -> ExecutorTarget:
     for i, a in enumerate(_need(body, "allocation", "body")):
         where = f"body.allocation[{i}]"
         name = f"{job}/{_need(a, 'component', where)}"
-        kind = _need(a, "kind", where)
-        role = ROLE_OF_KIND.get(kind, "service")
+        c = comps.get(name)
+        if c is None:
+            mine = [n.split("/", 1)[1] for n in comps if n.startswith(f"{job}/")]
+            raise UserError(Problem(f"{where}.component", f"component {name} does not run on this cluster"
+                                    + (f" (job {job} runs: {', '.join(sorted(mine))})" if mine else ""),
+                                    "apply the job's placement first, or post telemetry that names the job's components as the "
+                                    "executor runs them"))
         workers = _need(a, "to_workers", where)
+        kind = _need(a, "migration_kind", where)
+        if kind not in ALLOWED_MIGRATIONS.get(c["role"], ()):
+            raise UserError(Problem(f"{where}.migration_kind", f"{kind!r} cannot move {name} (a {c['role']} component)",
+                                    f"use one of {', '.join(ALLOWED_MIGRATIONS[c['role']])}"))
+        kept = _check_workers(name, workers, observed, where)
         placement: dict[str, int] = {}
         sizes = {w["gpus"] for w in workers}
         types = {w["gpu_type"] for w in workers}
-        if role == "trainer":
+        if c["role"] == "trainer":
+            per_rank = max(1, int(c.get("gpus_per_worker") or 1))
             for w in workers:
-                placement[w["node"]] = placement.get(w["node"], 0) + w["gpus"]
-            gpw = 1
+                placement[w["node"]] = placement.get(w["node"], 0) + w["gpus"] // per_rank
+            gpw = per_rank
         else:
             if len(sizes) > 1:
                 raise UserError(Problem(f"{where}.to_workers", f"workers of {name} have different sizes {sorted(sizes)} GPUs",
@@ -63,14 +99,11 @@ def from_realloc(body: dict, observed: ClusterState) -> ExecutorTarget:
             for w in workers:
                 placement[w["node"]] = placement.get(w["node"], 0) + 1
             gpw = sizes.pop() if sizes else 1
-        c = comps.get(name)
-        if c is None:
-            raise UserError(Problem(where, f"component {name} does not run on this cluster",
-                                    "apply the job's placement first, or check the plan's job name"))
-        c = dict(c, placement=placement, gpus_per_worker=gpw, migration=_need(a, "migration_kind", where))
-        if len(types) == 1:
-            c["gpu_type"] = types.pop()
-        if role == "trainer":
+        c = dict(c, placement=placement, gpus_per_worker=gpw, migration=kind)
+        if c["role"] != "trainer":
+            c["keep"] = kept
+        c["gpu_type"] = types.pop() if len(types) == 1 else ""  # engines may span GPU types
+        if c["role"] == "trainer":
             lay = dict(c["layout"])
             world = sum(placement.values())
             if world % (lay["tp"] * lay["pp"]):
@@ -81,42 +114,3 @@ def from_realloc(body: dict, observed: ClusterState) -> ExecutorTarget:
         comps[name] = c
     cur["components"] = list(comps.values())
     return ExecutorTarget.model_validate(cur)
-
-
-def scenario_nodes(scenario) -> list[dict]:
-    """Node inventory named as the placement planner names them (``ClusterView.node_names``):
-    ``<node group>-<i>`` for each node group in scenario order."""
-    return [{"name": f"{g.name}-{i}", "gpu_type": g.gpu_type, "gpus": g.gpus_per_node, "dram_gb": g.host_dram_gb}
-            for g in scenario.cluster.node_groups for i in range(g.count)]
-
-
-def from_placement(body: dict, scenario, dram: Optional[dict[str, tuple[float, float]]] = None) -> ExecutorTarget:
-    """``dram``: job -> (GB per rollout node, GB per training node); default from the estimators."""
-    if dram is None:
-        from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
-
-        view = ClusterView(scenario, resolve_gpu_types(scenario))
-        dram = {}
-        for job in scenario.jobs:
-            est = estimate_job(job, view)
-            dram[job.name] = (est.dram_rollout_node_gb, est.dram_train_node_gb)
-    nodes = scenario_nodes(scenario)
-    comps = []
-    for gi, g in enumerate(_need(body, "groups", "body")):
-        where = f"body.groups[{gi}]"
-        gid = _need(g, "id", where)
-        for pool, key in (("rollout-pool", "rollout_pool"), ("train-pool", "train_pool")):
-            p = _need(g, key, where)
-            comps.append({"name": f"{gid}/{pool}", "role": "service", "gpu_type": p["gpu_type"], "gpus_per_worker": p["gpus_per_node"],
-                          "dram_gb_per_worker": 0.0, "placement": {n: 1 for n in p["nodes"]}, "migration": "reboot"})
-        for mi, m in enumerate(_need(g, "members", where)):
-            job = _need(m, "job", f"{where}.members[{mi}]")
-            if job not in dram:
-                raise UserError(Problem(f"{where}.members[{mi}].job", f"job {job!r} is not in the scenario",
-                                        "pass the scenario the plan was made from (--scenario)"))
-            r_gb, t_gb = dram[job]
-            comps.append({"name": f"{job}/rollout", "role": "service", "gpus_per_worker": 0, "dram_gb_per_worker": r_gb,
-                          "placement": {n: 1 for n in m["rollout_nodes"]}, "migration": "reboot"})
-            comps.append({"name": f"{job}/trainer", "role": "service", "gpus_per_worker": 0, "dram_gb_per_worker": t_gb,
-                          "placement": {n: 1 for n in m["train_nodes"]}, "migration": "reboot"})
-    return ExecutorTarget.model_validate({"nodes": nodes, "components": comps})

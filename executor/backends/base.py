@@ -72,14 +72,15 @@ def observe(backend: Backend) -> ClusterState:
                           layout=Layout(**rec.get("layout", {})), gpus_per_worker=rec["gpus"],
                           dram_gb_per_worker=rec["dram_gb"], migration=rec.get("migration", ""),
                           model=rec.get("model") or {}, engine=rec.get("engine") or {},
-                          generation=gens.get(rec["component"], 0))
+                          generation=gens.get(rec["component"], 0), group=rec.get("group", ""), reserves=rec.get("reserves", ""))
             st.components[c.name] = c
         status = rec.get("status", "running")
         if status == "running" and not backend.worker_alive(rec["id"]):
             status = "dead"
         c.workers.append(Worker(id=rec["id"], component=rec["component"], node=rec["node"], gpus=rec["gpus"],
                                 dram_gb=rec["dram_gb"], index=rec["index"], epoch=rec.get("epoch", 0),
-                                generation=rec.get("generation", 0), status=status))
+                                generation=rec.get("generation", 0), status=status, share=rec.get("share", "")))
+    st.parked = backend.coord("parked_components")
     for c in st.components.values():
         c.generation = max([c.generation] + [w.generation for w in c.workers])
         if c.role == "trainer":

@@ -14,16 +14,22 @@ explicitly so that the controller's fault handling is exercised the same way:
 Rollout engines decode ``ticks_per_call`` iterations on every call into the backend, so requests
 keep progressing while a migration runs. With ``state_path`` the whole world (coordinator and
 worker objects, tensors included) is saved after every change, so separate CLI runs (``planner
-apply --backend sim`` then ``planner status``) see one cluster.
+apply --backend sim`` then ``planner status``) see one cluster: a SQLite file with one row per
+worker, where a save writes the coordinator and only the workers touched since the last save (a
+daemon's simulated cluster holds hundreds of engines and ranks; rewriting all of them after
+every step is what made whole-world pickles too slow). WAL with ``synchronous=NORMAL``: a killed
+process loses nothing that was saved.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
+import sqlite3
 from pathlib import Path
 from typing import Any, Optional
 
+from estimators.errors import Problem, UserError
+from executor import capacity
 from executor.backends.base import Deadlines, StartFailed, WorkerLost
 from executor.state import Layout, Node
 from executor.workers.coordinator import Coordinator
@@ -49,6 +55,8 @@ class SimBackend:
         self.workers: dict[str, _W] = {}
         self.fail_starts: set[str] = set()
         self.creates: dict[str, int] = {}  # successful creations per worker id (nothing is done twice)
+        self._conn: Optional[sqlite3.Connection] = None
+        self._dirty: set[str] = set()
         if self.state_path and self.state_path.exists():
             self._load()
 
@@ -56,35 +64,66 @@ class SimBackend:
     def _coord_fn(self):
         return lambda m, *a: getattr(self.coordinator, m)(*a)
 
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                c = sqlite3.connect(self.state_path, isolation_level=None, timeout=30)
+                c.execute("PRAGMA journal_mode=WAL")
+                c.execute("PRAGMA synchronous=NORMAL")
+                c.execute("CREATE TABLE IF NOT EXISTS world (key TEXT PRIMARY KEY, blob BLOB NOT NULL)")
+                c.execute("CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, blob BLOB NOT NULL)")
+            except sqlite3.DatabaseError as exc:
+                raise UserError(Problem("--sim-state", f"{self.state_path} is not a simulated cluster's state file ({exc})",
+                                        "pass another --sim-state path (files of older versions cannot be read)")) from None
+            self._conn = c
+        return self._conn
+
     def _load(self) -> None:
-        with open(self.state_path, "rb") as f:
-            data = pickle.load(f)
-        self._nodes = data["nodes"] if not self._nodes else self._nodes
-        self.coordinator = data["coordinator"]
-        self.creates = data.get("creates", {})
-        for wid, (args, obj, alive) in data["workers"].items():
+        c = self._db()
+        world = {k: pickle.loads(b) for k, b in c.execute("SELECT key, blob FROM world")}
+        if not world:
+            return
+        self._nodes = world["nodes"] if not self._nodes else self._nodes
+        self.coordinator = world["coordinator"]
+        self.creates = world.get("creates", {})
+        for wid, blob in c.execute("SELECT id, blob FROM workers"):
+            args, obj, alive = pickle.loads(blob)
             obj._coord = self._coord_fn()
             w = _W(args, obj)
             w.alive = alive
             self.workers[wid] = w
 
+    def touch(self, worker_id: str) -> None:
+        """The worker's object changed: the next save writes it."""
+        self._dirty.add(worker_id)
+
     def save(self) -> None:
         if not self.state_path:
             return
-        data = {"nodes": self._nodes, "coordinator": self.coordinator, "creates": self.creates,
-                "workers": {wid: (w.args, w.obj, w.alive) for wid, w in self.workers.items()}}
-        for w in self.workers.values():
+        c = self._db()
+        rows = []
+        for wid in sorted(self._dirty):
+            w = self.workers.get(wid)
+            if w is None:
+                rows.append((wid, None))
+                continue
             w.obj._coord = None
-        try:
-            tmp = self.state_path.with_name(f".{self.state_path.name}.tmp")
-            with open(tmp, "wb") as f:
-                pickle.dump(data, f)
-                f.flush()
-                os.fsync(f.fileno())
-            tmp.replace(self.state_path)
-        finally:
-            for w in self.workers.values():
+            try:
+                rows.append((wid, pickle.dumps((w.args, w.obj, w.alive), protocol=pickle.HIGHEST_PROTOCOL)))
+            finally:
                 w.obj._coord = self._coord_fn()
+        world = [("nodes", pickle.dumps(self._nodes)), ("coordinator", pickle.dumps(self.coordinator, protocol=pickle.HIGHEST_PROTOCOL)),
+                 ("creates", pickle.dumps(self.creates))]
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.executemany("INSERT OR REPLACE INTO world(key, blob) VALUES (?, ?)", world)
+            c.executemany("DELETE FROM workers WHERE id=?", [(wid,) for wid, b in rows if b is None])
+            c.executemany("INSERT OR REPLACE INTO workers(id, blob) VALUES (?, ?)", [r for r in rows if r[1] is not None])
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        self._dirty.clear()
 
     # ------------------------------------------------------------------ interface
     def nodes(self) -> dict[str, Node]:
@@ -93,13 +132,10 @@ class SimBackend:
     def coord(self, method: str, *args: Any) -> Any:
         return getattr(self.coordinator, method)(*args)
 
-    def _used(self, node: str) -> tuple[int, float]:
-        g = d = 0
-        for w in self.workers.values():
-            if w.args["worker"]["node"] == node:
-                g += w.args["worker"]["gpus"]
-                d += w.args["worker"]["dram_gb"]
-        return g, d
+    def _fits(self, node: Node, args: dict) -> Optional[str]:
+        """Why ``args``'s worker does not fit next to the workers on its node (:mod:`executor.capacity`), or None."""
+        here = [capacity.Need.of_args(w.args) for w in self.workers.values() if w.args["worker"]["node"] == node.name]
+        return capacity.take(capacity.initial({node.name: node}, here), capacity.Need.of_args(args))
 
     def create_worker(self, args: dict, epoch: int) -> None:
         w = args["worker"]
@@ -110,16 +146,17 @@ class SimBackend:
         if node is None or not node.alive:
             raise StartFailed(wid, f"node {w['node']} is not in the cluster or is dead (unplaceable until the "
                                    f"{self.deadlines.start_s:g} s start deadline)")
-        g, d = self._used(node.name)
-        if g + w["gpus"] > node.gpus or d + w["dram_gb"] > node.dram_gb + 1e-9:
-            raise StartFailed(wid, f"unplaceable on {node.name}: {node.gpus - g} GPU(s) and {node.dram_gb - d:g} GB DRAM free, "
-                                   f"needs {w['gpus']} and {w['dram_gb']:g} (start deadline {self.deadlines.start_s:g} s passed)")
+        why = self._fits(node, args)
+        if why:
+            raise StartFailed(wid, f"unplaceable on {node.name}: needs {w['gpus']} GPU(s) and {w['dram_gb']:g} GB DRAM, {why} "
+                                   f"(start deadline {self.deadlines.start_s:g} s passed)")
         try:
             obj = make_worker(args, epoch, self._coord_fn(), fail_start=wid in self.fail_starts)
         except MemoryError as exc:
             raise StartFailed(wid, str(exc)) from None
         self.workers[wid] = _W(args, obj)
         self.creates[wid] = self.creates.get(wid, 0) + 1
+        self.touch(wid)
         self.save()
 
     def worker_alive(self, worker_id: str) -> bool:
@@ -133,14 +170,15 @@ class SimBackend:
             raise WorkerLost(worker_id, "the worker's process is gone")
         if w.frozen:
             raise WorkerLost(worker_id, f"no answer within {deadline_s or self.deadlines.call_s:g} s")
-        out = getattr(w.obj, method)(*args)
-        return out
+        self.touch(worker_id)
+        return getattr(w.obj, method)(*args)
 
     def call_many(self, calls: list[tuple[str, str, tuple]], deadline_s: Optional[float] = None) -> list[Any]:
         return [self.call(wid, m, *a, deadline_s=deadline_s) for wid, m, a in calls]
 
     def stop_worker(self, worker_id: str) -> str:
         w = self.workers.pop(worker_id, None)
+        self.touch(worker_id)
         self.save()
         if w is None:
             return "already gone"
@@ -152,7 +190,8 @@ class SimBackend:
         from executor.workers.model import ModelSpec
 
         spec = ModelSpec(**(new[0].get("model") or {})) if new else ModelSpec()
-        pieces = rs.plan(spec, old_layout, new_layout)
+        fill = {r["index"] for r in new}  # in place, the kept ranks are not among them: they hold their shards
+        pieces = [pc for pc in rs.plan(spec, old_layout, new_layout) if pc.dst in fill]
         objs = {}
         for side, recs in (("old", old), ("new", new)):
             for r in recs:
@@ -184,14 +223,17 @@ class SimBackend:
             o.compute_grads(step)
         average_over_dp(objs)
         out = [o.apply_step(step) for o in objs]
+        for i in ids:
+            self.touch(i)
         self.save()
         return out
 
     def tick(self, n: int = 1) -> None:
         for _ in range(n):
-            for w in list(self.workers.values()):
-                if w.alive and not w.frozen and w.args["role"] == "rollout":
+            for wid, w in list(self.workers.items()):
+                if w.alive and not w.frozen and w.args["role"] == "rollout" and (w.obj.pending or w.obj.running):
                     w.obj.step()
+                    self.touch(wid)
 
     def leaks(self) -> list[str]:
         recs = {r["id"]: r for r in self.coordinator.records()}
@@ -204,12 +246,16 @@ class SimBackend:
 
     def close(self) -> None:
         self.save()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     # ------------------------------------------------------------------ fault injection
     def kill(self, worker_id: str) -> None:
         w = self.workers.get(worker_id)
         if w:
             w.alive = False
+            self.touch(worker_id)
 
     def freeze(self, worker_id: str) -> None:
         self.workers[worker_id].frozen = True
@@ -222,4 +268,6 @@ class SimBackend:
 
     def raw(self, worker_id: str) -> Any:
         w = self.workers.get(worker_id)
+        if w:
+            self.touch(worker_id)
         return w.obj if w else None

@@ -13,6 +13,11 @@ the old ranks keep training), ``reshard`` (this module), ``switch`` and ``stop``
 Any failure before the switch discards the new ranks (their create steps are compensated) and
 the old ranks never noticed: they keep their leases, their training group and their state.
 The switch refuses if the old ranks trained after the copy (their state moved on).
+
+In place (DP resize, TP and PP kept): the kept replicas are not copied to — their shards are
+already what their new rank holds (data-parallel replicas are identical) — only the added ranks
+are filled; at the switch the kept ranks take their new rank number and layout
+(``relayout``), undone if the switch is.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ def run_reshard(ctx: Ctx, step: Step) -> dict:
         raise WorkerLost(sorted(set(a["new"]) - {r["id"] for r in new})[0], "new rank missing before the reshard")
     old_step = ctx.call(old[0]["id"], "info")["step"]
     ctx.fault("mid")
+    if not new:  # an in-place shrink: the kept replicas hold their state already
+        return {"pieces": 0, "pairs": 0, "bytes": 0, "checksum_mismatches": [], "old_step": old_step, "pairs_verified": 0}
     out = ctx.backend.reshard(step.component, old, new, Layout(**a["old_layout"]), Layout(**a["new_layout"]), a["generation"])
     if out.get("checksum_mismatches"):
         raise ChecksumMismatch(f"{step.component}: checksums differ on {out['checksum_mismatches']}")
@@ -49,7 +56,7 @@ def run_reshard(ctx: Ctx, step: Step) -> dict:
 
 def check_unchanged_since_reshard(ctx: Ctx, step: Step) -> None:
     """Before a trainer switch: the old ranks must not have trained since their state was copied."""
-    retired = step.args["retired"]
+    retired = list(step.args["retired"]) + sorted(step.args.get("relayout", {}))
     if not retired:
         return
     j = getattr(ctx, "journal_outcomes", {})

@@ -9,6 +9,11 @@
 
 The stop happens before the restart (that is what a reboot is). If the restart fails, the
 rollback restarts the old placement from the same checkpoint (:func:`restore_in_place`).
+
+A *staged* reboot (:func:`executor.diff.staged`) runs the two halves as separate units, with
+other units between them: the save records the component as parked in the coordinator (with its
+checkpoint), the restore's switch clears it; a restore that fails leaves it parked, and the next
+diff restores it from the checkpoint.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ def run_save(ctx: Ctx, step: Step) -> dict:
     if snapshots:  # the ledger keeps the rollout's saved partial outputs (as of the save)
         owners = {rid: o["owner"] for o in ctx.coord("request_records") for rid in [o["id"]] if rid in snapshots}
         ctx.coord("transfer", owners, snapshots)
+    if a.get("park"):  # a staged reboot: the component will be stopped until its restore unit runs
+        ctx.coord("park", step.component, a["park"])
     ctx.fault("mid")
     return {"checkpoint": key, "saved": saved, "requests_saved": len(snapshots)}
 
@@ -52,6 +59,8 @@ def compensate_save(ctx: Ctx, step: Step, outcome) -> str:
         if rec and rec["role"] == "rollout" and ctx.backend.worker_alive(w):
             ctx.try_call(w, "undrain")
     ctx.coord("drop_checkpoints", step.args["checkpoint"])
+    if step.args.get("park"):
+        ctx.coord("unpark", step.component)
     return f"dropped checkpoint {step.args['checkpoint']}"
 
 

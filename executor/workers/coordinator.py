@@ -34,6 +34,7 @@ class Coordinator:
         self.generation: dict[str, int] = {}
         self.dead_nodes: dict[str, str] = {}
         self.illegal: list[str] = []
+        self.parked: dict[str, dict] = {}  # component -> its checkpoint while it is stopped between a park and a restore
 
     # ------------------------------------------------------------------ leases
     def grant(self, worker_id: str) -> int:
@@ -82,6 +83,12 @@ class Coordinator:
 
     def illegal_transitions(self) -> list[str]:
         return list(self.illegal)
+
+    def update_record(self, worker_id: str, fields: dict) -> None:
+        """A kept trainer rank's new place in its component's layout (index, layout, generation)."""
+        with self._lock:
+            if worker_id in self.registry:
+                self.registry[worker_id].update(fields)
 
     def unregister(self, worker_id: str) -> None:
         with self._lock:
@@ -232,6 +239,19 @@ class Coordinator:
     def dead_node_list(self) -> dict[str, str]:
         return dict(self.dead_nodes)
 
+    # ------------------------------------------------------------------ parked components
+    def park(self, component: str, info: dict) -> None:
+        """A staged reboot saved ``component`` and is stopping it: where its state is until it is restored."""
+        with self._lock:
+            self.parked[component] = dict(info)
+
+    def unpark(self, component: str) -> None:
+        with self._lock:
+            self.parked.pop(component, None)
+
+    def parked_components(self) -> dict[str, dict]:
+        return {k: dict(v) for k, v in self.parked.items()}
+
     def generations(self) -> dict[str, int]:
         return dict(self.generation)
 
@@ -245,4 +265,5 @@ class Coordinator:
 
     def __setstate__(self, d: dict) -> None:
         self.__dict__.update(d)
+        self.__dict__.setdefault("parked", {})
         self._lock = threading.RLock()

@@ -27,4 +27,5 @@ def record_of(args: dict, status: str) -> dict:
     w = args["worker"]
     return {**w, "role": args["role"], "job": args.get("job", ""), "gpu_type": args.get("gpu_type", ""),
             "layout": args.get("layout", {}), "migration": args.get("migration", ""), "status": status,
-            "model": args.get("model") or {}, "engine": args.get("engine") or {}}
+            "model": args.get("model") or {}, "engine": args.get("engine") or {}, "group": args.get("group", ""),
+            "reserves": args.get("reserves", "")}

@@ -242,6 +242,14 @@ class TrainerRank:
         self.loaded = True
         return self.digest()
 
+    def relayout(self, rank: int, layout: dict) -> None:
+        """An in-place P2P resize: this rank keeps its shards (its TP slice and PP stage do not
+        change) and takes its rank in the new layout; it joins the new training group next."""
+        new = Layout(**layout)
+        if (new.tp, new.pp) != (self.layout.tp, self.layout.pp) or new.coords(rank)[::2] != self.layout.coords(self.rank)[::2]:
+            raise RuntimeError(f"{self.id}: rank {self.rank} of {self.layout} cannot become rank {rank} of {new} in place")
+        self.rank, self.layout, self.train_pgs = rank, new, None
+
     def info(self) -> dict:
         return {"rank": self.rank, "step": self.step_no, "loaded": self.loaded, "layout": vars(self.layout)}
 

@@ -22,9 +22,12 @@ def add_arguments(p) -> None:
     p.add_argument("--address", help="Ray cluster address (default: auto); 'local' starts one from the plan's nodes")
     p.add_argument("--dry-run", action="store_true", help="print the steps with their causes; change nothing")
     p.add_argument("--journal", help="SQLite journal (default: .rl-planner/journal.db)")
-    p.add_argument("--sim-state", help="sim backend: the saved cluster (default: .rl-planner/sim-state.pkl)")
+    p.add_argument("--sim-state", help="sim backend: the saved cluster (default: .rl-planner/sim-state.sqlite)")
     p.add_argument("--scenario", help="the scenario a PlacementPlan was made from")
     p.add_argument("--rollback", action="store_true", help="undo the unfinished migration of an interrupted apply")
+    p.add_argument("--stage", action="store_true",
+                   help="when no capacity-safe order of the migrations exists (e.g. groups that swap nodes), stop the fewest "
+                        "components needed first and restart them from their saved state once the others made room")
     p.add_argument("--start-timeout", type=float, default=60.0, help="seconds a worker may take to be placed and ready")
     p.add_argument("--call-timeout", type=float, default=30.0, help="seconds any call to a worker may take")
 
@@ -39,7 +42,8 @@ def run(args) -> int:
     from executor.diff import diff
     from executor.journal import Journal
     from executor.progress import Progress, print_plan
-    from executor.session import crash_hook_from_env, journal_path, open_backend, plan_digest, read_target
+    from executor.session import crash_hook_from_env, journal_path, open_backend
+    from planner.apply.documents import plan_digest, read_target
 
     for name in ("start_timeout", "call_timeout"):
         if getattr(args, name) <= 0:
@@ -77,7 +81,7 @@ def run(args) -> int:
 
         plan = StepPlan([], unfinished["steps"], observe(backend), target)
     else:
-        plan = diff(observe(backend), target)
+        plan = diff(observe(backend), target, stage=args.stage)
     if args.dry_run:
         print_plan(plan, sys.stdout)
         return 0

@@ -12,7 +12,7 @@ epoch); the request ledger; and the last applies in the journal. --json prints t
 def add_arguments(p) -> None:
     p.add_argument("--backend", choices=["ray", "sim"], default="sim")
     p.add_argument("--address", help="Ray cluster address (default: auto)")
-    p.add_argument("--sim-state", help="sim backend: the saved cluster (default: .rl-planner/sim-state.pkl)")
+    p.add_argument("--sim-state", help="sim backend: the saved cluster (default: .rl-planner/sim-state.sqlite)")
     p.add_argument("--journal", help="SQLite journal (default: .rl-planner/journal.db)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 

@@ -2,7 +2,9 @@
 
 * workers are detached named actors (name = worker id, namespace ``rl-planner``), so they
   outlive a controller that dies; each asks for ``{gpu_type: gpus, rlp-node-<node>: 0.001,
-  rlp-dram-gb: dram}`` and ``num_cpus=0``;
+  rlp-dram-gb: dram}`` and ``num_cpus=0``; a co-execution group's reservation of a node asks for
+  the GPUs, and its members' workers inside it ask for none (they take turns on the reserved
+  GPUs: :mod:`executor.capacity` counts them);
 * every wait has a deadline: a worker that is not placed and ready by ``start_s`` is killed and
   reported as :class:`StartFailed` (Ray would leave it pending forever); a call that does not
   return by its deadline raises :class:`WorkerLost` (the process may live on: the controller
@@ -89,7 +91,9 @@ class RayBackend:
         if self.worker_alive(wid):
             return
         resources = {f"{rc.NODE_PREFIX}{w['node']}": 0.001}
-        if w["gpus"]:
+        # A worker inside a co-execution group's reservation asks for no GPUs: the reservation's actor
+        # holds them, and Ray's resources add up, so they cannot say that members take turns on them.
+        if w["gpus"] and not w.get("share"):
             resources[args.get("gpu_type") or self._gpu_type(w["node"])] = float(w["gpus"])
         if w["dram_gb"]:
             resources[rc.DRAM] = float(w["dram_gb"])
@@ -174,7 +178,8 @@ class RayBackend:
     def reshard(self, component: str, old: list[dict], new: list[dict], old_layout: Layout, new_layout: Layout,
                 generation: int) -> dict:
         spec = ModelSpec(**(new[0].get("model") or {})) if new else ModelSpec()
-        pieces = rs.plan(spec, old_layout, new_layout)
+        fill = {r["index"] for r in new}  # in place, the kept ranks are not among them: they hold their shards
+        pieces = [pc for pc in rs.plan(spec, old_layout, new_layout) if pc.dst in fill]
         old = sorted(old, key=lambda r: r["index"])
         new = sorted(new, key=lambda r: r["index"])
         rank_map = {}
