@@ -47,13 +47,19 @@ def _pid_alive(pid: int) -> bool:
 
 
 class Journal:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL") -> None:
+        """``synchronous``: FULL (default: every intent and outcome reaches the disk before the step
+        goes on, so even a power loss keeps the journal ahead of the cluster); NORMAL survives a
+        killed process but not a power loss — enough where the cluster itself is a file written the
+        same way (the daemon's simulated backend)."""
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
         self.path = Path(path)
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute(f"PRAGMA synchronous={synchronous}")
         self.db.executescript(SCHEMA)
 
     def close(self) -> None:

@@ -113,6 +113,9 @@ def run_switch(ctx: Ctx, step: Step) -> dict:
     ctx.coord("switch", step.component, active, retired, gen)
     if step.unit.endswith("/restore"):
         ctx.coord("unpark", step.component)
+    if step.unit.endswith(("/reboot", "/restore")) and a.get("checkpoint") and active and recs[active[0]]["role"] != "rollout":
+        # the restarted workers hold the state now (a rollout's saved requests live in the ledger)
+        ctx.coord("drop_checkpoints", a["checkpoint"])
     ctx.event("switched", step.cause, active=active, retired=retired)
     return {"active": active, "retired": retired, "generation": gen}
 

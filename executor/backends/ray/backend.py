@@ -180,7 +180,10 @@ class RayBackend:
         spec = ModelSpec(**(new[0].get("model") or {})) if new else ModelSpec()
         fill = {r["index"] for r in new}  # in place, the kept ranks are not among them: they hold their shards
         pieces = [pc for pc in rs.plan(spec, old_layout, new_layout) if pc.dst in fill]
-        old = sorted(old, key=lambda r: r["index"])
+        # only the old ranks that send join the migration group: one with nothing to send would leave
+        # (and close its connections) while the others still build the full mesh
+        senders = {pc.src for pc in pieces}
+        old = sorted((r for r in old if r["index"] in senders), key=lambda r: r["index"])
         new = sorted(new, key=lambda r: r["index"])
         rank_map = {}
         for i, r in enumerate(old):
