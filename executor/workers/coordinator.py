@@ -259,11 +259,22 @@ class Coordinator:
         return True
 
     def __getstate__(self) -> dict:
+        """For the sim backend's saves: checkpoint tensors as raw bytes (:mod:`executor.workers.rawtensor`;
+        parked trainers' checkpoints stay here across many saves)."""
+        from executor.workers import rawtensor
+
         d = dict(self.__dict__)
         d.pop("_lock", None)
+        cache = d.pop("_encoded", {})  # a checkpoint never changes once put: encoded once, while it is kept
+        enc = {k: cache[k][1] if k in cache and cache[k][0] is v else rawtensor.encode(v) for k, v in self.checkpoints.items()}
+        self.__dict__["_encoded"] = {k: (self.checkpoints[k], e) for k, e in enc.items()}
+        d["checkpoints"] = enc
         return d
 
     def __setstate__(self, d: dict) -> None:
+        from executor.workers import rawtensor
+
         self.__dict__.update(d)
         self.__dict__.setdefault("parked", {})
+        self.checkpoints = {k: rawtensor.decode(v) for k, v in d.get("checkpoints", {}).items()}
         self._lock = threading.RLock()

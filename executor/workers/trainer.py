@@ -19,6 +19,7 @@ import torch
 
 from executor.migrations import gloo, reshard
 from executor.state import Layout
+from executor.workers import rawtensor
 from executor.workers.model import ModelSpec, full_init, owned_params, shard_shape, shard_slice
 
 
@@ -260,9 +261,24 @@ class TrainerRank:
         return True
 
     def __getstate__(self) -> dict:
+        """For the sim backend's saves: tensors as raw bytes (:mod:`executor.workers.rawtensor`);
+        torch's own pickling is slow and would split ``params[n]`` and ``shards[n]["param"]``
+        into two storages, so a loaded rank's autograd leaf and the tensor Adam updates would no
+        longer be one."""
         d = dict(self.__dict__)
         d["_coord"], d["_stores"], d["train_pgs"] = None, [], None
+        d["params"] = sorted(self.params)
+        d["shards"] = rawtensor.encode(self.shards)
         return d
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self.shards = rawtensor.decode(d["shards"])
+        self.params = {}
+        for n in d["params"]:  # the autograd leaf shares its storage with the shard Adam updates, as in __init__
+            p = self.shards[n]["param"].requires_grad_(True)
+            self.params[n] = p
+            self.shards[n]["param"] = p.data
 
 
 def average_over_dp(ranks: list[TrainerRank]) -> None:

@@ -104,3 +104,33 @@ def test_a_fenced_service_refuses_writes_and_keeps_its_state():
     assert not w.serve("k", 2)
     assert w.state() == {"kv": {"k": 1}, "served": 1}
     assert c.rejected_effects()[-1]["what"] == "write k"
+
+
+def test_checkpoints_survive_pickling_bit_for_bit():
+    """The sim backend pickles the coordinator on every save: a parked trainer's checkpoint comes
+    back with the same tensors (dtype, shape, bytes) and the same plain fields."""
+    import pickle
+
+    import torch
+
+    c = Coordinator()
+    e = c.grant("w0")
+    g = torch.Generator().manual_seed(3)
+    blob = {"rank": 0, "step": 7, "shards": {"w": {"param": torch.randn(3, 5, generator=g), "grad": torch.zeros(0, 2)},
+                                            "h": {"param": torch.arange(4, dtype=torch.float64)}}, "requests": [("r1", [1, 2])]}
+    assert c.put_checkpoint("w0", e, "ck/rank0", blob)
+    back = pickle.loads(pickle.dumps(c)).get_checkpoint("ck/rank0")
+    assert back["rank"] == 0 and back["step"] == 7 and back["requests"] == [("r1", [1, 2])]
+    for n, sh in blob["shards"].items():
+        for k, t in sh.items():
+            u = back["shards"][n][k]
+            assert u.dtype == t.dtype and u.shape == t.shape and torch.equal(u, t), (n, k)
+    back["shards"]["w"]["param"].add_(1)  # writable, and not the original's memory
+    assert not torch.equal(back["shards"]["w"]["param"], blob["shards"]["w"]["param"])
+    # a key saved again (a later reboot) is encoded again, not served from the previous pickle
+    blob2 = {"rank": 0, "step": 8, "shards": {"w": {"param": torch.ones(2)}}}
+    assert c.put_checkpoint("w0", e, "ck/rank0", blob2)
+    again = pickle.loads(pickle.dumps(c))
+    assert again.get_checkpoint("ck/rank0")["step"] == 8 and torch.equal(again.get_checkpoint("ck/rank0")["shards"]["w"]["param"], torch.ones(2))
+    c.drop_checkpoints("ck/")
+    assert pickle.loads(pickle.dumps(c)).checkpoint_keys() == []
