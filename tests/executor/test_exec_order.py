@@ -21,7 +21,7 @@ from executor.backends.sim import SimBackend
 from executor.controller import Executor
 from executor.diff import Unreachable, build_units, diff, reservations, share_at
 from executor.journal import Journal
-from executor.order import order_units
+from executor.order import exhaustive, order_units
 from executor.state import ClusterState, Component, Layout, Node, Worker
 
 GPUS, DRAM = 4, 100.0  # a reservation holds GPUS; a node has GPUS + 2 (room for a small plain component)
@@ -198,6 +198,7 @@ def instances(draw):
                 k = draw(st.integers(1, GPUS))
                 role = draw(st.sampled_from(["rollout", "trainer"]))
                 c = member(j, g, {n: k}, role)
+                c.dram_gb_per_worker = float(draw(st.sampled_from([0, 0, 20])))  # host DRAM can be what binds, too
                 c.migration = draw(st.sampled_from({"rollout": ["workload", "reboot"], "trainer": ["p2p", "reboot"]}[role]))
                 comps.append(c)
         if draw(st.booleans()):
@@ -245,6 +246,12 @@ def test_orders_are_safe_refusals_are_real_and_staging_only_when_needed(inst):
     assert (ordered is not None) == exists, "the search and the exhaustive oracle disagree"
     if ordered is not None:
         assert not replay(obs, [s for u in ordered for s in u.steps])
+    # the depth-first search on its own (takers last, give-backs without branching), not only behind the greedy pass
+    found, out_of_budget = exhaustive(units, obs.slots(dead_free_zero=True), budget=10**6)
+    assert not out_of_budget and (found is not None) == exists, "the reduced search and the oracle disagree"
+    if found is not None:
+        assert sorted(u.id for u in found) == sorted(u.id for u in units)
+        assert not replay(obs, [s for u in found for s in u.steps])
     plan = diff(state(nodes, before), target(nodes, after), stage=True)
     assert not replay(state(nodes, before), plan.steps)
     assert bool(plan.notes) == (not exists), "staged although a plain order exists" if plan.notes else "not staged"
@@ -269,3 +276,29 @@ def test_many_independent_moves_order_without_a_search():
     obs = state(nodes, before)
     plan = diff(obs, target(nodes, after), budget=10)  # a budget the whole-set search would exceed at once
     assert len(plan.units) == 40 and not replay(state(nodes, before), plan.steps)
+
+
+def test_a_swap_with_many_members_is_proven_to_need_staging_within_a_small_search():
+    """Two groups of six members swap nodes, each member with its resident state in host DRAM (a
+    daemon's re-optimisation). No plain order exists; the search proves it in a few states (the
+    resident-state moves bind nothing, the members' moves wait on the reservations) where a
+    search over every done-set runs out of any small budget."""
+    nodes = [Node("x", "H20", GPUS, 1000.0), Node("y", "H20", GPUS, 1000.0)]
+
+    def side(a_node, b_node):
+        comps = [reservation("A", a_node), reservation("B", b_node)]
+        for g, n in (("A", a_node), ("B", b_node)):
+            for i in range(6):
+                job = f"{g.lower()}{i}"
+                comps.append(member(job, g, {n: 2}, "rollout" if i % 2 else "trainer"))
+                comps.append(Component(f"{job}/resident", job, "service", gpus_per_worker=0, dram_gb_per_worker=20.0,
+                                       placement={n: 1}, migration="reboot"))
+        return comps
+
+    obs = state(nodes, side("x", "y"))
+    units = build_units(obs, target(nodes, side("y", "x")))
+    assert len(units) == 28
+    found, out_of_budget = exhaustive(units, obs.slots(dead_free_zero=True), budget=200)
+    assert found is None and not out_of_budget
+    plan = diff(state(nodes, side("x", "y")), target(nodes, side("y", "x")), stage=True, budget=200)
+    assert plan.notes and not replay(state(nodes, side("x", "y")), plan.steps)
