@@ -105,6 +105,12 @@ def add_arguments(p) -> None:
     h.add_argument("--sim-noise", type=float, default=0.0, help="simulated cluster: per-iteration noise, e.g. 0.03 for +-3%% (default 0)")
     h.add_argument("--sim-seed", type=int, default=0, help="simulated cluster: seed of the factors and the noise")
     h.add_argument("--sim-step-delay-s", type=float, default=0.0, help="simulated cluster: wall seconds each apply step takes (default 0)")
+    h.add_argument("--sim-requests", type=int, default=0,
+                   help="simulated cluster: rollout requests each job's engines get when it starts (default 0); they move with "
+                        "every migration and finish exactly once")
+    h.add_argument("--sim-telemetry", action="store_true",
+                   help="simulated cluster: each running job reports telemetry every cycle, from the executor's state "
+                        "(its rollout tail thins out as the iteration goes on: reallocations happen)")
     h.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
 
 
@@ -122,13 +128,15 @@ def run(args) -> int:
                        lease_ttl_s=args.lease_ttl_s, until_idle=args.until_idle, max_cycles=args.max_cycles)
     from planner.errors import Problem, UserError
 
-    for flag, v in (("--pace-s", args.pace_s), ("--sim-noise", args.sim_noise), ("--sim-step-delay-s", args.sim_step_delay_s)):
+    for flag, v in (("--pace-s", args.pace_s), ("--sim-noise", args.sim_noise), ("--sim-step-delay-s", args.sim_step_delay_s),
+                    ("--sim-requests", args.sim_requests)):
         if not v >= 0:
             raise UserError(Problem(flag, f"must be >= 0, got {v}"))
     host, port = args.listen
     truth = {"slow_lo": args.sim_slowdown[0], "slow_hi": args.sim_slowdown[1], "noise": args.sim_noise, "seed": args.sim_seed}
     opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,
                    standby=args.standby, wall_s_per_cycle=args.pace_s, sim_state=args.sim_state, sim_truth=truth, ready_file=args.ready_file,
-                   sim_step_delay_s=args.sim_step_delay_s, token_file=args.token_file, insecure=args.insecure,
+                   sim_step_delay_s=args.sim_step_delay_s, sim_requests=args.sim_requests, sim_telemetry=args.sim_telemetry,
+                   token_file=args.token_file, insecure=args.insecure,
                    ray_address=args.ray_address)
     return Daemon(opts).open().run()

@@ -10,6 +10,8 @@ GET     /v1/jobs/{name}           one job with its lifecycle events: 200, 404
 DELETE  /v1/jobs/{name}           request a cancel (the loop carries it out): 202, 404, 409
 POST    /v1/telemetry             a ``TelemetrySnapshot`` of a placed job: 202, 404, 409, 422
 GET     /v1/plan                  the plan in force (placement and plan document): 200, 404
+GET     /v1/cluster               what the executor runs (per component its workers, per node its
+                                  use, the request ledger), as of the loop's last cycle: 200, 404
 GET     /v1/decisions             the decision log with reasons, ``since_id``/``limit``/``kind``
 GET     /v1/health                role, lease holder, loop progress, job counts
 GET     /healthz, /readyz         liveness; readiness (503 while the loop is stalled)
@@ -104,6 +106,15 @@ class PlanView(BaseModel):
     cost_per_hour: float
     placement: dict[str, Any]
     document: dict[str, Any]
+
+
+class ClusterView(BaseModel):
+    at: float = Field(description="the daemon's clock when the loop recorded it")
+    backend: str
+    nodes: list[dict[str, Any]]
+    components: list[dict[str, Any]] = Field(description="per component: role, group, layout, placement and workers (id, node, GPUs)")
+    parked: dict[str, Any] = Field(default_factory=dict)
+    ledger: dict[str, Any] = Field(default_factory=dict, description="rollout requests: submitted, done, handed off, refused effects")
 
 
 class DecisionView(BaseModel):
@@ -362,6 +373,17 @@ def create_app(service) -> FastAPI:
             raise NotFound("no plan yet: no job has been admitted", "", "submit a job with POST /v1/jobs")
         return PlanView(id=p.id, status=p.status, cycle=p.cycle, created_at=p.created_at, cost_per_hour=p.cost_per_hour,
                         placement=p.placement, document=p.doc)
+
+    @app.get("/v1/cluster", response_model=ClusterView, responses=_resp(404, 422), tags=["plan"],
+             summary="What the executor runs, as of the last cycle")
+    def get_cluster(job: Optional[str] = Query(None, pattern=NAME_PATTERN, max_length=200,
+                                               description="only this job's components")) -> ClusterView:
+        c = store.get_kv("cluster")
+        if c is None:
+            raise NotFound("the executor has reported nothing yet", "", "wait for the loop's next cycle (or run with an executor)")
+        if job is not None:
+            c = dict(c, components=[x for x in c["components"] if x.get("job") == job])
+        return ClusterView(**c)
 
     @app.get("/v1/decisions", response_model=DecisionList, responses=_resp(422), tags=["plan"], summary="The decision log")
     def decisions(since_id: int = Query(0, ge=0, le=2**62), limit: int = Query(100, ge=1, le=1000),

@@ -102,6 +102,7 @@ class Loop:
         self.clock, self.cfg, self.lease, self.metrics, self.reallocator = clock, cfg, lease, metrics, reallocator
         self.stop = stop if stop is not None else threading.Event()
         self._realloc_errors: dict[str, str] = {}
+        self._described: Optional[dict] = None  # what the executor ran when last recorded
         self._specs: dict[tuple[str, int], JobSpec] = {}
         kv = store.get_kv
         self.cycle_no: int = kv("cycle", 0)
@@ -330,11 +331,17 @@ class Loop:
             cy.report.apply = "ok" if res.ok else ("interrupted" if res.interrupted else "failed")
 
     def _record(self, cy: "_Cycle") -> None:
-        """7. Reallocations inside iterations, metrics, housekeeping."""
+        """7. Reallocations inside iterations, metrics, what the executor runs, housekeeping."""
         if self.reallocator is not None and self.cfg.realloc and not self.stop.is_set():
             self._reallocate(cy.ctx, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
         self._export(cy.jobs, cy.target, cy.per_job)
+        cluster = self.executor.describe() if hasattr(self.executor, "describe") and not self.cfg.dry_run else None
         with self.store.tx() as c:
+            if cluster is not None and cluster != self._described:  # GET /v1/cluster reads it (only the loop writes the state)
+                if not self.lease.verify(c):
+                    raise LeaseLost("the applier lease is held by another daemon now")
+                self.store.set_kv(c, "cluster", {"at": cy.now, **cluster})
+                self._described = cluster
             self.store.prune_telemetry(c, self.cursor, time.time() - self.cfg.telemetry_retention_s)
             self.store.prune_plans(c, self.cfg.plans_keep)
 

@@ -55,6 +55,8 @@ class Options:
     sim_state: Optional[Path] = None
     sim_truth: Optional[dict] = None  # Truth fields for the simulated cluster
     sim_step_delay_s: float = 0.0
+    sim_requests: int = 0  # requests each job's rollout engines get when it starts (executor's simulated backend)
+    sim_telemetry: bool = False  # the simulated cluster posts each running job's telemetry every cycle
     ready_file: Optional[Path] = None
     token_file: Optional[Path] = None
     ray_address: Optional[str] = None
@@ -232,7 +234,9 @@ def _executor(opts: Options, cluster: Scenario, store: Store):
 
         return ex.ExecutorApplier(opts.backend, cluster, opts.state.with_name(opts.state.name + ".journal"), dram_of,
                                   sim_state=opts.state.with_name(opts.state.name + ".executor-sim"), address=opts.ray_address,
-                                  world=world, step_delay_s=opts.sim_step_delay_s)
+                                  world=world, step_delay_s=opts.sim_step_delay_s, spec_of=spec_of,
+                                  requests_per_job=opts.sim_requests if opts.backend == "sim" else 0,
+                                  telemetry=opts.sim_telemetry and world is not None)
     if world is not None:
         return world
     raise UserError(Problem("--backend", f"the {opts.backend!r} backend needs the executor: {ex.available()}", "use --backend sim"))

@@ -168,3 +168,16 @@ def test_controller_process_killed_mid_p2p_then_resumed_by_address(ray_backend, 
     after, step_after, lost = full_state(b, new)
     assert same_state(before, after) == [] and step_after == step and lost == []
     assert b.leaks() == []
+
+
+def test_a_committed_reallocation_applies_on_ray(ray_backend):
+    """The reallocation planner's plan on the job's telemetry (tests/apply/realloc_case.py), applied on
+    Ray: engines drained and their requests handed over, the trainer grown by P2P in place over gloo."""
+    from tests.apply.realloc_case import run
+    from tests.apply.test_apply_realloc import check
+
+    b = ray_backend
+    b.reset()
+    out = run(b, [vars(n) for n in NODES], requests=30)
+    check(b, out)
+    assert out["result"].outcomes["rl/trainer/p2p/reshard"]["checksum_mismatches"] == []

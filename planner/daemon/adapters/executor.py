@@ -1,11 +1,19 @@
 """The executor (:mod:`executor`) behind the daemon's apply seam.
 
 Glue only; every step is the executor's. A target placement becomes the executor's target state
-with :func:`executor.adapters.plans.from_placement` (each group: a rollout-pool and a train-pool
-component holding the pools' GPUs; each member: resident-state components pinned to its nodes
-with its host DRAM), :func:`executor.diff.diff` orders the capacity-safe steps from what the
-backend reports, and :class:`executor.controller.Executor` carries them out with its SQLite
+with :func:`planner.apply.placement.from_placement` (each group: a reservation of each of its pool
+nodes' GPUs; each member: its running components — rollout engines, trainer ranks, reference and
+the rest its algorithm has — inside those reservations, named as its telemetry names them, plus
+its resident state in host DRAM: :mod:`planner.apply.layout`), :func:`executor.diff.diff` orders
+the capacity-safe steps from what the backend reports (staging moves as park-then-restore when
+groups swap nodes), and :class:`executor.controller.Executor` carries them out with its SQLite
 journal (intent before each step, outcome after; a failed unit is rolled back).
+
+A committed reallocation (:meth:`apply_realloc`) is the planner's ``ReallocPlan`` body turned into
+a target by :func:`executor.adapters.plans.from_realloc` against what runs: engines move by
+Workload migration, trainer ranks by P2P (in place when only DP changes), and a P2P whose old and
+new ranks cannot both fit falls back to a staged reboot. :meth:`describe` is what runs, per
+component, with the request ledger: the loop stores it for ``GET /v1/cluster``.
 
 * The journal key of a daemon plan is ``daemon-plan-<id>``: after a crash, applying the same
   plan again resumes the journaled steps (done ones are skipped), whatever the cluster looks like
@@ -37,8 +45,7 @@ class StopApply(BaseException):
 def node_map(cluster: Scenario) -> dict[str, str]:
     """Placement node name -> executor node name: the same ``<node group>-<i>`` on both sides;
     the map checks that the executor's inventory holds every node the planner may name."""
-    from executor.adapters.plans import scenario_nodes
-
+    from planner.apply.placement import scenario_nodes
     from planner.instances.common import ClusterView, resolve_gpu_types
 
     view = ClusterView(cluster, resolve_gpu_types(cluster))
@@ -52,7 +59,8 @@ def node_map(cluster: Scenario) -> dict[str, str]:
 
 class ExecutorApplier:
     def __init__(self, kind: str, cluster: Scenario, journal_path: Path, dram_of: Callable[[str], tuple[float, float]], *,
-                 sim_state: Optional[Path] = None, address: Optional[str] = None, world=None, step_delay_s: float = 0.0) -> None:
+                 sim_state: Optional[Path] = None, address: Optional[str] = None, world=None, step_delay_s: float = 0.0,
+                 spec_of: Optional[Callable] = None, requests_per_job: int = 0, telemetry: bool = False) -> None:
         from executor.backends.base import Deadlines
         from executor.journal import Journal
         from executor.session import open_backend
@@ -61,20 +69,26 @@ class ExecutorApplier:
         self.name = kind
         self.cluster = cluster
         self.dram_of = dram_of
+        self.spec_of = spec_of
         self.world = world
+        self.requests_per_job = requests_per_job  # simulated work: requests each job's engines get when it starts
+        self.telemetry = telemetry  # the simulated cluster emits each running job's telemetry every cycle
         self.step_delay_s = step_delay_s  # wall seconds before each step (the simulated backend's steps are instant; tests need a window)
         self.nodes = node_map(cluster)
-        from executor.adapters.plans import scenario_nodes
+        from planner.apply.placement import scenario_nodes
 
         inventory = [Node(n["name"], n["gpu_type"], n["gpus"], n["dram_gb"]) for n in scenario_nodes(cluster)]
         self.backend = open_backend(kind, address=address, sim_state=str(sim_state) if sim_state else None, nodes=inventory,
                                     deadlines=Deadlines())
-        self.journal = Journal(journal_path)
+        # With the simulated backend the cluster is a file written with synchronous=NORMAL: a journal
+        # more durable than the cluster it describes buys nothing, and costs two fsyncs a step.
+        self.journal = Journal(journal_path, synchronous="NORMAL" if kind == "sim" else "FULL")
 
     # ------------------------------------------------------------------ helpers
     def _target_state(self, target: Placement):
-        from executor.adapters.plans import from_placement
         from executor.target import to_state
+
+        from planner.apply.placement import from_placement
 
         m = self.nodes
         groups = []
@@ -90,7 +104,7 @@ class ExecutorApplier:
 
             return ClusterState(nodes=dict(self.backend.nodes()))
         dram = {j: self.dram_of(j) for g in target.groups for j in g.members}
-        return to_state(from_placement({"groups": groups}, self.cluster, dram))
+        return to_state(from_placement({"groups": groups}, self.cluster, dram, self.spec_of))
 
     def _save(self) -> None:
         if hasattr(self.backend, "save"):
@@ -99,7 +113,10 @@ class ExecutorApplier:
     # ------------------------------------------------------------------ the port
     def observe(self, now: float) -> Observation:
         if self.world is not None:
-            return self.world.observe(now)
+            obs = self.world.observe(now)
+            if self.telemetry and obs.running:
+                obs.telemetry += self._sim_telemetry(obs, now)
+            return obs
         from executor.backends.base import observe
 
         st = observe(self.backend)
@@ -110,6 +127,36 @@ class ExecutorApplier:
                 obs.running[job] = ""
         return obs
 
+    def _sim_telemetry(self, obs: Observation, now: float) -> list:
+        from executor.backends.base import observe
+        from formulation.realloc.telemetry import TelemetrySnapshot
+
+        from planner.daemon.adapters.simwork import snapshot
+
+        st = observe(self.backend)
+        out = []
+        for job in sorted(obs.running):
+            ph = self.world.phase(job, now)
+            snap = snapshot(st, job, ph) if ph is not None else None
+            if snap is not None:
+                out.append(TelemetrySnapshot.model_validate(snap))
+        return out
+
+    def describe(self) -> dict:
+        """What runs: per node GPUs and DRAM in use; per component its workers; the request ledger."""
+        from executor.backends.base import observe
+
+        st = observe(self.backend)
+        comps = []
+        for c in sorted(st.components.values(), key=lambda c: c.name):
+            live = sorted(c.live_workers(), key=lambda w: w.index)
+            comps.append({"name": c.name, "job": c.job, "role": c.role, "group": c.group, "reserves": c.reserves,
+                          "layout": vars(c.layout) | {} if c.role == "trainer" else None, "generation": c.generation,
+                          "placement": c.placement_counts(), "gpus": sum(w.gpus for w in live),
+                          "workers": [{"id": w.id, "node": w.node, "gpus": w.gpus, "index": w.index, "status": w.status} for w in live]})
+        return {"backend": self.name, "nodes": st.table(), "components": comps, "parked": st.parked,
+                "ledger": self.backend.coord("ledger_summary")}
+
     def apply(self, target: Placement, *, plan_id: int, now: float, should_stop: Callable[[], bool]) -> ApplyResult:
         from executor.backends.base import observe
         from executor.controller import Executor
@@ -117,13 +164,15 @@ class ExecutorApplier:
         from planner.errors import UserError
 
         try:
-            plan = diff(observe(self.backend), self._target_state(target))
+            t0 = time.perf_counter()
+            plan = diff(observe(self.backend), self._target_state(target), stage=True)
+            order_ms = (time.perf_counter() - t0) * 1e3
         except UserError as exc:
             return ApplyResult(False, 0, 0, f"the executor refuses the target: {exc.render()}")
 
         def on_step(step, status, data) -> None:
-            if status in ("running", "done"):
-                self._save()
+            if status == "done":  # (creates and stops save as they happen; a step that only talks to the
+                self._save()     # coordinator is saved once it is done)
             if status == "running" and self.step_delay_s > 0:
                 time.sleep(self.step_delay_s)
             if status == "done" and should_stop():
@@ -145,8 +194,16 @@ class ExecutorApplier:
         if self.world is not None:
             w = self.world.apply(target, plan_id=plan_id, now=now, should_stop=lambda: False)
             running = w.running
-        return ApplyResult(True, res.steps_run, total, f"executor apply #{res.apply_id}: {res.steps_run} step(s)"
-                           + (" (resumed)" if res.resumed else ""), running=running)
+        if self.requests_per_job:
+            from planner.daemon.adapters.simwork import submit_requests
+
+            for job in sorted(running):
+                submit_requests(self.backend, job, self.requests_per_job)
+            self._save()
+        notes = "".join(f"; {n}" for n in plan.notes)
+        return ApplyResult(True, res.steps_run, total, f"executor apply #{res.apply_id}: {res.steps_run} step(s) in "
+                           f"{len(plan.units)} unit(s), ordered in {order_ms:.1f} ms" + (" (resumed)" if res.resumed else "") + notes,
+                           running=running)
 
     def resume(self, plan_id: int, target: Placement, *, now: float, should_stop: Callable[[], bool]) -> ApplyResult:
         return self.apply(target, plan_id=plan_id, now=now, should_stop=should_stop)
@@ -161,13 +218,17 @@ class ExecutorApplier:
 
         try:
             observed = observe(self.backend)
-            plan = diff(observed, to_state(from_realloc(body, observed)))
-            res = Executor(self.backend, self.journal).apply(plan.steps, name=f"daemon realloc {job}")
+            plan = diff(observed, to_state(from_realloc(body, observed)), stage=True)
+            res = Executor(self.backend, self.journal).apply(plan.steps, name=f"daemon realloc {job} (iteration {body.get('iteration')})")
         except UserError as exc:
-            return ApplyResult(False, 0, 0, exc.render())
+            return ApplyResult(False, 0, 0, f"the executor refuses the reallocation: {exc.render()}")
         finally:
             self._save()
-        return ApplyResult(res.status == "done", res.steps_run, res.steps_run, f"executor apply #{res.apply_id} {res.status}: {res.message}")
+        kinds = ", ".join(f"{u.component.split('/', 1)[1]}: {u.kind}" for u in plan.units)
+        notes = "".join(f"; {n}" for n in plan.notes)
+        return ApplyResult(res.status == "done", res.steps_run, len(plan.steps),
+                           f"executor apply #{res.apply_id} {res.status}: {len(plan.steps)} step(s) ({kinds}){notes}"
+                           + (f"; {res.message}" if res.status != "done" else ""))
 
     def close(self) -> None:
         self._save()
@@ -181,6 +242,7 @@ def available() -> Optional[str]:
     try:
         import executor.adapters.plans  # noqa: F401
         import executor.controller  # noqa: F401
+        import planner.apply.placement  # noqa: F401
     except ImportError as exc:
         return f"the executor is not in this build: {exc}"
     return None

@@ -181,6 +181,20 @@ class SimCluster:
                 obs.running[job] = g.id
         return obs
 
+    def phase(self, job: str, now: float) -> Optional[tuple[int, float, float, float]]:
+        """Where a running job is in its iteration at ``now``: (iteration, fraction of it done, share
+        of the iteration its rollout takes, iteration seconds); None when it does not run here."""
+        c = self._conn()
+        groups, members, rows = self._members(c)
+        r = next((r for r in rows if r["job"] == job), None)
+        g = groups.get(r["grp"]) if r is not None else None
+        if g is None:
+            return None
+        cycle, per = self._cycle(g, members[g.id])
+        _, progress, _ = self._advance(r, cycle, self.spec_of(job), now)
+        a, b = per[job]
+        return int(progress), progress - int(progress), a / (a + b) if a + b > 0 else 0.5, cycle
+
     def _settle(self, c: sqlite3.Connection, now: float) -> None:
         """Bring every running job's progress up to ``now`` before the groups change (idempotent at one time)."""
         groups, members, rows = self._members(c)
