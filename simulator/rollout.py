@@ -14,8 +14,9 @@
   context is prefilled again (counted as re-prefilled tokens).
 * **Long-tail consolidation** (Weave, :meth:`RolloutStage.consolidate`): when a configurable
   fraction of the requests has finished (default 80%), the remaining ones are packed onto the
-  fewest engines that hold them at ``pack_batch`` running requests each (and within KV), keeping
-  the engines that already run the most of them, and the other engines are released.
+  fewest engines whose predicted step time (at the packed batch and KV, within half the KV
+  capacity) stays within ``1 + pack_slack`` (default 1.25) of the slowest engine's step time now,
+  keeping the engines that already run the most of them, and the other engines are released.
 
 GPU ownership is recorded as intervals per engine (held from start to release; busy while
 decoding or prefilling), from which the metrics and the Figure-13-style plot are drawn.
@@ -53,7 +54,7 @@ class RolloutStage:
     def __init__(self, loop: EventLoop, model: EngineModel, slots: list[EngineSlot], *, queue_policy: str = "fifo",
                  max_wait_s: float = 30.0, on_request_done: Optional[Callable[[Request], None]] = None,
                  on_gpus_released: Optional[Callable[[list[EngineSlot], float], None]] = None,
-                 consolidate_at: Optional[float] = None, pack_batch: int = 32, name: str = "rollout") -> None:
+                 consolidate_at: Optional[float] = None, pack_slack: float = 0.25, name: str = "rollout") -> None:
         self.loop = loop
         self.model = model
         self.name = name
@@ -62,13 +63,14 @@ class RolloutStage:
         self.on_request_done = on_request_done
         self.on_gpus_released = on_gpus_released
         self.consolidate_at = consolidate_at
-        self.pack_batch = pack_batch
+        self.pack_slack = pack_slack
         self.engines: dict[int, RolloutEngine] = {}
         self.slots: dict[int, EngineSlot] = {}
         self.held: dict[int, list] = {}  # eid -> [start, end or None]
         self._next_eid = 0
         self.stats = RolloutStats()
-        self.n_total = 0
+        self.n_total = 0  # requests of the current iteration
+        self.n_finished = 0  # of the current iteration
         self.in_tool: dict[int, Request] = {}
         self.consolidated_at_s: Optional[float] = None
         self.retired: list[RolloutEngine] = []
@@ -100,7 +102,9 @@ class RolloutStage:
         now = self.loop.now
         engines = sorted(self.alive(), key=lambda e: e.eid)
         n, E = len(requests), len(engines)
-        self.n_total += n
+        self.n_total = n
+        self.n_finished = 0
+        self.consolidated_at_s = None
         self.stats.started += n
         per = math.ceil(n / E) if E else 0
         for i, r in enumerate(requests):
@@ -142,11 +146,12 @@ class RolloutStage:
         req.done_s = now
         req.finishes += 1
         self.stats.finished += 1
+        self.n_finished += 1
         self.stats.completion_times.append((now, req.rid))
         if self.on_request_done is not None:
             self.on_request_done(req)
         if (self.consolidate_at is not None and self.consolidated_at_s is None
-                and self.stats.finished >= self.consolidate_at * self.n_total and self.stats.finished < self.n_total):
+                and self.n_finished >= self.consolidate_at * self.n_total and self.n_finished < self.n_total):
             self.consolidate(now)
 
     def _tool_returned(self, req: Request) -> None:
@@ -158,7 +163,15 @@ class RolloutStage:
         self.route(req, now)
 
     def remaining(self) -> int:
-        return self.n_total - self.stats.finished
+        return self.n_total - self.n_finished
+
+    def new_weights(self, now: float) -> None:
+        """A weight update invalidates every cached prefix (the KV was computed by the old policy)."""
+        for e in self.alive():
+            e.sync(now)
+            e.evicted_tokens += e.cached
+            e.cache.clear()
+            e.cached = 0.0
 
     # ------------------------------------------------------------------ migrations
     def drain(self, eids: list[int], now: float) -> list[EngineSlot]:
@@ -184,14 +197,24 @@ class RolloutStage:
             self.on_gpus_released(freed, now)
         return freed
 
-    def consolidate(self, now: float, pack_batch: Optional[int] = None) -> list[EngineSlot]:
-        """Pack the remaining requests onto few engines and release the others."""
-        pack = pack_batch or self.pack_batch
+    def consolidate(self, now: float, slack: Optional[float] = None) -> list[EngineSlot]:
+        """Pack the remaining requests onto the fewest engines whose predicted step time stays
+        within ``1 + slack`` of the slowest engine's now (so packing does not stretch the tail by
+        more than that), keeping the engines that run the most of them; release the others."""
+        slack = self.pack_slack if slack is None else slack
         alive = self.alive()
+        for e in alive:
+            e.sync(now)
+        m = self.model
         left = sum(e.load() for e in alive) + len(self.in_tool)
-        need_kv = sum(e.kv_used for e in alive)
-        cap = self.model.kv_capacity_tokens
-        k = max(1, math.ceil(left / max(1, pack)), math.ceil(1.5 * need_kv / cap))
+        need_kv = sum(e.kv_used for e in alive) + sum(r.context_tokens() for r in self.in_tool.values())
+        worst = max((m.step_ms(e.b, e.kv_used) for e in alive), default=m.a_ms)
+        k = len(alive)
+        for cand in range(1, len(alive) + 1):
+            per, kv = left / cand, need_kv / cand
+            if per <= m.max_running and kv <= 0.5 * m.kv_capacity_tokens and m.step_ms(per, kv) <= (1.0 + slack) * worst:
+                k = cand
+                break
         self.consolidated_at_s = now
         if k >= len(alive):
             return []
