@@ -145,6 +145,37 @@ def partition(setup: JobSetup, policy: Policy) -> dict[str, int]:
     return {"rollout": int(r), "reference": int(ref), "trainer": int(tr)}
 
 
+def optimizer_step_s(setup: JobSetup, gpu: GPUSpec, gpus: int) -> float:
+    """Adam step: the 16 B/param state read and written once over the trainer's HBM, plus a ring
+    all-reduce of the bf16 gradients over the NICs across data-parallel ranks (no overlap assumed)."""
+    p = setup.model.num_params
+    hbm = 2.0 * 16.0 * p / (max(1, gpus) * gpu.hbm_bw_tb_per_s * 1e12)
+    dp = max(1, gpus // setup.train_unit)
+    grads = 2.0 * p / setup.train_unit
+    ring = 2.0 * grads * (dp - 1) / dp / (gpu.inter_node_bw_gb_per_s * 1e9) if dp > 1 else 0.0
+    return hbm + ring
+
+
+def weight_sync_time_s(setup: JobSetup, r_gpu: GPUSpec, t_gpu: GPUSpec, r_gpus: int, t_gpus: int, colocated: bool) -> float:
+    """New weights to every engine: :func:`estimators.comm.weight_sync_s` between two pools, or a
+    reshard inside each node over NVLink when the job is colocated."""
+    wbytes = setup.model.num_params * 2.0
+    if colocated:
+        return comm.transfer_s(t_gpu, wbytes / setup.rollout_tp, inter_node=False)
+    links = comm.SyncLinks(trainer_nic_gb_per_s=t_gpus * t_gpu.inter_node_bw_gb_per_s,
+                           rollout_nic_gb_per_s=r_gpus * r_gpu.inter_node_bw_gb_per_s,
+                           inter_cluster_gb_per_s=setup.inter_cluster_gb_per_s)
+    nodes = max(1, math.ceil(r_gpus / setup.gpus_per_node))
+    return comm.weight_sync_s(wbytes, max(1, r_gpus // setup.rollout_tp), nodes, r_gpu, links, setup.weight_sync)
+
+
+def sample_work_flops(setup: JobSetup, req: Request) -> tuple[float, float]:
+    """(log-prob FLOPs, update FLOPs) of one finished sample."""
+    tok = float(req.total_tokens)
+    f = training.forward_flops(setup.model, tok, tok / 2.0)
+    return setup.forwards * f, setup.updates * 3.0 * f
+
+
 class NodePool:
     """Free GPUs per node (for engine placement and telemetry node names)."""
 
@@ -352,26 +383,11 @@ class JobSim:
                                 restart=True, rebuild_group=False)
 
     def _sync_s(self) -> float:
-        s = self.setup
-        wbytes = s.model.num_params * 2.0
-        if self.colocated:
-            return comm.transfer_s(self.t_gpu, wbytes / s.rollout_tp, inter_node=False)
-        r_gpus = max(s.rollout_tp, self.held["rollout"] or self.part["rollout"])
-        t_gpus = max(1, self.held["trainer"])
-        links = comm.SyncLinks(trainer_nic_gb_per_s=t_gpus * self.t_gpu.inter_node_bw_gb_per_s,
-                               rollout_nic_gb_per_s=r_gpus * self.r_gpu.inter_node_bw_gb_per_s,
-                               inter_cluster_gb_per_s=s.inter_cluster_gb_per_s)
-        nodes = max(1, math.ceil(r_gpus / s.gpus_per_node))
-        return comm.weight_sync_s(wbytes, max(1, r_gpus // s.rollout_tp), nodes, self.r_gpu, links, s.weight_sync)
+        r_gpus = max(self.setup.rollout_tp, self.held["rollout"] or self.part["rollout"])
+        return weight_sync_time_s(self.setup, self.r_gpu, self.t_gpu, r_gpus, max(1, self.held["trainer"]), self.colocated)
 
     def _optimizer_s(self, gpus: int) -> float:
-        s = self.setup
-        p = s.model.num_params
-        hbm = 2.0 * 16.0 * p / (max(1, gpus) * self.t_gpu.hbm_bw_tb_per_s * 1e12)
-        dp = max(1, gpus // s.train_unit)
-        grads = 2.0 * p / s.train_unit
-        ring = 2.0 * grads * (dp - 1) / dp / (self.t_gpu.inter_node_bw_gb_per_s * 1e9) if dp > 1 else 0.0
-        return hbm + ring
+        return optimizer_step_s(self.setup, self.t_gpu, gpus)
 
     def _switch_s(self) -> float:
         """Colocated offload/onload between rollout and training (host-DRAM resident: warm)."""
@@ -379,9 +395,6 @@ class JobSim:
         return comm.warm_switch_s(self._trainer_state_per_gpu(total), self.t_gpu)
 
     # ------------------------------------------------------------------ work per sample
-    def _fwd_flops(self, req: Request) -> float:
-        tok = float(req.total_tokens)
-        return training.forward_flops(self.setup.model, tok, tok / 2.0)
 
     # ------------------------------------------------------------------ flow
     def run(self) -> JobResult:
@@ -437,9 +450,9 @@ class JobSim:
             self._collected.append(req)
             if self.rollout.n_finished == self.rollout.n_total and not self.colocated:
                 for r in self._collected:
-                    self.ref.push(r, self.setup.forwards * self._fwd_flops(r))
+                    self.ref.push(r, sample_work_flops(self.setup, r)[0])
             return
-        self.ref.push(req, self.setup.forwards * self._fwd_flops(req))
+        self.ref.push(req, sample_work_flops(self.setup, req)[0])
 
     def _colocated_to_training(self) -> None:
         now = self.loop.now
@@ -461,7 +474,7 @@ class JobSim:
     def _colocated_ref_start(self) -> None:
         self.ref.set_gpus(self.setup.total_gpus)
         for r in self._collected:
-            self.ref.push(r, self.setup.forwards * self._fwd_flops(r))
+            self.ref.push(r, sample_work_flops(self.setup, r)[0])
 
     def _on_ref_done(self, req: Request) -> None:
         self.reward.push(req)
@@ -476,7 +489,7 @@ class JobSim:
             self.trainer.set_gpus(total)
 
     def _on_rewarded(self, req: Request) -> None:
-        self.trainer.push(req, self.setup.updates * 3.0 * self._fwd_flops(req))
+        self.trainer.push(req, sample_work_flops(self.setup, req)[1])
 
     def _on_trained(self, req: Request) -> None:
         self._trained += 1

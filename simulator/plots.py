@@ -55,9 +55,9 @@ def ownership_png(res, path: Path, points: int = 600) -> Path:
 
 
 def gantt_png(lanes: list, path: Path, title: str, t_max: float | None = None) -> Path:
-    """``lanes``: [(lane label, [(start, end, label, kind)])] with kind rollout | train | sync | switch."""
+    """``lanes``: [(lane label, [(start, end, label, kind)])] with kind rollout | tail | train | switch."""
     plt = _plt()
-    kinds = {"rollout": COLORS["rollout"], "train": COLORS["trainer"], "sync": "#8172B2", "switch": "#CCB974"}
+    kinds = {"rollout": COLORS["rollout"], "tail": "#A6C8E8", "train": COLORS["trainer"], "switch": "#CCB974"}
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(lanes) + 1.5))
     for i, (name, bars) in enumerate(lanes):
         for (a, b, lab, kind) in bars:

@@ -47,3 +47,88 @@ def job_setup(sc, index: int, job, view: ClusterView | None = None, seed: int = 
     prof = job_profile(job, seed)
     return setup_from_profile(prof, view.pool(rt, job.rollout.nodes), view.pool(tt, job.trainer.nodes),
                               inter_cluster_gb_per_s=view.inter_cluster_bw(rt, tt), slo_s=slo)
+
+
+# ---------------------------------------------------------------------------------------- traces
+DEFAULT_TRACE_ITERATIONS = 50  # a job without duration_s runs this many iterations
+
+
+def _switch_costs(setup, colocated: bool) -> tuple[float, float]:
+    """(rollout, training) warm-switch seconds: host DRAM → GPU copy of the per-GPU state."""
+    from estimators import comm, memory
+
+    m = setup.model
+    t_gpus = setup.train_nodes * setup.gpus_per_node
+    train_state = memory.training_bytes_per_gpu(m, setup.train_unit, 1, max(1, t_gpus // setup.train_unit))
+    if colocated:  # veRL: offload one state and load the other at every phase change
+        return comm.warm_switch_s(train_state, setup.train_gpu), comm.warm_switch_s(train_state, setup.train_gpu)
+    return (comm.warm_switch_s(m.num_params * 2.0 / setup.rollout_tp, setup.rollout_gpu),
+            comm.warm_switch_s(train_state, setup.train_gpu))
+
+
+def trace_jobs(sc, seed: int = 0, consolidate_at: float = 0.8, profile_seeds: int = 3):
+    """The scenario's jobs as :class:`simulator.trace.TraceJob` (phase times measured by the simulator)."""
+    from dataclasses import replace
+
+    from simulator.profiles import phase_profile
+    from simulator.trace import PoolConfig, TraceJob
+
+    view = cluster_view(sc)
+    out = []
+    for i, job in enumerate(sc.jobs):
+        base = job_setup(sc, i, job, view, seed)
+        rt, tt = base.rollout_gpu.name, base.train_gpu.name
+        both = job.rollout.nodes + job.trainer.nodes
+
+        def setup_for(c, base=base):
+            r_pool, t_pool = view.pool(c.rollout_type, c.rollout_nodes), view.pool(c.train_type, c.train_nodes)
+            return replace(base, rollout_gpu=r_pool.gpu, train_gpu=t_pool.gpu, rollout_nodes=c.rollout_nodes,
+                           train_nodes=c.train_nodes,
+                           inter_cluster_gb_per_s=view.inter_cluster_bw(c.rollout_type, c.train_type))
+
+        def profile(c, setup_for=setup_for):
+            return phase_profile(setup_for(c), seeds=profile_seeds, consolidate_at=consolidate_at)
+
+        def switch(c, setup_for=setup_for):
+            return _switch_costs(setup_for(c), c.rollout_type == c.train_type and c.rollout_nodes == c.train_nodes)
+
+        solo = PoolConfig(rt, job.rollout.nodes, tt, job.trainer.nodes)
+        colo = PoolConfig(tt, both, tt, both)
+        if job.duration_s is not None:
+            iters = max(1, int(round(job.duration_s / profile(solo).mean_iteration_s)))
+        else:
+            iters = DEFAULT_TRACE_ITERATIONS
+        out.append(TraceJob(name=job.name, arrival_s=job.arrival_s, iterations=iters, slo_s=base.slo_s, profile=profile,
+                            switch_s=switch, solo=solo, colocated=colo))
+    return out
+
+
+def capacity(sc) -> dict:
+    view = cluster_view(sc)
+    return {t: view.nodes_of(t) for t in view.types()}
+
+
+def prices(sc) -> dict:
+    view = cluster_view(sc)
+    return {t: (view.gpu_types[t].price_per_gpu_hour or 0.0) for t in view.types()}
+
+
+def gpus_per_node(sc) -> int:
+    view = cluster_view(sc)
+    gpn = {view.gpus_per_node(t) for t in view.types()}
+    if len(gpn) != 1:
+        raise UserError(Problem("cluster.node_groups", f"the phase-level model needs one GPUs-per-node figure, got {sorted(gpn)}",
+                                "give every node group the same gpus_per_node"))
+    return gpn.pop()
+
+
+def placement_placer(sc, jobs):
+    """The placement planner's online admission as a :class:`simulator.trace.Placer`."""
+    try:
+        from formulation.placement.evaluate import Index  # noqa: F401
+    except ImportError as exc:
+        raise UserError(Problem("--policy groups", f"the placement planner is not available in this installation ({exc})",
+                                "use --policy solo-d or colocated-jobs")) from None
+    from planner.instances.placement_placer import PlannerPlacer
+
+    return PlannerPlacer(sc, jobs)
