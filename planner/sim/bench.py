@@ -1,6 +1,6 @@
 """Simulator benchmarks (never part of the test run): wall time of the two speeds.
 
-    python -m simulator.bench [--out results/simulator] [--repeats 3] [--quick]
+    python -m planner.sim.bench [--out results/simulator] [--repeats 3] [--quick]
 
 1. **One iteration of a 64-GPU, 8,192-request math job** (``scenarios/dynarl/math-*-64gpu.yaml``,
    1.5B / 7B / 32B) under the static, colocated and dynamic policies: wall seconds (median of
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def machine() -> dict:
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="only the 1.5B job and Solo-D trace")
     args = ap.parse_args(argv)
-    cmd = "python -m simulator.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = "python -m planner.sim.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     info = machine()
     rows = []
     models = ["1.5b"] if args.quick else ["1.5b", "7b", "32b"]
