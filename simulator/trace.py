@@ -10,6 +10,10 @@ leaves when they are done. A *placer* decides where a job runs:
 * ``colocated-jobs``: one pool of the training type per job (its rollout plus training nodes),
   generation and training time-shared on it (veRL).
 
+A member whose state fits in its nodes' host DRAM beside the members that joined before it switches
+warm; one that does not fit pays a cold start (process launch, framework init, state read from
+storage: :func:`estimators.comm.cold_start_s`) at every switch.
+
 Every group, a one-member group included, runs as a :class:`simulator.groups.GroupRun` on one
 event loop: whole-pool members in the group's order, phase times drawn from the job's
 :class:`simulator.profiles.PhaseProfile` on the group's pools, warm switches between members,
@@ -57,6 +61,9 @@ class TraceJob:
     switch_s: Callable[[PoolConfig], tuple]  # (rollout, training) warm-switch seconds on a pool pair
     solo: PoolConfig  # its own pools (Solo-D)
     colocated: Optional[PoolConfig] = None  # its own colocated pool (train type on both sides)
+    cold_switch_s: Optional[Callable[[PoolConfig], tuple]] = None  # (rollout, training) cold starts; None: as warm
+    dram_rollout_node_gb: float = 0.0  # host DRAM it keeps on every rollout node of its group
+    train_state_gb: float = 0.0  # host DRAM it keeps on the training pool, spread over its nodes
 
 
 class Placer(Protocol):
@@ -164,7 +171,11 @@ class TraceResult:
 
 class TraceSim:
     def __init__(self, jobs: list, placer: Placer, prices: dict, gpus_per_node: int = 8, *, consolidate: bool = False,
-                 seed: int = 0, horizon_s: Optional[float] = None, policy: str = "groups", record_phases: bool = False) -> None:
+                 seed: int = 0, horizon_s: Optional[float] = None, policy: str = "groups", record_phases: bool = False,
+                 node_dram_gb: Optional[dict] = None) -> None:
+        """``node_dram_gb``: host DRAM per node by GPU type; members whose state does not fit beside the
+        group's earlier members on a node are not resident there and pay cold starts at every switch."""
+        self.node_dram_gb = node_dram_gb or {}
         self.loop = EventLoop(seed)
         self.jobs = {j.name: j for j in jobs}
         self.placer = placer
@@ -202,6 +213,11 @@ class TraceSim:
         job = self.jobs[name]
         prof = job.profile(c)
         sw_r, sw_t = job.switch_s(c)
+        resident_r, resident_t = self._resident(name, c, gid)
+        if job.cold_switch_s is not None and not (resident_r and resident_t):
+            cold_r, cold_t = job.cold_switch_s(c)
+            sw_r = sw_r if resident_r else cold_r
+            sw_t = sw_t if resident_t else cold_t
         rn = tuple(f"{gid}-r{i}" for i in range(c.rollout_nodes))
         tn = tuple(f"{gid}-t{i}" for i in range(c.train_nodes))
         tail = prof.tail if self.consolidate else None
@@ -215,6 +231,17 @@ class TraceSim:
         return MemberSpec(name=name, rollout_s=rollout_s, train_s=train_s, sync_s=prof.sync_s, rollout_nodes=rn,
                           train_nodes=tn, rollout_switch_s=sw_r, train_switch_s=sw_t, tail=tail, iterations=left,
                           tokens_per_iteration=prof.tokens_per_iteration, slo_s=job.slo_s)
+
+    def _resident(self, name: str, c: PoolConfig, gid: str) -> tuple[bool, bool]:
+        """Whether ``name``'s state fits in host DRAM beside the group's members that joined before it."""
+        run = self.runs.get(gid)
+        before = [m for m in (run.order if run is not None and run.active() else []) if m != name]
+        jobs = [self.jobs[m] for m in before] + [self.jobs[name]]
+        d_r = self.node_dram_gb.get(c.rollout_type, math.inf)
+        d_t = self.node_dram_gb.get(c.train_type, math.inf)
+        use_r = sum(j.dram_rollout_node_gb for j in jobs)
+        use_t = sum(j.train_state_gb for j in jobs) / max(1, c.train_nodes)
+        return use_r <= d_r * (1 + 1e-9), use_t <= d_t * (1 + 1e-9)
 
     def _on_iteration(self, name: str, start: float, end: float, tokens: float) -> None:
         rec = self.records[name]

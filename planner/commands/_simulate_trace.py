@@ -18,7 +18,8 @@ def run_trace(args, sc, out, console, write_files) -> int:
     else:
         placer = SoloPlacer({j.name: j for j in jobs}, cap, colocated=args.policy == "colocated-jobs")
     sim = TraceSim(jobs, placer, inst.prices(sc), inst.gpus_per_node(sc), consolidate=cons is not None, seed=args.seed,
-                   horizon_s=args.horizon_s, policy=args.policy, record_phases=out is not None)
+                   horizon_s=args.horizon_s, policy=args.policy, record_phases=out is not None,
+                   node_dram_gb=inst.node_dram_gb(sc))
     res = sim.run()
     summ = res.summary()
     per_job = [{"job": r.name, "group": r.group, "arrival_s": r.arrival_s, "admitted_s": r.admitted_s, "done_s": r.done_s,

@@ -53,17 +53,22 @@ def job_setup(sc, index: int, job, view: ClusterView | None = None, seed: int = 
 DEFAULT_TRACE_ITERATIONS = 50  # a job without duration_s runs this many iterations
 
 
-def _switch_costs(setup, colocated: bool) -> tuple[float, float]:
-    """(rollout, training) warm-switch seconds: host DRAM → GPU copy of the per-GPU state."""
+def _switch_costs(setup, colocated: bool, cold: bool = False) -> tuple[float, float]:
+    """(rollout, training) switch seconds: warm = host DRAM → GPU copy of the per-GPU state;
+    cold = :func:`estimators.comm.cold_start_s` (process start, framework init, state from storage)."""
     from estimators import comm, memory
 
     m = setup.model
     t_gpus = setup.train_nodes * setup.gpus_per_node
     train_state = memory.training_bytes_per_gpu(m, setup.train_unit, 1, max(1, t_gpus // setup.train_unit))
+    weights = m.num_params * 2.0 / setup.rollout_tp
+    if cold:
+        node_r = weights * setup.gpus_per_node
+        node_t = train_state * setup.gpus_per_node
+        return (comm.cold_start_s(node_r, weights, setup.rollout_gpu), comm.cold_start_s(node_t, train_state, setup.train_gpu))
     if colocated:  # veRL: offload one state and load the other at every phase change
         return comm.warm_switch_s(train_state, setup.train_gpu), comm.warm_switch_s(train_state, setup.train_gpu)
-    return (comm.warm_switch_s(m.num_params * 2.0 / setup.rollout_tp, setup.rollout_gpu),
-            comm.warm_switch_s(train_state, setup.train_gpu))
+    return comm.warm_switch_s(weights, setup.rollout_gpu), comm.warm_switch_s(train_state, setup.train_gpu)
 
 
 def trace_jobs(sc, seed: int = 0, consolidate_at: float = 0.8, profile_seeds: int = 3):
@@ -92,20 +97,32 @@ def trace_jobs(sc, seed: int = 0, consolidate_at: float = 0.8, profile_seeds: in
         def switch(c, setup_for=setup_for):
             return _switch_costs(setup_for(c), c.rollout_type == c.train_type and c.rollout_nodes == c.train_nodes)
 
+        def cold(c, setup_for=setup_for):
+            return _switch_costs(setup_for(c), False, cold=True)
+
         solo = PoolConfig(rt, job.rollout.nodes, tt, job.trainer.nodes)
         colo = PoolConfig(tt, both, tt, both)
         if job.duration_s is not None:
             iters = max(1, int(round(job.duration_s / profile(solo).mean_iteration_s)))
         else:
             iters = DEFAULT_TRACE_ITERATIONS
+        from estimators import memory
+
         out.append(TraceJob(name=job.name, arrival_s=job.arrival_s, iterations=iters, slo_s=base.slo_s, profile=profile,
-                            switch_s=switch, solo=solo, colocated=colo))
+                            switch_s=switch, solo=solo, colocated=colo, cold_switch_s=cold,
+                            dram_rollout_node_gb=memory.host_dram_rollout_node_gb(base.model),
+                            train_state_gb=memory.host_dram_train_node_gb(base.model, 1)))
     return out
 
 
 def capacity(sc) -> dict:
     view = cluster_view(sc)
     return {t: view.nodes_of(t) for t in view.types()}
+
+
+def node_dram_gb(sc) -> dict:
+    view = cluster_view(sc)
+    return {t: view.dram_gb(t) for t in view.types()}
 
 
 def prices(sc) -> dict:

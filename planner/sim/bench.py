@@ -115,7 +115,8 @@ def trace_run(scenario: str, policy: str, consolidate: bool, seed: int = 0) -> d
     jobs = inst.trace_jobs(sc, seed)
     placer = (inst.placement_placer(sc, jobs) if policy == "groups"
               else SoloPlacer({j.name: j for j in jobs}, inst.capacity(sc), colocated=policy == "colocated-jobs"))
-    res = TraceSim(jobs, placer, inst.prices(sc), inst.gpus_per_node(sc), consolidate=consolidate, seed=seed, policy=policy).run()
+    res = TraceSim(jobs, placer, inst.prices(sc), inst.gpus_per_node(sc), consolidate=consolidate, seed=seed, policy=policy,
+                   node_dram_gb=inst.node_dram_gb(sc)).run()
     wall = time.perf_counter() - t0
     s = res.summary()
     return {"policy": policy, "consolidate": consolidate, "wall_s": wall, "events": s["events"], "jobs_done": s["jobs_done"],

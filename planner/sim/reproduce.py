@@ -186,7 +186,7 @@ def _trace(sc_path: Path, policy: str, consolidate: bool, seed: int = 0, iterati
     placer = (inst.placement_placer(sc, jobs) if policy == "groups"
               else SoloPlacer({j.name: j for j in jobs}, inst.capacity(sc), colocated=policy == "colocated-jobs"))
     return TraceSim(jobs, placer, inst.prices(sc), inst.gpus_per_node(sc), consolidate=consolidate, seed=seed,
-                    policy=policy).run()
+                    policy=policy, node_dram_gb=inst.node_dram_gb(sc)).run()
 
 
 def weave_equal_cost(args, cmd):

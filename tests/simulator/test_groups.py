@@ -122,3 +122,20 @@ def test_a_shared_group_is_cheaper_than_solo_for_the_same_work():
     assert all(len(r.iteration_s) == 12 for r in grp.jobs.values())
     assert grp.cost < solo.cost
     assert grp.summary()["tokens"] == pytest.approx(solo.summary()["tokens"])
+
+
+def test_members_beyond_host_dram_switch_cold():
+    """Residency: members that fit in the nodes' DRAM switch warm; once the DRAM is full, later
+    members pay cold starts, and the group cycles slower."""
+    def jobs():
+        out = []
+        for j in _jobs(n=3, iters=10):
+            out.append(TraceJob(j.name, 0.0, 10, j.slo_s, j.profile, lambda c: (1.0, 2.0), j.solo, j.colocated,
+                                cold_switch_s=lambda c: (60.0, 90.0), dram_rollout_node_gb=100.0, train_state_gb=300.0))
+        return out
+
+    roomy = TraceSim(jobs(), OneGroupPlacer(), {"H20": 1.0, "H800": 2.0}, node_dram_gb={"H20": 2048, "H800": 2048}).run()
+    tight = TraceSim(jobs(), OneGroupPlacer(), {"H20": 1.0, "H800": 2.0}, node_dram_gb={"H20": 250, "H800": 2048}).run()
+    span = lambda r: max(j.done_s for j in r.jobs.values())
+    assert span(tight) > span(roomy) + 5 * 60.0  # the third member's rollout switches are cold
+    assert tight.cost > roomy.cost
