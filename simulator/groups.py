@@ -47,7 +47,7 @@ Duration = Union[float, Sequence[float]]  # a fixed number, or samples drawn one
 class TailProfile:
     """Long-tail consolidation of one member's rollout (fractions of its rollout time)."""
 
-    body_frac: float  # rollout time until consolidation (consolidate_at of the requests done)
+    body_frac: float  # time until consolidation (consolidate_at of the requests done) over the unconsolidated rollout time
     tail_gpus: int  # GPUs kept for the tail
     tail_stretch: float = 1.0  # tail duration with consolidation / without
 

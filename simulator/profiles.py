@@ -93,7 +93,7 @@ def phase_profile(setup: JobSetup, seeds: int = 3, consolidate_at: Optional[floa
         if consolidate_at is not None:
             _, Tc, at, kept = _rollout_once(s, seed, consolidate_at)
             if at is not None and kept is not None and Tc > 0:
-                body.append(at / Tc)
+                body.append(at / T)  # of the unconsolidated makespan: body = body_frac x a, then the stretched tail
                 tail_gpus.append(kept)
                 stretch.append((Tc - at) / (T - at) if T > at else 1.0)
     tail = None
