@@ -141,8 +141,8 @@ class _Member:
     phase_start: float = 0.0
     tail_start: float = 0.0
     retiring: bool = False
-    pending: Optional[MemberSpec] = None
     last_end: Optional[float] = None
+    pinned: int = 1  # GPUs of the rollout nodes when the current rollout started
 
 
 class GroupRun:
@@ -193,21 +193,33 @@ class GroupRun:
                 if m.name not in node.ring:
                     node.insert(m.name, self.order)
 
-    def replace_member(self, m: MemberSpec) -> None:
-        """New phase times or pins for a member (a resized pool), from its next iteration on."""
-        mem = self.members[m.name]
-        if mem.state == "ready_r":
-            self._swap(mem, m)
-        else:
-            mem.pending = m
+    def add_nodes(self, side: str, names: Sequence[str]) -> None:
+        """Grow a pool (Weave's "extend the rollout pool"): each new node takes the ring and the turn
+        of an existing node of that pool, so every node of a whole-pool group stays in step."""
+        pool = self.nodes if side == "rollout" else self.train_nodes
+        ref = next(iter(pool.values()), None)
+        for n in names:
+            if n in pool:
+                continue
+            node = _Node(n, self.spec.gpus_per_node)
+            if ref is not None:
+                node.ring, node.ptr = list(ref.ring), ref.ptr
+            pool[n] = node
 
-    def _swap(self, mem: _Member, m: MemberSpec) -> None:
+    def replace_member(self, m: MemberSpec) -> None:
+        """New phase times or pins for a member (a resized pool). Pins may only grow, onto nodes
+        :meth:`add_nodes` created; a phase under way keeps the GPUs and rate it started with.
+        ``m.iterations`` counts the iterations left from now."""
+        from dataclasses import replace
+
+        mem = self.members[m.name]
+        if m.iterations is not None:
+            m = replace(m, iterations=mem.k + m.iterations)
         old = set(mem.spec.rollout_nodes) | {("t", n) for n in mem.spec.train_nodes}
         new = set(m.rollout_nodes) | {("t", n) for n in m.train_nodes}
         if old - new:
             raise ValueError(f"member {m.name!r}: a resized pool may only add nodes")
         mem.spec = m
-        mem.pending = None
         self._pin(m)
         self._try_start(m.name)
 
@@ -266,6 +278,7 @@ class GroupRun:
             n.last = s.name
             mem.hold[n.name] = n.free_gpus()
         mem.state = "rollout"
+        mem.pinned = len(s.rollout_nodes) * self.spec.gpus_per_node
         a = _draw(s.rollout_s, self.rng)
         mem.cur_rollout_s = a
         mem.work = a * (s.tail.body_frac if s.tail else 1.0)
@@ -275,9 +288,6 @@ class GroupRun:
         if switch > 0 and self.record:
             self.phases.append(PhaseRecord(s.name, mem.k, "switch", now, now + switch, s.rollout_nodes))
         self._reschedule_body(mem)
-
-    def _pinned_gpus(self, s: MemberSpec) -> int:
-        return len(s.rollout_nodes) * self.spec.gpus_per_node
 
     def _sync_body(self, mem: _Member) -> None:
         now = self.loop.now
@@ -290,7 +300,7 @@ class GroupRun:
     def _reschedule_body(self, mem: _Member) -> None:
         if mem.handle is not None:
             mem.handle.cancel()
-        mem.rate = sum(mem.hold.values()) / self._pinned_gpus(mem.spec)
+        mem.rate = sum(mem.hold.values()) / mem.pinned
         start = max(self.loop.now, mem.t_sync)
         if mem.rate <= 0:
             mem.handle = None
@@ -304,7 +314,7 @@ class GroupRun:
         s = mem.spec
         now = self.loop.now
         nodes = [self.nodes[n] for n in s.rollout_nodes]
-        if s.tail is not None and s.tail.tail_gpus < self._pinned_gpus(s):
+        if s.tail is not None and s.tail.tail_gpus < mem.pinned:
             keep = s.tail.tail_gpus
             for n in nodes:  # pack the tail onto the first pinned nodes
                 k = min(keep, n.gpus)
@@ -390,8 +400,6 @@ class GroupRun:
         mem.last_end = now
         mem.state = "ready_r"
         done = mem.retiring or (s.iterations is not None and mem.k >= s.iterations)
-        if not done and mem.pending is not None:
-            self._swap(mem, mem.pending)
         if done:
             self._leave(name)
             return

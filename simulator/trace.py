@@ -321,6 +321,7 @@ class TraceSim:
             self._provision(t, g)
         self.configs[gid] = new
         self.spans[gid][2] = new
+        run.add_nodes("rollout", [f"{gid}-r{i}" for i in range(new.rollout_nodes)])
         for name in list(run.members):
             spec = self._member(name, new, gid)
             run.replace_member(spec)

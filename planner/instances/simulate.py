@@ -146,6 +146,52 @@ def placement_placer(sc, jobs):
     except ImportError as exc:
         raise UserError(Problem("--policy groups", f"the placement planner is not available in this installation ({exc})",
                                 "use --policy solo-d or colocated-jobs")) from None
-    from planner.instances.placement_placer import PlannerPlacer
-
     return PlannerPlacer(sc, jobs)
+
+
+class PlannerPlacer:
+    """The placement planner's online admission (Weave's three moves) as a trace placer.
+
+    Jobs are compiled with :func:`planner.instances.placement.compile_scenario` (the planner's own
+    phase-time tables and SLOs) and admitted one by one with
+    :class:`formulation.placement.greedy.Packer` (fill a bubble, extend the rollout pool, open a new
+    group); a departure removes the job from its group (an emptied group frees its nodes). Group ids
+    are the packer's group positions, which never change.
+    """
+
+    def __init__(self, sc, jobs=None) -> None:
+        from formulation.placement.evaluate import Index
+        from formulation.placement.greedy import Packer
+        from planner.instances.placement import compile_scenario
+
+        self.inst = compile_scenario(sc)
+        self.idx = Index(self.inst)
+        self.pk = Packer(self.idx)
+        self.j_of = {n: i for i, n in enumerate(self.idx.names)}
+        self.moves: list = []  # (job, move, configuration label, marginal $/h)
+
+    def admit(self, job: str) -> bool:
+        j = self.j_of[job]
+        adm = self.pk.best_move(j)
+        if adm.move is None:
+            return False
+        self.pk.apply(adm)
+        self.moves.append((job, adm.move, self.idx.configs[adm.config].label(), adm.marginal_cost))
+        return True
+
+    def remove(self, job: str) -> None:
+        j = self.j_of[job]
+        if j in self.pk.job_group:
+            self.pk.remove_job(j)
+
+    def groups(self) -> dict:
+        from simulator.trace import PoolConfig
+
+        out = {}
+        for g, members in enumerate(self.pk.groups):
+            if not members:
+                continue
+            c = self.idx.configs[self.pk.group_config[g]]
+            out[f"g{g}"] = (PoolConfig(c.rollout_type, c.rollout_nodes, c.train_type, c.train_nodes),
+                            [self.idx.names[j] for j in members])
+        return out
