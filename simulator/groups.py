@@ -433,3 +433,18 @@ def run_group(spec: GroupSpec, iterations: int = 12, seed: int = 0) -> GroupRun:
     loop.run()
     run.end_s = loop.now
     return run
+
+
+def spec_from_plan_group(group, rollout_switch_s: float = 0.0, train_switch_s: float = 0.0,
+                         price_rollout_per_gpu_h: float = 0.0, price_train_per_gpu_h: float = 0.0) -> GroupSpec:
+    """A :class:`GroupSpec` from a placement plan's group (``PlacementPlan.groups[i]``: pools with node
+    names, members with phase seconds and node pins, the round-robin order). Read by attribute, so
+    the simulator does not depend on the placement package."""
+    by = {m.job: m for m in group.members}
+    members = tuple(MemberSpec(name=n, rollout_s=float(by[n].rollout_s), train_s=float(by[n].train_s),
+                               sync_s=float(by[n].sync_s), rollout_nodes=tuple(by[n].rollout_nodes),
+                               train_nodes=tuple(by[n].train_nodes), rollout_switch_s=rollout_switch_s,
+                               train_switch_s=train_switch_s, slo_s=float(by[n].slo_s)) for n in group.order)
+    return GroupSpec(name=group.id, members=members, gpus_per_node=group.rollout_pool.gpus_per_node,
+                     price_rollout_per_gpu_h=price_rollout_per_gpu_h, price_train_per_gpu_h=price_train_per_gpu_h,
+                     rollout_nodes=tuple(group.rollout_pool.nodes), train_nodes=tuple(group.train_pool.nodes))

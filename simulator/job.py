@@ -57,7 +57,7 @@ from simulator.models import engine_model
 from simulator.policies import ComponentInfo, Policy, ReallocContext, Reallocation
 from simulator.rollout import EngineSlot, RolloutStage
 from simulator.stages import REWARD_RULE_S, GpuLedger, RewardStage, WorkStage
-from simulator.workload import Request, WorkloadSpec, make_requests
+from simulator.workload import Request, ResidualTable, WorkloadSpec, make_requests
 
 COMPONENTS = ("rollout", "reference", "trainer")
 
@@ -306,6 +306,7 @@ class JobSim:
         self._last_tokens: dict[int, tuple[float, float]] = {}
         self._done = False
         self._last_snapshot: Optional[TelemetrySnapshot] = None
+        self._residual = ResidualTable(setup.workload)
 
     # ------------------------------------------------------------------ GPUs
     def _hold(self, comp: str, gpus: int) -> None:
@@ -550,8 +551,11 @@ class JobSim:
                                                gpu_type=e.gpu_type, gpus=e.gpus, kv_used_tokens=min(cap, e.kv_used),
                                                kv_capacity_tokens=cap, queue_depth=len(e.queue),
                                                tokens_per_s=max(0.0, rate), requests_in_flight=e.b))
+            extra_c = {}
+            if "remaining_tokens" in ComponentTelemetry.model_fields:
+                extra_c["remaining_tokens"] = self._rollout_remaining_estimate(now)
             comps.append(ComponentTelemetry(name="rollout", kind="rollout", progress=min(1.0, self.rollout.n_finished / n),
-                                            interruptible=True, throughput=max(0.0, tot_rate)))
+                                            interruptible=True, throughput=max(0.0, tot_rate), **extra_c))
         n_req = self.setup.workload.n_requests
         for st, kind in ((self.ref, "reference"), (self.trainer, "trainer")):
             if self.held[st.name] <= 0:
@@ -563,10 +567,31 @@ class JobSim:
             for i, (node, gg) in enumerate(self.comp_nodes[st.name]):
                 workers.append(WorkerTelemetry(worker_id=f"{st.name}-{i}", component=st.name, node=node,
                                                gpu_type=self.t_gpu.name, gpus=gg, queue_depth=len(st.q)))
+        extra = {}
+        if "nodes" in TelemetrySnapshot.model_fields:  # declare every node so free GPUs are visible
+            from formulation.realloc.telemetry import NodeTelemetry
+
+            extra["nodes"] = [NodeTelemetry(node=n, gpu_type=self._node_type(n), gpus=g) for n, g in sorted(self.all_nodes.items())]
         snap = TelemetrySnapshot(job=self.setup.name, time_s=max(0.0, now - rec.start_s), iteration=rec.index,
-                                 components=comps, workers=workers)
+                                 components=comps, workers=workers, **extra)
         self._last_snapshot = snap
         return snap
+
+    def _rollout_remaining_estimate(self, now: float) -> float:
+        """Expected response tokens still to generate this iteration (:class:`ResidualTable`): what the
+        rollout manager can estimate from tokens generated so far, not the lengths the simulator drew."""
+        live = {}
+        for e in self.rollout.alive():
+            for req, gen in e.snapshot_progress(now):
+                live[req.rid] = gen
+        gen = [sum(r.turn_tokens[: r.turn]) + live.get(r.rid, r.generated_in_turn) for r in self._iter_reqs if r.done_s is None]
+        return float(self._residual.expected_remaining(gen).sum()) if gen else 0.0
+
+    def _node_type(self, node: str) -> str:
+        s = self.setup
+        if self.colocated or s.same_type:
+            return self.t_gpu.name if self.colocated else s.rollout_gpu.name
+        return s.rollout_gpu.name if node.startswith(s.rollout_gpu.name.lower() + "-") else s.train_gpu.name
 
     def context(self, at_boundary: bool = False) -> ReallocContext:
         now = self.loop.now
@@ -621,8 +646,11 @@ class JobSim:
         cur = {"rollout": self.rollout.gpus(), "reference": self.held["reference"], "trainer": self.held["trainer"]}
         if sum(tgt.values()) > s.total_gpus:
             raise ValueError(f"reallocation asks for {sum(tgt.values())} GPUs, the job has {s.total_gpus}")
-        if tgt["rollout"] < s.rollout_tp and self.rollout.remaining() > 0:
-            tgt["rollout"] = s.rollout_tp
+        # every component keeps one engine / replica: a component with no worker would vanish from
+        # the telemetry, and nothing could give it GPUs back
+        tgt["rollout"] = max(tgt["rollout"], s.rollout_tp)
+        tgt["reference"] = max(tgt["reference"], 1)
+        tgt["trainer"] = max(tgt["trainer"], s.train_unit)
         if tgt == cur:
             return
         self.decisions.append((now, dict(tgt), dec.reason))
@@ -634,14 +662,7 @@ class JobSim:
             drop = [e.eid for e in alive[:n_drop]]
             if drop and len(drop) < len(alive):
                 self.rollout.drain(drop, now)
-            elif drop and self.rollout.remaining() == 0:
-                for eid in drop:
-                    e = self.rollout.engines[eid]
-                    e.shutdown(now)
-                    self.rollout.held[eid][1] = now
-                    node, gg = self.engine_nodes[eid]
-                    self._give("rollout", node, gg)
-                self._hold("rollout", self.rollout.gpus())
+
         for comp, st in (("reference", self.ref), ("trainer", self.trainer)):
             if tgt[comp] < cur[comp]:
                 pause = comm.GROUP_REBUILD_S if st.q or comp == "trainer" else 0.0

@@ -117,3 +117,27 @@ def make_requests(spec: WorkloadSpec, rng: np.random.Generator, rid0: int = 0) -
             prompt_tokens=int(spec.prompt_tokens), turn_tokens=[int(x) for x in splits[i]],
             tool_s=[float(x) for x in tools[i]], observation_tokens=int(spec.observation_tokens)))
     return reqs
+
+
+class ResidualTable:
+    """Expected tokens a response still has to generate, given how many it has generated.
+
+    What a rollout manager can estimate from the job's length distribution (in practice: the
+    lengths of its recent iterations): ``E[L - g | L > g]`` with ``L`` drawn from the workload's
+    length distribution clipped at ``max_response_tokens``. The simulator reports it as the rollout's
+    ``remaining_tokens``; it never reports the true lengths it drew.
+    """
+
+    def __init__(self, spec: WorkloadSpec, points: int = 4000) -> None:
+        dist = replace(spec.lengths, max_tokens=spec.max_response_tokens)
+        self.lengths = np.sort(dist.quantile((np.arange(points) + 0.5) / points))
+        self.suffix = np.concatenate([np.cumsum(self.lengths[::-1])[::-1], [0.0]])
+        self.max_tokens = float(spec.max_response_tokens)
+
+    def expected_remaining(self, generated) -> np.ndarray:
+        g = np.asarray(generated, dtype=float)
+        i = np.searchsorted(self.lengths, g, side="right")
+        n = self.lengths.size - i
+        with np.errstate(invalid="ignore", divide="ignore"):
+            res = np.where(n > 0, self.suffix[i] / np.maximum(n, 1) - g, 0.0)
+        return np.maximum(np.minimum(res, self.max_tokens - g), 1.0)

@@ -14,8 +14,8 @@ One job, request by request (policies {', '.join(JOB_POLICIES)}):
   static-batch  the same without streaming (training starts when the rollout has finished)
   colocated     veRL time sharing: every GPU generates, then computes log-probs, then trains
   dynamic       the static partition, reallocated inside the iteration by a decision function
-                fed with telemetry snapshots (--decision threshold: the simulator's baseline;
-                planner: the reallocation planner, when installed)
+                fed with telemetry snapshots (--decision planner: the reallocation planner, the
+                default; threshold: the simulator's trigger-and-greedy baseline)
   consolidate   static with long-tail consolidation (--consolidate-at, default 0.8)
   --queue priority orders multi-turn requests by (tool calls done, cached prefix) with an age bound.
 
@@ -38,8 +38,9 @@ def add_arguments(p) -> None:
     p.add_argument("--max-wait-s", type=float, default=30.0, help="age bound of the priority queue (s)")
     p.add_argument("--consolidate-at", type=float, default=None, metavar="F",
                    help="pack the long tail when this fraction of requests is done (0 < F < 1; consolidate policy: 0.8)")
-    p.add_argument("--decision", choices=["threshold", "planner"], default="threshold",
-                   help="decision function of the dynamic policy")
+    p.add_argument("--decision", choices=["planner", "threshold"], default="planner",
+                   help="decision function of the dynamic policy: the reallocation planner (default) or the "
+                        "simulator's threshold baseline")
     p.add_argument("--u-low", type=float, default=0.2, help="dynamic: KV utilisation below which an engine is a donor")
     p.add_argument("--window-s", type=float, default=4.0, help="dynamic: seconds an engine must stay under U_low (T)")
     p.add_argument("--theta", type=float, default=0.5, help="dynamic: fraction of engines that must be donors")
@@ -106,20 +107,15 @@ def _write_files(out, files: dict) -> None:
                 tmp.unlink()
 
 
-def decision_function(args):
-    from planner.errors import Problem, UserError
-
+def decision_function(args, sc):
+    """A fresh decision function (it keeps the donor history of one run)."""
     if args.decision == "threshold":
         from simulator.decisions import ThresholdDecision
 
         return ThresholdDecision(u_low=args.u_low, window_s=args.window_s, theta=args.theta)
-    from simulator.decisions import planner_decision
+    from planner.instances.simulate import planner_decision
 
-    try:
-        return planner_decision(u_low=args.u_low, window_s=args.window_s, theta=args.theta)
-    except ImportError as exc:
-        raise UserError(Problem("--decision", f"the reallocation planner is not available here ({exc})",
-                                "use --decision threshold")) from None
+    return planner_decision(sc, u_low=args.u_low, window_s=args.window_s, theta=args.theta)
 
 
 def run_job(args, sc):
@@ -142,7 +138,7 @@ def run_job(args, sc):
                                 f"{setup.rollout_gpu.name} and {setup.train_gpu.name}",
                                 "restrict rollout.gpu_types and trainer.gpu_types to one type"))
     policy = Policy(name=name, streaming=args.policy != "static-batch", queue=args.queue, max_wait_s=args.max_wait_s,
-                    consolidate_at=cons, decision=decision_function(args) if name == "dynamic" else None,
+                    consolidate_at=cons, decision=decision_function(args, sc) if name == "dynamic" else None,
                     record_snapshots=args.snapshots)
     try:
         sim = JobSim(setup, policy, seed=args.seed, iterations=args.iterations)

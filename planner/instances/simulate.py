@@ -195,3 +195,64 @@ class PlannerPlacer:
             out[f"g{g}"] = (PoolConfig(c.rollout_type, c.rollout_nodes, c.train_type, c.train_nodes),
                             [self.idx.names[j] for j in members])
         return out
+
+
+class PlannerDecision:
+    """The reallocation planner as the dynamic policy's decision function.
+
+    The same code path ``planner realloc`` and the daemon use: the simulator's telemetry snapshot and
+    the scenario go through :func:`planner.instances.realloc.build_context` and
+    :func:`formulation.realloc.decide.decide` with one :class:`formulation.realloc.donors.DonorDetector`
+    per job (DynaRL's trigger: more than ``theta`` of the engines under ``u_low`` for ``window_s``).
+    At an iteration boundary the decision is asked without a donor (``require_donor=False``): the new
+    rollout is the bottleneck and the idle trainer's GPUs may go back to it. A committed decision
+    becomes a :class:`simulator.policies.Reallocation` (GPUs per component and migration kind; the
+    simulator places them on nodes).
+    """
+
+    def __init__(self, sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, backend: str = "highs",
+                 margin: float = 0.05) -> None:
+        from dataclasses import replace as dc_replace
+
+        from formulation.realloc.decide import ReallocOptions
+        from formulation.realloc.donors import DonorConfig, DonorDetector
+
+        self.sc = sc
+        self.detector = DonorDetector(DonorConfig(theta=theta, u_low=u_low, hold_s=window_s))
+        self.options = ReallocOptions(backend=backend, margin=margin)
+        self.boundary_options = dc_replace(self.options, require_donor=False)
+        self.calls = 0
+        self.committed = 0
+        self.solve_ms: list = []
+
+    def __call__(self, snap, ctx):
+        from formulation.realloc.decide import decide
+        from planner.instances.realloc import build_context
+        from simulator.policies import Reallocation
+
+        if all(c.progress >= 1.0 for c in snap.components):
+            return None  # the iteration's work is done (optimizer step, weight sync): nothing to reallocate
+        self.calls += 1
+        rctx = build_context(snap, self.sc)
+        d = decide(snap, rctx, self.boundary_options if ctx.at_boundary else self.options, self.detector)
+        self.solve_ms.append(d.timings_ms.get("total", 0.0))
+        if not d.committed:
+            return None
+        self.committed += 1
+        target, kinds = {}, {}
+        for s, c in enumerate(d.choice):
+            st = d.instance.stages[s]
+            cand = st.candidates[c]
+            target[st.name] = cand.total_gpus
+            if c != 0:
+                kinds[st.name] = cand.migration_kind
+        return Reallocation(target=target, kinds=kinds, reason=d.reason, predicted_gain=d.objective - d.current_throughput)
+
+
+def planner_decision(sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5) -> PlannerDecision:
+    try:
+        import formulation.realloc.decide  # noqa: F401
+    except ImportError as exc:
+        raise UserError(Problem("--decision planner", f"the reallocation planner is not available in this installation ({exc})",
+                                "use --decision threshold")) from None
+    return PlannerDecision(sc, u_low, window_s, theta)

@@ -46,7 +46,7 @@ def _job_iteration(scenario: str, policy: str, seed: int = 0):
     setup = job_setup(sc, idx, job, cluster_view(sc), seed)
     dec = None
     if policy == "dynamic":
-        dec = decision_function(argparse.Namespace(decision="threshold", u_low=0.2, window_s=4.0, theta=0.5))
+        dec = decision_function(argparse.Namespace(decision="planner", u_low=0.2, window_s=4.0, theta=0.5), sc)
     t0 = time.perf_counter()
     sim = JobSim(setup, Policy(policy, decision=dec), seed=seed, iterations=1)
     res = sim.run()

@@ -46,19 +46,20 @@ def _header(title: str, cmd: str, paper: str) -> list[str]:
             "(simulated times do not depend on the machine).  ", f"Published: {paper}", ""]
 
 
-def _decision(kind: str, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5):
+def _decision(kind: str, sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5):
     from planner.commands.simulate import decision_function
 
-    return decision_function(argparse.Namespace(decision=kind, u_low=u_low, window_s=window_s, theta=theta))
+    return decision_function(argparse.Namespace(decision=kind, u_low=u_low, window_s=window_s, theta=theta), sc)
 
 
 def _setup(path: Path, seed: int = 0):
+    """(scenario, JobSetup of its one job)."""
     from planner.instances.simulate import cluster_view, job_setup, pick_job
     from planner.schema import load_scenario
 
     sc = load_scenario(path)
     idx, job = pick_job(sc, None)
-    return job_setup(sc, idx, job, cluster_view(sc), seed)
+    return sc, job_setup(sc, idx, job, cluster_view(sc), seed)
 
 
 def _run_job(setup, policy, seeds, iterations):
@@ -93,11 +94,11 @@ def dynarl_math(args, cmd) -> list[str]:
     rows = []
     for m in ("1.5b", "7b", "32b"):
         for g in (64, 128):
-            setup = _setup(SC / "dynarl" / f"math-{m}-{g}gpu.yaml")
+            sc, setup = _setup(SC / "dynarl" / f"math-{m}-{g}gpu.yaml")
             res = {}
             for name, pol in (("static", Policy("static")), ("batch", Policy("static", streaming=False)),
                               ("colocated", Policy("colocated")),
-                              ("dynamic", lambda: Policy("dynamic", decision=_decision(args.decision)))):
+                              ("dynamic", lambda: Policy("dynamic", decision=_decision(args.decision, sc)))):
                 ms = _run_job(setup, pol, args.seeds, args.iterations)
                 res[name] = {"iter_s": _mean(ms, "mean_iteration_s"), "realloc": _mean(ms, "reallocations") / args.iterations,
                              "reprefill": _mean(ms, "reprefill_tokens") / args.iterations}
@@ -131,7 +132,7 @@ def agentic(args, cmd):
     L = _header("Agentic RL: request priority and dynamic reallocation", cmd,
                 "DynaRL reports 1.27-1.64x for agentic (multi-turn, tool-calling) RL over the static baseline, with request "
                 "priority (tool calls done, cached prefix) contributing by keeping late turns' caches.")
-    setup = _setup(SC / "agentic-7b.yaml")
+    sc, setup = _setup(SC / "agentic-7b.yaml")
     L += [f"Decision function: `{args.decision}`; {args.iterations} iterations x {args.seeds} seed(s).", "",
           "| policy | queue | iteration (s) | rollout (s) | re-prefilled tokens / iter | preemptions / iter | speed-up vs static FIFO |",
           "|---|---|---:|---:|---:|---:|---:|"]
@@ -139,7 +140,7 @@ def agentic(args, cmd):
     base = None
     for name in ("static", "dynamic"):
         for q in ("fifo", "priority"):
-            pol = (lambda q=q: Policy("dynamic", queue=q, decision=_decision(args.decision))) if name == "dynamic" \
+            pol = (lambda q=q: Policy("dynamic", queue=q, decision=_decision(args.decision, sc))) if name == "dynamic" \
                 else Policy("static", queue=q)
             ms = _run_job(setup, pol, args.seeds, args.iterations)
             it = _mean(ms, "mean_iteration_s")
@@ -159,7 +160,7 @@ def sweep(args, cmd):
     from simulator.policies import Policy
 
     scen = SC / "dynarl" / "math-7b-64gpu.yaml"
-    setup = _setup(scen)
+    sc, setup = _setup(scen)
     L = _header("Sensitivity of the dynamic policy to U_low and T", cmd,
                 "DynaRL reports a plateau: throughput within a few percent for U_low in 0.1-0.3 and T in 2-8 s, "
                 "worse outside.")
@@ -170,7 +171,7 @@ def sweep(args, cmd):
     grid = {}
     for u in u_lows:
         for w in windows:
-            ms = _run_job(setup, lambda u=u, w=w: Policy("dynamic", decision=_decision(args.decision, u, w)), args.seeds,
+            ms = _run_job(setup, lambda u=u, w=w: Policy("dynamic", decision=_decision(args.decision, sc, u, w)), args.seeds,
                           args.iterations)
             grid[(u, w)] = _mean(ms, "mean_iteration_s")
             print(u, w, grid[(u, w)], flush=True)
