@@ -438,8 +438,13 @@ class JobSim:
         self._reprefill0 = self.rollout.reprefill_tokens()
         self._preempt0 = sum(e.preemptions for e in self.rollout.all_engines())
         if self.policy.decision is not None and k > 0:
+            # the new batch waits in the engines' queues while the decision function sees it, then is
+            # spread over the engines the decision leaves (verl dispatches after a resize)
+            self.rollout.start(reqs, kick=False)
             self._decide(at_boundary=True)
-        self.rollout.start(reqs)
+            self.rollout.redispatch()
+        else:
+            self.rollout.start(reqs)
 
     def _on_rollout_done(self, req: Request) -> None:
         rec = self.iterations[-1]

@@ -97,24 +97,34 @@ class RolloutStage:
         return sum(e.gpus for e in self.alive())
 
     # ------------------------------------------------------------------ requests
-    def start(self, requests: list[Request]) -> None:
-        """verl dispatch: contiguous equal chunks, one per engine."""
+    def start(self, requests: list[Request], kick: bool = True) -> None:
+        """verl dispatch: contiguous equal chunks, one per engine. With ``kick=False`` the requests
+        only wait in the engines' queues (visible as queue depth) until :meth:`redispatch`."""
         now = self.loop.now
-        engines = sorted(self.alive(), key=lambda e: e.eid)
-        n, E = len(requests), len(engines)
+        n = len(requests)
         self.n_total = n
         self.n_finished = 0
         self.consolidated_at_s = None
         self.stats.started += n
-        per = math.ceil(n / E) if E else 0
-        for i, r in enumerate(requests):
+        for r in requests:
             r.submitted_s = now
+        self._dispatch(requests, now, kick)
+
+    def _dispatch(self, requests: list[Request], now: float, kick: bool = True) -> None:
+        engines = sorted(self.alive(), key=lambda e: e.eid)
+        per = math.ceil(len(requests) / len(engines)) if engines else 0
         for j, e in enumerate(engines):
-            chunk = requests[j * per:(j + 1) * per]
-            for r in chunk:
+            for r in requests[j * per:(j + 1) * per]:
                 e.queue.push(_queued(r, e, now))
                 r.engine = e.eid
-            e.kick(now)
+            if kick:
+                e.kick(now)
+
+    def redispatch(self) -> None:
+        """Spread every waiting request over the engines up now (after a resize at an iteration start)."""
+        now = self.loop.now
+        waiting = [r for e in self.alive() for r in e.take_waiting(now)]
+        self._dispatch(sorted(waiting, key=lambda r: r.rid), now)
 
     def route(self, req: Request, now: float) -> RolloutEngine:
         alive = self.alive()
