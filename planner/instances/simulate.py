@@ -204,23 +204,21 @@ class PlannerDecision:
     the scenario go through :func:`planner.instances.realloc.build_context` and
     :func:`formulation.realloc.decide.decide` with one :class:`formulation.realloc.donors.DonorDetector`
     per job (DynaRL's trigger: more than ``theta`` of the engines under ``u_low`` for ``window_s``).
-    At an iteration boundary the decision is asked without a donor (``require_donor=False``): the new
-    rollout is the bottleneck and the idle trainer's GPUs may go back to it. A committed decision
-    becomes a :class:`simulator.policies.Reallocation` (GPUs per component and migration kind; the
-    simulator places them on nodes).
+    DynaRL reallocates *within* an iteration: at an iteration boundary the job goes back to its
+    planned partition (the planner is not asked: no component there is a donor, so it could not
+    give the idle trainer's GPUs back to the new rollout). A committed decision becomes a
+    :class:`simulator.policies.Reallocation` (GPUs per component and migration kind; the simulator
+    places them on nodes).
     """
 
     def __init__(self, sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, backend: str = "highs",
                  margin: float = 0.05) -> None:
-        from dataclasses import replace as dc_replace
-
         from formulation.realloc.decide import ReallocOptions
         from formulation.realloc.donors import DonorConfig, DonorDetector
 
         self.sc = sc
         self.detector = DonorDetector(DonorConfig(theta=theta, u_low=u_low, hold_s=window_s))
         self.options = ReallocOptions(backend=backend, margin=margin)
-        self.boundary_options = dc_replace(self.options, require_donor=False)
         self.calls = 0
         self.committed = 0
         self.solve_ms: list = []
@@ -230,11 +228,14 @@ class PlannerDecision:
         from planner.instances.realloc import build_context
         from simulator.policies import Reallocation
 
+        if ctx.at_boundary:
+            return Reallocation(target=dict(ctx.initial), kinds={"rollout": "workload", "reference": "workload", "trainer": "p2p"},
+                                reason="iteration start: back to the planned partition")
         if all(c.progress >= 1.0 for c in snap.components):
             return None  # the iteration's work is done (optimizer step, weight sync): nothing to reallocate
         self.calls += 1
         rctx = build_context(snap, self.sc)
-        d = decide(snap, rctx, self.boundary_options if ctx.at_boundary else self.options, self.detector)
+        d = decide(snap, rctx, self.options, self.detector)
         self.solve_ms.append(d.timings_ms.get("total", 0.0))
         if not d.committed:
             return None
