@@ -8,6 +8,8 @@ time under the scenario's ``solver.phase_time_estimate``.
 
 from __future__ import annotations
 
+import numpy as np
+
 from planner.errors import Problem, UserError, did_you_mean
 from planner.instances.common import ClusterView, estimate_job, job_profile, resolve_gpu_types
 
@@ -139,14 +141,61 @@ def gpus_per_node(sc) -> int:
     return gpn.pop()
 
 
-def placement_placer(sc, jobs):
+SIMULATED_QUANTILE = 0.9  # phase times the simulated tables give the planner: the p90 of the measured samples
+
+
+def simulated_instance(sc, jobs):
+    """The placement instance with the simulator's phase times instead of the estimators'.
+
+    Per job: rollout seconds on its own rollout node count and on twice it (so "extend the rollout
+    pool" stays a move), the p90 of the simulated rollouts; training seconds on its own training
+    nodes, the p90 of the simulated training phases; weight sync and host DRAM as compiled by the
+    planner; SLO = the scenario's ``ratio_to_solo`` x the simulated solo iteration (p90 rollout +
+    p90 training + sync), or ``iteration_s``. Returned with the jobs' SLOs set to match.
+    """
+    from formulation.placement.instance import PlacementInstance, PlacementJob
+    from planner.instances.placement import compile_scenario
+    from simulator.trace import PoolConfig
+
+    base = compile_scenario(sc)
+    by_name = {j.name: j for j in base.jobs}
+    spec = {j.name: j for j in sc.jobs}
+    out = []
+    for j in jobs:
+        b = by_name[j.name]
+        c0 = j.solo
+        r_tab, t_tab = {}, {}
+        for n in sorted({c0.rollout_nodes, 2 * c0.rollout_nodes}):
+            if n <= base.pool_types[c0.rollout_type].count:
+                p = j.profile(PoolConfig(c0.rollout_type, n, c0.train_type, c0.train_nodes))
+                r_tab[n] = float(np.quantile(p.rollout_s, SIMULATED_QUANTILE))
+        p0 = j.profile(c0)
+        t_tab[c0.train_nodes] = float(np.quantile(p0.train_s, SIMULATED_QUANTILE))
+        solo = r_tab[c0.rollout_nodes] + t_tab[c0.train_nodes] + p0.sync_s
+        slo = spec[j.name].slo
+        slo_s = slo.iteration_s if slo.iteration_s is not None else slo.ratio_to_solo * solo
+        out.append(PlacementJob(name=j.name, slo_s=slo_s, rollout_s={c0.rollout_type: r_tab}, train_s={c0.train_type: t_tab},
+                                sync_s={c0.rollout_type: {c0.train_type: p0.sync_s}}, dram_rollout_node_gb=b.dram_rollout_node_gb,
+                                train_state_gb=b.train_state_gb, arrival_s=b.arrival_s))
+    return PlacementInstance(name=base.name, pool_types=base.pool_types, jobs=out, move_price_per_job=base.move_price_per_job)
+
+
+def with_simulated_slos(jobs, inst):
+    """The trace jobs with the SLOs of a :func:`simulated_instance`."""
+    from dataclasses import replace
+
+    slo = {j.name: j.slo_s for j in inst.jobs}
+    return [replace(j, slo_s=slo[j.name]) for j in jobs]
+
+
+def placement_placer(sc, jobs, tables: str = "estimators"):
     """The placement planner's online admission as a :class:`simulator.trace.Placer`."""
     try:
         from formulation.placement.evaluate import Index  # noqa: F401
     except ImportError as exc:
         raise UserError(Problem("--policy groups", f"the placement planner is not available in this installation ({exc})",
                                 "use --policy solo-d or colocated-jobs")) from None
-    return PlannerPlacer(sc, jobs)
+    return PlannerPlacer(sc, jobs, tables)
 
 
 class PlannerPlacer:
@@ -159,12 +208,14 @@ class PlannerPlacer:
     are the packer's group positions, which never change.
     """
 
-    def __init__(self, sc, jobs=None) -> None:
+    def __init__(self, sc, jobs=None, tables: str = "estimators") -> None:
+        """``tables``: ``estimators`` (the planner's own compilation: conservative phase times, as Weave
+        plans) or ``simulator`` (:func:`simulated_instance`: the phase times this simulator measures)."""
         from formulation.placement.evaluate import Index
         from formulation.placement.greedy import Packer
         from planner.instances.placement import compile_scenario
 
-        self.inst = compile_scenario(sc)
+        self.inst = compile_scenario(sc) if tables == "estimators" else simulated_instance(sc, jobs)
         self.idx = Index(self.inst)
         self.pk = Packer(self.idx)
         self.j_of = {n: i for i, n in enumerate(self.idx.names)}

@@ -186,7 +186,10 @@ def sweep(args, cmd):
 
 
 # ------------------------------------------------------------------------------------ Weave
-def _trace(sc_path: Path, policy: str, consolidate: bool, seed: int = 0, iterations: int | None = None):
+def _trace(sc_path: Path, policy: str, consolidate: bool, seed: int = 0, iterations: int | None = None,
+           tables: str = "estimators"):
+    """``policy`` groups with ``tables`` estimators (the planner as Weave plans: conservative phase
+    times) or simulator (the planner fed the simulated phase times, SLOs on the simulated solo time)."""
     from planner.instances import simulate as inst
     from planner.schema import load_scenario
     from simulator.trace import SoloPlacer, TraceSim
@@ -195,8 +198,12 @@ def _trace(sc_path: Path, policy: str, consolidate: bool, seed: int = 0, iterati
     jobs = inst.trace_jobs(sc, seed)
     if iterations is not None:
         jobs = [replace(j, iterations=iterations) for j in jobs]
-    placer = (inst.placement_placer(sc, jobs) if policy == "groups"
-              else SoloPlacer({j.name: j for j in jobs}, inst.capacity(sc), colocated=policy == "colocated-jobs"))
+    if policy == "groups":
+        placer = inst.placement_placer(sc, jobs, tables)
+        if tables == "simulator":
+            jobs = inst.with_simulated_slos(jobs, placer.inst)
+    else:
+        placer = SoloPlacer({j.name: j for j in jobs}, inst.capacity(sc), colocated=policy == "colocated-jobs")
     return TraceSim(jobs, placer, inst.prices(sc), inst.gpus_per_node(sc), consolidate=consolidate, seed=seed,
                     policy=policy, node_dram_gb=inst.node_dram_gb(sc)).run()
 
@@ -208,22 +215,23 @@ def weave_equal_cost(args, cmd):
     sc = SC / "weave-micro.yaml"
     L += [f"Set-up: `{sc.relative_to(ROOT)}` (six jobs, H20 rollout, H800 training), every job runs {args.trace_iterations} "
           "iterations; throughput per cost = response tokens per dollar (equal-cost throughput ratio).", "",
-          "| policy | consolidation | tokens per $ | cost ($) | span (h) | SLO attainment | **groups vs this** |",
-          "|---|---|---:|---:|---:|---:|---:|"]
+          "Groups are placed by the placement planner's online admission (Weave's three moves) on its own phase tables "
+          "(`estimators`: conservative, every response at its maximum length, as Weave plans) or on the phase times this "
+          "simulator measures (`simulator`: p90 of the samples, SLO on the simulated solo time).", "",
+          "| policy | planner tables | consolidation | tokens per $ | cost ($) | span (h) | SLO attainment | "
+          "**best groups vs this** |", "|---|---|---|---:|---:|---:|---:|---:|"]
     rows = {}
-    for pol in ("groups", "solo-d", "colocated-jobs"):
-        for cons in (False, True):
-            if pol != "groups" and cons:
-                continue
-            r = _trace(sc, pol, cons, iterations=args.trace_iterations).summary()
-            rows[(pol, cons)] = r
-            print(pol, cons, r, flush=True)
-    g = rows[("groups", True)]["tokens_per_dollar"]
-    for (pol, cons), r in rows.items():
-        L.append(f"| {pol} | {'yes' if cons else 'no'} | {r['tokens_per_dollar']:,.0f} | {r['cost']:,.0f} | {r['end_s'] / 3600:.1f} | "
-                 f"{100 * r['slo_attainment_mean']:.0f}% | {g / r['tokens_per_dollar']:.2f}x |")
+    for pol, tables, cons in (("groups", "estimators", False), ("groups", "estimators", True), ("groups", "simulator", False),
+                              ("groups", "simulator", True), ("solo-d", "-", False), ("colocated-jobs", "-", False)):
+        r = _trace(sc, pol, cons, iterations=args.trace_iterations, tables=tables if pol == "groups" else "estimators").summary()
+        rows[(pol, tables, cons)] = r
+        print(pol, tables, cons, r, flush=True)
+    g = max(r["tokens_per_dollar"] for (p, _, _), r in rows.items() if p == "groups")
+    for (pol, tables, cons), r in rows.items():
+        L.append(f"| {pol} | {tables} | {'yes' if cons else 'no'} | {r['tokens_per_dollar']:,.0f} | {r['cost']:,.0f} | "
+                 f"{r['end_s'] / 3600:.1f} | {100 * r['slo_attainment_mean']:.0f}% | {g / r['tokens_per_dollar']:.2f}x |")
     L.append("")
-    return L, [{"policy": p, "consolidate": c, **r} for (p, c), r in rows.items()]
+    return L, [{"policy": p, "tables": t, "consolidate": c, **r} for (p, t, c), r in rows.items()]
 
 
 def trace_cost(args, cmd):
@@ -232,20 +240,24 @@ def trace_cost(args, cmd):
                 "production trace.")
     sc = SC / "weave-trace-60.yaml"
     L += [f"Set-up: `{sc.relative_to(ROOT)}` (60 jobs, arrivals and durations from Pollux workload-1).", "",
-          "| policy | consolidation | cost ($) | H20 GPU-h | H800 GPU-h | jobs meeting SLO | mean wait (s) | **Solo-D cost / this** |",
-          "|---|---|---:|---:|---:|---:|---:|---:|"]
+          "Every job runs the iterations its duration gives at its Solo-D speed; groups come from the placement planner's "
+          "online admission on its own tables (`estimators`) or on the simulated phase times (`simulator`, see "
+          "`weave-equal-cost.md`).", "",
+          "| policy | planner tables | consolidation | cost ($) | H20 GPU-h | H800 GPU-h | jobs meeting SLO | mean wait (s) | "
+          "**Solo-D cost / this** |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     rows = {}
-    for pol, cons in (("solo-d", False), ("groups", False), ("groups", True), ("colocated-jobs", False)):
-        r = _trace(sc, pol, cons).summary()
-        rows[(pol, cons)] = r
-        print(pol, cons, r, flush=True)
-    base = rows[("solo-d", False)]["cost"]
-    for (pol, cons), r in rows.items():
-        L.append(f"| {pol} | {'yes' if cons else 'no'} | {r['cost']:,.0f} | {r['gpu_hours'].get('H20', 0):,.0f} | "
+    for pol, tables, cons in (("solo-d", "-", False), ("groups", "estimators", False), ("groups", "estimators", True),
+                              ("groups", "simulator", False), ("groups", "simulator", True), ("colocated-jobs", "-", False)):
+        r = _trace(sc, pol, cons, tables=tables if pol == "groups" else "estimators").summary()
+        rows[(pol, tables, cons)] = r
+        print(pol, tables, cons, r, flush=True)
+    base = rows[("solo-d", "-", False)]["cost"]
+    for (pol, tables, cons), r in rows.items():
+        L.append(f"| {pol} | {tables} | {'yes' if cons else 'no'} | {r['cost']:,.0f} | {r['gpu_hours'].get('H20', 0):,.0f} | "
                  f"{r['gpu_hours'].get('H800', 0):,.0f} | {100 * r['jobs_meeting_slo']:.0f}% | {r['mean_wait_s']:.0f} | "
                  f"{base / r['cost']:.2f}x |")
     L.append("")
-    return L, [{"policy": p, "consolidate": c, **r} for (p, c), r in rows.items()]
+    return L, [{"policy": p, "tables": t, "consolidate": c, **r} for (p, t, c), r in rows.items()]
 
 
 def consolidation(args, cmd):
@@ -256,13 +268,13 @@ def consolidation(args, cmd):
           "| scenario | policy | tokens per $ without | with | **gain** |", "|---|---|---:|---:|---:|"]
     rows = []
     for sc in (SC / "weave-micro.yaml", SC / "weave-trace-60.yaml"):
-        for pol in ("groups",):
+        for tables in ("estimators", "simulator"):
             its = args.trace_iterations if sc.name == "weave-micro.yaml" else None
-            a = _trace(sc, pol, False, iterations=its).summary()
-            b = _trace(sc, pol, True, iterations=its).summary()
-            rows.append({"scenario": sc.name, "policy": pol, "without": a["tokens_per_dollar"], "with": b["tokens_per_dollar"]})
+            a = _trace(sc, "groups", False, iterations=its, tables=tables).summary()
+            b = _trace(sc, "groups", True, iterations=its, tables=tables).summary()
+            rows.append({"scenario": sc.name, "tables": tables, "without": a["tokens_per_dollar"], "with": b["tokens_per_dollar"]})
             print(rows[-1], flush=True)
-            L.append(f"| {sc.name} | {pol} | {a['tokens_per_dollar']:,.0f} | {b['tokens_per_dollar']:,.0f} | "
+            L.append(f"| {sc.name} | groups ({tables} tables) | {a['tokens_per_dollar']:,.0f} | {b['tokens_per_dollar']:,.0f} | "
                      f"**{b['tokens_per_dollar'] / a['tokens_per_dollar']:.2f}x** |")
     L.append("")
     return L, rows
