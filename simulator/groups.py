@@ -264,18 +264,28 @@ class GroupRun:
         elif mem.state == "ready_t":
             self._try_train(mem)
 
+    @staticmethod
+    def _claim(nodes: list, name: str, switch_s: float) -> Optional[float]:
+        """Take ``nodes`` for ``name`` if every one has come round to it and is free: the switch
+        time it pays (a node last used by another member), or None when it must wait."""
+        if any(n.turn() != name or n.owner is not None for n in nodes):
+            return None
+        switch = 0.0
+        for n in nodes:
+            if n.last is not None and n.last != name:
+                switch = switch_s
+            n.owner = name
+            n.last = name
+        return switch
+
     def _try_rollout(self, mem: _Member) -> None:
         s = mem.spec
         nodes = [self.nodes[n] for n in s.rollout_nodes]
-        if any(n.turn() != s.name or n.owner is not None for n in nodes):
+        switch = self._claim(nodes, s.name, s.rollout_switch_s)
+        if switch is None:
             return
         now = self.loop.now
-        switch = 0.0
         for n in nodes:
-            if n.last is not None and n.last != s.name:
-                switch = max(switch, s.rollout_switch_s)
-            n.owner = s.name
-            n.last = s.name
             mem.hold[n.name] = n.free_gpus()
         mem.state = "rollout"
         mem.pinned = len(s.rollout_nodes) * self.spec.gpus_per_node
@@ -365,15 +375,10 @@ class GroupRun:
     def _try_train(self, mem: _Member) -> None:
         s = mem.spec
         nodes = [self.train_nodes[n] for n in s.train_nodes]
-        if any(n.turn() != s.name or n.owner is not None for n in nodes):
+        switch = self._claim(nodes, s.name, s.train_switch_s)
+        if switch is None:
             return
         now = self.loop.now
-        switch = 0.0
-        for n in nodes:
-            if n.last is not None and n.last != s.name:
-                switch = max(switch, s.train_switch_s)
-            n.owner = s.name
-            n.last = s.name
         mem.state = "train"
         b = _draw(s.train_s, self.rng)
         dur = switch + b + s.sync_s

@@ -208,6 +208,20 @@ def _trace(sc_path: Path, policy: str, consolidate: bool, seed: int = 0, iterati
                     policy=policy, node_dram_gb=inst.node_dram_gb(sc)).run()
 
 
+VARIANTS = (("solo-d", "-", False), ("groups", "estimators", False), ("groups", "estimators", True),
+            ("groups", "simulator", False), ("groups", "simulator", True), ("colocated-jobs", "-", False))
+
+
+def _variants(sc: Path, iterations) -> dict:
+    """Trace summaries for every (policy, planner tables, consolidation) of :data:`VARIANTS`."""
+    rows = {}
+    for pol, tables, cons in VARIANTS:
+        r = _trace(sc, pol, cons, iterations=iterations, tables=tables if pol == "groups" else "estimators").summary()
+        rows[(pol, tables, cons)] = r
+        print(pol, tables, cons, r, flush=True)
+    return rows
+
+
 def weave_equal_cost(args, cmd):
     L = _header("Weave: throughput at equal cost against Solo-D and colocated pools", cmd,
                 "Weave reports 1.82-1.99x the throughput of Solo-D (one disaggregated pool pair per job) and 1.35-1.47x "
@@ -220,12 +234,7 @@ def weave_equal_cost(args, cmd):
           "simulator measures (`simulator`: p90 of the samples, SLO on the simulated solo time).", "",
           "| policy | planner tables | consolidation | tokens per $ | cost ($) | span (h) | SLO attainment | "
           "**best groups vs this** |", "|---|---|---|---:|---:|---:|---:|---:|"]
-    rows = {}
-    for pol, tables, cons in (("groups", "estimators", False), ("groups", "estimators", True), ("groups", "simulator", False),
-                              ("groups", "simulator", True), ("solo-d", "-", False), ("colocated-jobs", "-", False)):
-        r = _trace(sc, pol, cons, iterations=args.trace_iterations, tables=tables if pol == "groups" else "estimators").summary()
-        rows[(pol, tables, cons)] = r
-        print(pol, tables, cons, r, flush=True)
+    rows = _variants(sc, args.trace_iterations)
     g = max(r["tokens_per_dollar"] for (p, _, _), r in rows.items() if p == "groups")
     for (pol, tables, cons), r in rows.items():
         L.append(f"| {pol} | {tables} | {'yes' if cons else 'no'} | {r['tokens_per_dollar']:,.0f} | {r['cost']:,.0f} | "
@@ -245,12 +254,7 @@ def trace_cost(args, cmd):
           "`weave-equal-cost.md`).", "",
           "| policy | planner tables | consolidation | cost ($) | H20 GPU-h | H800 GPU-h | jobs meeting SLO | mean wait (s) | "
           "**Solo-D cost / this** |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
-    rows = {}
-    for pol, tables, cons in (("solo-d", "-", False), ("groups", "estimators", False), ("groups", "estimators", True),
-                              ("groups", "simulator", False), ("groups", "simulator", True), ("colocated-jobs", "-", False)):
-        r = _trace(sc, pol, cons, tables=tables if pol == "groups" else "estimators").summary()
-        rows[(pol, tables, cons)] = r
-        print(pol, tables, cons, r, flush=True)
+    rows = _variants(sc, None)
     base = rows[("solo-d", "-", False)]["cost"]
     for (pol, tables, cons), r in rows.items():
         L.append(f"| {pol} | {tables} | {'yes' if cons else 'no'} | {r['cost']:,.0f} | {r['gpu_hours'].get('H20', 0):,.0f} | "
