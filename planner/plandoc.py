@@ -42,7 +42,9 @@ PLAN_VERSION = 1
 
 # kind -> "module:Class" of the pydantic model that validates ``body``; each decision problem
 # registers its own.
-BODY_MODELS: dict[str, str] = {}
+BODY_MODELS: dict[str, str] = {
+    "ReallocPlan": "formulation.realloc.plan:ReallocPlan",
+}
 
 
 def register_body(kind: str, target: str) -> None:

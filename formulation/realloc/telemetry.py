@@ -14,10 +14,14 @@ One snapshot is the state of one job's components at one instant::
       - {worker_id: r0, component: rollout, node: h100-0, gpu_type: H100, gpus: 1,
          kv_used_tokens: 5120, kv_capacity_tokens: 400000, queue_depth: 0,
          tokens_per_s: 310.0, requests_in_flight: 2}
+    nodes:                        # optional: every node's capacity, so free GPUs are visible
+      - {node: h100-0, gpu_type: H100, gpus: 8, cluster: default}
 
 The HTTP API accepts it as JSON, ``planner realloc`` reads it from YAML or JSON, and the simulator
 emits it. Validation rejects what a controller must never act on: a worker of an unknown
-component, utilisation outside [0, 1], a component without workers.
+component, utilisation outside [0, 1], a component without workers, a node whose workers report
+two GPU types, and (when ``nodes`` is given) a worker on an undeclared node or a node holding
+more GPUs than it has.
 """
 
 from __future__ import annotations
@@ -67,6 +71,14 @@ class ComponentTelemetry(_Strict):
     progress: float = Field(0.0, ge=0.0, le=1.0, description="fraction of this iteration's work done")
     interruptible: bool = Field(True, description="at an interruptible point now (a migration may start)")
     throughput: Optional[float] = Field(None, ge=0.0, description="work items per second, when the component reports it")
+    remaining_tokens: Optional[float] = Field(None, ge=0.0, description="tokens of work it has left this iteration, when it knows")
+
+
+class NodeTelemetry(_Strict):
+    node: str = Field(min_length=1)
+    gpu_type: str = Field(min_length=1)
+    gpus: int = Field(ge=1, description="GPUs the node has (busy or free)")
+    cluster: str = Field("default", min_length=1, description="network fabric the node sits in")
 
 
 class TelemetrySnapshot(_Strict):
@@ -76,6 +88,7 @@ class TelemetrySnapshot(_Strict):
     iteration: int = Field(0, ge=0)
     components: list[ComponentTelemetry] = Field(min_length=1)
     workers: list[WorkerTelemetry] = Field(min_length=1)
+    nodes: Optional[list[NodeTelemetry]] = Field(None, description="node capacities; omitted: only the GPUs workers hold are known")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -100,6 +113,27 @@ class TelemetrySnapshot(_Strict):
         missing = [n for n in names if n not in with_workers]
         if missing:
             raise ValueError(f"component(s) without workers: {', '.join(missing)}; every component needs at least one worker")
+        node_type: dict[str, str] = {}
+        for w in self.workers:
+            if node_type.setdefault(w.node, w.gpu_type) != w.gpu_type:
+                raise ValueError(f"node {w.node} reports GPU types {node_type[w.node]} and {w.gpu_type}; a node has one GPU type")
+        if self.nodes is not None:
+            declared = {n.node: n for n in self.nodes}
+            if len(declared) != len(self.nodes):
+                raise ValueError("duplicate node names in nodes")
+            used: dict[str, int] = {}
+            for i, w in enumerate(self.workers):
+                n = declared.get(w.node)
+                if n is None:
+                    raise ValueError(f"workers[{i}] ({w.worker_id}) runs on node '{w.node}', which nodes does not declare; "
+                                     "add it to nodes or drop nodes")
+                if n.gpu_type != w.gpu_type:
+                    raise ValueError(f"workers[{i}] ({w.worker_id}) reports GPU type {w.gpu_type} on node {w.node}, "
+                                     f"which nodes declares as {n.gpu_type}")
+                used[w.node] = used.get(w.node, 0) + w.gpus
+            over = [f"{k} ({v} > {declared[k].gpus})" for k, v in used.items() if v > declared[k].gpus]
+            if over:
+                raise ValueError(f"workers hold more GPUs than the node has: {', '.join(over)}")
         return self
 
     def workers_of(self, component: str) -> list[WorkerTelemetry]:

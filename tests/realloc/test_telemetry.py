@@ -41,3 +41,29 @@ def test_bad_snapshots(mutate, text):
     with pytest.raises(ValidationError) as err:
         TelemetrySnapshot.model_validate(d)
     assert text in str(err.value)
+
+
+def test_declared_nodes_make_free_gpus_visible_and_are_checked():
+    from formulation.realloc.context import pools_from_snapshot
+
+    d = _snap(nodes=[{"node": "n0", "gpu_type": "H100", "gpus": 8}, {"node": "n1", "gpu_type": "H100", "gpus": 8}])
+    s = TelemetrySnapshot.model_validate(d)
+    assert [(p.name, p.gpus) for p in pools_from_snapshot(s)] == [("n0", 8), ("n1", 8)]
+    # without nodes: capacity is what the workers hold, or the per-type node size when known
+    s2 = TelemetrySnapshot.model_validate(_snap())
+    assert [(p.name, p.gpus) for p in pools_from_snapshot(s2)] == [("n0", 1), ("n1", 8)]
+    assert [(p.name, p.gpus) for p in pools_from_snapshot(s2, {"H100": 8})] == [("n0", 8), ("n1", 8)]
+    for nodes, text in [
+        ([{"node": "n0", "gpu_type": "H100", "gpus": 8}], "which nodes does not declare"),
+        ([{"node": "n0", "gpu_type": "H20", "gpus": 8}, {"node": "n1", "gpu_type": "H100", "gpus": 8}], "declares as H20"),
+        ([{"node": "n0", "gpu_type": "H100", "gpus": 8}, {"node": "n1", "gpu_type": "H100", "gpus": 4}], "more GPUs than the node has"),
+    ]:
+        with pytest.raises(ValidationError, match=text):
+            TelemetrySnapshot.model_validate(_snap(nodes=nodes))
+
+
+def test_remaining_tokens_must_be_non_negative():
+    d = _snap()
+    d["components"][0]["remaining_tokens"] = -1
+    with pytest.raises(ValidationError, match="greater than or equal to 0"):
+        TelemetrySnapshot.model_validate(d)

@@ -1,0 +1,175 @@
+"""planner realloc SNAPSHOT: the in-iteration reallocation decision for one job's telemetry."""
+
+from __future__ import annotations
+
+NAME = "realloc"
+HELP = "decide an in-iteration GPU reallocation (DynaRL) from a telemetry snapshot and write it as a plan"
+DESCRIPTION = """Read a telemetry snapshot file (one snapshot, a list of them in time order, or JSON
+lines), feed every snapshot to the donor detector, and decide at the last one: donors with their
+evidence, candidate allocations per component with predicted throughput and migration cost, the
+chosen allocation (committed only if it beats the current one by --margin), and the migration
+steps (Workload, P2P or Reboot) with predicted duration and bytes. --scenario gives model sizes,
+the GPU catalogue and node groups, so curves come from the estimators; without it they come from
+the snapshot's own throughput. A donor needs more than --theta of its engines below --u-low KV
+utilisation for --hold-s seconds, so a single snapshot never shows one: pass a stream, --hold-s 0,
+or --force to plan without a donor."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("snapshot", metavar="SNAPSHOT", help="YAML/JSON snapshot, a list of snapshots, or .jsonl")
+    p.add_argument("--scenario", help="scenario YAML for model sizes, GPU types and node groups")
+    p.add_argument("--backend", choices=["highs", "cpsat", "dp", "pyomo"], default="highs",
+                   help="highs (highspy, default), cpsat, dp (exact, single pool only), pyomo (Pyomo + HiGHS reference)")
+    p.add_argument("--out", help="write the plan document here (.json: JSON, else YAML)")
+    p.add_argument("--margin", type=float, default=0.05, help="commit only when the objective beats the current throughput by this fraction (default 0.05)")
+    p.add_argument("--candidates", type=int, default=8, help="candidates per component, the current allocation included (default 8)")
+    p.add_argument("--theta", type=float, default=0.5, help="donor: fraction of engines that must stay low (default 0.5)")
+    p.add_argument("--u-low", type=float, default=0.2, help="donor: KV utilisation threshold (default 0.2)")
+    p.add_argument("--u-low-percentile", type=float, default=None, help="donor: U_low as this percentile of the component's history")
+    p.add_argument("--hold-s", type=float, default=5.0, help="donor: seconds the engines must stay low (T, default 5)")
+    p.add_argument("--force", action="store_true", help="plan even when no donor is detected")
+    p.add_argument("--horizon-s", type=float, default=None, help="seconds left in the iteration (default: from progress)")
+    p.add_argument("--time-limit-s", type=float, default=5.0, help="solver time limit (default 5)")
+    p.add_argument("--json", action="store_true", help="print the plan document as JSON instead of tables")
+
+
+def _options(args):
+    from formulation.common import SolveOptions
+    from formulation.realloc.decide import ReallocOptions
+    from formulation.realloc.donors import DonorConfig
+    from planner.errors import Problem, UserError
+
+    checks = [
+        ("--margin", args.margin >= 0, "use a fraction >= 0, e.g. 0.05"),
+        ("--candidates", args.candidates >= 1, "use at least 1 (the current allocation)"),
+        ("--theta", 0 <= args.theta < 1, "use a fraction in [0, 1)"),
+        ("--u-low", 0 < args.u_low <= 1, "use a KV utilisation in (0, 1]"),
+        ("--hold-s", args.hold_s >= 0, "use seconds >= 0"),
+        ("--time-limit-s", args.time_limit_s > 0, "use seconds > 0"),
+        ("--horizon-s", args.horizon_s is None or args.horizon_s > 0, "use seconds > 0"),
+        ("--u-low-percentile", args.u_low_percentile is None or 0 < args.u_low_percentile < 100, "use a percentile in (0, 100)"),
+    ]
+    bad = [Problem(flag, "value out of range", fix) for flag, ok, fix in checks if not ok]
+    if bad:
+        raise UserError(bad)
+    donors = DonorConfig(theta=args.theta, u_low=args.u_low, hold_s=args.hold_s, u_low_percentile=args.u_low_percentile)
+    return donors, ReallocOptions(backend=args.backend, margin=args.margin, max_candidates=args.candidates, require_donor=not args.force,
+                                  solve=SolveOptions(time_limit_s=args.time_limit_s, mip_gap=1e-6))
+
+
+def run(args) -> int:
+    from formulation.realloc.decide import decide
+    from formulation.realloc.donors import DonorDetector
+    from planner import plandoc
+    from planner.errors import Problem, UserError
+    from planner.instances.realloc import build_context, load_snapshots
+
+    donor_cfg, opts = _options(args)
+    snaps = load_snapshots(args.snapshot)
+    scenario = None
+    if args.scenario:
+        from planner.schema import load_scenario
+
+        scenario = load_scenario(args.scenario)
+    snaps_sorted = sorted(snaps, key=lambda s: (s.iteration, s.time_s))
+    if [id(s) for s in snaps_sorted] != [id(s) for s in snaps]:
+        raise UserError(Problem("SNAPSHOT", "snapshots are not in time order", "list them by iteration, then time_s"))
+    jobs = sorted({s.job for s in snaps})
+    if len(jobs) > 1:
+        raise UserError(Problem("SNAPSHOT", f"snapshots of several jobs ({', '.join(jobs)})", "pass one job's snapshots per call"))
+    det = DonorDetector(donor_cfg)
+    for s in snaps[:-1]:
+        det.observe(s)
+    last = snaps[-1]
+    ctx = build_context(last, scenario, horizon_s=args.horizon_s)
+    if opts.backend == "dp" and len(ctx.pools) != 1:
+        raise UserError(Problem("--backend", f"the dp backend solves the single-pool case; this snapshot has {len(ctx.pools)} nodes",
+                                "use --backend highs or cpsat (dp is the oracle for one pool)"))
+    dec = decide(last, ctx, opts, det)
+    doc = plandoc.PlanDocument(
+        kind="ReallocPlan",
+        scenario=scenario.name if scenario is not None else "",
+        scenario_digest=plandoc.scenario_digest(scenario) if scenario is not None else "",
+        solver=plandoc.SolverRecord(**dec.record.as_dict()),
+        body=dec.body(),
+    )
+    if args.out:
+        plandoc.write(doc, args.out)
+    if args.json:
+        print(plandoc.dumps(doc, "json"), end="")
+        return 0
+    _print(dec, doc, args)
+    return 0
+
+
+def _gb(b: float) -> str:
+    return f"{b / 1e9:,.1f}"
+
+
+def _thr(v: float, unit: str) -> str:
+    """A throughput for people: seconds to finish when normalised by remaining work, else per second."""
+    if unit == "1/s":
+        return f"{1.0 / v:,.1f} s" if v > 0 else "never"
+    return f"{v:,.1f}/s"
+
+
+def _print(dec, doc, args) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    body = doc.body
+    unit = body["throughput_unit"]
+    con.print(f"[bold]{dec.job}[/bold] at t={dec.time_s:g} s (iteration {dec.iteration}), backend {dec.record.backend}, "
+              f"status {dec.record.status.value}, {dec.timings_ms.get('total', 0):.1f} ms")
+    t = Table(title="donors", title_justify="left")
+    for col in ("component", "donor", "engines low / held ≥ T / all", "U_low", "evidence"):
+        t.add_column(col, overflow="fold")
+    for d in body["donors"]:
+        t.add_row(d["component"], "yes" if d["donor"] else "no", f"{d['engines_low']} / {d['engines_low_held']} / {d['engines']}",
+                  f"{d['u_low']:.3f} ({d['u_low_source']})", d["cause"])
+    con.print(t)
+    for st in body["stages"]:
+        t = Table(title=f"{st['name']} ({st['kind']}, {'dynamic' if st['dynamic'] else 'static'}"
+                        f"{', donor' if st['donor'] else ''}{'' if st['interruptible'] else ', not interruptible'}"
+                        f"{'' if st['pipeline'] else ', done'}; curves: {st['curve_source'] or '-'})", title_justify="left")
+        for col in ("", "candidate", "GPUs by type", "finishes in" if unit == "1/s" else "predicted", "migration", "s", "GB",
+                    "cost (of the objective)"):
+            t.add_column(col, overflow="fold")
+        for c in st["candidates"]:
+            t.add_row("→" if c["chosen"] else "", c["name"], ", ".join(f"{k}: {v}" for k, v in c["gpus_by_type"].items()),
+                      _thr(c["predicted_throughput"], unit), c["migration_kind"], f"{c['migration_s']:.1f}",
+                      _gb(c["migration_bytes"]), f"{c['migration_cost'] / max(1e-300, body['current_throughput']):.2%}")
+        con.print(t)
+    what = "slowest component finishes in" if unit == "1/s" else "pipeline throughput"
+    con.print(f"{what}: now {_thr(body['current_throughput'], unit)}; chosen {_thr(body['predicted_throughput'], unit)}, "
+              f"with migration cost {_thr(body['objective'], unit)} ({body['improvement']:.3f}x)")
+    con.print(f"[bold]{'COMMITTED' if body['committed'] else 'NOT COMMITTED'}[/bold]: {body['reason']}")
+    if body["allocation"]:
+        t = Table(title="chosen allocation", title_justify="left")
+        for col in ("component", "migration", "from", "to", "finishes in" if unit == "1/s" else "predicted"):
+            t.add_column(col, overflow="fold")
+        for a in body["allocation"]:
+            t.add_row(a["component"], a["migration_kind"], _workers(a["from_workers"]), _workers(a["to_workers"]),
+                      f"{_thr(a['predicted_throughput_before'], unit)} → {_thr(a['predicted_throughput_after'], unit)}")
+        con.print(t)
+    if body["steps"]:
+        t = Table(title="migration steps", title_justify="left")
+        for col in ("#", "component", "kind", "node (type)", "GPUs", "s", "GB", "cause"):
+            t.add_column(col, overflow="fold")
+        for s in body["steps"]:
+            t.add_row(str(s["order"]), s["component"], s["kind"], f"{s['node']} ({s['gpu_type']})", f"{s['gpus_from']} → {s['gpus_to']}",
+                      f"{s['duration_s']:.1f}", _gb(s["bytes_moved"]), s["cause"])
+        con.print(t)
+    for n in body["notes"]:
+        con.print(f"note: {n}")
+    if args.out:
+        con.print(f"plan written to {args.out}")
+
+
+def _workers(ws: list) -> str:
+    by: dict[tuple, int] = {}
+    for w in ws:
+        key = (w["node"], w["gpu_type"])
+        by[key] = by.get(key, 0) + w["gpus"]
+    return ", ".join(f"{n} ({t}): {g}" for (n, t), g in sorted(by.items()))
