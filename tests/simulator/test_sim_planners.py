@@ -15,7 +15,8 @@ import pytest
 
 from tests.conftest import SCENARIOS
 
-placement = pytest.importorskip("formulation.placement.cycle", reason="the placement planner is not installed")
+def _need_placement():
+    pytest.importorskip("formulation.placement.cycle", reason="the placement planner is not installed")
 
 
 def _weave_plan():
@@ -30,6 +31,7 @@ def _weave_plan():
 
 
 def test_planned_group_cycle_time_within_5_percent():
+    _need_placement()
     from estimators import comm
     from simulator.groups import run_group, spec_from_plan_group
 
@@ -45,6 +47,7 @@ def test_planned_group_cycle_time_within_5_percent():
 
 
 def test_disjoint_pins_match_the_event_graph():
+    _need_placement()
     from formulation.placement.cycle import Member, cycle_times
     from simulator.groups import GroupSpec, MemberSpec, run_group
 
@@ -82,6 +85,7 @@ def test_reallocation_planner_drives_the_dynamic_policy():
 
 
 def test_placement_planner_admits_every_trace_job():
+    _need_placement()
     from planner.instances import simulate as inst
     from planner.schema import load_scenario
     from simulator.trace import TraceSim
