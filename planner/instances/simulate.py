@@ -272,6 +272,7 @@ class PlannerDecision:
         self.options = ReallocOptions(backend=backend, margin=margin)
         self.calls = 0
         self.committed = 0
+        self.restores = 0
         self.solve_ms: list = []
 
     def __call__(self, snap, ctx):
@@ -280,6 +281,7 @@ class PlannerDecision:
         from simulator.policies import Reallocation
 
         if ctx.at_boundary:
+            self.restores += 1
             return Reallocation(target=dict(ctx.initial), kinds={"rollout": "workload", "reference": "workload", "trainer": "p2p"},
                                 reason="iteration start: back to the planned partition")
         if all(c.progress >= 1.0 for c in snap.components):
