@@ -126,9 +126,36 @@ def dynarl_math(args, cmd) -> list[str]:
                      f"{row['speedup_best_static']:.2f}x | {row['speedup_batch']:.2f}x | {row['speedup_colocated']:.2f}x | "
                      f"{row['realloc']:.1f} | {row['reprefill']:,.0f} | {row['threshold']:.0f} | "
                      f"{row['static'] / row['threshold']:.2f}x |")
-    sp = [r["speedup_static"] for r in rows]
-    L += ["", f"Ours: {min(sp):.2f}-{max(sp):.2f}x over the static partition (published 1.27-1.98x).", ""]
+    L += dynarl_notes(rows)
     return L, rows
+
+
+def dynarl_notes(rows) -> list[str]:
+    sp = [r["speedup_static"] for r in rows]
+    nb = [r["speedup_batch"] for r in rows]
+    big = [r["speedup_static"] for r in rows if r["setup"].startswith("32B")]
+    return ["", f"Ours: {min(sp):.2f}-{max(sp):.2f}x over the static partition (published 1.27-1.98x); "
+            f"{min(nb):.2f}-{max(nb):.2f}x over the same partition without streaming.", "",
+            "Where ours differs, and why:", "",
+            "* **The static baseline streams.** Finished responses flow to log-prob inference and training at once "
+            "(RLinf-style pipelining), so with the scenario's split the 1.5B and 7B jobs already train during the "
+            "rollout's tail and little is left to win, while every move costs. Against the verl-style baseline that "
+            f"trains only after the rollout, dynamic reallocation gives {min(nb):.2f}-{max(nb):.2f}x, bracketing the "
+            "published range.",
+            "* **DynaRL's trigger fires at the start of an iteration for small models.** More than theta of the engines "
+            "under U_low = 0.2 KV utilisation for T = 4 s is true from the first seconds: contexts are still short, and a "
+            "1.5B engine on an H100 holds 2.3M tokens (it uses under a third of them even at its peak). The planner then "
+            "moves half of the rollout's GPUs to training for the whole iteration: its rollout curve is built on the "
+            "kernel-only step model (`estimators.rollout.linear_step_model`), without the engine's per-step overhead the "
+            "simulator is calibrated with, so it underestimates what halving the engines costs.",
+            "* **Late moves are rejected as too expensive.** In the tail the planner prices a new inference or trainer rank "
+            "at `estimators.comm.RESTART_S` = 20 s of start-up against a few tens of seconds of remaining work, and keeps "
+            "the allocation.",
+            f"* **32B is training-bound**, and the scenario's 6+2 split starves training: moving rollout GPUs to training "
+            f"gives {min(big):.2f}-{max(big):.2f}x, at the top of the published range; against the best static split of the "
+            "same nodes the gain is small, which is what one expects when the best fixed split is known in advance.",
+            "* The simulator's own threshold baseline (last columns) shows the decision function is what matters: the same "
+            "migrations driven by a cruder rule win where the planner loses and lose where it wins.", ""]
 
 
 def agentic(args, cmd):
