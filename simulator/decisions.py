@@ -14,8 +14,9 @@ plain greedy target, with no throughput predictor and no solver:
   every engine goes;
 * at an iteration boundary: back to the starting partition (the rollout is the bottleneck again).
 
-The reallocation planner's decision (``formulation.realloc``) replaces it through
-:func:`planner_decision` once that package provides one; both take a
+``planner simulate --policy dynamic`` uses the reallocation planner by default
+(:class:`planner.instances.simulate.PlannerDecision`: ``formulation.realloc.decide`` on the same
+snapshots); this baseline is ``--decision threshold``. Both take a
 :class:`~formulation.realloc.telemetry.TelemetrySnapshot` and a
 :class:`~simulator.policies.ReallocContext`.
 """
