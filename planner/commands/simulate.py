@@ -68,6 +68,9 @@ def _check_args(args) -> None:
         raise UserError(Problem("--theta", f"must lie in [0, 1), got {args.theta:g}", "e.g. --theta 0.5"))
     if args.max_wait_s <= 0:
         raise UserError(Problem("--max-wait-s", f"must be positive, got {args.max_wait_s:g}", "e.g. --max-wait-s 30"))
+    if args.job is not None and args.policy in TRACE_POLICIES:
+        raise UserError(Problem("--job", f"'{args.policy}' simulates every job of the scenario (phase level)",
+                                f"drop --job, or pick a one-job policy ({', '.join(JOB_POLICIES)})"))
     if args.horizon_s is not None and args.horizon_s <= 0:
         raise UserError(Problem("--horizon-s", f"must be positive, got {args.horizon_s:g}", "e.g. --horizon-s 86400"))
 

@@ -38,6 +38,8 @@ def _first_job():
     (["--policy", "static"], "--job"),  # two jobs, none picked
     (["--policy", "dynamic", "--u-low", "0"], "--u-low"),
     (["--policy", "static", "--iterations", "0"], "--iterations"),
+    (["--policy", "groups", "--job", "small-a"], "--job"),
+    (["--policy", "solo-d", "--horizon-s", "-1"], "--horizon-s"),
 ])
 def test_bad_arguments_exit_2_without_traceback(tmp_path, args, needle):
     out = tmp_path / "o"
@@ -62,3 +64,14 @@ def test_out_is_a_file_exit_2(tmp_path):
     r = run_cli("simulate", str(SCENARIOS / "ci" / "tiny-2jobs.yaml"), "--policy", "static", "--job", _first_job(), "--out", str(f))
     assert r.returncode == 2 and "--out" in r.stderr
     assert f.read_text() == "x"
+
+
+def test_simulate_trace_writes_summary_and_gantt(tmp_path):
+    out = tmp_path / "trace"
+    r = run_cli("simulate", str(SCENARIOS / "ci" / "tiny-2jobs.yaml"), "--policy", "solo-d", "--consolidate-at", "0.8",
+                "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["summary"]["jobs_done"] == 2 and doc["summary"]["cost"] > 0
+    assert {j["job"] for j in doc["jobs"]} == {"small-a", "small-b"}
+    assert (out / "gantt.png").read_bytes()[:4] == b"\x89PNG"
