@@ -307,6 +307,9 @@ class JobSim:
         self._done = False
         self._last_snapshot: Optional[TelemetrySnapshot] = None
         self._residual = ResidualTable(setup.workload)
+        # the estimate costs a pass over the unfinished requests: only when the decision function reads it
+        self._report_remaining = bool(getattr(policy.decision, "wants_remaining_tokens", False) or policy.record_snapshots)
+        self._unfinished: dict[int, Request] = {}
 
     # ------------------------------------------------------------------ GPUs
     def _hold(self, comp: str, gpus: int) -> None:
@@ -431,6 +434,7 @@ class JobSim:
         self.iterations.append(rec)
         reqs = make_requests(s.workload, self.loop.rng, rid0=k * s.workload.n_requests)
         self._iter_reqs = reqs
+        self._unfinished = {r.rid: r for r in reqs}
         self.requests.extend(reqs)
         self._collected = []
         self._trained = 0
@@ -447,6 +451,7 @@ class JobSim:
             self.rollout.start(reqs)
 
     def _on_rollout_done(self, req: Request) -> None:
+        self._unfinished.pop(req.rid, None)
         rec = self.iterations[-1]
         if self.rollout.n_finished == self.rollout.n_total:
             rec.rollout_end_s = self.loop.now
@@ -557,7 +562,7 @@ class JobSim:
                                                kv_capacity_tokens=cap, queue_depth=len(e.queue),
                                                tokens_per_s=max(0.0, rate), requests_in_flight=e.b))
             extra_c = {}
-            if "remaining_tokens" in ComponentTelemetry.model_fields:
+            if self._report_remaining and "remaining_tokens" in ComponentTelemetry.model_fields:
                 extra_c["remaining_tokens"] = self._rollout_remaining_estimate(now)
             comps.append(ComponentTelemetry(name="rollout", kind="rollout", progress=min(1.0, self.rollout.n_finished / n),
                                             interruptible=True, throughput=max(0.0, tot_rate), **extra_c))
@@ -589,7 +594,7 @@ class JobSim:
         for e in self.rollout.alive():
             for req, gen in e.snapshot_progress(now):
                 live[req.rid] = gen
-        gen = [sum(r.turn_tokens[: r.turn]) + live.get(r.rid, r.generated_in_turn) for r in self._iter_reqs if r.done_s is None]
+        gen = [sum(r.turn_tokens[: r.turn]) + live.get(r.rid, r.generated_in_turn) for r in self._unfinished.values()]
         return float(self._residual.expected_remaining(gen).sum()) if gen else 0.0
 
     def _node_type(self, node: str) -> str:

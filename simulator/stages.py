@@ -94,6 +94,7 @@ class WorkStage:
         self._h: Optional[Handle] = None
         self.done_work = 0.0
         self.pushed_work = 0.0
+        self._backlog = 0.0  # work queued, kept up to date (the decision function reads it every second)
         self.completed = 0
         self.busy_s = 0.0
 
@@ -102,7 +103,7 @@ class WorkStage:
         return self.gpus * self.flops_per_gpu_s
 
     def backlog_work(self) -> float:
-        return sum(i.work for i in self.q)
+        return max(0.0, self._backlog) if self.q else 0.0
 
     def backlog_s(self) -> float:
         return self.backlog_work() / self.rate if self.rate > 0 else float("inf") if self.q else 0.0
@@ -118,6 +119,7 @@ class WorkStage:
                 head.work -= d
                 avail -= d
                 self.done_work += d
+                self._backlog -= d
                 used_t += d / self.rate
                 if head.work <= 1e-6 * max(1.0, d):
                     break  # completion is delivered by the event
@@ -140,6 +142,7 @@ class WorkStage:
         self._sync(now)
         while self.q and self.q[0].work <= 1e-6 * max(1.0, self.rate):
             item = self.q.popleft()
+            self._backlog -= item.work
             self.completed += 1
             self.on_done(item.sample)
         self._reschedule()
@@ -149,6 +152,7 @@ class WorkStage:
         self._sync(now)
         self.q.append(_Item(sample, max(0.0, work)))
         self.pushed_work += work
+        self._backlog += max(0.0, work)
         if len(self.q) == 1:
             self._reschedule()
 

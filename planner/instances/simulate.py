@@ -262,6 +262,8 @@ class PlannerDecision:
     places them on nodes).
     """
 
+    wants_remaining_tokens = True  # the snapshots carry the rollout's remaining-work estimate
+
     def __init__(self, sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, backend: str = "highs",
                  margin: float = 0.05) -> None:
         from formulation.realloc.decide import ReallocOptions

@@ -164,3 +164,21 @@ def test_priority_serves_late_turns_first_under_contention():
     lat_p, re_p = go("priority")
     assert lat_p < lat_f
     assert re_p < re_f
+
+
+def test_work_stage_backlog_is_the_queued_work():
+    from simulator.core import EventLoop
+    from simulator.stages import GpuLedger, WorkStage
+
+    loop = EventLoop(0)
+    done = []
+    st = WorkStage(loop, "trainer", "trainer", 2, 1.0, done.append, GpuLedger())
+    for i, w in enumerate((4.0, 2.0, 6.0)):
+        st.push(i, w)
+    assert st.backlog_work() == pytest.approx(12.0)
+    loop.run(until=1.0)
+    st._sync(1.0)
+    assert st.backlog_work() == pytest.approx(10.0)  # 2 GPUs x 1 s
+    loop.run()
+    assert done == [0, 1, 2] and st.backlog_work() == 0.0
+    assert loop.now == pytest.approx(6.0)
