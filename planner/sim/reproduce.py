@@ -326,8 +326,8 @@ WEAVE_WHY = [
     "phases of similar length.",
     "* **The planner plans on conservative tables.** Its phase times put every response at its maximum length and make the "
     "rollout scale with the pool (half the time on twice the nodes), so it extends rollout pools; the simulated rollouts "
-    "are bound by their longest requests and gain 10-25% from a second node, so the extension mostly adds cost. With the "
-    "simulated tables (`simulator` rows) it extends less and does better.",
+    "are bound by their longest requests and gain 10-25% from a second node, so the extension mostly adds cost. The "
+    "`simulator` rows give the planner the simulated phase times instead.",
     "* **Small groups.** Groups of one or two members are bounded by each member's own rollout plus training, whatever "
     "the sharing.",
     "* **Consolidation at 80% costs here** (see `consolidation.md`).", ""]
