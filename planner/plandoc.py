@@ -43,6 +43,7 @@ PLAN_VERSION = 1
 # kind -> "module:Class" of the pydantic model that validates ``body``; each decision problem
 # registers its own.
 BODY_MODELS: dict[str, str] = {
+    "PlacementPlan": "formulation.placement.plan:PlacementPlan",
     "ReallocPlan": "formulation.realloc.plan:ReallocPlan",
 }
 

@@ -10,6 +10,7 @@ Modules (see ``docs/realloc.md`` for the whole path):
 * ``candidates`` candidate allocations per component and the numbers-only ``instance``;
 * ``migrations`` Workload / P2P / Reboot steps with duration and bytes, capacity-safe order;
 * ``reduce``     exact reduction before solving;
+* ``bnb``        exact branch and bound on the bottleneck level (the default backend);
 * ``milp`` (highspy, and Pyomo as reference), ``cpsat``, ``dp`` (exact single-pool oracle);
 * ``check``      the solver-free checker; ``plan`` the ``ReallocPlan`` body;
 * ``decide``     ``decide(snapshot, context, options, detector) -> Decision``, in-process;

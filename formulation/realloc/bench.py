@@ -10,16 +10,21 @@ Two cases, each over ``--decisions`` distinct synthetic snapshots (seeded):
   7 components, up to 64 candidates per component.
 
 Per decision it measures ``decide()`` end to end (graph, donor detection, candidates and
-migrations, model build, solve, checker) per backend, and, on the same instance, the model build
+migrations, model build, solve, checker) per backend (``bnb``, the default exact branch and bound;
+``highs``; ``cpsat``; ``pyomo``; ``highs/python``: HiGHS with the Python reference candidate
+generator, the path before the numpy generator), and, on the same instance, the model build
 alone (highspy arrays vs Pyomo components vs CP-SAT) so that the cost of Pyomo's model
 construction is measured beside highspy's. Reports p50 / p99 / max, ratios side by side, the
-machine (``uname -a``, CPUs, load average at start and end) and the exact command. Writes
+machine (``uname -a``, CPUs, load average at start and end) and the exact command. A full garbage
+collection runs (untimed) before each timed call, so that one backend's garbage is not collected
+on the next one's clock (with Pyomo in the same process this otherwise shows in the others' p99). Writes
 ``latency.md`` and ``latency.json`` under ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -114,8 +119,11 @@ def _pct(v: list[float], q: float) -> float:
 
 
 def _build_ms(inst, backend: str) -> float:
+    """The model construction alone (NaN for the branch and bound, which builds no model)."""
     from formulation.realloc import cpsat, milp
 
+    if backend not in ("highs", "pyomo", "cpsat"):
+        return float("nan")
     t0 = time.perf_counter()
     if backend == "highs":
         milp.build(inst, SolveOptions())
@@ -126,6 +134,12 @@ def _build_ms(inst, backend: str) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def _variant(label: str) -> tuple[str, str]:
+    """``backend`` or ``backend/generator`` -> (backend, candidate generator)."""
+    backend, _, generator = label.partition("/")
+    return backend, generator or "numpy"
+
+
 def run_case(name: str, types: tuple, nodes_per_type: int, max_candidates: int, decisions: int, backends: list[str],
              pyomo_every: int) -> dict:
     res: dict = {"case": name, "types": list(types), "nodes": nodes_per_type * len(types), "max_candidates": max_candidates,
@@ -134,19 +148,23 @@ def run_case(name: str, types: tuple, nodes_per_type: int, max_candidates: int, 
     sizes, objs = [], {b: [] for b in backends}
     warm_snap, warm_ctx = synthetic(10_000, types, nodes_per_type)
     for b in backends:
+        backend, generator = _variant(b)
         # the first call in a process pays one-off costs (library initialisation): timed apart
         t0 = time.perf_counter()
-        decide(warm_snap, warm_ctx, ReallocOptions(backend=b, max_candidates=max_candidates), DonorDetector(donors))
+        decide(warm_snap, warm_ctx, ReallocOptions(backend=backend, generator=generator, max_candidates=max_candidates),
+               DonorDetector(donors))
         first = (time.perf_counter() - t0) * 1e3
-        res["backends"][b] = {"first_call_ms": first, "total_ms": [], "cpu_ms": [], "candidates_ms": [], "build_and_solve_ms": [], "build_ms": [], "committed": 0,
-                              "status": {}}
+        res["backends"][b] = {"first_call_ms": first, "total_ms": [], "cpu_ms": [], "candidates_ms": [], "build_and_solve_ms": [],
+                              "build_ms": [], "committed": 0, "status": {}}
     for d in range(decisions):
         snap, ctx = synthetic(d, types, nodes_per_type)
         for b in backends:
-            if b == "pyomo" and d % pyomo_every:
+            backend, generator = _variant(b)
+            if backend == "pyomo" and d % pyomo_every:
                 continue
-            opts = ReallocOptions(backend=b, margin=0.02, max_candidates=max_candidates,
+            opts = ReallocOptions(backend=backend, generator=generator, margin=0.02, max_candidates=max_candidates,
                                   solve=SolveOptions(time_limit_s=5.0, mip_gap=1e-6))
+            gc.collect()  # untimed: the previous backend's garbage (Pyomo's models above all) is not collected on this one's clock
             c0 = time.process_time()
             dec = decide(snap, ctx, opts, DonorDetector(donors))
             r = res["backends"][b]
@@ -154,7 +172,7 @@ def run_case(name: str, types: tuple, nodes_per_type: int, max_candidates: int, 
             r["total_ms"].append(dec.timings_ms["total"])
             r["candidates_ms"].append(dec.timings_ms.get("candidates", 0.0))
             r["build_and_solve_ms"].append(dec.timings_ms.get("build_and_solve", 0.0))
-            r["build_ms"].append(_build_ms(dec.instance, b))
+            r["build_ms"].append(_build_ms(dec.instance, backend))
             r["committed"] += int(dec.committed)
             r["status"][dec.record.status.value] = r["status"].get(dec.record.status.value, 0) + 1
             objs[b].append(dec.objective)
@@ -166,13 +184,13 @@ def run_case(name: str, types: tuple, nodes_per_type: int, max_candidates: int, 
     base = objs[backends[0]]
     for b in backends[1:]:
         n = len(objs[b])
-        step = pyomo_every if b == "pyomo" else 1
+        step = pyomo_every if _variant(b)[0] == "pyomo" else 1
         pairs = list(zip([base[i * step] for i in range(n)], objs[b]))
         res["backends"][b]["max_rel_objective_diff_vs_" + backends[0]] = max(
             (abs(x - y) / max(1e-12, abs(x)) for x, y in pairs), default=0.0)
     for b, r in res["backends"].items():
         for key in ("total_ms", "cpu_ms", "candidates_ms", "build_and_solve_ms", "build_ms"):
-            v = r.pop(key)
+            v = [x for x in r.pop(key) if x == x]  # NaN: not measured
             r[key.replace("_ms", "")] = {"n": len(v), "p50_ms": _pct(v, 50), "p99_ms": _pct(v, 99), "max_ms": max(v) if v else None,
                                          "mean_ms": float(np.mean(v)) if v else None}
     return res
@@ -182,35 +200,48 @@ def _machine() -> dict:
     return {"uname": " ".join(platform.uname()), "cpus": os.cpu_count(), "python": sys.version.split()[0]}
 
 
+def _ms(v, fmt: str = "{:.1f}") -> str:
+    return "–" if v is None or v != v else fmt.format(v)
+
+
 def _markdown(report: dict) -> str:
+    before = report.get("before")
     lines = ["# Reallocation decision latency", "", f"Command: `{report['command']}`", "",
              f"Machine: `{report['machine']['uname']}`, {report['machine']['cpus']} CPUs, Python {report['machine']['python']}; "
              f"load average at start {report['load_start']}, at end {report['load_end']}. Shared machine: wall times are "
-             "noisy, ratios are measured side by side in the same run.", "",
+             "noisy (other users' jobs share the 2 CPUs), ratios are measured side by side in the same run, on the same "
+             "snapshots, one backend after the other per snapshot; a full garbage collection runs, untimed, before each "
+             "timed call.", "",
              "Latency is one `decide()` call: component graph, donor detection, candidate generation with migration "
              "plans, model build, solve, solver-free check (wall clock; CPU time of this process beside it, which other "
-             "users' load disturbs less). Targets: p50 <= 20 ms, p99 <= 50 ms. \"build only\" is the model construction "
-             "alone on the same instance: highspy arrays, CP-SAT's Python API, Pyomo components. Each backend's first call in "
-             "the process (library initialisation) is timed apart, on a snapshot outside the measured set.", ""]
+             "users' load disturbs less). Targets: p50 <= 20 ms, p99 <= 50 ms. A label `backend/python` generates the "
+             "candidates with the Python reference generator (one migration plan per candidate: the path before the numpy "
+             "generator); the others use the numpy generator. `bnb` is the exact branch and bound on the bottleneck level "
+             "(the default backend). \"build only\" is the model construction alone on the same (unreduced) instance: "
+             "highspy arrays, CP-SAT's Python API, Pyomo components (the branch and bound builds no model). Each "
+             "backend's first call in the process (library initialisation) is timed apart, on a snapshot outside the "
+             "measured set.", ""]
     for case in report["cases"]:
         inst = case["instance"]
+        ref = before if before in case["backends"] else None
         lines += [f"## {case['case']}: {inst['gpus']} GPUs of {inst['gpu_types']} type(s) on {inst['pools']} nodes, "
                   f"{inst['stages']} components, {inst['candidates']} candidates in all (median), {case['decisions']} decisions", "",
                   "| backend | n | decide p50 ms | decide p99 ms | max ms | CPU p50 / p99 ms | candidates p50 ms | build+solve p50 ms | "
-                  "build only p50 ms | p50 vs highs | build vs highs | first call ms | committed | status |",
+                  f"build only p50 ms | p50 vs highs | CPU p50 vs {ref or 'before'} | first call ms | committed | status |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         hb = case["backends"].get("highs")
         for b, r in case["backends"].items():
             ratio = r["total"]["p50_ms"] / hb["total"]["p50_ms"] if hb else float("nan")
-            bratio = r["build"]["p50_ms"] / hb["build"]["p50_ms"] if hb else float("nan")
+            cratio = r["cpu"]["p50_ms"] / case["backends"][ref]["cpu"]["p50_ms"] if ref else float("nan")
             lines.append(f"| {b} | {r['total']['n']} | {r['total']['p50_ms']:.1f} | {r['total']['p99_ms']:.1f} | "
                          f"{r['total']['max_ms']:.1f} | {r['cpu']['p50_ms']:.1f} / {r['cpu']['p99_ms']:.1f} | "
                          f"{r['candidates']['p50_ms']:.1f} | {r['build_and_solve']['p50_ms']:.1f} | "
-                         f"{r['build']['p50_ms']:.2f} | {ratio:.2f}x | {bratio:.1f}x | {r['first_call_ms']:.0f} | {r['committed']} | "
-                         f"{', '.join(f'{k}: {v}' for k, v in r['status'].items())} |")
+                         f"{_ms(r['build']['p50_ms'], '{:.2f}')} | {_ms(ratio, '{:.2f}x')} | {_ms(cratio, '{:.3f}x')} | "
+                         f"{r['first_call_ms']:.0f} | {r['committed']} | {', '.join(f'{k}: {v}' for k, v in r['status'].items())} |")
         diffs = {b: r[k] for b, r in case["backends"].items() for k in r if k.startswith("max_rel_objective_diff")}
         if diffs:
-            lines += ["", "Largest relative difference of the objective against highs on the same snapshots: "
+            first = next(iter(case["backends"]))
+            lines += ["", f"Largest relative difference of the objective against {first} on the same snapshots: "
                       + ", ".join(f"{b} {v:.1e}" for b, v in diffs.items()) + "."]
         lines.append("")
     return "\n".join(lines) + "\n"
@@ -220,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m formulation.realloc.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--decisions", type=int, default=100)
     ap.add_argument("--out", default="results/realloc")
-    ap.add_argument("--backends", default="highs,cpsat,pyomo")
+    ap.add_argument("--backends", default="bnb,highs,cpsat,pyomo,highs/python",
+                    help="backends to run, comma-separated; backend/python: with the Python reference candidate generator")
+    ap.add_argument("--before", default="highs/python", help="the variant the CPU ratio column compares against")
     ap.add_argument("--pyomo-every", type=int, default=1, help="run the Pyomo reference on every k-th snapshot")
     ap.add_argument("--quick", action="store_true", help="10 decisions per case (a smoke run)")
     args = ap.parse_args(argv)
@@ -230,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     n = 10 if args.quick else args.decisions
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     report = {"command": "python -m formulation.realloc.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "machine": _machine(), "load_start": " ".join(f"{x:.2f}" for x in os.getloadavg()), "cases": []}
+              "machine": _machine(), "load_start": " ".join(f"{x:.2f}" for x in os.getloadavg()), "before": args.before,
+              "cases": []}
     report["cases"].append(run_case("128gpu", ("H100",), 16, 10, n, backends, args.pyomo_every))
     print(f"128gpu done ({time.strftime('%X')})", file=sys.stderr)
     report["cases"].append(run_case("1024gpu", ("H100", "H800", "H20", "H200"), 32, 64, n, backends, args.pyomo_every))

@@ -25,28 +25,41 @@ kind, steps, duration and bytes, and its cost in pipeline units per second,
 migration's duration, spread over the time left in the iteration (conservative: it counts the
 whole duration as lost and adds the components' migrations although they run in parallel).
 Joint feasibility (the pools' capacity) is left to the solver.
+
+Two generators make the same candidates (``tests/realloc/test_candidates.py`` checks it to the
+last bit): ``numpy`` (default) works on rows of GPUs per pool, costs a component's migrations in
+one vectorised pass and plans a candidate's steps only when they are read; ``python`` is the
+reference, with dicts and one migration plan per candidate.
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache, partial
 from typing import Iterable
 
 import numpy as np
 
 from formulation.realloc.context import ComponentContext, ReallocContext
 from formulation.realloc.graph import SYNCHRONOUS_KINDS, ComponentGraph, ComponentNode
-from formulation.realloc.instance import Candidate, ReallocInstance, Stage
-from formulation.realloc.migrations import MigrationPlanner
+from formulation.realloc.instance import Arrays, Candidate, LazyAlloc, LazyMoves, ReallocInstance, Stage
+from formulation.realloc.migrations import LinkTable, MigrationPlanner
 
 DEFAULT_MAX_CANDIDATES = 8
 
 
-def _levels(n_max: int, count: int) -> list[int]:
+@lru_cache(maxsize=4096)
+def _levels(n_max: int, count: int) -> tuple[int, ...]:
     """Up to ``count`` distinct sizes in [1, n_max], evenly spaced, always including n_max."""
     if n_max <= 0 or count <= 0:
-        return []
-    return sorted({int(v) for v in np.round(np.linspace(1, n_max, min(count, n_max)))} | {n_max})[-count:]
+        return ()
+    return tuple(sorted({int(v) for v in np.round(np.linspace(1, n_max, min(count, n_max)))} | {n_max})[-count:])
+
+
+@lru_cache(maxsize=4096)
+def _spread(n: int, q: int) -> tuple[int, ...]:
+    """``q`` indices spread evenly over ``range(n)``, the last one included."""
+    return tuple(sorted({int(v) for v in np.round(np.linspace(n - 1, 0, q))})) if q else ()
 
 
 def _release_order(node: ComponentNode) -> list:
@@ -57,8 +70,8 @@ def _release_order(node: ComponentNode) -> list:
     return sorted(node.workers, key=lambda w: (tokens[w.node], w.node, w.kv_used_tokens, w.worker_id))
 
 
-def _shrinks(node: ComponentNode, count: int) -> list[tuple[str, dict]]:
-    order = _release_order(node)
+def _shrinks(node: ComponentNode, count: int, order: list | None = None) -> list[tuple[str, dict]]:
+    order = _release_order(node) if order is None else order
     current = node.gpus_by_node()
     out = []
     for k in _levels(len(order) - 1, count):
@@ -67,6 +80,14 @@ def _shrinks(node: ComponentNode, count: int) -> list[tuple[str, dict]]:
             alloc[w.node] -= w.gpus
         alloc = {p: v for p, v in alloc.items() if v > 0}
         out.append((f"shrink-{sum(w.gpus for w in order[:k])}", alloc))
+    return out
+
+
+def _neighbour_pools(node: ComponentNode, graph: ComponentGraph) -> set[str]:
+    out: set[str] = set()
+    for e in graph.edges:
+        if node.name in (e.src, e.dst):
+            out |= set(graph.nodes[e.dst if e.src == node.name else e.src].gpus_by_node())
     return out
 
 
@@ -83,24 +104,13 @@ def _fill(base: dict, order: Iterable[str], slots: dict, unit: int, k: int) -> d
     return alloc
 
 
-def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGraph, pools: dict, free: dict, slots: dict,
-                donor_order: list[str], count: int) -> list[list[tuple[str, dict]]]:
-    """Grow (or relocate) candidates onto ``slots`` (free GPUs plus what donors can release, per pool)."""
-    unit = max(1, ctx.unit_gpus)
-    current = node.gpus_by_node()
-    cur_types = sorted({pools[p].gpu_type for p in current})
-    neighbours: set[str] = set()
-    for e in graph.edges:
-        if node.name in (e.src, e.dst):
-            neighbours |= set(graph.nodes[e.dst if e.src == node.name else e.src].gpus_by_node())
-    donor_rank = {p: i for i, p in enumerate(dict.fromkeys(donor_order))}
-    orders = {
-        "affinity": lambda p: (p not in current, p not in neighbours, -slots.get(p, 0), p),
-        "donor-first": lambda p: (donor_rank.get(p, math.inf), -free.get(p, 0), p),
-        "free-first": lambda p: (-free.get(p, 0), donor_rank.get(p, math.inf), p),
-    }
+ORDERS = ("affinity", "donor-first", "free-first")  # fill orders of the grow candidates
+
+
+def _grow_options(node: ComponentNode, ctx: ComponentContext, cur_types: list, count: int) -> tuple[list, int]:
+    """(label, GPU types, relocate) of every grow group, and how many sizes each group offers."""
     single = node.kind in SYNCHRONOUS_KINDS
-    options: list[tuple[str, tuple, bool]] = []  # (label, types, relocate)
+    options: list[tuple[str, tuple, bool]] = []
     for t in ctx.types():
         if cur_types and t not in cur_types:
             options.append((f"@{t}", (t,), True))  # the whole component onto another type
@@ -108,8 +118,25 @@ def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGrap
             options.append((f"@{t}", (t,), False))
     if not single and len(ctx.types()) > 1:
         options.append(("@any", tuple(ctx.types()), False))
+    per_group = min(count, 2 * math.ceil(count / max(1, len(options) * len(ORDERS))) + 1)  # _select keeps about count / groups
+    return options, per_group
+
+
+def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGraph, pools: dict, free: dict, slots: dict,
+                donor_order: list[str], count: int) -> list[list[tuple[str, dict]]]:
+    """Grow (or relocate) candidates onto ``slots`` (free GPUs plus what donors can release, per pool)."""
+    unit = max(1, ctx.unit_gpus)
+    current = node.gpus_by_node()
+    cur_types = sorted({pools[p].gpu_type for p in current})
+    neighbours = _neighbour_pools(node, graph)
+    donor_rank = {p: i for i, p in enumerate(dict.fromkeys(donor_order))}
+    orders = dict(zip(ORDERS, (
+        lambda p: (p not in current, p not in neighbours, -slots.get(p, 0), p),
+        lambda p: (donor_rank.get(p, math.inf), -free.get(p, 0), p),
+        lambda p: (-free.get(p, 0), donor_rank.get(p, math.inf), p),
+    )))
+    options, per_group = _grow_options(node, ctx, cur_types, count)
     out: list[list[tuple[str, dict]]] = []
-    per_group = min(count, 2 * math.ceil(count / max(1, len(options) * len(orders))) + 1)  # _select keeps about count / groups
     for label, tys, relocate in options:
         cand_pools = [p for p in pools if pools[p].gpu_type in tys]
         room = {p: slots.get(p, 0) for p in cand_pools}
@@ -129,39 +156,203 @@ def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGrap
     return out
 
 
-def _select(groups: list[list[tuple[str, dict]]], current: dict, limit: int) -> list[tuple[str, dict]]:
-    """Distinct allocations (not the current one), at most ``limit``, spread evenly over the groups
-    (GPU type x fill order) and, inside a group, evenly over its sizes."""
-    seen = {tuple(sorted(current.items()))}
-    uniq: list[list[tuple[str, dict]]] = []
-    for g in groups:
-        kept = []
-        for name, alloc in g:
-            key = tuple(sorted(alloc.items()))
-            if alloc and key not in seen:
-                seen.add(key)
-                kept.append((name, alloc))
-        if kept:
-            uniq.append(kept)
-    quota = [0] * len(uniq)
-    left = limit
-    while left > 0 and any(q < len(g) for q, g in zip(quota, uniq)):
-        for i, g in enumerate(uniq):
-            if left > 0 and quota[i] < len(g):
-                quota[i] += 1
-                left -= 1
+def _dict_key(alloc: dict):
+    return tuple(sorted(alloc.items())) if alloc else None
+
+
+def _distinct(groups: list[list], keys: list[list], current_key) -> list[list]:
+    """Per group, the positions of the allocations to keep: not empty (key None), not the
+    current one, not seen before in this or an earlier group. Groups left empty are dropped."""
+    seen = {current_key}
     out = []
-    for q, g in zip(quota, uniq):
-        idx = sorted({int(v) for v in np.round(np.linspace(len(g) - 1, 0, q))}) if q else []
-        out += [g[i] for i in idx]
+    for g, ks in zip(groups, keys):
+        kept = []
+        for i, k in enumerate(ks):
+            if k is not None and k not in seen:
+                seen.add(k)
+                kept.append(g[i])
+        if kept:
+            out.append(kept)
     return out
 
 
+def _take(uniq: list[list], limit: int) -> list:
+    """At most ``limit`` items, spread evenly over the groups (a round-robin quota) and, inside a
+    group, evenly over its items."""
+    # round robin: every group one more per round, in group order, until ``limit`` are handed out;
+    # whole rounds first (``full``: the last round every group still with items gets in full)
+    sizes = [len(g) for g in uniq]
+    full, most = 0, max(sizes, default=0)
+    while full < most and sum(min(n, full + 1) for n in sizes) <= limit:
+        full += 1
+    quota = [min(n, full) for n in sizes]
+    left = limit - sum(quota)
+    for i, n in enumerate(sizes):
+        if left > 0 and n > full:
+            quota[i] += 1
+            left -= 1
+    out = []
+    for q, g in zip(quota, uniq):
+        out += [g[i] for i in _spread(len(g), q)]
+    return out
+
+
+def _select(groups: list[list[tuple[str, dict]]], current: dict, limit: int) -> list[tuple[str, dict]]:
+    """Distinct allocations (not the current one, not empty), at most ``limit``, spread evenly over
+    the groups (GPU type x fill order) and, inside a group, evenly over its sizes."""
+    return _take(_distinct(groups, [[_dict_key(a) for _, a in g] for g in groups], _dict_key(current)), limit)
+
+
+def _select_rows(groups: list[tuple[np.ndarray, list]], current: np.ndarray, limit: int) -> tuple[list, np.ndarray]:
+    """:func:`_select` over blocks of rows: ``groups`` holds (rows, names); the names may be
+    callables, formatted for the kept rows only. Returns the kept names and rows."""
+    if not groups:
+        return [], np.zeros((0, len(current)), dtype=np.int64)
+    rows = np.ascontiguousarray(np.vstack([r for r, _ in groups]))
+    keys = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel().tolist()
+    keys = [k if e else None for k, e in zip(keys, rows.any(axis=1).tolist())]
+    at, pos, per_key = 0, [], []
+    for r, _ in groups:
+        pos.append(list(range(at, at + len(r))))
+        per_key.append(keys[at:at + len(r)])
+        at += len(r)
+    kept = _take(_distinct(pos, per_key, current.tobytes()), limit)
+    names = [n for _, ns in groups for n in ns]
+    return [names[i]() if callable(names[i]) else names[i] for i in kept], rows[kept]
+
+
+class _Columns:
+    """Pools as columns (the context's order), for the numpy generator."""
+
+    def __init__(self, pools: dict) -> None:
+        self.names = list(pools)
+        self.col = {p: i for i, p in enumerate(self.names)}
+        self.types = np.array([pools[p].gpu_type for p in self.names])
+        self.name_rank = np.empty(len(self.names), dtype=np.int64)
+        self.name_rank[np.argsort(np.array(self.names), kind="stable")] = np.arange(len(self.names))
+
+    def type_mask(self, types: tuple) -> np.ndarray:
+        masks = self.__dict__.setdefault("_masks", {})
+        if types not in masks:
+            masks[types] = np.isin(self.types, types)
+        return masks[types]
+
+    def vector(self, alloc: dict) -> np.ndarray:
+        v = np.zeros(len(self.names), dtype=np.int64)
+        if alloc:
+            v[[self.col[p] for p in alloc]] = list(alloc.values())
+        return v
+
+    def current(self, node: ComponentNode) -> np.ndarray:
+        """The node's current allocation as a row (computed once; read-only)."""
+        cache = self.__dict__.setdefault("_current", {})
+        if node.name not in cache:
+            cache[node.name] = self.vector(node.gpus_by_node())
+        return cache[node.name]
+
+
+
+class _Givers:
+    """The GPUs other components may give up (``donor_order``) as vectors: for a receiver, free
+    GPUs plus everyone else's (``slots``), and each pool's first place in everyone else's release
+    order (``rank``, inf where none)."""
+
+    def __init__(self, donor_order: list, cols: _Columns, free: np.ndarray) -> None:
+        self.comp = np.array([c for c, _, _ in donor_order], dtype=object)
+        self.pool = np.array([cols.col[p] for _, p, _ in donor_order], dtype=np.int64)
+        self.gpus = np.array([g for _, _, g in donor_order], dtype=np.int64)
+        self.free = free
+
+    def slots_and_rank(self, receiver: str) -> tuple[np.ndarray, np.ndarray]:
+        mask = self.comp != receiver
+        pool, gpus = self.pool[mask], self.gpus[mask]
+        n = len(self.free)
+        slots = self.free + np.bincount(pool, weights=gpus, minlength=n).astype(np.int64)
+        rank = np.full(n, np.inf)
+        seen, first = np.unique(pool, return_index=True)
+        rank[seen] = first
+        return slots, rank
+
+
+def _shrink_rows(node: ComponentNode, count: int, cols: _Columns, order: list) -> list[tuple[np.ndarray, list]]:
+    """:func:`_shrinks` as one block of rows (``order``: the node's release order)."""
+    levels = _levels(len(order) - 1, count)
+    if not levels:
+        return []
+    cur = cols.current(node)
+    n = levels[-1]
+    where = np.array([cols.col[w.node] for w in order[:n]], dtype=np.int64)
+    gpus = np.array([w.gpus for w in order[:n]], dtype=np.int64)
+    rows = np.empty((len(levels), len(cur)), dtype=np.int64)
+    row, done = cur.copy(), 0
+    for i, k in enumerate(levels):  # each level releases the engines after the previous one's
+        row -= np.bincount(where[done:k], weights=gpus[done:k], minlength=len(cur)).astype(np.int64)
+        rows[i], done = row, k
+    released = np.cumsum(gpus)
+    return [(rows, [f"shrink-{int(released[k - 1])}" for k in levels])]
+
+
+def _grow_rows(node: ComponentNode, ctx: ComponentContext, graph: ComponentGraph, pools: dict, cols: _Columns, free: np.ndarray,
+               slots: np.ndarray, donor_rank: np.ndarray, count: int) -> list[tuple[np.ndarray, list]]:
+    """:func:`_grows_with` as blocks of rows, in the same group order. A fill order is one
+    lexicographic sort over all pools (restricting it to one type's pools keeps it sorted: the
+    other pools get no room), and every size of every type fills that order at once."""
+    unit = max(1, ctx.unit_gpus)
+    current = node.gpus_by_node()
+    cur = cols.current(node)
+    cur_types = sorted({pools[p].gpu_type for p in current})
+    nb = cols.vector({p: 1 for p in _neighbour_pools(node, graph)}) > 0
+    rank = cols.name_rank
+    sorts = dict(zip(ORDERS, (np.lexsort((rank, -slots, ~nb, ~(cur > 0))),  # lexsort: the last key sorts first
+                              np.lexsort((rank, -free, donor_rank)),
+                              np.lexsort((rank, donor_rank, -free)))))
+    options, per_group = _grow_options(node, ctx, cur_types, count)
+    if not options:
+        return []
+    units = slots // unit
+    room = units[None, :] * np.stack([cols.type_mask(tys) for _, tys, _ in options])  # options x pools
+    whole = max(1, int(cur.sum()) // unit)
+    sizes = [[k for k in _levels(int(r.sum()), per_group) if k >= (whole if relocate else 1)]
+             for r, (_, _, relocate) in zip(room, options)]
+    ks = np.zeros((len(options), max(1, max(len(k) for k in sizes))), dtype=np.int64)
+    for o, k in enumerate(sizes):
+        ks[o, : len(k)] = k
+    base = np.stack([np.zeros_like(cur) if relocate else cur for _, _, relocate in options])[:, None, :]
+    blocks = {}
+    for oname, perm in sorts.items():
+        u = room[:, perm]
+        before = np.cumsum(u, axis=1) - u
+        fill = np.clip(ks[:, :, None] - before[:, None, :], 0, u[:, None, :])  # units taken, pools in fill order
+        blocks[oname] = base + fill[:, :, np.argsort(perm)] * unit
+    out = []
+    for o, (label, _, relocate) in enumerate(options):
+        verb = "relocate" if relocate else "grow"
+        for oname in ORDERS:
+            out.append((blocks[oname][o, : len(sizes[o])], [partial(str.format, "{}-{}{}/{}", verb, k * unit, label, oname)
+                                                              for k in sizes[o]]))
+    return out
+
+
+def _plan_moves(planner: MigrationPlanner, alloc: dict) -> tuple:
+    return planner.plan(alloc).moves
+
+
+GENERATORS = ("numpy", "python")
+
+
 def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Iterable[str], *,
-                   max_candidates: int = DEFAULT_MAX_CANDIDATES, margin: float = 0.05) -> ReallocInstance:
-    """Candidates for every component of ``graph`` and the numbers-only instance they make."""
+                   max_candidates: int = DEFAULT_MAX_CANDIDATES, margin: float = 0.05, generator: str = "numpy") -> ReallocInstance:
+    """Candidates for every component of ``graph`` and the numbers-only instance they make.
+
+    ``generator``: ``numpy`` (default) builds the allocations as rows of GPUs per pool and costs
+    all of a component's migrations at once (:meth:`MigrationPlanner.costs`), planning the steps
+    of a candidate only when they are read; ``python`` is the reference it is tested against
+    (dicts, one :meth:`MigrationPlanner.plan` per candidate). Both give the same candidates.
+    """
     if max_candidates < 1:
         raise ValueError("max_candidates must be at least 1 (the current allocation)")
+    if generator not in GENERATORS:
+        raise ValueError(f"unknown candidate generator {generator!r}: use one of {', '.join(GENERATORS)}")
     donors = set(donors)
     pools = {p.name: p for p in context.pools}
     used: dict[str, int] = {}
@@ -174,10 +365,12 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
     # GPUs other components may give up: donors' (shrink), then relocatable components' (whole
     # moves onto another GPU type), in release order
     donor_order: list[tuple[str, str, int]] = []  # (component, pool, gpus)
+    release: dict[str, list] = {}  # release orders, computed once
     for d in sorted(donors):
         node = graph.nodes.get(d)
         if node is not None and node.interruptible:
-            donor_order += [(d, w.node, w.gpus) for w in _release_order(node)]
+            release[d] = _release_order(node)
+            donor_order += [(d, w.node, w.gpus) for w in release[d]]
     for node in graph.nodes.values():
         ctx = context.components.get(node.name)
         if node.name in donors or not node.interruptible or ctx is None:
@@ -185,23 +378,34 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         own = {pools[p].gpu_type for p in node.gpus_by_node() if p in pools}
         if any(t not in own for t in ctx.types()):
             donor_order += [(node.name, w.node, w.gpus) for w in _release_order(node)]
-    stages: list[Stage] = []
-    raw: list[tuple[ComponentNode, ComponentContext, list[tuple[str, dict]]]] = []
+    cols = _Columns(pools) if generator == "numpy" else None
+    links = LinkTable(pools, context.links) if cols is not None else None
+    if cols is not None:
+        free_v = cols.vector(free)
+        givers = _Givers(donor_order, cols, free_v)
+    raw: list[tuple[ComponentNode, ComponentContext, list]] = []
     for node in graph.nodes.values():
         ctx = context.components.get(node.name)
         if ctx is None:
             raise ValueError(f"no throughput curve or sizes for component {node.name}: the context must describe every component")
-        groups: list[list[tuple[str, dict]]] = []
+        groups: list[list] = []
         if node.interruptible and max_candidates > 1:
             if node.name in donors:
-                groups = [_shrinks(node, max_candidates - 1)]
+                order = release.get(node.name) or _release_order(node)
+                groups = [_shrinks(node, max_candidates - 1, order)] if cols is None else _shrink_rows(node, max_candidates - 1, cols, order)
             else:
-                others = [(p, g) for c, p, g in donor_order if c != node.name]
-                slots = dict(free)
-                for p, g in others:
-                    slots[p] += g
-                groups = _grows_with(node, ctx, graph, pools, free, slots, [p for p, _ in others], max_candidates - 1)
-        raw.append((node, ctx, _select(groups, node.gpus_by_node(), max_candidates - 1)))
+                if cols is None:
+                    others = [(p, g) for c, p, g in donor_order if c != node.name]
+                    slots = dict(free)
+                    for p, g in others:
+                        slots[p] += g
+                    groups = _grows_with(node, ctx, graph, pools, free, slots, [p for p, _ in others], max_candidates - 1)
+                else:
+                    groups = _grow_rows(node, ctx, graph, pools, cols, free_v, *givers.slots_and_rank(node.name), max_candidates - 1)
+        if cols is None:
+            raw.append((node, ctx, _select(groups, node.gpus_by_node(), max_candidates - 1)))
+        else:
+            raw.append((node, ctx, _select_rows(groups, cols.current(node), max_candidates - 1)))
     # current pipeline throughput, for the migration cost
     cur = []
     for node, ctx, _ in raw:
@@ -211,23 +415,43 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         missing = [t for t in by_type if t not in ctx.curves]
         if missing:
             raise ValueError(f"component {node.name} runs on {', '.join(missing)} but has no throughput curve for it")
-        cur.append(sum(ctx.curves[t](g) for t, g in by_type.items()))
+        cur.append(sum(ctx.curves[t](g) for t, g in sorted(by_type.items())))
     t_now = min((v for v, (_, ctx, _) in zip(cur, raw) if ctx.pipeline), default=0.0)
     if context.horizon_s is not None:
         horizon = max(1e-6, context.horizon_s)
     else:
         horizon = 1.0 / t_now if t_now > 0 else 60.0
+    stages: list[Stage] = []
+    matrices: list[np.ndarray] = []
     for node, ctx, named in raw:
         current = node.gpus_by_node()
         why_keep = "current allocation" if node.interruptible else "current allocation (not at an interruptible point: cannot move now)"
         cands = [Candidate("keep", dict(current), cause=why_keep)]
-        planner = MigrationPlanner(node.name, node.kind, ctx, current, node.workers, pools, context.links) if named else None
-        for name, alloc in named:
-            mp = planner.plan(alloc)
-            cands.append(Candidate(name, alloc, mp.duration_s, mp.bytes_moved, t_now * mp.duration_s / horizon, mp.kind, mp.moves,
-                                   mp.cause))
+        planner = (MigrationPlanner(node.name, node.kind, ctx, current, node.workers, pools, context.links, links)
+                   if (named if cols is None else named[0]) else None)
+        if cols is None:
+            for name, alloc in named:
+                mp = planner.plan(alloc)
+                cands.append(Candidate(name, alloc, mp.duration_s, mp.bytes_moved, t_now * mp.duration_s / horizon, mp.kind,
+                                       mp.moves, mp.cause))
+        else:
+            names, chosen = named
+            rows = np.vstack([cols.current(node)[None, :], chosen])
+            matrices.append(rows)
+            if names:
+                kinds, seconds, nbytes, causes = planner.costs(rows[1:])
+                cost = t_now * seconds / horizon
+                for i, name in enumerate(names):
+                    alloc = LazyAlloc(rows[i + 1], cols.names)
+                    cands.append(Candidate(name, alloc, float(seconds[i]), float(nbytes[i]), float(cost[i]), kinds[i],
+                                           LazyMoves(partial(_plan_moves, planner, alloc)), causes[i]))
         stages.append(Stage(node.name, node.kind, node.dynamic, node.interruptible, dict(ctx.curves), cands,
                             unit_gpus=max(1, ctx.unit_gpus), single_type=node.kind in SYNCHRONOUS_KINDS, donor=node.name in donors,
                             pipeline=ctx.pipeline, curve_source=ctx.curve_source))
-    return ReallocInstance(list(context.pools), stages, margin=margin, horizon_s=horizon, job=graph.job, time_s=graph.time_s,
-                           notes=list(context.notes), unit=context.unit)
+    inst = ReallocInstance(list(context.pools), stages, margin=margin, horizon_s=horizon, job=graph.job, time_s=graph.time_s,
+                           notes=list(context.notes), unit=context.unit, validated=False)
+    if cols is not None:
+        inst._arrays = Arrays.of(inst, matrices)  # the rows the candidates were made from
+    inst.validated = True
+    inst.validate()
+    return inst

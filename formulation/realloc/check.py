@@ -54,11 +54,12 @@ def _close(a: float, b: float, rel: float) -> bool:
     return abs(a - b) <= rel * max(1.0, abs(a), abs(b))
 
 
-def stage_value(inst: ReallocInstance, s: int, c: int) -> float:
+def stage_value(inst: ReallocInstance, s: int, c: int, pool_type: Optional[dict] = None) -> float:
     st = inst.stages[s]
+    pool_type = pool_type if pool_type is not None else {pl.name: pl.gpu_type for pl in inst.pools}
     by_type: dict[str, float] = {}
     for p, g in st.candidates[c].gpus.items():
-        t = next(pl.gpu_type for pl in inst.pools if pl.name == p)
+        t = pool_type[p]
         by_type[t] = by_type.get(t, 0.0) + g
     return sum(curve_value(st.curves[t], g) for t, g in by_type.items())
 
@@ -98,7 +99,8 @@ def check(inst: ReallocInstance, choice: Sequence[int], *, objective: Optional[f
     for t, v in per_type_use.items():
         if v > per_type_cap[t]:
             out.append(Violation("capacity", f"GPU type {t}", f"{v} GPUs assigned, {per_type_cap[t]} exist"))
-    thr = [stage_value(inst, s, c) for s, c in enumerate(choice)]
+    pool_type = {p.name: p.gpu_type for p in inst.pools}
+    thr = [stage_value(inst, s, c, pool_type) for s, c in enumerate(choice)]
     if stage_throughput is not None:
         for s, (a, b) in enumerate(zip(stage_throughput, thr)):
             if not _close(a, b, rel_tol):
@@ -108,7 +110,7 @@ def check(inst: ReallocInstance, choice: Sequence[int], *, objective: Optional[f
     if objective is not None and not _close(objective, value, rel_tol):
         out.append(Violation("objective", "decision", f"claimed {objective:.6g}, recomputed {value:.6g}"))
     if committed is not None:
-        current = min(stage_value(inst, s, 0) for s in pipe)
+        current = min(stage_value(inst, s, 0, pool_type) for s in pipe)
         should = value > current * (1.0 + inst.margin) and any(c != 0 for c in choice)
         if bool(committed) != should:
             out.append(Violation("commit", "decision", f"committed={committed}, but objective {value:.6g} vs current {current:.6g} "

@@ -42,18 +42,11 @@ def define_choice(m, inst: ReallocInstance, x) -> None:
 
 
 def define_capacity(m, inst: ReallocInstance, x) -> None:
-    users: dict[str, list] = {p.name: [] for p in inst.pools}
-    for s, st in enumerate(inst.stages):
-        for c, cand in enumerate(st.candidates):
-            for p, g in cand.gpus.items():
-                if g > 0:
-                    users[p].append((int(g), x[s][c]))
     from ortools.sat.python import cp_model
 
-    for pool in inst.pools:
-        if users[pool.name]:
-            gs, vs = zip(*users[pool.name])
-            m.add(cp_model.LinearExpr.weighted_sum(list(vs), list(gs)) <= int(pool.gpus))
+    for p, users in inst.arrays().users():
+        m.add(cp_model.LinearExpr.weighted_sum([x[s][c] for s, c, _ in users], [int(g) for _, _, g in users])
+              <= int(inst.pools[p].gpus))
 
 
 def define_bottleneck(m, inst: ReallocInstance, x, z, F) -> None:

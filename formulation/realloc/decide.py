@@ -2,9 +2,13 @@
 
 ``decide(snapshot, context, options, detector) -> Decision``: build the component graph, feed the
 donor detector, generate candidates (the numbers-only instance), solve with the chosen backend
-(``highs``: highspy directly; ``cpsat``; ``dp``: the exact single-pool program; ``pyomo``: the
+(``bnb``: exact branch and bound; ``highs``: highspy directly; ``cpsat``; ``dp``: the exact single-pool program; ``pyomo``: the
 Pyomo reference), check the answer with the solver-free checker, and commit only when the
-objective beats the current pipeline throughput by ``margin``. The simulator calls it in its
+objective beats the current pipeline throughput by ``margin``.
+
+``bnb`` (:mod:`formulation.realloc.bnb`, exact branch and bound on the bottleneck level) is the
+default: it is exact and the fastest on the benchmark (``results/realloc/latency.md``); when it
+stops at its node or time budget, HiGHS finishes the decision. The simulator calls it in its
 dynamic-reallocation policy, the daemon per telemetry post, ``planner realloc`` once per file.
 """
 
@@ -16,7 +20,7 @@ from typing import Optional
 
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
 from formulation.realloc import check as checker
-from formulation.realloc.candidates import DEFAULT_MAX_CANDIDATES, build_instance
+from formulation.realloc.candidates import DEFAULT_MAX_CANDIDATES, GENERATORS, build_instance
 from formulation.realloc.context import ReallocContext
 from formulation.realloc.donors import DonorDetector, DonorEvidence
 from formulation.realloc.graph import ComponentGraph, build_graph
@@ -24,7 +28,7 @@ from formulation.realloc.instance import ReallocInstance, Solution
 from formulation.realloc.migrations import drain_order
 from formulation.realloc.telemetry import TelemetrySnapshot
 
-BACKENDS = ("highs", "cpsat", "dp", "pyomo")
+BACKENDS = ("bnb", "highs", "cpsat", "dp", "pyomo")
 
 
 def solve_instance(inst: ReallocInstance, backend: str = "highs", options: SolveOptions | None = None,
@@ -32,7 +36,7 @@ def solve_instance(inst: ReallocInstance, backend: str = "highs", options: Solve
     """One interface over the backends. The model backends solve the exactly reduced instance
     (:mod:`formulation.realloc.reduce`; ``reduce=False`` to skip); the DP oracle never does."""
     if reduce is None:
-        reduce = backend in ("highs", "cpsat", "pyomo")
+        reduce = backend in ("bnb", "highs", "cpsat", "pyomo")
     if reduce:
         from formulation.realloc.reduce import expand
         from formulation.realloc.reduce import reduce as reduce_instance
@@ -46,6 +50,19 @@ def solve_instance(inst: ReallocInstance, backend: str = "highs", options: Solve
         full = sum(len(st.candidates) for st in inst.stages)
         rec.message += f"; exact reduction kept {sum(len(k) for k in keep)} of {full} candidates"
         return Solution(expand(sol.choice, keep), sol.objective, sol.best_bound), rec
+    if backend == "bnb":
+        from formulation.realloc import bnb
+        opts = options or SolveOptions()
+        sol, rec = bnb.solve(inst, opts)
+        if rec.status is SolveStatus.FEASIBLE or rec.status is SolveStatus.NOT_SOLVED:
+            from formulation.realloc import milp
+            # past the search's budget: HiGHS finishes the decision in the time left
+            sol, hrec = milp.solve(inst, replace(opts, time_limit_s=max(0.05, opts.time_limit_s - rec.wall_time_s)))
+            hrec.message = f"{rec.message}; finished by {hrec.message}"
+            hrec.backend = "bnb+highs"
+            hrec.wall_time_s += rec.wall_time_s
+            rec = hrec
+        return sol, rec
     if backend == "highs":
         from formulation.realloc import milp
         return milp.solve(inst, options)
@@ -63,10 +80,11 @@ def solve_instance(inst: ReallocInstance, backend: str = "highs", options: Solve
 
 @dataclass
 class ReallocOptions:
-    backend: str = "highs"
+    backend: str = "bnb"
     margin: float = 0.05  # commit only when objective > (1 + margin) x current throughput
     max_candidates: int = DEFAULT_MAX_CANDIDATES  # per component, including the current allocation
     require_donor: bool = True  # decide only when a donor is detected (DynaRL's trigger)
+    generator: str = "numpy"  # candidate generator: numpy, or python (the reference it is tested against)
     solve: SolveOptions = field(default_factory=lambda: SolveOptions(time_limit_s=1.0, mip_gap=1e-6))
 
     def __post_init__(self) -> None:
@@ -76,6 +94,8 @@ class ReallocOptions:
             raise ValueError(f"margin must be >= 0, got {self.margin}")
         if self.max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}")
+        if self.generator not in GENERATORS:
+            raise ValueError(f"unknown candidate generator {self.generator!r}: use one of {', '.join(GENERATORS)}")
 
 
 @dataclass
@@ -122,11 +142,11 @@ def decide(snapshot: TelemetrySnapshot | dict, context: ReallocContext, options:
     t1 = time.perf_counter()
     timings["graph_and_donors"] = (t1 - t0) * 1e3
     if opts.require_donor and not donors:
-        inst = build_instance(graph, context, [], max_candidates=1, margin=opts.margin)
+        inst = build_instance(graph, context, [], max_candidates=1, margin=opts.margin, generator=opts.generator)
         why = "; ".join(e.cause for e in evidence) or "no component of a judged kind"
         rec = SolveRecord("none", SolveStatus.NOT_SOLVED, None, None, 0.0, None, None, "no trigger: no donor detected")
         return _keep(graph, evidence, inst, rec, f"no donor detected: {why}", t0, timings)
-    inst = build_instance(graph, context, donors, max_candidates=opts.max_candidates, margin=opts.margin)
+    inst = build_instance(graph, context, donors, max_candidates=opts.max_candidates, margin=opts.margin, generator=opts.generator)
     t2 = time.perf_counter()
     timings["candidates"] = (t2 - t1) * 1e3
     sol, rec = solve_instance(inst, opts.backend, opts.solve)
@@ -137,7 +157,8 @@ def decide(snapshot: TelemetrySnapshot | dict, context: ReallocContext, options:
         return _keep(graph, evidence, inst, rec, f"kept the current allocation: the {rec.backend} solve ended "
                                                  f"{rec.status.value} ({rec.message})", t0, timings)
     choice = list(sol.choice)
-    thr = [inst.stage_throughput(s, c) for s, c in enumerate(choice)]
+    table = inst.throughput_table()  # computed by the solve: the same numbers as inst.stage_throughput
+    thr = [table[s][c] for s, c in enumerate(choice)]
     obj = inst.objective(choice)
     pipe_thr = inst.pipeline_throughput(choice)
     moved = any(c != 0 for c in choice)

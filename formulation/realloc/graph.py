@@ -49,11 +49,16 @@ class ComponentNode:
     def gpus(self) -> int:
         return sum(w.gpus for w in self.workers)
 
+    _by_node: dict | None = field(default=None, init=False, repr=False, compare=False)
+
     def gpus_by_node(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for w in self.workers:
-            out[w.node] = out.get(w.node, 0) + w.gpus
-        return out
+        """GPUs per cluster node (a new dict each call; counted once: the workers do not change)."""
+        if self._by_node is None:
+            out: dict[str, int] = {}
+            for w in self.workers:
+                out[w.node] = out.get(w.node, 0) + w.gpus
+            self._by_node = out
+        return dict(self._by_node)
 
     def gpu_types(self) -> list[str]:
         return sorted({w.gpu_type for w in self.workers})

@@ -20,8 +20,10 @@ chosen combination is :mod:`formulation.realloc.check`'s job.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from functools import cached_property
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -59,6 +61,22 @@ class Curve:
                 return float(ys[-1] + slope * (g - xs[-1]))
             return float(ys[-1])
         return float(np.interp(g, xs, ys))
+
+    @cached_property
+    def _points(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.array((0.0,) + tuple(self.gpus)), np.array((0.0,) + tuple(self.throughput))
+
+    def values(self, g: np.ndarray) -> np.ndarray:
+        """``f`` at every element of ``g`` (the same arithmetic as :meth:`__call__`, element by element)."""
+        xs, ys = self._points
+        g = np.asarray(g, dtype=float)
+        out = np.interp(g, xs, ys)
+        if self.extrapolate:
+            beyond = g > xs[-1]
+            if beyond.any():
+                slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+                out[beyond] = ys[-1] + slope * (g[beyond] - xs[-1])
+        return out
 
     def segments(self) -> list[tuple[float, float]]:
         """(slope, intercept) lines with ``f(g) = min_k slope_k g + intercept_k`` for all ``g >= 0``.
@@ -102,15 +120,102 @@ class Move:
     cause: str
 
 
+class LazyMoves(Sequence):
+    """A candidate's migration steps, planned on first use.
+
+    The objective needs only a candidate's duration (its cost); the steps themselves are read for
+    the chosen candidates (checker, plan body), so the candidate generator plans them lazily. Reads
+    like the tuple it stands for (and compares equal to it).
+    """
+
+    __slots__ = ("_plan", "_moves")
+
+    def __init__(self, plan: Callable[[], tuple]) -> None:
+        self._plan = plan
+        self._moves: Optional[tuple] = None
+
+    def _get(self) -> tuple:
+        if self._moves is None:
+            self._moves = tuple(self._plan())
+            self._plan = None
+        return self._moves
+
+    def __getitem__(self, i):
+        return self._get()[i]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __eq__(self, other) -> bool:
+        return self._get() == (other._get() if isinstance(other, LazyMoves) else other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(self._get()) if self._moves is not None else "LazyMoves(<not planned yet>)"
+
+
+class LazyAlloc(Mapping):
+    """A candidate's GPUs per pool, read from its row of the stage's array on first use.
+
+    The solvers read the arrays; the dict is built for the candidates someone looks at (the
+    chosen ones, the plan body). Reads like the dict it stands for (and compares equal to it).
+    """
+
+    __slots__ = ("_row", "_names", "_dict")
+
+    def __init__(self, row: np.ndarray, names: list) -> None:
+        self._row = row
+        self._names = names
+        self._dict: Optional[dict] = None
+
+    def _get(self) -> dict:
+        if self._dict is None:
+            vals = self._row.tolist()
+            self._dict = {self._names[i]: vals[i] for i in np.flatnonzero(self._row).tolist()}
+            self._row = None
+        return self._dict
+
+    def __getitem__(self, key):
+        return self._get()[key]
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __contains__(self, key) -> bool:
+        return key in self._get()
+
+    def get(self, key, default=None):
+        return self._get().get(key, default)
+
+    def keys(self):
+        return self._get().keys()
+
+    def items(self):
+        return self._get().items()
+
+    def values(self):
+        return self._get().values()
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
 @dataclass(frozen=True)
 class Candidate:
     name: str
-    gpus: dict  # pool name -> GPUs (only pools with > 0)
+    gpus: Mapping  # pool name -> GPUs (only pools with > 0): a dict, or a LazyAlloc read from the instance's arrays
     migration_s: float = 0.0
     migration_bytes: float = 0.0
     migration_cost: float = 0.0  # pipeline units per second subtracted from the objective
     migration_kind: str = "none"  # "none" | "workload" | "p2p" | "reboot"
-    moves: tuple = ()  # Move, in execution order
+    moves: Sequence = ()  # Move, in execution order (a tuple, or LazyMoves that plans them on first use)
     cause: str = ""
 
     @property
@@ -151,7 +256,9 @@ class ReallocInstance:
 
     def __post_init__(self) -> None:
         self._pool_index = {p.name: p for p in self.pools}
-        self._table = None
+        self._table: Optional[list] = None
+        self._thr: Optional[list] = None
+        self._arrays: Optional[Arrays] = None
         if self.validated:
             self.validate()
 
@@ -161,7 +268,6 @@ class ReallocInstance:
         if len(set(names)) != len(names):
             raise ValueError("pool names must be unique")
         known = set(names)
-        pool_type = {p.name: p.gpu_type for p in self.pools}
         if not any(s.pipeline for s in self.stages):
             raise ValueError("an instance needs at least one pipeline stage (a component with work left)")
         for s in self.stages:
@@ -170,15 +276,21 @@ class ReallocInstance:
             if s.current.migration_cost != 0 or s.current.moves:
                 raise ValueError(f"stage {s.name}: candidate 0 is the current allocation and must carry no migration")
             for c in s.candidates:
-                bad = [p for p in c.gpus if p not in known]
-                if bad:
+                if not isinstance(c.gpus, LazyAlloc) and c.gpus.keys() - known:  # a LazyAlloc is a row over the pools
+                    bad = [p for p in c.gpus if p not in known]
                     raise ValueError(f"stage {s.name} candidate {c.name} uses unknown pool(s) {bad}")
-                if any(v < 0 for v in c.gpus.values()) or c.migration_cost < 0:
-                    raise ValueError(f"stage {s.name} candidate {c.name}: negative GPUs or migration cost")
-                types = {pool_type[p] for p, v in c.gpus.items() if v > 0}
-                missing = types - set(s.curves)
-                if missing:
-                    raise ValueError(f"stage {s.name} candidate {c.name} uses GPU type(s) {sorted(missing)} without a throughput curve")
+        arr = self.arrays()
+        for i, s in enumerate(self.stages):
+            neg = (arr.gpus[i] < 0).any(axis=1) | (arr.cost[i] < 0)
+            if neg.any():
+                raise ValueError(f"stage {s.name} candidate {s.candidates[int(np.argmax(neg))].name}: negative GPUs or migration cost")
+            no_curve = [k for k, t in enumerate(arr.types) if t not in s.curves]
+            if no_curve:
+                uses = arr.by_type(i)[:, no_curve] > 0
+                if uses.any():
+                    c = int(np.argmax(uses.any(axis=1)))
+                    missing = sorted(arr.types[k] for k, u in zip(no_curve, uses[c]) if u)
+                    raise ValueError(f"stage {s.name} candidate {s.candidates[c].name} uses GPU type(s) {missing} without a throughput curve")
             for t, cv in s.curves.items():
                 if not cv.is_concave():
                     raise ValueError(f"stage {s.name}: curve for {t} is not concave and non-decreasing")
@@ -201,20 +313,59 @@ class ReallocInstance:
         return out
 
     def stage_throughput(self, s: int, c: int) -> float:
+        """Sum over GPU types, in type order, of the type's curve at the candidate's GPUs of that type."""
         st = self.stages[s]
-        return sum(st.curves[t](g) for t, g in self.gpus_by_type(st.candidates[c]).items())
+        return sum(st.curves[t](g) for t, g in sorted(self.gpus_by_type(st.candidates[c]).items()))
+
+    def arrays(self) -> "Arrays":
+        """The instance's dense numbers (computed once from the candidates unless the generator gave them)."""
+        if self._arrays is None:
+            col = {p.name: i for i, p in enumerate(self.pools)}
+            gpus = []
+            for st in self.stages:
+                g = np.zeros((len(st.candidates), len(self.pools)), dtype=np.int64)
+                for c, cand in enumerate(st.candidates):
+                    for p, v in cand.gpus.items():
+                        if v:
+                            g[c, col[p]] = v
+                gpus.append(g)
+            self._arrays = Arrays.of(self, gpus)
+        return self._arrays
 
     def throughput_table(self) -> list[list[float]]:
-        """Predicted throughput of every stage under every candidate (computed once; treat as read-only)."""
+        """Predicted throughput of every stage under every candidate (computed once; treat as read-only).
+
+        Vectorised over the candidates with the same arithmetic as :meth:`stage_throughput`
+        (``Curve.values``, types added in type order), so the two agree to the last bit."""
         if self._table is None:
-            self._table = [[self.stage_throughput(s, c) for c in range(len(st.candidates))] for s, st in enumerate(self.stages)]
+            self._table = [row.tolist() for row in self.throughput_arrays()]
         return self._table
+
+    def throughput_arrays(self) -> list[np.ndarray]:
+        """:meth:`throughput_table` as one array per stage."""
+        if self._thr is None:
+            if self._table is not None:
+                self._thr = [np.asarray(row, dtype=float) for row in self._table]
+            else:
+                arr = self.arrays()
+                self._thr = []
+                for s, st in enumerate(self.stages):
+                    by_type = arr.by_type(s)
+                    thr = np.zeros(len(st.candidates))
+                    for t in sorted(st.curves):
+                        if t in arr.type_index:
+                            thr += st.curves[t].values(by_type[:, arr.type_index[t]])
+                    self._thr.append(thr)
+        return self._thr
 
     def pipeline_stages(self) -> list[int]:
         return [s for s, st in enumerate(self.stages) if st.pipeline]
 
     def pipeline_throughput(self, choice: list[int]) -> float:
-        """Minimum over the pipeline stages of their predicted throughput."""
+        """Minimum over the pipeline stages of their predicted throughput (read from the table once
+        it is computed: the same numbers as :meth:`stage_throughput`)."""
+        if self._table is not None:
+            return min(self._table[s][choice[s]] for s in self.pipeline_stages())
         return min(self.stage_throughput(s, choice[s]) for s in self.pipeline_stages())
 
     def objective(self, choice: list[int]) -> float:
@@ -231,6 +382,68 @@ class ReallocInstance:
     def size(self) -> dict:
         return {"pools": len(self.pools), "stages": len(self.stages), "candidates": sum(len(s.candidates) for s in self.stages),
                 "gpus": sum(p.gpus for p in self.pools), "gpu_types": len(self.gpu_types())}
+
+
+@dataclass
+class Arrays:
+    """An instance's numbers as dense arrays, for the vectorised code (table, reduction, search).
+
+    ``gpus[s]``: GPUs of every candidate of stage ``s`` on every pool (candidates x pools, columns in
+    ``inst.pools`` order); ``cost[s]``: migration costs; ``cap``: GPUs per pool; ``types``: the GPU
+    types in order, ``pool_type``: each pool's index in ``types``.
+    """
+
+    gpus: list
+    cost: list
+    cap: np.ndarray
+    types: list
+    pool_type: np.ndarray
+
+    @property
+    def type_index(self) -> dict:
+        return {t: i for i, t in enumerate(self.types)}
+
+    @classmethod
+    def of(cls, inst: "ReallocInstance", gpus: list) -> "Arrays":
+        types = sorted({p.gpu_type for p in inst.pools})
+        ti = {t: i for i, t in enumerate(types)}
+        return cls(gpus, [np.array([c.migration_cost for c in st.candidates], dtype=float) for st in inst.stages],
+                   np.array([p.gpus for p in inst.pools], dtype=np.int64), types,
+                   np.array([ti[p.gpu_type] for p in inst.pools], dtype=np.int64))
+
+    def by_type(self, s: int) -> np.ndarray:
+        """GPUs of every candidate of stage ``s`` per GPU type (candidates x types; computed once, read-only)."""
+        cache = self.__dict__.setdefault("_by_type", {})
+        if s not in cache:
+            onehot = (self.pool_type[:, None] == np.arange(len(self.types))[None, :]).astype(np.int64)
+            cache[s] = self.gpus[s] @ onehot
+        return cache[s]
+
+    def users(self) -> list[tuple[int, list[tuple[int, int, int]]]]:
+        """Per pool with any user, in pool order: (pool index, [(stage, candidate, GPUs), ...] in
+        stage-then-candidate order) — who could put GPUs on it."""
+        parts = [np.nonzero(g) for g in self.gpus]
+        if not parts:
+            return []
+        stage = np.concatenate([np.full(len(c), s, dtype=np.int64) for s, (c, _) in enumerate(parts)])
+        cand = np.concatenate([c for c, _ in parts])
+        pool = np.concatenate([p for _, p in parts])
+        gpus = np.concatenate([g[c, p] for g, (c, p) in zip(self.gpus, parts)])
+        order = np.argsort(pool, kind="stable")  # stable: stage-then-candidate order within a pool
+        pool, stage, cand, gpus = pool[order].tolist(), stage[order].tolist(), cand[order].tolist(), gpus[order].tolist()
+        out: list[tuple[int, list]] = []
+        for p, s, c, g in zip(pool, stage, cand, gpus):
+            if not out or out[-1][0] != p:
+                out.append((p, []))
+            out[-1][1].append((s, c, g))
+        return out
+
+    def subset(self, keep: list) -> "Arrays":
+        """The arrays of the candidates ``keep[s]`` (indices) of every stage."""
+        out = Arrays([g[k] for g, k in zip(self.gpus, keep)], [c[k] for c, k in zip(self.cost, keep)], self.cap, self.types,
+                     self.pool_type)
+        out._by_type = {s: bt[keep[s]] for s, bt in self.__dict__.get("_by_type", {}).items()}
+        return out
 
 
 @dataclass

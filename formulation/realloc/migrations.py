@@ -26,7 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import attrgetter
 from typing import Optional
+
+import numpy as np
 
 from formulation.realloc.context import ComponentContext, Links
 from formulation.realloc.graph import STATEFUL_KINDS
@@ -52,6 +55,26 @@ def moved_fraction(n_old: int, n_new: int) -> float:
         hi = min((i + 1) / n_old, (i + 1) / n_new)
         kept += max(0.0, hi - lo)
     return max(0.0, 1.0 - kept)
+
+
+def moved_fractions(n_old: int, n_new: np.ndarray) -> np.ndarray:
+    """:func:`moved_fraction` for many ``n_new`` at once (the same arithmetic, the overlaps added
+    in rank order)."""
+    n_new = np.asarray(n_new, dtype=np.int64)
+    out = np.ones(len(n_new))
+    ok = (n_new > 0) & (n_new != n_old)
+    if n_old <= 0 or not ok.any():
+        out[n_new == n_old] = 0.0 if n_old > 0 else 1.0
+        return out
+    m = n_new[ok]
+    i = np.arange(int(min(n_old, m.max())))[None, :]
+    lo = np.maximum(i / n_old, i / m[:, None])
+    hi = np.minimum((i + 1) / n_old, (i + 1) / m[:, None])
+    overlap = np.where(i < np.minimum(n_old, m)[:, None], np.maximum(0.0, hi - lo), 0.0)
+    kept = np.add.accumulate(overlap, axis=1)[:, -1] if overlap.shape[1] else np.zeros(len(m))
+    out[ok] = np.maximum(0.0, 1.0 - kept)
+    out[n_new == n_old] = 0.0
+    return out
 
 
 @dataclass(frozen=True)
@@ -106,6 +129,46 @@ class _Sources:
         return best, best_bw
 
 
+class LinkTable:
+    """The links of every pool (columns in ``pools`` order), and :meth:`_Sources.best` for many
+    source sets at once: the best bandwidth into each pool from the pools marked in each row —
+    the pool itself (NVLink), else the fastest NIC of its cluster, else the fastest NIC anywhere
+    capped by the inter-cluster link (NaN: no path). Identical to ``_Sources`` when no GPU type's
+    NVLink is slower than its NIC (``exact``); :meth:`MigrationPlanner.costs` falls back to
+    one plan per target otherwise."""
+
+    def __init__(self, pools: dict, links: Links) -> None:
+        plist = list(pools.values())
+        self.inter = links.inter_cluster_gb_per_s
+        self.nic = np.array([float(links.nic_gb_per_s.get(p.gpu_type, 50.0)) for p in plist])
+        self.nvlink = np.array([links.bandwidth(p, p) for p in plist], dtype=float)
+        clusters = sorted({p.cluster for p in plist})
+        index = {c: i for i, c in enumerate(clusters)}
+        self.cluster = np.array([index[p.cluster] for p in plist], dtype=np.int64)
+        self.n_clusters = len(clusters)
+        self.name_rank = np.empty(len(plist), dtype=np.int64)
+        self.name_rank[np.argsort(np.array([p.name for p in plist]), kind="stable")] = np.arange(len(plist))
+        self.exact = bool((self.nvlink >= self.nic).all())
+
+    def best(self, src: np.ndarray, cols: Optional[np.ndarray] = None) -> np.ndarray:
+        """``src``: rows of sources over the pools ``cols`` (all pools when None); the best
+        bandwidth into each of those pools."""
+        nic, nvlink, cluster = (self.nic, self.nvlink, self.cluster) if cols is None else \
+            (self.nic[cols], self.nvlink[cols], self.cluster[cols])
+        kn = np.where(src, nic, -np.inf)
+        out = np.where(src, nvlink, -np.inf)
+        if self.inter is not None:
+            top = kn.max(axis=1)[:, None]
+            out = np.maximum(out, np.where(top > -np.inf, np.minimum(np.minimum(top, nic), self.inter), -np.inf))
+        for c in range(self.n_clusters):
+            here = cluster == c
+            if not here.any():
+                continue
+            top = kn[:, here].max(axis=1)[:, None]
+            out[:, here] = np.maximum(out[:, here], np.where(top > -np.inf, np.minimum(top, nic[here]), -np.inf))
+        return np.where(out > -np.inf, out, np.nan)
+
+
 def drain_order(workers: list, pool: str) -> list:
     """The component's workers on ``pool`` in the order they are released: emptiest caches first."""
     return sorted((w for w in workers if w.node == pool), key=lambda w: (w.kv_used_tokens, w.worker_id))
@@ -114,9 +177,9 @@ def drain_order(workers: list, pool: str) -> list:
 def drain_orders(workers: list) -> dict:
     """:func:`drain_order` for every pool the workers sit on."""
     out: dict = {}
-    for w in workers:
+    for w in sorted(workers, key=attrgetter("node", "kv_used_tokens", "worker_id")):
         out.setdefault(w.node, []).append(w)
-    return {p: sorted(ws, key=lambda w: (w.kv_used_tokens, w.worker_id)) for p, ws in out.items()}
+    return out
 
 
 def _drained_workers(on_pool: list, gpus: int) -> tuple[list[str], float]:
@@ -145,17 +208,152 @@ def _kind(kind: str, ctx: ComponentContext, reachable: bool) -> tuple[str, str]:
 
 class MigrationPlanner:
     """Plans the migrations of one component from its current allocation to many targets,
-    sharing the link lookups and drain orders between them."""
+    sharing the link lookups and drain orders between them.
+
+    :meth:`plan` gives one target's full plan (steps included); :meth:`costs` gives many targets'
+    kind, duration, bytes and cause at once (numpy, the same arithmetic as :meth:`plan`, checked
+    against it in the tests), which is all the objective needs: the candidate generator plans the
+    steps of a candidate only when they are read.
+    """
 
     def __init__(self, component: str, kind: str, ctx: ComponentContext, current: dict, workers: list, pools: dict,
-                 links: Links) -> None:
+                 links: Links, links_table: Optional["LinkTable"] = None) -> None:
         self.args = (component, kind, ctx, current, workers, pools, links)
         self.old = _Sources([pools[p] for p, v in current.items() if v > 0], links)
         self.drain = drain_orders(workers)
+        self.links_table = links_table  # shared by the planners of one decision (built on first use otherwise)
+        self._vec: Optional[dict] = None
 
     def plan(self, target: dict) -> MigrationPlan:
         component, kind, ctx, current, workers, pools, links = self.args
         return plan_migration(component, kind, ctx, current, target, workers, pools, links, self.drain, self.old)
+
+    # ----------------------------------------------------------------------- vectorised costs
+    def _tables(self) -> dict:
+        """Per pool (columns in ``pools`` order) numbers :meth:`costs` looks up."""
+        if self._vec is None:
+            _, _, ctx, current, _, pools, links = self.args
+            if self.links_table is None:
+                self.links_table = LinkTable(pools, links)
+            names = list(pools)
+            col = {p: i for i, p in enumerate(names)}
+            cur = np.zeros(len(names), dtype=np.int64)
+            for p, g in current.items():
+                cur[col[p]] = g
+            old_bw = self.links_table.best(cur[None, :] > 0)[0]
+            # KV tokens handed over when d GPUs leave pool p: the first engines in drain order that
+            # free d (per pool, engines in drain order in the columns, zero-padded: running sums stay flat)
+            depth = int(cur.max(initial=0))
+            width = max((len(on) for on in self.drain.values()), default=0)
+            gpus = np.zeros((len(names), width + 1), dtype=np.int64)
+            kv = np.zeros((len(names), width + 1))
+            for p, on in self.drain.items():
+                i = col[p]
+                gpus[i, 1: len(on) + 1] = [w.gpus for w in on]
+                kv[i, 1: len(on) + 1] = [w.kv_used_tokens for w in on]
+            freed = np.cumsum(gpus, axis=1)
+            tok = np.add.accumulate(kv, axis=1)  # in drain order, as the plan adds them up
+            first = (freed[:, :, None] >= np.arange(depth + 1)[None, None, :]).argmax(axis=1)  # pools x d
+            tokens = np.take_along_axis(tok, first, axis=1)
+            self._vec = dict(cur=cur, old_bw=old_bw, reach=~np.isnan(old_bw), tokens=tokens)
+        return self._vec
+
+    def costs(self, targets: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, list]:
+        """Kind, duration (s), bytes and cause of the migration to every row of ``targets``
+        (GPUs per pool, columns in ``pools`` order), as :meth:`plan` would give them."""
+        _, kind, ctx, _, _, pools, links = self.args
+        v = self._tables()
+        T = np.asarray(targets, dtype=np.int64)
+        if not self.links_table.exact:
+            names = list(pools)
+            plans = [self.plan({names[i]: int(row[i]) for i in np.flatnonzero(row)}) for row in T]
+            return ([m.kind for m in plans], np.array([m.duration_s for m in plans]), np.array([m.bytes_moved for m in plans]),
+                    [m.cause for m in plans])
+        # only the pools the component holds or any target uses matter: the others change nothing
+        act = np.nonzero((v["cur"] > 0) | T.any(axis=0))[0]
+        T = T[:, act]
+        va = {k: v[k][act] for k in ("cur", "old_bw", "reach", "tokens")}
+        va["act"] = act
+        n = T.shape[0]
+        delta = T - va["cur"]
+        changed = delta != 0
+        added = delta > 0
+        reachable = ~(added & ~va["reach"]).any(axis=1)
+        kinds = np.empty(n, dtype=object)
+        causes = np.empty(n, dtype=object)
+        for ok in (True, False):
+            k, why = _kind(kind, ctx, ok)
+            kinds[reachable == ok] = k
+            causes[reachable == ok] = why
+        none = ~changed.any(axis=1)
+        kinds[none] = "none"
+        causes[none] = "keeps its allocation"
+        duration = np.zeros(n)
+        nbytes = np.zeros(n)
+        for k, fn in (("workload", self._workload_costs), ("p2p", self._p2p_costs), ("reboot", self._reboot_costs)):
+            rows = np.nonzero(kinds == k)[0]
+            if len(rows):
+                duration[rows], nbytes[rows] = fn(T[rows], ctx, links, va, self.links_table)
+        return kinds.tolist(), duration, nbytes, causes.tolist()
+
+    @staticmethod
+    def _workload_costs(T, ctx, links, v, lt: LinkTable) -> tuple[np.ndarray, np.ndarray]:
+        unit = max(1, ctx.unit_gpus)
+        cur, act = v["cur"], v["act"]
+        grow, shrink = T > cur, T < cur
+        # starts: restart plus one engine's weights over the best link from the current pools
+        old_bw = v["old_bw"]
+        has = ~np.isnan(old_bw) & (old_bw != 0)
+        t_start = links.restart_s + np.where(has, ctx.weight_bytes / (np.where(has, old_bw, 1.0) * GB * unit), 0.0)
+        t = np.where(grow, t_start, -np.inf)
+        b_start = np.where(grow, ctx.weight_bytes * ((T - cur) // unit), 0.0)
+        order = np.argsort(lt.name_rank[act])  # steps by pool name
+        b_drain = np.zeros(T.shape)
+        drains = np.nonzero(shrink.any(axis=1))[0]
+        if len(drains):
+            # drains: hand the drained engines' KV over, on the node if some engine stays, else to
+            # the best kept node (to the best current one when none is kept)
+            Td, sd = T[drains], shrink[drains]
+            b = v["tokens"][np.arange(len(cur))[None, :], np.where(sd, cur - Td, 0)] * ctx.kv_bytes_per_token
+            kept = (Td > 0) & (cur > 0)
+            gone = sd & (Td == 0)
+            bw = np.where(Td > 0, lt.nvlink[act], old_bw)
+            far = np.nonzero(gone.any(axis=1) & kept.any(axis=1))[0]
+            if len(far):
+                bw[far] = np.where(Td[far] > 0, bw[far], lt.best(kept[far], act))
+            ok = ~np.isnan(bw) & (bw != 0) & (b != 0)
+            t_drain = links.handoff_s + np.where(ok, b / (np.where(ok, bw, 1.0) * GB), 0.0)
+            t[drains] = np.where(sd, t_drain, t[drains])
+            b_drain[drains] = np.where(sd, b, 0.0)
+        # bytes added in step order: drains, then starts, each by pool name
+        steps = np.concatenate([b_drain[:, order], b_start[:, order]], axis=1)
+        total = np.add.accumulate(steps, axis=1)[:, -1] if steps.shape[1] else np.zeros(T.shape[0])
+        return t.max(axis=1), total
+
+    @staticmethod
+    def _p2p_costs(T, ctx, links, v, lt: LinkTable) -> tuple[np.ndarray, np.ndarray]:
+        unit = max(1, ctx.unit_gpus)
+        cur = v["cur"]
+        n_old = int(cur.sum()) // unit
+        size = T.sum(axis=1)
+        n_new = size // unit
+        frac = moved_fractions(n_old, n_new)
+        total = ctx.sharded_state_bytes * frac + ctx.weight_bytes * np.maximum(0, n_new - n_old)
+        changed = T != cur
+        old_bw = v["old_bw"]
+        bw = np.where(changed & ~np.isnan(old_bw), old_bw, np.inf).min(axis=1)  # the slowest link used (inf: none)
+        streams = np.maximum(1, np.minimum(int(cur.sum()), size))
+        ok = np.isfinite(bw) & (bw != 0) & (total != 0)
+        transfer = np.where(ok, total / (np.where(ok, bw, 1.0) * GB * streams), 0.0)
+        starts = (n_new > n_old) | (T > cur).any(axis=1)
+        return np.where(starts, links.restart_s, 0.0) + transfer + links.group_rebuild_s, total
+
+    @staticmethod
+    def _reboot_costs(T, ctx, links, v, lt: LinkTable) -> tuple[np.ndarray, np.ndarray]:
+        state = ctx.weight_bytes + ctx.sharded_state_bytes
+        nodes = np.maximum(1, (T > 0).sum(axis=1))
+        io = 2.0 * state / (links.storage_gb_per_s * GB * nodes)
+        return io + links.restart_s + links.group_rebuild_s, np.full(T.shape[0], 2.0 * state)
 
 
 def plan_migration(component: str, kind: str, ctx: ComponentContext, current: dict, target: dict, workers: list,

@@ -89,15 +89,14 @@ class Layout:
         n += 1
         self.h: dict[tuple[int, str], int] = {}
         self.g: dict[tuple[int, str], np.ndarray] = {}  # G_{s,c,t} per candidate
-        for s, st in enumerate(inst.stages):
-            per_type: dict[str, np.ndarray] = {}
-            for c, cand in enumerate(st.candidates):
-                for t, g in inst.gpus_by_type(cand).items():
-                    per_type.setdefault(t, np.zeros(len(st.candidates)))[c] = g
-            for t in sorted(per_type):
-                self.h[(s, t)] = n
-                self.g[(s, t)] = per_type[t]
-                n += 1
+        arr = inst.arrays()
+        for s in range(len(inst.stages)):
+            by_type = arr.by_type(s)
+            for i, t in enumerate(arr.types):  # in type order
+                if by_type[:, i].any():
+                    self.h[(s, t)] = n
+                    self.g[(s, t)] = by_type[:, i].astype(float)
+                    n += 1
         self.n = n
 
 
@@ -107,17 +106,8 @@ def define_choice(rows: _Rows, inst: ReallocInstance, lay: Layout) -> None:
 
 
 def define_capacity(rows: _Rows, inst: ReallocInstance, lay: Layout) -> None:
-    use: dict[str, tuple[list[int], list[float]]] = {p.name: ([], []) for p in inst.pools}
-    for s, st in enumerate(inst.stages):
-        for c, cand in enumerate(st.candidates):
-            for p, g in cand.gpus.items():
-                if g > 0:
-                    use[p][0].append(lay.x[s][c])
-                    use[p][1].append(float(g))
-    for pool in inst.pools:
-        cols, vals = use[pool.name]
-        if cols:
-            rows.add(cols, vals, -np.inf, float(pool.gpus))
+    for p, users in inst.arrays().users():
+        rows.add([lay.x[s][c] for s, c, _ in users], [float(g) for _, _, g in users], -np.inf, float(inst.pools[p].gpus))
 
 
 def define_curves(rows: _Rows, inst: ReallocInstance, lay: Layout) -> None:
@@ -230,15 +220,8 @@ def build_pyomo(inst: ReallocInstance):
                           sense=pyo.maximize)
     m.choice = pyo.Constraint(range(len(inst.stages)),
                               rule=lambda m, s: sum(m.x[s, c] for c in range(len(inst.stages[s].candidates))) == 1)
-    users: dict[str, list] = {p.name: [] for p in inst.pools}
-    for s, st in enumerate(inst.stages):
-        for c, cand in enumerate(st.candidates):
-            for p, g in cand.gpus.items():
-                if g > 0:
-                    users[p].append((s, c, g))
-    used = [p for p in inst.pools if users[p.name]]
-    m.capacity = pyo.Constraint([p.name for p in used],
-                                rule=lambda m, p: sum(g * m.x[s, c] for s, c, g in users[p]) <= inst.pool(p).gpus)
+    users = {inst.pools[p].name: u for p, u in inst.arrays().users()}
+    m.capacity = pyo.Constraint(list(users), rule=lambda m, p: sum(g * m.x[s, c] for s, c, g in users[p]) <= inst.pool(p).gpus)
     segs = [(s, t, k) for (s, t) in lay.h for k in range(len(inst.stages[s].curves[t].segments()))]
 
     def curve_rule(m, s, t, k):

@@ -30,29 +30,25 @@ from formulation.realloc.instance import ReallocInstance
 
 def reduce(inst: ReallocInstance) -> tuple[ReallocInstance, list[list[int]]]:
     """The reduced instance and, per stage, the original index of each kept candidate."""
-    table = inst.throughput_table()
+    thr_all = inst.throughput_arrays()
+    arr = inst.arrays()
     pipe = set(inst.pipeline_stages())
-    cap = min(max(table[s]) for s in pipe)
-    current = min(table[s][0] for s in pipe)
-    pools = [p.name for p in inst.pools]
-    col = {p: i for i, p in enumerate(pools)}
+    cap = min(float(thr_all[s].max()) for s in pipe)
+    current = min(float(thr_all[s][0]) for s in pipe)
     stages, keep_idx = [], []
     for s, st in enumerate(inst.stages):
         n = len(st.candidates)
-        thr = np.array([min(v, cap) for v in table[s]]) if s in pipe else np.zeros(n)
-        cost = np.array([c.migration_cost for c in st.candidates])
+        thr = np.minimum(thr_all[s], cap) if s in pipe else np.zeros(n)
+        cost = arr.cost[s]
         alive = np.ones(n, dtype=bool)
         if s in pipe:
             alive[1:] = thr[1:] - cost[1:] > current + 1e-12 * max(1.0, abs(current))
-        else:
-            alive[1:] = True
-        G = np.zeros((n, len(pools)))
-        for c, cand in enumerate(st.candidates):
-            for p, g in cand.gpus.items():
-                G[c, col[p]] = g
         idx = np.nonzero(alive)[0]
         if len(idx) > 1:
-            sub_t, sub_m, sub_g = thr[idx], cost[idx], G[idx]
+            sub_t, sub_m, sub_g = thr[idx], cost[idx], arr.gpus[s][idx]
+            sub_g = sub_g[:, sub_g.any(axis=0)]  # pools no kept candidate uses cannot tell them apart
+            if sub_g.size and sub_g.max() < 256:
+                sub_g = sub_g.astype(np.uint8)  # GPUs per node: the n x n x pools comparison on bytes
             # dom[i, j]: j dominates i
             dom = (sub_t[None, :] >= sub_t[:, None]) & (sub_m[None, :] <= sub_m[:, None]) & \
                   (sub_g[None, :, :] <= sub_g[:, None, :]).all(axis=2)
@@ -66,7 +62,9 @@ def reduce(inst: ReallocInstance) -> tuple[ReallocInstance, list[list[int]]]:
         stages.append(replace(st, candidates=[st.candidates[i] for i in idx]))
     red = ReallocInstance(inst.pools, stages, margin=inst.margin, horizon_s=inst.horizon_s, job=inst.job, time_s=inst.time_s,
                           notes=inst.notes, unit=inst.unit, validated=False)  # a subset of a validated instance
-    red._table = [[table[s][i] for i in keep] for s, keep in enumerate(keep_idx)]
+    red._arrays = arr.subset(keep_idx)
+    red._thr = [thr_all[s][k] for s, k in enumerate(keep_idx)]
+    red._table = [t.tolist() for t in red._thr]
     return red, keep_idx
 
 

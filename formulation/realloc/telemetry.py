@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from collections import Counter
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 ComponentKind = Literal["rollout", "reference", "critic", "reward", "tool_agent", "trainer"]
 
@@ -89,15 +91,15 @@ class TelemetrySnapshot(_Strict):
     components: list[ComponentTelemetry] = Field(min_length=1)
     workers: list[WorkerTelemetry] = Field(min_length=1)
     nodes: Optional[list[NodeTelemetry]] = Field(None, description="node capacities; omitted: only the GPUs workers hold are known")
+    _by_component: Optional[tuple] = PrivateAttr(default=None)  # (the workers list it was built from, groups)
 
     @model_validator(mode="after")
     def _consistent(self):
         names = [c.name for c in self.components]
-        dup = {n for n in names if names.count(n) > 1}
+        dup = {n for n, k in Counter(names).items() if k > 1}
         if dup:
             raise ValueError(f"duplicate component names: {', '.join(sorted(dup))}")
-        ids = [w.worker_id for w in self.workers]
-        dup = {i for i in ids if ids.count(i) > 1}
+        dup = {i for i, k in Counter(w.worker_id for w in self.workers).items() if k > 1}
         if dup:
             raise ValueError(f"duplicate worker ids: {', '.join(sorted(dup))}")
         known = set(names)
@@ -137,4 +139,10 @@ class TelemetrySnapshot(_Strict):
         return self
 
     def workers_of(self, component: str) -> list[WorkerTelemetry]:
-        return [w for w in self.workers if w.component == component]
+        """The component's workers, in snapshot order (a new list each call; grouped once)."""
+        if self._by_component is None or self._by_component[0] is not self.workers:  # (a copy may carry another list)
+            groups: dict[str, list] = {}
+            for w in self.workers:
+                groups.setdefault(w.component, []).append(w)
+            self._by_component = (self.workers, groups)
+        return list(self._by_component[1].get(component, ()))

@@ -18,8 +18,9 @@ or --force to plan without a donor."""
 def add_arguments(p) -> None:
     p.add_argument("snapshot", metavar="SNAPSHOT", help="YAML/JSON snapshot, a list of snapshots, or .jsonl")
     p.add_argument("--scenario", help="scenario YAML for model sizes, GPU types and node groups")
-    p.add_argument("--backend", choices=["highs", "cpsat", "dp", "pyomo"], default="highs",
-                   help="highs (highspy, default), cpsat, dp (exact, single pool only), pyomo (Pyomo + HiGHS reference)")
+    p.add_argument("--backend", choices=["bnb", "highs", "cpsat", "dp", "pyomo"], default="bnb",
+                   help="bnb (exact branch and bound, default), highs (highspy), cpsat, dp (exact, single pool only), "
+                        "pyomo (Pyomo + HiGHS reference)")
     p.add_argument("--out", help="write the plan document here (.json: JSON, else YAML)")
     p.add_argument("--margin", type=float, default=0.05, help="commit only when the objective beats the current throughput by this fraction (default 0.05)")
     p.add_argument("--candidates", type=int, default=8, help="candidates per component, the current allocation included (default 8)")
@@ -84,7 +85,7 @@ def run(args) -> int:
     ctx = build_context(last, scenario, horizon_s=args.horizon_s)
     if opts.backend == "dp" and len(ctx.pools) != 1:
         raise UserError(Problem("--backend", f"the dp backend solves the single-pool case; this snapshot has {len(ctx.pools)} nodes",
-                                "use --backend highs or cpsat (dp is the oracle for one pool)"))
+                                "use --backend bnb, highs or cpsat (dp is the oracle for one pool)"))
     dec = decide(last, ctx, opts, det)
     doc = plandoc.PlanDocument(
         kind="ReallocPlan",

@@ -120,6 +120,10 @@ class ClusterView:
     def types(self) -> list[str]:
         return sorted(self.groups_by_type)
 
+    def node_names(self, gpu_type: str) -> list[str]:
+        """Node names of a type, deterministic: ``<node group>-<i>`` for each node group in order."""
+        return [f"{g.name}-{i}" for g in self.groups_by_type.get(gpu_type, []) for i in range(g.count)]
+
     def pool(self, gpu_type: str, nodes: int) -> PoolShape:
         return PoolShape(self.gpu_types[gpu_type], nodes, self.gpus_per_node(gpu_type))
 

@@ -32,7 +32,7 @@ def _two_stage(cost_a=0.0, cost_b=0.0, margin=0.0) -> ReallocInstance:
     return ReallocInstance([Pool("p", "H100", 8)], [a, b], margin=margin)
 
 
-@pytest.mark.parametrize("backend", ["highs", "cpsat", "dp", "pyomo"])
+@pytest.mark.parametrize("backend", ["bnb", "highs", "cpsat", "dp", "pyomo"])
 def test_known_answer_balance(backend):
     inst = _two_stage()
     sol, rec = solve_instance(inst, backend, OPTS)
@@ -42,7 +42,7 @@ def test_known_answer_balance(backend):
     assert checker.check(inst, sol.choice, objective=40.0) == []
 
 
-@pytest.mark.parametrize("backend", ["highs", "cpsat", "dp"])
+@pytest.mark.parametrize("backend", ["bnb", "highs", "cpsat", "dp"])
 def test_known_answer_migration_cost_decides(backend):
     # A=6, B=2 gives min(60, 30) = 30; A=4, B=4 gives 40. With cost 15 on each move: 40-30 = 10 < 20 (keep).
     inst = _two_stage(cost_a=15.0, cost_b=15.0)
@@ -72,7 +72,7 @@ def test_heterogeneous_known_answer():
     ], unit_gpus=2, single_type=True)
     inst = ReallocInstance(pools, [roll, tr], margin=0.05)
     assert inst.stage_throughput(0, 2) == pytest.approx(40 + 60)  # engines of both types add
-    for backend in ("highs", "cpsat"):
+    for backend in ("bnb", "highs", "cpsat"):
         sol, _ = solve_instance(inst, backend, OPTS)
         assert sol.choice == [0, 1]
         assert inst.objective(sol.choice) == pytest.approx(40.0 - 2.0)
@@ -109,12 +109,13 @@ def test_backends_agree_single_pool(seed):
                            gpus_per_pool=int(rng.choice([8, 16, 32])), interruptible_p=0.8)
     exact = dp.exhaustive(inst)
     vals = {}
-    for backend in ("dp", "highs", "cpsat"):
+    for backend in ("dp", "bnb", "highs", "cpsat"):
         sol, rec = solve_instance(inst, backend, OPTS)
         assert rec.status.value == "optimal", (backend, rec)
         assert checker.check(inst, sol.choice) == [], backend
         vals[backend] = inst.objective(sol.choice)
     assert vals["dp"] == pytest.approx(exact.objective, rel=1e-9, abs=1e-9)
+    assert vals["bnb"] == pytest.approx(exact.objective, rel=1e-9, abs=1e-9)
     assert vals["highs"] == pytest.approx(exact.objective, rel=1e-6, abs=1e-6)
     assert vals["cpsat"] == pytest.approx(exact.objective, rel=1e-5, abs=1e-5)  # integer scaling at 1e-7 resolution
 
@@ -125,7 +126,7 @@ def test_backends_agree_many_pools_and_types(seed):
     inst = random_instance(rng, n_pools=int(rng.integers(2, 5)), types=("H100", "H20"), n_stages=3, n_cands=4,
                            gpus_per_pool=8, interruptible_p=0.8)
     exact = dp.exhaustive(inst)
-    for backend in ("highs", "cpsat"):
+    for backend in ("bnb", "highs", "cpsat"):
         sol, rec = solve_instance(inst, backend, OPTS)
         assert checker.check(inst, sol.choice) == [], backend
         assert inst.objective(sol.choice) == pytest.approx(exact.objective, rel=1e-5, abs=1e-5), backend
@@ -165,7 +166,7 @@ def test_benchmark_instances_agree_with_and_without_reduction(seed):
     snap, ctx = synthetic(seed, ("H100",), 16)
     inst = build_instance(build_graph(snap), ctx, ["rollout", "agent"], max_candidates=10, margin=0.02)
     vals = []
-    for backend in ("highs", "cpsat"):
+    for backend in ("bnb", "highs", "cpsat"):
         for red in (True, False):
             sol, rec = solve_instance(inst, backend, OPTS, reduce=red)
             assert rec.status.value == "optimal" and checker.check(inst, sol.choice) == []
@@ -184,3 +185,58 @@ def test_reduction_is_exact_on_random_instances(seed):
     full = dp.exhaustive(inst).objective
     reduced = dp.exhaustive(red).objective
     assert reduced == pytest.approx(full, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bnb_is_exact_without_reduction_and_when_the_current_allocation_does_not_fit(seed):
+    """Against exhaustive enumeration: the search on the full instance (no reduction, more
+    candidates per stage), and with pools shrunk below the current allocation (no incumbent to
+    start from; sometimes nothing fits at all)."""
+    from formulation.realloc import bnb
+    from formulation.realloc.instance import Pool
+
+    rng = np.random.default_rng(3000 + seed)
+    inst = random_instance(rng, n_pools=int(rng.integers(1, 4)), types=("H100", "H20"), n_stages=3, n_cands=7,
+                           gpus_per_pool=8, cost_scale=float(rng.choice([0.5, 5.0])))
+    sol, rec = bnb.solve(inst, OPTS)
+    exact = dp.exhaustive(inst)
+    assert rec.status.value == "optimal" and checker.check(inst, sol.choice) == []
+    assert inst.objective(sol.choice) == pytest.approx(exact.objective, rel=1e-9, abs=1e-9)
+    tight = ReallocInstance([Pool(p.name, p.gpu_type, max(0, p.gpus - int(rng.integers(3, 8)))) for p in inst.pools],
+                            inst.stages, margin=0.0)
+    exact = dp.exhaustive(tight)
+    sol, rec = bnb.solve(tight, OPTS)
+    if exact.objective is None:
+        assert rec.status.value == "infeasible"
+    else:
+        assert rec.status.value == "optimal" and checker.check(tight, sol.choice) == []
+        assert tight.objective(sol.choice) == pytest.approx(exact.objective, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bnb_agrees_with_highs_and_cpsat_on_large_random_instances(seed):
+    """Too large to enumerate (8 pools of 2 types, 6 stages x 12 candidates): the search, HiGHS and
+    CP-SAT on the full instance reach one optimum."""
+    rng = np.random.default_rng(4000 + seed)
+    inst = random_instance(rng, n_pools=8, types=("H100", "H20"), n_stages=6, n_cands=12, gpus_per_pool=8, cost_scale=1.0)
+    vals = {}
+    for backend in ("bnb", "highs", "cpsat"):
+        sol, rec = solve_instance(inst, backend, OPTS, reduce=False)
+        assert rec.status.value == "optimal" and checker.check(inst, sol.choice) == [], backend
+        vals[backend] = inst.objective(sol.choice)
+    assert vals["bnb"] == pytest.approx(vals["highs"], rel=1e-6, abs=1e-6)
+    assert vals["bnb"] == pytest.approx(vals["cpsat"], rel=1e-5, abs=1e-5)
+
+
+def test_bnb_past_its_node_budget_hands_over_to_highs(monkeypatch):
+    from formulation.realloc import bnb
+
+    rng = np.random.default_rng(4001)
+    inst = random_instance(rng, n_pools=8, types=("H100", "H20"), n_stages=6, n_cands=12, gpus_per_pool=8, cost_scale=1.0)
+    sol, rec = bnb.solve(inst, OPTS, node_limit=2)
+    assert rec.status.value in ("feasible", "not_solved") and "limit" in rec.message
+    monkeypatch.setattr(bnb, "NODE_LIMIT", 2)
+    sol, rec = solve_instance(inst, "bnb", OPTS, reduce=False)
+    ref, _ = solve_instance(inst, "highs", OPTS, reduce=False)
+    assert rec.backend == "bnb+highs" and rec.status.value == "optimal"
+    assert inst.objective(sol.choice) == pytest.approx(inst.objective(ref.choice), rel=1e-6, abs=1e-6)

@@ -1,0 +1,163 @@
+"""Solver-free checker of a placement plan against its instance.
+
+Never imports a solver and never uses the optimisers' closed form: cycle times are recomputed
+from the plan's pins with Howard's policy iteration (:mod:`formulation.placement.cycle`), phase
+times are read from the instance's tables at the number of nodes each member is pinned to.
+
+Each violation names its rule and where it is:
+
+==================  ========================================================================
+rule                meaning
+==================  ========================================================================
+placed-once         every job of the instance is in exactly one group or listed unplaced
+unknown-job         a plan member that the instance does not have
+pool-nodes          a pool's nodes exist, are of its GPU type, and number its size
+node-exclusive      a node serves at most one pool
+capacity            nodes used per GPU type within what the fleet has
+pins                a member's pins are non-empty and inside its group's pools
+job-pool            the member's tables have the pool type and pinned node count
+phase-times         the plan's phase seconds match the instance's tables
+slo                 each member's cycle time within its SLO
+dram                per node, the resident footprints of the members pinned there fit its DRAM
+cycle-time          the plan's reported cycle time matches the recomputed one
+cost                the plan's reported $/h match the pools' prices
+==================  ========================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from formulation.placement.cycle import Member, cycle_times
+from formulation.placement.instance import PlacementInstance
+from formulation.placement.plan import PlacementPlan
+
+TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}[{self.where}]: {self.message}"
+
+
+def _close(x: float, y: float) -> bool:
+    return abs(x - y) <= TOL * max(1.0, abs(x), abs(y))
+
+
+def check(inst: PlacementInstance, plan: PlacementPlan) -> list[Violation]:
+    out: list[Violation] = []
+    add = lambda rule, where, msg: out.append(Violation(rule, where, msg))  # noqa: E731
+    jobs = {j.name: j for j in inst.jobs}
+    node_type = {n: t for t in inst.pool_types for n in inst.node_names(t)}
+    seen: dict[str, int] = {}
+    for g in plan.groups:
+        for m in g.members:
+            seen[m.job] = seen.get(m.job, 0) + 1
+    for u in plan.unplaced:
+        seen[u.job] = seen.get(u.job, 0) + 1
+    for name in jobs:
+        if seen.get(name, 0) == 0:
+            add("placed-once", f"job={name}", "the job is neither in a group nor listed unplaced")
+        elif seen[name] > 1:
+            add("placed-once", f"job={name}", f"the job appears {seen[name]} times (groups and unplaced list)")
+    for name in seen:
+        if name not in jobs:
+            add("unknown-job", f"job={name}", "the instance has no such job")
+
+    owner: dict[str, str] = {}
+    used: dict[str, int] = {}
+    total_cost = 0.0
+    for g in plan.groups:
+        gcost = 0.0
+        for side, pool in (("rollout", g.rollout_pool), ("train", g.train_pool)):
+            where = f"group={g.id},{side}_pool"
+            pt = inst.pool_types.get(pool.gpu_type)
+            if pt is None:
+                add("pool-nodes", where, f"GPU type '{pool.gpu_type}' is not in the instance")
+                continue
+            if len(pool.nodes) != pool.size or len(set(pool.nodes)) != len(pool.nodes):
+                add("pool-nodes", where, f"size {pool.size} but {len(set(pool.nodes))} distinct nodes listed")
+            for n in pool.nodes:
+                if node_type.get(n) != pool.gpu_type:
+                    add("pool-nodes", where, f"node '{n}' is not a {pool.gpu_type} node of the instance")
+                if n in owner:
+                    add("node-exclusive", f"node={n}", f"in the pools of both {owner[n]} and {g.id}/{side}")
+                owner[n] = f"{g.id}/{side}"
+            used[pool.gpu_type] = used.get(pool.gpu_type, 0) + len(pool.nodes)
+            gcost += len(pool.nodes) * pt.gpus_per_node * pt.price_per_gpu_hour
+        total_cost += gcost
+        if not _close(gcost, g.cost_per_hour):
+            add("cost", f"group={g.id}", f"reports {g.cost_per_hour:.4g} $/h but its pools cost {gcost:.4g} $/h")
+        if sorted(g.order) != sorted(m.job for m in g.members):
+            add("pins", f"group={g.id}", "the round-robin order does not list exactly the group's members")
+            continue
+        members: list[Member] = []
+        by = {m.job: m for m in g.members}
+        ok = True
+        for name in g.order:
+            m = by[name]
+            where = f"job={name},group={g.id}"
+            job = jobs.get(name)
+            if job is None:
+                ok = False
+                continue
+            if not m.rollout_nodes or not set(m.rollout_nodes) <= set(g.rollout_pool.nodes):
+                add("pins", where, f"rollout pins {m.rollout_nodes} are not a non-empty subset of the rollout pool")
+            if not m.train_nodes or not set(m.train_nodes) <= set(g.train_pool.nodes):
+                add("pins", where, f"training pins {m.train_nodes} are not a non-empty subset of the training pool")
+            p, q = g.rollout_pool.gpu_type, g.train_pool.gpu_type
+            nr, nt = len(set(m.rollout_nodes)), len(set(m.train_nodes))
+            a = job.rollout_s.get(p, {}).get(nr)
+            b = job.train_s.get(q, {}).get(nt)
+            if a is None:
+                add("job-pool", where, f"the job has no rollout time on {nr} {p} node(s)")
+            if b is None:
+                add("job-pool", where, f"the job has no training time on {nt} {q} node(s)")
+            if a is None or b is None:
+                ok = False
+                continue
+            s = job.sync(p, q)
+            for label, mine, theirs in (("rollout_s", m.rollout_s, a), ("train_s", m.train_s, b), ("sync_s", m.sync_s, s)):
+                if not _close(mine, theirs):
+                    add("phase-times", where, f"{label} is {mine:.6g} but the instance says {theirs:.6g} on these pools")
+            members.append(Member(name, a, b, s, frozenset(m.rollout_nodes), frozenset(m.train_nodes)))
+        if not ok or not members:
+            continue
+        res = cycle_times(members)
+        for mm in members:
+            lam, slo = res.of(mm.name), jobs[mm.name].slo_s
+            where = f"job={mm.name},group={g.id}"
+            if lam > slo * (1 + TOL):
+                add("slo", where, f"cycle time {lam:.1f} s exceeds the SLO {slo:.1f} s by {lam - slo:.1f} s")
+            if not _close(by[mm.name].cycle_time_s, lam):
+                add("cycle-time", where, f"reports {by[mm.name].cycle_time_s:.6g} s but the schedule gives {lam:.6g} s")
+        if not _close(g.cycle_time_s, res.period):
+            add("cycle-time", f"group={g.id}", f"reports {g.cycle_time_s:.6g} s but the schedule gives {res.period:.6g} s")
+        # DRAM per node
+        load: dict[str, float] = {}
+        for name in g.order:
+            m, job = by[name], jobs[name]
+            for n in set(m.rollout_nodes):
+                load[n] = load.get(n, 0.0) + job.dram_rollout_node_gb
+            for n in set(m.train_nodes):
+                load[n] = load.get(n, 0.0) + job.train_state_gb / len(set(m.train_nodes))
+        for n, gb in sorted(load.items()):
+            t = node_type.get(n)
+            if t is None:
+                continue
+            cap = inst.pool_types[t].dram_gb
+            if gb > cap * (1 + TOL):
+                add("dram", f"node={n}", f"{gb:.1f} GB of resident job state but the node has {cap:.1f} GB of host DRAM "
+                                         f"(members: {', '.join(x for x in g.order if n in by[x].rollout_nodes or n in by[x].train_nodes)})")
+    for t, n in sorted(used.items()):
+        cap = inst.pool_types[t].count if t in inst.pool_types else 0
+        if n > cap:
+            add("capacity", f"type={t}", f"{n} nodes used but the fleet has {cap}")
+    if not _close(total_cost, plan.cost_per_hour):
+        add("cost", "plan", f"reports {plan.cost_per_hour:.6g} $/h but the groups cost {total_cost:.6g} $/h")
+    return out

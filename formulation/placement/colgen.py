@@ -1,0 +1,455 @@
+"""The scalable formulation: set partitioning over group patterns, by column generation.
+
+Sets: job classes ``c`` (jobs with identical phase tables, DRAM, SLO and current-plan status,
+``d_c`` jobs each); configurations ``k``; GPU types ``t``; patterns ``p`` (a configuration
+``k_p`` and class counts ``m_cp`` forming a feasible group, :mod:`formulation.placement.evaluate`).
+
+Master (restricted to the patterns generated so far; :mod:`formulation.placement.master`)::
+
+    min  sum_p (c_{k_p} + move_p) lambda_p + P sum_c u_c
+    s.t. sum_p m_cp lambda_p + u_c >= d_c        (cover_c: every job placed; u_c: left unplaced)
+         sum_p n_{t,k_p} lambda_p <= cap_t       (capacity_t)
+         lambda_p, u_c >= 0 (integer in the final solve)
+
+``move_p`` charges ``move_price_per_job`` for every member that was placed in the current plan
+and is not kept in its own group (*anchored* columns keep a current group's nodes and members).
+Classes make the model independent of the number of identical jobs and remove the symmetry
+between them; the cover rows are ``>=`` because a group stays feasible when a member is dropped.
+
+Pricing (:mod:`formulation.placement.pricing`): for each configuration, the group of largest
+dual value; its reduced cost is ``c_k + sum_t mu_t n_tk - value``.
+
+Certified lower bound (Lagrangian): for duals ``pi, mu >= 0`` and ``U_k`` = the most groups of
+configuration ``k`` any plan can hold (capacity, jobs),
+``LB = sum_c pi_c d_c - sum_t mu_t cap_t + sum_k U_k min(0, rc*_k) + sum_c d_c min(0, P - pi_c)``,
+where ``rc*_k`` is a lower bound on the reduced cost of every pattern of ``k`` computed without
+move charges (so it holds for anchored columns too). When pricing finds no negative reduced cost
+this is the LP optimum.
+
+Integer solution: the master with integer columns, warm-started with the greedy plan, under the
+time limit. Optimality proof for small instances: with LP-optimal duals every pattern in a plan
+of cost ``<= UB`` has reduced cost ``<= UB - LB``; when enumerating all of them fits the budget,
+the integer master over them is the global optimum (``proven``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from formulation.placement.evaluate import Group, Index, Solution
+from formulation.placement.master import Column, Master
+import os
+
+from formulation.placement.pricing import PricingItems, price, price_heuristic
+
+
+TRACE = os.environ.get("RL_PLANNER_TRACE") == "1"
+# Exact pricing stops proving once a configuration's groups cannot beat its price by more than
+# this share of it: the bound gives up at most that share, the search gets much shorter.
+PRICING_TOLERANCE = 0.0
+# Enumerate the patterns for an optimality proof only when the best plan is within this share of
+# the LP bound: the number of patterns with reduced cost below the gap grows fast with it.
+ENUMERATE_GAP = 0.02
+ENUMERATE_CLASSES = 30
+ENRICH_PER_CONFIG = 150  # patterns of least reduced cost added per configuration when there is no proof  # ... or when the classes are this few (the enumeration is cheap whatever the gap)
+
+
+@dataclass
+class Classes:
+    rep: np.ndarray  # a representative job per class
+    jobs: list[list[int]]  # jobs of each class
+    placed: np.ndarray  # bool: the class's jobs are in the current plan
+    of_job: np.ndarray
+
+    @property
+    def demand(self) -> np.ndarray:
+        return np.array([len(j) for j in self.jobs], dtype=float)
+
+
+def job_classes(idx: Index, placed: Optional[set[int]] = None, jobs: Optional[list[int]] = None, merge: bool = True) -> Classes:
+    """Jobs with identical tables, DRAM, SLO and current-plan status form one class
+    (``merge=False``: one class per job, for the benchmark's comparison)."""
+    placed = placed or set()
+    keys: dict[bytes, int] = {}
+    rep, members, flags = [], [], []
+    of_job = np.full(idx.n, -1)
+    for j in (range(idx.n) if jobs is None else jobs):
+        key = b"".join([idx.a[:, j].tobytes(), idx.bs[:, j].tobytes(), idx.ok[:, j].tobytes(),
+                        np.array([idx.slo[j], idx.dram_r[j], idx.state_t[j], float(j in placed)]).tobytes()]
+                       + ([] if merge else [str(j).encode()]))
+        c = keys.get(key)
+        if c is None:
+            c = keys[key] = len(rep)
+            rep.append(j)
+            members.append([])
+            flags.append(j in placed)
+        members[c].append(j)
+        of_job[j] = c
+    return Classes(np.array(rep, dtype=int), members, np.array(flags, dtype=bool), of_job)
+
+
+def _small_lp(c: np.ndarray, A: np.ndarray, b: np.ndarray, upper: np.ndarray) -> Optional[float]:
+    """min c y s.t. A y <= b, 0 <= y <= upper (HiGHS); None when it fails."""
+    import highspy
+
+    from formulation.placement.master import new_highs
+
+    h = new_highs()
+    inf = highspy.kHighsInf
+    n, m = len(c), len(b)
+    h.addVars(n, np.zeros(n), np.asarray(upper, dtype=float))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.asarray(c, dtype=float))
+    rows, cols = np.nonzero(A)
+    for i in range(m):
+        idx = cols[rows == i].astype(np.int32)
+        h.addRow(-inf, float(b[i]), len(idx), idx, A[i, idx].astype(float))
+    h.run()
+    if h.modelStatusToString(h.getModelStatus()) != "Optimal":
+        return None
+    return float(h.getInfo().objective_function_value)
+
+
+@dataclass
+class ColgenStats:
+    rounds: int = 0
+    columns: int = 0
+    lp_value: Optional[float] = None
+    lower_bound: Optional[float] = None
+    lp_converged: bool = False
+    enumerated: Optional[int] = None  # columns enumerated for the optimality proof
+    proven: bool = False
+    mip_status: str = ""
+    watchdog_fired: bool = False
+    phase_s: dict = field(default_factory=dict)
+
+
+class PatternModel:
+    def __init__(self, idx: Index, classes: Classes, move_price: float = 0.0, threads: int = 1):
+        self.deadline = float("inf")
+        self.promise = np.zeros(len(idx.configs))
+        self.idx = idx
+        self.cl = classes
+        self.move_price = move_price
+        self.penalty = idx.penalty
+        cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
+        self.cap = cap
+        self.master = Master(classes.demand, cap, idx.node_matrix, self.penalty, threads)
+        r = classes.rep
+        self.items_static = []
+        for k in range(len(idx.configs)):
+            use = np.flatnonzero(idx.ok[k, r])
+            order = use[np.argsort(-idx.slo[r[use]], kind="stable")]
+            self.items_static.append(order)
+        # most groups of configuration k in any plan
+        dem = classes.demand
+        self.U = np.zeros(len(idx.configs))
+        for k in range(len(idx.configs)):
+            jobs_k = dem[self.items_static[k]].sum()
+            nodes = idx.node_matrix[k]
+            caps = [cap[t] // nodes[t] for t in range(len(cap)) if nodes[t] > 0]
+            self.U[k] = min([jobs_k] + caps)
+
+    # ------------------------------------------------------------------ columns
+    def column_cost(self, k: int, counts: dict[int, int], anchor_classes: Optional[dict[int, int]] = None) -> float:
+        moved = sum(n for c, n in counts.items() if self.cl.placed[c])
+        if anchor_classes:
+            moved -= sum(min(n, anchor_classes.get(c, 0)) for c, n in counts.items())
+        return float(self.idx.cost[k] + self.move_price * max(0, moved))
+
+    def counts_of(self, members) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for j in members:
+            c = int(self.cl.of_job[j])
+            out[c] = out.get(c, 0) + 1
+        return out
+
+    def add_groups(self, groups: list[Group], anchors: dict[str, list[int]]) -> list[int]:
+        """Columns for concrete groups (a warm start); returns their column ids (None when known)."""
+        ids = []
+        for g in groups:
+            counts = self.counts_of(g.members)
+            anchor_counts = self.counts_of(anchors[g.anchor]) if g.anchor and g.anchor in anchors else None
+            col = Column(g.config, counts, self.column_cost(g.config, counts, anchor_counts), g.anchor if anchor_counts else None)
+            ids.append(self.master.add(col, 1.0 if col.anchor else np.inf))
+        return ids
+
+    def _items(self, k: int, pi: np.ndarray, charge_moves: bool) -> PricingItems:
+        idx, r = self.idx, self.cl.rep
+        order = self.items_static[k]
+        val = pi[order] - (self.move_price * self.cl.placed[order] if charge_moves else 0.0)
+        keep = val > 1e-9
+        o = order[keep]
+        j = r[o]
+        c = idx.configs[k]
+        return PricingItems(o, val[keep], self.cl.demand[o].astype(int), idx.a[k, j], idx.bs[k, j], idx.tot[k, j], idx.slo[j],
+                            idx.dram_r[j], idx.state_t[j], float(idx.dram_cap_r[k]), float(idx.dram_cap_t[k]))
+
+    def price_all(self, pi, mu, charge_moves: bool, node_budget: int, max_columns: int = 3, exact: bool = True,
+                  stop_after: Optional[int] = None):
+        """Columns with negative reduced cost, and a lower bound on every pattern's reduced cost per k.
+
+        ``exact=False`` runs only the heuristic (``rc_lb`` is ``-inf``). ``stop_after``: stop once
+        that many columns are found (partial pricing, most promising configurations first); the
+        bound is then incomplete (``self.last_full`` is False).
+        """
+        K = len(self.idx.configs)
+        cols, rc_lb = [], np.full(K, -np.inf)
+        self.last_exact = exact
+        self.last_full = True
+        for k in sorted(range(K), key=lambda k: -self.promise[k]):
+            fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
+            items = self._items(k, pi, charge_moves)
+            found = list(price_heuristic(items, fixed, max_columns=max_columns))
+            if exact:
+                start = max([fixed] + [v for v, _ in found])
+                res = price(items, start, max_columns=max_columns, node_budget=node_budget, deadline=self.deadline,
+                            tolerance=PRICING_TOLERANCE * fixed)
+                rc_lb[k] = fixed - res.upper_bound
+                self.last_exact &= res.exact
+                found += res.columns
+            self.promise[k] = 0.5 * self.promise[k] + len(found)
+            for value, counts in found:
+                cols.append(Column(k, counts, self.column_cost(k, counts)))
+            if stop_after is not None and len(cols) >= stop_after:
+                self.last_full = False
+                break
+        return cols, rc_lb
+
+    def add_singletons(self) -> None:
+        """One column per class on its cheapest configuration: a feasible start and sensible first duals."""
+        for c, j in enumerate(self.cl.rep):
+            ks = self.idx.job_configs[j]
+            if len(ks):
+                k = int(ks[np.argmin(self.idx.cost[ks])])
+                self.master.add(Column(k, {c: 1}, self.column_cost(k, {c: 1})))
+
+    def lagrangian_bound(self, pi, mu, rc_lb) -> float:
+        """Lagrangian bound with the cover rows priced by ``pi`` and the capacity rows kept.
+
+        ``rc_lb[k]`` bounds the reduced cost (with ``mu``) of every pattern of ``k`` from below, so
+        ``rc_lb[k] - mu n_k`` bounds ``c_k - value``. The plan's groups ``y_k`` must fit the
+        fleet, hence ``LB = pi d + min { sum_k y_k (rc_lb_k - mu n_k) : N y <= cap, y <= U }`` (an LP
+        over the configurations; its optimum is at least the bound with capacity dualised by ``mu``).
+        """
+        d = self.cl.demand
+        base = float(pi @ d + d @ np.minimum(0.0, self.penalty - pi))
+        r = rc_lb - self.idx.node_matrix @ mu
+        neg = np.flatnonzero(r < 0)
+        if len(neg) == 0:
+            return base
+        fun = _small_lp(r[neg], self.idx.node_matrix[neg].T, self.cap, self.U[neg])
+        dualised = float(pi @ d - mu @ self.cap + self.U @ np.minimum(0.0, rc_lb) + d @ np.minimum(0.0, self.penalty - pi))
+        best = dualised if fun is None else max(dualised, base + fun)
+        return max(best, self.farley_bound(pi, mu, rc_lb))
+
+    def farley_bound(self, pi, mu, rc_lb) -> float:
+        """Farley's bound: ``pi / r`` is dual feasible for the model without capacity rows when ``r``
+        is the largest value-to-cost ratio of any pattern (``UB_k / c_k`` from pricing), so
+        ``pi d / r`` bounds the optimum (dropping rows only lowers it). Far tighter than the
+        Lagrangian bound while pricing still finds columns of slightly negative reduced cost."""
+        ub_value = self.idx.cost + self.idx.node_matrix @ mu - rc_lb  # most any pattern of k is worth at pi
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(self.idx.cost > 0, ub_value / self.idx.cost, np.inf)
+        r = max(1.0, float(np.max(ratio)) if len(ratio) else 1.0, float(np.max(pi / self.penalty)) if len(pi) else 1.0)
+        if not np.isfinite(r):
+            return -np.inf
+        return float(pi @ self.cl.demand) / r
+
+    # ------------------------------------------------------------------ solve
+    def solve(self, deadline: float, warm: Optional[Solution], anchors: dict[str, list[int]], mip_gap: float,
+              node_budget: int = 200000, enumerate_limit: int = 200000) -> tuple[Optional[Solution], ColgenStats]:
+        st = ColgenStats()
+        t0 = time.perf_counter()
+        self.deadline = deadline
+        warm_ids = self.add_groups(warm.groups, anchors) if warm else []
+        self.add_singletons()
+        # phase 1: column generation until no negative reduced cost or a share of the time is used
+        lp_deadline = t0 + 0.75 * (deadline - t0)
+        pi, mu, best_lb = self.column_generation(st, t0, deadline, lp_deadline, node_budget)
+        self.deadline = deadline
+        st.lower_bound = best_lb
+        st.phase_s["colgen"] = time.perf_counter() - t0
+        # phase 2: integer solutions: the LP's integral part repaired by the greedy, the integer master
+        reserve = max(0.3, 0.1 * (deadline - t0))  # for building the plan afterwards
+        score = lambda sol: sol.cost(self.idx) + self.move_price * len(sol.moved) + self.penalty * len(sol.unplaced)  # noqa: E731
+        cands: list[Solution] = []
+        x_lp = self.master.last_primal
+        if x_lp is not None:
+            cands.append(self.round_and_repair(x_lp, anchors))
+        t2 = time.perf_counter()
+        # keep time for the proof when it is within reach: the LP is optimal and the best plan so far
+        # is within ENUMERATE_GAP of it (beyond that the patterns to enumerate are too many)
+        dual_value = float(pi @ self.cl.demand - mu @ self.cap) if pi is not None else -np.inf
+        ub0 = min([score(c) for c in cands + ([warm] if warm else [])], default=np.inf)
+        small = len(self.cl.rep) <= ENUMERATE_CLASSES
+        try_proof = st.lp_converged and (small or ub0 - dual_value <= ENUMERATE_GAP * max(1.0, ub0))
+        first_share = 0.3 if try_proof else 1.0
+        x, status, fired = self.master.solve_mip(t2 + first_share * max(0.0, deadline - reserve - t2), None, mip_gap)
+        st.mip_status, st.watchdog_fired = status, fired
+        if x is not None:
+            cands.append(self.to_solution(x, anchors))
+        st.phase_s["mip"] = time.perf_counter() - t2
+        # phase 3: every pattern that can be in a better plan than the best so far (reduced cost <=
+        # UB - LP under the LP's duals, every reduced cost being >= 0); the integer master over all of
+        # them is the optimum
+        if st.lp_converged and (cands or warm) and time.perf_counter() < deadline - 2 * reserve and (
+                try_proof or min(score(c) for c in cands + ([warm] if warm else [])) - dual_value <= ENUMERATE_GAP * ub0
+                or small):
+            t1 = time.perf_counter()
+            self.deadline = deadline - 2 * reserve
+            ub = min(score(c) for c in cands + ([warm] if warm else []))
+            gap = max(0.0, ub - dual_value)
+            pool: list[Column] = []
+            complete = True
+            for k in range(len(self.idx.configs)):
+                fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
+                res = price(self._items(k, pi, False), fixed - gap - 1e-9, max_columns=enumerate_limit - len(pool) + 1,
+                            node_budget=4 * enumerate_limit, deadline=self.deadline)
+                if not res.exact or len(pool) + len(res.columns) > enumerate_limit:
+                    complete = False
+                    break
+                pool += [Column(k, counts, self.column_cost(k, counts)) for _, counts in res.columns]
+            st.phase_s["enumerate"] = time.perf_counter() - t1
+            self.deadline = deadline
+            if complete:
+                for col in pool:
+                    self.master.add(col)
+                st.enumerated = len(pool)
+                x, status, fired = self.master.solve_mip(deadline - reserve, None, mip_gap)
+                st.mip_status, st.watchdog_fired = status, st.watchdog_fired or fired
+                if x is not None:
+                    cands.append(self.to_solution(x, anchors))
+                st.proven = status == "Optimal"
+        # phase 4 (no proof): enrich the master with the best patterns of small reduced cost per
+        # configuration and solve the integer master again; more ways to combine, a better plan
+        if not st.proven and st.lp_converged and time.perf_counter() < deadline - 3 * reserve:
+            t3 = time.perf_counter()
+            ub = min(score(c) for c in cands + ([warm] if warm else []))
+            gap = max(0.0, ub - dual_value)
+            self.deadline = t3 + 0.3 * (deadline - reserve - t3)
+            added = 0
+            for k in range(len(self.idx.configs)):
+                fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
+                res = price(self._items(k, pi, False), fixed - gap - 1e-9, max_columns=ENRICH_PER_CONFIG,
+                            node_budget=node_budget, deadline=self.deadline)
+                for _, counts in res.columns:
+                    added += self.master.add(Column(k, counts, self.column_cost(k, counts))) is not None
+            self.deadline = deadline
+            st.phase_s["enrich"] = time.perf_counter() - t3
+            if added:
+                x, status, fired = self.master.solve_mip(deadline - reserve, None, mip_gap)
+                st.mip_status, st.watchdog_fired = status, st.watchdog_fired or fired
+                if x is not None:
+                    cands.append(self.to_solution(x, anchors))
+        st.columns = len(self.master.columns) - self.master.nc
+        if not cands:
+            return None, st
+        return min(cands, key=score), st
+
+    def column_generation(self, st: ColgenStats, t0: float, deadline: float, lp_deadline: float, node_budget: int):
+        """Phase 1: the LP of the master by column generation; returns (pi, mu, best lower bound)."""
+        pi = mu = None
+        best_lb = -np.inf
+        center = None  # duals with the best Lagrangian bound so far (Wentges smoothing)
+        alpha = 0.5
+        budget = node_budget
+        while True:
+            if time.perf_counter() > lp_deadline and st.rounds:
+                break
+            obj, pi, mu = self.master.solve_lp(deadline)
+            st.rounds += 1
+            st.lp_value = obj
+            cols, _ = self.price_all(pi, mu, True, budget, exact=False)
+            if [c for c in cols if self.master.add(c) is not None] and time.perf_counter() < lp_deadline:
+                continue  # the heuristic still finds columns: no need for the exact pricing yet
+            smooth = center is not None and alpha > 0
+            ps, ms = ((alpha * center[0] + (1 - alpha) * pi, alpha * center[1] + (1 - alpha) * mu) if smooth else (pi, mu))
+            self.deadline = lp_deadline
+            tp = time.perf_counter()
+            cols, rc_lb = self.price_all(ps, ms, True, budget, stop_after=8)
+            full, exact = self.last_full, self.last_exact
+            useful = [c for c in cols if c.cost - pi[list(c.counts)] @ np.array(list(c.counts.values()), dtype=float)
+                      - mu @ self.idx.node_matrix[c.config] < -1e-9 * max(1.0, abs(obj))]
+            new = [c for c in useful if self.master.add(c) is not None]
+            if full:
+                if self.move_price > 0:  # the bound must hold for anchored columns: price without move charges
+                    _, rc_lb = self.price_all(ps, ms, False, budget, max_columns=1)
+                    exact &= self.last_exact
+                lb = self.lagrangian_bound(ps, ms, rc_lb)
+                if lb > best_lb:
+                    best_lb, center = lb, (ps, ms)
+            if TRACE:
+                print(f"round {st.rounds} t={time.perf_counter() - t0:.2f} lp={obj:.3f} exact pricing {time.perf_counter() - tp:.2f} s "
+                      f"full={full} exact={exact} new={len(new)} lb={best_lb:.3f} alpha={alpha if smooth else 0}")
+            if not new:
+                if smooth:  # mispricing: the smoothed duals found nothing for the LP; price at the LP duals
+                    alpha = 0.0
+                    continue
+                if full and not exact and time.perf_counter() < lp_deadline:
+                    budget *= 4  # the search was cut short: a larger budget for a tighter bound
+                    continue
+                st.lp_converged = full and exact
+                break
+            alpha = 0.5
+            if time.perf_counter() > lp_deadline:
+                break
+        return pi, mu, best_lb
+
+    def lp_bound(self, deadline: float, warm: Optional[Solution], node_budget: int = 200000) -> float:
+        """Only the certified lower bound (the LP phase), e.g. of the move-free problem."""
+        st = ColgenStats()
+        t0 = time.perf_counter()
+        self.deadline = deadline
+        if warm is not None:
+            self.add_groups(warm.groups, {})
+        self.add_singletons()
+        _, _, lb = self.column_generation(st, t0, deadline, deadline, node_budget)
+        self.deadline = deadline
+        return lb
+
+    def round_and_repair(self, x_lp: np.ndarray, anchors: dict[str, list[int]]) -> Solution:
+        """The LP solution's integral part (``floor`` of each pattern's copies), then the greedy admits
+        the jobs left over. Close to the LP bound when the groups are many and the fractions few."""
+        from formulation.placement.greedy import Packer, arrival_order
+
+        floor = np.floor(np.asarray(x_lp) + 1e-6)
+        base = self.to_solution(floor, anchors)
+        pk = Packer(self.idx)
+        for g in base.groups:
+            if all(pk.free.get(t, 0) >= n for t, n in self.idx.config_nodes(g.config).items()):
+                pk.add_group(g.config, list(g.members), g.anchor)
+        left = set(j for j in range(self.idx.n) if j not in pk.job_group and self.cl.of_job[j] >= 0)
+        for j in arrival_order(self.idx):
+            if j in left:
+                pk.admit(j)
+        return pk.solution()
+
+    def to_solution(self, x: np.ndarray, anchors: dict[str, list[int]]) -> Solution:
+        pool = [list(js) for js in self.cl.jobs]
+        taken: set[int] = set()
+        groups: list[tuple[Column, list[int]]] = []
+        chosen = [(i, int(round(v))) for i, v in enumerate(x) if v > 0.5 and self.master.columns[i] is not None]
+        chosen.sort(key=lambda t: self.master.columns[t[0]].anchor is None)  # anchored first: they take their own jobs
+        for i, copies in chosen:
+            col = self.master.columns[i]
+            for _ in range(copies):
+                members: list[int] = []
+                own = [j for j in anchors.get(col.anchor, [])] if col.anchor else []
+                for c, n in sorted(col.counts.items()):
+                    mine = [j for j in own if self.cl.of_job[j] == c and j not in taken][:n]
+                    rest = [j for j in pool[c] if j not in taken and j not in mine][: n - len(mine)]
+                    for j in mine + rest:
+                        taken.add(j)
+                        members.append(j)
+                if members:
+                    groups.append((col, members))
+        out = []
+        for col, members in groups:
+            members.sort()
+            out.append(Group(col.config, tuple(members), col.anchor))
+        unplaced = [j for j in range(self.idx.n) if j not in taken and self.cl.of_job[j] >= 0]
+        return Solution(out, unplaced)

@@ -1,0 +1,178 @@
+"""Groups in closed form: pool configurations, per-configuration job arrays, feasibility, cost.
+
+A *configuration* ``k = (p, n_R, q, n_T)`` is a rollout pool of ``n_R`` nodes of type ``p`` and a
+training pool of ``n_T`` nodes of type ``q``; it costs ``c_k = n_R g_p price_p + n_T g_q price_q``
+dollars per hour (``g`` GPUs per node). For every configuration and job this module holds
+``a[k, j]`` (rollout seconds on the pool), ``bs[k, j]`` (training plus weight-sync seconds: the
+occupancy of the training pool, see :mod:`formulation.placement.cycle`), ``tot = a + bs`` and
+``ok[k, j]`` (the job may use ``k`` and fits it alone: its tables have the pool sizes, its solo
+cycle is within its SLO, its DRAM fits a node). A set ``S`` of jobs is a feasible group on ``k``
+when every ``ok[k, j]`` holds and
+
+* SLO: ``max(sum_S a, sum_S bs, max_S tot) <= min_S slo`` (the exact cycle time of members on the
+  whole pools, :func:`formulation.placement.cycle.closed_form`);
+* DRAM: ``sum_S dram_r <= D_p`` on every rollout node and ``sum_S state / n_T <= D_q`` on every
+  training node.
+
+Removing a member never breaks these, so a cover that places a job twice can drop the extra copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from formulation.placement.instance import PlacementInstance
+
+REL_TOL = 1e-9
+
+
+def within(x: float, limit: float) -> bool:
+    return x <= limit * (1 + REL_TOL) + 1e-12
+
+
+class Config(NamedTuple):
+    rollout_type: str
+    rollout_nodes: int
+    train_type: str
+    train_nodes: int
+
+    def label(self) -> str:
+        return f"{self.rollout_nodes}x{self.rollout_type}+{self.train_nodes}x{self.train_type}"
+
+
+@dataclass(frozen=True)
+class Group:
+    """A group in solver-neutral form: a configuration index, member job indices in order."""
+
+    config: int
+    members: tuple[int, ...]
+    anchor: Optional[str] = None  # id of the current-plan group whose nodes it keeps
+
+
+class Index:
+    """Configurations and per-configuration job arrays of one instance."""
+
+    def __init__(self, inst: PlacementInstance):
+        self.inst = inst
+        jobs = inst.jobs
+        self.n = len(jobs)
+        self.names = [j.name for j in jobs]
+        self.slo = np.array([j.slo_s for j in jobs], dtype=float)
+        self.dram_r = np.array([j.dram_rollout_node_gb for j in jobs], dtype=float)
+        self.state_t = np.array([j.train_state_gb for j in jobs], dtype=float)
+        self.types = sorted(inst.pool_types)
+        self.capacity = {t: inst.pool_types[t].count for t in self.types}
+        r_sizes: dict[str, set[int]] = {t: set() for t in self.types}
+        t_sizes: dict[str, set[int]] = {t: set() for t in self.types}
+        for j in jobs:
+            for t, row in j.rollout_s.items():
+                r_sizes[t].update(n for n in row if n <= self.capacity[t])
+            for t, row in j.train_s.items():
+                t_sizes[t].update(n for n in row if n <= self.capacity[t])
+        configs = []
+        for p in self.types:
+            for nr in sorted(r_sizes[p]):
+                for q in self.types:
+                    for nt in sorted(t_sizes[q]):
+                        if (p == q and nr + nt > self.capacity[p]):
+                            continue
+                        configs.append(Config(p, nr, q, nt))
+        self.configs: list[Config] = configs
+        self.cost = np.array([self.config_cost(c) for c in configs], dtype=float)
+        K = len(configs)
+        self.a = np.full((K, self.n), np.inf)
+        self.bs = np.full((K, self.n), np.inf)
+        for k, c in enumerate(configs):
+            for i, j in enumerate(jobs):
+                ra = j.rollout_s.get(c.rollout_type, {}).get(c.rollout_nodes)
+                tb = j.train_s.get(c.train_type, {}).get(c.train_nodes)
+                if ra is not None and tb is not None:
+                    self.a[k, i] = ra
+                    self.bs[k, i] = tb + j.sync(c.rollout_type, c.train_type)
+        self.tot = self.a + self.bs
+        self.dram_cap_r = np.array([inst.pool_types[c.rollout_type].dram_gb for c in configs])
+        self.dram_cap_t = np.array([inst.pool_types[c.train_type].dram_gb * c.train_nodes for c in configs])
+        with np.errstate(invalid="ignore"):
+            self.ok = (np.isfinite(self.tot) & (self.tot <= self.slo * (1 + REL_TOL) + 1e-12)
+                       & (self.dram_r[None, :] <= self.dram_cap_r[:, None] * (1 + REL_TOL))
+                       & (self.state_t[None, :] <= self.dram_cap_t[:, None] * (1 + REL_TOL)))
+        self.config_id = {c: k for k, c in enumerate(configs)}
+
+    @property
+    def penalty(self) -> float:
+        """$/h every solver charges per job left unplaced: 10 x the most expensive configuration + 1."""
+        return 10.0 * float(self.cost.max() if len(self.cost) else 1.0) + 1.0
+
+    # ------------------------------------------------------------------ configurations
+    def config_cost(self, c: Config) -> float:
+        pr, pt = self.inst.pool_types[c.rollout_type], self.inst.pool_types[c.train_type]
+        return c.rollout_nodes * pr.gpus_per_node * pr.price_per_gpu_hour + c.train_nodes * pt.gpus_per_node * pt.price_per_gpu_hour
+
+    def config_nodes(self, k: int) -> dict[str, int]:
+        c = self.configs[k]
+        out = {c.rollout_type: c.rollout_nodes}
+        out[c.train_type] = out.get(c.train_type, 0) + c.train_nodes
+        return out
+
+    @cached_property
+    def node_matrix(self) -> np.ndarray:
+        """``node_matrix[k, t]``: nodes of type ``types[t]`` configuration ``k`` uses."""
+        m = np.zeros((len(self.configs), len(self.types)))
+        for k in range(len(self.configs)):
+            for t, n in self.config_nodes(k).items():
+                m[k, self.types.index(t)] = n
+        return m
+
+    @cached_property
+    def job_configs(self) -> list[np.ndarray]:
+        """Configurations each job may use alone."""
+        return [np.flatnonzero(self.ok[:, j]) for j in range(self.n)]
+
+    # ------------------------------------------------------------------ groups
+    def period(self, k: int, members: Sequence[int]) -> float:
+        m = list(members)
+        if not m:
+            return 0.0
+        return float(max(self.a[k, m].sum(), self.bs[k, m].sum(), self.tot[k, m].max()))
+
+    def feasible(self, k: int, members: Sequence[int]) -> bool:
+        m = list(members)
+        if not m or not self.ok[k, m].all():
+            return False
+        lim = self.slo[m].min()
+        return (within(self.period(k, m), lim) and within(self.dram_r[m].sum(), self.dram_cap_r[k])
+                and within(self.state_t[m].sum(), self.dram_cap_t[k]))
+
+    def cheapest_config(self, members: Sequence[int], configs: Optional[Sequence[int]] = None) -> Optional[int]:
+        best = None
+        for k in (range(len(self.configs)) if configs is None else configs):
+            if (best is None or self.cost[k] < self.cost[best]) and self.feasible(k, members):
+                best = k
+        return best
+
+    def groups_cost(self, groups: Sequence[Group]) -> float:
+        return float(sum(self.cost[g.config] for g in groups))
+
+    def nodes_used(self, groups: Sequence[Group]) -> dict[str, int]:
+        used = {t: 0 for t in self.types}
+        for g in groups:
+            for t, n in self.config_nodes(g.config).items():
+                used[t] += n
+        return used
+
+
+@dataclass
+class Solution:
+    """Groups, the jobs left out, and what the solver proved."""
+
+    groups: list[Group]
+    unplaced: list[int] = field(default_factory=list)
+    lower_bound: Optional[float] = None
+    moved: list[int] = field(default_factory=list)
+
+    def cost(self, idx: Index) -> float:
+        return idx.groups_cost(self.groups)

@@ -1,0 +1,83 @@
+"""Why a job cannot be placed, and what would fix it.
+
+Checked in this order, the first that applies is the reason:
+
+* ``no-pool``: the job has no rollout or no training table (no GPU type fits it);
+* ``dram``: no node of an allowed type has host DRAM for its resident state, even alone;
+* ``slo``: its SLO is below its solo cycle time (rollout + training + sync) on every pool
+  configuration it may use, by how much (the best configuration is named);
+* ``capacity``: it fits alone on some configuration, but the fleet has too few nodes: short by
+  ``N`` nodes of type ``T`` (against the whole fleet, or against the nodes the plan leaves free).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from formulation.placement.evaluate import Index
+from formulation.placement.plan import Unplaced
+
+
+def explain(idx: Index, j: int, free: Optional[dict[str, int]] = None) -> Unplaced:
+    inst = idx.inst
+    job = inst.jobs[j]
+    if not job.rollout_s or not job.train_s:
+        side = "rollout" if not job.rollout_s else "training"
+        return Unplaced(job=job.name, reason="no-pool", message=f"no GPU type can run its {side} (its {side} table is empty)",
+                        fix=f"allow a GPU type with more memory for its {side}, or raise its tensor/pipeline parallelism")
+    r_types = [t for t in job.rollout_s if t in inst.pool_types]
+    if all(job.dram_rollout_node_gb > inst.pool_types[t].dram_gb for t in r_types):
+        most = max(inst.pool_types[t].dram_gb for t in r_types)
+        return Unplaced(job=job.name, reason="dram",
+                        message=f"needs {job.dram_rollout_node_gb:.1f} GB of host DRAM on each rollout node but the largest "
+                                f"rollout node has {most:.1f} GB", fix="use rollout nodes with more host DRAM or a smaller model")
+    t_opts = [(t, n) for t, row in job.train_s.items() for n in row if n <= inst.pool_types[t].count]
+    if t_opts and all(job.train_state_gb / n > inst.pool_types[t].dram_gb for t, n in t_opts):
+        t, n = min(t_opts, key=lambda tn: job.train_state_gb / tn[1] - inst.pool_types[tn[0]].dram_gb)
+        return Unplaced(job=job.name, reason="dram",
+                        message=f"its training state ({job.train_state_gb:.1f} GB) needs {job.train_state_gb / n:.1f} GB of host DRAM "
+                                f"per node even on {n} {t} node(s), which have {inst.pool_types[t].dram_gb:.1f} GB",
+                        fix="allow a larger training pool, nodes with more host DRAM, or a smaller model")
+    # best solo cycle over every configuration its tables allow, ignoring the fleet's size
+    best = None
+    for p, rrow in job.rollout_s.items():
+        for nr, a in rrow.items():
+            for q, trow in job.train_s.items():
+                for nt, b in trow.items():
+                    tot = a + b + job.sync(p, q)
+                    if best is None or tot < best[0]:
+                        best = (tot, p, nr, q, nt)
+    tot, p, nr, q, nt = best
+    if tot > job.slo_s * (1 + 1e-9):
+        return Unplaced(job=job.name, reason="slo",
+                        message=f"its SLO {job.slo_s:.1f} s is below its solo iteration time {tot:.1f} s even on its fastest pools "
+                                f"({nr} {p} rollout + {nt} {q} training nodes), by {tot - job.slo_s:.1f} s",
+                        fix=f"raise its SLO to at least {np.ceil(tot):.0f} s, or allow larger or faster pools")
+    # capacity: the cheapest configuration on which it meets its SLO alone
+    free = free if free is not None else dict(idx.capacity)
+    opts = []
+    for p, rrow in job.rollout_s.items():
+        for nr, a in rrow.items():
+            for q, trow in job.train_s.items():
+                for nt, b in trow.items():
+                    if a + b + job.sync(p, q) > job.slo_s * (1 + 1e-9):
+                        continue
+                    if job.train_state_gb / nt > inst.pool_types[q].dram_gb or job.dram_rollout_node_gb > inst.pool_types[p].dram_gb:
+                        continue
+                    need = {p: nr}
+                    need[q] = need.get(q, 0) + nt
+                    short_fleet = {t: n - inst.pool_types[t].count for t, n in need.items() if n > inst.pool_types[t].count}
+                    short_free = {t: n - free.get(t, 0) for t, n in need.items() if n > free.get(t, 0)}
+                    pr, pt = inst.pool_types[p], inst.pool_types[q]
+                    cost = nr * pr.gpus_per_node * pr.price_per_gpu_hour + nt * pt.gpus_per_node * pt.price_per_gpu_hour
+                    opts.append((sum(short_fleet.values()), sum(short_free.values()), cost, short_fleet, short_free, (p, nr, q, nt)))
+    opts.sort(key=lambda o: (o[0], o[1], o[2]))
+    _, _, _, short_fleet, short_free, (p, nr, q, nt) = opts[0]
+    short = short_fleet or short_free
+    what = ", ".join(f"{n} node(s) of {t}" for t, n in sorted(short.items())) or "nothing (another solver may place it)"
+    scope = "the fleet is" if short_fleet else "the nodes the other groups leave free are"
+    return Unplaced(job=job.name, reason="capacity",
+                    message=f"alone it needs {nr} {p} rollout + {nt} {q} training node(s); {scope} short by {what}",
+                    fix=f"add {what} to the cluster" + ("" if short_fleet else ", or move or remove other jobs"))

@@ -1,0 +1,272 @@
+"""Greedy admission after Weave's inter-group scheduler: the warm start and the baseline.
+
+Each arriving job takes the cheapest of three moves, judged by the marginal $/h it adds while
+every member of the group it joins keeps its SLO and every node its DRAM:
+
+1. **fill a bubble**: join an existing group on its current pools (marginal cost 0);
+2. **extend only the rollout pool**: join an existing group whose rollout pool grows to a larger
+   size of the same type (every member's rollout gets faster; marginal cost: the added nodes);
+3. **open a new group**: the cheapest configuration on which the job meets its SLO alone.
+
+Ties go to the existing group the job fills best (the highest cycle-time utilisation after it
+joins), then to the smaller configuration. A job no move can place stays unplaced.
+
+State is kept per *family* (rollout type, training type, training nodes) in numpy arrays over the
+family's groups and rollout sizes, so one admission is a few vector operations per family
+(milliseconds for thousands of groups) rather than a loop over groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
+
+MOVES = ("fill-bubble", "extend-rollout-pool", "new-group")
+
+
+@dataclass
+class Admission:
+    job: int
+    move: Optional[str]  # one of MOVES, None when no move places it
+    group: Optional[int]  # position in Packer.groups
+    config: Optional[int]
+    marginal_cost: float
+
+
+class _Family:
+    def __init__(self, configs: list[int], cap: int, idx: Index):
+        self.configs = configs  # configuration ids, rollout sizes ascending
+        R = len(configs)
+        self.sizes = np.array([idx.configs[k].rollout_nodes for k in configs])
+        self.cost = idx.cost[configs]
+        self.rollout_type = idx.configs[configs[0]].rollout_type
+        self.cols = np.arange(R)[None, :]
+        self.gid = np.zeros(cap, dtype=int)
+        self.rpos = np.zeros(cap, dtype=int)
+        self.sum_a = np.zeros((cap, R))
+        self.max_tot = np.zeros((cap, R))
+        self.sum_bs = np.zeros(cap)
+        self.min_slo = np.zeros(cap)
+        self.sum_w = np.zeros(cap)
+        self.sum_s = np.zeros(cap)
+        self.open = np.zeros(cap, dtype=bool)  # can some job still join (at the largest rollout pool)?
+        self.size = 0
+        ok_first, ok_last = idx.ok[configs[0]], idx.ok[configs[-1]]
+        self.min_bs = float(idx.bs[configs[0], ok_first].min()) if ok_first.any() else np.inf
+        self.min_a = float(idx.a[configs[-1], ok_last].min()) if ok_last.any() else np.inf
+
+
+class Packer:
+    """Groups being built by admission moves, with free nodes per type."""
+
+    def __init__(self, idx: Index, capacity: Optional[dict[str, int]] = None):
+        self.idx = idx
+        self.free = dict(capacity if capacity is not None else idx.capacity)
+        self.groups: list[list[int]] = []  # members per group
+        self.group_config: list[int] = []
+        self.group_anchor: list[Optional[str]] = []
+        self.slot: list[tuple[int, int]] = []  # (family, row) of each group
+        fam_key: dict[tuple, list[int]] = {}
+        for k, c in enumerate(idx.configs):
+            fam_key.setdefault((c.rollout_type, c.train_type, c.train_nodes), []).append(k)
+        cap = max(1, idx.n)
+        self.families: list[_Family] = []
+        self.fam_of: dict[int, tuple[int, int]] = {}
+        for ks in fam_key.values():
+            ks.sort(key=lambda k: idx.configs[k].rollout_nodes)
+            f = len(self.families)
+            self.families.append(_Family(ks, cap, idx))
+            for r, k in enumerate(ks):
+                self.fam_of[k] = (f, r)
+        self.job_group: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _refresh(self, g: int) -> None:
+        f, row = self.slot[g]
+        fam = self.families[f]
+        m = self.groups[g]
+        idx = self.idx
+        ks = fam.configs
+        if m:
+            fam.sum_a[row] = idx.a[np.ix_(ks, m)].sum(axis=1)
+            fam.max_tot[row] = idx.tot[np.ix_(ks, m)].max(axis=1)
+            fam.sum_bs[row] = idx.bs[ks[0], m].sum()
+            fam.min_slo[row] = idx.slo[m].min()
+            fam.sum_w[row] = idx.dram_r[m].sum()
+            fam.sum_s[row] = idx.state_t[m].sum()
+        else:  # an empty group admits nothing (it is dropped from the result)
+            fam.sum_a[row] = np.inf
+            fam.max_tot[row] = np.inf
+            fam.min_slo[row] = -np.inf
+        # closed for good (until a member leaves): not even the quickest job fits at the largest pool
+        lim = fam.min_slo[row] * (1 + REL_TOL)
+        fam.open[row] = bool(fam.sum_bs[row] + fam.min_bs <= lim and fam.sum_a[row, -1] + fam.min_a <= lim)
+
+    def add_group(self, k: int, members: Sequence[int], anchor: Optional[str] = None, charge: bool = True) -> int:
+        f, r = self.fam_of[k]
+        fam = self.families[f]
+        if fam.size == len(fam.gid):  # grow
+            for name in ("gid", "rpos", "sum_bs", "min_slo", "sum_w", "sum_s", "open"):
+                arr = getattr(fam, name)
+                setattr(fam, name, np.concatenate([arr, np.zeros_like(arr)]))
+            for name in ("sum_a", "max_tot"):
+                arr = getattr(fam, name)
+                setattr(fam, name, np.concatenate([arr, np.zeros_like(arr)]))
+        row = fam.size
+        fam.size += 1
+        g = len(self.groups)
+        fam.gid[row], fam.rpos[row] = g, r
+        self.groups.append(list(members))
+        self.group_config.append(k)
+        self.group_anchor.append(anchor)
+        self.slot.append((f, row))
+        for j in members:
+            self.job_group[j] = g
+        self._refresh(g)
+        if charge:
+            for t, n in self.idx.config_nodes(k).items():
+                self.free[t] -= n
+        return g
+
+    def remove_job(self, j: int) -> None:
+        g = self.job_group.pop(j)
+        self.groups[g].remove(j)
+        if not self.groups[g]:  # the group's nodes go back to the free pool
+            for t, n in self.idx.config_nodes(self.group_config[g]).items():
+                self.free[t] += n
+        self._refresh(g)
+
+    # ------------------------------------------------------------------ the three moves
+    def best_move(self, j: int) -> Admission:
+        idx = self.idx
+        best = Admission(j, None, None, None, np.inf)
+        best_fill = -1.0
+        lim_j = idx.slo[j]
+        tol = 1 + REL_TOL
+        for f, fam in enumerate(self.families):
+            if fam.size == 0:
+                continue
+            ks = fam.configs
+            okj = idx.ok[ks, j]
+            if not okj.any():
+                continue
+            rows = np.flatnonzero(fam.open[:fam.size])
+            if len(rows) == 0:
+                continue
+            lim = np.minimum(fam.min_slo[rows], lim_j)[:, None] * tol
+            A = fam.sum_a[rows] + idx.a[ks, j][None, :]
+            TOT = np.maximum(fam.max_tot[rows], idx.tot[ks, j][None, :])
+            bs = idx.bs[ks[0], j]
+            BS = (fam.sum_bs[rows] + bs)[:, None]
+            k0 = ks[0]
+            dram_ok = ((fam.sum_w[rows] + idx.dram_r[j] <= idx.dram_cap_r[k0] * tol)
+                       & (fam.sum_s[rows] + idx.state_t[j] <= idx.dram_cap_t[k0] * tol))[:, None]
+            rpos = fam.rpos[rows]
+            sizes = fam.sizes
+            extra_nodes = sizes[None, :] - sizes[rpos][:, None]
+            feas = ((A <= lim) & (BS <= lim) & (TOT <= lim) & dram_ok & okj[None, :]
+                    & (fam.cols >= rpos[:, None]) & (extra_nodes <= self.free.get(fam.rollout_type, 0)))
+            if not feas.any():
+                continue
+            marg = np.where(feas, fam.cost[None, :] - fam.cost[rpos][:, None], np.inf)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                fill = np.maximum(A, BS) / lim
+            m = marg.min()
+            if m > best.marginal_cost + 1e-9:
+                continue
+            cand = np.argwhere(marg <= m + 1e-9)
+            fills = fill[cand[:, 0], cand[:, 1]]
+            pick = cand[int(np.argmax(fills))]
+            fbest = float(fills.max())
+            if m < best.marginal_cost - 1e-9 or fbest > best_fill:
+                row, r = int(pick[0]), int(pick[1])
+                best = Admission(j, "fill-bubble" if r == rpos[row] else "extend-rollout-pool", int(fam.gid[rows[row]]), ks[r], float(m))
+                best_fill = fbest
+        # open a new group: the cheapest configuration the fleet still has the nodes for
+        ks = idx.job_configs[j]
+        if len(ks):
+            free = np.array([self.free.get(t, 0) for t in idx.types])
+            fits = (idx.node_matrix[ks] <= free[None, :]).all(axis=1)
+            costs = np.where(fits, idx.cost[ks], np.inf)
+            i = int(np.argmin(costs))
+            if costs[i] < best.marginal_cost - 1e-9:
+                best = Admission(j, "new-group", None, int(ks[i]), float(costs[i]))
+        return best
+
+    def apply(self, adm: Admission) -> None:
+        if adm.move is None:
+            return
+        if adm.move == "new-group":
+            self.add_group(adm.config, [adm.job])
+            return
+        g = adm.group
+        old = self.group_config[g]
+        if adm.config != old:  # extend the rollout pool: charge the added nodes
+            for t, n in self.idx.config_nodes(adm.config).items():
+                self.free[t] -= n
+            for t, n in self.idx.config_nodes(old).items():
+                self.free[t] += n
+            f, row = self.slot[g]
+            self.families[f].rpos[row] = self.fam_of[adm.config][1]
+            self.group_config[g] = adm.config
+        self.groups[g].append(adm.job)
+        self.job_group[adm.job] = g
+        self._refresh(g)
+
+    def admit(self, j: int) -> Admission:
+        adm = self.best_move(j)
+        self.apply(adm)
+        return adm
+
+    # ------------------------------------------------------------------ results
+    def solution(self) -> Solution:
+        groups = [Group(self.group_config[g], tuple(m), self.group_anchor[g]) for g, m in enumerate(self.groups) if m]
+        placed = set(self.job_group)
+        return Solution(groups, [j for j in range(self.idx.n) if j not in placed])
+
+    @classmethod
+    def from_groups(cls, idx: Index, groups: Iterable[Group]) -> "Packer":
+        pk = cls(idx)
+        for g in groups:
+            pk.add_group(g.config, list(g.members), g.anchor)
+        return pk
+
+
+def arrival_order(idx: Index) -> list[int]:
+    """Online order: by arrival time, then by position in the instance."""
+    return sorted(range(idx.n), key=lambda j: (idx.inst.jobs[j].arrival_s, j))
+
+
+def decreasing_order(idx: Index) -> list[int]:
+    """Offline order: the jobs with the largest solo cycle (on their cheapest pools) first."""
+    def key(j: int):
+        ks = idx.job_configs[j]
+        if len(ks) == 0:
+            return (0.0, j)
+        k = ks[int(np.argmin(idx.cost[ks]))]
+        return (-float(idx.tot[k, j] / idx.slo[j]), j)
+    return sorted(range(idx.n), key=key)
+
+
+def greedy(idx: Index, order: str | Sequence[int] = "arrival", packer: Optional[Packer] = None) -> Solution:
+    """Admit every job (not yet in ``packer``) in ``order`` with the three moves."""
+    pk = packer or Packer(idx)
+    seq = arrival_order(idx) if order == "arrival" else decreasing_order(idx) if order == "decreasing" else list(order)
+    for j in seq:
+        if j not in pk.job_group:
+            pk.admit(j)
+    return pk.solution()
+
+
+def best_greedy(idx: Index) -> tuple[Solution, str]:
+    """The cheaper of the online (arrival) and offline (decreasing) orders, with fewer unplaced first."""
+    out = []
+    for name in ("arrival", "decreasing"):
+        s = greedy(idx, name)
+        out.append(((len(s.unplaced), s.cost(idx)), name, s))
+    out.sort(key=lambda t: t[0])
+    return out[0][2], out[0][1]

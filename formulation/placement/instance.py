@@ -1,0 +1,105 @@
+"""The placement instance: plain numbers with units in field names (no scenario, no estimator).
+
+This is also the documented numbers-only file format users bring (``docs/placement.md``;
+example: ``scenarios/instances/placement-small.yaml``)::
+
+    name: my-fleet
+    move_price_per_job: 0.5            # $/h charged per job a re-optimisation moves (optional)
+    pool_types:
+      H20:  {gpus_per_node: 8, price_per_gpu_hour: 1.0, dram_gb: 2048, count: 8}
+      H800: {gpus_per_node: 8, price_per_gpu_hour: 2.0, dram_gb: 2048, count: 8}
+    jobs:
+      - name: qwen7b-math
+        slo_s: 926.1                   # most seconds per iteration
+        rollout_s: {H20: {1: 220.1, 2: 121.7, 4: 70.3}}   # GPU type -> rollout pool nodes -> s
+        train_s: {H800: {1: 242.9, 2: 124.8}}              # GPU type -> training pool nodes -> s
+        sync_s: {H20: {H800: 0.08}}                        # rollout type -> training type -> s
+        dram_rollout_node_gb: 15.2     # host DRAM on every rollout node of its group
+        train_state_gb: 106.6          # host DRAM on the training nodes, spread evenly over them
+
+A job may run in a group whose rollout pool is one of the (type, nodes) keys of its
+``rollout_s`` table and whose training pool is one of the keys of ``train_s``; every member of a
+group runs its rollout on the whole rollout pool and its training on the whole training pool.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PoolType(_Strict):
+    """Nodes of one GPU type that groups may use as a rollout or a training pool."""
+
+    gpus_per_node: PositiveInt = 8
+    price_per_gpu_hour: PositiveFloat
+    dram_gb: PositiveFloat = Field(description="host DRAM per node")
+    count: int = Field(ge=0, description="nodes of this type available")
+    node_names: Optional[list[str]] = Field(None, description="names of the nodes; default <type lowercased>-0 ... -<count-1>")
+
+    @model_validator(mode="after")
+    def _names(self):
+        if self.node_names is not None:
+            if len(self.node_names) != self.count:
+                raise ValueError(f"node_names has {len(self.node_names)} names but count is {self.count}; give one name per node")
+            if len(set(self.node_names)) != len(self.node_names):
+                raise ValueError("node_names must be unique")
+        return self
+
+
+class PlacementJob(_Strict):
+    name: str = Field(min_length=1)
+    slo_s: PositiveFloat = Field(description="most seconds per iteration (the group's cycle time must not exceed it)")
+    rollout_s: dict[str, dict[PositiveInt, PositiveFloat]] = Field(description="rollout seconds by GPU type and rollout pool nodes")
+    train_s: dict[str, dict[PositiveInt, PositiveFloat]] = Field(description="training seconds by GPU type and training pool nodes")
+    sync_s: dict[str, dict[str, NonNegativeFloat]] = Field(default_factory=dict,
+                                                          description="weight-sync seconds by rollout type and training type (default 0)")
+    dram_rollout_node_gb: NonNegativeFloat = Field(0.0, description="host DRAM the job keeps on each rollout node of its group")
+    train_state_gb: NonNegativeFloat = Field(0.0, description="host DRAM the job keeps on its training pool, spread over its nodes")
+    arrival_s: float = Field(0.0, ge=0.0, description="arrival time (the order of online admission)")
+
+    def sync(self, rollout_type: str, train_type: str) -> float:
+        return self.sync_s.get(rollout_type, {}).get(train_type, 0.0)
+
+
+class PlacementInstance(_Strict):
+    name: str = "placement"
+    pool_types: dict[str, PoolType] = Field(min_length=1)
+    jobs: list[PlacementJob] = Field(default_factory=list)
+    move_price_per_job: NonNegativeFloat = Field(0.0, description="$/h charged per job a re-optimisation moves")
+
+    @model_validator(mode="after")
+    def _refs(self):
+        seen: set[str] = set()
+        for i, job in enumerate(self.jobs):
+            if job.name in seen:
+                raise ValueError(f"jobs[{i}]: duplicate job name '{job.name}'; job names must be unique")
+            seen.add(job.name)
+            for key in ("rollout_s", "train_s"):
+                for t in getattr(job, key):
+                    if t not in self.pool_types:
+                        raise ValueError(f"jobs[{i}] ({job.name}).{key}: GPU type '{t}' is not under pool_types "
+                                         f"({', '.join(sorted(self.pool_types))}); add it there or remove it from the job")
+            for a, row in job.sync_s.items():
+                for b in row:
+                    if a not in self.pool_types or b not in self.pool_types:
+                        raise ValueError(f"jobs[{i}] ({job.name}).sync_s: '{a}' -> '{b}' names a GPU type that is not under pool_types")
+        names: set[str] = set()
+        for t in self.pool_types:
+            for n in self.node_names(t):
+                if n in names:
+                    raise ValueError(f"pool_types.{t}: node name '{n}' is used twice; node names must be unique across types")
+                names.add(n)
+        return self
+
+    def node_names(self, gpu_type: str) -> list[str]:
+        p = self.pool_types[gpu_type]
+        return list(p.node_names) if p.node_names is not None else [f"{gpu_type.lower()}-{i}" for i in range(p.count)]
+
+    def job_index(self) -> dict[str, int]:
+        return {j.name: i for i, j in enumerate(self.jobs)}

@@ -1,0 +1,143 @@
+"""The restricted master of the pattern model, on highspy directly.
+
+Rows: one cover row per job class (``sum_p m_cp lambda_p >= d_c``) and one capacity row per GPU
+type (``sum_p n_tp lambda_p <= cap_t``). Columns: patterns (a configuration and a multiset of
+classes, cost = its $/h plus any move charges) and one slack per class (cost ``penalty``: a job
+left unplaced). The LP gives the duals for pricing; the same model with integer columns gives
+the plan.
+
+highspy is used directly rather than through Pyomo: the master changes by a few columns per
+round, which Pyomo would rebuild and re-send each time (measured in ``results/placement/``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import highspy
+import numpy as np
+
+
+def new_highs() -> highspy.Highs:
+    """A silent ``highspy.Highs``: its constructor prints a banner on the C-level stdout, which would
+    corrupt a plan written to stdout, so file descriptor 1 points at /dev/null while it runs."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
+
+
+@dataclass
+class Column:
+    config: int
+    counts: dict[int, int]  # class -> members
+    cost: float
+    anchor: Optional[str] = None
+
+
+class Watchdog:
+    """Cancel a HiGHS run at a wall-clock deadline, whatever phase (presolve included) it is in."""
+
+    def __init__(self, h: highspy.Highs, deadline: float):
+        self.h = h
+        self.deadline = deadline
+        self.fired = False
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        if os.environ.get("RL_PLANNER_NO_WATCHDOG") == "1":  # the benchmark measures HiGHS's own limit alone
+            return
+        while not self._stop.wait(0.01):
+            if time.perf_counter() >= self.deadline:
+                self.fired = True
+                self.h.cancelSolve()
+                return
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+
+class Master:
+    def __init__(self, demand: np.ndarray, capacity: np.ndarray, node_matrix: np.ndarray, penalty: float, threads: int = 1):
+        self.h = new_highs()
+        self.h.setOptionValue("threads", int(threads))
+        self.h.setOptionValue("random_seed", 0)
+        self.nc = len(demand)
+        self.nt = len(capacity)
+        self.node_matrix = node_matrix
+        inf = highspy.kHighsInf
+        self.h.addRows(self.nc, np.asarray(demand, dtype=float), np.full(self.nc, inf), 0,
+                       np.zeros(self.nc, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
+        self.h.addRows(self.nt, np.full(self.nt, -inf), np.asarray(capacity, dtype=float), 0,
+                       np.zeros(self.nt, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
+        self.columns: list[Optional[Column]] = []
+        self.last_primal: Optional[np.ndarray] = None
+        self.keys: set = set()
+        for c in range(self.nc):  # slack: class c left unplaced
+            self.h.addCol(penalty, 0.0, inf, 1, np.array([c], dtype=np.int32), np.array([1.0]))
+            self.columns.append(None)
+        self.penalty = penalty
+
+    def add(self, col: Column, upper: float = highspy.kHighsInf) -> Optional[int]:
+        key = (col.config, tuple(sorted(col.counts.items())), col.anchor)
+        if key in self.keys:
+            return None
+        self.keys.add(key)
+        idx = [c for c in sorted(col.counts)]
+        vals = [float(col.counts[c]) for c in idx]
+        for t in range(self.nt):
+            if self.node_matrix[col.config, t]:
+                idx.append(self.nc + t)
+                vals.append(float(self.node_matrix[col.config, t]))
+        self.h.addCol(col.cost, 0.0, upper, len(idx), np.array(idx, dtype=np.int32), np.array(vals))
+        self.columns.append(col)
+        return len(self.columns) - 1
+
+    def solve_lp(self, deadline: float) -> tuple[float, np.ndarray, np.ndarray]:
+        """LP optimum, class duals pi >= 0 and capacity duals mu >= 0."""
+        self.h.setOptionValue("time_limit", max(0.01, deadline - time.perf_counter()))
+        with Watchdog(self.h, deadline):
+            self.h.run()
+        sol = self.h.getSolution()
+        self.last_primal = np.asarray(sol.col_value)
+        y = np.asarray(sol.row_dual)
+        obj = self.h.getInfo().objective_function_value
+        return float(obj), np.maximum(y[: self.nc], 0.0), np.maximum(-y[self.nc:], 0.0)
+
+    def solve_mip(self, deadline: float, start: Optional[np.ndarray], mip_gap: float) -> tuple[Optional[np.ndarray], str, bool]:
+        n = len(self.columns)
+        self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.ones(n, dtype=np.uint8))
+        self.h.setOptionValue("mip_rel_gap", float(mip_gap))
+        self.h.setOptionValue("time_limit", max(0.01, deadline - time.perf_counter()))
+        # ``start`` is not handed to HiGHS: with a MIP start set on this master after its LP
+        # solves, HiGHS 1.16 reported "Optimal" with an objective that did not match the returned
+        # columns (152 $/h returned, 56 reported, 104 optimal on weave-micro). The caller keeps
+        # the better of the warm start and this solve instead.
+        del start
+        with Watchdog(self.h, deadline) as wd:
+            self.h.run()
+        status = self.h.modelStatusToString(self.h.getModelStatus())
+        info = self.h.getInfo()
+        has = info.primal_solution_status == 2  # kSolutionStatusFeasible
+        x = np.asarray(self.h.getSolution().col_value) if has else None
+        return x, status, wd.fired

@@ -1,0 +1,171 @@
+"""The placement plan body (``kind: PlacementPlan``) and how a solution becomes one.
+
+The body is what the executor, simulator, capacity planner and daemon read: groups with their
+rollout and training pools (GPU type, node names, size), members in round-robin order with their
+node pins, phase seconds, predicted cycle time (:mod:`formulation.placement.cycle`), SLO and
+slack; cost per hour; the jobs left unplaced with the reason and the fix; and the moves against
+the current plan. Nodes: a group that keeps a current group (``anchor``) keeps its nodes; the
+others take free nodes in the instance's node order, so the same solution gives the same plan.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from formulation.placement.cycle import Member, cycle_times
+from formulation.placement.evaluate import Index, Solution
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Pool(_Body):
+    gpu_type: str
+    nodes: list[str]
+    size: int = Field(description="nodes in the pool")
+    gpus_per_node: int
+    gpus: int
+
+
+class MemberPlan(_Body):
+    job: str
+    rollout_nodes: list[str] = Field(description="nodes its rollout engines and resident weights are pinned to")
+    train_nodes: list[str] = Field(description="nodes its training ranks and resident optimizer state are pinned to")
+    rollout_s: float
+    train_s: float
+    sync_s: float
+    cycle_time_s: float = Field(description="predicted seconds per iteration in this group (max cycle ratio)")
+    slo_s: float
+    slack_s: float = Field(description="slo_s - cycle_time_s")
+    moved: bool = Field(False, description="it was placed in another group (or on other nodes) in the current plan")
+
+
+class GroupPlan(_Body):
+    id: str
+    rollout_pool: Pool
+    train_pool: Pool
+    order: list[str] = Field(description="round-robin order of the meta-iteration")
+    members: list[MemberPlan]
+    cycle_time_s: float
+    critical: list[str] = Field(description="events of the critical cycle (R:job = rollout start, T:job = training start)")
+    rollout_busy: float = Field(description="share of the cycle the rollout pool is busy")
+    train_busy: float = Field(description="share of the cycle the training pool is busy (training + weight sync)")
+    cost_per_hour: float
+
+
+class Unplaced(_Body):
+    job: str
+    reason: str = Field(description="no-pool | slo | dram | capacity | pending (admit: not admitted yet)")
+    message: str
+    fix: str
+
+
+class PlacementPlan(_Body):
+    instance: str
+    cost_per_hour: float
+    move_cost_per_hour: float = 0.0
+    lower_bound_per_hour: Optional[float] = Field(None, description="certified lower bound on cost_per_hour + move cost")
+    greedy_cost_per_hour: Optional[float] = Field(None, description="cost of the greedy (Weave) plan on the same input")
+    nodes_used: dict[str, int]
+    gpus_used: dict[str, int]
+    groups: list[GroupPlan]
+    unplaced: list[Unplaced] = Field(default_factory=list)
+    moved_jobs: list[str] = Field(default_factory=list)
+
+
+def members_of(group: GroupPlan) -> list[Member]:
+    """The cycle-time members of a plan group (the checker and the simulator read these)."""
+    by = {m.job: m for m in group.members}
+    return [Member(n, by[n].rollout_s, by[n].train_s, by[n].sync_s, frozenset(by[n].rollout_nodes), frozenset(by[n].train_nodes))
+            for n in group.order]
+
+
+def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_nodes: Optional[dict[str, dict[str, list[str]]]] = None,
+               greedy_cost: Optional[float] = None, lower_bound: Optional[float] = None,
+               moved: Optional[list[int]] = None) -> PlacementPlan:
+    inst = idx.inst
+    current_nodes = current_nodes or {}
+    free = {t: list(inst.node_names(t)) for t in idx.types}
+    taken: set[str] = set()
+    # anchored groups keep their nodes first
+    order = sorted(range(len(sol.groups)), key=lambda g: (sol.groups[g].anchor is None,
+                                                          idx.configs[sol.groups[g].config].label(), sol.groups[g].members))
+    pools: dict[int, tuple[list[str], list[str]]] = {}
+    for g in order:
+        grp = sol.groups[g]
+        c = idx.configs[grp.config]
+        keep = current_nodes.get(grp.anchor or "", {})
+        r_nodes = [n for n in keep.get("rollout", []) if n in free[c.rollout_type] and n not in taken][: c.rollout_nodes]
+        taken.update(r_nodes)
+        t_nodes = [n for n in keep.get("train", []) if n in free[c.train_type] and n not in taken][: c.train_nodes]
+        taken.update(t_nodes)
+        pools[g] = (r_nodes, t_nodes)
+    for g in order:
+        grp = sol.groups[g]
+        c = idx.configs[grp.config]
+        r_nodes, t_nodes = pools[g]
+        for lst, t, need in ((r_nodes, c.rollout_type, c.rollout_nodes), (t_nodes, c.train_type, c.train_nodes)):
+            for n in free[t]:
+                if len(lst) >= need:
+                    break
+                if n not in taken:
+                    lst.append(n)
+                    taken.add(n)
+            if len(lst) < need:
+                raise ValueError(f"not enough {t} nodes for the plan's groups (a solver broke the capacity constraint)")
+    used_ids = {grp.anchor for grp in sol.groups if grp.anchor}
+    next_id = 0
+    moved_set = set(moved or [])
+    groups: list[GroupPlan] = []
+    for g in order:
+        grp = sol.groups[g]
+        c = idx.configs[grp.config]
+        k = grp.config
+        if grp.anchor:
+            gid = grp.anchor
+        else:
+            while f"g{next_id}" in used_ids:
+                next_id += 1
+            gid = f"g{next_id}"
+            used_ids.add(gid)
+        r_nodes, t_nodes = pools[g]
+        r_nodes, t_nodes = sorted(r_nodes, key=free[c.rollout_type].index), sorted(t_nodes, key=free[c.train_type].index)
+        mems = []
+        for j in grp.members:
+            job = inst.jobs[j]
+            a = job.rollout_s[c.rollout_type][c.rollout_nodes]
+            b = job.train_s[c.train_type][c.train_nodes]
+            s = job.sync(c.rollout_type, c.train_type)
+            mems.append(Member(job.name, a, b, s, frozenset(r_nodes), frozenset(t_nodes)))
+        res = cycle_times(mems)
+        pr, pt = inst.pool_types[c.rollout_type], inst.pool_types[c.train_type]
+        period = res.period
+        groups.append(GroupPlan(
+            id=gid,
+            rollout_pool=Pool(gpu_type=c.rollout_type, nodes=r_nodes, size=c.rollout_nodes, gpus_per_node=pr.gpus_per_node,
+                              gpus=c.rollout_nodes * pr.gpus_per_node),
+            train_pool=Pool(gpu_type=c.train_type, nodes=t_nodes, size=c.train_nodes, gpus_per_node=pt.gpus_per_node,
+                            gpus=c.train_nodes * pt.gpus_per_node),
+            order=[m.name for m in mems],
+            members=[MemberPlan(job=m.name, rollout_nodes=r_nodes, train_nodes=t_nodes, rollout_s=m.rollout_s, train_s=m.train_s,
+                                sync_s=m.sync_s, cycle_time_s=res.of(m.name), slo_s=inst.jobs[j].slo_s,
+                                slack_s=inst.jobs[j].slo_s - res.of(m.name), moved=j in moved_set)
+                     for m, j in zip(mems, grp.members)],
+            cycle_time_s=period,
+            critical=res.critical,
+            rollout_busy=sum(m.rollout_s for m in mems) / period if period else 0.0,
+            train_busy=sum(m.train_s + m.sync_s for m in mems) / period if period else 0.0,
+            cost_per_hour=float(idx.cost[k]),
+        ))
+    groups.sort(key=lambda gp: (len(gp.id), gp.id))
+    used = idx.nodes_used(sol.groups)
+    cost = idx.groups_cost(sol.groups)
+    return PlacementPlan(
+        instance=inst.name, cost_per_hour=cost, move_cost_per_hour=inst.move_price_per_job * len(moved_set),
+        lower_bound_per_hour=lower_bound, greedy_cost_per_hour=greedy_cost,
+        nodes_used={t: n for t, n in used.items() if n}, gpus_used={t: n * inst.pool_types[t].gpus_per_node for t, n in used.items() if n},
+        groups=groups, unplaced=unplaced, moved_jobs=sorted(inst.jobs[j].name for j in moved_set),
+    )

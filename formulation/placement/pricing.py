@@ -1,0 +1,266 @@
+"""Pricing for the pattern model: the most valuable feasible group on one configuration.
+
+Given duals ``pi_c >= 0`` of the class cover rows and the fixed price ``f_k`` of configuration
+``k`` (its $/h plus the capacity duals of its nodes), find a multiset of classes ``m_c <= d_c``
+maximising ``sum_c pi_c m_c`` such that ``m`` is a feasible group on ``k``
+(:mod:`formulation.placement.evaluate`). Its reduced cost is ``f_k - max``.
+
+Branch and bound, depth first, over the classes sorted by SLO descending: adding a class can
+only lower the group's SLO limit ``theta`` (the smallest SLO of its members), so ``theta`` is the
+SLO of the class added last. The bound at a node is the current value plus, for each resource
+(rollout seconds and training seconds against ``theta``, rollout-node and training-pool DRAM),
+the fractional knapsack over the classes still allowed; the smallest of those is a valid upper
+bound because each resource alone limits the group. A node budget caps the search; the largest
+bound left open is then reported so that the caller still has a valid bound on the reduced cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from formulation.placement.evaluate import REL_TOL
+
+
+@dataclass
+class PricingItems:
+    """Classes usable on one configuration, sorted by SLO descending."""
+
+    cls: np.ndarray  # class ids
+    value: np.ndarray  # pi
+    demand: np.ndarray
+    a: np.ndarray
+    bs: np.ndarray
+    tot: np.ndarray
+    slo: np.ndarray
+    w: np.ndarray
+    s: np.ndarray
+    cap_w: float
+    cap_s: float
+
+
+@dataclass
+class PricingResult:
+    columns: list[tuple[float, dict[int, int]]]  # (value, {class: count}) best first
+    upper_bound: float  # no feasible group on this configuration is worth more
+    exact: bool
+
+
+def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budget: int = 20000,
+          deadline: float = float("inf"), tolerance: float = 0.0) -> PricingResult:
+    """Groups worth more than ``min_value`` (best first), and an upper bound on any group's worth.
+
+    The SLO coupling is taken apart by thresholds: for each distinct SLO ``theta`` the classes with
+    ``slo >= theta`` form a knapsack with the fixed capacity ``theta`` on both the rollout and the
+    training side (and the two DRAM limits). Every feasible group is feasible for the threshold of
+    its smallest SLO, and every group found under a threshold is feasible, so the best over the
+    thresholds is the exact answer. Thresholds go in order of their root bound, and the search
+    stops when no remaining root bound can beat the incumbents.
+
+    Each knapsack is a depth-first branch and bound over the classes in order of value per unit of
+    (rollout + training) time, with the fractional fill of each resource as the bound (the smallest
+    of them is valid: each resource alone limits the group), in pure Python: groups hold a handful
+    of members, so the fills stop after a few classes. ``tolerance`` prunes nodes that cannot beat
+    the threshold by more than it (far fewer nodes when many groups are worth about the same, as
+    with the degenerate duals near the LP optimum); the bound returned grows by it.
+    """
+    import heapq
+    import time
+
+    n = len(items.cls)
+    if n == 0:
+        return PricingResult([], max(0.0, min_value), True)
+    tol = 1 + REL_TOL
+    val = [float(v) for v in items.value]
+    dem = [int(d) for d in items.demand]
+    A = [float(x) for x in items.a]
+    B = [float(x) for x in items.bs]
+    TOT = [float(x) for x in items.tot]
+    SLO = [float(x) for x in items.slo]
+    W = [float(x) for x in items.w]
+    S = [float(x) for x in items.s]
+    capw, caps = items.cap_w, items.cap_s
+    counts = [0] * n
+    best: list[tuple[float, tuple]] = []  # min-heap of the best groups (a plain list when enumerating)
+    seen: set[tuple] = set()
+    enumerate_all = max_columns >= 1000
+    state = {"open": 0.0, "nodes": 0, "cut": False}
+
+    def threshold() -> float:
+        if enumerate_all:
+            return min_value
+        return best[0][0] if len(best) >= max_columns else min_value
+
+    def record(value: float) -> None:
+        key = tuple(counts)
+        if key in seen:
+            return
+        seen.add(key)
+        if enumerate_all:
+            best.append((value, key))
+            if len(best) > max_columns:
+                state["cut"] = True
+                state["nodes"] = node_budget + 1  # stop: too many to enumerate
+        elif len(best) < max_columns:
+            heapq.heappush(best, (value, key))
+        else:
+            heapq.heapreplace(best, (value, key))
+
+    def frac(order, size, cap) -> float:
+        total, left = 0.0, cap
+        for i in order:
+            av = dem[i] - counts[i]
+            if av <= 0:
+                continue
+            sz = size[i]
+            if sz <= 1e-12:
+                total += val[i] * av
+                continue
+            if left <= 0:
+                break
+            need = sz * av
+            if need <= left:
+                total += val[i] * av
+                left -= need
+            else:
+                total += val[i] * left / sz
+                break
+        return total
+
+    def solve_threshold(theta: float, elig: list[int], root_ub: float) -> None:
+        lim = theta * tol
+        inf = float("inf")
+        key_m = lambda i: -(val[i] / (A[i] + B[i])) if A[i] + B[i] > 1e-12 else -inf  # noqa: E731
+        main = sorted(elig, key=key_m)
+        by_a = sorted(elig, key=lambda i: -(val[i] / A[i]) if A[i] > 1e-12 else -inf)
+        by_b = sorted(elig, key=lambda i: -(val[i] / B[i]) if B[i] > 1e-12 else -inf)
+        by_w = sorted(elig, key=lambda i: -(val[i] / W[i]) if W[i] > 1e-12 else -inf)
+        by_s = sorted(elig, key=lambda i: -(val[i] / S[i]) if S[i] > 1e-12 else -inf)
+        m = len(main)
+        pos = {i: r for r, i in enumerate(main)}
+        AB = [A[i] + B[i] for i in range(n)]
+        cache: dict[tuple[int, int], list[int]] = {}
+
+        def suffix(which: int, order: list[int], p: int) -> list[int]:
+            if which == 0:
+                return main[p:]
+            lst = cache.get((which, p))
+            if lst is None:
+                lst = [i for i in order if pos[i] >= p]
+                if m <= 400:
+                    cache[(which, p)] = lst
+            return lst
+
+        def bound_prunes(p, sa, sb, sw, ss, v, thr):
+            b = frac(main[p:], AB, 2 * theta - sa - sb)
+            if v + b <= thr:
+                return True, b
+            for which, order, size, cap in ((1, by_a, A, theta - sa), (2, by_b, B, theta - sb), (3, by_w, W, capw - sw),
+                                            (4, by_s, S, caps - ss)):
+                if cap == inf:
+                    continue
+                b = min(b, frac(suffix(which, order, p), size, cap))
+                if v + b <= thr:
+                    return True, b
+            return False, b
+
+        def dfs(p, sa, sb, sw, ss, v) -> None:
+            state["nodes"] += 1
+            if p == m:
+                return
+            pruned, b = bound_prunes(p, sa, sb, sw, ss, v, threshold() + 1e-12 + tolerance)
+            if pruned:
+                return
+            if state["nodes"] > node_budget or (state["nodes"] & 255 == 0 and time.perf_counter() > deadline):
+                state["open"] = max(state["open"], v + b)
+                state["cut"] = True
+                return
+            i = main[p]
+            c_max = 0
+            for c in range(1, dem[i] + 1):
+                if sa + c * A[i] > lim or sb + c * B[i] > lim or sw + c * W[i] > capw * tol or ss + c * S[i] > caps * tol:
+                    break
+                c_max = c
+            for c in range(c_max, 0, -1):
+                counts[i] = c
+                if v + c * val[i] > threshold() + 1e-12:
+                    record(v + c * val[i])
+                dfs(p + 1, sa + c * A[i], sb + c * B[i], sw + c * W[i], ss + c * S[i], v + c * val[i])
+            counts[i] = 0
+            dfs(p + 1, sa, sb, sw, ss, v)
+
+        dfs(0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+    # thresholds and their root bounds
+    jobs_by_slo = sorted(range(n), key=lambda i: -SLO[i])
+    plans = []
+    for theta in sorted({SLO[i] for i in range(n)}, reverse=True):
+        elig = [i for i in jobs_by_slo if SLO[i] >= theta * (1 - 1e-12) and TOT[i] <= theta * tol]
+        if not elig:
+            continue
+        ub = min(frac(sorted(elig, key=lambda i: -(val[i] / A[i]) if A[i] > 1e-12 else -float("inf")), A, theta),
+                 frac(sorted(elig, key=lambda i: -(val[i] / B[i]) if B[i] > 1e-12 else -float("inf")), B, theta))
+        plans.append((ub, theta, elig))
+    plans.sort(key=lambda t: -t[0])
+    for r, (ub, theta, elig) in enumerate(plans):
+        if ub <= threshold() + 1e-12 + tolerance:
+            break
+        if state["cut"]:
+            state["open"] = max(state["open"], ub)
+            continue
+        solve_threshold(theta, elig, ub)
+    price.last_nodes = state["nodes"]
+    best.sort(key=lambda t: -t[0])
+    cols = [(v, {int(items.cls[i]): int(c) for i, c in enumerate(key) if c}) for v, key in best if v > min_value + 1e-12]
+    top = best[0][0] if best else 0.0
+    # a pruned node was worth at most the threshold (+ tolerance) then, which never exceeds
+    # max(top, min_value) + tolerance
+    return PricingResult(cols, max(top, state["open"], min_value) + tolerance, not state["cut"])
+
+
+def price_heuristic(items: PricingItems, min_value: float, max_columns: int = 3, thresholds: int = 8) -> list[tuple[float, dict[int, int]]]:
+    """Fast columns: for each SLO threshold (a sample when there are many), fill a group greedily.
+
+    The class that sets the threshold goes in first; then classes with at least that SLO in order
+    of value per unit of rollout time, of training time, and of the larger of the two (three
+    fills), as many copies as fit.
+    """
+    n = len(items.cls)
+    if n == 0:
+        return []
+    tol = 1 + REL_TOL
+    slo_vals = np.unique(items.slo)
+    if len(slo_vals) > thresholds:
+        slo_vals = slo_vals[np.unique(np.linspace(0, len(slo_vals) - 1, thresholds).round().astype(int))]
+    out: dict[tuple, float] = {}
+    val_all = items.value
+    for theta in slo_vals:
+        theta = float(theta)
+        elig = np.flatnonzero((items.slo >= theta * (1 - 1e-12)) & (items.tot <= theta * tol))
+        if len(elig) == 0:
+            continue
+        at = elig[np.abs(items.slo[elig] - theta) <= 1e-9 * theta]
+        if len(at) == 0:
+            continue
+        first = int(at[np.argmax(val_all[at])])
+        for size in (items.a[elig], items.bs[elig], np.maximum(items.a[elig], items.bs[elig])):
+            order = elig[np.argsort(-(val_all[elig] / (size + 1e-12)), kind="stable")]
+            order = [first] + [int(i) for i in order if i != first]
+            sa = sb = sw = ss = 0.0
+            val = 0.0
+            counts: dict[int, int] = {}
+            for i in order:
+                for _ in range(int(items.demand[i])):
+                    na, nb, nw, ns = sa + items.a[i], sb + items.bs[i], sw + items.w[i], ss + items.s[i]
+                    if na <= theta * tol and nb <= theta * tol and nw <= items.cap_w * tol and ns <= items.cap_s * tol:
+                        sa, sb, sw, ss = na, nb, nw, ns
+                        val += float(val_all[i])
+                        counts[int(items.cls[i])] = counts.get(int(items.cls[i]), 0) + 1
+                    else:
+                        break
+            if val > min_value + 1e-12 and counts:
+                key = tuple(sorted(counts.items()))
+                out[key] = max(out.get(key, 0.0), val)
+    best = sorted(out.items(), key=lambda kv: -kv[1])[:max_columns]
+    return [(v, dict(k)) for k, v in best]

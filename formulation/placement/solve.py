@@ -1,0 +1,216 @@
+"""One entry point for every backend: greedy, colgen (pattern model), highs (compact MILP), cpsat.
+
+``solve(instance, options, backend, current)`` returns the plan body and the solve record. The
+time limit is a wall-clock limit for the whole call: each backend gets a deadline; HiGHS gets its
+own limit and a watchdog thread that calls ``cancelSolve`` at the deadline (for a run that
+overruns its own limit), CP-SAT likewise with ``StopSearch``, and the compact models stop
+building at the deadline (Pyomo's hand-over of a built model to HiGHS cannot be interrupted: the
+MILP build is given under half of the time for that reason). A solve stopped early returns its
+best plan, never worse than the greedy warm start, with the certified bound and gap.
+
+``current`` (a plan body) warm-starts the re-optimisation: its groups that are still feasible are
+kept as *anchored* groups (same nodes), the greedy admits the other jobs into them or new groups,
+and ``move_price_per_job`` is charged for every job of the current plan that ends up elsewhere.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from formulation.common import SolveOptions, SolveRecord, SolveStatus
+from formulation.placement.colgen import PatternModel, job_classes
+from formulation.placement.evaluate import Config, Group, Index, Solution
+from formulation.placement.explain import explain
+from formulation.placement.greedy import Packer, best_greedy, greedy
+from formulation.placement.instance import PlacementInstance
+from formulation.placement.plan import PlacementPlan, build_plan
+
+BACKENDS = ("auto", "colgen", "highs", "cpsat", "greedy")
+COMPACT_MAX_JOBS = 30  # the compact models are for small instances: beyond this, auto uses colgen
+
+
+@dataclass
+class Current:
+    """The current plan as solver-neutral groups anchored to their ids, and their nodes."""
+
+    groups: list[Group]
+    nodes: dict[str, dict[str, list[str]]]
+    members: dict[str, list[int]]  # anchor id -> job indices
+    placed: set[int]
+    dropped: list[str]  # current groups that cannot be kept (pools or members no longer fit)
+
+
+def read_current(idx: Index, plan: PlacementPlan) -> Current:
+    names = {n: i for i, n in enumerate(idx.names)}
+    groups, nodes, members, placed, dropped = [], {}, {}, set(), []
+    for g in plan.groups:
+        js = [names[m.job] for m in g.members if m.job in names]
+        placed.update(js)
+        nodes[g.id] = {"rollout": list(g.rollout_pool.nodes), "train": list(g.train_pool.nodes)}
+        members[g.id] = js
+        k = idx.config_id.get(Config(g.rollout_pool.gpu_type, g.rollout_pool.size, g.train_pool.gpu_type, g.train_pool.size))
+        if not js:
+            continue
+        if k is None or not idx.feasible(k, js):
+            dropped.append(g.id)
+            continue
+        groups.append(Group(k, tuple(js), g.id))
+    return Current(groups, nodes, members, placed, dropped)
+
+
+def moved_jobs(sol: Solution, cur: Optional[Current]) -> list[int]:
+    if cur is None:
+        return []
+    home = {j: gid for gid, js in cur.members.items() for j in js}
+    out = []
+    for g in sol.groups:
+        for j in g.members:
+            if j in home and g.anchor != home[j]:
+                out.append(j)
+    return sorted(out)
+
+
+def tighten(idx: Index, sol: Solution) -> Solution:
+    """Each group on the cheapest configuration that is feasible and uses no more nodes of any type."""
+    out = []
+    for g in sol.groups:
+        nodes = idx.node_matrix[g.config]
+        best = g.config
+        for k in range(len(idx.configs)):
+            if idx.cost[k] < idx.cost[best] - 1e-9 and (idx.node_matrix[k] <= nodes).all() and idx.feasible(k, g.members):
+                c, c0 = idx.configs[k], idx.configs[g.config]
+                if g.anchor and (c.rollout_type, c.train_type) != (c0.rollout_type, c0.train_type):
+                    continue
+                best = k
+        out.append(Group(best, g.members, g.anchor))
+    return Solution(out, list(sol.unplaced), sol.lower_bound)
+
+
+@dataclass
+class Result:
+    plan: PlacementPlan
+    record: SolveRecord
+    solution: Solution
+    greedy: Solution
+
+
+def warm_start(idx: Index, cur: Optional[Current]) -> tuple[Solution, str]:
+    if cur is None:
+        return best_greedy(idx)[0], "greedy"
+    pk = Packer(idx)
+    for g in cur.groups:
+        pk.add_group(g.config, list(g.members), g.anchor)
+    return greedy(idx, "arrival", packer=pk), "previous-plan"
+
+
+def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto", current: Optional[PlacementPlan] = None) -> Result:
+    t0 = time.perf_counter()
+    deadline = t0 + options.time_limit_s
+    idx = Index(inst)
+    cur = read_current(idx, current) if current is not None else None
+    warm, warm_name = warm_start(idx, cur)
+    warm.moved = moved_jobs(warm, cur)
+    base_greedy = greedy(idx, "arrival")
+    if backend == "auto":
+        backend = "colgen"
+    if idx.n == 0:  # nothing to place: the empty plan, whatever the backend
+        plan = build_plan(idx, Solution([]), [], None, greedy_cost=0.0, lower_bound=0.0)
+        record = SolveRecord(backend=backend, status=SolveStatus.OPTIMAL, objective=0.0, best_bound=0.0,
+                             wall_time_s=time.perf_counter() - t0, time_limit_s=options.time_limit_s, message="no jobs")
+        return Result(plan, record, Solution([]), Solution([]))
+    lb = None
+    status = SolveStatus.FEASIBLE
+    message = ""
+    sol = warm
+    if backend == "greedy":
+        sol, status, message = warm, SolveStatus.FEASIBLE, f"Weave greedy admission ({warm_name} order)"
+    elif backend == "colgen":
+        placed = cur.placed if cur else set()
+        pm = PatternModel(idx, job_classes(idx, placed), inst.move_price_per_job, options.threads)
+        anchors = cur.members if cur else {}
+        bound_free = None
+        if inst.move_price_per_job > 0 and cur is not None:
+            # the bound under move charges prices against distorted duals; the move-free problem's
+            # LP bound is also valid (moves only add cost) and usually much tighter
+            share = time.perf_counter() + 0.25 * (deadline - time.perf_counter())
+            free_model = PatternModel(idx, job_classes(idx), 0.0, options.threads)
+            bound_free = free_model.lp_bound(share, best_greedy(idx)[0])
+        found, st = pm.solve(deadline, warm, anchors, options.mip_gap)
+        bounds = [b for b in (st.lower_bound, bound_free) if b is not None and b > -1e300]
+        lb = max(bounds) if bounds else None
+        if found is not None:
+            found = tighten(idx, found)
+            found.moved = moved_jobs(found, cur)
+            if _score(idx, found) <= _score(idx, warm) + 1e-9:
+                sol = found
+        status = SolveStatus.OPTIMAL if st.proven else SolveStatus.FEASIBLE
+        message = (f"column generation: {st.rounds} rounds, {st.columns} columns, LP {st.lp_value:.6g}"
+                   f"{' (converged)' if st.lp_converged else ''}; "
+                   + (f"optimality proven over {st.enumerated} enumerated patterns; " if st.proven else "")
+                   + f"integer master: {st.mip_status}{'; stopped by the watchdog' if st.watchdog_fired else ''}")
+    elif backend in ("highs", "cpsat"):
+        if backend == "highs":
+            from formulation.placement.milp import solve_compact
+        else:
+            from formulation.placement.cpsat import solve_compact
+        found, status, lb, message = solve_compact(idx, options, deadline, warm, cur)
+        if found is None and status is not SolveStatus.INFEASIBLE:
+            status = SolveStatus.FEASIBLE
+            message += f"; no plan from the solver in time: the {warm_name} plan is returned"
+        if found is not None:
+            found.moved = moved_jobs(found, cur)
+            if _score(idx, found) <= _score(idx, warm) + 1e-9:
+                sol = found
+            else:  # stopped early with a worse incumbent than the warm start: keep the warm start
+                status = SolveStatus.FEASIBLE
+                message += f"; kept the {warm_name} plan (cheaper than the solver's incumbent)"
+    else:
+        raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    sol.moved = moved_jobs(sol, cur)
+    free = dict(idx.capacity)
+    for t, n in idx.nodes_used(sol.groups).items():
+        free[t] -= n
+    unplaced = [explain(idx, j, free) for j in sol.unplaced]
+    obj = _objective(idx, sol)
+    if status is SolveStatus.OPTIMAL and not sol.unplaced:
+        lb = obj if lb is None or lb > obj - 1e-6 * max(1.0, obj) or backend == "colgen" else lb
+    if lb is not None:
+        lb = _round_up_to_cost_unit(idx, lb)
+    if lb is not None and lb > obj:  # rounding: a bound never exceeds the plan it certifies
+        lb = obj
+    if lb is not None and not sol.unplaced and obj - lb <= options.mip_gap * max(1.0, abs(obj)):
+        status = SolveStatus.OPTIMAL
+    plan = build_plan(idx, sol, unplaced, cur.nodes if cur else None, greedy_cost=base_greedy.cost(idx),
+                      lower_bound=lb if not sol.unplaced else None, moved=sol.moved)
+    record = SolveRecord(backend=backend, status=status, objective=obj, best_bound=lb if not sol.unplaced else None,
+                         wall_time_s=time.perf_counter() - t0, time_limit_s=options.time_limit_s, warm_start=warm_name, message=message)
+    return Result(plan, record, sol, base_greedy)
+
+
+def _round_up_to_cost_unit(idx: Index, lb: float) -> float:
+    """Every plan that places all jobs costs a sum of configuration costs (and move prices): a whole
+    multiple of their greatest common divisor. A bound below the unplaced-job penalty can therefore
+    be rounded up to that multiple (plans leaving a job out cost more than the penalty anyway)."""
+    import math
+
+    vals = list(idx.cost) + ([idx.inst.move_price_per_job] if idx.inst.move_price_per_job > 0 else [])
+    scaled = [round(v * 1000) for v in vals]
+    if not scaled or any(abs(v * 1000 - sv) > 1e-6 for v, sv in zip(vals, scaled)):
+        return lb
+    unit = 0
+    for v in scaled:
+        unit = math.gcd(unit, int(v))
+    if unit <= 0:
+        return lb
+    rounded = math.ceil(lb * 1000 / unit - 1e-9) * unit / 1000
+    return rounded if rounded <= idx.penalty else lb
+
+
+def _objective(idx: Index, sol: Solution) -> float:
+    return idx.groups_cost(sol.groups) + idx.inst.move_price_per_job * len(sol.moved)
+
+
+def _score(idx: Index, sol: Solution) -> float:
+    return _objective(idx, sol) + idx.penalty * len(sol.unplaced)

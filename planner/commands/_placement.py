@@ -1,0 +1,71 @@
+"""Shared by the placement commands: read a scenario or an instance file, read and write plans."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from planner.errors import Problem, UserError
+
+KIND = "PlacementPlan"
+
+
+def load_input(path: str, mode: Optional[str] = None):
+    """(instance, name, digest, scenario or None) from a scenario YAML or a numbers-only instance file."""
+    import hashlib
+    import json
+
+    from planner.instances.placement import compile_scenario, is_instance_file, load_instance
+    from planner.plandoc import scenario_digest
+    from planner.schema import load_scenario
+
+    if not Path(path).exists():
+        raise UserError(Problem("", f"file not found: {path}", "check the path"))
+    if is_instance_file(path):
+        inst = load_instance(path)
+        canon = json.dumps(inst.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return inst, inst.name, hashlib.sha256(canon.encode()).hexdigest()[:16], None
+    sc = load_scenario(path)
+    return compile_scenario(sc, mode), sc.name, scenario_digest(sc), sc
+
+
+def read_plan(path: str):
+    from formulation.placement.plan import PlacementPlan
+    from planner import plandoc
+
+    doc = plandoc.read(path, expect_kind=KIND)
+    return doc, PlacementPlan.model_validate(doc.body)
+
+
+def write_plan(body, record: dict, name: str, digest: str, out: Optional[str]) -> str:
+    from planner import plandoc
+
+    doc = plandoc.PlanDocument(kind=KIND, scenario=name, scenario_digest=digest, solver=plandoc.SolverRecord(**record),
+                               body=body.model_dump(mode="json"))
+    if out:
+        plandoc.write(doc, out)
+        return out
+    print(plandoc.dumps(doc), end="")
+    return "-"
+
+
+def unplaced_error(plan, title: str) -> UserError:
+    return UserError([Problem(f"job {u.job}", f"cannot be placed ({u.reason}): {u.message}", u.fix) for u in plan.unplaced], title=title)
+
+
+def summary(plan, record: dict) -> str:
+    lines = []
+    gap = record.get("gap")
+    bound = record.get("best_bound")
+    lines.append(f"{len(plan.groups)} group(s), {sum(len(g.members) for g in plan.groups)} job(s) placed, "
+                 f"{len(plan.unplaced)} unplaced; cost {plan.cost_per_hour:.2f} $/h"
+                 + (f" + moves {plan.move_cost_per_hour:.2f} $/h ({len(plan.moved_jobs)} job(s))" if plan.moved_jobs else "")
+                 + (f"; greedy {plan.greedy_cost_per_hour:.2f} $/h" if plan.greedy_cost_per_hour is not None else "")
+                 + (f"; bound {bound:.2f} (gap {100 * gap:.2f}%)" if bound is not None and gap is not None else "")
+                 + f"; {record['backend']} {record['status']} in {record['wall_time_s']:.2f} s")
+    for g in plan.groups:
+        worst = min(g.members, key=lambda m: m.slack_s)
+        lines.append(f"  {g.id}: {g.rollout_pool.size}x{g.rollout_pool.gpu_type} rollout + {g.train_pool.size}x{g.train_pool.gpu_type} "
+                     f"training, {g.cost_per_hour:.1f} $/h, cycle {g.cycle_time_s:.1f} s, busy {100 * g.rollout_busy:.0f}%/"
+                     f"{100 * g.train_busy:.0f}%, members {', '.join(g.order)} (least slack {worst.slack_s:.1f} s: {worst.job})")
+    return "\n".join(lines)

@@ -1,0 +1,86 @@
+"""planner admit INPUT --current PLAN --job NAME: place arriving jobs against the current groups."""
+
+from __future__ import annotations
+
+NAME = "admit"
+HELP = "place arriving job(s) against the current plan with Weave's three moves (milliseconds)"
+DESCRIPTION = """Online admission: each named job (in the order given) takes the cheapest of
+three moves against the current plan's groups, which are not reshuffled: fill an existing
+bubble (join a group on its pools, +0 $/h), extend only a group's rollout pool (+ the added
+nodes), or open a new group. Every member keeps its SLO and every node its DRAM. Prints the move,
+the marginal $/h and the time it took, and writes the new plan. A job no move can place is
+explained and the command exits 2 without writing anything. For a global re-optimisation use
+`planner plan INPUT --current PLAN`."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("input", metavar="INPUT", help="scenario YAML or placement instance that includes the arriving job(s)")
+    p.add_argument("--current", metavar="PLAN", required=True, help="the current PlacementPlan")
+    p.add_argument("--job", action="append", required=True, metavar="NAME", help="job to admit (repeatable, in arrival order)")
+    p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (scenarios only)")
+    p.add_argument("--out", "-o", metavar="FILE", help="write the new plan here (default: stdout)")
+
+
+def run(args) -> int:
+    import sys
+    import time
+
+    from formulation.common import SolveRecord, SolveStatus
+    from formulation.placement.evaluate import Index, Solution
+    from formulation.placement.explain import explain
+    from formulation.placement.greedy import Packer
+    from formulation.placement.plan import Unplaced, build_plan
+    from formulation.placement.solve import read_current
+    from planner.commands._placement import load_input, read_plan, unplaced_error, write_plan
+    from planner.errors import Problem, UserError, did_you_mean
+
+    t0 = time.perf_counter()
+    inst, name, digest, _ = load_input(args.input, args.mode)
+    _, current = read_plan(args.current)
+    idx = Index(inst)
+    cur = read_current(idx, current)
+    if cur.dropped:
+        raise UserError(Problem(args.current, f"group(s) {', '.join(cur.dropped)} of the current plan no longer fit this input "
+                                              "(pools or SLOs changed)", "re-optimise with `planner plan INPUT --current PLAN`"))
+    names = {n: i for i, n in enumerate(idx.names)}
+    todo = []
+    for n in args.job:
+        if n not in names:
+            raise UserError(Problem("--job", f"no job '{n}' in {args.input}.{did_you_mean(n, idx.names)}", "add the job to the input first"))
+        if names[n] in cur.placed:
+            raise UserError(Problem("--job", f"job '{n}' is already placed in the current plan", "admit only jobs that are not placed"))
+        todo.append(names[n])
+    pk = Packer(idx)
+    for g in cur.groups:
+        pk.add_group(g.config, list(g.members), g.anchor)
+    lines = []
+    t_admit = 0.0
+    for j in todo:
+        t1 = time.perf_counter()
+        adm = pk.best_move(j)
+        pk.apply(adm)
+        dt = time.perf_counter() - t1
+        t_admit += dt
+        if adm.move is None:
+            free = dict(pk.free)
+            u = explain(idx, j, free)
+            raise UserError(Problem(f"job {u.job}", f"cannot be admitted ({u.reason}): {u.message}", u.fix),
+                            title="no admission move places the job; nothing written") from None
+        c = idx.configs[adm.config]
+        lines.append(f"admitted {idx.names[j]}: {adm.move} ({c.label()}), +{adm.marginal_cost:.2f} $/h, decided in {1e3 * dt:.2f} ms")
+    sol = pk.solution()
+    todo_set = set(todo)
+    pending = [Unplaced(job=idx.names[j], reason="pending", message="not in the current plan and not admitted by this command",
+                        fix=f"admit it with --job {idx.names[j]} or re-plan") for j in sol.unplaced if j not in todo_set]
+    sol = Solution(sol.groups, [j for j in sol.unplaced if j in todo_set])
+    plan = build_plan(idx, sol, pending + [explain(idx, j) for j in sol.unplaced], cur.nodes)
+    if any(u.reason != "pending" for u in plan.unplaced):
+        raise unplaced_error(plan, "some jobs cannot be admitted")
+    record = SolveRecord(backend="greedy-admit", status=SolveStatus.FEASIBLE, objective=plan.cost_per_hour,
+                         wall_time_s=time.perf_counter() - t0, warm_start="previous-plan",
+                         message="; ".join(lines) + f"; admission decisions took {1e3 * t_admit:.2f} ms").as_dict()
+    where = write_plan(plan, record, name, digest, args.out)
+    for ln in lines:
+        print(ln, file=sys.stderr)
+    print(f"cost {current.cost_per_hour:.2f} -> {plan.cost_per_hour:.2f} $/h" + (f"; wrote {where}" if where != "-" else ""), file=sys.stderr)
+    return 0

@@ -1,0 +1,41 @@
+"""planner validate-plan INPUT PLAN: run the solver-free checker on a placement plan."""
+
+from __future__ import annotations
+
+NAME = "validate-plan"
+HELP = "check a placement plan against its scenario or instance; list each violated constraint by name"
+DESCRIPTION = """Recompute everything a placement plan claims from the scenario (or the numbers-only
+instance) without any solver: every job placed exactly once, pools made of existing nodes of the
+right type, no node in two pools, capacity per GPU type, pins inside the group's pools, phase
+times from the tables, each member's cycle time (max cycle ratio of the round-robin schedule)
+within its SLO, host DRAM per node, reported cycle times and costs. Each violation is printed as
+rule[where]: message. Exit status 0 when the plan is valid, 2 otherwise."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("input", metavar="INPUT", help="scenario YAML, or a numbers-only placement instance")
+    p.add_argument("plan", metavar="PLAN", help="a PlacementPlan document")
+    p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (scenarios only)")
+
+
+def run(args) -> int:
+    import sys
+
+    from formulation.placement.check import check
+    from planner.commands._placement import load_input, read_plan
+
+    inst, name, digest, _ = load_input(args.input, args.mode)
+    doc, plan = read_plan(args.plan)
+    violations = check(inst, plan)
+    if doc.scenario_digest and doc.scenario_digest != digest:
+        print(f"note: the plan was made for {doc.scenario or 'another input'} (digest {doc.scenario_digest}), "
+              f"not this input's content (digest {digest}); checking it against this input", file=sys.stderr)
+    if violations:
+        print(f"{args.plan}: {len(violations)} violated constraint(s):", file=sys.stderr)
+        for v in violations:
+            print(f"  {v}", file=sys.stderr)
+        print("Fix: re-plan with `planner plan` (or edit the plan) so that each rule holds.", file=sys.stderr)
+        return 2
+    print(f"ok: {args.plan}: {len(plan.groups)} group(s), {sum(len(g.members) for g in plan.groups)} job(s), "
+          f"{len(plan.unplaced)} unplaced, {plan.cost_per_hour:.2f} $/h; every constraint holds")
+    return 0

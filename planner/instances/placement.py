@@ -1,0 +1,125 @@
+"""Scenario → :class:`formulation.placement.instance.PlacementInstance`, and instance files.
+
+For every job the estimators give rollout seconds on each allowed rollout GPU type at every pool
+size of ``POOL_SIZES`` from the job's own ``rollout.nodes`` up to the nodes of that type (a
+group's rollout pool may be larger than what the job needs, and every member's rollout runs on
+the whole pool); training seconds at every size from ``trainer.nodes`` up (data parallelism
+fills the pool; a job that fixes ``trainer.dp`` trains on exactly ``trainer.nodes``), where the
+training state fits and ``tp x pp`` divides the pool's GPUs; weight sync per (rollout type,
+training type) at the job's own node counts (the same figure as its solo iteration time, which a
+ratio SLO is relative to; across pool sizes it varies by well under a second); host DRAM per rollout node and
+the whole training state (spread over the training pool's nodes). The SLO is the scenario's
+``iteration_s`` or ``ratio_to_solo`` times the solo iteration time at the job's own node counts.
+Node names come from :meth:`planner.instances.common.ClusterView.node_names`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from estimators.phases import fits_training, rollout_s, sync_s, train_s
+from formulation.placement.instance import PlacementInstance, PlacementJob, PoolType
+from planner.errors import Problem, UserError
+from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
+from planner.schema.scenario import JobSpec, Scenario
+
+POOL_SIZES = (1, 2, 3, 4, 6, 8)
+
+
+def _sizes(least: int, most: int) -> list[int]:
+    """Pool sizes from the job's own node count up to the fleet's; the job's own count is always
+    there (a fleet too small for it then shows up as a capacity shortage, with the number)."""
+    return [n for n in sorted(set(POOL_SIZES) | {least}) if least <= n <= max(most, least)]
+
+
+def compile_job(job: JobSpec, view: ClusterView, mode: str) -> PlacementJob:
+    est = estimate_job(job, view, mode)
+    prof = est.profile
+    r_tab: dict[str, dict[int, float]] = {}
+    for t in est.rollout_types:
+        r_tab[t] = {n: rollout_s(prof, view.pool(t, n), mode) for n in _sizes(job.rollout.nodes, view.nodes_of(t))}
+    t_tab: dict[str, dict[int, float]] = {}
+    mp = job.trainer.tp * job.trainer.pp
+    for t in est.train_types:
+        most = job.trainer.nodes if job.trainer.dp is not None else view.nodes_of(t)
+        row = {}
+        for n in _sizes(job.trainer.nodes, most):
+            pool = view.pool(t, n)
+            if pool.gpus % mp == 0 and fits_training(prof, pool):
+                row[n] = train_s(prof, pool, mode)
+        if row:
+            t_tab[t] = row
+    s_tab: dict[str, dict[str, float]] = {}
+    for a in r_tab:
+        for b in t_tab:
+            s_tab.setdefault(a, {})[b] = sync_s(prof, view.pool(a, job.rollout.nodes), view.pool(b, job.trainer.nodes),
+                                                view.inter_cluster_bw(a, b))
+    state_gb = est.dram_train_node_gb * job.trainer.nodes
+    return PlacementJob(name=job.name, slo_s=est.slo_s if est.slo_s != float("inf") else 1e12, rollout_s=r_tab, train_s=t_tab,
+                        sync_s=s_tab, dram_rollout_node_gb=est.dram_rollout_node_gb, train_state_gb=state_gb, arrival_s=job.arrival_s)
+
+
+def compile_scenario(sc: Scenario, mode: str | None = None) -> PlacementInstance:
+    view = ClusterView(sc, resolve_gpu_types(sc))
+    mode = mode or sc.solver.phase_time_estimate
+    pools = {}
+    for t in view.types():
+        spec = sc.gpu_types.get(t)
+        price = spec.price_per_gpu_hour if spec and spec.price_per_gpu_hour else view.gpu_types[t].price_per_gpu_hour
+        pools[t] = PoolType(gpus_per_node=view.gpus_per_node(t), price_per_gpu_hour=price, dram_gb=view.dram_gb(t),
+                            count=view.nodes_of(t), node_names=view.node_names(t))
+    jobs = [compile_job(j, view, mode) for j in sc.jobs]
+    return PlacementInstance(name=sc.name, pool_types=pools, jobs=jobs, move_price_per_job=sc.solver.move_price_per_job)
+
+
+def load_instance(path: str | Path) -> PlacementInstance:
+    """A numbers-only instance file (YAML or JSON), with errors that name the field."""
+    import json
+
+    import yaml
+    from pydantic import ValidationError
+
+    p = Path(path)
+    if not p.exists():
+        raise UserError(Problem("", f"instance file not found: {p}", "check the path"))
+    try:
+        text = p.read_text()
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise UserError(Problem("", f"cannot read the instance file: {exc}", "write valid YAML or JSON", source=str(p))) from None
+    if not isinstance(data, dict):
+        raise UserError(Problem("", "a placement instance is a mapping with pool_types and jobs",
+                                "see docs/placement.md for the format", source=str(p)))
+    data.pop("kind", None)
+    try:
+        return PlacementInstance.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False)[:10]:
+            loc = ".".join(str(x) for x in err["loc"])
+            bad = err.get("input")
+            shown = f" (got {bad!r})" if not isinstance(bad, (dict, list)) and bad is not None else ""
+            problems.append(Problem(loc, f"{err['msg']}{shown}", "see docs/placement.md for the instance format", source=str(p)))
+        raise UserError(problems, title=f"{p}: invalid placement instance") from None
+
+
+def is_instance_file(path: str | Path) -> bool:
+    """Whether a YAML/JSON file is a numbers-only placement instance (has pool_types) rather than a scenario."""
+    import json
+
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except Exception:  # noqa: BLE001 - the scenario loader reports unreadable files properly
+        return False
+    return isinstance(data, dict) and ("pool_types" in data or data.get("kind") == "PlacementInstance")
+
+
+def dump_instance(inst: PlacementInstance) -> str:
+    import yaml
+
+    data = {"kind": "PlacementInstance", **inst.model_dump(mode="json", exclude_defaults=False)}
+    return yaml.safe_dump(data, sort_keys=False, width=120)

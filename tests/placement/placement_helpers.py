@@ -1,0 +1,123 @@
+"""Small random placement instances and an exhaustive oracle, for the placement tests.
+
+The oracle is independent of the optimisers: it decides a group's feasibility with Howard's
+cycle times (not the closed form the optimisers use) straight from the instance tables, and finds
+the optimum by dynamic programming over subsets of jobs and the nodes left per type.
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+
+import numpy as np
+
+from formulation.placement.cycle import Member, cycle_times
+from formulation.placement.instance import PlacementInstance, PlacementJob, PoolType
+
+
+def small_instance(seed: int, n_jobs: int, capacity=(3, 3), dram_gb=(512.0, 512.0), gpus_per_node=(8, 8),
+                   both_types: bool = False, move_price: float = 0.0) -> PlacementInstance:
+    """``n_jobs`` random jobs on two GPU types A (cheap) and B; pool sizes 1 and 2."""
+    rng = np.random.default_rng(seed)
+    pools = {
+        "A": PoolType(gpus_per_node=gpus_per_node[0], price_per_gpu_hour=1.0, dram_gb=dram_gb[0], count=capacity[0]),
+        "B": PoolType(gpus_per_node=gpus_per_node[1], price_per_gpu_hour=2.0, dram_gb=dram_gb[1], count=capacity[1]),
+    }
+    jobs = []
+    for i in range(n_jobs):
+        a1, b1 = float(rng.uniform(10, 100)), float(rng.uniform(10, 100))
+        r_types = ["A", "B"] if both_types and rng.random() < 0.5 else ["A"]
+        t_types = ["B", "A"] if both_types and rng.random() < 0.5 else ["B"]
+        rollout = {t: {1: round(a1 * (1.0 if t == "A" else 0.7), 3), 2: round(a1 * float(rng.uniform(0.55, 0.8)), 3)} for t in r_types}
+        train = {t: {1: round(b1 * (1.0 if t == "B" else 2.0), 3), 2: round(b1 * float(rng.uniform(0.5, 0.6)), 3)} for t in t_types}
+        s = round(float(rng.uniform(0, 5)), 3) if rng.random() < 0.5 else 0.0
+        solo = min(r[1] for r in rollout.values()) + min(t[1] for t in train.values()) + s
+        jobs.append(PlacementJob(
+            name=f"j{i}", slo_s=round(solo * float(rng.uniform(1.05, 3.0)), 3), rollout_s=rollout, train_s=train,
+            sync_s={p: {q: s for q in t_types} for p in r_types},
+            dram_rollout_node_gb=round(float(rng.uniform(0, 250)), 1), train_state_gb=round(float(rng.uniform(0, 700)), 1),
+            arrival_s=float(i)))
+    return PlacementInstance(name=f"small-{seed}", pool_types=pools, jobs=jobs, move_price_per_job=move_price)
+
+
+def configs_of(inst: PlacementInstance):
+    """Every (rollout type, nodes, training type, nodes) the jobs' tables name and the fleet can hold."""
+    cap = {t: p.count for t, p in inst.pool_types.items()}
+    r = sorted({(t, n) for j in inst.jobs for t, row in j.rollout_s.items() for n in row if n <= cap[t]})
+    tr = sorted({(t, n) for j in inst.jobs for t, row in j.train_s.items() for n in row if n <= cap[t]})
+    out = []
+    for (p, nr), (q, nt) in itertools.product(r, tr):
+        if p == q and nr + nt > cap[p]:
+            continue
+        out.append((p, nr, q, nt))
+    return out
+
+
+def config_cost(inst: PlacementInstance, c) -> float:
+    p, nr, q, nt = c
+    pr, pt = inst.pool_types[p], inst.pool_types[q]
+    return nr * pr.gpus_per_node * pr.price_per_gpu_hour + nt * pt.gpus_per_node * pt.price_per_gpu_hour
+
+
+def group_feasible(inst: PlacementInstance, members: tuple, c) -> bool:
+    p, nr, q, nt = c
+    mem = []
+    for i in members:
+        j = inst.jobs[i]
+        a = j.rollout_s.get(p, {}).get(nr)
+        b = j.train_s.get(q, {}).get(nt)
+        if a is None or b is None:
+            return False
+        mem.append(Member(j.name, a, b, j.sync(p, q), frozenset(f"r{k}" for k in range(nr)), frozenset(f"t{k}" for k in range(nt))))
+    res = cycle_times(mem)
+    if any(res.of(inst.jobs[i].name) > inst.jobs[i].slo_s * (1 + 1e-9) for i in members):
+        return False
+    if sum(inst.jobs[i].dram_rollout_node_gb for i in members) > inst.pool_types[p].dram_gb * (1 + 1e-9):
+        return False
+    if sum(inst.jobs[i].train_state_gb for i in members) / nt > inst.pool_types[q].dram_gb * (1 + 1e-9):
+        return False
+    return True
+
+
+def penalty(inst: PlacementInstance) -> float:
+    """$/h the solvers charge per unplaced job: 10 x the most expensive configuration + 1."""
+    return 10.0 * max(config_cost(inst, c) for c in configs_of(inst)) + 1.0
+
+
+def oracle(inst: PlacementInstance) -> tuple[float, int]:
+    """(optimal cost + penalty x unplaced, unplaced) by DP over subsets and the nodes left per type."""
+    n = len(inst.jobs)
+    types = sorted(inst.pool_types)
+    configs = configs_of(inst)
+    P = penalty(inst)
+    groups: dict[int, list[tuple[int, float, tuple]]] = {i: [] for i in range(n)}  # lowest member -> (mask, cost, nodes)
+    for size in range(1, n + 1):
+        for members in itertools.combinations(range(n), size):
+            mask = sum(1 << i for i in members)
+            for c in configs:
+                if group_feasible(inst, members, c):
+                    use = [0] * len(types)
+                    use[types.index(c[0])] += c[1]
+                    use[types.index(c[2])] += c[3]
+                    groups[members[0]].append((mask, config_cost(inst, c), tuple(use)))
+
+    @lru_cache(maxsize=None)
+    def best(remaining: int, left: tuple) -> tuple[float, int]:
+        if remaining == 0:
+            return (0.0, 0)
+        low = (remaining & -remaining).bit_length() - 1
+        cost, unpl = best(remaining & ~(1 << low), left)
+        out = (cost + P, unpl + 1)
+        for mask, c, use in groups[low]:
+            if mask & ~remaining:
+                continue
+            if any(u > l for u, l in zip(use, left)):
+                continue
+            sub = best(remaining & ~mask, tuple(l - u for l, u in zip(left, use)))
+            cand = (sub[0] + c, sub[1])
+            if cand[0] < out[0] - 1e-9:
+                out = cand
+        return out
+
+    return best((1 << n) - 1, tuple(inst.pool_types[t].count for t in types))

@@ -1,0 +1,65 @@
+"""Exhaustive oracle (DP over subsets, Howard cycle times) vs every solver on random small instances."""
+
+from __future__ import annotations
+
+import pytest
+
+from formulation.common import SolveOptions
+from formulation.placement.check import check
+from formulation.placement.evaluate import Index
+from formulation.placement.solve import solve
+from tests.placement.placement_helpers import oracle, penalty, small_instance
+
+CASES = [
+    # (seed, jobs, capacity, dram, both types)
+    (1, 6, (3, 3), (512.0, 512.0), False),
+    (2, 7, (3, 2), (512.0, 512.0), False),
+    (3, 8, (4, 4), (400.0, 800.0), False),
+    (4, 8, (3, 3), (512.0, 512.0), True),
+    (5, 9, (5, 5), (2048.0, 2048.0), False),
+    (6, 10, (6, 6), (2048.0, 2048.0), False),
+    (7, 10, (4, 3), (512.0, 1024.0), True),
+]
+
+
+@pytest.fixture(scope="module")
+def solved():
+    out = {}
+    for case in CASES:
+        seed, n, cap, dram, both = case
+        inst = small_instance(seed, n, capacity=cap, dram_gb=dram, both_types=both)
+        out[case] = (inst, oracle(inst))
+    return out
+
+
+@pytest.mark.parametrize("backend", ["colgen", "highs", "cpsat"])
+@pytest.mark.parametrize("case", CASES, ids=[f"seed{c[0]}-n{c[1]}" for c in CASES])
+def test_solver_matches_the_exhaustive_optimum(solved, case, backend):
+    inst, (best, unplaced) = solved[case]
+    res = solve(inst, SolveOptions(time_limit_s=30, mip_gap=0.0), backend)
+    assert check(inst, res.plan) == [], backend
+    got = res.plan.cost_per_hour + penalty(inst) * len(res.plan.unplaced)
+    assert len(res.plan.unplaced) == unplaced
+    assert got == pytest.approx(best, rel=1e-6), f"{backend}: {got} vs oracle {best}"
+    assert res.record.status.value == "optimal"
+    if res.record.best_bound is not None:
+        assert res.record.best_bound <= res.record.objective + 1e-6
+
+
+def test_oracle_cases_exercise_sharing_and_limits(solved):
+    # the cases are not trivial: some optima share groups, some leave capacity or DRAM binding
+    shared = 0
+    for case, (inst, (best, unplaced)) in solved.items():
+        res = solve(inst, SolveOptions(time_limit_s=30), "colgen")
+        shared += any(len(g.members) > 1 for g in res.plan.groups)
+    assert shared >= 4
+
+
+def test_greedy_is_never_better_than_the_optimum(solved):
+    for case, (inst, (best, unplaced)) in solved.items():
+        res = solve(inst, SolveOptions(time_limit_s=30), "greedy")
+        assert check(inst, res.plan) == []
+        got = res.plan.cost_per_hour + penalty(inst) * len(res.plan.unplaced)
+        assert got >= best - 1e-6
+        # the plan reports the greedy's cost beside its own
+        assert res.plan.greedy_cost_per_hour == pytest.approx(Index(inst).groups_cost(res.greedy.groups))
