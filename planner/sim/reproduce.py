@@ -276,8 +276,12 @@ def _trace(sc_path: Path, policy: str, consolidate: bool, seed: int = 0, iterati
             jobs = inst.with_simulated_slos(jobs, placer.inst)
     else:
         placer = SoloPlacer({j.name: j for j in jobs}, inst.capacity(sc), colocated=policy == "colocated-jobs")
-    return TraceSim(jobs, placer, inst.prices(sc), inst.gpus_per_node(sc), consolidate=consolidate, seed=seed,
-                    policy=policy, node_dram_gb=inst.node_dram_gb(sc)).run()
+    res = TraceSim(jobs, placer, inst.prices(sc), inst.gpus_per_node(sc), consolidate=consolidate, seed=seed,
+                   policy=policy, node_dram_gb=inst.node_dram_gb(sc)).run()
+    res.moves = {}
+    for _, move, _, _ in getattr(placer, "moves", []):
+        res.moves[move] = res.moves.get(move, 0) + 1
+    return res
 
 
 VARIANTS = (("solo-d", "-", False), ("groups", "estimators", False), ("groups", "estimators", True),
@@ -288,7 +292,9 @@ def _variants(sc: Path, iterations) -> dict:
     """Trace summaries for every (policy, planner tables, consolidation) of :data:`VARIANTS`."""
     rows = {}
     for pol, tables, cons in VARIANTS:
-        r = _trace(sc, pol, cons, iterations=iterations, tables=tables if pol == "groups" else "estimators").summary()
+        res = _trace(sc, pol, cons, iterations=iterations, tables=tables if pol == "groups" else "estimators")
+        r = res.summary()
+        r["moves"] = ", ".join(f"{k} {v}" for k, v in sorted(res.moves.items())) or "-"
         rows[(pol, tables, cons)] = r
         print(pol, tables, cons, r, flush=True)
     return rows
@@ -304,13 +310,14 @@ def weave_equal_cost(args, cmd):
           "Groups are placed by the placement planner's online admission (Weave's three moves) on its own phase tables "
           "(`estimators`: conservative, every response at its maximum length, as Weave plans) or on the phase times this "
           "simulator measures (`simulator`: p90 of the samples, SLO on the simulated solo time).", "",
-          "| policy | planner tables | consolidation | tokens per $ | cost ($) | span (h) | SLO attainment | "
-          "**best groups vs this** |", "|---|---|---|---:|---:|---:|---:|---:|"]
+          "| policy | planner tables | consolidation | admission moves | tokens per $ | cost ($) | span (h) | SLO attainment | "
+          "**best groups vs this** |", "|---|---|---|---|---:|---:|---:|---:|---:|"]
     rows = _variants(sc, args.trace_iterations)
     g = max(r["tokens_per_dollar"] for (p, _, _), r in rows.items() if p == "groups")
     for (pol, tables, cons), r in rows.items():
-        L.append(f"| {pol} | {tables} | {'yes' if cons else 'no'} | {r['tokens_per_dollar']:,.0f} | {r['cost']:,.0f} | "
-                 f"{r['end_s'] / 3600:.1f} | {100 * r['slo_attainment_mean']:.0f}% | {g / r['tokens_per_dollar']:.2f}x |")
+        L.append(f"| {pol} | {tables} | {'yes' if cons else 'no'} | {r['moves']} | {r['tokens_per_dollar']:,.0f} | "
+                 f"{r['cost']:,.0f} | {r['end_s'] / 3600:.1f} | {100 * r['slo_attainment_mean']:.0f}% | "
+                 f"{g / r['tokens_per_dollar']:.2f}x |")
     solo = rows[("solo-d", "-", False)]["tokens_per_dollar"]
     colo = rows[("colocated-jobs", "-", False)]["tokens_per_dollar"]
     L += ["", f"Ours: the best groups give {g / solo:.2f}x the throughput per dollar of Solo-D (published 1.82-1.99x) and "
@@ -342,12 +349,12 @@ def trace_cost(args, cmd):
           "Every job runs the iterations its duration gives at its Solo-D speed; groups come from the placement planner's "
           "online admission on its own tables (`estimators`) or on the simulated phase times (`simulator`, see "
           "`weave-equal-cost.md`).", "",
-          "| policy | planner tables | consolidation | cost ($) | H20 GPU-h | H800 GPU-h | jobs meeting SLO | mean wait (s) | "
-          "**Solo-D cost / this** |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+          "| policy | planner tables | consolidation | admission moves | cost ($) | H20 GPU-h | H800 GPU-h | jobs meeting SLO | "
+          "mean wait (s) | **Solo-D cost / this** |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     rows = _variants(sc, None)
     base = rows[("solo-d", "-", False)]["cost"]
     for (pol, tables, cons), r in rows.items():
-        L.append(f"| {pol} | {tables} | {'yes' if cons else 'no'} | {r['cost']:,.0f} | {r['gpu_hours'].get('H20', 0):,.0f} | "
+        L.append(f"| {pol} | {tables} | {'yes' if cons else 'no'} | {r['moves']} | {r['cost']:,.0f} | {r['gpu_hours'].get('H20', 0):,.0f} | "
                  f"{r['gpu_hours'].get('H800', 0):,.0f} | {100 * r['jobs_meeting_slo']:.0f}% | {r['mean_wait_s']:.0f} | "
                  f"{base / r['cost']:.2f}x |")
     best = max(base / r["cost"] for (p, _, _), r in rows.items() if p == "groups")
