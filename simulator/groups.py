@@ -104,6 +104,12 @@ class _Node:
             self.ptr += 1  # keep the turn with the member that had it
         self.ptr %= len(self.ring)
 
+    def insert_at_turn(self, name: str) -> None:
+        """Add a member that goes next (a job joining a running group)."""
+        if name in self.ring:
+            return
+        self.ring.insert(self.ptr % len(self.ring) if self.ring else 0, name)
+
     def turn(self) -> Optional[str]:
         return self.ring[self.ptr % len(self.ring)] if self.ring else None
 
@@ -143,6 +149,7 @@ class _Member:
     retiring: bool = False
     last_end: Optional[float] = None
     pinned: int = 1  # GPUs of the rollout nodes when the current rollout started
+    joining: bool = False  # joined a running group: not yet on its training nodes' rings
 
 
 class GroupRun:
@@ -182,12 +189,22 @@ class GroupRun:
             raise ValueError(f"member {m.name!r} is already in group {self.spec.name!r}")
         self.members[m.name] = _Member(m)
         self.order.append(m.name)
-        self._pin(m)
-        if start:
-            self._try_start(m.name)
+        if not start:  # building the group: every ring in the group's order, all at round 0
+            self._pin(m)
+            return
+        # joining a running group: it rolls out next on its rollout nodes, and takes its place on the
+        # training nodes when that first rollout is done. The two rings may be a round apart (training
+        # lags the rollout); placing the newcomer by ring position alone could make its first training
+        # slot come before its first rollout, a deadlock.
+        for n in m.rollout_nodes:
+            self.nodes.setdefault(n, _Node(n, self.spec.gpus_per_node)).insert_at_turn(m.name)
+        self.members[m.name].joining = True
+        self._try_start(m.name)
 
     def _pin(self, m: MemberSpec) -> None:
-        for pool, names in ((self.nodes, m.rollout_nodes), (self.train_nodes, m.train_nodes)):
+        mem = self.members.get(m.name)
+        joining = mem is not None and mem.joining  # its training rings wait for its first rollout
+        for pool, names in ((self.nodes, m.rollout_nodes), (self.train_nodes, () if joining else m.train_nodes)):
             for n in names:
                 node = pool.setdefault(n, _Node(n, self.spec.gpus_per_node))
                 if m.name not in node.ring:
@@ -237,7 +254,7 @@ class GroupRun:
         self.order.remove(name)
         for pool in (self.nodes, self.train_nodes):
             for node in pool.values():
-                if name in node.ring:
+                while name in node.ring:
                     i = node.ring.index(name)
                     node.ring.remove(name)
                     if node.ring:
@@ -369,6 +386,10 @@ class GroupRun:
         self._rollout_finished(mem)
 
     def _rollout_finished(self, mem: _Member) -> None:
+        if mem.joining:
+            for n in mem.spec.train_nodes:
+                self.train_nodes.setdefault(n, _Node(n, self.spec.gpus_per_node)).insert_at_turn(mem.spec.name)
+            mem.joining = False
         mem.state = "ready_t"
         self._try_train(mem)
 

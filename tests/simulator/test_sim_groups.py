@@ -139,3 +139,50 @@ def test_members_beyond_host_dram_switch_cold():
     span = lambda r: max(j.done_s for j in r.jobs.values())
     assert span(tight) > span(roomy) + 5 * 60.0  # the third member's rollout switches are cold
     assert tight.cost > roomy.cost
+
+
+class RandomPlacer:
+    """Test placer: joins, new groups and rollout-pool growth chosen at random (no planning)."""
+
+    def __init__(self, rng, groups=3):
+        self.rng = rng
+        self.n = groups
+        self.members = {}
+        self.size = {}
+
+    def admit(self, job):
+        g = f"g{int(self.rng.integers(0, self.n))}"
+        if self.members.get(g) and self.rng.random() < 0.3:
+            self.size[g] = min(4, self.size[g] + 1)  # extend the rollout pool
+        self.size.setdefault(g, 1)
+        self.members.setdefault(g, []).append(job)
+        return True
+
+    def remove(self, job):
+        for g, ms in self.members.items():
+            if job in ms:
+                ms.remove(job)
+                if not ms:
+                    self.size.pop(g, None)
+
+    def groups(self):
+        return {g: (PoolConfig("H20", self.size[g], "H800", 1), list(ms)) for g, ms in self.members.items() if ms}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 9), st.booleans())
+def test_joins_departures_and_pool_growth_never_deadlock(seed, n_jobs, consolidate):
+    """Jobs join running groups (the rollout and training rings can be a round apart), leave, and
+    pools grow, in random order: every job still runs all its iterations."""
+    rng = np.random.default_rng(seed)
+
+    def prof_for(a, b):
+        return lambda c: PhaseProfile((a / c.rollout_nodes ** 0.2,), (b,), 0.5, TailProfile(0.3, 2, 1.1), 1e5, 64)
+
+    jobs = [TraceJob(f"j{i}", float(rng.uniform(0, 400)), int(rng.integers(1, 8)), 1e9,
+                     prof_for(float(rng.uniform(20, 120)), float(rng.uniform(10, 90))), lambda c: (1.0, 1.5),
+                     PoolConfig("H20", 1, "H800", 1)) for i in range(n_jobs)]
+    res = TraceSim(jobs, RandomPlacer(rng), {"H20": 1.0, "H800": 2.0}, consolidate=consolidate, seed=seed).run()
+    for j in jobs:
+        assert len(res.jobs[j.name].iteration_s) == j.iterations, j.name
+        assert res.jobs[j.name].done_s is not None
