@@ -590,12 +590,20 @@ class JobSim:
     def _rollout_remaining_estimate(self, now: float) -> float:
         """Expected response tokens still to generate this iteration (:class:`ResidualTable`): what the
         rollout manager can estimate from tokens generated so far, not the lengths the simulator drew."""
-        live = {}
+        gens: list = []
+        running: set = set()
+        single = self.setup.workload.turns == 1
         for e in self.rollout.alive():
-            for req, gen in e.snapshot_progress(now):
-                live[req.rid] = gen
-        gen = [sum(r.turn_tokens[: r.turn]) + live.get(r.rid, r.generated_in_turn) for r in self._unfinished.values()]
-        return float(self._residual.expected_remaining(gen).sum()) if gen else 0.0
+            e.sync(now)
+            S = e.S
+            for rid, (req, s_a, _, gen0, _) in e.running.items():
+                g = gen0 + S - s_a
+                gens.append(g if single else g + sum(req.turn_tokens[: req.turn]))
+                running.add(rid)
+        for rid, r in self._unfinished.items():
+            if rid not in running:
+                gens.append(r.generated_in_turn if single else r.generated_in_turn + sum(r.turn_tokens[: r.turn]))
+        return float(self._residual.expected_remaining(gens).sum()) if gens else 0.0
 
     def _node_type(self, node: str) -> str:
         s = self.setup
