@@ -1,0 +1,68 @@
+"""The Ray actors: one that hosts any worker object, and the coordinator.
+
+``WorkerActor`` builds the worker (:func:`executor.workers.factory.make_worker`) in its own
+process and runs methods on it by name. A rollout engine also gets a decode thread that calls
+``step()`` every ``tick_s``, so requests progress in real time. The worker reaches the
+coordinator through a detached named actor, every call with a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import ray
+
+COORDINATOR = "rl-planner-coordinator"
+
+
+@ray.remote(num_cpus=0, max_concurrency=16, max_restarts=0)
+class CoordinatorActor:
+    def __init__(self) -> None:
+        from executor.workers.coordinator import Coordinator
+
+        self.c = Coordinator()
+
+    def invoke(self, method: str, *args: Any) -> Any:
+        return getattr(self.c, method)(*args)
+
+
+@ray.remote(num_cpus=0, max_concurrency=16, max_restarts=0)
+class WorkerActor:
+    def __init__(self, args: dict, epoch: int, namespace: str, fail_start: bool = False, tick_s: float = 0.01,
+                 call_timeout_s: float = 30.0) -> None:
+        from executor.workers.factory import make_worker
+
+        coord = ray.get_actor(COORDINATOR, namespace=namespace)
+
+        def call(method: str, *a: Any) -> Any:
+            return ray.get(coord.invoke.remote(method, *a), timeout=call_timeout_s)
+
+        self.obj = make_worker(args, epoch, call, fail_start=fail_start)
+        self.role = args["role"]
+        self._stop = threading.Event()
+        if self.role == "rollout":
+            self._thread = threading.Thread(target=self._decode, args=(tick_s,), daemon=True)
+            self._thread.start()
+
+    def _decode(self, tick_s: float) -> None:
+        while not self._stop.is_set():
+            try:
+                self.obj.step()
+            except Exception:  # noqa: BLE001 - a failed coordinator call: try again next tick
+                pass
+            time.sleep(tick_s)
+
+    def invoke(self, method: str, *args: Any) -> Any:
+        return getattr(self.obj, method)(*args)
+
+    def ready(self) -> bool:
+        return True
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def node_ip(self) -> str:
+        return ray.util.get_node_ip_address()

@@ -1,0 +1,225 @@
+"""The in-process backend: the same workers and coordinator as on Ray, without processes.
+
+Workers are plain objects; a call is a method call. What Ray would do to them is modelled
+explicitly so that the controller's fault handling is exercised the same way:
+
+* ``kill(worker)``: the process is gone; every later call raises :class:`WorkerLost`;
+* ``freeze(worker)``: the process stops answering (every call misses its deadline and raises
+  :class:`WorkerLost`) but the object lives on; ``thaw`` lets it act again, with whatever lease
+  epoch it holds — the coordinator must refuse it;
+* ``fail_start(worker_id)``: that worker's start-up raises (as an OOM would);
+* node capacity is enforced at creation (a worker that does not fit is unplaceable: it fails at
+  its start deadline, as a pending Ray actor would).
+
+Rollout engines decode ``ticks_per_call`` iterations on every call into the backend, so requests
+keep progressing while a migration runs. With ``state_path`` the whole world (coordinator and
+worker objects, tensors included) is saved after every change, so separate CLI runs (``planner
+apply --backend sim`` then ``planner status``) see one cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+from typing import Any, Optional
+
+from executor.backends.base import Deadlines, StartFailed, WorkerLost
+from executor.state import Layout, Node
+from executor.workers.coordinator import Coordinator
+from executor.workers.factory import make_worker
+
+
+class _W:
+    def __init__(self, args: dict, obj: Any) -> None:
+        self.args, self.obj = args, obj
+        self.alive, self.frozen = True, False
+
+
+class SimBackend:
+    name = "sim"
+
+    def __init__(self, nodes: dict[str, Node] | list[Node], *, deadlines: Optional[Deadlines] = None,
+                 ticks_per_call: int = 0, state_path: str | Path | None = None) -> None:
+        self._nodes = dict(nodes) if isinstance(nodes, dict) else {n.name: n for n in nodes}
+        self.deadlines = deadlines or Deadlines()
+        self.ticks_per_call = ticks_per_call
+        self.state_path = Path(state_path) if state_path else None
+        self.coordinator = Coordinator()
+        self.workers: dict[str, _W] = {}
+        self.fail_starts: set[str] = set()
+        self.creates: dict[str, int] = {}  # successful creations per worker id (nothing is done twice)
+        if self.state_path and self.state_path.exists():
+            self._load()
+
+    # ------------------------------------------------------------------ persistence
+    def _coord_fn(self):
+        return lambda m, *a: getattr(self.coordinator, m)(*a)
+
+    def _load(self) -> None:
+        with open(self.state_path, "rb") as f:
+            data = pickle.load(f)
+        self._nodes = data["nodes"] if not self._nodes else self._nodes
+        self.coordinator = data["coordinator"]
+        self.creates = data.get("creates", {})
+        for wid, (args, obj, alive) in data["workers"].items():
+            obj._coord = self._coord_fn()
+            w = _W(args, obj)
+            w.alive = alive
+            self.workers[wid] = w
+
+    def save(self) -> None:
+        if not self.state_path:
+            return
+        data = {"nodes": self._nodes, "coordinator": self.coordinator, "creates": self.creates,
+                "workers": {wid: (w.args, w.obj, w.alive) for wid, w in self.workers.items()}}
+        for w in self.workers.values():
+            w.obj._coord = None
+        try:
+            tmp = self.state_path.with_name(f".{self.state_path.name}.tmp")
+            with open(tmp, "wb") as f:
+                pickle.dump(data, f)
+                f.flush()
+                os.fsync(f.fileno())
+            tmp.replace(self.state_path)
+        finally:
+            for w in self.workers.values():
+                w.obj._coord = self._coord_fn()
+
+    # ------------------------------------------------------------------ interface
+    def nodes(self) -> dict[str, Node]:
+        return dict(self._nodes)
+
+    def coord(self, method: str, *args: Any) -> Any:
+        return getattr(self.coordinator, method)(*args)
+
+    def _used(self, node: str) -> tuple[int, float]:
+        g = d = 0
+        for w in self.workers.values():
+            if w.args["worker"]["node"] == node:
+                g += w.args["worker"]["gpus"]
+                d += w.args["worker"]["dram_gb"]
+        return g, d
+
+    def create_worker(self, args: dict, epoch: int) -> None:
+        w = args["worker"]
+        wid, node = w["id"], self._nodes.get(w["node"])
+        if wid in self.workers and self.workers[wid].alive:
+            return
+        self.tick(self.ticks_per_call)
+        if node is None or not node.alive:
+            raise StartFailed(wid, f"node {w['node']} is not in the cluster or is dead (unplaceable until the "
+                                   f"{self.deadlines.start_s:g} s start deadline)")
+        g, d = self._used(node.name)
+        if g + w["gpus"] > node.gpus or d + w["dram_gb"] > node.dram_gb + 1e-9:
+            raise StartFailed(wid, f"unplaceable on {node.name}: {node.gpus - g} GPU(s) and {node.dram_gb - d:g} GB DRAM free, "
+                                   f"needs {w['gpus']} and {w['dram_gb']:g} (start deadline {self.deadlines.start_s:g} s passed)")
+        try:
+            obj = make_worker(args, epoch, self._coord_fn(), fail_start=wid in self.fail_starts)
+        except MemoryError as exc:
+            raise StartFailed(wid, str(exc)) from None
+        self.workers[wid] = _W(args, obj)
+        self.creates[wid] = self.creates.get(wid, 0) + 1
+        self.save()
+
+    def worker_alive(self, worker_id: str) -> bool:
+        w = self.workers.get(worker_id)
+        return bool(w and w.alive)
+
+    def call(self, worker_id: str, method: str, *args: Any, deadline_s: Optional[float] = None) -> Any:
+        self.tick(self.ticks_per_call)
+        w = self.workers.get(worker_id)
+        if w is None or not w.alive:
+            raise WorkerLost(worker_id, "the worker's process is gone")
+        if w.frozen:
+            raise WorkerLost(worker_id, f"no answer within {deadline_s or self.deadlines.call_s:g} s")
+        out = getattr(w.obj, method)(*args)
+        return out
+
+    def call_many(self, calls: list[tuple[str, str, tuple]], deadline_s: Optional[float] = None) -> list[Any]:
+        return [self.call(wid, m, *a, deadline_s=deadline_s) for wid, m, a in calls]
+
+    def stop_worker(self, worker_id: str) -> str:
+        w = self.workers.pop(worker_id, None)
+        self.save()
+        if w is None:
+            return "already gone"
+        return "stopped" if w.alive else "reaped (its process was already gone)"
+
+    def reshard(self, component: str, old: list[dict], new: list[dict], old_layout: Layout, new_layout: Layout,
+                generation: int) -> dict:
+        from executor.migrations import reshard as rs  # torch: imported only when a trainer moves
+        from executor.workers.model import ModelSpec
+
+        spec = ModelSpec(**(new[0].get("model") or {})) if new else ModelSpec()
+        pieces = rs.plan(spec, old_layout, new_layout)
+        objs = {}
+        for side, recs in (("old", old), ("new", new)):
+            for r in recs:
+                self.call(r["id"], "ready")  # raises WorkerLost for a dead or frozen worker
+                objs[(side, r["index"])] = self.workers[r["id"]].obj
+        for r in new:
+            lease = self.coordinator.lease(r["id"])
+            if lease != objs[("new", r["index"])].epoch:
+                raise WorkerLost(r["id"], f"lease epoch {lease} is not the worker's ({objs[('new', r['index'])].epoch})")
+        sums = rs.apply_local(pieces, {i: o.shards for (s, i), o in objs.items() if s == "old"},
+                              {i: o.shards for (s, i), o in objs.items() if s == "new"})
+        bad = [f"{a}->{b}" for (a, b), (x, y) in sums.items() if x != y]
+        nbytes = sum(rs.pack(objs[("old", s)].shards, pcs).numel() * 4 for (s, d), pcs in rs.pairs(pieces).items())
+        self.save()
+        return {"pieces": len(pieces), "pairs": len(sums), "bytes": nbytes, "checksum_mismatches": bad,
+                "checksums": {f"{a}->{b}": x for (a, b), (x, y) in sums.items()}}
+
+    def form_training_group(self, component: str, ranks: list[dict], layout: Layout) -> None:
+        for r in ranks:
+            self.call(r["id"], "ready")
+
+    def train_step(self, component: str, step: int) -> list[bool]:
+        """One training step of the component's active ranks (DP average done in-process)."""
+        from executor.workers.trainer import average_over_dp
+
+        ids = self.coordinator.active_set(component)
+        objs = [self.workers[i].obj for i in ids if self.worker_alive(i) and not self.workers[i].frozen]
+        for o in objs:
+            o.compute_grads(step)
+        average_over_dp(objs)
+        out = [o.apply_step(step) for o in objs]
+        self.save()
+        return out
+
+    def tick(self, n: int = 1) -> None:
+        for _ in range(n):
+            for w in list(self.workers.values()):
+                if w.alive and not w.frozen and w.args["role"] == "rollout":
+                    w.obj.step()
+
+    def leaks(self) -> list[str]:
+        recs = {r["id"]: r for r in self.coordinator.records()}
+        out = [f"worker {wid} runs but is not registered" for wid, w in self.workers.items() if w.alive and wid not in recs]
+        out += [f"worker {wid} was declared dead but its process still runs (not reaped)" for wid, r in recs.items()
+                if r.get("status") == "dead" and self.worker_alive(wid)]
+        out += [f"registered worker {wid} has no process" for wid, r in recs.items()
+                if r.get("status") != "dead" and not self.worker_alive(wid)]
+        return sorted(out)
+
+    def close(self) -> None:
+        self.save()
+
+    # ------------------------------------------------------------------ fault injection
+    def kill(self, worker_id: str) -> None:
+        w = self.workers.get(worker_id)
+        if w:
+            w.alive = False
+
+    def freeze(self, worker_id: str) -> None:
+        self.workers[worker_id].frozen = True
+
+    def thaw(self, worker_id: str) -> Any:
+        """Wake a frozen worker: it answers again and acts with whatever lease epoch it holds."""
+        w = self.workers.get(worker_id)
+        if w:
+            w.frozen = False
+
+    def raw(self, worker_id: str) -> Any:
+        w = self.workers.get(worker_id)
+        return w.obj if w else None

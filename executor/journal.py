@@ -1,0 +1,163 @@
+"""The apply journal (SQLite): each step's intent before acting, its outcome after.
+
+Tables: ``applies`` (one row per apply: plan digest, backend, status, the ordered steps as
+JSON), ``steps`` (per step: status ``intent`` / ``done`` / ``failed`` / ``compensated``, attempt
+count, outcome JSON, times) and ``lock`` (one holder at a time: a second apply against the same
+journal is refused while the first one's process lives).
+
+A crashed apply leaves a ``running`` row. Applying the same plan again resumes it: steps marked
+``done`` are skipped, a step left at ``intent`` is reconciled against the cluster before it is
+retried (every step is idempotent by worker id and ledger ownership). Applying a different plan
+while one is unfinished is refused with the way out (finish it, or roll it back).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from planner.errors import Problem, UserError
+
+from executor.steps import STEP_TRANSITIONS, Step, check_transition
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS applies(
+  id INTEGER PRIMARY KEY AUTOINCREMENT, plan_digest TEXT NOT NULL, plan_name TEXT, backend TEXT,
+  status TEXT NOT NULL, started REAL, ended REAL, steps_json TEXT NOT NULL, message TEXT DEFAULT '');
+CREATE TABLE IF NOT EXISTS steps(
+  apply_id INTEGER NOT NULL, seq INTEGER NOT NULL, step_id TEXT NOT NULL, unit TEXT NOT NULL, kind TEXT NOT NULL,
+  status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, intent_at REAL, outcome_at REAL, outcome_json TEXT,
+  PRIMARY KEY(apply_id, seq));
+CREATE TABLE IF NOT EXISTS lock(id INTEGER PRIMARY KEY CHECK (id = 1), holder TEXT, pid INTEGER, since REAL);
+"""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Journal:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ------------------------------------------------------------------ lock
+    def acquire(self, holder: str) -> None:
+        pid = os.getpid()
+        with self._tx():
+            row = self.db.execute("SELECT holder, pid FROM lock WHERE id = 1").fetchone()
+            if row and row[1] != pid and _pid_alive(row[1]):
+                raise UserError(Problem("journal", f"another apply ({row[0]}, pid {row[1]}) holds {self.path}",
+                                        "wait for it to finish; only one apply runs at a time per journal"))
+            self.db.execute("INSERT OR REPLACE INTO lock(id, holder, pid, since) VALUES (1, ?, ?, ?)", (holder, pid, time.time()))
+
+    def release(self) -> None:
+        with self._tx():
+            self.db.execute("DELETE FROM lock WHERE id = 1 AND pid = ?", (os.getpid(),))
+
+    def _tx(self):
+        db = self.db
+
+        class _T:
+            def __enter__(self_inner):
+                db.execute("BEGIN IMMEDIATE")
+
+            def __exit__(self_inner, et, ev, tb):
+                db.execute("COMMIT" if et is None else "ROLLBACK")
+                return False
+
+        return _T()
+
+    # ------------------------------------------------------------------ applies
+    def unfinished(self) -> Optional[dict]:
+        row = self.db.execute("SELECT id, plan_digest, plan_name, backend, steps_json FROM applies WHERE status = 'running' "
+                              "ORDER BY id DESC LIMIT 1").fetchone()
+        if not row:
+            return None
+        return {"id": row[0], "plan_digest": row[1], "plan_name": row[2], "backend": row[3],
+                "steps": [Step.from_dict(d) for d in json.loads(row[4])]}
+
+    def open_apply(self, digest: str, name: str, backend: str, steps: list[Step]) -> tuple[int, list[Step], bool]:
+        """(apply id, steps, resumed). Resumes the unfinished apply of the same plan."""
+        cur = self.unfinished()
+        if cur is not None:
+            if cur["plan_digest"] != digest:
+                raise UserError(Problem("journal", f"apply #{cur['id']} of plan {cur['plan_name']!r} (digest {cur['plan_digest']}) "
+                                        f"was interrupted and is not finished",
+                                        f"run 'planner apply' on that plan again to resume it, or 'planner apply --rollback' "
+                                        f"to undo its unfinished migration, before applying another plan"))
+            return cur["id"], cur["steps"], True
+        with self._tx():
+            c = self.db.execute("INSERT INTO applies(plan_digest, plan_name, backend, status, started, steps_json) "
+                                "VALUES (?, ?, ?, 'running', ?, ?)",
+                                (digest, name, backend, time.time(), json.dumps([s.as_dict() for s in steps])))
+            aid = c.lastrowid
+            self.db.executemany("INSERT INTO steps(apply_id, seq, step_id, unit, kind, status) VALUES (?, ?, ?, ?, ?, 'planned')",
+                                [(aid, s.seq, s.id, s.unit, s.kind) for s in steps])
+        return aid, steps, False
+
+    def finish(self, apply_id: int, status: str, message: str = "") -> None:
+        with self._tx():
+            self.db.execute("UPDATE applies SET status = ?, ended = ?, message = ? WHERE id = ?",
+                            (status, time.time(), message, apply_id))
+
+    # ------------------------------------------------------------------ steps
+    def status_of(self, apply_id: int) -> dict[int, tuple[str, Any]]:
+        rows = self.db.execute("SELECT seq, status, outcome_json FROM steps WHERE apply_id = ?", (apply_id,)).fetchall()
+        return {r[0]: (r[1], json.loads(r[2]) if r[2] else None) for r in rows}
+
+    def _set(self, apply_id: int, step: Step, new: str, outcome: Any = None, field: str = "outcome_at") -> None:
+        with self._tx():
+            row = self.db.execute("SELECT status FROM steps WHERE apply_id = ? AND seq = ?", (apply_id, step.seq)).fetchone()
+            check_transition(STEP_TRANSITIONS, f"step {step.id}", row[0], new)
+            extra = ", attempts = attempts + 1" if new == "intent" else ""
+            self.db.execute(f"UPDATE steps SET status = ?, {field} = ?, outcome_json = ?{extra} WHERE apply_id = ? AND seq = ?",
+                            (new, time.time(), json.dumps(outcome, default=str) if outcome is not None else None,
+                             apply_id, step.seq))
+
+    def intent(self, apply_id: int, step: Step) -> None:
+        self._set(apply_id, step, "intent", field="intent_at")
+
+    def done(self, apply_id: int, step: Step, outcome: Any = None) -> None:
+        self._set(apply_id, step, "done", outcome)
+
+    def failed(self, apply_id: int, step: Step, why: str) -> None:
+        self._set(apply_id, step, "failed", {"error": why})
+
+    def compensated(self, apply_id: int, step: Step, note: str) -> None:
+        self._set(apply_id, step, "compensated", {"compensation": note})
+
+    def attempts(self, apply_id: int, seq: int) -> int:
+        row = self.db.execute("SELECT attempts FROM steps WHERE apply_id = ? AND seq = ?", (apply_id, seq)).fetchone()
+        return row[0] if row else 0
+
+    # ------------------------------------------------------------------ epochs and history
+    def history(self, limit: int = 10) -> list[dict]:
+        rows = self.db.execute("SELECT id, plan_name, plan_digest, backend, status, started, ended, message FROM applies "
+                               "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        keys = ["id", "plan", "digest", "backend", "status", "started", "ended", "message"]
+        return [dict(zip(keys, r)) for r in rows]
+
+    def step_rows(self, apply_id: int) -> list[dict]:
+        rows = self.db.execute("SELECT seq, step_id, kind, status, attempts, outcome_json FROM steps WHERE apply_id = ? ORDER BY seq",
+                               (apply_id,)).fetchall()
+        return [{"seq": r[0], "id": r[1], "kind": r[2], "status": r[3], "attempts": r[4],
+                 "outcome": json.loads(r[5]) if r[5] else None} for r in rows]

@@ -1,0 +1,131 @@
+"""Create, stop and switch: the steps every unit uses. Each is idempotent by worker id."""
+
+from __future__ import annotations
+
+from executor.backends.base import StartFailed, WorkerLost
+from executor.context import Ctx
+from executor.state import Layout
+from executor.steps import Step
+from executor.workers.factory import record_of
+
+
+def run_create(ctx: Ctx, step: Step) -> dict:
+    args = step.args
+    wid = args["worker"]["id"]
+    b = ctx.backend
+    if b.worker_alive(wid):
+        # A crash after the worker started but before the outcome was journaled: adopt it.
+        epoch = ctx.coord("lease", wid)
+        if epoch is None:
+            epoch = ctx.coord("grant", wid)
+            ctx.call(wid, "set_epoch", epoch)
+        if ctx.record(wid) is None:
+            ctx.coord("register", record_of(args, "running"))
+        ctx.event("adopted", "the worker was already running (resumed apply)", worker=wid)
+        out = {"worker": wid, "epoch": epoch, "adopted": True}
+    else:
+        epoch = ctx.coord("grant", wid)
+        ctx.coord("register", record_of(args, "starting"))
+        ctx.fault("mid")
+        try:
+            b.create_worker(args, epoch)
+        except StartFailed:
+            ctx.coord("set_status", wid, "failed")
+            ctx.coord("unregister", wid)
+            raise
+        ctx.coord("set_status", wid, "running")
+        out = {"worker": wid, "epoch": epoch, "node": args["worker"]["node"]}
+    if args.get("restore"):
+        from executor.migrations.reboot import restore
+
+        out["restored"] = restore(ctx, step)
+    return out
+
+
+def compensate_create(ctx: Ctx, step: Step, outcome) -> str:
+    wid = step.args["worker"]["id"]
+    if step.args["role"] == "rollout":
+        from executor.migrations.workload import rehome
+
+        ctx.coord("revoke", wid, "rolled back")
+        rehome(ctx, step.component, exclude=[wid])
+    ctx.coord("revoke", wid, "rolled back")
+    note = ctx.backend.stop_worker(wid)
+    ctx.coord("unregister", wid)
+    return f"discarded {wid}: {note}"
+
+
+def _check_successors(ctx: Ctx, step: Step) -> None:
+    """Before the first old trainer rank stops: every rank that took over must still be alive,
+    else the switch is undone while the old ranks still hold the whole state."""
+    active = ctx.coord("active_set", step.component)
+    wid = step.args["worker"]["id"]
+    if wid in active or ctx.committed:
+        return
+    for a in active:
+        ctx.call(a, "ready")  # raises WorkerLost for a dead or frozen successor
+
+
+def run_stop(ctx: Ctx, step: Step) -> dict:
+    wid = step.args["worker"]["id"]
+    if step.args["role"] == "trainer" and step.unit.endswith("/p2p"):
+        _check_successors(ctx, step)
+    if step.args["role"] == "rollout" and step.unit.endswith("/remove"):
+        n = ctx.coord("cancel", step.component, "the component left the plan")
+        if n:
+            ctx.event("cancelled", step.cause, requests=n)
+    elif step.args["role"] == "rollout" and step.unit.endswith("/workload") and ctx.coord("owned_by", [wid]):
+        # (a reboot's requests wait in the ledger, saved, for the restarted engines)
+        from executor.migrations.workload import rehome
+
+        ctx.coord("revoke", wid, "stopping")
+        rehome(ctx, step.component, exclude=[wid])
+    ctx.coord("revoke", wid, "stopped by plan")
+    ctx.fault("mid")
+    try:
+        note = ctx.backend.stop_worker(wid)
+    except WorkerLost as exc:  # cannot reach it: it stays fenced, the reaper kills it later
+        note = f"fenced; reap pending ({exc.why})"
+    ctx.coord("unregister", wid)
+    return {"worker": wid, "note": note}
+
+
+def run_switch(ctx: Ctx, step: Step) -> dict:
+    a = step.args
+    active, retired, gen = a["active"], a["retired"], a["generation"]
+    recs = {r["id"]: r for r in ctx.coord("records")}
+    missing = [w for w in active if w not in recs or recs[w].get("status") == "dead"]
+    if missing:
+        raise WorkerLost(missing[0], "not running at the switch")
+    if active and recs[active[0]]["role"] == "trainer":
+        from executor.migrations.p2p import check_unchanged_since_reshard
+
+        check_unchanged_since_reshard(ctx, step)
+        layout = Layout(**recs[active[0]]["layout"])
+        ctx.backend.form_training_group(step.component, [recs[w] for w in active], layout)
+    ctx.fault("mid")
+    ctx.coord("switch", step.component, active, retired, gen)
+    ctx.event("switched", step.cause, active=active, retired=retired)
+    return {"active": active, "retired": retired, "generation": gen}
+
+
+def compensate_switch(ctx: Ctx, step: Step, outcome) -> str:
+    a = step.args
+    back = []
+    for w in a["retired"]:
+        if ctx.backend.worker_alive(w) and ctx.coord("lease", w) is None:
+            rec = ctx.record(w)
+            if rec is None or rec.get("status") == "dead":
+                continue
+            epoch = ctx.coord("grant", w)
+            try:
+                ctx.call(w, "set_epoch", epoch)
+            except WorkerLost as exc:
+                ctx.declare_dead(w, exc.why)
+                continue
+            ctx.coord("set_status", w, "running")
+            back.append(w)
+        elif ctx.coord("lease", w) is not None:
+            back.append(w)
+    ctx.coord("switch", step.component, back, [], a["generation"] - 1)
+    return f"serving set restored to {back}"

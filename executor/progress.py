@@ -1,0 +1,62 @@
+"""Printing a step plan, and the live progress display of an apply (rich)."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from executor.diff import StepPlan
+
+
+def print_plan(plan: StepPlan, out: TextIO) -> None:
+    if not plan.steps:
+        out.write("nothing to do: the cluster already matches the plan\n")
+        return
+    out.write(f"{len(plan.steps)} step(s) in {len(plan.units)} unit(s):\n")
+    for u in plan.units:
+        out.write(f"\n[{u.kind}] {u.component}: {u.cause}\n")
+        for s in u.steps:
+            out.write(s.describe() + "\n")
+
+
+def state_table(rows: list[dict], title: str) -> Table:
+    t = Table(title=title)
+    for col in ("node", "gpu_type", "alive", "GPUs", "DRAM GB", "workers"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["node"], r["gpu_type"], "yes" if r["alive"] else "DEAD", f"{r['gpus_used']}/{r['gpus']}",
+                  f"{r['dram_used_gb']:g}/{r['dram_gb']:g}", r["workers"])
+    return t
+
+
+class Progress:
+    """One bar over the steps; a line per step outcome and per event with its cause."""
+
+    def __init__(self, steps: list) -> None:
+        self.console = Console(stderr=True)
+        self.bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                console=self.console, transient=False)
+        self.task = self.bar.add_task("applying", total=len(steps))
+
+    def __enter__(self) -> "Progress":
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.__exit__(*exc)
+
+    def update(self, step, status: str, data: Any = None) -> None:
+        if status == "running":
+            self.bar.update(self.task, description=f"{step.kind} {step.id}")
+            return
+        if status in ("done", "skipped (done before)"):
+            self.bar.advance(self.task)
+        extra = f": {data}" if status in ("failed", "compensated") and data else ""
+        self.console.print(f"  {status:<22} {step.id}{extra}", highlight=False)
+
+    def event(self, e: dict) -> None:
+        if e["what"] in ("declared dead", "rolled back", "rehomed", "adopted"):
+            self.console.print(f"  ! {e['what']}: {e.get('worker', e.get('unit', ''))} because {e['cause']}", highlight=False)

@@ -1,0 +1,143 @@
+"""The executor's own input: a target cluster state (plan kind ``ExecutorTarget``).
+
+Any planner's output is turned into this (see :mod:`executor.adapters.plans`), and a person can
+write one by hand::
+
+    kind: ExecutorTarget
+    version: 1
+    solver: {backend: manual, status: feasible}
+    body:
+      nodes:                                   # the cluster (optional when the backend reports it)
+        - {name: h100-0, gpu_type: H100, gpus: 8, dram_gb: 2048}
+      components:
+        - name: job-a/rollout                  # <job>/<component>
+          role: rollout                        # rollout | trainer | service
+          gpu_type: H100
+          gpus_per_worker: 1                   # rollout: the engine's TP size; trainer: 1 per rank
+          dram_gb_per_worker: 40               # host DRAM each worker pins (resident weights)
+          placement: {h100-0: 4}               # workers per node
+          migration: workload                  # how it moves when it changes (default by role)
+        - name: job-a/trainer
+          role: trainer
+          layout: {tp: 2, pp: 1, dp: 2}
+          placement: {h100-0: 4}
+          migration: p2p
+          model: {hidden: 64, ffn: 256, layers: 4, vocab: 512}
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner.plandoc import register_body
+
+from executor.state import ClusterState, Component, Layout, Node
+
+KIND = "ExecutorTarget"
+
+
+class _S(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NodeIn(_S):
+    name: str = Field(min_length=1)
+    gpu_type: str = Field(min_length=1)
+    gpus: int = Field(ge=0)
+    dram_gb: float = Field(gt=0)
+    alive: bool = True
+
+
+class LayoutIn(_S):
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    dp: int = Field(1, ge=1)
+
+
+class ModelIn(_S):
+    hidden: int = Field(64, ge=1)
+    ffn: int = Field(256, ge=1)
+    layers: int = Field(4, ge=1)
+    vocab: int = Field(512, ge=1)
+    seed: int = 0
+
+
+class EngineIn(_S):
+    max_batch: int = Field(64, ge=1)
+    cache_blocks: int = Field(4096, ge=1)
+    progress_every: int = Field(8, ge=1)
+    tokens_per_tick: int = Field(1, ge=1)
+
+
+class ComponentIn(_S):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$",
+                      description="<job>/<component>")
+    role: Literal["rollout", "trainer", "service"]
+    gpu_type: str = ""
+    gpus_per_worker: int = Field(1, ge=0)
+    dram_gb_per_worker: float = Field(0.0, ge=0)
+    layout: Optional[LayoutIn] = None
+    placement: dict[str, int] = Field(min_length=1, description="node -> workers")
+    migration: Optional[Literal["workload", "p2p", "reboot"]] = None
+    model: Optional[ModelIn] = None
+    engine: Optional[EngineIn] = None
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if any(v < 0 for v in self.placement.values()):
+            raise ValueError("placement counts must be >= 0")
+        if self.role == "trainer":
+            lay = self.layout or LayoutIn()
+            if sum(self.placement.values()) != lay.tp * lay.pp * lay.dp:
+                raise ValueError(f"placement puts {sum(self.placement.values())} ranks, layout tp*pp*dp = {lay.tp * lay.pp * lay.dp}")
+        elif self.layout is not None:
+            raise ValueError("layout is for trainers only")
+        return self
+
+
+class ExecutorTarget(_S):
+    nodes: list[NodeIn] = Field(default_factory=list)
+    components: list[ComponentIn] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self):
+        for what, names in (("node", [n.name for n in self.nodes]), ("component", [c.name for c in self.components])):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"duplicate {what} name(s): {', '.join(dup)}")
+        return self
+
+
+register_body(KIND, "executor.target:ExecutorTarget")
+
+
+def to_state(body: ExecutorTarget) -> ClusterState:
+    st = ClusterState(nodes={n.name: Node(n.name, n.gpu_type, n.gpus, n.dram_gb, n.alive) for n in body.nodes})
+    for c in body.components:
+        lay = c.layout or LayoutIn()
+        st.components[c.name] = Component(
+            name=c.name, job=c.name.split("/")[0], role=c.role, gpu_type=c.gpu_type,
+            layout=Layout(lay.tp, lay.pp, lay.dp), gpus_per_worker=c.gpus_per_worker, dram_gb_per_worker=c.dram_gb_per_worker,
+            migration=c.migration or "", placement=dict(c.placement),
+            model=c.model.model_dump() if c.model else ({} if c.role != "trainer" else ModelIn().model_dump()),
+            engine=c.engine.model_dump() if c.engine else {})
+    return st
+
+
+def from_state(st: ClusterState) -> dict:
+    """A target body that reproduces ``st`` (what ``planner status --as-target`` writes)."""
+    comps = []
+    for c in sorted(st.components.values(), key=lambda c: c.name):
+        d = {"name": c.name, "role": c.role, "gpu_type": c.gpu_type, "gpus_per_worker": c.gpus_per_worker,
+             "dram_gb_per_worker": c.dram_gb_per_worker, "placement": c.placement_counts(), "migration": c.migration}
+        if c.role == "trainer":
+            d["layout"] = vars(c.layout) | {}
+            d["model"] = dict(c.model) or None
+        if c.engine:
+            d["engine"] = dict(c.engine)
+        comps.append({k: v for k, v in d.items() if v is not None})
+    nodes = [{"name": n.name, "gpu_type": n.gpu_type, "gpus": n.gpus, "dram_gb": n.dram_gb}
+             for n in sorted(st.nodes.values(), key=lambda n: n.name)]
+    return ExecutorTarget.model_validate({"nodes": nodes, "components": comps}).model_dump(mode="json", exclude_none=True)

@@ -1,0 +1,248 @@
+"""The coordinator: leases (epoch fencing), the worker registry, the request ledger, checkpoints.
+
+One coordinator per cluster (a detached Ray actor, or an object in the sim backend). It is the
+only place where a worker's side effect takes hold, and it checks the worker's lease first:
+
+* a **lease** is ``(worker id, epoch)``; epochs come from one counter that only grows, so a
+  worker declared dead (its lease revoked) or retired by a switch can never act again, even if
+  its process lives on (a frozen node that wakes up);
+* the **request ledger** holds every rollout request: its owner engine, its partial output as
+  last reported, and whether it finished. A completion is accepted only from the current owner
+  with a valid lease and only once; every refusal is recorded;
+* **checkpoints** (reboot) and **trainer commits** are accepted only with a valid lease (and, for
+  commits, only from the component's active set).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Optional
+
+
+class Coordinator:
+    def __init__(self, first_epoch: int = 1) -> None:
+        self._lock = threading.RLock()
+        self.next_epoch = first_epoch
+        self.leases: dict[str, int] = {}
+        self.active: dict[str, list[str]] = {}
+        self.registry: dict[str, dict] = {}
+        self.requests: dict[str, dict] = {}
+        self.rejected: list[dict] = []
+        self.checkpoints: dict[str, Any] = {}
+        self.commits: dict[str, list[dict]] = {}
+        self.generation: dict[str, int] = {}
+        self.dead_nodes: dict[str, str] = {}
+        self.illegal: list[str] = []
+
+    # ------------------------------------------------------------------ leases
+    def grant(self, worker_id: str) -> int:
+        with self._lock:
+            e = self.next_epoch
+            self.next_epoch += 1
+            self.leases[worker_id] = e
+            return e
+
+    def revoke(self, worker_id: str, why: str = "") -> None:
+        with self._lock:
+            self.leases.pop(worker_id, None)
+            rec = self.registry.get(worker_id)
+            if rec is not None and why:
+                rec.setdefault("revoked_because", why)
+
+    def lease(self, worker_id: str) -> Optional[int]:
+        return self.leases.get(worker_id)
+
+    def _fence(self, worker_id: str, epoch: int, what: str) -> bool:
+        if self.leases.get(worker_id) == epoch:
+            return True
+        self.rejected.append({"worker": worker_id, "epoch": epoch, "current": self.leases.get(worker_id), "what": what,
+                              "at": time.time()})
+        return False
+
+    # ------------------------------------------------------------------ registry
+    def register(self, record: dict) -> None:
+        with self._lock:
+            self.registry[record["id"]] = dict(record)
+
+    def set_status(self, worker_id: str, status: str) -> None:
+        """Move a worker along the lifecycle table (:data:`executor.steps.WORKER_TRANSITIONS`).
+        An illegal move is a bug in the executor: it is recorded (tests assert there is none)
+        rather than raised, so a controller in the middle of a rollback is not stopped by it."""
+        from executor.steps import WORKER_TRANSITIONS
+
+        with self._lock:
+            rec = self.registry.get(worker_id)
+            if rec is None or rec.get("status") == status:
+                return
+            old = rec.get("status", "requested")
+            if status not in WORKER_TRANSITIONS.get(old, ()):
+                self.illegal.append(f"{worker_id}: {old} -> {status}")
+            rec["status"] = status
+
+    def illegal_transitions(self) -> list[str]:
+        return list(self.illegal)
+
+    def unregister(self, worker_id: str) -> None:
+        with self._lock:
+            self.registry.pop(worker_id, None)
+            self.leases.pop(worker_id, None)
+
+    def records(self) -> list[dict]:
+        with self._lock:
+            return [dict(r, epoch=self.leases.get(r["id"], 0)) for r in self.registry.values()]
+
+    def switch(self, component: str, active: list[str], retired: list[str], generation: int) -> None:
+        """Atomically make ``active`` the serving set of ``component`` and revoke ``retired``."""
+        with self._lock:
+            for w in retired:
+                self.leases.pop(w, None)
+                if w in self.registry and self.registry[w].get("status") != "dead":
+                    self.set_status(w, "stopping")
+            self.active[component] = list(active)
+            self.generation[component] = generation
+
+    def active_set(self, component: str) -> list[str]:
+        return list(self.active.get(component, []))
+
+    # ------------------------------------------------------------------ request ledger
+    def submit(self, requests: list[dict], owners: list[str]) -> None:
+        with self._lock:
+            for r, o in zip(requests, owners):
+                if r["id"] in self.requests:
+                    continue  # idempotent
+                self.requests[r["id"]] = {**r, "owner": o, "output": [], "done": False, "finished_by": None,
+                                          "completions_refused": 0, "handoffs": 0}
+
+    def progress(self, worker_id: str, epoch: int, updates: dict[str, list[int]]) -> bool:
+        """An engine reports partial output; kept as the resume point if the engine dies."""
+        with self._lock:
+            if not self._fence(worker_id, epoch, f"progress of {len(updates)} request(s)"):
+                return False
+            for rid, out in updates.items():
+                r = self.requests.get(rid)
+                if r and r["owner"] == worker_id and not r["done"] and len(out) >= len(r["output"]):
+                    r["output"] = list(out)
+            return True
+
+    def complete(self, worker_id: str, epoch: int, request_id: str, output: list[int]) -> bool:
+        with self._lock:
+            r = self.requests.get(request_id)
+            if not self._fence(worker_id, epoch, f"complete {request_id}"):
+                if r:
+                    r["completions_refused"] += 1
+                return False
+            if r is None or r["done"] or r["owner"] != worker_id:
+                if r:
+                    r["completions_refused"] += 1
+                self.rejected.append({"worker": worker_id, "epoch": epoch, "current": self.leases.get(worker_id),
+                                      "what": f"complete {request_id} (not the owner or already done)", "at": time.time()})
+                return False
+            r["done"], r["finished_by"], r["output"] = True, worker_id, list(output)
+            return True
+
+    def cancel(self, component: str, why: str) -> int:
+        """The component leaves the plan: its unfinished requests end as cancelled (counted once;
+        a completion that arrives later is refused)."""
+        with self._lock:
+            n = 0
+            for r in self.requests.values():
+                if r.get("component") == component and not r["done"]:
+                    r["done"], r["cancelled"], r["finished_by"] = True, why, None
+                    n += 1
+            return n
+
+    def owned_by(self, worker_ids: list[str]) -> list[dict]:
+        with self._lock:
+            s = set(worker_ids)
+            return [dict(r, output=list(r["output"])) for r in self.requests.values() if r["owner"] in s and not r["done"]]
+
+    def transfer(self, moves: dict[str, str], snapshots: dict[str, list[int]]) -> list[dict]:
+        """Move request ownership (request id -> new owner); ``snapshots`` is the partial output
+        handed over. Returns the records as moved (what the new owner must resume from)."""
+        with self._lock:
+            out = []
+            for rid, new_owner in moves.items():
+                r = self.requests[rid]
+                if r["done"]:
+                    continue
+                snap = snapshots.get(rid)
+                if snap is not None and len(snap) >= len(r["output"]):
+                    r["output"] = list(snap)
+                if r["owner"] != new_owner:
+                    r["owner"] = new_owner
+                    r["handoffs"] += 1
+                out.append(dict(r, output=list(r["output"])))
+            return out
+
+    def ledger_summary(self) -> dict:
+        with self._lock:
+            rs = list(self.requests.values())
+            return {"requests": len(rs), "done": sum(r["done"] for r in rs), "cancelled": sum(bool(r.get("cancelled")) for r in rs),
+                    "refused_completions": sum(r["completions_refused"] for r in rs),
+                    "handoffs": sum(r["handoffs"] for r in rs), "rejected_effects": len(self.rejected)}
+
+    def request_records(self) -> list[dict]:
+        with self._lock:
+            return [dict(r, output=list(r["output"])) for r in self.requests.values()]
+
+    def rejected_effects(self) -> list[dict]:
+        with self._lock:
+            return list(self.rejected)
+
+    # ------------------------------------------------------------------ trainer and checkpoints
+    def authorize(self, worker_id: str, epoch: int, what: str) -> bool:
+        """A worker asks before it changes state it owns: refused (and recorded) on a stale lease."""
+        with self._lock:
+            return self._fence(worker_id, epoch, what)
+
+    def commit_step(self, worker_id: str, epoch: int, component: str, step: int) -> bool:
+        with self._lock:
+            if not self._fence(worker_id, epoch, f"commit step {step} of {component}"):
+                return False
+            if worker_id not in self.active.get(component, []):
+                self.rejected.append({"worker": worker_id, "epoch": epoch, "current": epoch,
+                                      "what": f"commit step {step} of {component} (not in the active set)", "at": time.time()})
+                return False
+            self.commits.setdefault(component, []).append({"worker": worker_id, "epoch": epoch, "step": step})
+            return True
+
+    def put_checkpoint(self, worker_id: str, epoch: int, key: str, blob: Any) -> bool:
+        with self._lock:
+            if not self._fence(worker_id, epoch, f"save checkpoint {key}"):
+                return False
+            self.checkpoints[key] = blob
+            return True
+
+    def get_checkpoint(self, key: str) -> Any:
+        return self.checkpoints.get(key)
+
+    def checkpoint_keys(self, prefix: str = "") -> list[str]:
+        return sorted(k for k in self.checkpoints if k.startswith(prefix))
+
+    def drop_checkpoints(self, prefix: str) -> None:
+        with self._lock:
+            for k in [k for k in self.checkpoints if k.startswith(prefix)]:
+                del self.checkpoints[k]
+
+    def mark_node_dead(self, node: str, why: str) -> None:
+        with self._lock:
+            self.dead_nodes[node] = why
+
+    def dead_node_list(self) -> dict[str, str]:
+        return dict(self.dead_nodes)
+
+    def generations(self) -> dict[str, int]:
+        return dict(self.generation)
+
+    def ping(self) -> bool:
+        return True
+
+    def __getstate__(self) -> dict:
+        d = dict(self.__dict__)
+        d.pop("_lock", None)
+        return d
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self._lock = threading.RLock()

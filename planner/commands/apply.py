@@ -1,0 +1,100 @@
+"""planner apply PLAN: diff the plan against the running cluster and carry the steps out."""
+
+from __future__ import annotations
+
+NAME = "apply"
+HELP = "apply a plan to a cluster (Ray or the in-process sim): diff to safe steps, journaled"
+DESCRIPTION = """Apply a plan document (ExecutorTarget, ReallocPlan, or PlacementPlan with --scenario).
+
+The plan is diffed against what runs: every change becomes ordered steps, each with its cause,
+that create before they destroy and never overfill a node's GPUs or host DRAM. --dry-run prints
+them. Otherwise each step is journaled (intent before acting, outcome after) in --journal; a
+failed step rolls its migration back, and an apply interrupted by a crash resumes when the same
+plan is applied again (or is undone with --rollback).
+
+Exit status: 0 applied (or nothing to do), 1 the apply failed and was rolled back, 2 bad input
+or a plan that cannot be reached safely (the reason is printed)."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("plan", metavar="PLAN", nargs="?", help="plan document (YAML or JSON)")
+    p.add_argument("--backend", choices=["ray", "sim"], default="sim", help="where workers run (default: sim)")
+    p.add_argument("--address", help="Ray cluster address (default: auto); 'local' starts one from the plan's nodes")
+    p.add_argument("--dry-run", action="store_true", help="print the steps with their causes; change nothing")
+    p.add_argument("--journal", help="SQLite journal (default: .rl-planner/journal.db)")
+    p.add_argument("--sim-state", help="sim backend: the saved cluster (default: .rl-planner/sim-state.pkl)")
+    p.add_argument("--scenario", help="the scenario a PlacementPlan was made from")
+    p.add_argument("--rollback", action="store_true", help="undo the unfinished migration of an interrupted apply")
+    p.add_argument("--start-timeout", type=float, default=60.0, help="seconds a worker may take to be placed and ready")
+    p.add_argument("--call-timeout", type=float, default=30.0, help="seconds any call to a worker may take")
+
+
+def run(args) -> int:
+    import sys
+
+    from planner.errors import Problem, UserError
+
+    from executor.backends.base import Deadlines, observe
+    from executor.controller import Executor, reap
+    from executor.diff import diff
+    from executor.journal import Journal
+    from executor.progress import Progress, print_plan
+    from executor.session import crash_hook_from_env, journal_path, open_backend, plan_digest, read_target
+
+    for name in ("start_timeout", "call_timeout"):
+        if getattr(args, name) <= 0:
+            raise UserError(Problem(f"--{name.replace('_', '-')}", f"must be > 0, got {getattr(args, name)}", "give seconds, e.g. 30"))
+    deadlines = Deadlines(start_s=args.start_timeout, call_s=args.call_timeout)
+    if args.rollback:
+        backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, deadlines=deadlines)
+        res = Executor(backend, Journal(journal_path(args.journal))).rollback_unfinished()
+        print("nothing to roll back" if res is None else f"apply #{res.apply_id}: {res.message}")
+        return 0
+    if not args.plan:
+        raise UserError(Problem("PLAN", "missing", "give a plan file, or --rollback"))
+    backend = None
+    # Nodes named in the plan let the sim (or a local Ray cluster) be created from it.
+    from executor.target import KIND
+
+    from planner import plandoc
+
+    doc = plandoc.read(args.plan)
+    nodes = None
+    if doc.kind == KIND and doc.body.get("nodes"):
+        from executor.state import Node
+
+        nodes = [Node(n["name"], n["gpu_type"], n["gpus"], n["dram_gb"], n.get("alive", True)) for n in doc.body["nodes"]]
+    jp = journal_path(args.journal)
+    unfinished = Journal(jp).unfinished() if jp.exists() else None
+    if unfinished and unfinished["plan_digest"] != plan_digest(doc) and not args.dry_run:
+        # Refused before touching the cluster: another plan's apply is half done.
+        Journal(jp).open_apply(plan_digest(doc), args.plan, args.backend, [])
+    backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, nodes=nodes, deadlines=deadlines)
+    target, name, digest = read_target(args.plan, lambda: observe(backend), args.scenario)
+    if unfinished and unfinished["plan_digest"] == digest and not args.dry_run:
+        # An interrupted apply of this very plan: finish the journaled steps, do not re-diff.
+        from executor.diff import StepPlan
+
+        plan = StepPlan([], unfinished["steps"], observe(backend), target)
+    else:
+        plan = diff(observe(backend), target)
+    if args.dry_run:
+        print_plan(plan, sys.stdout)
+        return 0
+    if not plan.steps:
+        print("nothing to do: the cluster already matches the plan")
+        return 0
+    journal = Journal(journal_path(args.journal))
+    with Progress(plan.steps) as prog:
+        ex = Executor(backend, journal, faults=crash_hook_from_env(), on_step=prog.update, on_event=prog.event)
+        res = ex.apply(plan.steps, name, digest)
+    reaped = reap(backend)
+    if hasattr(backend, "save"):
+        backend.save()
+    for r in reaped:
+        print(f"reaped {r}")
+    if res.status == "done":
+        print(f"applied {name}: {len(plan.steps)} step(s){' (resumed)' if res.resumed else ''}; journal {journal_path(args.journal)}")
+        return 0
+    print(f"error: apply #{res.apply_id} {res.status}: {res.message}", file=sys.stderr)
+    return 1

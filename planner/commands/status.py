@@ -1,0 +1,53 @@
+"""planner status: what runs where (nodes, components, workers, leases) and the last applies."""
+
+from __future__ import annotations
+
+NAME = "status"
+HELP = "show what runs where: per node GPUs/DRAM in use and workers, per component its workers and leases"
+DESCRIPTION = """Show the cluster as the executor sees it: per node the GPUs and host DRAM in use and
+which components' workers run there; per component its role, layout, workers (node, status, lease
+epoch); the request ledger; and the last applies in the journal. --json prints the same as JSON."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--backend", choices=["ray", "sim"], default="sim")
+    p.add_argument("--address", help="Ray cluster address (default: auto)")
+    p.add_argument("--sim-state", help="sim backend: the saved cluster (default: .rl-planner/sim-state.pkl)")
+    p.add_argument("--journal", help="SQLite journal (default: .rl-planner/journal.db)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args) -> int:
+    import json
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from executor.backends.base import observe
+    from executor.journal import Journal
+    from executor.progress import state_table
+    from executor.session import journal_path, open_backend
+
+    backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state)
+    st = observe(backend)
+    ledger = backend.coord("ledger_summary")
+    jp = journal_path(args.journal)
+    history = Journal(jp).history(5) if jp.exists() else []
+    if args.json:
+        print(json.dumps({"state": st.to_dict(), "nodes": st.table(), "ledger": ledger, "applies": history}, indent=2, default=str))
+        return 0
+    con = Console(file=sys.stdout, width=120)
+    con.print(state_table(st.table(), f"{backend.name} cluster"))
+    t = Table(title="components")
+    for col in ("component", "role", "layout", "gen", "workers (node status epoch)"):
+        t.add_column(col)
+    for c in sorted(st.components.values(), key=lambda c: c.name):
+        ws = "; ".join(f"{w.id}@{w.node} {w.status} e{w.epoch}" for w in sorted(c.workers, key=lambda w: w.index))
+        t.add_row(c.name, c.role, str(c.layout) if c.role == "trainer" else "-", str(c.generation), ws)
+    con.print(t)
+    con.print(f"requests: {ledger['done']}/{ledger['requests']} finished, {ledger['handoffs']} handoffs, "
+              f"{ledger['rejected_effects']} stale or duplicate effects refused")
+    for h in history:
+        con.print(f"apply #{h['id']} {h['plan']} [{h['backend']}]: {h['status']} {h['message']}")
+    return 0

@@ -1,0 +1,99 @@
+"""planner apply / planner status through the real CLI (subprocesses), on the sim backend."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+
+import yaml
+
+from planner.cli import main
+from tests.conftest import run_cli
+
+
+def _plan(tmp_path, name, rollout, trainer_layout, trainer_place, extra=None):
+    body = {"nodes": [{"name": "h20-0", "gpu_type": "H20", "gpus": 8, "dram_gb": 512},
+                      {"name": "h100-0", "gpu_type": "H100", "gpus": 8, "dram_gb": 1024}],
+            "components": [{"name": "job/rollout", "role": "rollout", "gpu_type": "H20", "placement": rollout, "dram_gb_per_worker": 20},
+                           {"name": "job/trainer", "role": "trainer", "gpu_type": "H100", "layout": trainer_layout,
+                            "placement": trainer_place, "model": {"hidden": 16, "ffn": 32, "layers": 2, "vocab": 32}}]}
+    if extra:
+        body["components"].append(extra)
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump({"kind": "ExecutorTarget", "version": 1, "solver": {"backend": "manual", "status": "feasible"},
+                                 "body": body}))
+    return p
+
+
+def _args(tmp_path):
+    return ["--journal", str(tmp_path / "j.db"), "--sim-state", str(tmp_path / "sim.pkl")]
+
+
+def test_dry_run_apply_status_and_crash_resume(tmp_path, capsys):
+    a = _args(tmp_path)
+    p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
+    r = run_cli("apply", str(p1), *a)
+    assert r.returncode == 0, r.stderr
+    # The next plan shrinks the rollout and reshapes the trainer; the controller dies mid-reshard.
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    state_before = (tmp_path / "sim.pkl").read_bytes()
+    r = run_cli("apply", str(p2), "--dry-run", *a)
+    assert (tmp_path / "sim.pkl").read_bytes() == state_before  # a dry run changes nothing
+    assert "because parameters, Adam moments and gradient buffers must move" in r.stdout
+    assert [l.split()[1] for l in r.stdout.splitlines() if re.match(r"^\s+\d+\. ", l)] == \
+        ["drain", "handoff", "stop", "stop", "create", "create", "reshard", "switch", "stop", "stop"]
+    r = run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:after"})
+    assert r.returncode == 137
+    db = sqlite3.connect(tmp_path / "j.db")
+    assert db.execute("SELECT status FROM applies ORDER BY id DESC LIMIT 1").fetchone() == ("running",)
+    assert db.execute("SELECT status FROM steps WHERE kind = 'reshard'").fetchone() == ("intent",)
+    # A different plan is refused while that one is unfinished.
+    r = run_cli("apply", str(p1), *a)
+    assert r.returncode == 2 and "interrupted" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("apply", str(p2), *a)
+    assert r.returncode == 0 and "(resumed)" in r.stdout, r.stderr
+    rows = db.execute("SELECT kind, status, attempts FROM steps WHERE apply_id = 2 ORDER BY seq").fetchall()
+    assert all(s == "done" for _, s, _ in rows)
+    assert [n for k, _, n in rows if k == "reshard"] == [2] and all(n == 1 for k, _, n in rows if k != "reshard")
+    # status, in this process (the subprocess path is the same entry point as apply's)
+    assert main(["status", *a]) == 0
+    out = capsys.readouterr().out
+    assert "job/trainer" in out and "tp1/pp1/dp2" in out and "DEAD" not in out
+    assert main(["status", "--json", *a]) == 0
+    data = json.loads(capsys.readouterr().out)
+    comps = {c["name"]: c for c in data["state"]["components"]}
+    assert comps["job/trainer"]["layout"] == {"tp": 1, "pp": 1, "dp": 2}
+    assert len(comps["job/rollout"]["workers"]) == 2
+    assert [x["status"] for x in data["applies"]][:2] == ["done", "done"]
+
+
+def test_unreachable_plan_is_refused_with_exit_2(tmp_path):
+    a = _args(tmp_path)
+    p = _plan(tmp_path, "bad.yaml", {"h20-9": 4}, {"tp": 2}, {"h100-0": 2})
+    r = run_cli("apply", str(p), "--dry-run", *a)
+    assert r.returncode == 2
+    assert "unknown node 'h20-9'" in r.stderr and "Did you mean 'h20-0'" in r.stderr and "Traceback" not in r.stderr
+    p = _plan(tmp_path, "big.yaml", {"h20-0": 9}, {"tp": 2}, {"h100-0": 2})
+    r = run_cli("apply", str(p), *a)
+    assert r.returncode == 2 and "places 9 GPUs of workers on a node with 8" in r.stderr
+    assert not (tmp_path / "j.db").exists()  # nothing half-written
+
+
+def test_bad_plan_files_and_arguments(tmp_path):
+    a = _args(tmp_path)
+    r = run_cli("apply", str(tmp_path / "missing.yaml"), *a)
+    assert r.returncode == 2 and "plan file not found" in r.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"kind": "ExecutorTarget", "version": 1, "solver": {"backend": "m", "status": "feasible"},
+                                   "body": {"components": [{"name": "job/trainer", "role": "trainer", "layout": {"tp": 2},
+                                                            "placement": {"x": 3}}]}}))
+    r = run_cli("apply", str(bad), *a)
+    assert r.returncode == 2 and "body.components.0" in r.stderr and "tp*pp*dp" in r.stderr
+    p = _plan(tmp_path, "ok.yaml", {"h20-0": 1}, {"tp": 1}, {"h100-0": 1})
+    r = run_cli("apply", str(p), "--call-timeout", "0", *a)
+    assert r.returncode == 2 and "--call-timeout" in r.stderr
+    r = run_cli("status", "--sim-state", str(tmp_path / "none.pkl"))
+    assert r.returncode == 2 and "no simulated cluster" in r.stderr
+    r = run_cli("apply", str(p), "--backend", "ray", "--address", "127.0.0.1:1", "--dry-run", *a)
+    assert r.returncode == 2 and "--address" in r.stderr and "nothing answers" in r.stderr and "Traceback" not in r.stderr

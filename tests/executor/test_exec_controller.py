@@ -1,0 +1,83 @@
+"""The controller on the sim backend: rollout reboot, component removal, rollback on request."""
+
+from __future__ import annotations
+
+from executor import faultlib, router
+from executor.backends.base import observe
+from executor.backends.sim import SimBackend
+from executor.controller import Executor
+from executor.diff import diff
+from executor.faults import ControllerCrash, Fault, FaultPlan
+from executor.faultlib import NODES, ROLLOUT, TRAINER, full_state, same_state, target
+from executor.journal import Journal
+from executor.workers.engine import expected_output
+
+
+def _started(requests=80):
+    b = SimBackend(NODES, ticks_per_call=1)
+    j = Journal(":memory:")
+    Executor(b, j).apply(diff(observe(b), target(faultlib.base_body())).steps)
+    router.submit(b, ROLLOUT, router.make_requests(ROLLOUT, requests, prompts=5, min_len=5, max_len=40, seed=2))
+    b.tick(4)
+    return b, j
+
+
+def _finish(b):
+    for _ in range(200):
+        if b.coord("ledger_summary")["done"] == b.coord("ledger_summary")["requests"]:
+            return
+        b.tick(5)
+
+
+def test_rollout_reboot_keeps_every_request_and_its_partial_output():
+    b, j = _started()
+    body = faultlib.base_body()
+    body["components"][0].update(placement={"a": 1, "b": 1}, migration="reboot")
+    open_before = {r["id"] for r in b.coord("request_records") if not r["done"]}
+    assert open_before
+    plan = diff(observe(b), target(body))
+    assert [s.kind for s in plan.steps][:4] == ["save", "stop", "stop", "stop"]
+    res = Executor(b, j).apply(plan.steps)
+    assert res.status == "done" and res.outcomes["job/rollout/reboot/save"]["requests_saved"] > 0
+    _finish(b)
+    recs = b.coord("request_records")
+    assert all(r["done"] and r["output"] == expected_output(r) for r in recs)
+    restarted = {w["id"] for w in b.coord("records") if w["component"] == ROLLOUT}
+    assert restarted and all(".g2." in w for w in restarted)
+    # old engines may finish requests until they are drained by the save; the rest finish on the
+    # restarted engines, resumed from their saved partial output
+    assert sum(r["finished_by"] in restarted for r in recs if r["id"] in open_before) > len(open_before) // 2
+
+
+def test_removing_a_rollout_cancels_its_requests_once():
+    b, j = _started()
+    body = faultlib.base_body()
+    body["components"] = body["components"][1:]
+    res = Executor(b, j).apply(diff(observe(b), target(body)).steps)
+    assert res.status == "done"
+    summ = b.coord("ledger_summary")
+    assert summ["done"] == summ["requests"] == 80 and summ["cancelled"] + summ["done"] - summ["cancelled"] == 80
+    assert summ["cancelled"] > 0
+    assert not [r for r in b.coord("records") if r["component"] == ROLLOUT]
+    assert b.leaks() == []
+
+
+def test_rollback_on_request_after_a_crash_leaves_the_old_trainer_whole():
+    b, j = _started()
+    old = [r["id"] for r in b.coord("records") if r["component"] == TRAINER]
+    before, step, _ = full_state(b, old)
+    steps = diff(observe(b), target(faultlib.migration_body("p2p"))).steps
+    try:
+        Executor(b, j, faults=FaultPlan([Fault("reshard", "after", "crash")])).apply(steps)
+        raise AssertionError("the controller should have died")
+    except ControllerCrash:
+        pass
+    res = Executor(b, j).rollback_unfinished()
+    assert res is not None and res.status == "rolled_back"
+    now = [r["id"] for r in b.coord("records") if r["component"] == TRAINER]
+    assert now == old and b.coord("active_set", TRAINER) == old
+    after, step_after, _ = full_state(b, now)
+    assert same_state(before, after) == [] and step_after == step
+    assert all(b.train_step(TRAINER, 5))  # the old ranks keep training
+    assert b.leaks() == [] and j.unfinished() is None
+    assert Executor(b, j).rollback_unfinished() is None
