@@ -22,7 +22,7 @@ analyses, with resources instead of algebra:
   ``d(work)/dt = GPUs held / GPUs pinned`` (the body is throughput-bound, so its rate is linear in
   its engines).
 
-A member's *cycle time* is the mean gap between its successive rollout starts once the schedule is
+A member's *cycle time* is the mean gap between its successive iteration ends once the schedule is
 in steady state; with fixed phase times and no switches it equals the maximum cycle ratio of the
 event graph that :func:`formulation.placement.cycle.cycle_times` computes.
 
@@ -434,10 +434,13 @@ class GroupRun:
 
     # ------------------------------------------------------------------ results
     def cycle_times(self, skip: int = 2) -> dict[str, float]:
-        """Mean gap between successive rollout starts per member, after ``skip`` warm-up iterations."""
+        """Mean gap between successive iteration ends (training plus weight sync done) per member,
+        after ``skip`` warm-up iterations. Iteration ends settle at the period at once whichever pool
+        is the bottleneck; rollout starts can take tens of iterations to feel a training-bound ring
+        whose period is close to the rollout ring's (a long max-plus transient)."""
         out = {}
         for name, mem in self._all_members().items():
-            st = mem.rollout_starts[skip:]
+            st = mem.iter_end[skip:]
             if len(st) >= 2:
                 out[name] = (st[-1] - st[0]) / (len(st) - 1)
         return out

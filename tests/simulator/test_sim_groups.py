@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from simulator.groups import GroupSpec, MemberSpec, TailProfile, run_group
@@ -24,6 +24,7 @@ def closed_form(ms):
 
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(st.floats(1, 300), st.floats(1, 300), st.floats(0, 5)), min_size=1, max_size=5))
+@example([(64.0, 58.0, 0.0), (70.0, 136.0, 0.0), (83.0, 118.0, 0.0), (90.0, 61.0, 0.0), (170.0, 109.0, 0.0)])  # 482 vs 477: slow transient
 def test_whole_pool_group_period_is_the_closed_form(phases):
     """Members on the whole pools: the executed schedule's period is max(sum a, sum(b+s), max(a+b+s))
     (DESIGN.md section 4; formulation/placement/cycle.py proves it). The runner is an independent
@@ -31,9 +32,8 @@ def test_whole_pool_group_period_is_the_closed_form(phases):
     ms = tuple(MemberSpec(f"m{i}", a, b, s, R, T) for i, (a, b, s) in enumerate(phases))
     run = run_group(GroupSpec("g", ms), iterations=40)
     lam = closed_form(ms)
-    # the schedule may be periodic with a cyclicity > 1 after a transient: average over 30 iterations
     for name, ct in run.cycle_times(skip=10).items():
-        assert ct == pytest.approx(lam, rel=0.01), name
+        assert ct == pytest.approx(lam, rel=1e-6), name
 
 
 def test_disjoint_members_do_not_wait_for_each_other():
