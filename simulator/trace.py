@@ -35,20 +35,10 @@ from typing import Callable, Optional, Protocol
 
 import numpy as np
 
+from formulation.placement.evaluate import Config as PoolConfig  # the placement planner's pool pair: one definition
 from simulator.core import EventLoop
 from simulator.groups import GroupRun, GroupSpec, MemberSpec, TailProfile
 from simulator.profiles import PhaseProfile
-
-
-@dataclass(frozen=True)
-class PoolConfig:
-    rollout_type: str
-    rollout_nodes: int
-    train_type: str
-    train_nodes: int
-
-    def label(self) -> str:
-        return f"{self.rollout_nodes}x{self.rollout_type}+{self.train_nodes}x{self.train_type}"
 
 
 @dataclass(frozen=True)

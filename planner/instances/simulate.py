@@ -190,11 +190,6 @@ def with_simulated_slos(jobs, inst):
 
 def placement_placer(sc, jobs, tables: str = "estimators"):
     """The placement planner's online admission as a :class:`simulator.trace.Placer`."""
-    try:
-        from formulation.placement.evaluate import Index  # noqa: F401
-    except ImportError as exc:
-        raise UserError(Problem("--policy groups", f"the placement planner is not available in this installation ({exc})",
-                                "use --policy solo-d or colocated-jobs")) from None
     return PlannerPlacer(sc, jobs, tables)
 
 
@@ -236,15 +231,10 @@ class PlannerPlacer:
             self.pk.remove_job(j)
 
     def groups(self) -> dict:
-        from simulator.trace import PoolConfig
-
         out = {}
         for g, members in enumerate(self.pk.groups):
-            if not members:
-                continue
-            c = self.idx.configs[self.pk.group_config[g]]
-            out[f"g{g}"] = (PoolConfig(c.rollout_type, c.rollout_nodes, c.train_type, c.train_nodes),
-                            [self.idx.names[j] for j in members])
+            if members:
+                out[f"g{g}"] = (self.idx.configs[self.pk.group_config[g]], [self.idx.names[j] for j in members])
         return out
 
 
@@ -309,9 +299,4 @@ class PlannerDecision:
 
 
 def planner_decision(sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5) -> PlannerDecision:
-    try:
-        import formulation.realloc.decide  # noqa: F401
-    except ImportError as exc:
-        raise UserError(Problem("--decision planner", f"the reallocation planner is not available in this installation ({exc})",
-                                "use --decision threshold")) from None
     return PlannerDecision(sc, u_low, window_s, theta)

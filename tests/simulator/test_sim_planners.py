@@ -1,4 +1,4 @@
-"""The simulator driven by the real planners (skipped where they are not installed).
+"""The simulator driven by the real planners.
 
 * a planned group's simulated cycle time is within 5% of the cycle time the placement planner
   predicted (its one definition: the maximum cycle ratio of the event graph), with the
@@ -15,10 +15,6 @@ import pytest
 
 from tests.conftest import SCENARIOS
 
-def _need_placement():
-    pytest.importorskip("formulation.placement.cycle", reason="the placement planner is not installed")
-
-
 def _weave_plan():
     from formulation.common import SolveOptions
     from formulation.placement.solve import solve
@@ -31,7 +27,6 @@ def _weave_plan():
 
 
 def test_planned_group_cycle_time_within_5_percent():
-    _need_placement()
     from estimators import comm
     from simulator.groups import run_group, spec_from_plan_group
 
@@ -47,7 +42,6 @@ def test_planned_group_cycle_time_within_5_percent():
 
 
 def test_disjoint_pins_match_the_event_graph():
-    _need_placement()
     from formulation.placement.cycle import Member, cycle_times
     from simulator.groups import GroupSpec, MemberSpec, run_group
 
@@ -60,7 +54,6 @@ def test_disjoint_pins_match_the_event_graph():
 
 
 def test_reallocation_planner_drives_the_dynamic_policy():
-    pytest.importorskip("formulation.realloc.decide", reason="the reallocation planner is not installed")
     from planner.instances.simulate import PlannerDecision, cluster_view, job_setup, pick_job
     from planner.schema import load_scenario
     from simulator.job import JobSim
@@ -91,7 +84,6 @@ def test_reallocation_planner_drives_the_dynamic_policy():
 
 
 def test_placement_planner_admits_every_trace_job():
-    _need_placement()
     from planner.instances import simulate as inst
     from planner.schema import load_scenario
     from simulator.trace import TraceSim
