@@ -105,10 +105,18 @@ class _Node:
         self.ptr %= len(self.ring)
 
     def insert_at_turn(self, name: str) -> None:
-        """Add a member that goes next (a job joining a running group)."""
+        """Add a member that goes next (a job joining a running group): before the member whose turn
+        it is, or right after the member running on the node now (its release moves the turn on)."""
         if name in self.ring:
             return
-        self.ring.insert(self.ptr % len(self.ring) if self.ring else 0, name)
+        if not self.ring:
+            self.ring.append(name)
+            self.ptr = 0
+            return
+        pos = self.ptr % len(self.ring)
+        if self.owner is not None and self.ring[pos] == self.owner:
+            pos += 1
+        self.ring.insert(pos, name)
 
     def turn(self) -> Optional[str]:
         return self.ring[self.ptr % len(self.ring)] if self.ring else None
@@ -219,8 +227,8 @@ class GroupRun:
             if n in pool:
                 continue
             node = _Node(n, self.spec.gpus_per_node)
-            if ref is not None:
-                node.ring, node.ptr = list(ref.ring), ref.ptr
+            if ref is not None:  # a rollout under way keeps the turn on the new node until it releases the pool
+                node.ring, node.ptr, node.owner, node.last = list(ref.ring), ref.ptr, ref.owner, ref.last
             pool[n] = node
 
     def replace_member(self, m: MemberSpec) -> None:
