@@ -64,7 +64,7 @@ def test_no_request_waits_beyond_its_bound_while_a_later_one_is_served(ops, boun
             if not waiting:
                 assert got is None
                 continue
-            # ties on the entry time go to the earlier push (arrival sequence), not the id's spelling
+            # oldest first; requests pushed at the same instant in push order (r2 before r10)
             overdue = sorted((t, int(rid[1:]), rid) for rid, t in waiting.items() if now - t >= bound)
             if overdue:
                 assert got.request_id == overdue[0][2]

@@ -1,0 +1,134 @@
+"""planner daemon: the long-running replanning service with its HTTP API."""
+
+from __future__ import annotations
+
+NAME = "daemon"
+HELP = "run the replanning daemon: admit jobs, watch telemetry, replan and apply, serve the HTTP API"
+DESCRIPTION = """Run the replanning daemon (see docs/daemon.md).
+
+It keeps its state in SQLite (--state), serves an HTTP API on --listen (default 127.0.0.1:8765;
+port 0 picks a free one; the address is printed and written to --ready-file), and runs a loop of
+numbered phases every --period-s seconds: observe the backend, update the estimates from
+telemetry, detect triggers (arrivals, departures, drift, donors), solve warm-started from the
+current plan, keep a change only if its gain beats its migration cost, apply through the
+executor, record the decision with its reasons.
+
+The first start needs --scenario (a scenario file: GPU types, cluster, prices, solver options);
+the state file remembers it. Jobs in that file are submitted once, as a trace (with --clock
+virtual they arrive at their arrival_s). Only one daemon applies to a state file: a second one
+exits naming the holder, or waits with --standby. SIGTERM finishes the current step and exits 0.
+
+Examples:
+  planner daemon --scenario scenarios/weave-micro.yaml --state planner.sqlite
+  planner daemon --state planner.sqlite --listen 0.0.0.0:8765 --period-s 30 --dry-run
+  planner daemon --scenario scenarios/weave-trace-60.yaml --state replay.sqlite --clock virtual --period-s 300 --until-idle"""
+
+
+def _listen(text: str) -> tuple[str, int]:
+    import argparse
+
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = text, "8765"
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: the port must be a number from 0 to 65535 (HOST:PORT, e.g. 127.0.0.1:8765)")
+    return host, int(port)
+
+
+def _pos(kind):
+    import argparse
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return v
+
+    return parse
+
+
+def _range(text: str) -> tuple[float, float]:
+    import argparse
+
+    lo, _, hi = text.partition(":")
+    try:
+        a, b = float(lo), float(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected LO:HI, e.g. 0.9:1.2") from None
+    if not 0 < a <= b:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 < LO <= HI")
+    return a, b
+
+
+def add_arguments(p) -> None:
+    from pathlib import Path
+
+    p.add_argument("--state", type=Path, default=Path("planner-state.sqlite"), help="SQLite state file (default ./planner-state.sqlite)")
+    p.add_argument("--scenario", type=Path, help="cluster scenario (required the first time; its jobs are submitted as a trace)")
+    p.add_argument("--backend", choices=["sim", "ray"], default="sim", help="where plans are applied (default sim)")
+    p.add_argument("--ray-address", help="--backend ray: the Ray cluster (default: auto; 'local' starts one from the cluster's nodes)")
+    p.add_argument("--placer", choices=["auto", "weave", "solo"], default="auto",
+                   help="weave: co-execution groups (formulation.placement); solo: every job alone on its cheapest pools; "
+                        "auto (default): weave when this build has the placement planner, else solo")
+    p.add_argument("--listen", type=_listen, default=("127.0.0.1", 8765), metavar="HOST:PORT", help="HTTP address (default 127.0.0.1:8765)")
+    p.add_argument("--period-s", type=_pos(float), default=10.0, help="seconds between cycles on the daemon's clock (default 10)")
+    p.add_argument("--dry-run", action="store_true", help="decide and record, apply nothing")
+    p.add_argument("--clock", choices=["wall", "virtual"], default="wall",
+                   help="wall: real time; virtual: simulated time, each cycle advances it by --period-s (sim backend only)")
+    p.add_argument("--pace-s", type=float, default=0.0, help="virtual clock: wall seconds to wait per cycle (default 0: as fast as possible)")
+    p.add_argument("--token-file", type=Path, help="API token file: requests need 'Authorization: Bearer <token>' (probes excepted); "
+                                                 "required to listen beyond loopback")
+    p.add_argument("--insecure", action="store_true", help="listen beyond loopback without a token (an authenticating proxy in front)")
+    p.add_argument("--standby", action="store_true", help="when another daemon holds the lease, serve and wait for it instead of exiting")
+    g = p.add_argument_group("replanning")
+    g.add_argument("--no-reoptimise", action="store_true", help="admission and repair only (no periodic or departure re-optimisation)")
+    g.add_argument("--reoptimise-every-s", type=_pos(float), default=3600.0, help="periodic re-optimisation interval (default 3600)")
+    g.add_argument("--reoptimise-time-limit-s", type=_pos(float), default=10.0, help="wall-clock limit of one re-optimisation (default 10)")
+    g.add_argument("--amortise-s", type=_pos(float), default=3600.0, help="horizon a $/h saving counts over against migration cost (default 3600)")
+    g.add_argument("--gain-margin", type=float, default=0.10, help="keep a change if gain > (1 + margin) x migration cost (default 0.10)")
+    g.add_argument("--max-moves-per-hour", type=float, default=30.0, help="churn budget: jobs moved by optional changes per hour (default 30)")
+    g.add_argument("--drift-threshold", type=_pos(float), default=0.10, help="relative change of measured/predicted that updates estimates (default 0.10)")
+    g.add_argument("--admission-timeout-s", type=_pos(float), default=None, help="reject a job that waited this long for room (default: wait)")
+    g.add_argument("--no-realloc", action="store_true", help="no reallocation inside iterations")
+    h = p.add_argument_group("operation")
+    h.add_argument("--lease-ttl-s", type=float, default=15.0, help="applier lease TTL in wall seconds (default 15)")
+    h.add_argument("--until-idle", action="store_true", help="exit once every job has ended")
+    h.add_argument("--max-cycles", type=int, default=None, help="exit after this many cycles")
+    h.add_argument("--ready-file", type=Path, help="write the served URL here once listening")
+    h.add_argument("--sim-state", type=Path, help="simulated cluster's own state file (default STATE.sim)")
+    h.add_argument("--sim-slowdown", type=_range, default=(1.0, 1.0), metavar="LO:HI",
+                   help="simulated cluster: each job's true phase times are the estimates x a factor drawn from [LO, HI] (default 1:1)")
+    h.add_argument("--sim-noise", type=float, default=0.0, help="simulated cluster: per-iteration noise, e.g. 0.03 for +-3%% (default 0)")
+    h.add_argument("--sim-seed", type=int, default=0, help="simulated cluster: seed of the factors and the noise")
+    h.add_argument("--sim-step-delay-s", type=float, default=0.0, help="simulated cluster: wall seconds each apply step takes (default 0)")
+    h.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+
+
+def run(args) -> int:
+    import logging
+
+    from planner.daemon.config import DaemonConfig
+    from planner.daemon.service import Daemon, Options
+
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = DaemonConfig(period_s=args.period_s, dry_run=args.dry_run, clock=args.clock, reoptimise=not args.no_reoptimise,
+                       reoptimise_every_s=args.reoptimise_every_s, reoptimise_time_limit_s=args.reoptimise_time_limit_s,
+                       amortise_s=args.amortise_s, gain_margin=args.gain_margin, max_moves_per_hour=args.max_moves_per_hour,
+                       drift_threshold=args.drift_threshold, admission_timeout_s=args.admission_timeout_s, realloc=not args.no_realloc,
+                       lease_ttl_s=args.lease_ttl_s, until_idle=args.until_idle, max_cycles=args.max_cycles)
+    from planner.errors import Problem, UserError
+
+    for flag, v in (("--pace-s", args.pace_s), ("--sim-noise", args.sim_noise), ("--sim-step-delay-s", args.sim_step_delay_s)):
+        if not v >= 0:
+            raise UserError(Problem(flag, f"must be >= 0, got {v}"))
+    host, port = args.listen
+    truth = {"slow_lo": args.sim_slowdown[0], "slow_hi": args.sim_slowdown[1], "noise": args.sim_noise, "seed": args.sim_seed}
+    opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,
+                   standby=args.standby, wall_s_per_cycle=args.pace_s, sim_state=args.sim_state, sim_truth=truth, ready_file=args.ready_file,
+                   sim_step_delay_s=args.sim_step_delay_s, token_file=args.token_file, insecure=args.insecure,
+                   ray_address=args.ray_address)
+    return Daemon(opts).open().run()

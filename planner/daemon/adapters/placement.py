@@ -1,0 +1,187 @@
+"""The co-execution placement planner (:mod:`formulation.placement`, after Weave) behind the daemon's seam.
+
+Glue only; every decision is the planner's:
+
+* the instance: :func:`planner.instances.placement.compile_job` per job (cached per job spec),
+  with each job's phase tables multiplied by the drift factors telemetry taught the daemon
+  (rollout times by the rollout factor, training and weight sync by the training factor);
+* **place one job**: the planner's greedy :class:`~formulation.placement.greedy.Packer` loaded
+  with the current groups (anchored to their ids), one ``best_move`` (fill a bubble, extend the
+  rollout pool, open a group); a job no move places is explained by
+  :func:`~formulation.placement.explain.explain`, and rejected for good only when no pool
+  configuration can ever serve it (``job_configs`` empty: SLO, DRAM or no pool type);
+* **re-optimise**: :func:`formulation.placement.solve.solve` with the current plan as warm start
+  (groups still feasible are kept on their nodes; ``move_price_per_job`` charged per moved job),
+  under the daemon's wall-clock limit;
+* **evaluate**: the plan body :func:`~formulation.placement.plan.build_plan` makes of the
+  placement at the current estimates, judged by the solver-free checker
+  :func:`formulation.placement.check.check`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from planner.daemon.ports import Admission, Group, Placement, PlanningContext, Reoptimisation, Violation
+from planner.instances.common import ClusterView, resolve_gpu_types
+from planner.schema.scenario import Scenario
+
+
+class WeavePlacer:
+    name = "weave"
+
+    def __init__(self, cluster: Scenario, backend: str = "auto") -> None:
+        from formulation.placement.instance import PoolType
+
+        self.cluster = cluster
+        self.backend = backend
+        self.view = ClusterView(cluster, resolve_gpu_types(cluster))
+        self.mode = cluster.solver.phase_time_estimate
+        self.pools = {}
+        for t in self.view.types():
+            spec = cluster.gpu_types.get(t)
+            price = spec.price_per_gpu_hour if spec and spec.price_per_gpu_hour else self.view.gpu_types[t].price_per_gpu_hour
+            self.pools[t] = PoolType(gpus_per_node=self.view.gpus_per_node(t), price_per_gpu_hour=price, dram_gb=self.view.dram_gb(t),
+                                     count=self.view.nodes_of(t), node_names=self.view.node_names(t))
+        self._compiled: dict[tuple[str, str], object] = {}
+
+    # ------------------------------------------------------------------ instance
+    def _job(self, ctx: PlanningContext, name: str, scaled: bool = True):
+        from planner.instances.placement import compile_job
+
+        spec = ctx.jobs[name]
+        key = (name, spec.model_dump_json())
+        if key not in self._compiled:
+            self._compiled[key] = compile_job(spec, self.view, self.mode)
+        base = self._compiled[key]
+        f = ctx.factor(name)
+        if not scaled or (f.rollout == 1.0 and f.train == 1.0):
+            return base
+        return base.model_copy(update={
+            "rollout_s": {t: {n: v * f.rollout for n, v in row.items()} for t, row in base.rollout_s.items()},
+            "train_s": {t: {n: v * f.train for n, v in row.items()} for t, row in base.train_s.items()},
+            "sync_s": {a: {b: v * f.train for b, v in row.items()} for a, row in base.sync_s.items()},
+        })
+
+    def _instance(self, ctx: PlanningContext, names: list[str], scaled: bool = True):
+        from formulation.placement.instance import PlacementInstance
+
+        price = self.cluster.solver.move_price_per_job if ctx.move_price_per_job is None else ctx.move_price_per_job
+        return PlacementInstance(name=self.cluster.name, pool_types=self.pools, jobs=[self._job(ctx, n, scaled) for n in names],
+                                 move_price_per_job=price)
+
+    def _groups(self, idx, placement: Placement):
+        """The placement as the planner's anchored groups, and their nodes."""
+        from formulation.placement.evaluate import Config, Group as PGroup
+
+        pos = {n: i for i, n in enumerate(idx.names)}
+        groups, nodes = [], {}
+        for g in placement.groups:
+            k = idx.config_id.get(Config(g.rollout_type, len(g.rollout_nodes), g.train_type, len(g.train_nodes)))
+            if k is None:
+                raise ValueError(f"group {g.id}: {len(g.rollout_nodes)}x{g.rollout_type} + {len(g.train_nodes)}x{g.train_type} "
+                                 "is not a pool configuration of the placement instance")
+            groups.append(PGroup(k, tuple(pos[m] for m in g.members), g.id))
+            nodes[g.id] = {"rollout": list(g.rollout_nodes), "train": list(g.train_nodes)}
+        return groups, nodes
+
+    def _body(self, idx, placement: Placement):
+        from formulation.placement.evaluate import Solution
+        from formulation.placement.plan import build_plan
+
+        groups, nodes = self._groups(idx, placement)
+        return build_plan(idx, Solution(groups), [], nodes)
+
+    @staticmethod
+    def _placement(body) -> Placement:
+        return Placement(tuple(Group(g.id, g.rollout_pool.gpu_type, tuple(g.rollout_pool.nodes), g.train_pool.gpu_type,
+                                     tuple(g.train_pool.nodes), tuple(g.order), float(g.cost_per_hour), float(g.cycle_time_s))
+                               for g in body.groups))
+
+    # ------------------------------------------------------------------ the port
+    def admit(self, ctx: PlanningContext, current: Placement, job: str) -> Admission:
+        from formulation.placement.evaluate import Index, Solution
+        from formulation.placement.explain import explain
+        from formulation.placement.greedy import Packer
+        from formulation.placement.plan import build_plan
+
+        idx = Index(self._instance(ctx, current.jobs() + [job]))
+        groups, nodes = self._groups(idx, current)
+        pk = Packer.from_groups(idx, groups)
+        j = idx.n - 1
+        adm = pk.best_move(j)
+        if adm.move is None:
+            u = explain(idx, j, dict(pk.free))
+            permanent = len(idx.job_configs[j]) == 0
+            return Admission(job, None, None, 0.0, f"{u.reason}: {u.message} ({u.fix})", permanent=permanent)
+        pk.apply(adm)
+        sol = pk.solution()
+        body = build_plan(idx, Solution(sol.groups), [], nodes)
+        return Admission(job, self._placement(body), adm.move, float(adm.marginal_cost),
+                         f"{idx.configs[adm.config].label()}, +{adm.marginal_cost:.2f} $/h")
+
+    def reoptimise(self, ctx: PlanningContext, current: Placement, time_limit_s: float) -> Reoptimisation:
+        from formulation.common import SolveOptions
+        from formulation.placement.evaluate import Index
+        from formulation.placement.solve import solve
+
+        inst = self._instance(ctx, current.jobs())
+        body = self._body(Index(inst), current)
+        sc = self.cluster.solver
+        res = solve(inst, SolveOptions(time_limit_s=time_limit_s, mip_gap=sc.mip_gap, threads=1, seed=sc.seed,
+                                       warm_start_name="previous-plan"), self.backend, current=body)
+        rec = res.record.as_dict()
+        why = (f"re-optimised ({rec['backend']}, {rec['status']}, gap {rec['gap'] if rec['gap'] is not None else 'n/a'}) warm-started "
+               f"from the current plan: {res.plan.cost_per_hour:.2f} $/h"
+               + (f", bound {res.plan.lower_bound_per_hour:.2f}" if res.plan.lower_bound_per_hour is not None else ""))
+        if res.plan.unplaced:
+            why += "; left out: " + ", ".join(f"{u.job} ({u.reason})" for u in res.plan.unplaced)
+        return Reoptimisation(self._placement(res.plan), rec, why)
+
+    def evaluate(self, ctx: PlanningContext, placement: Placement) -> tuple[Placement, list[Violation]]:
+        from formulation.placement.check import check
+        from formulation.placement.evaluate import Index
+
+        inst = self._instance(ctx, placement.jobs())
+        body = self._body(Index(inst), placement)
+        out = []
+        for v in check(inst, body):
+            parts = dict(p.split("=", 1) for p in v.where.split(",") if "=" in p)
+            out.append(Violation(v.rule, parts.get("job") or parts.get("group") or v.where, f"{v.rule} [{v.where}]: {v.message}"))
+        return self._placement(body), out
+
+    def predict(self, ctx: PlanningContext, placement: Placement) -> dict[str, tuple[float, float]]:
+        out: dict[str, tuple[float, float]] = {}
+        for g in placement.groups:
+            for m in g.members:
+                if m not in ctx.jobs:
+                    continue
+                pj = self._job(ctx, m, scaled=False)
+                a = pj.rollout_s.get(g.rollout_type, {}).get(len(g.rollout_nodes))
+                b = pj.train_s.get(g.train_type, {}).get(len(g.train_nodes))
+                if a is not None and b is not None:
+                    out[m] = (float(a), float(b + pj.sync(g.rollout_type, g.train_type)))
+        return out
+
+    def plan_document(self, ctx: PlanningContext, placement: Placement, solver: dict) -> dict:
+        from formulation.placement.evaluate import Index
+        from planner.plandoc import PlanDocument, SolverRecord, scenario_digest, to_data
+
+        body = self._body(Index(self._instance(ctx, placement.jobs())), placement)
+        fields = {k: solver.get(k) for k in ("backend", "status", "objective", "best_bound", "gap", "time_limit_s", "warm_start")
+                  if solver.get(k) is not None}
+        rec = SolverRecord(**{"backend": "greedy-admit", "status": "feasible", **fields}, wall_time_s=float(solver.get("wall_time_s") or 0.0),
+                           message=str(solver.get("message") or ""))
+        doc = PlanDocument(kind="PlacementPlan", scenario=self.cluster.name, scenario_digest=scenario_digest(self.cluster), solver=rec,
+                           body=body.model_dump(mode="json"))
+        return to_data(doc)
+
+
+def available() -> Optional[str]:
+    """None when the placement planner is installed, else why not."""
+    try:
+        import formulation.placement.solve  # noqa: F401
+        import planner.instances.placement  # noqa: F401
+    except ImportError as exc:
+        return f"the placement planner (formulation.placement) is not in this build: {exc}"
+    return None

@@ -1,0 +1,394 @@
+"""The HTTP API (FastAPI): jobs, telemetry, the plan, the decision log, health, metrics.
+
+======  ========================  =============================================================
+verb    path                      what
+======  ========================  =============================================================
+POST    /v1/jobs                  submit a job (the scenario schema's ``JobSpec``), checked against
+                                  the cluster like a scenario file: 201, 409 (name taken), 422
+GET     /v1/jobs                  list jobs, filter by ``state``, page with ``limit``/``offset``
+GET     /v1/jobs/{name}           one job with its lifecycle events: 200, 404
+DELETE  /v1/jobs/{name}           request a cancel (the loop carries it out): 202, 404, 409
+POST    /v1/telemetry             a ``TelemetrySnapshot`` of a placed job: 202, 404, 409, 422
+GET     /v1/plan                  the plan in force (placement and plan document): 200, 404
+GET     /v1/decisions             the decision log with reasons, ``since_id``/``limit``/``kind``
+GET     /v1/health                role, lease holder, loop progress, job counts
+GET     /healthz, /readyz         liveness; readiness (503 while the loop is stalled)
+GET     /metrics                  Prometheus text format
+======  ========================  =============================================================
+
+Every refusal is a JSON ``{"error": ..., "problems": [{"field", "message", "fix"}]}`` whose
+``field`` is the path inside the request (``rollout.max_response_tokens``), never a traceback.
+Requests over 1 MiB get 413 (:class:`BodyLimit`). Nothing reaches the state before it validated.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal, Optional
+
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from pydantic import BaseModel, Field, ValidationError
+
+from formulation.realloc.telemetry import TelemetrySnapshot
+from planner import __version__
+from planner.daemon.lifecycle import JobState
+from planner.daemon.store import NotFound, StoreError
+from planner.errors import Problem, UserError
+from planner.schema.scenario import JobSpec
+
+log = logging.getLogger("planner.daemon.api")
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+# ------------------------------------------------------------------------------- responses
+class ProblemView(BaseModel):
+    field: str = Field(description="path inside the request, e.g. rollout.max_response_tokens ('' for the whole body)")
+    message: str
+    fix: str = ""
+
+
+class ErrorBody(BaseModel):
+    error: str
+    problems: list[ProblemView] = Field(default_factory=list)
+
+
+class JobView(BaseModel):
+    name: str
+    state: JobState
+    submitted_at: float
+    arrives_at: float
+    admitted_at: Optional[float] = None
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    slo_s: Optional[float] = None
+    reason: str
+    cancel_requested: bool
+    iterations: int
+    last_iteration_s: Optional[float] = None
+    slo_misses: int
+    spec: dict[str, Any]
+
+
+class JobEvent(BaseModel):
+    at: float
+    from_state: Optional[str] = None
+    to_state: str
+    reason: str
+
+
+class JobDetail(JobView):
+    events: list[JobEvent]
+    group: Optional[dict[str, Any]] = None
+
+
+class JobList(BaseModel):
+    jobs: list[JobView]
+    total: int
+    counts: dict[str, int]
+
+
+class Accepted(BaseModel):
+    id: int
+    job: str
+
+
+class PlanView(BaseModel):
+    id: int
+    status: str
+    cycle: int
+    created_at: float
+    cost_per_hour: float
+    placement: dict[str, Any]
+    document: dict[str, Any]
+
+
+class DecisionView(BaseModel):
+    id: int
+    cycle: int
+    at: float
+    kind: str
+    triggers: list[str]
+    outcome: str
+    jobs: list[str]
+    cost_before: Optional[float] = None
+    cost_after: Optional[float] = None
+    gain_usd: Optional[float] = None
+    migration_usd: Optional[float] = None
+    solver: dict[str, Any]
+    reasons: list[str]
+    plan_id: Optional[int] = None
+    dry_run: bool
+
+
+class DecisionList(BaseModel):
+    decisions: list[DecisionView]
+    next_since_id: int
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded", "stopping"]
+    version: str
+    role: str
+    backend: str
+    placer: str
+    clock: str
+    clock_s: float
+    period_s: float
+    cycle: int
+    last_cycle_wall: Optional[float] = None
+    loop_lag_s: Optional[float] = None
+    lease: Optional[dict[str, Any]] = None
+    lease_holder: str
+    plan_id: Optional[int] = None
+    plan_cost_per_hour: float
+    jobs: dict[str, int]
+    problems: list[str]
+
+
+def _err(status: int, error: str, problems: list[Problem]) -> JSONResponse:
+    body = ErrorBody(error=error, problems=[ProblemView(field=p.where, message=p.message, fix=p.fix) for p in problems])
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+E = {404: {"model": ErrorBody, "description": "no such object"}, 409: {"model": ErrorBody, "description": "conflicts with the state"},
+     413: {"model": ErrorBody, "description": "request body too large"}, 422: {"model": ErrorBody, "description": "invalid request"}}
+
+
+def _resp(*codes: int) -> dict:
+    return {c: E[c] for c in codes}
+
+
+class _ShimError:
+    """RequestValidationError's errors in the shape :func:`problems_from_validation` reads."""
+
+    def __init__(self, errors: list[dict]) -> None:
+        self._errors = errors
+
+    def errors(self, include_url: bool = False) -> list[dict]:
+        return self._errors
+
+
+def _problems(errors: list[dict], body: Any, root: type[BaseModel] | None) -> list[Problem]:
+    from planner.schema.errors import problems_from_validation
+    from planner.schema.loader import Document, _fmt
+
+    body_errs = [dict(e, loc=tuple(e["loc"][1:])) for e in errors if e["loc"] and e["loc"][0] == "body"]
+    other = [e for e in errors if not (e["loc"] and e["loc"][0] == "body")]
+    out: list[Problem] = []
+    for e in body_errs:
+        if e["type"] == "json_invalid":
+            return [Problem("", f"the body is not valid JSON: {e.get('ctx', {}).get('error', e['msg'])}", "send a JSON object")]
+        if e["type"] == "missing" and not e["loc"]:
+            return [Problem("", "a JSON body is required", "send a JSON object")]
+    if body_errs and root is not None and isinstance(body, dict):
+        try:
+            out += problems_from_validation(_ShimError(body_errs), Document(body, {}, "<request>"), root=root)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - fall back to pydantic's own wording
+            out += [Problem(".".join(str(x) for x in e["loc"]), e["msg"]) for e in body_errs]
+    else:
+        for e in body_errs:
+            where = _fmt(tuple(e["loc"]))
+            msg = e["msg"][len("Value error, "):] if e["msg"].startswith("Value error, ") else e["msg"]
+            out.append(Problem(where, msg, "send a JSON object with the documented fields" if not e["loc"] else ""))
+    for e in other:  # query and path parameters: loc is ("query", name, index...)
+        where = _fmt(tuple(e["loc"][1:])) or str(e["loc"][0])
+        got = e.get("input")
+        out.append(Problem(where, e["msg"] + (f" (got {got!r})" if isinstance(got, (str, int, float)) else "")))
+    for p in out:
+        p.source = ""
+    return out
+
+
+# ------------------------------------------------------------------------------ body limit
+class BodyLimit:
+    """Pure ASGI: refuse bodies over ``limit`` bytes with 413 before the app reads them.
+
+    A declared ``content-length`` is checked at once; a chunked body is read (up to the limit) and
+    handed to the app whole. Outside the app, so no handler ever sees an oversized body.
+    """
+
+    def __init__(self, app, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def _refuse(self, send, size: str) -> None:
+        body = ErrorBody(error="request body too large", problems=[ProblemView(
+            field="", message=f"the body is {size} bytes; the limit is {self.limit}", fix="send one job or one snapshot per request")])
+        data = body.model_dump_json().encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        size = headers.get(b"content-length")
+        if size is not None:
+            if not size.isdigit() or int(size) > self.limit:
+                return await self._refuse(send, size.decode("latin-1"))
+            return await self.app(scope, receive, send)
+        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        chunks, total, more = [], 0, True
+        while more:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                return
+            chunk = msg.get("body", b"")
+            total += len(chunk)
+            if total > self.limit:
+                return await self._refuse(send, f"more than {self.limit}")
+            chunks.append(chunk)
+            more = msg.get("more_body", False)
+        whole, given = b"".join(chunks), False
+
+        async def replay():
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": whole, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+
+class BearerToken:
+    """Pure ASGI: every request but the probes (``/healthz``, ``/readyz``, ``/metrics``) needs
+    ``Authorization: Bearer <token>``; 401 otherwise. Compared in constant time."""
+
+    OPEN = ("/healthz", "/readyz", "/metrics")
+
+    def __init__(self, app, token: str) -> None:
+        self.app, self.token = app, token.encode()
+
+    async def __call__(self, scope, receive, send):
+        import hmac
+
+        if scope["type"] != "http" or scope.get("path") in self.OPEN:
+            return await self.app(scope, receive, send)
+        got = dict(scope.get("headers") or []).get(b"authorization", b"")
+        if got.startswith(b"Bearer ") and hmac.compare_digest(got[7:].strip(), self.token):
+            return await self.app(scope, receive, send)
+        data = ErrorBody(error="unauthorized", problems=[ProblemView(
+            field="Authorization", message="missing or wrong bearer token",
+            fix="send 'Authorization: Bearer <token>' with the token of the daemon's --token-file")]).model_dump_json().encode()
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                                (b"www-authenticate", b"Bearer")]})
+        await send({"type": "http.response.body", "body": data})
+
+
+def asgi_app(service, *, max_body_bytes: int = 1 << 20, token: Optional[str] = None):
+    """What the server runs: the app behind the body limit (and the token check, when there is a token)."""
+    app = BodyLimit(create_app(service), max_body_bytes)
+    return BearerToken(app, token) if token else app
+
+
+# ------------------------------------------------------------------------------------- app
+def create_app(service) -> FastAPI:
+    """The app around a :class:`planner.daemon.service.Service` (its store, metrics and status)."""
+    app = FastAPI(title="rl-planner daemon", version=__version__,
+                  description="Admits RL post-training jobs, watches their telemetry, replans and applies. See docs/daemon.md.")
+    store, metrics = service.store, service.metrics
+    roots: dict[str, type[BaseModel]] = {"/v1/jobs": JobSpec, "/v1/telemetry": TelemetrySnapshot}
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError):
+        root = roots.get(request.url.path)
+        return _err(422, "invalid request", _problems(list(exc.errors()), getattr(exc, "body", None), root))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400:  # the body could not be read as JSON at all (e.g. not UTF-8)
+            return _err(422, "invalid request", [Problem("", f"the body is not valid JSON: {exc.detail}", "send a UTF-8 JSON object")])
+        return _err(exc.status_code, str(exc.detail), [])
+
+    @app.exception_handler(StoreError)
+    async def on_store(request: Request, exc: StoreError):
+        return _err(exc.status, exc.message, [Problem(exc.where, exc.message, exc.fix)])
+
+    @app.exception_handler(UserError)
+    async def on_user(request: Request, exc: UserError):
+        return _err(422, exc.title or "invalid request", exc.problems)
+
+    @app.exception_handler(Exception)
+    async def on_internal(request: Request, exc: Exception):  # pragma: no cover - the fuzz test asserts it never happens
+        log.exception("internal error serving %s %s", request.method, request.url.path)
+        return JSONResponse({"error": f"internal error: {type(exc).__name__}", "problems": []}, status_code=500)
+
+    # ---- jobs
+    @app.post("/v1/jobs", status_code=201, response_model=JobView, responses=_resp(409, 413, 422), tags=["jobs"],
+              summary="Submit a job")
+    def submit_job(job: JobSpec) -> JobView:
+        rec = service.submit(job)
+        return JobView(**rec.as_dict())
+
+    @app.get("/v1/jobs", response_model=JobList, responses=_resp(422), tags=["jobs"], summary="List jobs")
+    def list_jobs(state: Optional[list[JobState]] = Query(None, description="only jobs in these states (repeatable)"),
+                  limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=2**62)) -> JobList:
+        states = [s.value for s in state] if state else None
+        recs = store.list_jobs(states, limit=limit, offset=offset)
+        counts = store.count_jobs()
+        total = sum(counts[s] for s in (states or counts))
+        return JobList(jobs=[JobView(**r.as_dict()) for r in recs], total=total, counts=counts)
+
+    @app.get("/v1/jobs/{name}", response_model=JobDetail, responses=_resp(404, 422), tags=["jobs"], summary="One job and its events")
+    def get_job(name: str = Path(..., pattern=NAME_PATTERN, max_length=200)) -> JobDetail:
+        rec = store.get_job(name)
+        group = service.group_of(name)
+        return JobDetail(**rec.as_dict(), events=[JobEvent(**e) for e in store.job_events(name)], group=group)
+
+    @app.delete("/v1/jobs/{name}", status_code=202, response_model=JobView, responses=_resp(404, 409, 422), tags=["jobs"],
+                summary="Cancel a job (the loop removes it from the plan)")
+    def cancel_job(name: str = Path(..., pattern=NAME_PATTERN, max_length=200)) -> JobView:
+        rec = store.request_cancel(name, service.now())
+        return JobView(**rec.as_dict())
+
+    # ---- telemetry
+    @app.post("/v1/telemetry", status_code=202, response_model=Accepted, responses=_resp(404, 409, 413, 422), tags=["telemetry"],
+              summary="Post a telemetry snapshot of a placed job")
+    async def post_telemetry(snapshot: TelemetrySnapshot) -> Accepted:
+        return Accepted(id=await service.ingest.submit(snapshot), job=snapshot.job)
+
+    # ---- plan and decisions
+    @app.get("/v1/plan", response_model=PlanView, responses=_resp(404), tags=["plan"], summary="The plan in force")
+    def get_plan() -> PlanView:
+        p = store.current_plan()
+        if p is None:
+            raise NotFound("no plan yet: no job has been admitted", "", "submit a job with POST /v1/jobs")
+        return PlanView(id=p.id, status=p.status, cycle=p.cycle, created_at=p.created_at, cost_per_hour=p.cost_per_hour,
+                        placement=p.placement, document=p.doc)
+
+    @app.get("/v1/decisions", response_model=DecisionList, responses=_resp(422), tags=["plan"], summary="The decision log")
+    def decisions(since_id: int = Query(0, ge=0, le=2**62), limit: int = Query(100, ge=1, le=1000),
+                  kind: Optional[str] = Query(None, max_length=40, pattern=r"^[a-z-]+$")) -> DecisionList:
+        rows = store.decisions(since_id, limit, kind)
+        return DecisionList(decisions=[DecisionView(**r) for r in rows], next_since_id=rows[-1]["id"] if rows else since_id)
+
+    # ---- health and metrics
+    @app.get("/v1/health", response_model=Health, tags=["health"], summary="Role, lease, loop progress, job counts")
+    def health() -> Health:
+        return Health(**service.status())
+
+    @app.get("/healthz", tags=["health"], summary="Liveness: the process serves")
+    def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], summary="Readiness: the loop makes progress",
+             responses={503: {"model": ErrorBody, "description": "the loop is stalled or stopping"}})
+    def readyz():
+        st = service.status()
+        if st["status"] != "ok":
+            return _err(503, "not ready", [Problem("", p) for p in st["problems"]])
+        return {"status": "ok"}
+
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics", response_class=Response,
+             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}})
+    def prom() -> Response:
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    return app

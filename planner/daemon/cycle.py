@@ -1,0 +1,471 @@
+"""One cycle of the daemon: numbered phases on a snapshot, with an injected clock.
+
+====  ==========  ===========================================================================
+ #    phase       what it does
+====  ==========  ===========================================================================
+ 1    observe     read the state (live jobs, the plan in force, new telemetry) and the backend
+                  (what runs, what finished or failed, measured iterations)
+ 2    estimate    fold measured iterations (from the backend, or derived from telemetry) into
+                  the drift trackers; move the estimates where drift is beyond the threshold
+ 3    triggers    arrivals, departures and cancels, drift, donors (telemetry), periodic
+ 4    solve       departures, drift repair, admissions (mandatory), re-optimisation warm-started
+                  from the current plan (optional)
+ 5    gate        keep an optional change only if its gain beats its migration cost and the
+                  churn budget allows it (:mod:`planner.daemon.gate`)
+ 6    apply       write-ahead: the decisions, the target plan (``applying``; ``recorded`` in
+                  dry-run) and the job transitions commit in one transaction that first checks
+                  the lease is still ours; then the executor applies the target; then a second
+                  transaction records the outcome (``applied`` / ``failed`` / interrupted)
+ 7    record      reallocation decisions inside iterations, metrics, telemetry pruning
+====  ==========  ===========================================================================
+
+A crash between the two transactions leaves the plan ``applying``: :meth:`Loop.recover` hands it
+to the executor's ``resume`` on restart (its journal skips the steps already done) before any new
+cycle. Everything the next cycle depends on (the virtual clock, the telemetry cursor, the estimates,
+the churn budget, the cost integral) is saved in the same transaction as the decisions, so a
+restarted daemon continues exactly where the last committed cycle ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from pydantic import ValidationError
+
+from formulation.realloc.telemetry import TelemetrySnapshot
+from planner.daemon import gate, solve
+from planner.daemon.clock import Clock
+from planner.daemon.config import DaemonConfig
+from planner.daemon.estimates import Estimates
+from planner.daemon.lease import Lease
+from planner.daemon.lifecycle import JobState
+from planner.daemon.metrics import DaemonMetrics
+from planner.daemon.phasetimes import PhaseTimer
+from planner.daemon.ports import (ApplyResult, Executor, IterationSample, Observation, Placement, PlacementPlanner, PlanningContext,
+                                  Reallocator, moved_jobs)
+from planner.daemon.ratelimit import TokenBucket
+from planner.daemon.store import JobRecord, Store
+from planner.errors import UserError
+from planner.schema.scenario import JobSpec, Scenario
+
+log = logging.getLogger("planner.daemon")
+
+
+class LeaseLost(Exception):
+    """Another daemon took the applier lease: this one must stop deciding."""
+
+
+@dataclass
+class CycleReport:
+    cycle: int
+    at: float
+    triggers: list[str] = field(default_factory=list)
+    decisions: int = 0
+    plan_id: Optional[int] = None
+    apply: Optional[str] = None  # ok | failed | interrupted | dry-run | None (nothing to apply)
+    wall_s: float = 0.0
+
+
+@dataclass
+class _Cycle:
+    """What one cycle's phases hand each other (the snapshot and the decisions made on it)."""
+
+    cycle: int
+    now: float
+    jobs: dict = field(default_factory=dict)
+    plan: Placement = field(default_factory=Placement)
+    obs: Observation = field(default_factory=Observation)
+    cursor: int = 0
+    snapshots: dict = field(default_factory=dict)  # job -> telemetry snapshots in order
+    ctx: Optional[PlanningContext] = None
+    per_job: dict = field(default_factory=dict)  # job -> new measured iterations
+    drifts: list = field(default_factory=list)
+    periodic: bool = False
+    target: Placement = field(default_factory=Placement)
+    moves: list = field(default_factory=list)
+    decisions: list = field(default_factory=list)
+    report: CycleReport = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        self.report = CycleReport(self.cycle, self.now)
+
+
+class Loop:
+    def __init__(self, store: Store, cluster: Scenario, placer: PlacementPlanner, executor: Executor, clock: Clock, cfg: DaemonConfig,
+                 lease: Lease, metrics: DaemonMetrics, reallocator: Optional[Reallocator] = None,
+                 stop: Optional[threading.Event] = None) -> None:
+        self.store, self.cluster, self.placer, self.executor = store, cluster, placer, executor
+        self.clock, self.cfg, self.lease, self.metrics, self.reallocator = clock, cfg, lease, metrics, reallocator
+        self.stop = stop if stop is not None else threading.Event()
+        self._realloc_errors: dict[str, str] = {}
+        self._specs: dict[tuple[str, int], JobSpec] = {}
+        kv = store.get_kv
+        self.cycle_no: int = kv("cycle", 0)
+        self.cursor: int = kv("telemetry_cursor", 0)
+        self.last_at: Optional[float] = kv("last_cycle_at")
+        self.last_reopt_at: Optional[float] = kv("last_reopt_at")
+        self.cost_usd: float = kv("cost_usd", 0.0)
+        self.migration_usd: float = kv("migration_usd", 0.0)
+        self.realloc_at: dict[str, float] = kv("realloc_at", {})
+        self.estimates = Estimates(cfg.drift_window, cfg.drift_min_samples, cfg.drift_threshold, kv("estimates"))
+        self.timer = PhaseTimer(kv("phase_timer"))
+        self.sample_mark: dict[str, int] = kv("sample_mark", {})  # job -> newest iteration already folded in
+        self.reopt_blocked_until: Optional[float] = kv("reopt_blocked_until")  # after an executor refusal: no reshuffles
+        if kv("clock_s") is not None:
+            clock.advance_to(kv("clock_s"))
+        self.bucket = TokenBucket.restore(cfg.max_moves_per_hour, kv("move_budget"), clock.now())
+
+    # ------------------------------------------------------------------ helpers
+    def spec(self, r: JobRecord) -> JobSpec:
+        key = (r.name, r.seq)
+        if key not in self._specs:
+            self._specs[key] = JobSpec.model_validate(r.spec)
+        return self._specs[key]
+
+    def context(self, jobs: dict[str, JobRecord], now: float) -> PlanningContext:
+        return PlanningContext(self.cluster, {n: self.spec(r) for n, r in jobs.items()}, self.estimates.factors(), now)
+
+    def current(self) -> tuple[Optional[int], Placement]:
+        p = self.store.current_plan()
+        return (p.id, Placement.from_dict(p.placement)) if p else (None, Placement())
+
+    def idle(self) -> bool:
+        """No live job: nothing pending, placed or being cancelled."""
+        return not self.store.live_jobs()
+
+    # ------------------------------------------------------------------ recovery
+    def recover(self) -> list[str]:
+        """Finish applies a crash interrupted (plans left ``applying``), through the executor's journal."""
+        done = []
+        for p in self.store.plans_with_status("applying"):
+            if self.cfg.dry_run:
+                log.warning("plan %d was being applied when the last daemon stopped; dry-run leaves it to an applying daemon", p.id)
+                continue
+            target = Placement.from_dict(p.placement)
+            prev = self._previous_applied(p.id)
+            now = self.clock.now()
+            log.info("resuming the apply of plan %d from the executor's journal", p.id)
+            res = self.executor.resume(p.id, target, now=now, should_stop=self.stop.is_set)
+            jobs = {r.name: r for r in self.store.live_jobs()}
+            self._finish_apply(p.id, prev, target, res, now, self.context(jobs, now), resumed=True)
+            done.append(f"plan {p.id}: {res.message}")
+        return done
+
+    def _previous_applied(self, plan_id: int) -> Placement:
+        row = self.store.conn().execute("SELECT placement FROM plans WHERE status IN ('applied', 'superseded') AND id < ? "
+                                        "ORDER BY id DESC LIMIT 1", (plan_id,)).fetchone()
+        import json
+
+        return Placement.from_dict(json.loads(row["placement"])) if row else Placement()
+
+    # ------------------------------------------------------------------ the cycle
+    def run_cycle(self) -> CycleReport:
+        t_wall = time.perf_counter()
+        cy = _Cycle(self.cycle_no + 1, self.clock.now())
+        self._observe(cy)  # 1
+        self._estimate(cy)  # 2
+        self._triggers(cy)  # 3
+        self._solve(cy)  # 4 and 5 (the gate sits inside the optional re-optimisation)
+        self._apply(cy)  # 6
+        self._record(cy)  # 7
+        cy.report.wall_s = time.perf_counter() - t_wall
+        self.metrics.cycles.inc()
+        self.metrics.cycle_seconds.observe(cy.report.wall_s)
+        if self.clock.kind == "wall" and cy.report.wall_s > self.cfg.period_s:
+            self.metrics.cycle_overrun.inc()
+        self.metrics.last_cycle.set(time.time())
+        return cy.report
+
+    def _observe(self, cy: "_Cycle") -> None:
+        """1. The state (live jobs, plan in force, new telemetry) and the backend, at one instant."""
+        cy.jobs = {r.name: r for r in self.store.live_jobs()}
+        _, cy.plan = self.current()
+        cy.obs = self.executor.observe(cy.now)
+        rows = self.store.telemetry_after(self.cursor, self.cfg.telemetry_max_per_cycle)
+        cy.cursor = rows[-1][0] if rows else self.cursor
+        for _, job, body in rows:
+            try:
+                cy.snapshots.setdefault(job, []).append(TelemetrySnapshot.model_validate_json(body))
+            except ValidationError:  # validated on the way in; a row that no longer validates is skipped, not fatal
+                log.warning("skipping a stored telemetry snapshot of %s that no longer validates", job)
+        for snap in cy.obs.telemetry:
+            cy.snapshots.setdefault(snap.job, []).append(snap)
+
+    def _estimate(self, cy: "_Cycle") -> None:
+        """2. Fold measured iterations (the backend's, else derived from telemetry) into the estimates."""
+        cy.ctx = self.context(cy.jobs, cy.now)
+        samples: list[IterationSample] = list(cy.obs.samples)
+        sampled = {s.job for s in samples}
+        for job, snaps in cy.snapshots.items():
+            for snap in snaps:
+                s = self.timer.feed(snap)
+                if s is not None and job not in sampled and job in cy.jobs:
+                    samples.append(s)
+        base = self.placer.predict(cy.ctx, cy.plan)
+        for s in sorted(samples, key=lambda s: (s.job, s.iteration)):
+            if s.job in base and s.job in cy.jobs and s.iteration > self.sample_mark.get(s.job, 0):
+                self.estimates.add(s, *base[s.job])
+                cy.per_job.setdefault(s.job, []).append(s)
+                self.sample_mark[s.job] = s.iteration
+        missed = {j for j, ss in cy.per_job.items() if cy.jobs[j].slo_s is not None
+                  and any(s.iteration_s > cy.jobs[j].slo_s * (1 + 1e-9) for s in ss)}
+        groups = cy.plan.job_groups()
+        suspects = {m for j in missed if j in groups for m in groups[j].members}  # every member shapes the group's cycle
+        cy.drifts = self.estimates.detect(missed | suspects)
+        for d in cy.drifts:
+            self.metrics.drifts.labels(d.phase).inc()
+        cy.ctx.factors = self.estimates.factors()
+
+    def _triggers(self, cy: "_Cycle") -> None:
+        """3. What asks for a decision this cycle."""
+        jobs, t = cy.jobs, cy.report.triggers
+        due = [r for r in jobs.values() if r.state is JobState.PENDING and r.arrives_at <= cy.now]
+        if due:
+            t.append(f"arrival({len(due)})")
+        if cy.obs.finished or cy.obs.failed or any(r.cancel_requested_at is not None or r.state is JobState.CANCELLING
+                                                   for r in jobs.values()):
+            t.append("departure")
+        if cy.drifts:
+            t.append(f"drift({len(cy.drifts)})")
+        cy.periodic = self.cfg.reoptimise and (self.last_reopt_at is None or cy.now - self.last_reopt_at >= self.cfg.reoptimise_every_s)
+        if cy.periodic and cy.plan.groups:
+            t.append("periodic")
+        if cy.snapshots:
+            t.append(f"telemetry({sum(len(v) for v in cy.snapshots.values())})")
+
+    def _solve(self, cy: "_Cycle") -> None:
+        """4-5. Departures, repair, admissions (mandatory); re-optimisation (optional, gated)."""
+        steps = [solve.departures(cy.jobs, cy.plan, cy.obs)]
+        departed = bool(steps[0].decisions)
+        blocked = self.reopt_blocked_until is not None and cy.now < self.reopt_blocked_until
+        steps.append(solve.repair(cy.ctx, self.placer, steps[-1].target, cy.drifts, cy.jobs, self.cfg, allow_reoptimise=not blocked))
+        reopt_ran = steps[-1].reoptimised
+        steps.append(solve.admissions(cy.ctx, self.placer, steps[-1].target, cy.jobs, cy.now, self.cfg))
+        since = float("inf") if self.last_reopt_at is None else cy.now - self.last_reopt_at
+        freed = departed and since >= self.cfg.reoptimise_min_interval_s
+        if self.cfg.reoptimise and not reopt_ran and not blocked and steps[-1].target.groups and (cy.periodic or freed):
+            steps.append(solve.reoptimise(cy.ctx, self.placer, steps[-1].target, self.cfg, self.bucket, cy.now,
+                                          ["periodic"] if cy.periodic else ["departure"]))
+            reopt_ran = True
+        if reopt_ran or cy.periodic:
+            self.last_reopt_at = cy.now
+        cy.target = steps[-1].target
+        for st in steps:
+            cy.moves += st.moves
+            cy.decisions += st.decisions
+            for kind, secs in st.solve_s.items():
+                self.metrics.solve_seconds.labels(kind).observe(secs)
+        for d in cy.decisions:
+            gap = d.solver.get("gap") if d.solver else None
+            if gap is not None:
+                self.metrics.solve_gap.labels(d.kind).set(gap)
+
+    def _apply(self, cy: "_Cycle") -> None:
+        """6. Write-ahead (decisions, target, transitions, loop state), then the executor, then the outcome."""
+        now, jobs, target, plan = cy.now, cy.jobs, cy.target, cy.plan
+        changed = target.as_dict() != plan.as_dict()
+        if changed:
+            target, _ = self.placer.evaluate(cy.ctx, target)
+            cy.target = target
+        for j in {m.job for m in cy.moves if m.to in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)}:
+            if self.reallocator is not None:
+                self.reallocator.forget(j)
+            self.estimates.forget(j)
+            self.timer.forget(j)
+            self.sample_mark.pop(j, None)
+            self.realloc_at.pop(j, None)
+        cost_delta = plan.cost_per_hour * max(0.0, now - self.last_at) / 3600.0 if self.last_at is not None else 0.0
+        new_plan_id = None
+        with self.store.tx() as c:
+            if not self.lease.verify(c):
+                raise LeaseLost("the applier lease is held by another daemon now")
+            for job, ss in cy.per_job.items():
+                slo = jobs[job].slo_s
+                misses = sum(1 for s in ss if slo is not None and s.iteration_s > slo * (1 + 1e-9))
+                last = max(ss, key=lambda s: s.iteration)
+                total = cy.obs.iterations.get(job, jobs[job].iterations + len(ss))
+                self.store.record_iterations(c, job, total, last.iteration_s, misses)
+                if misses:
+                    self.metrics.slo_misses.inc(misses)
+            for m in cy.moves:
+                if m.to is None:
+                    self.store.set_job_reason(c, m.job, m.reason)
+                else:
+                    self.store.transition(c, m.job, m.to, m.reason, now)
+            if changed:
+                status = "recorded" if self.cfg.dry_run else "applying"
+                solver = next((d.solver for d in reversed(cy.decisions) if d.changes_plan and d.solver), {}) or \
+                    {"backend": self.placer.name, "status": "feasible", "warm_start": "previous-plan"}
+                new_plan_id = self.store.insert_plan(c, created_at=now, cycle=cy.cycle, kind="placement", status=status,
+                                                     cost_per_hour=target.cost_per_hour, decision_id=None, placement=target.as_dict(),
+                                                     doc=self.placer.plan_document(cy.ctx, target, solver))
+                if self.cfg.dry_run:
+                    placed = set(target.jobs())
+                    for name, r in jobs.items():
+                        m_to = next((m.to for m in cy.moves if m.job == name), r.state)
+                        if m_to is JobState.CANCELLING and name not in placed:
+                            self.store.transition(c, name, JobState.CANCELLED, "removed from the recorded plan (dry-run)", now)
+            for d in cy.decisions:
+                outcome = d.outcome
+                if d.changes_plan and changed:
+                    outcome = "dry-run" if self.cfg.dry_run else "applying"
+                row = d.row() | {"cycle": cy.cycle, "at": now, "outcome": outcome, "plan_id": new_plan_id if d.changes_plan else None,
+                                 "dry_run": self.cfg.dry_run}
+                self.store.insert_decision(c, row)
+                if outcome != "applying":  # counted with its final outcome once the apply ends
+                    self.metrics.decisions.labels(d.kind, outcome).inc()
+            self.cost_usd += cost_delta
+            self._save_state(c, cy.cycle, cy.cursor, now)
+        self.cycle_no, self.cursor, self.last_at = cy.cycle, cy.cursor, now
+        cy.report.decisions, cy.report.plan_id = len(cy.decisions), new_plan_id
+        if changed and self.cfg.dry_run:
+            cy.report.apply = "dry-run"
+        elif changed:
+            res = self.executor.apply(target, plan_id=new_plan_id, now=now, should_stop=self.stop.is_set)
+            self._finish_apply(new_plan_id, plan, target, res, now, cy.ctx)
+            cy.report.apply = "ok" if res.ok else ("interrupted" if res.interrupted else "failed")
+
+    def _record(self, cy: "_Cycle") -> None:
+        """7. Reallocations inside iterations, metrics, housekeeping."""
+        if self.reallocator is not None and self.cfg.realloc and not self.stop.is_set():
+            self._reallocate(cy.ctx, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
+        self._export(cy.jobs, cy.target, cy.per_job)
+        with self.store.tx() as c:
+            self.store.prune_telemetry(c, self.cursor, time.time() - self.cfg.telemetry_retention_s)
+            self.store.prune_plans(c, self.cfg.plans_keep)
+
+    def _save_state(self, c, cycle: int, cursor: int, now: float) -> None:
+        kv = self.store.set_kv
+        kv(c, "cycle", cycle)
+        kv(c, "telemetry_cursor", cursor)
+        kv(c, "last_cycle_at", now)
+        kv(c, "clock_s", now)
+        kv(c, "last_reopt_at", self.last_reopt_at)
+        kv(c, "cost_usd", self.cost_usd)
+        kv(c, "estimates", self.estimates.state())
+        kv(c, "phase_timer", self.timer.state())
+        kv(c, "sample_mark", self.sample_mark)
+        kv(c, "move_budget", self.bucket.state())
+        kv(c, "realloc_at", self.realloc_at)
+        kv(c, "reopt_blocked_until", self.reopt_blocked_until)
+
+    # ------------------------------------------------------------------ apply outcome
+    def _finish_apply(self, plan_id: int, prev: Placement, target: Placement, res: ApplyResult, now: float, ctx: PlanningContext,
+                      resumed: bool = False) -> None:
+        result = "ok" if res.ok else ("interrupted" if res.interrupted else "failed")
+        self.metrics.applies.labels(result).inc()
+        with self.store.tx() as c:
+            if not self.lease.verify(c):
+                raise LeaseLost("the applier lease was lost during an apply; its new holder resumes it")
+            rows = list(c.execute("SELECT id, kind FROM decisions WHERE plan_id=?", (plan_id,)))
+            ids = [r["id"] for r in rows]
+            if not res.interrupted:
+                for r in rows:
+                    self.metrics.decisions.labels(r["kind"], "applied" if res.ok else "failed").inc()
+            note = ("resumed after a restart: " if resumed else "") + f"apply: {res.message} ({res.steps_done}/{res.steps_total} steps)"
+            if res.ok:
+                c.execute("UPDATE plans SET status='superseded' WHERE status='applied' AND id != ?", (plan_id,))
+                self.store.set_plan_status(c, plan_id, "applied")
+                for i in ids:
+                    self.store.update_decision(c, i, outcome="applied", add_reason=note)
+                running = res.running if res.running else frozenset(target.jobs())
+                in_target = set(target.jobs())
+                for r in self.store.live_jobs(c):
+                    if r.state is JobState.ADMITTED and r.name in in_target and r.name in running:
+                        self.store.transition(c, r.name, JobState.RUNNING, f"running: plan {plan_id} applied", now)
+                    elif r.state is JobState.CANCELLING and r.name not in in_target:
+                        self.store.transition(c, r.name, JobState.CANCELLED, f"cancelled: removed by plan {plan_id}", now)
+                mig, moves, _ = gate.migration_usd(ctx, prev, target) if all(j in ctx.jobs for j in set(prev.jobs()) & set(target.jobs())) \
+                    else (0.0, {}, {})
+                self.migration_usd += mig
+                self.store.set_kv(c, "migration_usd", self.migration_usd)
+                for kind in moves.values():
+                    self.metrics.migrations.labels(kind).inc()
+                self.metrics.migration_cost.inc(mig)
+            elif res.interrupted:
+                for i in ids:
+                    self.store.update_decision(c, i, add_reason=note + "; a restarted daemon resumes it from the journal")
+            else:
+                self.store.set_plan_status(c, plan_id, "failed")
+                self.reopt_blocked_until = now + self.cfg.reoptimise_min_interval_s
+                self.store.set_kv(c, "reopt_blocked_until", self.reopt_blocked_until)
+                note += (f"; the previous plan stays in force, and re-optimisations wait until clock {self.reopt_blocked_until:.0f} "
+                         "(admissions and departures go on)")
+                for i in ids:
+                    self.store.update_decision(c, i, outcome="failed", add_reason=note)
+                prev_jobs = set(prev.jobs())
+                for r in self.store.live_jobs(c):
+                    if r.state is JobState.ADMITTED and r.name in set(target.jobs()) and r.name not in prev_jobs:
+                        self.store.transition(c, r.name, JobState.PENDING, f"displaced: plan {plan_id} could not be applied ({res.message})", now)
+
+    # ------------------------------------------------------------------ reallocation
+    def _reallocate(self, ctx, jobs, target: Placement, plan: Placement, snapshots: dict, now: float, cycle: int) -> None:
+        moved = set(moved_jobs(plan, target))
+        for job, snaps in sorted(snapshots.items()):
+            r = jobs.get(job)
+            if r is None or r.state is not JobState.RUNNING or job in moved or not snaps:
+                continue
+            t0 = time.perf_counter()
+            try:
+                out = self.reallocator.decide(ctx, job, snaps)
+            except (UserError, ValueError) as exc:  # telemetry the planner cannot use: say so once, keep the loop going
+                msg = exc.render() if isinstance(exc, UserError) else str(exc)
+                if self._realloc_errors.get(job) != msg:
+                    log.warning("no reallocation decision for %s: %s", job, msg)
+                    self._realloc_errors[job] = msg
+                self.metrics.decisions.labels("realloc", "error").inc()
+                continue
+            self._realloc_errors.pop(job, None)
+            self.metrics.solve_seconds.labels("realloc").observe(time.perf_counter() - t0)
+            if not out.donors and not out.committed:
+                continue
+            cooling = now - self.realloc_at.get(job, float("-inf")) < self.cfg.realloc_cooldown_s
+            reasons = [out.reason]
+            if out.committed and cooling:
+                reasons.append(f"not applied: the last reallocation of {job} was {now - self.realloc_at[job]:.0f} s ago "
+                               f"(cooldown {self.cfg.realloc_cooldown_s:g} s)")
+            outcome = ("dry-run" if self.cfg.dry_run else "applying") if out.committed and not cooling else \
+                ("rate-limited" if out.committed else "not-committed")
+            row = {"cycle": cycle, "at": now, "kind": "realloc", "triggers": [f"donor({', '.join(out.donors)})" if out.donors else "telemetry"],
+                   "outcome": outcome, "jobs": [job], "reasons": reasons, "solver": out.solver, "dry_run": self.cfg.dry_run}
+            with self.store.tx() as c:
+                if not self.lease.verify(c):
+                    raise LeaseLost("the applier lease is held by another daemon now")
+                did = self.store.insert_decision(c, row)
+                if outcome == "applying":
+                    self.realloc_at[job] = now
+                    self.store.set_kv(c, "realloc_at", self.realloc_at)
+            if outcome == "applying":
+                res = self.executor.apply_realloc(job, out.body, now=now)
+                with self.store.tx() as c:
+                    self.store.update_decision(c, did, outcome="applied" if res.ok else "failed", add_reason=f"apply: {res.message}")
+                outcome = "applied" if res.ok else "failed"
+            self.metrics.decisions.labels("realloc", outcome).inc()
+
+    # ------------------------------------------------------------------ metrics
+    def _export(self, jobs: dict[str, JobRecord], target: Placement, per_job: dict[str, list[IterationSample]]) -> None:
+        m = self.metrics
+        for state, n in self.store.count_jobs().items():
+            m.jobs.labels(state).set(n)
+        m.plan_cost.set(target.cost_per_hour)
+        m.cost_total.set(self.cost_usd)
+        for phase, err in self.estimates.predictor_error().items():
+            m.predictor_error.labels(phase).set(err)
+        if self.reallocator is not None:
+            err = self.reallocator.predictor_error()
+            if err is not None:
+                m.predictor_error.labels("throughput").set(err)
+        met = total = 0
+        for name, r in jobs.items():
+            if r.state is not JobState.RUNNING or r.slo_s is None:
+                continue
+            last = max(per_job[name], key=lambda s: s.iteration).iteration_s if name in per_job else r.last_iteration_s
+            if last is None:
+                continue
+            total += 1
+            met += last <= r.slo_s * (1 + 1e-9)
+        m.slo_attainment.set(met / total if total else 1.0)

@@ -1,0 +1,119 @@
+"""Telemetry ingest with group commit: many concurrent posts, one SQLite transaction per batch.
+
+The HTTP handler validates a snapshot (pydantic, in the event loop: tens of microseconds), hands
+it to the writer thread and awaits the outcome; the writer takes whatever is queued (up to
+``max_batch``), checks every snapshot's job state and inserts the accepted ones in **one**
+transaction, then resolves each waiting request: 202 only once its row is committed, 404/409 with
+the reason otherwise. So a burst of posts costs one commit rather than one each, the event loop
+never blocks on the database (the loop's cycle may hold the write lock for a while), and nothing
+is acknowledged that is not stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from planner.daemon.lifecycle import JobState
+from planner.daemon.store import Conflict, NotFound, Store
+
+log = logging.getLogger("planner.daemon.ingest")
+
+ACCEPTING = (JobState.ADMITTED.value, JobState.RUNNING.value)
+
+
+@dataclass
+class _Item:
+    job: str
+    time_s: float
+    iteration: int
+    body: str
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+
+
+class TelemetryIngest:
+    def __init__(self, store: Store, metrics: Any = None, max_batch: int = 1024) -> None:
+        self.store, self.metrics, self.max_batch = store, metrics, max_batch
+        self._q: "queue.SimpleQueue[Optional[_Item]]" = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="telemetry-writer", daemon=True)
+        self._thread.start()
+        self.batches = 0
+
+    async def submit(self, snap) -> int:
+        """Store one validated ``TelemetrySnapshot``; its row id once committed (raises NotFound / Conflict)."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._q.put(_Item(snap.job, snap.time_s, snap.iteration, snap.model_dump_json(), loop, fut))
+        return await fut
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while True:
+            first = self._q.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._q.put(None)
+                    break
+                batch.append(nxt)
+            try:
+                outcomes = self._write(batch)
+            except Exception as exc:  # noqa: BLE001 - every waiting request must get an answer
+                log.exception("telemetry batch of %d failed", len(batch))
+                outcomes = [exc] * len(batch)
+            for item, out in zip(batch, outcomes):
+                item.loop.call_soon_threadsafe(_resolve, item.future, out)
+
+    def _write(self, batch: list[_Item]) -> list[Any]:
+        wall = time.time()
+        names = sorted({i.job for i in batch})
+        out: list[Any] = []
+        with self.store.tx() as c:
+            states = {r["name"]: r["state"] for r in c.execute(
+                f"SELECT name, state FROM jobs WHERE name IN ({','.join('?' * len(names))})", names)}
+            for i in batch:
+                st = states.get(i.job)
+                if st is None:
+                    out.append(NotFound(f"no job named '{i.job}'", "job", "post telemetry only for jobs submitted to this daemon"))
+                    self._count_rejected("unknown-job")
+                elif st not in ACCEPTING:
+                    out.append(Conflict(f"job '{i.job}' is {st}; telemetry is accepted only for admitted or running jobs", "job"))
+                    self._count_rejected("not-placed")
+                else:
+                    cur = c.execute("INSERT INTO telemetry(job, received_wall, time_s, iteration, body) VALUES (?,?,?,?,?)",
+                                    (i.job, wall, i.time_s, i.iteration, i.body))
+                    out.append(int(cur.lastrowid))
+        self.batches += 1
+        if self.metrics is not None:
+            n = sum(1 for o in out if isinstance(o, int))
+            if n:
+                self.metrics.telemetry.inc(n)
+        return out
+
+    def _count_rejected(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.telemetry_rejected.labels(reason).inc()
+
+
+def _resolve(fut: asyncio.Future, out: Any) -> None:
+    if fut.done():
+        return
+    if isinstance(out, BaseException):
+        fut.set_exception(out)
+    else:
+        fut.set_result(out)

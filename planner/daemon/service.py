@@ -1,0 +1,521 @@
+"""The daemon process: state, lease, loop, heartbeat, HTTP server and signals, put together.
+
+Threads: the **main thread** runs the loop (cycles at the period on the injected clock) and owns
+the signal handlers; the **HTTP server** (uvicorn) runs in a thread of its own, its handlers in
+a thread pool, each with its own SQLite connection; the **heartbeat** renews the applier lease
+every third of its TTL while the loop keeps making progress (a wedged loop lets the lease lapse,
+so a standby can take over).
+
+SIGTERM or SIGINT: the loop stops starting cycles; a cycle in progress finishes its current
+step (the executor checks between steps; an apply stopped there stays journaled and ``applying``,
+and the next start resumes it), then the HTTP server drains, the lease is released and the
+process exits 0. A second signal exits at once (status 130).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from planner import __version__
+from planner.daemon.clock import Clock, VirtualClock, WallClock
+from planner.daemon.config import DaemonConfig
+from planner.daemon.cycle import LeaseLost, Loop
+from planner.daemon.lease import Lease
+from planner.daemon.metrics import DaemonMetrics
+from planner.daemon.ports import Placement
+from planner.daemon.store import Conflict, JobRecord, NotFound, StateFileError, Store
+from planner.errors import Problem, UserError
+from planner.schema.scenario import JobSpec, Scenario
+
+log = logging.getLogger("planner.daemon")
+
+MAX_FAILED_CYCLES = 5  # consecutive failed cycles before the daemon gives up (exit 1) for a supervisor to restart it
+
+
+@dataclass
+class Options:
+    state: Path
+    scenario: Optional[Path] = None
+    backend: str = "sim"
+    placer: str = "auto"
+    host: str = "127.0.0.1"
+    port: int = 8765
+    cfg: DaemonConfig = field(default_factory=DaemonConfig)
+    standby: bool = False
+    wall_s_per_cycle: float = 0.0  # virtual clock: pace the replay
+    sim_state: Optional[Path] = None
+    sim_truth: Optional[dict] = None  # Truth fields for the simulated cluster
+    sim_step_delay_s: float = 0.0
+    ready_file: Optional[Path] = None
+    token_file: Optional[Path] = None
+    ray_address: Optional[str] = None
+    insecure: bool = False
+
+
+# --------------------------------------------------------------------------------- cluster
+def _cluster_of(sc: Scenario) -> Scenario:
+    return sc.model_copy(update={"jobs": []})
+
+
+def load_cluster(store: Store, scenario_path: Optional[Path]) -> tuple[Scenario, list[JobSpec]]:
+    """The cluster the state file belongs to, and the scenario's jobs (a trace to submit)."""
+    from planner.plandoc import scenario_digest
+    from planner.schema import load_scenario
+
+    stored = store.get_meta("cluster")
+    if scenario_path is None:
+        if stored is None:
+            raise UserError(Problem("--scenario", f"the state file {store.path} is new and knows no cluster",
+                                    "pass --scenario CLUSTER.yaml (a scenario: gpu_types, cluster, solver; its jobs, if any, are submitted)"))
+        return Scenario.model_validate(stored), []
+    sc = load_scenario(scenario_path)
+    cluster = _cluster_of(sc)
+    digest = scenario_digest(cluster)
+    if stored is not None and store.get_meta("cluster_digest") != digest:
+        raise UserError(Problem("--scenario", f"{scenario_path} describes a different cluster (digest {digest}) from the one the state "
+                                f"file {store.path} was created for ('{stored.get('name')}', digest {store.get_meta('cluster_digest')})",
+                                "pass the same cluster (fleet, prices, solver options), or use a new --state file"))
+    if stored is None:
+        with store.tx() as c:
+            store.set_meta(c, "cluster", cluster.model_dump(mode="json"))
+            store.set_meta(c, "cluster_digest", digest)
+            store.set_meta(c, "created_at", time.time())
+    return cluster, list(sc.jobs)
+
+
+def check_job(cluster: Scenario, job: JobSpec) -> float:
+    """Cross-check a submitted job against the cluster like a scenario file; its SLO in seconds."""
+    from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
+    from planner.schema.checks import check_scenario
+
+    sc = cluster.model_copy(update={"jobs": [job]})
+    try:
+        check_scenario(sc)
+    except UserError as exc:
+        for p in exc.problems:
+            if p.where.startswith("jobs[0]."):
+                p.where = p.where[len("jobs[0]."):]
+            elif p.where == "jobs[0]":
+                p.where = ""
+        raise UserError(exc.problems, title=f"job '{job.name}' cannot run on this cluster") from None
+    est = estimate_job(job, ClusterView(sc, resolve_gpu_types(sc)), cluster.solver.phase_time_estimate)
+    return float(est.slo_s)
+
+
+# --------------------------------------------------------------------------------- service
+class Service:
+    """What the HTTP API and the main loop share."""
+
+    def __init__(self, opts: Options, store: Store, cluster: Scenario, clock: Clock, metrics: DaemonMetrics, lease: Lease) -> None:
+        self.opts, self.cfg = opts, opts.cfg
+        self.store, self.cluster, self.clock, self.metrics, self.lease = store, cluster, clock, metrics, lease
+        self.loop: Optional[Loop] = None
+        self.stopping = False
+        self.beat = time.monotonic()
+        self.last_cycle_wall: Optional[float] = None
+        self.placer_name = opts.placer
+        self.role = "starting"
+        from planner.daemon.ingest import TelemetryIngest
+
+        self.ingest = TelemetryIngest(store, metrics)
+        self.lateness_max = 0.0
+        self.last_error: Optional[str] = None
+
+    # ---- API side
+    def now(self) -> float:
+        return self.clock.now()
+
+    def submit(self, job: JobSpec, *, arrives_at: float | None = None) -> JobRecord:
+        if self.store.job_state(job.name) is not None:
+            raise Conflict(f"a job named '{job.name}' already exists", "name", "job names are unique: choose another name")
+        slo = check_job(self.cluster, job)
+        now = self.now()
+        if arrives_at is None:
+            arrives_at = max(job.arrival_s, now) if self.clock.kind != "wall" else now
+        return self.store.submit_job(job.name, job.model_dump(mode="json"), now, arrives_at, slo)
+
+    def group_of(self, name: str) -> Optional[dict]:
+        p = self.store.current_plan()
+        if p is None:
+            return None
+        g = Placement.from_dict(p.placement).job_groups().get(name)
+        return g.as_dict() if g else None
+
+    def status(self) -> dict:
+        holder = self.lease.holder()
+        problems = []
+        lag = None
+        if self.last_cycle_wall is not None:
+            lag = time.time() - self.last_cycle_wall
+        stall = self.stall_s()
+        if self.role in ("applier", "dry-run") and time.monotonic() - self.beat > stall:
+            problems.append(f"the loop has made no progress for {time.monotonic() - self.beat:.0f} s (limit {stall:.0f} s)")
+        if self.role in ("applier", "dry-run") and not self.lease.held:
+            problems.append("this daemon no longer holds the applier lease")
+        if self.role == "standby":
+            problems.append("standby: another daemon holds the applier lease")
+        if self.last_error:
+            problems.append(self.last_error)
+        p = self.store.current_plan()
+        status = "stopping" if self.stopping else ("degraded" if problems else "ok")
+        return {"status": status, "version": __version__, "role": self.role, "backend": self.opts.backend, "placer": self.placer_name,
+                "clock": self.clock.kind, "clock_s": self.clock.now(), "period_s": self.cfg.period_s,
+                "cycle": self.loop.cycle_no if self.loop else int(self.store.get_kv("cycle", 0)), "last_cycle_wall": self.last_cycle_wall,
+                "loop_lag_s": lag, "lease": holder.as_dict() if holder else None,
+                "lease_holder": holder.describe() if holder else "nobody", "plan_id": p.id if p else None,
+                "plan_cost_per_hour": p.cost_per_hour if p else 0.0, "jobs": self.store.count_jobs(), "problems": problems}
+
+    def stall_s(self) -> float:
+        per = self.cfg.period_s if self.clock.kind == "wall" else max(self.opts.wall_s_per_cycle, 1.0)
+        return max(3 * per, 3 * self.cfg.reoptimise_time_limit_s + 30.0)
+
+
+# ---------------------------------------------------------------------------- construction
+def _placer(name: str, cluster: Scenario):
+    if name == "auto":
+        from planner.daemon.adapters import placement
+
+        name = "weave" if placement.available() is None else "solo"
+        if name == "solo":
+            log.warning("%s: placing every job alone (--placer solo)", placement.available())
+    if name == "solo":
+        from planner.daemon.adapters.solo import SoloPlacer
+
+        return SoloPlacer(cluster)
+    if name == "weave":
+        from planner.daemon.adapters import placement
+
+        why = placement.available()
+        if why:
+            raise UserError(Problem("--placer", why, "use --placer solo"))
+        return placement.WeavePlacer(cluster)
+    raise UserError(Problem("--placer", f"unknown placer {name!r}", "use weave or solo"))
+
+
+def _executor(opts: Options, cluster: Scenario, store: Store):
+    """The executor (issue 6) when it is in this build; before that, the simulated cluster applies by itself."""
+    from planner.daemon.adapters import executor as ex
+    from planner.daemon.adapters.simcluster import SimCluster, Truth
+
+    def spec_of(name: str) -> Optional[JobSpec]:
+        try:
+            return JobSpec.model_validate(store.get_job(name).spec)
+        except NotFound:
+            return None
+
+    world = None
+    executor_here = ex.available() is None
+    if opts.backend == "sim":
+        path = opts.sim_state or opts.state.with_name(opts.state.name + ".sim")
+        world = SimCluster(path, cluster, spec_of, Truth(**(opts.sim_truth or {})),
+                           step_delay_s=0.0 if executor_here else opts.sim_step_delay_s)
+    if executor_here:
+        from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
+
+        view = ClusterView(cluster, resolve_gpu_types(cluster))
+        dram: dict[str, tuple[float, float]] = {}
+
+        def dram_of(name: str) -> tuple[float, float]:
+            if name not in dram:
+                est = estimate_job(spec_of(name), view, cluster.solver.phase_time_estimate)
+                dram[name] = (est.dram_rollout_node_gb, est.dram_train_node_gb)
+            return dram[name]
+
+        return ex.ExecutorApplier(opts.backend, cluster, opts.state.with_name(opts.state.name + ".journal"), dram_of,
+                                  sim_state=opts.state.with_name(opts.state.name + ".executor-sim"), address=opts.ray_address,
+                                  world=world, step_delay_s=opts.sim_step_delay_s)
+    if world is not None:
+        return world
+    raise UserError(Problem("--backend", f"the {opts.backend!r} backend needs the executor: {ex.available()}", "use --backend sim"))
+
+
+def _token(o: Options) -> Optional[str]:
+    """The API token (from --token-file); refuses to serve beyond loopback without one unless --insecure."""
+    import ipaddress
+
+    if o.token_file is not None:
+        try:
+            token = o.token_file.read_text().strip()
+        except OSError as exc:
+            raise UserError(Problem("--token-file", f"cannot read {o.token_file}: {exc.strerror}", "check the path")) from None
+        if len(token) < 16:
+            raise UserError(Problem("--token-file", f"the token in {o.token_file} has {len(token)} characters; use at least 16",
+                                    "e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))' > TOKEN"))
+        return token
+    try:
+        loopback = o.host == "localhost" or ipaddress.ip_address(o.host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not o.insecure:
+        raise UserError(Problem("--listen", f"{o.host} is reachable from other machines and the API would take jobs and telemetry "
+                                            "from anyone", "pass --token-file TOKEN (clients send 'Authorization: Bearer <token>'), "
+                                                          "or --insecure if a proxy in front authenticates"))
+    return None
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UserError(Problem("--listen", f"cannot resolve host {host!r}: {exc}", "use an address such as 127.0.0.1:8765")) from None
+    fam, _, proto, _, addr = infos[0]
+    # The protocol must be IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only
+    # then, and without it every response waits out the client's delayed ACK (40 ms on Linux).
+    sock = socket.socket(fam, socket.SOCK_STREAM, proto or socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as exc:
+        sock.close()
+        raise UserError(Problem("--listen", f"cannot listen on {host}:{port}: {exc.strerror}",
+                                "choose another port (0 picks a free one) or stop what uses it")) from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+class Daemon:
+    """Build with :meth:`open`, then :meth:`run` (blocks until stopped; returns the exit status)."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.cfg = opts.cfg
+        self.server = None
+        self.sock: Optional[socket.socket] = None
+        self._threads: list[threading.Thread] = []
+        self._hb_stop = threading.Event()
+        self._signals = 0
+        self._loop_stop = threading.Event()
+        self.reallocator = None
+        self.exit_message = ""
+
+    def open(self) -> "Daemon":
+        o = self.opts
+        try:
+            self.store = Store(o.state)
+        except StateFileError as exc:
+            raise UserError(Problem("--state", str(exc), "pass another --state path")) from None
+        except OSError as exc:
+            raise UserError(Problem("--state", f"cannot open {o.state}: {exc}", "check the path and its permissions")) from None
+        self.cluster, trace = load_cluster(self.store, o.scenario)
+        self.clock: Clock = WallClock() if self.cfg.clock == "wall" else VirtualClock(0.0, o.wall_s_per_cycle)
+        if self.cfg.clock == "virtual" and o.backend != "sim":
+            raise UserError(Problem("--clock", "a virtual clock only makes sense with the simulated cluster", "use --backend sim or --clock wall"))
+        self.metrics = DaemonMetrics()
+        self.token = _token(o)
+        self.sock = _bind(o.host, o.port)
+        host, port = self.sock.getsockname()[:2]
+        self.url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        self.lease = Lease(self.store, self.cfg.lease_ttl_s, self.url)
+        self.service = Service(o, self.store, self.cluster, self.clock, self.metrics, self.lease)
+        if self.store.get_kv("clock_s") is not None:
+            self.clock.advance_to(self.store.get_kv("clock_s"))
+        taken, holder = self.lease.try_acquire()
+        if not taken and not o.standby:
+            self.sock.close()
+            raise UserError(Problem("--state", f"another daemon applies to {o.state}: {holder.describe()}",
+                                    "stop that daemon first, use another --state, or pass --standby to wait for the lease"))
+        self.service.role = ("dry-run" if self.cfg.dry_run else "applier") if taken else "standby"
+        self.metrics.lease_held.set(1 if taken else 0)
+        for job in trace:
+            if self.store.job_state(job.name) is None:
+                self.service.submit(job, arrives_at=job.arrival_s if self.cfg.clock == "virtual" else None)
+        self.placer = _placer(o.placer, self.cluster)
+        self.service.placer_name = o.placer = self.placer.name
+        self.executor = _executor(o, self.cluster, self.store)
+        if self.cfg.realloc:
+            from planner.daemon.adapters import realloc
+
+            if realloc.available() is None:
+                self.reallocator = realloc.DynaRLReallocator(self.cluster)
+            else:
+                log.warning("%s: no reallocation inside iterations", realloc.available())
+        return self
+
+    # ------------------------------------------------------------------ threads
+    def _start_http(self) -> None:
+        import uvicorn
+
+        from planner.daemon.api import asgi_app
+
+        app = asgi_app(self.service, token=self.token)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
+        t = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="http", daemon=True)
+        t.start()
+        self._threads.append(t)
+        deadline = time.monotonic() + 30
+        while not self.server.started and t.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def _heartbeat(self) -> None:
+        while not self._hb_stop.wait(self.cfg.lease_ttl_s / 3.0):
+            if self.service.role == "standby":
+                continue
+            if time.monotonic() - self.service.beat > self.service.stall_s():
+                log.warning("the loop made no progress for %.0f s: not renewing the lease", time.monotonic() - self.service.beat)
+                continue
+            if not self.lease.renew():
+                h = self.lease.holder()
+                self.exit_message = f"lost the applier lease to {h.describe() if h else 'nobody'}"
+                log.error(self.exit_message)
+                self.metrics.lease_held.set(0)
+                self._loop_stop.set()
+                return
+
+    def _on_signal(self, signum, frame) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            os._exit(130)
+        log.info("signal %d: finishing the current step, then stopping", signum)
+        self.service.stopping = True
+        self._stop.set()
+        self._loop_stop.set()
+
+    # ------------------------------------------------------------------ main
+    def run(self) -> int:
+        self._stop = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        self._start_http()
+        hb = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
+        hb.start()
+        self._threads.append(hb)
+        self._announce()
+        rc = 0
+        try:
+            if self.service.role == "standby" and not self._wait_for_lease():
+                return 0
+            rc = self._run_loop()
+        except LeaseLost as exc:
+            self.exit_message = str(exc)
+            rc = 1
+        finally:
+            self._shutdown()
+        if self.exit_message:
+            print(f"planner daemon: {self.exit_message}", file=sys.stderr)
+            rc = rc or 1
+        return rc
+
+    def _announce(self) -> None:
+        line = (f"planner daemon: serving {self.url} (state {self.opts.state}, backend {self.opts.backend}, placer {self.opts.placer}, "
+                f"clock {self.cfg.clock}, role {self.service.role})")
+        print(line, flush=True)
+        if self.opts.ready_file:
+            tmp = self.opts.ready_file.with_name(self.opts.ready_file.name + ".tmp")
+            tmp.write_text(self.url + "\n")
+            tmp.replace(self.opts.ready_file)
+
+    def _wait_for_lease(self) -> bool:
+        holder = self.lease.holder()
+        print(f"planner daemon: standby: {holder.describe() if holder else 'nobody'} holds the applier lease", flush=True)
+        while not self._stop.wait(self.cfg.lease_ttl_s / 3.0):
+            taken, _ = self.lease.try_acquire()
+            if taken:
+                self.service.role = "dry-run" if self.cfg.dry_run else "applier"
+                self.metrics.lease_held.set(1)
+                print("planner daemon: took the applier lease", flush=True)
+                return True
+        return False
+
+    def _new_loop(self) -> Loop:
+        """A loop whose state is what the store says (at start, and after a failed cycle)."""
+        loop = Loop(self.store, self.cluster, self.placer, self.executor, self.clock, self.cfg, self.lease, self.metrics,
+                    self.reallocator, stop=self._loop_stop)
+        self.service.loop = loop
+        return loop
+
+    def _run_loop(self) -> int:
+        loop = self._new_loop()
+        for msg in loop.recover():
+            print(f"planner daemon: resumed {msg}", flush=True)
+        period = self.cfg.period_s
+        next_t = self.clock.now() if loop.last_at is None else loop.last_at + period
+        cycles = failures = 0
+        while not loop.stop.is_set():
+            if not self._wait(next_t, loop.stop):
+                break
+            if self.clock.kind == "wall":
+                late = max(0.0, self.clock.now() - next_t)
+                self.metrics.cycle_lateness.observe(late)
+                self.service.lateness_max = max(self.service.lateness_max, late)
+                self.metrics.cycle_lateness_max.set(self.service.lateness_max)
+            try:
+                rep = loop.run_cycle()
+            except LeaseLost:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a failed cycle is logged and retried with the state as stored
+                failures += 1
+                self.metrics.cycle_errors.inc()
+                self.service.last_error = f"cycle {loop.cycle_no + 1} failed: {type(exc).__name__}: {exc}"
+                log.exception("%s (%d in a row)", self.service.last_error, failures)
+                if failures >= MAX_FAILED_CYCLES:
+                    self.exit_message = f"{failures} cycles in a row failed; the last: {self.service.last_error}"
+                    return 1
+                loop = self._new_loop()
+                try:  # an apply the failure interrupted is finished before the next cycle
+                    for msg in loop.recover():
+                        print(f"planner daemon: resumed {msg}", flush=True)
+                except LeaseLost:
+                    raise
+                except Exception:  # noqa: BLE001 - counted as the same failure; the next round retries
+                    log.exception("resuming after the failed cycle failed too")
+                next_t += self.cfg.period_s
+                continue
+            failures = 0
+            self.service.last_error = None
+            cycles += 1
+            self.service.beat = time.monotonic()
+            self.service.last_cycle_wall = time.time()
+            if rep.decisions or rep.apply:
+                log.info("cycle %d at %.0f: %s; %d decision(s), apply %s, %.3f s", rep.cycle, rep.at, ", ".join(rep.triggers) or "-",
+                         rep.decisions, rep.apply or "-", rep.wall_s)
+            next_t += period
+            if self.clock.kind == "wall" and next_t < self.clock.now():
+                next_t = self.clock.now()
+            if self.cfg.max_cycles is not None and cycles >= self.cfg.max_cycles:
+                break
+            if self.cfg.until_idle and loop.idle():
+                print(f"planner daemon: idle after cycle {rep.cycle} (clock {rep.at:.0f} s): every job has ended", flush=True)
+                break
+        return 0
+
+    def _wait(self, t: float, stop: threading.Event) -> bool:
+        if self.clock.kind != "wall":
+            return self.clock.wait_until(t, stop)
+        while True:
+            left = t - self.clock.now()
+            if left <= 0:
+                return not stop.is_set()
+            if stop.wait(min(left, 1.0)):
+                return False
+            self.service.beat = time.monotonic()
+
+    def _shutdown(self) -> None:
+        self.service.stopping = True
+        self._hb_stop.set()
+        if self.server is not None:
+            self.server.should_exit = True
+        for t in self._threads:
+            t.join(timeout=10)
+        try:
+            self.lease.release()
+        except Exception as exc:  # noqa: BLE001 - a lease that expires on its own is fine
+            log.warning("could not release the lease: %s", exc)
+        self.metrics.lease_held.set(0)
+        self.service.ingest.close()
+        try:
+            self.executor.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self.store.close()

@@ -1,0 +1,240 @@
+"""Phases 4 and 5 of a cycle: from the triggers to a target placement, each step with its reasons.
+
+Pure functions of the snapshot: no database, no clock, no executor. In order:
+
+a. **departures** (mandatory): finished, failed and cancelled jobs leave the placement;
+b. **repair** (mandatory): when drift made a group miss a member's SLO, re-optimise (if
+   enabled) or, failing that, evict the members admitted last from each broken group and admit
+   them again elsewhere; a repair that cannot place everyone is not made (and says so);
+c. **admissions** (mandatory): arrived pending jobs, oldest first, by the placer's one-job move;
+   one that no placement can ever serve is rejected, one that only lacks room waits (up to the
+   admission deadline);
+d. **re-optimisation** (optional, gated): periodically and after departures, warm-started from
+   the current placement, kept only if :func:`planner.daemon.gate.judge` says its gain beats its
+   migration cost and the churn budget allows its moves.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from planner.daemon import gate
+from planner.daemon.config import DaemonConfig
+from planner.daemon.estimates import Drift
+from planner.daemon.lifecycle import JobState
+from planner.daemon.ports import Observation, Placement, PlacementPlanner, PlanningContext
+from planner.daemon.ratelimit import TokenBucket
+from planner.daemon.store import JobRecord
+
+
+@dataclass
+class Move:
+    job: str
+    to: Optional[JobState]  # None: only the job's reason changes
+    reason: str
+
+
+@dataclass
+class Decision:
+    kind: str  # departure | repair | drift | admit | reject | wait | reoptimise | realloc
+    triggers: list[str]
+    outcome: str  # changes-plan | kept-current | rejected | waiting | rate-limited | infeasible | not-committed | ...
+    jobs: list[str]
+    reasons: list[str]
+    cost_before: Optional[float] = None
+    cost_after: Optional[float] = None
+    gain_usd: Optional[float] = None
+    migration_usd: Optional[float] = None
+    solver: dict = field(default_factory=dict)
+
+    @property
+    def changes_plan(self) -> bool:
+        return self.outcome == "changes-plan"
+
+    def row(self) -> dict:
+        return {"kind": self.kind, "triggers": self.triggers, "outcome": self.outcome, "jobs": self.jobs, "reasons": self.reasons,
+                "cost_before": self.cost_before, "cost_after": self.cost_after, "gain_usd": self.gain_usd,
+                "migration_usd": self.migration_usd, "solver": self.solver}
+
+
+@dataclass
+class Outcome:
+    target: Placement
+    moves: list[Move] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    solve_s: dict = field(default_factory=dict)  # kind -> wall seconds spent in the planner
+    moved_jobs: int = 0  # jobs moved by optional changes (charged to the churn budget)
+    reoptimised: bool = False
+
+
+# ---------------------------------------------------------------------------- a. departures
+def departures(jobs: dict[str, JobRecord], plan: Placement, obs: Observation) -> Outcome:
+    out = Outcome(plan)
+    leaving: dict[str, str] = {}
+    for name, why in sorted(obs.finished.items()):
+        r = jobs.get(name)
+        if r and r.state in (JobState.RUNNING, JobState.CANCELLING):
+            out.moves.append(Move(name, JobState.COMPLETED, f"completed: {why}"))
+            leaving[name] = f"{name} completed ({why})"
+    for name, why in sorted(obs.failed.items()):
+        r = jobs.get(name)
+        if r and r.state in (JobState.RUNNING, JobState.CANCELLING) and name not in leaving:
+            out.moves.append(Move(name, JobState.FAILED, f"failed: {why}"))
+            leaving[name] = f"{name} failed ({why})"
+    for name, r in jobs.items():
+        if name in leaving:
+            continue
+        if r.state is JobState.CANCELLING:
+            leaving[name] = f"{name} is being cancelled"
+        elif r.cancel_requested_at is not None and r.state is JobState.PENDING:
+            out.moves.append(Move(name, JobState.CANCELLED, "cancelled by request before admission"))
+        elif r.cancel_requested_at is not None and r.state in (JobState.ADMITTED, JobState.RUNNING):
+            out.moves.append(Move(name, JobState.CANCELLING, "cancel requested: leaves the plan"))
+            leaving[name] = f"{name} cancelled by request"
+    placed = set(plan.jobs())
+    for name in placed - set(jobs) - set(leaving):  # ended already, but the plan that removed it was never applied
+        leaving[name] = f"{name} has ended; a previous plan without it could not be applied"
+    gone = {n for n in leaving if n in placed}
+    if gone:
+        out.target = plan.without(gone)
+        out.decisions.append(Decision("departure", ["departure"], "changes-plan", sorted(gone), [leaving[n] for n in sorted(gone)],
+                                      plan.cost_per_hour, out.target.cost_per_hour))
+    return out
+
+
+# -------------------------------------------------------------------------------- b. repair
+def repair(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, drifts: list[Drift], jobs: dict[str, JobRecord],
+           cfg: DaemonConfig, allow_reoptimise: bool = True) -> Outcome:
+    out = Outcome(target)
+    if not drifts:
+        return out
+    why = [d.reason() for d in drifts]
+    evaluated, bad = placer.evaluate(ctx, target)
+    drift_jobs = sorted({d.job for d in drifts})
+    if not bad:
+        out.target = evaluated
+        out.decisions.append(Decision("drift", ["drift"], "kept-current", drift_jobs, why + ["every group still meets its members' SLOs "
+                                                                                                "at the updated estimates"],
+                                      target.cost_per_hour, target.cost_per_hour))
+        return out
+    reasons = why + [v.message for v in bad]
+    if cfg.reoptimise and not allow_reoptimise:
+        reasons.append("no re-optimisation now: the executor refused a recent plan; evicting and re-admitting instead")
+    if cfg.reoptimise and allow_reoptimise:
+        ctx.move_price_per_job = gate.move_price_per_hour(ctx, target, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
+        t0 = time.perf_counter()
+        r = placer.reoptimise(ctx, target, cfg.reoptimise_time_limit_s)
+        out.solve_s["repair"] = time.perf_counter() - t0
+        cand, still = placer.evaluate(ctx, r.placement)
+        if not still and set(cand.jobs()) == set(target.jobs()):
+            mig, moves, _ = gate.migration_usd(ctx, target, cand)
+            out.target, out.reoptimised = cand, True
+            out.decisions.append(Decision("repair", ["drift"], "changes-plan", drift_jobs,
+                                          reasons + [f"re-optimised: every SLO met again at {cand.cost_per_hour:.2f} $/h, "
+                                                     f"{len(moves)} job(s) move"],
+                                          target.cost_per_hour, cand.cost_per_hour, None, mig, r.solver))
+            return out
+        reasons.append("the re-optimisation did not place every job within its SLO: "
+                       + ("; ".join(v.message for v in still[:3]) or "it left jobs out"))
+    # Evict the newest members of every broken group, then admit them again elsewhere.
+    broken = {v.where for v in bad}
+    groups = target.job_groups()
+    evict: list[str] = []
+    fixed = target
+    for gid in sorted({groups[j].id for j in broken if j in groups}):
+        g = next(x for x in fixed.groups if x.id == gid)
+        members = sorted(g.members, key=lambda m: (jobs[m].admitted_at or 0.0, jobs[m].seq) if m in jobs else (0.0, 0))
+        while members:
+            victim = members.pop()
+            evict.append(victim)
+            fixed = fixed.without({victim})
+            _, left = placer.evaluate(ctx, fixed)
+            if not any(v.where in members for v in left):
+                break
+    for victim in evict:
+        adm = placer.admit(ctx, fixed, victim)
+        if adm.placement is None:
+            out.decisions.append(Decision("repair", ["drift"], "infeasible", drift_jobs,
+                                          reasons + [f"cannot repair: {victim} cannot be placed again ({adm.reason}); the plan is kept "
+                                                     "and the SLO miss stays until room frees up"], target.cost_per_hour,
+                                          target.cost_per_hour))
+            return out
+        fixed = adm.placement
+    fixed, _ = placer.evaluate(ctx, fixed)
+    mig, moves, _ = gate.migration_usd(ctx, target, fixed)
+    out.target = fixed
+    out.decisions.append(Decision("repair", ["drift"], "changes-plan", sorted(set(drift_jobs) | set(evict)),
+                                  reasons + [f"moved {', '.join(evict)} out of the broken group(s) and admitted them again"],
+                                  target.cost_per_hour, fixed.cost_per_hour, None, mig))
+    return out
+
+
+# ---------------------------------------------------------------------------- c. admissions
+def admissions(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, jobs: dict[str, JobRecord], now: float,
+               cfg: DaemonConfig) -> Outcome:
+    out = Outcome(target)
+    due = sorted((r for r in jobs.values() if r.state is JobState.PENDING and r.arrives_at <= now and r.cancel_requested_at is None),
+                 key=lambda r: (r.arrives_at, r.seq))
+    t0 = time.perf_counter()
+    for r in due:
+        adm = placer.admit(ctx, out.target, r.name)
+        if adm.placement is not None:
+            before = out.target.cost_per_hour
+            out.target = adm.placement
+            out.moves.append(Move(r.name, JobState.ADMITTED, f"admitted ({adm.move}): {adm.reason}"))
+            out.decisions.append(Decision("admit", ["arrival"], "changes-plan", [r.name], [f"{r.name}: {adm.move}: {adm.reason}"],
+                                          before, out.target.cost_per_hour))
+        elif adm.permanent:
+            out.moves.append(Move(r.name, JobState.REJECTED, f"rejected: {adm.reason}"))
+            out.decisions.append(Decision("reject", ["arrival"], "rejected", [r.name], [f"{r.name}: {adm.reason}"]))
+        elif cfg.admission_timeout_s is not None and now - r.arrives_at >= cfg.admission_timeout_s:
+            out.moves.append(Move(r.name, JobState.REJECTED, f"rejected: waited {now - r.arrives_at:.0f} s for room "
+                                                             f"(deadline {cfg.admission_timeout_s:.0f} s): {adm.reason}"))
+            out.decisions.append(Decision("reject", ["admission-deadline"], "rejected", [r.name], [f"{r.name}: {adm.reason}"]))
+        elif r.reason != f"waiting: {adm.reason}":
+            out.decisions.append(Decision("wait", ["arrival"], "waiting", [r.name], [f"{r.name}: {adm.reason}"]))
+            out.moves.append(Move(r.name, None, f"waiting: {adm.reason}"))
+    if due:
+        out.solve_s["admit"] = time.perf_counter() - t0
+    return out
+
+
+# ------------------------------------------------------------------------ d. re-optimisation
+def reoptimise(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, cfg: DaemonConfig, bucket: TokenBucket,
+               now: float, triggers: list[str]) -> Outcome:
+    out = Outcome(target)
+    if not target.groups:
+        return out
+    ctx.move_price_per_job = gate.move_price_per_hour(ctx, target, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
+    t0 = time.perf_counter()
+    r = placer.reoptimise(ctx, target, cfg.reoptimise_time_limit_s)
+    out.solve_s["reoptimise"] = time.perf_counter() - t0
+    out.reoptimised = True
+    cand, bad = placer.evaluate(ctx, r.placement)
+    base = dict(cost_before=target.cost_per_hour, cost_after=cand.cost_per_hour, solver=r.solver)
+    if bad or set(cand.jobs()) != set(target.jobs()):
+        miss = sorted(set(target.jobs()) - set(cand.jobs()))
+        why = [v.message for v in bad[:5]] + ([f"it leaves out {', '.join(miss)}"] if miss else [])
+        out.decisions.append(Decision("reoptimise", triggers, "infeasible", [], [r.reason, "kept the current plan: the re-optimised plan "
+                                                                              "is not valid"] + why, **base))
+        return out
+    v = gate.judge(ctx, target, cand, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
+    reasons = [r.reason] + v.reasons
+    n_moved = sum(1 for k in v.moves.values() if k == "moved")
+    if v.keep and not bucket.allows(n_moved, now):
+        reasons.append(f"rate-limited: {n_moved} move(s) exceed the churn budget ({bucket.tokens:.1f} of "
+                       f"{cfg.max_moves_per_hour:g} per hour left; enough in {bucket.wait_s(n_moved):.0f} s)")
+        out.decisions.append(Decision("reoptimise", triggers, "rate-limited", sorted(v.moves), reasons, gain_usd=v.gain_usd,
+                                      migration_usd=v.migration_usd, **base))
+        return out
+    if v.keep:
+        bucket.take(n_moved, now)
+        out.target, out.moved_jobs = cand, n_moved
+        out.decisions.append(Decision("reoptimise", triggers, "changes-plan", sorted(v.moves), reasons, gain_usd=v.gain_usd,
+                                      migration_usd=v.migration_usd, **base))
+    else:
+        out.decisions.append(Decision("reoptimise", triggers, "kept-current", sorted(v.moves), reasons, gain_usd=v.gain_usd,
+                                      migration_usd=v.migration_usd, **base))
+    return out

@@ -1,0 +1,409 @@
+"""The daemon's state in one SQLite file: jobs, their events, telemetry, plans, decisions, lease.
+
+One writer of job *state*: the loop (the daemon that holds the applier lease). The HTTP API only
+inserts submitted jobs, sets a cancel request on a job, and appends telemetry; the loop reads those
+at the start of a cycle and acts on them. So an API call never races the loop on a job's state,
+and a state change is always a legal move of :mod:`planner.daemon.lifecycle`, written together
+with its event row in one transaction.
+
+Durability and concurrency: :class:`planner.daemon.sqlitedb.SQLiteFile` (WAL, a connection per
+thread, write transactions that take the lock up front).
+
+Tables (``SCHEMA_VERSION`` is checked at open; another version is refused with a message):
+
+=============  =======================================================================
+meta           key → JSON: schema version, the cluster scenario and its digest, created_at
+kv             key → JSON: loop state that must survive a restart (virtual clock, cycle
+               number, telemetry cursor, estimator and rate-limit state)
+jobs           one row per submitted job: spec (JobSpec JSON), state, times, last reason
+job_events     every state change: from, to, when, why
+telemetry      posted snapshots (validated ``TelemetrySnapshot`` JSON), pruned after use
+plans          every target the loop decided: status applying | applied | recorded | failed
+decisions      the decision log: cycle, triggers, outcome, gain, migration cost, reasons
+lease          who may apply: holder, pid, host, epoch (fencing), expiry
+=============  =======================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from planner.daemon import lifecycle
+from planner.daemon.lifecycle import JobState
+from planner.daemon.sqlitedb import SQLiteFile
+
+SCHEMA_VERSION = 1
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    submitted_at REAL NOT NULL,
+    arrives_at REAL NOT NULL,
+    admitted_at REAL,
+    started_at REAL,
+    ended_at REAL,
+    slo_s REAL,
+    reason TEXT NOT NULL DEFAULT '',
+    cancel_requested_at REAL,
+    seq INTEGER NOT NULL,
+    iterations INTEGER NOT NULL DEFAULT 0,
+    last_iteration_s REAL,
+    slo_misses INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE TABLE IF NOT EXISTS job_events (
+    id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    at REAL NOT NULL,
+    from_state TEXT,
+    to_state TEXT NOT NULL,
+    reason TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS job_events_job ON job_events(job, id);
+CREATE TABLE IF NOT EXISTS telemetry (
+    id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    received_wall REAL NOT NULL,
+    time_s REAL NOT NULL,
+    iteration INTEGER NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS plans (
+    id INTEGER PRIMARY KEY,
+    created_at REAL NOT NULL,
+    cycle INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    cost_per_hour REAL NOT NULL,
+    decision_id INTEGER,
+    placement TEXT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY,
+    cycle INTEGER NOT NULL,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    triggers TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    jobs TEXT NOT NULL,
+    cost_before REAL,
+    cost_after REAL,
+    gain_usd REAL,
+    migration_usd REAL,
+    solver TEXT NOT NULL,
+    reasons TEXT NOT NULL,
+    plan_id INTEGER,
+    dry_run INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lease (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    acquired_at REAL NOT NULL,
+    renewed_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    listen TEXT NOT NULL DEFAULT ''
+);
+"""
+
+PLAN_LIVE = ("applying", "applied", "recorded")
+
+
+class StoreError(Exception):
+    """A request the state refuses (the API maps these to 4xx)."""
+
+    status = 400
+
+    def __init__(self, message: str, where: str = "", fix: str = "") -> None:
+        super().__init__(message)
+        self.message, self.where, self.fix = message, where, fix
+
+
+class NotFound(StoreError):
+    status = 404
+
+
+class Conflict(StoreError):
+    status = 409
+
+
+class StateFileError(Exception):
+    """The state file cannot be used (wrong schema version, not a state file, unreadable)."""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    name: str
+    spec: dict
+    state: JobState
+    submitted_at: float
+    arrives_at: float
+    admitted_at: Optional[float]
+    started_at: Optional[float]
+    ended_at: Optional[float]
+    slo_s: Optional[float]
+    reason: str
+    cancel_requested_at: Optional[float]
+    seq: int
+    iterations: int = 0
+    last_iteration_s: Optional[float] = None
+    slo_misses: int = 0
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> "JobRecord":
+        return cls(r["name"], json.loads(r["spec"]), JobState(r["state"]), r["submitted_at"], r["arrives_at"], r["admitted_at"],
+                   r["started_at"], r["ended_at"], r["slo_s"], r["reason"], r["cancel_requested_at"], r["seq"], r["iterations"],
+                   r["last_iteration_s"], r["slo_misses"])
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "state": self.state.value, "submitted_at": self.submitted_at, "arrives_at": self.arrives_at,
+                "admitted_at": self.admitted_at, "started_at": self.started_at, "ended_at": self.ended_at, "slo_s": self.slo_s,
+                "reason": self.reason, "cancel_requested": self.cancel_requested_at is not None, "iterations": self.iterations,
+                "last_iteration_s": self.last_iteration_s, "slo_misses": self.slo_misses, "spec": self.spec}
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    id: int
+    created_at: float
+    cycle: int
+    kind: str
+    status: str
+    cost_per_hour: float
+    decision_id: Optional[int]
+    placement: dict
+    doc: dict
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> "PlanRecord":
+        return cls(r["id"], r["created_at"], r["cycle"], r["kind"], r["status"], r["cost_per_hour"], r["decision_id"],
+                   json.loads(r["placement"]), json.loads(r["doc"]))
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+class Store(SQLiteFile):
+    """Thread-safe access to one state file (a connection per thread)."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        try:
+            self._init_schema()
+        except sqlite3.DatabaseError as exc:
+            raise StateFileError(f"{self.path} is not a usable SQLite state file ({exc})") from None
+
+    def _init_schema(self) -> None:
+        with self.tx() as c:
+            self.run_ddl(c, DDL)
+            row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                c.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (_dumps(SCHEMA_VERSION),))
+            elif json.loads(row["value"]) != SCHEMA_VERSION:
+                raise StateFileError(f"{self.path} has state schema version {row['value']}, this rl-planner uses {SCHEMA_VERSION}; "
+                                     "use a new --state file or the rl-planner release that wrote it")
+
+    # ------------------------------------------------------------------ meta / kv
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self.conn().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return json.loads(row["value"]) if row else default
+
+    def set_meta(self, c: sqlite3.Connection, key: str, value: Any) -> None:
+        c.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, _dumps(value)))
+
+    def get_kv(self, key: str, default: Any = None, c: sqlite3.Connection | None = None) -> Any:
+        row = (c or self.conn()).execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
+        return json.loads(row["value"]) if row else default
+
+    def set_kv(self, c: sqlite3.Connection, key: str, value: Any) -> None:
+        c.execute("INSERT INTO kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, _dumps(value)))
+
+    # ------------------------------------------------------------------ jobs
+    def submit_job(self, name: str, spec: dict, now: float, arrives_at: float, slo_s: float | None) -> JobRecord:
+        with self.tx() as c:
+            row = c.execute("SELECT state FROM jobs WHERE name=?", (name,)).fetchone()
+            if row is not None:
+                raise Conflict(f"a job named '{name}' already exists (state {row['state']})", "name",
+                               "job names are unique for the life of the state file: choose another name")
+            seq = c.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
+            c.execute("INSERT INTO jobs(name, spec, state, submitted_at, arrives_at, slo_s, reason, seq) VALUES (?,?,?,?,?,?,?,?)",
+                      (name, _dumps(spec), JobState.PENDING.value, now, arrives_at, slo_s, "submitted", seq))
+            c.execute("INSERT INTO job_events(job, at, from_state, to_state, reason) VALUES (?,?,?,?,?)",
+                      (name, now, None, JobState.PENDING.value, "submitted"))
+        return self.get_job(name)
+
+    def request_cancel(self, name: str, now: float) -> JobRecord:
+        with self.tx() as c:
+            row = c.execute("SELECT state, cancel_requested_at FROM jobs WHERE name=?", (name,)).fetchone()
+            if row is None:
+                raise NotFound(f"no job named '{name}'", "name", "list jobs with GET /v1/jobs")
+            state = JobState(row["state"])
+            if lifecycle.CANCEL_TARGET[state] is None:
+                raise Conflict(f"job '{name}' is already {state.value}; only pending, admitted or running jobs can be cancelled", "name")
+            if row["cancel_requested_at"] is None:
+                c.execute("UPDATE jobs SET cancel_requested_at=? WHERE name=?", (now, name))
+        return self.get_job(name)
+
+    def get_job(self, name: str) -> JobRecord:
+        row = self.conn().execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()
+        if row is None:
+            raise NotFound(f"no job named '{name}'", "name", "list jobs with GET /v1/jobs")
+        return JobRecord.from_row(row)
+
+    def job_state(self, name: str) -> Optional[JobState]:
+        row = self.conn().execute("SELECT state FROM jobs WHERE name=?", (name,)).fetchone()
+        return JobState(row["state"]) if row else None
+
+    def list_jobs(self, states: list[str] | None = None, limit: int = 1000, offset: int = 0,
+                  c: sqlite3.Connection | None = None) -> list[JobRecord]:
+        q, args = "SELECT * FROM jobs", []
+        if states:
+            q += f" WHERE state IN ({','.join('?' * len(states))})"
+            args += list(states)
+        q += " ORDER BY seq LIMIT ? OFFSET ?"
+        args += [limit, offset]
+        return [JobRecord.from_row(r) for r in (c or self.conn()).execute(q, args)]
+
+    def live_jobs(self, c: sqlite3.Connection | None = None) -> list[JobRecord]:
+        """Every job that is not terminal, in submission order."""
+        live = [s.value for s in JobState if not s.terminal]
+        return self.list_jobs(live, limit=10**9, c=c)
+
+    def count_jobs(self) -> dict[str, int]:
+        out = {s.value: 0 for s in JobState}
+        for r in self.conn().execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state"):
+            out[r["state"]] = r["n"]
+        return out
+
+    def transition(self, c: sqlite3.Connection, name: str, to: JobState, reason: str, now: float) -> None:
+        """A legal state change and its event row (inside the caller's transaction)."""
+        row = c.execute("SELECT state FROM jobs WHERE name=?", (name,)).fetchone()
+        if row is None:
+            raise NotFound(f"no job named '{name}'")
+        src = JobState(row["state"])
+        lifecycle.check(name, src, to)
+        sets = ["state=?", "reason=?"]
+        args: list[Any] = [to.value, reason]
+        if to is JobState.ADMITTED:
+            sets.append("admitted_at=?")
+            args.append(now)
+        elif to is JobState.RUNNING:
+            sets.append("started_at=COALESCE(started_at, ?)")
+            args.append(now)
+        elif to.terminal:
+            sets.append("ended_at=?")
+            args.append(now)
+        c.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE name=?", (*args, name))
+        c.execute("INSERT INTO job_events(job, at, from_state, to_state, reason) VALUES (?,?,?,?,?)", (name, now, src.value, to.value, reason))
+
+    def record_iterations(self, c: sqlite3.Connection, name: str, total: int, last_iteration_s: float, misses: int) -> None:
+        """The job has completed ``total`` iterations; the newest took ``last_iteration_s``; ``misses`` more missed the SLO."""
+        c.execute("UPDATE jobs SET iterations=MAX(iterations, ?), last_iteration_s=?, slo_misses=slo_misses+? WHERE name=?",
+                  (total, last_iteration_s, misses, name))
+
+    def set_job_reason(self, c: sqlite3.Connection, name: str, reason: str) -> None:
+        c.execute("UPDATE jobs SET reason=? WHERE name=?", (reason, name))
+
+    def job_events(self, name: str) -> list[dict]:
+        return [dict(r) for r in self.conn().execute("SELECT at, from_state, to_state, reason FROM job_events WHERE job=? ORDER BY id",
+                                                     (name,))]
+
+    # ------------------------------------------------------------------ telemetry
+    def add_telemetry(self, job: str, wall: float, time_s: float, iteration: int, body: dict | str) -> int:
+        with self.tx() as c:
+            cur = c.execute("INSERT INTO telemetry(job, received_wall, time_s, iteration, body) VALUES (?,?,?,?,?)",
+                            (job, wall, time_s, iteration, body if isinstance(body, str) else _dumps(body)))
+            return int(cur.lastrowid)
+
+    def telemetry_after(self, cursor: int, limit: int = 100000) -> list[tuple[int, str, str]]:
+        """(id, job, JSON text) of the snapshots after ``cursor``, oldest first."""
+        rows = self.conn().execute("SELECT id, job, body FROM telemetry WHERE id > ? ORDER BY id LIMIT ?", (cursor, limit))
+        return [(r["id"], r["job"], r["body"]) for r in rows]
+
+    def prune_telemetry(self, c: sqlite3.Connection, cursor: int, older_than_wall: float) -> int:
+        return c.execute("DELETE FROM telemetry WHERE id <= ? AND received_wall < ?", (cursor, older_than_wall)).rowcount
+
+    def telemetry_count(self) -> int:
+        return int(self.conn().execute("SELECT COUNT(*) FROM telemetry").fetchone()[0])
+
+    # ------------------------------------------------------------------ plans
+    def insert_plan(self, c: sqlite3.Connection, *, created_at: float, cycle: int, kind: str, status: str, cost_per_hour: float,
+                    decision_id: int | None, placement: dict, doc: dict) -> int:
+        cur = c.execute("INSERT INTO plans(created_at, cycle, kind, status, cost_per_hour, decision_id, placement, doc) "
+                        "VALUES (?,?,?,?,?,?,?,?)",
+                        (created_at, cycle, kind, status, cost_per_hour, decision_id, _dumps(placement), _dumps(doc)))
+        return int(cur.lastrowid)
+
+    def set_plan_status(self, c: sqlite3.Connection, plan_id: int, status: str) -> None:
+        c.execute("UPDATE plans SET status=? WHERE id=?", (status, plan_id))
+
+    def current_plan(self, c: sqlite3.Connection | None = None) -> Optional[PlanRecord]:
+        """The newest target still in force (applying, applied, or recorded in dry-run)."""
+        row = (c or self.conn()).execute(
+            f"SELECT * FROM plans WHERE status IN ({','.join('?' * len(PLAN_LIVE))}) ORDER BY id DESC LIMIT 1", PLAN_LIVE).fetchone()
+        return PlanRecord.from_row(row) if row else None
+
+    def plan(self, plan_id: int) -> PlanRecord:
+        row = self.conn().execute("SELECT * FROM plans WHERE id=?", (plan_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no plan {plan_id}", "plan_id")
+        return PlanRecord.from_row(row)
+
+    def prune_plans(self, c: sqlite3.Connection, keep: int) -> int:
+        """Delete superseded and failed plans older than the newest ``keep`` plans; the plan in force stays."""
+        row = c.execute("SELECT id FROM plans ORDER BY id DESC LIMIT 1 OFFSET ?", (keep - 1,)).fetchone()
+        if row is None:
+            return 0
+        return c.execute("DELETE FROM plans WHERE id < ? AND status IN ('superseded', 'failed')", (row["id"],)).rowcount
+
+    def plans_with_status(self, status: str) -> list[PlanRecord]:
+        return [PlanRecord.from_row(r) for r in self.conn().execute("SELECT * FROM plans WHERE status=? ORDER BY id", (status,))]
+
+    # ------------------------------------------------------------------ decisions
+    def insert_decision(self, c: sqlite3.Connection, d: dict) -> int:
+        cur = c.execute(
+            "INSERT INTO decisions(cycle, at, kind, triggers, outcome, jobs, cost_before, cost_after, gain_usd, migration_usd, solver, "
+            "reasons, plan_id, dry_run) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (d["cycle"], d["at"], d["kind"], _dumps(d.get("triggers", [])), d["outcome"], _dumps(d.get("jobs", [])), d.get("cost_before"),
+             d.get("cost_after"), d.get("gain_usd"), d.get("migration_usd"), _dumps(d.get("solver", {})), _dumps(d.get("reasons", [])),
+             d.get("plan_id"), int(bool(d.get("dry_run")))))
+        return int(cur.lastrowid)
+
+    def update_decision(self, c: sqlite3.Connection, decision_id: int, *, outcome: str | None = None, plan_id: int | None = None,
+                        add_reason: str | None = None) -> None:
+        if outcome is not None:
+            c.execute("UPDATE decisions SET outcome=? WHERE id=?", (outcome, decision_id))
+        if plan_id is not None:
+            c.execute("UPDATE decisions SET plan_id=? WHERE id=?", (plan_id, decision_id))
+        if add_reason:
+            row = c.execute("SELECT reasons FROM decisions WHERE id=?", (decision_id,)).fetchone()
+            reasons = json.loads(row["reasons"]) + [add_reason]
+            c.execute("UPDATE decisions SET reasons=? WHERE id=?", (_dumps(reasons), decision_id))
+
+    def decisions(self, since_id: int = 0, limit: int = 100, kind: str | None = None) -> list[dict]:
+        q, args = "SELECT * FROM decisions WHERE id > ?", [since_id]
+        if kind:
+            q += " AND kind = ?"
+            args.append(kind)
+        q += " ORDER BY id LIMIT ?"
+        args.append(limit)
+        out = []
+        for r in self.conn().execute(q, args):
+            d = dict(r)
+            for k in ("triggers", "jobs", "solver", "reasons"):
+                d[k] = json.loads(d[k])
+            d["dry_run"] = bool(d["dry_run"])
+            out.append(d)
+        return out

@@ -1,0 +1,169 @@
+"""Helpers of the daemon tests: a cluster file, job specs, a real daemon process on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CLUSTER_YAML = """\
+name: daemon-test-cluster
+gpu_types:
+  H20: {price_per_gpu_hour: 1.0}
+  H800: {price_per_gpu_hour: 2.0}
+cluster:
+  clusters: [{name: a, inter_cluster_bw_gb_per_s: 50}, {name: b, inter_cluster_bw_gb_per_s: 50}]
+  node_groups:
+    - {name: h20, gpu_type: H20, count: 4, gpus_per_node: 8, host_dram_gb: 2048, cluster: a}
+    - {name: h800, gpu_type: H800, count: 4, gpus_per_node: 8, host_dram_gb: 2048, cluster: b}
+solver: {time_limit_s: 5}
+"""
+
+
+def write_cluster(tmp: Path, text: str = CLUSTER_YAML, jobs: list[dict] | None = None) -> Path:
+    """The test cluster as a scenario file; ``jobs`` (submitted at the daemon's first start) make it a trace."""
+    import yaml
+
+    p = tmp / ("trace.yaml" if jobs else "cluster.yaml")
+    if jobs:
+        text = text + yaml.safe_dump({"jobs": jobs}, sort_keys=False)
+    p.write_text(text)
+    return p
+
+
+def job(name: str, model: str = "qwen2.5-1.5b", **over: Any) -> dict:
+    """A small GRPO job that fits the test cluster (H20 rollout, H800 training)."""
+    spec = {"name": name, "model": model,
+            "rollout": {"batch_prompts": 32, "group_size": 4, "max_response_tokens": 2048, "gpu_types": ["H20"]},
+            "trainer": {"gpu_types": ["H800"]}, "slo": {"ratio_to_solo": 2.0}}
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(spec.get(k), dict):
+            spec[k] = {**spec[k], **v}
+        else:
+            spec[k] = v
+    return spec
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    return e
+
+
+class DaemonProc:
+    """``python -m planner daemon ...`` as a real process, serving on a free loopback port."""
+
+    def __init__(self, tmp: Path, *args: str, state: Path | None = None, wait: bool = True, name: str = "d") -> None:
+        self.tmp = tmp
+        self.state = state or tmp / "state.sqlite"
+        self.ready = tmp / f"{name}.url"
+        self.ready.unlink(missing_ok=True)
+        self.log = open(tmp / f"{name}.log", "a+")
+        cmd = [sys.executable, "-m", "planner", "daemon", "--state", str(self.state), "--listen", "127.0.0.1:0",
+               "--ready-file", str(self.ready), "--log-level", "warning", *args]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        self.url = ""
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.ready.exists():
+                self.url = self.ready.read_text().strip()
+                return self.url
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode} before serving:\n{self.output()}")
+            time.sleep(0.05)
+        raise TimeoutError(f"daemon did not serve within {timeout} s:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30.0)
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 60.0) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                return self.proc.wait()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def serve(tmp_path_factory, name: str, *args: str):
+    """A module fixture's body: a daemon on the test cluster for the whole module, stopped cleanly after."""
+    tmp = tmp_path_factory.mktemp(name)
+    d = DaemonProc(tmp, "--scenario", str(write_cluster(tmp)), *args)
+    yield d
+    assert d.stop() == 0, d.output()
+
+
+def query(path: Path, sql: str, args: tuple = ()) -> list[dict]:
+    """Read the state file the way an operator would (a separate read-only connection)."""
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    c.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in c.execute(sql, args)]
+    finally:
+        c.close()
+
+
+def step_delay() -> str:
+    """Wall seconds per apply step that leave a test time to interrupt an apply: the executor takes
+    about eight steps per solo job, the simulated cluster alone one."""
+    import importlib.util
+
+    return "0.25" if importlib.util.find_spec("executor") is not None else "1.0"
+
+
+def applied_steps(state: Path) -> list[dict]:
+    """The apply steps done so far, from the executor's journal when the executor applies, else the simulated cluster's."""
+    journal = state.with_name(state.name + ".journal")
+    if journal.exists():
+        return query(journal, "SELECT apply_id, seq, step_id AS step, kind AS action, attempts FROM steps WHERE status='done' ORDER BY apply_id, seq")
+    sim = state.with_name(state.name + ".sim")
+    if not sim.exists():
+        return []
+    return query(sim, "SELECT plan_id AS apply_id, step AS seq, action || ':' || job AS step, action, 1 AS attempts FROM sim_journal ORDER BY id")
+
+
+def wait_for(pred, timeout: float = 30.0, every: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(every)
+    raise TimeoutError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def kv(path: Path, key: str, default: Any = None) -> Any:
+    rows = query(path, "SELECT value FROM kv WHERE key=?", (key,))
+    return json.loads(rows[0]["value"]) if rows else default

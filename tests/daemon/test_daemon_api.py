@@ -1,0 +1,178 @@
+"""The HTTP API over real HTTP on loopback: a daemon process serving, requests through httpx."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from daemonproc import job, query, serve, wait_for
+
+from formulation.realloc.telemetry import TelemetrySnapshot
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    yield from serve(tmp_path_factory, "api", "--period-s", "0.2")
+
+
+@pytest.fixture
+def http(daemon):
+    with daemon.client() as c:
+        yield c
+
+
+def snapshot(name: str, **over) -> dict:
+    snap = {"job": name, "time_s": 12.5, "iteration": 3,
+            "components": [{"name": "rollout", "kind": "rollout", "progress": 0.8},
+                           {"name": "actor", "kind": "trainer", "progress": 0.0, "interruptible": False}],
+            "workers": [{"worker_id": "r0", "component": "rollout", "node": "h20-0", "gpu_type": "H20", "kv_used_tokens": 100,
+                         "kv_capacity_tokens": 1000, "tokens_per_s": 300.0},
+                        {"worker_id": "t0", "component": "actor", "node": "h800-0", "gpu_type": "H800"}]}
+    snap.update(over)
+    return snap
+
+
+def fields(resp) -> list[str]:
+    return [p["field"] for p in resp.json()["problems"]]
+
+
+def test_submit_runs_and_cancel_removes(http, daemon):
+    r = http.post("/v1/jobs", json=job("api-a", duration_s=None))
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["state"] == "pending" and body["slo_s"] > 0 and body["spec"]["components"] == ["rollout", "reference", "reward", "trainer"]
+    wait_for(lambda: http.get("/v1/jobs/api-a").json()["state"] == "running", what="api-a running")
+    detail = http.get("/v1/jobs/api-a").json()
+    assert [e["to_state"] for e in detail["events"]] == ["pending", "admitted", "running"]
+    assert detail["group"]["members"] == ["api-a"] and detail["group"]["rollout_type"] == "H20"
+    plan = http.get("/v1/plan").json()
+    assert plan["status"] == "applied" and any("api-a" in g["members"] for g in plan["placement"]["groups"])
+    assert plan["document"]["kind"] and plan["document"]["solver"]["status"]
+    r = http.post("/v1/telemetry", json=snapshot("api-a"))
+    assert r.status_code == 202 and r.json()["job"] == "api-a"
+    assert query(daemon.state, "SELECT COUNT(*) AS n FROM telemetry WHERE job='api-a'")[0]["n"] >= 1 or \
+        http.get("/metrics").text.count("planner_telemetry_received_total 1.0") == 1
+    r = http.delete("/v1/jobs/api-a")
+    assert r.status_code == 202 and r.json()["cancel_requested"] is True
+    wait_for(lambda: http.get("/v1/jobs/api-a").json()["state"] == "cancelled", what="api-a cancelled")
+    assert http.delete("/v1/jobs/api-a").status_code == 409
+    r = http.post("/v1/telemetry", json=snapshot("api-a"))
+    assert r.status_code == 409 and fields(r) == ["job"] and "cancelled" in r.json()["problems"][0]["message"]
+    dec = http.get("/v1/decisions", params={"limit": 1000}).json()["decisions"]
+    kinds = {(d["kind"], d["outcome"]) for d in dec if "api-a" in d["jobs"]}
+    assert ("admit", "applied") in kinds and ("departure", "applied") in kinds
+    assert all(d["reasons"] for d in dec)
+
+
+def test_bad_jobs_get_422_naming_the_field_and_never_reach_the_state(http, daemon):
+    before = query(daemon.state, "SELECT COUNT(*) AS n FROM jobs")[0]["n"]
+    cases = [
+        (job("bad-1", rollout={"max_response_tokens": -5}), "rollout.max_response_tokens"),
+        (job("bad-2", rollout={"max_respons_tokens": 5}), "rollout.max_respons_tokens"),
+        (job("bad-3", rollout={"tp": 3}), "rollout.tp"),
+        (job("bad-4", model="llama-9000"), "model"),
+        (job("bad 5"), "name"),
+        ({**job("bad-6"), "slo": {"iteration_s": 0.5}}, "slo.iteration_s"),
+        (job("bad-7", rollout={"gpu_types": ["H100"]}), "rollout.gpu_types[0]"),
+        (job("bad-8", trainer={"nodes": 9}), "trainer.nodes"),
+        ({k: v for k, v in job("bad-9").items() if k != "rollout"}, "rollout"),
+    ]
+    for spec, field in cases:
+        r = http.post("/v1/jobs", json=spec)
+        assert r.status_code == 422, (field, r.text)
+        assert field in fields(r), (field, r.json())
+        assert all(p["message"] for p in r.json()["problems"])
+    for raw, what in ((b"{not json", "not valid JSON"), (b"[1, 2]", ""), (b"", "")):
+        r = http.post("/v1/jobs", content=raw, headers={"content-type": "application/json"})
+        assert r.status_code == 422 and what in r.text
+    assert query(daemon.state, "SELECT COUNT(*) AS n FROM jobs")[0]["n"] == before
+
+
+def test_duplicates_unknowns_and_limits(http, daemon):
+    assert http.post("/v1/jobs", json=job("dup", trainer={"nodes": 1})).status_code == 201
+    r = http.post("/v1/jobs", json=job("dup"))
+    assert r.status_code == 409 and fields(r) == ["name"]
+    assert http.get("/v1/jobs/nobody").status_code == 404
+    assert http.delete("/v1/jobs/nobody").status_code == 404
+    assert http.get("/v1/jobs/bad%20name").status_code == 422
+    r = http.post("/v1/jobs", content=b"{" + b" " * (2 << 20) + b"}", headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    r = http.get("/v1/jobs", params={"state": "sleeping"})
+    assert r.status_code == 422 and fields(r) == ["state[0]"]
+    r = http.get("/v1/jobs", params={"limit": 0})
+    assert r.status_code == 422 and fields(r) == ["limit"]
+    listing = http.get("/v1/jobs", params={"state": ["pending", "admitted", "running"], "limit": 1000}).json()
+    assert any(j["name"] == "dup" for j in listing["jobs"]) and set(listing["counts"]) >= {"pending", "running", "completed"}
+
+
+def test_bad_telemetry_gets_422_and_is_not_stored(http, daemon):
+    assert http.post("/v1/jobs", json=job("tel", trainer={"nodes": 1})).status_code == 201
+    wait_for(lambda: http.get("/v1/jobs/tel").json()["state"] in ("admitted", "running"), what="tel placed")
+    before = query(daemon.state, "SELECT COUNT(*) AS n FROM telemetry WHERE job='tel'")[0]["n"]
+    bad_worker = snapshot("tel")
+    bad_worker["workers"][0]["kv_used_tokens"] = 5000  # above capacity: utilisation > 1
+    unknown_component = snapshot("tel")
+    unknown_component["workers"][1]["component"] = "actr"
+    cases = [
+        (snapshot("tel", time_s=-1), "time_s"),
+        (bad_worker, "workers[0]"),
+        (snapshot("tel", components=[]), "components"),
+        (unknown_component, ""),
+        (snapshot("tel", extra=1), "extra"),
+    ]
+    for snap, field in cases:
+        r = http.post("/v1/telemetry", json=snap)
+        assert r.status_code == 422, (field, r.text)
+        assert any(f == field or f.startswith(field) for f in fields(r)), (field, r.json())
+    r = http.post("/v1/telemetry", json=unknown_component)
+    assert "Did you mean 'actor'" in r.text
+    r = http.post("/v1/telemetry", json=snapshot("ghost"))
+    assert r.status_code == 404 and fields(r) == ["job"]
+    assert query(daemon.state, "SELECT COUNT(*) AS n FROM telemetry WHERE job='tel'")[0]["n"] == before
+    # Every stored snapshot validates: nothing malformed reached the state.
+    for row in query(daemon.state, "SELECT body FROM telemetry"):
+        TelemetrySnapshot.model_validate(json.loads(row["body"]))
+
+
+def test_health_metrics_and_openapi(http, daemon):
+    h = http.get("/v1/health").json()
+    assert h["status"] == "ok" and h["role"] == "applier" and h["cycle"] > 0 and "pid" in h["lease_holder"]
+    assert http.get("/healthz").json() == {"status": "ok"} and http.get("/readyz").status_code == 200
+    m = http.get("/metrics")
+    assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
+    for name in ("planner_decisions_total", "planner_solve_seconds_bucket", "planner_migrations_total", "planner_slo_attainment_ratio",
+                 "planner_predictor_error", "planner_cycles_total", "planner_jobs", "planner_lease_held 1.0"):
+        assert name in m.text, name
+    spec = http.get("/openapi.json").json()
+    assert set(spec["paths"]) >= {"/v1/jobs", "/v1/jobs/{name}", "/v1/telemetry", "/v1/plan", "/v1/decisions", "/v1/health", "/metrics"}
+    assert "422" in spec["paths"]["/v1/jobs"]["post"]["responses"] and "409" in spec["paths"]["/v1/jobs"]["post"]["responses"]
+
+
+def tail_snapshot(job: str, t: float, iteration: int = 3) -> dict:
+    """A rollout tail: 6 of 8 engines hold one request each at 0.5% KV (DynaRL's donors), 2 still busy."""
+    workers = [{"worker_id": f"r{k}", "component": "rollout", "node": "h20-0", "gpu_type": "H20", "kv_used_tokens": 500 if k < 6 else 60000,
+                "kv_capacity_tokens": 100000, "tokens_per_s": 40.0 if k < 6 else 300.0, "requests_in_flight": 1 if k < 6 else 6}
+               for k in range(8)]
+    workers += [{"worker_id": "ref0", "component": "ref", "node": "h800-0", "gpu_type": "H800", "gpus": 4, "tokens_per_s": 20000.0},
+                {"worker_id": "t0", "component": "actor", "node": "h800-0", "gpu_type": "H800", "gpus": 4, "tokens_per_s": 8000.0}]
+    return {"job": job, "time_s": t, "iteration": iteration, "workers": workers,
+            "components": [{"name": "rollout", "kind": "rollout", "progress": 0.85}, {"name": "ref", "kind": "reference", "progress": 0.3},
+                           {"name": "actor", "kind": "trainer", "progress": 0.0, "interruptible": False}]}
+
+
+def test_a_rollout_tail_in_telemetry_triggers_a_reallocation_decision(http, daemon):
+    assert http.post("/v1/jobs", json=job("rl", trainer={"nodes": 1})).status_code == 201
+    wait_for(lambda: http.get("/v1/jobs/rl").json()["state"] == "running", what="rl running")
+    for t in (100.0, 103.0, 108.0):  # below U_low for 8 s > T = 5 s
+        assert http.post("/v1/telemetry", json=tail_snapshot("rl", t)).status_code == 202
+
+    def realloc():
+        ds = http.get("/v1/decisions", params={"kind": "realloc", "limit": 1000}).json()["decisions"]
+        return [d for d in ds if d["jobs"] == ["rl"]]
+
+    ds = wait_for(realloc, what="a reallocation decision")
+    d = ds[0]
+    assert d["triggers"] == ["donor(rollout)"] and d["reasons"] and d["outcome"] in ("applied", "not-committed")
+    assert d["solver"]["status"] in ("optimal", "feasible")
+    m = http.get("/metrics").text
+    assert 'planner_solve_seconds_count{kind="realloc"}' in m

@@ -1,0 +1,381 @@
+"""The loop's phases on a manual clock, in process: admission, departures, cancels, drift repair,
+the gain-versus-migration gate, rate limits, dry-run, failed and interrupted applies."""
+
+from __future__ import annotations
+
+import pytest
+from daemonproc import job, write_cluster
+
+from planner.daemon import gate
+from planner.daemon.adapters.simcluster import SimCluster, Truth
+from planner.daemon.adapters.solo import SoloPlacer
+from planner.daemon.clock import ManualClock
+from planner.daemon.config import DaemonConfig
+from planner.daemon.cycle import LeaseLost, Loop
+from planner.daemon.estimates import Estimates
+from planner.daemon.lease import Lease
+from planner.daemon.lifecycle import JobState
+from planner.daemon.metrics import DaemonMetrics
+from planner.daemon.phasetimes import PhaseTimer
+from planner.daemon.ports import ApplyResult, Group, IterationSample, Placement, PlanningContext, moved_jobs
+from planner.daemon.ratelimit import TokenBucket
+from planner.daemon.service import check_job
+from planner.daemon.store import Store
+from planner.schema import load_scenario
+from planner.schema.scenario import JobSpec
+
+
+class World:
+    """A loop wired to a store, a simulated cluster and a manual clock."""
+
+    def __init__(self, tmp, truth=Truth(), executor=None, **cfg):
+        self.cluster = load_scenario(write_cluster(tmp))
+        self.store = Store(tmp / "s.sqlite")
+        self.clock = ManualClock(0.0)
+        self.cfg = DaemonConfig(**{"period_s": 60.0, "clock": "virtual", **cfg})
+        self.lease = Lease(self.store, 60.0)
+        assert self.lease.try_acquire()[0]
+        self.sim = executor or SimCluster(tmp / "s.sim", self.cluster, self.spec, truth)
+        self.placer = SoloPlacer(self.cluster)
+        self.metrics = DaemonMetrics()
+        self.loop = Loop(self.store, self.cluster, self.placer, self.sim, self.clock, self.cfg, self.lease, self.metrics)
+
+    def spec(self, name):
+        return JobSpec.model_validate(self.store.get_job(name).spec)
+
+    def submit(self, name, at=0.0, **over):
+        spec = JobSpec.model_validate(job(name, **over))
+        self.store.submit_job(name, spec.model_dump(mode="json"), self.clock.now(), at, check_job(self.cluster, spec))
+
+    def cycle(self, t):
+        self.clock.set(t)
+        return self.loop.run_cycle()
+
+    def state(self, name):
+        return self.store.get_job(name).state
+
+    def decisions(self, kind=None):
+        return self.store.decisions(0, 1000, kind)
+
+
+def test_arrivals_admitted_in_order_then_run_and_complete(tmp_path):
+    w = World(tmp_path)
+    w.submit("late", at=500.0, duration_s=600.0)
+    w.submit("early", at=0.0, duration_s=300.0)
+    rep = w.cycle(0.0)
+    assert rep.apply == "ok" and w.state("early") is JobState.RUNNING and w.state("late") is JobState.PENDING
+    w.cycle(600.0)
+    assert w.state("late") is JobState.RUNNING
+    assert w.state("early") is JobState.COMPLETED, "300 s of running ended it"
+    w.cycle(1300.0)
+    assert w.state("late") is JobState.COMPLETED
+    assert w.loop.idle()
+    assert [d["kind"] for d in w.decisions()].count("admit") == 2
+    deps = w.decisions("departure")
+    assert {j for d in deps for j in d["jobs"]} == {"early", "late"} and all(d["outcome"] == "applied" for d in deps)
+    plan = w.store.current_plan()
+    assert plan.status == "applied" and plan.placement["groups"] == []
+    # Cost is the $/h in force integrated over the clock: one solo job (1 H20 + 1 H800 node = 24 $/h).
+    assert w.loop.cost_usd == pytest.approx(24.0 * 600 / 3600 + 24.0 * 700 / 3600)
+    # Iterations were measured, and every one met the SLO (the estimates are the truth here).
+    r = w.store.get_job("early")
+    assert r.iterations > 0 and r.slo_misses == 0 and r.last_iteration_s <= r.slo_s
+
+
+def test_old_plans_are_pruned_but_the_plan_in_force_stays(tmp_path):
+    w = World(tmp_path, plans_keep=2)
+    for i in range(4):
+        w.submit(f"p{i}", at=100.0 * i)
+        w.cycle(100.0 * i)
+    rows = w.store.conn().execute("SELECT id, status FROM plans ORDER BY id").fetchall()
+    assert [r["status"] for r in rows] == ["superseded", "applied"]
+    assert w.store.current_plan().id == rows[-1]["id"] and len(w.decisions("admit")) == 4
+
+
+def test_no_room_waits_then_admits_when_room_frees_and_timeout_rejects(tmp_path):
+    w = World(tmp_path, admission_timeout_s=5000.0)
+    for i in range(5):  # 4 H20 + 4 H800 nodes: the fifth solo job waits
+        w.submit(f"j{i}", duration_s=1000.0 if i == 0 else None)
+    w.cycle(0.0)
+    assert w.state("j4") is JobState.PENDING and "waiting for room" in w.store.get_job("j4").reason
+    assert w.decisions("wait")[0]["jobs"] == ["j4"]
+    w.cycle(60.0)
+    assert len(w.decisions("wait")) == 1, "an unchanged wait is not logged again every cycle"
+    w.cycle(1100.0)  # j0 finished at 1000: its nodes free up, j4 gets them
+    assert w.state("j0") is JobState.COMPLETED and w.state("j4") is JobState.RUNNING
+    w.submit("j5", at=1100.0)
+    w.cycle(1200.0)
+    assert w.state("j5") is JobState.PENDING
+    w.cycle(6200.0)
+    r = w.store.get_job("j5")
+    assert r.state is JobState.REJECTED and "waited" in r.reason and "deadline" in r.reason
+
+
+def test_a_job_no_pool_can_serve_is_rejected_at_once(tmp_path):
+    w = World(tmp_path)
+    w.submit("ok")
+    spec = JobSpec.model_validate(job("tight"))
+    # Bypass the submission check (as an SLO computed under other estimates would): 1 s per iteration.
+    w.store.submit_job("tight", spec.model_dump(mode="json"), 0.0, 0.0, 1.0)
+    w.placer._est.clear()
+    w.placer._estimate(PlanningContext(w.cluster, {"tight": spec}), "tight").slo_s = 1.0
+    w.cycle(0.0)
+    r = w.store.get_job("tight")
+    assert r.state is JobState.REJECTED and "SLO" in r.reason
+
+
+def test_cancel_pending_and_running(tmp_path):
+    w = World(tmp_path)
+    w.submit("run")
+    w.submit("wait", at=10_000.0)
+    w.cycle(0.0)
+    w.store.request_cancel("run", 10.0)
+    w.store.request_cancel("wait", 10.0)
+    w.cycle(60.0)
+    assert w.state("wait") is JobState.CANCELLED
+    assert w.state("run") is JobState.CANCELLED, "removed by an applied plan in the same cycle"
+    assert [e["to_state"] for e in w.store.job_events("run")] == ["pending", "admitted", "running", "cancelling", "cancelled"]
+    assert w.sim.running_groups() == {}
+    stops = [s for s in w.sim.journal() if s["action"] == "stop"]
+    assert [s["job"] for s in stops] == ["run"]
+
+
+def test_dry_run_decides_and_records_but_applies_nothing(tmp_path):
+    w = World(tmp_path, dry_run=True)
+    w.submit("a")
+    w.submit("b")
+    rep = w.cycle(0.0)
+    assert rep.apply == "dry-run"
+    assert w.sim.journal() == [] and w.sim.running_groups() == {}
+    assert w.state("a") is JobState.ADMITTED  # placed in the recorded plan, never started
+    plan = w.store.current_plan()
+    assert plan.status == "recorded" and {m for g in plan.placement["groups"] for m in g["members"]} == {"a", "b"}
+    assert {d["outcome"] for d in w.decisions("admit")} == {"dry-run"}
+    w.store.request_cancel("a", 1.0)
+    w.cycle(60.0)
+    assert w.state("a") is JobState.CANCELLED and w.sim.journal() == []
+
+
+def test_drift_updates_the_estimates_in_force(tmp_path):
+    """The cluster is 1.9x slower than estimated: the daemon measures it, moves the job's factors to
+    1.9 and logs why; alone on its pools the job still meets its 2x SLO, so the plan is kept."""
+    w = World(tmp_path, truth=Truth(slow_lo=1.9, slow_hi=1.9), drift_min_samples=2)
+    w.submit("a")
+    w.cycle(0.0)
+    for t in range(1, 40):
+        w.cycle(60.0 * t)
+    f = w.loop.estimates.factors_of("a")
+    assert f.rollout == pytest.approx(1.9, rel=1e-6) and f.train == pytest.approx(1.9, rel=1e-6)
+    drifts = w.decisions("drift")
+    assert drifts and "1.900x the estimate" in " ".join(drifts[0]["reasons"])
+    assert drifts[0]["outcome"] == "kept-current", "alone on its pools, 1.9x still meets a 2x SLO"
+    err = w.loop.estimates.predictor_error()
+    assert 0.0 < err["rollout"] < 0.1, "the first iterations were mispredicted by 47%, later ones are right"
+    assert w.loop.estimates.errors["rollout"][0] == pytest.approx(0.9 / 1.9)
+    r = w.store.get_job("a")
+    assert r.last_iteration_s <= r.slo_s
+
+
+def test_drift_beyond_the_slo_is_repaired_by_moving_jobs(tmp_path):
+    """Two jobs whose SLO breaks when measured: repair evicts and re-admits; one that can never meet it stays
+    (no pool can serve it at 3x) and the repair says why."""
+    w = World(tmp_path, truth=Truth(slow_lo=3.0, slow_hi=3.0), drift_min_samples=2)
+    w.submit("a")
+    w.cycle(0.0)
+    for t in range(1, 30):
+        w.cycle(60.0 * t)
+    reps = w.decisions("repair")
+    assert reps, "a 3x slowdown breaks a 2x SLO"
+    assert reps[0]["outcome"] == "infeasible" and "cannot repair" in " ".join(reps[0]["reasons"])
+    assert w.store.get_job("a").slo_misses > 0
+
+
+def test_gate_keeps_a_change_only_when_gain_beats_migration(tmp_path):
+    w = World(tmp_path)
+    for n in ("a", "b"):
+        w.submit(n)
+    ctx = w.loop.context({r.name: r for r in w.store.live_jobs()}, 0.0)
+    g1 = Group("g1", "H20", ("h20-0",), "H800", ("h800-0",), ("a",), 24.0)
+    g2 = Group("g2", "H20", ("h20-1",), "H800", ("h800-1",), ("b",), 24.0)
+    before = Placement((g1, g2))
+    merged = Placement((Group("g1", "H20", ("h20-0",), "H800", ("h800-0",), ("a", "b"), 24.0),))
+    assert moved_jobs(before, merged) == {"b": "moved"}
+    v = gate.judge(ctx, before, merged, amortise_s=3600, margin=0.1)
+    assert v.keep and v.gain_usd == pytest.approx(24.0) and 0 < v.migration_usd < 24.0 / 1.1
+    v2 = gate.judge(ctx, before, merged, amortise_s=1.0, margin=0.1)  # a saving counted over one second pays for nothing
+    assert not v2.keep and "does not beat" in v2.reasons[-1]
+    v3 = gate.judge(ctx, merged, before, amortise_s=3600, margin=0.1)
+    assert not v3.keep and "not cheaper" in v3.reasons[-1]
+    extended = Placement((Group("g1", "H20", ("h20-0", "h20-1"), "H800", ("h800-0",), ("a",), 40.0), g2))
+    assert moved_jobs(before, extended) == {"a": "extended"}
+
+
+def test_token_bucket_limits_and_restores():
+    b = TokenBucket.full(6.0, now=0.0)
+    assert b.allows(6, 0.0) and not b.allows(7, 0.0)
+    b.take(6, 0.0)
+    assert not b.allows(1, 0.0) and b.wait_s(1) == pytest.approx(600.0)
+    assert b.allows(1, 600.0)
+    r = TokenBucket.restore(6.0, b.state(), now=600.0)
+    assert r.tokens == pytest.approx(b.tokens)
+
+
+def test_estimates_follow_slowdowns_at_once_and_speedups_only_when_the_window_agrees():
+    e = Estimates(window=4, min_samples=2, threshold=0.1)
+    s = lambda k, r: IterationSample("j", k, r, r, 2 * r)  # noqa: E731
+    e.add(s(1, 1.0), 1.0, 1.0)
+    assert e.detect() == []  # one sample is not enough
+    e.add(s(2, 1.5), 1.0, 1.0)
+    d = e.detect()
+    assert {x.phase for x in d} == {"rollout", "train"}
+    assert e.factors_of("j").rollout == pytest.approx(1.75)  # slowest 1.5 plus half the spread 0.5
+    for k in range(3, 6):
+        e.add(s(k, 0.8), 1.0, 1.0)
+    assert e.detect() == [], "1.5 is still in the window of 4: the envelope moved by less than the threshold"
+    e.add(s(6, 0.8), 1.0, 1.0)
+    assert [x.new for x in e.detect()] == [0.8, 0.8]
+    again = Estimates(4, 2, 0.1, state=e.state())
+    assert again.factors_of("j") == e.factors_of("j") and again.predictor_error() == e.predictor_error()
+
+
+def test_an_slo_miss_moves_the_estimates_by_less_than_the_threshold():
+    e = Estimates(window=4, min_samples=3, threshold=0.1)
+    e.add(IterationSample("j", 1, 1.05, 1.05, 2.1), 1.0, 1.0)
+    assert e.detect() == []
+    d = e.detect(missed={"j"})
+    assert d and e.factors_of("j").rollout == pytest.approx(1.05)
+
+
+def test_phase_timer_derives_iterations_from_telemetry():
+    from formulation.realloc.telemetry import TelemetrySnapshot
+
+    def snap(it, t, rollout_p, train_p):
+        return TelemetrySnapshot.model_validate({
+            "job": "j", "time_s": t, "iteration": it,
+            "components": [{"name": "r", "kind": "rollout", "progress": rollout_p}, {"name": "t", "kind": "trainer", "progress": train_p}],
+            "workers": [{"worker_id": "w0", "component": "r", "node": "n0", "gpu_type": "H20"},
+                        {"worker_id": "w1", "component": "t", "node": "n1", "gpu_type": "H800"}]})
+
+    pt = PhaseTimer()
+    assert pt.feed(snap(3, 10.0, 0.5, 0.0)) is None
+    assert pt.feed(snap(3, 40.0, 1.0, 0.0)) is None
+    assert pt.feed(snap(3, 70.0, 1.0, 1.0)) is None
+    s = pt.feed(snap(4, 1.0, 0.0, 0.0))
+    assert (s.iteration, s.rollout_s, s.train_s, s.iteration_s) == (3, 40.0, 30.0, 70.0)
+    again = PhaseTimer(pt.state())
+    assert again.feed(snap(5, 2.0, 0.0, 0.0)) is None  # iteration 4 never saw its rollout end
+
+
+class FailingExecutor:
+    """Applies nothing and says so (a backend whose start failed): the loop must not pretend."""
+
+    name = "failing"
+
+    def __init__(self):
+        self.applies = 0
+
+    def observe(self, now):
+        from planner.daemon.ports import Observation
+
+        return Observation()
+
+    def apply(self, target, *, plan_id, now, should_stop):
+        self.applies += 1
+        return ApplyResult(False, 0, 2, "start failed: out of memory on h20-0")
+
+    resume = apply
+
+    def apply_realloc(self, job, body, *, now):
+        return ApplyResult(False, 0, 1, "n/a")
+
+    def close(self):
+        pass
+
+
+def test_a_failed_apply_leaves_the_previous_plan_in_force_and_jobs_pending(tmp_path):
+    ex = FailingExecutor()
+    w = World(tmp_path, executor=ex)
+    w.submit("a")
+    w.cycle(0.0)
+    assert ex.applies == 1
+    assert w.state("a") is JobState.PENDING and "could not be applied" in w.store.get_job("a").reason
+    assert w.store.current_plan() is None
+    assert w.decisions("admit")[0]["outcome"] == "failed"
+    w.cycle(60.0)
+    assert ex.applies == 2, "admitted again on the next cycle"
+
+
+def test_an_interrupted_apply_is_resumed_from_the_journal_without_repeating_steps(tmp_path):
+    w = World(tmp_path)
+    for n in ("a", "b", "c"):
+        w.submit(n)
+    calls = {"n": 0}
+
+    def stop_after_two():
+        calls["n"] += 1
+        return calls["n"] > 2
+
+    w.loop.stop.is_set = stop_after_two  # SIGTERM arrives while the third step is due
+    rep = w.cycle(0.0)
+    assert rep.apply == "interrupted"
+    plan = w.store.current_plan()
+    assert plan.status == "applying" and len(w.sim.journal()) == 2
+    # A new daemon on the same files: recover() finishes the apply before any cycle.
+    w2_loop = Loop(w.store, w.cluster, w.placer, SimCluster(tmp_path / "s.sim", w.cluster, w.spec), w.clock, w.cfg, w.lease, DaemonMetrics())
+    done = w2_loop.recover()
+    assert len(done) == 1 and "1 step(s) carried out" in done[0]
+    steps = w.sim.journal()
+    assert len(steps) == 3 and len({(s["action"], s["job"]) for s in steps}) == 3
+    assert w.store.plan(plan.id).status == "applied"
+    assert {w.state(n) for n in ("a", "b", "c")} == {JobState.RUNNING}
+    assert w2_loop.recover() == []
+
+
+def test_a_daemon_that_lost_the_lease_stops_before_writing(tmp_path):
+    w = World(tmp_path)
+    w.submit("a")
+    thief = Lease(w.store, 60.0)
+    thief.pid += 1
+    with w.store.tx() as c:
+        c.execute("UPDATE lease SET expires_at=0")
+    assert thief.try_acquire()[0]
+    with pytest.raises(LeaseLost):
+        w.cycle(0.0)
+    assert w.state("a") is JobState.PENDING and w.store.current_plan() is None and w.sim.journal() == []
+
+
+class RefusingOnce(SimCluster):
+    """The simulated cluster, whose executor refuses the first plan after ``after`` applies (an unreachable order)."""
+
+    def __init__(self, *a, after: int = 1, **k):
+        super().__init__(*a, **k)
+        self.after, self.calls = after, 0
+
+    def apply(self, target, *, plan_id, now, should_stop):
+        self.calls += 1
+        if self.calls == self.after + 1:
+            return ApplyResult(False, 0, 3, "the executor refuses the target: no capacity-safe order of the steps exists")
+        return super().apply(target, plan_id=plan_id, now=now, should_stop=should_stop)
+
+
+def test_after_a_refused_plan_ended_jobs_still_leave_and_reshuffles_wait(tmp_path):
+    w = World(tmp_path, reoptimise_every_s=60.0)  # a periodic re-optimisation is due every cycle, unless blocked
+    w.sim = RefusingOnce(tmp_path / "r.sim", w.cluster, w.spec, after=1)
+    w.loop = Loop(w.store, w.cluster, w.placer, w.sim, w.clock, w.cfg, w.lease, w.metrics)
+    w.submit("short", duration_s=100.0)
+    w.submit("long")
+    w.cycle(0.0)
+    assert w.state("short") is JobState.RUNNING
+    w.cycle(200.0)  # short finished: the plan without it is refused
+    assert w.state("short") is JobState.COMPLETED
+    dep = w.decisions("departure")[-1]
+    assert dep["outcome"] == "failed" and "re-optimisations wait" in dep["reasons"][-1]
+    assert "short" in {m for g in w.store.current_plan().placement["groups"] for m in g["members"]}
+    assert w.loop.reopt_blocked_until == pytest.approx(200.0 + w.cfg.reoptimise_min_interval_s)
+    w.cycle(260.0)  # the ended job leaves the plan in force now; no re-optimisation while blocked
+    plan = w.store.current_plan()
+    assert plan.status == "applied" and "short" not in {m for g in plan.placement["groups"] for m in g["members"]}
+    assert "could not be applied" in w.decisions("departure")[-1]["reasons"][0]
+    assert not [d for d in w.decisions("reoptimise") if d["cycle"] >= 3]
+    w.cycle(1200.0)  # the block has passed
+    assert [d for d in w.decisions("reoptimise") if d["cycle"] == 4]

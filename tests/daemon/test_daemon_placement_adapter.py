@@ -1,0 +1,101 @@
+"""The co-execution placement planner behind the daemon's seam: admission moves, re-optimisation
+warm-started from the current placement, drift factors in the estimates, judged by the planner's
+own solver-free checker."""
+
+from __future__ import annotations
+
+import pytest
+from daemonproc import job, write_cluster
+
+pytest.importorskip("formulation.placement.solve")
+
+from formulation.placement.check import check  # noqa: E402
+from formulation.placement.evaluate import Index  # noqa: E402
+from planner.daemon.adapters.placement import WeavePlacer  # noqa: E402
+from planner.daemon.ports import PhaseFactors, Placement, PlanningContext  # noqa: E402
+from planner.schema import load_scenario  # noqa: E402
+from planner.schema.scenario import JobSpec  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    cluster = load_scenario(write_cluster(tmp_path_factory.mktemp("wp")))
+    specs = {n: JobSpec.model_validate(job(n, model=m, slo={"ratio_to_solo": 2.0}))
+             for n, m in (("a", "qwen2.5-1.5b"), ("b", "qwen2.5-1.5b"), ("c", "qwen2.5-3b"), ("d", "qwen2.5-1.5b"))}
+    return cluster, specs
+
+
+def _admit_all(placer, ctx, names):
+    cur = Placement()
+    for n in names:
+        adm = placer.admit(ctx, cur, n)
+        assert adm.placement is not None, adm.reason
+        cur = adm.placement
+    return cur
+
+
+def test_admission_fills_bubbles_and_the_checker_accepts_every_step(setup):
+    cluster, specs = setup
+    placer = WeavePlacer(cluster)
+    ctx = PlanningContext(cluster, specs)
+    cur = Placement()
+    moves = []
+    for n in specs:
+        adm = placer.admit(ctx, cur, n)
+        assert adm.placement is not None, adm.reason
+        moves.append(adm.move)
+        cur = adm.placement
+        inst = placer._instance(ctx, cur.jobs())
+        assert check(inst, placer._body(Index(inst), cur)) == []
+    assert moves[0] == "new-group" and "fill-bubble" in moves, moves
+    assert len(cur.groups) < len(specs), "co-execution: some jobs share a group"
+    assert sorted(cur.jobs()) == sorted(specs)
+    assert set(placer.predict(ctx, cur)) == set(specs)
+    _, bad = placer.evaluate(ctx, cur)
+    assert bad == []
+
+
+def test_drift_factors_break_slos_and_reoptimisation_repairs_them(setup):
+    cluster, specs = setup
+    placer = WeavePlacer(cluster)
+    ctx = PlanningContext(cluster, specs)
+    cur = _admit_all(placer, ctx, list(specs))
+    shared = next(g for g in cur.groups if len(g.members) > 1)
+    slow = PlanningContext(cluster, specs, {m: PhaseFactors(1.9, 1.9) for m in shared.members})
+    _, bad = placer.evaluate(slow, cur)
+    assert bad and {v.rule for v in bad} == {"slo"} and {v.where for v in bad} <= set(shared.members)
+    r = placer.reoptimise(slow, cur, time_limit_s=10)
+    fixed, still = placer.evaluate(slow, r.placement)
+    assert still == [] and sorted(fixed.jobs()) == sorted(specs), r.reason
+    assert r.solver["status"] in ("optimal", "feasible") and r.solver["warm_start"] == "previous-plan"
+    assert fixed.cost_per_hour >= cur.cost_per_hour, "slower jobs cannot be served more cheaply"
+
+
+def test_a_job_no_pool_can_serve_is_permanent_and_a_full_fleet_is_not(setup):
+    cluster, specs = setup
+    placer = WeavePlacer(cluster)
+    tight = dict(specs, t=JobSpec.model_validate({**job("t"), "slo": {"iteration_s": 1.0}}))
+    adm = placer.admit(PlanningContext(cluster, tight), Placement(), "t")
+    assert adm.placement is None and adm.permanent and adm.reason.startswith("slo")
+    big = {f"x{i}": JobSpec.model_validate({**job(f"x{i}"), "slo": {"ratio_to_solo": 1.0}}) for i in range(6)}
+    ctx = PlanningContext(cluster, big)
+    cur = Placement()
+    refused = None
+    for n in big:
+        adm = placer.admit(ctx, cur, n)
+        if adm.placement is None:
+            refused = adm
+            break
+        cur = adm.placement
+    assert refused is not None and not refused.permanent and refused.reason.startswith("capacity")
+
+
+def test_moves_are_priced_so_a_small_gain_does_not_reshuffle(setup):
+    cluster, specs = setup
+    placer = WeavePlacer(cluster)
+    ctx = PlanningContext(cluster, specs)
+    cur = _admit_all(placer, ctx, list(specs))
+    expensive = PlanningContext(cluster, specs, move_price_per_job=1e6)
+    r = placer.reoptimise(expensive, cur, time_limit_s=10)
+    assert sorted((g.members, g.rollout_nodes, g.train_nodes) for g in r.placement.groups) == \
+        sorted((g.members, g.rollout_nodes, g.train_nodes) for g in cur.groups), "no job moves at 1e6 $/h per move"

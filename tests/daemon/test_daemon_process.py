@@ -1,0 +1,140 @@
+"""Real processes: one applier per state file, SIGTERM, a kill mid-apply, the CLI's bad input."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from daemonproc import DaemonProc, applied_steps, job, kv, query, step_delay, wait_for, write_cluster
+
+from tests.conftest import run_cli
+
+
+def test_a_second_daemon_refuses_naming_the_holder_and_a_standby_takes_over(tmp_path):
+    cluster = write_cluster(tmp_path)
+    first = DaemonProc(tmp_path, "--scenario", str(cluster), "--period-s", "0.2", name="first")
+    try:
+        second = DaemonProc(tmp_path, "--period-s", "0.2", name="second", wait=False)
+        assert second.wait(60) == 2
+        out = second.output()
+        assert "another daemon applies to" in out and f"pid {first.proc.pid}" in out and first.url in out
+        assert "Traceback" not in out
+        standby = DaemonProc(tmp_path, "--period-s", "0.2", "--standby", "--lease-ttl-s", "3", name="standby")
+        with standby.client() as c:
+            h = c.get("/v1/health").json()
+            assert h["role"] == "standby" and f"pid {first.proc.pid}" in h["lease_holder"]
+            # The standby's API still accepts work: the applier picks it up from the shared state.
+            assert c.post("/v1/jobs", json=job("via-standby")).status_code == 201
+        with first.client() as c:
+            wait_for(lambda: c.get("/v1/jobs/via-standby").json()["state"] == "running", what="admitted by the applier")
+        assert first.stop() == 0
+        with standby.client() as c:
+            wait_for(lambda: c.get("/v1/health").json()["role"] == "applier", timeout=30, what="standby took the lease")
+            assert c.post("/v1/jobs", json=job("after-failover")).status_code == 201
+            wait_for(lambda: c.get("/v1/jobs/after-failover").json()["state"] == "running", what="new applier admits")
+        assert standby.stop() == 0
+    finally:
+        first.stop()
+
+
+def test_sigterm_exits_cleanly_and_releases_the_lease(tmp_path):
+    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "0.2")
+    with d.client() as c:
+        assert c.post("/v1/jobs", json=job("a")).status_code == 201
+        wait_for(lambda: c.get("/v1/jobs/a").json()["state"] == "running", what="a running")
+    d.signal(signal.SIGTERM)
+    assert d.wait(30) == 0, d.output()
+    assert query(d.state, "SELECT * FROM lease") == []
+    assert "Traceback" not in d.output()
+    # A restart continues from the state: same job, same plan, a new lease epoch.
+    again = DaemonProc(tmp_path, "--period-s", "0.2", name="again")
+    with again.client() as c:
+        assert c.get("/v1/jobs/a").json()["state"] == "running"
+        assert c.get("/v1/health").json()["lease"]["epoch"] == 1  # released, so the row was re-created
+    assert again.stop() == 0
+
+
+def test_sigterm_mid_apply_finishes_the_step_and_a_restart_resumes_without_repeating(tmp_path):
+    trace = write_cluster(tmp_path, jobs=[job(n) for n in "abce"])  # all four admitted by the first cycle, in one plan
+    d = DaemonProc(tmp_path, "--scenario", str(trace), "--period-s", "0.2", "--sim-step-delay-s", step_delay())
+    wait_for(lambda: len(applied_steps(d.state)) >= 1, what="first step done")
+    d.signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    assert d.wait(30) == 0, d.output()
+    assert time.monotonic() - t0 < 3.0, "stops after the current step, not after the whole apply"
+    done = applied_steps(d.state)
+    plans = query(d.state, "SELECT id, status FROM plans")
+    assert plans[-1]["status"] == "applying", (len(done), plans)
+    again = DaemonProc(tmp_path, "--period-s", "0.2", name="again")
+    wait_for(lambda: "resumed plan" in again.output(), what="the restart resumed the apply")
+    with again.client() as c:
+        wait_for(lambda: all(c.get(f"/v1/jobs/{n}").json()["state"] == "running" for n in "abce"), what="all running")
+    assert again.stop() == 0
+    after = applied_steps(d.state)
+    assert len(done) < len(after), "the restart carried out the rest"
+    assert after[:len(done)] == done, "steps done before the stop were not run again"
+    assert {s["apply_id"] for s in after} == {done[0]["apply_id"]} and all(s["attempts"] == 1 for s in after), after
+    assert len({s["step"] for s in after}) == len(after)
+    assert query(d.state, "SELECT status FROM plans WHERE id=?", (plans[-1]["id"],))[0]["status"] == "applied"
+
+
+def test_sigkill_mid_apply_resumes_from_the_journal(tmp_path):
+    trace = write_cluster(tmp_path, jobs=[job(n) for n in "ab"])
+    d = DaemonProc(tmp_path, "--scenario", str(trace), "--period-s", "0.2", "--sim-step-delay-s", step_delay())
+    wait_for(lambda: len(applied_steps(d.state)) >= 1, what="a step done")
+    d.kill()
+    done = applied_steps(d.state)
+    assert query(d.state, "SELECT status FROM plans ORDER BY id DESC LIMIT 1")[0]["status"] == "applying", "killed mid-apply"
+    again = DaemonProc(tmp_path, "--period-s", "0.2", name="again")  # the dead holder's lease is taken at once
+    with again.client() as c:
+        wait_for(lambda: all(c.get(f"/v1/jobs/{n}").json()["state"] == "running" for n in "ab"), what="all running")
+    assert again.stop() == 0
+    after = applied_steps(d.state)
+    assert len(done) < len(after) and after[:len(done)] == done, "killed mid-apply; the steps done before were kept, not redone"
+    assert {s["apply_id"] for s in after} == {done[0]["apply_id"]}, "the same apply was resumed"
+    assert len({s["step"] for s in after}) == len(after)
+    assert kv(d.state, "cycle") > 0
+
+
+def test_cli_bad_input_exits_2_with_a_message(tmp_path):
+    r = run_cli("daemon", "--state", str(tmp_path / "s.sqlite"), "--listen", "127.0.0.1:0")
+    assert r.returncode == 2 and "--scenario" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("daemon", "--state", str(tmp_path / "s.sqlite"), "--listen", "127.0.0.1:99999")
+    assert r.returncode == 2 and "port" in r.stderr
+    r = run_cli("daemon", "--scenario", str(write_cluster(tmp_path)), "--state", str(tmp_path / "s.sqlite"), "--period-s", "-1")
+    assert r.returncode == 2 and "--period-s" in r.stderr
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("not sqlite" * 1000)
+    r = run_cli("daemon", "--scenario", str(write_cluster(tmp_path)), "--state", str(junk), "--listen", "127.0.0.1:0")
+    assert r.returncode == 2 and "--state" in r.stderr and "Traceback" not in r.stderr
+    other = tmp_path / "other.yaml"
+    other.write_text(write_cluster(tmp_path).read_text().replace("count: 4", "count: 3"))
+    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--max-cycles", "1", "--clock", "virtual", name="init")
+    assert d.wait(60) == 0
+    r = run_cli("daemon", "--scenario", str(other), "--state", str(d.state), "--listen", "127.0.0.1:0")
+    assert r.returncode == 2 and "different cluster" in r.stderr
+    r = run_cli("daemon", "--scenario", str(write_cluster(tmp_path)), "--state", str(tmp_path / "x.sqlite"), "--backend", "ray",
+                "--clock", "virtual", "--listen", "127.0.0.1:0")
+    assert r.returncode == 2 and "--clock" in r.stderr
+
+
+def test_token_is_required_when_given_and_beyond_loopback(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("s3cret-token-of-enough-length\n")
+    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "0.2", "--token-file", str(token))
+    try:
+        with d.client() as c:
+            r = c.post("/v1/jobs", json=job("t1"))
+            assert r.status_code == 401 and r.json()["problems"][0]["field"] == "Authorization"
+            assert c.get("/v1/jobs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+            ok = {"Authorization": "Bearer s3cret-token-of-enough-length"}
+            assert c.post("/v1/jobs", json=job("t1"), headers=ok).status_code == 201
+            assert c.get("/healthz").status_code == 200 and c.get("/metrics").status_code == 200  # probes stay open
+    finally:
+        assert d.stop() == 0
+    r = run_cli("daemon", "--state", str(d.state), "--listen", "0.0.0.0:0")
+    assert r.returncode == 2 and "--token-file" in r.stderr
+    short = tmp_path / "short"
+    short.write_text("abc")
+    r = run_cli("daemon", "--state", str(d.state), "--listen", "127.0.0.1:0", "--token-file", str(short))
+    assert r.returncode == 2 and "at least 16" in r.stderr
