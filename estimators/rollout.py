@@ -201,3 +201,44 @@ def sampled_phase_s(model: ModelDims, gpu: GPUSpec, tp: int, n_gpus: int, length
         return math.inf
     step = linear_step_model(model, gpu, tp, conc)
     return max(engine_makespan_s(lengths[e::engines], prompt_tokens, conc, step) for e in range(engines))
+
+
+# ------------------------------------------------------------------------------------------------
+# Engine-level step time: kernels plus the per-step overhead of a real serving engine.
+#
+# ``decode_step_ms`` above is kernel time only (fitted to measured vLLM kernels). A real engine
+# adds, every decode step, CPU-side work that is not hidden at the small batches of a rollout's
+# long tail: scheduling and block-table updates, sampling (top-p / top-k over the vocabulary),
+# detokenisation and stop checks, and the host<->device round trip of the sampled ids. It is
+# modelled as a constant ``ENGINE_STEP_OVERHEAD_MS`` per step.
+#
+# Value and source: calibrated (``python -m simulator.calibrate``, table in
+# ``results/simulator/calibration.md``) against DynaRL's published 1.5B math-RL rollout
+# (DeepSeek-R1-Distill-Qwen-1.5B, 512 prompts x 16 responses, max 28,672 tokens, 64 single-H100
+# engines): the longest decode takes about 260 s while about 95% of the queries finish within
+# 150 s, and (Seer) the last 10% of the requests take about half of the rollout. With kernels only
+# the longest 28,672-token response would take about 55 s (1.8-2 ms per step at batch 1-2), so a
+# tail step spends most of its time outside the kernels. The fit gives 3.0 ms per step, the order
+# of the per-step CPU time of vLLM without asynchronous scheduling at small batches.
+#
+# The response lengths of that set-up are not the ServeGen production mixture (p50 502 tokens,
+# p95/p90 = 3: too heavy a tail for math reasoning, whose lengths bunch up below the cap): they
+# are ServeGen client 66, the reasoning-heavy client (p50 7.1K, p90 16.5K, p99 23K tokens),
+# scaled by ``MATH_RL_LENGTH_SCALE`` = 0.75, with the default within-group spread of
+# :func:`estimators.lengths.sample_grouped`; ``scenarios/dynarl/*.yaml`` use exactly these.
+ENGINE_STEP_OVERHEAD_MS = 3.0
+MATH_RL_SERVEGEN_CLIENT = "66"
+MATH_RL_LENGTH_SCALE = 0.75
+
+
+def engine_step_ms(model: ModelDims, gpu: GPUSpec, tp: int, batch: float, kv_len: float,
+                   overhead_ms: float = ENGINE_STEP_OVERHEAD_MS) -> float:
+    """One decode step of a serving engine: :func:`decode_step_ms` plus the per-step overhead."""
+    return decode_step_ms(model, gpu, tp, batch, kv_len) + overhead_ms
+
+
+def engine_step_model(model: ModelDims, gpu: GPUSpec, tp: int, max_batch: int,
+                      overhead_ms: float = ENGINE_STEP_OVERHEAD_MS) -> LinearStep:
+    """:func:`linear_step_model` of the kernels with the engine overhead added to the fixed term."""
+    k = linear_step_model(model, gpu, tp, max_batch)
+    return LinearStep(k.a_ms + overhead_ms, k.b_ms, k.c_ms)
