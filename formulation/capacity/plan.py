@@ -165,9 +165,23 @@ def build_capacity_plan(inst: CapacityInstance, res: StyleResult, unplaced: Opti
             colocated.append(ColocatedJob(job=job.name, gpu_type=c.gpu_type, nodes=names, size=c.nodes, rollout_s=tm.rollout_s,
                                           train_s=tm.train_s, sync_s=tm.sync_s, iteration_s=lam, slo_s=job.slo_s,
                                           slack_s=job.slo_s - lam, cost_per_hour=c.nodes * inst.node_price(c.gpu_type)))
+    if unplaced is None:
+        unplaced = default_unplaced(inst, res)
     busy = _busy_nodes(inst, res, placement, colocated)
     owned = inst.owned_cost()
     return CapacityPlan(instance=inst.name, style=res.style, cost_per_hour=res.cost_per_hour, owned_cost_per_hour=owned,
                         new_cost_per_hour=res.cost_per_hour - owned, lower_bound_per_hour=res.lower_bound,
                         budget_per_hour=inst.budget_per_hour, fleet=fleet_lines(inst, res.fleet, res.used, busy), placement=placement,
-                        colocated=colocated, unplaced=list(unplaced or []))
+                        colocated=colocated, unplaced=list(unplaced))
+
+
+def default_unplaced(inst: CapacityInstance, res: StyleResult) -> list[Unplaced]:
+    """Why each job the style leaves out cannot run: the placement explanation against the largest
+    fleet (group styles), or the style's note (colocated)."""
+    from formulation.placement.explain import explain
+
+    if res.style == "colocated":
+        return [Unplaced(job=inst.placement.jobs[j].name, reason="colocated", message=res.note,
+                         fix="allow another GPU type, raise the availability, or use another deployment style") for j in res.unplaced]
+    free = {t: inst.limit(t) - res.used.get(t, 0) for t in inst.types}
+    return [explain(res.idx, j, free) for j in res.unplaced]
