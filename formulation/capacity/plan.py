@@ -66,7 +66,8 @@ class Miss(_Body):
 
 class Minimum(_Body):
     gpu_type: str
-    min_nodes: int = Field(description="fewest nodes of this type with which every job meets its SLO (others up to their limits)")
+    min_nodes: int = Field(description="fewest nodes of this type with which every job meets its SLO (other types as stated)")
+    min_nodes_any: Optional[int] = Field(None, description="the same with every other type up to its availability limit")
     proven: bool = Field(description="no fleet with fewer serves the forecast (certified bound)")
     fewer_nodes: int = Field(description="the count below the minimum that was examined (min_nodes - 1, or the limit)")
     max_over_s: Optional[float] = Field(None, description="with fewer_nodes: the least possible largest SLO overshoot found")
