@@ -56,6 +56,8 @@ class FleetMaster(Master):
                               np.array(vals))
                 self.columns.append(None)
         self.last_obj: Optional[float] = None
+        self.last_pi: Optional[np.ndarray] = None
+        self.last_mu: Optional[np.ndarray] = None
         self.last_duals: Optional[tuple[np.ndarray, np.ndarray, float]] = None
 
     def extra_coefficients(self, col: Column) -> tuple[list[int], list[float]]:
@@ -78,4 +80,5 @@ class FleetMaster(Master):
         beta = float(rest[2 * nt]) if self.budget_row is not None else 0.0
         self.last_obj = obj
         self.last_duals = (mu, rho, beta)
-        return obj, pi, mu - rho + beta * self.node_price
+        self.last_pi, self.last_mu = pi, mu - rho + beta * self.node_price
+        return obj, pi, self.last_mu

@@ -162,23 +162,55 @@ class FleetPatternModel(PatternModel):
                 return pi, mu, best
 
     # ------------------------------------------------------------------ columns from elsewhere
+    def feasible_patterns(self, patterns: list[tuple[int, dict[int, int]]]) -> np.ndarray:
+        """Which (configuration, {class: count}) patterns are feasible groups here (vectorised
+        :meth:`Index.feasible` over class counts)."""
+        idx, rep = self.idx, self.cl.rep
+        n = len(patterns)
+        if n == 0:
+            return np.zeros(0, dtype=bool)
+        M = np.zeros((n, len(rep)))
+        ks = np.array([k for k, _ in patterns], dtype=int)
+        for i, (_, counts) in enumerate(patterns):
+            for c, m in counts.items():
+                M[i, c] = m
+        present = M > 0
+        ok = idx.ok[ks][:, rep]
+        a = np.where(ok, idx.a[ks][:, rep], 0.0)
+        bs = np.where(ok, idx.bs[ks][:, rep], 0.0)
+        tot = np.where(present & ok, idx.tot[ks][:, rep], 0.0)
+        slo = np.where(present, idx.slo[rep][None, :], np.inf).min(axis=1)
+        period = np.maximum(np.maximum((M * a).sum(axis=1), (M * bs).sum(axis=1)), tot.max(axis=1))
+        tol = 1 + 1e-9
+        good = (present & ~ok).sum(axis=1) == 0
+        good &= period <= slo * tol + 1e-12
+        good &= M @ idx.dram_r[rep] <= idx.dram_cap_r[ks] * tol + 1e-12
+        good &= M @ idx.state_t[rep] <= idx.dram_cap_t[ks] * tol + 1e-12
+        good &= (M <= self.cl.demand[None, :]).all(axis=1) & present.any(axis=1)
+        return good
+
     def add_patterns(self, patterns: list[tuple[int, dict[int, int]]]) -> int:
-        """Columns for (configuration, {class: count}) patterns that are feasible groups here; returns how many were new."""
+        """Columns for the (configuration, {class: count}) patterns that are feasible groups here;
+        returns how many were new."""
         added = 0
-        dem = self.cl.demand
-        for k, counts in patterns:
-            counts = {c: min(n, int(dem[c])) for c, n in counts.items() if n > 0}
-            members = [int(self.cl.rep[c]) for c, n in counts.items() for _ in range(n)]
-            if members and self.idx.feasible(k, members):
+        for (k, counts), good in zip(patterns, self.feasible_patterns(patterns)):
+            if good:
                 added += self.master.add(Column(k, counts, self.column_cost(k, counts))) is not None
                 self.active[k] = True
         return added
 
-    def patterns(self, x: Optional[np.ndarray] = None) -> list[tuple[int, dict[int, int]]]:
-        """The columns of the master as (configuration, {class: count}) (those with ``x > 0`` when given)."""
-        out = []
+    def best_patterns(self, limit: int) -> list[tuple[int, dict[int, int]]]:
+        """Columns worth handing on: those the last LP uses, then the rest by reduced cost at its duals."""
+        pi, mu, x = self.master.last_pi, self.master.last_mu, self.master.last_primal
+        scored = []
         for i, col in enumerate(self.master.columns):
-            if col is None or (x is not None and (i >= len(x) or x[i] <= 1e-9)):
+            if col is None:
                 continue
-            out.append((col.config, dict(col.counts)))
-        return out
+            if pi is None:
+                rc = 0.0
+            else:
+                rc = col.cost + float(mu @ self.idx.node_matrix[col.config]) - sum(pi[c] * m for c, m in col.counts.items())
+            used = x is not None and i < len(x) and x[i] > 1e-9
+            scored.append((not used, rc, i))
+        scored.sort()
+        return [(self.master.columns[i].config, dict(self.master.columns[i].counts)) for _, _, i in scored[:limit]]

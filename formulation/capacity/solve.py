@@ -44,7 +44,7 @@ from formulation.placement.master import Column
 from formulation.placement.solve import tighten
 
 STYLES = ("co-execution", "solo-disaggregated", "colocated")
-WARM_PATTERNS = 4000  # columns handed to the next point of a sweep (the most recent ones)
+WARM_PATTERNS = 1500  # columns handed to the next point of a sweep (the LP's, then by reduced cost)
 
 
 @dataclass
@@ -135,8 +135,8 @@ def _group_result(inst: CapacityInstance, style: str, idx: Index, sol: Solution,
     if not sol.unplaced:
         if proven:
             lb = cost
-        elif lb_new is not None and np.isfinite(lb_new):
-            lb = min(cost, _round_bound(inst, inst.owned_cost() + max(0.0, lb_new)))
+        elif lb_new is not None and np.isfinite(lb_new) and lb_new > 0:
+            lb = min(cost, _round_bound(inst, inst.owned_cost() + lb_new))
     status = _status(cost, lb, proven, options.mip_gap) if not sol.unplaced else SolveStatus.INFEASIBLE
     record = SolveRecord(backend=style, status=status, objective=cost, best_bound=lb, warm_start=warm_name, message=message)
     return StyleResult(style, status, fleet, {t: n for t, n in used.items()}, cost, lb, idx, solution=sol,
@@ -182,6 +182,56 @@ def warm_solution(idx: Index, warm: Warm) -> Solution:
     return pk.solution()
 
 
+def exact_solution(idx: Index, groups: list[tuple[str, list[str]]]) -> Optional[Solution]:
+    """Another point's groups taken as they are: None unless every group is feasible here and
+    together they place every job exactly once."""
+    names = {n: i for i, n in enumerate(idx.names)}
+    labels = {c.label(): k for k, c in enumerate(idx.configs)}
+    out, seen = [], set()
+    for label, members in groups:
+        k = labels.get(label)
+        js = [names.get(m) for m in members]
+        if k is None or None in js or seen & set(js) or not idx.feasible(k, js):
+            return None
+        seen.update(js)
+        out.append(Group(k, tuple(sorted(js))))
+    return Solution(out) if len(seen) == idx.n else None
+
+
+def improve(inst: CapacityInstance, cost: Optional[float], lower_bound: Optional[float], message: str,
+            candidates: list[tuple[str, Warm]], options: SolveOptions) -> Optional[StyleResult]:
+    """The cheapest of other points' groups (a sweep's neighbours on both sides) when it beats
+    ``cost`` here, else None. A candidate's groups must all be feasible here, cover every job and
+    fit the availability limits and the budget; the bound stays ``lower_bound`` (this point's own
+    solve)."""
+    idx = Index(inst.placement)
+    best, best_cost, src = None, np.inf if cost is None else cost, None
+    for name, warm in candidates:
+        sol = exact_solution(idx, warm.groups)
+        if sol is None:
+            continue
+        sol = tighten(idx, sol)
+        used = idx.nodes_used(sol.groups)
+        if any(used[t] > inst.limit(t) for t in inst.types):
+            continue
+        c = inst.fleet_cost(inst.fleet_of(used))
+        if inst.budget_per_hour is not None and c > inst.budget_per_hour * (1 + 1e-9):
+            continue
+        if c < best_cost - 1e-9:
+            best, best_cost, src = sol, c, name
+    if best is None:
+        return None
+    lb_new = None if lower_bound is None else lower_bound - inst.owned_cost()
+    out = _group_result(inst, "co-execution", idx, best, lb_new, False, options,
+                        message + f"; the groups of {src} are cheaper here and were taken", src)
+    out.warm = Warm(warm_groups(idx, best), [])
+    return out
+
+
+def warm_groups(idx: Index, sol: Solution):
+    return [(idx.configs[g.config].label(), [idx.names[j] for j in g.members]) for g in sol.groups]
+
+
 def _warm_patterns(idx: Index, model: FleetPatternModel, warm: Warm) -> list[tuple[int, dict[int, int]]]:
     names = {n: i for i, n in enumerate(idx.names)}
     labels = {c.label(): k for k, c in enumerate(idx.configs)}
@@ -203,8 +253,8 @@ def _warm_patterns(idx: Index, model: FleetPatternModel, warm: Warm) -> list[tup
 
 
 def export_warm(idx: Index, model: FleetPatternModel, sol: Solution) -> Warm:
-    groups = [(idx.configs[g.config].label(), [idx.names[j] for j in g.members]) for g in sol.groups]
-    pats = model.patterns()[-WARM_PATTERNS:]
+    groups = warm_groups(idx, sol)
+    pats = model.best_patterns(WARM_PATTERNS)
     rep = model.cl.rep
     patterns = [(idx.configs[k].label(), {idx.names[int(rep[c])]: n for c, n in counts.items()}) for k, counts in pats]
     return Warm(groups, patterns)

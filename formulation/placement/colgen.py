@@ -355,7 +355,7 @@ class PatternModel:
             gap = max(0.0, ub - dual_value)
             self.deadline = t3 + 0.3 * (deadline - reserve - t3)
             added = 0
-            for k in range(len(self.idx.configs)):
+            for k in self.priced_configs():
                 fixed = self.fixed_price(k, mu)
                 res = price(self._items(k, pi, False), fixed - gap - 1e-9, max_columns=ENRICH_PER_CONFIG,
                             node_budget=node_budget, deadline=self.deadline)

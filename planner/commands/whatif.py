@@ -242,7 +242,7 @@ def _write_sweep(out, sc, results, keys, styles, types, head, body, command, inf
     report.write_atomic(d / "sweep.md", md)
     report.plot_cost(results, keys, styles, d / ".cost.png")
     (d / ".cost.png").replace(d / "cost.png")
-    labels = [", ".join(f"{r.values[k]:g}" for k in keys) for r in results]
+    labels = [", ".join(f"{r.values[k]:.3g}" for k in keys) for r in results]
     fleets = [r.style("co-execution").fleet if r.style("co-execution").served else {} for r in results]
     report.plot_fleet(labels, fleets, types, d / ".fleet.png", f"{sc.name}: co-execution fleet", ", ".join(keys))
     (d / ".fleet.png").replace(d / "fleet.png")

@@ -168,7 +168,12 @@ def plot_cost(results, keys: list[str], styles: tuple[str, ...], path: Path) -> 
                     ys.append(s.cost_per_hour)
             if xs:
                 ls, mk = STYLE_STYLE.get(style, ("-", "o"))
-                ax.plot(xs, ys, linestyle=ls, marker=mk, label=STYLE_LABEL.get(style, style) + suffix)
+                line, = ax.plot(xs, ys, linestyle=ls, marker=mk, label=STYLE_LABEL.get(style, style) + suffix)
+            bx = [r.values[x_key] for r in rs if r.style(style) is not None and r.style(style).lower_bound_per_hour is not None]
+            by = [r.style(style).lower_bound_per_hour for r in rs if r.style(style) is not None and r.style(style).lower_bound_per_hour is not None]
+            if bx and style == "co-execution":
+                ax.plot(bx, by, linestyle="none", marker="_", markersize=10, color=line.get_color() if xs else "grey",
+                        label="certified lower bound" + suffix)
     ax.set_xlabel(x_key)
     ax.set_ylabel("fleet cost ($/h)")
     ax.set_title(f"cheapest fleet against {x_key}")

@@ -33,6 +33,8 @@ class Context:
     time_limit_s: float
     mip_gap: float
     threads: int = 1
+    first_factor: float = 2.0  # a chain's first point starts cold: this many times the time limit
+    polish_radius: int = 2  # after the chains, each point tries the groups of the points this close on both sides
 
 
 @dataclass
@@ -90,34 +92,72 @@ def _instance(ctx: Context, values: dict[str, float]):
     return instance_for(base, values), time.perf_counter() - t0
 
 
-def evaluate(ctx: Context, index: int, values: dict[str, float], warm: Optional[Warm] = None):
-    """Solve one point in every requested style."""
+def _summarise(inst, res):
+    """(StyleSummary, plan body) of one style's result."""
     from formulation.capacity.explain import binding
     from formulation.capacity.plan import build_capacity_plan
-    from formulation.capacity.solve import solve
+
+    body = build_capacity_plan(inst, res)
+    binds = binding(inst, res, body) if not res.unplaced else []
+    body.binding = binds
+    summary = StyleSummary(
+        style=res.style, status=res.status.value, served=not res.unplaced,
+        cost_per_hour=res.cost_per_hour if not res.unplaced else None, lower_bound_per_hour=res.lower_bound,
+        new_cost_per_hour=res.cost_per_hour - inst.owned_cost() if not res.unplaced else None,
+        fleet=dict(res.fleet), used=dict(res.used), busy={f.gpu_type: f.busy for f in body.fleet}, gpus=body.gpus(),
+        unplaced=[u.job for u in body.unplaced], binding=[f"{b.kind}:{b.where}" for b in binds],
+        note=res.note or (body.unplaced[0].message if body.unplaced else ""), wall_s=res.record.wall_time_s)
+    return summary, body
+
+
+def _options(ctx: Context, first: bool = False):
     from formulation.common import SolveOptions
+
+    return SolveOptions(time_limit_s=ctx.time_limit_s * (ctx.first_factor if first else 1.0), mip_gap=ctx.mip_gap, threads=ctx.threads)
+
+
+def evaluate(ctx: Context, index: int, values: dict[str, float], warm: Optional[Warm] = None):
+    """Solve one point in every requested style (a chain's first point, with no warm start, gets
+    ``ctx.first_factor`` times the time limit)."""
+    from formulation.capacity.solve import solve
 
     t0 = time.perf_counter()
     inst, compile_s = _instance(ctx, values)
-    opts = SolveOptions(time_limit_s=ctx.time_limit_s, mip_gap=ctx.mip_gap, threads=ctx.threads)
+    opts = _options(ctx, first=warm is None)
     styles, plan, record, out_warm = [], {}, {}, None
     for style in ctx.styles:
         res = solve(inst, opts, style, warm if style == "co-execution" else None)
-        body = build_capacity_plan(inst, res)
-        binds = binding(inst, res, body) if not res.unplaced else []
-        busy = {f.gpu_type: f.busy for f in body.fleet}
-        styles.append(StyleSummary(
-            style=style, status=res.status.value, served=not res.unplaced,
-            cost_per_hour=res.cost_per_hour if not res.unplaced else None, lower_bound_per_hour=res.lower_bound,
-            new_cost_per_hour=res.cost_per_hour - inst.owned_cost() if not res.unplaced else None,
-            fleet=dict(res.fleet), used=dict(res.used), busy=busy, gpus=body.gpus(), unplaced=[u.job for u in body.unplaced],
-            binding=[f"{b.kind}:{b.where}" for b in binds],
-            note=res.note or (body.unplaced[0].message if body.unplaced else ""), wall_s=res.record.wall_time_s))
+        summary, body = _summarise(inst, res)
+        styles.append(summary)
         if style == "co-execution":
-            body.binding = binds
             plan, record, out_warm = body.model_dump(mode="json"), res.record.as_dict(), res.warm
     return PointResult(index, dict(values), styles, plan, record, out_warm, compile_s, time.perf_counter() - t0,
                        f"{socket.gethostname()}:{os.getpid()}", len(inst.placement.jobs))
+
+
+def polish(ctx: Context, r: PointResult, candidates: list) -> Optional[PointResult]:
+    """``r`` with its co-execution answer replaced by a neighbour's groups where those are cheaper here."""
+    from formulation.capacity.solve import improve
+
+    co = r.style("co-execution")
+    if co is None or not candidates:
+        return None
+    inst, _ = _instance(ctx, r.values)
+    better = improve(inst, co.cost_per_hour, co.lower_bound_per_hour, r.record.get("message", ""), candidates, _options(ctx))
+    if better is None:
+        return None
+    better.record.wall_time_s = r.record.get("wall_time_s", 0.0)
+    better.record.time_limit_s = r.record.get("time_limit_s")
+    summary, body = _summarise(inst, better)
+    summary.wall_s = co.wall_s
+    styles = [summary if s.style == "co-execution" else s for s in r.styles]
+    return PointResult(r.index, r.values, styles, body.model_dump(mode="json"), better.record.as_dict(), better.warm, r.compile_s,
+                       r.wall_s, r.worker, r.jobs, {"polished_from": better.record.warm_start})
+
+
+def neighbours(results: list, i: int, radius: int) -> list:
+    return [(f"point {j}", results[j].warm) for j in range(max(0, i - radius), min(len(results), i + radius + 1))
+            if j != i and results[j] is not None and results[j].warm is not None]
 
 
 def chains(n_points: int, workers: int) -> list[list[int]]:
@@ -132,6 +172,12 @@ def chains(n_points: int, workers: int) -> list[list[int]]:
     return out
 
 
+def _apply_polish(results: list, polished: list) -> None:
+    for new in polished:
+        if new is not None:
+            results[new.index] = new
+
+
 def run_local(ctx: Context, points: list[dict], workers: int, on_done: Callable[[PointResult], None]) -> list[PointResult]:
     results: list[Optional[PointResult]] = [None] * len(points)
     if workers <= 1 or len(points) == 1:
@@ -141,6 +187,7 @@ def run_local(ctx: Context, points: list[dict], workers: int, on_done: Callable[
             warm = res.warm
             results[i] = res
             on_done(res)
+        _apply_polish(results, [polish(ctx, r, neighbours(results, r.index, ctx.polish_radius)) for r in list(results)])
         return results  # type: ignore[return-value]
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -161,6 +208,8 @@ def run_local(ctx: Context, points: list[dict], workers: int, on_done: Callable[
                 if pos + 1 < len(todo[c]):
                     i = todo[c][pos + 1]
                     running[pool.submit(evaluate, ctx, i, points[i], res.warm)] = (c, pos + 1)
+        futs = [pool.submit(polish, ctx, r, neighbours(results, r.index, ctx.polish_radius)) for r in list(results)]
+        _apply_polish(results, [f.result() for f in futs])
     return results  # type: ignore[return-value]
 
 
@@ -174,8 +223,7 @@ def run_ray(ctx: Context, points: list[dict], workers: int, address: str, on_don
 
     started = False
     if not ray.is_initialized():
-        modules = [planner, formulation, estimators]
-        ray.init(address=None if address == "local" else address, runtime_env={"py_modules": modules},
+        ray.init(address=None if address == "local" else address, runtime_env={"py_modules": [planner, formulation, estimators]},
                  include_dashboard=False, log_to_driver=False, logging_level="ERROR",
                  **({"num_cpus": max(1, workers)} if address == "local" else {}))
         started = True
@@ -195,6 +243,9 @@ def run_ray(ctx: Context, points: list[dict], workers: int, address: str, on_don
             res = ray.get(done[0])
             results[res.index] = res
             on_done(res)
+        polish_remote = ray.remote(num_cpus=1)(polish)
+        _apply_polish(results, ray.get([polish_remote.remote(ctx_ref, r, neighbours(results, r.index, ctx.polish_radius))
+                                        for r in list(results)]))
         return results  # type: ignore[return-value]
     finally:
         if started:
