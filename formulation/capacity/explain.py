@@ -37,7 +37,7 @@ from formulation.capacity.solve import StyleResult, solve
 from formulation.common import SolveOptions
 from formulation.placement.evaluate import Index
 from formulation.placement.greedy import best_greedy
-from formulation.placement.plan import build_plan
+from formulation.placement.plan import PlacementPlan, build_plan
 
 SLO_TIGHT = 0.005  # a member within 0.5 % of its SLO binds
 DRAM_TIGHT = 0.95
@@ -76,6 +76,7 @@ class Overshoot:
     max_over_s: Optional[float]  # None: some job cannot run at all
     misses: list[Miss] = field(default_factory=list)
     cannot_run: list[str] = field(default_factory=list)
+    placement: Optional[PlacementPlan] = None  # the placement that overshoots least
 
 
 def relaxed(inst: CapacityInstance, v: float) -> CapacityInstance:
@@ -145,7 +146,7 @@ def least_overshoot(inst: CapacityInstance, limits: dict[str, int], options: Sol
             if over > 1e-6 * max(1.0, own[m.job]):
                 misses.append(Miss(job=m.job, cycle_time_s=m.cycle_time_s, slo_s=own[m.job], over_s=over))
     misses.sort(key=lambda m: (-m.over_s, m.job))
-    return Overshoot(max((m.over_s for m in misses), default=0.0), misses)
+    return Overshoot(max((m.over_s for m in misses), default=0.0), misses, placement=plan)
 
 
 def minimum_for(inst: CapacityInstance, t: str, options: SolveOptions, others: dict[str, int],
@@ -167,12 +168,16 @@ def minimum_for(inst: CapacityInstance, t: str, options: SolveOptions, others: d
     if short_of is not None and short_of < n:
         head += f", but at most {short_of} can be had"
     if ov.max_over_s is None:
-        tail = f"with {fewer}, {_names(ov.cannot_run)} cannot run at all"
+        tail = f"with {fewer}, {_names(ov.cannot_run)} cannot run at all, whatever the SLO"
     elif not ov.misses:
         tail = f"with {fewer}, every job still meets its SLO in the placement found (the minimum is not proven)"
     else:
-        tail = (f"with {fewer}, {_names([m.job for m in ov.misses])} miss their SLOs by up to {ov.max_over_s:.1f} s ("
-                + ", ".join(f"{m.job} +{m.over_s:.1f} s" for m in ov.misses[:6]) + (", ..." if len(ov.misses) > 6 else "") + ")")
+        if len(ov.misses) == 1:
+            m = ov.misses[0]
+            tail = f"with {fewer}, job {m.job} misses its SLO by {m.over_s:.1f} s (cycle {m.cycle_time_s:.1f} s vs SLO {m.slo_s:.1f} s)"
+        else:
+            tail = (f"with {fewer}, {_names([m.job for m in ov.misses])} miss their SLOs by up to {ov.max_over_s:.1f} s ("
+                    + ", ".join(f"{m.job} +{m.over_s:.1f} s" for m in ov.misses[:6]) + (", ..." if len(ov.misses) > 6 else "") + ")")
     return Minimum(gpu_type=t, min_nodes=n, proven=proven, fewer_nodes=fewer, max_over_s=ov.max_over_s, misses=ov.misses,
                    cannot_run=ov.cannot_run, message=f"{head}; {tail}")
 

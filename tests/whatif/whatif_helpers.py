@@ -98,12 +98,12 @@ def cheapest_fleet(inst: CapacityInstance, solo: bool = False):
     return None
 
 
-def fewest_nodes(inst: CapacityInstance, t: str):
+def fewest_nodes(inst: CapacityInstance, t: str, limits: dict | None = None):
     """The fewest nodes of ``t`` in any fleet within the limits that serves every job (no budget), or None."""
     groups = feasible_groups(inst)
     types = inst.types
     best = None
-    for _, f in fleets(inst.model_copy(update={"owned": {}})):
+    for _, f in fleets(inst.model_copy(update={"owned": {}}), limits):
         if (best is None or f[types.index(t)] < best) and serves(groups, len(inst.placement.jobs), f):
             best = f[types.index(t)]
     return best
