@@ -270,9 +270,10 @@ def _coexec(inst: CapacityInstance, options: SolveOptions, warm: Optional[Warm],
         return _over_budget(inst, "co-execution", idx)
     model = FleetPatternModel(idx, job_classes(idx), inst.owned, budget_new, options.threads, prune)
     cands = [(best_greedy(idx)[0], "greedy")]
+    carried = 0
     if warm is not None:
         cands.append((warm_solution(idx, warm), "neighbour"))
-        model.add_patterns(_warm_patterns(idx, model, warm))
+        carried = model.add_patterns(_warm_patterns(idx, model, warm))
     start, warm_name = min(cands, key=lambda c: model.score(c[0]))
     found, st = model.solve(deadline, start, {}, options.mip_gap)
     sol = found if found is not None and model.score(found) <= model.score(start) + 1e-9 else start
@@ -281,7 +282,7 @@ def _coexec(inst: CapacityInstance, options: SolveOptions, warm: Optional[Warm],
     message = (f"column generation: {st.rounds} rounds, {st.columns} columns, {int(model.active.sum())} of "
                f"{len(idx.configs)} configurations priced, LP {st.lp_value:.6g}{' (converged)' if st.lp_converged else ''}"
                + (f"; optimality proven over {st.enumerated} enumerated patterns" if st.proven else "")
-               + f"; integer master: {st.mip_status}")
+               + f"; integer master: {st.mip_status}" + (f"; {carried} columns from the neighbouring point" if warm is not None else ""))
     res = _group_result(inst, "co-execution", idx, sol, lb_new, st.proven, options, message, warm_name)
     if res.unplaced and lb_new is not None and lb_new >= model.penalty * (1 - 1e-9):
         res.note = "proven: every plan within the limits leaves a job out"

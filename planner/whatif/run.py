@@ -223,7 +223,7 @@ def run_ray(ctx: Context, points: list[dict], workers: int, address: str, on_don
 
     started = False
     if not ray.is_initialized():
-        ray.init(address=None if address == "local" else address, runtime_env={"py_modules": [planner, formulation, estimators]},
+        ray.init(address=address, runtime_env={"py_modules": [planner, formulation, estimators]},
                  include_dashboard=False, log_to_driver=False, logging_level="ERROR",
                  **({"num_cpus": max(1, workers)} if address == "local" else {}))
         started = True

@@ -87,3 +87,34 @@ def test_cases_are_not_trivial(instances):
         shared += any(len(g.members) > 1 for g in res.solution.groups)
         limited += any(res.fleet[t] == inst.limit(t) for t in inst.types) or inst.budget_per_hour is not None
     assert shared >= 4 and limited >= 2
+
+
+def test_a_warm_start_from_a_neighbouring_point_reaches_the_same_optimum(instances):
+    inst = instances[CASES[1]]
+    first = solve(inst, SolveOptions(time_limit_s=20, mip_gap=0.0))
+    pools = dict(inst.placement.pool_types)
+    pools["B"] = pools["B"].model_copy(update={"price_per_gpu_hour": 2.6})
+    moved = inst.model_copy(update={"placement": inst.placement.model_copy(update={"pool_types": pools})})
+    warm = solve(moved, SolveOptions(time_limit_s=20, mip_gap=0.0), warm=first.warm)
+    cold = solve(moved, SolveOptions(time_limit_s=20, mip_gap=0.0))
+    assert warm.cost_per_hour == pytest.approx(cold.cost_per_hour) == pytest.approx(cheapest_fleet(moved)[0])
+    carried = int(warm.record.message.rsplit("; ", 1)[1].split()[0])
+    assert carried > 0 and warm.status.value == "optimal"
+
+
+def test_dominance_pruning_does_not_change_the_answer():
+    """The lazy dominance rule (price only the configurations no cheaper one dominates, wake the
+    others when their bound turns negative) against pricing every configuration, on the shipped
+    procurement question (4 GPU types, 576 configurations)."""
+    from planner.instances.capacity import compile_capacity
+    from planner.schema import load_scenario
+    from tests.conftest import SCENARIOS
+
+    inst = compile_capacity(load_scenario(SCENARIOS / "procurement.yaml"))
+    pruned = solve(inst, SolveOptions(time_limit_s=30, mip_gap=0.0), prune=True)
+    full = solve(inst, SolveOptions(time_limit_s=30, mip_gap=0.0), prune=False)
+    assert pruned.status.value == full.status.value == "optimal"
+    assert pruned.cost_per_hour == pytest.approx(full.cost_per_hour)
+    assert check(inst, build_capacity_plan(inst, pruned)) == []
+    priced = int(pruned.record.message.split(" of ")[0].rsplit(" ", 1)[1])
+    assert priced < 0.5 * len(pruned.idx.configs)
