@@ -25,7 +25,6 @@ Binding constraints of a plan
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -257,10 +256,3 @@ def _group_bindings(inst: CapacityInstance, plan: CapacityPlan) -> list[Binding]
                 out.append(Binding(kind="dram", where=f"group={g.id},{side}",
                                    message=f"each {side} node holds {used:.0f} of {cap:.0f} GB of resident job state"))
     return out
-
-
-def with_deadline(options: SolveOptions, deadline: float) -> SolveOptions:
-    """``options`` with a time limit that ends at ``deadline`` (at least 0.2 s)."""
-    from dataclasses import replace
-
-    return replace(options, time_limit_s=max(0.2, deadline - time.perf_counter()))

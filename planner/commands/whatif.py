@@ -121,13 +121,9 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
     lines = report.answer_lines(plan, record, plan.styles)
     print("\n".join(lines))
     if args.out:
-        _write_single(args.out, sc, plan, record, lines, types_of(inst), command, info)
+        _write_single(args.out, sc, plan, record, lines, inst.types, command, info)
         print(f"wrote {args.out}/capacity-plan.yaml, answer.md, fleet.png" + (", styles.csv" if plan.styles else ""), file=sys.stderr)
     return 0
-
-
-def types_of(inst) -> list[str]:
-    return inst.types
 
 
 def _write_single(out, sc, plan, record, lines, types, command, info) -> None:
@@ -204,7 +200,7 @@ def _sweep(args, sc, sweeps, styles, mode, time_limit, gap, types, command) -> i
         if progress:
             progress.start()
         if args.ray_address:
-            results = runner.run_ray(ctx, pts, args.workers or 2, args.ray_address, on_done)
+            results = runner.run_ray(ctx, pts, None, args.ray_address, on_done)
         else:
             results = runner.run_local(ctx, pts, workers, on_done)
     finally:

@@ -213,8 +213,10 @@ def run_local(ctx: Context, points: list[dict], workers: int, on_done: Callable[
     return results  # type: ignore[return-value]
 
 
-def run_ray(ctx: Context, points: list[dict], workers: int, address: str, on_done: Callable[[PointResult], None]) -> list[PointResult]:
-    """The chains as Ray tasks on the cluster at ``address`` (``local``: start one on this machine)."""
+def run_ray(ctx: Context, points: list[dict], workers: Optional[int], address: str,
+            on_done: Callable[[PointResult], None]) -> list[PointResult]:
+    """The chains as Ray tasks on the cluster at ``address`` (``local``: start one on this machine);
+    ``workers`` chains, by default one per CPU of the cluster."""
     import ray
 
     import estimators
@@ -225,9 +227,11 @@ def run_ray(ctx: Context, points: list[dict], workers: int, address: str, on_don
     if not ray.is_initialized():
         ray.init(address=address, runtime_env={"py_modules": [planner, formulation, estimators]},
                  include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                 **({"num_cpus": max(1, workers)} if address == "local" else {}))
+                 **({"num_cpus": max(1, workers or os.cpu_count() or 1)} if address == "local" else {}))
         started = True
     try:
+        if workers is None:
+            workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         remote = ray.remote(num_cpus=1)(_evaluate_ray)
         ctx_ref = ray.put(ctx)
         refs = {}
