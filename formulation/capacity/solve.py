@@ -260,14 +260,22 @@ def export_warm(idx: Index, model: FleetPatternModel, sol: Solution) -> Warm:
     return Warm(groups, patterns)
 
 
-def _coexec(inst: CapacityInstance, options: SolveOptions, warm: Optional[Warm], prune: bool) -> StyleResult:
-    deadline = time.perf_counter() + options.time_limit_s
+def _start(inst: CapacityInstance, style: str):
+    """(index, budget for new nodes, an early result when there is nothing to solve)."""
     idx = Index(inst.placement)
     if idx.n == 0:
-        return _empty(inst, "co-execution", idx)
+        return idx, None, _empty(inst, style, idx)
     budget_new = _budget_new(inst)
     if budget_new is not None and budget_new < -1e-9:
-        return _over_budget(inst, "co-execution", idx)
+        return idx, budget_new, _over_budget(inst, style, idx)
+    return idx, budget_new, None
+
+
+def _coexec(inst: CapacityInstance, options: SolveOptions, warm: Optional[Warm], prune: bool) -> StyleResult:
+    deadline = time.perf_counter() + options.time_limit_s
+    idx, budget_new, early = _start(inst, "co-execution")
+    if early is not None:
+        return early
     model = FleetPatternModel(idx, job_classes(idx), inst.owned, budget_new, options.threads, prune)
     cands = [(best_greedy(idx)[0], "greedy")]
     carried = 0
@@ -313,12 +321,9 @@ def solo_columns(idx: Index, classes) -> list[tuple[int, int]]:
 
 def _solo(inst: CapacityInstance, options: SolveOptions) -> StyleResult:
     deadline = time.perf_counter() + options.time_limit_s
-    idx = Index(inst.placement)
-    if idx.n == 0:
-        return _empty(inst, "solo-disaggregated", idx)
-    budget_new = _budget_new(inst)
-    if budget_new is not None and budget_new < -1e-9:
-        return _over_budget(inst, "solo-disaggregated", idx)
+    idx, budget_new, early = _start(inst, "solo-disaggregated")
+    if early is not None:
+        return early
     cl = job_classes(idx)
     model = FleetPatternModel(idx, cl, inst.owned, budget_new, options.threads, prune=False)
     pairs = solo_columns(idx, cl)

@@ -45,12 +45,10 @@ def add_arguments(p) -> None:
 def _check_args(args) -> None:
     from pathlib import Path
 
+    from planner.commands._args import check_solver_args
     from planner.errors import Problem, UserError
 
-    if args.time_limit is not None and not args.time_limit > 0:
-        raise UserError(Problem("--time-limit", f"must be positive seconds, got {args.time_limit}", "pass e.g. --time-limit 10"))
-    if args.mip_gap is not None and not 0 <= args.mip_gap < 1:
-        raise UserError(Problem("--mip-gap", f"must be in [0, 1), got {args.mip_gap}", "pass e.g. --mip-gap 0.01"))
+    check_solver_args(args)
     if args.workers is not None and args.workers < 1:
         raise UserError(Problem("--workers", f"must be at least 1, got {args.workers}", "pass e.g. --workers 2"))
     if args.out:

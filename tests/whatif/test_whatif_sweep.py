@@ -79,3 +79,19 @@ def test_response_growth_re_estimates_phase_times():
         assert b.train_s["H800"][1] > a.train_s["H800"][1]
         assert b.slo_s > a.slo_s  # a ratio SLO follows the solo time
     assert sw.scenario_for(sc, {"price.H20": 2.0}) is sc
+
+
+def test_a_type_to_buy_needs_a_node_group_saying_what_its_nodes_are():
+    from planner.instances.capacity import fleet_limits
+    from planner.schema import load_scenario
+    from tests.conftest import SCENARIOS
+
+    sc = load_scenario(SCENARIOS / "procurement.yaml")
+    groups = [g for g in sc.cluster.node_groups if g.gpu_type != "H200"]
+    sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"node_groups": groups})})
+    with pytest.raises(UserError) as e:
+        fleet_limits(sc)
+    text = e.value.render()
+    assert "gpu_types.H200.max_nodes" in text and "add a node group with gpu_type: H200 and count: 0" in text
+    limits = fleet_limits(load_scenario(SCENARIOS / "procurement.yaml"))
+    assert limits == {"H20": (0, 32), "H800": (0, 32), "H100": (0, 32), "H200": (0, 16)}
