@@ -191,8 +191,8 @@ def _sweep(args, sc, sweeps, styles, mode, time_limit, gap, types, command) -> i
         def on_done(r):
             done[0] += 1
             co = r.style("co-execution")
-            err.print(f"what-if: {done[0]}/{len(pts)} points (#{r.index}: "
-                      + (f"{co.cost_per_hour:.2f} $/h" if co and co.served else "no fleet") + f", {r.wall_s:.1f} s)", highlight=False)
+            print(f"what-if: {done[0]}/{len(pts)} points (#{r.index}: " + (f"{co.cost_per_hour:.2f} $/h" if co and co.served else "no fleet")
+                  + f", {r.wall_s:.1f} s)", file=sys.stderr, flush=True)
 
     try:
         if progress:
@@ -208,10 +208,10 @@ def _sweep(args, sc, sweeps, styles, mode, time_limit, gap, types, command) -> i
     head, body = report.table_rows(results, keys, styles)
     report.print_table(head, body, Console(width=max(120, Console().width)))
     where = f"{len(pts)} points in {wall:.1f} s on " + (f"Ray ({args.ray_address})" if args.ray_address else f"{min(workers, len(pts))} local worker(s)")
-    err.print(where, highlight=False)
+    print(where, file=sys.stderr)
     if args.out:
         _write_sweep(args.out, sc, results, keys, styles, types, head, body, command, info, where)
-        err.print(f"wrote {args.out}/sweep.csv, sweep.md, cost.png, fleet.png, points/", highlight=False)
+        print(f"wrote {args.out}/sweep.csv, sweep.md, cost.png, fleet.png, points/", file=sys.stderr)
     return 0
 
 

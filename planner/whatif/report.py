@@ -14,6 +14,7 @@ from formulation.capacity.plan import CapacityPlan
 
 STYLE_LABEL = {"co-execution": "co-execution groups", "solo-disaggregated": "solo disaggregated (Solo-D)",
                "colocated": "colocated, one GPU type"}
+SHORT = {"co-execution": "co-exec", "solo-disaggregated": "Solo-D", "colocated": "colocated"}
 
 
 def fleet_text(fleet: dict[str, int]) -> str:
@@ -69,7 +70,7 @@ def machine() -> dict:
 def columns(keys: list[str], types: list[str]) -> list[str]:
     return (["point"] + keys + ["style", "status", "cost_per_hour", "lower_bound_per_hour", "new_cost_per_hour", "gpus"]
             + [f"nodes_{t}" for t in types] + [f"used_{t}" for t in types] + [f"busy_{t}" for t in types]
-            + ["jobs", "unplaced", "binding", "note", "wall_s", "warm_start"])
+            + ["n_jobs", "unplaced", "binding", "note", "wall_s", "warm_start"])
 
 
 def rows(results, keys: list[str], types: list[str]) -> list[dict]:
@@ -83,7 +84,7 @@ def rows(results, keys: list[str], types: list[str]) -> list[dict]:
                 row[f"nodes_{t}"] = s.fleet.get(t, 0)
                 row[f"used_{t}"] = s.used.get(t, 0)
                 row[f"busy_{t}"] = round(s.busy.get(t, 0.0), 4)
-            row.update({"jobs": r.jobs, "unplaced": ";".join(s.unplaced), "binding": ";".join(s.binding), "note": s.note,
+            row.update({"n_jobs": r.jobs, "unplaced": ";".join(s.unplaced), "binding": ";".join(s.binding), "note": s.note,
                         "wall_s": round(s.wall_s, 3),
                         "warm_start": (r.record.get("warm_start") or "") if s.style == "co-execution" else ""})
             out.append(row)
@@ -102,7 +103,7 @@ def csv_text(results, keys: list[str], types: list[str]) -> str:
 def table_rows(results, keys: list[str], styles: tuple[str, ...]) -> tuple[list[str], list[list[str]]]:
     head = ["#"] + keys + ["$/h", "bound", "fleet (co-execution)", "GPUs", "busy", "binding"]
     others = [s for s in styles if s != "co-execution"]
-    head += [f"{s} $/h" for s in others] + ["s"]
+    head += [f"{SHORT.get(s, s)} $/h" for s in others] + ["s"]
     body = []
     for r in results:
         co = r.style("co-execution")

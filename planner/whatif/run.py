@@ -34,7 +34,7 @@ class Context:
     mip_gap: float
     threads: int = 1
     first_factor: float = 2.0  # a chain's first point starts cold: this many times the time limit
-    polish_radius: int = 2  # after the chains, each point tries the groups of the points this close on both sides
+    polish_radius: int = 10  # after the chains, each point tries the groups of the points this close on both sides
 
 
 @dataclass
@@ -223,11 +223,17 @@ def run_ray(ctx: Context, points: list[dict], workers: Optional[int], address: s
     import formulation
     import planner
 
+    from planner.errors import Problem, UserError
+
     started = False
     if not ray.is_initialized():
-        ray.init(address=address, runtime_env={"py_modules": [planner, formulation, estimators]},
-                 include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                 **({"num_cpus": max(1, workers or os.cpu_count() or 1)} if address == "local" else {}))
+        try:
+            ray.init(address=address, runtime_env={"py_modules": [planner, formulation, estimators]},
+                     include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                     **({"num_cpus": max(1, workers or os.cpu_count() or 1)} if address == "local" else {}))
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise UserError(Problem("--ray-address", f"cannot use the Ray cluster at '{address}': {exc}",
+                                    "start one (ray start --head) and pass its address, or pass 'local' to start one here")) from None
         started = True
     try:
         if workers is None:
