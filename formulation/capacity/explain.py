@@ -32,7 +32,7 @@ import numpy as np
 
 from formulation.capacity.instance import CapacityInstance
 from formulation.capacity.plan import Binding, CapacityPlan, Miss, Minimum
-from formulation.capacity.solve import StyleResult, solve
+from formulation.capacity.solve import StyleResult, Warm, solve
 from formulation.common import SolveOptions
 from formulation.placement.evaluate import Index
 from formulation.placement.greedy import best_greedy
@@ -56,10 +56,13 @@ def count_question(inst: CapacityInstance, t: str) -> CapacityInstance:
     return inst.model_copy(update={"placement": placement, "owned": {}, "budget_per_hour": None})
 
 
-def minimum_nodes(inst: CapacityInstance, t: str, options: SolveOptions) -> tuple[Optional[int], bool, Optional[int]]:
-    """(fewest nodes of ``t`` found, proven, a lower bound); (None, ..) when no fleet serves every job."""
+def minimum_nodes(inst: CapacityInstance, t: str, options: SolveOptions,
+                  warm: Optional[Warm] = None) -> tuple[Optional[int], bool, Optional[int]]:
+    """(fewest nodes of ``t`` found, proven, a lower bound); (None, ..) when no fleet serves every
+    job. ``warm``: a plan that serves every job (e.g. the chosen one), so the count found is never
+    above its own."""
     q = count_question(inst, t)
-    res = solve(q, options, "co-execution")
+    res = solve(q, options, "co-execution", warm)
     if res.unplaced:
         return None, res.status.value == "infeasible" and bool(res.note), None
     n = int(res.fleet[t])
@@ -149,12 +152,12 @@ def least_overshoot(inst: CapacityInstance, limits: dict[str, int], options: Sol
 
 
 def minimum_for(inst: CapacityInstance, t: str, options: SolveOptions, others: dict[str, int],
-                short_of: Optional[int] = None) -> Optional[Minimum]:
+                short_of: Optional[int] = None, warm: Optional[Warm] = None) -> Optional[Minimum]:
     """The fewest nodes of ``t`` that serve every job with the other types limited to ``others``, and
     what one node fewer (or ``short_of`` nodes, the availability when it is short) costs in SLO
     misses; None when no fleet serves every job even with ``t`` at its limit."""
     q = inst.with_limits({u: n for u, n in others.items() if u != t})
-    n, proven, low = minimum_nodes(q, t, options)
+    n, proven, low = minimum_nodes(q, t, options, warm)
     if n is None:
         return None
     if n == 0:
@@ -163,7 +166,8 @@ def minimum_for(inst: CapacityInstance, t: str, options: SolveOptions, others: d
     limits = {u: q.limit(u) for u in q.types}
     limits[t] = fewer
     ov = least_overshoot(q, limits, options)
-    head = f"at least {n} {t} node(s)" + ("" if proven else f" (best found; at least {low} proven)")
+    head = f"at least {n} {t} node(s)" if proven else (
+        f"{n} {t} node(s) in the best plan found (not proven minimal" + (f"; at least {low} proven)" if low else ")"))
     if short_of is not None and short_of < n:
         head += f", but at most {short_of} can be had"
     if ov.max_over_s is None:
@@ -197,14 +201,15 @@ def minimums(inst: CapacityInstance, res: StyleResult, options: SolveOptions) ->
     for t in inst.types:
         if res.used.get(t, 0) <= 0:
             continue
-        m = minimum_for(inst, t, options, others=dict(res.fleet))
+        m = minimum_for(inst, t, options, others=dict(res.fleet), warm=res.warm)
         if m is None:
             continue
-        any_n, any_proven, _ = minimum_nodes(inst, t, options)
+        any_n, any_proven, _ = minimum_nodes(inst, t, options, res.warm)
         m.min_nodes_any = any_n
         m.message = "with the fleet's other nodes, meeting every SLO needs " + m.message
         if any_n is not None and any_n < m.min_nodes:
-            m.message += (f"; with other types up to their limits, {any_n} {t} node(s)" + (" would do" if any_proven else " were found to do"))
+            m.message += (f"; with other types up to their limits, {any_n} {t} node(s)" + (" would do" if any_proven else " were found to do")
+                          + " (at a cost no lower)")
         out.append(m)
     return out
 
