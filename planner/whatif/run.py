@@ -137,7 +137,7 @@ def evaluate(ctx: Context, index: int, values: dict[str, float], warm: Optional[
 
 def polish(ctx: Context, r: PointResult, candidates: list) -> Optional[PointResult]:
     """``r`` with its co-execution answer replaced by a neighbour's groups where those are cheaper here."""
-    from formulation.capacity.solve import improve
+    from formulation.capacity.warm import improve
 
     co = r.style("co-execution")
     if co is None or not candidates:
