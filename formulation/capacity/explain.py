@@ -56,13 +56,15 @@ def count_question(inst: CapacityInstance, t: str) -> CapacityInstance:
     return inst.model_copy(update={"placement": placement, "owned": {}, "budget_per_hour": None})
 
 
-def minimum_nodes(inst: CapacityInstance, t: str, options: SolveOptions,
-                  warm: Optional[Warm] = None) -> tuple[Optional[int], bool, Optional[int]]:
+def minimum_nodes(inst: CapacityInstance, t: str, options: SolveOptions, warm: Optional[Warm] = None,
+                  found: Optional[list] = None) -> tuple[Optional[int], bool, Optional[int]]:
     """(fewest nodes of ``t`` found, proven, a lower bound); (None, ..) when no fleet serves every
     job. ``warm``: a plan that serves every job (e.g. the chosen one), so the count found is never
-    above its own."""
+    above its own. ``found`` collects ("the minimum count of <t>", groups) of the plan found."""
     q = count_question(inst, t)
     res = solve(q, options, "co-execution", warm)
+    if found is not None and not res.unplaced and res.warm is not None:
+        found.append((f"the minimum count of {t}", Warm(res.warm.groups, [])))
     if res.unplaced:
         return None, res.status.value == "infeasible" and bool(res.note), None
     n = int(res.fleet[t])
@@ -152,12 +154,12 @@ def least_overshoot(inst: CapacityInstance, limits: dict[str, int], options: Sol
 
 
 def minimum_for(inst: CapacityInstance, t: str, options: SolveOptions, others: dict[str, int],
-                short_of: Optional[int] = None, warm: Optional[Warm] = None) -> Optional[Minimum]:
+                short_of: Optional[int] = None, warm: Optional[Warm] = None, found: Optional[list] = None) -> Optional[Minimum]:
     """The fewest nodes of ``t`` that serve every job with the other types limited to ``others``, and
     what one node fewer (or ``short_of`` nodes, the availability when it is short) costs in SLO
     misses; None when no fleet serves every job even with ``t`` at its limit."""
     q = inst.with_limits({u: n for u, n in others.items() if u != t})
-    n, proven, low = minimum_nodes(q, t, options, warm)
+    n, proven, low = minimum_nodes(q, t, options, warm, found)
     if n is None:
         return None
     if n == 0:
@@ -193,15 +195,17 @@ def _names(names: list[str]) -> str:
     return "jobs " + ", ".join(shown[:-1]) + (f", {shown[-1]}" if more else f" and {shown[-1]}") + more
 
 
-def minimums(inst: CapacityInstance, res: StyleResult, options: SolveOptions) -> list[Minimum]:
+def minimums(inst: CapacityInstance, res: StyleResult, options: SolveOptions, found: Optional[list] = None) -> list[Minimum]:
     """For every type the chosen fleet uses: the fewest nodes of it that serve every job beside the
     fleet's other nodes, what one node fewer costs in SLO misses, and the fewest with the other
-    types free up to their limits (how far other types can stand in for it)."""
+    types free up to their limits (how far other types can stand in for it). ``found`` collects the
+    plans the counts came from: with a solve that is not proven optimal, one of them may be a
+    cheaper fleet than ``res`` (``planner whatif`` then takes it)."""
     out = []
     for t in inst.types:
         if res.used.get(t, 0) <= 0:
             continue
-        m = minimum_for(inst, t, options, others=dict(res.fleet), warm=res.warm)
+        m = minimum_for(inst, t, options, others=dict(res.fleet), warm=res.warm, found=found)
         if m is None:
             continue
         any_n, any_proven, _ = minimum_nodes(inst, t, options, res.warm)

@@ -94,6 +94,7 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
     from formulation.capacity.explain import binding, minimums
     from formulation.capacity.plan import build_capacity_plan, style_line
     from formulation.capacity.solve import solve
+    from formulation.capacity.warm import improve
     from formulation.common import SolveOptions
     from planner.errors import UserError
     from planner.instances.capacity import compile_capacity
@@ -108,10 +109,20 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
         raise UserError(infeasible.problems(sc, inst, res, opts, mode),
                         title=f"{sc.name}: no fleet within the limits serves the forecast ({len(res.unplaced)} of "
                               f"{len(inst.placement.jobs)} jobs left out); nothing written")
+    mins = []
+    if not args.no_minimums:
+        for _ in range(3):
+            found: list = []
+            mins = minimums(inst, res, opts, found)
+            better = improve(inst, res.cost_per_hour, res.lower_bound, res.record.message, found, opts)
+            if better is None:
+                break
+            res = better  # a minimum count came with a cheaper fleet than the first solve: that is the answer
+        else:
+            mins = minimums(inst, res, opts)
     plan = build_capacity_plan(inst, res)
     plan.binding = binding(inst, res, plan)
-    if not args.no_minimums:
-        plan.minimums = minimums(inst, res, opts)
+    plan.minimums = mins
     others = [solve(inst, opts, s) for s in styles if s != "co-execution"]
     plan.styles = [style_line(r, inst) for r in [res] + others] if others else []
     record = res.record.as_dict()
