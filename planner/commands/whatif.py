@@ -236,6 +236,8 @@ def _write_sweep(out, sc, results, keys, styles, types, head, body, command, inf
     d.mkdir(exist_ok=True)
     pts = d / "points"
     pts.mkdir(exist_ok=True)
+    for old in pts.glob("point-*.yaml"):  # a previous sweep's points
+        old.unlink()
     for r in results:
         if not r.plan:
             continue
