@@ -45,6 +45,7 @@ PLAN_VERSION = 1
 BODY_MODELS: dict[str, str] = {
     "PlacementPlan": "formulation.placement.plan:PlacementPlan",
     "ReallocPlan": "formulation.realloc.plan:ReallocPlan",
+    "CapacityPlan": "formulation.capacity.plan:CapacityPlan",
 }
 
 
