@@ -137,7 +137,7 @@ class PatternModel:
         self.penalty = idx.penalty
         cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
         self.cap = cap
-        self.master = Master(classes.demand, cap, idx.node_matrix, self.penalty, threads)
+        self.master = self.new_master(classes.demand, cap, threads)
         r = classes.rep
         self.items_static = []
         for k in range(len(idx.configs)):
@@ -152,6 +152,29 @@ class PatternModel:
             nodes = idx.node_matrix[k]
             caps = [cap[t] // nodes[t] for t in range(len(cap)) if nodes[t] > 0]
             self.U[k] = min([jobs_k] + caps)
+
+    # ------------------------------------------------------------------ hooks
+    # The capacity planner (:mod:`formulation.capacity`) subclasses this model with the fleet as a
+    # decision; these are the places where its master differs. Placement uses them as they are.
+    def new_master(self, demand: np.ndarray, cap: np.ndarray, threads: int) -> Master:
+        """The restricted master."""
+        return Master(demand, cap, self.idx.node_matrix, self.penalty, threads)
+
+    def fixed_price(self, k: int, mu: np.ndarray) -> float:
+        """What a pattern of configuration ``k`` must be worth to have a negative reduced cost."""
+        return float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
+
+    def score(self, sol: Solution) -> float:
+        """The objective of an integer solution (the unplaced-job penalty included)."""
+        return sol.cost(self.idx) + self.move_price * len(sol.moved) + self.penalty * len(sol.unplaced)
+
+    def dual_value(self, pi: np.ndarray, mu: np.ndarray) -> float:
+        """The LP dual objective at LP-optimal duals (the lower bound the proof's gap is measured from)."""
+        return float(pi @ self.cl.demand - mu @ self.cap)
+
+    def priced_configs(self):
+        """Configurations that column generation prices (all of them here)."""
+        return range(len(self.idx.configs))
 
     # ------------------------------------------------------------------ columns
     def column_cost(self, k: int, counts: dict[int, int], anchor_classes: Optional[dict[int, int]] = None) -> float:
@@ -200,8 +223,8 @@ class PatternModel:
         cols, rc_lb = [], np.full(K, -np.inf)
         self.last_exact = exact
         self.last_full = True
-        for k in sorted(range(K), key=lambda k: -self.promise[k]):
-            fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
+        for k in sorted(self.priced_configs(), key=lambda k: -self.promise[k]):
+            fixed = self.fixed_price(k, mu)
             items = self._items(k, pi, charge_moves)
             found = list(price_heuristic(items, fixed, max_columns=max_columns))
             if exact:
@@ -275,7 +298,7 @@ class PatternModel:
         st.phase_s["colgen"] = time.perf_counter() - t0
         # phase 2: integer solutions: the LP's integral part repaired by the greedy, the integer master
         reserve = max(0.3, 0.1 * (deadline - t0))  # for building the plan afterwards
-        score = lambda sol: sol.cost(self.idx) + self.move_price * len(sol.moved) + self.penalty * len(sol.unplaced)  # noqa: E731
+        score = self.score
         cands: list[Solution] = []
         x_lp = self.master.last_primal
         if x_lp is not None:
@@ -283,7 +306,7 @@ class PatternModel:
         t2 = time.perf_counter()
         # keep time for the proof when it is within reach: the LP is optimal and the best plan so far
         # is within ENUMERATE_GAP of it (beyond that the patterns to enumerate are too many)
-        dual_value = float(pi @ self.cl.demand - mu @ self.cap) if pi is not None else -np.inf
+        dual_value = self.dual_value(pi, mu) if pi is not None else -np.inf
         ub0 = min([score(c) for c in cands + ([warm] if warm else [])], default=np.inf)
         small = len(self.cl.rep) <= ENUMERATE_CLASSES
         try_proof = st.lp_converged and (small or ub0 - dual_value <= ENUMERATE_GAP * max(1.0, ub0))
@@ -306,7 +329,7 @@ class PatternModel:
             pool: list[Column] = []
             complete = True
             for k in range(len(self.idx.configs)):
-                fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
+                fixed = self.fixed_price(k, mu)
                 res = price(self._items(k, pi, False), fixed - gap - 1e-9, max_columns=enumerate_limit - len(pool) + 1,
                             node_budget=4 * enumerate_limit, deadline=self.deadline)
                 if not res.exact or len(pool) + len(res.columns) > enumerate_limit:
@@ -333,7 +356,7 @@ class PatternModel:
             self.deadline = t3 + 0.3 * (deadline - reserve - t3)
             added = 0
             for k in range(len(self.idx.configs)):
-                fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
+                fixed = self.fixed_price(k, mu)
                 res = price(self._items(k, pi, False), fixed - gap - 1e-9, max_columns=ENRICH_PER_CONFIG,
                             node_budget=node_budget, deadline=self.deadline)
                 for _, counts in res.columns:

@@ -109,9 +109,17 @@ class Master:
             if self.node_matrix[col.config, t]:
                 idx.append(self.nc + t)
                 vals.append(float(self.node_matrix[col.config, t]))
+        more_idx, more_vals = self.extra_coefficients(col)
+        idx += more_idx
+        vals += more_vals
         self.h.addCol(col.cost, 0.0, upper, len(idx), np.array(idx, dtype=np.int32), np.array(vals))
         self.columns.append(col)
         return len(self.columns) - 1
+
+    def extra_coefficients(self, col: Column) -> tuple[list[int], list[float]]:
+        """Coefficients of a pattern column in rows a subclass adds (none here; the capacity
+        planner's master adds fleet rows, :mod:`formulation.capacity.master`)."""
+        return [], []
 
     def solve_lp(self, deadline: float) -> tuple[float, np.ndarray, np.ndarray]:
         """LP optimum, class duals pi >= 0 and capacity duals mu >= 0."""
