@@ -92,6 +92,7 @@ class Master:
                        np.zeros(self.nt, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
         self.columns: list[Optional[Column]] = []
         self.last_primal: Optional[np.ndarray] = None
+        self.last_mip_bound = -np.inf  # the dual bound of the last integer solve
         self.keys: set = set()
         for c in range(self.nc):  # slack: class c left unplaced
             self.h.addCol(penalty, 0.0, inf, 1, np.array([c], dtype=np.int32), np.array([1.0]))
@@ -146,6 +147,8 @@ class Master:
             self.h.run()
         status = self.h.modelStatusToString(self.h.getModelStatus())
         info = self.h.getInfo()
+        # HiGHS's dual bound: no integer solution over these columns costs less (also when stopped early)
+        self.last_mip_bound = float(info.mip_dual_bound) if np.isfinite(info.mip_dual_bound) else -np.inf
         has = info.primal_solution_status == 2  # kSolutionStatusFeasible
         x = np.asarray(self.h.getSolution().col_value) if has else None
         return x, status, wd.fired

@@ -17,6 +17,7 @@ bound left open is then reported so that the caller still has a valid bound on t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class PricingResult:
 
 
 def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budget: int = 20000,
-          deadline: float = float("inf"), tolerance: float = 0.0) -> PricingResult:
+          deadline: float = float("inf"), tolerance: float = 0.0, enumerate_all: Optional[bool] = None) -> PricingResult:
     """Groups worth more than ``min_value`` (best first), and an upper bound on any group's worth.
 
     The SLO coupling is taken apart by thresholds: for each distinct SLO ``theta`` the classes with
@@ -64,6 +65,10 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
     of members, so the fills stop after a few classes. ``tolerance`` prunes nodes that cannot beat
     the threshold by more than it (far fewer nodes when many groups are worth about the same, as
     with the degenerate duals near the LP optimum); the bound returned grows by it.
+
+    ``enumerate_all``: return *every* group worth more than ``min_value`` (``exact`` is False when
+    they are more than ``max_columns`` or the search is cut short) instead of the best
+    ``max_columns``; by default it is on when ``max_columns >= 1000``.
     """
     import heapq
     import time
@@ -84,7 +89,8 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
     counts = [0] * n
     best: list[tuple[float, tuple]] = []  # min-heap of the best groups (a plain list when enumerating)
     seen: set[tuple] = set()
-    enumerate_all = max_columns >= 1000
+    if enumerate_all is None:
+        enumerate_all = max_columns >= 1000
     state = {"open": 0.0, "nodes": 0, "cut": False}
 
     def threshold() -> float:
@@ -139,6 +145,10 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
         by_s = sorted(elig, key=lambda i: -(val[i] / S[i]) if S[i] > 1e-12 else -inf)
         m = len(main)
         pos = {i: r for r, i in enumerate(main)}
+        # only groups with a member whose SLO is theta: the others have a larger smallest SLO and are
+        # found under their own threshold (each group is searched once)
+        at_theta = [SLO[i] <= theta * (1 + 1e-12) for i in range(n)]
+        last = max((pos[i] for i in elig if at_theta[i]), default=-1)
         AB = [A[i] + B[i] for i in range(n)]
         cache: dict[tuple[int, int], list[int]] = {}
 
@@ -165,9 +175,9 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
                     return True, b
             return False, b
 
-        def dfs(p, sa, sb, sw, ss, v) -> None:
+        def dfs(p, sa, sb, sw, ss, v, has) -> None:
             state["nodes"] += 1
-            if p == m:
+            if p == m or (not has and p > last):
                 return
             pruned, b = bound_prunes(p, sa, sb, sw, ss, v, threshold() + 1e-12 + tolerance)
             if pruned:
@@ -182,15 +192,17 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
                 if sa + c * A[i] > lim or sb + c * B[i] > lim or sw + c * W[i] > capw * tol or ss + c * S[i] > caps * tol:
                     break
                 c_max = c
+            has_i = has or at_theta[i]
             for c in range(c_max, 0, -1):
                 counts[i] = c
-                if v + c * val[i] > threshold() + 1e-12:
+                if has_i and v + c * val[i] > threshold() + 1e-12:
                     record(v + c * val[i])
-                dfs(p + 1, sa + c * A[i], sb + c * B[i], sw + c * W[i], ss + c * S[i], v + c * val[i])
+                dfs(p + 1, sa + c * A[i], sb + c * B[i], sw + c * W[i], ss + c * S[i], v + c * val[i], has_i)
             counts[i] = 0
-            dfs(p + 1, sa, sb, sw, ss, v)
+            dfs(p + 1, sa, sb, sw, ss, v, has)
 
-        dfs(0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        if last >= 0:
+            dfs(0, 0.0, 0.0, 0.0, 0.0, 0.0, False)
 
     # thresholds and their root bounds
     jobs_by_slo = sorted(range(n), key=lambda i: -SLO[i])

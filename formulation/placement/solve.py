@@ -21,7 +21,7 @@ from typing import Optional
 
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
 from formulation.placement.colgen import PatternModel, job_classes
-from formulation.placement.evaluate import Config, Group, Index, Solution
+from formulation.placement.evaluate import Config, Group, Index, Solution, plan_cost_unit
 from formulation.placement.explain import explain
 from formulation.placement.greedy import Packer, best_greedy, greedy
 from formulation.placement.instance import PlacementInstance
@@ -195,16 +195,12 @@ def _round_up_to_cost_unit(idx: Index, lb: float) -> float:
     be rounded up to that multiple (plans leaving a job out cost more than the penalty anyway)."""
     import math
 
-    vals = list(idx.cost) + ([idx.inst.move_price_per_job] if idx.inst.move_price_per_job > 0 else [])
-    scaled = [round(v * 1000) for v in vals]
-    if not scaled or any(abs(v * 1000 - sv) > 1e-6 for v, sv in zip(vals, scaled)):
+    unit = plan_cost_unit(idx)
+    if unit is None:
         return lb
-    unit = 0
-    for v in scaled:
-        unit = math.gcd(unit, int(v))
-    if unit <= 0:
-        return lb
-    rounded = math.ceil(lb * 1000 / unit - 1e-9) * unit / 1000
+    # the tolerance keeps a bound a rounding error above a multiple (an LP optimum that is one) from
+    # jumping to the next multiple
+    rounded = math.ceil(lb / unit - 1e-6) * round(unit * 1000) / 1000
     return rounded if rounded <= idx.penalty else lb
 
 
