@@ -247,6 +247,10 @@ def price_heuristic(items: PricingItems, min_value: float, max_columns: int = 3,
         slo_vals = slo_vals[np.unique(np.linspace(0, len(slo_vals) - 1, thresholds).round().astype(int))]
     out: dict[tuple, float] = {}
     val_all = items.value
+    # plain floats in the fill loops (numpy scalars there cost several times more, same arithmetic)
+    A, B, W, S = items.a.tolist(), items.bs.tolist(), items.w.tolist(), items.s.tolist()
+    V, D, C = val_all.tolist(), [int(d) for d in items.demand], [int(c) for c in items.cls]
+    lim_w, lim_s = items.cap_w * tol, items.cap_s * tol
     for theta in slo_vals:
         theta = float(theta)
         elig = np.flatnonzero((items.slo >= theta * (1 - 1e-12)) & (items.tot <= theta * tol))
@@ -256,19 +260,21 @@ def price_heuristic(items: PricingItems, min_value: float, max_columns: int = 3,
         if len(at) == 0:
             continue
         first = int(at[np.argmax(val_all[at])])
+        lim = theta * tol
         for size in (items.a[elig], items.bs[elig], np.maximum(items.a[elig], items.bs[elig])):
-            order = elig[np.argsort(-(val_all[elig] / (size + 1e-12)), kind="stable")]
-            order = [first] + [int(i) for i in order if i != first]
+            order = elig[np.argsort(-(val_all[elig] / (size + 1e-12)), kind="stable")].tolist()
+            order = [first] + [i for i in order if i != first]
             sa = sb = sw = ss = 0.0
             val = 0.0
             counts: dict[int, int] = {}
             for i in order:
-                for _ in range(int(items.demand[i])):
-                    na, nb, nw, ns = sa + items.a[i], sb + items.bs[i], sw + items.w[i], ss + items.s[i]
-                    if na <= theta * tol and nb <= theta * tol and nw <= items.cap_w * tol and ns <= items.cap_s * tol:
+                a, b, w, s_, v = A[i], B[i], W[i], S[i], V[i]
+                for _ in range(D[i]):
+                    na, nb, nw, ns = sa + a, sb + b, sw + w, ss + s_
+                    if na <= lim and nb <= lim and nw <= lim_w and ns <= lim_s:
                         sa, sb, sw, ss = na, nb, nw, ns
-                        val += float(val_all[i])
-                        counts[int(items.cls[i])] = counts.get(int(items.cls[i]), 0) + 1
+                        val += v
+                        counts[C[i]] = counts.get(C[i], 0) + 1
                     else:
                         break
             if val > min_value + 1e-12 and counts:
