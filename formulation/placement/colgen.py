@@ -54,6 +54,11 @@ PRICING_TOLERANCE = 0.0
 # Share of the time left (after the LP) that enumerating patterns for the ladder may take; the
 # integer master gets the rest.
 ENUMERATE_SHARE = 0.45
+# Share of the time left that the integer master over every enumerated pattern may take to reach
+# the ladder's bound (it usually gets there in a fraction of a second); plans take the rest.
+BOUND_SHARE = 0.4
+# Sizes (columns of least reduced cost) of the small integer masters that look for plans.
+PRIMAL_SIZES = (500, 1500, 4500)
 
 @dataclass
 class Classes:
@@ -133,6 +138,7 @@ class PatternModel:
         self.idx = idx
         self.cl = classes
         self.move_price = move_price
+        self.threads = threads
         self.penalty = idx.penalty
         cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
         self.cap = cap
@@ -310,19 +316,25 @@ class PatternModel:
         if x_lp is not None:
             cands.append(self.round_and_repair(x_lp, anchors))
         ladder = Ladder(self, enumerate_limit) if st.lp_converged and self.converged is not None else None
+        best = lambda: min((score(c) for c in cands), default=np.inf)  # noqa: E731
         first = True
         while True:
+            grew = False
             if ladder is not None:
                 t1 = time.perf_counter()
-                grew = ladder.climb(min((score(c) for c in cands), default=np.inf),
-                                    t1 + ENUMERATE_SHARE * max(0.0, deadline - reserve - t1))
+                grew = ladder.climb(best(), t1 + ENUMERATE_SHARE * max(0.0, deadline - reserve - t1))
                 st.enumerated = ladder.columns if ladder.gap is not None else None
                 st.phase_s["enumerate"] = st.phase_s.get("enumerate", 0.0) + time.perf_counter() - t1
-                if not (first or grew):
-                    break
+            if not (first or grew):
+                break
             first = False
+            # the integer master over every column so far; with a certified ladder it runs only until
+            # its dual bound reaches what the ladder can certify (LP + G), the plans come after
+            target = ladder.reach() if ladder is not None else None
             t2 = time.perf_counter()
-            x, status, fired = self.master.solve_mip(deadline - reserve, None, mip_gap)
+            share = 1.0 if target is None or ladder.at_proof(best()) else BOUND_SHARE
+            x, status, fired = self.master.solve_mip(t2 + share * max(0.0, deadline - reserve - t2), None, mip_gap,
+                                                     stop_at_bound=target)
             st.phase_s["mip"] = st.phase_s.get("mip", 0.0) + time.perf_counter() - t2
             st.mip_status, st.watchdog_fired = status, st.watchdog_fired or fired
             if x is not None:
@@ -332,15 +344,46 @@ class PatternModel:
             bound = ladder.bound(self.master.last_mip_bound)
             if bound is not None and bound > (st.lower_bound if st.lower_bound is not None else -np.inf):
                 st.lower_bound, st.ladder_gap = bound, ladder.gap
-            st.proven = ladder.proves(st.lower_bound, min((score(c) for c in cands), default=np.inf))
+            st.proven = ladder.proves(st.lower_bound, best())
             # the integer master finished before the time limit without a proof: climb further
             if st.proven or status != "Optimal" or ladder.exhausted or time.perf_counter() > deadline - 2 * reserve:
                 break
+        # phase 3: plans from the integer master over the patterns of least reduced cost (a few
+        # hundred to a few thousand: small masters find good plans fast, where the full one is slow)
+        if ladder is not None and target is not None and not st.proven:
+            t3 = time.perf_counter()
+            cands += self.primal_masters(anchors, deadline - reserve, mip_gap, best())
+            st.phase_s["plans"] = time.perf_counter() - t3
         st.columns = len(self.master.columns) - self.master.nc
         cands = [c for c in cands if c is not warm]
         if not cands:
             return None, st
         return min(cands, key=score), st
+
+    def primal_masters(self, anchors: dict[str, list[int]], deadline: float, mip_gap: float, ub: float) -> list[Solution]:
+        """Integer masters over the columns of least reduced cost at the LP-optimal duals (anchored
+        columns always), growing through ``PRIMAL_SIZES`` while time is left; their plans."""
+        pi, mu, _ = self.converged
+        cols = [c for c in self.master.columns if c is not None]
+        rc = np.array([c.cost + float(mu @ self.idx.node_matrix[c.config]) - sum(pi[k] * m for k, m in c.counts.items())
+                       for c in cols])
+        order = sorted(range(len(cols)), key=lambda i: (cols[i].anchor is None, rc[i]))
+        out: list[Solution] = []
+        last = 0
+        for r, size in enumerate(PRIMAL_SIZES):
+            now = time.perf_counter()
+            if now >= deadline - 0.05 or last >= len(cols):
+                break
+            take = order[:size]
+            last = len(take)
+            sub = self.new_master(self.cl.demand, self.cap, self.threads)
+            for i in take:
+                sub.add(cols[i], 1.0 if cols[i].anchor else np.inf)
+            final = r == len(PRIMAL_SIZES) - 1 or size >= len(cols)
+            x, status, _ = sub.solve_mip(deadline if final else now + 0.5 * (deadline - now), None, mip_gap)
+            if x is not None:
+                out.append(self.to_solution(x, anchors, sub.columns))
+        return out
 
     def column_generation(self, st: ColgenStats, t0: float, deadline: float, lp_deadline: float, node_budget: int):
         """Phase 1: the LP of the master by column generation; returns (pi, mu, best lower bound)."""
@@ -422,14 +465,16 @@ class PatternModel:
                 pk.admit(j)
         return pk.solution()
 
-    def to_solution(self, x: np.ndarray, anchors: dict[str, list[int]]) -> Solution:
+    def to_solution(self, x: np.ndarray, anchors: dict[str, list[int]], columns: Optional[list[Optional[Column]]] = None) -> Solution:
+        """The plan of the master's column values ``x`` (``columns``: those of another master)."""
+        columns = self.master.columns if columns is None else columns
         pool = [list(js) for js in self.cl.jobs]
         taken: set[int] = set()
         groups: list[tuple[Column, list[int]]] = []
-        chosen = [(i, int(round(v))) for i, v in enumerate(x) if v > 0.5 and self.master.columns[i] is not None]
-        chosen.sort(key=lambda t: self.master.columns[t[0]].anchor is None)  # anchored first: they take their own jobs
+        chosen = [(i, int(round(v))) for i, v in enumerate(x) if v > 0.5 and columns[i] is not None]
+        chosen.sort(key=lambda t: columns[t[0]].anchor is None)  # anchored first: they take their own jobs
         for i, copies in chosen:
-            col = self.master.columns[i]
+            col = columns[i]
             for _ in range(copies):
                 members: list[int] = []
                 own = [j for j in anchors.get(col.anchor, [])] if col.anchor else []
@@ -511,6 +556,18 @@ class Ladder:
         if self.gap is None or not self.certify:
             return None
         return min(mip_bound, self.value + self.gap - self.eps)
+
+    def reach(self) -> Optional[float]:
+        """The most the ladder certifies now (``D + G - eps``): the integer master's dual bound need
+        not go beyond it. None when it certifies nothing."""
+        if self.gap is None or not self.certify:
+            return None
+        return self.value + self.gap - self.eps
+
+    def at_proof(self, ub: float) -> bool:
+        """The master holds every pattern of every plan cheaper than ``ub``."""
+        rungs = self.rungs(ub)
+        return self.gap is not None and (not rungs or self.gap >= rungs[-1])
 
     def proves(self, bound: Optional[float], best: float) -> bool:
         """The bound shows that no plan is cheaper than ``best`` (rounded up to the cost unit)."""

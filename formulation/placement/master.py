@@ -133,7 +133,11 @@ class Master:
         obj = self.h.getInfo().objective_function_value
         return float(obj), np.maximum(y[: self.nc], 0.0), np.maximum(-y[self.nc:], 0.0)
 
-    def solve_mip(self, deadline: float, start: Optional[np.ndarray], mip_gap: float) -> tuple[Optional[np.ndarray], str, bool]:
+    def solve_mip(self, deadline: float, start: Optional[np.ndarray], mip_gap: float,
+                  stop_at_bound: Optional[float] = None) -> tuple[Optional[np.ndarray], str, bool]:
+        """The integer master under a wall-clock deadline: (columns' values or None, HiGHS's status,
+        whether the watchdog stopped it). ``stop_at_bound``: stop as soon as HiGHS's dual bound
+        reaches it (the caller needs no more of the bound; ``last_mip_bound`` has it)."""
         n = len(self.columns)
         self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.ones(n, dtype=np.uint8))
         self.h.setOptionValue("mip_rel_gap", float(mip_gap))
@@ -143,8 +147,18 @@ class Master:
         # columns (152 $/h returned, 56 reported, 104 optimal on weave-micro). The caller keeps
         # the better of the warm start and this solve instead.
         del start
-        with Watchdog(self.h, deadline) as wd:
-            self.h.run()
+        def enough(event) -> None:
+            if event.data_out.mip_dual_bound >= stop_at_bound:
+                event.interrupt()
+
+        if stop_at_bound is not None:
+            self.h.cbMipInterrupt.subscribe(enough)
+        try:
+            with Watchdog(self.h, deadline) as wd:
+                self.h.run()
+        finally:
+            if stop_at_bound is not None:
+                self.h.cbMipInterrupt.unsubscribe(enough)
         status = self.h.modelStatusToString(self.h.getModelStatus())
         info = self.h.getInfo()
         # HiGHS's dual bound: no integer solution over these columns costs less (also when stopped early)
