@@ -179,10 +179,14 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
             state["nodes"] += 1
             if p == m or (not has and p > last):
                 return
-            pruned, b = bound_prunes(p, sa, sb, sw, ss, v, threshold() + 1e-12 + tolerance)
-            if pruned:
-                return
+            thr = threshold() + 1e-12 + tolerance
+            if v <= thr:  # (above the threshold already, every group below is worth more: nothing to prune)
+                pruned, b = bound_prunes(p, sa, sb, sw, ss, v, thr)
+                if pruned:
+                    return
             if state["nodes"] > node_budget or (state["nodes"] & 255 == 0 and time.perf_counter() > deadline):
+                if v > thr:
+                    b = bound_prunes(p, sa, sb, sw, ss, v, thr)[1]
                 state["open"] = max(state["open"], v + b)
                 state["cut"] = True
                 return
