@@ -383,6 +383,9 @@ class PatternModel:
             x, status, _ = sub.solve_mip(deadline if final else now + 0.5 * (deadline - now), None, mip_gap)
             if x is not None:
                 out.append(self.to_solution(x, anchors, sub.columns))
+            if TRACE:
+                print(f"plans: {len(take)} columns, {status}, {self.score(out[-1]) if x is not None else None} "
+                      f"in {time.perf_counter() - now:.2f} s")
         return out
 
     def column_generation(self, st: ColgenStats, t0: float, deadline: float, lp_deadline: float, node_budget: int):
@@ -587,33 +590,34 @@ class Ladder:
             left = deadline - time.perf_counter()
             if self.history:
                 n, secs = self.history[-1]
-                growth = max(2.0, n / max(1, self.history[-2][0])) if len(self.history) > 1 else 20.0
+                # the time grows like the patterns, about 7-20x per unit at 100 jobs (the first rung says little)
+                growth = max(2.0, n / max(1, self.history[-2][0])) if len(self.history) > 1 else 10.0
                 if secs * growth > left or n * growth > 4 * self.limit:
                     self.exhausted = True
                     break
             if left <= 0:
                 break
             t0 = time.perf_counter()
-            pool = self.enumerate(G, deadline)
-            if pool is None:
+            pool, complete = self.enumerate(G, deadline)
+            for col in pool:  # (those of an incomplete enumeration still make plans)
+                self.model.master.add(col)
+            if not complete:
                 self.exhausted = True
                 break
-            for col in pool:
-                self.model.master.add(col)
             self.history.append((len(pool), time.perf_counter() - t0))
             self.gap, self.columns, grew = G, len(pool), True
         return grew
 
-    def enumerate(self, gap: float, deadline: float) -> Optional[list[Column]]:
-        """Every pattern of reduced cost <= gap (move charges not counted), or None when they are
-        more than the limit or the deadline passes first."""
+    def enumerate(self, gap: float, deadline: float) -> tuple[list[Column], bool]:
+        """Every pattern of reduced cost <= gap (move charges not counted), and whether that is all
+        of them (False when they are more than the limit or the deadline passes first)."""
         m = self.model
         pool: list[Column] = []
         for k in range(len(m.idx.configs)):
             fixed = m.fixed_price(k, self.mu)
             res = price(m._items(k, self.pi, False, every_class=True), fixed - gap, max_columns=self.limit - len(pool),
                         node_budget=1 << 62, deadline=deadline, enumerate_all=True)
-            if not res.exact:
-                return None
             pool += [Column(k, counts, m.column_cost(k, counts)) for _, counts in res.columns]
-        return pool
+            if not res.exact:
+                return pool, False
+        return pool, True

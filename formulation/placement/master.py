@@ -137,8 +137,11 @@ class Master:
                   stop_at_bound: Optional[float] = None) -> tuple[Optional[np.ndarray], str, bool]:
         """The integer master under a wall-clock deadline: (columns' values or None, HiGHS's status,
         whether the watchdog stopped it). ``stop_at_bound``: stop as soon as HiGHS's dual bound
-        reaches it (the caller needs no more of the bound; ``last_mip_bound`` has it)."""
+        reaches it (the caller needs no more of the bound; ``last_mip_bound`` has it); HiGHS's
+        presolve is off then (at 100 jobs and 7,700 columns it took ~2 s of the ~2.5 s to reach
+        the bound, without it 0.4 s)."""
         n = len(self.columns)
+        self.h.setOptionValue("presolve", "choose" if stop_at_bound is None else "off")
         self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.ones(n, dtype=np.uint8))
         self.h.setOptionValue("mip_rel_gap", float(mip_gap))
         self.h.setOptionValue("time_limit", max(0.01, deadline - time.perf_counter()))
