@@ -40,7 +40,7 @@ from typing import Optional
 
 import numpy as np
 
-from formulation.placement.evaluate import Group, Index, Solution, plan_cost_unit
+from formulation.placement.evaluate import Group, Index, Solution, cost_unit
 from formulation.placement.master import Column, Master
 import os
 
@@ -182,8 +182,12 @@ class PatternModel:
         return range(len(self.idx.configs))
 
     def cost_unit(self) -> Optional[float]:
-        """Every plan's cost is a whole multiple of this (None: no such unit); the ladder's rungs."""
-        return plan_cost_unit(self.idx)
+        """Every plan that places all jobs costs a whole multiple of this (None: no such unit): the
+        greatest common divisor of the node prices (and the move price), since a plan pays whole
+        nodes. The ladder's rungs are a unit apart."""
+        pools = self.idx.inst.pool_types
+        node = [pools[t].gpus_per_node * pools[t].price_per_gpu_hour for t in self.idx.types]
+        return cost_unit(node + ([self.move_price] if self.move_price > 0 else []))
 
     # ------------------------------------------------------------------ columns
     def column_cost(self, k: int, counts: dict[int, int], anchor_classes: Optional[dict[int, int]] = None) -> float:
@@ -547,11 +551,14 @@ class Ladder:
         u = self.unit
         margin = 1e-4 * u  # the bound lands this far above a multiple, which rounds up to the next
         top = u * (np.ceil(ub / u - 1e-6) - 1)  # the dearest cost a better plan can have
-        out = []
         T = u * np.ceil(D / u - 1e-6)
-        while T <= top + 1e-9 * u:
+        step = u * max(1.0, np.ceil(1e-4 * abs(D) / u - 1e-9))  # (a unit, unless units are tiny)
+        out = []
+        while T < top - 1e-9 * u:
             out.append(T - D + eps + margin)
-            T += u
+            T += step
+        if top >= u * np.ceil(D / u - 1e-6) - 1e-9 * u:  # the proof rung
+            out.append(top - D + eps + margin)
         return out
 
     def bound(self, mip_bound: float) -> Optional[float]:
@@ -573,11 +580,13 @@ class Ladder:
         return self.gap is not None and (not rungs or self.gap >= rungs[-1])
 
     def proves(self, bound: Optional[float], best: float) -> bool:
-        """The bound shows that no plan is cheaper than ``best`` (rounded up to the cost unit)."""
+        """The bound shows that no plan is cheaper than ``best`` (rounded up to the cost unit where
+        that stays below the unplaced-job penalty: plans that leave a job out cost more)."""
         if bound is None or not self.certify or not np.isfinite(best):
             return False
         if self.unit is not None:
-            bound = self.unit * np.ceil(bound / self.unit - 1e-6)
+            rounded = self.unit * np.ceil(bound / self.unit - 1e-6)
+            bound = rounded if rounded <= self.model.penalty else bound
         return bound >= best - 1e-9 * max(1.0, abs(best))
 
     def climb(self, ub: float, deadline: float) -> bool:
