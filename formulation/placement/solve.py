@@ -148,7 +148,9 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
         status = SolveStatus.OPTIMAL if st.proven else SolveStatus.FEASIBLE
         message = (f"column generation: {st.rounds} rounds, {st.columns} columns, LP {st.lp_value:.6g}"
                    f"{' (converged)' if st.lp_converged else ''}; "
-                   + (f"optimality proven over {st.enumerated} enumerated patterns; " if st.proven else "")
+                   + (f"every pattern of reduced cost <= {st.ladder_gap:.4g} enumerated ({st.enumerated}); "
+                      if st.ladder_gap is not None else "")
+                   + ("optimality proven; " if st.proven else "")
                    + f"integer master: {st.mip_status}{'; stopped by the watchdog' if st.watchdog_fired else ''}")
     elif backend in ("highs", "cpsat"):
         if backend == "highs":
