@@ -356,17 +356,19 @@ class PatternModel:
         # hundred to a few thousand: small masters find good plans fast, where the full one is slow)
         if ladder is not None and target is not None and not st.proven:
             t3 = time.perf_counter()
-            cands += self.primal_masters(anchors, deadline - reserve, mip_gap, best())
+            cands += self.primal_masters(anchors, deadline - reserve, mip_gap, ladder.proven_at(st.lower_bound))
             st.phase_s["plans"] = time.perf_counter() - t3
+            st.proven = ladder.proves(st.lower_bound, best())
         st.columns = len(self.master.columns) - self.master.nc
         cands = [c for c in cands if c is not warm]
         if not cands:
             return None, st
         return min(cands, key=score), st
 
-    def primal_masters(self, anchors: dict[str, list[int]], deadline: float, mip_gap: float, ub: float) -> list[Solution]:
+    def primal_masters(self, anchors: dict[str, list[int]], deadline: float, mip_gap: float, optimal: float = -np.inf) -> list[Solution]:
         """Integer masters over the columns of least reduced cost at the LP-optimal duals (anchored
-        columns always), growing through ``PRIMAL_SIZES`` while time is left; their plans."""
+        columns always), growing through ``PRIMAL_SIZES`` while time is left; their plans. They
+        stop at a plan costing ``optimal`` (the bound: nothing is cheaper)."""
         pi, mu, _ = self.converged
         cols = [c for c in self.master.columns if c is not None]
         rc = np.array([c.cost + float(mu @ self.idx.node_matrix[c.config]) - sum(pi[k] * m for k, m in c.counts.items())
@@ -384,9 +386,12 @@ class PatternModel:
             for i in take:
                 sub.add(cols[i], 1.0 if cols[i].anchor else np.inf)
             final = r == len(PRIMAL_SIZES) - 1 or size >= len(cols)
-            x, status, _ = sub.solve_mip(deadline if final else now + 0.5 * (deadline - now), None, mip_gap)
+            x, status, _ = sub.solve_mip(deadline if final else now + 0.5 * (deadline - now), None, mip_gap,
+                                         stop_at_objective=optimal + 1e-9 * max(1.0, abs(optimal)))
             if x is not None:
                 out.append(self.to_solution(x, anchors, sub.columns))
+                if self.score(out[-1]) <= optimal + 1e-9 * max(1.0, abs(optimal)):
+                    break
             if TRACE:
                 print(f"plans: {len(take)} columns, {status}, {self.score(out[-1]) if x is not None else None} "
                       f"in {time.perf_counter() - now:.2f} s")
@@ -579,15 +584,22 @@ class Ladder:
         rungs = self.rungs(ub)
         return self.gap is not None and (not rungs or self.gap >= rungs[-1])
 
+    def proven_at(self, bound: Optional[float]) -> float:
+        """The cost at which a plan is proven optimal by ``bound`` (rounded up to the unit), or -inf."""
+        if bound is None or not self.certify or not np.isfinite(bound):
+            return -np.inf
+        if self.unit is not None:
+            rounded = self.unit * np.ceil(bound / self.unit - 1e-6)
+            if rounded <= self.model.penalty:
+                return float(rounded)
+        return float(bound)
+
     def proves(self, bound: Optional[float], best: float) -> bool:
         """The bound shows that no plan is cheaper than ``best`` (rounded up to the cost unit where
         that stays below the unplaced-job penalty: plans that leave a job out cost more)."""
-        if bound is None or not self.certify or not np.isfinite(best):
+        if not np.isfinite(best):
             return False
-        if self.unit is not None:
-            rounded = self.unit * np.ceil(bound / self.unit - 1e-6)
-            bound = rounded if rounded <= self.model.penalty else bound
-        return bound >= best - 1e-9 * max(1.0, abs(best))
+        return self.proven_at(bound) >= best - 1e-9 * max(1.0, abs(best))
 
     def climb(self, ub: float, deadline: float) -> bool:
         """Enumerate rung after rung until the predicted next one does not fit the deadline; every
