@@ -376,6 +376,7 @@ class PatternModel:
         order = sorted(range(len(cols)), key=lambda i: (cols[i].anchor is None, rc[i]))
         out: list[Solution] = []
         last = 0
+        start = None  # the last master's best plan (its columns come first in the next one)
         for r, size in enumerate(PRIMAL_SIZES):
             now = time.perf_counter()
             if now >= deadline - 0.05 or last >= len(cols):
@@ -387,8 +388,10 @@ class PatternModel:
                 sub.add(cols[i], 1.0 if cols[i].anchor else np.inf)
             final = r == len(PRIMAL_SIZES) - 1 or size >= len(cols)
             x, status, _ = sub.solve_mip(deadline if final else now + 0.5 * (deadline - now), None, mip_gap,
-                                         stop_at_objective=optimal + 1e-9 * max(1.0, abs(optimal)))
+                                         stop_at_objective=optimal + 1e-9 * max(1.0, abs(optimal)),
+                                         fresh_start=None if start is None else np.concatenate([start, np.zeros(len(sub.columns) - len(start))]))
             if x is not None:
+                start = np.round(x)
                 out.append(self.to_solution(x, anchors, sub.columns))
                 if self.score(out[-1]) <= optimal + 1e-9 * max(1.0, abs(optimal)):
                     break

@@ -134,13 +134,15 @@ class Master:
         return float(obj), np.maximum(y[: self.nc], 0.0), np.maximum(-y[self.nc:], 0.0)
 
     def solve_mip(self, deadline: float, start: Optional[np.ndarray], mip_gap: float,
-                  stop_at_bound: Optional[float] = None, stop_at_objective: Optional[float] = None) -> tuple[Optional[np.ndarray], str, bool]:
+                  stop_at_bound: Optional[float] = None, stop_at_objective: Optional[float] = None,
+                  fresh_start: Optional[np.ndarray] = None) -> tuple[Optional[np.ndarray], str, bool]:
         """The integer master under a wall-clock deadline: (columns' values or None, HiGHS's status,
         whether the watchdog stopped it). ``stop_at_bound``: stop as soon as HiGHS's dual bound
         reaches it (the caller needs no more of the bound; ``last_mip_bound`` has it); HiGHS's
         presolve is off then (at 100 jobs and 7,700 columns it took ~2 s of the ~2.5 s to reach
         the bound, without it 0.4 s). ``stop_at_objective``: stop at a solution that good (one
-        the caller knows to be optimal)."""
+        the caller knows to be optimal). ``fresh_start``: a MIP start, only for a master that has
+        never been solved (see below; on a fresh one the returned plans matched their objective)."""
         n = len(self.columns)
         self.h.setOptionValue("presolve", "choose" if stop_at_bound is None else "off")
         self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.ones(n, dtype=np.uint8))
@@ -151,6 +153,11 @@ class Master:
         # columns (152 $/h returned, 56 reported, 104 optimal on weave-micro). The caller keeps
         # the better of the warm start and this solve instead.
         del start
+        if fresh_start is not None and self.last_primal is None:
+            sol = highspy.HighsSolution()
+            sol.col_value = [float(v) for v in fresh_start]
+            sol.value_valid = True
+            self.h.setSolution(sol)
         lo = np.inf if stop_at_bound is None else stop_at_bound
         hi = -np.inf if stop_at_objective is None else stop_at_objective
 
