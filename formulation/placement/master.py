@@ -50,7 +50,13 @@ class Column:
 
 
 class Watchdog:
-    """Cancel a HiGHS run at a wall-clock deadline, whatever phase (presolve included) it is in."""
+    """Stop a HiGHS run at a wall-clock deadline, whatever phase it is in.
+
+    A thread marks the deadline; HiGHS's interrupt callbacks (simplex, IPM, MIP) then interrupt
+    the run. (``Highs.cancelSolve`` alone does nothing unless ``HandleUserInterrupt`` is on, and
+    its flag is never reset by ``run``: a MIP under a 2 s watchdog ran its own 30 s limit.)"""
+
+    KINDS = ("cbSimplexInterrupt", "cbIpmInterrupt", "cbMipInterrupt")
 
     def __init__(self, h: highspy.Highs, deadline: float):
         self.h = h
@@ -65,16 +71,23 @@ class Watchdog:
         while not self._stop.wait(0.01):
             if time.perf_counter() >= self.deadline:
                 self.fired = True
-                self.h.cancelSolve()
                 return
 
+    def _interrupt(self, event) -> None:
+        if self.fired:
+            event.interrupt()
+
     def __enter__(self):
+        for kind in self.KINDS:
+            getattr(self.h, kind).subscribe(self._interrupt)
         self._t.start()
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
         self._t.join()
+        for kind in self.KINDS:
+            getattr(self.h, kind).unsubscribe(self._interrupt)
 
 
 class Master:

@@ -2,8 +2,8 @@
 
 ``solve(instance, options, backend, current)`` returns the plan body and the solve record. The
 time limit is a wall-clock limit for the whole call: each backend gets a deadline; HiGHS gets its
-own limit and a watchdog thread that calls ``cancelSolve`` at the deadline (for a run that
-overruns its own limit), CP-SAT likewise with ``StopSearch``, and the compact models stop
+own limit and a watchdog that interrupts it at the deadline through HiGHS's interrupt callbacks
+(for a run that overruns its own limit), CP-SAT likewise with ``StopSearch``, and the compact models stop
 building at the deadline (Pyomo's hand-over of a built model to HiGHS cannot be interrupted: the
 MILP build is given under half of the time for that reason). A solve stopped early returns its
 best plan, never worse than the greedy warm start, with the certified bound and gap.
