@@ -64,9 +64,10 @@ def test_no_request_waits_beyond_its_bound_while_a_later_one_is_served(ops, boun
             if not waiting:
                 assert got is None
                 continue
-            overdue = sorted((t, rid) for rid, t in waiting.items() if now - t >= bound)
+            # the oldest overdue, ties in arrival order (r10 after r2: not the ids' string order)
+            overdue = sorted((t, int(rid[1:]), rid) for rid, t in waiting.items() if now - t >= bound)
             if overdue:
-                assert got.request_id == overdue[0][1]
+                assert got.request_id == overdue[0][2]
             assert got.request_id in waiting
             del waiting[got.request_id]
     assert len(q) == len(waiting)
