@@ -20,16 +20,16 @@ from tests.placement.placement_helpers import feasible_groups, oracle, small_ins
 SEEDS = [21, 22, 23, 24]
 
 
-def _instance(seed: int):
-    return small_instance(seed, 7, capacity=(3, 3), dram_gb=(400.0, 800.0), both_types=seed % 2 == 0)
-
-
-def _random_duals(idx: Index, classes, seed: int):
+def _case(seed: int):
+    """A 7-job instance, its index and classes, and random duals (some classes at zero)."""
+    inst = small_instance(seed, 7, capacity=(3, 3), dram_gb=(400.0, 800.0), both_types=seed % 2 == 0)
+    idx = Index(inst)
+    classes = job_classes(idx)
     rng = np.random.default_rng(seed)
     pi = rng.uniform(0.0, 40.0, len(classes.rep))
     pi[rng.random(len(pi)) < 0.25] = 0.0  # classes the duals do not value still belong in the patterns
     mu = rng.uniform(0.0, 4.0, len(idx.types))
-    return pi, mu
+    return inst, idx, classes, pi, mu
 
 
 def _brute_reduced_costs(inst, classes, pi, mu) -> dict:
@@ -43,10 +43,7 @@ def _brute_reduced_costs(inst, classes, pi, mu) -> dict:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_enumeration_finds_every_group_below_the_gap(seed):
-    inst = _instance(seed)
-    idx = Index(inst)
-    cl = job_classes(idx)
-    pi, mu = _random_duals(idx, cl, seed)
+    inst, idx, cl, pi, mu = _case(seed)
     brute = _brute_reduced_costs(inst, cl, pi, mu)
     gap = float(np.quantile(list(brute.values()), 0.4))  # plenty of groups on both sides
     pm = PatternModel(idx, cl)
@@ -62,10 +59,7 @@ def test_enumeration_finds_every_group_below_the_gap(seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_pricing_finds_the_most_valuable_group_of_each_configuration(seed):
-    inst = _instance(seed)
-    idx = Index(inst)
-    cl = job_classes(idx)
-    pi, mu = _random_duals(idx, cl, seed)
+    inst, idx, cl, pi, mu = _case(seed)
     best: dict = {}
     for members, config, cost, nodes in feasible_groups(inst):
         value = sum(pi[cl.of_job[j]] for j in members)
