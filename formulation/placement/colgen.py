@@ -26,10 +26,14 @@ where ``rc*_k`` is a lower bound on the reduced cost of every pattern of ``k`` c
 move charges (so it holds for anchored columns too). When pricing finds no negative reduced cost
 this is the LP optimum.
 
-Integer solution: the master with integer columns, warm-started with the greedy plan, under the
-time limit. Optimality proof for small instances: with LP-optimal duals every pattern in a plan
-of cost ``<= UB`` has reduced cost ``<= UB - LB``; when enumerating all of them fits the budget,
-the integer master over them is the global optimum (``proven``).
+Beyond the LP (:class:`Ladder`): with LP-optimal duals every pattern in a plan of cost ``<= D + G``
+has reduced cost ``<= G`` (``D`` the LP value); with every such pattern in the master, the
+integer master's dual bound ``B`` gives ``OPT >= min(B, D + G)``. ``G`` grows a cost unit at a
+time while the enumeration fits the time; ``G = UB - D`` proves the best plan optimal.
+
+Integer solutions: the LP's integral part repaired by the greedy, the integer master over every
+column (until its bound reaches what the ladder certifies), and small integer masters over the
+patterns of least reduced cost (plans), under the time limit; the greedy plan is the fallback.
 """
 
 from __future__ import annotations
