@@ -326,7 +326,11 @@ class PatternModel:
         ladder = Ladder(self, enumerate_limit) if st.lp_converged and self.converged is not None else None
         best = lambda: min((score(c) for c in cands), default=np.inf)  # noqa: E731
         first = True
+        target = None
         while True:
+            if ladder is not None and ladder.proves(st.lower_bound, best()):
+                st.proven = True  # (the LP bound alone, rounded up, may prove a plan optimal)
+                break
             grew = False
             if ladder is not None:
                 t1 = time.perf_counter()
