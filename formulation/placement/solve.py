@@ -151,7 +151,8 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
                    + (f"every pattern of reduced cost <= {st.ladder_gap:.4g} enumerated ({st.enumerated}); "
                       if st.ladder_gap is not None else "")
                    + ("optimality proven; " if st.proven else "")
-                   + f"integer master: {st.mip_status}{'; stopped by the watchdog' if st.watchdog_fired else ''}")
+                   + (f"integer master: {st.mip_status}" if st.mip_status else "no integer master needed")
+                   + ("; stopped by the watchdog" if st.watchdog_fired else ""))
     elif backend in ("highs", "cpsat"):
         if backend == "highs":
             from formulation.placement.milp import solve_compact
