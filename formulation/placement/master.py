@@ -188,6 +188,8 @@ class Master:
             if stops:
                 self.h.cbMipInterrupt.unsubscribe(enough)
         status = self.h.modelStatusToString(self.h.getModelStatus())
+        if status == "Interrupted by user":  # HiGHS's word for any interrupt callback: say whose
+            status = "stopped by the watchdog" if wd.fired else "stopped at its target (bound or plan reached)"
         info = self.h.getInfo()
         # HiGHS's dual bound: no integer solution over these columns costs less (also when stopped early)
         self.last_mip_bound = float(info.mip_dual_bound) if np.isfinite(info.mip_dual_bound) else -np.inf

@@ -152,7 +152,7 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
                       if st.ladder_gap is not None else "")
                    + ("optimality proven; " if st.proven else "")
                    + (f"integer master: {st.mip_status}" if st.mip_status else "no integer master needed")
-                   + ("; stopped by the watchdog" if st.watchdog_fired else ""))
+                   + ("; stopped by the watchdog" if st.watchdog_fired and "watchdog" not in st.mip_status else ""))
     elif backend in ("highs", "cpsat"):
         if backend == "highs":
             from formulation.placement.milp import solve_compact
