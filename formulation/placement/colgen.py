@@ -61,6 +61,11 @@ ENUMERATE_SHARE = 0.45
 # Share of the time left that the integer master over every enumerated pattern may take to reach
 # the ladder's bound (it usually gets there in a fraction of a second); plans take the rest.
 BOUND_SHARE = 0.4
+# With move prices the ladder certifies nothing (see Ladder); its patterns only feed the integer
+# master, and past a few thousand they slow it more than they help (a re-optimisation of 30 jobs
+# enumerated 60,878 and its master ran out of time). Capped by count, not time, so the same
+# inputs give the same plan on a loaded machine (the daemon's restart replay relies on it).
+UNCERTIFIED_PATTERNS = 4000
 # Sizes (columns of least reduced cost) of the small integer masters that look for plans.
 PRIMAL_SIZES = (500, 1500, 4500)
 
@@ -551,7 +556,7 @@ class Ladder:
         self.eps = max(1, model.idx.n) * open_rc + 1e-9 * max(1.0, abs(self.value))
         self.unit = model.cost_unit()
         self.certify = model.move_price == 0
-        self.limit = limit
+        self.limit = limit if self.certify else min(limit, UNCERTIFIED_PATTERNS)
         self.gap: Optional[float] = None  # every pattern of reduced cost <= gap is in the master
         self.columns = 0
         self.history: list[tuple[int, float]] = []  # (patterns, seconds) of each complete enumeration
@@ -624,7 +629,7 @@ class Ladder:
                 n, secs = self.history[-1]
                 # the time grows like the patterns, about 7-20x per unit at 100 jobs (the first rung says little)
                 growth = max(2.0, n / max(1, self.history[-2][0])) if len(self.history) > 1 else 10.0
-                if secs * growth > left or n * growth > 4 * self.limit:
+                if n * growth > (4 if self.certify else 1) * self.limit or (self.certify and secs * growth > left):
                     self.exhausted = True
                     break
             if left <= 0:
