@@ -370,7 +370,7 @@ class JobSim:
         """Engines whose GPUs were lent are parked (verl/SGLang sleep mode, weights in host DRAM), not
         killed: bringing one back is a warm switch of its weight shard over PCIe."""
         s = self.setup
-        return comm.warm_switch_s(s.model.num_params * 2.0 / s.rollout_tp, self.r_gpu)
+        return comm.engine_wake_s(s.model.num_params * 2.0 / s.rollout_tp, self.r_gpu)
 
     def _ref_boot_s(self) -> float:
         """New log-prob inference ranks: process start plus the weights from a peer over NVLink."""

@@ -417,6 +417,16 @@ def _remaining_work(comp, workers, facts: Optional[_JobFacts], n_requests: int) 
     return (1.0 - comp.progress) * n_requests * (facts.prompt_tokens + facts.mean_response_tokens)
 
 
+def _parked_start_s(comp, facts: Optional[_JobFacts], specs: dict, workers) -> Optional[float]:
+    """Rollout engines whose GPUs are lent are parked (sleep mode, weights in host DRAM), so a new
+    one wakes in a warm switch of its weight shard (:func:`estimators.comm.engine_wake_s`, what the
+    simulator charges), not a cold start; other components start cold (None)."""
+    if comp.kind != "rollout" or facts is None or not workers:
+        return None
+    gpu = specs[workers[0].gpu_type]
+    return float(comm.engine_wake_s(2.0 * facts.model.num_params / facts.rollout_tp, gpu))
+
+
 def _unit(kind: str, facts: Optional[_JobFacts], workers) -> int:
     want = 1
     if facts is not None:
@@ -509,6 +519,7 @@ def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, hor
             weight_bytes=2.0 * params, sharded_state_bytes=12.0 * params if comp.kind in STATEFUL_KINDS else 0.0,
             kv_bytes_per_token=memory.kv_bytes_per_token(model) if model is not None else 0.0,
             curve_source=source, pipeline=comp.progress < 1.0 and work[comp.name] != 0.0,
+            parked_start_s=_parked_start_s(comp, facts, specs, workers),
         )
     clusters = {p.cluster for p in pools}
     h = horizon_s if horizon_s is not None else (None if normalise else _horizon(snap))

@@ -150,3 +150,70 @@ def test_planner_keeps_a_rollout_bound_split():
     dec = PlannerDecision(sc)
     dyn = JobSim(setup, Policy("dynamic", decision=dec), seed=0, iterations=1).run()
     assert dec.calls > 0 and dyn.iterations[0].duration_s <= static * 1.01
+
+
+def test_migration_cost_is_what_the_simulated_move_loses():
+    """Growing log-prob inference and the trainer onto the GPUs of a finished rollout: the simulator
+    keeps the old ranks working while the new ones start (create before destroy) and pauses for the
+    group rebuild. The planner charges each component the seconds that loses
+    (``charged_seconds``), so its prediction of the remaining time matches the simulated one."""
+    from estimators import comm
+    from formulation.realloc.context import Links
+    from formulation.realloc.migrations import charged_seconds
+    from simulator.policies import Reallocation
+
+    sc, setup = _setup("math-7b-64gpu")
+    t0, tgt = 600.0, {"rollout": 14, "reference": 20, "trainer": 30}
+    seen = {}
+
+    def mover(snap, ctx):
+        if ctx.at_boundary or seen or snap.time_s < t0:
+            return None
+        c = build_context(snap, sc)
+        for comp in ("reference", "trainer"):
+            held = sum(w.gpus for w in snap.workers if w.component == comp)
+            cv = c.components[comp].curves["H100"]
+            kind = "p2p" if comp == "trainer" else "workload"
+            lost = charged_seconds([kind], [ctx.components[comp].grow_s], [cv(held)], [cv(tgt[comp])], [True], [False],
+                                   Links({}, {}, group_rebuild_s=comm.GROUP_REBUILD_S))[0]
+            seen[comp] = (1.0 / cv(tgt[comp]) + lost, 1.0 / cv(tgt[comp]) + ctx.components[comp].grow_s)
+        return Reallocation(target=tgt, kinds={"rollout": "workload", "reference": "workload", "trainer": "p2p"})
+
+    mover.wants_remaining_tokens = True
+    it = JobSim(setup, Policy("dynamic", decision=mover), seed=0, iterations=1).run().iterations[0]
+    assert it.rollout_end_s < t0  # the rollout's GPUs were idle
+    simulated = it.train_end_s - t0
+    charged = max(v[0] for v in seen.values())
+    print(simulated, seen)
+    assert charged == pytest.approx(simulated, rel=0.05)
+    assert max(v[1] for v in seen.values()) > charged  # the whole duration over-charges the move
+
+
+def test_rollout_engines_wake_parked_as_in_the_simulator():
+    """The simulator wakes a parked rollout engine (sleep mode, weights in host DRAM) to grow the
+    rollout; the planner prices a rollout engine start the same way, with no network bytes, instead
+    of a 20 s cold start plus the weights from a peer."""
+    import json
+
+    from formulation.realloc.migrations import MigrationPlanner
+    from formulation.realloc.telemetry import TelemetrySnapshot
+    from planner.schema import load_scenario
+
+    sc, setup = _setup("math-7b-128gpu")
+    snap = TelemetrySnapshot.model_validate(json.loads((ROOT / "scenarios" / "realloc" / "tail-h100-16node.json").read_text())["snapshots"][-1])
+    ctx = build_context(snap, load_scenario(DYNARL / "math-7b-128gpu.yaml"))
+    roll = ctx.components["rollout"]
+    wake = JobSim(setup, Policy("static"))._engine_boot_s()
+    assert roll.parked_start_s == pytest.approx(wake) and wake < 5.0
+    assert ctx.components["ref"].parked_start_s is None  # log-prob inference starts cold
+    pools = {p.name: p for p in ctx.pools}
+    workers = snap.workers_of("rollout")
+    current: dict = {}
+    for w in workers:
+        current[w.node] = current.get(w.node, 0) + w.gpus
+    target = dict(current, **{"h100-11": 2})  # two more engines on the reference's node
+    mp = MigrationPlanner("rollout", "rollout", roll, current, workers, pools, ctx.links)
+    plan = mp.plan(target)
+    kinds, secs, nbytes, _ = mp.costs(np.array([[target.get(p, 0) for p in pools]]))
+    assert plan.duration_s == pytest.approx(wake) and plan.bytes_moved == 0.0
+    assert secs[0] == pytest.approx(wake) and nbytes[0] == 0.0 and kinds == ["workload"]
