@@ -71,6 +71,10 @@ def read_target(path: str, observed_or_none, scenario: Optional[str] = None) -> 
     import executor.target as tgt  # registers the ExecutorTarget body model
     from executor.adapters import plans
 
+    kind = plandoc.peek_kind(path)
+    if kind is not None and kind not in (tgt.KIND, "ReallocPlan", "PlacementPlan"):
+        raise UserError(Problem("kind", f"the executor cannot apply a {kind}",
+                                "pass an ExecutorTarget, a PlacementPlan (with --scenario) or a ReallocPlan"))
     doc = plandoc.read(path)
     digest = plan_digest(doc)
     name = Path(path).name
