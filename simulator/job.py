@@ -57,7 +57,7 @@ from simulator.models import engine_model
 from simulator.policies import ComponentInfo, Policy, ReallocContext, Reallocation
 from simulator.rollout import EngineSlot, RolloutStage
 from simulator.stages import REWARD_RULE_S, GpuLedger, RewardStage, WorkStage
-from simulator.workload import Request, ResidualTable, WorkloadSpec, make_requests
+from simulator.workload import Request, WorkloadSpec, make_requests, residual_table
 
 COMPONENTS = ("rollout", "reference", "trainer")
 
@@ -171,8 +171,7 @@ def weight_sync_time_s(setup: JobSetup, r_gpu: GPUSpec, t_gpu: GPUSpec, r_gpus: 
 
 def sample_work_flops(setup: JobSetup, req: Request) -> tuple[float, float]:
     """(log-prob FLOPs, update FLOPs) of one finished sample."""
-    tok = float(req.total_tokens)
-    f = training.forward_flops(setup.model, tok, tok / 2.0)
+    f = training.sample_forward_flops(setup.model, float(req.total_tokens))
     return setup.forwards * f, setup.updates * 3.0 * f
 
 
@@ -306,7 +305,7 @@ class JobSim:
         self._last_tokens: dict[int, tuple[float, float]] = {}
         self._done = False
         self._last_snapshot: Optional[TelemetrySnapshot] = None
-        self._residual = ResidualTable(setup.workload)
+        self._residual = residual_table(setup.workload)
         # the estimate costs a pass over the unfinished requests: only when the decision function reads it
         self._report_remaining = bool(getattr(policy.decision, "wants_remaining_tokens", False) or policy.record_snapshots)
         self._unfinished: dict[int, Request] = {}
@@ -371,7 +370,7 @@ class JobSim:
         """Engines whose GPUs were lent are parked (verl/SGLang sleep mode, weights in host DRAM), not
         killed: bringing one back is a warm switch of its weight shard over PCIe."""
         s = self.setup
-        return comm.warm_switch_s(s.model.num_params * 2.0 / s.rollout_tp, self.r_gpu)
+        return comm.engine_wake_s(s.model.num_params * 2.0 / s.rollout_tp, self.r_gpu)
 
     def _ref_boot_s(self) -> float:
         """New log-prob inference ranks: process start plus the weights from a peer over NVLink."""
@@ -588,7 +587,7 @@ class JobSim:
         return snap
 
     def _rollout_remaining_estimate(self, now: float) -> float:
-        """Expected response tokens still to generate this iteration (:class:`ResidualTable`): what the
+        """Expected response tokens still to generate this iteration (:func:`simulator.workload.residual_table`): what the
         rollout manager can estimate from tokens generated so far, not the lengths the simulator drew."""
         gens: list = []
         running: set = set()

@@ -21,7 +21,7 @@ from simulator.engine import EngineModel
 
 
 def engine_model(model: ModelDims, gpu: GPUSpec, tp: int, *, overhead_ms: float | None = None,
-                 max_running: int = rollout.MAX_RUNNING_REQUESTS, fit_batch: int = 256) -> EngineModel:
+                 max_running: int = rollout.MAX_RUNNING_REQUESTS, fit_batch: int = rollout.ENGINE_FIT_BATCH) -> EngineModel:
     ov = rollout.ENGINE_STEP_OVERHEAD_MS if overhead_ms is None else overhead_ms
     step = rollout.engine_step_model(model, gpu, tp, fit_batch, overhead_ms=ov)
     kv = memory.kv_capacity_tokens(model, gpu.hbm_gb, tp)

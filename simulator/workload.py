@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from estimators.lengths import LengthDistribution, sample_grouped, sample_tool_latency_s
+from estimators.lengths import DEFAULT_PROMPT_SPREAD, LengthDistribution, ResidualTable, sample_grouped, sample_tool_latency_s
 
 
 @dataclass
@@ -86,7 +86,7 @@ class WorkloadSpec:
     turns: int = 1
     observation_tokens: int = 0
     tool_latency_fixed_s: Optional[float] = None  # None: RollPacker's measured latencies
-    prompt_spread: float = 0.5  # log-space spread of per-prompt difficulty (see estimators.lengths.sample_grouped)
+    prompt_spread: float = DEFAULT_PROMPT_SPREAD  # log-space spread of per-prompt difficulty (see estimators.lengths.sample_grouped)
 
     @property
     def n_requests(self) -> int:
@@ -119,25 +119,10 @@ def make_requests(spec: WorkloadSpec, rng: np.random.Generator, rid0: int = 0) -
     return reqs
 
 
-class ResidualTable:
-    """Expected tokens a response still has to generate, given how many it has generated.
+def residual_table(spec: WorkloadSpec) -> ResidualTable:
+    """:class:`estimators.lengths.ResidualTable` of the lengths this workload draws (the grouped
+    marginal: base distribution x per-prompt difficulty), what a rollout manager estimates from its
+    past iterations; the simulator reports its estimate as the rollout's ``remaining_tokens``."""
+    return ResidualTable.of(spec.lengths, spec.max_response_tokens, spec.prompt_spread)
 
-    What a rollout manager can estimate from the job's length distribution (in practice: the
-    lengths of its recent iterations): ``E[L - g | L > g]`` with ``L`` drawn from the workload's
-    length distribution clipped at ``max_response_tokens``. The simulator reports it as the rollout's
-    ``remaining_tokens``; it never reports the true lengths it drew.
-    """
 
-    def __init__(self, spec: WorkloadSpec, points: int = 4000) -> None:
-        dist = replace(spec.lengths, max_tokens=spec.max_response_tokens)
-        self.lengths = np.sort(dist.quantile((np.arange(points) + 0.5) / points))
-        self.suffix = np.concatenate([np.cumsum(self.lengths[::-1])[::-1], [0.0]])
-        self.max_tokens = float(spec.max_response_tokens)
-
-    def expected_remaining(self, generated) -> np.ndarray:
-        g = np.asarray(generated, dtype=float)
-        i = np.searchsorted(self.lengths, g, side="right")
-        n = self.lengths.size - i
-        with np.errstate(invalid="ignore", divide="ignore"):
-            res = np.where(n > 0, self.suffix[i] / np.maximum(n, 1) - g, 0.0)
-        return np.maximum(np.minimum(res, self.max_tokens - g), 1.0)

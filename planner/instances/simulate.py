@@ -266,6 +266,10 @@ class PlannerDecision:
         self.committed = 0
         self.restores = 0
         self.solve_ms: list = []
+        # every committed decision's prediction, to set against what the simulator then measures:
+        # (iteration, seconds into it, curve unit, current / predicted throughput, objective net of migration cost);
+        # with a scenario the unit is 1/s and 1 / throughput is the predicted remaining time of the iteration's work
+        self.commits: list = []
 
     def __call__(self, snap, ctx):
         from formulation.realloc.decide import decide
@@ -288,6 +292,8 @@ class PlannerDecision:
         if not d.committed:
             return None
         self.committed += 1
+        self.commits.append({"iteration": snap.iteration, "time_s": snap.time_s, "unit": rctx.unit,
+                             "current": d.current_throughput, "predicted": d.predicted_throughput, "objective": d.objective})
         target, kinds = {}, {}
         for s, c in enumerate(d.choice):
             st = d.instance.stages[s]
