@@ -17,6 +17,17 @@ Migration of a component: bytes over the link used (NVLink inside a node, NIC ac
 a restart and a process-group rebuild (``RESTART_S``, ``GROUP_REBUILD_S``, assumptions stated
 below).
 
+``RESTART_S`` (20 s) is a cold start: a new inference engine or trainer rank process, its CUDA
+context, the weights mapped and, for an engine, its CUDA graphs captured. Measured figures for vLLM
+bracket it from below: engine initialisation 14 s for Llama-3-8B (10 s of it graph capture; 39 s with
+torch.compile), vLLM PR #11005; 34 s of initialisation and 59 s to the first response for a small
+model with a warm compile cache, vLLM issue #20264; "30-100+ seconds" to reload a model, vLLM's
+sleep-mode post (blog.vllm.ai, 2025-10-26). An engine that is *parked* instead (vLLM sleep mode
+level 1, SGLang's released memory occupation: the process, its graphs and its weights in host DRAM
+stay) wakes in 0.1-0.4 s plus the weight copy (the same post): :func:`engine_wake_s`, a warm
+switch of its weight shard. The simulator parks the rollout engines whose GPUs it lends and
+wakes them to grow the rollout; log-prob inference and trainer ranks that are added start cold.
+
 Job switches (Weave): a *warm* switch copies the job's state from host DRAM to the GPUs over PCIe
 (64 GB/s per GPU, aiconfigurator ``pcie_bw``), plus ``WARM_FIXED_S``; a *cold* start also starts the
 processes, initialises the framework and reads the state from storage. Weave reports cold starts
@@ -32,7 +43,7 @@ from dataclasses import dataclass
 from estimators import kernels
 from estimators.gpus import GPUSpec
 
-RESTART_S = 20.0  # engine/process restart incl. CUDA context and graph capture (assumption)
+RESTART_S = 20.0  # cold start of an engine or rank: process, CUDA context, weights, graph capture (see below)
 GROUP_REBUILD_S = 2.0  # NCCL communicator rebuild (assumption; DynaRL reports seconds)
 WARM_FIXED_S = 1.4  # switch bookkeeping, stream sync, allocator warm-up (assumption, see docstring)
 COLD_INIT_S = 60.0  # process launch + framework init (assumption, see module docstring)
@@ -93,3 +104,10 @@ def warm_switch_s(state_bytes_per_gpu: float, gpu: GPUSpec) -> float:
 
 def cold_start_s(state_bytes_per_node: float, state_bytes_per_gpu: float, gpu: GPUSpec) -> float:
     return COLD_INIT_S + state_bytes_per_node / (STORAGE_GB_PER_S * 1e9) + state_bytes_per_gpu / (gpu.pcie_gb_per_s * 1e9)
+
+
+def engine_wake_s(weight_bytes_per_gpu: float, gpu: GPUSpec) -> float:
+    """Wake a parked engine (sleep mode: process alive, weights in host DRAM): a warm switch of its
+    weight shard. What the simulator charges to grow the rollout back, and what the reallocation
+    planner prices a rollout engine start at."""
+    return warm_switch_s(weight_bytes_per_gpu, gpu)

@@ -28,6 +28,7 @@ from estimators.memory import kv_capacity_tokens
 from estimators.models import ModelDims
 
 MAX_RUNNING_REQUESTS = 1024  # engine-side cap on concurrent sequences (SGLang/vLLM default order of magnitude)
+ENGINE_FIT_BATCH = 256  # batch range of the linear step fit an engine model uses (simulator and reallocation planner)
 
 
 @dataclass(frozen=True)
@@ -201,3 +202,155 @@ def sampled_phase_s(model: ModelDims, gpu: GPUSpec, tp: int, n_gpus: int, length
         return math.inf
     step = linear_step_model(model, gpu, tp, conc)
     return max(engine_makespan_s(lengths[e::engines], prompt_tokens, conc, step) for e in range(engines))
+
+
+# ------------------------------------------------------------------------------------------------
+# Engine-level step time: kernels plus the per-step overhead of a real serving engine.
+#
+# ``decode_step_ms`` above is kernel time only (fitted to measured vLLM kernels). A real engine
+# adds, every decode step, CPU-side work that is not hidden at the small batches of a rollout's
+# long tail: scheduling and block-table updates, sampling (top-p / top-k over the vocabulary),
+# detokenisation and stop checks, and the host<->device round trip of the sampled ids. It is
+# modelled as a constant ``ENGINE_STEP_OVERHEAD_MS`` per step.
+#
+# Value and source: calibrated (``python -m simulator.calibrate``, table in
+# ``results/simulator/calibration.md``) against DynaRL's published 1.5B math-RL rollout
+# (DeepSeek-R1-Distill-Qwen-1.5B, 512 prompts x 16 responses, max 28,672 tokens, 64 single-H100
+# engines): the longest decode takes about 260 s while about 95% of the queries finish within
+# 150 s, and (Seer) the last 10% of the requests take about half of the rollout. With kernels only
+# the longest 28,672-token response would take about 55 s (1.8-2 ms per step at batch 1-2), so a
+# tail step spends most of its time outside the kernels. The fit gives 3.0 ms per step, the order
+# of the per-step CPU time of vLLM without asynchronous scheduling at small batches.
+#
+# The response lengths of that set-up are not the ServeGen production mixture (p50 502 tokens,
+# p95/p90 = 3: too heavy a tail for math reasoning, whose lengths bunch up below the cap): they
+# are ServeGen client 66, the reasoning-heavy client (p50 7.1K, p90 16.5K, p99 23K tokens),
+# scaled by ``MATH_RL_LENGTH_SCALE`` = 0.75, with the default within-group spread of
+# :func:`estimators.lengths.sample_grouped`; ``scenarios/dynarl/*.yaml`` use exactly these.
+ENGINE_STEP_OVERHEAD_MS = 3.0
+MATH_RL_SERVEGEN_CLIENT = "66"
+MATH_RL_LENGTH_SCALE = 0.75
+
+
+def engine_step_ms(model: ModelDims, gpu: GPUSpec, tp: int, batch: float, kv_len: float,
+                   overhead_ms: float = ENGINE_STEP_OVERHEAD_MS) -> float:
+    """One decode step of a serving engine: :func:`decode_step_ms` plus the per-step overhead."""
+    return decode_step_ms(model, gpu, tp, batch, kv_len) + overhead_ms
+
+
+def engine_step_model(model: ModelDims, gpu: GPUSpec, tp: int, max_batch: int,
+                      overhead_ms: float = ENGINE_STEP_OVERHEAD_MS) -> LinearStep:
+    """:func:`linear_step_model` of the kernels with the engine overhead added to the fixed term."""
+    k = linear_step_model(model, gpu, tp, max_batch)
+    return LinearStep(k.a_ms + overhead_ms, k.b_ms, k.c_ms)
+
+
+# ------------------------------------------------------------------------------------------------
+# Remaining time of a running rollout.
+#
+# A rollout's remaining time is not its remaining tokens over its current token rate: the batch
+# thins as requests finish, each step costs at least the fixed term ``a`` (kernels at batch 0
+# plus the engine overhead), and the last requests run almost alone. ``engine_drain_s`` integrates
+# one engine's continuous batching from a given state to empty, exactly under the linear step model
+# (the same arithmetic as the simulator's engine between two events); ``rollout_remaining_s`` applies
+# it to a pool of engines.
+
+def engine_drain_s(step: LinearStep, residual, context, concurrency: float, *, queued=(), queued_context: float = 0.0,
+                   weight=None, queued_weight=None) -> float:
+    """Seconds until one engine has finished every request it holds.
+
+    ``residual`` / ``context``: tokens each running request still generates and the tokens it has
+    cached now; ``queued``: lengths of waiting requests (context ``queued_context`` when admitted),
+    admitted first come first served while fewer than ``concurrency`` run. Each entry may stand for
+    ``weight`` requests (a representative sample of a large share): the batch and the cache count
+    the weights. Prefill of admitted requests is not counted (a prompt is a few steps' time).
+    """
+    import heapq
+
+    res = np.asarray(residual, dtype=float)
+    ctx = np.broadcast_to(np.asarray(context, dtype=float), res.shape)
+    w = np.ones_like(res) if weight is None else np.broadcast_to(np.asarray(weight, dtype=float), res.shape)
+    q = np.asarray(queued, dtype=float)
+    qw = np.ones_like(q) if queued_weight is None else np.broadcast_to(np.asarray(queued_weight, dtype=float), q.shape)
+    cap = max(1.0, float(concurrency))
+    # requests beyond the concurrency wait (as preempted ones do), longest-running first
+    waiting = []
+    heap: list = []
+    n_run = 0.0
+    A = 0.0  # sum over running of weight x (context at admission - admission step)
+    for r, c, wt in zip(res.tolist(), ctx.tolist(), w.tolist()):
+        if n_run + wt <= cap + 1e-9 or not heap:
+            heapq.heappush(heap, (r, wt, c))
+            n_run += wt
+            A += wt * c
+        else:
+            waiting.append((r, c, wt))
+    waiting += [(float(x), float(queued_context), float(wt)) for x, wt in zip(q.tolist(), qw.tolist())]
+    wi = 0
+    S = 0.0
+    t_ms = 0.0
+    a, bm, cm = step.a_ms, step.b_ms, step.c_ms
+    while heap:
+        s_next = heap[0][0]
+        k = s_next - S
+        if k > 0:
+            kv0 = A + n_run * S
+            t_ms += k * (a + bm * n_run + cm * kv0) + cm * n_run * k * (k - 1.0) / 2.0
+            S = s_next
+        while heap and heap[0][0] <= S + 1e-9:
+            fin, wt, c0 = heapq.heappop(heap)
+            n_run -= wt
+            A -= wt * c0
+        while wi < len(waiting) and (n_run + waiting[wi][2] <= cap + 1e-9 or not heap):
+            r, c, wt = waiting[wi]
+            wi += 1
+            # admitted at step S: its cache grows from c, so store c - S as its context at "step 0"
+            heapq.heappush(heap, (S + r, wt, c - S))
+            n_run += wt
+            A += wt * (c - S)
+    return t_ms / 1e3
+
+
+def _representative(values: np.ndarray, keep_top: int, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values, weights): the ``keep_top`` largest one by one, the rest in ``bins`` equal-count bins (their means)."""
+    v = np.sort(np.asarray(values, dtype=float))
+    if v.size <= keep_top + bins:
+        return v, np.ones_like(v)
+    top, rest = v[v.size - keep_top:], v[: v.size - keep_top]
+    edges = np.linspace(0, rest.size, bins + 1).round().astype(int)
+    means = np.array([rest[lo:hi].mean() for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo])
+    wts = np.array([hi - lo for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo], dtype=float)
+    return np.concatenate([means, top]), np.concatenate([wts, np.ones_like(top)])
+
+
+def rollout_remaining_s(step: LinearStep, residuals, context: float, engines: int, concurrency: float, *,
+                        queued=(), prompt_tokens: float = 0.0, group=(), max_share: int = 160) -> float:
+    """Seconds until a pool of ``engines`` engines has finished the rollout's remaining requests.
+
+    ``residuals``: representative remaining lengths of the running requests (e.g.
+    :meth:`estimators.lengths.ResidualTable.survivors`), each with ``context`` tokens cached;
+    ``queued``: lengths of requests not started. Requests are spread evenly: the slowest engine is
+    the one that holds the longest request, and with it every ``engines``-th request below it in
+    length (a stratified share), which is what the pool's makespan is computed on; ``group``: the
+    remaining lengths of the requests that share that engine with the longest one because they
+    were dispatched with it (its GRPO siblings: correlated, long), which take the place of the
+    longest ones of the stratified share. More engines
+    shorten the body (smaller batches), never the longest request: with one request per engine the
+    time is that request's length at batch one. Shares larger than ``max_share`` are integrated on
+    a representative sample (the longest requests one by one, the rest in equal-count bins).
+    """
+    e = max(1, int(engines))
+    res = np.sort(np.asarray(residuals, dtype=float))[::-1]
+    q = np.sort(np.asarray(queued, dtype=float))[::-1]
+    grp = np.sort(np.asarray(group, dtype=float))[::-1][: res.size]
+    share_r = np.concatenate([grp, res[grp.size:][::e]]) if grp.size else res[::e]
+    share_q = q[::e]
+    keep = max(8, max_share // 4)
+    if share_r.size + share_q.size > max_share:
+        vr, wr = _representative(share_r, keep, max_share // 2) if share_r.size else (share_r, share_r)
+        vq, wq = _representative(share_q, 0, max_share // 4) if share_q.size else (share_q, share_q)
+        # running ones: longest first (they were admitted first and hold their slots)
+        o = np.argsort(-vr)
+        return engine_drain_s(step, vr[o], context, concurrency, weight=wr[o], queued=vq, queued_context=prompt_tokens,
+                              queued_weight=wq)
+    return engine_drain_s(step, share_r, context, concurrency, queued=share_q, queued_context=prompt_tokens)

@@ -25,6 +25,13 @@ def forward_flops(model: ModelDims, n_tokens: float, mean_context: float) -> flo
     return n_tokens * (model.flops_per_token_forward() + model.attention_flops_per_token(mean_context))
 
 
+def sample_forward_flops(model: ModelDims, total_tokens) -> float:
+    """Forward FLOPs of one sample of ``total_tokens`` tokens (prompt and response, causal: mean
+    context half its length); works element-wise on arrays. The simulator charges each finished
+    sample this (times its passes); the reallocation planner sums it over the samples left."""
+    return forward_flops(model, total_tokens, total_tokens / 2.0)
+
+
 def train_step_s(model: ModelDims, gpu: GPUSpec, n_gpus: int, n_tokens: float, mean_context: float,
                  mfu: float = DEFAULT_TRAIN_MFU) -> float:
     """One optimiser step over ``n_tokens`` tokens (all mini-batches of the iteration)."""

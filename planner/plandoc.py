@@ -46,6 +46,7 @@ BODY_MODELS: dict[str, str] = {
     "PlacementPlan": "formulation.placement.plan:PlacementPlan",
     "ReallocPlan": "formulation.realloc.plan:ReallocPlan",
     "ExecutorTarget": "executor.target:ExecutorTarget",
+    "CapacityPlan": "formulation.capacity.plan:CapacityPlan",
 }
 
 
@@ -171,6 +172,17 @@ def read(path: str | Path, expect_kind: str | None = None) -> PlanDocument:
     if not p.exists():
         raise UserError(Problem("", f"plan file not found: {p}", "check the path"))
     return loads(p.read_text(), str(p), expect_kind)
+
+
+def peek_kind(path: str | Path) -> Optional[str]:
+    """The ``kind`` of a plan file without validating it (None when it cannot be read as one):
+    lets a consumer refuse a kind it cannot use before complaining about the body."""
+    try:
+        text = Path(path).read_text()
+        data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, json.JSONDecodeError):
+        return None
+    return data.get("kind") if isinstance(data, dict) and isinstance(data.get("kind"), str) else None
 
 
 def scenario_digest(scenario: BaseModel) -> str:

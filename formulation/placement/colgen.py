@@ -26,10 +26,14 @@ where ``rc*_k`` is a lower bound on the reduced cost of every pattern of ``k`` c
 move charges (so it holds for anchored columns too). When pricing finds no negative reduced cost
 this is the LP optimum.
 
-Integer solution: the master with integer columns, warm-started with the greedy plan, under the
-time limit. Optimality proof for small instances: with LP-optimal duals every pattern in a plan
-of cost ``<= UB`` has reduced cost ``<= UB - LB``; when enumerating all of them fits the budget,
-the integer master over them is the global optimum (``proven``).
+Beyond the LP (:class:`Ladder`): with LP-optimal duals every pattern in a plan of cost ``<= D + G``
+has reduced cost ``<= G`` (``D`` the LP value); with every such pattern in the master, the
+integer master's dual bound ``B`` gives ``OPT >= min(B, D + G)``. ``G`` grows a cost unit at a
+time while the enumeration fits the time; ``G = UB - D`` proves the best plan optimal.
+
+Integer solutions: the LP's integral part repaired by the greedy, the integer master over every
+column (until its bound reaches what the ladder certifies), and small integer masters over the
+patterns of least reduced cost (plans), under the time limit; the greedy plan is the fallback.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from typing import Optional
 
 import numpy as np
 
-from formulation.placement.evaluate import Group, Index, Solution
+from formulation.placement.evaluate import Group, Index, Solution, cost_unit
 from formulation.placement.master import Column, Master
 import os
 
@@ -51,12 +55,19 @@ TRACE = os.environ.get("RL_PLANNER_TRACE") == "1"
 # Exact pricing stops proving once a configuration's groups cannot beat its price by more than
 # this share of it: the bound gives up at most that share, the search gets much shorter.
 PRICING_TOLERANCE = 0.0
-# Enumerate the patterns for an optimality proof only when the best plan is within this share of
-# the LP bound: the number of patterns with reduced cost below the gap grows fast with it.
-ENUMERATE_GAP = 0.02
-ENUMERATE_CLASSES = 30
-ENRICH_PER_CONFIG = 150  # patterns of least reduced cost added per configuration when there is no proof  # ... or when the classes are this few (the enumeration is cheap whatever the gap)
-
+# Share of the time left (after the LP) that enumerating patterns for the ladder may take; the
+# integer master gets the rest.
+ENUMERATE_SHARE = 0.45
+# Share of the time left that the integer master over every enumerated pattern may take to reach
+# the ladder's bound (it usually gets there in a fraction of a second); plans take the rest.
+BOUND_SHARE = 0.4
+# With move prices the ladder certifies nothing (see Ladder); its patterns only feed the integer
+# master, and past a few thousand they slow it more than they help (a re-optimisation of 30 jobs
+# enumerated 60,878 and its master ran out of time). Capped by count, not time, so the same
+# inputs give the same plan on a loaded machine (the daemon's restart replay relies on it).
+UNCERTIFIED_PATTERNS = 4000
+# Sizes (columns of least reduced cost) of the small integer masters that look for plans.
+PRIMAL_SIZES = (500, 1500, 4500)
 
 @dataclass
 class Classes:
@@ -120,7 +131,8 @@ class ColgenStats:
     lp_value: Optional[float] = None
     lower_bound: Optional[float] = None
     lp_converged: bool = False
-    enumerated: Optional[int] = None  # columns enumerated for the optimality proof
+    enumerated: Optional[int] = None  # patterns enumerated by the ladder (every one of reduced cost <= ladder_gap)
+    ladder_gap: Optional[float] = None  # the ladder's gap G behind the certified bound
     proven: bool = False
     mip_status: str = ""
     watchdog_fired: bool = False
@@ -130,14 +142,16 @@ class ColgenStats:
 class PatternModel:
     def __init__(self, idx: Index, classes: Classes, move_price: float = 0.0, threads: int = 1):
         self.deadline = float("inf")
+        self.converged: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None  # set by column_generation
         self.promise = np.zeros(len(idx.configs))
         self.idx = idx
         self.cl = classes
         self.move_price = move_price
+        self.threads = threads
         self.penalty = idx.penalty
         cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
         self.cap = cap
-        self.master = Master(classes.demand, cap, idx.node_matrix, self.penalty, threads)
+        self.master = self.new_master(classes.demand, cap, threads)
         r = classes.rep
         self.items_static = []
         for k in range(len(idx.configs)):
@@ -152,6 +166,37 @@ class PatternModel:
             nodes = idx.node_matrix[k]
             caps = [cap[t] // nodes[t] for t in range(len(cap)) if nodes[t] > 0]
             self.U[k] = min([jobs_k] + caps)
+
+    # ------------------------------------------------------------------ hooks
+    # The capacity planner (:mod:`formulation.capacity`) subclasses this model with the fleet as a
+    # decision; these are the places where its master differs. Placement uses them as they are.
+    def new_master(self, demand: np.ndarray, cap: np.ndarray, threads: int) -> Master:
+        """The restricted master."""
+        return Master(demand, cap, self.idx.node_matrix, self.penalty, threads)
+
+    def fixed_price(self, k: int, mu: np.ndarray) -> float:
+        """What a pattern of configuration ``k`` must be worth to have a negative reduced cost."""
+        return float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
+
+    def score(self, sol: Solution) -> float:
+        """The objective of an integer solution (the unplaced-job penalty included)."""
+        return sol.cost(self.idx) + self.move_price * len(sol.moved) + self.penalty * len(sol.unplaced)
+
+    def dual_value(self, pi: np.ndarray, mu: np.ndarray) -> float:
+        """The LP dual objective at LP-optimal duals (the lower bound the proof's gap is measured from)."""
+        return float(pi @ self.cl.demand - mu @ self.cap)
+
+    def priced_configs(self):
+        """Configurations that column generation prices (all of them here)."""
+        return range(len(self.idx.configs))
+
+    def cost_unit(self) -> Optional[float]:
+        """Every plan that places all jobs costs a whole multiple of this (None: no such unit): the
+        greatest common divisor of the node prices (and the move price), since a plan pays whole
+        nodes. The ladder's rungs are a unit apart."""
+        pools = self.idx.inst.pool_types
+        node = [pools[t].gpus_per_node * pools[t].price_per_gpu_hour for t in self.idx.types]
+        return cost_unit(node + ([self.move_price] if self.move_price > 0 else []))
 
     # ------------------------------------------------------------------ columns
     def column_cost(self, k: int, counts: dict[int, int], anchor_classes: Optional[dict[int, int]] = None) -> float:
@@ -177,11 +222,13 @@ class PatternModel:
             ids.append(self.master.add(col, 1.0 if col.anchor else np.inf))
         return ids
 
-    def _items(self, k: int, pi: np.ndarray, charge_moves: bool) -> PricingItems:
+    def _items(self, k: int, pi: np.ndarray, charge_moves: bool, every_class: bool = False) -> PricingItems:
+        """The classes pricing may put in a group of configuration ``k``: those of positive value
+        (``every_class``: all of them, as enumerating *every* pattern below a reduced cost needs)."""
         idx, r = self.idx, self.cl.rep
         order = self.items_static[k]
         val = pi[order] - (self.move_price * self.cl.placed[order] if charge_moves else 0.0)
-        keep = val > 1e-9
+        keep = np.ones(len(val), dtype=bool) if every_class else val > 1e-9
         o = order[keep]
         j = r[o]
         c = idx.configs[k]
@@ -200,8 +247,8 @@ class PatternModel:
         cols, rc_lb = [], np.full(K, -np.inf)
         self.last_exact = exact
         self.last_full = True
-        for k in sorted(range(K), key=lambda k: -self.promise[k]):
-            fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
+        for k in sorted(self.priced_configs(), key=lambda k: -self.promise[k]):
+            fixed = self.fixed_price(k, mu)
             items = self._items(k, pi, charge_moves)
             found = list(price_heuristic(items, fixed, max_columns=max_columns))
             if exact:
@@ -273,82 +320,98 @@ class PatternModel:
         self.deadline = deadline
         st.lower_bound = best_lb
         st.phase_s["colgen"] = time.perf_counter() - t0
-        # phase 2: integer solutions: the LP's integral part repaired by the greedy, the integer master
+        # phase 2: integer solutions: the LP's integral part repaired by the greedy, then the integer
+        # master over the columns so far and every pattern of small reduced cost (the ladder below)
         reserve = max(0.3, 0.1 * (deadline - t0))  # for building the plan afterwards
-        score = lambda sol: sol.cost(self.idx) + self.move_price * len(sol.moved) + self.penalty * len(sol.unplaced)  # noqa: E731
-        cands: list[Solution] = []
+        score = self.score
+        cands: list[Solution] = [warm] if warm else []
         x_lp = self.master.last_primal
         if x_lp is not None:
             cands.append(self.round_and_repair(x_lp, anchors))
-        t2 = time.perf_counter()
-        # keep time for the proof when it is within reach: the LP is optimal and the best plan so far
-        # is within ENUMERATE_GAP of it (beyond that the patterns to enumerate are too many)
-        dual_value = float(pi @ self.cl.demand - mu @ self.cap) if pi is not None else -np.inf
-        ub0 = min([score(c) for c in cands + ([warm] if warm else [])], default=np.inf)
-        small = len(self.cl.rep) <= ENUMERATE_CLASSES
-        try_proof = st.lp_converged and (small or ub0 - dual_value <= ENUMERATE_GAP * max(1.0, ub0))
-        first_share = 0.3 if try_proof else 1.0
-        x, status, fired = self.master.solve_mip(t2 + first_share * max(0.0, deadline - reserve - t2), None, mip_gap)
-        st.mip_status, st.watchdog_fired = status, fired
-        if x is not None:
-            cands.append(self.to_solution(x, anchors))
-        st.phase_s["mip"] = time.perf_counter() - t2
-        # phase 3: every pattern that can be in a better plan than the best so far (reduced cost <=
-        # UB - LP under the LP's duals, every reduced cost being >= 0); the integer master over all of
-        # them is the optimum
-        if st.lp_converged and (cands or warm) and time.perf_counter() < deadline - 2 * reserve and (
-                try_proof or min(score(c) for c in cands + ([warm] if warm else [])) - dual_value <= ENUMERATE_GAP * ub0
-                or small):
-            t1 = time.perf_counter()
-            self.deadline = deadline - 2 * reserve
-            ub = min(score(c) for c in cands + ([warm] if warm else []))
-            gap = max(0.0, ub - dual_value)
-            pool: list[Column] = []
-            complete = True
-            for k in range(len(self.idx.configs)):
-                fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
-                res = price(self._items(k, pi, False), fixed - gap - 1e-9, max_columns=enumerate_limit - len(pool) + 1,
-                            node_budget=4 * enumerate_limit, deadline=self.deadline)
-                if not res.exact or len(pool) + len(res.columns) > enumerate_limit:
-                    complete = False
-                    break
-                pool += [Column(k, counts, self.column_cost(k, counts)) for _, counts in res.columns]
-            st.phase_s["enumerate"] = time.perf_counter() - t1
-            self.deadline = deadline
-            if complete:
-                for col in pool:
-                    self.master.add(col)
-                st.enumerated = len(pool)
-                x, status, fired = self.master.solve_mip(deadline - reserve, None, mip_gap)
-                st.mip_status, st.watchdog_fired = status, st.watchdog_fired or fired
-                if x is not None:
-                    cands.append(self.to_solution(x, anchors))
-                st.proven = status == "Optimal"
-        # phase 4 (no proof): enrich the master with the best patterns of small reduced cost per
-        # configuration and solve the integer master again; more ways to combine, a better plan
-        if not st.proven and st.lp_converged and time.perf_counter() < deadline - 3 * reserve:
+        ladder = Ladder(self, enumerate_limit) if st.lp_converged and self.converged is not None else None
+        best = lambda: min((score(c) for c in cands), default=np.inf)  # noqa: E731
+        first = True
+        target = None
+        while True:
+            if ladder is not None and ladder.proves(st.lower_bound, best()):
+                st.proven = True  # (the LP bound alone, rounded up, may prove a plan optimal)
+                break
+            grew = False
+            if ladder is not None:
+                t1 = time.perf_counter()
+                grew = ladder.climb(best(), t1 + ENUMERATE_SHARE * max(0.0, deadline - reserve - t1))
+                st.enumerated = ladder.columns if ladder.gap is not None else None
+                st.phase_s["enumerate"] = st.phase_s.get("enumerate", 0.0) + time.perf_counter() - t1
+            if not (first or grew):
+                break
+            first = False
+            # the integer master over every column so far; with a certified ladder it runs only until
+            # its dual bound reaches what the ladder can certify (LP + G), the plans come after
+            target = ladder.reach() if ladder is not None else None
+            t2 = time.perf_counter()
+            share = 1.0 if target is None or ladder.at_proof(best()) else BOUND_SHARE
+            x, status, fired = self.master.solve_mip(t2 + share * max(0.0, deadline - reserve - t2), None, mip_gap,
+                                                     stop_at_bound=target)
+            st.phase_s["mip"] = st.phase_s.get("mip", 0.0) + time.perf_counter() - t2
+            st.mip_status, st.watchdog_fired = status, st.watchdog_fired or fired
+            if x is not None:
+                cands.append(self.to_solution(x, anchors))
+            if ladder is None:
+                break
+            bound = ladder.bound(self.master.last_mip_bound)
+            if bound is not None and bound > (st.lower_bound if st.lower_bound is not None else -np.inf):
+                st.lower_bound, st.ladder_gap = bound, ladder.gap
+            st.proven = ladder.proves(st.lower_bound, best())
+            # the integer master finished before the time limit without a proof: climb further
+            if st.proven or status != "Optimal" or ladder.exhausted or time.perf_counter() > deadline - 2 * reserve:
+                break
+        # phase 3: plans from the integer master over the patterns of least reduced cost (a few
+        # hundred to a few thousand: small masters find good plans fast, where the full one is slow)
+        if ladder is not None and target is not None and not st.proven:
             t3 = time.perf_counter()
-            ub = min(score(c) for c in cands + ([warm] if warm else []))
-            gap = max(0.0, ub - dual_value)
-            self.deadline = t3 + 0.3 * (deadline - reserve - t3)
-            added = 0
-            for k in range(len(self.idx.configs)):
-                fixed = float(self.idx.cost[k] + mu @ self.idx.node_matrix[k])
-                res = price(self._items(k, pi, False), fixed - gap - 1e-9, max_columns=ENRICH_PER_CONFIG,
-                            node_budget=node_budget, deadline=self.deadline)
-                for _, counts in res.columns:
-                    added += self.master.add(Column(k, counts, self.column_cost(k, counts))) is not None
-            self.deadline = deadline
-            st.phase_s["enrich"] = time.perf_counter() - t3
-            if added:
-                x, status, fired = self.master.solve_mip(deadline - reserve, None, mip_gap)
-                st.mip_status, st.watchdog_fired = status, st.watchdog_fired or fired
-                if x is not None:
-                    cands.append(self.to_solution(x, anchors))
+            cands += self.primal_masters(anchors, deadline - reserve, mip_gap, ladder.proven_at(st.lower_bound))
+            st.phase_s["plans"] = time.perf_counter() - t3
+            st.proven = ladder.proves(st.lower_bound, best())
         st.columns = len(self.master.columns) - self.master.nc
+        cands = [c for c in cands if c is not warm]
         if not cands:
             return None, st
         return min(cands, key=score), st
+
+    def primal_masters(self, anchors: dict[str, list[int]], deadline: float, mip_gap: float, optimal: float = -np.inf) -> list[Solution]:
+        """Integer masters over the columns of least reduced cost at the LP-optimal duals (anchored
+        columns always), growing through ``PRIMAL_SIZES`` while time is left; their plans. They
+        stop at a plan costing ``optimal`` (the bound: nothing is cheaper)."""
+        pi, mu, _ = self.converged
+        cols = [c for c in self.master.columns if c is not None]
+        rc = np.array([c.cost + float(mu @ self.idx.node_matrix[c.config]) - sum(pi[k] * m for k, m in c.counts.items())
+                       for c in cols])
+        order = sorted(range(len(cols)), key=lambda i: (cols[i].anchor is None, rc[i]))
+        out: list[Solution] = []
+        last = 0
+        start = None  # the last master's best plan (its columns come first in the next one)
+        for r, size in enumerate(PRIMAL_SIZES):
+            now = time.perf_counter()
+            if now >= deadline - 0.05 or last >= len(cols):
+                break
+            take = order[:size]
+            last = len(take)
+            sub = self.new_master(self.cl.demand, self.cap, self.threads)
+            for i in take:
+                sub.add(cols[i], 1.0 if cols[i].anchor else np.inf)
+            final = r == len(PRIMAL_SIZES) - 1 or size >= len(cols)
+            x, status, _ = sub.solve_mip(deadline if final else now + 0.5 * (deadline - now), None, mip_gap,
+                                         stop_at_objective=optimal + 1e-9 * max(1.0, abs(optimal)),
+                                         fresh_start=None if start is None else np.concatenate([start, np.zeros(len(sub.columns) - len(start))]))
+            if x is not None:
+                start = np.round(x)
+                out.append(self.to_solution(x, anchors, sub.columns))
+                if self.score(out[-1]) <= optimal + 1e-9 * max(1.0, abs(optimal)):
+                    break
+            if TRACE:
+                print(f"plans: {len(take)} columns, {status}, {self.score(out[-1]) if x is not None else None} "
+                      f"in {time.perf_counter() - now:.2f} s")
+        return out
 
     def column_generation(self, st: ColgenStats, t0: float, deadline: float, lp_deadline: float, node_budget: int):
         """Phase 1: the LP of the master by column generation; returns (pi, mu, best lower bound)."""
@@ -393,6 +456,8 @@ class PatternModel:
                     budget *= 4  # the search was cut short: a larger budget for a tighter bound
                     continue
                 st.lp_converged = full and exact
+                if st.lp_converged:  # LP-optimal duals and what pricing proved about every pattern under them
+                    self.converged = (pi, mu, rc_lb)
                 break
             alpha = 0.5
             if time.perf_counter() > lp_deadline:
@@ -428,14 +493,16 @@ class PatternModel:
                 pk.admit(j)
         return pk.solution()
 
-    def to_solution(self, x: np.ndarray, anchors: dict[str, list[int]]) -> Solution:
+    def to_solution(self, x: np.ndarray, anchors: dict[str, list[int]], columns: Optional[list[Optional[Column]]] = None) -> Solution:
+        """The plan of the master's column values ``x`` (``columns``: those of another master)."""
+        columns = self.master.columns if columns is None else columns
         pool = [list(js) for js in self.cl.jobs]
         taken: set[int] = set()
         groups: list[tuple[Column, list[int]]] = []
-        chosen = [(i, int(round(v))) for i, v in enumerate(x) if v > 0.5 and self.master.columns[i] is not None]
-        chosen.sort(key=lambda t: self.master.columns[t[0]].anchor is None)  # anchored first: they take their own jobs
+        chosen = [(i, int(round(v))) for i, v in enumerate(x) if v > 0.5 and columns[i] is not None]
+        chosen.sort(key=lambda t: columns[t[0]].anchor is None)  # anchored first: they take their own jobs
         for i, copies in chosen:
-            col = self.master.columns[i]
+            col = columns[i]
             for _ in range(copies):
                 members: list[int] = []
                 own = [j for j in anchors.get(col.anchor, [])] if col.anchor else []
@@ -453,3 +520,141 @@ class PatternModel:
             out.append(Group(col.config, tuple(members), col.anchor))
         unplaced = [j for j in range(self.idx.n) if j not in taken and self.cl.of_job[j] >= 0]
         return Solution(out, unplaced)
+
+
+class Ladder:
+    """Every pattern of small reduced cost, for a certified bound above the LP and for plans.
+
+    With LP-optimal duals ``(pi, mu)`` (column generation converged), every pattern ``p`` has a
+    reduced cost ``rc_p = c_p + mu n_p - pi m_p >= -w`` (``w``: what the last exact pricing left
+    open, about zero), and any plan costs ``sum_p rc_p + D`` or more (``D = pi d - mu cap``, the
+    LP value: the plan covers ``d`` and fits ``cap``). So a plan that uses a pattern of reduced
+    cost above ``G`` costs more than ``D + G - eps`` (``eps = n w``: at most ``n`` groups). If the
+    master holds *every* pattern of reduced cost ``<= G``, a plan either lies in the master --
+    it costs at least the integer master's dual bound ``B`` -- or costs more than ``D + G - eps``:
+
+        OPT >= min(B, D + G - eps).
+
+    ``G = UB - D`` gives the classical optimality proof; smaller rungs already lift the bound:
+    plans cost whole multiples of a unit ``u`` (:func:`formulation.placement.evaluate.cost_unit`),
+    so the rung ``G = T - D + eps`` with ``T`` the first multiple of ``u`` at or above ``D`` shows
+    that nothing costs ``T`` or less once ``B > T``: the bound moves up by a unit, the next rung
+    by another. The patterns grow fast with ``G`` (about 20x per unit of 8 $/h at 100 jobs), so
+    the ladder climbs while the next rung's predicted enumeration fits the time. With move prices
+    the bound is not claimed (the master lacks the anchored variants of the enumerated patterns);
+    the patterns still feed the integer master.
+    """
+
+    def __init__(self, model: "PatternModel", limit: int):
+        self.model = model
+        pi, mu, rc_lb = model.converged
+        self.pi, self.mu = pi, mu
+        self.value = model.dual_value(pi, mu)
+        finite = rc_lb[np.isfinite(rc_lb)]
+        open_rc = max(0.0, -float(finite.min()) if len(finite) else 0.0,
+                      float(np.max(pi - model.penalty)) if len(pi) else 0.0)  # slack columns: rc = P - pi_c
+        self.eps = max(1, model.idx.n) * open_rc + 1e-9 * max(1.0, abs(self.value))
+        self.unit = model.cost_unit()
+        self.certify = model.move_price == 0
+        self.limit = limit if self.certify else min(limit, UNCERTIFIED_PATTERNS)
+        self.gap: Optional[float] = None  # every pattern of reduced cost <= gap is in the master
+        self.columns = 0
+        self.history: list[tuple[int, float]] = []  # (patterns, seconds) of each complete enumeration
+        self.exhausted = False
+
+    def rungs(self, ub: float) -> list[float]:
+        """Gaps to climb to, ascending; the last one proves the best plan (cost ``ub``) optimal."""
+        D, eps = self.value, self.eps
+        if not np.isfinite(ub) or ub <= D:
+            return []
+        if self.unit is None:
+            return [(ub - D) * f + eps for f in (0.125, 0.25, 0.5, 1.0)]
+        u = self.unit
+        margin = 1e-4 * u  # the bound lands this far above a multiple, which rounds up to the next
+        top = u * (np.ceil(ub / u - 1e-6) - 1)  # the dearest cost a better plan can have
+        T = u * np.ceil(D / u - 1e-6)
+        step = u * max(1.0, np.ceil(1e-4 * abs(D) / u - 1e-9))  # (a unit, unless units are tiny)
+        out = []
+        while T < top - 1e-9 * u:
+            out.append(T - D + eps + margin)
+            T += step
+        if top >= u * np.ceil(D / u - 1e-6) - 1e-9 * u:  # the proof rung
+            out.append(top - D + eps + margin)
+        return out
+
+    def bound(self, mip_bound: float) -> Optional[float]:
+        """The certified lower bound ``min(B, D + G - eps)``, None before the first rung or with move prices."""
+        if self.gap is None or not self.certify:
+            return None
+        return min(mip_bound, self.value + self.gap - self.eps)
+
+    def reach(self) -> Optional[float]:
+        """The most the ladder certifies now (``D + G - eps``): the integer master's dual bound need
+        not go beyond it. None when it certifies nothing."""
+        if self.gap is None or not self.certify:
+            return None
+        return self.value + self.gap - self.eps
+
+    def at_proof(self, ub: float) -> bool:
+        """The master holds every pattern of every plan cheaper than ``ub``."""
+        rungs = self.rungs(ub)
+        return self.gap is not None and (not rungs or self.gap >= rungs[-1])
+
+    def proven_at(self, bound: Optional[float]) -> float:
+        """The cost at which a plan is proven optimal by ``bound`` (rounded up to the unit), or -inf."""
+        if bound is None or not self.certify or not np.isfinite(bound):
+            return -np.inf
+        if self.unit is not None:
+            rounded = self.unit * np.ceil(bound / self.unit - 1e-6)
+            if rounded <= self.model.penalty:
+                return float(rounded)
+        return float(bound)
+
+    def proves(self, bound: Optional[float], best: float) -> bool:
+        """The bound shows that no plan is cheaper than ``best`` (rounded up to the cost unit where
+        that stays below the unplaced-job penalty: plans that leave a job out cost more)."""
+        if not np.isfinite(best):
+            return False
+        return self.proven_at(bound) >= best - 1e-9 * max(1.0, abs(best))
+
+    def climb(self, ub: float, deadline: float) -> bool:
+        """Enumerate rung after rung until the predicted next one does not fit the deadline; every
+        pattern found goes to the master. Returns whether the gap grew."""
+        grew = False
+        for G in self.rungs(ub):
+            if self.gap is not None and G <= self.gap:
+                continue
+            left = deadline - time.perf_counter()
+            if self.history:
+                n, secs = self.history[-1]
+                # the time grows like the patterns, about 7-20x per unit at 100 jobs (the first rung says little)
+                growth = max(2.0, n / max(1, self.history[-2][0])) if len(self.history) > 1 else 10.0
+                if n * growth > (4 if self.certify else 1) * self.limit or (self.certify and secs * growth > left):
+                    self.exhausted = True
+                    break
+            if left <= 0:
+                break
+            t0 = time.perf_counter()
+            pool, complete = self.enumerate(G, deadline)
+            for col in pool:  # (those of an incomplete enumeration still make plans)
+                self.model.master.add(col)
+            if not complete:
+                self.exhausted = True
+                break
+            self.history.append((len(pool), time.perf_counter() - t0))
+            self.gap, self.columns, grew = G, len(pool), True
+        return grew
+
+    def enumerate(self, gap: float, deadline: float) -> tuple[list[Column], bool]:
+        """Every pattern of reduced cost <= gap (move charges not counted), and whether that is all
+        of them (False when they are more than the limit or the deadline passes first)."""
+        m = self.model
+        pool: list[Column] = []
+        for k in range(len(m.idx.configs)):
+            fixed = m.fixed_price(k, self.mu)
+            res = price(m._items(k, self.pi, False, every_class=True), fixed - gap, max_columns=self.limit - len(pool),
+                        node_budget=1 << 62, deadline=deadline, enumerate_all=True)
+            pool += [Column(k, counts, m.column_cost(k, counts)) for _, counts in res.columns]
+            if not res.exact:
+                return pool, False
+        return pool, True

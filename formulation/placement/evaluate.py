@@ -165,6 +165,26 @@ class Index:
         return used
 
 
+def cost_unit(values: Sequence[float]) -> Optional[float]:
+    """The greatest common divisor of $/h amounts given to a thousandth (e.g. 8 for nodes of 8 and
+    16 $/h): every sum of them is a whole multiple of it. None when some amount has finer digits."""
+    import math
+
+    scaled = [round(v * 1000) for v in values]
+    if not scaled or any(abs(v * 1000 - sv) > 1e-6 for v, sv in zip(values, scaled)):
+        return None
+    unit = 0
+    for v in scaled:
+        unit = math.gcd(unit, int(v))
+    return unit / 1000 if unit > 0 else None
+
+
+def plan_cost_unit(idx: Index) -> Optional[float]:
+    """The $/h unit every plan's cost (configurations and move prices) is a whole multiple of."""
+    move = idx.inst.move_price_per_job
+    return cost_unit(list(idx.cost) + ([move] if move > 0 else []))
+
+
 @dataclass
 class Solution:
     """Groups, the jobs left out, and what the solver proved."""

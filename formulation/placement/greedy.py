@@ -53,11 +53,14 @@ class _Family:
         self.min_slo = np.zeros(cap)
         self.sum_w = np.zeros(cap)
         self.sum_s = np.zeros(cap)
-        self.open = np.zeros(cap, dtype=bool)  # can some job still join (at the largest rollout pool)?
+        self.open = np.zeros(cap, dtype=bool)  # can some job still join at some rollout pool size?
         self.size = 0
-        ok_first, ok_last = idx.ok[configs[0]], idx.ok[configs[-1]]
-        self.min_bs = float(idx.bs[configs[0], ok_first].min()) if ok_first.any() else np.inf
-        self.min_a = float(idx.a[configs[-1], ok_last].min()) if ok_last.any() else np.inf
+        # the quickest job's phases per rollout pool size (over the jobs allowed at that size):
+        # a group no such job fits at any size is closed for good
+        ok = idx.ok[configs]
+        self.min_a = np.array([float(idx.a[k, ok[r]].min()) if ok[r].any() else np.inf for r, k in enumerate(configs)])
+        ok_any = ok.any(axis=0)
+        self.min_bs = float(idx.bs[configs[0], ok_any].min()) if ok_any.any() else np.inf
 
 
 class Packer:
@@ -102,9 +105,11 @@ class Packer:
             fam.sum_a[row] = np.inf
             fam.max_tot[row] = np.inf
             fam.min_slo[row] = -np.inf
-        # closed for good (until a member leaves): not even the quickest job fits at the largest pool
+        # closed for good (until a member leaves): not even the quickest job fits at any pool size
+        # from the group's own upwards (a member without a time at some size makes it infinite)
         lim = fam.min_slo[row] * (1 + REL_TOL)
-        fam.open[row] = bool(fam.sum_bs[row] + fam.min_bs <= lim and fam.sum_a[row, -1] + fam.min_a <= lim)
+        rollout_room = fam.sum_a[row, fam.rpos[row]:] + fam.min_a[fam.rpos[row]:]
+        fam.open[row] = bool(fam.sum_bs[row] + fam.min_bs <= lim and rollout_room.size and rollout_room.min() <= lim)
 
     def add_group(self, k: int, members: Sequence[int], anchor: Optional[str] = None, charge: bool = True) -> int:
         f, r = self.fam_of[k]

@@ -17,6 +17,7 @@ bound left open is then reported so that the caller still has a valid bound on t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class PricingResult:
 
 
 def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budget: int = 20000,
-          deadline: float = float("inf"), tolerance: float = 0.0) -> PricingResult:
+          deadline: float = float("inf"), tolerance: float = 0.0, enumerate_all: Optional[bool] = None) -> PricingResult:
     """Groups worth more than ``min_value`` (best first), and an upper bound on any group's worth.
 
     The SLO coupling is taken apart by thresholds: for each distinct SLO ``theta`` the classes with
@@ -64,6 +65,10 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
     of members, so the fills stop after a few classes. ``tolerance`` prunes nodes that cannot beat
     the threshold by more than it (far fewer nodes when many groups are worth about the same, as
     with the degenerate duals near the LP optimum); the bound returned grows by it.
+
+    ``enumerate_all``: return *every* group worth more than ``min_value`` (``exact`` is False when
+    they are more than ``max_columns`` or the search is cut short) instead of the best
+    ``max_columns``; by default it is on when ``max_columns >= 1000``.
     """
     import heapq
     import time
@@ -84,7 +89,8 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
     counts = [0] * n
     best: list[tuple[float, tuple]] = []  # min-heap of the best groups (a plain list when enumerating)
     seen: set[tuple] = set()
-    enumerate_all = max_columns >= 1000
+    if enumerate_all is None:
+        enumerate_all = max_columns >= 1000
     state = {"open": 0.0, "nodes": 0, "cut": False}
 
     def threshold() -> float:
@@ -139,6 +145,10 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
         by_s = sorted(elig, key=lambda i: -(val[i] / S[i]) if S[i] > 1e-12 else -inf)
         m = len(main)
         pos = {i: r for r, i in enumerate(main)}
+        # only groups with a member whose SLO is theta: the others have a larger smallest SLO and are
+        # found under their own threshold (each group is searched once)
+        at_theta = [SLO[i] <= theta * (1 + 1e-12) for i in range(n)]
+        last = max((pos[i] for i in elig if at_theta[i]), default=-1)
         AB = [A[i] + B[i] for i in range(n)]
         cache: dict[tuple[int, int], list[int]] = {}
 
@@ -165,14 +175,18 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
                     return True, b
             return False, b
 
-        def dfs(p, sa, sb, sw, ss, v) -> None:
+        def dfs(p, sa, sb, sw, ss, v, has) -> None:
             state["nodes"] += 1
-            if p == m:
+            if p == m or (not has and p > last):
                 return
-            pruned, b = bound_prunes(p, sa, sb, sw, ss, v, threshold() + 1e-12 + tolerance)
-            if pruned:
-                return
+            thr = threshold() + 1e-12 + tolerance
+            if v <= thr:  # (above the threshold already, every group below is worth more: nothing to prune)
+                pruned, b = bound_prunes(p, sa, sb, sw, ss, v, thr)
+                if pruned:
+                    return
             if state["nodes"] > node_budget or (state["nodes"] & 255 == 0 and time.perf_counter() > deadline):
+                if v > thr:
+                    b = bound_prunes(p, sa, sb, sw, ss, v, thr)[1]
                 state["open"] = max(state["open"], v + b)
                 state["cut"] = True
                 return
@@ -182,15 +196,17 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
                 if sa + c * A[i] > lim or sb + c * B[i] > lim or sw + c * W[i] > capw * tol or ss + c * S[i] > caps * tol:
                     break
                 c_max = c
+            has_i = has or at_theta[i]
             for c in range(c_max, 0, -1):
                 counts[i] = c
-                if v + c * val[i] > threshold() + 1e-12:
+                if has_i and v + c * val[i] > threshold() + 1e-12:
                     record(v + c * val[i])
-                dfs(p + 1, sa + c * A[i], sb + c * B[i], sw + c * W[i], ss + c * S[i], v + c * val[i])
+                dfs(p + 1, sa + c * A[i], sb + c * B[i], sw + c * W[i], ss + c * S[i], v + c * val[i], has_i)
             counts[i] = 0
-            dfs(p + 1, sa, sb, sw, ss, v)
+            dfs(p + 1, sa, sb, sw, ss, v, has)
 
-        dfs(0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        if last >= 0:
+            dfs(0, 0.0, 0.0, 0.0, 0.0, 0.0, False)
 
     # thresholds and their root bounds
     jobs_by_slo = sorted(range(n), key=lambda i: -SLO[i])
@@ -235,6 +251,10 @@ def price_heuristic(items: PricingItems, min_value: float, max_columns: int = 3,
         slo_vals = slo_vals[np.unique(np.linspace(0, len(slo_vals) - 1, thresholds).round().astype(int))]
     out: dict[tuple, float] = {}
     val_all = items.value
+    # plain floats in the fill loops (numpy scalars there cost several times more, same arithmetic)
+    A, B, W, S = items.a.tolist(), items.bs.tolist(), items.w.tolist(), items.s.tolist()
+    V, D, C = val_all.tolist(), [int(d) for d in items.demand], [int(c) for c in items.cls]
+    lim_w, lim_s = items.cap_w * tol, items.cap_s * tol
     for theta in slo_vals:
         theta = float(theta)
         elig = np.flatnonzero((items.slo >= theta * (1 - 1e-12)) & (items.tot <= theta * tol))
@@ -244,19 +264,21 @@ def price_heuristic(items: PricingItems, min_value: float, max_columns: int = 3,
         if len(at) == 0:
             continue
         first = int(at[np.argmax(val_all[at])])
+        lim = theta * tol
         for size in (items.a[elig], items.bs[elig], np.maximum(items.a[elig], items.bs[elig])):
-            order = elig[np.argsort(-(val_all[elig] / (size + 1e-12)), kind="stable")]
-            order = [first] + [int(i) for i in order if i != first]
+            order = elig[np.argsort(-(val_all[elig] / (size + 1e-12)), kind="stable")].tolist()
+            order = [first] + [i for i in order if i != first]
             sa = sb = sw = ss = 0.0
             val = 0.0
             counts: dict[int, int] = {}
             for i in order:
-                for _ in range(int(items.demand[i])):
-                    na, nb, nw, ns = sa + items.a[i], sb + items.bs[i], sw + items.w[i], ss + items.s[i]
-                    if na <= theta * tol and nb <= theta * tol and nw <= items.cap_w * tol and ns <= items.cap_s * tol:
+                a, b, w, s_, v = A[i], B[i], W[i], S[i], V[i]
+                for _ in range(D[i]):
+                    na, nb, nw, ns = sa + a, sb + b, sw + w, ss + s_
+                    if na <= lim and nb <= lim and nw <= lim_w and ns <= lim_s:
                         sa, sb, sw, ss = na, nb, nw, ns
-                        val += float(val_all[i])
-                        counts[int(items.cls[i])] = counts.get(int(items.cls[i]), 0) + 1
+                        val += v
+                        counts[C[i]] = counts.get(C[i], 0) + 1
                     else:
                         break
             if val > min_value + 1e-12 and counts:

@@ -2,8 +2,8 @@
 
 ``solve(instance, options, backend, current)`` returns the plan body and the solve record. The
 time limit is a wall-clock limit for the whole call: each backend gets a deadline; HiGHS gets its
-own limit and a watchdog thread that calls ``cancelSolve`` at the deadline (for a run that
-overruns its own limit), CP-SAT likewise with ``StopSearch``, and the compact models stop
+own limit and a watchdog that interrupts it at the deadline through HiGHS's interrupt callbacks
+(for a run that overruns its own limit), CP-SAT likewise with ``StopSearch``, and the compact models stop
 building at the deadline (Pyomo's hand-over of a built model to HiGHS cannot be interrupted: the
 MILP build is given under half of the time for that reason). A solve stopped early returns its
 best plan, never worse than the greedy warm start, with the certified bound and gap.
@@ -21,7 +21,7 @@ from typing import Optional
 
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
 from formulation.placement.colgen import PatternModel, job_classes
-from formulation.placement.evaluate import Config, Group, Index, Solution
+from formulation.placement.evaluate import Config, Group, Index, Solution, plan_cost_unit
 from formulation.placement.explain import explain
 from formulation.placement.greedy import Packer, best_greedy, greedy
 from formulation.placement.instance import PlacementInstance
@@ -148,8 +148,11 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
         status = SolveStatus.OPTIMAL if st.proven else SolveStatus.FEASIBLE
         message = (f"column generation: {st.rounds} rounds, {st.columns} columns, LP {st.lp_value:.6g}"
                    f"{' (converged)' if st.lp_converged else ''}; "
-                   + (f"optimality proven over {st.enumerated} enumerated patterns; " if st.proven else "")
-                   + f"integer master: {st.mip_status}{'; stopped by the watchdog' if st.watchdog_fired else ''}")
+                   + (f"every pattern of reduced cost <= {st.ladder_gap:.4g} enumerated ({st.enumerated}); "
+                      if st.ladder_gap is not None else "")
+                   + ("optimality proven; " if st.proven else "")
+                   + (f"integer master: {st.mip_status}" if st.mip_status else "no integer master needed")
+                   + ("; stopped by the watchdog" if st.watchdog_fired and "watchdog" not in st.mip_status else ""))
     elif backend in ("highs", "cpsat"):
         if backend == "highs":
             from formulation.placement.milp import solve_compact
@@ -195,16 +198,12 @@ def _round_up_to_cost_unit(idx: Index, lb: float) -> float:
     be rounded up to that multiple (plans leaving a job out cost more than the penalty anyway)."""
     import math
 
-    vals = list(idx.cost) + ([idx.inst.move_price_per_job] if idx.inst.move_price_per_job > 0 else [])
-    scaled = [round(v * 1000) for v in vals]
-    if not scaled or any(abs(v * 1000 - sv) > 1e-6 for v, sv in zip(vals, scaled)):
+    unit = plan_cost_unit(idx)
+    if unit is None:
         return lb
-    unit = 0
-    for v in scaled:
-        unit = math.gcd(unit, int(v))
-    if unit <= 0:
-        return lb
-    rounded = math.ceil(lb * 1000 / unit - 1e-9) * unit / 1000
+    # the tolerance keeps a bound a rounding error above a multiple (an LP optimum that is one) from
+    # jumping to the next multiple
+    rounded = math.ceil(lb / unit - 1e-6) * round(unit * 1000) / 1000
     return rounded if rounded <= idx.penalty else lb
 
 

@@ -21,9 +21,11 @@ interruptible point gets nothing else. Otherwise (up to ``max_candidates`` per c
 
 Each candidate carries the migration that reaches it (:mod:`formulation.realloc.migrations`):
 kind, steps, duration and bytes, and its cost in pipeline units per second,
-``m = T_now x duration_s / horizon_s`` — the pipeline's current throughput lost for the
-migration's duration, spread over the time left in the iteration (conservative: it counts the
-whole duration as lost and adds the components' migrations although they run in parallel).
+``m = T_now x lost_s / horizon_s`` — the pipeline's current throughput lost for the seconds the
+migration costs the component (:func:`~formulation.realloc.migrations.charged_seconds`: its whole
+duration, except that a migration which creates before it destroys loses only the share of the new
+capacity still starting, plus the switch-over pause), spread over the time left in the iteration
+(conservative: it adds the components' migrations although they run in parallel).
 Joint feasibility (the pools' capacity) is left to the solver.
 
 Two generators make the same candidates (``tests/realloc/test_candidates.py`` checks it to the
@@ -43,7 +45,7 @@ import numpy as np
 from formulation.realloc.context import ComponentContext, ReallocContext
 from formulation.realloc.graph import SYNCHRONOUS_KINDS, ComponentGraph, ComponentNode
 from formulation.realloc.instance import Arrays, Candidate, LazyAlloc, LazyMoves, ReallocInstance, Stage
-from formulation.realloc.migrations import LinkTable, MigrationPlanner
+from formulation.realloc.migrations import LinkTable, MigrationPlanner, charged_seconds
 
 DEFAULT_MAX_CANDIDATES = 8
 
@@ -333,6 +335,26 @@ def _grow_rows(node: ComponentNode, ctx: ComponentContext, graph: ComponentGraph
     return out
 
 
+def _capacity(ctx: ComponentContext, pools: dict, allocs: list) -> np.ndarray:
+    """The component's throughput (its curves) on each allocation (pool -> GPUs), GPU types in name order."""
+    out = np.zeros(len(allocs))
+    for i, alloc in enumerate(allocs):
+        by_type: dict[str, int] = {}
+        for p, v in alloc.items():
+            by_type[pools[p].gpu_type] = by_type.get(pools[p].gpu_type, 0) + v
+        out[i] = sum(ctx.curves[t](g) for t, g in sorted(by_type.items()) if t in ctx.curves)
+    return out
+
+
+def _capacity_rows(ctx: ComponentContext, cols: "_Columns", rows: np.ndarray) -> np.ndarray:
+    """:func:`_capacity` of every row (pools as columns), vectorised: GPUs per type, then each curve."""
+    out = np.zeros(rows.shape[0])
+    for t in sorted(set(cols.types.tolist())):
+        if t in ctx.curves:
+            out += ctx.curves[t].values(rows[:, cols.types == t].sum(axis=1))
+    return out
+
+
 def _plan_moves(planner: MigrationPlanner, alloc: dict) -> tuple:
     return planner.plan(alloc).moves
 
@@ -429,10 +451,14 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         cands = [Candidate("keep", dict(current), cause=why_keep)]
         planner = (MigrationPlanner(node.name, node.kind, ctx, current, node.workers, pools, context.links, links)
                    if (named if cols is None else named[0]) else None)
+        before = _capacity(ctx, pools, [current])[0]
         if cols is None:
             for name, alloc in named:
                 mp = planner.plan(alloc)
-                cands.append(Candidate(name, alloc, mp.duration_s, mp.bytes_moved, t_now * mp.duration_s / horizon, mp.kind,
+                lost = charged_seconds([mp.kind], [mp.duration_s], [before], _capacity(ctx, pools, [alloc]),
+                                       [any(v > current.get(p, 0) for p, v in alloc.items())],
+                                       [any(v > alloc.get(p, 0) for p, v in current.items())], context.links)
+                cands.append(Candidate(name, alloc, mp.duration_s, mp.bytes_moved, float(t_now * lost[0] / horizon), mp.kind,
                                        mp.moves, mp.cause))
         else:
             names, chosen = named
@@ -440,7 +466,12 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
             matrices.append(rows)
             if names:
                 kinds, seconds, nbytes, causes = planner.costs(rows[1:])
-                cost = t_now * seconds / horizon
+                new = rows[1:]
+                after = _capacity_rows(ctx, cols, new)
+                cur_row = rows[0][None, :]
+                lost = charged_seconds(kinds, seconds, np.full(len(new), before), after, (new > cur_row).any(axis=1),
+                                       (new < cur_row).any(axis=1), context.links)
+                cost = t_now * lost / horizon
                 for i, name in enumerate(names):
                     alloc = LazyAlloc(rows[i + 1], cols.names)
                     cands.append(Candidate(name, alloc, float(seconds[i]), float(nbytes[i]), float(cost[i]), kinds[i],

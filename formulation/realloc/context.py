@@ -48,6 +48,8 @@ class ComponentContext:
     p2p: bool = True  # stateful: the framework reshards live (else Reboot)
     curve_source: str = ""  # where the curves came from (predictor, scenario, snapshot)
     pipeline: bool = True  # False: its work this iteration is done; it only holds GPUs (a pure donor)
+    parked_start_s: Optional[float] = None  # a new engine wakes one parked on its GPUs (sleep mode, weights in host
+    # DRAM) in this many seconds; None: it starts cold (Links.restart_s + weights from a peer engine)
 
     def types(self) -> list[str]:
         ts = sorted(self.curves)

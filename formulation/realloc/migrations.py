@@ -7,7 +7,9 @@ Kinds (DynaRL §5):
   the cached KV moving with them (``kv_used_tokens x kv_bytes_per_token`` bytes) so no request is
   re-prefilled; this takes ``handoff_s`` plus the transfer. Added engines start
   (``restart_s``) and pull the weights from a peer engine of the component (``weight_bytes`` per
-  engine over the best link: NVLink on the same node, else the NIC, else the inter-cluster link).
+  engine over the best link: NVLink on the same node, else the NIC, else the inter-cluster link),
+  or, when the component parks engines on the GPUs it lends (``parked_start_s``: sleep mode, weights
+  in host DRAM), wake one in ``parked_start_s`` with no network transfer.
   Engines start in parallel, so a step's duration is one engine's, its bytes are all engines'.
 * **P2P** — stateful ranks (trainer, critic). New ranks are created first, the parameters go to
   new data-parallel replicas (``weight_bytes`` each), the sharded optimizer state is resharded
@@ -19,7 +21,9 @@ Kinds (DynaRL §5):
   inter-cluster link). Save the state to storage, stop, restart on the new GPUs, load:
   ``2 x state / storage_gb_per_s + restart_s + group_rebuild_s``.
 
-The cost a candidate carries into the objective is computed by the caller from the duration.
+The cost a candidate carries into the objective is computed by the caller from
+:func:`charged_seconds`: the seconds of the component's current throughput the migration costs,
+which is less than its duration when it creates before it destroys.
 """
 
 from __future__ import annotations
@@ -304,9 +308,12 @@ class MigrationPlanner:
         # starts: restart plus one engine's weights over the best link from the current pools
         old_bw = v["old_bw"]
         has = ~np.isnan(old_bw) & (old_bw != 0)
-        t_start = links.restart_s + np.where(has, ctx.weight_bytes / (np.where(has, old_bw, 1.0) * GB * unit), 0.0)
+        if ctx.parked_start_s is not None:  # wake a parked engine: weights from host DRAM
+            t_start = np.full(len(cur), float(ctx.parked_start_s))
+        else:
+            t_start = links.restart_s + np.where(has, ctx.weight_bytes / (np.where(has, old_bw, 1.0) * GB * unit), 0.0)
         t = np.where(grow, t_start, -np.inf)
-        b_start = np.where(grow, ctx.weight_bytes * ((T - cur) // unit), 0.0)
+        b_start = np.where(grow, (0.0 if ctx.parked_start_s is not None else ctx.weight_bytes) * ((T - cur) // unit), 0.0)
         order = np.argsort(lt.name_rank[act])  # steps by pool name
         b_drain = np.zeros(T.shape)
         drains = np.nonzero(shrink.any(axis=1))[0]
@@ -356,6 +363,29 @@ class MigrationPlanner:
         return io + links.restart_s + links.group_rebuild_s, np.full(T.shape[0], 2.0 * state)
 
 
+def charged_seconds(kinds, seconds, before, after, grows, shrinks, links: Links) -> np.ndarray:
+    """Seconds of a component's current throughput each migration costs (element-wise).
+
+    Create before destroy: while new engines or ranks start, the old ones keep working (the
+    simulator's model, and DynaRL's P2P and Workload migrations), so a migration that adds capacity
+    (``after`` > ``before``, the component's throughput before and after) loses only the share of
+    the new capacity not there yet, ``1 - before / after``, for its start-up, plus the pause that
+    switches over: P2P's group rebuild, or Workload's hand-off when it also drains engines.
+    Everything else loses its whole duration: a drain (the drained requests wait for the hand-off),
+    a P2P shrink (the trainer reshards onto the kept ranks before it goes on), a Reboot (it stops).
+    """
+    k = np.asarray(kinds, dtype=object)
+    d = np.asarray(seconds, dtype=float)
+    b = np.asarray(before, dtype=float)
+    a = np.asarray(after, dtype=float)
+    g, sh = np.asarray(grows, dtype=bool), np.asarray(shrinks, dtype=bool)
+    pause = np.where(k == "p2p", links.group_rebuild_s, np.where(sh, links.handoff_s, 0.0))
+    pause = np.minimum(pause, d)
+    gain = (k != "reboot") & (k != "none") & g & (a > b) & (a > 0)
+    share = np.where(gain, 1.0 - b / np.where(gain, a, 1.0), 1.0)
+    return np.where(gain, pause + (d - pause) * share, d)
+
+
 def plan_migration(component: str, kind: str, ctx: ComponentContext, current: dict, target: dict, workers: list,
                    pools: dict, links: Links, drain: Optional[dict] = None, old: Optional[_Sources] = None) -> MigrationPlan:
     """Steps that take ``component`` from ``current`` to ``target`` (pool name -> GPUs).
@@ -397,6 +427,10 @@ def _workload(ctx, current, target, changed, drain, old, kept_pools, pools, link
             t = links.handoff_s + (nbytes / (bw * GB) if bw and nbytes else 0.0)
             moves.append(Move("workload", p, a, b, t, nbytes,
                               f"drain {len(drained)} engine(s) ({', '.join(drained)}): hand {tokens:,.0f} cached tokens to kept engines"))
+        elif ctx.parked_start_s is not None:
+            engines = (b - a) // unit
+            moves.append(Move("workload", p, a, b, float(ctx.parked_start_s), 0.0,
+                              f"wake {engines} parked engine(s) of {unit} GPU(s) on {p}; weights from host DRAM"))
         else:
             engines = (b - a) // unit
             src, bw = old.best(pool)

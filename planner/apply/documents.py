@@ -23,6 +23,10 @@ def read_target(path: str, observed: Callable[[], ClusterState], scenario: Optio
     import executor.target as tgt
     from executor.adapters.plans import from_realloc
 
+    kind = plandoc.peek_kind(path)  # a kind it cannot apply is refused before its body is validated
+    if kind is not None and kind not in (tgt.KIND, "ReallocPlan", "PlacementPlan"):
+        raise UserError(Problem("kind", f"the executor cannot apply a {kind}",
+                                "pass an ExecutorTarget, a PlacementPlan (with --scenario) or a ReallocPlan"))
     doc = plandoc.read(path)
     digest = plan_digest(doc)
     name = Path(path).name

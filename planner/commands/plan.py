@@ -39,14 +39,10 @@ def add_arguments(p) -> None:
 
 
 def _check_args(args) -> None:
+    from planner.commands._args import check_solver_args
     from planner.errors import Problem, UserError
 
-    if args.time_limit is not None and not args.time_limit > 0:
-        raise UserError(Problem("--time-limit", f"must be positive seconds, got {args.time_limit}", "pass e.g. --time-limit 30"))
-    if args.mip_gap is not None and not 0 <= args.mip_gap < 1:
-        raise UserError(Problem("--mip-gap", f"must be in [0, 1), got {args.mip_gap}", "pass e.g. --mip-gap 0.01"))
-    if args.threads is not None and args.threads < 1:
-        raise UserError(Problem("--threads", f"must be at least 1, got {args.threads}", "pass e.g. --threads 2"))
+    check_solver_args(args)
     if args.move_price is not None and args.move_price < 0:
         raise UserError(Problem("--move-price", f"must be >= 0 $/h, got {args.move_price}", "pass e.g. --move-price 0.5"))
     for opt in ("out", "plot", "save_instance"):

@@ -57,10 +57,11 @@ from typing import Optional
 
 import numpy as np
 
-from estimators import comm, memory, rollout, training
+from estimators import comm, memory, phases, rollout, training
 from estimators import gpus as catalogue
 from estimators.curves import fit_concave
 from estimators.gpus import GPUSpec
+from estimators.lengths import ResidualTable, hardest_group
 from formulation.realloc.context import ComponentContext, Links, ReallocContext, pools_from_snapshot
 from formulation.realloc.graph import STATEFUL_KINDS
 from formulation.realloc.instance import Curve
@@ -68,6 +69,7 @@ from formulation.realloc.telemetry import DYNAMIC_KINDS, TelemetrySnapshot
 from planner.errors import Problem, UserError, did_you_mean
 
 MIN_HORIZON_S = 10.0
+TIMED_STATIC_KINDS = frozenset({"reference", "trainer", "critic"})  # FLOP-based remaining time with a scenario
 MAX_HORIZON_S = 3600.0
 
 
@@ -80,8 +82,17 @@ class _JobFacts:
     mean_response_tokens: float = 0.0
     max_response_tokens: float = 0.0
     mfu: float = training.DEFAULT_TRAIN_MFU
+    infer_mfu: float = training.DEFAULT_INFER_MFU
     rollout_types: Optional[tuple] = None
     trainer_types: Optional[tuple] = None
+    n_requests: int = 0
+    residual: Optional[ResidualTable] = None  # the job's response lengths (grouped marginal, clipped)
+    turns: int = 1
+    observation_tokens: float = 0.0
+    tool_s: float = 0.0  # mean tool-call latency (multi-turn)
+    hardest_group: Optional[np.ndarray] = None  # lengths of the hardest prompt's responses (dispatched together)
+    forwards: int = 2  # log-prob passes per sample (old policy, reference, critic values)
+    updates: int = 1  # actor (+ critic) updates per sample
 
 
 def _gpu_specs(snap: TelemetrySnapshot, scenario) -> dict[str, GPUSpec]:
@@ -122,12 +133,19 @@ def _job_facts(snap: TelemetrySnapshot, scenario) -> Optional[_JobFacts]:
     from planner.instances.common import job_profile
 
     prof = job_profile(job)
+    residual = ResidualTable.of(prof.lengths, job.rollout.max_response_tokens)
+    from dataclasses import replace as _replace
+
+    hard = hardest_group(_replace(prof.lengths, max_tokens=job.rollout.max_response_tokens), prof.batch_prompts, prof.group_size)
     return _JobFacts(
         model=prof.model, rollout_tp=job.rollout.tp, trainer_unit=job.trainer.tp * job.trainer.pp,
-        prompt_tokens=float(job.rollout.prompt_tokens), mean_response_tokens=min(prof.lengths.mean(), job.rollout.max_response_tokens),
+        prompt_tokens=float(job.rollout.prompt_tokens), mean_response_tokens=residual.mean(),
         max_response_tokens=float(job.rollout.max_response_tokens), mfu=job.trainer.mfu,
         rollout_types=tuple(job.rollout.gpu_types) if job.rollout.gpu_types else None,
         trainer_types=tuple(job.trainer.gpu_types) if job.trainer.gpu_types else None,
+        n_requests=prof.n_requests, residual=residual, hardest_group=hard, turns=prof.turns, observation_tokens=float(prof.observation_tokens),
+        tool_s=phases.tool_latency_s(prof, conservative=False) if prof.turns > 1 else 0.0,
+        forwards=1 + int(prof.has_reference) + int(prof.has_critic), updates=1 + int(prof.has_critic),
     )
 
 
@@ -175,14 +193,116 @@ def _tokens_per_request(workers, facts: Optional[_JobFacts]) -> float:
     return 1.0
 
 
-def _dynamic_scenario_curve(facts: _JobFacts, gpu: GPUSpec, workers, max_gpus: int) -> Curve:
+def _generated_per_request(workers, facts: _JobFacts) -> float:
+    """Response tokens the running requests have generated, on average (their age), from the cache
+    they hold: context minus prompt, and for multi-turn requests minus their tool observations (in
+    proportion: a request that has generated a share of its response has done that share of its turns)."""
+    running = sum(w.requests_in_flight for w in workers)
+    used = sum(w.kv_used_tokens for w in workers)
+    if running <= 0 or used <= 0:
+        return 0.0
+    grown = max(0.0, used / running - facts.prompt_tokens)
+    if facts.turns > 1 and facts.observation_tokens > 0:
+        mean = max(1.0, facts.mean_response_tokens)
+        grown *= mean / (mean + (facts.turns - 1) * facts.observation_tokens)
+    return grown
+
+
+def _rollout_state(comp, workers, facts: _JobFacts):
+    """(residuals of the running requests, their cached context, lengths of the queued ones, age, the
+    engines' reported KV capacity per GPU type): representative values from the job's length
+    distribution conditioned on the age."""
+    running = float(sum(w.requests_in_flight for w in workers))
+    queued = float(sum(w.queue_depth for w in workers))
+    unfinished = (1.0 - comp.progress) * facts.n_requests if facts.n_requests else running + queued
+    # multi-turn requests in a tool call are neither running nor queued: they come back
+    away = max(0.0, unfinished - running - queued) if facts.turns > 1 else 0.0
+    g = _generated_per_request(workers, facts)
+    # per engine: its requests' age from its own cache (engines that ran larger batches are behind,
+    # and their requests have longer to go); requests away in a tool call at the mean age
+    parts = [facts.residual.survivors(_generated_per_request([w], facts), w.requests_in_flight)
+             for w in workers if w.requests_in_flight > 0]
+    parts.append(facts.residual.survivors(g, int(round(away))))
+    res = np.sort(np.concatenate(parts))
+    q = facts.residual.survivors(0.0, int(round(queued)))
+    ctx = sum(w.kv_used_tokens for w in workers) / running if running > 0 else facts.prompt_tokens
+    caps: dict = {}
+    for w in workers:
+        if w.kv_capacity_tokens > 0:
+            caps.setdefault(w.gpu_type, []).append(w.kv_capacity_tokens)
+    # the longest request's GRPO siblings, still running on its engine (the engine furthest behind),
+    # at most as many as the fullest engine holds
+    ages = [_generated_per_request([w], facts) for w in workers if w.requests_in_flight > 0]
+    grp = np.zeros(0)
+    if facts.hardest_group is not None and res.size:
+        g_slow = min(ages) if ages else g
+        grp = facts.hardest_group[facts.hardest_group > g_slow] - g_slow
+        fullest = max((w.requests_in_flight for w in workers), default=0)
+        grp = grp[max(0, grp.size - max(1, fullest)):] if fullest else grp
+    return res, ctx, q, g, {t: float(np.mean(v)) for t, v in caps.items()}, grp
+
+
+def _rollout_remaining_s(facts: _JobFacts, gpu: GPUSpec, state, engines) -> np.ndarray:
+    """Predicted seconds until the rollout is done on each engine count of ``engines``
+    (:func:`estimators.rollout.rollout_remaining_s` with the calibrated engine model; multi-turn: plus
+    the longest request's tool calls still to come, at the mean tool latency)."""
+    res, ctx, q, g, reported_kv, grp = state
     tp = facts.rollout_tp
-    ctx_tokens = _tokens_per_request(workers, facts)
-    conc = rollout.max_concurrency(facts.model, gpu, tp, facts.prompt_tokens + facts.max_response_tokens)
-    step = rollout.linear_step_model(facts.model, gpu, tp, max(2, conc))
-    a = step.a_ms
-    c = step.b_ms + step.c_ms * ctx_tokens
-    return _tail_curve(_remaining_requests(workers), max(1, conc), a, c, max_gpus // tp, tp)
+    step = rollout.engine_step_model(facts.model, gpu, tp, rollout.ENGINE_FIT_BATCH)
+    # the KV capacity the engines report (what they really have), else the estimator's
+    kv = reported_kv.get(gpu.name) or memory.kv_capacity_tokens(facts.model, gpu.hbm_gb, tp)
+    final_ctx = facts.prompt_tokens + g + (float(np.mean(res)) if res.size else facts.mean_response_tokens)
+    conc = min(rollout.MAX_RUNNING_REQUESTS, max(1.0, kv / max(1.0, final_ctx)))
+    tools = 0.0
+    if facts.turns > 1 and res.size:
+        r = float(res[-1])
+        tools = max(0, round(facts.turns * r / max(1.0, g + r)) - 1) * facts.tool_s
+    return np.array([rollout.rollout_remaining_s(step, res, ctx, int(e), conc, queued=q, prompt_tokens=facts.prompt_tokens,
+                                                 group=grp) + tools for e in engines])
+
+
+def _rollout_time_curve(facts: _JobFacts, gpu: GPUSpec, state, max_gpus: int) -> Curve:
+    """1 / predicted remaining rollout time (the fraction of its remaining work done per second) against GPUs."""
+    tp = facts.rollout_tp
+    max_engines = max(1, max_gpus // tp)
+    n = state[0].size + state[2].size
+    knee = int(max(1, n))  # one request per engine: past it more engines change nothing
+    engines = sorted({1, 2, 3, 4, 6, 8, knee, max_engines} | {int(v) for v in np.unique(np.geomspace(1, max_engines, 12).round())})
+    engines = [e for e in engines if 1 <= e <= max_engines]
+    if n == 0:
+        return Curve(tuple(float(e * tp) for e in engines), tuple(0.0 for _ in engines))
+    secs = _rollout_remaining_s(facts, gpu, state, engines)
+    fit = fit_concave([(e * tp, 1.0 / max(1e-9, t)) for e, t in zip(engines, secs)])
+    return Curve(tuple(float(x) for x in fit.xs), tuple(float(max(0.0, y)) for y in fit.ys))
+
+
+def _remaining_samples(comp, facts: _JobFacts) -> np.ndarray:
+    """Tokens (prompt, response, observations) of the samples ``comp`` still has to process this
+    iteration: the longest ``1 - progress`` of the job's responses (responses finish, and flow
+    downstream, roughly in length order), as many as the batch has left."""
+    frac = max(0.0, 1.0 - comp.progress)
+    longest = facts.residual.longest(frac)
+    if longest.size == 0:
+        return longest
+    return facts.prompt_tokens + longest + (facts.turns - 1) * facts.observation_tokens
+
+
+def _static_time_rate(comp, facts: _JobFacts, gpu: GPUSpec) -> float:
+    """Per GPU, the fraction of the component's remaining work done per second: its peak x MFU over
+    the FLOPs of the samples it has left (log-prob inference: the job's forward passes per sample;
+    trainer: 3 x forward per update), the same work per sample the simulator charges."""
+    toks = _remaining_samples(comp, facts)
+    if toks.size == 0:
+        return 0.0
+    per = float(np.mean(training.sample_forward_flops(facts.model, toks)))
+    flops = per * (1.0 - comp.progress) * facts.n_requests
+    if comp.kind in STATEFUL_KINDS:
+        flops *= 3.0 * (facts.updates if comp.kind == "trainer" else 1)
+        mfu = facts.mfu
+    else:
+        flops *= facts.forwards if comp.kind == "reference" else 1
+        mfu = facts.infer_mfu
+    return gpu.bf16_tflops * 1e12 * mfu / flops if flops > 0 else 0.0
 
 
 def _dynamic_snapshot_fit(workers) -> Optional[tuple[float, float, float]]:
@@ -220,9 +340,13 @@ def _scale(kind: str, src: GPUSpec, dst: GPUSpec) -> float:
     return dst.bf16_tflops / src.bf16_tflops
 
 
-def _component_curves(comp, workers, facts, specs, types, gpus_of_type, predictor) -> tuple[dict, str]:
+def _component_curves(comp, workers, facts, specs, types, gpus_of_type, predictor) -> tuple[dict, str, set]:
+    """Curves per GPU type, their source, and the types whose curves are already in pipeline units
+    (1 / the component's predicted remaining time: the scenario's models) rather than tokens/s."""
     curves: dict[str, Curve] = {}
     sources = set()
+    timed: set = set()
+    state = None
     observed = {}
     for w in workers:
         o = observed.setdefault(w.gpu_type, [0.0, 0.0])
@@ -238,7 +362,9 @@ def _component_curves(comp, workers, facts, specs, types, gpus_of_type, predicto
             continue
         if comp.kind in DYNAMIC_KINDS:
             if facts is not None:
-                curves[t] = _dynamic_scenario_curve(facts, gpu, workers, gpus_of_type[t])
+                state = state if state is not None else _rollout_state(comp, workers, facts)
+                curves[t] = _rollout_time_curve(facts, gpu, state, gpus_of_type[t])
+                timed.add(t)
                 sources.add("scenario")
             elif fit is not None:
                 a, c, conc = fit
@@ -248,7 +374,12 @@ def _component_curves(comp, workers, facts, specs, types, gpus_of_type, predicto
                 curves[t] = _tail_curve(_remaining_requests(workers), conc, a / k, c / k, gpus_of_type[t] // unit, unit)
                 sources.add("snapshot")
             continue
-        rate = _static_rate(comp.kind, facts, gpu)
+        rate = None
+        if facts is not None and comp.kind in TIMED_STATIC_KINDS and facts.n_requests:
+            rate = _static_time_rate(comp, facts, gpu)
+            timed.add(t)
+        elif facts is not None:
+            rate = _static_rate(comp.kind, facts, gpu)
         if rate is not None:
             sources.add("scenario")
         else:
@@ -261,7 +392,7 @@ def _component_curves(comp, workers, facts, specs, types, gpus_of_type, predicto
                 sources.add("snapshot")
         if rate is not None:
             curves[t] = Curve.linear(rate, max(1, gpus_of_type[t]))
-    return curves, "+".join(sorted(sources))
+    return curves, "+".join(sorted(sources)), timed
 
 
 def _remaining_work(comp, workers, facts: Optional[_JobFacts], n_requests: int) -> Optional[float]:
@@ -271,16 +402,29 @@ def _remaining_work(comp, workers, facts: Optional[_JobFacts], n_requests: int) 
     if comp.progress >= 1.0:
         return 0.0
     if comp.kind in DYNAMIC_KINDS:
+        if facts is not None and facts.residual is not None:
+            res, _, q, _, _, _ = _rollout_state(comp, workers, facts)
+            return float(res.sum() + q.sum())
         per_req = _tokens_per_request(workers, facts)
-        prompt = facts.prompt_tokens if facts is not None else 0.0
-        generated = max(1.0, per_req - prompt)
-        residual = generated if facts is None else max(1.0, min(generated, facts.max_response_tokens - generated))
+        generated = max(1.0, per_req)
         queued = sum(w.queue_depth for w in workers)
-        mean_new = facts.mean_response_tokens if facts is not None else generated
-        return float(sum(w.requests_in_flight for w in workers) * residual + queued * mean_new)
+        return float(sum(w.requests_in_flight for w in workers) * generated + queued * generated)
     if facts is None:
         return None
+    if facts.residual is not None and n_requests:
+        toks = _remaining_samples(comp, facts)
+        return float(toks.mean() * (1.0 - comp.progress) * n_requests) if toks.size else 0.0
     return (1.0 - comp.progress) * n_requests * (facts.prompt_tokens + facts.mean_response_tokens)
+
+
+def _parked_start_s(comp, facts: Optional[_JobFacts], specs: dict, workers) -> Optional[float]:
+    """Rollout engines whose GPUs are lent are parked (sleep mode, weights in host DRAM), so a new
+    one wakes in a warm switch of its weight shard (:func:`estimators.comm.engine_wake_s`, what the
+    simulator charges), not a cold start; other components start cold (None)."""
+    if comp.kind != "rollout" or facts is None or not workers:
+        return None
+    gpu = specs[workers[0].gpu_type]
+    return float(comm.engine_wake_s(2.0 * facts.model.num_params / facts.rollout_tp, gpu))
 
 
 def _unit(kind: str, facts: Optional[_JobFacts], workers) -> int:
@@ -346,7 +490,7 @@ def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, hor
         if facts is not None:
             allowed = facts.trainer_types if comp.kind in STATEFUL_KINDS else facts.rollout_types if comp.kind == "rollout" else None
         types = [t for t in sorted(gpus_of_type) if allowed is None or t in allowed or t in {w.gpu_type for w in workers}]
-        curves, source = _component_curves(comp, workers, facts, specs, types, gpus_of_type, predictor)
+        curves, source, timed = _component_curves(comp, workers, facts, specs, types, gpus_of_type, predictor)
         missing = sorted({w.gpu_type for w in workers} - set(curves))
         if missing:
             raise UserError(Problem(f"components[{i}] ({comp.name})",
@@ -355,7 +499,17 @@ def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, hor
                                     + ", and no scenario or predictor state gives a curve",
                                     "report tokens_per_s (and requests_in_flight) per worker, set the component's throughput, "
                                     "or pass --scenario so the estimators can predict it"))
-        divide = work[comp.name] if normalise and work[comp.name] else (work_ratio if comp.kind not in DYNAMIC_KINDS else 1.0)
+        if timed and (not normalise or len(timed) < len(curves)):
+            # mixed with tokens/s curves (the online predictor's on some type), or no common unit:
+            # back to tokens/s, the remaining work over the remaining time
+            w_c = work[comp.name] or 0.0
+            curves = {t: Curve(cv.gpus, tuple(y * w_c for y in cv.throughput), cv.extrapolate) if t in timed else cv
+                      for t, cv in curves.items()}
+            timed = set()
+        if timed:
+            divide = 1.0
+        else:
+            divide = work[comp.name] if normalise and work[comp.name] else (work_ratio if comp.kind not in DYNAMIC_KINDS else 1.0)
         if divide != 1.0:
             curves = {t: Curve(cv.gpus, tuple(y / divide for y in cv.throughput), cv.extrapolate) for t, cv in curves.items()}
         model = facts.model if facts is not None else None
@@ -365,6 +519,7 @@ def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, hor
             weight_bytes=2.0 * params, sharded_state_bytes=12.0 * params if comp.kind in STATEFUL_KINDS else 0.0,
             kv_bytes_per_token=memory.kv_bytes_per_token(model) if model is not None else 0.0,
             curve_source=source, pipeline=comp.progress < 1.0 and work[comp.name] != 0.0,
+            parked_start_s=_parked_start_s(comp, facts, specs, workers),
         )
     clusters = {p.cluster for p in pools}
     h = horizon_s if horizon_s is not None else (None if normalise else _horizon(snap))

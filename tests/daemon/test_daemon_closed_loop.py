@@ -111,10 +111,15 @@ def test_cost_no_worse_than_greedy_admission_alone(runs):
 
 def test_killed_and_restarted_run_ends_in_the_same_state(runs):
     assert 0 < runs["killed_at"] < kv(runs["daemon"].state, "cycle")
-    # Same inputs give the same decisions only if no solve was cut short by its wall-clock limit.
-    status = {d["s"] for d in query(runs["daemon"].state, "SELECT json_extract(solver, '$.status') AS s FROM decisions "
-                                                          "WHERE kind IN ('reoptimise', 'repair') AND solver != '{}'")}
-    assert status <= {"optimal"}, f"a re-optimisation stopped at its time limit ({status}): the replay is not deterministic"
+    # Same inputs give the same decisions only if no solve was cut short by its wall-clock limit:
+    # column generation converged and the integer master finished (a proof of optimality is not
+    # needed: with move prices the planner claims none, docs/placement.md).
+    solves = query(runs["daemon"].state, "SELECT id, kind, json_extract(solver, '$.status') AS s, json_extract(solver, '$.message') AS m "
+                                         "FROM decisions WHERE kind IN ('reoptimise', 'repair') AND solver != '{}'")
+    assert solves, "the daemon re-optimised nothing"
+    cut = [(d["id"], d["kind"], d["m"]) for d in solves
+           if d["s"] != "optimal" and not ("(converged)" in d["m"] and "integer master: Optimal" in d["m"])]
+    assert not cut, f"a re-optimisation stopped at its time limit: the replay is not deterministic: {cut}"
     a, b = final_state(runs["daemon"].state), final_state(runs["restarted"].state)
     for key in a:
         assert a[key] == b[key], key

@@ -85,22 +85,30 @@ def penalty(inst: PlacementInstance) -> float:
     return 10.0 * max(config_cost(inst, c) for c in configs_of(inst)) + 1.0
 
 
-def oracle(inst: PlacementInstance) -> tuple[float, int]:
-    """(optimal cost + penalty x unplaced, unplaced) by DP over subsets and the nodes left per type."""
+def feasible_groups(inst: PlacementInstance):
+    """Every feasible group by brute force: (members, configuration, $/h, nodes per sorted type)."""
     n = len(inst.jobs)
     types = sorted(inst.pool_types)
-    configs = configs_of(inst)
-    P = penalty(inst)
-    groups: dict[int, list[tuple[int, float, tuple]]] = {i: [] for i in range(n)}  # lowest member -> (mask, cost, nodes)
+    out = []
     for size in range(1, n + 1):
         for members in itertools.combinations(range(n), size):
-            mask = sum(1 << i for i in members)
-            for c in configs:
+            for c in configs_of(inst):
                 if group_feasible(inst, members, c):
                     use = [0] * len(types)
                     use[types.index(c[0])] += c[1]
                     use[types.index(c[2])] += c[3]
-                    groups[members[0]].append((mask, config_cost(inst, c), tuple(use)))
+                    out.append((members, c, config_cost(inst, c), tuple(use)))
+    return out
+
+
+def oracle(inst: PlacementInstance) -> tuple[float, int]:
+    """(optimal cost + penalty x unplaced, unplaced) by DP over subsets and the nodes left per type."""
+    n = len(inst.jobs)
+    types = sorted(inst.pool_types)
+    P = penalty(inst)
+    groups: dict[int, list[tuple[int, float, tuple]]] = {i: [] for i in range(n)}  # lowest member -> (mask, cost, nodes)
+    for members, c, cost, use in feasible_groups(inst):
+        groups[members[0]].append((sum(1 << i for i in members), cost, use))
 
     @lru_cache(maxsize=None)
     def best(remaining: int, left: tuple) -> tuple[float, int]:

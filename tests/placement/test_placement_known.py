@@ -139,3 +139,15 @@ def test_edge_cases_no_jobs_and_a_type_without_nodes(backend):
     res = solve(inst, SolveOptions(time_limit_s=5), backend)
     assert check(inst, res.plan) == []
     assert res.plan.cost_per_hour == pytest.approx(4) and not res.plan.unplaced
+
+
+def test_greedy_fills_a_bubble_when_the_first_member_has_no_larger_pool():
+    """Regression: a group whose member has no time at the family's largest rollout pool was
+    marked closed, so every later job opened a new group. j0 runs on one rollout node only;
+    j1 also has a 2-node time; both fit one 1+1 group (rollout 50 + 50, training 60 + 60)."""
+    jobs = [job("j0", 50, 60, 200), job("j1", 50, 60, 200, a2=30)]
+    inst = PlacementInstance(name="bubble", pool_types=pools(), jobs=jobs)
+    pk = Packer(Index(inst))
+    assert [pk.admit(j).move for j in range(2)] == ["new-group", "fill-bubble"]
+    res = solve(inst, SolveOptions(time_limit_s=10), "greedy")
+    assert check(inst, res.plan) == [] and res.plan.cost_per_hour == pytest.approx(3)

@@ -31,3 +31,31 @@ def test_solve_returns_within_its_limit_with_a_checked_plan(backend, jobs, limit
     if res.record.best_bound is not None:
         assert res.record.best_bound <= res.record.objective + 1e-6
     assert res.record.status.value in ("optimal", "feasible")
+
+
+def test_the_watchdog_interrupts_highs_before_its_own_limit():
+    # a market-split feasibility problem (4 equalities over 30 binaries): far beyond 0.3 s for
+    # HiGHS, so the run ends by the watchdog (status), not by HiGHS's own 20 s limit
+    import highspy
+    import numpy as np
+
+    from formulation.placement.master import Watchdog, new_highs
+
+    rng = np.random.default_rng(0)
+    m, n = 4, 30
+    a = rng.integers(0, 100, (m, n)).astype(float)
+    b = np.floor(a.sum(axis=1) / 2)
+    h = new_highs()
+    h.addVars(n, np.zeros(n), np.ones(n))
+    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.ones(n, dtype=np.uint8))
+    for i in range(m):
+        h.addRow(b[i], b[i], n, np.arange(n, dtype=np.int32), a[i])
+    h.setOptionValue("time_limit", 20.0)
+    with Watchdog(h, time.perf_counter() + 0.3) as wd:
+        h.run()
+    assert wd.fired
+    assert h.getModelStatus() == highspy.HighsModelStatus.kInterrupt
+    # the next run on the same model is not interrupted by the last one's watchdog
+    h.setOptionValue("time_limit", 0.2)
+    h.run()
+    assert h.getModelStatus() == highspy.HighsModelStatus.kTimeLimit

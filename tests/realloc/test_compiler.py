@@ -32,10 +32,14 @@ def test_scenario_curves_are_concave_and_the_tail_saturates(tail):
     c = roll.curves["H100"]
     assert roll.curve_source == "scenario" and c.is_concave()
     # R requests left: past one request per engine more GPUs add nothing; decode is memory-bound,
-    # so batching them on fewer engines costs little (the tail's engines are nearly idle)
+    # so batching them on fewer engines costs little (the tail's engines are nearly idle). All of
+    # them on one engine is markedly slower, though not by the factor its first step suggests: the
+    # longest request bounds the time either way and the batch thins as the others finish (the
+    # simulator's engine puts this ratio at 0.53-0.61 for these requests: tests/simulator/test_sim_fidelity.py;
+    # the kernel-only rate model this bound was first written for said below 0.3)
     R = sum(w.requests_in_flight for w in snap.workers_of("rollout"))
     assert 60 < R < 120
-    assert c(2 * R) == pytest.approx(c(R), rel=1e-9) and c(R / 2) >= 0.9 * c(R) and c(1) < 0.3 * c(R)
+    assert c(2 * R) == pytest.approx(c(R), rel=1e-9) and c(R / 2) >= 0.9 * c(R) and c(1) < 0.8 * c(R)
     actor = ctx.components["actor"]
     assert actor.unit_gpus == 2 and actor.sharded_state_bytes == pytest.approx(6 * actor.weight_bytes)
     a = actor.curves["H100"]

@@ -1,0 +1,225 @@
+"""planner simulate SCENARIO --policy P: run the simulator, print a summary, write JSON and PNG plots."""
+
+from __future__ import annotations
+
+NAME = "simulate"
+HELP = "simulate a policy on a scenario: throughput, GPU-seconds busy vs held, cost, SLO, timeline"
+JOB_POLICIES = ("static", "static-batch", "colocated", "dynamic", "consolidate")
+TRACE_POLICIES = ("groups", "solo-d", "colocated-jobs")
+DESCRIPTION = f"""Simulate RL training on the scenario's cluster under a policy and report what it achieves.
+
+One job, request by request (policies {', '.join(JOB_POLICIES)}):
+  static        fixed partition (verl / RLinf): rollout on the job's rollout nodes, log-prob
+                inference and training on its training nodes, finished responses streamed on
+  static-batch  the same without streaming (training starts when the rollout has finished)
+  colocated     veRL time sharing: every GPU generates, then computes log-probs, then trains
+  dynamic       the static partition, reallocated inside the iteration by a decision function
+                fed with telemetry snapshots (--decision planner: the reallocation planner, the
+                default; threshold: the simulator's trigger-and-greedy baseline)
+  consolidate   static with long-tail consolidation (--consolidate-at, default 0.8)
+  --queue priority orders multi-turn requests by (tool calls done, cached prefix) with an age bound.
+
+Many jobs, phase by phase (policies {', '.join(TRACE_POLICIES)}): co-execution groups from the
+placement planner, one disaggregated pool pair per job (Solo-D), or one colocated pool per job;
+arrivals and durations from the scenario (a trace), warm and cold switches, consolidation.
+
+Writes (with --out DIR): summary.json (metrics, timeline) and plots: ownership.png (GPUs held per
+component over time, as DynaRL's Figure 13) for one job, gantt.png (groups) for many."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("scenario", metavar="SCENARIO")
+    p.add_argument("--policy", required=True, metavar="P", help=f"one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}")
+    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same result)")
+    p.add_argument("--out", metavar="DIR", help="write summary.json and PNG plots into DIR")
+    p.add_argument("--job", help="the job to simulate request by request (scenarios with several jobs)")
+    p.add_argument("--iterations", type=int, default=2, help="iterations of the job (default 2)")
+    p.add_argument("--queue", choices=["fifo", "priority"], default="fifo", help="rollout request order")
+    p.add_argument("--max-wait-s", type=float, default=30.0, help="age bound of the priority queue (s)")
+    p.add_argument("--consolidate-at", type=float, default=None, metavar="F",
+                   help="pack the long tail when this fraction of requests is done (0 < F < 1; consolidate policy: 0.8)")
+    p.add_argument("--decision", choices=["planner", "threshold"], default="planner",
+                   help="decision function of the dynamic policy: the reallocation planner (default) or the "
+                        "simulator's threshold baseline")
+    p.add_argument("--u-low", type=float, default=0.2, help="dynamic: KV utilisation below which an engine is a donor")
+    p.add_argument("--window-s", type=float, default=4.0, help="dynamic: seconds an engine must stay under U_low (T)")
+    p.add_argument("--theta", type=float, default=0.5, help="dynamic: fraction of engines that must be donors")
+    p.add_argument("--horizon-s", type=float, default=None, help="many jobs: stop the trace at this time (s)")
+    p.add_argument("--snapshots", action="store_true", help="one job: also write the telemetry snapshots (snapshots.jsonl)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _check_args(args) -> None:
+    from planner.errors import Problem, UserError, did_you_mean
+
+    if args.policy not in JOB_POLICIES + TRACE_POLICIES:
+        raise UserError(Problem("--policy", f"unknown policy '{args.policy}'.{did_you_mean(args.policy, JOB_POLICIES + TRACE_POLICIES)}",
+                                f"use one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}"))
+    if args.consolidate_at is not None and not 0.0 < args.consolidate_at < 1.0:
+        raise UserError(Problem("--consolidate-at", f"must lie strictly between 0 and 1, got {args.consolidate_at:g}",
+                                "give the fraction of requests done, e.g. 0.8"))
+    if args.iterations < 1 or args.iterations > 1000:
+        raise UserError(Problem("--iterations", f"must be between 1 and 1000, got {args.iterations}", "e.g. --iterations 2"))
+    if not 0.0 < args.u_low < 1.0:
+        raise UserError(Problem("--u-low", f"must lie strictly between 0 and 1, got {args.u_low:g}", "e.g. --u-low 0.2"))
+    if args.window_s < 0:
+        raise UserError(Problem("--window-s", f"must be >= 0, got {args.window_s:g}", "e.g. --window-s 4"))
+    if not 0.0 <= args.theta < 1.0:
+        raise UserError(Problem("--theta", f"must lie in [0, 1), got {args.theta:g}", "e.g. --theta 0.5"))
+    if args.max_wait_s <= 0:
+        raise UserError(Problem("--max-wait-s", f"must be positive, got {args.max_wait_s:g}", "e.g. --max-wait-s 30"))
+    if args.job is not None and args.policy in TRACE_POLICIES:
+        raise UserError(Problem("--job", f"'{args.policy}' simulates every job of the scenario (phase level)",
+                                f"drop --job, or pick a one-job policy ({', '.join(JOB_POLICIES)})"))
+    if args.horizon_s is not None and args.horizon_s <= 0:
+        raise UserError(Problem("--horizon-s", f"must be positive, got {args.horizon_s:g}", "e.g. --horizon-s 86400"))
+
+
+def _prepare_out(path):
+    from pathlib import Path
+
+    from planner.errors import Problem, UserError
+
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UserError(Problem("--out", f"{out} exists and is not a directory", "give a directory path"))
+    parent = out if out.exists() else out.parent
+    import os
+
+    if not (parent.exists() and os.access(parent, os.W_OK)):
+        raise UserError(Problem("--out", f"cannot write into {parent}", "give a directory you can write to"))
+    return out
+
+
+def _write_files(out, files: dict) -> None:
+    """Write every file to a temporary name first, then move them in place (nothing half-written)."""
+    import os
+
+    out.mkdir(parents=True, exist_ok=True)
+    tmps = []
+    try:
+        for name, writer in files.items():
+            tmp = out / f".{name}.tmp"
+            writer(tmp)
+            tmps.append((tmp, out / name))
+        for tmp, final in tmps:
+            os.replace(tmp, final)
+    finally:
+        for tmp, _ in tmps:
+            if tmp.exists():
+                tmp.unlink()
+
+
+def decision_function(args, sc):
+    """A fresh decision function (it keeps the donor history of one run)."""
+    if args.decision == "threshold":
+        from simulator.decisions import ThresholdDecision
+
+        return ThresholdDecision(u_low=args.u_low, window_s=args.window_s, theta=args.theta)
+    from planner.instances.simulate import planner_decision
+
+    return planner_decision(sc, u_low=args.u_low, window_s=args.window_s, theta=args.theta)
+
+
+def run_job(args, sc):
+    from planner.errors import Problem, UserError
+    from planner.instances.simulate import cluster_view, job_setup, pick_job
+    from simulator.job import JobSim
+    from simulator.policies import Policy
+
+    if args.policy not in JOB_POLICIES:
+        raise UserError(Problem("--policy", f"'{args.policy}' is a multi-job policy; --job selects the one-job model",
+                                f"use one of {', '.join(JOB_POLICIES)} with --job, or drop --job"))
+    idx, job = pick_job(sc, args.job)
+    view = cluster_view(sc)
+    setup = job_setup(sc, idx, job, view, args.seed)
+    name = {"static-batch": "static", "consolidate": "static"}.get(args.policy, args.policy)
+    cons = args.consolidate_at if args.consolidate_at is not None else (0.8 if args.policy == "consolidate" else None)
+    if name == "dynamic" and not setup.same_type:
+        raise UserError(Problem(f"jobs[{idx}] ({job.name})",
+                                f"the dynamic policy needs one GPU type for rollout and training; this job uses "
+                                f"{setup.rollout_gpu.name} and {setup.train_gpu.name}",
+                                "restrict rollout.gpu_types and trainer.gpu_types to one type"))
+    policy = Policy(name=name, streaming=args.policy != "static-batch", queue=args.queue, max_wait_s=args.max_wait_s,
+                    consolidate_at=cons, decision=decision_function(args, sc) if name == "dynamic" else None,
+                    record_snapshots=args.snapshots)
+    try:
+        sim = JobSim(setup, policy, seed=args.seed, iterations=args.iterations)
+    except ValueError as exc:
+        raise UserError(Problem(f"jobs[{idx}] ({job.name})", str(exc), "pick a larger GPU type or more tensor parallelism")) from None
+    return sim.run()
+
+
+def _job_summary_table(m: dict, console) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{m['job']}: {m['policy']}" + (", priority" if m["queue"] == "priority" else "")
+              + (f", consolidation at {m['consolidate_at']:g}" if m["consolidate_at"] else "")
+              + ("" if m["streaming"] else ", no streaming"), title_justify="left")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_row("iterations", f"{m['iterations']}")
+    t.add_row("iteration time (s)", ", ".join(f"{x:.1f}" for x in m["iteration_s"]))
+    t.add_row("rollout time (s)", ", ".join(f"{x:.1f}" for x in m["rollout_s"]))
+    t.add_row("tokens/s", f"{m['tokens_per_s']:,.0f}")
+    t.add_row("requests/s", f"{m['requests_per_s']:.2f}")
+    for c, v in m["components"].items():
+        t.add_row(f"{c}: GPU-s busy / held", f"{v['busy_gpu_s']:,.0f} / {v['held_gpu_s']:,.0f} ({100 * v['busy_fraction']:.0f}%)")
+    t.add_row("cost, whole cluster ($)", f"{m['cost_cluster']:,.2f}")
+    t.add_row("cost, GPUs held ($)", f"{m['cost_held']:,.2f}")
+    if m["slo_s"] is not None:
+        t.add_row("SLO attainment", f"{100 * m['slo_attainment']:.0f}% (SLO {m['slo_s']:.1f} s)")
+    t.add_row("re-prefilled tokens", f"{m['reprefill_tokens']:,.0f}")
+    t.add_row("preemptions", f"{m['preemptions']}")
+    t.add_row("reallocations", f"{m['reallocations']}")
+    tail = m.get("tail") or {}
+    if tail:
+        t.add_row("longest decode (iter 0)", f"{tail['longest_decode_s']:.1f} s")
+        t.add_row(f"done by {tail['done_by_s']:g} s", f"{100 * tail['fraction_done_by']:.1f}%")
+        t.add_row("last 10% of requests' share", f"{100 * tail['last10pct_share']:.0f}%")
+    console.print(t)
+
+
+def run(args) -> int:
+    import json
+    from pathlib import Path
+
+    from planner.schema import load_scenario
+
+    _check_args(args)
+    out = _prepare_out(args.out) if args.out else None
+    sc = load_scenario(args.scenario)
+    from rich.console import Console
+
+    console = Console()
+    trace_mode = args.policy in TRACE_POLICIES
+    if trace_mode:
+        from planner.commands._simulate_trace import run_trace
+
+        return run_trace(args, sc, out, console, _write_files)
+    from simulator.metrics import job_metrics, timeline
+    from simulator.plots import ownership_png
+
+    res = run_job(args, sc)
+    m = job_metrics(res)
+    doc = {"scenario": sc.name, "command": "planner simulate " + " ".join(_argv(args)), "metrics": m, "timeline": timeline(res)}
+    if args.json:
+        print(json.dumps(doc, indent=2, default=float))
+    else:
+        _job_summary_table(m, console)
+    if out is not None:
+        files = {"summary.json": lambda p: Path(p).write_text(json.dumps(doc, indent=2, default=float) + "\n"),
+                 "ownership.png": lambda p: ownership_png(res, p)}
+        if args.snapshots:
+            files["snapshots.jsonl"] = lambda p: Path(p).write_text(
+                "".join(s.model_dump_json() + "\n" for s in res.snapshots))
+        _write_files(out, files)
+        if not args.json:
+            console.print(f"wrote {', '.join(str(out / f) for f in files)}")
+    return 0
+
+
+def _argv(args) -> list[str]:
+    import sys
+
+    return sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == NAME else [args.scenario, "--policy", args.policy]

@@ -1,0 +1,255 @@
+"""planner whatif SCENARIO: the cheapest GPU fleet for a forecast job mix, and how it moves."""
+
+from __future__ import annotations
+
+NAME = "whatif"
+HELP = "capacity planning: the cheapest fleet (nodes per GPU type) that serves a forecast within its SLOs, with sweeps"
+DESCRIPTION = """Decide how many nodes of each GPU type to buy or rent so that a forecast job mix meets
+every SLO at the lowest $/h (placement in co-execution groups with the fleet as a decision). The
+scenario's node groups are the nodes owned today (count: they are paid for used or idle and are
+always in the fleet), gpu_types.<T>.max_nodes the most that can be bought on top (no max_nodes:
+no limit), gpu_types.<T>.price_per_gpu_hour the prices, budget_per_hour an optional cap on the
+fleet's $/h. The answer: the fleet, its cost with a certified lower bound, how busy each type's
+GPUs are, the constraints that bind, and per type the fewest nodes that still serve every job with
+which jobs miss their SLOs (and by how much) with one node fewer.
+
+--styles adds the deployment styles side by side: one job per disaggregated pool pair (Solo-D),
+everything colocated on the best single GPU type, and co-execution groups.
+
+--sweep KEY=START:STOP:STEPS (repeatable: a grid) solves the question at each point, each point
+warm-started from its neighbour, in parallel (--workers local processes, or the Ray cluster at
+--ray-address; 'local' starts one here), and writes a table, CSV and plots (cost against the swept
+value, the fleet mix as stacked bars). Keys: price.<T>, max_nodes.<T>, budget, slo (factor on every
+SLO), jobs (job-mix growth factor), response (response-length growth factor).
+
+With no fleet that serves the forecast (availability, budget, SLOs below what any GPU can do) the
+command explains why and exits 2 without writing anything."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML (node groups = owned nodes, gpu_types.<T>.max_nodes, prices)")
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=START:STOP:STEPS",
+                   help="sweep a key over STEPS values from START to STOP (repeat for a grid)")
+    p.add_argument("--styles", action="store_true", help="also solve Solo-D and colocated deployments for comparison")
+    par = p.add_mutually_exclusive_group()
+    par.add_argument("--workers", type=int, default=None, metavar="N", help="local worker processes for a sweep (default: CPU count)")
+    par.add_argument("--ray-address", metavar="ADDR", help="run the sweep's points as tasks on this Ray cluster ('local': start one here)")
+    p.add_argument("--out", "-o", metavar="DIR", help="write the plan, table, CSV and plots into this folder")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="wall-clock limit per solve (default: the scenario's solver.time_limit_s)")
+    p.add_argument("--mip-gap", type=float, default=None, help="relative gap at which a solve may stop (default: the scenario's)")
+    p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (default: the scenario's)")
+    p.add_argument("--no-minimums", action="store_true", help="skip the minimum count per type and the one-node-fewer analysis")
+
+
+def _check_args(args) -> None:
+    from pathlib import Path
+
+    from planner.commands._args import check_solver_args
+    from planner.errors import Problem, UserError
+
+    check_solver_args(args)
+    if args.workers is not None and args.workers < 1:
+        raise UserError(Problem("--workers", f"must be at least 1, got {args.workers}", "pass e.g. --workers 2"))
+    if args.out:
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise UserError(Problem("--out", f"{out} exists and is not a folder", "pass a folder (it is created if missing)"))
+        if not out.exists() and not out.resolve().parent.is_dir():
+            raise UserError(Problem("--out", f"the folder above {out} does not exist", "create it or pick another path"))
+
+
+def run(args) -> int:
+    import sys
+
+    from planner.schema import load_scenario
+    from planner.whatif import sweep as sw
+
+    _check_args(args)
+    sc = load_scenario(args.scenario)
+    from planner.instances.capacity import fleet_limits
+
+    types = sorted(fleet_limits(sc))
+    sweeps = sw.parse_all(args.sweep, types)
+    styles = ("co-execution", "solo-disaggregated", "colocated") if args.styles else ("co-execution",)
+    mode = args.mode or sc.solver.phase_time_estimate
+    time_limit = args.time_limit or sc.solver.time_limit_s
+    gap = args.mip_gap if args.mip_gap is not None else sc.solver.mip_gap
+    command = "planner whatif " + " ".join(_quote(a) for a in sys.argv[sys.argv.index("whatif") + 1:]) if "whatif" in sys.argv else "planner whatif"
+    if not sweeps:
+        return _single(args, sc, styles, mode, time_limit, gap, command)
+    return _sweep(args, sc, sweeps, styles, mode, time_limit, gap, types, command)
+
+
+def _quote(a: str) -> str:
+    import shlex
+
+    return shlex.quote(a)
+
+
+def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
+    import sys
+    import time
+
+    from formulation.capacity.explain import binding, minimums
+    from formulation.capacity.plan import build_capacity_plan, style_line
+    from formulation.capacity.solve import solve
+    from formulation.capacity.warm import improve
+    from formulation.common import SolveOptions
+    from planner.errors import UserError
+    from planner.instances.capacity import compile_capacity
+    from planner.whatif import infeasible, report
+
+    info = report.machine()
+    t0 = time.perf_counter()
+    inst = compile_capacity(sc, mode)
+    opts = SolveOptions(time_limit_s=time_limit, mip_gap=gap, threads=sc.solver.threads, seed=sc.solver.seed)
+    res = solve(inst, opts, "co-execution")
+    if res.unplaced:
+        raise UserError(infeasible.problems(sc, inst, res, opts, mode),
+                        title=f"{sc.name}: no fleet within the limits serves the forecast ({len(res.unplaced)} of "
+                              f"{len(inst.placement.jobs)} jobs left out); nothing written")
+    mins = []
+    if not args.no_minimums:
+        for _ in range(3):
+            found: list = []
+            mins = minimums(inst, res, opts, found)
+            better = improve(inst, res.cost_per_hour, res.lower_bound, res.record.message, found, opts)
+            if better is None:
+                break
+            res = better  # a minimum count came with a cheaper fleet than the first solve: that is the answer
+        else:
+            mins = minimums(inst, res, opts)
+    plan = build_capacity_plan(inst, res)
+    plan.binding = binding(inst, res, plan)
+    plan.minimums = mins
+    others = [solve(inst, opts, s) for s in styles if s != "co-execution"]
+    plan.styles = [style_line(r, inst) for r in [res] + others] if others else []
+    record = res.record.as_dict()
+    record["wall_time_s"] = time.perf_counter() - t0
+    lines = report.answer_lines(plan, record, plan.styles)
+    print("\n".join(lines))
+    if args.out:
+        _write_single(args.out, sc, plan, record, lines, inst.types, command, info)
+        print(f"wrote {args.out}/capacity-plan.yaml, answer.md, fleet.png" + (", styles.csv" if plan.styles else ""), file=sys.stderr)
+    return 0
+
+
+def _write_single(out, sc, plan, record, lines, types, command, info) -> None:
+    from pathlib import Path
+
+    from planner import plandoc
+    from planner.whatif import report
+
+    d = Path(out)
+    d.mkdir(exist_ok=True)
+    doc = plandoc.PlanDocument(kind="CapacityPlan", scenario=sc.name, scenario_digest=plandoc.scenario_digest(sc),
+                               solver=plandoc.SolverRecord(**{k: v for k, v in record.items()}), body=plan.model_dump(mode="json"))
+    plandoc.write(doc, d / "capacity-plan.yaml")
+    md = report.header(command, info) + "\n```\n" + "\n".join(lines) + "\n```\n"
+    report.write_atomic(d / "answer.md", md)
+    if plan.styles:
+        head = ["style", "status", "cost_per_hour", "lower_bound_per_hour", "gpus", "busy"] + [f"nodes_{t}" for t in types] + ["note"]
+        rows = [",".join(head)]
+        for s in plan.styles:
+            vals = [s.style, s.status, "" if s.cost_per_hour is None else f"{s.cost_per_hour:.6g}",
+                    "" if s.lower_bound_per_hour is None else f"{s.lower_bound_per_hour:.6g}", str(s.gpus),
+                    "" if s.busy is None else f"{s.busy:.4f}"] + [str(s.fleet.get(t, 0)) for t in types] + ['"' + s.note.replace('"', "'") + '"']
+            rows.append(",".join(vals))
+        report.write_atomic(d / "styles.csv", "\n".join(rows) + "\n")
+        labels = [s.style for s in plan.styles]
+        fleets = [s.fleet if s.cost_per_hour is not None else {} for s in plan.styles]
+        report.plot_fleet(labels, fleets, types, d / ".fleet.png", f"{sc.name}: fleet by deployment style", "style")
+    else:
+        report.plot_fleet([plan.style], [{f.gpu_type: f.total for f in plan.fleet}], types, d / ".fleet.png",
+                          f"{sc.name}: fleet", "style")
+    (d / ".fleet.png").replace(d / "fleet.png")
+
+
+def _sweep(args, sc, sweeps, styles, mode, time_limit, gap, types, command) -> int:
+    import os
+    import sys
+
+    from rich.console import Console
+
+    from planner.whatif import report, run as runner
+    from planner.whatif import sweep as sw
+
+    info = report.machine()
+    pts = sw.points(sweeps)
+    keys = [s.key for s in sweeps]
+    ctx = runner.Context(scenario=sw.compile_limits(sc, sweeps), mode=mode, styles=styles, time_limit_s=time_limit,
+                         mip_gap=gap, threads=1)
+    workers = args.workers or os.cpu_count() or 1
+    err = Console(stderr=True)
+    import time
+
+    t0 = time.perf_counter()
+    done = [0]
+    if err.is_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        progress = Progress(TextColumn("[bold]what-if"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.description}"), console=err, transient=False)
+        task = progress.add_task("", total=len(pts))
+
+        def on_done(r):
+            co = r.style("co-execution")
+            progress.update(task, advance=1, description=f"last: #{r.index} " + (f"{co.cost_per_hour:.0f} $/h" if co and co.served else "no fleet"))
+    else:
+        progress = None
+
+        def on_done(r):
+            done[0] += 1
+            co = r.style("co-execution")
+            print(f"what-if: {done[0]}/{len(pts)} points (#{r.index}: " + (f"{co.cost_per_hour:.2f} $/h" if co and co.served else "no fleet")
+                  + f", {r.wall_s:.1f} s)", file=sys.stderr, flush=True)
+
+    try:
+        if progress:
+            progress.start()
+        if args.ray_address:
+            results = runner.run_ray(ctx, pts, None, args.ray_address, on_done)
+        else:
+            results = runner.run_local(ctx, pts, workers, on_done)
+    finally:
+        if progress:
+            progress.stop()
+    wall = time.perf_counter() - t0
+    head, body = report.table_rows(results, keys, styles)
+    report.print_table(head, body, Console(width=max(120, Console().width)))
+    where = f"{len(pts)} points in {wall:.1f} s on " + (f"Ray ({args.ray_address})" if args.ray_address else f"{min(workers, len(pts))} local worker(s)")
+    print(where, file=sys.stderr)
+    if args.out:
+        _write_sweep(args.out, sc, results, keys, styles, types, head, body, command, info, where)
+        print(f"wrote {args.out}/sweep.csv, sweep.md, cost.png, fleet.png, points/", file=sys.stderr)
+    return 0
+
+
+def _write_sweep(out, sc, results, keys, styles, types, head, body, command, info, where) -> None:
+    from pathlib import Path
+
+    from planner import plandoc
+    from planner.whatif import report
+
+    d = Path(out)
+    d.mkdir(exist_ok=True)
+    pts = d / "points"
+    pts.mkdir(exist_ok=True)
+    for old in pts.glob("point-*.yaml"):  # a previous sweep's points
+        old.unlink()
+    for r in results:
+        if not r.plan:
+            continue
+        doc = plandoc.PlanDocument(kind="CapacityPlan", scenario=sc.name, scenario_digest=plandoc.scenario_digest(sc),
+                                   solver=plandoc.SolverRecord(**r.record), body=r.plan)
+        plandoc.write(doc, pts / f"point-{r.index:03d}.yaml")
+    report.write_atomic(d / "sweep.csv", report.csv_text(results, keys, types))
+    md = report.header(command, info, extra=where) + "\n" + report.markdown(head, body)
+    report.write_atomic(d / "sweep.md", md)
+    report.plot_cost(results, keys, styles, d / ".cost.png")
+    (d / ".cost.png").replace(d / "cost.png")
+    labels = [", ".join(f"{r.values[k]:.3g}" for k in keys) for r in results]
+    fleets = [r.style("co-execution").fleet if r.style("co-execution").served else {} for r in results]
+    report.plot_fleet(labels, fleets, types, d / ".fleet.png", f"{sc.name}: co-execution fleet", ", ".join(keys))
+    (d / ".fleet.png").replace(d / "fleet.png")

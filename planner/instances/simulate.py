@@ -1,0 +1,308 @@
+"""Scenario → simulator inputs: a :class:`simulator.job.JobSetup` per job, and the trace's jobs.
+
+The rollout and training GPU types of a job are its best pair by the estimators (conservative
+phase times: the pair the planner would pick for it solo); its pools are its own ``rollout.nodes``
+and ``trainer.nodes``; its SLO is ``slo.iteration_s`` or ``slo.ratio_to_solo`` x its solo iteration
+time under the scenario's ``solver.phase_time_estimate``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.errors import Problem, UserError, did_you_mean
+from planner.instances.common import ClusterView, estimate_job, job_profile, resolve_gpu_types
+
+
+def cluster_view(sc) -> ClusterView:
+    return ClusterView(sc, resolve_gpu_types(sc))
+
+
+def pick_job(sc, name: str | None):
+    names = [j.name for j in sc.jobs]
+    if name is None:
+        if len(sc.jobs) != 1:
+            raise UserError(Problem("--job", f"the scenario has {len(sc.jobs)} jobs; the request-level model simulates one",
+                                    f"pick one with --job (one of: {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}), "
+                                    "or use a multi-job policy (groups, solo-d, colocated-jobs)"))
+        return 0, sc.jobs[0]
+    if name not in names:
+        raise UserError(Problem("--job", f"no job '{name}' in the scenario.{did_you_mean(name, names)}",
+                                f"use one of: {', '.join(names[:8])}"))
+    i = names.index(name)
+    return i, sc.jobs[i]
+
+
+def job_setup(sc, index: int, job, view: ClusterView | None = None, seed: int = 0):
+    from simulator.job import setup_from_profile
+
+    view = view or cluster_view(sc)
+    est = estimate_job(job, view, "conservative", seed)
+    where = f"jobs[{index}] ({job.name})"
+    if est.best is None:
+        raise UserError(Problem(where, "fits no rollout/training GPU type pair of the cluster",
+                                "run `planner estimate` on the scenario to see why, and allow a larger type or more TP"))
+    rt, tt = est.best
+    slo = est.slo_s
+    if job.slo.iteration_s is None and sc.solver.phase_time_estimate == "sampled":
+        slo = estimate_job(job, view, "sampled", seed).slo_s
+    prof = job_profile(job, seed)
+    return setup_from_profile(prof, view.pool(rt, job.rollout.nodes), view.pool(tt, job.trainer.nodes),
+                              inter_cluster_gb_per_s=view.inter_cluster_bw(rt, tt), slo_s=slo)
+
+
+# ---------------------------------------------------------------------------------------- traces
+DEFAULT_TRACE_ITERATIONS = 50  # a job without duration_s runs this many iterations
+
+
+def _switch_costs(setup, colocated: bool, cold: bool = False) -> tuple[float, float]:
+    """(rollout, training) switch seconds: warm = host DRAM → GPU copy of the per-GPU state;
+    cold = :func:`estimators.comm.cold_start_s` (process start, framework init, state from storage)."""
+    from estimators import comm, memory
+
+    m = setup.model
+    t_gpus = setup.train_nodes * setup.gpus_per_node
+    train_state = memory.training_bytes_per_gpu(m, setup.train_unit, 1, max(1, t_gpus // setup.train_unit))
+    weights = m.num_params * 2.0 / setup.rollout_tp
+    if cold:
+        node_r = weights * setup.gpus_per_node
+        node_t = train_state * setup.gpus_per_node
+        return (comm.cold_start_s(node_r, weights, setup.rollout_gpu), comm.cold_start_s(node_t, train_state, setup.train_gpu))
+    if colocated:  # veRL: offload one state and load the other at every phase change
+        return comm.warm_switch_s(train_state, setup.train_gpu), comm.warm_switch_s(train_state, setup.train_gpu)
+    return comm.warm_switch_s(weights, setup.rollout_gpu), comm.warm_switch_s(train_state, setup.train_gpu)
+
+
+def trace_jobs(sc, seed: int = 0, consolidate_at: float = 0.8, profile_seeds: int = 3):
+    """The scenario's jobs as :class:`simulator.trace.TraceJob` (phase times measured by the simulator)."""
+    from dataclasses import replace
+
+    from simulator.profiles import phase_profile
+    from simulator.trace import PoolConfig, TraceJob
+
+    view = cluster_view(sc)
+    out = []
+    for i, job in enumerate(sc.jobs):
+        base = job_setup(sc, i, job, view, seed)
+        rt, tt = base.rollout_gpu.name, base.train_gpu.name
+        both = job.rollout.nodes + job.trainer.nodes
+
+        def setup_for(c, base=base):
+            r_pool, t_pool = view.pool(c.rollout_type, c.rollout_nodes), view.pool(c.train_type, c.train_nodes)
+            return replace(base, rollout_gpu=r_pool.gpu, train_gpu=t_pool.gpu, rollout_nodes=c.rollout_nodes,
+                           train_nodes=c.train_nodes,
+                           inter_cluster_gb_per_s=view.inter_cluster_bw(c.rollout_type, c.train_type))
+
+        def profile(c, setup_for=setup_for):
+            return phase_profile(setup_for(c), seeds=profile_seeds, consolidate_at=consolidate_at)
+
+        def switch(c, setup_for=setup_for):
+            return _switch_costs(setup_for(c), c.rollout_type == c.train_type and c.rollout_nodes == c.train_nodes)
+
+        def cold(c, setup_for=setup_for):
+            return _switch_costs(setup_for(c), False, cold=True)
+
+        solo = PoolConfig(rt, job.rollout.nodes, tt, job.trainer.nodes)
+        colo = PoolConfig(tt, both, tt, both)
+        if job.duration_s is not None:
+            iters = max(1, int(round(job.duration_s / profile(solo).mean_iteration_s)))
+        else:
+            iters = DEFAULT_TRACE_ITERATIONS
+        from estimators import memory
+
+        out.append(TraceJob(name=job.name, arrival_s=job.arrival_s, iterations=iters, slo_s=base.slo_s, profile=profile,
+                            switch_s=switch, solo=solo, colocated=colo, cold_switch_s=cold,
+                            dram_rollout_node_gb=memory.host_dram_rollout_node_gb(base.model),
+                            train_state_gb=memory.host_dram_train_node_gb(base.model, 1)))
+    return out
+
+
+def capacity(sc) -> dict:
+    view = cluster_view(sc)
+    return {t: view.nodes_of(t) for t in view.types()}
+
+
+def node_dram_gb(sc) -> dict:
+    view = cluster_view(sc)
+    return {t: view.dram_gb(t) for t in view.types()}
+
+
+def prices(sc) -> dict:
+    view = cluster_view(sc)
+    return {t: (view.gpu_types[t].price_per_gpu_hour or 0.0) for t in view.types()}
+
+
+def gpus_per_node(sc) -> int:
+    view = cluster_view(sc)
+    gpn = {view.gpus_per_node(t) for t in view.types()}
+    if len(gpn) != 1:
+        raise UserError(Problem("cluster.node_groups", f"the phase-level model needs one GPUs-per-node figure, got {sorted(gpn)}",
+                                "give every node group the same gpus_per_node"))
+    return gpn.pop()
+
+
+SIMULATED_QUANTILE = 0.9  # phase times the simulated tables give the planner: the p90 of the measured samples
+
+
+def simulated_instance(sc, jobs):
+    """The placement instance with the simulator's phase times instead of the estimators'.
+
+    Per job: rollout seconds on its own rollout node count and on twice it (so "extend the rollout
+    pool" stays a move), the p90 of the simulated rollouts; training seconds on its own training
+    nodes, the p90 of the simulated training phases; weight sync and host DRAM as compiled by the
+    planner; SLO = the scenario's ``ratio_to_solo`` x the simulated solo iteration (p90 rollout +
+    p90 training + sync), or ``iteration_s``. Returned with the jobs' SLOs set to match.
+    """
+    from formulation.placement.instance import PlacementInstance, PlacementJob
+    from planner.instances.placement import compile_scenario
+    from simulator.trace import PoolConfig
+
+    base = compile_scenario(sc)
+    by_name = {j.name: j for j in base.jobs}
+    spec = {j.name: j for j in sc.jobs}
+    out = []
+    for j in jobs:
+        b = by_name[j.name]
+        c0 = j.solo
+        r_tab, t_tab = {}, {}
+        for n in sorted({c0.rollout_nodes, 2 * c0.rollout_nodes}):
+            if n <= base.pool_types[c0.rollout_type].count:
+                p = j.profile(PoolConfig(c0.rollout_type, n, c0.train_type, c0.train_nodes))
+                r_tab[n] = float(np.quantile(p.rollout_s, SIMULATED_QUANTILE))
+        p0 = j.profile(c0)
+        t_tab[c0.train_nodes] = float(np.quantile(p0.train_s, SIMULATED_QUANTILE))
+        solo = r_tab[c0.rollout_nodes] + t_tab[c0.train_nodes] + p0.sync_s
+        slo = spec[j.name].slo
+        slo_s = slo.iteration_s if slo.iteration_s is not None else slo.ratio_to_solo * solo
+        out.append(PlacementJob(name=j.name, slo_s=slo_s, rollout_s={c0.rollout_type: r_tab}, train_s={c0.train_type: t_tab},
+                                sync_s={c0.rollout_type: {c0.train_type: p0.sync_s}}, dram_rollout_node_gb=b.dram_rollout_node_gb,
+                                train_state_gb=b.train_state_gb, arrival_s=b.arrival_s))
+    return PlacementInstance(name=base.name, pool_types=base.pool_types, jobs=out, move_price_per_job=base.move_price_per_job)
+
+
+def with_simulated_slos(jobs, inst):
+    """The trace jobs with the SLOs of a :func:`simulated_instance`."""
+    from dataclasses import replace
+
+    slo = {j.name: j.slo_s for j in inst.jobs}
+    return [replace(j, slo_s=slo[j.name]) for j in jobs]
+
+
+def placement_placer(sc, jobs, tables: str = "estimators"):
+    """The placement planner's online admission as a :class:`simulator.trace.Placer`."""
+    return PlannerPlacer(sc, jobs, tables)
+
+
+class PlannerPlacer:
+    """The placement planner's online admission (Weave's three moves) as a trace placer.
+
+    Jobs are compiled with :func:`planner.instances.placement.compile_scenario` (the planner's own
+    phase-time tables and SLOs) and admitted one by one with
+    :class:`formulation.placement.greedy.Packer` (fill a bubble, extend the rollout pool, open a new
+    group); a departure removes the job from its group (an emptied group frees its nodes). Group ids
+    are the packer's group positions, which never change.
+    """
+
+    def __init__(self, sc, jobs=None, tables: str = "estimators") -> None:
+        """``tables``: ``estimators`` (the planner's own compilation: conservative phase times, as Weave
+        plans) or ``simulator`` (:func:`simulated_instance`: the phase times this simulator measures)."""
+        from formulation.placement.evaluate import Index
+        from formulation.placement.greedy import Packer
+        from planner.instances.placement import compile_scenario
+
+        self.inst = compile_scenario(sc) if tables == "estimators" else simulated_instance(sc, jobs)
+        self.idx = Index(self.inst)
+        self.pk = Packer(self.idx)
+        self.j_of = {n: i for i, n in enumerate(self.idx.names)}
+        self.moves: list = []  # (job, move, configuration label, marginal $/h)
+
+    def admit(self, job: str) -> bool:
+        j = self.j_of[job]
+        adm = self.pk.best_move(j)
+        if adm.move is None:
+            return False
+        self.pk.apply(adm)
+        self.moves.append((job, adm.move, self.idx.configs[adm.config].label(), adm.marginal_cost))
+        return True
+
+    def remove(self, job: str) -> None:
+        j = self.j_of[job]
+        if j in self.pk.job_group:
+            self.pk.remove_job(j)
+
+    def groups(self) -> dict:
+        out = {}
+        for g, members in enumerate(self.pk.groups):
+            if members:
+                out[f"g{g}"] = (self.idx.configs[self.pk.group_config[g]], [self.idx.names[j] for j in members])
+        return out
+
+
+class PlannerDecision:
+    """The reallocation planner as the dynamic policy's decision function.
+
+    The same code path ``planner realloc`` and the daemon use: the simulator's telemetry snapshot and
+    the scenario go through :func:`planner.instances.realloc.build_context` and
+    :func:`formulation.realloc.decide.decide` with one :class:`formulation.realloc.donors.DonorDetector`
+    per job (DynaRL's trigger: more than ``theta`` of the engines under ``u_low`` for ``window_s``).
+    DynaRL reallocates *within* an iteration: at an iteration boundary the job goes back to its
+    planned partition (the planner is not asked: no component there is a donor, so it could not
+    give the idle trainer's GPUs back to the new rollout). A committed decision becomes a
+    :class:`simulator.policies.Reallocation` (GPUs per component and migration kind; the simulator
+    places them on nodes).
+    """
+
+    wants_remaining_tokens = True  # the snapshots carry the rollout's remaining-work estimate
+
+    def __init__(self, sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, backend: str = "highs",
+                 margin: float = 0.05) -> None:
+        from formulation.realloc.decide import ReallocOptions
+        from formulation.realloc.donors import DonorConfig, DonorDetector
+
+        self.sc = sc
+        self.detector = DonorDetector(DonorConfig(theta=theta, u_low=u_low, hold_s=window_s))
+        self.options = ReallocOptions(backend=backend, margin=margin)
+        self.calls = 0
+        self.committed = 0
+        self.restores = 0
+        self.solve_ms: list = []
+        # every committed decision's prediction, to set against what the simulator then measures:
+        # (iteration, seconds into it, curve unit, current / predicted throughput, objective net of migration cost);
+        # with a scenario the unit is 1/s and 1 / throughput is the predicted remaining time of the iteration's work
+        self.commits: list = []
+
+    def __call__(self, snap, ctx):
+        from formulation.realloc.decide import decide
+        from planner.instances.realloc import build_context
+        from simulator.policies import Reallocation
+
+        if ctx.at_boundary:
+            self.restores += 1
+            return Reallocation(target=dict(ctx.initial), kinds={"rollout": "workload", "reference": "workload", "trainer": "p2p"},
+                                reason="iteration start: back to the planned partition")
+        if all(c.progress >= 1.0 for c in snap.components):
+            return None  # the iteration's work is done (optimizer step, weight sync): nothing to reallocate
+        import time
+
+        self.calls += 1
+        t0 = time.perf_counter()
+        rctx = build_context(snap, self.sc)
+        d = decide(snap, rctx, self.options, self.detector)
+        self.solve_ms.append((time.perf_counter() - t0) * 1e3)  # context build + decision
+        if not d.committed:
+            return None
+        self.committed += 1
+        self.commits.append({"iteration": snap.iteration, "time_s": snap.time_s, "unit": rctx.unit,
+                             "current": d.current_throughput, "predicted": d.predicted_throughput, "objective": d.objective})
+        target, kinds = {}, {}
+        for s, c in enumerate(d.choice):
+            st = d.instance.stages[s]
+            cand = st.candidates[c]
+            target[st.name] = cand.total_gpus
+            if c != 0:
+                kinds[st.name] = cand.migration_kind
+        return Reallocation(target=target, kinds=kinds, reason=d.reason, predicted_gain=d.objective - d.current_throughput)
+
+
+def planner_decision(sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5) -> PlannerDecision:
+    return PlannerDecision(sc, u_low, window_s, theta)

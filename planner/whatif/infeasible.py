@@ -1,0 +1,70 @@
+"""Why no fleet serves the forecast, as problems a person can act on (``planner whatif`` exits 2).
+
+In order:
+
+1. jobs no fleet can serve whatever it holds (SLO below the solo time on every pool the job may
+   use, no GPU type that fits it, not enough host DRAM on any node): from the placement
+   explanation against the largest fleet allowed;
+2. the budget: the cheapest fleet that serves every job without it, by how much it is over, and
+   how many jobs the budget can serve;
+3. availability: for each type with a limit, the fewest nodes of it that serve every job with
+   the other types up to their limits (compiled again with that type's limit lifted, so that its
+   pool sizes are not capped), and with the nodes that can be had, which jobs miss their SLOs
+   and by how much (:func:`formulation.capacity.explain.minimum_for`).
+"""
+
+from __future__ import annotations
+
+from formulation.capacity.explain import minimum_for
+from formulation.capacity.instance import CapacityInstance
+from formulation.capacity.plan import default_unplaced
+from formulation.capacity.solve import StyleResult, solve
+from formulation.common import SolveOptions
+from planner.errors import Problem
+from planner.schema.scenario import Scenario
+
+FLEET_INDEPENDENT = ("slo", "no-pool", "dram")
+
+
+def problems(sc: Scenario, inst: CapacityInstance, res: StyleResult, options: SolveOptions, mode: str) -> list[Problem]:
+    unplaced = default_unplaced(inst, res)
+    hard = [u for u in unplaced if u.reason in FLEET_INDEPENDENT]
+    if hard:
+        return [Problem(f"job {u.job}", f"no fleet can serve it ({u.reason}): {u.message}", u.fix) for u in hard]
+    out: list[Problem] = []
+    if inst.budget_per_hour is not None:
+        free = solve(inst.model_copy(update={"budget_per_hour": None}), options, "co-execution")
+        if not free.unplaced:
+            left = [u.job for u in unplaced]
+            out.append(Problem("budget_per_hour",
+                               f"the cheapest fleet that meets every SLO costs {free.cost_per_hour:.2f} $/h, "
+                               f"{free.cost_per_hour - inst.budget_per_hour:.2f} $/h over the budget of {inst.budget_per_hour:.2f} $/h; "
+                               f"within the budget {len(inst.placement.jobs) - len(left)} of {len(inst.placement.jobs)} jobs fit "
+                               f"(left out: {', '.join(left[:8])}{', ...' if len(left) > 8 else ''})",
+                               f"raise budget_per_hour to at least {free.cost_per_hour:.2f}, or drop or relax those jobs"))
+            return out
+    out += availability(sc, inst, options, mode)
+    if not out:
+        out = [Problem(f"job {u.job}", f"cannot be served within the availability limits ({u.reason}): {u.message}", u.fix)
+               for u in unplaced]
+    return out
+
+
+def availability(sc: Scenario, inst: CapacityInstance, options: SolveOptions, mode: str) -> list[Problem]:
+    from planner.instances.capacity import compile_capacity
+
+    out = []
+    for t in inst.types:
+        spec = sc.gpu_types.get(t)
+        if spec is None or spec.max_nodes is None:
+            continue  # unlimited already
+        lifted_sc = sc.model_copy(update={"gpu_types": {**sc.gpu_types, t: spec.model_copy(update={"max_nodes": None})}})
+        lifted = compile_capacity(lifted_sc, mode)
+        others = {u: inst.limit(u) for u in inst.types if u != t}
+        m = minimum_for(lifted, t, options, others=others, short_of=inst.limit(t))
+        if m is None or m.min_nodes <= inst.limit(t):
+            continue
+        out.append(Problem(f"gpu_types.{t}.max_nodes", "with the other types up to their limits, meeting every SLO needs " + m.message,
+                           f"raise gpu_types.{t}.max_nodes to at least {m.min_nodes - inst.owned_nodes(t)}"
+                           + (", or relax the SLOs of the jobs named" if m.misses else "")))
+    return out

@@ -1,0 +1,97 @@
+"""Policies of the request-level job model, and the interface of a dynamic decision function.
+
+A :class:`Policy` says how one job's GPUs are used:
+
+* ``static``: a fixed partition (verl / RLinf disaggregated): ``rollout_gpus`` run the engines,
+  ``reference_gpus`` the log-prob passes, ``trainer_gpus`` the update; finished responses stream
+  to the downstream stages (``streaming``), the update ends the iteration;
+* ``colocated`` (veRL time sharing): every GPU runs the rollout, then the log-prob passes, then the
+  update, with an offload/onload switch between (host-DRAM resident state: a warm switch);
+* ``dynamic``: the static partition to start with, then a *decision function* fed with a
+  :class:`~formulation.realloc.telemetry.TelemetrySnapshot` every ``telemetry_interval_s`` (and at
+  every iteration boundary) may move GPUs between components; the simulator carries the moves
+  out with their migration costs (Workload migration of rollout requests, P2P resharding of the
+  trainer, Reboot of inference workers);
+
+each with a request queue order (``fifo`` or ``priority``: tool calls done, cached prefix, with an
+age bound) and optional long-tail consolidation at ``consolidate_at`` (fraction of requests done).
+
+The decision-function interface is plain data in and out, so the reallocation planner
+(``formulation.realloc``) plugs in unchanged: it receives the snapshot a running system would post
+and a :class:`ReallocContext` (per component: kind, GPUs, GPU granularity, minimum, measured
+work rate, backlog), and returns a :class:`Reallocation` (target GPUs per component and the
+migration kind of each) or ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol
+
+from formulation.realloc.telemetry import TelemetrySnapshot
+
+POLICIES = ("static", "colocated", "dynamic")
+MIGRATION_KINDS = ("workload", "p2p", "reboot")
+
+
+@dataclass(frozen=True)
+class ComponentInfo:
+    name: str
+    kind: str  # rollout | reference | trainer (telemetry ComponentKind)
+    gpus: int
+    unit_gpus: int  # GPU granularity (engine TP, trainer TP x PP)
+    min_gpus: int  # fewest GPUs the component can run on (0: may be emptied)
+    work_rate_per_gpu: float  # measured work per second per GPU (tokens/s for rollout, FLOP/s otherwise)
+    backlog_s: float  # queued work at the current rate (0 when idle)
+    pending: int  # requests / samples not yet through this component this iteration
+    interruptible: bool = True
+    grow_s: float = 0.0  # seconds before GPUs added now start working (migration: boot, resharding)
+
+
+@dataclass(frozen=True)
+class ReallocContext:
+    time_s: float  # since the job started
+    iteration: int
+    total_gpus: int
+    free_gpus: int
+    components: dict  # name -> ComponentInfo
+    initial: dict  # name -> GPUs of the starting partition
+    at_boundary: bool = False  # an iteration boundary (the rollout is about to start)
+
+
+@dataclass(frozen=True)
+class Reallocation:
+    target: dict  # component -> GPUs
+    kinds: dict = field(default_factory=dict)  # component -> workload | p2p | reboot
+    reason: str = ""
+    predicted_gain: float = 0.0
+
+
+class DecisionFn(Protocol):
+    def __call__(self, snapshot: TelemetrySnapshot, ctx: ReallocContext) -> Optional[Reallocation]: ...
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str = "static"
+    rollout_gpus: Optional[int] = None  # None: the scenario's rollout nodes
+    reference_gpus: Optional[int] = None  # None: split the training nodes by work (see job.partition)
+    trainer_gpus: Optional[int] = None
+    streaming: bool = True
+    queue: str = "fifo"
+    max_wait_s: float = 30.0
+    consolidate_at: Optional[float] = None
+    pack_slack: float = 0.25
+    decision: Optional[Callable] = None
+    telemetry_interval_s: float = 1.0
+    record_snapshots: bool = False
+
+    def __post_init__(self):
+        if self.name not in POLICIES:
+            raise ValueError(f"unknown policy {self.name!r}: use one of {', '.join(POLICIES)}")
+        if self.queue not in ("fifo", "priority"):
+            raise ValueError(f"unknown queue order {self.queue!r}: use fifo or priority")
+        if self.consolidate_at is not None and not 0.0 < self.consolidate_at < 1.0:
+            raise ValueError(f"consolidate_at must lie in (0, 1), got {self.consolidate_at}")
+        if self.name == "dynamic" and self.decision is None:
+            raise ValueError("the dynamic policy needs a decision function")

@@ -1,0 +1,335 @@
+"""Phase-level model of a multi-job trace: arrivals, placement, groups running, departures, cost.
+
+Jobs arrive at their ``arrival_s``; each needs ``iterations`` iterations (its duration in the
+scenario divided by its solo iteration time, see :func:`planner.instances.simulate.trace_jobs`) and
+leaves when they are done. A *placer* decides where a job runs:
+
+* ``groups``: the placement planner's online admission (Weave's inter-group scheduler: fill a
+  bubble, extend the rollout pool, or open a new group) through the :class:`Placer` interface;
+* ``solo-d``: one disaggregated pool pair per job (its own rollout and training nodes);
+* ``colocated-jobs``: one pool of the training type per job (its rollout plus training nodes),
+  generation and training time-shared on it (veRL).
+
+A member whose state fits in its nodes' host DRAM beside the members that joined before it switches
+warm; one that does not fit pays a cold start (process launch, framework init, state read from
+storage: :func:`estimators.comm.cold_start_s`) at every switch.
+
+Every group, a one-member group included, runs as a :class:`simulator.groups.GroupRun` on one
+event loop: whole-pool members in the group's order, phase times drawn from the job's
+:class:`simulator.profiles.PhaseProfile` on the group's pools, warm switches between members,
+and long-tail consolidation when enabled. A job that no placement fits waits (first come, first
+served) until a departure frees capacity.
+
+Cost is what the pools cost while they are provisioned: a group's pools from its creation to its
+last member's departure (a pool extended later costs more from then on). SLO attainment per job
+is the share of its iterations (the gap between two iteration ends, the first measured from its
+first rollout start) no longer than its SLO; the time a job waits for admission is reported
+apart.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Optional, Protocol
+
+import numpy as np
+
+from formulation.placement.evaluate import Config as PoolConfig  # the placement planner's pool pair: one definition
+from simulator.core import EventLoop
+from simulator.groups import GroupRun, GroupSpec, MemberSpec, TailProfile
+from simulator.profiles import PhaseProfile
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    name: str
+    arrival_s: float
+    iterations: int
+    slo_s: float
+    profile: Callable[[PoolConfig], PhaseProfile]  # phase times on a pool pair (cached by the caller)
+    switch_s: Callable[[PoolConfig], tuple]  # (rollout, training) warm-switch seconds on a pool pair
+    solo: PoolConfig  # its own pools (Solo-D)
+    colocated: Optional[PoolConfig] = None  # its own colocated pool (train type on both sides)
+    cold_switch_s: Optional[Callable[[PoolConfig], tuple]] = None  # (rollout, training) cold starts; None: as warm
+    dram_rollout_node_gb: float = 0.0  # host DRAM it keeps on every rollout node of its group
+    train_state_gb: float = 0.0  # host DRAM it keeps on the training pool, spread over its nodes
+
+
+class Placer(Protocol):
+    """Where jobs run. ``admit`` returns False when the job cannot be placed now."""
+
+    def admit(self, job: str) -> bool: ...
+
+    def remove(self, job: str) -> None: ...
+
+    def groups(self) -> dict:  # group id -> (PoolConfig, [member names in round-robin order])
+        ...
+
+
+class SoloPlacer:
+    """One group per job on its own pool pair (Solo-D), or its own colocated pool."""
+
+    def __init__(self, jobs: dict, capacity: dict, colocated: bool = False) -> None:
+        self.jobs = jobs
+        self.free = dict(capacity)
+        self.colocated = colocated
+        self._groups: dict = {}
+
+    def _config(self, name: str) -> PoolConfig:
+        j = self.jobs[name]
+        return j.colocated if self.colocated else j.solo
+
+    def _need(self, c: PoolConfig) -> dict:
+        if self.colocated:
+            return {c.train_type: c.train_nodes}
+        need = {c.rollout_type: c.rollout_nodes}
+        need[c.train_type] = need.get(c.train_type, 0) + c.train_nodes
+        return need
+
+    def admit(self, job: str) -> bool:
+        c = self._config(job)
+        need = self._need(c)
+        if any(self.free.get(t, 0) < n for t, n in need.items()):
+            return False
+        for t, n in need.items():
+            self.free[t] -= n
+        self._groups[f"solo-{job}"] = (c, [job])
+        return True
+
+    def remove(self, job: str) -> None:
+        c, _ = self._groups.pop(f"solo-{job}")
+        for t, n in self._need(c).items():
+            self.free[t] += n
+
+    def groups(self) -> dict:
+        return dict(self._groups)
+
+
+@dataclass
+class JobRecord:
+    name: str
+    arrival_s: float
+    admitted_s: Optional[float] = None
+    done_s: Optional[float] = None
+    group: Optional[str] = None
+    iteration_s: list = field(default_factory=list)
+    slo_s: float = math.inf
+    tokens: float = 0.0
+
+    @property
+    def slo_attainment(self) -> float:
+        if not self.iteration_s:
+            return math.nan
+        return float(np.mean([d <= self.slo_s * (1 + 1e-9) for d in self.iteration_s]))
+
+
+@dataclass
+class TraceResult:
+    policy: str
+    end_s: float
+    jobs: dict  # name -> JobRecord
+    cost: float
+    gpu_hours: dict  # gpu type -> GPU-hours provisioned
+    provisioned: list  # (t, gpu type, GPUs provisioned from t)
+    groups: dict  # group id -> GroupRun
+    group_spans: dict  # group id -> (created, ended, PoolConfig)
+    events: int = 0
+
+    def summary(self) -> dict:
+        done = [j for j in self.jobs.values() if j.done_s is not None]
+        att = [j.slo_attainment for j in done if j.iteration_s]
+        waits = [j.admitted_s - j.arrival_s for j in self.jobs.values() if j.admitted_s is not None]
+        tokens = sum(j.tokens for j in self.jobs.values())
+        return {
+            "policy": self.policy,
+            "jobs": len(self.jobs),
+            "jobs_done": len(done),
+            "end_s": self.end_s,
+            "cost": self.cost,
+            "gpu_hours": dict(self.gpu_hours),
+            "tokens": tokens,
+            "tokens_per_dollar": tokens / self.cost if self.cost > 0 else math.nan,
+            "slo_attainment_mean": float(np.mean(att)) if att else math.nan,
+            "jobs_meeting_slo": float(np.mean([a >= 1.0 - 1e-9 for a in att])) if att else math.nan,
+            "mean_wait_s": float(np.mean(waits)) if waits else math.nan,
+            "max_wait_s": float(np.max(waits)) if waits else math.nan,
+            "groups": len(self.group_spans),
+            "events": self.events,
+        }
+
+
+class TraceSim:
+    def __init__(self, jobs: list, placer: Placer, prices: dict, gpus_per_node: int = 8, *, consolidate: bool = False,
+                 seed: int = 0, horizon_s: Optional[float] = None, policy: str = "groups", record_phases: bool = False,
+                 node_dram_gb: Optional[dict] = None) -> None:
+        """``node_dram_gb``: host DRAM per node by GPU type; members whose state does not fit beside the
+        group's earlier members on a node are not resident there and pay cold starts at every switch."""
+        self.node_dram_gb = node_dram_gb or {}
+        self.loop = EventLoop(seed)
+        self.jobs = {j.name: j for j in jobs}
+        self.placer = placer
+        self.prices = prices
+        self.gpn = gpus_per_node
+        self.consolidate = consolidate
+        self.horizon_s = horizon_s
+        self.policy = policy
+        self.record_phases = record_phases
+        self.records = {j.name: JobRecord(j.name, j.arrival_s, slo_s=j.slo_s) for j in jobs}
+        self.queue: list[str] = []
+        self.runs: dict[str, GroupRun] = {}
+        self.configs: dict[str, PoolConfig] = {}
+        self.spans: dict = {}
+        self.provisioned: list = []
+        self._level: dict = {}
+        for j in sorted(jobs, key=lambda j: (j.arrival_s, j.name)):
+            self.loop.at(j.arrival_s, self._arrive, j.name)
+
+    # ------------------------------------------------------------------ provisioning ledger
+    def _provision(self, gpu_type: str, delta: int) -> None:
+        now = self.loop.now
+        self._level[gpu_type] = self._level.get(gpu_type, 0) + delta
+        self.provisioned.append((now, gpu_type, self._level[gpu_type]))
+
+    def _pool_gpus(self, c: PoolConfig) -> dict:
+        if self.policy == "colocated-jobs":
+            return {c.train_type: c.train_nodes * self.gpn}
+        out = {c.rollout_type: c.rollout_nodes * self.gpn}
+        out[c.train_type] = out.get(c.train_type, 0) + c.train_nodes * self.gpn
+        return out
+
+    # ------------------------------------------------------------------ members
+    def _member(self, name: str, c: PoolConfig, gid: str) -> MemberSpec:
+        job = self.jobs[name]
+        prof = job.profile(c)
+        sw_r, sw_t = job.switch_s(c)
+        resident_r, resident_t = self._resident(name, c, gid)
+        if job.cold_switch_s is not None and not (resident_r and resident_t):
+            cold_r, cold_t = job.cold_switch_s(c)
+            sw_r = sw_r if resident_r else cold_r
+            sw_t = sw_t if resident_t else cold_t
+        rn = tuple(f"{gid}-r{i}" for i in range(c.rollout_nodes))
+        tn = tuple(f"{gid}-t{i}" for i in range(c.train_nodes))
+        tail = prof.tail if self.consolidate else None
+        left = max(1, job.iterations - len(self.records[name].iteration_s))
+        rollout_s, train_s = prof.rollout_s, prof.train_s
+        if self.policy == "colocated-jobs":
+            # one pool does both phases: every phase change offloads one state and loads the other
+            rollout_s = tuple(x + sw_r for x in rollout_s)
+            train_s = tuple(x + sw_t for x in train_s)
+            sw_r = sw_t = 0.0
+        return MemberSpec(name=name, rollout_s=rollout_s, train_s=train_s, sync_s=prof.sync_s, rollout_nodes=rn,
+                          train_nodes=tn, rollout_switch_s=sw_r, train_switch_s=sw_t, tail=tail, iterations=left,
+                          tokens_per_iteration=prof.tokens_per_iteration, slo_s=job.slo_s)
+
+    def _resident(self, name: str, c: PoolConfig, gid: str) -> tuple[bool, bool]:
+        """Whether ``name``'s state fits in host DRAM beside the group's members that joined before it."""
+        run = self.runs.get(gid)
+        before = [m for m in (run.order if run is not None and run.active() else []) if m != name]
+        jobs = [self.jobs[m] for m in before] + [self.jobs[name]]
+        d_r = self.node_dram_gb.get(c.rollout_type, math.inf)
+        d_t = self.node_dram_gb.get(c.train_type, math.inf)
+        use_r = sum(j.dram_rollout_node_gb for j in jobs)
+        use_t = sum(j.train_state_gb for j in jobs) / max(1, c.train_nodes)
+        return use_r <= d_r * (1 + 1e-9), use_t <= d_t * (1 + 1e-9)
+
+    def _on_iteration(self, name: str, start: float, end: float, tokens: float) -> None:
+        rec = self.records[name]
+        rec.iteration_s.append(end - start)
+        rec.tokens += tokens
+
+    def _on_member_done(self, gid: str, name: str, now: float) -> None:
+        rec = self.records[name]
+        if rec.done_s is None and len(rec.iteration_s) >= self.jobs[name].iterations:
+            rec.done_s = now
+        self.placer.remove(name)
+        self._reconcile()
+        self._admit_waiting()
+
+    # ------------------------------------------------------------------ flow
+    def _arrive(self, name: str) -> None:
+        self.queue.append(name)
+        self._admit_waiting()
+
+    def _admit_waiting(self) -> None:
+        still = []
+        changed = False
+        for name in self.queue:
+            if self.placer.admit(name):
+                self.records[name].admitted_s = self.loop.now
+                changed = True
+            else:
+                still.append(name)
+        self.queue = still
+        if changed:
+            self._reconcile()
+
+    def _reconcile(self) -> None:
+        """Make the running groups match the placer's groups."""
+        now = self.loop.now
+        for gid, run in self.runs.items():  # close emptied groups first (their ids may be reused)
+            if not run.active() and self.spans[gid][1] is None:
+                self.spans[gid][1] = now
+                for t, g in self._pool_gpus(self.configs[gid]).items():
+                    self._provision(t, -g)
+        for gid, (c, members) in self.placer.groups().items():
+            members = [m for m in members if self.records[m].done_s is None]
+            run = self.runs.get(gid)
+            if run is None or not run.active():
+                if not members:
+                    continue
+                key = gid if run is None else f"{gid}#{now:.3f}"
+                self.configs[gid] = c
+                specs = tuple(self._member(m, c, gid) for m in members)
+                run = GroupRun(self.loop, GroupSpec(name=gid, members=specs, gpus_per_node=self.gpn,
+                                                    rollout_nodes=specs[0].rollout_nodes, train_nodes=specs[0].train_nodes),
+                               rng=np.random.default_rng([self.loop.seed, len(self.spans)]),
+                               on_member_done=lambda n, t, g=gid: self._on_member_done(g, n, t), record=self.record_phases,
+                               on_iteration=self._on_iteration)
+                if key != gid:  # a reused id: keep the finished run's record under another key
+                    self.runs[key], self.spans[key], self.configs[key] = self.runs[gid], self.spans[gid], self.configs[gid]
+                self.runs[gid] = run
+                self.configs[gid] = c
+                for t, g in self._pool_gpus(c).items():
+                    self._provision(t, g)
+                self.spans[gid] = [now, None, c]
+                for m in members:
+                    self.records[m].group = gid
+                continue
+            old = self.configs[gid]
+            if c != old:  # the rollout pool was extended: new nodes join the rings, phase times shrink
+                self._extend(gid, run, old, c)
+            for m in members:
+                if m not in run.members and m not in run.finished:
+                    run.add_member(self._member(m, c, gid))
+                    self.records[m].group = gid
+
+    def _extend(self, gid: str, run: GroupRun, old: PoolConfig, new: PoolConfig) -> None:
+        for t, g in self._pool_gpus(old).items():
+            self._provision(t, -g)
+        for t, g in self._pool_gpus(new).items():
+            self._provision(t, g)
+        self.configs[gid] = new
+        self.spans[gid][2] = new
+        run.add_nodes("rollout", [f"{gid}-r{i}" for i in range(new.rollout_nodes)])
+        for name in list(run.members):
+            spec = self._member(name, new, gid)
+            run.replace_member(spec)
+
+    def run(self) -> TraceResult:
+        self.loop.run(until=self.horizon_s, max_events=100_000_000)
+        end = self.loop.now
+        cost, hours = 0.0, {}
+        by_type: dict = {}
+        for t, typ, level in self.provisioned:
+            by_type.setdefault(typ, []).append((t, level))
+        for typ, pts in by_type.items():
+            h = 0.0
+            for i, (t, lv) in enumerate(pts):
+                t1 = pts[i + 1][0] if i + 1 < len(pts) else end
+                h += lv * max(0.0, min(t1, end) - t) / 3600.0
+            hours[typ] = h
+            cost += h * self.prices.get(typ, 0.0)
+        spans = {g: (a, b if b is not None else end, c) for g, (a, b, c) in self.spans.items()}
+        return TraceResult(policy=self.policy, end_s=end, jobs=self.records, cost=cost, gpu_hours=hours,
+                           provisioned=self.provisioned, groups=self.runs, group_spans=spans, events=self.loop.events_run)
