@@ -17,16 +17,25 @@ def plan_digest(doc) -> str:
     return hashlib.sha256(plandoc.dumps(doc).encode()).hexdigest()[:16]
 
 
+APPLIES = ("ExecutorTarget", "ReallocPlan", "PlacementPlan")
+
+
+def check_kind(path: str) -> None:
+    """Refuse a plan kind the executor cannot apply before its body is validated (a CapacityPlan's
+    missing fields are beside the point)."""
+    kind = plandoc.peek_kind(path)
+    if kind is not None and kind not in APPLIES:
+        raise UserError(Problem("kind", f"the executor cannot apply a {kind}",
+                                "pass an ExecutorTarget, a PlacementPlan (with --scenario) or a ReallocPlan"))
+
+
 def read_target(path: str, observed: Callable[[], ClusterState], scenario: Optional[str] = None) -> tuple[ClusterState, str, str]:
     """(target state, plan name, digest) from an ``ExecutorTarget``, a ``ReallocPlan`` (against what
     ``observed()`` reports) or a ``PlacementPlan`` (with the scenario it was made from)."""
     import executor.target as tgt
     from executor.adapters.plans import from_realloc
 
-    kind = plandoc.peek_kind(path)  # a kind it cannot apply is refused before its body is validated
-    if kind is not None and kind not in (tgt.KIND, "ReallocPlan", "PlacementPlan"):
-        raise UserError(Problem("kind", f"the executor cannot apply a {kind}",
-                                "pass an ExecutorTarget, a PlacementPlan (with --scenario) or a ReallocPlan"))
+    check_kind(path)
     doc = plandoc.read(path)
     digest = plan_digest(doc)
     name = Path(path).name

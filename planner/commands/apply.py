@@ -43,7 +43,7 @@ def run(args) -> int:
     from executor.journal import Journal
     from executor.progress import Progress, print_plan
     from executor.session import crash_hook_from_env, journal_path, open_backend
-    from planner.apply.documents import plan_digest, read_target
+    from planner.apply.documents import check_kind, plan_digest, read_target
 
     for name in ("start_timeout", "call_timeout"):
         if getattr(args, name) <= 0:
@@ -62,6 +62,7 @@ def run(args) -> int:
 
     from planner import plandoc
 
+    check_kind(args.plan)
     doc = plandoc.read(args.plan)
     nodes = None
     if doc.kind == KIND and doc.body.get("nodes"):

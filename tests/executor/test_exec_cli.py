@@ -90,6 +90,10 @@ def test_bad_plan_files_and_arguments(tmp_path):
                                                             "placement": {"x": 3}}]}}))
     r = run_cli("apply", str(bad), *a)
     assert r.returncode == 2 and "body.components.0" in r.stderr and "tp*pp*dp" in r.stderr
+    other = tmp_path / "capacity.yaml"  # a kind the executor cannot apply: said so, not its body's problems
+    other.write_text(yaml.safe_dump({"kind": "CapacityPlan", "version": 1, "body": {}}))
+    r = run_cli("apply", str(other), *a)
+    assert r.returncode == 2 and "kind" in r.stderr and "cannot apply a CapacityPlan" in r.stderr and "Traceback" not in r.stderr
     p = _plan(tmp_path, "ok.yaml", {"h20-0": 1}, {"tp": 1}, {"h100-0": 1})
     r = run_cli("apply", str(p), "--call-timeout", "0", *a)
     assert r.returncode == 2 and "--call-timeout" in r.stderr
