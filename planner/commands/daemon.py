@@ -132,6 +132,10 @@ def run(args) -> int:
                     ("--sim-requests", args.sim_requests)):
         if not v >= 0:
             raise UserError(Problem(flag, f"must be >= 0, got {v}"))
+    for flag, on in (("--sim-requests", args.sim_requests > 0), ("--sim-telemetry", args.sim_telemetry)):
+        if on and args.backend != "sim":
+            raise UserError(Problem(flag, f"simulates work on the simulated cluster; the {args.backend} backend runs real work",
+                                    "drop it, or use --backend sim"))
     host, port = args.listen
     truth = {"slow_lo": args.sim_slowdown[0], "slow_hi": args.sim_slowdown[1], "noise": args.sim_noise, "seed": args.sim_seed}
     opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,

@@ -103,6 +103,11 @@ def test_cli_bad_input_exits_2_with_a_message(tmp_path):
     assert r.returncode == 2 and "port" in r.stderr
     r = run_cli("daemon", "--scenario", str(write_cluster(tmp_path)), "--state", str(tmp_path / "s.sqlite"), "--period-s", "-1")
     assert r.returncode == 2 and "--period-s" in r.stderr
+    r = run_cli("daemon", "--scenario", str(write_cluster(tmp_path)), "--state", str(tmp_path / "s.sqlite"), "--sim-requests", "-3")
+    assert r.returncode == 2 and "--sim-requests" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("daemon", "--scenario", str(write_cluster(tmp_path)), "--state", str(tmp_path / "s.sqlite"), "--backend", "ray",
+                "--sim-telemetry")
+    assert r.returncode == 2 and "--sim-telemetry" in r.stderr and "--backend sim" in r.stderr
     junk = tmp_path / "junk.sqlite"
     junk.write_text("not sqlite" * 1000)
     r = run_cli("daemon", "--scenario", str(write_cluster(tmp_path)), "--state", str(junk), "--listen", "127.0.0.1:0")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from daemonproc import DaemonProc, job, wait_for, write_cluster
+from daemonproc import DaemonProc, job, query, wait_for, write_cluster
 
 from executor.state import ClusterState, Component, Layout, Node, Worker
 from planner.apply.telemetry import job_snapshot, tail_loads
@@ -156,3 +156,43 @@ def test_the_journal_shows_the_reallocation_steps(run):
     trainer = [s[1] for s in steps if s[0] == f"{JOB}/trainer/p2p"]
     assert trainer[-1] == "switch" or "stop" in trainer
     assert trainer.index("reshard") < trainer.index("switch")
+
+
+def test_sim_telemetry_drives_reallocations_through_the_executor(tmp_path):
+    """--sim-telemetry: the simulated cluster reports each running job's telemetry from the
+    executor's state as its iteration goes on (a virtual clock, 15 s a cycle, an 826 s iteration):
+    the rollout tail thins out, the daemon commits reallocations and the executor applies them,
+    with --sim-requests' requests handed over and each finished once."""
+    from executor.backends.sim import SimBackend
+    from executor.workers.engine import expected_output
+
+    trace = write_cluster(tmp_path, jobs=[spec()])
+    d = DaemonProc(tmp_path, "--scenario", str(trace), "--placer", "solo", "--clock", "virtual", "--period-s", "15",
+                   "--max-cycles", "30", "--sim-telemetry", "--sim-requests", "32")
+    assert d.wait(120) == 0, d.output()
+    ds = query(d.state, "SELECT cycle, outcome, triggers, reasons FROM decisions WHERE kind='realloc' ORDER BY id")
+    applied = [x for x in ds if x["outcome"] == "applied"]
+    assert applied and all(x["triggers"] == '["donor(rollout)"]' for x in ds), ds
+    assert "rollout: workload" in applied[0]["reasons"], applied[0]["reasons"]
+    journal = d.state.with_name(d.state.name + ".journal")
+    runs = query(journal, "SELECT plan_name, status FROM applies WHERE plan_name LIKE 'daemon realloc %'")
+    assert len(runs) == len(applied) and {r["status"] for r in runs} == {"done"}, runs
+    b = SimBackend([], state_path=d.state.with_name(d.state.name + ".executor-sim"))
+    reqs = [r for r in b.coordinator.request_records() if r["component"] == f"{JOB}/rollout"]
+    assert len(reqs) == 32 and sum(r["handoffs"] for r in reqs) > 0
+    assert all(r["output"] == (expected_output(r) if r["done"] else expected_output(r)[: len(r["output"])]) for r in reqs)
+    assert b.coordinator.illegal_transitions() == [] and b.leaks() == []
+    b.close()
+
+
+def test_cluster_view_needs_an_executor_and_a_valid_job_name(tmp_path):
+    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "0.2", "--dry-run")
+    try:
+        with d.client() as http:
+            wait_for(lambda: http.get("/v1/health").json()["cycle"] >= 2, what="two cycles")  # the loop ran, recorded no cluster
+            r = http.get("/v1/cluster")
+            assert r.status_code == 404 and "reported nothing" in r.text, r.text
+            r = http.get("/v1/cluster", params={"job": "no spaces allowed"})
+            assert r.status_code == 422 and "job" in r.text, r.text
+    finally:
+        assert d.stop() == 0, d.output()
