@@ -145,15 +145,13 @@ def conservative_phase_s(model: ModelDims, gpu: GPUSpec, tp: int, n_gpus: int, n
     conc = max_concurrency(model, gpu, tp, prompt_tokens + max_response_tokens)
     if conc <= 0:
         return math.inf
-    waves = math.ceil(per_engine / conc)
-    t = 0.0
-    left = per_engine
-    for _ in range(waves):
-        b = min(conc, left)
-        left -= b
-        t += max_response_tokens * decode_step_ms(model, gpu, tp, b, prompt_tokens + max_response_tokens / 2.0)
-        t += prefill_ms(model, gpu, tp, b, prompt_tokens)
-    return t / 1e3
+
+    def wave_ms(b: int) -> float:
+        return (max_response_tokens * decode_step_ms(model, gpu, tp, b, prompt_tokens + max_response_tokens / 2.0)
+                + prefill_ms(model, gpu, tp, b, prompt_tokens))
+
+    full, rest = divmod(per_engine, conc)  # full waves are alike: counted, not looped (a huge batch stays cheap)
+    return (full * wave_ms(conc) + (wave_ms(rest) if rest else 0.0)) / 1e3
 
 
 def engine_makespan_s(lengths: np.ndarray, prompt_tokens: float, concurrency: int, step: LinearStep) -> float:

@@ -186,6 +186,23 @@ def test_conservative_phase_decreases_with_gpus_and_bounds_sampled():
     assert sampled < t8
 
 
+
+def test_conservative_phase_is_its_waves_by_hand_and_cheap_for_huge_batches():
+    """Waves of an engine's concurrency, each L decode steps at the mean cached length plus its
+    prefill; the full waves are counted, not looped, so an absurd batch (a fuzzed API request)
+    costs what a small one does."""
+    P, L, n_gpus = 512, 4096, 8
+    conc = rollout.max_concurrency(QWEN7B, H100, 1, P + L)
+    n = 8 * (3 * conc + 5)  # per engine: three full waves and one of five
+
+    def wave(b):
+        return L * rollout.decode_step_ms(QWEN7B, H100, 1, b, P + L / 2) + rollout.prefill_ms(QWEN7B, H100, 1, b, P)
+
+    want = (wave(conc) + wave(conc) + wave(conc) + wave(5)) / 1e3
+    assert rollout.conservative_phase_s(QWEN7B, H100, 1, n_gpus, n, P, L) == pytest.approx(want, rel=1e-12)
+    huge = 8 * conc * 10**12
+    assert rollout.conservative_phase_s(QWEN7B, H100, 1, n_gpus, huge, P, L) == pytest.approx(10**12 * wave(conc) / 1e3, rel=1e-12)
+
 # ---------------------------------------------------------------------------- lengths, tools
 def test_servegen_mixture_has_a_long_tail():
     d = lengths.LengthDistribution("servegen")
