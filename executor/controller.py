@@ -82,6 +82,13 @@ class Executor:
         if self.on_step:
             self.on_step(step, status, data)
 
+    def _sync(self) -> None:
+        """A backend whose cluster is a file (the sim with a state file) writes what the step did
+        before the journal says it is done: the file never lags the journal."""
+        sync = getattr(self.backend, "sync", None)
+        if sync is not None:
+            sync()
+
     # ------------------------------------------------------------------ apply
     def apply(self, steps: list[Step], name: str = "plan", digest: Optional[str] = None) -> ApplyResult:
         digest = digest or plan_digest(steps)
@@ -172,6 +179,7 @@ class Executor:
             if rec and rec["role"] == "rollout":
                 out["rehomed"] = reboot.after_switch(self.ctx, s)
         self.ctx.fault("after")
+        self._sync()
         self.journal.done(aid, s, out)
         self._notify(s, "done", out)
         self.ctx.step = None
@@ -212,6 +220,7 @@ class Executor:
                 except WorkerLost as exc:
                     self.ctx.declare_dead(exc.worker_id, exc.why)
                     note = f"compensation could not reach {exc.worker_id}; fenced"
+            self._sync()
             if st == "intent":
                 self.journal.failed(aid, s, "interrupted; rolled back")
             self.journal.compensated(aid, s, note)

@@ -13,12 +13,14 @@ explicitly so that the controller's fault handling is exercised the same way:
 
 Rollout engines decode ``ticks_per_call`` iterations on every call into the backend, so requests
 keep progressing while a migration runs. With ``state_path`` the whole world (coordinator and
-worker objects, tensors included) is saved after every change, so separate CLI runs (``planner
-apply --backend sim`` then ``planner status``) see one cluster: a SQLite file with one row per
-worker, where a save writes the coordinator and only the workers touched since the last save (a
-daemon's simulated cluster holds hundreds of engines and ranks; rewriting all of them after
-every step is what made whole-world pickles too slow). WAL with ``synchronous=NORMAL``: a killed
-process loses nothing that was saved.
+worker objects, tensors included) is saved after every step the controller runs, before its
+journal records the step done (:meth:`sync`), after a training step, and on close, so separate
+CLI runs (``planner apply --backend sim`` then ``planner status``) see one cluster and the file
+never lags the journal: a SQLite file with one row per worker, where a save writes the
+coordinator and only the workers touched since the last save (a daemon's simulated cluster
+holds hundreds of engines and ranks; rewriting all of them after every step is what made
+whole-world pickles too slow). WAL with ``synchronous=NORMAL``: a killed process loses nothing
+that was saved; what a step did before a kill is lost with it, and the journal re-runs the step.
 """
 
 from __future__ import annotations
@@ -97,6 +99,11 @@ class SimBackend:
         """The worker's object changed: the next save writes it."""
         self._dirty.add(worker_id)
 
+    def sync(self) -> None:
+        """The controller's call before it journals a step done (creates and stops are saved then,
+        with the coordinator's records of them, in one transaction)."""
+        self.save()
+
     def save(self) -> None:
         if not self.state_path:
             return
@@ -157,7 +164,6 @@ class SimBackend:
         self.workers[wid] = _W(args, obj)
         self.creates[wid] = self.creates.get(wid, 0) + 1
         self.touch(wid)
-        self.save()
 
     def worker_alive(self, worker_id: str) -> bool:
         w = self.workers.get(worker_id)
@@ -179,7 +185,6 @@ class SimBackend:
     def stop_worker(self, worker_id: str) -> str:
         w = self.workers.pop(worker_id, None)
         self.touch(worker_id)
-        self.save()
         if w is None:
             return "already gone"
         return "stopped" if w.alive else "reaped (its process was already gone)"

@@ -81,3 +81,34 @@ def test_rollback_on_request_after_a_crash_leaves_the_old_trainer_whole():
     assert all(b.train_step(TRAINER, 5))  # the old ranks keep training
     assert b.leaks() == [] and j.unfinished() is None
     assert Executor(b, j).rollback_unfinished() is None
+
+
+def test_the_sim_state_file_never_lags_the_journal(tmp_path):
+    """With a state file the cluster is the file: once the journal says a step is done, a process
+    that opens the file (a restarted controller) finds the step's effect there — a created worker
+    registered and running, a stopped one gone."""
+    path = tmp_path / "world"
+    b = SimBackend(NODES, ticks_per_call=1, state_path=path)
+    j = Journal(tmp_path / "j.db")
+    seen = []
+
+    def check(step, status, data):
+        if status != "done" or step.kind not in ("create", "stop"):
+            return
+        other = SimBackend([], state_path=path)
+        wid = step.args["worker"]["id"]
+        rec = {r["id"]: r for r in other.coord("records")}.get(wid)
+        if step.kind == "create":
+            assert other.worker_alive(wid) and rec is not None and rec["status"] == "running", wid
+        else:
+            assert not other.worker_alive(wid) and rec is None, wid
+        seen.append(step.kind)
+        other._conn.close()
+
+    res = Executor(b, j, on_step=check).apply(diff(observe(b), target(faultlib.base_body())).steps)
+    assert res.status == "done" and "create" in seen
+    body = faultlib.base_body()
+    body["components"][0].update(placement={"a": 1, "b": 1}, migration="reboot")
+    res = Executor(b, j, on_step=check).apply(diff(observe(b), target(body)).steps)
+    assert res.status == "done" and "stop" in seen
+    b.close()

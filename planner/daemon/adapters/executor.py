@@ -170,9 +170,7 @@ class ExecutorApplier:
         except UserError as exc:
             return ApplyResult(False, 0, 0, f"the executor refuses the target: {exc.render()}")
 
-        def on_step(step, status, data) -> None:
-            if status == "done":  # (creates and stops save as they happen; a step that only talks to the
-                self._save()     # coordinator is saved once it is done)
+        def on_step(step, status, data) -> None:  # (the controller has the sim backend save each step before journaling it done)
             if status == "running" and self.step_delay_s > 0:
                 time.sleep(self.step_delay_s)
             if status == "done" and should_stop():
