@@ -115,7 +115,7 @@ def test_the_committed_reallocation_is_applied_and_shown(run):
     # this tail moves engines by Workload migration and grows the trainer by P2P
     assert kinds.get("rollout") == "workload" and kinds.get("trainer") == "p2p", kinds
     assert after[f"{JOB}/trainer"]["layout"]["dp"] > 1
-    assert f"rollout: workload" in ds[0]["reasons"][-1] and "trainer: p2p" in ds[0]["reasons"][-1], ds[0]["reasons"]
+    assert "rollout: workload" in ds[0]["reasons"][-1] and "trainer: p2p" in ds[0]["reasons"][-1], ds[0]["reasons"]
 
 
 def test_every_request_is_accounted_exactly_once(run):
