@@ -206,8 +206,10 @@ def _in_place(o: Component, t: Component, reserved: set) -> Optional[tuple[dict[
     """A DP resize with TP and PP kept: the old replicas that stay where they are (old rank id ->
     its rank in the new layout) and the new ranks to create; None when it does not apply."""
     old = sorted(o.live_workers(), key=lambda w: w.index)
+    # kept ranks keep their GPUs and their host DRAM: a change of either needs new ranks
     if (o.layout.tp, o.layout.pp) != (t.layout.tp, t.layout.pp) or o.gpus_per_worker != t.gpus_per_worker or o.group != t.group \
-            or len(old) != o.layout.world or any(w.status != "running" or w.share != share_at(t, w.node, reserved) for w in old):
+            or len(old) != o.layout.world or any(w.status != "running" or w.share != share_at(t, w.node, reserved)
+                                                 or w.dram_gb != t.dram_gb_per_worker for w in old):
         return None
     room = dict(t.placement_counts())
     by_replica: dict[int, list[Worker]] = {}

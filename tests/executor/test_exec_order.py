@@ -176,6 +176,30 @@ def test_a_rebooted_trainer_keeps_its_state_and_its_checkpoint_is_dropped():
     assert b.coordinator.illegal_transitions() == [] and b.leaks() == []
 
 
+def test_a_trainer_whose_host_dram_changes_gets_new_ranks_not_an_in_place_resize():
+    """Same layout and nodes, less resident state per rank (found by the property test below): kept
+    ranks would keep their old host DRAM, so the target is reached only by new ranks, and the
+    member that needs the freed DRAM comes after them."""
+    nodes = [Node(n, "H20", GPUS + 2, DRAM) for n in ("x", "y")]
+
+    def side(a1_dram: float, with_a2: bool) -> list[Component]:
+        a1 = member("a1", "A", {"y": 2}, "trainer")
+        a1.dram_gb_per_worker, a1.migration = a1_dram, "p2p"
+        comps = [reservation("A", "y"), a1]
+        if with_a2:
+            a2 = member("a2", "A", {"y": 4}, "rollout")
+            a2.dram_gb_per_worker = 20.0
+            comps.append(a2)
+        return comps
+
+    before, after = side(20.0, False), side(0.0, True)
+    plan = diff(state(nodes, before), target(nodes, after))
+    assert [u.id for u in plan.units] == ["a1/trainer/p2p", "a2/rollout/add"] and not plan.notes
+    kinds = [s.kind for s in plan.units[0].steps]
+    assert kinds.count("create") == 2 and kinds.count("stop") == 2
+    assert not replay(state(nodes, before), plan.steps)
+
+
 # ------------------------------------------------------------------------------ properties
 @st.composite
 def instances(draw):
