@@ -18,7 +18,7 @@ the output is seconds. One RL iteration of a job in a disaggregated set-up is::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -20,7 +20,7 @@ Profiles are cached per job shape and pools (a trace has few distinct shapes).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np

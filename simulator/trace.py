@@ -30,7 +30,7 @@ apart.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
 
 import numpy as np

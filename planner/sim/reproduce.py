@@ -28,7 +28,6 @@ import json
 import math
 import os
 import platform
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path

@@ -80,3 +80,12 @@ def run(b, nodes: list[dict], requests: int = 40) -> dict:
     res = Executor(b, j).apply(plan.steps, "realloc")
     return {"decision": body, "plan": plan, "result": res, "before": before, "after": observe(b), "requests": reqs,
             "digests": digests}
+
+
+def gpus_by_node(workers) -> dict[str, int]:
+    """GPUs per node of workers given as dicts (plan documents, GET /v1/cluster) or as executor Workers."""
+    out: dict[str, int] = {}
+    for w in workers:
+        node, gpus = (w["node"], w["gpus"]) if isinstance(w, dict) else (w.node, w.gpus)
+        out[node] = out.get(node, 0) + gpus
+    return out

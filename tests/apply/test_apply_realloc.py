@@ -6,7 +6,7 @@ from __future__ import annotations
 from executor.backends.sim import SimBackend
 from executor.state import Node
 from executor.workers.engine import expected_output
-from tests.apply.realloc_case import JOB, run
+from tests.apply.realloc_case import JOB, gpus_by_node, run
 
 NODES = [Node("t", "H100", 4, 512.0), Node("u", "H100", 4, 512.0)]
 
@@ -18,13 +18,7 @@ def check(b, out) -> None:
     kinds = {}
     for a in body["allocation"]:
         name = f"{JOB}/{a['component']}"
-        want: dict[str, int] = {}
-        for w in a["to_workers"]:
-            want[w["node"]] = want.get(w["node"], 0) + w["gpus"]
-        got: dict[str, int] = {}
-        for w in after.components[name].live_workers():
-            got[w.node] = got.get(w.node, 0) + w.gpus
-        assert got == want, name
+        assert gpus_by_node(after.components[name].live_workers()) == gpus_by_node(a["to_workers"]), name
         kinds[a["component"]] = a["migration_kind"]
         if a["migration_kind"] == "workload":  # the engines the planner kept are the ones that stay
             assert {w["worker_id"] for w in a["to_workers"] if not w["new"]} <= {w.id for w in after.components[name].live_workers()}

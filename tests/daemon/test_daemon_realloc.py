@@ -20,6 +20,7 @@ from daemonproc import DaemonProc, job, query, wait_for, write_cluster
 
 from executor.state import ClusterState, Component, Layout, Node, Worker
 from planner.apply.telemetry import job_snapshot, tail_loads
+from tests.apply.realloc_case import gpus_by_node
 
 JOB = "tail"
 PROGRESS = {"rollout": 0.85, "reference": 0.3, "trainer": 0.1}
@@ -101,12 +102,7 @@ def test_the_committed_reallocation_is_applied_and_shown(run):
     kinds = {}
     for a in body["allocation"]:
         name = f"{JOB}/{a['component']}"
-        want: dict[str, int] = {}
-        for w in a["to_workers"]:
-            want[w["node"]] = want.get(w["node"], 0) + w["gpus"]
-        got: dict[str, int] = {}
-        for w in after[name]["workers"]:
-            got[w["node"]] = got.get(w["node"], 0) + w["gpus"]
+        got, want = gpus_by_node(after[name]["workers"]), gpus_by_node(a["to_workers"])
         assert got == want, (name, got, want)
         kept = {w["worker_id"] for w in a["to_workers"] if not w["new"]}
         if a["migration_kind"] == "workload":  # the engines the planner kept are the ones that stay

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import json
-import math
 
 import numpy as np
 import pytest
