@@ -26,23 +26,13 @@ cost                the plan's reported $/h match the pools' prices
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from formulation.common.violation import Violation
 from formulation.placement.cycle import Member, cycle_times
 from formulation.placement.instance import PlacementInstance
 from formulation.placement.plan import PlacementPlan
 
 TOL = 1e-6
-
-
-@dataclass(frozen=True)
-class Violation:
-    rule: str
-    where: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.rule}[{self.where}]: {self.message}"
 
 
 def _close(x: float, y: float) -> bool:

@@ -19,23 +19,13 @@ Rules (each violation names one):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from formulation.common.violation import Violation
 from formulation.realloc.instance import Curve, ReallocInstance
 
 STATELESS = {"rollout", "reference", "reward", "tool_agent"}
 STATEFUL = {"trainer", "critic"}
-
-
-@dataclass(frozen=True)
-class Violation:
-    rule: str
-    where: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"[{self.rule}] {self.where}: {self.message}"
 
 
 def curve_value(curve: Curve, g: float) -> float:
