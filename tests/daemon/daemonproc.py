@@ -16,6 +16,11 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# Waits on events (a daemon serving, a job running, a number of cycles) get generous deadlines: on a
+# loaded 2-core machine a daemon start alone (imports, first solve) has taken tens of seconds. A
+# deadline that passes fails with a message saying what was awaited.
+DEADLINE_S = float(os.environ.get("RL_PLANNER_TEST_DEADLINE_S", "300"))
+
 CLUSTER_YAML = """\
 name: daemon-test-cluster
 gpu_types:
@@ -72,11 +77,16 @@ class DaemonProc:
         cmd = [sys.executable, "-m", "planner", "daemon", "--state", str(self.state), "--listen", "127.0.0.1:0",
                "--ready-file", str(self.ready), "--log-level", "warning", *args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        STARTED.append(self)
         self.url = ""
         if wait:
-            self.wait_ready()
+            try:
+                self.wait_ready()
+            except BaseException:
+                self.kill()  # never leave a daemon behind that a failed start would orphan
+                raise
 
-    def wait_ready(self, timeout: float = 60.0) -> str:
+    def wait_ready(self, timeout: float = DEADLINE_S) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.ready.exists():
@@ -85,7 +95,7 @@ class DaemonProc:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"daemon exited with {self.proc.returncode} before serving:\n{self.output()}")
             time.sleep(0.05)
-        raise TimeoutError(f"daemon did not serve within {timeout} s:\n{self.output()}")
+        raise TimeoutError(f"daemon did not write its ready file {self.ready} (serving) within {timeout} s:\n{self.output()}")
 
     def output(self) -> str:
         self.log.flush()
@@ -98,8 +108,12 @@ class DaemonProc:
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
-    def wait(self, timeout: float = 60.0) -> int:
-        return self.proc.wait(timeout=timeout)
+    def wait(self, timeout: float = DEADLINE_S, what: str = "the daemon to exit") -> int:
+        """The exit status; fails, saying what it waited for and with the daemon's log, past ``timeout``."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}:\n{self.output()[-4000:]}") from None
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -112,16 +126,42 @@ class DaemonProc:
         return self.proc.returncode
 
     def kill(self) -> None:
-        self.proc.kill()
+        if self.proc.poll() is None:
+            self.proc.kill()
         self.proc.wait()
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+
+# Every daemon a test started, so that tests/daemon/conftest.py ends those still running when a test
+# (or a module's fixture) is over, also when it failed: a failed test leaves no orphan daemon behind.
+STARTED: list[DaemonProc] = []
+
+
+def end_started(since: int = 0) -> list[str]:
+    """End the daemons started since ``STARTED[since]`` that still run (SIGTERM, then SIGKILL); their names."""
+    ended = []
+    for d in STARTED[since:]:
+        if d.running():
+            ended.append(d.ready.stem)
+            try:
+                d.stop()
+            except Exception:  # noqa: BLE001 - a cleanup must reach every daemon
+                d.kill()
+    del STARTED[since:]
+    return ended
 
 
 def serve(tmp_path_factory, name: str, *args: str):
     """A module fixture's body: a daemon on the test cluster for the whole module, stopped cleanly after."""
     tmp = tmp_path_factory.mktemp(name)
     d = DaemonProc(tmp, "--scenario", str(write_cluster(tmp)), *args)
-    yield d
-    assert d.stop() == 0, d.output()
+    try:
+        yield d
+    finally:
+        rc = d.stop()
+    assert rc == 0, d.output()
 
 
 def query(path: Path, sql: str, args: tuple = ()) -> list[dict]:
@@ -153,7 +193,7 @@ def applied_steps(state: Path) -> list[dict]:
     return query(sim, "SELECT plan_id AS apply_id, step AS seq, action || ':' || job AS step, action, 1 AS attempts FROM sim_journal ORDER BY id")
 
 
-def wait_for(pred, timeout: float = 30.0, every: float = 0.05, what: str = "condition"):
+def wait_for(pred, timeout: float = DEADLINE_S, every: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -161,7 +201,7 @@ def wait_for(pred, timeout: float = 30.0, every: float = 0.05, what: str = "cond
         if last:
             return last
         time.sleep(every)
-    raise TimeoutError(f"timed out waiting for {what} (last: {last!r})")
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 def kv(path: Path, key: str, default: Any = None) -> Any:

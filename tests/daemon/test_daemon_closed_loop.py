@@ -31,7 +31,8 @@ from tests.conftest import shared_data
 N_JOBS = 30
 PERIOD_S = 300
 # --placer auto: the co-execution planner (formulation.placement) in a build that has it, else every job alone
-COMMON = ["--clock", "virtual", "--period-s", str(PERIOD_S), "--until-idle", "--reoptimise-every-s", "1800", "--reoptimise-time-limit-s", "10",
+# --reoptimise-time-limit-s: far above what a re-optimisation takes idle (see above)
+COMMON = ["--clock", "virtual", "--period-s", str(PERIOD_S), "--until-idle", "--reoptimise-every-s", "1800", "--reoptimise-time-limit-s", "60",
           "--sim-slowdown", "0.9:1.25", "--sim-noise", "0.02", "--sim-seed", "7", "--lease-ttl-s", "30", "--placer", "auto"]
 
 
@@ -43,7 +44,9 @@ def trace_scenario(tmp):
     header = json.loads(json.dumps(HEADER))
     for g in header["cluster"]["node_groups"]:
         g["count"] = 12
-    doc = {"name": "pollux-w2-40", **header, "jobs": jobs, "solver": {"time_limit_s": 5}}
+    # wall-clock limits far above what the solves take idle, so that a loaded machine cuts none short
+    # (a cut solve would make the replay depend on the machine's speed)
+    doc = {"name": "pollux-w2-40", **header, "jobs": jobs, "solver": {"time_limit_s": 30}}
     p = tmp / "trace.yaml"
     p.write_text(yaml.safe_dump(doc, sort_keys=False))
     return p
@@ -63,26 +66,42 @@ def final_state(state) -> dict:
     }
 
 
+# Deadlines for waits on events, generous because a loaded 2-core machine runs the replays several
+# times slower than an idle one (the test asserts decisions, never speed).
+REPLAY_S = 1800.0
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("loop")
     scen = trace_scenario(tmp)
     out = {}
-    for name, extra in (("daemon", []), ("greedy", ["--no-reoptimise"])):
-        d = DaemonProc(tmp, "--scenario", str(scen), *COMMON, *extra, state=tmp / f"{name}.sqlite", name=name)
-        assert d.wait(300) == 0, d.output()
-        out[name] = d
-    # The same replay, killed midway (SIGKILL: no chance to clean up) and restarted.
-    cycles = kv(out["daemon"].state, "cycle")
-    state = tmp / "killed.sqlite"
-    d = DaemonProc(tmp, "--scenario", str(scen), *COMMON, "--pace-s", "0.02", state=state, name="killed")
-    wait_for(lambda: (kv(state, "cycle", 0) or 0) >= cycles // 2, timeout=120, every=0.01, what="half the cycles")
-    d.signal(signal.SIGKILL)
-    assert d.wait(30) == -signal.SIGKILL
-    out["killed_at"] = kv(state, "cycle")
-    again = DaemonProc(tmp, "--scenario", str(scen), *COMMON, state=state, name="restarted")
-    assert again.wait(300) == 0, again.output()
-    out["restarted"] = again
+    started = []
+    try:
+        for name, extra in (("daemon", []), ("greedy", ["--no-reoptimise"])):
+            d = DaemonProc(tmp, "--scenario", str(scen), *COMMON, *extra, state=tmp / f"{name}.sqlite", name=name)
+            started.append(d)
+            assert d.wait(REPLAY_S, what=f"the {name} replay to finish (--until-idle)") == 0, d.output()
+            out[name] = d
+        # The same replay, killed midway (SIGKILL: no chance to clean up) and restarted.
+        cycles = kv(out["daemon"].state, "cycle")
+        state = tmp / "killed.sqlite"
+        d = DaemonProc(tmp, "--scenario", str(scen), *COMMON, "--pace-s", "0.02", state=state, name="killed")
+        started.append(d)
+        wait_for(lambda: (kv(state, "cycle", 0) or 0) >= cycles // 2 or not d.running(), timeout=REPLAY_S, every=0.01,
+                 what=f"the killed run's replay to reach half the cycles ({cycles // 2} of {cycles})")
+        assert d.running(), f"the run to be killed ended before half its cycles:\n{d.output()}"
+        d.signal(signal.SIGKILL)
+        assert d.wait(what="the SIGKILLed daemon to exit") == -signal.SIGKILL
+        out["killed_at"] = kv(state, "cycle")
+        again = DaemonProc(tmp, "--scenario", str(scen), *COMMON, state=state, name="restarted")
+        started.append(again)
+        assert again.wait(REPLAY_S, what="the restarted replay to finish (--until-idle)") == 0, again.output()
+        out["restarted"] = again
+    finally:
+        for d in started:  # ended also when a wait above failed: no orphan daemon
+            if d.running():
+                d.kill()
     return out
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 
 from daemonproc import DaemonProc, applied_steps, job, kv, query, step_delay, wait_for, write_cluster
 
@@ -15,7 +14,7 @@ def test_a_second_daemon_refuses_naming_the_holder_and_a_standby_takes_over(tmp_
     first = DaemonProc(tmp_path, "--scenario", str(cluster), "--period-s", "0.2", name="first")
     try:
         second = DaemonProc(tmp_path, "--period-s", "0.2", name="second", wait=False)
-        assert second.wait(60) == 2
+        assert second.wait(what="the daemon to exit") == 2
         out = second.output()
         assert "another daemon applies to" in out and f"pid {first.proc.pid}" in out and first.url in out
         assert "Traceback" not in out
@@ -29,7 +28,7 @@ def test_a_second_daemon_refuses_naming_the_holder_and_a_standby_takes_over(tmp_
             wait_for(lambda: c.get("/v1/jobs/via-standby").json()["state"] == "running", what="admitted by the applier")
         assert first.stop() == 0
         with standby.client() as c:
-            wait_for(lambda: c.get("/v1/health").json()["role"] == "applier", timeout=30, what="standby took the lease")
+            wait_for(lambda: c.get("/v1/health").json()["role"] == "applier", what="standby took the lease")
             assert c.post("/v1/jobs", json=job("after-failover")).status_code == 201
             wait_for(lambda: c.get("/v1/jobs/after-failover").json()["state"] == "running", what="new applier admits")
         assert standby.stop() == 0
@@ -43,7 +42,7 @@ def test_sigterm_exits_cleanly_and_releases_the_lease(tmp_path):
         assert c.post("/v1/jobs", json=job("a")).status_code == 201
         wait_for(lambda: c.get("/v1/jobs/a").json()["state"] == "running", what="a running")
     d.signal(signal.SIGTERM)
-    assert d.wait(30) == 0, d.output()
+    assert d.wait(what="the daemon to exit") == 0, d.output()
     assert query(d.state, "SELECT * FROM lease") == []
     assert "Traceback" not in d.output()
     # A restart continues from the state: same job, same plan, a new lease epoch.
@@ -59,11 +58,10 @@ def test_sigterm_mid_apply_finishes_the_step_and_a_restart_resumes_without_repea
     d = DaemonProc(tmp_path, "--scenario", str(trace), "--period-s", "0.2", "--sim-step-delay-s", step_delay())
     wait_for(lambda: len(applied_steps(d.state)) >= 1, what="first step done")
     d.signal(signal.SIGTERM)
-    t0 = time.monotonic()
-    assert d.wait(30) == 0, d.output()
-    assert time.monotonic() - t0 < 3.0, "stops after the current step, not after the whole apply"
+    assert d.wait(what="the daemon to exit on SIGTERM") == 0, d.output()
     done = applied_steps(d.state)
     plans = query(d.state, "SELECT id, status FROM plans")
+    # it stopped after the current step, not after the whole apply (judged by the state, not by wall time)
     assert plans[-1]["status"] == "applying", (len(done), plans)
     again = DaemonProc(tmp_path, "--period-s", "0.2", name="again")
     wait_for(lambda: "resumed plan" in again.output(), what="the restart resumed the apply")
@@ -115,7 +113,7 @@ def test_cli_bad_input_exits_2_with_a_message(tmp_path):
     other = tmp_path / "other.yaml"
     other.write_text(write_cluster(tmp_path).read_text().replace("count: 4", "count: 3"))
     d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--max-cycles", "1", "--clock", "virtual", name="init")
-    assert d.wait(60) == 0
+    assert d.wait(what="the daemon to exit") == 0
     r = run_cli("daemon", "--scenario", str(other), "--state", str(d.state), "--listen", "127.0.0.1:0")
     assert r.returncode == 2 and "different cluster" in r.stderr
     r = run_cli("daemon", "--scenario", str(write_cluster(tmp_path)), "--state", str(tmp_path / "x.sqlite"), "--backend", "ray",

@@ -73,10 +73,10 @@ def run(tmp_path_factory):
     out = {"tmp": tmp, "daemon": d}
     with d.client() as http:
         assert http.post("/v1/jobs", json=spec()).status_code == 201
-        wait_for(lambda: http.get(f"/v1/jobs/{JOB}").json()["state"] == "running", timeout=60, what="the job running")
+        wait_for(lambda: http.get(f"/v1/jobs/{JOB}").json()["state"] == "running", what="the job running")
         before = wait_for(lambda: (r := http.get("/v1/cluster", params={"job": JOB})).status_code == 200
                           and any(c["name"] == f"{JOB}/trainer" for c in r.json()["components"]) and r.json(),
-                          timeout=30, what="the executor's state")
+                          what="the executor's state")
         out["before"] = before
         out["snaps"] = snapshots(state_of(before))
         for s in out["snaps"]:
@@ -86,9 +86,9 @@ def run(tmp_path_factory):
             ds = http.get("/v1/decisions", params={"kind": "realloc", "limit": 1000}).json()["decisions"]
             return [x for x in ds if x["outcome"] in ("applied", "failed")]
 
-        out["decisions"] = wait_for(applied, timeout=60, what="the reallocation applied")
+        out["decisions"] = wait_for(applied, what="the reallocation applied")
         out["after"] = wait_for(lambda: (c := http.get("/v1/cluster", params={"job": JOB}).json())["at"] > 0 and
-                                c["components"] != before["components"] and c, timeout=30, what="the new allocation recorded")
+                                c["components"] != before["components"] and c, what="the new allocation recorded")
     assert d.stop() == 0, d.output()
     return out
 
@@ -165,7 +165,7 @@ def test_sim_telemetry_drives_reallocations_through_the_executor(tmp_path):
     trace = write_cluster(tmp_path, jobs=[spec()])
     d = DaemonProc(tmp_path, "--scenario", str(trace), "--placer", "solo", "--clock", "virtual", "--period-s", "15",
                    "--max-cycles", "30", "--sim-telemetry", "--sim-requests", "32")
-    assert d.wait(120) == 0, d.output()
+    assert d.wait(what="the daemon to exit") == 0, d.output()
     ds = query(d.state, "SELECT cycle, outcome, triggers, reasons FROM decisions WHERE kind='realloc' ORDER BY id")
     applied = [x for x in ds if x["outcome"] == "applied"]
     assert applied and all(x["triggers"] == '["donor(rollout)"]' for x in ds), ds

@@ -169,9 +169,12 @@ class StandIn:
 
     def __enter__(self) -> "StandIn":
         self.thread.start()
-        end = time.time() + 10
-        while not self.server.started and time.time() < end:
+        end = time.monotonic() + 120  # generous: a loaded machine starts a server slowly
+        while not self.server.started and time.monotonic() < end:
             time.sleep(0.01)
+        if not self.server.started:
+            self.__exit__()
+            raise TimeoutError(f"the SGLang stand-in did not start serving on {self.url} within 120 s")
         return self
 
     def __exit__(self, *a) -> None:

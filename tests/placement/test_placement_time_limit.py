@@ -15,18 +15,33 @@ from tests.conftest import SCENARIOS
 TRACE = SCENARIOS / "instances" / "weave-trace-60.yaml"
 
 
+def _slowdown() -> float:
+    """How many wall seconds a CPU second of this thread takes now: 1 on an idle machine, about 2
+    when other processes keep every core busy (a short busy loop, wall time over thread CPU time)."""
+    w0, c0 = time.perf_counter(), time.thread_time()
+    x = 0
+    for i in range(1_000_000):
+        x += i
+    return max(1.0, (time.perf_counter() - w0) / max(time.thread_time() - c0, 1e-3))
+
+
 @pytest.mark.parametrize("backend, jobs, limit", [("colgen", 400, 2.0), ("highs", 60, 1.5), ("cpsat", 60, 1.5)])
 def test_solve_returns_within_its_limit_with_a_checked_plan(backend, jobs, limit):
     from formulation.placement.solve import solve
 
     inst = generate(jobs, 3, templates_from(load_instance(TRACE)))
+    slow = _slowdown()
     t0 = time.perf_counter()
     res = solve(inst, SolveOptions(time_limit_s=limit), backend)
     wall = time.perf_counter() - t0
+    slow = max(slow, _slowdown())
     # the limit covers the solve; building the plan document (cycle times per group) comes on top.
-    # The margin is wide because the machine is shared (the benchmark measures the real overrun);
-    # what this catches is a solve that ignores its limit (before the build guard: 7 s for 1.5 s).
-    assert wall <= 2 * limit + 2.0, f"{backend} took {wall:.2f} s under a {limit} s limit"
+    # The margin is wide because the machine is shared (the benchmark measures the real overrun)
+    # and scales with how much other processes slow this one down now (1 on an idle machine, so
+    # the bound is then 2 x limit + 2 s); what this catches is a solve that ignores its limit
+    # (before the build guard: 7 s for 1.5 s).
+    allowed = limit + (limit + 2.0) * slow
+    assert wall <= allowed, f"{backend} took {wall:.2f} s under a {limit} s limit (allowed {allowed:.2f} s at slowdown {slow:.2f})"
     assert res.plan.groups and check(inst, res.plan) == []
     if res.record.best_bound is not None:
         assert res.record.best_bound <= res.record.objective + 1e-6
