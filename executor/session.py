@@ -25,16 +25,40 @@ def sim_state_path(arg: Optional[str]) -> Path:
     return Path(arg) if arg else DEFAULT_DIR / "sim-state.sqlite"
 
 
+EXTRA_FIX = ("install the executor extra: pip install 'rl-planner[executor]' (from a clone: pip install -e '.[executor]'; "
+             "on a machine without GPUs run 'pip install torch==2.13.0' first for the CPU build, see README.md)")
+
+
+def missing_modules(kind: str) -> list[str]:
+    """The optional packages a backend needs that are not installed: both run real workers (torch
+    tensors), the Ray backend also needs ray. The core install (``pip install rl-planner``) has neither."""
+    import importlib.util
+
+    need = ["torch"] + (["ray"] if kind == "ray" else [])
+    return [m for m in need if importlib.util.find_spec(m) is None]
+
+
+def require(kind: str) -> None:
+    """Refuse, in one line naming the extra, a backend whose packages are not installed."""
+    missing = missing_modules(kind)
+    if missing:
+        raise UserError(Problem("--backend", f"the executor's {kind} backend runs real workers and needs "
+                                f"{' and '.join(missing)}, which this install lacks", EXTRA_FIX))
+
+
 def open_backend(kind: str, *, address: Optional[str] = None, sim_state: Optional[str] = None,
                  nodes: Optional[list[Node]] = None, deadlines: Optional[Deadlines] = None):
+    if kind in ("sim", "ray"):
+        require(kind)
     if kind == "sim":
         from executor.backends.sim import SimBackend
 
         path = sim_state_path(sim_state)
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() and not nodes:
-            raise UserError(Problem("--sim-state", f"no simulated cluster at {path} and the plan names no nodes",
-                                    "apply a plan with a 'nodes' list first, or pass --sim-state of an existing one"))
+            raise UserError(Problem("--sim-state", f"no simulated cluster at {path}, and neither the plan nor --scenario names nodes",
+                                    "apply a PlacementPlan with --scenario SCENARIO (its nodes make the cluster) or an "
+                                    "ExecutorTarget with a 'nodes' list first, or pass --sim-state of an existing cluster"))
         b = SimBackend(nodes or [], state_path=path, deadlines=deadlines, ticks_per_call=1)
         if nodes:
             known = b.nodes()

@@ -105,7 +105,8 @@ class ComponentIn(_S):
 
 class ExecutorTarget(_S):
     nodes: list[NodeIn] = Field(default_factory=list)
-    components: list[ComponentIn] = Field(min_length=1)
+    # empty: nothing runs (applying it stops every component; with nodes, it makes an idle cluster)
+    components: list[ComponentIn] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique(self):

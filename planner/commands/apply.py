@@ -65,10 +65,19 @@ def run(args) -> int:
     check_kind(args.plan)
     doc = plandoc.read(args.plan)
     nodes = None
+    listed = None
     if doc.kind == KIND and doc.body.get("nodes"):
+        listed = doc.body["nodes"]
+    elif doc.kind == "PlacementPlan" and args.scenario:
+        # a fresh simulated (or local Ray) cluster is made of the scenario's nodes, named as the planner names them
+        from planner.apply.placement import scenario_nodes
+        from planner.schema import load_scenario
+
+        listed = scenario_nodes(load_scenario(args.scenario))
+    if listed:
         from executor.state import Node
 
-        nodes = [Node(n["name"], n["gpu_type"], n["gpus"], n["dram_gb"], n.get("alive", True)) for n in doc.body["nodes"]]
+        nodes = [Node(n["name"], n["gpu_type"], n["gpus"], n["dram_gb"], n.get("alive", True)) for n in listed]
     jp = journal_path(args.journal)
     unfinished = Journal(jp).unfinished() if jp.exists() else None
     if unfinished and unfinished["plan_digest"] != plan_digest(doc) and not args.dry_run:

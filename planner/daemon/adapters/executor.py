@@ -237,6 +237,13 @@ class ExecutorApplier:
 
 
 def available() -> Optional[str]:
+    """None when the executor can apply here; else why not (the daemon then lets its simulated
+    cluster apply by itself: the core install, without torch or ray, still runs the daemon on sim)."""
+    from executor.session import missing_modules
+
+    missing = missing_modules("sim")
+    if missing:
+        return f"the executor's workers need {' and '.join(missing)} (pip install 'rl-planner[executor]')"
     try:
         import executor.adapters.plans  # noqa: F401
         import executor.controller  # noqa: F401
