@@ -23,10 +23,14 @@ APPLIES = ("ExecutorTarget", "ReallocPlan", "PlacementPlan")
 def check_kind(path: str) -> None:
     """Refuse a plan kind the executor cannot apply before its body is validated (a CapacityPlan's
     missing fields are beside the point)."""
-    kind = plandoc.peek_kind(path)
+    from planner.dockind import KINDS, detect, describe
+
+    kind = detect(path)
     if kind is not None and kind not in APPLIES:
-        raise UserError(Problem("kind", f"the executor cannot apply a {kind}",
-                                "pass an ExecutorTarget, a PlacementPlan (with --scenario) or a ReallocPlan"))
+        takes = KINDS.get(kind, ("", ""))[1]
+        raise UserError(Problem("kind", f"{path} is {describe(kind)}: the executor cannot apply a {kind}",
+                                "pass an ExecutorTarget, a PlacementPlan (with --scenario) or a ReallocPlan"
+                                + (f" ({takes})" if takes else "")))
 
 
 def read_target(path: str, observed: Callable[[], ClusterState], scenario: Optional[str] = None) -> tuple[ClusterState, str, str]:

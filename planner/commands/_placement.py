@@ -10,7 +10,7 @@ from planner.errors import Problem, UserError
 KIND = "PlacementPlan"
 
 
-def load_input(path: str, mode: Optional[str] = None):
+def load_input(path: str, mode: Optional[str] = None, command: str = "plan"):
     """(instance, name, digest, scenario or None) from a scenario YAML or a numbers-only instance file."""
     import hashlib
     import json
@@ -21,6 +21,9 @@ def load_input(path: str, mode: Optional[str] = None):
 
     if not Path(path).exists():
         raise UserError(Problem("", f"file not found: {path}", "check the path"))
+    from planner.dockind import INSTANCE, SCENARIO, expect
+
+    expect(path, [SCENARIO, INSTANCE], "INPUT", command)
     if is_instance_file(path):
         inst = load_instance(path)
         canon = json.dumps(inst.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
@@ -29,10 +32,13 @@ def load_input(path: str, mode: Optional[str] = None):
     return compile_scenario(sc, mode), sc.name, scenario_digest(sc), sc
 
 
-def read_plan(path: str):
+def read_plan(path: str, command: str = "plan"):
     from formulation.placement.plan import PlacementPlan
     from planner import plandoc
 
+    from planner.dockind import expect
+
+    expect(path, [KIND], "PLAN", command)
     doc = plandoc.read(path, expect_kind=KIND)
     return doc, PlacementPlan.model_validate(doc.body)
 

@@ -69,8 +69,10 @@ def _as_dict(job, est, view) -> dict:
 def run(args) -> int:
     import json
 
+    from planner.dockind import SCENARIO, expect
     from planner.schema import load_scenario
 
+    expect(args.scenario, [SCENARIO], "SCENARIO", "estimate")
     sc = load_scenario(args.scenario)
     mode = args.mode or sc.solver.phase_time_estimate
     view, ests = job_estimates(sc, mode, args.job)

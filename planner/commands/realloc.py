@@ -65,12 +65,16 @@ def run(args) -> int:
     from planner.errors import Problem, UserError
     from planner.instances.realloc import build_context, load_snapshots
 
+    from planner.dockind import SCENARIO, SNAPSHOT, expect
+
     donor_cfg, opts = _options(args)
+    expect(args.snapshot, [SNAPSHOT], "SNAPSHOT", "realloc")
     snaps = load_snapshots(args.snapshot)
     scenario = None
     if args.scenario:
         from planner.schema import load_scenario
 
+        expect(args.scenario, [SCENARIO], "--scenario", "realloc")
         scenario = load_scenario(args.scenario)
     snaps_sorted = sorted(snaps, key=lambda s: (s.iteration, s.time_s))
     if [id(s) for s in snaps_sorted] != [id(s) for s in snaps]:

@@ -187,6 +187,9 @@ def run(args) -> int:
     from planner.schema import load_scenario
 
     _check_args(args)
+    from planner.dockind import SCENARIO, expect
+
+    expect(args.scenario, [SCENARIO], "SCENARIO", "simulate")
     out = _prepare_out(args.out) if args.out else None
     sc = load_scenario(args.scenario)
     from rich.console import Console

@@ -20,11 +20,13 @@ def run(args) -> int:
     import sys
 
     from planner.errors import UserError
+    from planner.dockind import SCENARIO, expect
     from planner.schema import load_scenario
 
     failed = 0
     for path in args.scenarios:
         try:
+            expect(path, [SCENARIO], "SCENARIO", "validate")
             sc = load_scenario(path)
         except UserError as exc:
             print(f"error: {exc.render()}", file=sys.stderr)

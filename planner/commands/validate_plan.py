@@ -9,13 +9,16 @@ instance) without any solver: every job placed exactly once, pools made of exist
 right type, no node in two pools, capacity per GPU type, pins inside the group's pools, phase
 times from the tables, each member's cycle time (max cycle ratio of the round-robin schedule)
 within its SLO, host DRAM per node, reported cycle times and costs. Each violation is printed as
-rule[where]: message. Exit status 0 when the plan is valid, 2 otherwise."""
+rule[where]: message. Exit status 0 when the plan is valid, 2 otherwise. A plan made for another
+input (its recorded digest differs from INPUT's) is refused in one line unless --force."""
 
 
 def add_arguments(p) -> None:
     p.add_argument("input", metavar="INPUT", help="scenario YAML, or a numbers-only placement instance")
     p.add_argument("plan", metavar="PLAN", help="a PlacementPlan document")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (scenarios only)")
+    p.add_argument("--force", action="store_true",
+                   help="check the plan even when it was made for another input (its digest differs from INPUT's)")
 
 
 def run(args) -> int:
@@ -24,8 +27,14 @@ def run(args) -> int:
     from formulation.placement.check import check
     from planner.commands._placement import load_input, read_plan
 
-    inst, name, digest, _ = load_input(args.input, args.mode)
-    doc, plan = read_plan(args.plan)
+    inst, name, digest, _ = load_input(args.input, args.mode, "validate-plan")
+    doc, plan = read_plan(args.plan, "validate-plan")
+    if doc.scenario_digest and doc.scenario_digest != digest and not args.force:
+        from planner.errors import Problem, UserError
+
+        raise UserError(Problem("PLAN", f"{args.plan} was made for {doc.scenario or 'another input'} (digest {doc.scenario_digest}), "
+                                        f"not for {args.input} (digest {digest}): its violations here would say nothing about it",
+                                "give the input the plan was made from, or --force to check it against this one anyway"))
     violations = check(inst, plan)
     if doc.scenario_digest and doc.scenario_digest != digest:
         print(f"note: the plan was made for {doc.scenario or 'another input'} (digest {doc.scenario_digest}), "

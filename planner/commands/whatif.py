@@ -65,7 +65,10 @@ def run(args) -> int:
     from planner.schema import load_scenario
     from planner.whatif import sweep as sw
 
+    from planner.dockind import SCENARIO, expect
+
     _check_args(args)
+    expect(args.scenario, [SCENARIO], "SCENARIO", "whatif")
     sc = load_scenario(args.scenario)
     from planner.instances.capacity import fleet_limits
 

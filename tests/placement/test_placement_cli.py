@@ -182,7 +182,7 @@ def test_validate_plan_rejects_a_plan_of_another_kind(tmp_path):
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump({"kind": "ReallocPlan", "version": 1, "solver": {"backend": "x", "status": "optimal"}, "body": {}}))
     proc = run_cli("validate-plan", str(SMALL), str(other))
-    assert proc.returncode == 2 and "expected a PlacementPlan" in proc.stderr
+    assert proc.returncode == 2 and "is a reallocation plan" in proc.stderr and "(PlacementPlan)" in proc.stderr
 
 
 def test_shipped_trace_instance_matches_the_scenario():

@@ -1,0 +1,96 @@
+"""Which kind of document a file holds, found before any command reads it as its own input.
+
+A plan given to ``validate`` used to draw 16 "unknown key" errors, and one given to ``realloc`` an
+18 KB error quoting the whole plan: each command now calls :func:`expect` first, and a document of
+another kind gets one line naming what it is and which command takes it.
+
+Kinds, from the file's top level (nothing is validated here):
+
+* a plan document: its ``kind`` (``PlacementPlan``, ``ReallocPlan``, ``ExecutorTarget``,
+  ``CapacityPlan``) or ``PlacementInstance`` (a numbers-only placement instance);
+* ``snapshot``: a telemetry snapshot (``job``, ``time_s``, ``components``), a list of them,
+  ``{snapshots: [...]}`` or a ``.jsonl`` file;
+* ``scenario``: anything else with ``jobs``, ``cluster``, ``gpu_types`` or ``include`` at the top.
+
+A file that cannot be read or parsed, or that matches none of these, is left to the command's own
+reader (which names the problem in detail).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from planner.errors import Problem, UserError
+
+SCENARIO, SNAPSHOT, INSTANCE = "scenario", "snapshot", "PlacementInstance"
+
+# kind -> (what it is, in words; which commands take it)
+KINDS: dict[str, tuple[str, str]] = {
+    SCENARIO: ("a scenario", "planner validate / estimate / plan / simulate / whatif / admit take it "
+                             "(and --scenario of apply, realloc and daemon)"),
+    INSTANCE: ("a numbers-only placement instance (PlacementInstance)", "planner plan / admit / validate-plan take it"),
+    SNAPSHOT: ("a telemetry snapshot", "planner realloc SNAPSHOT takes it"),
+    "PlacementPlan": ("a placement plan (PlacementPlan)",
+                      "planner apply PLAN --scenario S or planner validate-plan INPUT PLAN take it (and --current of plan and admit)"),
+    "ReallocPlan": ("a reallocation plan (ReallocPlan)", "planner apply PLAN takes it"),
+    "ExecutorTarget": ("an executor target (ExecutorTarget)", "planner apply PLAN takes it"),
+    "CapacityPlan": ("a capacity plan (CapacityPlan, the answer of planner whatif)",
+                     "no command reads it back: it is a report (planner whatif SCENARIO writes it)"),
+}
+
+_SNAPSHOT_KEYS = {"components", "time_s"}
+_SCENARIO_KEYS = {"jobs", "cluster", "gpu_types", "include"}
+
+
+def _load(path: Path) -> Any:
+    import yaml
+
+    text = path.read_text()
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return json.loads(text) if text.lstrip().startswith(("{", "[")) else yaml.safe_load(text)
+
+
+def _is_snapshot(d: Any) -> bool:
+    return isinstance(d, dict) and _SNAPSHOT_KEYS <= set(d)
+
+
+def detect(path: str | Path) -> Optional[str]:
+    """The kind of document at ``path`` (see the module docstring), or None when unknown."""
+    import yaml
+
+    p = Path(path)
+    try:
+        data = _load(p)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError):
+        return None
+    if isinstance(data, list):
+        return SNAPSHOT if data and all(_is_snapshot(d) for d in data) else None
+    if not isinstance(data, dict):
+        return None
+    kind = data.get("kind")
+    if isinstance(kind, str):
+        return kind
+    if isinstance(data.get("snapshots"), list) or _is_snapshot(data):
+        return SNAPSHOT
+    if _SCENARIO_KEYS & set(data):
+        return SCENARIO
+    return None
+
+
+def describe(kind: str) -> str:
+    return KINDS.get(kind, (f"a {kind} document", ""))[0]
+
+
+def expect(path: str | Path, accepted: Iterable[str], where: str, command: str) -> Optional[str]:
+    """Refuse, in one line, a document whose kind ``command`` does not take; the kind found (or None)."""
+    accepted = tuple(accepted)
+    kind = detect(path)
+    if kind is None or kind in accepted:
+        return kind
+    takes = KINDS.get(kind, ("", f"no command here takes a {kind}"))[1]
+    wanted = " or ".join(describe(a) for a in accepted)
+    raise UserError(Problem(where, f"{path} is {describe(kind)}, not {wanted}: planner {command} cannot read it",
+                            f"{takes}; give planner {command} {wanted}"))
