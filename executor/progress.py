@@ -24,20 +24,30 @@ def print_plan(plan: StepPlan, out: TextIO) -> None:
             out.write(s.describe() + "\n")
 
 
+def plan_json(plan: StepPlan) -> dict:
+    """The diff as data (``planner apply --dry-run --json``): units with their cause and steps in order."""
+    return {"steps": len(plan.steps), "notes": list(plan.notes),
+            "units": [{"id": u.id, "component": u.component, "kind": u.kind, "cause": u.cause, "after": list(u.after),
+                       "steps": [{"seq": s.seq, "id": s.id, "kind": s.kind, "cause": s.cause} for s in u.steps]}
+                      for u in plan.units]}
+
+
 def state_table(rows: list[dict], title: str) -> Table:
     t = Table(title=title)
     for col in ("node", "gpu_type", "alive", "GPUs", "DRAM GB", "workers"):
         t.add_column(col)
     for r in rows:
         t.add_row(r["node"], r["gpu_type"], "yes" if r["alive"] else "DEAD", f"{r['gpus_used']}/{r['gpus']}",
-                  f"{r['dram_used_gb']:g}/{r['dram_gb']:g}", r["workers"])
+                  f"{r['dram_used_gb']:.1f}/{r['dram_gb']:g}", r["workers"])  # GB to 0.1: --json has the exact figure
     return t
 
 
 class Progress:
-    """One bar over the steps; a line per step outcome and per event with its cause."""
+    """One bar over the steps; a line per failed or compensated step and per event with its cause
+    (``verbose``: a line per step outcome too)."""
 
-    def __init__(self, steps: list) -> None:
+    def __init__(self, steps: list, verbose: bool = False) -> None:
+        self.verbose = verbose
         self.console = Console(stderr=True)
         self.bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                 console=self.console, transient=False)
@@ -57,6 +67,8 @@ class Progress:
         if status in ("done", "skipped (done before)"):
             self.bar.advance(self.task)
         extra = f": {data}" if status in ("failed", "compensated") and data else ""
+        if not (self.verbose or status in ("failed", "compensated")):
+            return
         self.console.print(f"  {status:<22} {step.id}{extra}", highlight=False)
 
     def event(self, e: dict) -> None:

@@ -119,7 +119,7 @@ def least_overshoot(inst: CapacityInstance, limits: dict[str, int], options: Sol
     if idx0.n == 0:
         return Overshoot(0.0)
     finite = np.where(np.isfinite(idx0.tot), idx0.tot, 0.0)
-    v_big = float(finite.max(axis=0).sum()) + 1.0
+    v_big = float(finite.max(axis=0).sum()) + 1.0 if finite.size else 1.0  # no pattern fits these limits: _serve says who cannot run
     idx, sol, left = _serve(base, v_big, options)
     if left:
         return Overshoot(None, cannot_run=left)
@@ -195,16 +195,20 @@ def _names(names: list[str]) -> str:
     return "jobs " + ", ".join(shown[:-1]) + (f", {shown[-1]}" if more else f" and {shown[-1]}") + more
 
 
-def minimums(inst: CapacityInstance, res: StyleResult, options: SolveOptions, found: Optional[list] = None) -> list[Minimum]:
+def minimums(inst: CapacityInstance, res: StyleResult, options: SolveOptions, found: Optional[list] = None,
+             on_type=None) -> list[Minimum]:
     """For every type the chosen fleet uses: the fewest nodes of it that serve every job beside the
     fleet's other nodes, what one node fewer costs in SLO misses, and the fewest with the other
     types free up to their limits (how far other types can stand in for it). ``found`` collects the
     plans the counts came from: with a solve that is not proven optimal, one of them may be a
-    cheaper fleet than ``res`` (``planner whatif`` then takes it)."""
+    cheaper fleet than ``res`` (``planner whatif`` then takes it). ``on_type(t)`` is called as each
+    type's search starts (a progress line)."""
     out = []
     for t in inst.types:
         if res.used.get(t, 0) <= 0:
             continue
+        if on_type is not None:
+            on_type(t)
         m = minimum_for(inst, t, options, others=dict(res.fleet), warm=res.warm, found=found)
         if m is None:
             continue

@@ -16,3 +16,13 @@ def check_solver_args(args) -> None:
     threads = getattr(args, "threads", None)
     if threads is not None and threads < 1:
         raise UserError(Problem("--threads", f"must be at least 1, got {threads}", "pass e.g. --threads 2"))
+
+
+def command_argv(args, name: str) -> list[str]:
+    """The arguments this command was run with (for the ``command`` line its outputs record); when
+    it was called from code rather than the shell, the input and policy from ``args``."""
+    import sys
+
+    if len(sys.argv) > 2 and sys.argv[1] == name:
+        return sys.argv[2:]
+    return [args.scenario, "--policy", args.policy]

@@ -43,16 +43,19 @@ def read_plan(path: str, command: str = "plan"):
     return doc, PlacementPlan.model_validate(doc.body)
 
 
-def write_plan(body, record: dict, name: str, digest: str, out: Optional[str]) -> str:
+def write_plan(body, record: dict, name: str, digest: str, out: Optional[str], as_json: bool = False) -> str:
+    """Write the plan document to ``out`` (else YAML on stdout); ``as_json``: also print it as JSON on stdout."""
     from planner import plandoc
 
     doc = plandoc.PlanDocument(kind=KIND, scenario=name, scenario_digest=digest, solver=plandoc.SolverRecord(**record),
                                body=body.model_dump(mode="json"))
     if out:
         plandoc.write(doc, out)
-        return out
-    print(plandoc.dumps(doc), end="")
-    return "-"
+    if as_json:
+        print(plandoc.dumps(doc, "json"), end="")
+    elif not out:
+        print(plandoc.dumps(doc), end="")
+    return out or "-"
 
 
 def unplaced_error(plan, title: str) -> UserError:

@@ -20,7 +20,10 @@ def run_trace(args, sc, out, console, write_files) -> int:
     sim = TraceSim(jobs, placer, inst.prices(sc), inst.gpus_per_node(sc), consolidate=cons is not None, seed=args.seed,
                    horizon_s=args.horizon_s, policy=args.policy, record_phases=out is not None,
                    node_dram_gb=inst.node_dram_gb(sc))
-    res = sim.run()
+    from planner.statusline import status
+
+    with status(f"simulate: {len(jobs)} job(s), policy {args.policy}"):
+        res = sim.run()
     summ = res.summary()
     per_job = [{"job": r.name, "group": r.group, "arrival_s": r.arrival_s, "admitted_s": r.admitted_s, "done_s": r.done_s,
                 "iterations": len(r.iteration_s), "mean_iteration_s": (sum(r.iteration_s) / len(r.iteration_s)) if r.iteration_s else None,
@@ -62,9 +65,9 @@ def _num(x):
 
 
 def _argv(args):
-    from planner.commands.simulate import _argv as a
+    from planner.commands._args import command_argv  # not from simulate.py: that imports this module
 
-    return a(args)
+    return command_argv(args, "simulate")
 
 
 def _table(s: dict, name: str, console) -> None:

@@ -18,6 +18,7 @@ def add_arguments(p) -> None:
     p.add_argument("--current", metavar="PLAN", required=True, help="the current PlacementPlan")
     p.add_argument("--job", action="append", required=True, metavar="NAME", help="job to admit (repeatable, in arrival order)")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (scenarios only)")
+    p.add_argument("--json", action="store_true", help="print the new plan document as JSON on stdout (also with --out)")
     p.add_argument("--out", "-o", metavar="FILE", help="write the new plan here (default: stdout)")
 
 
@@ -79,7 +80,7 @@ def run(args) -> int:
     record = SolveRecord(backend="greedy-admit", status=SolveStatus.FEASIBLE, objective=plan.cost_per_hour,
                          wall_time_s=time.perf_counter() - t0, warm_start="previous-plan",
                          message="; ".join(lines) + f"; admission decisions took {1e3 * t_admit:.2f} ms").as_dict()
-    where = write_plan(plan, record, name, digest, args.out)
+    where = write_plan(plan, record, name, digest, args.out, args.json)
     for ln in lines:
         print(ln, file=sys.stderr)
     print(f"cost {current.cost_per_hour:.2f} -> {plan.cost_per_hour:.2f} $/h" + (f"; wrote {where}" if where != "-" else ""), file=sys.stderr)

@@ -21,6 +21,8 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", choices=["ray", "sim"], default="sim", help="where workers run (default: sim)")
     p.add_argument("--address", help="Ray cluster address (default: auto); 'local' starts one from the plan's nodes")
     p.add_argument("--dry-run", action="store_true", help="print the steps with their causes; change nothing")
+    p.add_argument("--json", action="store_true", help="print the diff (--dry-run) or the outcome as JSON on stdout")
+    p.add_argument("--verbose", "-v", action="store_true", help="a line per step outcome (default: only failed or compensated steps)")
     p.add_argument("--journal", help="SQLite journal (default: .rl-planner/journal.db)")
     p.add_argument("--sim-state", help="sim backend: the saved cluster (default: .rl-planner/sim-state.sqlite)")
     p.add_argument("--scenario", help="the scenario a PlacementPlan was made from")
@@ -93,13 +95,25 @@ def run(args) -> int:
     else:
         plan = diff(observe(backend), target, stage=args.stage)
     if args.dry_run:
-        print_plan(plan, sys.stdout)
+        if args.json:
+            import json
+
+            from executor.progress import plan_json
+
+            print(json.dumps({"plan": name, "dry_run": True, **plan_json(plan)}, indent=2))
+        else:
+            print_plan(plan, sys.stdout)
         return 0
     if not plan.steps:
-        print("nothing to do: the cluster already matches the plan")
+        if args.json:
+            import json
+
+            print(json.dumps({"plan": name, "status": "done", "steps": 0}))
+        else:
+            print("nothing to do: the cluster already matches the plan")
         return 0
     journal = Journal(journal_path(args.journal))
-    with Progress(plan.steps) as prog:
+    with Progress(plan.steps, verbose=args.verbose) as prog:
         ex = Executor(backend, journal, faults=crash_hook_from_env(), on_step=prog.update, on_event=prog.event)
         res = ex.apply(plan.steps, name, digest)
     reaped = reap(backend)
@@ -107,6 +121,13 @@ def run(args) -> int:
         backend.save()
     for r in reaped:
         print(f"reaped {r}")
+    if args.json:
+        import json
+
+        print(json.dumps({"plan": name, "apply_id": res.apply_id, "status": res.status, "message": res.message,
+                          "steps": len(plan.steps), "resumed": bool(res.resumed), "reaped": list(reaped),
+                          "journal": str(journal_path(args.journal))}, indent=2))
+        return 0 if res.status == "done" else 1
     if res.status == "done":
         print(f"applied {name}: {len(plan.steps)} step(s){' (resumed)' if res.resumed else ''}; journal {journal_path(args.journal)}")
         return 0

@@ -32,6 +32,7 @@ def add_arguments(p) -> None:
     p.add_argument("--current", metavar="PLAN", help="the current plan: warm start, keep its groups' nodes, price moves")
     p.add_argument("--move-price", type=float, default=None, metavar="USD_PER_H", help="$/h charged per moved job")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (scenarios only)")
+    p.add_argument("--json", action="store_true", help="print the plan document as JSON on stdout (also with --out)")
     p.add_argument("--out", "-o", metavar="FILE", help="write the plan document here (.json: JSON, else YAML); default: stdout")
     p.add_argument("--plot", metavar="PNG", help="write a timeline of one meta-iteration per group (rollout and training lanes)")
     p.add_argument("--save-instance", metavar="FILE", help="also write the numbers-only instance the plan was computed from")
@@ -84,7 +85,10 @@ def run(args) -> int:
         tmp = p.with_name(f".{p.name}.tmp")
         tmp.write_text(dump_instance(inst))
         tmp.replace(p)
-    res = solve(inst, opts, backend, current)
+    from planner.statusline import status
+
+    with status(f"plan: {len(inst.jobs)} job(s) with {backend} (wall-clock limit {opts.time_limit_s:g} s)"):
+        res = solve(inst, opts, backend, current)
     record = res.record.as_dict()
     if res.plan.unplaced and not args.allow_unplaced:
         raise unplaced_error(res.plan, f"{len(res.plan.unplaced)} job(s) of '{name}' cannot be placed; no plan written "
@@ -93,7 +97,7 @@ def run(args) -> int:
         from planner.placement_plot import plot_plan
 
         plot_plan(res.plan, args.plot)
-    where = write_plan(res.plan, record, name, digest, args.out)
+    where = write_plan(res.plan, record, name, digest, args.out, args.json)
     print(summary(res.plan, record), file=sys.stderr)
     if where != "-":
         print(f"wrote {where}" + (f" and {args.plot}" if args.plot else ""), file=sys.stderr)

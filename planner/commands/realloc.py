@@ -32,6 +32,8 @@ def add_arguments(p) -> None:
     p.add_argument("--horizon-s", type=float, default=None, help="seconds left in the iteration (default: from progress)")
     p.add_argument("--time-limit-s", type=float, default=5.0, help="solver time limit (default 5)")
     p.add_argument("--json", action="store_true", help="print the plan document as JSON instead of tables")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="every donor's evidence and every stage's candidates (default: the donors, the chosen candidates, the steps)")
 
 
 def _options(args):
@@ -127,14 +129,28 @@ def _print(dec, doc, args) -> None:
     unit = body["throughput_unit"]
     con.print(f"[bold]{dec.job}[/bold] at t={dec.time_s:g} s (iteration {dec.iteration}), backend {dec.record.backend}, "
               f"status {dec.record.status.value}, {dec.timings_ms.get('total', 0):.1f} ms")
-    t = Table(title="donors", title_justify="left")
+    verbose = getattr(args, "verbose", False)
+    shown = [d for d in body["donors"] if verbose or d["donor"]]
+    t = Table(title="donors" + ("" if verbose else f" ({len(shown)} of {len(body['donors'])} components; --verbose: all, with evidence)"),
+              title_justify="left")
     for col in ("component", "donor", "engines low / held ≥ T / all", "U_low", "evidence"):
         t.add_column(col, overflow="fold")
-    for d in body["donors"]:
+    for d in shown:
         t.add_row(d["component"], "yes" if d["donor"] else "no", f"{d['engines_low']} / {d['engines_low_held']} / {d['engines']}",
                   f"{d['u_low']:.3f} ({d['u_low_source']})", d["cause"])
     con.print(t)
-    for st in body["stages"]:
+    if not verbose:
+        t = Table(title=f"chosen candidate per stage (--verbose: all {sum(len(s['candidates']) for s in body['stages'])} candidates)",
+                  title_justify="left")
+        for col in ("stage", "candidate", "GPUs by type", "finishes in" if unit == "1/s" else "predicted", "migration"):
+            t.add_column(col, overflow="fold")
+        for st in body["stages"]:
+            for c in st["candidates"]:
+                if c["chosen"]:
+                    t.add_row(st["name"], c["name"], ", ".join(f"{k}: {v}" for k, v in c["gpus_by_type"].items()),
+                              _thr(c["predicted_throughput"], unit), c["migration_kind"])
+        con.print(t)
+    for st in body["stages"] if verbose else []:
         t = Table(title=f"{st['name']} ({st['kind']}, {'dynamic' if st['dynamic'] else 'static'}"
                         f"{', donor' if st['donor'] else ''}{'' if st['interruptible'] else ', not interruptible'}"
                         f"{'' if st['pipeline'] else ', done'}; curves: {st['curve_source'] or '-'})", title_justify="left")
@@ -158,7 +174,14 @@ def _print(dec, doc, args) -> None:
             t.add_row(a["component"], a["migration_kind"], _workers(a["from_workers"]), _workers(a["to_workers"]),
                       f"{_thr(a['predicted_throughput_before'], unit)} → {_thr(a['predicted_throughput_after'], unit)}")
         con.print(t)
-    if body["steps"]:
+    if body["steps"] and not verbose:
+        kinds: dict[str, int] = {}
+        for s in body["steps"]:
+            kinds[s["kind"]] = kinds.get(s["kind"], 0) + 1
+        con.print(f"migration steps: {len(body['steps'])} (" + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+                  + f"), {sum(s['duration_s'] for s in body['steps']):.1f} s and {_gb(sum(s['bytes_moved'] for s in body['steps']))} GB "
+                  "in all; --verbose lists each step with its cause")
+    if body["steps"] and verbose:
         t = Table(title="migration steps", title_justify="left")
         for col in ("#", "component", "kind", "node (type)", "GPUs", "s", "GB", "cause"):
             t.add_column(col, overflow="fold")

@@ -196,6 +196,8 @@ def run(args) -> int:
 
     console = Console()
     trace_mode = args.policy in TRACE_POLICIES
+    from planner.statusline import status
+
     if trace_mode:
         from planner.commands._simulate_trace import run_trace
 
@@ -203,7 +205,8 @@ def run(args) -> int:
     from simulator.metrics import job_metrics, timeline
     from simulator.plots import ownership_png
 
-    res = run_job(args, sc)
+    with status(f"simulate: policy {args.policy}, request by request"):
+        res = run_job(args, sc)
     m = job_metrics(res)
     doc = {"scenario": sc.name, "command": "planner simulate " + " ".join(_argv(args)), "metrics": m, "timeline": timeline(res)}
     if args.json:
@@ -223,6 +226,6 @@ def run(args) -> int:
 
 
 def _argv(args) -> list[str]:
-    import sys
+    from planner.commands._args import command_argv
 
-    return sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == NAME else [args.scenario, "--policy", args.policy]
+    return command_argv(args, NAME)

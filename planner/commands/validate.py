@@ -14,6 +14,7 @@ every file is valid, 2 otherwise."""
 def add_arguments(p) -> None:
     p.add_argument("scenarios", nargs="+", metavar="SCENARIO", help="scenario YAML file(s)")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
+    p.add_argument("--json", action="store_true", help="print one JSON object per file: ok, name, jobs, nodes or the problems")
 
 
 def run(args) -> int:
@@ -24,15 +25,25 @@ def run(args) -> int:
     from planner.schema import load_scenario
 
     failed = 0
+    report = []
     for path in args.scenarios:
         try:
             expect(path, [SCENARIO], "SCENARIO", "validate")
             sc = load_scenario(path)
         except UserError as exc:
-            print(f"error: {exc.render()}", file=sys.stderr)
+            if args.json:
+                report.append({"file": path, "ok": False, "error": exc.render()})
+            else:
+                print(f"error: {exc.render()}", file=sys.stderr)
             failed += 1
             continue
-        if not args.quiet:
-            nodes = sum(g.count for g in sc.cluster.node_groups)
+        nodes = sum(g.count for g in sc.cluster.node_groups)
+        if args.json:
+            report.append({"file": path, "ok": True, "scenario": sc.name, "jobs": len(sc.jobs), "nodes": nodes})
+        elif not args.quiet:
             print(f"ok: {path}: scenario '{sc.name}', {len(sc.jobs)} job(s), {nodes} node(s)")
+    if args.json:
+        import json
+
+        print(json.dumps(report, indent=2))
     return 2 if failed else 0

@@ -17,6 +17,7 @@ def add_arguments(p) -> None:
     p.add_argument("input", metavar="INPUT", help="scenario YAML, or a numbers-only placement instance")
     p.add_argument("plan", metavar="PLAN", help="a PlacementPlan document")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (scenarios only)")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout: ok, the plan's totals, each violation")
     p.add_argument("--force", action="store_true",
                    help="check the plan even when it was made for another input (its digest differs from INPUT's)")
 
@@ -39,6 +40,13 @@ def run(args) -> int:
     if doc.scenario_digest and doc.scenario_digest != digest:
         print(f"note: the plan was made for {doc.scenario or 'another input'} (digest {doc.scenario_digest}), "
               f"not this input's content (digest {digest}); checking it against this input", file=sys.stderr)
+    if args.json:
+        import json
+
+        print(json.dumps({"plan": args.plan, "input": args.input, "ok": not violations, "groups": len(plan.groups),
+                          "jobs": sum(len(g.members) for g in plan.groups), "unplaced": len(plan.unplaced),
+                          "cost_per_hour": plan.cost_per_hour, "violations": [str(v) for v in violations]}, indent=2))
+        return 2 if violations else 0
     if violations:
         print(f"{args.plan}: {len(violations)} violated constraint(s):", file=sys.stderr)
         for v in violations:

@@ -39,6 +39,7 @@ def add_arguments(p) -> None:
                    help="wall-clock limit per solve (default: the scenario's solver.time_limit_s)")
     p.add_argument("--mip-gap", type=float, default=None, help="relative gap at which a solve may stop (default: the scenario's)")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (default: the scenario's)")
+    p.add_argument("--json", action="store_true", help="print the answer (the CapacityPlan document) as JSON on stdout instead of the text")
     p.add_argument("--no-minimums", action="store_true", help="skip the minimum count per type and the one-node-fewer analysis")
 
 
@@ -90,6 +91,13 @@ def _quote(a: str) -> str:
     return shlex.quote(a)
 
 
+# What one type's minimum count costs, in units of the first solve's wall time: measured on
+# scenarios/procurement.yaml (2 types used; first solve 0.31 s, the minimums 144 s in 27 solves on a
+# loaded 2-core machine): about 230. The searches prove counts infeasible, which is much harder than
+# the first solve, so this is a rough guide (the status line says so), not a promise.
+MINIMUM_COST_PER_TYPE = 230.0
+
+
 def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
     import sys
     import time
@@ -106,23 +114,37 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
     info = report.machine()
     t0 = time.perf_counter()
     inst = compile_capacity(sc, mode)
+    from planner.statusline import eta, note, status
+
     opts = SolveOptions(time_limit_s=time_limit, mip_gap=gap, threads=sc.solver.threads, seed=sc.solver.seed)
-    res = solve(inst, opts, "co-execution")
+    with status(f"what-if: the cheapest fleet for {len(inst.placement.jobs)} job(s) over {len(inst.types)} GPU type(s)"):
+        t1 = time.perf_counter()
+        res = solve(inst, opts, "co-execution")
+        first_s = time.perf_counter() - t1
     if res.unplaced:
         raise UserError(infeasible.problems(sc, inst, res, opts, mode),
                         title=f"{sc.name}: no fleet within the limits serves the forecast ({len(res.unplaced)} of "
                               f"{len(inst.placement.jobs)} jobs left out); nothing written")
     mins = []
-    if not args.no_minimums:
-        for _ in range(3):
-            found: list = []
-            mins = minimums(inst, res, opts, found)
-            better = improve(inst, res.cost_per_hour, res.lower_bound, res.record.message, found, opts)
-            if better is None:
-                break
-            res = better  # a minimum count came with a cheaper fleet than the first solve: that is the answer
-        else:
-            mins = minimums(inst, res, opts)
+    used = [t for t in inst.types if res.used.get(t, 0) > 0]
+    if not args.no_minimums and used:
+        # each minimum is a search over node counts of one type, each step a solve that may have to prove infeasibility
+        guess = eta(MINIMUM_COST_PER_TYPE * len(used) * first_s)
+        note(f"what-if: next the fewest nodes of each type used ({', '.join(used)}): up to roughly {guess}; --no-minimums skips it")
+        with status(f"what-if: fewest nodes of {', '.join(used)}") as st:
+            def on_type(t: str) -> None:
+                st.update(f"what-if: fewest {t} nodes (type {used.index(t) + 1} of {len(used)}; up to roughly {guess} in all; "
+                          "--no-minimums skips it)")
+
+            for _ in range(3):
+                found: list = []
+                mins = minimums(inst, res, opts, found, on_type)
+                better = improve(inst, res.cost_per_hour, res.lower_bound, res.record.message, found, opts)
+                if better is None:
+                    break
+                res = better  # a minimum count came with a cheaper fleet than the first solve: that is the answer
+            else:
+                mins = minimums(inst, res, opts)
     plan = build_capacity_plan(inst, res)
     plan.binding = binding(inst, res, plan)
     plan.minimums = mins
@@ -131,7 +153,14 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
     record = res.record.as_dict()
     record["wall_time_s"] = time.perf_counter() - t0
     lines = report.answer_lines(plan, record, plan.styles)
-    print("\n".join(lines))
+    if args.json:
+        from planner import plandoc
+
+        doc = plandoc.PlanDocument(kind="CapacityPlan", scenario=sc.name, scenario_digest=plandoc.scenario_digest(sc),
+                                   solver=plandoc.SolverRecord(**record), body=plan.model_dump(mode="json"))
+        print(plandoc.dumps(doc, "json"), end="")
+    else:
+        print("\n".join(lines))
     if args.out:
         _write_single(args.out, sc, plan, record, lines, inst.types, command, info)
         print(f"wrote {args.out}/capacity-plan.yaml, answer.md, fleet.png" + (", styles.csv" if plan.styles else ""), file=sys.stderr)

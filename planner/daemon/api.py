@@ -302,8 +302,11 @@ def asgi_app(service, *, max_body_bytes: int = 1 << 20, token: Optional[str] = N
 # ------------------------------------------------------------------------------------- app
 def create_app(service) -> FastAPI:
     """The app around a :class:`planner.daemon.service.Service` (its store, metrics and status)."""
-    app = FastAPI(title="rl-planner daemon", version=__version__,
+    app = FastAPI(title="rl-planner daemon", version=__version__, docs_url=None, redoc_url=None,  # /docs: docs_ui (no CDN)
                   description="Admits RL post-training jobs, watches their telemetry, replans and applies. See docs/daemon.md.")
+    from planner.daemon.docs_ui import mount_docs
+
+    mount_docs(app)
     store, metrics = service.store, service.metrics
     roots: dict[str, type[BaseModel]] = {"/v1/jobs": JobSpec, "/v1/telemetry": TelemetrySnapshot}
 

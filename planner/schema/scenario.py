@@ -201,7 +201,7 @@ class JobSpec(Strict):
 
 # ------------------------------------------------------------------------------------- solver
 class SolverSpec(Strict):
-    backend: Literal["auto", "highs", "cpsat"] = "auto"
+    backend: Literal["auto", "colgen", "highs", "cpsat", "greedy"] = "auto"  # planner plan --backend's choices
     time_limit_s: PositiveFloat = 60.0
     mip_gap: float = Field(1e-4, ge=0.0, le=1.0)
     threads: PositiveInt = 1
