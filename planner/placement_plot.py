@@ -15,15 +15,33 @@ from formulation.placement.plan import PlacementPlan, members_of
 MAX_GROUPS = 40
 
 
+SYNC_MIN_FRACTION = 0.006  # weight sync is drawn at least this share of the cycle wide (it is often < 0.1%)
+
+
+def _pool_label(role: str, pool) -> str:
+    nodes = f"{pool.size} {pool.gpu_type} node{'s' if pool.size != 1 else ''}"
+    return f"{role}\n{nodes} ({pool.gpus} GPUs)"
+
+
+def _label(ax, a: float, width: float, y: float, text: str, period: float) -> None:
+    """The job's name on the part of a bar inside the window [0, period], where it is wide enough."""
+    lo, hi = max(0.0, a), min(period, a + width)
+    if hi - lo >= 0.06 * period:
+        ax.text((lo + hi) / 2, y, text, ha="center", va="center", fontsize=6, clip_on=True)
+
+
 def plot_plan(plan: PlacementPlan, path: str | Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     groups = plan.groups[:MAX_GROUPS]
-    fig, axes = plt.subplots(max(1, len(groups)), 1, figsize=(12, 1.0 + 1.3 * max(1, len(groups))), squeeze=False)
-    cmap = plt.get_cmap("tab10")
+    fig, axes = plt.subplots(max(1, len(groups)), 1, figsize=(12, 1.6 + 1.4 * max(1, len(groups))), squeeze=False)
+    cmap = plt.get_cmap("tab20")
+    jobs = [m.job for g in groups for m in g.members]
+    color_of = {j: cmap(i % 20) for i, j in enumerate(jobs)}  # one color per job across the figure
     for ax, g in zip(axes[:, 0], groups):
         mem = members_of(g)
         iters = 40 + 4 * len(mem)
@@ -32,27 +50,31 @@ def plot_plan(plan: PlacementPlan, path: str | Path) -> None:
         t0 = x[k, 0]
         period = g.cycle_time_s
         for i, m in enumerate(mem):
-            color = cmap(i % 10)
-            for kk in (k - 1, k, k + 1):  # phases that overlap the window
+            color = color_of.get(m.name, cmap(i % 20))
+            sync_w = max(m.sync_s, SYNC_MIN_FRACTION * period)
+            for kk in (k - 1, k, k + 1):  # phases that overlap the window, a bar cut at its edge included
                 r0, tr0 = x[kk, 2 * i] - t0, x[kk, 2 * i + 1] - t0
                 ax.broken_barh([(r0, m.rollout_s)], (10, 8), facecolors=color, edgecolor="black", linewidth=0.4)
                 ax.broken_barh([(tr0, m.train_s)], (0, 8), facecolors=color, edgecolor="black", linewidth=0.4)
-                ax.broken_barh([(tr0 + m.train_s, m.sync_s)], (0, 8), facecolors="white", edgecolor=color, hatch="///", linewidth=0.4)
-                if kk == k:
-                    ax.text(r0 + m.rollout_s / 2, 14, m.name, ha="center", va="center", fontsize=6, clip_on=True)
-                    ax.text(tr0 + m.train_s / 2, 4, m.name, ha="center", va="center", fontsize=6, clip_on=True)
+                ax.broken_barh([(tr0 + m.train_s, sync_w)], (0, 8), facecolors="black", edgecolor="black", linewidth=0.4)
+                _label(ax, r0, m.rollout_s, 14, m.name, period)
+                _label(ax, tr0, m.train_s, 4, m.name, period)
         ax.set_xlim(0, period)
         ax.set_ylim(-1, 19)
         ax.set_yticks([4, 14])
-        ax.set_yticklabels([f"train {g.train_pool.size}x{g.train_pool.gpu_type}", f"rollout {g.rollout_pool.size}x{g.rollout_pool.gpu_type}"],
-                           fontsize=7)
+        ax.set_yticklabels([_pool_label("training", g.train_pool), _pool_label("rollout", g.rollout_pool)], fontsize=7)
         ax.set_title(f"{g.id}: cycle {period:.1f} s, {g.cost_per_hour:.1f} $/h, rollout busy {100 * g.rollout_busy:.0f}%, "
-                     f"training busy {100 * g.train_busy:.0f}% (hatched: weight sync)", fontsize=8, loc="left")
+                     f"training busy {100 * g.train_busy:.0f}%", fontsize=8, loc="left")
         ax.tick_params(axis="x", labelsize=7)
-    axes[-1, 0].set_xlabel("seconds into one meta-iteration (steady state)")
+    axes[-1, 0].set_xlabel("seconds into one steady-state meta-iteration (a bar cut at the right edge continues at the left)")
     more = f"; first {MAX_GROUPS} of {len(plan.groups)} groups" if len(plan.groups) > MAX_GROUPS else ""
     fig.suptitle(f"{plan.instance}: {plan.cost_per_hour:.1f} $/h, {len(plan.groups)} group(s){more}", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_size_inches()[1]))
+    handles = [Patch(facecolor=color_of[j], edgecolor="black", linewidth=0.4, label=j) for j in jobs[:20]]
+    handles.append(Patch(facecolor="black", label=f"weight sync (drawn at least {100 * SYNC_MIN_FRACTION:.1f}% of the cycle wide)"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=7, frameon=False)
+    rows = (len(handles) + 3) // 4
+    h = fig.get_size_inches()[1]
+    fig.tight_layout(rect=(0, (0.25 + 0.2 * rows) / h, 1, 1 - 0.5 / h))
     p = Path(path)
     tmp = p.with_name(f".{p.name}.tmp.png")
     fig.savefig(tmp, dpi=110)

@@ -27,15 +27,16 @@ def ownership_png(res, path: Path, points: int = 600) -> Path:
     ax.stackplot(ts, *[series[c] for c in comps], labels=comps, colors=[COLORS[c] for c in comps], alpha=0.9, step="post")
     total = sum(res.cluster_gpus.values())
     ax.axhline(total, color="k", lw=0.8, ls="--", label=f"cluster ({total} GPUs)")
-    for it in res.iterations:
-        ax.axvline(it.start_s, color="k", lw=0.5, alpha=0.4)
-    for t, _, _ in res.decisions:
-        ax.axvline(t, color="orange", lw=0.6, alpha=0.6)
+    for n, it in enumerate(res.iterations):
+        ax.axvline(it.start_s, color="k", lw=0.5, alpha=0.4, label="iteration starts" if n == 0 else None)
+    for n, (t, _, _) in enumerate(res.decisions):
+        ax.axvline(t, color="orange", lw=0.6, alpha=0.6, label="reallocation decisions" if n == 0 else None)
+    ax.set_ylim(0, total * 1.05)
     ax.set_ylabel("GPUs held")
     ax.set_title(f"{res.setup.name}: GPU ownership per component ({res.policy.name}"
                  f"{', priority' if res.policy.queue == 'priority' else ''}"
                  f"{', consolidation' if res.policy.consolidate_at else ''})")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)  # beside the stack, not over it
     done = np.sort(np.array([r.done_s for r in res.requests if r.done_s is not None]))
     starts = np.array([it.start_s for it in res.iterations])
     n = res.setup.workload.n_requests
@@ -47,6 +48,7 @@ def ownership_png(res, path: Path, points: int = 600) -> Path:
     ax2.plot(ts, running, color=COLORS["rollout"])
     ax2.set_ylabel("requests\nnot done")
     ax2.set_xlabel("time (s)")
+    fig.set_size_inches(10.5, 5.5)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110, format="png")
@@ -58,20 +60,27 @@ def gantt_png(lanes: list, path: Path, title: str, t_max: float | None = None) -
     """``lanes``: [(lane label, [(start, end, label, kind)])] with kind rollout | tail | train | switch."""
     plt = _plt()
     kinds = {"rollout": COLORS["rollout"], "tail": "#A6C8E8", "train": COLORS["trainer"], "switch": "#CCB974"}
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(lanes) + 1.5))
+    fig, ax = plt.subplots(figsize=(11, 0.5 * len(lanes) + 1.5))
+    span = t_max if t_max is not None else max([b for _, bars in lanes for _, b, _, _ in bars] or [1.0])
+    labels = []
     for i, (name, bars) in enumerate(lanes):
+        jobs = sorted({lab for _, _, lab, _ in bars if lab})
+        labels.append(f"{name}: {', '.join(jobs[:4])}{f' +{len(jobs) - 4}' if len(jobs) > 4 else ''}" if jobs else name)
         for (a, b, lab, kind) in bars:
             if t_max is not None and a > t_max:
                 continue
             ax.barh(i, b - a, left=a, color=kinds.get(kind, "#999999"), edgecolor="white", lw=0.3)
+            if lab and (min(b, span) - a) >= 0.05 * span:  # the job's name on bars wide enough to hold it
+                ax.text((a + min(b, span)) / 2, i, lab, ha="center", va="center", fontsize=6, clip_on=True)
     ax.set_yticks(range(len(lanes)))
-    ax.set_yticklabels([l for l, _ in lanes], fontsize=7)
+    ax.set_yticklabels(labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
     ax.set_title(title)
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in kinds.items()], fontsize=7, loc="lower right")
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in kinds.items()], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              frameon=False)  # beside the lanes, not over them
     if t_max is not None:
         ax.set_xlim(0, t_max)
     fig.tight_layout()

@@ -201,12 +201,16 @@ def plot_fleet(labels: list[str], fleets: list[dict[str, int]], types: list[str]
             continue
         ax.bar(xs, vals, bottom=bottom, label=t, color=TYPE_COLORS.get(t))
         bottom = [b + v for b, v in zip(bottom, vals)]
+    for x, total in zip(xs, bottom):  # the total on each bar, inside the axes (headroom below)
+        if total:
+            ax.text(x, total, f"{total:g}", ha="center", va="bottom", fontsize=7)
+    ax.set_ylim(0, max([1, *bottom]) * 1.12 + 0.5)
     ax.set_xticks(xs)
     ax.set_xticklabels(labels, rotation=45 if len(labels) > 6 else 0, ha="right" if len(labels) > 6 else "center", fontsize=8)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("nodes")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, title="GPU type", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside, never over bars
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
