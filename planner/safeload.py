@@ -295,9 +295,9 @@ def parse_yaml(text: str, filename: str = "<input>", *, limits: Limits = LIMITS)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         src = f"{filename}:{mark.line + 1}" if mark else filename
-        raise _bad(f"not valid YAML: {_first_line(exc)}", "check indentation and quoting near that line", src) from None
+        raise _bad(f"not valid YAML (cannot parse it): {_first_line(exc)}", "check indentation and quoting near that line", src) from None
     except (ValueError, RecursionError, MemoryError) as exc:  # libyaml's reader (e.g. unprintable characters)
-        raise _bad(f"not valid YAML: {_first_line(exc)}", "check the file's characters", filename) from None
+        raise _bad(f"not valid YAML (cannot parse it): {_first_line(exc)}", "check the file's characters", filename) from None
     finally:
         loader.dispose()
     if node is None:
@@ -319,10 +319,10 @@ def parse_json(text: str, filename: str = "<input>", *, limits: Limits = LIMITS)
     try:
         data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise _bad(f"not valid JSON: {exc.msg} (column {exc.colno})", "check the brackets, commas and quotes near that line",
+        raise _bad(f"cannot parse as JSON: {exc.msg} (column {exc.colno})", "check the brackets, commas and quotes near that line",
                    f"{filename}:{exc.lineno}") from None
     except ValueError as exc:
-        raise _bad(f"not valid JSON: {exc}", "write finite numbers (JSON has no NaN or Infinity)", filename) from None
+        raise _bad(f"cannot parse as JSON: {exc}", "write finite numbers (JSON has no NaN or Infinity)", filename) from None
     except RecursionError:
         raise _bad(f"nested more than {limits.max_depth} levels deep", "flatten the document", filename) from None
     check_depth(data, filename, limits)

@@ -74,19 +74,12 @@ def compile_scenario(sc: Scenario, mode: str | None = None) -> PlacementInstance
 
 def load_instance(path: str | Path) -> PlacementInstance:
     """A numbers-only instance file (YAML or JSON), with errors that name the field."""
-    import json
-
-    import yaml
     from pydantic import ValidationError
 
+    from planner import safeload
+
     p = Path(path)
-    if not p.exists():
-        raise UserError(Problem("", f"instance file not found: {p}", "check the path"))
-    try:
-        text = p.read_text()
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise UserError(Problem("", f"cannot read the instance file: {exc}", "write valid YAML or JSON", source=str(p))) from None
+    data = safeload.load(p, what="instance file").data
     if not isinstance(data, dict):
         raise UserError(Problem("", "a placement instance is a mapping with pool_types and jobs",
                                 "see docs/placement.md for the format", source=str(p)))
@@ -105,16 +98,10 @@ def load_instance(path: str | Path) -> PlacementInstance:
 
 def is_instance_file(path: str | Path) -> bool:
     """Whether a YAML/JSON file is a numbers-only placement instance (has pool_types) rather than a scenario."""
-    import json
+    from planner import safeload
 
-    import yaml
-
-    p = Path(path)
-    try:
-        text = p.read_text()
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except Exception:  # noqa: BLE001 - the scenario loader reports unreadable files properly
-        return False
+    doc = safeload.try_load(path, what="instance file")
+    data = doc.data if doc is not None else None
     return isinstance(data, dict) and ("pool_types" in data or data.get("kind") == "PlacementInstance")
 
 
