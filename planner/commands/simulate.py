@@ -28,23 +28,25 @@ component over time, as DynaRL's Figure 13) for one job, gantt.png (groups) for 
 
 
 def add_arguments(p) -> None:
+    from planner.commands import _args
+
     p.add_argument("scenario", metavar="SCENARIO")
     p.add_argument("--policy", required=True, metavar="P", help=f"one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}")
-    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same result)")
+    p.add_argument("--seed", type=_args.number(0, 2**31 - 1, kind=int), default=0, help="random seed (same seed, same result)")
     p.add_argument("--out", metavar="DIR", help="write summary.json and PNG plots into DIR")
     p.add_argument("--job", help="the job to simulate request by request (scenarios with several jobs)")
-    p.add_argument("--iterations", type=int, default=2, help="iterations of the job (default 2)")
+    p.add_argument("--iterations", type=_args.count(1, 1000), default=2, help="iterations of the job (default 2)")
     p.add_argument("--queue", choices=["fifo", "priority"], default="fifo", help="rollout request order")
-    p.add_argument("--max-wait-s", type=float, default=30.0, help="age bound of the priority queue (s)")
-    p.add_argument("--consolidate-at", type=float, default=None, metavar="F",
+    p.add_argument("--max-wait-s", type=_args.number(hi=_args.SECONDS), default=30.0, help="age bound of the priority queue (s)")
+    p.add_argument("--consolidate-at", type=_args.number(), default=None, metavar="F",
                    help="pack the long tail when this fraction of requests is done (0 < F < 1; consolidate policy: 0.8)")
     p.add_argument("--decision", choices=["planner", "threshold"], default="planner",
                    help="decision function of the dynamic policy: the reallocation planner (default) or the "
                         "simulator's threshold baseline")
-    p.add_argument("--u-low", type=float, default=0.2, help="dynamic: KV utilisation below which an engine is a donor")
-    p.add_argument("--window-s", type=float, default=4.0, help="dynamic: seconds an engine must stay under U_low (T)")
-    p.add_argument("--theta", type=float, default=0.5, help="dynamic: fraction of engines that must be donors")
-    p.add_argument("--horizon-s", type=float, default=None, help="many jobs: stop the trace at this time (s)")
+    p.add_argument("--u-low", type=_args.number(), default=0.2, help="dynamic: KV utilisation below which an engine is a donor")
+    p.add_argument("--window-s", type=_args.number(hi=_args.SECONDS), default=4.0, help="dynamic: seconds an engine must stay under U_low (T)")
+    p.add_argument("--theta", type=_args.number(), default=0.5, help="dynamic: fraction of engines that must be donors")
+    p.add_argument("--horizon-s", type=_args.number(hi=_args.SECONDS), default=None, help="many jobs: stop the trace at this time (s)")
     p.add_argument("--snapshots", action="store_true", help="one job: also write the telemetry snapshots (snapshots.jsonl)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 

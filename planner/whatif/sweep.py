@@ -38,6 +38,8 @@ from planner.schema.scenario import FixedLengths, GPUTypeSpec, LognormalLengths,
 SCALARS = ("budget", "slo", "jobs", "response")
 PER_TYPE = ("price", "max_nodes")
 MAX_POINTS = 2000
+# the largest value each key may take (the scenario schema's bounds; factors within reason)
+MAX_VALUE = {"price": 1e4, "max_nodes": 4096.0, "budget": 1e9, "slo": 1e3, "jobs": 64.0, "response": 100.0}
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,8 @@ def parse(spec: str, types: list[str]) -> Sweep:
         steps = int(parts[2])
     except ValueError:
         raise UserError(Problem("--sweep", f"'{spec}': STEPS '{parts[2]}' is not a whole number", usage)) from None
-    if steps < 1:
-        raise UserError(Problem("--sweep", f"'{spec}': STEPS must be at least 1, got {steps}", usage))
+    if not 1 <= steps <= MAX_POINTS:
+        raise UserError(Problem("--sweep", f"'{spec}': STEPS must be from 1 to {MAX_POINTS}, got {steps}", usage))
     values = tuple(float(v) for v in (np.linspace(start, stop, steps) if steps > 1 else [start]))
     kind = key.split(".")[0]
     if kind == "max_nodes":
@@ -92,7 +94,10 @@ def parse(spec: str, types: list[str]) -> Sweep:
                                                f"{', '.join(f'{v:g}' for v in values)}",
                                     "choose START, STOP and STEPS so that the step is a whole number, e.g. max_nodes.H800=4:12:5"))
         values = tuple(float(round(v)) for v in values)
-    elif any(v <= 0 for v in values):
+    if max(values) > MAX_VALUE.get(kind, math.inf):
+        raise UserError(Problem("--sweep", f"'{spec}': {key} may be at most {MAX_VALUE[kind]:g}, the range reaches {max(values):g}",
+                                "sweep over a smaller range"))
+    if kind != "max_nodes" and any(v <= 0 for v in values):
         raise UserError(Problem("--sweep", f"'{spec}': {key} must be positive, the range reaches {min(values):g}",
                                 "sweep over positive values"))
     return Sweep(key, values)
