@@ -84,8 +84,10 @@ def parse(spec: str, types: list[str]) -> Sweep:
         steps = int(parts[2])
     except ValueError:
         raise UserError(Problem("--sweep", f"'{spec}': STEPS '{parts[2]}' is not a whole number", usage)) from None
-    if not 1 <= steps <= MAX_POINTS:
-        raise UserError(Problem("--sweep", f"'{spec}': STEPS must be from 1 to {MAX_POINTS}, got {steps}", usage))
+    if steps < 1:
+        raise UserError(Problem("--sweep", f"'{spec}': STEPS must be at least 1, got {steps}", usage))
+    if steps > MAX_POINTS:
+        raise UserError(Problem("--sweep", f"'{spec}': STEPS may be at most {MAX_POINTS}, got {steps}", "use fewer STEPS"))
     values = tuple(float(v) for v in (np.linspace(start, stop, steps) if steps > 1 else [start]))
     kind = key.split(".")[0]
     if kind == "max_nodes":
