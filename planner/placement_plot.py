@@ -53,8 +53,10 @@ def plot_plan(plan: PlacementPlan, path: str | Path) -> None:
     more = f"; first {MAX_GROUPS} of {len(plan.groups)} groups" if len(plan.groups) > MAX_GROUPS else ""
     fig.suptitle(f"{plan.instance}: {plan.cost_per_hour:.1f} $/h, {len(plan.groups)} group(s){more}", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_size_inches()[1]))
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(p)
+    from planner.safewrite import replacing
+
+    try:
+        with replacing(Path(path), where="--plot", suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(fig)

@@ -125,13 +125,13 @@ def dumps(doc: PlanDocument, fmt: str = "yaml") -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
-def write(doc: PlanDocument, path: str | Path) -> None:
-    """Write atomically (temp file + rename): a failed write never leaves half a plan."""
+def write(doc: PlanDocument, path: str | Path, where: str = "--out") -> None:
+    """Write atomically (temp file + rename): a failed write never leaves half a plan; a device
+    (``/dev/null``) is written in place and a symbolic link refused (:mod:`planner.safewrite`)."""
+    from planner.safewrite import write_atomic
+
     p = Path(path)
-    text = dumps(doc, "json" if p.suffix == ".json" else "yaml")
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(p)
+    write_atomic(p, dumps(doc, "json" if p.suffix == ".json" else "yaml"), where=where)
 
 
 def _parse(text: str, source: str) -> Any:

@@ -66,3 +66,14 @@ def check_solver_args(args) -> None:
     threads = getattr(args, "threads", None)
     if threads is not None and threads < 1:
         raise UserError(Problem("--threads", f"must be at least 1, got {threads}", "pass e.g. --threads 2"))
+
+
+def check_outputs(args, *names: str) -> None:
+    """Refuse, before any work, an output option (``args.<name>``) that names a directory, a
+    symbolic link or a folder that does not exist (:func:`planner.safewrite.target_kind`)."""
+    from planner.safewrite import target_kind
+
+    for name in names:
+        path = getattr(args, name, None)
+        if path:
+            target_kind(path, f"--{name.replace('_', '-')}")

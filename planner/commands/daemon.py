@@ -123,6 +123,10 @@ def run(args) -> int:
         if on and args.backend != "sim":
             raise UserError(Problem(flag, f"simulates work on the simulated cluster; the {args.backend} backend runs real work",
                                     "drop it, or use --backend sim"))
+    if args.ready_file:  # refused before the daemon starts, not after it serves
+        from planner.safewrite import target_kind
+
+        target_kind(args.ready_file, "--ready-file")
     host, port = args.listen
     truth = {"slow_lo": args.sim_slowdown[0], "slow_hi": args.sim_slowdown[1], "noise": args.sim_noise, "seed": args.sim_seed}
     opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,

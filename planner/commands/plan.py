@@ -41,10 +41,11 @@ def add_arguments(p) -> None:
 
 
 def _check_args(args) -> None:
-    from planner.commands._args import check_solver_args
+    from planner.commands._args import check_outputs, check_solver_args
     from planner.errors import Problem, UserError
 
     check_solver_args(args)
+    check_outputs(args, "out", "plot", "save_instance")
     if args.move_price is not None and args.move_price < 0:
         raise UserError(Problem("--move-price", f"must be >= 0 $/h, got {args.move_price}", "pass e.g. --move-price 0.5"))
     for opt in ("out", "plot", "save_instance"):
@@ -82,10 +83,9 @@ def run(args) -> int:
 
         from planner.instances.placement import dump_instance
 
-        p = Path(args.save_instance)
-        tmp = p.with_name(f".{p.name}.tmp")
-        tmp.write_text(dump_instance(inst))
-        tmp.replace(p)
+        from planner.safewrite import write_atomic
+
+        write_atomic(Path(args.save_instance), dump_instance(inst), where="--save-instance")
     res = solve(inst, opts, backend, current)
     record = res.record.as_dict()
     if res.plan.unplaced and not args.allow_unplaced:

@@ -67,7 +67,10 @@ def run(args) -> int:
     from planner.errors import Problem, UserError
     from planner.instances.realloc import build_context, load_snapshots
 
+    from planner.commands._args import check_outputs
+
     donor_cfg, opts = _options(args)
+    check_outputs(args, "out")
     snaps = load_snapshots(args.snapshot)
     scenario = None
     if args.scenario:

@@ -94,22 +94,19 @@ def _prepare_out(path):
 
 
 def _write_files(out, files: dict) -> None:
-    """Write every file to a temporary name first, then move them in place (nothing half-written)."""
-    import os
+    """Write every file to a temporary name first, then move them in place (nothing half-written;
+    :mod:`planner.safewrite`'s rules for devices and links)."""
+    import contextlib
+    from pathlib import Path
+
+    from planner.safewrite import replacing
 
     out.mkdir(parents=True, exist_ok=True)
-    tmps = []
-    try:
-        for name, writer in files.items():
-            tmp = out / f".{name}.tmp"
+    with contextlib.ExitStack() as stack:
+        tmps = [(stack.enter_context(replacing(out / name, where="--out", suffix=Path(name).suffix)), writer)
+                for name, writer in files.items()]
+        for tmp, writer in tmps:
             writer(tmp)
-            tmps.append((tmp, out / name))
-        for tmp, final in tmps:
-            os.replace(tmp, final)
-    finally:
-        for tmp, _ in tmps:
-            if tmp.exists():
-                tmp.unlink()
 
 
 def decision_function(args, sc):

@@ -141,6 +141,7 @@ def _write_single(out, sc, plan, record, lines, types, command, info) -> None:
     from pathlib import Path
 
     from planner import plandoc
+    from planner.safewrite import replacing
     from planner.whatif import report
 
     d = Path(out)
@@ -161,11 +162,11 @@ def _write_single(out, sc, plan, record, lines, types, command, info) -> None:
         report.write_atomic(d / "styles.csv", "\n".join(rows) + "\n")
         labels = [s.style for s in plan.styles]
         fleets = [s.fleet if s.cost_per_hour is not None else {} for s in plan.styles]
-        report.plot_fleet(labels, fleets, types, d / ".fleet.png", f"{sc.name}: fleet by deployment style", "style")
+        with replacing(d / "fleet.png", where="--out", suffix=".png") as tmp:
+            report.plot_fleet(labels, fleets, types, tmp, f"{sc.name}: fleet by deployment style", "style")
     else:
-        report.plot_fleet([plan.style], [{f.gpu_type: f.total for f in plan.fleet}], types, d / ".fleet.png",
-                          f"{sc.name}: fleet", "style")
-    (d / ".fleet.png").replace(d / "fleet.png")
+        with replacing(d / "fleet.png", where="--out", suffix=".png") as tmp:
+            report.plot_fleet([plan.style], [{f.gpu_type: f.total for f in plan.fleet}], types, tmp, f"{sc.name}: fleet", "style")
 
 
 def _sweep(args, sc, sweeps, styles, mode, time_limit, gap, types, command) -> int:
@@ -232,6 +233,7 @@ def _write_sweep(out, sc, results, keys, styles, types, head, body, command, inf
     from pathlib import Path
 
     from planner import plandoc
+    from planner.safewrite import replacing
     from planner.whatif import report
 
     d = Path(out)
@@ -249,9 +251,9 @@ def _write_sweep(out, sc, results, keys, styles, types, head, body, command, inf
     report.write_atomic(d / "sweep.csv", report.csv_text(results, keys, types))
     md = report.header(command, info, extra=where) + "\n" + report.markdown(head, body)
     report.write_atomic(d / "sweep.md", md)
-    report.plot_cost(results, keys, styles, d / ".cost.png")
-    (d / ".cost.png").replace(d / "cost.png")
+    with replacing(d / "cost.png", where="--out", suffix=".png") as tmp:
+        report.plot_cost(results, keys, styles, tmp)
     labels = [", ".join(f"{r.values[k]:.3g}" for k in keys) for r in results]
     fleets = [r.style("co-execution").fleet if r.style("co-execution").served else {} for r in results]
-    report.plot_fleet(labels, fleets, types, d / ".fleet.png", f"{sc.name}: co-execution fleet", ", ".join(keys))
-    (d / ".fleet.png").replace(d / "fleet.png")
+    with replacing(d / "fleet.png", where="--out", suffix=".png") as tmp:
+        report.plot_fleet(labels, fleets, types, tmp, f"{sc.name}: co-execution fleet", ", ".join(keys))
