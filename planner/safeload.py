@@ -340,6 +340,30 @@ def check_depth(data: Any, filename: str = "<input>", limits: Limits = LIMITS) -
             stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
 
 
+def check_numbers(data: Any, doc: Optional[Document] = None, *, bools: bool = True, where: str = "") -> None:
+    """Refuse NaN and infinities anywhere in ``data``, and booleans too unless ``bools`` (for
+    formats with no boolean field, where ``true`` can only be a mistaken number). Iterative; names
+    the path. (Run it on validated data too: a lax number field turns the text "inf" into inf.)"""
+    import math
+
+    stack: list = [(data, ())]
+    while stack:
+        v, path = stack.pop()
+        bad = None
+        if isinstance(v, bool):
+            if not bools:
+                bad = f"{str(v).lower()} is a boolean, not a number"
+        elif isinstance(v, float) and not math.isfinite(v):
+            bad = f"{v} is not a finite number"
+        elif isinstance(v, dict):
+            stack.extend((x, path + (k,)) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((x, path + (i,)) for i, x in enumerate(v))
+        if bad:
+            src = doc.where(path) if doc is not None else where
+            raise UserError(Problem(fmt_path(path), bad, "write a finite number", source=src))
+
+
 # --------------------------------------------------------------------------------- together
 def parse(text: str, filename: str = "<input>", *, fmt: str = "auto", limits: Limits = LIMITS) -> Document:
     """``fmt``: ``yaml``, ``json``, or ``auto`` (JSON when the file name ends in .json/.jsonl or the
@@ -375,5 +399,5 @@ def with_limits(**kw) -> Limits:
     return replace(LIMITS, **kw)
 
 
-__all__ = ["Document", "LIMITS", "Limits", "check_depth", "decode", "fmt_path", "load", "parse", "parse_json", "parse_yaml",
+__all__ = ["Document", "LIMITS", "Limits", "check_depth", "check_numbers", "decode", "fmt_path", "load", "parse", "parse_json", "parse_yaml",
            "read_bytes", "read_text", "try_load", "with_limits"]
