@@ -158,6 +158,7 @@ def loads(text: str, source: str = "<plan>", expect_kind: str | None = None) -> 
         doc = PlanDocument.model_validate(data)
     except ValidationError as exc:
         raise UserError(_problems(exc, "", source)) from None
+    _refuse_non_finite(doc.solver.model_dump(), "solver", source)
     target = BODY_MODELS.get(doc.kind)
     if target:
         mod, cls = target.split(":")
@@ -167,7 +168,6 @@ def loads(text: str, source: str = "<plan>", expect_kind: str | None = None) -> 
         except ValidationError as exc:
             raise UserError(_problems(exc, "body.", source)) from None
         _refuse_non_finite(body.model_dump(), "body", source)
-    _refuse_non_finite(doc.solver.model_dump(), "solver", source)
     return doc
 
 

@@ -49,9 +49,9 @@ Real = Annotated[float, BeforeValidator(_not_a_bool)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 
 # Bounds that keep any snapshot that validates cheap to plan on (the HTTP API and files alike).
-MAX_WORKERS = 16384
+MAX_WORKERS = 4096
 MAX_COMPONENTS = 64
-MAX_NODES = 16384
+MAX_NODES = 4096
 MAX_GPUS = 64          # GPUs of one node (and of one worker)
 MAX_TOKENS = 1e12      # KV tokens, work left
 MAX_RATE = 1e12        # tokens/s, items/s
