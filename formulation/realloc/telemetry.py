@@ -53,8 +53,8 @@ MAX_WORKERS = 4096
 MAX_COMPONENTS = 64
 MAX_NODES = 4096
 MAX_GPUS = 64          # GPUs of one node (and of one worker)
-MAX_TOKENS = 1e12      # KV tokens, work left
-MAX_RATE = 1e12        # tokens/s, items/s
+MAX_TOKENS = 1e15      # KV tokens, work left
+MAX_RATE = 1e20        # tokens/s, work items/s (the simulator reports FLOP-scale items)
 MAX_COUNT = 1 << 30    # requests, queue depth, iterations
 MAX_TIME_S = 1e9
 

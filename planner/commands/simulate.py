@@ -120,6 +120,9 @@ def decision_function(args, sc):
     return planner_decision(sc, u_low=args.u_low, window_s=args.window_s, theta=args.theta)
 
 
+MAX_SIMULATED_REQUEST_TURNS = 1 << 21  # about a minute of event simulation
+
+
 def run_job(args, sc):
     from planner.errors import Problem, UserError
     from planner.instances.simulate import cluster_view, job_setup, pick_job
@@ -130,6 +133,10 @@ def run_job(args, sc):
         raise UserError(Problem("--policy", f"'{args.policy}' is a multi-job policy; --job selects the one-job model",
                                 f"use one of {', '.join(JOB_POLICIES)} with --job, or drop --job"))
     idx, job = pick_job(sc, args.job)
+    work = job.rollout.batch_prompts * job.rollout.group_size * job.rollout.turns * args.iterations
+    if work > MAX_SIMULATED_REQUEST_TURNS:  # each request turn is an event: bounded time and memory
+        raise UserError(Problem("--iterations", f"{args.iterations} iteration(s) of {job.name} simulate {work:,} request turns, "
+                                                f"more than {MAX_SIMULATED_REQUEST_TURNS:,}", "run fewer --iterations"))
     view = cluster_view(sc)
     setup = job_setup(sc, idx, job, view, args.seed)
     name = {"static-batch": "static", "consolidate": "static"}.get(args.policy, args.policy)

@@ -44,7 +44,8 @@ MAX_BATCH_PROMPTS = 65536
 MAX_GROUP_SIZE = 1024
 MAX_REQUESTS = 1 << 18      # batch_prompts x group_size: requests of one iteration
 MAX_TURNS = 256
-MAX_REQUEST_TURNS = 1 << 21  # requests x turns: what sampled phase times iterate over
+MAX_REQUEST_TURNS = 1 << 21  # requests x turns of one job
+MAX_SAMPLED_REQUEST_TURNS = 1 << 15  # phase_time_estimate 'sampled': requests x turns of all jobs (each is simulated)
 MAX_TOKENS = 1 << 22        # prompt / response / observation tokens of one request
 MAX_PARALLEL = 64           # tp, and GPUs one tensor-parallel group spans
 MAX_PP = 256
@@ -282,3 +283,12 @@ class Scenario(Strict):
     jobs: list[JobSpec] = Field(default_factory=list, max_length=MAX_JOBS, description="the RL post-training jobs")
     solver: SolverSpec = Field(default_factory=SolverSpec, description="solver options")
     budget_per_hour: Optional[Real] = Field(None, gt=0.0, le=MAX_BUDGET, description="capacity planning: most $/h the fleet may cost")
+
+    @model_validator(mode="after")
+    def _sampled_work(self):
+        if self.solver.phase_time_estimate == "sampled":
+            total = sum(j.rollout.batch_prompts * j.rollout.group_size * j.rollout.turns for j in self.jobs)
+            if total > MAX_SAMPLED_REQUEST_TURNS:
+                raise ValueError(f"solver.phase_time_estimate 'sampled' simulates every request: the jobs' batch_prompts x group_size "
+                                 f"x turns add up to {total}, more than {MAX_SAMPLED_REQUEST_TURNS}; use 'conservative' or smaller batches")
+        return self

@@ -171,6 +171,8 @@ STRUCTURE: list[tuple[str, Callable[[dict], None], str]] = [
      "cluster.node_groups"),
     ("cluster-total-nodes", lambda d: d["cluster"].update(node_groups=[dict(d["cluster"]["node_groups"][0], name=f"g{i}", count=4096)
                                                                         for i in range(5)]), "cluster"),
+    ("sampled-work", lambda d: (d["solver"].update(phase_time_estimate="sampled"),
+                                d["jobs"][0]["rollout"].update(batch_prompts=4096, group_size=16)), "sampled"),
     ("long-name", _set("name", "x" * 10000), "name"),
     ("lognormal-sigma-inf", _set("jobs[0].rollout.response_lengths", {"source": "lognormal", "median_tokens": 100, "sigma": INF}),
      "sigma"),
@@ -180,23 +182,23 @@ STRUCTURE: list[tuple[str, Callable[[dict], None], str]] = [
     ("model-dims-bool", _set("jobs[0].model", {"hidden_size": True, "num_layers": 1, "num_heads": 1, "num_kv_heads": 1,
                                                "intermediate_size": 1, "vocab_size": 1}), "hidden_size"),
 ]
-INCLUDES: list[tuple[str, Any, Content | None, str]] = [
-    # (id, the include: value, a file to place at d/outside/..., expected text)
-    ("include-absolute", "/etc/hostname", None, "include"),
-    ("include-parent", "../escape.yaml", None, "outside"),
-    ("include-dev-zero", "/dev/zero", None, "include"),
-    ("include-directory", "sub", None, "directory"),
-    ("include-link-out", "link.yaml", None, "outside"),
-    ("include-self", "x.yaml", None, "include cycle"),
-    ("include-not-string", [1, 2], None, "include"),
-    ("include-missing", "nope.yaml", None, "not found"),
+INCLUDES: list[tuple[str, Any, str]] = [
+    # (id, the include: value, expected text); the folder also holds sub/ and link.yaml -> /etc/hostname
+    ("include-absolute", "/etc/hostname", "include"),
+    ("include-parent", "../escape.yaml", "outside"),
+    ("include-dev-zero", "/dev/zero", "include"),
+    ("include-directory", "sub", "directory"),
+    ("include-link-out", "link.yaml", "outside"),
+    ("include-self", "x.yaml", "include cycle"),
+    ("include-not-string", [1, 2], "include"),
+    ("include-missing", "nope.yaml", "not found"),
 ]
 
 
 def _scenario_with(mutate: Callable[[dict], None]) -> bytes:
     d = copy.deepcopy(BASE_SCENARIO)
     mutate(d)
-    return yaml.safe_dump(d, sort_keys=False, allow_unicode=True).replace(".inf", ".inf").encode()
+    return yaml.safe_dump(d, sort_keys=False, allow_unicode=True).encode()
 
 
 # ------------------------------------------------------------------ commands
@@ -264,7 +266,7 @@ def cases() -> list[Case]:
         for name, argv in (scen[0], scen[2], scen[6]):
             out.append(Case(f"struct-{cid}-{name}", argv, {"x.yaml": _scenario_with(mutate)}, expect))
     # 3. include: only regular files below the including file's folder
-    for cid, inc, _, expect in INCLUDES:
+    for cid, inc, expect in INCLUDES:
         files: dict[str, Content] = {"x.yaml": _scenario_with(lambda d, inc=inc: d.update(include=inc)), "sub": _dir,
                                      "link.yaml": _link_to("/etc/hostname")}
         for name, argv in (scen[0], scen[2]):
