@@ -73,6 +73,7 @@ def run(args) -> int:
 
     types = sorted(fleet_limits(sc))
     sweeps = sw.parse_all(args.sweep, types)
+    sw.check_limits(sc, sweeps)
     styles = ("co-execution", "solo-disaggregated", "colocated") if args.styles else ("co-execution",)
     mode = args.mode or sc.solver.phase_time_estimate
     time_limit = args.time_limit or sc.solver.time_limit_s

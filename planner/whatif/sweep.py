@@ -105,6 +105,22 @@ def parse(spec: str, types: list[str]) -> Sweep:
     return Sweep(key, values)
 
 
+def check_limits(sc: Scenario, sweeps: list[Sweep]) -> None:
+    """The scenario's bounds hold at every point: ``jobs`` grows the job mix to at most
+    ``MAX_JOBS`` jobs, ``response`` the responses to at most ``MAX_TOKENS`` tokens."""
+    from planner.schema.scenario import MAX_JOBS, MAX_TOKENS
+
+    for s in sweeps:
+        top = max(s.values)
+        if s.key == "jobs" and round(top * len(sc.jobs)) > MAX_JOBS:
+            raise UserError(Problem("--sweep", f"jobs={top:g} grows the {len(sc.jobs)} jobs to {round(top * len(sc.jobs))}, "
+                                               f"more than {MAX_JOBS}", "sweep the job mix over a smaller factor"))
+        longest = max((j.rollout.max_response_tokens for j in sc.jobs), default=0)
+        if s.key == "response" and top * longest > MAX_TOKENS:
+            raise UserError(Problem("--sweep", f"response={top:g} makes a {longest}-token response {top * longest:g} tokens, "
+                                               f"more than {MAX_TOKENS}", "sweep response lengths over a smaller factor"))
+
+
 def parse_all(specs: list[str], types: list[str]) -> list[Sweep]:
     sweeps = [parse(s, types) for s in specs]
     seen = set()

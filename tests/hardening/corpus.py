@@ -338,6 +338,8 @@ FLAGS: list[tuple[list[str], str]] = [
     (["whatif", "{tiny}", "--sweep", "price.H20=1:2:100000000"], "--sweep"),
     (["whatif", "{tiny}", "--sweep", "max_nodes.H20=0:1e12:3"], "--sweep"),
     (["whatif", "{tiny}", "--sweep", "price.H20=nan:2:3"], "--sweep"),
+    (["whatif", "{tiny}", "--sweep", "jobs=1:600:2"], "--sweep"),
+    (["whatif", "{tiny}", "--sweep", "response=1:1000:2"], "--sweep"),
     (["whatif", "{tiny}", "--workers", "100000"], "--workers"),
     (["whatif", "{tiny}", "--time-limit", "nan"], "--time-limit"),
     (["simulate", "{tiny}", "--policy", "static", "--horizon-s", "inf"], "--horizon-s"),
