@@ -127,6 +127,10 @@ def run(args) -> int:
         from planner.safewrite import target_kind
 
         target_kind(args.ready_file, "--ready-file")
+    if args.scenario:  # a bad scenario is refused before the state file is created
+        from planner.schema import load_scenario
+
+        load_scenario(args.scenario)
     host, port = args.listen
     truth = {"slow_lo": args.sim_slowdown[0], "slow_hi": args.sim_slowdown[1], "noise": args.sim_noise, "seed": args.sim_seed}
     opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,

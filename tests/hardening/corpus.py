@@ -214,6 +214,7 @@ def scenario_commands() -> list[tuple[str, list[str]]]:
         ("simulate", ["simulate", "{d}/x.yaml", "--policy", "static", "--job", "small-a", "--out", "{d}/s"]),
         ("realloc", ["realloc", str(ROOT / "scenarios" / "realloc" / "hetero-h20-h100.json"), "--scenario", "{d}/x.yaml",
                      "--out", "{d}/out.yaml"]),
+        ("daemon", ["daemon", "--scenario", "{d}/x.yaml", "--state", "{d}/s.db", "--listen", "127.0.0.1:0", "--ready-file", "{d}/r"]),
     ]
 
 
