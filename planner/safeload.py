@@ -317,17 +317,27 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+def _no_duplicates(pairs: list) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r} (JSON readers would silently keep one of them)")
+        out[k] = v
+    return out
+
+
 def parse_json(text: str, filename: str = "<input>", *, limits: Limits = LIMITS) -> Any:
     """Strict JSON (no NaN/Infinity), at most ``limits.max_depth`` levels deep."""
     if len(text) > limits.max_bytes:
         raise _bad(f"the input has {len(text):,} characters; at most {limits.max_bytes:,} are read", "split the input", filename)
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
         raise _bad(f"cannot parse as JSON: {exc.msg} (column {exc.colno})", "check the brackets, commas and quotes near that line",
                    f"{filename}:{exc.lineno}") from None
     except ValueError as exc:
-        raise _bad(f"cannot parse as JSON: {exc}", "write finite numbers (JSON has no NaN or Infinity)", filename) from None
+        raise _bad(f"cannot parse as JSON: {exc}", "write finite numbers (JSON has no NaN or Infinity) and each key once",
+                   filename) from None
     except RecursionError:
         raise _bad(f"nested more than {limits.max_depth} levels deep", "flatten the document", filename) from None
     check_depth(data, filename, limits)

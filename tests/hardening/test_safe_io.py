@@ -61,7 +61,7 @@ def test_utf8_bom_is_skipped_and_bad_bytes_name_the_line():
 def test_json_is_strict_and_depth_bounded():
     assert safeload.parse_json('{"a": [1, 2.5]}') == {"a": [1, 2.5]}
     for text, needle in [('{"a": Infinity}', "Infinity"), ('{"a": -Infinity}', "Infinity"), ("[" * 70 + "]" * 70, "nested"),
-                         ('{"a": 1,}', "cannot parse as JSON")]:
+                         ('{"a": 1,}', "cannot parse as JSON"), ('{"a": 1, "a": 2}', "duplicate key")]:
         with pytest.raises(UserError) as exc:
             safeload.parse_json(text, "j.json")
         assert needle in exc.value.render(), text
