@@ -46,6 +46,23 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _check_file(p: Path) -> None:
+    """The journal is a regular file (or a new one in an existing or creatable folder)."""
+    import stat
+
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        if p.parent.exists() and not p.parent.is_dir():
+            raise UserError(Problem("journal", f"{p.parent} is not a folder", "pass --journal FOLDER/journal.db")) from None
+        return
+    except OSError as exc:
+        raise UserError(Problem("journal", f"cannot open {p}: {exc.strerror or exc}", "pass --journal FILE.db")) from None
+    if not stat.S_ISREG(st.st_mode):
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise UserError(Problem("journal", f"{p} is {what}", "pass --journal FILE.db: a journal file (created when missing)"))
+
+
 class Journal:
     def __init__(self, path: str | Path, *, synchronous: str = "FULL") -> None:
         """``synchronous``: FULL (default: every intent and outcome reaches the disk before the step
@@ -56,11 +73,17 @@ class Journal:
             raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
         self.path = Path(path)
         if str(path) != ":memory:":
+            _check_file(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute(f"PRAGMA synchronous={synchronous}")
-        self.db.executescript(SCHEMA)
+        try:
+            self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute(f"PRAGMA synchronous={synchronous}")
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise UserError(Problem("journal", f"{path} is not a usable apply journal ({exc})",
+                                    f"move it aside (mv {path} {path}.bad) and re-run: an apply it held must then be checked "
+                                    "against the cluster (planner status)")) from None
 
     def close(self) -> None:
         self.db.close()

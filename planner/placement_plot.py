@@ -75,8 +75,10 @@ def plot_plan(plan: PlacementPlan, path: str | Path) -> None:
     rows = (len(handles) + 3) // 4
     h = fig.get_size_inches()[1]
     fig.tight_layout(rect=(0, (0.25 + 0.2 * rows) / h, 1, 1 - 0.5 / h))
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(p)
+    from planner.safewrite import replacing
+
+    try:
+        with replacing(Path(path), where="--plot", suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(fig)

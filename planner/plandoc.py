@@ -125,62 +125,92 @@ def dumps(doc: PlanDocument, fmt: str = "yaml") -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
-def write(doc: PlanDocument, path: str | Path) -> None:
-    """Write atomically (temp file + rename): a failed write never leaves half a plan."""
+def write(doc: PlanDocument, path: str | Path, where: str = "--out") -> None:
+    """Write atomically (temp file + rename): a failed write never leaves half a plan; a device
+    (``/dev/null``) is written in place and a symbolic link refused (:mod:`planner.safewrite`)."""
+    from planner.safewrite import write_atomic
+
     p = Path(path)
-    text = dumps(doc, "json" if p.suffix == ".json" else "yaml")
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(p)
+    write_atomic(p, dumps(doc, "json" if p.suffix == ".json" else "yaml"), where=where)
+
+
+def _parse(text: str, source: str) -> Any:
+    from planner import safeload
+
+    return safeload.parse(text, source, fmt="json" if text.lstrip().startswith("{") else "yaml").data
 
 
 def loads(text: str, source: str = "<plan>", expect_kind: str | None = None) -> PlanDocument:
-    try:
-        data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise UserError(Problem("", f"not a plan document (cannot parse: {exc})", source=source)) from None
+    data = _parse(text, source)
     if not isinstance(data, dict) or "kind" not in data:
         raise UserError(Problem("", "not a plan document: no 'kind' field", "pass a file written by a planner command", source=source))
     version = data.get("version")
-    if version != PLAN_VERSION:
+    if type(version) is not int or version != PLAN_VERSION:
         raise UserError(Problem("version", f"plan format version {version!r}, but this rl-planner ({__version__}) reads version {PLAN_VERSION}",
                                 "re-create the plan with this version's planner, or use the rl-planner release that wrote it "
                                 f"({data.get('generator', 'unknown')})", source=source))
+    if not isinstance(data["kind"], str):
+        raise UserError(Problem("kind", f"must be a plan kind name, got {data['kind']!r}", "pass a file written by a planner command",
+                                source=source))
     if expect_kind and data["kind"] != expect_kind:
         raise UserError(Problem("kind", f"expected a {expect_kind}, got a {data['kind']}", "pass the right plan file", source=source))
     try:
         doc = PlanDocument.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise UserError(Problem(loc, err["msg"], source=source)) from None
+        raise UserError(_problems(exc, "", source)) from None
+    _refuse_non_finite(doc.solver.model_dump(), "solver", source)
     target = BODY_MODELS.get(doc.kind)
     if target:
         mod, cls = target.split(":")
         model = getattr(importlib.import_module(mod), cls)
         try:
-            model.model_validate(doc.body)
+            body = model.model_validate(doc.body)
         except ValidationError as exc:
-            err = exc.errors(include_url=False)[0]
-            loc = "body." + ".".join(str(x) for x in err["loc"])
-            raise UserError(Problem(loc, err["msg"], source=source)) from None
+            raise UserError(_problems(exc, "body.", source)) from None
+        _refuse_non_finite(body.model_dump(), "body", source)
     return doc
 
 
+def _refuse_non_finite(data: Any, where: str, source: str) -> None:
+    """A plan read from a file holds finite numbers only (:func:`write` never writes NaN or inf)."""
+    stack = [(data, where)]
+    while stack:
+        v, w = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            raise UserError(Problem(w, f"{v} is not a finite number", "re-create the plan with the planner command that writes it",
+                                    source=source))
+        if isinstance(v, dict):
+            stack.extend((x, f"{w}.{k}") for k, x in v.items())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((x, f"{w}[{i}]") for i, x in enumerate(v))
+
+
+def _problems(exc: ValidationError, prefix: str, source: str) -> list[Problem]:
+    out = []
+    for err in exc.errors(include_url=False)[:10]:
+        loc = prefix + ".".join(str(x) for x in err["loc"])
+        bad = err.get("input")
+        shown = f" (got {bad!r:.60})" if bad is not None and not isinstance(bad, (dict, list)) else ""
+        out.append(Problem(loc.rstrip("."), err["msg"].removeprefix("Value error, ") + shown,
+                           "re-create the plan with the planner command that writes it (plans are outputs, not hand-written)",
+                           source=source))
+    return out
+
+
 def read(path: str | Path, expect_kind: str | None = None) -> PlanDocument:
-    p = Path(path)
-    if not p.exists():
-        raise UserError(Problem("", f"plan file not found: {p}", "check the path"))
-    return loads(p.read_text(), str(p), expect_kind)
+    from planner import safeload
+
+    return loads(safeload.read_text(path, what="plan file"), str(path), expect_kind)
 
 
 def peek_kind(path: str | Path) -> Optional[str]:
     """The ``kind`` of a plan file without validating it (None when it cannot be read as one):
     lets a consumer refuse a kind it cannot use before complaining about the body."""
+    from planner import safeload
+
     try:
-        text = Path(path).read_text()
-        data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, json.JSONDecodeError):
+        data = _parse(safeload.read_text(path, what="plan file"), str(path))
+    except UserError:
         return None
     return data.get("kind") if isinstance(data, dict) and isinstance(data.get("kind"), str) else None
 

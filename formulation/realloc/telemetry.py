@@ -26,11 +26,10 @@ more GPUs than it has.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
-
 from collections import Counter
+from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, model_validator
 
 ComponentKind = Literal["rollout", "reference", "critic", "reward", "tool_agent", "trainer"]
 
@@ -39,21 +38,45 @@ ComponentKind = Literal["rollout", "reference", "critic", "reward", "tool_agent"
 DYNAMIC_KINDS = frozenset({"rollout", "tool_agent"})
 
 
+def _not_a_bool(v):
+    if isinstance(v, bool):
+        raise ValueError(f"{str(v).lower()} is a boolean, not a number")
+    return v
+
+
+Int = Annotated[int, BeforeValidator(_not_a_bool)]
+Real = Annotated[float, BeforeValidator(_not_a_bool)]
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+
+# Bounds that keep any snapshot that validates cheap to plan on (the HTTP API and files alike).
+MAX_WORKERS = 4096
+MAX_COMPONENTS = 64
+MAX_NODES = 4096
+MAX_GPUS = 64          # GPUs of one node (and of one worker)
+MAX_TOKENS = 1e15      # KV tokens, work left
+MAX_RATE = 1e20        # tokens/s, work items/s (the simulator reports FLOP-scale items)
+MAX_COUNT = 1 << 30    # requests, queue depth, iterations
+MAX_TIME_S = 1e9
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown keys are errors, numbers are finite (JSON ``Infinity``/``NaN`` refused) and a
+    boolean is not a number."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class WorkerTelemetry(_Strict):
-    worker_id: str = Field(min_length=1)
-    component: str = Field(min_length=1)
-    node: str = Field(min_length=1)
-    gpu_type: str = Field(min_length=1)
-    gpus: int = Field(1, ge=1)
-    kv_used_tokens: float = Field(0.0, ge=0.0)
-    kv_capacity_tokens: float = Field(1.0, gt=0.0)
-    queue_depth: int = Field(0, ge=0)
-    tokens_per_s: float = Field(0.0, ge=0.0)
-    requests_in_flight: int = Field(0, ge=0)
+    worker_id: Name = Field(description="the worker's id (unique in the snapshot)")
+    component: Name = Field(description="the component it belongs to (a name under components)")
+    node: Name = Field(description="the node it runs on")
+    gpu_type: Name = Field(description="its node's GPU type")
+    gpus: Int = Field(1, ge=1, le=MAX_GPUS, description="GPUs it holds")
+    kv_used_tokens: Real = Field(0.0, ge=0.0, le=MAX_TOKENS, description="KV-cache tokens in use (rollout engines)")
+    kv_capacity_tokens: Real = Field(1.0, gt=0.0, le=MAX_TOKENS, description="KV-cache capacity, tokens")
+    queue_depth: Int = Field(0, ge=0, le=MAX_COUNT, description="requests waiting for a slot")
+    tokens_per_s: Real = Field(0.0, ge=0.0, le=MAX_RATE, description="decode throughput now")
+    requests_in_flight: Int = Field(0, ge=0, le=MAX_COUNT, description="requests being generated")
 
     @property
     def kv_utilization(self) -> float:
@@ -68,29 +91,31 @@ class WorkerTelemetry(_Strict):
 
 
 class ComponentTelemetry(_Strict):
-    name: str = Field(min_length=1)
-    kind: ComponentKind
-    progress: float = Field(0.0, ge=0.0, le=1.0, description="fraction of this iteration's work done")
+    name: Name = Field(description="the component's name (unique in the snapshot)")
+    kind: ComponentKind = Field(description="what it does (rollout and tool_agent are dynamic, the others static)")
+    progress: Real = Field(0.0, ge=0.0, le=1.0, description="fraction of this iteration's work done")
     interruptible: bool = Field(True, description="at an interruptible point now (a migration may start)")
-    throughput: Optional[float] = Field(None, ge=0.0, description="work items per second, when the component reports it")
-    remaining_tokens: Optional[float] = Field(None, ge=0.0, description="tokens of work it has left this iteration, when it knows")
+    throughput: Optional[Real] = Field(None, ge=0.0, le=MAX_RATE, description="work items per second, when the component reports it")
+    remaining_tokens: Optional[Real] = Field(None, ge=0.0, le=MAX_TOKENS,
+                                             description="tokens of work it has left this iteration, when it knows")
 
 
 class NodeTelemetry(_Strict):
-    node: str = Field(min_length=1)
-    gpu_type: str = Field(min_length=1)
-    gpus: int = Field(ge=1, description="GPUs the node has (busy or free)")
-    cluster: str = Field("default", min_length=1, description="network fabric the node sits in")
+    node: Name = Field(description="the node's name")
+    gpu_type: Name = Field(description="its GPU type")
+    gpus: Int = Field(ge=1, le=MAX_GPUS, description="GPUs the node has (busy or free)")
+    cluster: Name = Field("default", description="network fabric the node sits in")
 
 
 class TelemetrySnapshot(_Strict):
-    version: Literal[1] = 1
-    job: str = Field(min_length=1)
-    time_s: float = Field(ge=0.0)
-    iteration: int = Field(0, ge=0)
-    components: list[ComponentTelemetry] = Field(min_length=1)
-    workers: list[WorkerTelemetry] = Field(min_length=1)
-    nodes: Optional[list[NodeTelemetry]] = Field(None, description="node capacities; omitted: only the GPUs workers hold are known")
+    version: Literal[1] = Field(1, description="snapshot format version")
+    job: Name = Field(description="the job reporting")
+    time_s: Real = Field(ge=0.0, le=MAX_TIME_S, description="seconds since the iteration started (monotonic per job)")
+    iteration: Int = Field(0, ge=0, le=MAX_COUNT, description="the iteration number")
+    components: list[ComponentTelemetry] = Field(min_length=1, max_length=MAX_COMPONENTS, description="the job's GPU components")
+    workers: list[WorkerTelemetry] = Field(min_length=1, max_length=MAX_WORKERS, description="every worker of those components")
+    nodes: Optional[list[NodeTelemetry]] = Field(None, max_length=MAX_NODES,
+                                                 description="node capacities; omitted: only the GPUs workers hold are known")
     _by_component: Optional[tuple] = PrivateAttr(default=None)  # (the workers list it was built from, groups)
 
     @model_validator(mode="after")

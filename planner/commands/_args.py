@@ -1,6 +1,56 @@
-"""Checks of the solver options several commands share (exit 2 with the option named)."""
+"""Checks of the options several commands share (exit 2 with the option named), and the one
+argparse type for numeric options: :func:`number` (finite, in a range, never NaN or inf)."""
 
 from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+SECONDS = 1e8           # about 3 years: the most any duration/horizon option takes
+TIME_LIMIT_S = 86400.0  # one day: the most a solver or a call may be given
+MAX_THREADS = 256
+MAX_WORKERS = 256
+
+
+def number(lo: Optional[float] = None, hi: Optional[float] = None, *, kind: type = float,
+           lo_open: bool = False, hi_open: bool = False) -> Callable[[str], float]:
+    """An argparse ``type=``: ``kind`` (float or int) parsed from the text, finite, and in
+    ``[lo, hi]`` (``lo_open``/``hi_open``: that end excluded). argparse turns a refusal into
+    ``argument --flag: ...`` and exit status 2."""
+    import argparse
+
+    if lo is not None and hi is not None:
+        rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    elif hi is not None:
+        rng = f"{'below' if hi_open else 'at most'} {hi:g}"
+    elif lo is not None:
+        rng = f"{'above' if lo_open else 'at least'} {lo:g}"
+    else:
+        rng = "any finite number"
+
+    def parse(text: str):
+        try:
+            v = kind(text.strip())
+        except ValueError:
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} (allowed: {rng})") from None
+        if isinstance(v, float) and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number (allowed: {rng})")
+        if lo is not None and (v < lo or (lo_open and v == lo)) or hi is not None and (v > hi or (hi_open and v == hi)):
+            raise argparse.ArgumentTypeError(f"{text} is out of range (allowed: {rng})")
+        return v
+
+    parse.__name__ = "int" if kind is int else "number"
+    return parse
+
+
+def seconds(hi: float = SECONDS, *, zero: bool = False) -> Callable[[str], float]:
+    """Positive (or, with ``zero``, non-negative) finite seconds, at most ``hi``."""
+    return number(0.0, hi, lo_open=not zero)
+
+
+def count(lo: int = 1, hi: int = 1 << 30) -> Callable[[str], int]:
+    return number(lo, hi, kind=int)
 
 
 def check_solver_args(args) -> None:
@@ -26,3 +76,14 @@ def command_argv(args, name: str) -> list[str]:
     if len(sys.argv) > 2 and sys.argv[1] == name:
         return sys.argv[2:]
     return [args.scenario, "--policy", args.policy]
+
+
+def check_outputs(args, *names: str) -> None:
+    """Refuse, before any work, an output option (``args.<name>``) that names a directory, a
+    symbolic link or a folder that does not exist (:func:`planner.safewrite.target_kind`)."""
+    from planner.safewrite import target_kind
+
+    for name in names:
+        path = getattr(args, name, None)
+        if path:
+            target_kind(path, f"--{name.replace('_', '-')}")

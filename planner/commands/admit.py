@@ -26,6 +26,10 @@ def run(args) -> int:
     import sys
     import time
 
+    from planner.commands._args import check_outputs
+
+    check_outputs(args, "out")
+
     from formulation.common import SolveRecord, SolveStatus
     from formulation.placement.evaluate import Index, Solution
     from formulation.placement.explain import explain

@@ -17,6 +17,8 @@ or a plan that cannot be reached safely (the reason is printed)."""
 
 
 def add_arguments(p) -> None:
+    from planner.commands import _args
+
     p.add_argument("plan", metavar="PLAN", nargs="?", help="plan document (YAML or JSON)")
     p.add_argument("--backend", choices=["ray", "sim"], default="sim", help="where workers run (default: sim)")
     p.add_argument("--address", help="Ray cluster address (default: auto); 'local' starts one from the plan's nodes")
@@ -30,8 +32,8 @@ def add_arguments(p) -> None:
     p.add_argument("--stage", action="store_true",
                    help="when no capacity-safe order of the migrations exists (e.g. groups that swap nodes), stop the fewest "
                         "components needed first and restart them from their saved state once the others made room")
-    p.add_argument("--start-timeout", type=float, default=60.0, help="seconds a worker may take to be placed and ready")
-    p.add_argument("--call-timeout", type=float, default=30.0, help="seconds any call to a worker may take")
+    p.add_argument("--start-timeout", type=_args.seconds(_args.TIME_LIMIT_S), default=60.0, help="seconds a worker may take to be placed and ready")
+    p.add_argument("--call-timeout", type=_args.seconds(_args.TIME_LIMIT_S), default=30.0, help="seconds any call to a worker may take")
 
 
 def run(args) -> int:

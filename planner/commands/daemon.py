@@ -36,21 +36,6 @@ def _listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _pos(kind):
-    import argparse
-
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not v > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return v
-
-    return parse
-
-
 def _range(text: str) -> tuple[float, float]:
     import argparse
 
@@ -59,13 +44,15 @@ def _range(text: str) -> tuple[float, float]:
         a, b = float(lo), float(hi or lo)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected LO:HI, e.g. 0.9:1.2") from None
-    if not 0 < a <= b:
-        raise argparse.ArgumentTypeError(f"{text!r}: need 0 < LO <= HI")
+    if not 0 < a <= b <= 1e3:  # NaN and inf fail too
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 < LO <= HI <= 1000")
     return a, b
 
 
 def add_arguments(p) -> None:
     from pathlib import Path
+
+    from planner.commands import _args
 
     p.add_argument("--state", type=Path, default=Path("planner-state.sqlite"), help="SQLite state file (default ./planner-state.sqlite)")
     p.add_argument("--scenario", type=Path, help="cluster scenario (required the first time; its jobs are submitted as a trace)")
@@ -75,37 +62,37 @@ def add_arguments(p) -> None:
                    help="weave: co-execution groups (formulation.placement); solo: every job alone on its cheapest pools; "
                         "auto (default): weave when this build has the placement planner, else solo")
     p.add_argument("--listen", type=_listen, default=("127.0.0.1", 8765), metavar="HOST:PORT", help="HTTP address (default 127.0.0.1:8765)")
-    p.add_argument("--period-s", type=_pos(float), default=10.0, help="seconds between cycles on the daemon's clock (default 10)")
+    p.add_argument("--period-s", type=_args.seconds(), default=10.0, help="seconds between cycles on the daemon's clock (default 10)")
     p.add_argument("--dry-run", action="store_true", help="decide and record, apply nothing")
     p.add_argument("--clock", choices=["wall", "virtual"], default="wall",
                    help="wall: real time; virtual: simulated time, each cycle advances it by --period-s (sim backend only)")
-    p.add_argument("--pace-s", type=float, default=0.0, help="virtual clock: wall seconds to wait per cycle (default 0: as fast as possible)")
+    p.add_argument("--pace-s", type=_args.seconds(3600.0, zero=True), default=0.0, help="virtual clock: wall seconds to wait per cycle (default 0: as fast as possible)")
     p.add_argument("--token-file", type=Path, help="API token file: requests need 'Authorization: Bearer <token>' (probes excepted); "
                                                  "required to listen beyond loopback")
     p.add_argument("--insecure", action="store_true", help="listen beyond loopback without a token (an authenticating proxy in front)")
     p.add_argument("--standby", action="store_true", help="when another daemon holds the lease, serve and wait for it instead of exiting")
     g = p.add_argument_group("replanning")
     g.add_argument("--no-reoptimise", action="store_true", help="admission and repair only (no periodic or departure re-optimisation)")
-    g.add_argument("--reoptimise-every-s", type=_pos(float), default=3600.0, help="periodic re-optimisation interval (default 3600)")
-    g.add_argument("--reoptimise-time-limit-s", type=_pos(float), default=10.0, help="wall-clock limit of one re-optimisation (default 10)")
-    g.add_argument("--amortise-s", type=_pos(float), default=3600.0, help="horizon a $/h saving counts over against migration cost (default 3600)")
-    g.add_argument("--gain-margin", type=float, default=0.10, help="keep a change if gain > (1 + margin) x migration cost (default 0.10)")
-    g.add_argument("--max-moves-per-hour", type=float, default=30.0, help="churn budget: jobs moved by optional changes per hour (default 30)")
-    g.add_argument("--drift-threshold", type=_pos(float), default=0.10, help="relative change of measured/predicted that updates estimates (default 0.10)")
-    g.add_argument("--admission-timeout-s", type=_pos(float), default=None, help="reject a job that waited this long for room (default: wait)")
+    g.add_argument("--reoptimise-every-s", type=_args.seconds(), default=3600.0, help="periodic re-optimisation interval (default 3600)")
+    g.add_argument("--reoptimise-time-limit-s", type=_args.seconds(_args.TIME_LIMIT_S), default=10.0, help="wall-clock limit of one re-optimisation (default 10)")
+    g.add_argument("--amortise-s", type=_args.seconds(), default=3600.0, help="horizon a $/h saving counts over against migration cost (default 3600)")
+    g.add_argument("--gain-margin", type=_args.number(0.0, 1e3), default=0.10, help="keep a change if gain > (1 + margin) x migration cost (default 0.10)")
+    g.add_argument("--max-moves-per-hour", type=_args.number(0.0, 1e6), default=30.0, help="churn budget: jobs moved by optional changes per hour (default 30)")
+    g.add_argument("--drift-threshold", type=_args.number(0.0, 1e3, lo_open=True), default=0.10, help="relative change of measured/predicted that updates estimates (default 0.10)")
+    g.add_argument("--admission-timeout-s", type=_args.seconds(), default=None, help="reject a job that waited this long for room (default: wait)")
     g.add_argument("--no-realloc", action="store_true", help="no reallocation inside iterations")
     h = p.add_argument_group("operation")
-    h.add_argument("--lease-ttl-s", type=float, default=15.0, help="applier lease TTL in wall seconds (default 15)")
+    h.add_argument("--lease-ttl-s", type=_args.seconds(3600.0), default=15.0, help="applier lease TTL in wall seconds (default 15)")
     h.add_argument("--until-idle", action="store_true", help="exit once every job has ended")
-    h.add_argument("--max-cycles", type=int, default=None, help="exit after this many cycles")
+    h.add_argument("--max-cycles", type=_args.count(1, 10**9), default=None, help="exit after this many cycles")
     h.add_argument("--ready-file", type=Path, help="write the served URL here once listening")
     h.add_argument("--sim-state", type=Path, help="simulated cluster's own state file (default STATE.sim)")
     h.add_argument("--sim-slowdown", type=_range, default=(1.0, 1.0), metavar="LO:HI",
                    help="simulated cluster: each job's true phase times are the estimates x a factor drawn from [LO, HI] (default 1:1)")
-    h.add_argument("--sim-noise", type=float, default=0.0, help="simulated cluster: per-iteration noise, e.g. 0.03 for +-3%% (default 0)")
-    h.add_argument("--sim-seed", type=int, default=0, help="simulated cluster: seed of the factors and the noise")
-    h.add_argument("--sim-step-delay-s", type=float, default=0.0, help="simulated cluster: wall seconds each apply step takes (default 0)")
-    h.add_argument("--sim-requests", type=int, default=0,
+    h.add_argument("--sim-noise", type=_args.number(0.0, 1.0), default=0.0, help="simulated cluster: per-iteration noise, e.g. 0.03 for +-3%% (default 0)")
+    h.add_argument("--sim-seed", type=_args.number(0, 2**31 - 1, kind=int), default=0, help="simulated cluster: seed of the factors and the noise")
+    h.add_argument("--sim-step-delay-s", type=_args.seconds(3600.0, zero=True), default=0.0, help="simulated cluster: wall seconds each apply step takes (default 0)")
+    h.add_argument("--sim-requests", type=_args.count(0, 1 << 20), default=0,
                    help="simulated cluster: rollout requests each job's engines get when it starts (default 0); they move with "
                         "every migration and finish exactly once")
     h.add_argument("--sim-telemetry", action="store_true",
@@ -136,6 +123,14 @@ def run(args) -> int:
         if on and args.backend != "sim":
             raise UserError(Problem(flag, f"simulates work on the simulated cluster; the {args.backend} backend runs real work",
                                     "drop it, or use --backend sim"))
+    if args.ready_file:  # refused before the daemon starts, not after it serves
+        from planner.safewrite import target_kind
+
+        target_kind(args.ready_file, "--ready-file")
+    if args.scenario:  # a bad scenario is refused before the state file is created
+        from planner.schema import load_scenario
+
+        load_scenario(args.scenario)
     host, port = args.listen
     truth = {"slow_lo": args.sim_slowdown[0], "slow_hi": args.sim_slowdown[1], "noise": args.sim_noise, "seed": args.sim_seed}
     opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,

@@ -22,15 +22,17 @@ command exits 2 without writing a plan, unless --allow-unplaced."""
 
 
 def add_arguments(p) -> None:
+    from planner.commands import _args
+
     p.add_argument("input", metavar="INPUT", help="scenario YAML, or a numbers-only placement instance (YAML/JSON)")
     p.add_argument("--backend", choices=["auto", "colgen", "highs", "cpsat", "greedy"], default=None,
                    help="solver (default: the scenario's solver.backend, else auto)")
-    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+    p.add_argument("--time-limit", type=_args.number(hi=_args.TIME_LIMIT_S), default=None, metavar="S",
                    help="wall-clock limit in seconds for the whole solve (default: the scenario's solver.time_limit_s, else 60)")
-    p.add_argument("--mip-gap", type=float, default=None, help="relative gap at which a solve may stop (default 1e-4)")
-    p.add_argument("--threads", type=int, default=None, help="solver threads (default: the scenario's, else 1)")
+    p.add_argument("--mip-gap", type=_args.number(hi=1.0), default=None, help="relative gap at which a solve may stop (default 1e-4)")
+    p.add_argument("--threads", type=_args.number(hi=_args.MAX_THREADS, kind=int), default=None, help="solver threads (default: the scenario's, else 1)")
     p.add_argument("--current", metavar="PLAN", help="the current plan: warm start, keep its groups' nodes, price moves")
-    p.add_argument("--move-price", type=float, default=None, metavar="USD_PER_H", help="$/h charged per moved job")
+    p.add_argument("--move-price", type=_args.number(0.0, 1e4), default=None, metavar="USD_PER_H", help="$/h charged per moved job")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (scenarios only)")
     p.add_argument("--json", action="store_true", help="print the plan document as JSON on stdout (also with --out)")
     p.add_argument("--out", "-o", metavar="FILE", help="write the plan document here (.json: JSON, else YAML); default: stdout")
@@ -40,10 +42,11 @@ def add_arguments(p) -> None:
 
 
 def _check_args(args) -> None:
-    from planner.commands._args import check_solver_args
+    from planner.commands._args import check_outputs, check_solver_args
     from planner.errors import Problem, UserError
 
     check_solver_args(args)
+    check_outputs(args, "out", "plot", "save_instance")
     if args.move_price is not None and args.move_price < 0:
         raise UserError(Problem("--move-price", f"must be >= 0 $/h, got {args.move_price}", "pass e.g. --move-price 0.5"))
     for opt in ("out", "plot", "save_instance"):
@@ -81,10 +84,9 @@ def run(args) -> int:
 
         from planner.instances.placement import dump_instance
 
-        p = Path(args.save_instance)
-        tmp = p.with_name(f".{p.name}.tmp")
-        tmp.write_text(dump_instance(inst))
-        tmp.replace(p)
+        from planner.safewrite import write_atomic
+
+        write_atomic(Path(args.save_instance), dump_instance(inst), where="--save-instance")
     from planner.statusline import status
 
     with status(f"plan: {len(inst.jobs)} job(s) with {backend} (wall-clock limit {opts.time_limit_s:g} s)"):

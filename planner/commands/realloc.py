@@ -16,21 +16,23 @@ or --force to plan without a donor."""
 
 
 def add_arguments(p) -> None:
+    from planner.commands import _args
+
     p.add_argument("snapshot", metavar="SNAPSHOT", help="YAML/JSON snapshot, a list of snapshots, or .jsonl")
     p.add_argument("--scenario", help="scenario YAML for model sizes, GPU types and node groups")
     p.add_argument("--backend", choices=["bnb", "highs", "cpsat", "dp", "pyomo"], default="bnb",
                    help="bnb (exact branch and bound, default), highs (highspy), cpsat, dp (exact, single pool only), "
                         "pyomo (Pyomo + HiGHS reference)")
     p.add_argument("--out", help="write the plan document here (.json: JSON, else YAML)")
-    p.add_argument("--margin", type=float, default=0.05, help="commit only when the objective beats the current throughput by this fraction (default 0.05)")
-    p.add_argument("--candidates", type=int, default=8, help="candidates per component, the current allocation included (default 8)")
-    p.add_argument("--theta", type=float, default=0.5, help="donor: fraction of engines that must stay low (default 0.5)")
-    p.add_argument("--u-low", type=float, default=0.2, help="donor: KV utilisation threshold (default 0.2)")
-    p.add_argument("--u-low-percentile", type=float, default=None, help="donor: U_low as this percentile of the component's history")
-    p.add_argument("--hold-s", type=float, default=5.0, help="donor: seconds the engines must stay low (T, default 5)")
+    p.add_argument("--margin", type=_args.number(hi=1e3), default=0.05, help="commit only when the objective beats the current throughput by this fraction (default 0.05)")
+    p.add_argument("--candidates", type=_args.number(hi=1024, kind=int), default=8, help="candidates per component, the current allocation included (default 8)")
+    p.add_argument("--theta", type=_args.number(), default=0.5, help="donor: fraction of engines that must stay low (default 0.5)")
+    p.add_argument("--u-low", type=_args.number(), default=0.2, help="donor: KV utilisation threshold (default 0.2)")
+    p.add_argument("--u-low-percentile", type=_args.number(), default=None, help="donor: U_low as this percentile of the component's history")
+    p.add_argument("--hold-s", type=_args.number(hi=_args.SECONDS), default=5.0, help="donor: seconds the engines must stay low (T, default 5)")
     p.add_argument("--force", action="store_true", help="plan even when no donor is detected")
-    p.add_argument("--horizon-s", type=float, default=None, help="seconds left in the iteration (default: from progress)")
-    p.add_argument("--time-limit-s", type=float, default=5.0, help="solver time limit (default 5)")
+    p.add_argument("--horizon-s", type=_args.number(hi=_args.SECONDS), default=None, help="seconds left in the iteration (default: from progress)")
+    p.add_argument("--time-limit-s", type=_args.number(hi=_args.TIME_LIMIT_S), default=5.0, help="solver time limit (default 5)")
     p.add_argument("--json", action="store_true", help="print the plan document as JSON instead of tables")
     p.add_argument("--verbose", "-v", action="store_true",
                    help="every donor's evidence and every stage's candidates (default: the donors, the chosen candidates, the steps)")
@@ -67,9 +69,11 @@ def run(args) -> int:
     from planner.errors import Problem, UserError
     from planner.instances.realloc import build_context, load_snapshots
 
+    from planner.commands._args import check_outputs
     from planner.dockind import SCENARIO, SNAPSHOT, expect
 
     donor_cfg, opts = _options(args)
+    check_outputs(args, "out")
     expect(args.snapshot, [SNAPSHOT], "SNAPSHOT", "realloc")
     snaps = load_snapshots(args.snapshot)
     scenario = None

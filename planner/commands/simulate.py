@@ -28,23 +28,25 @@ component over time, as DynaRL's Figure 13) for one job, gantt.png (groups) for 
 
 
 def add_arguments(p) -> None:
+    from planner.commands import _args
+
     p.add_argument("scenario", metavar="SCENARIO")
     p.add_argument("--policy", required=True, metavar="P", help=f"one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}")
-    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same result)")
+    p.add_argument("--seed", type=_args.number(0, 2**31 - 1, kind=int), default=0, help="random seed (same seed, same result)")
     p.add_argument("--out", metavar="DIR", help="write summary.json and PNG plots into DIR")
     p.add_argument("--job", help="the job to simulate request by request (scenarios with several jobs)")
-    p.add_argument("--iterations", type=int, default=2, help="iterations of the job (default 2)")
+    p.add_argument("--iterations", type=_args.count(1, 1000), default=2, help="iterations of the job (default 2)")
     p.add_argument("--queue", choices=["fifo", "priority"], default="fifo", help="rollout request order")
-    p.add_argument("--max-wait-s", type=float, default=30.0, help="age bound of the priority queue (s)")
-    p.add_argument("--consolidate-at", type=float, default=None, metavar="F",
+    p.add_argument("--max-wait-s", type=_args.number(hi=_args.SECONDS), default=30.0, help="age bound of the priority queue (s)")
+    p.add_argument("--consolidate-at", type=_args.number(), default=None, metavar="F",
                    help="pack the long tail when this fraction of requests is done (0 < F < 1; consolidate policy: 0.8)")
     p.add_argument("--decision", choices=["planner", "threshold"], default="planner",
                    help="decision function of the dynamic policy: the reallocation planner (default) or the "
                         "simulator's threshold baseline")
-    p.add_argument("--u-low", type=float, default=0.2, help="dynamic: KV utilisation below which an engine is a donor")
-    p.add_argument("--window-s", type=float, default=4.0, help="dynamic: seconds an engine must stay under U_low (T)")
-    p.add_argument("--theta", type=float, default=0.5, help="dynamic: fraction of engines that must be donors")
-    p.add_argument("--horizon-s", type=float, default=None, help="many jobs: stop the trace at this time (s)")
+    p.add_argument("--u-low", type=_args.number(), default=0.2, help="dynamic: KV utilisation below which an engine is a donor")
+    p.add_argument("--window-s", type=_args.number(hi=_args.SECONDS), default=4.0, help="dynamic: seconds an engine must stay under U_low (T)")
+    p.add_argument("--theta", type=_args.number(), default=0.5, help="dynamic: fraction of engines that must be donors")
+    p.add_argument("--horizon-s", type=_args.number(hi=_args.SECONDS), default=None, help="many jobs: stop the trace at this time (s)")
     p.add_argument("--snapshots", action="store_true", help="one job: also write the telemetry snapshots (snapshots.jsonl)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -92,22 +94,19 @@ def _prepare_out(path):
 
 
 def _write_files(out, files: dict) -> None:
-    """Write every file to a temporary name first, then move them in place (nothing half-written)."""
-    import os
+    """Write every file to a temporary name first, then move them in place (nothing half-written;
+    :mod:`planner.safewrite`'s rules for devices and links)."""
+    import contextlib
+    from pathlib import Path
+
+    from planner.safewrite import replacing
 
     out.mkdir(parents=True, exist_ok=True)
-    tmps = []
-    try:
-        for name, writer in files.items():
-            tmp = out / f".{name}.tmp"
+    with contextlib.ExitStack() as stack:
+        tmps = [(stack.enter_context(replacing(out / name, where="--out", suffix=Path(name).suffix)), writer)
+                for name, writer in files.items()]
+        for tmp, writer in tmps:
             writer(tmp)
-            tmps.append((tmp, out / name))
-        for tmp, final in tmps:
-            os.replace(tmp, final)
-    finally:
-        for tmp, _ in tmps:
-            if tmp.exists():
-                tmp.unlink()
 
 
 def decision_function(args, sc):
@@ -121,6 +120,9 @@ def decision_function(args, sc):
     return planner_decision(sc, u_low=args.u_low, window_s=args.window_s, theta=args.theta)
 
 
+MAX_SIMULATED_REQUEST_TURNS = 1 << 21  # about a minute of event simulation
+
+
 def run_job(args, sc):
     from planner.errors import Problem, UserError
     from planner.instances.simulate import cluster_view, job_setup, pick_job
@@ -131,6 +133,10 @@ def run_job(args, sc):
         raise UserError(Problem("--policy", f"'{args.policy}' is a multi-job policy; --job selects the one-job model",
                                 f"use one of {', '.join(JOB_POLICIES)} with --job, or drop --job"))
     idx, job = pick_job(sc, args.job)
+    work = job.rollout.batch_prompts * job.rollout.group_size * job.rollout.turns * args.iterations
+    if work > MAX_SIMULATED_REQUEST_TURNS:  # each request turn is an event: bounded time and memory
+        raise UserError(Problem("--iterations", f"{args.iterations} iteration(s) of {job.name} simulate {work:,} request turns, "
+                                                f"more than {MAX_SIMULATED_REQUEST_TURNS:,}", "run fewer --iterations"))
     view = cluster_view(sc)
     setup = job_setup(sc, idx, job, view, args.seed)
     name = {"static-batch": "static", "consolidate": "static"}.get(args.policy, args.policy)

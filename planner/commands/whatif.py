@@ -27,17 +27,19 @@ command explains why and exits 2 without writing anything."""
 
 
 def add_arguments(p) -> None:
+    from planner.commands import _args
+
     p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML (node groups = owned nodes, gpu_types.<T>.max_nodes, prices)")
     p.add_argument("--sweep", action="append", default=[], metavar="KEY=START:STOP:STEPS",
                    help="sweep a key over STEPS values from START to STOP (repeat for a grid)")
     p.add_argument("--styles", action="store_true", help="also solve Solo-D and colocated deployments for comparison")
     par = p.add_mutually_exclusive_group()
-    par.add_argument("--workers", type=int, default=None, metavar="N", help="local worker processes for a sweep (default: CPU count)")
+    par.add_argument("--workers", type=_args.number(hi=_args.MAX_WORKERS, kind=int), default=None, metavar="N", help="local worker processes for a sweep (default: CPU count)")
     par.add_argument("--ray-address", metavar="ADDR", help="run the sweep's points as tasks on this Ray cluster ('local': start one here)")
     p.add_argument("--out", "-o", metavar="DIR", help="write the plan, table, CSV and plots into this folder")
-    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+    p.add_argument("--time-limit", type=_args.number(hi=_args.TIME_LIMIT_S), default=None, metavar="S",
                    help="wall-clock limit per solve (default: the scenario's solver.time_limit_s)")
-    p.add_argument("--mip-gap", type=float, default=None, help="relative gap at which a solve may stop (default: the scenario's)")
+    p.add_argument("--mip-gap", type=_args.number(hi=1.0), default=None, help="relative gap at which a solve may stop (default: the scenario's)")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (default: the scenario's)")
     p.add_argument("--json", action="store_true", help="print the answer (the CapacityPlan document) as JSON on stdout instead of the text")
     p.add_argument("--no-minimums", action="store_true", help="skip the minimum count per type and the one-node-fewer analysis")
@@ -75,6 +77,7 @@ def run(args) -> int:
 
     types = sorted(fleet_limits(sc))
     sweeps = sw.parse_all(args.sweep, types)
+    sw.check_limits(sc, sweeps)
     styles = ("co-execution", "solo-disaggregated", "colocated") if args.styles else ("co-execution",)
     mode = args.mode or sc.solver.phase_time_estimate
     time_limit = args.time_limit or sc.solver.time_limit_s
@@ -171,6 +174,7 @@ def _write_single(out, sc, plan, record, lines, types, command, info) -> None:
     from pathlib import Path
 
     from planner import plandoc
+    from planner.safewrite import replacing
     from planner.whatif import report
 
     d = Path(out)
@@ -191,11 +195,11 @@ def _write_single(out, sc, plan, record, lines, types, command, info) -> None:
         report.write_atomic(d / "styles.csv", "\n".join(rows) + "\n")
         labels = [s.style for s in plan.styles]
         fleets = [s.fleet if s.cost_per_hour is not None else {} for s in plan.styles]
-        report.plot_fleet(labels, fleets, types, d / ".fleet.png", f"{sc.name}: fleet by deployment style", "style")
+        with replacing(d / "fleet.png", where="--out", suffix=".png") as tmp:
+            report.plot_fleet(labels, fleets, types, tmp, f"{sc.name}: fleet by deployment style", "style")
     else:
-        report.plot_fleet([plan.style], [{f.gpu_type: f.total for f in plan.fleet}], types, d / ".fleet.png",
-                          f"{sc.name}: fleet", "style")
-    (d / ".fleet.png").replace(d / "fleet.png")
+        with replacing(d / "fleet.png", where="--out", suffix=".png") as tmp:
+            report.plot_fleet([plan.style], [{f.gpu_type: f.total for f in plan.fleet}], types, tmp, f"{sc.name}: fleet", "style")
 
 
 def _sweep(args, sc, sweeps, styles, mode, time_limit, gap, types, command) -> int:
@@ -262,6 +266,7 @@ def _write_sweep(out, sc, results, keys, styles, types, head, body, command, inf
     from pathlib import Path
 
     from planner import plandoc
+    from planner.safewrite import replacing
     from planner.whatif import report
 
     d = Path(out)
@@ -279,9 +284,9 @@ def _write_sweep(out, sc, results, keys, styles, types, head, body, command, inf
     report.write_atomic(d / "sweep.csv", report.csv_text(results, keys, types))
     md = report.header(command, info, extra=where) + "\n" + report.markdown(head, body)
     report.write_atomic(d / "sweep.md", md)
-    report.plot_cost(results, keys, styles, d / ".cost.png")
-    (d / ".cost.png").replace(d / "cost.png")
+    with replacing(d / "cost.png", where="--out", suffix=".png") as tmp:
+        report.plot_cost(results, keys, styles, tmp)
     labels = [", ".join(f"{r.values[k]:.3g}" for k in keys) for r in results]
     fleets = [r.style("co-execution").fleet if r.style("co-execution").served else {} for r in results]
-    report.plot_fleet(labels, fleets, types, d / ".fleet.png", f"{sc.name}: co-execution fleet", ", ".join(keys))
-    (d / ".fleet.png").replace(d / "fleet.png")
+    with replacing(d / "fleet.png", where="--out", suffix=".png") as tmp:
+        report.plot_fleet(labels, fleets, types, tmp, f"{sc.name}: co-execution fleet", ", ".join(keys))

@@ -416,9 +416,9 @@ class Daemon:
                 f"clock {self.cfg.clock}, role {self.service.role})")
         print(line, flush=True)
         if self.opts.ready_file:
-            tmp = self.opts.ready_file.with_name(self.opts.ready_file.name + ".tmp")
-            tmp.write_text(self.url + "\n")
-            tmp.replace(self.opts.ready_file)
+            from planner.safewrite import write_atomic
+
+            write_atomic(self.opts.ready_file, self.url + "\n", where="--ready-file")
 
     def _wait_for_lease(self) -> bool:
         holder = self.lease.holder()

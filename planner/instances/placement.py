@@ -74,25 +74,23 @@ def compile_scenario(sc: Scenario, mode: str | None = None) -> PlacementInstance
 
 def load_instance(path: str | Path) -> PlacementInstance:
     """A numbers-only instance file (YAML or JSON), with errors that name the field."""
-    import json
-
-    import yaml
     from pydantic import ValidationError
 
+    from planner import safeload
+
     p = Path(path)
-    if not p.exists():
-        raise UserError(Problem("", f"instance file not found: {p}", "check the path"))
-    try:
-        text = p.read_text()
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise UserError(Problem("", f"cannot read the instance file: {exc}", "write valid YAML or JSON", source=str(p))) from None
+    doc = safeload.load(p, what="instance file")
+    data = doc.data
     if not isinstance(data, dict):
         raise UserError(Problem("", "a placement instance is a mapping with pool_types and jobs",
                                 "see docs/placement.md for the format", source=str(p)))
     data.pop("kind", None)
+    safeload.check_numbers(data, doc, bools=False, where=str(p))  # an instance has no boolean field
     try:
-        return PlacementInstance.model_validate(data)
+        inst = PlacementInstance.model_validate(data)
+        safeload.check_numbers(inst.model_dump(), doc)
+        _check_sizes(inst, str(p))
+        return inst
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False)[:10]:
@@ -103,18 +101,42 @@ def load_instance(path: str | Path) -> PlacementInstance:
         raise UserError(problems, title=f"{p}: invalid placement instance") from None
 
 
+# the scenario schema's bounds, for instances written by hand or by another tool
+MAX_INSTANCE_JOBS = 1024
+MAX_INSTANCE_NODES = 16384
+MAX_INSTANCE_GPUS_PER_NODE = 64
+
+
+def _check_sizes(inst: PlacementInstance, source: str) -> None:
+    problems = []
+    for t, pool in inst.pool_types.items():
+        if pool.gpus_per_node > MAX_INSTANCE_GPUS_PER_NODE:
+            problems.append(Problem(f"pool_types.{t}.gpus_per_node", f"{pool.gpus_per_node} GPUs per node; at most "
+                                    f"{MAX_INSTANCE_GPUS_PER_NODE} are supported", "fix the value", source=source))
+    total = sum(pool.count for pool in inst.pool_types.values())
+    if total > MAX_INSTANCE_NODES:
+        problems.append(Problem("pool_types", f"{total} nodes in all; at most {MAX_INSTANCE_NODES} are supported",
+                                "lower the counts", source=source))
+    if len(inst.jobs) > MAX_INSTANCE_JOBS:
+        problems.append(Problem("jobs", f"{len(inst.jobs)} jobs; at most {MAX_INSTANCE_JOBS} are supported", "split the instance",
+                                source=source))
+    for i, job in enumerate(inst.jobs):
+        for key in ("rollout_s", "train_s"):
+            for t, row in getattr(job, key).items():
+                big = [n for n in row if n > MAX_INSTANCE_NODES]
+                if big:
+                    problems.append(Problem(f"jobs[{i}].{key}.{t}", f"a pool of {big[0]} nodes; at most {MAX_INSTANCE_NODES}",
+                                            "fix the node counts", source=source))
+    if problems:
+        raise UserError(problems, title=f"{source}: invalid placement instance")
+
+
 def is_instance_file(path: str | Path) -> bool:
     """Whether a YAML/JSON file is a numbers-only placement instance (has pool_types) rather than a scenario."""
-    import json
+    from planner import safeload
 
-    import yaml
-
-    p = Path(path)
-    try:
-        text = p.read_text()
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except Exception:  # noqa: BLE001 - the scenario loader reports unreadable files properly
-        return False
+    doc = safeload.try_load(path, what="instance file")
+    data = doc.data if doc is not None else None
     return isinstance(data, dict) and ("pool_types" in data or data.get("kind") == "PlacementInstance")
 
 

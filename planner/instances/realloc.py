@@ -528,26 +528,20 @@ def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, hor
 
 def load_snapshots(path) -> list[TelemetrySnapshot]:
     """A snapshot file: one snapshot (YAML or JSON), a list of them, ``{snapshots: [...]}``, or JSON lines."""
-    import json
     from pathlib import Path
 
-    import yaml
     from pydantic import ValidationError
 
+    from planner import safeload
+
     p = Path(path)
-    if not p.exists():
-        raise UserError(Problem("SNAPSHOT", f"file not found: {p}", "check the path"))
-    text = p.read_text()
-    try:
-        if p.suffix == ".jsonl":
-            docs = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            data = json.loads(text) if text.lstrip().startswith(("{", "[")) else yaml.safe_load(text)
-            docs = data.get("snapshots") if isinstance(data, dict) and "snapshots" in data else data
-            docs = docs if isinstance(docs, list) else [docs]
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise UserError(Problem("", f"cannot parse the snapshot file: {exc}".replace("\n", " "),
-                                "write one snapshot as YAML or JSON, a list of them, or JSON lines", source=str(p))) from None
+    text = safeload.read_text(p, what="snapshot file", where="SNAPSHOT")
+    if p.suffix == ".jsonl":
+        data = safeload.parse(text, str(p), fmt="jsonl").data
+    else:
+        data = safeload.parse(text, str(p), fmt="json" if text.lstrip().startswith(("{", "[")) else "yaml").data
+    docs = data.get("snapshots") if isinstance(data, dict) and "snapshots" in data else data
+    docs = docs if isinstance(docs, list) else [docs]
     out = []
     for k, d in enumerate(docs):
         prefix = f"snapshots[{k}]." if len(docs) > 1 else ""

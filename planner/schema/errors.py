@@ -140,7 +140,7 @@ def problems_from_validation(exc: ValidationError, doc: Document, root: type[Bas
                 continue
             elif not isinstance(value, (dict, list)):
                 text = f"{text} (got {_short(value)})"
-            p = Problem(where, text, source=doc.where(path))
+            p = Problem(where, text, _fix_for(kind, err.get("ctx") or {}), source=doc.where(path))
         # keep the first problem per path, but a concrete one beats a union summary
         by_path.setdefault(path, p)
     for path, kinds in union_types.items():
@@ -149,6 +149,26 @@ def problems_from_validation(exc: ValidationError, doc: Document, root: type[Bas
             by_path[path] = Problem(_fmt(path), f"got {_short(value)}; expected {' or '.join(dict.fromkeys(kinds))}",
                                     source=doc.where(path))
     return list(by_path.values())
+
+
+_FIXES = {
+    "finite_number": "write a finite number (no .inf, .nan, Infinity or NaN)",
+    "bool_type": "write true or false",
+    "int_type": "write a whole number", "int_parsing": "write a whole number", "int_from_float": "write a whole number",
+    "float_type": "write a number", "float_parsing": "write a number",
+    "string_type": "write a text value", "list_type": "write a list", "dict_type": "write a mapping", "model_type": "write a mapping",
+    "too_long": "shorten it (the limits keep every command within memory and time)",
+    "string_too_long": "shorten it", "string_pattern_mismatch": "use letters, digits, '.', '_' and '-'",
+}
+
+
+def _fix_for(kind: str, ctx: dict) -> str:
+    """A fix for a pydantic error type: the range that is allowed, or the kind of value."""
+    if kind in ("less_than_equal", "less_than"):
+        return f"use a value of at most {ctx.get('le', ctx.get('lt'))} (the supported maximum)"
+    if kind in ("greater_than_equal", "greater_than"):
+        return f"use a value {'of at least' if kind == 'greater_than_equal' else 'above'} {ctx.get('ge', ctx.get('gt'))}"
+    return _FIXES.get(kind, "")
 
 
 def _lookup(data: Any, path: tuple) -> Any:

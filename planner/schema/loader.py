@@ -2,90 +2,31 @@
 
 ``include: [base.yaml, ...]`` (paths relative to the including file) loads those files first and
 deep-merges this file on top: mappings merge key by key, anything else (lists included) replaces.
-Duplicate keys in one mapping are an error (YAML itself would silently keep the last).
+An include must lie below the including file's folder (or a folder in ``$RL_PLANNER_INCLUDE_PATH``)
+and be a regular file; at most :data:`MAX_INCLUDES` files in all. Reading, parsing and every limit
+(size, depth, aliases, encoding) are :mod:`planner.safeload`'s.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from planner import safeload
 from planner.errors import Problem, UserError
+from planner.safeload import Document, fmt_path as _fmt  # noqa: F401 - re-exported (schema.errors, checks)
 
 Path_ = tuple  # a path into the document: ("jobs", 3, "rollout")
 
-
-class Document:
-    """Parsed YAML data plus the source line of every path."""
-
-    def __init__(self, data: Any, lines: dict[Path_, int], filename: str) -> None:
-        self.data = data
-        self.lines = lines
-        self.filename = filename
-
-    def where(self, path: Path_) -> str:
-        """``file:line`` of the deepest known prefix of ``path``."""
-        for n in range(len(path), -1, -1):
-            line = self.lines.get(tuple(path[:n]))
-            if line is not None:
-                return f"{self.filename}:{line}"
-        return self.filename
-
-
-def _construct(node: yaml.Node, path: Path_, lines: dict, filename: str) -> Any:
-    lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict = {}
-        for knode, vnode in node.value:
-            key = _scalar_key(knode, filename)
-            if key in out:
-                raise UserError(Problem(_fmt(path + (key,)), f"duplicate key '{key}' (YAML would silently keep the last one)",
-                                        "remove one of the two entries", source=f"{filename}:{knode.start_mark.line + 1}"))
-            out[key] = _construct(vnode, path + (key,), lines, filename)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(v, path + (i,), lines, filename) for i, v in enumerate(node.value)]
-    loader = yaml.SafeLoader("")
-    try:
-        return loader.construct_object(node, deep=True)
-    finally:
-        loader.dispose()
-
-
-def _scalar_key(knode: yaml.Node, filename: str):
-    if not isinstance(knode, yaml.ScalarNode):
-        raise UserError(Problem("", "mapping keys must be plain scalars", source=f"{filename}:{knode.start_mark.line + 1}"))
-    loader = yaml.SafeLoader("")
-    try:
-        return loader.construct_object(knode)
-    finally:
-        loader.dispose()
-
-
-def _fmt(path: Path_) -> str:
-    out = ""
-    for p in path:
-        if isinstance(p, int):
-            out += f"[{p}]"
-        else:
-            out += ("." if out else "") + str(p)
-    return out
+INCLUDE_PATH_ENV = "RL_PLANNER_INCLUDE_PATH"
+MAX_INCLUDES = 32  # files one scenario may pull in, all levels together
 
 
 def parse_yaml(text: str, filename: str = "<input>") -> Document:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        src = f"{filename}:{mark.line + 1}" if mark else filename
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise UserError(Problem("", f"not valid YAML: {problem}", "check indentation and quoting near that line", source=src)) from None
-    lines: dict = {}
-    data = _construct(node, (), lines, filename) if node is not None else None
-    return Document(data, lines, filename)
+    return safeload.parse_yaml(text, filename)
 
 
 def _deep_merge(base: Any, top: Any) -> Any:
@@ -97,17 +38,30 @@ def _deep_merge(base: Any, top: Any) -> Any:
     return top
 
 
-def read_document(path: str | Path, _seen: tuple = ()) -> Document:
+def include_roots(including: Path) -> list[Path]:
+    """Folders an ``include:`` may read from: the including file's folder and the folders listed
+    in ``$RL_PLANNER_INCLUDE_PATH`` (``os.pathsep``-separated)."""
+    roots = [including.resolve().parent]
+    for d in os.environ.get(INCLUDE_PATH_ENV, "").split(os.pathsep):
+        if d.strip():
+            roots.append(Path(d).resolve())
+    return roots
+
+
+def _include_path(doc: Document, p: Path, inc: str) -> Path:
+    where = doc.where(("include",))
+    ip = (p.parent / inc).resolve()
+    roots = include_roots(p)
+    if not any(ip == r or r in ip.parents for r in roots):
+        raise UserError(Problem("include", f"{inc!r} is outside {roots[0]} (the including file's folder)",
+                                f"move the file below that folder, or add its folder to ${INCLUDE_PATH_ENV}", source=where))
+    return ip
+
+
+def read_document(path: str | Path, _seen: tuple = (), _count: list | None = None) -> Document:
     p = Path(path)
-    if not p.exists():
-        raise UserError(Problem("", f"file not found: {p}", "check the path"))
-    if p.is_dir():
-        raise UserError(Problem("", f"{p} is a directory, not a scenario file", "pass a .yaml file"))
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(Problem("", f"cannot read {p}: {exc}")) from None
-    doc = parse_yaml(text, str(p))
+    count = _count if _count is not None else [0]
+    doc = safeload.load(p, what="scenario file", fmt="yaml")
     if doc.data is None:
         raise UserError(Problem("", f"{p} is empty", "write a scenario (see scenarios/README.md)"))
     if not isinstance(doc.data, dict):
@@ -118,15 +72,19 @@ def read_document(path: str | Path, _seen: tuple = ()) -> Document:
         return doc
     if isinstance(includes, str):
         includes = [includes]
-    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+    if not isinstance(includes, list) or not all(isinstance(i, str) and i for i in includes):
         raise UserError(Problem("include", "must be a file name or a list of file names", source=doc.where(("include",))))
     merged: Any = {}
     for inc in includes:
-        ip = (p.parent / inc).resolve()
+        ip = _include_path(doc, p, inc)
         if ip in _seen or ip == p.resolve():
             raise UserError(Problem("include", f"include cycle through {inc}", "remove the circular include",
                                     source=doc.where(("include",))))
-        merged = _deep_merge(merged, read_document(ip, _seen + (p.resolve(),)).data)
+        count[0] += 1
+        if count[0] > MAX_INCLUDES:
+            raise UserError(Problem("include", f"more than {MAX_INCLUDES} included files in all",
+                                    "include fewer files (each file is read once per include)", source=doc.where(("include",))))
+        merged = _deep_merge(merged, read_document(ip, _seen + (p.resolve(),), count).data)
     doc.data = _deep_merge(merged, doc.data)
     return doc
 

@@ -26,71 +26,121 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 
+# Upper bounds on every size, chosen so that anything that validates is planned, simulated and
+# swept within memory and minutes (the hostile-input corpus in tests/hardening checks the edges).
+MAX_NAME = 200              # characters of a name
+MAX_GPU_TYPES = 64          # GPU types in a scenario
+MAX_FABRICS = 64            # network fabrics
+MAX_NODE_GROUPS = 256       # node groups
+MAX_NODES = 4096            # nodes in one group (and GPU type maximum for capacity planning)
+MAX_CLUSTER_NODES = 16384   # nodes in the whole cluster
+MAX_GPUS_PER_NODE = 64
+MAX_JOBS = 1024
+MAX_BATCH_PROMPTS = 65536
+MAX_GROUP_SIZE = 1024
+MAX_REQUESTS = 1 << 18      # batch_prompts x group_size: requests of one iteration
+MAX_TURNS = 256
+MAX_REQUEST_TURNS = 1 << 21  # requests x turns of one job
+MAX_SAMPLED_REQUEST_TURNS = 1 << 15  # phase_time_estimate 'sampled': requests x turns of all jobs (each is simulated)
+MAX_TOKENS = 1 << 22        # prompt / response / observation tokens of one request
+MAX_PARALLEL = 64           # tp, and GPUs one tensor-parallel group spans
+MAX_PP = 256
+MAX_DP = 65536
+MAX_THREADS = 256
+MAX_SECONDS = 1e8           # about 3 years: times, durations, SLOs, arrivals
+MAX_TIME_LIMIT_S = 86400.0  # one day of solver time
+MAX_PRICE = 1e4             # $ per GPU-hour (and per job moved)
+MAX_BUDGET = 1e9            # $ per hour
+MAX_SEED = 2**31 - 1        # solvers take 32-bit seeds
+
+
+def _not_a_bool(v):
+    if isinstance(v, bool):
+        raise ValueError(f"{str(v).lower()} is a boolean, not a number")
+    return v
+
+
+Int = Annotated[int, BeforeValidator(_not_a_bool)]      # an integer; true/false are refused
+Real = Annotated[float, BeforeValidator(_not_a_bool)]   # a finite number (see Strict); true/false are refused
+
 
 class Strict(BaseModel):
-    """Base: unknown keys are errors (catches typos), values are validated on assignment."""
+    """Base: unknown keys are errors (catches typos), values are validated on assignment, numbers
+    are finite (no NaN or infinity) and a boolean is not a number (``count: true`` is refused)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------------------- GPUs
 class GPUTypeSpec(Strict):
     """A GPU type: a catalogue entry with overrides, or a new type derived from one (``base``)."""
 
-    base: Optional[str] = Field(None, description="catalogue type this one derives from (for new names); default: the name itself")
-    price_per_gpu_hour: Optional[PositiveFloat] = Field(None, description="rental or amortised price, $ per GPU-hour")
-    hbm_gb: Optional[PositiveFloat] = None
-    hbm_bw_tb_per_s: Optional[PositiveFloat] = None
-    bf16_tflops: Optional[PositiveFloat] = None
-    nvlink_gb_per_s: Optional[PositiveFloat] = Field(None, description="bidirectional NVLink bandwidth per GPU")
-    inter_node_bw_gb_per_s: Optional[PositiveFloat] = Field(None, description="NIC bandwidth per GPU, one direction")
-    pcie_gb_per_s: Optional[PositiveFloat] = None
-    max_nodes: Optional[int] = Field(None, ge=0, description="capacity planning: most nodes of this type that can be bought or rented")
+    base: Optional[str] = Field(None, max_length=MAX_NAME,
+                                description="catalogue type this one derives from (for new names); default: the name itself")
+    price_per_gpu_hour: Optional[Real] = Field(None, gt=0.0, le=MAX_PRICE, description="rental or amortised price, $ per GPU-hour")
+    hbm_gb: Optional[Real] = Field(None, ge=1.0, le=1e5, description="GPU memory (HBM) per GPU, GB; default: the catalogue's")
+    hbm_bw_tb_per_s: Optional[Real] = Field(None, ge=0.01, le=1e3, description="HBM bandwidth per GPU, TB/s; default: the catalogue's")
+    bf16_tflops: Optional[Real] = Field(None, ge=0.1, le=1e6, description="dense BF16 peak per GPU, TFLOP/s; default: the catalogue's")
+    nvlink_gb_per_s: Optional[Real] = Field(None, ge=0.1, le=1e6, description="bidirectional NVLink bandwidth per GPU, GB/s")
+    inter_node_bw_gb_per_s: Optional[Real] = Field(None, ge=0.01, le=1e6, description="NIC bandwidth per GPU, one direction, GB/s")
+    pcie_gb_per_s: Optional[Real] = Field(None, ge=0.01, le=1e6, description="host<->GPU PCIe bandwidth per GPU, GB/s")
+    max_nodes: Optional[Int] = Field(None, ge=0, le=MAX_NODES,
+                                     description="capacity planning: most nodes of this type that can be bought or rented")
 
 
 # ------------------------------------------------------------------------------------ cluster
 class FabricSpec(Strict):
     """A network fabric (a cluster): nodes in one fabric talk over their NICs."""
 
-    name: str = Field(min_length=1)
-    inter_cluster_bw_gb_per_s: Optional[PositiveFloat] = Field(
-        None, description="bandwidth of this cluster's link to the other clusters (None: not a bottleneck)")
+    name: str = Field(min_length=1, max_length=MAX_NAME, description="the fabric's name; node groups refer to it")
+    inter_cluster_bw_gb_per_s: Optional[Real] = Field(
+        None, ge=0.01, le=1e6, description="bandwidth of this cluster's link to the other clusters, GB/s (None: not a bottleneck)")
 
 
 class NodeGroupSpec(Strict):
     """``count`` identical nodes."""
 
-    name: str = Field(min_length=1)
-    gpu_type: str
-    count: int = Field(ge=0, description="nodes in the group (for capacity planning: nodes that exist today)")
-    gpus_per_node: PositiveInt = 8
-    host_dram_gb: PositiveFloat = 2048.0
-    cluster: str = "default"
+    name: str = Field(min_length=1, max_length=MAX_NAME, description="the group's name (unique)")
+    gpu_type: str = Field(max_length=MAX_NAME, description="a catalogue GPU type or one defined under gpu_types")
+    count: Int = Field(ge=0, le=MAX_NODES, description="nodes in the group (for capacity planning: nodes that exist today)")
+    gpus_per_node: Int = Field(8, gt=0, le=MAX_GPUS_PER_NODE, description="GPUs in each node")
+    host_dram_gb: Real = Field(2048.0, ge=1.0, le=1e6, description="host DRAM per node, GB (parked weights and optimizer state)")
+    cluster: str = Field("default", max_length=MAX_NAME, description="the network fabric (cluster.clusters) the nodes sit in")
 
 
 class ClusterSpec(Strict):
-    clusters: list[FabricSpec] = Field(default_factory=lambda: [FabricSpec(name="default")])
-    node_groups: list[NodeGroupSpec] = Field(min_length=1)
+    """The nodes: node groups in one or more network fabrics."""
+
+    clusters: list[FabricSpec] = Field(default_factory=lambda: [FabricSpec(name="default")], min_length=1, max_length=MAX_FABRICS,
+                                       description="network fabrics; default: one named 'default'")
+    node_groups: list[NodeGroupSpec] = Field(min_length=1, max_length=MAX_NODE_GROUPS, description="groups of identical nodes")
+
+    @model_validator(mode="after")
+    def _total(self):
+        total = sum(g.count for g in self.node_groups)
+        if total > MAX_CLUSTER_NODES:
+            raise ValueError(f"the node groups hold {total} nodes; at most {MAX_CLUSTER_NODES} are supported")
+        return self
 
 
 # --------------------------------------------------------------------------------------- jobs
 class ModelSpec(Strict):
     """Explicit model dimensions (Hugging Face config names)."""
 
-    name: str = "custom"
-    hidden_size: PositiveInt
-    num_layers: PositiveInt
-    num_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    intermediate_size: PositiveInt
-    vocab_size: PositiveInt
-    head_dim: Optional[PositiveInt] = None
-    tie_embeddings: bool = False
-    qkv_bias: bool = False
+    name: str = Field("custom", max_length=MAX_NAME, description="a label for reports")
+    hidden_size: Int = Field(gt=0, le=1 << 16, description="hidden (model) dimension")
+    num_layers: Int = Field(gt=0, le=1024, description="transformer layers")
+    num_heads: Int = Field(gt=0, le=1024, description="attention (query) heads")
+    num_kv_heads: Int = Field(gt=0, le=1024, description="key/value heads (GQA); equal to num_heads for MHA")
+    intermediate_size: Int = Field(gt=0, le=1 << 20, description="MLP intermediate dimension")
+    vocab_size: Int = Field(gt=0, le=1 << 22, description="vocabulary size")
+    head_dim: Optional[Int] = Field(None, gt=0, le=4096, description="per-head dimension; default hidden_size / num_heads")
+    tie_embeddings: bool = Field(False, description="input and output embeddings share weights")
+    qkv_bias: bool = Field(False, description="the QKV projections have a bias")
 
     @model_validator(mode="after")
     def _heads(self):
@@ -102,20 +152,20 @@ class ModelSpec(Strict):
 
 
 class ServegenLengths(Strict):
-    source: Literal["servegen"] = "servegen"
-    client: Optional[str] = Field(None, description="ServeGen DeepSeek-R1 client id; default: the rate-weighted mixture")
-    scale: PositiveFloat = Field(1.0, description="multiplies every length (harder tasks reason longer)")
+    source: Literal["servegen"] = Field("servegen", description="measured DeepSeek-R1 response lengths (ServeGen)")
+    client: Optional[str] = Field(None, max_length=MAX_NAME, description="ServeGen DeepSeek-R1 client id; default: the rate-weighted mixture")
+    scale: Real = Field(1.0, ge=1e-3, le=1e3, description="multiplies every length (harder tasks reason longer)")
 
 
 class LognormalLengths(Strict):
-    source: Literal["lognormal"]
-    median_tokens: PositiveFloat
-    sigma: PositiveFloat = 1.0
+    source: Literal["lognormal"] = Field(description="log-normal response lengths")
+    median_tokens: Real = Field(ge=1.0, le=MAX_TOKENS, description="median response length, tokens")
+    sigma: Real = Field(1.0, gt=0.0, le=10.0, description="standard deviation of the log of the length")
 
 
 class FixedLengths(Strict):
-    source: Literal["fixed"]
-    tokens: PositiveInt
+    source: Literal["fixed"] = Field(description="every response has the same length")
+    tokens: Int = Field(gt=0, le=MAX_TOKENS, description="response length, tokens")
 
 
 ResponseLengths = Annotated[Union[ServegenLengths, LognormalLengths, FixedLengths], Field(discriminator="source")]
@@ -124,22 +174,32 @@ ResponseLengths = Annotated[Union[ServegenLengths, LognormalLengths, FixedLength
 class ToolSpec(Strict):
     """Tools of an agentic job: one call between consecutive turns."""
 
-    latency: Literal["rollpacker", "fixed"] = "rollpacker"
-    fixed_latency_s: PositiveFloat = 1.0
-    observation_tokens: int = Field(256, ge=0, description="tokens the tool result appends to the context")
+    latency: Literal["rollpacker", "fixed"] = Field("rollpacker", description="measured RollPacker tool latencies, or fixed_latency_s")
+    fixed_latency_s: Real = Field(1.0, gt=0.0, le=86400.0, description="seconds per tool call when latency is 'fixed'")
+    observation_tokens: Int = Field(256, ge=0, le=MAX_TOKENS, description="tokens the tool result appends to the context")
 
 
 class RolloutSpec(Strict):
-    batch_prompts: PositiveInt = Field(description="prompts per iteration")
-    group_size: PositiveInt = Field(1, description="responses sampled per prompt (GRPO group)")
-    prompt_tokens: PositiveInt = 512
-    max_response_tokens: PositiveInt
-    response_lengths: ResponseLengths = Field(default_factory=ServegenLengths)
-    turns: PositiveInt = Field(1, description="generation turns per request (agentic: > 1, with tool calls between)")
-    tools: Optional[ToolSpec] = None
-    tp: PositiveInt = Field(1, description="tensor parallelism of one rollout engine")
-    nodes: PositiveInt = Field(1, description="rollout nodes the job needs (the group's rollout pool may be larger)")
-    gpu_types: Optional[list[str]] = Field(None, description="allowed rollout GPU types; default: every type in the cluster")
+    batch_prompts: Int = Field(gt=0, le=MAX_BATCH_PROMPTS, description="prompts per iteration")
+    group_size: Int = Field(1, gt=0, le=MAX_GROUP_SIZE, description="responses sampled per prompt (GRPO group)")
+    prompt_tokens: Int = Field(512, gt=0, le=MAX_TOKENS, description="tokens of one prompt")
+    max_response_tokens: Int = Field(gt=0, le=MAX_TOKENS, description="longest response, tokens (the generation cap)")
+    response_lengths: ResponseLengths = Field(default_factory=ServegenLengths, description="distribution of response lengths")
+    turns: Int = Field(1, gt=0, le=MAX_TURNS, description="generation turns per request (agentic: > 1, with tool calls between)")
+    tools: Optional[ToolSpec] = Field(None, description="tool calls between turns; default for turns > 1: ToolSpec()")
+    tp: Int = Field(1, gt=0, le=MAX_PARALLEL, description="tensor parallelism of one rollout engine")
+    nodes: Int = Field(1, gt=0, le=MAX_NODES, description="rollout nodes the job needs (the group's rollout pool may be larger)")
+    gpu_types: Optional[list[Annotated[str, Field(max_length=MAX_NAME)]]] = Field(
+        None, max_length=MAX_GPU_TYPES, description="allowed rollout GPU types; default: every type in the cluster")
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        requests = self.batch_prompts * self.group_size
+        if requests > MAX_REQUESTS:
+            raise ValueError(f"batch_prompts x group_size = {requests} requests per iteration; at most {MAX_REQUESTS} are supported")
+        if requests * self.turns > MAX_REQUEST_TURNS:
+            raise ValueError(f"batch_prompts x group_size x turns = {requests * self.turns}; at most {MAX_REQUEST_TURNS} are supported")
+        return self
 
     @model_validator(mode="after")
     def _agentic(self):
@@ -149,19 +209,20 @@ class RolloutSpec(Strict):
 
 
 class TrainerSpec(Strict):
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    dp: Optional[PositiveInt] = Field(None, description="data parallelism; default: fill the training nodes")
-    nodes: PositiveInt = Field(1, description="training nodes the job needs")
-    mfu: float = Field(0.35, gt=0.0, le=1.0, description="model FLOPs utilisation of training")
-    gpu_types: Optional[list[str]] = Field(None, description="allowed training GPU types; default: every type in the cluster")
+    tp: Int = Field(1, gt=0, le=MAX_PARALLEL, description="tensor parallelism of training (inside a node)")
+    pp: Int = Field(1, gt=0, le=MAX_PP, description="pipeline parallelism of training")
+    dp: Optional[Int] = Field(None, gt=0, le=MAX_DP, description="data parallelism; default: fill the training nodes")
+    nodes: Int = Field(1, gt=0, le=MAX_NODES, description="training nodes the job needs")
+    mfu: Real = Field(0.35, ge=0.001, le=1.0, description="model FLOPs utilisation of training")
+    gpu_types: Optional[list[Annotated[str, Field(max_length=MAX_NAME)]]] = Field(
+        None, max_length=MAX_GPU_TYPES, description="allowed training GPU types; default: every type in the cluster")
 
 
 class SLOSpec(Strict):
     """Exactly one of ``iteration_s`` (seconds per iteration) or ``ratio_to_solo``."""
 
-    iteration_s: Optional[PositiveFloat] = None
-    ratio_to_solo: Optional[float] = Field(None, ge=1.0, description="SLO as a multiple of the job's solo iteration time")
+    iteration_s: Optional[Real] = Field(None, gt=0.0, le=MAX_SECONDS, description="most seconds per training iteration")
+    ratio_to_solo: Optional[Real] = Field(None, ge=1.0, le=1e3, description="SLO as a multiple of the job's solo iteration time")
 
     @model_validator(mode="after")
     def _one(self):
@@ -178,16 +239,17 @@ DEFAULT_COMPONENTS = {
 
 
 class JobSpec(Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    model: Union[str, ModelSpec] = Field(description="a preset name (e.g. qwen2.5-7b) or explicit dimensions")
-    algorithm: Literal["grpo", "ppo"] = "grpo"
-    components: Optional[list[Component]] = None
-    rollout: RolloutSpec
-    trainer: TrainerSpec = Field(default_factory=TrainerSpec)
-    slo: SLOSpec = Field(default_factory=lambda: SLOSpec(ratio_to_solo=2.0))
-    arrival_s: float = Field(0.0, ge=0.0, description="arrival time in a trace")
-    duration_s: Optional[PositiveFloat] = Field(None, description="how long the job runs once admitted (traces)")
-    weight_sync: Literal["flat", "scatter_broadcast"] = "scatter_broadcast"
+    name: str = Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="the job's name (unique)")
+    model: Union[Annotated[str, Field(max_length=MAX_NAME)], ModelSpec] = Field(
+        description="a preset name (e.g. qwen2.5-7b) or explicit dimensions")
+    algorithm: Literal["grpo", "ppo"] = Field("grpo", description="RL algorithm (sets the default components)")
+    components: Optional[list[Component]] = Field(None, max_length=16, description="the job's components; default: the algorithm's")
+    rollout: RolloutSpec = Field(description="generation: batch, lengths, turns and engine parallelism")
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec, description="training parallelism and efficiency")
+    slo: SLOSpec = Field(default_factory=lambda: SLOSpec(ratio_to_solo=2.0), description="iteration-time SLO; default ratio_to_solo: 2")
+    arrival_s: Real = Field(0.0, ge=0.0, le=MAX_SECONDS, description="arrival time in a trace")
+    duration_s: Optional[Real] = Field(None, gt=0.0, le=MAX_SECONDS, description="how long the job runs once admitted (traces)")
+    weight_sync: Literal["flat", "scatter_broadcast"] = Field("scatter_broadcast", description="how new weights reach the rollout engines")
 
     @model_validator(mode="after")
     def _components(self):
@@ -201,22 +263,32 @@ class JobSpec(Strict):
 
 # ------------------------------------------------------------------------------------- solver
 class SolverSpec(Strict):
-    backend: Literal["auto", "colgen", "highs", "cpsat", "greedy"] = "auto"  # planner plan --backend's choices
-    time_limit_s: PositiveFloat = 60.0
-    mip_gap: float = Field(1e-4, ge=0.0, le=1.0)
-    threads: PositiveInt = 1
-    seed: int = 0
+    backend: Literal["auto", "colgen", "highs", "cpsat", "greedy"] = Field("auto", description="placement solver, as planner plan --backend; auto picks by problem size")
+    time_limit_s: Real = Field(60.0, gt=0.0, le=MAX_TIME_LIMIT_S, description="solver wall-clock limit, seconds")
+    mip_gap: Real = Field(1e-4, ge=0.0, le=1.0, description="relative optimality gap at which the solver stops")
+    threads: Int = Field(1, gt=0, le=MAX_THREADS, description="solver threads")
+    seed: Int = Field(0, ge=0, le=MAX_SEED, description="solver random seed")
     phase_time_estimate: Literal["conservative", "sampled"] = Field(
         "conservative", description="rollout time from the maximum response length (Weave's SLO bound) or sampled lengths")
-    move_price_per_job: float = Field(0.0, ge=0.0, description="$/h charged per job a re-optimisation moves")
+    move_price_per_job: Real = Field(0.0, ge=0.0, le=MAX_PRICE, description="$/h charged per job a re-optimisation moves")
 
 
 class Scenario(Strict):
-    version: Literal[1] = SCHEMA_VERSION
-    name: str = Field(min_length=1)
-    description: str = ""
-    gpu_types: dict[str, GPUTypeSpec] = Field(default_factory=dict)
-    cluster: ClusterSpec
-    jobs: list[JobSpec] = Field(default_factory=list)
-    solver: SolverSpec = Field(default_factory=SolverSpec)
-    budget_per_hour: Optional[PositiveFloat] = Field(None, description="capacity planning: most $/h the fleet may cost")
+    version: Literal[1] = Field(SCHEMA_VERSION, description="scenario format version")
+    name: str = Field(min_length=1, max_length=MAX_NAME, description="the scenario's name (in plans and reports)")
+    description: str = Field("", max_length=100_000, description="free text")
+    gpu_types: dict[Annotated[str, Field(max_length=MAX_NAME)], GPUTypeSpec] = Field(
+        default_factory=dict, max_length=MAX_GPU_TYPES, description="GPU types by name: catalogue overrides (prices) and derived types")
+    cluster: ClusterSpec = Field(description="the nodes and network fabrics")
+    jobs: list[JobSpec] = Field(default_factory=list, max_length=MAX_JOBS, description="the RL post-training jobs")
+    solver: SolverSpec = Field(default_factory=SolverSpec, description="solver options")
+    budget_per_hour: Optional[Real] = Field(None, gt=0.0, le=MAX_BUDGET, description="capacity planning: most $/h the fleet may cost")
+
+    @model_validator(mode="after")
+    def _sampled_work(self):
+        if self.solver.phase_time_estimate == "sampled":
+            total = sum(j.rollout.batch_prompts * j.rollout.group_size * j.rollout.turns for j in self.jobs)
+            if total > MAX_SAMPLED_REQUEST_TURNS:
+                raise ValueError(f"solver.phase_time_estimate 'sampled' simulates every request: the jobs' batch_prompts x group_size "
+                                 f"x turns add up to {total}, more than {MAX_SAMPLED_REQUEST_TURNS}; use 'conservative' or smaller batches")
+        return self

@@ -218,9 +218,9 @@ def plot_fleet(labels: list[str], fleets: list[dict[str, int]], types: list[str]
 
 
 def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    from planner.safewrite import write_atomic as write
+
+    write(path, text, where="--out")
 
 
 def header(command: str, info: dict, extra: Optional[str] = None) -> str:

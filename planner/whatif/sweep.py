@@ -38,6 +38,8 @@ from planner.schema.scenario import FixedLengths, GPUTypeSpec, LognormalLengths,
 SCALARS = ("budget", "slo", "jobs", "response")
 PER_TYPE = ("price", "max_nodes")
 MAX_POINTS = 2000
+# the largest value each key may take (the scenario schema's bounds; factors within reason)
+MAX_VALUE = {"price": 1e4, "max_nodes": 4096.0, "budget": 1e9, "slo": 1e3, "jobs": 64.0, "response": 100.0}
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ def parse(spec: str, types: list[str]) -> Sweep:
         raise UserError(Problem("--sweep", f"'{spec}': STEPS '{parts[2]}' is not a whole number", usage)) from None
     if steps < 1:
         raise UserError(Problem("--sweep", f"'{spec}': STEPS must be at least 1, got {steps}", usage))
+    if steps > MAX_POINTS:
+        raise UserError(Problem("--sweep", f"'{spec}': STEPS may be at most {MAX_POINTS}, got {steps}", "use fewer STEPS"))
     values = tuple(float(v) for v in (np.linspace(start, stop, steps) if steps > 1 else [start]))
     kind = key.split(".")[0]
     if kind == "max_nodes":
@@ -92,10 +96,29 @@ def parse(spec: str, types: list[str]) -> Sweep:
                                                f"{', '.join(f'{v:g}' for v in values)}",
                                     "choose START, STOP and STEPS so that the step is a whole number, e.g. max_nodes.H800=4:12:5"))
         values = tuple(float(round(v)) for v in values)
-    elif any(v <= 0 for v in values):
+    if max(values) > MAX_VALUE.get(kind, math.inf):
+        raise UserError(Problem("--sweep", f"'{spec}': {key} may be at most {MAX_VALUE[kind]:g}, the range reaches {max(values):g}",
+                                "sweep over a smaller range"))
+    if kind != "max_nodes" and any(v <= 0 for v in values):
         raise UserError(Problem("--sweep", f"'{spec}': {key} must be positive, the range reaches {min(values):g}",
                                 "sweep over positive values"))
     return Sweep(key, values)
+
+
+def check_limits(sc: Scenario, sweeps: list[Sweep]) -> None:
+    """The scenario's bounds hold at every point: ``jobs`` grows the job mix to at most
+    ``MAX_JOBS`` jobs, ``response`` the responses to at most ``MAX_TOKENS`` tokens."""
+    from planner.schema.scenario import MAX_JOBS, MAX_TOKENS
+
+    for s in sweeps:
+        top = max(s.values)
+        if s.key == "jobs" and round(top * len(sc.jobs)) > MAX_JOBS:
+            raise UserError(Problem("--sweep", f"jobs={top:g} grows the {len(sc.jobs)} jobs to {round(top * len(sc.jobs))}, "
+                                               f"more than {MAX_JOBS}", "sweep the job mix over a smaller factor"))
+        longest = max((j.rollout.max_response_tokens for j in sc.jobs), default=0)
+        if s.key == "response" and top * longest > MAX_TOKENS:
+            raise UserError(Problem("--sweep", f"response={top:g} makes a {longest}-token response {top * longest:g} tokens, "
+                                               f"more than {MAX_TOKENS}", "sweep response lengths over a smaller factor"))
 
 
 def parse_all(specs: list[str], types: list[str]) -> list[Sweep]:

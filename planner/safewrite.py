@@ -1,0 +1,125 @@
+"""Writing output files safely: a whole file or nothing, and never a device or link replaced.
+
+:func:`write_atomic` (text or bytes) and :func:`replacing` (a temporary path a writer such as
+matplotlib's ``savefig`` fills) share one rule for the target:
+
+* missing or a regular file: write a temporary file in the same folder, ``fsync`` it and rename
+  it over the target (a failed write never leaves half a file); the new file keeps the old one's
+  permission bits, or is created ``0600`` when ``private`` (state) and per the umask otherwise;
+* a character device (``/dev/null``, a terminal) or a FIFO/pipe, also through a symbolic link
+  such as ``/dev/stdout``: written in place, as a shell redirection would (renaming over a device
+  node would replace it with a regular file when run as root);
+* a symbolic link to anything else, a directory, a block device or a socket: refused
+  (:class:`UserError`, exit 2), nothing written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Iterator, Union
+
+from planner.errors import Problem, UserError
+
+
+def _refuse(p: Path, why: str, where: str) -> UserError:
+    return UserError(Problem(where, f"refusing to write {p}: {why}", "give the path of a regular file (or of a new one) to write"))
+
+
+def target_kind(path: Union[str, Path], where: str = "") -> str:
+    """``"replace"`` (missing or regular: atomic rename) or ``"stream"`` (a character device or a
+    FIFO: written in place); anything else is refused."""
+    p = Path(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        if not p.parent.is_dir():
+            raise UserError(Problem(where, f"cannot write {p}: the folder {p.parent} does not exist", "create the folder first")) from None
+        return "replace"
+    mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        try:
+            real = os.stat(p)
+        except OSError:
+            raise _refuse(p, "it is a dangling symbolic link", where) from None
+        if stat.S_ISCHR(real.st_mode) or stat.S_ISFIFO(real.st_mode):
+            return "stream"
+        raise _refuse(p, "it is a symbolic link (renaming over it would replace the link, writing through it could clobber "
+                         f"{os.path.realpath(p)})", where)
+    if stat.S_ISREG(mode):
+        return "replace"
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return "stream"
+    if stat.S_ISDIR(mode):
+        raise _refuse(p, "it is a directory", where)
+    raise _refuse(p, "it is a block device or a socket", where)
+
+
+def _stream(p: Path, data: bytes, where: str) -> None:
+    import fcntl
+
+    try:  # O_NONBLOCK: a FIFO without a reader fails (ENXIO) instead of hanging; then blocking writes
+        fd = os.open(p, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise UserError(Problem(where, f"cannot write {p}: {exc.strerror or exc}", "check the path (a FIFO needs a reader)")) from None
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+    except OSError as exc:
+        raise UserError(Problem(where, f"cannot write {p}: {exc.strerror or exc}", "check the path")) from None
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def replacing(path: Union[str, Path], *, private: bool = False, where: str = "", suffix: str = "") -> Iterator[Path]:
+    """A temporary path to fill; on a clean exit it becomes ``path`` (see the module's rules)."""
+    p = Path(path)
+    kind = target_kind(p, where)
+    folder = p.parent if kind == "replace" else None
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=f".tmp{suffix}", dir=folder)
+    except OSError as exc:
+        raise UserError(Problem(where, f"cannot write into {p.parent}: {exc.strerror or exc}", "give a folder you can write to")) from None
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        if kind == "stream":
+            _stream(p, tmp.read_bytes(), where)
+            return
+        try:
+            old = os.stat(p).st_mode & 0o7777
+        except FileNotFoundError:
+            old = None
+        if private:
+            mode = 0o600
+        elif old is not None:
+            mode = old
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def write_atomic(path: Union[str, Path], data: Union[str, bytes], *, private: bool = False, where: str = "") -> None:
+    """Write ``data`` (text is UTF-8) to ``path``: all of it or nothing (see the module's rules)."""
+    raw = data.encode() if isinstance(data, str) else data
+    with replacing(path, private=private, where=where) as tmp:
+        tmp.write_bytes(raw)
+
+
+__all__ = ["replacing", "target_kind", "write_atomic"]
