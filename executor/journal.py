@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from estimators.errors import Problem, UserError
+from estimators.host import create_private, pid_gone
 
 from executor.steps import STEP_TRANSITIONS, Step, check_transition
 
@@ -37,13 +38,8 @@ CREATE TABLE IF NOT EXISTS lock(id INTEGER PRIMARY KEY CHECK (id = 1), holder TE
 
 
 def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """The lock holder's process lives (one rule with the daemon's lease: a zombie is dead, :func:`estimators.host.pid_gone`)."""
+    return not pid_gone(pid)
 
 
 class Journal:
@@ -57,6 +53,7 @@ class Journal:
         self.path = Path(path)
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            create_private(self.path)
         self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute(f"PRAGMA synchronous={synchronous}")

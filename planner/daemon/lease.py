@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Optional
 
+from estimators.host import pid_gone
 from planner.daemon.store import Store
 
 LEASE_NAME = "applier"
@@ -54,19 +55,7 @@ class Holder:
         return dict(self.__dict__)
 
 
-def _process_gone(pid: int) -> bool:
-    """True when no live process has this pid on this host (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+_process_gone = pid_gone  # one liveness rule with the executor journal's lock: a zombie is gone
 
 
 class Lease:
