@@ -40,38 +40,25 @@ class BadState(Exception):
     """A saved blob that is not this format, is damaged, or names something it may not."""
 
 
-def _allowed() -> dict[str, type]:
-    from executor.state import Layout, Node
-    from executor.workers import rawtensor
-    from executor.workers.coordinator import Coordinator
-    from executor.workers.engine import EngineConfig, Req, RolloutEngine
-    from executor.workers.model import ModelSpec
-    from executor.workers.service import ServiceWorker
-
-    out: dict[str, type] = {c.__name__: c for c in (Layout, Node, rawtensor.Raw, Coordinator, EngineConfig, Req, RolloutEngine,
-                                                    ModelSpec, ServiceWorker)}
-    if "executor.workers.trainer" in sys.modules or _torch_available():
-        from executor.workers.trainer import TrainerRank
-
-        out["TrainerRank"] = TrainerRank
-    return out
+# The only classes a saved state may hold: name -> module (imported on first use; the trainer's needs torch).
+ALLOWED = {"Layout": "executor.state", "Node": "executor.state", "Raw": "executor.workers.rawtensor",
+           "Coordinator": "executor.workers.coordinator", "EngineConfig": "executor.workers.engine", "Req": "executor.workers.engine",
+           "RolloutEngine": "executor.workers.engine", "ModelSpec": "executor.workers.model", "ServiceWorker": "executor.workers.service",
+           "TrainerRank": "executor.workers.trainer"}
 
 
-def _torch_available() -> bool:
-    import importlib.util
+def allowed_class(name: str, *, load: bool = True) -> type | None:
+    """The class of that name if a saved state may hold it (``load=False``: only if its module is imported already)."""
+    mod = ALLOWED.get(name)
+    if mod is None:
+        return None
+    if mod not in sys.modules:
+        if not load:
+            return None
+        import importlib
 
-    return importlib.util.find_spec("torch") is not None
-
-
-_ALLOWED: dict[str, type] | None = None
-
-
-def allowed() -> dict[str, type]:
-    """Class name → class: the only objects a saved state may hold."""
-    global _ALLOWED
-    if _ALLOWED is None:
-        _ALLOWED = _allowed()
-    return _ALLOWED
+        importlib.import_module(mod)
+    return getattr(sys.modules[mod], name, None)
 
 
 def _has_own(cls: type, name: str) -> bool:
@@ -128,7 +115,7 @@ class _Enc:
                                 "grad": bool(x.requires_grad)}}
         cls = type(x)
         name = cls.__name__
-        if allowed().get(name) is not cls:
+        if allowed_class(name, load=False) is not cls:
             raise BadState(f"an object of type {cls.__module__}.{cls.__qualname__} is not among the types a saved state may hold")
         if id(x) in self.refs:
             return {"$ref": self.refs[id(x)]}
@@ -221,7 +208,7 @@ class _Dec:
                 raise BadState(f"a reference to object #{v!r} before it is defined")
             return self.refs[v]
         if tag == "$obj":
-            cls = allowed().get(v) if isinstance(v, str) else None
+            cls = allowed_class(v) if isinstance(v, str) else None
             if cls is None:
                 raise BadState(f"an object of type {v!r}, which a saved state may not hold")
             ref = x.get("ref")

@@ -30,12 +30,16 @@ component, with the request ledger: the loop stores it for ``GET /v1/cluster``.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
 from planner.daemon.ports import ApplyResult, Observation, Placement
 from planner.schema.scenario import Scenario
+
+
+log = logging.getLogger("planner.daemon.executor")
 
 
 class StopApply(BaseException):
@@ -78,6 +82,15 @@ class ExecutorApplier:
         from planner.apply.placement import scenario_nodes
 
         inventory = [Node(n["name"], n["gpu_type"], n["gpus"], n["dram_gb"]) for n in scenario_nodes(cluster)]
+        if kind == "sim" and sim_state is not None and not Path(sim_state).exists() and Path(journal_path).exists():
+            running = Journal(journal_path).unfinished()
+            if running is not None:
+                from planner.errors import Problem, UserError
+
+                raise UserError(Problem("--state", f"the executor's journal {journal_path} holds the interrupted apply #{running['id']} "
+                                        f"({running['plan_name']}), but the simulated cluster it was applied to ({sim_state}) is gone",
+                                        "restore that file; starting an empty cluster would drop the interrupted apply and every "
+                                        "job that ran"))
         self.backend = open_backend(kind, address=address, sim_state=str(sim_state) if sim_state else None, nodes=inventory,
                                     deadlines=Deadlines())
         # With the simulated backend the cluster is a file written with synchronous=NORMAL: a journal
@@ -164,6 +177,11 @@ class ExecutorApplier:
         from planner.errors import UserError
 
         try:
+            if self.journal.unfinished() is None:  # nothing journaled: settle what the cluster itself shows half migrated
+                from executor.recover import settle
+
+                for note in settle(self.backend):
+                    log.warning("recovered without a journal: %s", note)
             t0 = time.perf_counter()
             plan = diff(observe(self.backend), self._target_state(target), stage=True)
             order_ms = (time.perf_counter() - t0) * 1e3
