@@ -190,3 +190,27 @@ def test_cli_journal_beside_the_cluster_a_lost_one_is_settled_and_a_lost_cluster
     err = capsys.readouterr().err
     assert "is gone" in err and "Traceback" not in err, err
     assert not st.exists(), "no empty cluster was created"
+
+
+def test_a_staged_save_of_two_generations_of_ranks_refuses_before_anything_stops():
+    """The KeyError 'embed' of issue 16: an old and a new rank of one index wrote one checkpoint key, the park
+    stopped the trainer saying its state was saved, and every restore failed. Now the save refuses first."""
+    from executor.context import Ctx
+    from executor.migrations.reboot import run_save
+    from executor.steps import Step
+
+    b, old, before, step = _cluster()
+    steps = diff(observe(b), target(migration_body("p2p"))).steps
+    with pytest.raises(ControllerCrash):
+        Executor(b, Journal(":memory:"), faults=FaultPlan([Fault("reshard", "before", "crash", unit_kind="p2p")])).apply(steps, "p2p")
+    ranks = [r["id"] for r in b.coord("records") if r["component"] == TRAINER]
+    assert len(ranks) == 4
+    save = Step(0, "x/park/save", "save", TRAINER, "x/park", "test", {"workers": ranks, "checkpoint": "ck", "generation": 3,
+                                                                       "park": {"checkpoint": "ck"}})
+    with pytest.raises(RuntimeError, match="both hold rank"):
+        run_save(Ctx(b, FaultPlan()), save)
+    assert b.coord("parked_components") == {} and all(b.worker_alive(w) for w in ranks)
+    assert settle(b)
+    creates0 = {w: n for w, n in b.creates.items() if not b.worker_alive(w)}
+    assert Executor(b, Journal(":memory:")).apply(diff(observe(b), target(migration_body("p2p")), stage=True).steps).status == "done"
+    assert not _check(b, before, step, {"tp": 1, "pp": 2}, creates0)
