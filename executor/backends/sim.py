@@ -62,6 +62,7 @@ class SimBackend:
         self.creates: dict[str, int] = {}  # successful creations per worker id (nothing is done twice)
         self._conn: Optional[sqlite3.Connection] = None
         self._dirty: set[str] = set()
+        self._stamp: Optional[bytes] = None  # the file's save stamp as of our last load or save
         if self.state_path and self.state_path.exists():
             self._load()
 
@@ -99,7 +100,7 @@ class SimBackend:
             rows = list(c.execute("SELECT key, blob FROM world"))
             if not rows:
                 return
-            world = {k: safestate.loads(b) for k, b in rows}
+            world = {k: safestate.loads(b) for k, b in rows if k != "stamp"}
             if world.get("format") != {"version": safestate.VERSION} or not {"nodes", "coordinator"} <= set(world):
                 raise safestate.BadState("it lacks the format record or the world's parts")
             nodes, coordinator = world["nodes"], world["coordinator"]
@@ -117,12 +118,26 @@ class SimBackend:
             raise self._refuse(f"not a simulated cluster's state file ({exc})") from None
         self._nodes = nodes if not self._nodes else self._nodes
         self.coordinator = coordinator
+        self._stamp = self._file_stamp()
         self.creates = world.get("creates", {})
         for wid, (args, obj, alive) in workers:
             obj._coord = self._coord_fn()
             w = _W(args, obj)
             w.alive = alive
             self.workers[wid] = w
+
+    def _file_stamp(self) -> Optional[bytes]:
+        row = self._db().execute("SELECT blob FROM world WHERE key='stamp'").fetchone()
+        return bytes(row[0]) if row else None
+
+    def refresh(self) -> bool:
+        """Reload from the file if another process saved since we last loaded or saved (a daemon
+        that takes over from another); True when reloaded. What this object held unsaved is dropped."""
+        if not self.state_path or not self.state_path.exists() or self._file_stamp() == self._stamp:
+            return False
+        self.workers, self.coordinator, self.creates, self._dirty = {}, Coordinator(), {}, set()
+        self._load()
+        return True
 
     def touch(self, worker_id: str) -> None:
         """The worker's object changed: the next save writes it."""
@@ -148,7 +163,10 @@ class SimBackend:
                 rows.append((wid, safestate.dumps((w.args, w.obj, w.alive))))
             finally:
                 w.obj._coord = self._coord_fn()
-        world = [("format", safestate.dumps({"version": safestate.VERSION})), ("nodes", safestate.dumps(self._nodes)),
+        import os
+
+        stamp = os.urandom(16)
+        world = [("stamp", stamp), ("format", safestate.dumps({"version": safestate.VERSION})), ("nodes", safestate.dumps(self._nodes)),
                  ("coordinator", safestate.dumps(self.coordinator)), ("creates", safestate.dumps(self.creates))]
         c.execute("BEGIN IMMEDIATE")
         try:
@@ -160,6 +178,7 @@ class SimBackend:
             c.execute("ROLLBACK")
             raise
         self._dirty.clear()
+        self._stamp = stamp
 
     # ------------------------------------------------------------------ interface
     def nodes(self) -> dict[str, Node]:
@@ -278,8 +297,10 @@ class SimBackend:
                 if r.get("status") != "dead" and not self.worker_alive(wid)]
         return sorted(out)
 
-    def close(self) -> None:
-        self.save()
+    def close(self, save: bool = True) -> None:
+        """``save=False``: a process that lost the right to act (a superseded daemon) leaves the file as it is."""
+        if save:
+            self.save()
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -114,6 +114,17 @@ class Lease:
         row = c.execute("SELECT holder, epoch FROM lease WHERE name=?", (LEASE_NAME,)).fetchone()
         return bool(row) and row["holder"] == self.id and row["epoch"] == self.epoch
 
+    def lost(self) -> Optional[str]:
+        """Why this daemon may not act (the row names another holder or epoch), or None: the executor's
+        fence, checked before every step and before its effect is saved."""
+        if self.epoch is None:
+            return "this daemon does not hold the applier lease"
+        row = self.store.conn().execute("SELECT holder, epoch FROM lease WHERE name=?", (LEASE_NAME,)).fetchone()
+        if row is None or row["holder"] != self.id or row["epoch"] != self.epoch:
+            who = f"epoch {row['epoch']} of {row['holder']}" if row else "nobody"
+            return f"the applier lease (epoch {self.epoch}) was taken over: it is {who} now"
+        return None
+
     def release(self) -> None:
         if self.epoch is None:
             return

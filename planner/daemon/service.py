@@ -339,7 +339,9 @@ class Daemon:
                 self.service.submit(job, arrives_at=job.arrival_s if self.cfg.clock == "virtual" else None)
         self.placer = _placer(o.placer, self.cluster)
         self.service.placer_name = o.placer = self.placer.name
-        self.executor = _executor(o, self.cluster, self.store)
+        # A standby builds its executor (and loads the cluster files) only when it takes the lease: what it
+        # loaded now would be stale by then, and it must never save a view of the cluster it does not own.
+        self.executor = self._make_executor() if taken else None
         if self.cfg.realloc:
             from planner.daemon.adapters import realloc
 
@@ -348,6 +350,13 @@ class Daemon:
             else:
                 log.warning("%s: no reallocation inside iterations", realloc.available())
         return self
+
+    def _make_executor(self):
+        ex = _executor(self.opts, self.cluster, self.store)
+        if hasattr(ex, "fence"):  # every executor step checks that this daemon still holds the lease (epoch fencing)
+            ex.fence = self.lease.lost
+            ex.fence_epoch = lambda: self.lease.epoch
+        return ex
 
     # ------------------------------------------------------------------ threads
     def _start_http(self) -> None:
@@ -445,9 +454,10 @@ class Daemon:
         while not self._stop.wait(self.cfg.lease_ttl_s / 3.0):
             taken, _ = self.lease.try_acquire()
             if taken:
+                self.executor = self._make_executor()  # the world as it is now, loaded after taking the lease
                 self.service.role = "dry-run" if self.cfg.dry_run else "applier"
                 self.metrics.lease_held.set(1)
-                print("planner daemon: took the applier lease", flush=True)
+                print(f"planner daemon: took the applier lease (epoch {self.lease.epoch})", flush=True)
                 return True
         return False
 
@@ -525,6 +535,7 @@ class Daemon:
             self.service.beat = time.monotonic()
 
     def _shutdown(self) -> None:
+        held = self.lease.held and self.lease.lost() is None  # only the lease holder may save its view of the cluster
         self.service.stopping = True
         self._hb_stop.set()
         if self.server is not None:
@@ -540,7 +551,13 @@ class Daemon:
         if getattr(self, "audit", None) is not None:
             self.audit.close()
         try:
-            self.executor.close()
+            if self.executor is not None:
+                import inspect
+
+                if "save" in inspect.signature(self.executor.close).parameters:
+                    self.executor.close(save=held)
+                else:  # the simulated cluster alone keeps no unsaved view
+                    self.executor.close()
         except Exception:  # noqa: BLE001
             pass
         self.store.close()
