@@ -47,15 +47,18 @@ def _old_format(path, payload: bytes) -> None:
     c.close()
 
 
-def test_a_crafted_pickle_state_file_cannot_run_code(tmp_path):
+def test_a_crafted_pickle_state_file_cannot_run_code(tmp_path, capsys):
+    from planner.cli import main
+
     marker = tmp_path / "pwned"
     evil = tmp_path / "old.sqlite"
     _old_format(evil, pickle.dumps(_Evil(str(marker))))
-    for cmd in (["status"], ["apply", str(_plan(tmp_path))]):
-        r = run_cli(*cmd, "--sim-state", str(evil), "--journal", str(tmp_path / "j.db"))
-        assert r.returncode == 2, (cmd, r.stdout, r.stderr)
-        assert "pickle" in r.stderr and "--sim-state" in r.stderr and "Traceback" not in r.stderr
-        assert not marker.exists(), "reading the state file ran code it named"
+    r = run_cli("status", "--sim-state", str(evil), "--journal", str(tmp_path / "j.db"))  # a real `planner status`
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "pickle" in r.stderr and "--sim-state" in r.stderr and "Traceback" not in r.stderr
+    assert not marker.exists(), "reading the state file ran code it named"
+    assert main(["apply", str(_plan(tmp_path)), "--sim-state", str(evil), "--journal", str(tmp_path / "j.db")]) == 2
+    assert "pickle" in capsys.readouterr().err and not marker.exists()
 
 
 def test_a_saved_state_names_only_allowed_types(tmp_path):
@@ -81,14 +84,14 @@ def test_a_saved_state_names_only_allowed_types(tmp_path):
         safestate.dumps(_Evil("x"))
 
 
-def test_state_round_trips_bit_for_bit_and_is_private_and_damage_is_exit_2(tmp_path):
+def test_state_round_trips_bit_for_bit_and_is_private_and_damage_is_exit_2(tmp_path, capsys):
     torch = pytest.importorskip("torch")
     from executor.backends.sim import SimBackend
+    from planner.cli import main
 
     st = tmp_path / "sim.sqlite"
     a = ["--sim-state", str(st), "--journal", str(tmp_path / "j.db")]
-    r = run_cli("apply", str(_plan(tmp_path)), *a)
-    assert r.returncode == 0, r.stderr
+    assert main(["apply", str(_plan(tmp_path)), *a]) == 0
     assert st.stat().st_mode & 0o777 == 0o600
     b1 = SimBackend([], state_path=st)
     b1.tick(5)
@@ -114,5 +117,7 @@ def test_state_round_trips_bit_for_bit_and_is_private_and_damage_is_exit_2(tmp_p
     c.execute("UPDATE world SET blob=? WHERE key='coordinator'", (blob[:-3] + b"zzz",))
     c.commit()
     c.close()
-    r = run_cli("status", *a)
-    assert r.returncode == 2 and "checksum" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    capsys.readouterr()
+    assert main(["status", *a]) == 2
+    err = capsys.readouterr().err
+    assert "checksum" in err and "Traceback" not in err, err
