@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 from executor.backends.base import StartFailed, WorkerLost
 from executor.context import Ctx
 from executor.faults import FaultPlan
-from executor.journal import Journal
+from executor.journal import Fenced, Journal
 from executor.lifecycle import compensate_create, compensate_switch, run_create, run_stop, run_switch
 from executor.migrations import p2p, reboot, workload
 from executor.steps import Step
@@ -74,25 +74,38 @@ def _units(steps: list[Step]) -> list[list[Step]]:
 class Executor:
     def __init__(self, backend: Any, journal: Journal, *, faults: Optional[FaultPlan] = None,
                  on_step: Optional[Callable[[Step, str, Any], None]] = None,
-                 on_event: Optional[Callable[[dict], None]] = None) -> None:
+                 on_event: Optional[Callable[[dict], None]] = None, fence: Optional[Callable[[], Optional[str]]] = None) -> None:
+        """``fence``: called before every step acts and before its effect is saved; a reason (str)
+        means this controller was superseded (the daemon's lease epoch moved on): :class:`Fenced`
+        is raised and nothing more is done."""
         self.backend, self.journal, self.faults, self.on_step = backend, journal, faults, on_step
+        self.fence = fence
         self.ctx = Ctx(backend, faults or FaultPlan(), on_event=on_event)
 
     def _notify(self, step: Step, status: str, data: Any = None) -> None:
         if self.on_step:
             self.on_step(step, status, data)
 
+    def _fenced(self) -> None:
+        why = self.fence() if self.fence is not None else None
+        if why:
+            raise Fenced(why)
+        self.journal.check_held()
+
     def _sync(self) -> None:
         """A backend whose cluster is a file (the sim with a state file) writes what the step did
         before the journal says it is done: the file never lags the journal."""
+        self._fenced()  # a superseded controller never writes its view over the cluster
         sync = getattr(self.backend, "sync", None)
         if sync is not None:
             sync()
 
     # ------------------------------------------------------------------ apply
-    def apply(self, steps: list[Step], name: str = "plan", digest: Optional[str] = None) -> ApplyResult:
+    def apply(self, steps: list[Step], name: str = "plan", digest: Optional[str] = None, fence_epoch: Optional[int] = None) -> ApplyResult:
+        """``fence_epoch``: the caller's lease epoch; a controller with a higher one may take the journal over."""
         digest = digest or plan_digest(steps)
-        self.journal.acquire(f"apply {name}")
+        self._fenced()
+        self.journal.acquire(f"apply {name}", fence_epoch)
         try:
             aid, steps, resumed = self.journal.open_apply(digest, name, self.backend.name, steps)
             return self._run(aid, steps, resumed)
@@ -169,8 +182,10 @@ class Executor:
         return res
 
     def _step(self, aid: int, s: Step) -> Any:
+        self._fenced()
         self.journal.intent(aid, s)
         self._notify(s, "running")
+        self._fenced()  # checked again right before acting: the caller may have been frozen in between
         self.ctx.step = s
         self.ctx.fault("before")
         out = RUN[s.kind](self.ctx, s)
@@ -210,6 +225,7 @@ class Executor:
             if st not in ("done", "intent", "failed"):
                 continue
             comp = COMPENSATE.get(s.kind)
+            self._fenced()
             if kind == "reboot" and s.kind in ("create",) and stopped:
                 comp = compensate_create
             self.ctx.step = s

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from estimators.errors import Problem, UserError
+from estimators.host import create_private, pid_gone
 
 from executor.steps import STEP_TRANSITIONS, Step, check_transition
 
@@ -36,14 +37,15 @@ CREATE TABLE IF NOT EXISTS lock(id INTEGER PRIMARY KEY CHECK (id = 1), holder TE
 """
 
 
+class Fenced(BaseException):
+    """This controller may no longer act: a newer holder (a higher fence, e.g. the daemon lease epoch
+    that replaced it) took the journal or the cluster over. A BaseException: no step handler or
+    rollback catches it; nothing more is written or done."""
+
+
 def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """The lock holder's process lives (one rule with the daemon's lease: a zombie is dead, :func:`estimators.host.pid_gone`)."""
+    return not pid_gone(pid)
 
 
 def _check_file(p: Path) -> None:
@@ -75,32 +77,55 @@ class Journal:
         if str(path) != ":memory:":
             _check_file(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            create_private(self.path)
         try:
             self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute(f"PRAGMA synchronous={synchronous}")
             self.db.executescript(SCHEMA)
+            if "fence" not in {r[1] for r in self.db.execute("PRAGMA table_info(lock)")}:
+                self.db.execute("ALTER TABLE lock ADD COLUMN fence INTEGER")
         except sqlite3.DatabaseError as exc:
             raise UserError(Problem("journal", f"{path} is not a usable apply journal ({exc})",
                                     f"move it aside (mv {path} {path}.bad) and re-run: an apply it held must then be checked "
                                     "against the cluster (planner status)")) from None
+        self._held: Optional[tuple[int, Optional[int]]] = None  # (pid, fence) while this object holds the lock
 
     def close(self) -> None:
         self.db.close()
 
     # ------------------------------------------------------------------ lock
-    def acquire(self, holder: str) -> None:
+    def acquire(self, holder: str, fence: Optional[int] = None) -> None:
+        """Take the lock: free, held by a dead process, or (``fence``) held with a lower fence by a
+        controller that was superseded (a frozen daemon whose lease a newer one took): that one is
+        fenced out, every write it tries next raises :class:`Fenced`."""
         pid = os.getpid()
         with self._tx():
-            row = self.db.execute("SELECT holder, pid FROM lock WHERE id = 1").fetchone()
+            row = self.db.execute("SELECT holder, pid, fence FROM lock WHERE id = 1").fetchone()
             if row and row[1] != pid and _pid_alive(row[1]):
-                raise UserError(Problem("journal", f"another apply ({row[0]}, pid {row[1]}) holds {self.path}",
-                                        "wait for it to finish; only one apply runs at a time per journal"))
-            self.db.execute("INSERT OR REPLACE INTO lock(id, holder, pid, since) VALUES (1, ?, ?, ?)", (holder, pid, time.time()))
+                if not (fence is not None and row[2] is not None and row[2] < fence):
+                    raise UserError(Problem("journal", f"another apply ({row[0]}, pid {row[1]}) holds {self.path}",
+                                            "wait for it to finish; only one apply runs at a time per journal"))
+            self.db.execute("INSERT OR REPLACE INTO lock(id, holder, pid, since, fence) VALUES (1, ?, ?, ?, ?)",
+                            (holder, pid, time.time(), fence))
+        self._held = (pid, fence)
+
+    def check_held(self) -> None:
+        """Raise :class:`Fenced` when another controller took the lock from this one."""
+        if self._held is None:
+            return
+        row = self.db.execute("SELECT pid, fence FROM lock WHERE id = 1").fetchone()
+        if row is None or (row[0], row[1]) != self._held:
+            raise Fenced(f"the journal {self.path} was taken over by pid {row[0] if row else '-'} (fence {row[1] if row else '-'}); "
+                         f"this controller (fence {self._held[1]}) stops without acting")
 
     def release(self) -> None:
         with self._tx():
-            self.db.execute("DELETE FROM lock WHERE id = 1 AND pid = ?", (os.getpid(),))
+            if self._held is not None:
+                self.db.execute("DELETE FROM lock WHERE id = 1 AND pid = ? AND fence IS ?", self._held)
+            else:
+                self.db.execute("DELETE FROM lock WHERE id = 1 AND pid = ?", (os.getpid(),))
+        self._held = None
 
     def _tx(self):
         db = self.db
@@ -145,6 +170,7 @@ class Journal:
 
     def finish(self, apply_id: int, status: str, message: str = "") -> None:
         with self._tx():
+            self.check_held()
             self.db.execute("UPDATE applies SET status = ?, ended = ?, message = ? WHERE id = ?",
                             (status, time.time(), message, apply_id))
 
@@ -155,6 +181,7 @@ class Journal:
 
     def _set(self, apply_id: int, step: Step, new: str, outcome: Any = None, field: str = "outcome_at") -> None:
         with self._tx():
+            self.check_held()
             row = self.db.execute("SELECT status FROM steps WHERE apply_id = ? AND seq = ?", (apply_id, step.seq)).fetchone()
             check_transition(STEP_TRANSITIONS, f"step {step.id}", row[0], new)
             extra = ", attempts = attempts + 1" if new == "intent" else ""

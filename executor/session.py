@@ -17,8 +17,35 @@ from executor.state import ClusterState, Node
 DEFAULT_DIR = Path(".rl-planner")
 
 
-def journal_path(arg: Optional[str]) -> Path:
-    return Path(arg) if arg else DEFAULT_DIR / "journal.db"
+def _home() -> Path:
+    return Path(os.environ.get("RL_PLANNER_HOME") or Path.home() / ".rl-planner")
+
+
+def ray_address_key(address: Optional[str]) -> str:
+    """The Ray cluster an address names, as a file-name-safe key: the address itself, or for
+    ``auto`` what Ray would resolve it to (``RAY_ADDRESS``, then ``/tmp/ray/ray_current_cluster``)."""
+    import re
+
+    a = address if address not in (None, "", "auto") else os.environ.get("RAY_ADDRESS", "")
+    if not a:
+        try:
+            a = Path("/tmp/ray/ray_current_cluster").read_text().strip()
+        except OSError:
+            a = "auto"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", a)[:120] or "auto"
+
+
+def journal_path(arg: Optional[str], backend: str = "sim", *, sim_state: Optional[str] = None, address: Optional[str] = None) -> Path:
+    """The journal of the cluster the command acts on, wherever it is run from: beside the sim
+    state (``SIM_STATE.journal``), or for Ray one per cluster address under ``~/.rl-planner/journals``
+    (``$RL_PLANNER_HOME``). A journal in the working directory would be lost by resuming from
+    another one, and with it the only record of an interrupted migration."""
+    if arg:
+        return Path(arg)
+    if backend == "ray":
+        return _home() / "journals" / f"ray-{ray_address_key(address)}.db"
+    sp = sim_state_path(sim_state).resolve()
+    return sp.with_name(sp.name + ".journal")
 
 
 def sim_state_path(arg: Optional[str]) -> Path:

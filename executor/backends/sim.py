@@ -21,17 +21,20 @@ coordinator and only the workers touched since the last save (a daemon's simulat
 holds hundreds of engines and ranks; rewriting all of them after every step is what made
 whole-world pickles too slow). WAL with ``synchronous=NORMAL``: a killed process loses nothing
 that was saved; what a step did before a kill is lost with it, and the journal re-runs the step.
+Every row is a :mod:`executor.safestate` blob (typed JSON plus raw tensor bytes, versioned,
+checksummed: reading a file never runs code it names); the file is created mode 0600. A file of
+another format (the pickles of older releases), damaged, or crafted is refused with exit status 2.
 """
 
 from __future__ import annotations
 
-import pickle
 import sqlite3
 from pathlib import Path
 from typing import Any, Optional
 
 from estimators.errors import Problem, UserError
-from executor import capacity
+from estimators.host import create_private
+from executor import capacity, safestate
 from executor.backends.base import Deadlines, StartFailed, WorkerLost
 from executor.state import Layout, Node
 from executor.workers.coordinator import Coordinator
@@ -59,6 +62,7 @@ class SimBackend:
         self.creates: dict[str, int] = {}  # successful creations per worker id (nothing is done twice)
         self._conn: Optional[sqlite3.Connection] = None
         self._dirty: set[str] = set()
+        self._stamp: Optional[bytes] = None  # the file's save stamp as of our last load or save
         if self.state_path and self.state_path.exists():
             self._load()
 
@@ -66,8 +70,18 @@ class SimBackend:
     def _coord_fn(self):
         return lambda m, *a: getattr(self.coordinator, m)(*a)
 
+    def _refuse(self, why: str) -> UserError:
+        return UserError(Problem("--sim-state", f"{self.state_path} cannot be read: {why}",
+                                 "if an older rl-planner wrote it, finish or roll back its apply with that release first; otherwise move "
+                                 "the file away (the simulated cluster it held is lost) and apply again"))
+
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
+            try:
+                create_private(self.state_path)  # it holds the cluster's state
+            except OSError as exc:
+                raise UserError(Problem("--sim-state", f"cannot create {self.state_path}: {exc.strerror}",
+                                        "pass a --sim-state path in a writable folder")) from None
             try:
                 c = sqlite3.connect(self.state_path, isolation_level=None, timeout=30)
                 c.execute("PRAGMA journal_mode=WAL")
@@ -82,18 +96,48 @@ class SimBackend:
 
     def _load(self) -> None:
         c = self._db()
-        world = {k: pickle.loads(b) for k, b in c.execute("SELECT key, blob FROM world")}
-        if not world:
-            return
-        self._nodes = world["nodes"] if not self._nodes else self._nodes
-        self.coordinator = world["coordinator"]
+        try:
+            rows = list(c.execute("SELECT key, blob FROM world"))
+            if not rows:
+                return
+            world = {k: safestate.loads(b) for k, b in rows if k != "stamp"}
+            if world.get("format") != {"version": safestate.VERSION} or not {"nodes", "coordinator"} <= set(world):
+                raise safestate.BadState("it lacks the format record or the world's parts")
+            nodes, coordinator = world["nodes"], world["coordinator"]
+            if not (isinstance(nodes, dict) and all(isinstance(n, Node) for n in nodes.values()) and isinstance(coordinator, Coordinator)):
+                raise safestate.BadState("its world record holds the wrong types")
+            workers = []
+            for wid, blob in c.execute("SELECT id, blob FROM workers"):
+                rec = safestate.loads(blob)
+                if not (isinstance(rec, tuple) and len(rec) == 3 and isinstance(rec[0], dict) and isinstance(rec[2], bool)):
+                    raise safestate.BadState(f"the record of worker {wid!r} is malformed")
+                workers.append((wid, rec))
+        except safestate.BadState as exc:
+            raise self._refuse(str(exc)) from None
+        except sqlite3.DatabaseError as exc:
+            raise self._refuse(f"not a simulated cluster's state file ({exc})") from None
+        self._nodes = nodes if not self._nodes else self._nodes
+        self.coordinator = coordinator
+        self._stamp = self._file_stamp()
         self.creates = world.get("creates", {})
-        for wid, blob in c.execute("SELECT id, blob FROM workers"):
-            args, obj, alive = pickle.loads(blob)
+        for wid, (args, obj, alive) in workers:
             obj._coord = self._coord_fn()
             w = _W(args, obj)
             w.alive = alive
             self.workers[wid] = w
+
+    def _file_stamp(self) -> Optional[bytes]:
+        row = self._db().execute("SELECT blob FROM world WHERE key='stamp'").fetchone()
+        return bytes(row[0]) if row else None
+
+    def refresh(self) -> bool:
+        """Reload from the file if another process saved since we last loaded or saved (a daemon
+        that takes over from another); True when reloaded. What this object held unsaved is dropped."""
+        if not self.state_path or not self.state_path.exists() or self._file_stamp() == self._stamp:
+            return False
+        self.workers, self.coordinator, self.creates, self._dirty = {}, Coordinator(), {}, set()
+        self._load()
+        return True
 
     def touch(self, worker_id: str) -> None:
         """The worker's object changed: the next save writes it."""
@@ -116,11 +160,14 @@ class SimBackend:
                 continue
             w.obj._coord = None
             try:
-                rows.append((wid, pickle.dumps((w.args, w.obj, w.alive), protocol=pickle.HIGHEST_PROTOCOL)))
+                rows.append((wid, safestate.dumps((w.args, w.obj, w.alive))))
             finally:
                 w.obj._coord = self._coord_fn()
-        world = [("nodes", pickle.dumps(self._nodes)), ("coordinator", pickle.dumps(self.coordinator, protocol=pickle.HIGHEST_PROTOCOL)),
-                 ("creates", pickle.dumps(self.creates))]
+        import os
+
+        stamp = os.urandom(16)
+        world = [("stamp", stamp), ("format", safestate.dumps({"version": safestate.VERSION})), ("nodes", safestate.dumps(self._nodes)),
+                 ("coordinator", safestate.dumps(self.coordinator)), ("creates", safestate.dumps(self.creates))]
         c.execute("BEGIN IMMEDIATE")
         try:
             c.executemany("INSERT OR REPLACE INTO world(key, blob) VALUES (?, ?)", world)
@@ -131,6 +178,7 @@ class SimBackend:
             c.execute("ROLLBACK")
             raise
         self._dirty.clear()
+        self._stamp = stamp
 
     # ------------------------------------------------------------------ interface
     def nodes(self) -> dict[str, Node]:
@@ -249,8 +297,10 @@ class SimBackend:
                 if r.get("status") != "dead" and not self.worker_alive(wid)]
         return sorted(out)
 
-    def close(self) -> None:
-        self.save()
+    def close(self, save: bool = True) -> None:
+        """``save=False``: a process that lost the right to act (a superseded daemon) leaves the file as it is."""
+        if save:
+            self.save()
         if self._conn is not None:
             self._conn.close()
             self._conn = None

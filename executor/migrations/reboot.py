@@ -28,6 +28,14 @@ def run_save(ctx: Ctx, step: Step) -> dict:
     key = a["checkpoint"]
     saved = []
     snapshots = {}
+    ranks = {}
+    for w in a["workers"]:  # two live trainer ranks of one index would write one checkpoint key: the state saved would be a mix
+        r = recs.get(w)
+        if r is not None and r["role"] == "trainer":
+            if r["index"] in ranks:
+                raise RuntimeError(f"{step.component}: ranks {ranks[r['index']]} and {w} both hold rank {r['index']} (generations "
+                                   f"of an interrupted migration); nothing was saved. Fix: 'planner apply --rollback' settles it")
+            ranks[r["index"]] = w
     for w in a["workers"]:
         r = recs.get(w)
         if r is None:
@@ -47,6 +55,12 @@ def run_save(ctx: Ctx, step: Step) -> dict:
     if snapshots:  # the ledger keeps the rollout's saved partial outputs (as of the save)
         owners = {rid: o["owner"] for o in ctx.coord("request_records") for rid in [o["id"]] if rid in snapshots}
         ctx.coord("transfer", owners, snapshots)
+    if ranks:  # the checkpoint is whole before anything is stopped (the stop is the commit point)
+        have = set(ctx.coord("checkpoint_keys", f"{key}/rank"))
+        missing = [i for i in range(max(ranks) + 1) if f"{key}/rank{i}" not in have]
+        if missing or sorted(ranks) != list(range(len(ranks))):
+            raise RuntimeError(f"{step.component}: the checkpoint {key} lacks rank(s) {missing or sorted(set(range(len(ranks))) - set(ranks))}; "
+                               "nothing was stopped")
     if a.get("park"):  # a staged reboot: the component will be stopped until its restore unit runs
         ctx.coord("park", step.component, a["park"])
     ctx.fault("mid")

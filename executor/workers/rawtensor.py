@@ -1,9 +1,10 @@
-"""Tensors as raw bytes inside pickles (the sim backend's saves).
+"""Tensors as raw bytes (the sim backend's saves, written by the code-free :mod:`executor.safestate`).
 
-``pickle`` of a torch tensor goes through ``torch.save`` once per storage: about 50 us a tensor,
-which a simulated cluster of hundreds of trainer ranks (and the checkpoints of parked ones) pays
-on every save; and tensors that share one storage come back as separate ones. :class:`Raw` holds
-a tensor's shape, dtype and bytes: lossless, and as cheap to pickle as the bytes themselves.
+Saving a torch tensor through ``torch.save`` costs about 50 us a tensor, which a simulated cluster
+of hundreds of trainer ranks (and the checkpoints of parked ones) pays on every save; and tensors
+that share one storage come back as separate ones. :class:`Raw` holds a tensor's shape, dtype and
+bytes: lossless, and as cheap to save as the bytes themselves (never pickled: safestate writes
+the bytes raw and rebuilds them with ``numpy.frombuffer``).
 Nothing here imports torch unless a tensor is actually encoded or decoded.
 """
 

@@ -25,7 +25,8 @@ def add_arguments(p) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the steps with their causes; change nothing")
     p.add_argument("--json", action="store_true", help="print the diff (--dry-run) or the outcome as JSON on stdout")
     p.add_argument("--verbose", "-v", action="store_true", help="a line per step outcome (default: only failed or compensated steps)")
-    p.add_argument("--journal", help="SQLite journal (default: .rl-planner/journal.db)")
+    p.add_argument("--journal", help="SQLite journal (default: beside the sim state, SIM_STATE.journal; with Ray, one per cluster "
+                                     "address under ~/.rl-planner/journals)")
     p.add_argument("--sim-state", help="sim backend: the saved cluster (default: .rl-planner/sim-state.sqlite)")
     p.add_argument("--scenario", help="the scenario a PlacementPlan was made from")
     p.add_argument("--rollback", action="store_true", help="undo the unfinished migration of an interrupted apply")
@@ -55,8 +56,15 @@ def run(args) -> int:
     deadlines = Deadlines(start_s=args.start_timeout, call_s=args.call_timeout)
     if args.rollback:
         backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, deadlines=deadlines)
-        res = Executor(backend, Journal(journal_path(args.journal))).rollback_unfinished()
-        print("nothing to roll back" if res is None else f"apply #{res.apply_id}: {res.message}")
+        jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
+        res = Executor(backend, Journal(jp)).rollback_unfinished()
+        if res is None:  # no journaled apply: what the cluster itself says about an interrupted one
+            from executor.recover import settle
+
+            notes = settle(backend)
+            print("nothing to roll back" if not notes else "no journaled apply; from the cluster itself:\n  " + "\n  ".join(notes))
+            return 0
+        print(f"apply #{res.apply_id}: {res.message}")
         return 0
     if not args.plan:
         raise UserError(Problem("PLAN", "missing", "give a plan file, or --rollback"))
@@ -82,8 +90,17 @@ def run(args) -> int:
         from executor.state import Node
 
         nodes = [Node(n["name"], n["gpu_type"], n["gpus"], n["dram_gb"], n.get("alive", True)) for n in listed]
-    jp = journal_path(args.journal)
+    jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
     unfinished = Journal(jp).unfinished() if jp.exists() else None
+    if unfinished and args.backend == "sim":
+        from executor.session import sim_state_path
+
+        sp = sim_state_path(args.sim_state)
+        if not sp.exists():
+            raise UserError(Problem("--sim-state", f"the journal {jp} holds the interrupted apply #{unfinished['id']} of "
+                                    f"{unfinished['plan_name']!r}, but the simulated cluster it was applied to ({sp}) is gone",
+                                    "restore that file (or pass the right --sim-state); starting an empty cluster would drop "
+                                    "the interrupted apply and everything that ran"))
     if unfinished and unfinished["plan_digest"] != plan_digest(doc) and not args.dry_run:
         # Refused before touching the cluster: another plan's apply is half done.
         Journal(jp).open_apply(plan_digest(doc), args.plan, args.backend, [])
@@ -95,6 +112,11 @@ def run(args) -> int:
 
         plan = StepPlan([], unfinished["steps"], observe(backend), target)
     else:
+        if not args.dry_run:  # no journaled apply: settle a migration the cluster itself shows half done (journal lost)
+            from executor.recover import settle
+
+            for note in settle(backend):
+                print(f"recovered: {note}")
         plan = diff(observe(backend), target, stage=args.stage)
     if args.dry_run:
         if args.json:
@@ -114,7 +136,7 @@ def run(args) -> int:
         else:
             print("nothing to do: the cluster already matches the plan")
         return 0
-    journal = Journal(journal_path(args.journal))
+    journal = Journal(jp)
     with Progress(plan.steps, verbose=args.verbose) as prog:
         ex = Executor(backend, journal, faults=crash_hook_from_env(), on_step=prog.update, on_event=prog.event)
         res = ex.apply(plan.steps, name, digest)
@@ -128,10 +150,10 @@ def run(args) -> int:
 
         print(json.dumps({"plan": name, "apply_id": res.apply_id, "status": res.status, "message": res.message,
                           "steps": len(plan.steps), "resumed": bool(res.resumed), "reaped": list(reaped),
-                          "journal": str(journal_path(args.journal))}, indent=2))
+                          "journal": str(jp)}, indent=2))
         return 0 if res.status == "done" else 1
     if res.status == "done":
-        print(f"applied {name}: {len(plan.steps)} step(s){' (resumed)' if res.resumed else ''}; journal {journal_path(args.journal)}")
+        print(f"applied {name}: {len(plan.steps)} step(s){' (resumed)' if res.resumed else ''}; journal {jp}")
         return 0
     print(f"error: apply #{res.apply_id} {res.status}: {res.message}", file=sys.stderr)
     return 1

@@ -14,13 +14,15 @@ current plan, keep a change only if its gain beats its migration cost, apply thr
 executor, record the decision with its reasons.
 
 The first start needs --scenario (a scenario file: GPU types, cluster, prices, solver options);
-the state file remembers it. Jobs in that file are submitted once, as a trace (with --clock
+the state file remembers it. The API needs a token (STATE.token, created at the first start,
+or --token-file); --insecure turns that off. Jobs in that file are submitted once, as a trace (with --clock
 virtual they arrive at their arrival_s). Only one daemon applies to a state file: a second one
 exits naming the holder, or waits with --standby. SIGTERM finishes the current step and exits 0.
 
 Examples:
   planner daemon --scenario scenarios/weave-micro.yaml --state planner.sqlite
   planner daemon --state planner.sqlite --listen 0.0.0.0:8765 --period-s 30 --dry-run
+  curl -H "Authorization: Bearer $(awk '/^admin/ {print $3}' planner.sqlite.token)" localhost:8765/v1/jobs
   planner daemon --scenario scenarios/weave-trace-60.yaml --state replay.sqlite --clock virtual --period-s 300 --until-idle"""
 
 
@@ -67,9 +69,24 @@ def add_arguments(p) -> None:
     p.add_argument("--clock", choices=["wall", "virtual"], default="wall",
                    help="wall: real time; virtual: simulated time, each cycle advances it by --period-s (sim backend only)")
     p.add_argument("--pace-s", type=_args.seconds(3600.0, zero=True), default=0.0, help="virtual clock: wall seconds to wait per cycle (default 0: as fast as possible)")
-    p.add_argument("--token-file", type=Path, help="API token file: requests need 'Authorization: Bearer <token>' (probes excepted); "
-                                                 "required to listen beyond loopback")
-    p.add_argument("--insecure", action="store_true", help="listen beyond loopback without a token (an authenticating proxy in front)")
+    s = p.add_argument_group("security (docs/security.md)")
+    s.add_argument("--token-file", type=Path,
+                   help="API tokens, one per line: NAME SCOPES TOKEN (scopes read, submit, cancel, telemetry, admin) or a bare admin "
+                        "TOKEN; mode 0600. Default STATE.token, created with one admin token at the first start. Every request "
+                        "but /healthz and /readyz needs 'Authorization: Bearer <token>'")
+    s.add_argument("--insecure", action="store_true", help="no authentication at all (only behind a proxy that authenticates)")
+    s.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="a Host name the API answers to besides loopback and the listen address (repeatable; '*': any); "
+                        "others get 421 (DNS rebinding)")
+    s.add_argument("--tls-cert", type=Path, help="serve HTTPS with this PEM certificate (chain); needs --tls-key")
+    s.add_argument("--tls-key", type=Path, help="the certificate's PEM key")
+    s.add_argument("--max-connections", type=_args.count(1, 100000), default=256, help="open connections at most; the next gets 503 (default 256)")
+    s.add_argument("--header-timeout-s", type=_args.seconds(3600.0), default=10.0,
+                   help="seconds a client has to send a whole request after connecting or after the last answer (default 10)")
+    s.add_argument("--idle-timeout-s", type=_args.seconds(3600.0), default=5.0, help="an idle keep-alive connection is closed after this (default 5)")
+    s.add_argument("--rate-limit", type=_args.number(0.0, 1e6), default=200.0, help="requests per second per token, 429 beyond (0: none; default 200)")
+    s.add_argument("--rate-burst", type=_args.number(1.0, 1e7), default=400.0, help="requests a token may send at once (default 400)")
+    s.add_argument("--max-jobs-per-token", type=_args.count(1, 100000), default=256, help="live jobs one token may have submitted (default 256)")
     p.add_argument("--standby", action="store_true", help="when another daemon holds the lease, serve and wait for it instead of exiting")
     g = p.add_argument_group("replanning")
     g.add_argument("--no-reoptimise", action="store_true", help="admission and repair only (no periodic or departure re-optimisation)")
@@ -104,6 +121,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import logging
 
+    from planner.daemon.auth import Limits
     from planner.daemon.config import DaemonConfig
     from planner.daemon.service import Daemon, Options
 
@@ -136,6 +154,10 @@ def run(args) -> int:
     opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,
                    standby=args.standby, wall_s_per_cycle=args.pace_s, sim_state=args.sim_state, sim_truth=truth, ready_file=args.ready_file,
                    sim_step_delay_s=args.sim_step_delay_s, sim_requests=args.sim_requests, sim_telemetry=args.sim_telemetry,
-                   token_file=args.token_file, insecure=args.insecure,
+                   token_file=args.token_file, insecure=args.insecure, allow_hosts=tuple(args.allow_host), tls_cert=args.tls_cert,
+                   tls_key=args.tls_key,
+                   limits=Limits(max_connections=args.max_connections, header_timeout_s=args.header_timeout_s,
+                                 idle_timeout_s=args.idle_timeout_s, rate_per_s=args.rate_limit, rate_burst=args.rate_burst,
+                                 max_jobs_per_token=args.max_jobs_per_token),
                    ray_address=args.ray_address)
     return Daemon(opts).open().run()

@@ -13,7 +13,7 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", choices=["ray", "sim"], default="sim")
     p.add_argument("--address", help="Ray cluster address (default: auto)")
     p.add_argument("--sim-state", help="sim backend: the saved cluster (default: .rl-planner/sim-state.sqlite)")
-    p.add_argument("--journal", help="SQLite journal (default: .rl-planner/journal.db)")
+    p.add_argument("--journal", help="SQLite journal (default: beside the sim state; with Ray, one per cluster address)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -42,7 +42,7 @@ def run(args) -> int:
     backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state)
     st = observe(backend)
     ledger = backend.coord("ledger_summary")
-    jp = journal_path(args.journal)
+    jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
     history = Journal(jp).history(5) if jp.exists() else []
     if args.json:
         print(json.dumps({"state": st.to_dict(), "nodes": st.table(), "ledger": ledger, "applies": history}, indent=2, default=str))

@@ -13,6 +13,7 @@ GET     /v1/plan                  the plan in force (placement and plan document
 GET     /v1/cluster               what the executor runs (per component its workers, per node its
                                   use, the request ledger), as of the loop's last cycle: 200, 404
 GET     /v1/decisions             the decision log with reasons, ``since_id``/``limit``/``kind``
+GET     /v1/audit                 every mutating call: who, from where, what, status (admin scope)
 GET     /v1/health                role, lease holder, loop progress, job counts
 GET     /healthz, /readyz         liveness; readiness (503 while the loop is stalled)
 GET     /metrics                  Prometheus text format
@@ -21,6 +22,8 @@ GET     /metrics                  Prometheus text format
 Every refusal is a JSON ``{"error": ..., "problems": [{"field", "message", "fix"}]}`` whose
 ``field`` is the path inside the request (``rollout.max_response_tokens``), never a traceback.
 Requests over 1 MiB get 413 (:class:`BodyLimit`). Nothing reaches the state before it validated.
+In front of it all, :class:`planner.daemon.guard.Guard`: Host allow-list, bearer token, rate,
+scope, audit (:mod:`planner.daemon.auth`).
 """
 
 from __future__ import annotations
@@ -137,6 +140,22 @@ class DecisionView(BaseModel):
 
 class DecisionList(BaseModel):
     decisions: list[DecisionView]
+    next_since_id: int
+
+
+class AuditView(BaseModel):
+    id: int
+    at: float
+    identity: str = Field(description="the token's name ('-': no valid token)")
+    client: str
+    method: str
+    path: str
+    job: Optional[str] = None
+    status: int
+
+
+class AuditList(BaseModel):
+    entries: list[AuditView]
     next_since_id: int
 
 
@@ -267,36 +286,15 @@ class BodyLimit:
         return await self.app(scope, replay, send)
 
 
-class BearerToken:
-    """Pure ASGI: every request but the probes (``/healthz``, ``/readyz``, ``/metrics``) needs
-    ``Authorization: Bearer <token>``; 401 otherwise. Compared in constant time."""
-
-    OPEN = ("/healthz", "/readyz", "/metrics")
-
-    def __init__(self, app, token: str) -> None:
-        self.app, self.token = app, token.encode()
-
-    async def __call__(self, scope, receive, send):
-        import hmac
-
-        if scope["type"] != "http" or scope.get("path") in self.OPEN:
-            return await self.app(scope, receive, send)
-        got = dict(scope.get("headers") or []).get(b"authorization", b"")
-        if got.startswith(b"Bearer ") and hmac.compare_digest(got[7:].strip(), self.token):
-            return await self.app(scope, receive, send)
-        data = ErrorBody(error="unauthorized", problems=[ProblemView(
-            field="Authorization", message="missing or wrong bearer token",
-            fix="send 'Authorization: Bearer <token>' with the token of the daemon's --token-file")]).model_dump_json().encode()
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-                                (b"www-authenticate", b"Bearer")]})
-        await send({"type": "http.response.body", "body": data})
-
-
-def asgi_app(service, *, max_body_bytes: int = 1 << 20, token: Optional[str] = None):
-    """What the server runs: the app behind the body limit (and the token check, when there is a token)."""
+def asgi_app(service, *, max_body_bytes: int = 1 << 20, guard: Optional[dict] = None):
+    """What the server runs: the app behind the body limit, behind the gate (:class:`planner.daemon.guard.Guard`:
+    Host, token, rate, scope, audit) when ``guard`` gives its arguments."""
     app = BodyLimit(create_app(service), max_body_bytes)
-    return BearerToken(app, token) if token else app
+    if guard is None:
+        return app
+    from planner.daemon.guard import Guard
+
+    return Guard(app, **guard)
 
 
 # ------------------------------------------------------------------------------------- app
@@ -319,7 +317,13 @@ def create_app(service) -> FastAPI:
     async def on_http(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 400:  # the body could not be read as JSON at all (e.g. not UTF-8)
             return _err(422, "invalid request", [Problem("", f"the body is not valid JSON: {exc.detail}", "send a UTF-8 JSON object")])
-        return _err(exc.status_code, str(exc.detail), [])
+        resp = _err(exc.status_code, str(exc.detail), [])
+        for k, v in (getattr(exc, "headers", None) or {}).items():
+            resp.headers[k] = v
+        if exc.status_code == 405:  # Allow: the methods of every route of this path (Starlette names only the first's)
+            allowed = {m for r in app.routes if getattr(r, "methods", None) and r.path_regex.match(request.url.path) for m in r.methods}
+            resp.headers["allow"] = ", ".join(sorted(allowed))
+        return resp
 
     @app.exception_handler(StoreError)
     async def on_store(request: Request, exc: StoreError):
@@ -337,8 +341,10 @@ def create_app(service) -> FastAPI:
     # ---- jobs
     @app.post("/v1/jobs", status_code=201, response_model=JobView, responses=_resp(409, 413, 422), tags=["jobs"],
               summary="Submit a job")
-    def submit_job(job: JobSpec) -> JobView:
-        rec = service.submit(job)
+    def submit_job(job: JobSpec, request: Request) -> JobView:
+        request.scope["rlp.job"] = job.name
+        principal = request.scope.get("rlp.principal")
+        rec = service.submit(job, by=principal.name if principal is not None else None)
         return JobView(**rec.as_dict())
 
     @app.get("/v1/jobs", response_model=JobList, responses=_resp(422), tags=["jobs"], summary="List jobs")
@@ -365,7 +371,8 @@ def create_app(service) -> FastAPI:
     # ---- telemetry
     @app.post("/v1/telemetry", status_code=202, response_model=Accepted, responses=_resp(404, 409, 413, 422), tags=["telemetry"],
               summary="Post a telemetry snapshot of a placed job")
-    async def post_telemetry(snapshot: TelemetrySnapshot) -> Accepted:
+    async def post_telemetry(snapshot: TelemetrySnapshot, request: Request) -> Accepted:
+        request.scope["rlp.job"] = snapshot.job
         return Accepted(id=await service.ingest.submit(snapshot), job=snapshot.job)
 
     # ---- plan and decisions
@@ -393,6 +400,12 @@ def create_app(service) -> FastAPI:
                   kind: Optional[str] = Query(None, max_length=40, pattern=r"^[a-z-]+$")) -> DecisionList:
         rows = store.decisions(since_id, limit, kind)
         return DecisionList(decisions=[DecisionView(**r) for r in rows], next_since_id=rows[-1]["id"] if rows else since_id)
+
+    @app.get("/v1/audit", response_model=AuditList, responses=_resp(422), tags=["plan"],
+             summary="The audit log: every mutating call (admin tokens only)")
+    def audit(since_id: int = Query(0, ge=0, le=2**62), limit: int = Query(100, ge=1, le=1000)) -> AuditList:
+        rows = store.audit(since_id, limit)
+        return AuditList(entries=[AuditView(**r) for r in rows], next_since_id=rows[-1]["id"] if rows else since_id)
 
     # ---- health and metrics
     @app.get("/v1/health", response_model=Health, tags=["health"], summary="Role, lease, loop progress, job counts")

@@ -46,7 +46,7 @@ def snapshot(job: str, i: int) -> dict:
             "workers": workers}
 
 
-def client(url: str, jobs: list[str], duration_s: float, rate: float, seed: int, out: "mp.Queue") -> None:
+def client(url: str, jobs: list[str], duration_s: float, rate: float, seed: int, out: "mp.Queue", auth: dict | None = None) -> None:
     import httpx
 
     lat: list[float] = []
@@ -54,7 +54,7 @@ def client(url: str, jobs: list[str], duration_s: float, rate: float, seed: int,
     errors = 0
     i = seed * 1_000_000
     bodies = [json.dumps(snapshot(j, k)).encode() for j in jobs for k in range(0, 300, 7)]
-    with httpx.Client(base_url=url, timeout=30.0, headers={"content-type": "application/json"}) as c:
+    with httpx.Client(base_url=url, timeout=30.0, headers={"content-type": "application/json", **(auth or {})}) as c:
         t_end = time.perf_counter() + duration_s
         next_at = time.perf_counter()
         while True:
@@ -76,10 +76,10 @@ def client(url: str, jobs: list[str], duration_s: float, rate: float, seed: int,
     out.put({"lat": lat, "codes": codes, "errors": errors})
 
 
-def metrics(url: str) -> dict:
+def metrics(url: str, auth: dict | None = None) -> dict:
     import httpx
 
-    text = httpx.get(f"{url}/metrics", timeout=30).text
+    text = httpx.get(f"{url}/metrics", headers=auth or {}, timeout=30).text
     out: dict = {}
     for line in text.splitlines():
         if line.startswith("#") or not line.strip():
@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ready = tmp / "url"
     log = open(tmp / "daemon.log", "w")
     daemon = subprocess.Popen([sys.executable, "-m", "planner", "daemon", "--scenario", str(args.scenario), "--state", str(tmp / "s.sqlite"),
-                               "--listen", "127.0.0.1:0", "--ready-file", str(ready), "--period-s", str(args.period_s), "--log-level", "warning"],
+                               "--listen", "127.0.0.1:0", "--ready-file", str(ready), "--period-s", str(args.period_s), "--log-level", "warning",
+                               "--rate-limit", "0"],
                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
@@ -147,17 +148,21 @@ def main(argv: list[str] | None = None) -> int:
         url = ready.read_text().strip()
         import httpx
 
+        from planner.daemon.auth import token_of
+
+        auth = {"Authorization": f"Bearer {token_of(tmp / 's.sqlite.token')}"}
+
         while True:
-            listing = httpx.get(f"{url}/v1/jobs", params={"state": "running"}, timeout=30).json()
+            listing = httpx.get(f"{url}/v1/jobs", params={"state": "running"}, headers=auth, timeout=30).json()
             if listing["jobs"]:
                 break
             time.sleep(0.2)
         jobs = [j["name"] for j in listing["jobs"]]
         time.sleep(2 * args.period_s)
-        m0 = metrics(url)
+        m0 = metrics(url, auth)
         cpu0 = cpu_s(daemon.pid)
         q: mp.Queue = mp.Queue()
-        procs = [mp.Process(target=client, args=(url, jobs, args.duration_s, args.rate, k, q)) for k in range(args.clients)]
+        procs = [mp.Process(target=client, args=(url, jobs, args.duration_s, args.rate, k, q, auth)) for k in range(args.clients)]
         t0 = time.perf_counter()
         for p in procs:
             p.start()
@@ -167,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - t0
         cpu1 = cpu_s(daemon.pid)
         time.sleep(args.period_s)
-        m1 = metrics(url)
-        health = httpx.get(f"{url}/v1/health", timeout=30).json()
+        m1 = metrics(url, auth)
+        health = httpx.get(f"{url}/v1/health", headers=auth, timeout=30).json()
     finally:
         daemon.terminate()
         rc = daemon.wait(60)

@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Optional
 
+from estimators.host import pid_gone
 from planner.daemon.store import Store
 
 LEASE_NAME = "applier"
@@ -54,19 +55,7 @@ class Holder:
         return dict(self.__dict__)
 
 
-def _process_gone(pid: int) -> bool:
-    """True when no live process has this pid on this host (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+_process_gone = pid_gone  # one liveness rule with the executor journal's lock: a zombie is gone
 
 
 class Lease:
@@ -124,6 +113,17 @@ class Lease:
             return False
         row = c.execute("SELECT holder, epoch FROM lease WHERE name=?", (LEASE_NAME,)).fetchone()
         return bool(row) and row["holder"] == self.id and row["epoch"] == self.epoch
+
+    def lost(self) -> Optional[str]:
+        """Why this daemon may not act (the row names another holder or epoch), or None: the executor's
+        fence, checked before every step and before its effect is saved."""
+        if self.epoch is None:
+            return "this daemon does not hold the applier lease"
+        row = self.store.conn().execute("SELECT holder, epoch FROM lease WHERE name=?", (LEASE_NAME,)).fetchone()
+        if row is None or row["holder"] != self.id or row["epoch"] != self.epoch:
+            who = f"epoch {row['epoch']} of {row['holder']}" if row else "nobody"
+            return f"the applier lease (epoch {self.epoch}) was taken over: it is {who} now"
+        return None
 
     def release(self) -> None:
         if self.epoch is None:

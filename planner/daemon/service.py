@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from planner import __version__
+from planner.daemon.auth import Limits
 from planner.daemon.clock import Clock, VirtualClock, WallClock
 from planner.daemon.config import DaemonConfig
 from planner.daemon.cycle import LeaseLost, Loop
@@ -61,6 +62,10 @@ class Options:
     token_file: Optional[Path] = None
     ray_address: Optional[str] = None
     insecure: bool = False
+    allow_hosts: tuple = ()  # Host names the API answers besides loopback and the listen address ('*': any)
+    tls_cert: Optional[Path] = None
+    tls_key: Optional[Path] = None
+    limits: Limits = field(default_factory=Limits)
 
 
 # --------------------------------------------------------------------------------- cluster
@@ -136,14 +141,15 @@ class Service:
     def now(self) -> float:
         return self.clock.now()
 
-    def submit(self, job: JobSpec, *, arrives_at: float | None = None) -> JobRecord:
+    def submit(self, job: JobSpec, *, arrives_at: float | None = None, by: str | None = None) -> JobRecord:
         if self.store.job_state(job.name) is not None:
             raise Conflict(f"a job named '{job.name}' already exists", "name", "job names are unique: choose another name")
         slo = check_job(self.cluster, job)
         now = self.now()
         if arrives_at is None:
             arrives_at = max(job.arrival_s, now) if self.clock.kind != "wall" else now
-        return self.store.submit_job(job.name, job.model_dump(mode="json"), now, arrives_at, slo)
+        return self.store.submit_job(job.name, job.model_dump(mode="json"), now, arrives_at, slo, by=by,
+                                     max_live=self.opts.limits.max_jobs_per_token if by is not None else None)
 
     def group_of(self, name: str) -> Optional[dict]:
         p = self.store.current_plan()
@@ -242,28 +248,21 @@ def _executor(opts: Options, cluster: Scenario, store: Store):
     raise UserError(Problem("--backend", f"the {opts.backend!r} backend needs the executor: {ex.available()}", "use --backend sim"))
 
 
-def _token(o: Options) -> Optional[str]:
-    """The API token (from --token-file); refuses to serve beyond loopback without one unless --insecure."""
-    import ipaddress
+def _tls(o: Options):
+    """Check --tls-cert/--tls-key once at start (a bad pair is exit 2, not a failing server thread)."""
+    if (o.tls_cert is None) != (o.tls_key is None):
+        raise UserError(Problem("--tls-cert" if o.tls_cert is None else "--tls-key", "TLS needs both a certificate and its key",
+                                "pass --tls-cert CERT.pem --tls-key KEY.pem"))
+    if o.tls_cert is None:
+        return
+    import ssl
 
-    if o.token_file is not None:
-        try:
-            token = o.token_file.read_text().strip()
-        except OSError as exc:
-            raise UserError(Problem("--token-file", f"cannot read {o.token_file}: {exc.strerror}", "check the path")) from None
-        if len(token) < 16:
-            raise UserError(Problem("--token-file", f"the token in {o.token_file} has {len(token)} characters; use at least 16",
-                                    "e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))' > TOKEN"))
-        return token
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        loopback = o.host == "localhost" or ipaddress.ip_address(o.host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback and not o.insecure:
-        raise UserError(Problem("--listen", f"{o.host} is reachable from other machines and the API would take jobs and telemetry "
-                                            "from anyone", "pass --token-file TOKEN (clients send 'Authorization: Bearer <token>'), "
-                                                          "or --insecure if a proxy in front authenticates"))
-    return None
+        ctx.load_cert_chain(str(o.tls_cert), str(o.tls_key))
+    except (OSError, ssl.SSLError) as exc:
+        raise UserError(Problem("--tls-cert", f"cannot load {o.tls_cert} with key {o.tls_key}: {exc}",
+                                "pass a PEM certificate (chain) and its unencrypted PEM key")) from None
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -315,10 +314,15 @@ class Daemon:
         if self.cfg.clock == "virtual" and o.backend != "sim":
             raise UserError(Problem("--clock", "a virtual clock only makes sense with the simulated cluster", "use --backend sim or --clock wall"))
         self.metrics = DaemonMetrics()
-        self.token = _token(o)
+        from planner.daemon.auth import allowed_hosts, load_tokens
+
+        o.limits.check()
+        _tls(o)
+        self.tokens, self.token_file, self.token_created = load_tokens(o.token_file, o.state, o.insecure)
+        self.hosts = allowed_hosts(o.host, tuple(o.allow_hosts))
         self.sock = _bind(o.host, o.port)
         host, port = self.sock.getsockname()[:2]
-        self.url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        self.url = f"{'https' if o.tls_cert else 'http'}://{host if ':' not in host else f'[{host}]'}:{port}"
         self.lease = Lease(self.store, self.cfg.lease_ttl_s, self.url)
         self.service = Service(o, self.store, self.cluster, self.clock, self.metrics, self.lease)
         if self.store.get_kv("clock_s") is not None:
@@ -335,7 +339,9 @@ class Daemon:
                 self.service.submit(job, arrives_at=job.arrival_s if self.cfg.clock == "virtual" else None)
         self.placer = _placer(o.placer, self.cluster)
         self.service.placer_name = o.placer = self.placer.name
-        self.executor = _executor(o, self.cluster, self.store)
+        # A standby builds its executor (and loads the cluster files) only when it takes the lease: what it
+        # loaded now would be stale by then, and it must never save a view of the cluster it does not own.
+        self.executor = self._make_executor() if taken else None
         if self.cfg.realloc:
             from planner.daemon.adapters import realloc
 
@@ -345,14 +351,29 @@ class Daemon:
                 log.warning("%s: no reallocation inside iterations", realloc.available())
         return self
 
+    def _make_executor(self):
+        ex = _executor(self.opts, self.cluster, self.store)
+        if hasattr(ex, "fence"):  # every executor step checks that this daemon still holds the lease (epoch fencing)
+            ex.fence = self.lease.lost
+            ex.fence_epoch = lambda: self.lease.epoch
+        return ex
+
     # ------------------------------------------------------------------ threads
     def _start_http(self) -> None:
         import uvicorn
 
         from planner.daemon.api import asgi_app
+        from planner.daemon.audit import AuditLog
+        from planner.daemon.auth import RateLimiter
+        from planner.daemon.httpserver import protocol_class
 
-        app = asgi_app(self.service, token=self.token)
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
+        lim = self.opts.limits
+        self.audit = AuditLog(self.store)
+        app = asgi_app(self.service, guard={"tokens": self.tokens, "hosts": self.hosts, "limiter": RateLimiter(lim.rate_per_s, lim.rate_burst),
+                                            "audit": self.audit})
+        tls = {"ssl_certfile": str(self.opts.tls_cert), "ssl_keyfile": str(self.opts.tls_key)} if self.opts.tls_cert else {}
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5,
+                                http=protocol_class(lim), timeout_keep_alive=lim.idle_timeout_s, **tls)
         self.server = uvicorn.Server(config)
         t = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="http", daemon=True)
         t.start()
@@ -415,6 +436,13 @@ class Daemon:
         line = (f"planner daemon: serving {self.url} (state {self.opts.state}, backend {self.opts.backend}, placer {self.opts.placer}, "
                 f"clock {self.cfg.clock}, role {self.service.role})")
         print(line, flush=True)
+        if self.token_created is not None:
+            print(f"planner daemon: generated the API token file {self.token_file} (mode 0600) with one admin token; clients send "
+                  f"'Authorization: Bearer {self.token_created}'", flush=True)
+        elif self.tokens is None:
+            print("planner daemon: --insecure: the API takes requests from anyone who can reach it", flush=True)
+        else:
+            print(f"planner daemon: API tokens from {self.token_file}", flush=True)
         if self.opts.ready_file:
             from planner.safewrite import write_atomic
 
@@ -426,9 +454,10 @@ class Daemon:
         while not self._stop.wait(self.cfg.lease_ttl_s / 3.0):
             taken, _ = self.lease.try_acquire()
             if taken:
+                self.executor = self._make_executor()  # the world as it is now, loaded after taking the lease
                 self.service.role = "dry-run" if self.cfg.dry_run else "applier"
                 self.metrics.lease_held.set(1)
-                print("planner daemon: took the applier lease", flush=True)
+                print(f"planner daemon: took the applier lease (epoch {self.lease.epoch})", flush=True)
                 return True
         return False
 
@@ -506,6 +535,7 @@ class Daemon:
             self.service.beat = time.monotonic()
 
     def _shutdown(self) -> None:
+        held = self.lease.held and self.lease.lost() is None  # only the lease holder may save its view of the cluster
         self.service.stopping = True
         self._hb_stop.set()
         if self.server is not None:
@@ -518,8 +548,16 @@ class Daemon:
             log.warning("could not release the lease: %s", exc)
         self.metrics.lease_held.set(0)
         self.service.ingest.close()
+        if getattr(self, "audit", None) is not None:
+            self.audit.close()
         try:
-            self.executor.close()
+            if self.executor is not None:
+                import inspect
+
+                if "save" in inspect.signature(self.executor.close).parameters:
+                    self.executor.close(save=held)
+                else:  # the simulated cluster alone keeps no unsaved view
+                    self.executor.close()
         except Exception:  # noqa: BLE001
             pass
         self.store.close()

@@ -14,6 +14,8 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
+from estimators.host import create_private
+
 
 class SQLiteFile:
     def __init__(self, path: str | Path) -> None:
@@ -25,6 +27,7 @@ class SQLiteFile:
     def conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
         if c is None:
+            create_private(self.path)  # the state (and the WAL and shm files SQLite makes with its mode) stays private
             c = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
             c.row_factory = sqlite3.Row
             c.execute("PRAGMA journal_mode=WAL")

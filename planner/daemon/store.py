@@ -21,7 +21,11 @@ telemetry      posted snapshots (validated ``TelemetrySnapshot`` JSON), pruned a
 plans          every target the loop decided: status applying | applied | recorded | failed
 decisions      the decision log: cycle, triggers, outcome, gain, migration cost, reasons
 lease          who may apply: holder, pid, host, epoch (fencing), expiry
+audit          every mutating API call: when, token name, client address, method, path, job, status
 =============  =======================================================================
+
+``jobs.submitted_by`` (the token that submitted a job through the API) and ``audit`` were added
+without a version change: opening an older file adds them.
 """
 
 from __future__ import annotations
@@ -115,6 +119,16 @@ CREATE TABLE IF NOT EXISTS lease (
     expires_at REAL NOT NULL,
     listen TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    identity TEXT NOT NULL,
+    client TEXT NOT NULL,
+    method TEXT NOT NULL,
+    path TEXT NOT NULL,
+    job TEXT,
+    status INTEGER NOT NULL
+);
 """
 
 PLAN_LIVE = ("applying", "applied", "recorded")
@@ -136,6 +150,10 @@ class NotFound(StoreError):
 
 class Conflict(StoreError):
     status = 409
+
+
+class TooMany(StoreError):
+    status = 429
 
 
 class StateFileError(Exception):
@@ -208,6 +226,8 @@ class Store(SQLiteFile):
     def _init_schema(self) -> None:
         with self.tx() as c:
             self.run_ddl(c, DDL)
+            if "submitted_by" not in {r[1] for r in c.execute("PRAGMA table_info(jobs)")}:
+                c.execute("ALTER TABLE jobs ADD COLUMN submitted_by TEXT")
             row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 c.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (_dumps(SCHEMA_VERSION),))
@@ -231,15 +251,25 @@ class Store(SQLiteFile):
         c.execute("INSERT INTO kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, _dumps(value)))
 
     # ------------------------------------------------------------------ jobs
-    def submit_job(self, name: str, spec: dict, now: float, arrives_at: float, slo_s: float | None) -> JobRecord:
+    def submit_job(self, name: str, spec: dict, now: float, arrives_at: float, slo_s: float | None, *,
+                   by: str | None = None, max_live: int | None = None) -> JobRecord:
+        """Insert a pending job; ``by`` (a token's name) may have at most ``max_live`` live jobs (429 beyond)."""
         with self.tx() as c:
             row = c.execute("SELECT state FROM jobs WHERE name=?", (name,)).fetchone()
             if row is not None:
                 raise Conflict(f"a job named '{name}' already exists (state {row['state']})", "name",
                                "job names are unique for the life of the state file: choose another name")
+            if by is not None and max_live is not None:
+                live = [s.value for s in JobState if not s.terminal]
+                n = c.execute(f"SELECT COUNT(*) FROM jobs WHERE submitted_by=? AND state IN ({','.join('?' * len(live))})",
+                              (by, *live)).fetchone()[0]
+                if n >= max_live:
+                    raise TooMany(f"token '{by}' has {n} live jobs; the limit is {max_live}", "name",
+                                  "wait for some to end or cancel them, or raise the daemon's --max-jobs-per-token")
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
-            c.execute("INSERT INTO jobs(name, spec, state, submitted_at, arrives_at, slo_s, reason, seq) VALUES (?,?,?,?,?,?,?,?)",
-                      (name, _dumps(spec), JobState.PENDING.value, now, arrives_at, slo_s, "submitted", seq))
+            c.execute("INSERT INTO jobs(name, spec, state, submitted_at, arrives_at, slo_s, reason, seq, submitted_by) "
+                      "VALUES (?,?,?,?,?,?,?,?,?)",
+                      (name, _dumps(spec), JobState.PENDING.value, now, arrives_at, slo_s, "submitted", seq, by))
             c.execute("INSERT INTO job_events(job, at, from_state, to_state, reason) VALUES (?,?,?,?,?)",
                       (name, now, None, JobState.PENDING.value, "submitted"))
         return self.get_job(name)
@@ -319,6 +349,16 @@ class Store(SQLiteFile):
     def job_events(self, name: str) -> list[dict]:
         return [dict(r) for r in self.conn().execute("SELECT at, from_state, to_state, reason FROM job_events WHERE job=? ORDER BY id",
                                                      (name,))]
+
+    # ------------------------------------------------------------------ audit
+    def add_audit(self, entries: list) -> None:
+        """Append audit rows (:class:`planner.daemon.audit.AuditEntry`) in one transaction."""
+        with self.tx() as c:
+            c.executemany("INSERT INTO audit(at, identity, client, method, path, job, status) VALUES (?,?,?,?,?,?,?)",
+                          [(e.at, e.identity, e.client, e.method, e.path, e.job, e.status) for e in entries])
+
+    def audit(self, since_id: int = 0, limit: int = 100) -> list[dict]:
+        return [dict(r) for r in self.conn().execute("SELECT * FROM audit WHERE id > ? ORDER BY id LIMIT ?", (since_id, limit))]
 
     # ------------------------------------------------------------------ telemetry
     def add_telemetry(self, job: str, wall: float, time_s: float, iteration: int, body: dict | str) -> int:

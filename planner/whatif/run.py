@@ -213,6 +213,28 @@ def run_local(ctx: Context, points: list[dict], workers: int, on_done: Callable[
     return results  # type: ignore[return-value]
 
 
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """An address of a cluster (``HOST:PORT`` or ``ray://HOST:PORT``) that nothing answers on fails
+    within ``timeout_s``, exit 2 (``ray.init`` alone keeps retrying for a minute and more)."""
+    import socket
+
+    from planner.errors import Problem, UserError
+
+    if address in ("local", "auto", ""):
+        return
+    hostport = address.split("://", 1)[-1].split("/", 1)[0]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise UserError(Problem("--ray-address", f"'{address}' is not HOST:PORT",
+                                "pass the head node's address, e.g. 10.0.0.1:6379, or 'local' to start a cluster here"))
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s):
+            pass
+    except (OSError, ValueError) as exc:
+        raise UserError(Problem("--ray-address", f"nothing answers at {address} ({exc})",
+                                "start a cluster there (ray start --head) or pass its right address, or 'local' to start one here")) from None
+
+
 def run_ray(ctx: Context, points: list[dict], workers: Optional[int], address: str,
             on_done: Callable[[PointResult], None]) -> list[PointResult]:
     """The chains as Ray tasks on the cluster at ``address`` (``local``: start one on this machine);
@@ -227,6 +249,7 @@ def run_ray(ctx: Context, points: list[dict], workers: Optional[int], address: s
 
     started = False
     if not ray.is_initialized():
+        _reachable(address)
         try:
             ray.init(address=address, runtime_env={"py_modules": [planner, formulation, estimators]},
                      include_dashboard=False, log_to_driver=False, logging_level="ERROR",

@@ -79,6 +79,9 @@ class DaemonProc:
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=self.log, stderr=subprocess.STDOUT, text=True)
         STARTED.append(self)
         self.url = ""
+        self.insecure = "--insecure" in args
+        self.token_file = Path(args[list(args).index("--token-file") + 1]) if "--token-file" in args else \
+            self.state.with_name(self.state.name + ".token")
         if wait:
             try:
                 self.wait_ready()
@@ -102,8 +105,18 @@ class DaemonProc:
         self.log.seek(0)
         return self.log.read()
 
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30.0)
+    def token(self, name: str = "admin") -> str:
+        """A token of the daemon's token file (the admin one it generated at its first start, by default)."""
+        from planner.daemon.auth import token_of
+
+        return token_of(self.token_file, name)
+
+    def headers(self, name: str = "admin") -> dict:
+        return {} if self.insecure else {"Authorization": f"Bearer {self.token(name)}"}
+
+    def client(self, name: str = "admin", **kw: Any) -> httpx.Client:
+        """An HTTP client of the daemon that sends the token ``name`` (none with --insecure)."""
+        return httpx.Client(base_url=self.url, timeout=30.0, headers=self.headers(name), **kw)
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)

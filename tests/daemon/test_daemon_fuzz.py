@@ -32,17 +32,17 @@ EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    yield from serve(tmp_path_factory, "fuzz", "--period-s", "0.5")
+    yield from serve(tmp_path_factory, "fuzz", "--period-s", "0.5", "--rate-limit", "0")
 
 
 def _fuzz(daemon, mode: GenerationMode, checks: list, examples: int) -> dict:
-    schema = schemathesis.openapi.from_url(f"{daemon.url}/openapi.json")
+    schema = schemathesis.openapi.from_url(f"{daemon.url}/openapi.json", headers=daemon.headers())
     seen: dict[str, set] = {}
 
     @settings(max_examples=examples, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(case=schema.as_strategy(mode))
     def run(case):
-        resp = case.call(base_url=daemon.url, timeout=30)
+        resp = case.call(base_url=daemon.url, timeout=30, headers=daemon.headers())
         seen.setdefault(f"{case.method} {case.path}", set()).add(resp.status_code)
         case.validate_response(resp, checks=checks)
 

@@ -121,23 +121,4 @@ def test_cli_bad_input_exits_2_with_a_message(tmp_path):
     assert r.returncode == 2 and "--clock" in r.stderr
 
 
-def test_token_is_required_when_given_and_beyond_loopback(tmp_path):
-    token = tmp_path / "token"
-    token.write_text("s3cret-token-of-enough-length\n")
-    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "0.2", "--token-file", str(token))
-    try:
-        with d.client() as c:
-            r = c.post("/v1/jobs", json=job("t1"))
-            assert r.status_code == 401 and r.json()["problems"][0]["field"] == "Authorization"
-            assert c.get("/v1/jobs", headers={"Authorization": "Bearer wrong"}).status_code == 401
-            ok = {"Authorization": "Bearer s3cret-token-of-enough-length"}
-            assert c.post("/v1/jobs", json=job("t1"), headers=ok).status_code == 201
-            assert c.get("/healthz").status_code == 200 and c.get("/metrics").status_code == 200  # probes stay open
-    finally:
-        assert d.stop() == 0
-    r = run_cli("daemon", "--state", str(d.state), "--listen", "0.0.0.0:0")
-    assert r.returncode == 2 and "--token-file" in r.stderr
-    short = tmp_path / "short"
-    short.write_text("abc")
-    r = run_cli("daemon", "--state", str(d.state), "--listen", "127.0.0.1:0", "--token-file", str(short))
-    assert r.returncode == 2 and "at least 16" in r.stderr
+# Tokens, scopes, Host, limits and TLS: test_daemon_security.py.

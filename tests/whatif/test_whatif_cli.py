@@ -115,3 +115,15 @@ def test_bad_sweep_specs_exit_2_and_write_nothing(tmp_path, spec, expect):
     assert r.returncode == 2
     assert expect in r.stderr and "Traceback" not in r.stderr
     assert not out.exists()
+
+
+def test_an_unreachable_ray_address_fails_fast_with_exit_2(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = run_cli("whatif", str(scenario(tmp_path)), "--sweep", "price.H800=1.5:3.5:2", "--ray-address", f"127.0.0.1:{port}",
+                "--out", str(tmp_path / "o"), timeout=60)
+    assert r.returncode == 2 and "--ray-address" in r.stderr and "nothing answers" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "o" / "sweep.csv").exists()

@@ -30,12 +30,16 @@ component, with the request ledger: the loop stores it for ``GET /v1/cluster``.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
 from planner.daemon.ports import ApplyResult, Observation, Placement
 from planner.schema.scenario import Scenario
+
+
+log = logging.getLogger("planner.daemon.executor")
 
 
 class StopApply(BaseException):
@@ -78,11 +82,23 @@ class ExecutorApplier:
         from planner.apply.placement import scenario_nodes
 
         inventory = [Node(n["name"], n["gpu_type"], n["gpus"], n["dram_gb"]) for n in scenario_nodes(cluster)]
+        if kind == "sim" and sim_state is not None and not Path(sim_state).exists() and Path(journal_path).exists():
+            running = Journal(journal_path).unfinished()
+            if running is not None:
+                from planner.errors import Problem, UserError
+
+                raise UserError(Problem("--state", f"the executor's journal {journal_path} holds the interrupted apply #{running['id']} "
+                                        f"({running['plan_name']}), but the simulated cluster it was applied to ({sim_state}) is gone",
+                                        "restore that file; starting an empty cluster would drop the interrupted apply and every "
+                                        "job that ran"))
         self.backend = open_backend(kind, address=address, sim_state=str(sim_state) if sim_state else None, nodes=inventory,
                                     deadlines=Deadlines())
         # With the simulated backend the cluster is a file written with synchronous=NORMAL: a journal
         # more durable than the cluster it describes buys nothing, and costs two fsyncs a step.
         self.journal = Journal(journal_path, synchronous="NORMAL" if kind == "sim" else "FULL")
+        # Set by the daemon: why this process may no longer act (its lease epoch moved on), and its epoch.
+        self.fence: Optional[Callable[[], Optional[str]]] = None
+        self.fence_epoch: Callable[[], Optional[int]] = lambda: None
 
     # ------------------------------------------------------------------ helpers
     def _target_state(self, target: Placement):
@@ -107,8 +123,13 @@ class ExecutorApplier:
         return to_state(from_placement({"groups": groups}, self.cluster, dram, self.spec_of))
 
     def _save(self) -> None:
-        if hasattr(self.backend, "save"):
+        if hasattr(self.backend, "save") and not (self.fence is not None and self.fence()):
             self.backend.save()
+
+    def _refresh(self) -> None:
+        """Before each apply: the cluster as the file says now (another daemon may have applied since we loaded it)."""
+        if hasattr(self.backend, "refresh") and self.backend.refresh():
+            log.warning("reloaded the simulated cluster: another daemon changed it since this one loaded it")
 
     # ------------------------------------------------------------------ the port
     def observe(self, now: float) -> Observation:
@@ -163,7 +184,17 @@ class ExecutorApplier:
         from executor.diff import diff
         from planner.errors import UserError
 
+        from executor.journal import Fenced
+
+        if self.fence is not None and self.fence():
+            return ApplyResult(False, 0, 0, f"not applied: {self.fence()}", interrupted=True)
+        self._refresh()
         try:
+            if self.journal.unfinished() is None:  # nothing journaled: settle what the cluster itself shows half migrated
+                from executor.recover import settle
+
+                for note in settle(self.backend):
+                    log.warning("recovered without a journal: %s", note)
             t0 = time.perf_counter()
             plan = diff(observe(self.backend), self._target_state(target), stage=True)
             order_ms = (time.perf_counter() - t0) * 1e3
@@ -176,10 +207,13 @@ class ExecutorApplier:
             if status == "done" and should_stop():
                 raise StopApply()
 
-        ex = Executor(self.backend, self.journal, on_step=on_step)
+        ex = Executor(self.backend, self.journal, on_step=on_step, fence=self.fence)
         total = len(plan.steps)
         try:
-            res = ex.apply(plan.steps, name=f"daemon plan {plan_id}", digest=f"daemon-plan-{plan_id}")
+            res = ex.apply(plan.steps, name=f"daemon plan {plan_id}", digest=f"daemon-plan-{plan_id}", fence_epoch=self.fence_epoch())
+        except Fenced as exc:  # superseded: nothing more is done or saved; the new holder resumes the apply
+            log.error("fenced: %s", exc)
+            return ApplyResult(False, 0, total, f"fenced: {exc}", interrupted=True)
         except StopApply:
             self._save()
             return ApplyResult(False, 0, total, "stopped after the step in progress; the executor's journal resumes it", interrupted=True)
@@ -211,13 +245,18 @@ class ExecutorApplier:
         from executor.backends.base import observe
         from executor.controller import Executor
         from executor.diff import diff
+        from executor.journal import Fenced
         from executor.target import to_state
         from planner.errors import UserError
 
+        self._refresh()
         try:
             observed = observe(self.backend)
             plan = diff(observed, to_state(from_realloc(body, observed)), stage=True)
-            res = Executor(self.backend, self.journal).apply(plan.steps, name=f"daemon realloc {job} (iteration {body.get('iteration')})")
+            res = Executor(self.backend, self.journal, fence=self.fence).apply(
+                plan.steps, name=f"daemon realloc {job} (iteration {body.get('iteration')})", fence_epoch=self.fence_epoch())
+        except Fenced as exc:
+            return ApplyResult(False, 0, 0, f"fenced: {exc}", interrupted=True)
         except UserError as exc:
             return ApplyResult(False, 0, 0, f"the executor refuses the reallocation: {exc.render()}")
         finally:
@@ -228,10 +267,15 @@ class ExecutorApplier:
                            f"executor apply #{res.apply_id} {res.status}: {len(plan.steps)} step(s) ({kinds}){notes}"
                            + (f"; {res.message}" if res.status != "done" else ""))
 
-    def close(self) -> None:
-        self._save()
+    def close(self, save: bool = True) -> None:
+        """``save=False``: a daemon that lost the lease (or never held it) leaves the cluster file as it is."""
+        if save:
+            self._save()
         self.journal.close()
-        self.backend.close()
+        if hasattr(self.backend, "save"):
+            self.backend.close(save=save and not (self.fence is not None and self.fence()))
+        else:
+            self.backend.close()
         if self.world is not None:
             self.world.close()
 
