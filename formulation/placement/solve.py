@@ -171,6 +171,8 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
                 message += f"; kept the {warm_name} plan (cheaper than the solver's incumbent)"
     else:
         raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if sol.unplaced:
+        sol = place_leftovers(idx, sol)
     sol.moved = moved_jobs(sol, cur)
     free = dict(idx.capacity)
     for t, n in idx.nodes_used(sol.groups).items():
@@ -190,6 +192,19 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
     record = SolveRecord(backend=backend, status=status, objective=obj, best_bound=lb if not sol.unplaced else None,
                          wall_time_s=time.perf_counter() - t0, time_limit_s=options.time_limit_s, warm_start=warm_name, message=message)
     return Result(plan, record, sol, base_greedy)
+
+
+def place_leftovers(idx: Index, sol: Solution) -> Solution:
+    """Try every job a solver left out in what its plan leaves: the three admission moves against
+    its groups and the free nodes (a job that fits alone in the free nodes is always placed).
+    Only then are the jobs still left out explained, so no explanation is a shortage of nothing."""
+    pk = Packer(idx)
+    for g in sol.groups:
+        pk.add_group(g.config, list(g.members), g.anchor)
+    for j in sol.unplaced:
+        pk.admit(j)
+    out = pk.solution()
+    return Solution(out.groups, out.unplaced, sol.lower_bound, sol.moved)
 
 
 def _round_up_to_cost_unit(idx: Index, lb: float) -> float:
