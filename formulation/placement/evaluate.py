@@ -110,6 +110,10 @@ class Index:
         ri = np.array([r_row[(c.rollout_type, c.rollout_nodes)] for c in configs], dtype=int)
         ti = np.array([t_row[(c.train_type, c.train_nodes)] for c in configs], dtype=int)
         si = np.array([pair_row[(c.rollout_type, c.train_type)] for c in configs], dtype=int)
+        # kept for the fast path (:mod:`formulation.placement.fast`): rows and the gathers into them
+        self.r_keys, self.t_keys, self.pair_row = r_keys, t_keys, pair_row
+        self.R, self.T, self.S = R, T, S
+        self.k_r, self.k_t, self.k_pair = ri, ti, si
         K = len(configs)
         self.a = R[ri] if K else np.full((0, self.n), np.inf)
         self.bs = (T[ti] + S[si]) if K else np.full((0, self.n), np.inf)

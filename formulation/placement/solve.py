@@ -19,10 +19,12 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
+
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
 from formulation.placement.colgen import PatternModel, job_classes
 from formulation.placement.evaluate import Config, Group, Index, Solution, plan_cost_unit
-from formulation.placement.explain import explain
+from formulation.placement.explain import explain, placeable_alone
 from formulation.placement.greedy import Packer, best_greedy, greedy
 from formulation.placement.instance import PlacementInstance
 from formulation.placement.plan import PlacementPlan, build_plan
@@ -94,6 +96,7 @@ class Result:
     record: SolveRecord
     solution: Solution
     greedy: Solution
+    idx: Optional[Index] = None  # the index the solutions' job and configuration numbers refer to
 
 
 def warm_start(idx: Index, cur: Optional[Current]) -> tuple[Solution, str]:
@@ -106,9 +109,36 @@ def warm_start(idx: Index, cur: Optional[Current]) -> tuple[Solution, str]:
 
 
 def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto", current: Optional[PlacementPlan] = None) -> Result:
+    """The plan for ``inst`` within ``options.time_limit_s`` of wall time.
+
+    Jobs that fit nowhere alone (no configuration the fleet can hold meets their SLO with their
+    DRAM: :func:`~formulation.placement.explain.placeable_alone`) are proven unplaceable; they are
+    explained and left out of the solve, so the bound and the gap are over the jobs that can be
+    placed and are reported whenever a plan places all of those."""
     t0 = time.perf_counter()
-    deadline = t0 + options.time_limit_s
     idx = Index(inst)
+    alone = placeable_alone(idx)
+    if alone.all() or idx.n == 0:
+        return _solve(inst, options, backend, current, t0, idx)
+    keep = np.flatnonzero(alone)
+    sub = inst.model_copy(update={"jobs": [inst.jobs[j] for j in keep]})
+    res = _solve(sub, options, backend, current, t0, None)
+    back = lambda js: [int(keep[j]) for j in js]  # noqa: E731
+    lost = [int(j) for j in np.flatnonzero(~alone)]
+    remap = lambda s: Solution([Group(idx.config_id[res.idx.configs[g.config]], tuple(back(g.members)), g.anchor)  # noqa: E731
+                                for g in s.groups], back(s.unplaced) + lost, s.lower_bound, back(s.moved))
+    res.solution, res.greedy, res.idx = remap(res.solution), remap(res.greedy), idx
+    res.plan.unplaced = res.plan.unplaced + [explain(idx, j) for j in lost]
+    res.record.message = (res.record.message + f"; {len(lost)} job(s) fit nowhere alone: explained and left out of the "
+                          "bound (the gap is over the jobs that can be placed)")
+    res.record.wall_time_s = time.perf_counter() - t0
+    return res
+
+
+def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current: Optional[PlacementPlan], t0: float,
+           idx: Optional[Index]) -> Result:
+    deadline = t0 + options.time_limit_s
+    idx = idx if idx is not None else Index(inst)
     cur = read_current(idx, current) if current is not None else None
     warm, warm_name = warm_start(idx, cur)
     warm.moved = moved_jobs(warm, cur)
@@ -119,7 +149,7 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
         plan = build_plan(idx, Solution([]), [], None, greedy_cost=0.0, lower_bound=0.0)
         record = SolveRecord(backend=backend, status=SolveStatus.OPTIMAL, objective=0.0, best_bound=0.0,
                              wall_time_s=time.perf_counter() - t0, time_limit_s=options.time_limit_s, message="no jobs")
-        return Result(plan, record, Solution([]), Solution([]))
+        return Result(plan, record, Solution([]), Solution([]), idx)
     lb = None
     status = SolveStatus.FEASIBLE
     message = ""
@@ -191,7 +221,7 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
                       lower_bound=lb if not sol.unplaced else None, moved=sol.moved)
     record = SolveRecord(backend=backend, status=status, objective=obj, best_bound=lb if not sol.unplaced else None,
                          wall_time_s=time.perf_counter() - t0, time_limit_s=options.time_limit_s, warm_start=warm_name, message=message)
-    return Result(plan, record, sol, base_greedy)
+    return Result(plan, record, sol, base_greedy, idx)
 
 
 def place_leftovers(idx: Index, sol: Solution) -> Solution:
