@@ -128,6 +128,19 @@ class Index:
                        & (self.state_t[None, :] <= self.dram_cap_t[:, None] * (1 + REL_TOL)))
         self.config_id = {c: k for k, c in enumerate(configs)}
 
+    def restrict(self, inst: PlacementInstance, keep: Sequence[int]) -> "Index":
+        """The index of ``inst`` = this instance with only the jobs ``keep`` (same configurations,
+        columns sliced, nothing recomputed)."""
+        keep = np.asarray(keep, dtype=int)
+        new = object.__new__(Index)
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k != "job_configs"})
+        new.inst, new.n, new.names = inst, len(keep), [self.names[j] for j in keep]
+        for name in ("slo", "dram_r", "state_t"):
+            setattr(new, name, getattr(self, name)[keep])
+        for name in ("R", "T", "S", "a", "bs", "tot", "ok"):
+            setattr(new, name, getattr(self, name)[:, keep])
+        return new
+
     @property
     def penalty(self) -> float:
         """$/h every solver charges per job left unplaced: 10 x the most expensive configuration + 1."""

@@ -67,6 +67,8 @@ class _Pair:
     dram_t: np.ndarray  # (nT,) training-pool DRAM (per node x nodes)
     tp: int  # type positions in idx.types
     tq: int
+    min_a: float = 0.0  # the quickest rollout / training occupancy of any job on this pair
+    min_bs: float = 0.0
 
 
 def _pairs(idx: Index) -> list[_Pair]:
@@ -85,9 +87,13 @@ def _pairs(idx: Index) -> list[_Pair]:
             c = idx.configs[k]
             grid[np.searchsorted(rs, c.rollout_nodes), np.searchsorted(ts, c.train_nodes)] = k
         cost = np.where(grid >= 0, idx.cost[np.maximum(grid, 0)], np.inf)
-        out.append(_Pair(p, q, rs, ts, np.array([r_row[(p, int(n))] for n in rs]), np.array([t_row[(q, int(n))] for n in ts]),
-                         idx.pair_row[(p, q)], grid, cost, float(pools[p].dram_gb), pools[q].dram_gb * ts.astype(float),
-                         idx.types.index(p), idx.types.index(q)))
+        pr = _Pair(p, q, rs, ts, np.array([r_row[(p, int(n))] for n in rs]), np.array([t_row[(q, int(n))] for n in ts]),
+                   idx.pair_row[(p, q)], grid, cost, float(pools[p].dram_gb), pools[q].dram_gb * ts.astype(float),
+                   idx.types.index(p), idx.types.index(q))
+        ra, tb = idx.R[pr.r_rows], idx.T[pr.t_rows]
+        pr.min_a = float(ra[np.isfinite(ra)].min()) if np.isfinite(ra).any() else np.inf
+        pr.min_bs = float(tb[np.isfinite(tb)].min()) if np.isfinite(tb).any() else np.inf
+        out.append(pr)
     return out
 
 
@@ -107,10 +113,13 @@ class _Groups:
         self.st = np.zeros(cap)
         self.cur = np.zeros((cap, 2), dtype=int)
         self.cur_cost = np.zeros(cap)
+        self.open = np.zeros(cap, dtype=bool)  # some job could still join (else closed for good)
+        self.minA = np.zeros(cap)  # least rollout sum over the pool sizes (a screen)
+        self.minBS = np.zeros(cap)
         self.members: list[list[int]] = []
 
     def grow(self) -> None:
-        for name in ("sumA", "sumBS", "maxTOT", "lim", "dr", "st", "cur", "cur_cost"):
+        for name in ("sumA", "sumBS", "maxTOT", "lim", "dr", "st", "cur", "cur_cost", "open", "minA", "minBS"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
 
@@ -118,7 +127,7 @@ class _Groups:
 class FastPacker:
     """Best-fit-decreasing packing over pairs of pool types, both pools free to grow."""
 
-    def __init__(self, idx: Index, capacity: Optional[dict[str, int]] = None):
+    def __init__(self, idx: Index, capacity: Optional[dict[str, int]] = None, max_pairs: int = 3):
         self.idx = idx
         self.pairs = _pairs(idx)
         self.groups = [_Groups(pr) for pr in self.pairs]
@@ -133,7 +142,12 @@ class FastPacker:
         if K:
             for j in range(idx.n):
                 ks = idx.job_configs[j]
-                self.job_pairs[j] = sorted(set(pair_of_k[ks].tolist()))
+                # its pairs by the cost of its cheapest configuration there; the first max_pairs
+                best: dict[int, float] = {}
+                for k, c in zip(pair_of_k[ks].tolist(), idx.cost[ks].tolist()):
+                    if c < best.get(k, np.inf):
+                        best[k] = c
+                self.job_pairs[j] = sorted(best, key=lambda p: (best[p], p))[:max_pairs]
         self.placed: dict[int, tuple[int, int]] = {}
 
     # ---------------------------------------------------------------- job data on a pair
@@ -168,20 +182,30 @@ class FastPacker:
                 continue
             pr = G.pair
             a, bs = self._job(pr, j)
-            n = G.n
-            lim = np.minimum(G.lim[:n], slo) * TOL
-            # cheap 1-D screens first: DRAM on the rollout nodes, some rollout size and training size
-            ok = G.dr[:n] + idx.dram_r[j] <= pr.dram_r * TOL
-            A = G.sumA[:n] + a[None, :]
-            BS = G.sumBS[:n] + bs[None, :]
-            okA = A <= lim[:, None]
-            okB = (BS <= lim[:, None]) & (G.st[:n, None] + idx.state_t[j] <= pr.dram_t[None, :] * TOL)
-            ok &= okA.any(axis=1) & okB.any(axis=1)
-            rows = np.flatnonzero(ok)
-            if len(rows) == 0:
+            cand_rows = np.flatnonzero(G.open[:G.n])
+            if len(cand_rows) == 0:
                 continue
+            lim_all = np.minimum(G.lim[cand_rows], slo) * TOL
+            # cheap 1-D screens first: DRAM on the rollout nodes, room for its quickest phases
+            ok = ((G.dr[cand_rows] + idx.dram_r[j] <= pr.dram_r * TOL) & (G.minA[cand_rows] + a.min() <= lim_all)
+                  & (G.minBS[cand_rows] + bs.min() <= lim_all))
+            cand_rows = cand_rows[ok]
+            if len(cand_rows) == 0:
+                continue
+            lim_c = lim_all[ok]
+            A = G.sumA[cand_rows] + a[None, :]
+            BS = G.sumBS[cand_rows] + bs[None, :]
+            okA = A <= lim_c[:, None]
+            okB = (BS <= lim_c[:, None]) & (G.st[cand_rows, None] + idx.state_t[j] <= pr.dram_t[None, :] * TOL)
+            ok = okA.any(axis=1) & okB.any(axis=1)
+            sel = np.flatnonzero(ok)
+            if len(sel) == 0:
+                continue
+            rows = cand_rows[sel]
+            A, BS, okA, okB = A[sel], BS[sel], okA[sel], okB[sel]
+            lim = lim_c[sel]
             tot = np.maximum(G.maxTOT[rows], a[:, None] + bs[None, :])
-            feas = okA[rows][:, :, None] & okB[rows][:, None, :] & (tot <= lim[rows, None, None]) & np.isfinite(pr.cost)[None]
+            feas = okA[:, :, None] & okB[:, None, :] & (tot <= lim[:, None, None]) & np.isfinite(pr.cost)[None]
             cur = G.cur[rows]
             ep, eq = self._extra_nodes(pr, pr.rs[cur[:, 0]], pr.ts[cur[:, 1]])
             feas &= self._fits_free(pr, ep, eq)
@@ -191,7 +215,7 @@ class FastPacker:
             flat = marg.reshape(len(rows), -1)
             m = flat.min()
             cand = np.argwhere(marg <= m + 1e-9)
-            fill = np.maximum(A[rows[cand[:, 0]], cand[:, 1]], BS[rows[cand[:, 0]], cand[:, 2]]) / lim[rows[cand[:, 0]]]
+            fill = np.maximum(A[cand[:, 0], cand[:, 1]], BS[cand[:, 0], cand[:, 2]]) / lim[cand[:, 0]]
             c = int(np.argmax(fill))
             f = float(fill[c])
             if best is None or m < best[0] - 1e-9 or (m <= best[0] + 1e-9 and f > best[1]):
@@ -264,14 +288,18 @@ class FastPacker:
         G.st[g] += self.idx.state_t[j]
         G.members[g].append(j)
         self.placed[j] = (pi, g)
+        # closed for good when not even the quickest job fits at the largest pools
+        lim = G.lim[g] * TOL
+        G.minA[g], G.minBS[g] = G.sumA[g].min(), G.sumBS[g].min()
+        G.open[g] = bool(G.minA[g] + G.pair.min_a <= lim and G.minBS[g] + G.pair.min_bs <= lim)
 
     def admit(self, j: int, efficient: bool = True) -> bool:
         join = self.best_join(j)
-        new = self.best_open(j, efficient)
+        solo = self.best_open(j, False)
+        new = self.best_open(j, True) if efficient else solo
         if join is None and new is None:
             return False
         # join when it adds less than the cheapest group of its own would cost
-        solo = self.best_open(j, False) if efficient else new
         if join is not None and (solo is None or join[0] < solo[0] - 1e-9):
             self.join(j, *join[2:])
         else:
@@ -300,90 +328,174 @@ def size_key(idx: Index) -> np.ndarray:
     return np.where(np.isfinite(best), best, 0.0)
 
 
-def pack(idx: Index, order: Optional[Sequence[int]] = None, efficient: bool = True,
-         capacity: Optional[dict[str, int]] = None) -> Solution:
-    """Best-fit decreasing (by :func:`size_key`) unless ``order`` is given."""
-    pk = FastPacker(idx, capacity)
+def pack(idx: Index, order: Optional[Sequence[int]] = None, efficient: bool = False,
+         capacity: Optional[dict[str, int]] = None, max_pairs: int = 16, deadline: float = float("inf")) -> Solution:
+    """Best-fit decreasing (by :func:`size_key`) unless ``order`` is given. Past ``deadline`` the
+    remaining jobs each open a group on their cheapest configuration (no search), so the call
+    returns a complete plan about on time."""
+    pk = FastPacker(idx, capacity, max_pairs)
     if order is None:
-        key = size_key(idx)
-        order = np.lexsort((np.arange(idx.n), -key))
-    for j in order:
+        order = ffd_order(idx)
+    for i, j in enumerate(order):
+        if i % 32 == 0 and time.perf_counter() > deadline:
+            for jj in order[i:]:
+                new = pk.best_open(int(jj), False)
+                if new is not None:
+                    pk.open_group(int(jj), *new[1:])
+            break
         pk.admit(int(j), efficient)
     return pk.solution()
 
 
+def ffd_order(idx: Index) -> np.ndarray:
+    """Decreasing size key (GPU-seconds per cycle priced, :func:`size_key`), ties by position."""
+    return np.lexsort((np.arange(idx.n), -size_key(idx)))
+
+
+def slo_order(idx: Index) -> np.ndarray:
+    """Tightest SLO first (measured better than the size key on distinct jobs, docs/placement.md)."""
+    return np.argsort(idx.slo, kind="stable")
+
+
+@dataclass
+class FastStats:
+    ffd_cost: Optional[float] = None
+    constructed: str = ""
+    lns_moves: int = 0
+    lns_gain: float = 0.0
+    bound: Optional[float] = None
+    cut_short: list = None  # phases the deadline cut short
+
+    def message(self) -> str:
+        parts = [f"fast path: {self.constructed}"]
+        if self.ffd_cost is not None:
+            parts.append(f"FFD {self.ffd_cost:.6g} $/h")
+        parts.append(f"local search {self.lns_moves} improving re-partitions (-{self.lns_gain:.6g} $/h)")
+        parts.append(f"load bound {self.bound:.6g}" if self.bound is not None else "no bound")
+        if self.cut_short:
+            parts.append("cut short by the time limit: " + ", ".join(self.cut_short))
+        return "; ".join(parts)
+
+
+def _score(idx: Index, sol: Solution) -> float:
+    return sol.cost(idx) + idx.penalty * len(sol.unplaced)
+
+
+def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, seed: int = 0,
+               progress=None) -> tuple[Solution, FastStats]:
+    """Construction (tightest-SLO-first and FFD packings, the better one; the warm start if
+    cheaper), the load bound, then local search until ``deadline``."""
+    t0 = time.perf_counter()
+    span = max(0.0, deadline - t0)
+    st = FastStats(cut_short=[])
+    if warm is not None:  # a re-optimisation: keep the current plan's groups, improve the others
+        return _finish(idx, warm, "the previous plan with the new jobs admitted", st, deadline, seed, progress)
+    many = idx.n > 500
+    sol = pack(idx, slo_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.6 * span)
+    st.constructed = "tightest-SLO-first best fit"
+    if time.perf_counter() > t0 + 0.6 * span:
+        st.cut_short.append("packing (the rest opened groups of their own)")
+    if time.perf_counter() < t0 + 0.3 * span:
+        ffd = pack(idx, ffd_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.6 * span)
+        st.ffd_cost = ffd.cost(idx) if not ffd.unplaced else None
+        if _score(idx, ffd) < _score(idx, sol) - 1e-9:
+            sol, st.constructed = ffd, "FFD best fit"
+    return _finish(idx, sol, st.constructed, st, deadline, seed, progress)
+
+
+def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline: float, seed: int, progress):
+    st.constructed = constructed
+    if progress:
+        progress("construct", sol.cost(idx), None)
+    if not sol.unplaced:
+        st.bound = load_bound(idx, deadline=time.perf_counter() + 0.15 * max(0.0, deadline - time.perf_counter()))
+        if progress:
+            progress("bound", sol.cost(idx), st.bound)
+    before = sol.cost(idx)
+    sol, st.lns_moves = improve(idx, sol, deadline, seed=seed, progress=progress, bound=st.bound)
+    st.lns_gain = before - sol.cost(idx)
+    return sol, st
+
+
 # ------------------------------------------------------------------------------------- the bound
-def _loads(idx: Index, jobs: np.ndarray):
-    """Sparse (k, j) pairs where job j may use k alone, and their four loads."""
-    ok = idx.ok[:, jobs]
-    ks, pos = np.nonzero(ok)
-    js = jobs[pos]
-    L = np.stack([idx.a[ks, js] / idx.slo[js], idx.bs[ks, js] / idx.slo[js],
-                  idx.dram_r[js] / idx.dram_cap_r[ks], idx.state_t[js] / idx.dram_cap_t[ks]], axis=1)
-    return ks, pos, L
-
-
-def load_bound(idx: Index, jobs: Optional[Sequence[int]] = None, iterations: int = 40,
+def load_bound(idx: Index, jobs: Optional[Sequence[int]] = None, iterations: int = 12,
                deadline: float = float("inf")) -> Optional[float]:
     """A lower bound on the cost of every plan that places ``jobs`` (default: all of them); None
     when some of them fits nowhere alone. See the module docstring for the proof."""
     jobs = np.arange(idx.n) if jobs is None else np.asarray(list(jobs), dtype=int)
     if len(jobs) == 0:
         return 0.0
-    if not idx.ok[:, jobs].any(axis=0).all():
+    ok = idx.ok[:, jobs]
+    if not ok.any(axis=0).all():
         return None
-    ks, pos, L = _loads(idx, jobs)
+    jj, kk = np.nonzero(ok.T)  # the (job, configuration) pairs a job may use alone, by job
+    js = jobs[jj]
+    starts = np.flatnonzero(np.r_[True, jj[1:] != jj[:-1]])
+    slo = idx.slo[js]
+    L = np.stack([idx.a[kk, js] / slo, idx.bs[kk, js] / slo, idx.dram_r[js] / idx.dram_cap_r[kk],
+                  idx.state_t[js] / idx.dram_cap_t[kk]], axis=1)  # (P, 4)
     K, T = len(idx.configs), len(idx.types)
-    theta = np.full((K, 4), 0.25)
-    theta[:, 2:] = 0.0
+    theta = np.zeros((K, 4))
     theta[:, :2] = 0.5
     mu = np.zeros(T)
     cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
     nm = idx.node_matrix
     best = -np.inf
-    step = 0.5
-    n = len(jobs)
+    step = 0.7
     for it in range(iterations):
         price = idx.cost + nm @ mu
-        v = price[ks] * (L * theta[ks]).sum(axis=1)
-        # per job: the least over its configurations
-        order = np.lexsort((v, pos))
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = pos[order][1:] != pos[order][:-1]
-        pick = order[first]  # one (k, j) per job, the cheapest
-        val = float(v[pick].sum() - mu @ cap)
-        if val > best:
-            best = val
+        w = (L * theta[kk]).sum(axis=1)
+        v = price[kk] * w
+        vmin = np.minimum.reduceat(v, starts)
+        val = float(vmin.sum() - mu @ cap)
+        best = max(best, val)
         if time.perf_counter() > deadline or it == iterations - 1:
             break
+        pick = np.flatnonzero(v <= vmin[jj] * (1 + 1e-12))
         # multiplicative weights: more weight on the dimensions the chosen configurations fill most
         g = np.zeros((K, 4))
-        np.add.at(g, ks[pick], L[pick])
+        np.add.at(g, kk[pick], L[pick])
         used = g.sum(axis=1) > 0
         scale = g[used].max(axis=1, keepdims=True)
         upd = theta[used] * np.exp(step * (g[used] / np.maximum(scale, 1e-12) - 1.0))
         theta[used] = upd / upd.sum(axis=1, keepdims=True)
-        # node prices: subgradient on the capacity rows (only when the chosen groups overfill them)
-        load_nodes = np.zeros(T)
         frac = np.zeros(K)
-        np.add.at(frac, ks[pick], (L[pick] * theta[ks[pick]]).sum(axis=1))
-        load_nodes = frac @ nm
-        mu = np.maximum(0.0, mu + step * (load_nodes - cap) / max(1.0, n))
+        np.add.at(frac, kk[pick], w[pick])
+        mu = np.maximum(0.0, mu + step * (frac @ nm - cap) / max(1.0, len(jobs)))
     return float(best)
 
 
 # ------------------------------------------------------------------------------------- local search
-def _cheapest(idx: Index, members: list[int]) -> tuple[float, int]:
-    m = np.asarray(members)
-    ok = idx.ok[:, m].all(axis=1)
-    lim = idx.slo[m].min() * TOL
-    feas = ok & (idx.a[:, m].sum(axis=1) <= lim) & (idx.bs[:, m].sum(axis=1) <= lim) & (idx.tot[:, m].max(axis=1) <= lim)
-    feas &= (idx.dram_r[m].sum() <= idx.dram_cap_r * TOL) & (idx.state_t[m].sum() <= idx.dram_cap_t * TOL)
-    if not feas.any():
-        return np.inf, -1
-    c = np.where(feas, idx.cost, np.inf)
-    k = int(np.argmin(c))
-    return float(c[k]), k
+def subset_costs(idx: Index, jobs: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """For every non-empty subset ``S`` of ``jobs`` (bit ``i`` = ``jobs[i]``; index ``mask - 1``):
+    the cost of its cheapest configuration on which it is a feasible group (closed form, inf when
+    none) and that configuration. Vectorised over subsets x configurations."""
+    J = np.asarray(jobs, dtype=int)
+    n = len(J)
+    masks = np.arange(1, 1 << n)
+    M = ((masks[:, None] >> np.arange(n)[None, :]) & 1).astype(bool)  # (S, n)
+    ks = np.flatnonzero(idx.ok[:, J].any(axis=1))
+    ok = idx.ok[np.ix_(ks, J)]  # (K', n)
+    Mf = M.astype(float)
+    all_ok = (Mf @ (~ok).T.astype(float)) == 0  # (S, K')
+    a = np.where(ok, idx.a[np.ix_(ks, J)], 0.0)
+    bs = np.where(ok, idx.bs[np.ix_(ks, J)], 0.0)
+    sumA = Mf @ a.T
+    sumBS = Mf @ bs.T
+    maxT = np.zeros_like(sumA)
+    lim = np.full(len(masks), np.inf)
+    for i in range(n):
+        maxT = np.maximum(maxT, np.where(M[:, i:i + 1], (a[:, i] + bs[:, i])[None, :], 0.0))
+        lim = np.where(M[:, i], np.minimum(lim, idx.slo[J[i]]), lim)
+    lim = lim * TOL
+    dr = Mf @ idx.dram_r[J]
+    st = Mf @ idx.state_t[J]
+    feas = (all_ok & (sumA <= lim[:, None]) & (sumBS <= lim[:, None]) & (maxT <= lim[:, None])
+            & (dr[:, None] <= idx.dram_cap_r[ks][None, :] * TOL) & (st[:, None] <= idx.dram_cap_t[ks][None, :] * TOL))
+    c = np.where(feas, idx.cost[ks][None, :], np.inf)
+    best = c.argmin(axis=1) if len(ks) else np.zeros(len(masks), dtype=int)
+    cost = c[np.arange(len(masks)), best] if len(ks) else np.full(len(masks), np.inf)
+    return cost, (ks[best] if len(ks) else best)
 
 
 def repartition(idx: Index, jobs: list[int], free: np.ndarray, used_before: np.ndarray):
@@ -391,64 +503,64 @@ def repartition(idx: Index, jobs: list[int], free: np.ndarray, used_before: np.n
     using at most ``used_before + free`` nodes per type; (cost, [(k, members)]) or None."""
     n = len(jobs)
     full = (1 << n) - 1
-    cost = {}
-    conf = {}
-    # subsets in increasing size; a subset is infeasible when one of its (size-1) subsets is
+    cost, conf = subset_costs(idx, jobs)
+    finite = np.isfinite(cost)
+    # subsets by lowest member, feasible ones only
+    by_low: list[list[int]] = [[] for _ in range(n)]
+    for m in (np.flatnonzero(finite) + 1).tolist():
+        by_low[(m & -m).bit_length() - 1].append(m)
+    best_c = [np.inf] * (full + 1)
+    best_p = [0] * (full + 1)
+    best_c[0] = 0.0
     for mask in range(1, full + 1):
-        members = [jobs[i] for i in range(n) if mask >> i & 1]
-        if len(members) > 1:
-            low = mask & -mask
-            if cost.get(mask ^ low, np.inf) == np.inf:
-                cost[mask] = np.inf
+        low = (mask & -mask).bit_length() - 1
+        b, bp = np.inf, 0
+        for s in by_low[low]:
+            if s & ~mask:
                 continue
-        c, k = _cheapest(idx, members)
-        cost[mask] = c
-        conf[mask] = k
-    best = {0: (0.0, ())}
-    for mask in range(1, full + 1):
-        low = mask & -mask
-        rest = mask ^ low
-        b = (np.inf, ())
-        sub = rest
-        while True:
-            s = sub | low
-            c = cost.get(s, np.inf)
-            if c < np.inf:
-                prev = best[mask ^ s]
-                if prev[0] + c < b[0]:
-                    b = (prev[0] + c, prev[1] + (s,))
-            if sub == 0:
-                break
-            sub = (sub - 1) & rest
-        best[mask] = b
-    total, parts = best[full]
-    if not np.isfinite(total):
+            v = best_c[mask ^ s] + cost[s - 1]
+            if v < b:
+                b, bp = v, s
+        best_c[mask], best_p[mask] = b, bp
+    if not np.isfinite(best_c[full]):
         return None
+    parts = []
+    m = full
+    while m:
+        parts.append(best_p[m])
+        m ^= best_p[m]
     nm = idx.node_matrix
-    use = sum(nm[conf[s]] for s in parts)
+    use = sum(nm[conf[s - 1]] for s in parts)
     if (use > used_before + free + 1e-9).any():
         return None
-    return total, [(conf[s], [jobs[i] for i in range(n) if s >> i & 1]) for s in parts]
+    return float(best_c[full]), [(int(conf[s - 1]), [jobs[i] for i in range(n) if s >> i & 1]) for s in parts]
 
 
-def improve(idx: Index, sol: Solution, deadline: float, seed: int = 0, max_jobs: int = 9) -> Solution:
+def improve(idx: Index, sol: Solution, deadline: float, seed: int = 0, max_jobs: int = 7, progress=None,
+            bound: Optional[float] = None) -> tuple[Solution, int]:
     """Large-neighbourhood search: re-partition the members of 2-3 groups sharing a pool type
-    exactly (:func:`repartition`), keep the result when it is cheaper, until the deadline."""
+    exactly (:func:`repartition`), keep the result when it is cheaper, until the deadline.
+    Anchored groups (a current plan's) are left as they are. Returns (solution, improving moves)."""
     rng = np.random.default_rng(seed)
     groups = [Group(g.config, tuple(g.members), g.anchor) for g in sol.groups]
     nm = idx.node_matrix
     cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
     used = sum((nm[g.config] for g in groups), np.zeros(len(idx.types)))
     fails = 0
+    moves = 0
+    cost = idx.groups_cost(groups)
+    last = time.perf_counter()
     while time.perf_counter() < deadline and len(groups) >= 2 and fails < 50 * len(groups):
         a = int(rng.integers(len(groups)))
+        if groups[a].anchor:
+            fails += 1
+            continue
         ca = idx.configs[groups[a].config]
-        # partners: groups sharing a pool type with a, members few enough
         pick = [a]
         size = len(groups[a].members)
         for b in rng.permutation(len(groups))[:40]:
             b = int(b)
-            if b in pick or groups[b].anchor or groups[a].anchor:
+            if b in pick or groups[b].anchor:
                 continue
             cb = idx.configs[groups[b].config]
             if {cb.rollout_type, cb.train_type} & {ca.rollout_type, ca.train_type} and size + len(groups[b].members) <= max_jobs:
@@ -467,7 +579,12 @@ def improve(idx: Index, sol: Solution, deadline: float, seed: int = 0, max_jobs:
             fails += 1
             continue
         fails = 0
+        moves += 1
+        cost -= before - res[0]
         new = [Group(k, tuple(m)) for k, m in res[1]]
         used = used - used_before + sum(nm[g.config] for g in new)
         groups = [g for i, g in enumerate(groups) if i not in pick] + new
-    return Solution(groups, list(sol.unplaced), sol.lower_bound, list(sol.moved))
+        if progress and time.perf_counter() - last > 0.5:
+            last = time.perf_counter()
+            progress("local search", cost, bound)
+    return Solution(groups, list(sol.unplaced), sol.lower_bound, list(sol.moved)), moves
