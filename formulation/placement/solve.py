@@ -35,6 +35,7 @@ FAST_ONLY_LIMIT_S = 2.0
 FAST_ONLY_CLASSES = 600
 FAST_WARM_SHARE = 0.15  # of the limit, at most FAST_WARM_MAX_S, for the fast path before column generation
 FAST_WARM_MAX_S = 3.0
+FINISH_S_PER_JOB = 1.5e-4  # measured: building the plan body of 2,000 jobs took 0.15-0.3 s
 COMPACT_MAX_JOBS = 30  # the compact models are for small instances: beyond this, auto uses colgen
 
 
@@ -171,15 +172,19 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             warm0.moved = moved_jobs(warm0, cur)
         else:
             warm0, warm_name = None, "fast path"
-        share = deadline if fast_only else t0 + min(FAST_WARM_MAX_S, FAST_WARM_SHARE * options.time_limit_s)
+        # leave time to finish: the plan body (closed-form cycle times, node names), explanations
+        finish = min(0.3 * options.time_limit_s, FINISH_S_PER_JOB * idx.n + 0.02)
+        share = deadline - finish if fast_only else t0 + min(FAST_WARM_MAX_S, FAST_WARM_SHARE * options.time_limit_s)
         warm, fst = fast_solve(idx, share, warm0, seed=options.seed, progress=progress)
         warm.moved = moved_jobs(warm, cur)
         if warm0 is None:
             warm_name = "fast path"
         fast_msg = fst.message()
         cut_short += fst.cut_short or []
-        base_greedy = warm
-        greedy_cost = fst.ffd_cost
+        # the Weave greedy is not run on the fast path alone (seconds at thousands of jobs): the
+        # message has the FFD's cost instead
+        base_greedy = warm if fast_only else greedy(idx, "arrival")
+        greedy_cost = None if fast_only else base_greedy.cost(idx)
         fast_lb = fst.bound
         backend = "fast" if fast_only else "colgen"
     else:

@@ -8,6 +8,7 @@ from typing import Optional
 from planner.errors import Problem, UserError
 
 KIND = "PlacementPlan"
+SUMMARY_GROUPS = 20  # groups listed on the terminal (the plan has them all)
 
 
 def load_input(path: str, mode: Optional[str] = None):
@@ -63,9 +64,11 @@ def summary(plan, record: dict) -> str:
                  + (f"; greedy {plan.greedy_cost_per_hour:.2f} $/h" if plan.greedy_cost_per_hour is not None else "")
                  + (f"; bound {bound:.2f} (gap {100 * gap:.2f}%)" if bound is not None and gap is not None else "")
                  + f"; {record['backend']} {record['status']} in {record['wall_time_s']:.2f} s")
-    for g in plan.groups:
+    for g in plan.groups[:SUMMARY_GROUPS]:
         worst = min(g.members, key=lambda m: m.slack_s)
         lines.append(f"  {g.id}: {g.rollout_pool.size}x{g.rollout_pool.gpu_type} rollout + {g.train_pool.size}x{g.train_pool.gpu_type} "
                      f"training, {g.cost_per_hour:.1f} $/h, cycle {g.cycle_time_s:.1f} s, busy {100 * g.rollout_busy:.0f}%/"
                      f"{100 * g.train_busy:.0f}%, members {', '.join(g.order)} (least slack {worst.slack_s:.1f} s: {worst.job})")
+    if len(plan.groups) > SUMMARY_GROUPS:
+        lines.append(f"  ... and {len(plan.groups) - SUMMARY_GROUPS} more group(s) in the plan")
     return "\n".join(lines)

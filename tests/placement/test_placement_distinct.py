@@ -141,3 +141,17 @@ def test_ffd_order_is_by_decreasing_size():
     key = size_key(idx)
     order = ffd_order(idx)
     assert (np.diff(key[order]) <= 1e-12).all()
+
+
+def test_whole_pool_cycle_times_agree_with_howard():
+    from formulation.placement.cycle import Member, cycle_times, whole_pool_cycle_times
+
+    rng = np.random.default_rng(5)
+    for _ in range(30):
+        n = int(rng.integers(1, 5))
+        r, t = frozenset({"r0", "r1"}), frozenset({"t0"})
+        ms = [Member(f"m{i}", float(rng.uniform(1, 50)), float(rng.uniform(1, 50)), float(rng.uniform(0, 3)), r, t) for i in range(n)]
+        a, b = whole_pool_cycle_times(ms), cycle_times(ms)
+        assert a.period == pytest.approx(b.period, rel=1e-9)
+        for m in ms:
+            assert a.of(m.name) == pytest.approx(b.of(m.name), rel=1e-9)
