@@ -16,16 +16,19 @@ def load_input(path: str, mode: Optional[str] = None):
     import hashlib
     import json
 
-    from planner.instances.placement import compile_scenario, is_instance_file, load_instance
-    from planner.plandoc import scenario_digest
-    from planner.schema import load_scenario
+    from planner.instances.placement_files import load_instance, read_data
 
     if not Path(path).exists():
         raise UserError(Problem("", f"file not found: {path}", "check the path"))
-    if is_instance_file(path):
-        inst = load_instance(path)
+    data = read_data(path)
+    if data is not None:
+        inst = load_instance(path, data)
         canon = json.dumps(inst.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return inst, inst.name, hashlib.sha256(canon.encode()).hexdigest()[:16], None
+    from planner.instances.placement import compile_scenario
+    from planner.plandoc import scenario_digest
+    from planner.schema import load_scenario
+
     sc = load_scenario(path)
     return compile_scenario(sc, mode), sc.name, scenario_digest(sc), sc
 

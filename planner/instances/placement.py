@@ -72,54 +72,5 @@ def compile_scenario(sc: Scenario, mode: str | None = None) -> PlacementInstance
     return PlacementInstance(name=sc.name, pool_types=pools, jobs=jobs, move_price_per_job=sc.solver.move_price_per_job)
 
 
-def load_instance(path: str | Path) -> PlacementInstance:
-    """A numbers-only instance file (YAML or JSON), with errors that name the field."""
-    import json
-
-    import yaml
-    from pydantic import ValidationError
-
-    p = Path(path)
-    if not p.exists():
-        raise UserError(Problem("", f"instance file not found: {p}", "check the path"))
-    try:
-        text = p.read_text()
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise UserError(Problem("", f"cannot read the instance file: {exc}", "write valid YAML or JSON", source=str(p))) from None
-    if not isinstance(data, dict):
-        raise UserError(Problem("", "a placement instance is a mapping with pool_types and jobs",
-                                "see docs/placement.md for the format", source=str(p)))
-    data.pop("kind", None)
-    try:
-        return PlacementInstance.model_validate(data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors(include_url=False)[:10]:
-            loc = ".".join(str(x) for x in err["loc"])
-            bad = err.get("input")
-            shown = f" (got {bad!r})" if not isinstance(bad, (dict, list)) and bad is not None else ""
-            problems.append(Problem(loc, f"{err['msg']}{shown}", "see docs/placement.md for the instance format", source=str(p)))
-        raise UserError(problems, title=f"{p}: invalid placement instance") from None
-
-
-def is_instance_file(path: str | Path) -> bool:
-    """Whether a YAML/JSON file is a numbers-only placement instance (has pool_types) rather than a scenario."""
-    import json
-
-    import yaml
-
-    p = Path(path)
-    try:
-        text = p.read_text()
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except Exception:  # noqa: BLE001 - the scenario loader reports unreadable files properly
-        return False
-    return isinstance(data, dict) and ("pool_types" in data or data.get("kind") == "PlacementInstance")
-
-
-def dump_instance(inst: PlacementInstance) -> str:
-    import yaml
-
-    data = {"kind": "PlacementInstance", **inst.model_dump(mode="json", exclude_defaults=False)}
-    return yaml.safe_dump(data, sort_keys=False, width=120)
+# instance files live in planner.instances.placement_files (no estimator imports); re-exported here
+from planner.instances.placement_files import dump_instance, is_instance_file, load_instance, read_data  # noqa: E402,F401
