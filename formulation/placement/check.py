@@ -14,7 +14,8 @@ unknown-job         a plan member that the instance does not have
 pool-nodes          a pool's nodes exist, are of its GPU type, and number its size
 node-exclusive      a node serves at most one pool
 capacity            nodes used per GPU type within what the fleet has
-pins                a member's pins are non-empty and inside its group's pools
+pins                a member is pinned to every node of its group's rollout and training pools
+                    (the plan space: see "The plan space" in docs/placement.md)
 job-pool            the member's tables have the pool type and pinned node count
 phase-times         the plan's phase seconds match the instance's tables
 slo                 each member's cycle time within its SLO
@@ -100,6 +101,10 @@ def check(inst: PlacementInstance, plan: PlacementPlan) -> list[Violation]:
                 add("pins", where, f"rollout pins {m.rollout_nodes} are not a non-empty subset of the rollout pool")
             if not m.train_nodes or not set(m.train_nodes) <= set(g.train_pool.nodes):
                 add("pins", where, f"training pins {m.train_nodes} are not a non-empty subset of the training pool")
+            for side, pins, pool in (("rollout", m.rollout_nodes, g.rollout_pool), ("training", m.train_nodes, g.train_pool)):
+                if set(pins) != set(pool.nodes) and set(pins) <= set(pool.nodes):
+                    add("pins", where, f"pinned to {len(set(pins))} of the {len(pool.nodes)} {side} pool nodes; every member runs on "
+                                       f"its group's whole pools (split the group into groups of their own pools instead)")
             p, q = g.rollout_pool.gpu_type, g.train_pool.gpu_type
             nr, nt = len(set(m.rollout_nodes)), len(set(m.train_nodes))
             a = job.rollout_s.get(p, {}).get(nr)

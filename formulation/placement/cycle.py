@@ -257,6 +257,30 @@ def cycle_time(members: Sequence[Member]) -> float:
     return cycle_times(members).period
 
 
+def whole_pool_cycle_times(members: Sequence[Member]) -> CycleResult:
+    """Cycle times of members that are all pinned to every node of both pools, by the closed form
+    (the plans the optimisers build; :func:`cycle_times` on the same members agrees, and the
+    checker recomputes it that way). The rings tie every member's events into one strongly
+    connected graph, so every member's cycle time is the group's period. The critical cycle is
+    the rollout ring, the training ring, or one member's own rollout-training cycle, whichever
+    attains the maximum (rings first on ties)."""
+    if not members:
+        return CycleResult({}, 0.0, [])
+    if len({m.name for m in members}) != len(members):
+        raise ValueError("member names must be unique")
+    a = [m.rollout_s for m in members]
+    bs = [m.train_s + m.sync_s for m in members]
+    period = closed_form(a, bs)
+    if sum(a) >= period:
+        crit = [f"R:{m.name}" for m in members]
+    elif sum(bs) >= period:
+        crit = [f"T:{m.name}" for m in members]
+    else:
+        i = max(range(len(members)), key=lambda i: a[i] + bs[i])
+        crit = [f"R:{members[i].name}", f"T:{members[i].name}"]
+    return CycleResult({m.name: period for m in members}, period, crit)
+
+
 def simple_cycles(n: int, arcs: Sequence[Arc]):
     """Every simple cycle as a list of arcs (Johnson-free DFS from each cycle's smallest event)."""
     out_arcs: list[list[Arc]] = [[] for _ in range(n)]

@@ -83,17 +83,43 @@ class Index:
                         configs.append(Config(p, nr, q, nt))
         self.configs: list[Config] = configs
         self.cost = np.array([self.config_cost(c) for c in configs], dtype=float)
+        # per (type, size) rows of rollout / training seconds and per (type, type) rows of sync
+        # seconds, filled once per job; the per-configuration arrays are gathered from them
+        r_keys = sorted({(c.rollout_type, c.rollout_nodes) for c in configs})
+        t_keys = sorted({(c.train_type, c.train_nodes) for c in configs})
+        r_row = {key: i for i, key in enumerate(r_keys)}
+        t_row = {key: i for i, key in enumerate(t_keys)}
+        pair_row = {(p, q): i for i, (p, q) in enumerate((p, q) for p in self.types for q in self.types)}
+        R = np.full((len(r_keys), self.n), np.inf)
+        T = np.full((len(t_keys), self.n), np.inf)
+        S = np.zeros((len(pair_row), self.n))
+        for i, j in enumerate(jobs):
+            for t, row in j.rollout_s.items():
+                for nodes, v in row.items():
+                    r = r_row.get((t, nodes))
+                    if r is not None:
+                        R[r, i] = v
+            for t, row in j.train_s.items():
+                for nodes, v in row.items():
+                    r = t_row.get((t, nodes))
+                    if r is not None:
+                        T[r, i] = v
+            for p, row in j.sync_s.items():
+                for q, v in row.items():
+                    S[pair_row[(p, q)], i] = v
+        ri = np.array([r_row[(c.rollout_type, c.rollout_nodes)] for c in configs], dtype=int)
+        ti = np.array([t_row[(c.train_type, c.train_nodes)] for c in configs], dtype=int)
+        si = np.array([pair_row[(c.rollout_type, c.train_type)] for c in configs], dtype=int)
+        # kept for the fast path (:mod:`formulation.placement.fast`): rows and the gathers into them
+        self.r_keys, self.t_keys, self.pair_row = r_keys, t_keys, pair_row
+        self.R, self.T, self.S = R, T, S
+        self.k_r, self.k_t, self.k_pair = ri, ti, si
         K = len(configs)
-        self.a = np.full((K, self.n), np.inf)
-        self.bs = np.full((K, self.n), np.inf)
-        for k, c in enumerate(configs):
-            for i, j in enumerate(jobs):
-                ra = j.rollout_s.get(c.rollout_type, {}).get(c.rollout_nodes)
-                tb = j.train_s.get(c.train_type, {}).get(c.train_nodes)
-                if ra is not None and tb is not None:
-                    self.a[k, i] = ra
-                    self.bs[k, i] = tb + j.sync(c.rollout_type, c.train_type)
+        self.a = R[ri] if K else np.full((0, self.n), np.inf)
+        self.bs = (T[ti] + S[si]) if K else np.full((0, self.n), np.inf)
         self.tot = self.a + self.bs
+        self.a = np.where(np.isfinite(self.tot), self.a, np.inf)
+        self.bs = np.where(np.isfinite(self.tot), self.bs, np.inf)
         self.dram_cap_r = np.array([inst.pool_types[c.rollout_type].dram_gb for c in configs])
         self.dram_cap_t = np.array([inst.pool_types[c.train_type].dram_gb * c.train_nodes for c in configs])
         with np.errstate(invalid="ignore"):
@@ -101,6 +127,19 @@ class Index:
                        & (self.dram_r[None, :] <= self.dram_cap_r[:, None] * (1 + REL_TOL))
                        & (self.state_t[None, :] <= self.dram_cap_t[:, None] * (1 + REL_TOL)))
         self.config_id = {c: k for k, c in enumerate(configs)}
+
+    def restrict(self, inst: PlacementInstance, keep: Sequence[int]) -> "Index":
+        """The index of ``inst`` = this instance with only the jobs ``keep`` (same configurations,
+        columns sliced, nothing recomputed)."""
+        keep = np.asarray(keep, dtype=int)
+        new = object.__new__(Index)
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k != "job_configs"})
+        new.inst, new.n, new.names = inst, len(keep), [self.names[j] for j in keep]
+        for name in ("slo", "dram_r", "state_t"):
+            setattr(new, name, getattr(self, name)[keep])
+        for name in ("R", "T", "S", "a", "bs", "tot", "ok"):
+            setattr(new, name, getattr(self, name)[:, keep])
+        return new
 
     @property
     def penalty(self) -> float:

@@ -6,8 +6,11 @@ Checked in this order, the first that applies is the reason:
 * ``dram``: no node of an allowed type has host DRAM for its resident state, even alone;
 * ``slo``: its SLO is below its solo cycle time (rollout + training + sync) on every pool
   configuration it may use, by how much (the best configuration is named);
+* ``dram`` again: it meets its SLO only on pools where its host DRAM does not fit (and fits only
+  on pools too slow for its SLO);
 * ``capacity``: it fits alone on some configuration, but the fleet has too few nodes: short by
   ``N`` nodes of type ``T`` (against the whole fleet, or against the nodes the plan leaves free).
+  Never a shortage of nothing: callers try the free nodes first (:func:`formulation.placement.solve.place_leftovers`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,12 @@ import numpy as np
 
 from formulation.placement.evaluate import Index
 from formulation.placement.plan import Unplaced
+
+
+def placeable_alone(idx: Index) -> np.ndarray:
+    """Per job: some configuration the fleet can hold meets its SLO and fits its DRAM with the job
+    alone. A job without one is unplaceable whatever the other jobs do (proven: no plan places it)."""
+    return idx.ok.any(axis=0) if idx.n else np.zeros(0, dtype=bool)
 
 
 def explain(idx: Index, j: int, free: Optional[dict[str, int]] = None) -> Unplaced:
@@ -55,28 +64,58 @@ def explain(idx: Index, j: int, free: Optional[dict[str, int]] = None) -> Unplac
                         message=f"its SLO {job.slo_s:.1f} s is below its solo iteration time {tot:.1f} s even on its fastest pools "
                                 f"({nr} {p} rollout + {nt} {q} training nodes), by {tot - job.slo_s:.1f} s",
                         fix=f"raise its SLO to at least {np.ceil(tot):.0f} s, or allow larger or faster pools")
-    # capacity: the cheapest configuration on which it meets its SLO alone
-    free = free if free is not None else dict(idx.capacity)
-    opts = []
+    # configurations where it meets its SLO alone, and those where its DRAM fits too
+    slo_ok, both_ok, fits_dram = [], [], []
     for p, rrow in job.rollout_s.items():
         for nr, a in rrow.items():
             for q, trow in job.train_s.items():
                 for nt, b in trow.items():
-                    if a + b + job.sync(p, q) > job.slo_s * (1 + 1e-9):
-                        continue
-                    if job.train_state_gb / nt > inst.pool_types[q].dram_gb or job.dram_rollout_node_gb > inst.pool_types[p].dram_gb:
-                        continue
-                    need = {p: nr}
-                    need[q] = need.get(q, 0) + nt
-                    short_fleet = {t: n - inst.pool_types[t].count for t, n in need.items() if n > inst.pool_types[t].count}
-                    short_free = {t: n - free.get(t, 0) for t, n in need.items() if n > free.get(t, 0)}
-                    pr, pt = inst.pool_types[p], inst.pool_types[q]
-                    cost = nr * pr.gpus_per_node * pr.price_per_gpu_hour + nt * pt.gpus_per_node * pt.price_per_gpu_hour
-                    opts.append((sum(short_fleet.values()), sum(short_free.values()), cost, short_fleet, short_free, (p, nr, q, nt)))
+                    tot = a + b + job.sync(p, q)
+                    dram = job.train_state_gb / nt <= inst.pool_types[q].dram_gb and job.dram_rollout_node_gb <= inst.pool_types[p].dram_gb
+                    if dram:
+                        fits_dram.append((tot, p, nr, q, nt))
+                    if tot <= job.slo_s * (1 + 1e-9):
+                        slo_ok.append((tot, p, nr, q, nt))
+                        if dram:
+                            both_ok.append((p, nr, q, nt))
+    if not both_ok:
+        # it meets its SLO somewhere, and its DRAM fits somewhere, but never on the same pools
+        tot, p, nr, q, nt = min(slo_ok)
+        need_r, need_t = job.dram_rollout_node_gb, job.train_state_gb / nt
+        have_r, have_t = inst.pool_types[p].dram_gb, inst.pool_types[q].dram_gb
+        what = (f"{need_r:.1f} GB per {p} rollout node (has {have_r:.1f} GB)" if need_r > have_r else
+                f"{need_t:.1f} GB per {q} training node (has {have_t:.1f} GB)")
+        fix = "use nodes with more host DRAM"
+        if fits_dram:
+            ft = min(fits_dram)
+            fix += (f", or raise its SLO to at least {np.ceil(ft[0]):.0f} s (its fastest pools where its DRAM fits: "
+                    f"{ft[2]} {ft[1]} rollout + {ft[4]} {ft[3]} training nodes)")
+        return Unplaced(job=job.name, reason="dram",
+                        message=f"it meets its SLO only on pools where its host DRAM does not fit: on its fastest "
+                                f"({nr} {p} rollout + {nt} {q} training nodes, {tot:.1f} s) it needs {what}",
+                        fix=fix)
+    # capacity: the cheapest configuration on which it meets its SLO alone
+    free = free if free is not None else dict(idx.capacity)
+    opts = []
+    for p, nr, q, nt in both_ok:
+        need = {p: nr}
+        need[q] = need.get(q, 0) + nt
+        short_fleet = {t: n - inst.pool_types[t].count for t, n in need.items() if n > inst.pool_types[t].count}
+        short_free = {t: n - free.get(t, 0) for t, n in need.items() if n > free.get(t, 0)}
+        pr, pt = inst.pool_types[p], inst.pool_types[q]
+        cost = nr * pr.gpus_per_node * pr.price_per_gpu_hour + nt * pt.gpus_per_node * pt.price_per_gpu_hour
+        opts.append((sum(short_fleet.values()), sum(short_free.values()), cost, short_fleet, short_free, (p, nr, q, nt)))
     opts.sort(key=lambda o: (o[0], o[1], o[2]))
     _, _, _, short_fleet, short_free, (p, nr, q, nt) = opts[0]
     short = short_fleet or short_free
-    what = ", ".join(f"{n} node(s) of {t}" for t, n in sorted(short.items())) or "nothing (another solver may place it)"
+    if not short:
+        # never a shortage of nothing: the callers try the nodes left free before explaining, so this
+        # is only reached when a solver stopped before trying it
+        return Unplaced(job=job.name, reason="capacity",
+                        message=f"alone it fits the nodes the plan leaves free ({nr} {p} rollout + {nt} {q} training node(s)) "
+                                "but the solve stopped before placing it",
+                        fix="re-run `planner plan` with a longer --time-limit, or admit it with `planner admit`")
+    what = ", ".join(f"{n} node(s) of {t}" for t, n in sorted(short.items()))
     scope = "the fleet is" if short_fleet else "the nodes the other groups leave free are"
     return Unplaced(job=job.name, reason="capacity",
                     message=f"alone it needs {nr} {p} rollout + {nt} {q} training node(s); {scope} short by {what}",

@@ -14,7 +14,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from formulation.placement.cycle import Member, cycle_times
+from formulation.placement.cycle import Member, whole_pool_cycle_times
 from formulation.placement.evaluate import Index, Solution
 
 
@@ -89,6 +89,7 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
     inst = idx.inst
     current_nodes = current_nodes or {}
     free = {t: list(inst.node_names(t)) for t in idx.types}
+    pos = {t: {n: i for i, n in enumerate(names)} for t, names in free.items()}
     taken: set[str] = set()
     # anchored groups keep their nodes first
     order = sorted(range(len(sol.groups)), key=lambda g: (sol.groups[g].anchor is None,
@@ -98,22 +99,24 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
         grp = sol.groups[g]
         c = idx.configs[grp.config]
         keep = current_nodes.get(grp.anchor or "", {})
-        r_nodes = [n for n in keep.get("rollout", []) if n in free[c.rollout_type] and n not in taken][: c.rollout_nodes]
+        r_nodes = [n for n in keep.get("rollout", []) if n in pos[c.rollout_type] and n not in taken][: c.rollout_nodes]
         taken.update(r_nodes)
-        t_nodes = [n for n in keep.get("train", []) if n in free[c.train_type] and n not in taken][: c.train_nodes]
+        t_nodes = [n for n in keep.get("train", []) if n in pos[c.train_type] and n not in taken][: c.train_nodes]
         taken.update(t_nodes)
         pools[g] = (r_nodes, t_nodes)
+    cursor = {t: 0 for t in idx.types}  # free nodes are handed out in the instance's order
     for g in order:
         grp = sol.groups[g]
         c = idx.configs[grp.config]
         r_nodes, t_nodes = pools[g]
         for lst, t, need in ((r_nodes, c.rollout_type, c.rollout_nodes), (t_nodes, c.train_type, c.train_nodes)):
-            for n in free[t]:
-                if len(lst) >= need:
-                    break
-                if n not in taken:
-                    lst.append(n)
-                    taken.add(n)
+            names, i = free[t], cursor[t]
+            while len(lst) < need and i < len(names):
+                if names[i] not in taken:
+                    lst.append(names[i])
+                    taken.add(names[i])
+                i += 1
+            cursor[t] = i
             if len(lst) < need:
                 raise ValueError(f"not enough {t} nodes for the plan's groups (a solver broke the capacity constraint)")
     used_ids = {grp.anchor for grp in sol.groups if grp.anchor}
@@ -132,7 +135,7 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
             gid = f"g{next_id}"
             used_ids.add(gid)
         r_nodes, t_nodes = pools[g]
-        r_nodes, t_nodes = sorted(r_nodes, key=free[c.rollout_type].index), sorted(t_nodes, key=free[c.train_type].index)
+        r_nodes, t_nodes = sorted(r_nodes, key=pos[c.rollout_type].get), sorted(t_nodes, key=pos[c.train_type].get)
         mems = []
         for j in grp.members:
             job = inst.jobs[j]
@@ -140,7 +143,7 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
             b = job.train_s[c.train_type][c.train_nodes]
             s = job.sync(c.rollout_type, c.train_type)
             mems.append(Member(job.name, a, b, s, frozenset(r_nodes), frozenset(t_nodes)))
-        res = cycle_times(mems)
+        res = whole_pool_cycle_times(mems)
         pr, pt = inst.pool_types[c.rollout_type], inst.pool_types[c.train_type]
         period = res.period
         groups.append(GroupPlan(

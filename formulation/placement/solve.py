@@ -19,15 +19,23 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
+
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
-from formulation.placement.colgen import PatternModel, job_classes
 from formulation.placement.evaluate import Config, Group, Index, Solution, plan_cost_unit
-from formulation.placement.explain import explain
+from formulation.placement.explain import explain, placeable_alone
 from formulation.placement.greedy import Packer, best_greedy, greedy
 from formulation.placement.instance import PlacementInstance
 from formulation.placement.plan import PlacementPlan, build_plan
 
-BACKENDS = ("auto", "colgen", "highs", "cpsat", "greedy")
+BACKENDS = ("auto", "fast", "colgen", "highs", "cpsat", "greedy")
+# auto: the fast path alone under a short limit or with many distinct jobs; else the fast path as
+# the warm start of column generation (measured choices: docs/placement.md)
+FAST_ONLY_LIMIT_S = 2.0
+FAST_ONLY_CLASSES = 600
+FAST_WARM_SHARE = 0.15  # of the limit, at most FAST_WARM_MAX_S, for the fast path before column generation
+FAST_WARM_MAX_S = 3.0
+FINISH_S_PER_JOB = 1.5e-4  # measured: building the plan body of 2,000 jobs took 0.15-0.3 s
 COMPACT_MAX_JOBS = 30  # the compact models are for small instances: beyond this, auto uses colgen
 
 
@@ -94,6 +102,7 @@ class Result:
     record: SolveRecord
     solution: Solution
     greedy: Solution
+    idx: Optional[Index] = None  # the index the solutions' job and configuration numbers refer to
 
 
 def warm_start(idx: Index, cur: Optional[Current]) -> tuple[Solution, str]:
@@ -105,28 +114,96 @@ def warm_start(idx: Index, cur: Optional[Current]) -> tuple[Solution, str]:
     return greedy(idx, "arrival", packer=pk), "previous-plan"
 
 
-def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto", current: Optional[PlacementPlan] = None) -> Result:
+def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto", current: Optional[PlacementPlan] = None,
+          progress=None) -> Result:
+    """The plan for ``inst`` within ``options.time_limit_s`` of wall time.
+
+    Jobs that fit nowhere alone (no configuration the fleet can hold meets their SLO with their
+    DRAM: :func:`~formulation.placement.explain.placeable_alone`) are proven unplaceable; they are
+    explained and left out of the solve, so the bound and the gap are over the jobs that can be
+    placed and are reported whenever a plan places all of those.
+
+    ``progress(phase, incumbent, bound)``, when given, is called now and then during the fast path
+    (the CLI shows it as a status line on a terminal)."""
     t0 = time.perf_counter()
-    deadline = t0 + options.time_limit_s
     idx = Index(inst)
+    alone = placeable_alone(idx)
+    if alone.all() or idx.n == 0:
+        return _solve(inst, options, backend, current, t0, idx, progress)
+    keep = np.flatnonzero(alone)
+    sub = inst.model_copy(update={"jobs": [inst.jobs[j] for j in keep]})
+    res = _solve(sub, options, backend, current, t0, idx.restrict(sub, keep), progress)
+    back = lambda js: [int(keep[j]) for j in js]  # noqa: E731
+    lost = [int(j) for j in np.flatnonzero(~alone)]
+    remap = lambda s: Solution([Group(idx.config_id[res.idx.configs[g.config]], tuple(back(g.members)), g.anchor)  # noqa: E731
+                                for g in s.groups], back(s.unplaced) + lost, s.lower_bound, back(s.moved))
+    res.solution, res.greedy, res.idx = remap(res.solution), remap(res.greedy), idx
+    res.plan.unplaced = res.plan.unplaced + [explain(idx, j) for j in lost]
+    res.record.message = (res.record.message + f"; {len(lost)} job(s) fit nowhere alone: explained and left out of the "
+                          "bound (the gap is over the jobs that can be placed)")
+    res.record.wall_time_s = time.perf_counter() - t0
+    return res
+
+
+def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current: Optional[PlacementPlan], t0: float,
+           idx: Optional[Index], progress=None) -> Result:
+    deadline = t0 + options.time_limit_s
+    idx = idx if idx is not None else Index(inst)
     cur = read_current(idx, current) if current is not None else None
-    warm, warm_name = warm_start(idx, cur)
-    warm.moved = moved_jobs(warm, cur)
-    base_greedy = greedy(idx, "arrival")
-    if backend == "auto":
-        backend = "colgen"
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if idx.n == 0:  # nothing to place: the empty plan, whatever the backend
         plan = build_plan(idx, Solution([]), [], None, greedy_cost=0.0, lower_bound=0.0)
         record = SolveRecord(backend=backend, status=SolveStatus.OPTIMAL, objective=0.0, best_bound=0.0,
                              wall_time_s=time.perf_counter() - t0, time_limit_s=options.time_limit_s, message="no jobs")
-        return Result(plan, record, Solution([]), Solution([]))
+        return Result(plan, record, Solution([]), Solution([]), idx)
+    fast_msg = ""
+    cut_short: list[str] = []
+    if backend in ("auto", "fast"):
+        # the fast path: no Weave greedy over every job (seconds at thousands of jobs); the plan
+        # reports the FFD's cost where the greedy's would be
+        from formulation.placement.colgen import job_classes
+        from formulation.placement.fast import fast_solve
+
+        n_classes = len(job_classes(idx).rep) if backend == "auto" and idx.n else 0
+        fast_only = backend == "fast" or options.time_limit_s <= FAST_ONLY_LIMIT_S or n_classes > FAST_ONLY_CLASSES
+        if cur is not None:
+            warm0, warm_name = warm_start(idx, cur)
+            warm0.moved = moved_jobs(warm0, cur)
+        else:
+            warm0, warm_name = None, "fast path"
+        # leave time to finish: the plan body (closed-form cycle times, node names), explanations
+        finish = min(0.3 * options.time_limit_s, FINISH_S_PER_JOB * idx.n + 0.02)
+        share = deadline - finish if fast_only else t0 + min(FAST_WARM_MAX_S, FAST_WARM_SHARE * options.time_limit_s)
+        warm, fst = fast_solve(idx, share, warm0, seed=options.seed, progress=progress)
+        warm.moved = moved_jobs(warm, cur)
+        if warm0 is None:
+            warm_name = "fast path"
+        fast_msg = fst.message()
+        cut_short += fst.cut_short or []
+        # the Weave greedy is not run on the fast path alone (seconds at thousands of jobs): the
+        # message has the FFD's cost instead
+        base_greedy = warm if fast_only else greedy(idx, "arrival")
+        greedy_cost = None if fast_only else base_greedy.cost(idx)
+        fast_lb = fst.bound
+        backend = "fast" if fast_only else "colgen"
+    else:
+        warm, warm_name = warm_start(idx, cur)
+        warm.moved = moved_jobs(warm, cur)
+        base_greedy = greedy(idx, "arrival")
+        greedy_cost = base_greedy.cost(idx)
+        fast_lb = None
     lb = None
     status = SolveStatus.FEASIBLE
     message = ""
     sol = warm
     if backend == "greedy":
         sol, status, message = warm, SolveStatus.FEASIBLE, f"Weave greedy admission ({warm_name} order)"
+    elif backend == "fast":
+        sol, status, message, lb = warm, SolveStatus.FEASIBLE, fast_msg, fast_lb
     elif backend == "colgen":
+        from formulation.placement.colgen import PatternModel, job_classes
+
         placed = cur.placed if cur else set()
         pm = PatternModel(idx, job_classes(idx, placed), inst.move_price_per_job, options.threads)
         anchors = cur.members if cur else {}
@@ -138,7 +215,7 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
             free_model = PatternModel(idx, job_classes(idx), 0.0, options.threads)
             bound_free = free_model.lp_bound(share, best_greedy(idx)[0])
         found, st = pm.solve(deadline, warm, anchors, options.mip_gap)
-        bounds = [b for b in (st.lower_bound, bound_free) if b is not None and b > -1e300]
+        bounds = [b for b in (st.lower_bound, bound_free, fast_lb) if b is not None and b > -1e300]
         lb = max(bounds) if bounds else None
         if found is not None:
             found = tighten(idx, found)
@@ -169,8 +246,10 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
             else:  # stopped early with a worse incumbent than the warm start: keep the warm start
                 status = SolveStatus.FEASIBLE
                 message += f"; kept the {warm_name} plan (cheaper than the solver's incumbent)"
-    else:
-        raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if fast_msg and backend != "fast":
+        message = fast_msg + "; then " + message
+    if sol.unplaced:
+        sol = place_leftovers(idx, sol)
     sol.moved = moved_jobs(sol, cur)
     free = dict(idx.capacity)
     for t, n in idx.nodes_used(sol.groups).items():
@@ -185,11 +264,24 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
         lb = obj
     if lb is not None and not sol.unplaced and obj - lb <= options.mip_gap * max(1.0, abs(obj)):
         status = SolveStatus.OPTIMAL
-    plan = build_plan(idx, sol, unplaced, cur.nodes if cur else None, greedy_cost=base_greedy.cost(idx),
+    plan = build_plan(idx, sol, unplaced, cur.nodes if cur else None, greedy_cost=greedy_cost,
                       lower_bound=lb if not sol.unplaced else None, moved=sol.moved)
     record = SolveRecord(backend=backend, status=status, objective=obj, best_bound=lb if not sol.unplaced else None,
                          wall_time_s=time.perf_counter() - t0, time_limit_s=options.time_limit_s, warm_start=warm_name, message=message)
-    return Result(plan, record, sol, base_greedy)
+    return Result(plan, record, sol, base_greedy, idx)
+
+
+def place_leftovers(idx: Index, sol: Solution) -> Solution:
+    """Try every job a solver left out in what its plan leaves: the three admission moves against
+    its groups and the free nodes (a job that fits alone in the free nodes is always placed).
+    Only then are the jobs still left out explained, so no explanation is a shortage of nothing."""
+    pk = Packer(idx)
+    for g in sol.groups:
+        pk.add_group(g.config, list(g.members), g.anchor)
+    for j in sol.unplaced:
+        pk.admit(j)
+    out = pk.solution()
+    return Solution(out.groups, out.unplaced, sol.lower_bound, sol.moved)
 
 
 def _round_up_to_cost_unit(idx: Index, lb: float) -> float:

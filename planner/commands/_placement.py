@@ -8,6 +8,7 @@ from typing import Optional
 from planner.errors import Problem, UserError
 
 KIND = "PlacementPlan"
+SUMMARY_GROUPS = 20  # groups listed on the terminal (the plan has them all)
 
 
 def load_input(path: str, mode: Optional[str] = None, command: str = "plan"):
@@ -15,19 +16,22 @@ def load_input(path: str, mode: Optional[str] = None, command: str = "plan"):
     import hashlib
     import json
 
-    from planner.instances.placement import compile_scenario, is_instance_file, load_instance
-    from planner.plandoc import scenario_digest
-    from planner.schema import load_scenario
+    from planner.instances.placement_files import load_instance, read_data
 
     if not Path(path).exists():
         raise UserError(Problem("", f"file not found: {path}", "check the path"))
     from planner.dockind import INSTANCE, SCENARIO, expect
 
     expect(path, [SCENARIO, INSTANCE], "INPUT", command)
-    if is_instance_file(path):
-        inst = load_instance(path)
+    data = read_data(path)
+    if data is not None:
+        inst = load_instance(path, data)
         canon = json.dumps(inst.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return inst, inst.name, hashlib.sha256(canon.encode()).hexdigest()[:16], None
+    from planner.instances.placement import compile_scenario
+    from planner.plandoc import scenario_digest
+    from planner.schema import load_scenario
+
     sc = load_scenario(path)
     return compile_scenario(sc, mode), sc.name, scenario_digest(sc), sc
 
@@ -72,9 +76,11 @@ def summary(plan, record: dict) -> str:
                  + (f"; greedy {plan.greedy_cost_per_hour:.2f} $/h" if plan.greedy_cost_per_hour is not None else "")
                  + (f"; bound {bound:.2f} (gap {100 * gap:.2f}%)" if bound is not None and gap is not None else "")
                  + f"; {record['backend']} {record['status']} in {record['wall_time_s']:.2f} s")
-    for g in plan.groups:
+    for g in plan.groups[:SUMMARY_GROUPS]:
         worst = min(g.members, key=lambda m: m.slack_s)
         lines.append(f"  {g.id}: {g.rollout_pool.size}x{g.rollout_pool.gpu_type} rollout + {g.train_pool.size}x{g.train_pool.gpu_type} "
                      f"training, {g.cost_per_hour:.1f} $/h, cycle {g.cycle_time_s:.1f} s, busy {100 * g.rollout_busy:.0f}%/"
                      f"{100 * g.train_busy:.0f}%, members {', '.join(g.order)} (least slack {worst.slack_s:.1f} s: {worst.job})")
+    if len(plan.groups) > SUMMARY_GROUPS:
+        lines.append(f"  ... and {len(plan.groups) - SUMMARY_GROUPS} more group(s) in the plan")
     return "\n".join(lines)

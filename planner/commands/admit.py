@@ -32,7 +32,7 @@ def run(args) -> int:
 
     from formulation.common import SolveRecord, SolveStatus
     from formulation.placement.evaluate import Index, Solution
-    from formulation.placement.explain import explain
+    from formulation.placement.explain import explain, placeable_alone
     from formulation.placement.greedy import Packer
     from formulation.placement.plan import Unplaced, build_plan
     from formulation.placement.solve import read_current
@@ -75,11 +75,21 @@ def run(args) -> int:
         lines.append(f"admitted {idx.names[j]}: {adm.move} ({c.label()}), +{adm.marginal_cost:.2f} $/h, decided in {1e3 * dt:.2f} ms")
     sol = pk.solution()
     todo_set = set(todo)
-    pending = [Unplaced(job=idx.names[j], reason="pending", message="not in the current plan and not admitted by this command",
-                        fix=f"admit it with --job {idx.names[j]} or re-plan") for j in sol.unplaced if j not in todo_set]
+    # the other jobs outside the plan: "pending" only when they fit the fleet alone (admitting them
+    # can work); a job that fits nowhere keeps its reason and fix (admitting it would fail)
+    others = []
+    alone = placeable_alone(idx)
+    for j in sol.unplaced:
+        if j in todo_set:
+            continue
+        if not alone[j]:
+            others.append(explain(idx, j))
+        else:
+            others.append(Unplaced(job=idx.names[j], reason="pending", message="not in the current plan and not admitted by this command",
+                                   fix=f"admit it with --job {idx.names[j]} or re-plan"))
     sol = Solution(sol.groups, [j for j in sol.unplaced if j in todo_set])
-    plan = build_plan(idx, sol, pending + [explain(idx, j) for j in sol.unplaced], cur.nodes)
-    if any(u.reason != "pending" for u in plan.unplaced):
+    plan = build_plan(idx, sol, others + [explain(idx, j) for j in sol.unplaced], cur.nodes)
+    if sol.unplaced:
         raise unplaced_error(plan, "some jobs cannot be admitted")
     record = SolveRecord(backend="greedy-admit", status=SolveStatus.FEASIBLE, objective=plan.cost_per_hour,
                          wall_time_s=time.perf_counter() - t0, warm_start="previous-plan",

@@ -9,7 +9,10 @@ docs/placement.md) into co-execution groups that share a rollout pool and a trai
 lowest provisioning cost ($/h) with every member's cycle time within its SLO and every node's
 resident job state within its host DRAM.
 
-Backends: auto (= colgen), colgen (set partitioning over group patterns by column generation:
+Backends: auto (the fast path alone under --time-limit 2 or with more than 600 distinct job
+classes; else the fast path as the warm start of column generation), fast (first-fit-decreasing
+and tightest-SLO-first best fit over pool-type pairs, a load bound, local search that re-solves a
+few groups at a time exactly, until the limit), colgen (set partitioning over group patterns by column generation:
 certified lower bound, proven optimal on small inputs), highs (compact job x group MILP through
 Pyomo, small inputs), cpsat (compact CP-SAT model, small inputs), greedy (Weave's three admission
 moves; also the warm start and the baseline every plan reports beside its cost).
@@ -25,10 +28,11 @@ def add_arguments(p) -> None:
     from planner.commands import _args
 
     p.add_argument("input", metavar="INPUT", help="scenario YAML, or a numbers-only placement instance (YAML/JSON)")
-    p.add_argument("--backend", choices=["auto", "colgen", "highs", "cpsat", "greedy"], default=None,
+    p.add_argument("--backend", choices=["auto", "fast", "colgen", "highs", "cpsat", "greedy"], default=None,
                    help="solver (default: the scenario's solver.backend, else auto)")
     p.add_argument("--time-limit", type=_args.number(hi=_args.TIME_LIMIT_S), default=None, metavar="S",
-                   help="wall-clock limit in seconds for the whole solve (default: the scenario's solver.time_limit_s, else 60)")
+                   help="wall-clock limit in seconds for the whole command, loading and writing included (default: the "
+                        "scenario's solver.time_limit_s, else 60)")
     p.add_argument("--mip-gap", type=_args.number(hi=1.0), default=None, help="relative gap at which a solve may stop (default 1e-4)")
     p.add_argument("--threads", type=_args.number(hi=_args.MAX_THREADS, kind=int), default=None, help="solver threads (default: the scenario's, else 1)")
     p.add_argument("--current", metavar="PLAN", help="the current plan: warm start, keep its groups' nodes, price moves")
@@ -61,6 +65,9 @@ def _check_args(args) -> None:
 
 def run(args) -> int:
     import sys
+    import time
+
+    t_start = time.perf_counter()
 
     from formulation.common import SolveOptions
     from formulation.placement.solve import solve
@@ -71,8 +78,13 @@ def run(args) -> int:
     if args.move_price is not None:
         inst = inst.model_copy(update={"move_price_per_job": args.move_price})
     solver = sc.solver if sc is not None else None
+    limit = args.time_limit or (solver.time_limit_s if solver else 60.0)
+    # the limit is for the whole command: what loading took, and an estimate of writing the plan
+    # (about 0.1 ms per job as JSON, more as YAML), come off the solver's share
+    write_s = (1e-4 if str(args.out or "").endswith(".json") else 5e-4) * len(inst.jobs) + 0.05
+    solve_limit = max(0.05, limit - (time.perf_counter() - t_start) - min(write_s, 0.3 * limit))
     opts = SolveOptions(
-        time_limit_s=args.time_limit or (solver.time_limit_s if solver else 60.0),
+        time_limit_s=solve_limit,
         mip_gap=args.mip_gap if args.mip_gap is not None else (solver.mip_gap if solver else 1e-4),
         threads=args.threads or (solver.threads if solver else 1),
         seed=solver.seed if solver else 0,
@@ -87,11 +99,12 @@ def run(args) -> int:
         from planner.safewrite import write_atomic
 
         write_atomic(Path(args.save_instance), dump_instance(inst), where="--save-instance")
-    from planner.statusline import status
-
-    with status(f"plan: {len(inst.jobs)} job(s) with {backend} (wall-clock limit {opts.time_limit_s:g} s)"):
-        res = solve(inst, opts, backend, current)
+    progress = _status_line() if sys.stderr.isatty() else None
+    res = solve(inst, opts, backend, current, progress=progress)
+    if progress:
+        progress.done()
     record = res.record.as_dict()
+    record["time_limit_s"] = limit
     if res.plan.unplaced and not args.allow_unplaced:
         raise unplaced_error(res.plan, f"{len(res.plan.unplaced)} job(s) of '{name}' cannot be placed; no plan written "
                                        "(--allow-unplaced writes the plan for the others)")
@@ -104,3 +117,36 @@ def run(args) -> int:
     if where != "-":
         print(f"wrote {where}" + (f" and {args.plot}" if args.plot else ""), file=sys.stderr)
     return 0
+
+
+class _status_line:
+    """A live status line on a terminal for solves longer than ~2 s: phase, incumbent, bound, gap.
+    Quiet when stderr is not a terminal (the caller does not create one then)."""
+
+    AFTER_S = 2.0
+
+    def __init__(self):
+        import time
+
+        self.t0 = time.perf_counter()
+        self.shown = False
+
+    def __call__(self, phase: str, incumbent, bound) -> None:
+        import sys
+        import time
+
+        dt = time.perf_counter() - self.t0
+        if dt < self.AFTER_S:
+            return
+        gap = (f", gap {100 * (incumbent - bound) / incumbent:.1f}%" if incumbent and bound is not None and incumbent > 0 else "")
+        line = (f"[{dt:6.1f} s] {phase}: plan {incumbent:.2f} $/h" + (f", bound {bound:.2f}" if bound is not None else "") + gap)
+        sys.stderr.write("\r" + line[:120].ljust(80))
+        sys.stderr.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        import sys
+
+        if self.shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()

@@ -129,3 +129,68 @@ def oracle(inst: PlacementInstance) -> tuple[float, int]:
         return out
 
     return best((1 << n) - 1, tuple(inst.pool_types[t].count for t in types))
+
+
+def distinct_oracle(inst: PlacementInstance) -> tuple[float, int]:
+    """(optimal cost + penalty x unplaced, unplaced) for instances of distinct jobs with tight SLOs.
+
+    Independent of the optimisers: groups are grown member by member (a group that breaks a
+    necessary condition -- the members' rollout seconds, or their training + sync seconds, add up
+    to more than the smallest SLO: each pool's ring alone takes that long -- or the DRAM, cannot
+    become feasible by adding members), and every candidate is decided by Howard's cycle times on
+    the whole pools (:func:`group_feasible`). The optimum is a DP over the jobs left and the nodes
+    left per type, like :func:`oracle`.
+    """
+    n = len(inst.jobs)
+    types = sorted(inst.pool_types)
+    P = penalty(inst)
+    confs = configs_of(inst)
+    jobs = inst.jobs
+
+    def necessary(members, c) -> bool:
+        p, nr, q, nt = c
+        lim = min(jobs[i].slo_s for i in members) * (1 + 1e-9)
+        ra = [jobs[i].rollout_s.get(p, {}).get(nr) for i in members]
+        tb = [jobs[i].train_s.get(q, {}).get(nt) for i in members]
+        if any(x is None for x in ra + tb):
+            return False
+        if sum(ra) > lim or sum(b + jobs[i].sync(p, q) for b, i in zip(tb, members)) > lim:
+            return False
+        if sum(jobs[i].dram_rollout_node_gb for i in members) > inst.pool_types[p].dram_gb * (1 + 1e-9):
+            return False
+        return sum(jobs[i].train_state_gb for i in members) / nt <= inst.pool_types[q].dram_gb * (1 + 1e-9)
+
+    groups: dict[int, list[tuple[int, float, tuple]]] = {i: [] for i in range(n)}
+    stack = [((i,), [c for c in confs if necessary((i,), c)]) for i in range(n)]
+    while stack:
+        members, cands = stack.pop()
+        if not cands:
+            continue
+        for c in cands:
+            if group_feasible(inst, members, c):
+                use = [0] * len(types)
+                use[types.index(c[0])] += c[1]
+                use[types.index(c[2])] += c[3]
+                groups[members[0]].append((sum(1 << i for i in members), config_cost(inst, c), tuple(use)))
+        for nxt in range(members[-1] + 1, n):
+            more = members + (nxt,)
+            keep = [c for c in cands if necessary(more, c)]
+            if keep:
+                stack.append((more, keep))
+
+    @lru_cache(maxsize=None)
+    def best(remaining: int, left: tuple) -> tuple[float, int]:
+        if remaining == 0:
+            return (0.0, 0)
+        low = (remaining & -remaining).bit_length() - 1
+        cost, unpl = best(remaining & ~(1 << low), left)
+        out = (cost + P, unpl + 1)
+        for mask, c, use in groups[low]:
+            if mask & ~remaining or any(u > l for u, l in zip(use, left)):
+                continue
+            sub = best(remaining & ~mask, tuple(l - u for l, u in zip(left, use)))
+            if sub[0] + c < out[0] - 1e-9:
+                out = (sub[0] + c, sub[1])
+        return out
+
+    return best((1 << n) - 1, tuple(inst.pool_types[t].count for t in types))

@@ -1,0 +1,606 @@
+"""The fast path for distinct jobs: first-fit/best-fit decreasing packing, a load bound, local search.
+
+Nothing here needs identical jobs (job classes) or a solver; it is numpy over the instance's
+:class:`~formulation.placement.evaluate.Index`.
+
+Packing (:func:`pack`)
+    Jobs in decreasing *size* -- the cost share of the job on its most efficient configuration,
+    ``min_k c_k max(a_kj, bs_kj) / slo_j`` ($/h of the pools it keeps busy; the GPU-seconds per
+    cycle priced) -- each go where they add the least $/h: into an existing group of the same
+    (rollout type, training type) *pair* on any pool sizes of that pair (both pools may grow:
+    the greedy's groups only grow their rollout pool, which is what makes it weak when jobs need
+    different training-pool sizes), or into a new group. A new group opens on the job's most
+    *efficient* configuration, the one of least ``c_k x load`` (its load the largest of its
+    shares of the cycle and of the nodes' DRAM), not on the cheapest one, so that later jobs fill
+    it. Ties go to the group the job fills best (best fit). State per pair and group:
+    ``sumA[g, r]`` (rollout seconds of the members at each rollout size), ``sumBS[g, t]``,
+    ``maxTOT[g, r, t]``, the smallest SLO and the DRAM sums, so one insertion is a few array
+    operations over the pair's groups.
+
+Load bound (:func:`load_bound`) -- a proof without classes
+    A group on configuration ``k`` with members ``S`` meets ``sum_S a <= min_S slo <= slo_j``
+    for every member, so with loads ``L1 = a/slo``, ``L2 = bs/slo``, ``L3 = dram_r / D_p``,
+    ``L4 = state / (n_T D_q)`` every group has ``sum_S L_d <= 1`` in each dimension ``d``. For any
+    weights ``theta_k`` on the simplex, ``c_k >= sum_{j in S} c_k theta_k . L_kj``; and with
+    node prices ``mu >= 0`` on the capacity rows, summing over the groups of any plan::
+
+        cost >= sum_j min_k (c_k + mu n_k) theta_k . L_kj  -  mu . cap
+
+    (the minimum over the configurations job ``j`` may use alone). Every ``(theta, mu)`` gives a
+    valid bound -- it is the dual of the vector-packing LP relaxation -- so the weights are
+    improved by a few multiplicative-weight steps and the best value is kept. Plans cost whole
+    multiples of the cost unit, so the bound is rounded up to one.
+
+Local search (:func:`improve`)
+    Re-solves a few groups at a time exactly: the members of 2-3 groups of one pair are
+    re-partitioned by a DP over their subsets (each subset on its cheapest feasible configuration
+    of any pair, closed form), kept when cheaper and within the free nodes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
+
+TOL = 1 + REL_TOL
+
+
+@dataclass
+class _Pair:
+    """Configurations of one (rollout type, training type) as a grid over pool sizes."""
+
+    p: str
+    q: str
+    rs: np.ndarray  # rollout sizes
+    ts: np.ndarray  # training sizes
+    r_rows: np.ndarray  # rows of idx.R per rollout size
+    t_rows: np.ndarray  # rows of idx.T per training size
+    s_row: int
+    grid: np.ndarray  # (nR, nT) configuration id or -1
+    cost: np.ndarray  # (nR, nT) $/h, inf where no configuration
+    dram_r: float
+    dram_t: np.ndarray  # (nT,) training-pool DRAM (per node x nodes)
+    tp: int  # type positions in idx.types
+    tq: int
+    min_a: float = 0.0  # the quickest rollout / training occupancy of any job on this pair
+    min_bs: float = 0.0
+
+
+def _pairs(idx: Index) -> list[_Pair]:
+    out = []
+    by: dict[tuple[str, str], list[int]] = {}
+    for k, c in enumerate(idx.configs):
+        by.setdefault((c.rollout_type, c.train_type), []).append(k)
+    r_row = {key: i for i, key in enumerate(idx.r_keys)}
+    t_row = {key: i for i, key in enumerate(idx.t_keys)}
+    pools = idx.inst.pool_types
+    for (p, q), ks in by.items():
+        rs = np.array(sorted({idx.configs[k].rollout_nodes for k in ks}))
+        ts = np.array(sorted({idx.configs[k].train_nodes for k in ks}))
+        grid = np.full((len(rs), len(ts)), -1)
+        for k in ks:
+            c = idx.configs[k]
+            grid[np.searchsorted(rs, c.rollout_nodes), np.searchsorted(ts, c.train_nodes)] = k
+        cost = np.where(grid >= 0, idx.cost[np.maximum(grid, 0)], np.inf)
+        pr = _Pair(p, q, rs, ts, np.array([r_row[(p, int(n))] for n in rs]), np.array([t_row[(q, int(n))] for n in ts]),
+                   idx.pair_row[(p, q)], grid, cost, float(pools[p].dram_gb), pools[q].dram_gb * ts.astype(float),
+                   idx.types.index(p), idx.types.index(q))
+        ra, tb = idx.R[pr.r_rows], idx.T[pr.t_rows]
+        pr.min_a = float(ra[np.isfinite(ra)].min()) if np.isfinite(ra).any() else np.inf
+        pr.min_bs = float(tb[np.isfinite(tb)].min()) if np.isfinite(tb).any() else np.inf
+        out.append(pr)
+    return out
+
+
+class _Groups:
+    """The groups of one pair: member sums over the pair's pool sizes."""
+
+    def __init__(self, pair: _Pair):
+        self.pair = pair
+        nR, nT = len(pair.rs), len(pair.ts)
+        cap = 16
+        self.n = 0
+        self.sumA = np.zeros((cap, nR))
+        self.sumBS = np.zeros((cap, nT))
+        self.maxTOT = np.zeros((cap, nR, nT))
+        self.lim = np.zeros(cap)
+        self.dr = np.zeros(cap)
+        self.st = np.zeros(cap)
+        self.cur = np.zeros((cap, 2), dtype=int)
+        self.cur_cost = np.zeros(cap)
+        self.open = np.zeros(cap, dtype=bool)  # some job could still join (else closed for good)
+        self.minA = np.zeros(cap)  # least rollout sum over the pool sizes (a screen)
+        self.minBS = np.zeros(cap)
+        self.members: list[list[int]] = []
+
+    def grow(self) -> None:
+        for name in ("sumA", "sumBS", "maxTOT", "lim", "dr", "st", "cur", "cur_cost", "open", "minA", "minBS"):
+            arr = getattr(self, name)
+            setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
+
+
+class FastPacker:
+    """Best-fit-decreasing packing over pairs of pool types, both pools free to grow."""
+
+    def __init__(self, idx: Index, capacity: Optional[dict[str, int]] = None, max_pairs: int = 3):
+        self.idx = idx
+        self.pairs = _pairs(idx)
+        self.groups = [_Groups(pr) for pr in self.pairs]
+        cap = capacity if capacity is not None else idx.capacity
+        self.free = np.array([cap[t] for t in idx.types], dtype=float)
+        # per job, per pair: rollout seconds per rollout size, occupancy per training size
+        self.job_pairs: list[list[int]] = [[] for _ in range(idx.n)]
+        K = len(idx.configs)
+        pair_of_k = np.zeros(K, dtype=int)
+        for i, pr in enumerate(self.pairs):
+            pair_of_k[pr.grid[pr.grid >= 0]] = i
+        if K:
+            for j in range(idx.n):
+                ks = idx.job_configs[j]
+                # its pairs by the cost of its cheapest configuration there; the first max_pairs
+                best: dict[int, float] = {}
+                for k, c in zip(pair_of_k[ks].tolist(), idx.cost[ks].tolist()):
+                    if c < best.get(k, np.inf):
+                        best[k] = c
+                self.job_pairs[j] = sorted(best, key=lambda p: (best[p], p))[:max_pairs]
+        self.placed: dict[int, tuple[int, int]] = {}
+
+    # ---------------------------------------------------------------- job data on a pair
+    def _job(self, pr: _Pair, j: int):
+        idx = self.idx
+        a = idx.R[pr.r_rows, j]
+        bs = idx.T[pr.t_rows, j] + idx.S[pr.s_row, j]
+        return a, bs
+
+    def _extra_nodes(self, pr: _Pair, rs_old: np.ndarray, ts_old: np.ndarray):
+        """Nodes of (p, q) needed beyond the current pools for each (r, t): shape (G, nR, nT) x 2."""
+        dr = pr.rs[None, :, None] - rs_old[:, None, None]
+        dt = pr.ts[None, None, :] - ts_old[:, None, None]
+        if pr.p == pr.q:
+            return dr + dt, None
+        return np.broadcast_to(dr, (len(rs_old), len(pr.rs), len(pr.ts))), np.broadcast_to(dt, (len(rs_old), len(pr.rs), len(pr.ts)))
+
+    def _fits_free(self, pr: _Pair, ep, eq) -> np.ndarray:
+        if eq is None:
+            return ep <= self.free[pr.tp]
+        return (ep <= self.free[pr.tp]) & (eq <= self.free[pr.tq])
+
+    # ---------------------------------------------------------------- moves
+    def best_join(self, j: int):
+        """(marginal $/h, fill, pair, group, r, t) of the cheapest existing group for ``j`` or None."""
+        idx = self.idx
+        slo = idx.slo[j]
+        best = None
+        for pi in self.job_pairs[j]:
+            G = self.groups[pi]
+            if G.n == 0:
+                continue
+            pr = G.pair
+            a, bs = self._job(pr, j)
+            cand_rows = np.flatnonzero(G.open[:G.n])
+            if len(cand_rows) == 0:
+                continue
+            lim_all = np.minimum(G.lim[cand_rows], slo) * TOL
+            # cheap 1-D screens first: DRAM on the rollout nodes, room for its quickest phases
+            ok = ((G.dr[cand_rows] + idx.dram_r[j] <= pr.dram_r * TOL) & (G.minA[cand_rows] + a.min() <= lim_all)
+                  & (G.minBS[cand_rows] + bs.min() <= lim_all))
+            cand_rows = cand_rows[ok]
+            if len(cand_rows) == 0:
+                continue
+            lim_c = lim_all[ok]
+            A = G.sumA[cand_rows] + a[None, :]
+            BS = G.sumBS[cand_rows] + bs[None, :]
+            okA = A <= lim_c[:, None]
+            okB = (BS <= lim_c[:, None]) & (G.st[cand_rows, None] + idx.state_t[j] <= pr.dram_t[None, :] * TOL)
+            ok = okA.any(axis=1) & okB.any(axis=1)
+            sel = np.flatnonzero(ok)
+            if len(sel) == 0:
+                continue
+            rows = cand_rows[sel]
+            A, BS, okA, okB = A[sel], BS[sel], okA[sel], okB[sel]
+            lim = lim_c[sel]
+            tot = np.maximum(G.maxTOT[rows], a[:, None] + bs[None, :])
+            feas = okA[:, :, None] & okB[:, None, :] & (tot <= lim[:, None, None]) & np.isfinite(pr.cost)[None]
+            cur = G.cur[rows]
+            ep, eq = self._extra_nodes(pr, pr.rs[cur[:, 0]], pr.ts[cur[:, 1]])
+            feas &= self._fits_free(pr, ep, eq)
+            if not feas.any():
+                continue
+            marg = np.where(feas, pr.cost[None] - G.cur_cost[rows][:, None, None], np.inf)
+            flat = marg.reshape(len(rows), -1)
+            m = flat.min()
+            cand = np.argwhere(marg <= m + 1e-9)
+            fill = np.maximum(A[cand[:, 0], cand[:, 1]], BS[cand[:, 0], cand[:, 2]]) / lim[cand[:, 0]]
+            c = int(np.argmax(fill))
+            f = float(fill[c])
+            if best is None or m < best[0] - 1e-9 or (m <= best[0] + 1e-9 and f > best[1]):
+                g, r, t = int(rows[cand[c, 0]]), int(cand[c, 1]), int(cand[c, 2])
+                best = (float(m), f, pi, g, r, t)
+        return best
+
+    def best_open(self, j: int, efficient: bool = True):
+        """(cost, pair, r, t) of the configuration a new group for ``j`` opens on, or None."""
+        idx = self.idx
+        ks = idx.job_configs[j]
+        if len(ks) == 0:
+            return None
+        fits = (idx.node_matrix[ks] <= self.free[None, :]).all(axis=1)
+        ks = ks[fits]
+        if len(ks) == 0:
+            return None
+        if efficient:
+            load = np.maximum.reduce([idx.a[ks, j] / idx.slo[j], idx.bs[ks, j] / idx.slo[j],
+                                      idx.dram_r[j] / idx.dram_cap_r[ks], idx.state_t[j] / idx.dram_cap_t[ks]])
+            score = idx.cost[ks] * np.maximum(load, 1e-9)
+            k = int(ks[np.lexsort((idx.cost[ks], score))[0]])
+        else:
+            k = int(ks[np.argmin(idx.cost[ks])])
+        c = idx.configs[k]
+        for pi, pr in enumerate(self.pairs):
+            if pr.p == c.rollout_type and pr.q == c.train_type:
+                return float(idx.cost[k]), pi, int(np.searchsorted(pr.rs, c.rollout_nodes)), int(np.searchsorted(pr.ts, c.train_nodes))
+        return None
+
+    def _take(self, pr: _Pair, dp: float, dq: float) -> None:
+        self.free[pr.tp] -= dp
+        self.free[pr.tq] -= dq
+
+    def open_group(self, j: int, pi: int, r: int, t: int) -> None:
+        G = self.groups[pi]
+        pr = G.pair
+        if G.n == len(G.lim):
+            G.grow()
+        g = G.n
+        G.n += 1
+        G.members.append([])
+        G.sumA[g] = 0.0
+        G.sumBS[g] = 0.0
+        G.maxTOT[g] = 0.0
+        G.lim[g] = np.inf
+        G.dr[g] = G.st[g] = 0.0
+        G.cur[g] = (r, t)
+        G.cur_cost[g] = pr.cost[r, t]
+        self._take(pr, pr.rs[r], pr.ts[t])
+        self._add(pi, g, j)
+
+    def join(self, j: int, pi: int, g: int, r: int, t: int) -> None:
+        G = self.groups[pi]
+        pr = G.pair
+        r0, t0 = G.cur[g]
+        self._take(pr, pr.rs[r] - pr.rs[r0], pr.ts[t] - pr.ts[t0])
+        G.cur[g] = (r, t)
+        G.cur_cost[g] = pr.cost[r, t]
+        self._add(pi, g, j)
+
+    def _add(self, pi: int, g: int, j: int) -> None:
+        G = self.groups[pi]
+        a, bs = self._job(G.pair, j)
+        G.sumA[g] += a
+        G.sumBS[g] += bs
+        G.maxTOT[g] = np.maximum(G.maxTOT[g], a[:, None] + bs[None, :])
+        G.lim[g] = min(G.lim[g], self.idx.slo[j])
+        G.dr[g] += self.idx.dram_r[j]
+        G.st[g] += self.idx.state_t[j]
+        G.members[g].append(j)
+        self.placed[j] = (pi, g)
+        # closed for good when not even the quickest job fits at the largest pools
+        lim = G.lim[g] * TOL
+        G.minA[g], G.minBS[g] = G.sumA[g].min(), G.sumBS[g].min()
+        G.open[g] = bool(G.minA[g] + G.pair.min_a <= lim and G.minBS[g] + G.pair.min_bs <= lim)
+
+    def admit(self, j: int, efficient: bool = True) -> bool:
+        join = self.best_join(j)
+        solo = self.best_open(j, False)
+        new = self.best_open(j, True) if efficient else solo
+        if join is None and new is None:
+            return False
+        # join when it adds less than the cheapest group of its own would cost
+        if join is not None and (solo is None or join[0] < solo[0] - 1e-9):
+            self.join(j, *join[2:])
+        else:
+            self.open_group(j, *new[1:])
+        return True
+
+    def solution(self) -> Solution:
+        groups = []
+        for G in self.groups:
+            pr = G.pair
+            for g in range(G.n):
+                if G.members[g]:
+                    groups.append(Group(int(pr.grid[tuple(G.cur[g])]), tuple(G.members[g])))
+        return Solution(groups, [j for j in range(self.idx.n) if j not in self.placed])
+
+
+def size_key(idx: Index) -> np.ndarray:
+    """$/h share of each job on its most efficient configuration (0 for a job that fits nowhere)."""
+    out = np.zeros(idx.n)
+    if not len(idx.configs):
+        return out
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = idx.cost[:, None] * np.maximum(idx.a, idx.bs) / idx.slo[None, :]
+    share = np.where(idx.ok, share, np.inf)
+    best = share.min(axis=0)
+    return np.where(np.isfinite(best), best, 0.0)
+
+
+def pack(idx: Index, order: Optional[Sequence[int]] = None, efficient: bool = False,
+         capacity: Optional[dict[str, int]] = None, max_pairs: int = 16, deadline: float = float("inf")) -> Solution:
+    """Best-fit decreasing (by :func:`size_key`) unless ``order`` is given. Past ``deadline`` the
+    remaining jobs each open a group on their cheapest configuration (no search), so the call
+    returns a complete plan about on time."""
+    pk = FastPacker(idx, capacity, max_pairs)
+    if order is None:
+        order = ffd_order(idx)
+    for i, j in enumerate(order):
+        if i % 32 == 0 and time.perf_counter() > deadline:
+            for jj in order[i:]:
+                new = pk.best_open(int(jj), False)
+                if new is not None:
+                    pk.open_group(int(jj), *new[1:])
+            break
+        pk.admit(int(j), efficient)
+    return pk.solution()
+
+
+def ffd_order(idx: Index) -> np.ndarray:
+    """Decreasing size key (GPU-seconds per cycle priced, :func:`size_key`), ties by position."""
+    return np.lexsort((np.arange(idx.n), -size_key(idx)))
+
+
+def slo_order(idx: Index) -> np.ndarray:
+    """Tightest SLO first (measured better than the size key on distinct jobs, docs/placement.md)."""
+    return np.argsort(idx.slo, kind="stable")
+
+
+@dataclass
+class FastStats:
+    ffd_cost: Optional[float] = None
+    constructed: str = ""
+    lns_moves: int = 0
+    lns_gain: float = 0.0
+    bound: Optional[float] = None
+    cut_short: list = None  # phases the deadline cut short
+
+    def message(self) -> str:
+        parts = [f"fast path: {self.constructed}"]
+        if self.ffd_cost is not None:
+            parts.append(f"FFD {self.ffd_cost:.6g} $/h")
+        parts.append(f"local search {self.lns_moves} improving re-partitions (-{self.lns_gain:.6g} $/h)")
+        parts.append(f"load bound {self.bound:.6g}" if self.bound is not None else "no bound")
+        if self.cut_short:
+            parts.append("cut short by the time limit: " + ", ".join(self.cut_short))
+        return "; ".join(parts)
+
+
+def _score(idx: Index, sol: Solution) -> float:
+    return sol.cost(idx) + idx.penalty * len(sol.unplaced)
+
+
+def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, seed: int = 0,
+               progress=None) -> tuple[Solution, FastStats]:
+    """Construction (tightest-SLO-first and FFD packings, the better one; the warm start if
+    cheaper), the load bound, then local search until ``deadline``."""
+    t0 = time.perf_counter()
+    span = max(0.0, deadline - t0)
+    st = FastStats(cut_short=[])
+    if warm is not None:  # a re-optimisation: keep the current plan's groups, improve the others
+        return _finish(idx, warm, "the previous plan with the new jobs admitted", st, deadline, seed, progress)
+    many = idx.n > 500
+    # first-fit decreasing first (the plan is never worse than it), then tightest SLO first when
+    # there is time (better on every distinct-job instance measured, docs/placement.md)
+    sol = pack(idx, ffd_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.6 * span)
+    st.constructed = "FFD best fit"
+    st.ffd_cost = sol.cost(idx)
+    if time.perf_counter() > t0 + 0.6 * span:
+        st.cut_short.append("packing (the rest opened groups of their own)")
+    elif time.perf_counter() < t0 + 0.3 * span:
+        other = pack(idx, slo_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.6 * span)
+        if _score(idx, other) < _score(idx, sol) - 1e-9:
+            sol, st.constructed = other, "tightest-SLO-first best fit"
+    return _finish(idx, sol, st.constructed, st, deadline, seed, progress)
+
+
+def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline: float, seed: int, progress):
+    st.constructed = constructed
+    if progress:
+        progress("construct", sol.cost(idx), None)
+    if True:  # a bound over every job (None when one of them fits nowhere alone)
+        st.bound = load_bound(idx, deadline=time.perf_counter() + 0.15 * max(0.0, deadline - time.perf_counter()))
+        if progress:
+            progress("bound", sol.cost(idx), st.bound)
+    before = sol.cost(idx)
+    sol, st.lns_moves = improve(idx, sol, deadline, seed=seed, progress=progress, bound=st.bound)
+    st.lns_gain = before - sol.cost(idx)
+    return sol, st
+
+
+# ------------------------------------------------------------------------------------- the bound
+def load_bound(idx: Index, jobs: Optional[Sequence[int]] = None, iterations: int = 12,
+               deadline: float = float("inf")) -> Optional[float]:
+    """A lower bound on the cost of every plan that places ``jobs`` (default: all of them); None
+    when some of them fits nowhere alone. See the module docstring for the proof."""
+    jobs = np.arange(idx.n) if jobs is None else np.asarray(list(jobs), dtype=int)
+    if len(jobs) == 0:
+        return 0.0
+    ok = idx.ok[:, jobs]
+    if not ok.any(axis=0).all():
+        return None
+    jj, kk = np.nonzero(ok.T)  # the (job, configuration) pairs a job may use alone, by job
+    js = jobs[jj]
+    starts = np.flatnonzero(np.r_[True, jj[1:] != jj[:-1]])
+    slo = idx.slo[js]
+    L = np.stack([idx.a[kk, js] / slo, idx.bs[kk, js] / slo, idx.dram_r[js] / idx.dram_cap_r[kk],
+                  idx.state_t[js] / idx.dram_cap_t[kk]], axis=1)  # (P, 4)
+    K, T = len(idx.configs), len(idx.types)
+    theta = np.zeros((K, 4))
+    theta[:, :2] = 0.5
+    mu = np.zeros(T)
+    cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
+    nm = idx.node_matrix
+    best = -np.inf
+    step = 0.7
+    for it in range(iterations):
+        price = idx.cost + nm @ mu
+        w = (L * theta[kk]).sum(axis=1)
+        v = price[kk] * w
+        vmin = np.minimum.reduceat(v, starts)
+        val = float(vmin.sum() - mu @ cap)
+        best = max(best, val)
+        if time.perf_counter() > deadline or it == iterations - 1:
+            break
+        pick = np.flatnonzero(v <= vmin[jj] * (1 + 1e-12))
+        # multiplicative weights: more weight on the dimensions the chosen configurations fill most
+        g = np.zeros((K, 4))
+        np.add.at(g, kk[pick], L[pick])
+        used = g.sum(axis=1) > 0
+        scale = g[used].max(axis=1, keepdims=True)
+        upd = theta[used] * np.exp(step * (g[used] / np.maximum(scale, 1e-12) - 1.0))
+        theta[used] = upd / upd.sum(axis=1, keepdims=True)
+        frac = np.zeros(K)
+        np.add.at(frac, kk[pick], w[pick])
+        mu = np.maximum(0.0, mu + step * (frac @ nm - cap) / max(1.0, len(jobs)))
+    return float(best)
+
+
+# ------------------------------------------------------------------------------------- local search
+def subset_costs(idx: Index, jobs: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """For every non-empty subset ``S`` of ``jobs`` (bit ``i`` = ``jobs[i]``; index ``mask - 1``):
+    the cost of its cheapest configuration on which it is a feasible group (closed form, inf when
+    none) and that configuration. Vectorised over subsets x configurations."""
+    J = np.asarray(jobs, dtype=int)
+    n = len(J)
+    masks = np.arange(1, 1 << n)
+    M = ((masks[:, None] >> np.arange(n)[None, :]) & 1).astype(bool)  # (S, n)
+    ks = np.flatnonzero(idx.ok[:, J].any(axis=1))
+    ok = idx.ok[np.ix_(ks, J)]  # (K', n)
+    Mf = M.astype(float)
+    all_ok = (Mf @ (~ok).T.astype(float)) == 0  # (S, K')
+    a = np.where(ok, idx.a[np.ix_(ks, J)], 0.0)
+    bs = np.where(ok, idx.bs[np.ix_(ks, J)], 0.0)
+    sumA = Mf @ a.T
+    sumBS = Mf @ bs.T
+    maxT = np.zeros_like(sumA)
+    lim = np.full(len(masks), np.inf)
+    for i in range(n):
+        maxT = np.maximum(maxT, np.where(M[:, i:i + 1], (a[:, i] + bs[:, i])[None, :], 0.0))
+        lim = np.where(M[:, i], np.minimum(lim, idx.slo[J[i]]), lim)
+    lim = lim * TOL
+    dr = Mf @ idx.dram_r[J]
+    st = Mf @ idx.state_t[J]
+    feas = (all_ok & (sumA <= lim[:, None]) & (sumBS <= lim[:, None]) & (maxT <= lim[:, None])
+            & (dr[:, None] <= idx.dram_cap_r[ks][None, :] * TOL) & (st[:, None] <= idx.dram_cap_t[ks][None, :] * TOL))
+    c = np.where(feas, idx.cost[ks][None, :], np.inf)
+    best = c.argmin(axis=1) if len(ks) else np.zeros(len(masks), dtype=int)
+    cost = c[np.arange(len(masks)), best] if len(ks) else np.full(len(masks), np.inf)
+    return cost, (ks[best] if len(ks) else best)
+
+
+def repartition(idx: Index, jobs: list[int], free: np.ndarray, used_before: np.ndarray, penalty: Optional[float] = None):
+    """The cheapest partition of ``jobs`` (<= ~10) into groups, each on its cheapest configuration,
+    using at most ``used_before + free`` nodes per type; (cost, [(k, members)]) or None. With
+    ``penalty``, a job may also be left out at that price (configuration -1)."""
+    n = len(jobs)
+    full = (1 << n) - 1
+    cost, conf = subset_costs(idx, jobs)
+    if penalty is not None:
+        for i in range(n):
+            if cost[(1 << i) - 1] > penalty:
+                cost[(1 << i) - 1], conf[(1 << i) - 1] = penalty, -1
+    finite = np.isfinite(cost)
+    # subsets by lowest member, feasible ones only
+    by_low: list[list[int]] = [[] for _ in range(n)]
+    for m in (np.flatnonzero(finite) + 1).tolist():
+        by_low[(m & -m).bit_length() - 1].append(m)
+    best_c = [np.inf] * (full + 1)
+    best_p = [0] * (full + 1)
+    best_c[0] = 0.0
+    for mask in range(1, full + 1):
+        low = (mask & -mask).bit_length() - 1
+        b, bp = np.inf, 0
+        for s in by_low[low]:
+            if s & ~mask:
+                continue
+            v = best_c[mask ^ s] + cost[s - 1]
+            if v < b:
+                b, bp = v, s
+        best_c[mask], best_p[mask] = b, bp
+    if not np.isfinite(best_c[full]):
+        return None
+    parts = []
+    m = full
+    while m:
+        parts.append(best_p[m])
+        m ^= best_p[m]
+    nm = idx.node_matrix
+    use = sum((nm[conf[s - 1]] for s in parts if conf[s - 1] >= 0), np.zeros(nm.shape[1]))
+    if (use > used_before + free + 1e-9).any():
+        return None
+    return float(best_c[full]), [(int(conf[s - 1]), [jobs[i] for i in range(n) if s >> i & 1]) for s in parts]
+
+
+def improve(idx: Index, sol: Solution, deadline: float, seed: int = 0, max_jobs: int = 7, progress=None,
+            bound: Optional[float] = None) -> tuple[Solution, int]:
+    """Large-neighbourhood search: re-partition the members of 2-3 groups sharing a pool type
+    exactly (:func:`repartition`), keep the result when it is cheaper, until the deadline.
+    Anchored groups (a current plan's) are left as they are. Returns (solution, improving moves)."""
+    rng = np.random.default_rng(seed)
+    groups = [Group(g.config, tuple(g.members), g.anchor) for g in sol.groups]
+    nm = idx.node_matrix
+    cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
+    used = sum((nm[g.config] for g in groups), np.zeros(len(idx.types)))
+    fails = 0
+    moves = 0
+    cost = idx.groups_cost(groups)
+    last = time.perf_counter()
+    # jobs left out that fit somewhere alone: every neighbourhood may take one or two of them in
+    out = [j for j in sol.unplaced if len(idx.job_configs[j])]
+    lost = [j for j in sol.unplaced if not len(idx.job_configs[j])]
+    P = idx.penalty
+    while time.perf_counter() < deadline and len(groups) + len(out) >= 2 and fails < 50 * (len(groups) + len(out)):
+        take = [out[int(i)] for i in rng.permutation(len(out))[:2]] if out else []
+        if not groups:
+            break
+        a = int(rng.integers(len(groups)))
+        if groups[a].anchor:
+            fails += 1
+            continue
+        ca = idx.configs[groups[a].config]
+        pick = [a]
+        size = len(groups[a].members) + len(take)
+        for b in rng.permutation(len(groups))[:40]:
+            b = int(b)
+            if b in pick or groups[b].anchor:
+                continue
+            cb = idx.configs[groups[b].config]
+            if {cb.rollout_type, cb.train_type} & {ca.rollout_type, ca.train_type} and size + len(groups[b].members) <= max_jobs:
+                pick.append(b)
+                size += len(groups[b].members)
+                if len(pick) == 3:
+                    break
+        if len(pick) + len(take) < 2:
+            fails += 1
+            continue
+        jobs = [j for b in pick for j in groups[b].members] + take
+        before = sum(idx.cost[groups[b].config] for b in pick) + P * len(take)
+        used_before = sum(nm[groups[b].config] for b in pick)
+        res = repartition(idx, jobs, cap - used, used_before, P)
+        if res is None or res[0] >= before - 1e-9:
+            fails += 1
+            continue
+        fails = 0
+        moves += 1
+        new = [Group(k, tuple(m)) for k, m in res[1] if k >= 0]
+        left = [m[0] for k, m in res[1] if k < 0]
+        out = [j for j in out if j not in take] + left
+        cost = cost - sum(idx.cost[groups[b].config] for b in pick) + sum(idx.cost[g.config] for g in new)
+        used = used - used_before + sum((nm[g.config] for g in new), np.zeros(len(idx.types)))
+        groups = [g for i, g in enumerate(groups) if i not in pick] + new
+        if progress and time.perf_counter() - last > 0.5:
+            last = time.perf_counter()
+            progress("local search", cost, bound)
+    return Solution(groups, sorted(out + lost), sol.lower_bound, list(sol.moved)), moves

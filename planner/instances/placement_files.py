@@ -1,0 +1,100 @@
+"""Numbers-only placement instance files (YAML or JSON): read once, validate, write.
+
+Kept apart from the scenario compiler (:mod:`planner.instances.placement`) so that planning from
+an instance file imports neither the estimators nor the scenario schema.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from formulation.placement.instance import PlacementInstance
+from planner.errors import Problem, UserError
+
+
+def read_data(path: str | Path) -> Optional[dict]:
+    """The parsed mapping of a YAML/JSON file when it is a placement instance, else None (the
+    scenario loader then reports an unreadable file properly)."""
+    from planner import safeload
+
+    doc = safeload.try_load(path, what="instance file")
+    data = doc.data if doc is not None else None
+    return data if isinstance(data, dict) and ("pool_types" in data or data.get("kind") == "PlacementInstance") else None
+
+
+# the scenario schema's bounds, for instances written by hand or by another tool (the fleet-scale
+# benchmark plans 10,000 distinct jobs from an instance file)
+MAX_INSTANCE_JOBS = 20000
+MAX_INSTANCE_NODES = 16384
+MAX_INSTANCE_GPUS_PER_NODE = 64
+
+
+def load_instance(path: str | Path, data: Optional[dict] = None) -> PlacementInstance:
+    """A numbers-only instance file (YAML or JSON), read through the bounded loader
+    (:mod:`planner.safeload`), with errors that name the field."""
+    from pydantic import ValidationError
+
+    from planner import safeload
+
+    p = Path(path)
+    if not p.exists():
+        raise UserError(Problem("", f"instance file not found: {p}", "check the path"))
+    doc = None
+    if data is None:
+        doc = safeload.load(p, what="instance file")
+        data = doc.data
+    if not isinstance(data, dict):
+        raise UserError(Problem("", "a placement instance is a mapping with pool_types and jobs",
+                                "see docs/placement.md for the format", source=str(p)))
+    data = {k: v for k, v in data.items() if k != "kind"}
+    safeload.check_numbers(data, doc, bools=False, where=str(p))  # an instance has no boolean field
+    try:
+        inst = PlacementInstance.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False)[:10]:
+            loc = ".".join(str(x) for x in err["loc"])
+            bad = err.get("input")
+            shown = f" (got {bad!r})" if not isinstance(bad, (dict, list)) and bad is not None else ""
+            problems.append(Problem(loc, f"{err['msg']}{shown}", "see docs/placement.md for the instance format", source=str(p)))
+        raise UserError(problems, title=f"{p}: invalid placement instance") from None
+    safeload.check_numbers(inst.model_dump(), doc)  # a lax number field turns the text "inf" into inf
+    _check_sizes(inst, str(p))
+    return inst
+
+
+def _check_sizes(inst: PlacementInstance, source: str) -> None:
+    problems = []
+    for t, pool in inst.pool_types.items():
+        if pool.gpus_per_node > MAX_INSTANCE_GPUS_PER_NODE:
+            problems.append(Problem(f"pool_types.{t}.gpus_per_node", f"{pool.gpus_per_node} GPUs per node; at most "
+                                    f"{MAX_INSTANCE_GPUS_PER_NODE} are supported", "fix the value", source=source))
+    total = sum(pool.count for pool in inst.pool_types.values())
+    if total > MAX_INSTANCE_NODES:
+        problems.append(Problem("pool_types", f"{total} nodes in all; at most {MAX_INSTANCE_NODES} are supported",
+                                "lower the counts", source=source))
+    if len(inst.jobs) > MAX_INSTANCE_JOBS:
+        problems.append(Problem("jobs", f"{len(inst.jobs)} jobs; at most {MAX_INSTANCE_JOBS} are supported", "split the instance",
+                                source=source))
+    for i, job in enumerate(inst.jobs):
+        for key in ("rollout_s", "train_s"):
+            for t, row in getattr(job, key).items():
+                big = [n for n in row if n > MAX_INSTANCE_NODES]
+                if big:
+                    problems.append(Problem(f"jobs[{i}].{key}.{t}", f"a pool of {big[0]} nodes; at most {MAX_INSTANCE_NODES}",
+                                            "fix the node counts", source=source))
+    if problems:
+        raise UserError(problems, title=f"{source}: invalid placement instance")
+
+
+def is_instance_file(path: str | Path) -> bool:
+    """Whether a YAML/JSON file is a numbers-only placement instance (has pool_types) rather than a scenario."""
+    return read_data(path) is not None
+
+
+def dump_instance(inst: PlacementInstance) -> str:
+    import yaml
+
+    data = {"kind": "PlacementInstance", **inst.model_dump(mode="json", exclude_defaults=False)}
+    return yaml.safe_dump(data, sort_keys=False, width=120)

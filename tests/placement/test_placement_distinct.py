@@ -1,0 +1,157 @@
+"""Distinct jobs (every job different, tight fleets, jobs that fit nowhere) against an exhaustive
+oracle, and the fast path's promises: checked plans, a bound that is a proof, never worse than FFD."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from formulation.common import SolveOptions
+from formulation.placement.check import check
+from formulation.placement.evaluate import Index
+from formulation.placement.explain import placeable_alone
+from formulation.placement.fast import ffd_order, load_bound, pack, repartition, subset_costs
+from formulation.placement.generate import generate_distinct
+from formulation.placement.greedy import greedy
+from formulation.placement.solve import solve
+from tests.placement.placement_helpers import distinct_oracle, group_feasible, penalty
+
+CASES = [  # (jobs, seed, nodes per type)
+    (8, 1, 3),
+    (10, 2, 4),
+    (16, 5, 5),
+]
+if os.environ.get("RL_PLANNER_SLOW") == "1":
+    CASES += [(12, 3, 4), (14, 4, 5), (20, 6, 6)]
+
+
+def _inst(n, seed, cnt):
+    return generate_distinct(n, seed, counts={"H20": cnt, "H800": cnt, "A100": cnt, "L40S": cnt}, unplaceable=0.1)
+
+
+@pytest.fixture(scope="module")
+def solved():
+    out = {}
+    for case in CASES:
+        inst = _inst(*case)
+        plans = {b: solve(inst, SolveOptions(time_limit_s=lim, mip_gap=0.0), b) for b, lim in (("colgen", 5), ("fast", 1))}
+        out[case] = (inst, distinct_oracle(inst), plans)
+    return out
+
+
+def _score(inst, plan):
+    return plan.cost_per_hour + penalty(inst) * len(plan.unplaced)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"n{c[0]}-seed{c[1]}-cap{c[2]}" for c in CASES])
+def test_distinct_jobs_against_the_exhaustive_optimum(solved, case):
+    inst, (best, unplaced), plans = solved[case]
+    assert unplaced >= 1  # the cases have jobs that fit nowhere, or a fleet too small for all
+    P = penalty(inst)
+    opt_cost = best - P * unplaced
+    for b, res in plans.items():
+        assert check(inst, res.plan) == [], b
+        assert _score(inst, res.plan) >= best - 1e-6, b  # nothing beats the exhaustive optimum
+        if res.record.best_bound is not None:  # a bound over the placeable jobs: a proof
+            assert res.record.best_bound <= opt_cost + 1e-6, b
+    # the exact backend finds the optimum, with the same jobs left out
+    assert _score(inst, plans["colgen"].plan) == pytest.approx(best, rel=1e-9)
+    # every job proven unplaceable alone is one the optimum leaves out too
+    assert int((~placeable_alone(Index(inst))).sum()) <= unplaced
+
+
+def test_the_bound_is_never_above_the_best_plan_any_backend_finds(solved):
+    for case, (inst, _, plans) in solved.items():
+        fewest = min(len(r.plan.unplaced) for r in plans.values())
+        cheapest = min(r.plan.cost_per_hour for r in plans.values() if len(r.plan.unplaced) == fewest)
+        for b, r in plans.items():
+            if r.record.best_bound is not None:
+                assert r.record.best_bound <= cheapest + 1e-6, (case, b)
+
+
+def test_unplaceable_jobs_leave_the_bound_in_place():
+    # plenty of nodes, a few jobs that fit nowhere: the plan still has a bound and a gap
+    inst = generate_distinct(30, 3, unplaceable=0.1)
+    lost = ~placeable_alone(Index(inst))
+    assert lost.sum() >= 2
+    for backend, lim in (("fast", 2), ("colgen", 10)):
+        res = solve(inst, SolveOptions(time_limit_s=lim), backend)
+        assert check(inst, res.plan) == []
+        assert {u.job for u in res.plan.unplaced} == {inst.jobs[j].name for j in np.flatnonzero(lost)}
+        assert res.record.best_bound is not None and res.record.best_bound <= res.plan.cost_per_hour + 1e-6
+        assert res.plan.lower_bound_per_hour == res.record.best_bound
+        assert "fit nowhere alone" in res.record.message
+
+
+def test_subset_costs_and_repartition_agree_with_howard():
+    # the vectorised closed form against Howard on the whole pools, subset by subset
+    inst = _inst(7, 11, 4)
+    idx = Index(inst)
+    jobs = [int(j) for j in np.flatnonzero(placeable_alone(idx))][:6]
+    cost, conf = subset_costs(idx, jobs)
+    for mask in range(1, 1 << len(jobs)):
+        members = tuple(jobs[i] for i in range(len(jobs)) if mask >> i & 1)
+        if np.isfinite(cost[mask - 1]):
+            c = idx.configs[conf[mask - 1]]
+            assert group_feasible(inst, members, tuple(c))
+    res = repartition(idx, jobs, np.full(len(idx.types), 100.0), np.zeros(len(idx.types)))
+    assert res is not None
+    assert repartition(idx, jobs, np.zeros(len(idx.types)), np.zeros(len(idx.types))) is None  # no nodes: no partition
+    covered = sorted(j for _, m in res[1] for j in m)
+    assert covered == sorted(jobs)
+    assert res[0] == pytest.approx(sum(idx.cost[k] for k, _ in res[1]))
+
+
+def test_fast_path_at_scale_is_checked_bounded_and_never_worse_than_ffd():
+    inst = generate_distinct(300, 2)
+    idx = Index(inst)
+    res = solve(inst, SolveOptions(time_limit_s=2.0), "fast")
+    assert check(inst, res.plan) == []
+    keep = np.flatnonzero(placeable_alone(idx))
+    sub = idx.restrict(inst.model_copy(update={"jobs": [inst.jobs[j] for j in keep]}), keep)
+    ffd = pack(sub, ffd_order(sub))
+    P = penalty(inst)
+    assert res.plan.cost_per_hour + P * len(res.plan.unplaced) <= ffd.cost(sub) + P * (len(ffd.unplaced) + idx.n - len(keep)) + 1e-6
+    lb = res.record.best_bound
+    assert lb is not None and lb <= res.plan.cost_per_hour
+    assert lb >= load_bound(idx, keep, iterations=1) - 1e-6  # the rounded bound is at least the first dual's
+
+
+def test_fast_path_beats_the_weave_greedy_when_jobs_need_different_training_pools():
+    # distinct jobs with own smallest training pools (1-4 nodes): the greedy's groups only grow
+    # their rollout pool; the fast path's grow both
+    worse = 0
+    for seed in range(3):
+        inst = generate_distinct(60, seed, unplaceable=0.0)
+        idx = Index(inst)
+        g = greedy(idx, "arrival")
+        res = solve(inst, SolveOptions(time_limit_s=1.0), "fast")
+        assert check(inst, res.plan) == []
+        if len(res.plan.unplaced) <= len(g.unplaced) and res.plan.cost_per_hour < g.cost(idx) - 1e-6:
+            worse += 1
+    assert worse == 3
+
+
+def test_ffd_order_is_by_decreasing_size():
+    idx = Index(generate_distinct(40, 1))
+    from formulation.placement.fast import size_key
+
+    key = size_key(idx)
+    order = ffd_order(idx)
+    assert (np.diff(key[order]) <= 1e-12).all()
+
+
+def test_whole_pool_cycle_times_agree_with_howard():
+    from formulation.placement.cycle import Member, cycle_times, whole_pool_cycle_times
+
+    rng = np.random.default_rng(5)
+    for _ in range(30):
+        n = int(rng.integers(1, 5))
+        r, t = frozenset({"r0", "r1"}), frozenset({"t0"})
+        ms = [Member(f"m{i}", float(rng.uniform(1, 50)), float(rng.uniform(1, 50)), float(rng.uniform(0, 3)), r, t) for i in range(n)]
+        a, b = whole_pool_cycle_times(ms), cycle_times(ms)
+        assert a.period == pytest.approx(b.period, rel=1e-9)
+        for m in ms:
+            assert a.of(m.name) == pytest.approx(b.of(m.name), rel=1e-9)
