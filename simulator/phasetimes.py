@@ -22,8 +22,10 @@ model itself:
 
 Two modes, one model:
 
-* ``sampled`` (the expected phase time): the mean over ``PLAN_SEEDS`` independent iterations
-  (response lengths drawn from the job's distribution);
+* ``sampled`` (the expected phase time): the mean over independent iterations (response lengths,
+  and tool latencies, drawn from the job's distributions): ``PLAN_SEEDS`` of them, more (up to
+  ``PLAN_SEEDS_MAX``) while the standard error of the mean exceeds ``PLAN_REL_SE`` of it (a
+  heavy-tailed tool latency or length spreads one iteration's makespan by 5-10%);
 * ``conservative`` (Weave's SLO bound): the same engines with every response at
   ``max_response_tokens`` and every tool call at the 99th percentile of its latency.
 
@@ -46,7 +48,9 @@ from typing import Optional
 
 import numpy as np
 
-PLAN_SEEDS = 4  # iterations the planner's expected phase time averages
+PLAN_SEEDS = 4  # fewest iterations the planner's expected phase time averages
+PLAN_SEEDS_MAX = 12  # most: more only while the standard error of the mean is above PLAN_REL_SE
+PLAN_REL_SE = 0.015
 CHECK_SEED_BASE = 10_000  # first seed of a simulation that checks a plan (disjoint from the planner's)
 
 
@@ -64,6 +68,7 @@ def setup_for(job, rollout_pool, train_pool=None, inter_cluster_gb_per_s: Option
         train_pool = replace(train_pool, gpus_per_node=rollout_pool.gpus_per_node,  # training GPUs matter here
                              nodes=max(1, round(train_pool.gpus / rollout_pool.gpus_per_node)))
     s = setup_from_profile(job, rollout_pool, train_pool, inter_cluster_gb_per_s=inter_cluster_gb_per_s, slo_s=slo_s)
+    s = replace(s, name="job", price_rollout_per_gpu_h=0.0, price_train_per_gpu_h=0.0)  # one memo entry per job shape
     if conservative:
         wl = s.workload
         tool = _tool_p99(job) if wl.turns > 1 else wl.tool_latency_fixed_s
@@ -154,9 +159,20 @@ def _train_sample(setup, seed: int) -> float:
     return train_time_s(setup, reqs)
 
 
-def _seeds(job, mode: str, seeds: Optional[int]) -> list[int]:
-    n = (PLAN_SEEDS if seeds is None else seeds) if mode == "sampled" else 1
-    return [int(job.seed) + k for k in range(n)]
+def _mean(sample, job, mode: str, seeds: Optional[int]) -> float:
+    """Mean of ``sample(seed)`` over the job's seeds: one (conservative), ``seeds`` when given, else
+    ``PLAN_SEEDS`` and more until the standard error is within ``PLAN_REL_SE`` (at most ``PLAN_SEEDS_MAX``)."""
+    base = int(job.seed)
+    if mode != "sampled":
+        return float(sample(base))
+    n = PLAN_SEEDS if seeds is None else seeds
+    xs = [sample(base + k) for k in range(n)]
+    while seeds is None and len(xs) < PLAN_SEEDS_MAX:
+        m = float(np.mean(xs))
+        if not math.isfinite(m) or m <= 0 or float(np.std(xs, ddof=1)) / math.sqrt(len(xs)) <= PLAN_REL_SE * m:
+            break
+        xs.append(sample(base + len(xs)))
+    return float(np.mean(xs))
 
 
 def _check_mode(mode: str) -> None:
@@ -170,7 +186,7 @@ def rollout_s(job, pool, mode: str = "conservative", *, margin: float = 0.0, see
     ``pool`` (:class:`estimators.phases.PoolShape`): the mean makespan of the request-level rollout."""
     _check_mode(mode)
     setup = setup_for(job, pool, conservative=mode == "conservative")
-    t = float(np.mean([_rollout_sample(setup, s) for s in _seeds(job, mode, seeds)]))
+    t = _mean(lambda s: _rollout_sample(setup, s), job, mode, seeds)
     return t * (1.0 + margin)
 
 
@@ -178,7 +194,7 @@ def train_s(job, pool, mode: str = "conservative", *, margin: float = 0.0, seeds
     """Training-pool seconds of one iteration on ``pool`` (log-probs, update(s), optimizer step)."""
     _check_mode(mode)
     setup = setup_for(job, pool, pool, conservative=mode == "conservative")
-    t = float(np.mean([_train_sample(setup, s) for s in _seeds(job, mode, seeds)]))
+    t = _mean(lambda s: _train_sample(setup, s), job, mode, seeds)
     return t * (1.0 + margin)
 
 

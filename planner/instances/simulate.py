@@ -37,15 +37,20 @@ def job_setup(sc, index: int, job, view: ClusterView | None = None, seed: int = 
     from simulator.job import setup_from_profile
 
     view = view or cluster_view(sc)
-    est = estimate_job(job, view, "conservative", seed)
+    fit = estimate_job(job, view, "conservative", seed, phase_times=False)
+    pairs = [(a, b) for a in fit.rollout_types for b in fit.train_types]
     where = f"jobs[{index}] ({job.name})"
-    if est.best is None:
+    if not pairs:
         raise UserError(Problem(where, "fits no rollout/training GPU type pair of the cluster",
                                 "run `planner estimate` on the scenario to see why, and allow a larger type or more TP"))
-    rt, tt = est.best
-    slo = est.slo_s
-    if job.slo.iteration_s is None and sc.solver.phase_time_estimate == "sampled":
-        slo = estimate_job(job, view, "sampled", seed).slo_s
+    est = estimate_job(job, view, "conservative", seed) if len(pairs) > 1 else None  # the phase times only pick a pair
+    rt, tt = est.best if est is not None else pairs[0]
+    if job.slo.iteration_s is not None:
+        slo = job.slo.iteration_s
+    elif sc.solver.phase_time_estimate == "conservative" and est is not None:
+        slo = est.slo_s
+    else:
+        slo = estimate_job(job, view, sc.solver.phase_time_estimate, seed).slo_s
     prof = job_profile(job, seed)
     return setup_from_profile(prof, view.pool(rt, job.rollout.nodes), view.pool(tt, job.trainer.nodes),
                               inter_cluster_gb_per_s=view.inter_cluster_bw(rt, tt), slo_s=slo)
