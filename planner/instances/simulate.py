@@ -61,21 +61,10 @@ DEFAULT_TRACE_ITERATIONS = 50  # a job without duration_s runs this many iterati
 
 
 def _switch_costs(setup, colocated: bool, cold: bool = False) -> tuple[float, float]:
-    """(rollout, training) switch seconds: warm = host DRAM → GPU copy of the per-GPU state;
-    cold = :func:`estimators.comm.cold_start_s` (process start, framework init, state from storage)."""
-    from estimators import comm, memory
+    """(rollout, training) switch seconds: :func:`simulator.phasetimes.switch_times_s`."""
+    from simulator.phasetimes import switch_times_s
 
-    m = setup.model
-    t_gpus = setup.train_nodes * setup.gpus_per_node
-    train_state = memory.training_bytes_per_gpu(m, setup.train_unit, 1, max(1, t_gpus // setup.train_unit))
-    weights = m.num_params * 2.0 / setup.rollout_tp
-    if cold:
-        node_r = weights * setup.gpus_per_node
-        node_t = train_state * setup.gpus_per_node
-        return (comm.cold_start_s(node_r, weights, setup.rollout_gpu), comm.cold_start_s(node_t, train_state, setup.train_gpu))
-    if colocated:  # veRL: offload one state and load the other at every phase change
-        return comm.warm_switch_s(train_state, setup.train_gpu), comm.warm_switch_s(train_state, setup.train_gpu)
-    return comm.warm_switch_s(weights, setup.rollout_gpu), comm.warm_switch_s(train_state, setup.train_gpu)
+    return switch_times_s(setup, colocated, cold)
 
 
 def trace_jobs(sc, seed: int = 0, consolidate_at: float = 0.8, profile_seeds: int = 3):
