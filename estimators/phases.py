@@ -13,6 +13,12 @@ the output is seconds. One RL iteration of a job in a disaggregated set-up is::
   passes, then the policy (and critic) update, over every generated and prompt token
   (:mod:`estimators.training`); the conservative bound counts every response at its maximum;
 * weight sync: :func:`estimators.comm.weight_sync_s`.
+
+These are fast analytic approximations (the engine's per-step overhead and verl's contiguous
+dispatch included, but no prefill, KV preemption or per-sample training FLOPs). The planners and
+the simulator do not read them: their one phase-time model is :mod:`simulator.phasetimes`, which
+runs the request-level engines (``results/fidelity/before.md``: plans on the earlier analytic times
+were 6-180% short of the simulated cycles).
 """
 
 from __future__ import annotations
@@ -88,13 +94,15 @@ def rollout_s(job: JobProfile, pool: PoolShape, mode: str = "conservative") -> f
         gen = 0.0
         for t in range(turns):
             ctx = job.prompt_tokens + t * (per_turn_max + job.observation_tokens)
-            gen += rollout.conservative_phase_s(job.model, pool.gpu, job.rollout_tp, pool.gpus, job.n_requests, ctx, per_turn_max)
+            gen += rollout.conservative_phase_s(job.model, pool.gpu, job.rollout_tp, pool.gpus, job.n_requests, ctx, per_turn_max,
+                                               overhead_ms=rollout.ENGINE_STEP_OVERHEAD_MS)
     else:
         lengths = _sampled_lengths(job) / turns
         gen = 0.0
         for t in range(turns):
             ctx = job.prompt_tokens + t * (float(np.mean(lengths)) + job.observation_tokens)
-            gen += rollout.sampled_phase_s(job.model, pool.gpu, job.rollout_tp, pool.gpus, lengths, ctx, per_turn_max)
+            gen += rollout.sampled_phase_s(job.model, pool.gpu, job.rollout_tp, pool.gpus, lengths, ctx, per_turn_max,
+                                          overhead_ms=rollout.ENGINE_STEP_OVERHEAD_MS, dispatch="contiguous")
     tools = (turns - 1) * tool_latency_s(job, conservative)
     return gen + tools
 

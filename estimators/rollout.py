@@ -132,7 +132,7 @@ def throughput_tokens_per_s(model: ModelDims, gpu: GPUSpec, tp: int, batch: floa
 
 
 def conservative_phase_s(model: ModelDims, gpu: GPUSpec, tp: int, n_gpus: int, n_requests: int,
-                         prompt_tokens: float, max_response_tokens: float) -> float:
+                         prompt_tokens: float, max_response_tokens: float, overhead_ms: float = 0.0) -> float:
     """Rollout makespan when every response runs to ``max_response_tokens`` (Weave's bound).
 
     Each engine serves ``ceil(R / E)`` requests in waves of its KV-limited concurrency ``C``; a wave
@@ -147,7 +147,7 @@ def conservative_phase_s(model: ModelDims, gpu: GPUSpec, tp: int, n_gpus: int, n
         return math.inf
 
     def wave_ms(b: int) -> float:
-        return (max_response_tokens * decode_step_ms(model, gpu, tp, b, prompt_tokens + max_response_tokens / 2.0)
+        return (max_response_tokens * (decode_step_ms(model, gpu, tp, b, prompt_tokens + max_response_tokens / 2.0) + overhead_ms)
                 + prefill_ms(model, gpu, tp, b, prompt_tokens))
 
     full, rest = divmod(per_engine, conc)  # full waves are alike: counted, not looped (a huge batch stays cheap)
@@ -190,16 +190,29 @@ def engine_makespan_s(lengths: np.ndarray, prompt_tokens: float, concurrency: in
 
 
 def sampled_phase_s(model: ModelDims, gpu: GPUSpec, tp: int, n_gpus: int, lengths: np.ndarray,
-                    prompt_tokens: float, max_response_tokens: float) -> float:
-    """Rollout makespan for sampled response lengths spread round-robin over the engines."""
+                    prompt_tokens: float, max_response_tokens: float, overhead_ms: float = 0.0,
+                    dispatch: str = "round-robin") -> float:
+    """Rollout makespan for sampled response lengths spread over the engines: ``round-robin``, or
+    ``contiguous`` (verl's equal chunks in batch order, so a GRPO group's siblings share an engine,
+    as the simulator dispatches). ``overhead_ms``: the engine's per-step overhead
+    (:data:`ENGINE_STEP_OVERHEAD_MS`; 0 = kernels only).
+
+    A fast analytic approximation (no prefill, no KV preemption): the planners and the simulator
+    read the request-level model, :mod:`simulator.phasetimes`."""
     engines = max(1, n_gpus // tp)
     lengths = np.minimum(np.asarray(lengths, dtype=float), max_response_tokens)
     mean_len = float(np.mean(lengths)) if lengths.size else 0.0
     conc = max_concurrency(model, gpu, tp, prompt_tokens + mean_len)
     if conc <= 0:
         return math.inf
-    step = linear_step_model(model, gpu, tp, conc)
-    return max(engine_makespan_s(lengths[e::engines], prompt_tokens, conc, step) for e in range(engines))
+    k = linear_step_model(model, gpu, tp, conc)
+    step = LinearStep(k.a_ms + overhead_ms, k.b_ms, k.c_ms)
+    if dispatch == "contiguous":
+        per = math.ceil(lengths.size / engines)
+        shares = [lengths[e * per:(e + 1) * per] for e in range(engines)]
+    else:
+        shares = [lengths[e::engines] for e in range(engines)]
+    return max(engine_makespan_s(x, prompt_tokens, conc, step) for x in shares)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Phase-time profiles for the phase-level model, measured with the request-level model.
 
-For a job on a (rollout pool, training pool) pair, :func:`phase_profile` runs the request-level
-rollout (:class:`simulator.rollout.RolloutStage` on every GPU of the rollout pool) for a few seeds
-and keeps, for the phases one after the other as a group member runs them:
+For a job on a (rollout pool, training pool) pair, :func:`phase_profile` runs the one phase-time
+model (:mod:`simulator.phasetimes`, which the planners read too): the request-level rollout
+(:class:`simulator.rollout.RolloutStage` on every GPU of the rollout pool) for a few seeds and
+keeps, for the phases one after the other as a group member runs them:
 
 * ``rollout_s``: rollout makespans (one per seed): the long tail, KV limits and the engine
   overhead included, unlike the estimators' analytic phase times;
@@ -25,12 +26,9 @@ from typing import Optional
 
 import numpy as np
 
-from simulator.core import EventLoop
 from simulator.groups import TailProfile
-from simulator.job import JobSetup, optimizer_step_s, sample_work_flops, weight_sync_time_s
-from simulator.models import engine_model
-from simulator.rollout import EngineSlot, RolloutStage
-from simulator.workload import make_requests
+from simulator.job import JobSetup
+from simulator.phasetimes import rollout_run, sync_time_s, train_time_s
 
 
 @dataclass(frozen=True)
@@ -57,21 +55,12 @@ def _key(setup: JobSetup, seeds: int, consolidate_at: Optional[float]) -> tuple:
 
 
 def _rollout_once(setup: JobSetup, seed: int, consolidate_at: Optional[float]):
-    loop = EventLoop(seed)
-    em = engine_model(setup.model, setup.rollout_gpu, setup.rollout_tp, overhead_ms=setup.overhead_ms)
-    reqs = make_requests(setup.workload, loop.rng)
-    tp = setup.rollout_tp
-    slots = [EngineSlot(f"n{n}", setup.rollout_gpu.name, tp) for n in range(setup.rollout_nodes)
-             for _ in range(setup.gpus_per_node // tp)]
-    stage = RolloutStage(loop, em, slots, consolidate_at=consolidate_at)
-    stage.start(reqs)
-    loop.run()
-    makespan = max(r.done_s for r in reqs)
+    reqs, makespan, stage = rollout_run(setup, seed, consolidate_at)
     kept = None
-    if stage.consolidated_at_s is not None:
+    if stage is not None and stage.consolidated_at_s is not None:
         t = stage.consolidated_at_s
         kept = sum(e.gpus for eid, e in stage.engines.items() if stage.held[eid][1] is None or stage.held[eid][1] > t + 1e-9)
-    return reqs, makespan, stage.consolidated_at_s, kept
+    return reqs, makespan, (stage.consolidated_at_s if stage is not None else None), kept
 
 
 def phase_profile(setup: JobSetup, seeds: int = 3, consolidate_at: Optional[float] = 0.8) -> PhaseProfile:
@@ -79,16 +68,13 @@ def phase_profile(setup: JobSetup, seeds: int = 3, consolidate_at: Optional[floa
     if key in _CACHE:
         return _CACHE[key]
     s = setup
-    tr = s.train_nodes * s.gpus_per_node
-    peak = s.train_gpu.bf16_tflops * 1e12
     r_s, t_s, tokens = [], [], []
     body, tail_gpus, stretch = [], [], []
     reqs = []
     for seed in range(seeds):
         reqs, T, _, _ = _rollout_once(s, seed, None)
         r_s.append(T)
-        w = np.array([sample_work_flops(s, r) for r in reqs]).sum(axis=0)
-        t_s.append(w[0] / (tr * peak * s.infer_mfu) + w[1] / (tr * peak * s.train_mfu) + optimizer_step_s(s, s.train_gpu, tr))
+        t_s.append(train_time_s(s, reqs))
         tokens.append(float(sum(r.response_tokens for r in reqs)))
         if consolidate_at is not None:
             _, Tc, at, kept = _rollout_once(s, seed, consolidate_at)
@@ -100,7 +86,7 @@ def phase_profile(setup: JobSetup, seeds: int = 3, consolidate_at: Optional[floa
     if body:
         tail = TailProfile(body_frac=float(np.mean(body)), tail_gpus=int(math.ceil(np.mean(tail_gpus))),
                            tail_stretch=float(np.mean(stretch)))
-    sync = weight_sync_time_s(s, s.rollout_gpu, s.train_gpu, s.rollout_nodes * s.gpus_per_node, tr, False)
+    sync = sync_time_s(s)
     prof = PhaseProfile(tuple(r_s), tuple(t_s), float(sync), tail, float(np.mean(tokens)), len(reqs))
     _CACHE[key] = prof
     return prof

@@ -23,6 +23,11 @@ Many jobs, phase by phase (policies {', '.join(TRACE_POLICIES)}): co-execution g
 placement planner, one disaggregated pool pair per job (Solo-D), or one colocated pool per job;
 arrivals and durations from the scenario (a trace), warm and cold switches, consolidation.
 
+A plan (--plan PLAN, a PlacementPlan from `planner plan`): its groups exactly as written (pools,
+node pins, round-robin order), each member's rollouts simulated request by request on its pinned
+nodes with seeds the planner never saw, warm switches between members; reports planned vs
+simulated cycle per group and SLO attainment per job.
+
 Writes (with --out DIR): summary.json (metrics, timeline) and plots: ownership.png (GPUs held per
 component over time, as DynaRL's Figure 13) for one job, gantt.png (groups) for many."""
 
@@ -31,11 +36,15 @@ def add_arguments(p) -> None:
     from planner.commands import _args
 
     p.add_argument("scenario", metavar="SCENARIO")
-    p.add_argument("--policy", required=True, metavar="P", help=f"one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}")
+    p.add_argument("--policy", metavar="P", help=f"one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}")
+    p.add_argument("--plan", metavar="PLAN", help="simulate this PlacementPlan as written (its groups, pools, pins and orders) "
+                                                   "on the scenario's cluster: planned vs simulated cycle per group, SLO "
+                                                   "attainment per job (instead of --policy)")
     p.add_argument("--seed", type=_args.number(0, 2**31 - 1, kind=int), default=0, help="random seed (same seed, same result)")
     p.add_argument("--out", metavar="DIR", help="write summary.json and PNG plots into DIR")
     p.add_argument("--job", help="the job to simulate request by request (scenarios with several jobs)")
-    p.add_argument("--iterations", type=_args.count(1, 1000), default=2, help="iterations of the job (default 2)")
+    p.add_argument("--iterations", type=_args.count(1, 1000), default=None,
+                   help="iterations of the job (default 2); with --plan: meta-iterations of each group (default 24)")
     p.add_argument("--queue", choices=["fifo", "priority"], default="fifo", help="rollout request order")
     p.add_argument("--max-wait-s", type=_args.number(hi=_args.SECONDS), default=30.0, help="age bound of the priority queue (s)")
     p.add_argument("--consolidate-at", type=_args.number(), default=None, metavar="F",
@@ -54,14 +63,22 @@ def add_arguments(p) -> None:
 def _check_args(args) -> None:
     from planner.errors import Problem, UserError, did_you_mean
 
+    if args.iterations is not None and (args.iterations < 1 or args.iterations > 1000):
+        raise UserError(Problem("--iterations", f"must be between 1 and 1000, got {args.iterations}", "e.g. --iterations 2"))
+    if args.plan is not None:
+        if args.policy is not None or args.job is not None:
+            raise UserError(Problem("--plan", "--plan simulates the plan's groups; it takes no --policy or --job",
+                                    "drop --policy/--job, or drop --plan"))
+        return
+    if args.policy is None:
+        raise UserError(Problem("--policy", "say what to simulate", f"give --policy (one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}) "
+                                "or --plan PLAN"))
     if args.policy not in JOB_POLICIES + TRACE_POLICIES:
         raise UserError(Problem("--policy", f"unknown policy '{args.policy}'.{did_you_mean(args.policy, JOB_POLICIES + TRACE_POLICIES)}",
                                 f"use one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}"))
     if args.consolidate_at is not None and not 0.0 < args.consolidate_at < 1.0:
         raise UserError(Problem("--consolidate-at", f"must lie strictly between 0 and 1, got {args.consolidate_at:g}",
                                 "give the fraction of requests done, e.g. 0.8"))
-    if args.iterations < 1 or args.iterations > 1000:
-        raise UserError(Problem("--iterations", f"must be between 1 and 1000, got {args.iterations}", "e.g. --iterations 2"))
     if not 0.0 < args.u_low < 1.0:
         raise UserError(Problem("--u-low", f"must lie strictly between 0 and 1, got {args.u_low:g}", "e.g. --u-low 0.2"))
     if args.window_s < 0:
@@ -150,7 +167,7 @@ def run_job(args, sc):
                     consolidate_at=cons, decision=decision_function(args, sc) if name == "dynamic" else None,
                     record_snapshots=args.snapshots)
     try:
-        sim = JobSim(setup, policy, seed=args.seed, iterations=args.iterations)
+        sim = JobSim(setup, policy, seed=args.seed, iterations=args.iterations or 2)
     except ValueError as exc:
         raise UserError(Problem(f"jobs[{idx}] ({job.name})", str(exc), "pick a larger GPU type or more tensor parallelism")) from None
     return sim.run()
@@ -201,6 +218,10 @@ def run(args) -> int:
     from rich.console import Console
 
     console = Console()
+    if args.plan is not None:
+        from planner.commands._simulate_plan import run_plan
+
+        return run_plan(args, sc, out, console, _write_files)
     trace_mode = args.policy in TRACE_POLICIES
     from planner.statusline import status
 

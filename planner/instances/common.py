@@ -10,8 +10,9 @@ from estimators import models as model_presets
 from estimators.gpus import GPUSpec
 from estimators.lengths import LengthDistribution
 from estimators.models import ModelDims
-from estimators.phases import JobProfile, PoolShape, fits_rollout, fits_training, host_dram_gb, rollout_s, sync_s, train_s
+from estimators.phases import JobProfile, PoolShape, fits_rollout, fits_training, host_dram_gb
 from planner.schema.scenario import FixedLengths, JobSpec, LognormalLengths, NodeGroupSpec, Scenario, ServegenLengths
+from simulator.phasetimes import rollout_s, sync_s, train_s  # the one phase-time model (the simulator's)
 
 
 def resolve_gpu_types(scenario: Scenario) -> dict[str, GPUSpec]:
@@ -149,13 +150,19 @@ class JobEstimate:
     notes: list[str] = field(default_factory=list)
 
 
-def estimate_job(job: JobSpec, view: ClusterView, mode: str = "conservative", seed: int = 0) -> JobEstimate:
+def estimate_job(job: JobSpec, view: ClusterView, mode: str = "conservative", seed: int = 0,
+                 phase_times: bool = True) -> JobEstimate:
+    """``phase_times=False``: only what fits where (types, host DRAM); the phase times, solo time
+    and SLO stay empty/infinite (they run the request-level model, seconds for a large batch)."""
     prof = job_profile(job, seed)
     r_nodes, t_nodes = job.rollout.nodes, job.trainer.nodes
     allowed_r = job.rollout.gpu_types or view.types()
     allowed_t = job.trainer.gpu_types or view.types()
     rollout_types = [t for t in allowed_r if t in view.gpu_types and t in view.groups_by_type and fits_rollout(prof, view.gpu_types[t])]
     train_types = [t for t in allowed_t if t in view.gpu_types and t in view.groups_by_type and fits_training(prof, view.pool(t, t_nodes))]
+    if not phase_times:
+        d_r, d_t = host_dram_gb(prof, t_nodes)
+        return JobEstimate(job.name, prof, r_nodes, t_nodes, {}, {}, {}, d_r, d_t, rollout_types, train_types)
     r_s = {t: rollout_s(prof, view.pool(t, r_nodes), mode) for t in rollout_types}
     t_s = {t: train_s(prof, view.pool(t, t_nodes), mode) for t in train_types}
     s_s = {(a, b): sync_s(prof, view.pool(a, r_nodes), view.pool(b, t_nodes), view.inter_cluster_bw(a, b))

@@ -1,6 +1,15 @@
 """Scenario → :class:`formulation.placement.instance.PlacementInstance`, and instance files.
 
-For every job the estimators give rollout seconds on each allowed rollout GPU type at every pool
+Phase times come from the one phase-time model, :mod:`simulator.phasetimes` (the simulator's
+request-level engines, training work and weight sync), in the scenario's ``phase_time_estimate``
+mode. Not in them: the warm switch a node of a shared group pays before every phase (the
+member's state from host DRAM, :func:`simulator.phasetimes.switch_s`, 1.5-2 s for 1.5B-32B
+models); a lone member pays none, and the placement model has no group-size-dependent term yet,
+so a shared group's planned cycle is short by its members' switches (about 1% of a 300 s cycle
+per member; 6-13% for the CI scenarios' 20-50 s cycles). Folding the switch into every phase
+time instead would make a job whose SLO is its solo time (``ratio_to_solo: 1``) unplaceable.
+
+For every job the model gives rollout seconds on each allowed rollout GPU type at every pool
 size of ``POOL_SIZES`` from the job's own ``rollout.nodes`` up to the nodes of that type (a
 group's rollout pool may be larger than what the job needs, and every member's rollout runs on
 the whole pool); training seconds at every size from ``trainer.nodes`` up (data parallelism
@@ -17,11 +26,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from estimators.phases import fits_training, rollout_s, sync_s, train_s
+from estimators.phases import fits_training
 from formulation.placement.instance import PlacementInstance, PlacementJob, PoolType
 from planner.errors import Problem, UserError
 from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
 from planner.schema.scenario import JobSpec, Scenario
+from simulator.phasetimes import rollout_s, sync_s, train_s  # the one phase-time model (the simulator's)
 
 POOL_SIZES = (1, 2, 3, 4, 6, 8)
 

@@ -37,15 +37,20 @@ def job_setup(sc, index: int, job, view: ClusterView | None = None, seed: int = 
     from simulator.job import setup_from_profile
 
     view = view or cluster_view(sc)
-    est = estimate_job(job, view, "conservative", seed)
+    fit = estimate_job(job, view, "conservative", seed, phase_times=False)
+    pairs = [(a, b) for a in fit.rollout_types for b in fit.train_types]
     where = f"jobs[{index}] ({job.name})"
-    if est.best is None:
+    if not pairs:
         raise UserError(Problem(where, "fits no rollout/training GPU type pair of the cluster",
                                 "run `planner estimate` on the scenario to see why, and allow a larger type or more TP"))
-    rt, tt = est.best
-    slo = est.slo_s
-    if job.slo.iteration_s is None and sc.solver.phase_time_estimate == "sampled":
-        slo = estimate_job(job, view, "sampled", seed).slo_s
+    est = estimate_job(job, view, "conservative", seed) if len(pairs) > 1 else None  # the phase times only pick a pair
+    rt, tt = est.best if est is not None else pairs[0]
+    if job.slo.iteration_s is not None:
+        slo = job.slo.iteration_s
+    elif sc.solver.phase_time_estimate == "conservative" and est is not None:
+        slo = est.slo_s
+    else:
+        slo = estimate_job(job, view, sc.solver.phase_time_estimate, seed).slo_s
     prof = job_profile(job, seed)
     return setup_from_profile(prof, view.pool(rt, job.rollout.nodes), view.pool(tt, job.trainer.nodes),
                               inter_cluster_gb_per_s=view.inter_cluster_bw(rt, tt), slo_s=slo)
@@ -56,21 +61,10 @@ DEFAULT_TRACE_ITERATIONS = 50  # a job without duration_s runs this many iterati
 
 
 def _switch_costs(setup, colocated: bool, cold: bool = False) -> tuple[float, float]:
-    """(rollout, training) switch seconds: warm = host DRAM → GPU copy of the per-GPU state;
-    cold = :func:`estimators.comm.cold_start_s` (process start, framework init, state from storage)."""
-    from estimators import comm, memory
+    """(rollout, training) switch seconds: :func:`simulator.phasetimes.switch_times_s`."""
+    from simulator.phasetimes import switch_times_s
 
-    m = setup.model
-    t_gpus = setup.train_nodes * setup.gpus_per_node
-    train_state = memory.training_bytes_per_gpu(m, setup.train_unit, 1, max(1, t_gpus // setup.train_unit))
-    weights = m.num_params * 2.0 / setup.rollout_tp
-    if cold:
-        node_r = weights * setup.gpus_per_node
-        node_t = train_state * setup.gpus_per_node
-        return (comm.cold_start_s(node_r, weights, setup.rollout_gpu), comm.cold_start_s(node_t, train_state, setup.train_gpu))
-    if colocated:  # veRL: offload one state and load the other at every phase change
-        return comm.warm_switch_s(train_state, setup.train_gpu), comm.warm_switch_s(train_state, setup.train_gpu)
-    return comm.warm_switch_s(weights, setup.rollout_gpu), comm.warm_switch_s(train_state, setup.train_gpu)
+    return switch_times_s(setup, colocated, cold)
 
 
 def trace_jobs(sc, seed: int = 0, consolidate_at: float = 0.8, profile_seeds: int = 3):

@@ -121,7 +121,7 @@ def check_scenario(sc: Scenario, doc: Document | None = None) -> None:
             if nodes > most and sc.budget_per_hour is None and not _capacity_planning(sc):
                 add(p + (key, "nodes"), f"needs {nodes} nodes but the most of any allowed type is {most}",
                     "lower the nodes or add nodes to the cluster")
-        est = estimate_job(job, view, sc.solver.phase_time_estimate)
+        est = estimate_job(job, view, sc.solver.phase_time_estimate, phase_times=job.slo.iteration_s is not None)
         if not est.rollout_types:
             add(p + ("model",), f"the model does not fit any allowed rollout GPU at tp={job.rollout.tp} "
                 f"with a {job.rollout.prompt_tokens + job.rollout.max_response_tokens}-token sequence",

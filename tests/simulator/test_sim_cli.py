@@ -75,3 +75,41 @@ def test_simulate_trace_writes_summary_and_gantt(tmp_path):
     assert doc["summary"]["jobs_done"] == 2 and doc["summary"]["cost"] > 0
     assert {j["job"] for j in doc["jobs"]} == {"small-a", "small-b"}
     assert (out / "gantt.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_simulate_plan_reports_planned_and_simulated_cycle_per_group(tmp_path):
+    """`planner simulate --plan` runs the plan's own groups (not a fresh admission) and reports
+    planned vs simulated cycle per group and SLO attainment per job."""
+    import yaml
+
+    plan, out = tmp_path / "plan.yaml", tmp_path / "sim"
+    sc = str(SCENARIOS / "ci" / "tiny-2jobs.yaml")
+    assert run_cli("plan", sc, "--out", str(plan)).returncode == 0
+    groups = yaml.safe_load(plan.read_text())["body"]["groups"]
+    r = run_cli("simulate", sc, "--plan", str(plan), "--json", "--iterations", "10", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [g["id"] for g in doc["groups"]] == [g["id"] for g in groups]
+    for g, planned in zip(doc["groups"], groups):
+        assert g["members"] == planned["order"] and g["planned_cycle_s"] == pytest.approx(planned["cycle_time_s"])
+        assert g["simulated_cycle_s"] > 0
+    assert {j["job"] for j in doc["jobs"]} == {m["job"] for g in groups for m in g["members"]}
+    assert all(0.0 <= j["slo_attainment"] <= 1.0 for j in doc["jobs"])
+    assert json.loads((out / "summary.json").read_text())["groups"] == doc["groups"]
+
+
+def test_simulate_plan_refuses_another_kind_or_scenario(tmp_path):
+    import yaml
+
+    other = tmp_path / "realloc.yaml"
+    other.write_text(yaml.safe_dump({"kind": "ReallocPlan", "version": 1, "solver": {"backend": "x", "status": "optimal"}, "body": {}}))
+    out = tmp_path / "o"
+    r = run_cli("simulate", str(SCENARIOS / "ci" / "tiny-2jobs.yaml"), "--plan", str(other), "--out", str(out))
+    assert r.returncode == 2 and "--plan" in r.stderr and "PlacementPlan" in r.stderr and "Traceback" not in r.stderr
+    plan = tmp_path / "plan.yaml"
+    assert run_cli("plan", str(SCENARIOS / "ci" / "tiny-2jobs.yaml"), "--out", str(plan)).returncode == 0
+    r = run_cli("simulate", str(SCENARIOS / "ci" / "tiny-mixed.yaml"), "--plan", str(plan), "--out", str(out))
+    assert r.returncode == 2 and "tiny-2jobs" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("simulate", str(SCENARIOS / "ci" / "tiny-2jobs.yaml"), "--plan", str(plan), "--policy", "groups", "--out", str(out))
+    assert r.returncode == 2 and "--plan" in r.stderr
+    assert not out.exists()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from estimators import phases
+from simulator import phasetimes as phases  # the one phase-time model (what the planners assume)
 from planner.daemon.sqlitedb import SQLiteFile
 from planner.daemon.ports import ApplyResult, Group, IterationSample, Observation, Placement
 from planner.instances.common import ClusterView, job_profile, resolve_gpu_types

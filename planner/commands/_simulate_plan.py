@@ -1,0 +1,61 @@
+"""``planner simulate SCENARIO --plan PLAN``: simulate a placement plan as written (groups, pools,
+node pins, round-robin orders) and report planned against simulated cycle per group and SLO
+attainment per job (:mod:`planner.sim.planrun`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def run_plan(args, sc, out, console, write_files) -> int:
+    from formulation.placement.plan import PlacementPlan
+    from planner import plandoc
+    from planner.errors import Problem, UserError
+    from planner.sim.planrun import GROUP_HEADER, JOB_HEADER, simulate_plan, table_rows
+
+    kind = plandoc.peek_kind(args.plan)
+    if kind is not None and kind != "PlacementPlan":
+        raise UserError(Problem("--plan", f"{args.plan} is a {kind}; --plan simulates a PlacementPlan (groups, pools, pins)",
+                                "pass the output of `planner plan` (or `planner admit`); simulate one job's "
+                                "reallocation with --policy dynamic"))
+    doc = plandoc.read(args.plan, expect_kind="PlacementPlan")
+    plan = doc.body_as(PlacementPlan)
+    notes = []
+    if doc.scenario and doc.scenario != sc.name:
+        raise UserError(Problem("--plan", f"the plan was made from scenario '{doc.scenario}', not '{sc.name}'",
+                                "pass the scenario the plan was made from"))
+    if doc.scenario_digest and doc.scenario_digest != plandoc.scenario_digest(sc):
+        notes.append("the scenario changed since the plan was made (digest differs): phase times are today's")
+    if not plan.groups:
+        raise UserError(Problem("--plan", "the plan has no groups to simulate", "plan at least one job"))
+    res = simulate_plan(sc, plan, seed=args.seed, iterations=max(8, args.iterations or 24))
+    d = res.to_dict()
+    d.update(command="planner simulate " + " ".join(_argv(args)), plan=str(args.plan), notes=notes)
+    if args.json:
+        print(json.dumps(d, indent=2, default=float))
+    else:
+        from rich.table import Table
+
+        grows, jrows = table_rows(res)
+        for title, header, rows in ((f"{sc.name}: plan {args.plan}, planned vs simulated cycle per group", GROUP_HEADER, grows),
+                                    ("SLO attainment per job", JOB_HEADER, jrows)):
+            t = Table(title=title, title_justify="left")
+            for i, h in enumerate(header):
+                t.add_column(h, justify="right" if i >= len(header) - 4 else "left")
+            for r in rows:
+                t.add_row(*r)
+            console.print(t)
+        for n in notes:
+            console.print(f"note: {n}")
+    if out is not None:
+        write_files(out, {"summary.json": lambda p: Path(p).write_text(json.dumps(d, indent=2, default=float) + "\n")})
+        if not args.json:
+            console.print(f"wrote {out / 'summary.json'}")
+    return 0
+
+
+def _argv(args) -> list[str]:
+    import sys
+
+    return sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "simulate" else [args.scenario, "--plan", str(args.plan)]

@@ -1,0 +1,167 @@
+"""Simulate a placement plan as it is written: its groups, pools, node pins and round-robin orders.
+
+For every group of a ``PlacementPlan`` body, each member runs on the nodes the plan pins it to:
+
+* its rollouts are simulated request by request on the engines of its pinned rollout nodes
+  (:func:`simulator.phasetimes.rollout_run`), its training phases from the same samples on its
+  pinned training nodes, with the weight sync between them; the random draws come from seeds of
+  their own (:data:`simulator.phasetimes.CHECK_SEED_BASE` on), never the planner's;
+* the group's meta-iterations are then run event by event (:class:`simulator.groups.GroupRun`):
+  per-node rings in the plan's order, a warm switch whenever a node changes member, each
+  iteration drawing one of the member's simulated rollouts and training phases.
+
+Reported per group: the plan's cycle time against the simulated one (the mean gap between
+iteration ends after a warm-up) and the error ``simulated / planned - 1``; per job: the planned
+and simulated cycle, its SLO, the share of iterations within it (attainment) and the margin of
+its slowest and of its mean iteration to the SLO.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from planner.errors import Problem, UserError
+
+
+@dataclass
+class JobResult:
+    job: str
+    group: str
+    planned_cycle_s: float
+    simulated_cycle_s: float
+    slo_s: float
+    slo_attainment: float
+    iterations: int
+    worst_iteration_s: float
+    mean_iteration_s: float
+
+    @property
+    def margin_s(self) -> float:
+        """SLO minus the slowest simulated iteration (negative: it was missed)."""
+        return self.slo_s - self.worst_iteration_s
+
+
+@dataclass
+class GroupResult:
+    id: str
+    rollout_pool: str
+    train_pool: str
+    members: list
+    planned_cycle_s: float
+    simulated_cycle_s: float
+
+    @property
+    def error(self) -> float:
+        return self.simulated_cycle_s / self.planned_cycle_s - 1.0 if self.planned_cycle_s > 0 else math.nan
+
+
+@dataclass
+class PlanSimulation:
+    scenario: str
+    groups: list = field(default_factory=list)
+    jobs: list = field(default_factory=list)
+    seed: int = 0
+    iterations: int = 0
+    samples: int = 0
+
+    def to_dict(self) -> dict:
+        return {
+            "scenario": self.scenario, "seed": self.seed, "iterations": self.iterations, "samples_per_member": self.samples,
+            "groups": [{**asdict(g), "error": g.error} for g in self.groups],
+            "jobs": [{**asdict(j), "margin_s": j.margin_s} for j in self.jobs],
+            "max_abs_error": max((abs(g.error) for g in self.groups), default=0.0),
+            "slo_attainment_mean": float(np.mean([j.slo_attainment for j in self.jobs])) if self.jobs else math.nan,
+        }
+
+
+def _job_specs(sc) -> dict:
+    return {j.name: (i, j) for i, j in enumerate(sc.jobs)}
+
+
+def member_setup(sc, view, job_name: str, rollout_type: str, rollout_nodes: int, train_type: str, train_nodes: int,
+                 seed: int = 0):
+    """The simulator's set-up of one plan member on its pinned node counts."""
+    from planner.instances.common import job_profile
+    from simulator.phasetimes import setup_for
+
+    specs = _job_specs(sc)
+    if job_name not in specs:
+        raise UserError(Problem(f"plan member {job_name}", f"job '{job_name}' is not in scenario '{sc.name}'",
+                                "simulate the plan with the scenario it was made from (--scenario)"))
+    for t in (rollout_type, train_type):
+        if t not in view.gpu_types or not view.nodes_of(t):
+            raise UserError(Problem(f"plan member {job_name}", f"GPU type '{t}' is not in scenario '{sc.name}'",
+                                    "simulate the plan with the scenario it was made from (--scenario)"))
+    _, spec = specs[job_name]
+    prof = job_profile(spec, seed)
+    return setup_for(prof, view.pool(rollout_type, rollout_nodes), view.pool(train_type, train_nodes),
+                     view.inter_cluster_bw(rollout_type, train_type))
+
+
+def member_samples(setup, samples: int, seed: int = 0) -> tuple[tuple, tuple]:
+    """(rollout seconds, training seconds) of ``samples`` independent simulated iterations."""
+    from simulator.phasetimes import CHECK_SEED_BASE, rollout_run, train_time_s
+
+    r, t = [], []
+    for k in range(samples):
+        reqs, makespan, _ = rollout_run(setup, CHECK_SEED_BASE + 1000 * seed + k)
+        r.append(float(makespan))
+        t.append(train_time_s(setup, reqs))
+    return tuple(r), tuple(t)
+
+
+def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 4, samples: int = 6) -> PlanSimulation:
+    """Simulate every group of ``plan`` (a :class:`formulation.placement.plan.PlacementPlan`) on the
+    cluster of ``sc`` (the scenario it was made from)."""
+    from planner.instances.simulate import cluster_view
+    from simulator.groups import GroupSpec, MemberSpec, run_group
+    from simulator.phasetimes import switch_times_s, sync_time_s
+
+    view = cluster_view(sc)
+    out = PlanSimulation(scenario=sc.name, seed=seed, iterations=iterations, samples=samples)
+    for g in plan.groups:
+        rt, tt = g.rollout_pool.gpu_type, g.train_pool.gpu_type
+        by = {m.job: m for m in g.members}
+        specs = []
+        for name in g.order:
+            m = by[name]
+            setup = member_setup(sc, view, name, rt, len(m.rollout_nodes), tt, len(m.train_nodes))
+            r, t = member_samples(setup, samples, seed)
+            sw_r, sw_t = switch_times_s(setup)
+            specs.append(MemberSpec(name=name, rollout_s=r, train_s=t, sync_s=sync_time_s(setup),
+                                    rollout_nodes=tuple(m.rollout_nodes), train_nodes=tuple(m.train_nodes),
+                                    rollout_switch_s=sw_r, train_switch_s=sw_t, slo_s=float(m.slo_s)))
+        spec = GroupSpec(name=g.id, members=tuple(specs), gpus_per_node=g.rollout_pool.gpus_per_node,
+                         rollout_nodes=tuple(g.rollout_pool.nodes), train_nodes=tuple(g.train_pool.nodes))
+        run = run_group(spec, iterations=iterations, seed=seed)
+        cyc = run.cycle_times(skip=skip)
+        for name in g.order:
+            mem = run._all_members()[name]
+            ends = mem.iter_end
+            gaps = np.diff([mem.rollout_starts[0]] + list(ends))[skip:]
+            m = by[name]
+            out.jobs.append(JobResult(job=name, group=g.id, planned_cycle_s=float(m.cycle_time_s),
+                                      simulated_cycle_s=float(cyc.get(name, math.nan)), slo_s=float(m.slo_s),
+                                      slo_attainment=float(np.mean(gaps <= m.slo_s * (1 + 1e-9))) if gaps.size else math.nan,
+                                      iterations=int(gaps.size), worst_iteration_s=float(gaps.max()) if gaps.size else math.nan,
+                                      mean_iteration_s=float(gaps.mean()) if gaps.size else math.nan))
+        sim = max(cyc.values()) if cyc else math.nan
+        out.groups.append(GroupResult(id=g.id, rollout_pool=f"{g.rollout_pool.size}x{rt}", train_pool=f"{g.train_pool.size}x{tt}",
+                                      members=list(g.order), planned_cycle_s=float(g.cycle_time_s), simulated_cycle_s=float(sim)))
+    return out
+
+
+def table_rows(res: PlanSimulation) -> tuple[list, list]:
+    """(group rows, job rows) of strings for a table."""
+    grows = [(g.id, g.rollout_pool, g.train_pool, ", ".join(g.members), f"{g.planned_cycle_s:.1f}", f"{g.simulated_cycle_s:.1f}",
+              f"{100 * g.error:+.1f}%") for g in res.groups]
+    jrows = [(j.job, j.group, f"{j.planned_cycle_s:.1f}", f"{j.simulated_cycle_s:.1f}", f"{j.slo_s:.1f}",
+              f"{100 * j.slo_attainment:.0f}%", f"{j.margin_s:+.1f}") for j in res.jobs]
+    return grows, jrows
+
+
+GROUP_HEADER = ("group", "rollout pool", "training pool", "members (order)", "planned cycle (s)", "simulated cycle (s)", "error")
+JOB_HEADER = ("job", "group", "planned cycle (s)", "simulated cycle (s)", "SLO (s)", "SLO attainment", "margin of slowest iteration (s)")

@@ -1,0 +1,117 @@
+"""The reallocation predictor's remaining time against the simulator.
+
+The reallocation planner's objective is the iteration's remaining time: per component, ``1 /`` its
+curve at the GPUs it holds (:func:`planner.instances.realloc.build_context`, curves in fractions of
+the remaining work per second). Two errors are measured on the DynaRL scenarios, request by request:
+
+* **keep**: at probe times through a static iteration, the predicted remaining rollout time at
+  the GPUs the rollout holds, against ``rollout end - t`` as the simulator then runs it;
+* **after-move**: at the same probe times, the predicted remaining rollout time with a quarter of
+  the rollout's GPUs moved to the trainer (``1 /`` the curve at the smaller count), against a
+  simulation in which exactly that move is carried out at that time (Workload migration: the
+  drained engines' requests re-prefilled on the kept ones).
+
+Error = predicted / simulated - 1; reported as median and max of its absolute value.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+CASES = (("math-1.5b-64gpu", 0), ("math-7b-64gpu", 0))
+FRACTIONS = (0.1, 0.3, 0.5, 0.7, 0.85)
+MOVE_SHARE = 0.25
+
+
+def _setup(name: str, seed: int = 0):
+    from planner.instances.simulate import cluster_view, job_setup, pick_job
+    from planner.schema import load_scenario
+    from planner.sim.fidelity import ROOT
+
+    sc = load_scenario(ROOT / "scenarios" / "dynarl" / f"{name}.yaml")
+    i, job = pick_job(sc, None)
+    return sc, job_setup(sc, i, job, cluster_view(sc), seed)
+
+
+class _Probe:
+    """Never moves (or moves once, at ``move_at``); records the predicted remaining rollout time at
+    the GPUs held and at ``held - moved``."""
+
+    wants_remaining_tokens = True
+
+    def __init__(self, sc, times, moved: int, move_at=None):
+        self.sc, self.times, self.moved, self.move_at, self.rows, self.done = sc, list(times), moved, move_at, [], False
+
+    def __call__(self, snap, ctx):
+        from planner.instances.realloc import build_context
+        from simulator.policies import Reallocation
+
+        if ctx.at_boundary or ctx.iteration > 0:
+            return None
+        if self.move_at is not None:
+            if self.done or snap.time_s < self.move_at:
+                return None
+            self.done = True
+            tgt = {n: c.gpus for n, c in ctx.components.items()}
+            tgt["rollout"] -= self.moved
+            tgt["trainer"] += self.moved
+            self.rows.append({"t": snap.time_s})
+            return Reallocation(target=tgt, kinds={"rollout": "workload", "trainer": "p2p"}, reason="fidelity probe")
+        if not self.times or snap.time_s < self.times[0]:
+            return None
+        self.times.pop(0)
+        c = build_context(snap, self.sc)
+        held = sum(w.gpus for w in snap.workers if w.component == "rollout")
+        cv = next(iter(c.components["rollout"].curves.values()))
+        y0, y1 = cv(held), cv(held - self.moved)
+        self.rows.append({"t": snap.time_s, "keep": 1.0 / y0 if y0 > 0 else math.inf,
+                          "after": 1.0 / y1 if y1 > 0 else math.inf})
+        return None
+
+
+def measure(cases=CASES, fractions=FRACTIONS) -> dict:
+    from simulator.job import JobSim
+    from simulator.policies import Policy
+
+    keep, after = [], []
+    rows = []
+    for name, seed in cases:
+        sc, setup = _setup(name, seed)
+        rollout_gpus = setup.rollout_nodes * setup.gpus_per_node
+        moved = max(setup.rollout_tp, int(round(MOVE_SHARE * rollout_gpus / setup.rollout_tp)) * setup.rollout_tp)
+        static = JobSim(setup, Policy("static"), seed=seed, iterations=1).run()
+        end0 = static.iterations[0].rollout_end_s
+        times = [f * end0 for f in fractions]
+        probe = _Probe(sc, times, moved)
+        res = JobSim(setup, Policy("dynamic", decision=probe, telemetry_interval_s=1.0), seed=seed, iterations=1).run()
+        end = res.iterations[0].rollout_end_s
+        for r in probe.rows:
+            actual = end - r["t"]
+            if actual <= 1.0:
+                continue
+            mv = _Probe(sc, [], moved, move_at=r["t"])
+            res2 = JobSim(setup, Policy("dynamic", decision=mv, telemetry_interval_s=1.0), seed=seed, iterations=1).run()
+            actual_after = res2.iterations[0].rollout_end_s - mv.rows[0]["t"] if mv.rows else math.nan
+            ek = r["keep"] / actual - 1.0
+            ea = r["after"] / actual_after - 1.0 if actual_after > 0 else math.nan
+            keep.append(ek)
+            after.append(ea)
+            rows.append({"case": name, "seed": seed, "t_s": r["t"], "gpus_moved": moved, "keep_predicted_s": r["keep"],
+                         "keep_simulated_s": actual, "keep_error": ek, "after_predicted_s": r["after"],
+                         "after_simulated_s": actual_after, "after_error": ea})
+
+    def stat(v):
+        a = np.abs(np.asarray([x for x in v if np.isfinite(x)]))
+        return {"n": int(a.size), "median": float(np.median(a)) if a.size else math.nan, "max": float(a.max()) if a.size else math.nan}
+
+    return {"command": "python -m planner.sim.fidelity (planner.sim.predictor_fidelity.measure)",
+            "description": __doc__.split("\n\n", 1)[1].strip().replace("\n", " "),
+            "cases": {"keep": stat(keep), "after-move": stat(after)}, "rows": rows}
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(measure(), indent=2, default=float))
