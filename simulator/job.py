@@ -106,7 +106,9 @@ def setup_from_profile(profile, rollout_pool, train_pool, *, inter_cluster_gb_pe
     wl = WorkloadSpec(n_prompts=profile.batch_prompts, group_size=profile.group_size,
                       prompt_tokens=profile.prompt_tokens, max_response_tokens=profile.max_response_tokens,
                       lengths=profile.lengths, turns=profile.turns, observation_tokens=profile.observation_tokens,
-                      tool_latency_fixed_s=profile.tool_latency_fixed_s)
+                      tool_latency_fixed_s=profile.tool_latency_fixed_s,
+                      tool_latency_table=getattr(profile, "tool_latency_table", None),
+                      prompt_table=getattr(profile, "prompt_table", None))
     if rollout_pool.gpus_per_node != train_pool.gpus_per_node:
         raise ValueError("rollout and training nodes must have the same GPUs per node")
     return JobSetup(

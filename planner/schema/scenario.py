@@ -28,6 +28,8 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
+from planner.schema.workload import QuantileTable, TraceColumn, UserDistribution  # users' own workloads
+
 SCHEMA_VERSION = 1
 
 
@@ -118,13 +120,13 @@ class FixedLengths(Strict):
     tokens: PositiveInt
 
 
-ResponseLengths = Annotated[Union[ServegenLengths, LognormalLengths, FixedLengths], Field(discriminator="source")]
+ResponseLengths = Annotated[Union[ServegenLengths, LognormalLengths, FixedLengths, TraceColumn, QuantileTable], Field(discriminator="source")]
 
 
 class ToolSpec(Strict):
     """Tools of an agentic job: one call between consecutive turns."""
 
-    latency: Literal["rollpacker", "fixed"] = "rollpacker"
+    latency: Union[Literal["rollpacker", "fixed"], Annotated[UserDistribution, Field(discriminator="source")]] = "rollpacker"
     fixed_latency_s: PositiveFloat = 1.0
     observation_tokens: int = Field(256, ge=0, description="tokens the tool result appends to the context")
 
@@ -135,6 +137,8 @@ class RolloutSpec(Strict):
     prompt_tokens: PositiveInt = 512
     max_response_tokens: PositiveInt
     response_lengths: ResponseLengths = Field(default_factory=ServegenLengths)
+    prompt_lengths: Optional[Annotated[UserDistribution, Field(discriminator="source")]] = Field(
+        None, description="the user's prompt lengths (trace column or quantile table); prompt_tokens defaults to their mean")
     turns: PositiveInt = Field(1, description="generation turns per request (agentic: > 1, with tool calls between)")
     tools: Optional[ToolSpec] = None
     tp: PositiveInt = Field(1, description="tensor parallelism of one rollout engine")
@@ -220,3 +224,5 @@ class Scenario(Strict):
     jobs: list[JobSpec] = Field(default_factory=list)
     solver: SolverSpec = Field(default_factory=SolverSpec)
     budget_per_hour: Optional[PositiveFloat] = Field(None, description="capacity planning: most $/h the fleet may cost")
+    calibration: Optional[str] = Field(None, description="folder written by 'python -m estimators.calibrate --out' "
+                                       "(relative to the scenario file) that the estimators read instead of the shipped tables")
