@@ -86,6 +86,7 @@ class JobSetup:
     price_train_per_gpu_h: float = 0.0
     slo_s: float = math.inf
     overhead_ms: Optional[float] = None  # None: estimators.rollout.ENGINE_STEP_OVERHEAD_MS
+    algorithm: str = "grpo"  # grpo | ppo: GRPO's trainer takes whole groups (see Policy.intake)
 
     @property
     def same_type(self) -> bool:
@@ -118,7 +119,15 @@ def setup_from_profile(profile, rollout_pool, train_pool, *, inter_cluster_gb_pe
         forwards=1 + int(profile.has_reference) + int(profile.has_critic), updates=1 + int(profile.has_critic),
         train_mfu=profile.train_mfu, weight_sync=profile.weight_sync, inter_cluster_gb_per_s=inter_cluster_gb_per_s,
         price_rollout_per_gpu_h=rollout_pool.gpu.price_per_gpu_hour or 0.0,
-        price_train_per_gpu_h=train_pool.gpu.price_per_gpu_hour or 0.0, slo_s=slo_s, overhead_ms=overhead_ms)
+        price_train_per_gpu_h=train_pool.gpu.price_per_gpu_hour or 0.0, slo_s=slo_s, overhead_ms=overhead_ms,
+        algorithm="ppo" if profile.has_critic else "grpo")
+
+
+def intake_of(setup: JobSetup, policy: Policy) -> str:
+    """The trainer intake a run uses: the policy's, or by default ``group`` for GRPO with groups."""
+    if policy.intake is not None:
+        return policy.intake
+    return "group" if setup.algorithm == "grpo" and setup.workload.group_size > 1 else "sample"
 
 
 def _round_down(x: float, unit: int) -> int:
@@ -311,6 +320,10 @@ class JobSim:
         # the estimate costs a pass over the unfinished requests: only when the decision function reads it
         self._report_remaining = bool(getattr(policy.decision, "wants_remaining_tokens", False) or policy.record_snapshots)
         self._unfinished: dict[int, Request] = {}
+        self.intake = intake_of(setup, policy)
+        self._gate: dict[int, list] = {}  # group -> rewarded samples waiting for their siblings
+        self._batch: list = []  # complete groups waiting for a mini-batch
+        self._groups_in = 0  # complete groups released to the trainer this iteration
 
     # ------------------------------------------------------------------ GPUs
     def _hold(self, comp: str, gpus: int) -> None:
@@ -439,6 +452,7 @@ class JobSim:
         self.requests.extend(reqs)
         self._collected = []
         self._trained = 0
+        self._gate, self._batch, self._groups_in = {}, [], 0
         self._rollout_tokens0 = sum(e.tokens_out for e in self.rollout.all_engines())
         self._reprefill0 = self.rollout.reprefill_tokens()
         self._preempt0 = sum(e.preemptions for e in self.rollout.all_engines())
@@ -501,7 +515,32 @@ class JobSim:
             self.trainer.set_gpus(total)
 
     def _on_rewarded(self, req: Request) -> None:
-        self.trainer.push(req, sample_work_flops(self.setup, req)[1])
+        """Trainer intake: every sample at once, or whole GRPO groups, or mini-batches of groups."""
+        if self.intake == "sample":
+            self.trainer.push(req, sample_work_flops(self.setup, req)[1])
+            return
+        g = self.setup.workload.group_size
+        waiting = self._gate.setdefault(req.group, [])
+        waiting.append(req)
+        if len(waiting) < g:
+            return
+        del self._gate[req.group]
+        self._groups_in += 1
+        if self.intake == "group":
+            self._to_trainer(waiting)
+            return
+        self._batch.extend(waiting)
+        if len(self._batch) >= self.policy.minibatch_groups * g or self._groups_in == self.setup.workload.n_prompts:
+            batch, self._batch = self._batch, []
+            self._to_trainer(batch)
+
+    def _to_trainer(self, reqs: list) -> None:
+        for r in reqs:
+            self.trainer.push(r, sample_work_flops(self.setup, r)[1])
+
+    def gated_samples(self) -> int:
+        """Rewarded samples held at the trainer's intake (waiting for their group or mini-batch)."""
+        return sum(len(v) for v in self._gate.values()) + len(self._batch)
 
     def _on_trained(self, req: Request) -> None:
         self._trained += 1
