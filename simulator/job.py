@@ -153,6 +153,13 @@ def partition(setup: JobSetup, policy: Policy) -> dict[str, int]:
         ref = int(round(train_pool * w_ref / (w_ref + w_tr) / setup.train_unit)) * setup.train_unit
         ref = max(setup.train_unit, min(ref, train_pool - setup.train_unit))
         tr = train_pool - ref
+    if r < setup.rollout_tp or tr < setup.train_unit or ref < 1:
+        raise ValueError(
+            f"job {setup.name}: infeasible split: {r} rollout GPUs (engines need {setup.rollout_tp} each), {ref} for "
+            f"log-prob inference and {tr} for the trainer (TP x PP = {setup.train_unit}) out of {train_pool} training GPUs "
+            f"({setup.rollout_nodes} rollout + {setup.train_nodes} training nodes of {g}). Fix: give the job at least "
+            f"{math.ceil((setup.train_unit + max(1, setup.train_unit if policy.reference_gpus is None else 1)) / g)} training "
+            "node(s), or a smaller trainer TP x PP")
     return {"rollout": int(r), "reference": int(ref), "trainer": int(tr)}
 
 
@@ -428,6 +435,11 @@ class JobSim:
             self.loop.after(p.telemetry_interval_s, self._tick)
         self.loop.run(max_events=50_000_000)
         end = self.loop.now
+        if not self._done:
+            k = len(self.iterations) - 1
+            raise RuntimeError(f"job {s.name}: iteration {k} never finished (stalled at {end:.1f} s with "
+                               f"{self.rollout.n_finished}/{self.rollout.n_total} responses done and {self._trained} trained; "
+                               f"GPUs held {self.held})")
         for e in self.rollout.all_engines():
             e.sync(end)
         self.rollout.release_all(end)

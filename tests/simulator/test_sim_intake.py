@@ -83,3 +83,11 @@ def test_gating_only_delays_training():
     it = {name: job_metrics(JobSim(s, Policy("static", intake=name), seed=2, iterations=1).run())["mean_iteration_s"]
           for name in ("sample", "group", "minibatch")}
     assert it["sample"] <= it["group"] + 1e-6 <= it["minibatch"] + 2e-6, it
+
+
+def test_infeasible_split_is_an_error_not_nan():
+    """A training pool too small for log-prob inference plus one trainer replica (DynaRL 32B on 7+1
+    nodes: trainer TP 8 on 8 GPUs) is refused with a message, instead of an iteration that never ends."""
+    s = replace(small_setup(rollout_nodes=3, train_nodes=1, gpn=4), train_unit=4)
+    with pytest.raises(ValueError, match="infeasible split.*at least 2 training node"):
+        JobSim(s, Policy("static"), iterations=1)
