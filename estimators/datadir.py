@@ -53,8 +53,8 @@ def select(path: str | Path | None) -> None:
     """Read calibration from ``path`` from now on (None: back to the environment / shipped tables)."""
     global _selected, _explicit
     new = check_folder(path).resolve() if path is not None else None
-    if _explicit and new == _selected:
-        return
+    if new == _selected and _explicit == (path is not None):
+        return  # nothing changes: keep the caches
     _selected, _explicit = new, path is not None
     clear_caches()
 

@@ -835,7 +835,7 @@ def check(names, out: Path, workers, ray_address, budget_s) -> int:
     if budget_s is not None:
         picked, spent = [], 0.0
         for v in chosen:
-            if spent + v[2] > budget_s:
+            if spent + v[2] > budget_s and picked:  # at least the cheapest one
                 break
             picked.append(v)
             spent += v[2]
