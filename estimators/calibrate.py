@@ -1,11 +1,15 @@
 """Fit the estimators' run-time constants from the measured tables in ``../shared/data``.
 
-    python -m estimators.calibrate [--data ../shared/data] [--out estimators/data]
+    python -m estimators.calibrate [--data ../shared/data] --out DIR
 
-writes ``calibration.json`` (kernel and network models), ``lengths.json`` (response-length
-quantile tables) and ``tool_latency.json`` (measured tool-call latencies). Those files ship in the
-package so that the planner runs where ``../shared/data`` does not exist; their licenses are in
-``estimators/data/LICENSES.md``. Sources:
+writes into ``DIR`` (never into the package) ``calibration.json`` (kernel and network models),
+``lengths.json`` (response-length quantile tables) and ``tool_latency.json`` (measured tool-call
+latencies), each only when its inputs are in ``--data`` (a partial folder gives a partial
+calibration; the message names what was skipped). A scenario selects the folder with
+``calibration: DIR`` (or ``RL_PLANNER_CALIBRATION=DIR``); the estimators then read it over the
+shipped tables (:mod:`estimators.datadir`). The shipped files in ``estimators/data`` were made by
+this command; they let the planner run where ``../shared/data`` does not exist; their licenses are
+in ``estimators/data/LICENSES.md``. Sources:
 
 * kernels: aiconfigurator-core 0.12.0 (NVIDIA, Apache-2.0), vLLM 0.24.0 bf16 GEMM, decode and
   prefill attention latencies measured on H100 SXM and H200 SXM;
@@ -40,7 +44,6 @@ import numpy as np
 from estimators import gpus
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-OUT_DIR = Path(__file__).resolve().parent / "data"
 AIC = "aiconfigurator/aiconfigurator_core/systems/data"
 MEASURED = {"H100": "h100_sxm", "H200": "h200_sxm"}
 
@@ -231,22 +234,40 @@ def fit_tool_latency(data: Path) -> dict:
     return {"source": "Farrrrland/RollPacker @ bb8afa9 data/time_list.json (Apache-2.0)", "seconds": vals}
 
 
-def calibrate(data: Path) -> dict:
+def kernel_inputs(data: Path, gpu: str) -> list[Path]:
+    base = data / AIC / MEASURED[gpu]
+    return [base / "gemm/vllm/0.24.0/gemm_perf.csv.gz",
+            base / "attention/vllm/0.24.0/generation_attention_perf.csv.gz",
+            base / "attention/vllm/0.24.0/context_attention_perf.csv.gz"]
+
+
+def part_inputs(data: Path) -> dict[str, list[Path]]:
+    """The input files of each part of the calibration (a part runs only when all of its exist)."""
+    parts = {f"kernels {gpu}": kernel_inputs(data, gpu) for gpu in MEASURED}
+    parts["network"] = [data / "vidur-network/h100_dgx/all_reduce.csv", data / "vidur-network/h100_dgx/send_recv.csv"]
+    parts["lengths"] = [data / "servegen-deepseek-r1"]
+    parts["tool latency"] = [data / "rollpacker-tool-latency/time_list.json"]
+    return parts
+
+
+def calibrate(data: Path, gpus_: tuple[str, ...] | None = None, network: bool = True) -> dict:
+    """``calibration.json``'s content: kernel fits for ``gpus_`` (default: every measured type) and,
+    with ``network``, the NCCL fits."""
     kernels = {}
-    for gpu in MEASURED:
+    for gpu in (MEASURED if gpus_ is None else gpus_):
         kernels[gpu] = {
             "gemm": fit_gemm(data, gpu),
             "decode_attention": fit_decode_attention(data, gpu),
             "prefill_attention": fit_prefill_attention(data, gpu),
         }
-    return {
-        "kernels": kernels,
-        "network": fit_network(data),
-        "sources": {
-            "kernels": "aiconfigurator-core 0.12.0 systems/data/{h100_sxm,h200_sxm} vLLM 0.24.0 bf16 (NVIDIA, Apache-2.0)",
-            "network": "microsoft/vidur @ 7d47513 data/profiling/network/h100_dgx (MIT)",
-        },
-    }
+    out: dict = {"kernels": kernels, "sources": {}}
+    if kernels:
+        out["sources"]["kernels"] = ("aiconfigurator-core 0.12.0 systems/data/{" + ",".join(MEASURED[g] for g in kernels)
+                                     + "} vLLM 0.24.0 bf16 (NVIDIA, Apache-2.0)")
+    if network:
+        out["network"] = fit_network(data)
+        out["sources"]["network"] = "microsoft/vidur @ 7d47513 data/profiling/network/h100_dgx (MIT)"
+    return out
 
 
 def _round(obj, digits: int = 6):
@@ -259,19 +280,80 @@ def _round(obj, digits: int = 6):
     return obj
 
 
+class CalibrationError(Exception):
+    """Bad input data: the message names the part and the file."""
+
+
+def _inside_package(path: Path) -> bool:
+    pkg = Path(__file__).resolve().parent
+    p = path.resolve()
+    return p == pkg or pkg in p.parents
+
+
+def run(data: Path, out: Path) -> tuple[list[str], list[str]]:
+    """Fit every part whose inputs exist under ``data`` and write the results into ``out``.
+
+    Returns (files written, parts skipped with the reason). Raises :class:`CalibrationError` when
+    no part has its inputs or an input cannot be parsed; nothing is written then."""
+    inputs = part_inputs(data)
+    present = {k: v for k, v in inputs.items() if all(p.exists() for p in v)}
+    skipped = [f"{k} (no {next(p for p in v if not p.exists()).relative_to(data)})" for k, v in inputs.items() if k not in present]
+    if not present:
+        raise CalibrationError(f"nothing to calibrate in {data}: none of the parts has its inputs ({'; '.join(skipped)})")
+    docs: dict[str, str] = {}
+    part = ""
+    try:
+        gpus_ = tuple(g for g in MEASURED if f"kernels {g}" in present)
+        if gpus_ or "network" in present:
+            part = "kernels/network"
+            docs["calibration.json"] = json.dumps(_round(calibrate(data, gpus_, "network" in present)), indent=1, sort_keys=True) + "\n"
+        if "lengths" in present:
+            part = "lengths"
+            lengths = fit_lengths(data)
+            if not lengths["clients"]:
+                raise ValueError("no ServeGen client files (chunk-<id>-dataset.json with chunk-<id>-trace.csv)")
+            docs["lengths.json"] = json.dumps(_round(lengths), sort_keys=True) + "\n"
+        if "tool latency" in present:
+            part = "tool latency"
+            docs["tool_latency.json"] = json.dumps(fit_tool_latency(data)) + "\n"
+    except (KeyError, ValueError, TypeError, IndexError, SyntaxError, OSError, EOFError, csv.Error) as exc:
+        raise CalibrationError(f"cannot calibrate {part} from {data}: {type(exc).__name__}: {exc}") from None
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in docs.items():
+        tmp = out / (name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(out / name)
+    return sorted(docs), skipped
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--out", type=Path, default=OUT_DIR)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of measured tables (default ../shared/data)")
+    ap.add_argument("--out", type=Path, help="folder to write the calibration into (required; never the package's own "
+                    "estimators/data). Select it with the scenario field 'calibration: DIR' or RL_PLANNER_CALIBRATION=DIR")
     args = ap.parse_args(argv)
-    if not args.data.exists():
+    if args.out is None:
+        print("error: --out DIR is required (the shipped tables in estimators/data are never overwritten); "
+              "then select the folder with 'calibration: DIR' in a scenario or RL_PLANNER_CALIBRATION=DIR", file=sys.stderr)
+        return 2
+    if _inside_package(args.out):
+        print(f"error: --out {args.out} lies inside the installed estimators package; pass a folder of your own",
+              file=sys.stderr)
+        return 2
+    if not args.data.is_dir():
         print(f"error: data folder {args.data} not found; pass --data PATH", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "calibration.json").write_text(json.dumps(_round(calibrate(args.data)), indent=1, sort_keys=True) + "\n")
-    (args.out / "lengths.json").write_text(json.dumps(_round(fit_lengths(args.data)), sort_keys=True) + "\n")
-    (args.out / "tool_latency.json").write_text(json.dumps(fit_tool_latency(args.data)) + "\n")
-    print(f"wrote {args.out}/calibration.json, lengths.json, tool_latency.json")
+    try:
+        written, skipped = run(args.data, args.out)
+    except CalibrationError as exc:
+        print(f"error: {exc}. Fix: point --data at a folder laid out like ../shared/data "
+              "(see estimators/calibrate.py's docstring for the files each part reads)", file=sys.stderr)
+        return 2
+    print(f"wrote {', '.join(str(args.out / w) for w in written)}")
+    if skipped:
+        print("skipped (its inputs are missing; the estimators keep the shipped tables for it when this folder is selected): "
+              + "; ".join(skipped))
+    print(f"use it: 'calibration: {args.out}' in a scenario, or RL_PLANNER_CALIBRATION={args.out}")
     return 0
 
 

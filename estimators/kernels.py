@@ -12,9 +12,7 @@ All times are milliseconds for one kernel call on one GPU.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
-from importlib import resources
 
 import numpy as np
 
@@ -23,7 +21,9 @@ from estimators.gpus import GPUSpec
 
 @lru_cache(maxsize=1)
 def calibration() -> dict:
-    return json.loads(resources.files("estimators").joinpath("data/calibration.json").read_text())
+    from estimators import datadir
+
+    return datadir.read_json("calibration.json")
 
 
 def _fit(gpu: GPUSpec, kind: str) -> dict:

@@ -9,6 +9,10 @@
   (a clipped response is a truncated one, as in RL rollouts).
 * ``lognormal``: a parametric long tail with a given median and log-space sigma.
 * ``fixed``: every response the same length.
+* ``table``: the user's own distribution, an inverse CDF on a uniform grid (``table``) made from a
+  trace column or a quantile table by :mod:`estimators.traces`; ``scale`` applies as for ServeGen.
+
+The shipped tables can be replaced by a calibration folder of the user's (:mod:`estimators.datadir`).
 
 Tool-call latency comes from RollPacker's 2,001 measured code-sandbox executions
 (Farrrrland/RollPacker @ bb8afa9, Apache-2.0; p50 0.031 s, p99 9.1 s, max 21 s), shipped in
@@ -17,23 +21,25 @@ Tool-call latency comes from RollPacker's 2,001 measured code-sandbox executions
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
 import numpy as np
 
 
 @lru_cache(maxsize=1)
 def _lengths_table() -> dict:
-    return json.loads(resources.files("estimators").joinpath("data/lengths.json").read_text())
+    from estimators import datadir
+
+    return datadir.read_json("lengths.json")
 
 
 @lru_cache(maxsize=1)
 def tool_latencies_s() -> np.ndarray:
-    d = json.loads(resources.files("estimators").joinpath("data/tool_latency.json").read_text())
+    from estimators import datadir
+
+    d = datadir.read_json("tool_latency.json")
     return np.asarray(d["seconds"], dtype=float)
 
 
@@ -45,14 +51,17 @@ def servegen_clients() -> list[str]:
 class LengthDistribution:
     """Samplable response-length distribution (tokens)."""
 
-    kind: str = "servegen"  # servegen | lognormal | fixed
+    kind: str = "servegen"  # servegen | lognormal | fixed | table
     client: str | None = None  # servegen client id; None = the rate-weighted mixture
     scale: float = 1.0
     median_tokens: float = 1000.0
     sigma: float = 1.0
     max_tokens: float | None = None
+    table: tuple[float, ...] | None = None  # kind "table": inverse CDF on a uniform grid (estimators.traces)
 
     def _quantile_table(self) -> np.ndarray:
+        if self.kind == "table":
+            return np.asarray(self.table, dtype=float)
         t = _lengths_table()
         q = t["mixture"]["output_quantiles"] if self.client is None else t["clients"][str(self.client)]["output_quantiles"]
         return np.asarray(q, dtype=float)

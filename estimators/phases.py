@@ -55,6 +55,8 @@ class JobProfile:
     has_reference: bool = True
     weight_sync: str = "scatter_broadcast"
     seed: int = 0
+    tool_latency_table: tuple[float, ...] | None = None  # the user's tool latencies (s): inverse CDF grid, estimators.traces
+    prompt_table: tuple[float, ...] | None = None  # the user's prompt lengths (tokens), same shape; prompt_tokens is their mean
 
     @property
     def n_requests(self) -> int:
@@ -75,7 +77,7 @@ class PoolShape:
 def tool_latency_s(job: JobProfile, conservative: bool) -> float:
     if job.tool_latency_fixed_s is not None:
         return job.tool_latency_fixed_s
-    vals = tool_latencies_s()
+    vals = np.asarray(job.tool_latency_table) if job.tool_latency_table is not None else tool_latencies_s()
     return float(np.quantile(vals, 0.99)) if conservative else float(np.mean(vals))
 
 

@@ -86,6 +86,7 @@ class JobSetup:
     price_train_per_gpu_h: float = 0.0
     slo_s: float = math.inf
     overhead_ms: Optional[float] = None  # None: estimators.rollout.ENGINE_STEP_OVERHEAD_MS
+    algorithm: str = "grpo"  # grpo | ppo: GRPO's trainer takes whole groups (see Policy.intake)
 
     @property
     def same_type(self) -> bool:
@@ -106,7 +107,9 @@ def setup_from_profile(profile, rollout_pool, train_pool, *, inter_cluster_gb_pe
     wl = WorkloadSpec(n_prompts=profile.batch_prompts, group_size=profile.group_size,
                       prompt_tokens=profile.prompt_tokens, max_response_tokens=profile.max_response_tokens,
                       lengths=profile.lengths, turns=profile.turns, observation_tokens=profile.observation_tokens,
-                      tool_latency_fixed_s=profile.tool_latency_fixed_s)
+                      tool_latency_fixed_s=profile.tool_latency_fixed_s,
+                      tool_latency_table=getattr(profile, "tool_latency_table", None),
+                      prompt_table=getattr(profile, "prompt_table", None))
     if rollout_pool.gpus_per_node != train_pool.gpus_per_node:
         raise ValueError("rollout and training nodes must have the same GPUs per node")
     return JobSetup(
@@ -116,7 +119,15 @@ def setup_from_profile(profile, rollout_pool, train_pool, *, inter_cluster_gb_pe
         forwards=1 + int(profile.has_reference) + int(profile.has_critic), updates=1 + int(profile.has_critic),
         train_mfu=profile.train_mfu, weight_sync=profile.weight_sync, inter_cluster_gb_per_s=inter_cluster_gb_per_s,
         price_rollout_per_gpu_h=rollout_pool.gpu.price_per_gpu_hour or 0.0,
-        price_train_per_gpu_h=train_pool.gpu.price_per_gpu_hour or 0.0, slo_s=slo_s, overhead_ms=overhead_ms)
+        price_train_per_gpu_h=train_pool.gpu.price_per_gpu_hour or 0.0, slo_s=slo_s, overhead_ms=overhead_ms,
+        algorithm="ppo" if profile.has_critic else "grpo")
+
+
+def intake_of(setup: JobSetup, policy: Policy) -> str:
+    """The trainer intake a run uses: the policy's, or by default ``group`` for GRPO with groups."""
+    if policy.intake is not None:
+        return policy.intake
+    return "group" if setup.algorithm == "grpo" and setup.workload.group_size > 1 else "sample"
 
 
 def _round_down(x: float, unit: int) -> int:
@@ -142,6 +153,13 @@ def partition(setup: JobSetup, policy: Policy) -> dict[str, int]:
         ref = int(round(train_pool * w_ref / (w_ref + w_tr) / setup.train_unit)) * setup.train_unit
         ref = max(setup.train_unit, min(ref, train_pool - setup.train_unit))
         tr = train_pool - ref
+    if r < setup.rollout_tp or tr < setup.train_unit or ref < 1:
+        raise ValueError(
+            f"job {setup.name}: infeasible split: {r} rollout GPUs (engines need {setup.rollout_tp} each), {ref} for "
+            f"log-prob inference and {tr} for the trainer (TP x PP = {setup.train_unit}) out of {train_pool} training GPUs "
+            f"({setup.rollout_nodes} rollout + {setup.train_nodes} training nodes of {g}). Fix: give the job at least "
+            f"{math.ceil((setup.train_unit + max(1, setup.train_unit if policy.reference_gpus is None else 1)) / g)} training "
+            "node(s), or a smaller trainer TP x PP")
     return {"rollout": int(r), "reference": int(ref), "trainer": int(tr)}
 
 
@@ -309,6 +327,10 @@ class JobSim:
         # the estimate costs a pass over the unfinished requests: only when the decision function reads it
         self._report_remaining = bool(getattr(policy.decision, "wants_remaining_tokens", False) or policy.record_snapshots)
         self._unfinished: dict[int, Request] = {}
+        self.intake = intake_of(setup, policy)
+        self._gate: dict[int, list] = {}  # group -> rewarded samples waiting for their siblings
+        self._batch: list = []  # complete groups waiting for a mini-batch
+        self._groups_in = 0  # complete groups released to the trainer this iteration
 
     # ------------------------------------------------------------------ GPUs
     def _hold(self, comp: str, gpus: int) -> None:
@@ -413,6 +435,11 @@ class JobSim:
             self.loop.after(p.telemetry_interval_s, self._tick)
         self.loop.run(max_events=50_000_000)
         end = self.loop.now
+        if not self._done:
+            k = len(self.iterations) - 1
+            raise RuntimeError(f"job {s.name}: iteration {k} never finished (stalled at {end:.1f} s with "
+                               f"{self.rollout.n_finished}/{self.rollout.n_total} responses done and {self._trained} trained; "
+                               f"GPUs held {self.held})")
         for e in self.rollout.all_engines():
             e.sync(end)
         self.rollout.release_all(end)
@@ -437,6 +464,7 @@ class JobSim:
         self.requests.extend(reqs)
         self._collected = []
         self._trained = 0
+        self._gate, self._batch, self._groups_in = {}, [], 0
         self._rollout_tokens0 = sum(e.tokens_out for e in self.rollout.all_engines())
         self._reprefill0 = self.rollout.reprefill_tokens()
         self._preempt0 = sum(e.preemptions for e in self.rollout.all_engines())
@@ -499,7 +527,32 @@ class JobSim:
             self.trainer.set_gpus(total)
 
     def _on_rewarded(self, req: Request) -> None:
-        self.trainer.push(req, sample_work_flops(self.setup, req)[1])
+        """Trainer intake: every sample at once, or whole GRPO groups, or mini-batches of groups."""
+        if self.intake == "sample":
+            self.trainer.push(req, sample_work_flops(self.setup, req)[1])
+            return
+        g = self.setup.workload.group_size
+        waiting = self._gate.setdefault(req.group, [])
+        waiting.append(req)
+        if len(waiting) < g:
+            return
+        del self._gate[req.group]
+        self._groups_in += 1
+        if self.intake == "group":
+            self._to_trainer(waiting)
+            return
+        self._batch.extend(waiting)
+        if len(self._batch) >= self.policy.minibatch_groups * g or self._groups_in == self.setup.workload.n_prompts:
+            batch, self._batch = self._batch, []
+            self._to_trainer(batch)
+
+    def _to_trainer(self, reqs: list) -> None:
+        for r in reqs:
+            self.trainer.push(r, sample_work_flops(self.setup, r)[1])
+
+    def gated_samples(self) -> int:
+        """Rewarded samples held at the trainer's intake (waiting for their group or mini-batch)."""
+        return sum(len(v) for v in self._gate.values()) + len(self._batch)
 
     def _on_trained(self, req: Request) -> None:
         self._trained += 1

@@ -13,6 +13,10 @@ A :class:`Policy` says how one job's GPUs are used:
   out with their migration costs (Workload migration of rollout requests, P2P resharding of the
   trainer, Reboot of inference workers);
 
+each with a trainer intake (``intake``): ``group`` (GRPO: a prompt's samples go to training only
+when the whole group is rewarded, since its advantages are computed over the group; the default
+for GRPO jobs), ``minibatch`` (whole groups, ``minibatch_groups`` at a time: the update consumes
+mini-batches), or ``sample`` (every sample on its own: PPO, or the idealised streaming baseline);
 each with a request queue order (``fifo`` or ``priority``: tool calls done, cached prefix, with an
 age bound) and optional long-tail consolidation at ``consolidate_at`` (fraction of requests done).
 
@@ -32,6 +36,7 @@ from formulation.realloc.telemetry import TelemetrySnapshot
 
 POLICIES = ("static", "colocated", "dynamic")
 MIGRATION_KINDS = ("workload", "p2p", "reboot")
+INTAKES = ("sample", "group", "minibatch")
 
 
 @dataclass(frozen=True)
@@ -85,8 +90,14 @@ class Policy:
     decision: Optional[Callable] = None
     telemetry_interval_s: float = 1.0
     record_snapshots: bool = False
+    intake: Optional[str] = None  # sample | group | minibatch; None: group for GRPO (group_size > 1), else sample
+    minibatch_groups: int = 16  # groups per mini-batch under intake "minibatch"
 
     def __post_init__(self):
+        if self.intake not in (None,) + INTAKES:
+            raise ValueError(f"unknown trainer intake {self.intake!r}: use one of {', '.join(INTAKES)}")
+        if self.minibatch_groups < 1:
+            raise ValueError(f"minibatch_groups must be >= 1, got {self.minibatch_groups}")
         if self.name not in POLICIES:
             raise ValueError(f"unknown policy {self.name!r}: use one of {', '.join(POLICIES)}")
         if self.queue not in ("fifo", "priority"):

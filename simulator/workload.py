@@ -14,7 +14,10 @@ Lengths (assumptions and sources):
   turns with Dirichlet(2, ..., 2) shares (turns differ in length; the mean split is even, as
   :func:`estimators.phases.rollout_s` assumes); each turn gets at least one token;
 * tool latency: RollPacker's 2,001 measured code-sandbox executions
-  (:func:`estimators.lengths.sample_tool_latency_s`) or a fixed value.
+  (:func:`estimators.lengths.sample_tool_latency_s`), a fixed value, or the user's own (a trace
+  column or a quantile table, :mod:`estimators.traces`);
+* prompt lengths: ``prompt_tokens`` for every request, or one draw per group from the user's
+  prompt-length table.
 
 Everything is drawn from the generator passed in, so one seed gives one workload.
 """
@@ -87,6 +90,8 @@ class WorkloadSpec:
     observation_tokens: int = 0
     tool_latency_fixed_s: Optional[float] = None  # None: RollPacker's measured latencies
     prompt_spread: float = DEFAULT_PROMPT_SPREAD  # log-space spread of per-prompt difficulty (see estimators.lengths.sample_grouped)
+    tool_latency_table: Optional[tuple] = None  # the user's tool latencies (s), inverse CDF grid (estimators.traces)
+    prompt_table: Optional[tuple] = None  # the user's prompt lengths (tokens), inverse CDF grid: one draw per GRPO group
 
     @property
     def n_requests(self) -> int:
@@ -106,17 +111,30 @@ def make_requests(spec: WorkloadSpec, rng: np.random.Generator, rid0: int = 0) -
     if turns > 1:
         if spec.tool_latency_fixed_s is not None:
             tools = np.full((n, turns - 1), float(spec.tool_latency_fixed_s))
+        elif spec.tool_latency_table is not None:
+            tools = _draw(spec.tool_latency_table, n * (turns - 1), rng).reshape(n, turns - 1)
         else:
             tools = sample_tool_latency_s(n * (turns - 1), rng).reshape(n, turns - 1)
     else:
         tools = np.zeros((n, 0))
+    if spec.prompt_table is not None:  # a group's samples share their prompt
+        per_group = np.maximum(1.0, np.round(_draw(spec.prompt_table, spec.n_prompts, rng)))
+        prompts = np.repeat(per_group, spec.group_size)[:n]
+    else:
+        prompts = np.full(n, float(spec.prompt_tokens))
     reqs = []
     for i in range(n):
         reqs.append(Request(
             rid=rid0 + i, group=(rid0 + i) // spec.group_size,
-            prompt_tokens=int(spec.prompt_tokens), turn_tokens=[int(x) for x in splits[i]],
+            prompt_tokens=int(prompts[i]), turn_tokens=[int(x) for x in splits[i]],
             tool_s=[float(x) for x in tools[i]], observation_tokens=int(spec.observation_tokens)))
     return reqs
+
+
+def _draw(table, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` draws from the distribution whose inverse CDF is ``table`` on a uniform grid."""
+    t = np.asarray(table, dtype=float)
+    return np.interp(rng.random(n), np.linspace(0.0, 1.0, t.size), t)
 
 
 def residual_table(spec: WorkloadSpec) -> ResidualTable:

@@ -51,8 +51,18 @@ def length_distribution(job: JobSpec) -> LengthDistribution:
         return LengthDistribution("servegen", client=rl.client, scale=rl.scale)
     if isinstance(rl, LognormalLengths):
         return LengthDistribution("lognormal", median_tokens=rl.median_tokens, sigma=rl.sigma)
-    assert isinstance(rl, FixedLengths)
-    return LengthDistribution("fixed", median_tokens=float(rl.tokens))
+    if isinstance(rl, FixedLengths):
+        return LengthDistribution("fixed", median_tokens=float(rl.tokens))
+    from planner.schema.workload import table_of
+
+    return LengthDistribution("table", table=table_of(rl))  # the user's trace column or quantile table
+
+
+def _user_table(spec):
+    """The inverse-CDF grid of a user's trace column or quantile table; None for anything else."""
+    from planner.schema.workload import QuantileTable, TraceColumn, table_of
+
+    return table_of(spec) if isinstance(spec, (TraceColumn, QuantileTable)) else None
 
 
 def job_profile(job: JobSpec, seed: int = 0) -> JobProfile:
@@ -68,6 +78,8 @@ def job_profile(job: JobSpec, seed: int = 0) -> JobProfile:
         lengths=length_distribution(job),
         turns=r.turns,
         tool_latency_fixed_s=(tools.fixed_latency_s if tools and tools.latency == "fixed" else None),
+        tool_latency_table=_user_table(tools.latency if tools else None),
+        prompt_table=_user_table(r.prompt_lengths),
         observation_tokens=(tools.observation_tokens if tools else 0),
         rollout_tp=r.tp,
         trainer_tp=t.tp,

@@ -244,12 +244,25 @@ class PlannerDecision:
     give the idle trainer's GPUs back to the new rollout). A committed decision becomes a
     :class:`simulator.policies.Reallocation` (GPUs per component and migration kind; the simulator
     places them on nodes).
+
+    With ``resplit`` the planner also corrects the split *between* iterations: the next iteration
+    starts from the time-averaged allocation of the last one (GPU-seconds held per component over
+    its duration, rounded to each component's granularity), the static split its own moves point
+    to, instead of the planned partition, so a split that starves one component from the start
+    is not repeated every iteration.
+
+    With ``cache`` (the default) the planner is not re-solved every second: each snapshot still goes
+    through the donor detector, but the context is built and the candidates solved only when the
+    donors, the allocation or a component's interruptibility changed, or a component's progress or
+    the rollout's remaining work moved by more than ``cache_step`` (relative) since the last solve
+    that kept the allocation; otherwise that solve's verdict (keep) stands. ``cache=False`` solves at
+    every snapshot (the reference the cache is measured against, ``results/simulator/planner-loop.md``).
     """
 
     wants_remaining_tokens = True  # the snapshots carry the rollout's remaining-work estimate
 
     def __init__(self, sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, backend: str = "highs",
-                 margin: float = 0.05) -> None:
+                 margin: float = 0.05, resplit: bool = False, cache: bool = True, cache_step: float = 0.02) -> None:
         from formulation.realloc.decide import ReallocOptions
         from formulation.realloc.donors import DonorConfig, DonorDetector
 
@@ -264,6 +277,43 @@ class PlannerDecision:
         # (iteration, seconds into it, curve unit, current / predicted throughput, objective net of migration cost);
         # with a scenario the unit is 1/s and 1 / throughput is the predicted remaining time of the iteration's work
         self.commits: list = []
+        self.resplit = resplit
+        self.cache, self.cache_step = cache, cache_step
+        self.skipped = 0  # snapshots answered from the last solve's verdict
+        self._kept_key = None  # state of the last solve that kept the allocation
+        self.starts: dict = {}  # iteration -> the split it started from (with resplit)
+        self._held_gpu_s: dict = {}
+        self._last_t: float | None = None
+
+    def _account(self, ctx) -> None:
+        """GPU-seconds held per component since the iteration started (each call closes the last interval)."""
+        if self._last_t is not None and ctx.time_s > self._last_t:
+            dt = ctx.time_s - self._last_t
+            for name, c in ctx.components.items():
+                self._held_gpu_s[name] = self._held_gpu_s.get(name, 0.0) + c.gpus * dt
+        self._last_t = ctx.time_s
+
+    def learned_split(self, ctx) -> dict:
+        """The time-averaged allocation of the iteration just ended, on each component's granularity,
+        summing to the job's GPUs (the planned partition when nothing was recorded)."""
+        total_s = sum(self._held_gpu_s.values())
+        if total_s <= 0:
+            return dict(ctx.initial)
+        gpus = sum(ctx.initial.values())
+        comps = ctx.components
+        share = {c: self._held_gpu_s.get(c, 0.0) / total_s * gpus for c in ctx.initial}
+        out = {}
+        for c in ("rollout", "trainer"):
+            unit = max(1, comps[c].unit_gpus if c in comps else 1)
+            out[c] = max(unit, int(round(share[c] / unit)) * unit)
+        while gpus - out["rollout"] - out["trainer"] < 1:  # log-prob inference keeps at least one GPU
+            big = max(("rollout", "trainer"), key=lambda c: out[c] / max(1, comps[c].unit_gpus))
+            unit = max(1, comps[big].unit_gpus)
+            if out[big] - unit < unit:
+                return dict(ctx.initial)
+            out[big] -= unit
+        out["reference"] = gpus - out["rollout"] - out["trainer"]
+        return out
 
     def __call__(self, snap, ctx):
         from formulation.realloc.decide import decide
@@ -272,19 +322,39 @@ class PlannerDecision:
 
         if ctx.at_boundary:
             self.restores += 1
-            return Reallocation(target=dict(ctx.initial), kinds={"rollout": "workload", "reference": "workload", "trainer": "p2p"},
-                                reason="iteration start: back to the planned partition")
+            self._account(ctx)
+            target = self.learned_split(ctx) if self.resplit else dict(ctx.initial)
+            self._held_gpu_s, self._last_t = {}, ctx.time_s
+            if self.resplit:
+                self.starts[snap.iteration] = dict(target)
+            return Reallocation(target=target, kinds={"rollout": "workload", "reference": "workload", "trainer": "p2p"},
+                                reason="iteration start: " + ("the last iteration's time-averaged split" if self.resplit
+                                                              else "back to the planned partition"))
+        self._account(ctx)
         if all(c.progress >= 1.0 for c in snap.components):
             return None  # the iteration's work is done (optimizer step, weight sync): nothing to reallocate
         import time
 
-        self.calls += 1
         t0 = time.perf_counter()
+        detector = self.detector
+        if self.cache:
+            evidence = self.detector.observe(snap)
+            key = _state_key(snap, ctx, evidence)
+            if key[0] == () and self.options.require_donor:  # no donor: nothing to decide (DynaRL's trigger)
+                self.skipped += 1
+                return None
+            if self._kept_key is not None and _close(key, self._kept_key, self.cache_step):
+                self.skipped += 1
+                return None
+            detector = _Replay(evidence)
+        self.calls += 1
         rctx = build_context(snap, self.sc)
-        d = decide(snap, rctx, self.options, self.detector)
+        d = decide(snap, rctx, self.options, detector)
         self.solve_ms.append((time.perf_counter() - t0) * 1e3)  # context build + decision
         if not d.committed:
+            self._kept_key = key if self.cache else None
             return None
+        self._kept_key = None
         self.committed += 1
         self.commits.append({"iteration": snap.iteration, "time_s": snap.time_s, "unit": rctx.unit,
                              "current": d.current_throughput, "predicted": d.predicted_throughput, "objective": d.objective})
@@ -298,5 +368,33 @@ class PlannerDecision:
         return Reallocation(target=target, kinds=kinds, reason=d.reason, predicted_gain=d.objective - d.current_throughput)
 
 
-def planner_decision(sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5) -> PlannerDecision:
-    return PlannerDecision(sc, u_low, window_s, theta)
+class _Replay:
+    """A donor detector that answers with evidence already observed for this snapshot."""
+
+    def __init__(self, evidence) -> None:
+        self.evidence = evidence
+
+    def observe(self, snap):
+        return self.evidence
+
+
+def _state_key(snap, ctx, evidence) -> tuple:
+    """(donors, allocation and interruptibility, progress per component, rollout remaining tokens)."""
+    donors = tuple(sorted(e.component for e in evidence if e.donor))
+    alloc = tuple(sorted((n, c.gpus, bool(c.interruptible)) for n, c in ctx.components.items()))
+    prog = tuple(sorted((c.name, float(c.progress), float(getattr(c, "remaining_tokens", None) or 0.0)) for c in snap.components))
+    return donors, alloc, prog
+
+
+def _close(a: tuple, b: tuple, step: float) -> bool:
+    """Same donors and allocation, and no progress or remaining work moved by more than ``step``."""
+    if a[0] != b[0] or a[1] != b[1] or [p[0] for p in a[2]] != [p[0] for p in b[2]]:
+        return False
+    for (_, pa, ra), (_, pb, rb) in zip(a[2], b[2]):
+        if abs(pa - pb) > step or abs(ra - rb) > step * max(rb, 1.0):
+            return False
+    return True
+
+
+def planner_decision(sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, resplit: bool = False) -> PlannerDecision:
+    return PlannerDecision(sc, u_low, window_s, theta, resplit=resplit)

@@ -99,6 +99,9 @@ def load_scenario(path: str | Path, *, check: bool = True):
         scenario = Scenario.model_validate(doc.data)
     except ValidationError as exc:
         raise UserError(problems_from_validation(exc, doc), title=f"{path}: invalid scenario") from None
+    from planner.schema.workload import resolve_workloads
+
+    resolve_workloads(scenario, doc, Path(path).resolve().parent)
     if check:
         from planner.schema.checks import check_scenario
 
@@ -116,6 +119,9 @@ def load_scenario_data(data: dict, *, check: bool = True, filename: str = "<data
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise UserError(problems_from_validation(exc, doc), title="invalid scenario") from None
+    from planner.schema.workload import resolve_workloads
+
+    resolve_workloads(scenario, doc)
     if check:
         from planner.schema.checks import check_scenario
 

@@ -28,6 +28,8 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from planner.schema.workload import QuantileTable, TraceColumn, UserDistribution  # users' own workloads
+
 SCHEMA_VERSION = 1
 
 # Upper bounds on every size, chosen so that anything that validates is planned, simulated and
@@ -39,7 +41,7 @@ MAX_NODE_GROUPS = 256       # node groups
 MAX_NODES = 4096            # nodes in one group (and GPU type maximum for capacity planning)
 MAX_CLUSTER_NODES = 16384   # nodes in the whole cluster
 MAX_GPUS_PER_NODE = 64
-MAX_JOBS = 1024
+MAX_JOBS = 10000            # a fleet; the placement fast path plans 10,000 distinct jobs
 MAX_BATCH_PROMPTS = 65536
 MAX_GROUP_SIZE = 1024
 MAX_REQUESTS = 1 << 18      # batch_prompts x group_size: requests of one iteration
@@ -168,13 +170,14 @@ class FixedLengths(Strict):
     tokens: Int = Field(gt=0, le=MAX_TOKENS, description="response length, tokens")
 
 
-ResponseLengths = Annotated[Union[ServegenLengths, LognormalLengths, FixedLengths], Field(discriminator="source")]
+ResponseLengths = Annotated[Union[ServegenLengths, LognormalLengths, FixedLengths, TraceColumn, QuantileTable], Field(discriminator="source")]
 
 
 class ToolSpec(Strict):
     """Tools of an agentic job: one call between consecutive turns."""
 
-    latency: Literal["rollpacker", "fixed"] = Field("rollpacker", description="measured RollPacker tool latencies, or fixed_latency_s")
+    latency: Union[Literal["rollpacker", "fixed"], Annotated[UserDistribution, Field(discriminator="source")]] = Field(
+        "rollpacker", description="measured RollPacker tool latencies, fixed_latency_s, or the user's own (trace column or quantile table)")
     fixed_latency_s: Real = Field(1.0, gt=0.0, le=86400.0, description="seconds per tool call when latency is 'fixed'")
     observation_tokens: Int = Field(256, ge=0, le=MAX_TOKENS, description="tokens the tool result appends to the context")
 
@@ -185,6 +188,8 @@ class RolloutSpec(Strict):
     prompt_tokens: Int = Field(512, gt=0, le=MAX_TOKENS, description="tokens of one prompt")
     max_response_tokens: Int = Field(gt=0, le=MAX_TOKENS, description="longest response, tokens (the generation cap)")
     response_lengths: ResponseLengths = Field(default_factory=ServegenLengths, description="distribution of response lengths")
+    prompt_lengths: Optional[Annotated[UserDistribution, Field(discriminator="source")]] = Field(
+        None, description="the user's prompt lengths (trace column or quantile table); prompt_tokens defaults to their mean")
     turns: Int = Field(1, gt=0, le=MAX_TURNS, description="generation turns per request (agentic: > 1, with tool calls between)")
     tools: Optional[ToolSpec] = Field(None, description="tool calls between turns; default for turns > 1: ToolSpec()")
     tp: Int = Field(1, gt=0, le=MAX_PARALLEL, description="tensor parallelism of one rollout engine")
@@ -263,7 +268,7 @@ class JobSpec(Strict):
 
 # ------------------------------------------------------------------------------------- solver
 class SolverSpec(Strict):
-    backend: Literal["auto", "colgen", "highs", "cpsat", "greedy"] = Field("auto", description="placement solver, as planner plan --backend; auto picks by problem size")
+    backend: Literal["auto", "fast", "colgen", "highs", "cpsat", "greedy"] = Field("auto", description="placement solver, as planner plan --backend; auto picks by problem size")
     time_limit_s: Real = Field(60.0, gt=0.0, le=MAX_TIME_LIMIT_S, description="solver wall-clock limit, seconds")
     mip_gap: Real = Field(1e-4, ge=0.0, le=1.0, description="relative optimality gap at which the solver stops")
     threads: Int = Field(1, gt=0, le=MAX_THREADS, description="solver threads")
@@ -283,6 +288,8 @@ class Scenario(Strict):
     jobs: list[JobSpec] = Field(default_factory=list, max_length=MAX_JOBS, description="the RL post-training jobs")
     solver: SolverSpec = Field(default_factory=SolverSpec, description="solver options")
     budget_per_hour: Optional[Real] = Field(None, gt=0.0, le=MAX_BUDGET, description="capacity planning: most $/h the fleet may cost")
+    calibration: Optional[str] = Field(None, max_length=4096, description="folder written by 'python -m estimators.calibrate --out' "
+                                       "(relative to the scenario file) that the estimators read instead of the shipped tables")
 
     @model_validator(mode="after")
     def _sampled_work(self):

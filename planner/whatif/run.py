@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -239,26 +240,7 @@ def run_ray(ctx: Context, points: list[dict], workers: Optional[int], address: s
             on_done: Callable[[PointResult], None]) -> list[PointResult]:
     """The chains as Ray tasks on the cluster at ``address`` (``local``: start one on this machine);
     ``workers`` chains, by default one per CPU of the cluster."""
-    import ray
-
-    import estimators
-    import formulation
-    import planner
-
-    from planner.errors import Problem, UserError
-
-    started = False
-    if not ray.is_initialized():
-        _reachable(address)
-        try:
-            ray.init(address=address, runtime_env={"py_modules": [planner, formulation, estimators]},
-                     include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                     **({"num_cpus": max(1, workers or os.cpu_count() or 1)} if address == "local" else {}))
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise UserError(Problem("--ray-address", f"cannot use the Ray cluster at '{address}': {exc}",
-                                    "start one (ray start --head) and pass its address, or pass 'local' to start one here")) from None
-        started = True
-    try:
+    with ray_session(address, workers) as ray:
         if workers is None:
             workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         remote = ray.remote(num_cpus=1)(_evaluate_ray)
@@ -280,6 +262,35 @@ def run_ray(ctx: Context, points: list[dict], workers: Optional[int], address: s
         _apply_polish(results, ray.get([polish_remote.remote(ctx_ref, r, neighbours(results, r.index, ctx.polish_radius))
                                         for r in list(results)]))
         return results  # type: ignore[return-value]
+
+
+@contextmanager
+def ray_session(address: str, workers: Optional[int] = None, modules: tuple = ()):
+    """The ``ray`` module connected to the cluster at ``address`` (``local``: start one here with
+    ``workers`` CPUs), shipping this project's packages (and ``modules``) to the workers; a
+    cluster started here is shut down on exit. An unreachable cluster is a :class:`UserError`."""
+    import ray
+
+    import estimators
+    import formulation
+    import planner
+    import simulator
+
+    from planner.errors import Problem, UserError
+
+    started = False
+    if not ray.is_initialized():
+        _reachable(address)
+        try:
+            ray.init(address=address, runtime_env={"py_modules": [planner, formulation, estimators, simulator, *modules]},
+                     include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                     **({"num_cpus": max(1, workers or os.cpu_count() or 1)} if address == "local" else {}))
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise UserError(Problem("--ray-address", f"cannot use the Ray cluster at '{address}': {exc}",
+                                    "start one (ray start --head) and pass its address, or pass 'local' to start one here")) from None
+        started = True
+    try:
+        yield ray
     finally:
         if started:
             ray.shutdown()

@@ -166,6 +166,8 @@ def scenario_for(sc: Scenario, values: dict[str, float]) -> Scenario:
             lengths = lengths.model_copy(update={"scale": lengths.scale * f})
         elif isinstance(lengths, LognormalLengths):
             lengths = lengths.model_copy(update={"median_tokens": lengths.median_tokens * f})
+        elif hasattr(lengths, "scale"):  # the user's trace column or quantile table
+            lengths = lengths.model_copy(update={"scale": lengths.scale * f})
         elif isinstance(lengths, FixedLengths):
             lengths = lengths.model_copy(update={"tokens": max(1, round(lengths.tokens * f))})
         rollout = r.model_copy(update={"max_response_tokens": max(1, round(r.max_response_tokens * f)), "response_lengths": lengths})

@@ -70,7 +70,9 @@ def test_predicted_remaining_time_tracks_the_simulated_iteration(name, seed):
     trainer's 909 s (it counted one forward pass and the average sample for the samples left)."""
     sc, setup = _setup(name, seed)
     probe = _Probe(sc, [5.0, 120.0, 230.0] if name.startswith("math-1.5b") else [5.0, 200.0, 420.0])
-    res = JobSim(setup, Policy("dynamic", decision=probe), seed=seed, iterations=1).run()
+    # per-sample intake: the predictor models samples streaming to training one by one; with GRPO group
+    # gating (the simulator's default) the trainer waits for whole groups, which it does not model yet
+    res = JobSim(setup, Policy("dynamic", decision=probe, intake="sample"), seed=seed, iterations=1).run()
     it = res.iterations[0]
     assert len(probe.rows) == 3
     for row in probe.rows:
@@ -180,7 +182,8 @@ def test_migration_cost_is_what_the_simulated_move_loses():
         return Reallocation(target=tgt, kinds={"rollout": "workload", "reference": "workload", "trainer": "p2p"})
 
     mover.wants_remaining_tokens = True
-    it = JobSim(setup, Policy("dynamic", decision=mover), seed=0, iterations=1).run().iterations[0]
+    # per-sample intake, as the predictor assumes (see test_predicted_remaining_time_tracks_the_simulated_iteration)
+    it = JobSim(setup, Policy("dynamic", decision=mover, intake="sample"), seed=0, iterations=1).run().iterations[0]
     assert it.rollout_end_s < t0  # the rollout's GPUs were idle
     simulated = it.train_end_s - t0
     charged = max(v[0] for v in seen.values())
@@ -229,9 +232,10 @@ def test_committed_predictions_against_the_simulated_iteration():
     from planner.sim.reproduce import _fidelity
 
     sc, setup = _setup("math-7b-64gpu")
-    st = [(None, JobSim(setup, Policy("static"), seed=0, iterations=1).run())]
+    # per-sample intake, as the predictor assumes (see test_predicted_remaining_time_tracks_the_simulated_iteration)
+    st = [(None, JobSim(setup, Policy("static", intake="sample"), seed=0, iterations=1).run())]
     dec = PlannerDecision(sc)
-    pol = Policy("dynamic", decision=dec, telemetry_interval_s=2.0)  # half the decisions: faster
+    pol = Policy("dynamic", decision=dec, telemetry_interval_s=2.0, intake="sample")  # half the decisions: faster
     dy = [(pol, JobSim(setup, pol, seed=0, iterations=1).run())]
     assert len(dec.commits) == dec.committed > 0 and all(c["unit"] == "1/s" for c in dec.commits)
     f = _fidelity(st, dy)

@@ -1,0 +1,178 @@
+"""Users' own workloads: a column of a trace file, or a quantile table, as a quantile grid.
+
+A workload distribution (response lengths in tokens, prompt lengths in tokens, tool-call latencies
+in seconds) is carried as ``GRID_POINTS`` values ``v_i = F^{-1}(i / (GRID_POINTS - 1))`` of its
+inverse CDF on a uniform grid, the same shape as the shipped ServeGen tables
+(:class:`estimators.lengths.LengthDistribution` ``kind="table"``); sampling draws ``u ~ U(0, 1)``
+and interpolates linearly between grid points.
+
+* **trace file** (:func:`read_column`): CSV (header row) or JSONL (one object per line), optionally
+  gzip-compressed (``.gz``); one named numeric column. The grid is the empirical quantile function
+  of its values (:func:`table_from_values`: ``numpy.quantile``, linear interpolation), so a trace
+  of ``n`` values is reproduced exactly at its order statistics.
+* **quantile table** (:func:`table_from_quantiles`): points ``(q_k, v_k)`` with ``q`` from 0 to 1
+  and ``v`` non-decreasing; the inverse CDF is the piecewise-linear interpolation between them.
+
+Errors are :class:`TraceError` (a ``ValueError``) with a message that names the file, the line or
+column and the fix; the planner turns them into its user errors.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+GRID_POINTS = 1001
+
+
+class TraceError(ValueError):
+    """A trace file or a quantile table the estimators cannot use; ``fix`` says what to change."""
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def _kind(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    if name.endswith(".jsonl") or name.endswith(".ndjson"):
+        return "jsonl"
+    if name.endswith(".csv") or name.endswith(".tsv"):
+        return "csv"
+    raise TraceError(f"{path}: unknown trace format (the name must end in .csv, .tsv, .jsonl or .ndjson, optionally .gz)",
+                     "save the trace as CSV with a header row or as JSON Lines")
+
+
+def _number(raw, path: Path, line: int, column: str) -> float:
+    try:
+        v = float(raw)
+    except (TypeError, ValueError):
+        raise TraceError(f"{path}:{line}: column '{column}' holds {raw!r}, not a number",
+                         "every row of the column must be a number (remove or fix that row)") from None
+    if not math.isfinite(v) or v < 0 or v > MAX_TRACE_VALUE:
+        raise TraceError(f"{path}:{line}: column '{column}' holds {raw!r}; values must be finite, >= 0 and <= {MAX_TRACE_VALUE:g}",
+                         "remove or fix that row")
+    return v
+
+
+MAX_TRACE_BYTES = 256 << 20  # on disk
+MAX_TRACE_ROWS = 5_000_000   # values read (also bounds a gzip file that expands without end)
+MAX_TRACE_VALUE = 1e9        # tokens or seconds
+
+
+def read_column(path: str | Path, column: str) -> np.ndarray:
+    """The numeric values of ``column`` in a CSV or JSONL trace file (empty cells are skipped)."""
+    p = Path(path)
+    if not p.is_file():  # also refuses directories, devices and FIFOs (/dev/zero)
+        raise TraceError(f"trace file {p} not found or not a regular file",
+                         "check the path (a relative path is relative to the scenario file)")
+    size = p.stat().st_size
+    if size > MAX_TRACE_BYTES:
+        raise TraceError(f"trace file {p} has {size} bytes; at most {MAX_TRACE_BYTES} are read",
+                         "sample the trace down (a few hundred thousand rows give the distribution)")
+    return _read_column_cached(str(p.resolve()), column, p.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=32)
+def _read_column_cached(path: str, column: str, _mtime_ns: int) -> np.ndarray:
+    p = Path(path)
+    kind = _kind(p)
+    vals: list[float] = []
+    try:
+        with _open_text(p) as fh:
+            if kind == "csv":
+                reader = csv.DictReader(fh, delimiter="\t" if ".tsv" in p.name.lower() else ",")
+                header = [h.strip() for h in (reader.fieldnames or [])]
+                if column not in header:
+                    raise TraceError(f"{p}: no column '{column}' (the header has: {', '.join(header) or 'nothing'})",
+                                     "name one of the header's columns in 'column'")
+                reader.fieldnames = header
+                for i, row in enumerate(reader, start=2):
+                    raw = (row.get(column) or "").strip()
+                    if raw:
+                        vals.append(_number(raw, p, i, column))
+                    if i > MAX_TRACE_ROWS:
+                        raise TraceError(f"{p}: more than {MAX_TRACE_ROWS} rows", "sample the trace down")
+            else:
+                seen_keys: set[str] = set()
+                for i, line in enumerate(fh, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        obj = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise TraceError(f"{p}:{i}: not valid JSON ({exc.msg})", "write one JSON object per line") from None
+                    if not isinstance(obj, dict):
+                        raise TraceError(f"{p}:{i}: a line must be a JSON object, got {type(obj).__name__}",
+                                         "write one JSON object per line")
+                    seen_keys.update(obj)
+                    if obj.get(column) is not None:
+                        vals.append(_number(obj[column], p, i, column))
+                    if i > MAX_TRACE_ROWS:
+                        raise TraceError(f"{p}: more than {MAX_TRACE_ROWS} lines", "sample the trace down")
+                if not vals and column not in seen_keys:
+                    raise TraceError(f"{p}: no line has the key '{column}' (keys seen: {', '.join(sorted(seen_keys)) or 'none'})",
+                                     "name one of those keys in 'column'")
+    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, csv.Error) as exc:
+        raise TraceError(f"cannot read trace file {p}: {exc}", "check that the file is readable text (or gzip)") from None
+    if len(vals) < 2:
+        raise TraceError(f"{p}: column '{column}' has {len(vals)} value(s); a distribution needs at least 2",
+                         "use a trace with more rows")
+    return np.asarray(vals, dtype=float)
+
+
+def table_from_values(values, points: int = GRID_POINTS) -> tuple[float, ...]:
+    """The empirical quantile function of ``values`` on a uniform grid of ``points`` probabilities."""
+    v = np.asarray(values, dtype=float)
+    return tuple(float(x) for x in np.quantile(v, np.linspace(0.0, 1.0, points)))
+
+
+def check_quantiles(pairs) -> list[tuple[float, float]]:
+    """Sorted ``(q, v)`` points of a quantile table; raises :class:`TraceError` naming what is wrong."""
+    pts = sorted((float(q), float(v)) for q, v in pairs)
+    if len(pts) < 2:
+        raise TraceError(f"a quantile table needs at least 2 points, got {len(pts)}",
+                         "give at least the shortest (0) and the longest (1), e.g. {0: 50, 0.5: 800, 1: 16000}")
+    for q, v in pts:
+        if not 0.0 <= q <= 1.0:
+            raise TraceError(f"quantile {q:g} is outside [0, 1]", "write quantiles as fractions (0.99, not 99)")
+        if not math.isfinite(v) or v < 0 or v > MAX_TRACE_VALUE:
+            raise TraceError(f"the value at quantile {q:g} is {v:g}; values must be finite and >= 0", "fix that value")
+    if pts[0][0] != 0.0 or pts[-1][0] != 1.0:
+        raise TraceError(f"the table covers quantiles {pts[0][0]:g} to {pts[-1][0]:g}; it must span 0 to 1",
+                         "add the shortest value at 0 and the longest at 1")
+    for (q0, v0), (q1, v1) in zip(pts, pts[1:]):
+        if v1 < v0:
+            raise TraceError(f"the value falls from {v0:g} at quantile {q0:g} to {v1:g} at {q1:g}",
+                             "values must not decrease as the quantile grows")
+    return pts
+
+
+def table_from_quantiles(pairs, points: int = GRID_POINTS) -> tuple[float, ...]:
+    """The piecewise-linear inverse CDF through the points of a quantile table, on the uniform grid."""
+    pts = check_quantiles(pairs)
+    q = np.array([p[0] for p in pts])
+    v = np.array([p[1] for p in pts])
+    return tuple(float(x) for x in np.interp(np.linspace(0.0, 1.0, points), q, v))
+
+
+def table_mean(table) -> float:
+    """Mean of the distribution whose inverse CDF is piecewise linear through ``table`` (trapezoids)."""
+    t = np.asarray(table, dtype=float)
+    return float(np.mean((t[1:] + t[:-1]) / 2.0))

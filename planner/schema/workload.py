@@ -1,0 +1,127 @@
+"""Users' own workloads in a scenario: trace files, quantile tables, a calibration folder.
+
+Three places of a job take a distribution of the user's (besides the shipped ones):
+
+* ``rollout.response_lengths`` (tokens): ``{source: trace, path: lengths.csv, column: response_tokens}``
+  or ``{source: quantiles, quantiles: {0: 40, 0.5: 900, 0.9: 4000, 1: 16000}}``;
+* ``rollout.prompt_lengths`` (tokens, one draw per GRPO group in the simulator; the estimators use
+  its mean as ``prompt_tokens`` unless ``prompt_tokens`` is given);
+* ``rollout.tools.latency`` (seconds): ``rollpacker``, ``fixed``, or one of the two mappings above.
+
+A trace is a CSV (header row) or JSONL file, optionally ``.gz``, with one numeric column named by
+``column``; a relative ``path`` is relative to the scenario file. ``scale`` multiplies every value.
+The scenario field ``calibration`` names a folder written by ``python -m estimators.calibrate --out``
+(relative to the scenario file) that the estimators then read (:mod:`estimators.datadir`).
+
+:func:`resolve_workloads` runs when a scenario is loaded: it makes paths absolute, reads every trace
+(an unreadable file, a missing column or a bad row is an error naming the field, the file and line,
+and the fix) and selects the calibration folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False)
+
+
+class TraceColumn(_Strict):
+    """One numeric column of the user's trace file (CSV with a header row, or JSONL)."""
+
+    source: Literal["trace"]
+    path: str = Field(min_length=1, max_length=4096, description="CSV/TSV or JSONL file, optionally .gz; a relative path is relative to the scenario file")
+    column: str = Field(min_length=1, max_length=200, description="CSV header name or JSONL key of the column to use")
+    scale: PositiveFloat = Field(1.0, le=1e3, description="multiplies every value")
+
+
+class QuantileTable(_Strict):
+    """An inverse CDF given by points: quantile (0 to 1) -> value, linear in between."""
+
+    source: Literal["quantiles"]
+    quantiles: dict[float, float] = Field(
+        max_length=10000, description="quantile -> value, e.g. {0: 40, 0.5: 900, 0.99: 12000, 1: 16000}; must include 0 and 1, values non-decreasing")
+    scale: PositiveFloat = Field(1.0, le=1e3, description="multiplies every value")
+
+    @field_validator("quantiles")
+    @classmethod
+    def _table(cls, v: dict[float, float]) -> dict[float, float]:
+        from estimators.traces import TraceError, check_quantiles
+
+        try:
+            check_quantiles(v.items())
+        except TraceError as exc:
+            raise ValueError(f"{exc.message}; {exc.fix}") from None
+        return v
+
+
+UserDistribution = Union[TraceColumn, QuantileTable]
+
+
+def table_of(spec: UserDistribution) -> tuple[float, ...]:
+    """The spec's inverse CDF on :data:`estimators.traces.GRID_POINTS` points (``scale`` applied).
+    Raises :class:`estimators.traces.TraceError`."""
+    from estimators import traces
+
+    if isinstance(spec, TraceColumn):
+        t = traces.table_from_values(traces.read_column(spec.path, spec.column))
+    else:
+        t = traces.table_from_quantiles(spec.quantiles.items())
+    return tuple(v * spec.scale for v in t) if spec.scale != 1.0 else t
+
+
+def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) -> None:
+    """Make the scenario's trace paths and calibration folder absolute (relative to ``base_dir``),
+    check that every trace reads, set ``prompt_tokens`` from ``prompt_lengths`` where it was not
+    given, and select the calibration folder. Raises :class:`planner.errors.UserError` listing
+    every problem."""
+    from estimators import datadir
+    from estimators.traces import TraceError, table_mean
+    from planner.errors import Problem, UserError
+    from planner.schema.loader import _fmt
+
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    problems: list[Problem] = []
+
+    def where(path: tuple) -> str:
+        return doc.where(path) if doc is not None else ""
+
+    def absolute(p: str) -> str:
+        q = Path(p).expanduser()
+        return str(q if q.is_absolute() else (base / q).resolve())
+
+    for j, job in enumerate(scenario.jobs):
+        r = job.rollout
+        items = [(("jobs", j, "rollout", "response_lengths"), r, "response_lengths"),
+                 (("jobs", j, "rollout", "prompt_lengths"), r, "prompt_lengths")]
+        if r.tools is not None:
+            items.append((("jobs", j, "rollout", "tools", "latency"), r.tools, "latency"))
+        for path, owner, attr in items:
+            spec = getattr(owner, attr)
+            if not isinstance(spec, (TraceColumn, QuantileTable)):
+                continue
+            if isinstance(spec, TraceColumn) and not Path(spec.path).is_absolute():
+                spec = spec.model_copy(update={"path": absolute(spec.path)})
+                setattr(owner, attr, spec)
+            try:
+                table = table_of(spec)
+            except TraceError as exc:
+                problems.append(Problem(_fmt(path), exc.message, exc.fix, source=where(path)))
+                continue
+            if attr == "prompt_lengths" and "prompt_tokens" not in r.model_fields_set:
+                r.prompt_tokens = max(1, round(table_mean(table)))
+    cal = getattr(scenario, "calibration", None)
+    try:
+        if cal is not None:
+            scenario.calibration = absolute(cal)
+        datadir.select(scenario.calibration if cal is not None else None)
+    except ValueError as exc:
+        problems.append(Problem("calibration", str(exc),
+                                "name a folder written by 'python -m estimators.calibrate --out DIR' "
+                                "(relative to the scenario file), or remove the field", source=where(("calibration",))))
+    if problems:
+        raise UserError(problems, title=f"{doc.filename}: invalid scenario" if doc is not None else "invalid scenario")
