@@ -1,8 +1,11 @@
-"""The Ray backend on a local multi-node cluster (CPU workers, GPU types as custom resources).
+"""The Ray backend on a local multi-node cluster (CPU workers; Ray's fake GPUs: ``num_gpus`` and
+the ``accelerator_type:<type>`` resource on a CPU machine, which Ray assigns as on real GPUs).
 
-Default run: placement by GPU type and node, the three migrations end to end with real
-requests and real gloo groups, an unplaceable worker that fails at its deadline and leaves
-nothing behind, and a frozen node (SIGSTOP) whose trainer ranks are fenced. The same fault
+Default run: placement by GPU type and node, each worker seeing only its own GPUs, each unit's
+new workers reserved by one placement group before any is created (so before anything old
+stops), the three migrations end to end with real requests and real gloo groups, a starved
+reservation that times out and leaves nothing behind, and a frozen node (SIGSTOP) whose
+trainer ranks are fenced. The same fault
 cases as the sim matrix run on Ray with ``RL_PLANNER_RAY_FAULTS=1`` (every fault kind for
 every migration) or via ``python -m executor.bench faults --backend ray``.
 """
@@ -26,13 +29,52 @@ from executor.workers.engine import expected_output
 pytestmark = pytest.mark.ray
 
 
-def _node_of_actor(name: str) -> str:
-    by_id = {n["NodeID"]: n for n in ray.nodes()}
-    for a in ray._private.state.actors().values():
-        if a.get("Name") == name and a.get("State") == "ALIVE":
-            res = by_id[a["Address"]["NodeID"]]["Resources"]
-            return next(k[len("rlp-node-"):] for k in res if k.startswith("rlp-node-"))
-    raise AssertionError(f"{name} is not alive")
+def _node_names() -> dict[str, str]:
+    return {n["NodeID"]: next(k[len("rlp-node-"):] for k in n["Resources"] if k.startswith("rlp-node-"))
+            for n in ray.nodes() if n.get("Alive") and any(k.startswith("rlp-node-") for k in n["Resources"])}
+
+
+def _gpus_are_own_and_disjoint(b) -> dict:
+    """Each worker's process sees exactly as many GPUs as it was given, and no two workers on a
+    node see the same one (Ray's GPU ids are per node)."""
+    names = _node_names()
+    seen: dict[tuple[str, str], str] = {}
+    out = {}
+    for r in b.coord("records"):
+        g = b.worker_gpus(r["id"])
+        assert names[g["node_id"]] == r["node"], (r["id"], g)  # on the node the plan says
+        assert len(g["gpu_ids"]) == r["gpus"], (r["id"], g)
+        assert (g["cuda_visible_devices"] or "") == ",".join(g["gpu_ids"]), (r["id"], g)
+        for gid in g["gpu_ids"]:
+            assert (r["node"], gid) not in seen, f"{r['id']} and {seen[(r['node'], gid)]} both see GPU {gid} of {r['node']}"
+            seen[(r["node"], gid)] = r["id"]
+        out[r["id"]] = g
+    return out
+
+
+class _Reservations:
+    """Records, when each unit's first new worker is created, whether one placement group already
+    held a slot for every new worker of that unit (reserved at once, before the first create)."""
+
+    def __init__(self, b):
+        self.b, self.checked, self.bad = b, set(), []
+
+    def __call__(self, step, status, data):
+        if status != "done" or step.kind != "create" or step.unit in self.checked:
+            return
+        self.checked.add(step.unit)
+        unit_new = {s.args["worker"]["id"] for s in self.units[step.unit] if s.kind == "create"}
+        groups = self.b.coord("placement_groups")
+        holding = [n for n, g in groups.items() if unit_new <= set(g["workers"])]
+        table = {pg.get("name"): pg for pg in ray.util.placement_group_table().values()}
+        if not holding or table[holding[0]]["state"] != "CREATED":
+            self.bad.append(f"{step.unit}: no granted placement group holds all of {sorted(unit_new)} ({groups})")
+
+    def watch(self, steps):
+        self.units = {}
+        for s in steps:
+            self.units.setdefault(s.unit, []).append(s)
+        return steps
 
 
 def test_all_three_migrations_move_real_work(ray_backend):
@@ -41,9 +83,10 @@ def test_all_three_migrations_move_real_work(ray_backend):
     nodes = b.nodes()
     assert {n: (x.gpu_type, x.gpus, x.dram_gb) for n, x in nodes.items()} == {n.name: (n.gpu_type, n.gpus, n.dram_gb) for n in NODES}
     j = Journal(":memory:")
-    Executor(b, j).apply(diff(observe(b), target(faultlib.base_body())).steps, "base")
-    for r in b.coord("records"):  # GPU-type and node resources put every actor where the plan says
-        assert _node_of_actor(r["id"]) == r["node"], r["id"]
+    res = _Reservations(b)
+    Executor(b, j, on_step=res).apply(res.watch(diff(observe(b), target(faultlib.base_body())).steps), "base")
+    gpus = _gpus_are_own_and_disjoint(b)  # and on the node the plan says
+    assert all(g["placement_group"] for g in gpus.values())  # scheduled into their reservation's bundles
     assert {n: observe(b).used(n) for n in nodes} == {"a": (1, 16.0), "b": (2, 32.0), "t": (2, 128.0), "u": (0, 0.0)}
     reqs = router.make_requests(ROLLOUT, 150, prompts=6, min_len=10, max_len=60, seed=3)
     router.submit(b, ROLLOUT, reqs)
@@ -54,8 +97,11 @@ def test_all_three_migrations_move_real_work(ray_backend):
     body["components"][1]["layout"] = {"tp": 1, "dp": 2}  # the new layout trains with a gloo DP all-reduce
     body["components"][0]["placement"] = {"a": 2}  # and a workload migration of the rollout
     body["components"].append({"name": "job/reward", "role": "service", "gpus_per_worker": 1, "placement": {"b": 1}})
-    res = Executor(b, j).apply(diff(observe(b), target(body)).steps, "both")
-    assert res.status == "done", res.message
+    r2 = Executor(b, j, on_step=res).apply(res.watch(diff(observe(b), target(body)).steps), "both")
+    assert r2.status == "done", r2.message
+    assert len(res.checked) >= 4 and res.bad == [], res.bad  # base: 2 units; here p2p, workload, add
+    _gpus_are_own_and_disjoint(b)
+    res = r2
     assert res.outcomes["job/trainer/p2p/reshard"]["checksum_mismatches"] == []
     assert res.outcomes["job/rollout/workload/handoff"]["moved"] > 0
     new = [r["id"] for r in b.coord("records") if r["component"] == TRAINER]
@@ -87,28 +133,42 @@ def test_all_three_migrations_move_real_work(ray_backend):
     assert all(r["done"] and r["output"] == expected_output(r) for r in recs)
     assert b.coord("illegal_transitions") == []
     assert b.leaks() == []
+    assert {g for g in b.coord("placement_groups")}  # the live workers' reservations remain, nothing else
 
 
-def test_unplaceable_worker_fails_at_its_deadline_and_leaves_nothing(ray_backend):
-    """Ray would keep an actor pending forever: the start deadline kills it and rolls back."""
-    from executor.backends.ray.actors import WorkerActor
-
+def test_starved_reservation_times_out_and_rolls_back_cleanly(ray_backend):
+    """Another job holds 3 of node u's 4 GPUs: the new layout (2 services of 1 GPU on u, 1 on t)
+    cannot be reserved whole. Its placement group is not granted by the start deadline: it is
+    removed, the unit rolls back, nothing was created, and the running layout is untouched."""
     b = ray_backend
     b.reset()
-    hog = WorkerActor.options(name="outside-hog", namespace="elsewhere", resources={"H100": 4.0, "rlp-node-u": 0.001}).remote(
-        {"role": "service", "worker": {"id": "hog", "component": "x/y"}}, 0, b.namespace)
-    body = {"nodes": faultlib.base_body()["nodes"],
-            "components": [{"name": "job/reward", "role": "service", "gpu_type": "H100", "placement": {"u": 1}}]}
+    nodes = faultlib.base_body()["nodes"]
+    keep = {"nodes": nodes, "components": [{"name": "job/ref", "role": "service", "gpu_type": "H100", "placement": {"t": 1}}]}
+    assert Executor(b, Journal(":memory:")).apply(diff(observe(b), target(keep)).steps, "keep").status == "done"
+    hog = _Hog.options(name="outside-hog", namespace="elsewhere", num_gpus=3, resources={"rlp-node-u": 0.001}).remote()
+    body = {"nodes": nodes, "components": keep["components"] + [
+        {"name": "job/reward", "role": "service", "gpu_type": "H100", "placement": {"u": 2, "t": 1}}]}
     try:
-        ray.get(hog.ready.remote(), timeout=30)  # something outside the executor holds u's GPUs
+        ray.get(hog.ready.remote(), timeout=30)  # something outside the executor holds 3 of u's GPUs
         b.deadlines.start_s = 3.0
         res = Executor(b, Journal(":memory:")).apply(diff(observe(b), target(body)).steps, "reward")
     finally:
         b.deadlines.start_s = 30.0
         ray.kill(hog)
-    assert res.status == "rolled_back" and "not placed and ready within 3 s" in res.message
-    assert b.coord("records") == []
-    assert b.leaks() == []
+    assert res.status == "rolled_back", res.message
+    assert "reservation (placement group" in res.message and "not granted within 3 s" in res.message, res.message
+    assert "node u: GPU=2" in res.message and "node t: GPU=1" in res.message, res.message
+    assert sorted(r["id"] for r in b.coord("records")) == ["job.ref.g1.w0"]  # no worker of the new layout was created
+    assert b.creates.keys() == {"job.ref.g1.w0"}
+    assert b.worker_alive("job.ref.g1.w0")
+    assert b.leaks() == []  # the starved group was removed; only job/ref's own remains
+    assert len(b.coord("placement_groups")) == 1
+
+
+@ray.remote(num_cpus=0)
+class _Hog:
+    def ready(self) -> bool:
+        return True
 
 
 def test_frozen_node_is_fenced_and_the_old_layout_keeps_its_state(ray_backend):
@@ -163,8 +223,8 @@ def test_controller_process_killed_mid_p2p_then_resumed_by_address(ray_backend, 
     assert r.returncode == 0 and "(resumed)" in r.stdout, r.stderr
     new = [x["id"] for x in b.coord("records") if x["component"] == TRAINER]
     assert not set(new) & set(old)
-    made = [a["Name"] for a in ray._private.state.actors().values() if a.get("Name") in set(new)]
-    assert sorted(made) == sorted(new)  # each new rank's actor was created once, across both controllers
+    made = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] in set(new)]
+    assert sorted(made) == sorted(new)  # each new rank's actor exists once, across both controllers
     after, step_after, lost = full_state(b, new)
     assert same_state(before, after) == [] and step_after == step and lost == []
     assert b.leaks() == []
