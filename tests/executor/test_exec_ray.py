@@ -195,6 +195,20 @@ def test_fault_on_ray(ray_backend, case):
     assert out.fired and out.problems == [], out
 
 
+COORD_CASES = faultlib.coordinator_cases()
+
+
+@pytest.mark.skipif(os.environ.get("RL_PLANNER_RAY_FAULTS") != "1", reason="set RL_PLANNER_RAY_FAULTS=1 (about 1 min)")
+@pytest.mark.parametrize("case", COORD_CASES, ids=[c.id for c in COORD_CASES])
+def test_coordinator_death_mid_apply_loses_nothing(ray_backend, case):
+    """The coordinator actor's process is SIGKILLed mid-apply; Ray restarts it and it reloads its
+    state directory. The apply finishes (no rollback), every request finishes exactly once with its
+    output, the trainer state is bit-identical, no stale effect is accepted, nothing leaks."""
+    out = faultlib.run_case(case, _reset(ray_backend), settle_s=30)
+    assert out.fired and out.problems == [], out
+    assert out.status == "done" and out.coordinator_restarts == 1, out
+
+
 @pytest.mark.skipif(os.environ.get("RL_PLANNER_RAY_FAULTS") != "1", reason="set RL_PLANNER_RAY_FAULTS=1 (about 40 s)")
 def test_controller_process_killed_mid_p2p_then_resumed_by_address(ray_backend, tmp_path):
     """The real thing: `planner apply --backend ray --address ADDR` dies (exit 137) right after the

@@ -103,10 +103,13 @@ class RayBackend:
         return rc.ray_nodes()
 
     def coord(self, method: str, *args: Any) -> Any:
+        """A coordinator call. It normally answers at once; one that died is being restarted by Ray
+        (a process start), which retries the call: so the deadline is the longer of call and start."""
+        deadline = max(self.deadlines.call_s, self.deadlines.start_s)
         try:
-            return ray.get(self._coord.invoke.remote(method, *args), timeout=self.deadlines.call_s)
+            return ray.get(self._coord.invoke.remote(method, *args), timeout=deadline)
         except GetTimeoutError:
-            raise RuntimeError(f"the coordinator did not answer {method} within {self.deadlines.call_s:g} s") from None
+            raise RuntimeError(f"the coordinator did not answer {method} within {deadline:g} s") from None
 
     def _handle(self, wid: str):
         h = self._handles.get(wid)
@@ -522,11 +525,14 @@ class RayBackend:
     def coordinator_pid(self) -> int:
         return ray.get(self._coord.pid.remote(), timeout=self.deadlines.call_s)
 
-    def kill_coordinator(self, wait_s: float = 60.0) -> int:
+    def kill_coordinator(self, wait_s: Optional[float] = 60.0) -> int:
         """SIGKILL the coordinator's process (a crash); Ray restarts it from its state directory.
-        Returns the new process id once it answers."""
+        Returns the new process id once it answers, or (``wait_s=None``) the old one at once:
+        the next calls then meet the restart."""
         old = self.coordinator_pid()
         _signal(old, signal.SIGKILL)
+        if wait_s is None:
+            return old
         end = time.time() + wait_s
         while time.time() < end:
             try:
