@@ -165,6 +165,30 @@ def test_starved_reservation_times_out_and_rolls_back_cleanly(ray_backend):
     assert len(b.coord("placement_groups")) == 1
 
 
+def test_co_execution_members_see_their_group_reservations_gpus(ray_backend):
+    """A group's reservation of node u holds 4 GPUs of its own; its two members ask Ray for none
+    (they take turns) and run with the reservation's CUDA_VISIBLE_DEVICES; a plain service on t
+    gets its own GPU."""
+    b = ray_backend
+    b.reset()
+    body = {"nodes": faultlib.base_body()["nodes"], "components": [
+        {"name": "G/pool-u", "role": "service", "gpu_type": "H100", "gpus_per_worker": 4, "placement": {"u": 1},
+         "migration": "reboot", "reserves": "G"},
+        {"name": "j1/reward", "role": "service", "gpu_type": "H100", "gpus_per_worker": 2, "placement": {"u": 1}, "group": "G"},
+        {"name": "j2/reward", "role": "service", "gpu_type": "H100", "gpus_per_worker": 4, "placement": {"u": 1}, "group": "G"},
+        {"name": "j3/ref", "role": "service", "gpu_type": "H100", "gpus_per_worker": 1, "placement": {"t": 1}}]}
+    res = Executor(b, Journal(":memory:")).apply(diff(observe(b), target(body)).steps, "coexec")
+    assert res.status == "done", res.message
+    recs = {r["component"]: r["id"] for r in b.coord("records")}
+    pool = b.worker_gpus(recs["G/pool-u"])
+    assert len(pool["gpu_ids"]) == 4
+    for m in ("j1/reward", "j2/reward"):
+        g = b.worker_gpus(recs[m])
+        assert g["gpu_ids"] == [] and g["cuda_visible_devices"] == pool["cuda_visible_devices"], (m, g, pool)
+    assert len(b.worker_gpus(recs["j3/ref"])["gpu_ids"]) == 1
+    assert b.leaks() == []
+
+
 @ray.remote(num_cpus=0)
 class _Hog:
     def ready(self) -> bool:

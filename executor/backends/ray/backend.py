@@ -214,8 +214,8 @@ class RayBackend:
         for r in self.coord("records"):
             if r.get("reserves") == w["share"] and r["node"] == w["node"] and r.get("status") != "dead":
                 try:
-                    return self.call(r["id"], "gpus")["cuda_visible_devices"]
-                except (WorkerLost, KeyError, TypeError):
+                    return self.worker_gpus(r["id"])["cuda_visible_devices"]
+                except (WorkerLost, GetTimeoutError, RayActorError, KeyError, TypeError):
                     return None
         return None
 
