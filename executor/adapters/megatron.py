@@ -31,9 +31,11 @@ written once. This module follows those conventions:
   rank of *any* TP/PP/DP layout only the saved tensors that overlap it (partial DCP loads) and
   copies the overlaps by the same reshard plan as a P2P migration;
 * :func:`to_megatron` builds real ``ShardedTensor`` objects (``from_rank_offsets`` and, for the
-  distributed optimizer's pieces, ``from_rank_offsets_flat``) when ``megatron-core`` is installed
-  (the ``megatron`` extra; GPU clusters), for ``dist_checkpointing.save`` / ``load`` against a
-  real Megatron model. The tests run against this module's own reading of the format.
+  distributed optimizer's pieces, ``from_rank_offsets_flat``, or the canonical
+  ``fully_reshardable`` form on megatron-core 0.16+) when ``megatron-core`` is installed (the
+  ``megatron`` extra; GPU clusters), for ``dist_checkpointing.save`` / ``load`` against a real
+  Megatron model. The CPU tests run against this module's own reading of the format
+  (megatron-core's checkpoint writer needs CUDA).
 """
 
 from __future__ import annotations
@@ -244,9 +246,19 @@ def own_optimizer_state(shards: dict, spec: ModelSpec, layout: Layout, rank: int
 
 
 def to_megatron(shards: dict, spec: ModelSpec, layout: Layout, rank: int, distributed_optimizer: bool = True) -> dict:
-    """The rank's state as Megatron-core ShardedTensors (needs the ``megatron`` extra)."""
+    """The rank's state as Megatron-core ShardedTensors (needs the ``megatron`` extra), for
+    ``dist_checkpointing.save`` / ``load``.
+
+    The distributed optimizer's moments are flattened pieces (``from_rank_offsets_flat``) where the
+    installed megatron-core still has them; megatron-core 0.16 dropped ``flattened_range``
+    ("ShardedTensor.flattened_range is not supported"; its ``fully_sharded_model_space`` format is
+    deprecated) and saves the distributed optimizer ``fully_reshardable``: each moment in the
+    canonical shape of its parameter, written from DP rank 0. There the moments are given in that
+    canonical form (the executor's ranks hold them whole)."""
     from megatron.core.dist_checkpointing import ShardedTensor  # noqa: PLC0415 - optional extra
 
+    if distributed_optimizer and not hasattr(ShardedTensor, "from_rank_offsets_flat"):
+        distributed_optimizer = False  # fully_reshardable: canonical shapes, DP rank 0 writes
     _, _, tp_i = layout.coords(rank)
     out = {}
     for m in sharded_metadata(spec, layout, rank, distributed_optimizer):

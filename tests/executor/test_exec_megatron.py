@@ -122,11 +122,26 @@ def test_loading_a_missing_checkpoint_names_the_directory(tmp_path):
 
 
 def test_real_megatron_sharded_tensors():
+    """With megatron-core installed: real ShardedTensors, each passing Megatron's own metadata
+    check; the moments flattened where that megatron-core supports it, else (0.16+) canonical."""
     pytest.importorskip("megatron.core", reason="the megatron extra is installed on GPU clusters only")
+    from megatron.core.dist_checkpointing import ShardedTensor
+    from megatron.core.dist_checkpointing.mapping import is_main_replica
+
     lay = Layout(2, 1, 2)
-    t = _trained(lay)[1]
-    sd = megatron.to_megatron(t.shards, SPEC, lay, 1)
-    st = sd["decoder.layers.0.mlp.linear_fc1.weight"]
-    assert st.global_shape == (SPEC.ffn, SPEC.hidden) and st.global_offset == (SPEC.ffn // 2, 0)
-    flat = [v for k, v in sd.items() if k.startswith("optimizer.state.exp_avg.")]
-    assert flat and all(v.flattened_range is not None for v in flat)
+    ranks = _trained(lay)
+    for t in ranks:
+        sd = megatron.to_megatron(t.shards, SPEC, lay, t.rank)
+        for v in sd.values():
+            v.validate_metadata_integrity()
+        _, dp_i, tp_i = lay.coords(t.rank)
+        st = sd["decoder.layers.0.mlp.linear_fc1.weight"]
+        assert st.global_shape == (SPEC.ffn, SPEC.hidden) and st.global_offset == (tp_i * SPEC.ffn // 2, 0)
+        assert is_main_replica(st.replica_id) == (dp_i == 0)
+        moments = [v for k, v in sd.items() if k.startswith("optimizer.state.exp_avg.")]
+        if hasattr(ShardedTensor, "from_rank_offsets_flat"):
+            assert moments and all(v.flattened_range is not None and is_main_replica(v.replica_id) for v in moments)
+        else:
+            assert moments and all(v.flattened_range is None and v.data.shape == v.local_shape for v in moments)
+            split = [v for v in moments if "linear_fc1" in v.key]  # TP-split: written by DP rank 0 of each TP index
+            assert split and all(is_main_replica(v.replica_id) == (dp_i == 0) for v in split)
