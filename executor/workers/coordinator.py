@@ -296,8 +296,9 @@ class Coordinator:
         with self._lock:
             if not self._fence(worker_id, epoch, f"save checkpoint {key}"):
                 return False
-            if self._store is not None:
-                self._store.put_checkpoint(key, blob)  # committed (marker written last) before it is acknowledged
+        if self._store is not None:  # committed (marker written last) before it is acknowledged; other calls go on meanwhile
+            self._store.put_checkpoint(key, blob)
+        with self._lock:
             self.checkpoints[key] = blob
             return True
 

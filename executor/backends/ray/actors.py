@@ -1,8 +1,8 @@
 """The Ray actors: one that hosts any worker object, and the coordinator.
 
-The coordinator keeps its state in a directory (``state_dir``): Ray restarts it after a crash
-(the backend creates it with ``max_restarts=-1``) and the new process loads every lease, the
-request ledger and the committed checkpoints from there.
+The coordinator keeps its state in a directory (``state_dir/cluster-<head node id>``): Ray
+restarts it after a crash (the backend creates it with ``max_restarts=-1``) and the new process
+loads every lease, the request ledger and the committed checkpoints from there.
 
 ``WorkerActor`` builds the worker (:func:`executor.workers.factory.make_worker`) in its own
 process and runs methods on it by name. A rollout engine also gets a decode thread that calls
@@ -22,12 +22,22 @@ import ray
 COORDINATOR = "rl-planner-coordinator"
 
 
+def cluster_state_dir(state_dir: str) -> str:
+    """This Ray cluster's part of ``state_dir``: ``cluster-<head node id>``. A coordinator that Ray
+    restarts in the same cluster finds its state there; a coordinator of a cluster started anew
+    (a new head node) starts empty instead of taking over workers and leases that died with the
+    old cluster, whose state stays in its own folder."""
+    head = next((n["NodeID"] for n in ray.nodes() if n.get("Alive") and "node:__internal_head__" in (n.get("Resources") or {})),
+                "unknown")
+    return os.path.join(state_dir, f"cluster-{head[:16]}")
+
+
 @ray.remote(num_cpus=0, max_concurrency=16, max_restarts=0)
 class CoordinatorActor:
     def __init__(self, state_dir: Optional[str] = None) -> None:
         from executor.workers.coordinator import Coordinator
 
-        self.c = Coordinator(state_dir=state_dir)
+        self.c = Coordinator(state_dir=cluster_state_dir(state_dir) if state_dir else None)
 
     def invoke(self, method: str, *args: Any) -> Any:
         return getattr(self.c, method)(*args)
