@@ -19,6 +19,7 @@ class Ctx:
     step: Any = None
     journal_outcomes: dict = field(default_factory=dict)
     committed: bool = False  # the current unit passed its commit point: roll forward only
+    unit: list = field(default_factory=list)  # the current unit's steps (a backend reserves its new workers at once)
 
     def coord(self, method: str, *args: Any) -> Any:
         return self.backend.coord(method, *args)

@@ -137,6 +137,7 @@ class Executor:
         res = ApplyResult(aid, "done", resumed, events=self.ctx.events)
         self.ctx.journal_outcomes = {}
         for unit in _units(steps):
+            self.ctx.unit = unit
             self.ctx.journal_outcomes = {s.id: status[s.seq][1] for s in unit if status[s.seq][0] == "done"}
             sts = [status[s.seq][0] for s in unit]
             if any(x in ("failed", "compensated") for x in sts):
@@ -243,6 +244,11 @@ class Executor:
             self._notify(s, "compensated", note)
             notes.append(f"{s.id}: {note}")
         self.ctx.step = None
+        release = getattr(self.backend, "release_reservation", None)
+        if release is not None:  # what the unit reserved for its new workers (Ray: its placement group)
+            freed = release([s.args["worker"]["id"] for s in unit if s.kind == "create"])
+            if freed:
+                notes.append(f"reservation released for {freed}")
         comp_name = unit[0].component
         if any(r["role"] == "rollout" for r in self.ctx.component_records(comp_name)):
             try:

@@ -38,6 +38,9 @@ from executor.workers.model import STATE_KINDS, ModelSpec, owned_params, shard_s
 NODES = [Node("a", "H20", 4, 256.0), Node("b", "H20", 4, 256.0), Node("t", "H100", 4, 512.0), Node("u", "H100", 4, 512.0)]
 ROLLOUT, TRAINER = "job/rollout", "job/trainer"
 FAULT_KINDS = ("kill_source", "kill_destination", "kill_controller", "fail_destination_start", "freeze_node")
+# The coordinator's process dies (SIGKILL) and its backend restarts it from its durable state
+# (Ray: ``max_restarts``, :mod:`executor.workers.coordinator_store`); backends with ``kill_coordinator``.
+COORDINATOR_FAULT = "kill_coordinator"
 MIGRATIONS = ("workload", "p2p", "reboot")
 MODEL = {"hidden": 32, "ffn": 64, "layers": 2, "vocab": 64, "seed": 3}
 
@@ -166,6 +169,14 @@ def rotating_cases() -> list[Case]:
     return out
 
 
+def coordinator_cases() -> list[Case]:
+    """The coordinator dies mid-apply where it holds what must not be lost: requests moved in the
+    ledger but not yet admitted (workload handoff, mid), the reshard done but not switched (P2P),
+    a reboot's checkpoint saved but not yet read back (after the save; mid-create of the restart)."""
+    return [Case("workload", COORDINATOR_FAULT, "handoff", 0, "mid"), Case("p2p", COORDINATOR_FAULT, "reshard", 0, "after"),
+            Case("reboot", COORDINATOR_FAULT, "save", 0, "after"), Case("reboot", COORDINATOR_FAULT, "create", 1, "mid")]
+
+
 def representative_cases() -> list[Case]:
     """Every fault kind for every migration, at a step where it bites (the default test set)."""
     picks = {
@@ -192,6 +203,7 @@ class Outcome:
     lost_ranks: list[str] = field(default_factory=list)
     stale_attempts: int = 0
     stale_accepted: int = 0
+    coordinator_restarts: int = 0
     problems: list[str] = field(default_factory=list)
     requests: int = 0
     seconds: float = 0.0
@@ -224,6 +236,7 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
     before, before_step, _ = full_state(b, old_ids[TRAINER])
     frozen: list[str] = []
     killed: list[str] = []
+    restarts_before: list[int] = []
 
     def act(backend, step):
         src, dst = _roles(backend, case.migration, old_ids)
@@ -235,6 +248,9 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
         elif case.fault == "kill_destination" and live_dst:
             backend.kill(live_dst[0])
             killed.append(live_dst[0])
+        elif case.fault == COORDINATOR_FAULT:
+            restarts_before.append(backend.coord("durable")["restarts"])
+            backend.kill_coordinator(wait_s=None)  # the controller's next calls meet the restart
         elif case.fault == "freeze_node":
             node = "b" if case.migration == "workload" else "t"
             for r in backend.coord("records"):
@@ -322,6 +338,12 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
             if not torch.equal(t[m], before[k][m]):
                 out.problems.append(f"surviving old shards of {k} changed")
                 break
+    if case.fault == COORDINATOR_FAULT:
+        out.coordinator_restarts = b.coord("durable")["restarts"] - (restarts_before[0] if restarts_before else 0)
+        if out.coordinator_restarts < 1:
+            out.problems.append("the coordinator was not restarted")
+        if out.status != "done":
+            out.problems.append(f"the apply did not finish across the coordinator's restart: {out.status}")
     illegal = b.coord("illegal_transitions")
     if illegal:
         out.problems.append(f"illegal worker transitions: {illegal[:4]}")

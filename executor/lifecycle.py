@@ -24,6 +24,12 @@ def run_create(ctx: Ctx, step: Step) -> dict:
         ctx.event("adopted", "the worker was already running (resumed apply)", worker=wid)
         out = {"worker": wid, "epoch": epoch, "adopted": True}
     else:
+        reserve = getattr(b, "reserve", None)
+        if reserve is not None:  # the unit's new workers are reserved at once, before the first is created
+            unit_creates = [s.args for s in ctx.unit if s.kind == "create"]
+            if wid not in {a["worker"]["id"] for a in unit_creates}:
+                unit_creates = [args]  # a restore in place during a rollback
+            reserve(unit_creates)
         epoch = ctx.coord("grant", wid)
         ctx.coord("register", record_of(args, "starting"))
         ctx.fault("mid")

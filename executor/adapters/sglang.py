@@ -1,34 +1,72 @@
-"""SGLang engines over their HTTP API, as the executor's rollout engines.
+"""SGLang engines over their HTTP API, as the executor's rollout engines (optional extra).
 
-Endpoints used (SGLang's native server, ``sglang.srt.entrypoints.http_server``):
+Endpoints used (SGLang's native server, ``sglang.srt.entrypoints.http_server``; request bodies
+are the dataclasses of ``sglang.srt.managers.io_struct``):
 
-* ``POST /generate`` ``{input_ids, sampling_params: {max_new_tokens}, rid}`` → ``{output_ids,
-  meta_info: {id, finish_reason: {type: length|stop|abort}}}``; an aborted request answers with
-  the output it had so far;
-* ``POST /pause_generation`` ``{mode: abort|retract|in_place}``, ``POST /continue_generation``;
-* ``POST /abort_request`` ``{rid}`` or ``{abort_all: true}`` — answers 200 even for an id it does
+* ``POST /generate`` (``GenerateReqInput``) ``{input_ids, sampling_params, rid, return_logprob,
+  top_logprobs_num}`` → ``{output_ids, meta_info: {id, finish_reason: {type: length|stop|abort,
+  matched?}, output_token_logprobs: [[logprob, token_id, text], ...]}}``. ``sampling_params`` are
+  SGLang's (``docs/basic_usage/sampling_params``): ``max_new_tokens, min_new_tokens, temperature,
+  top_p, top_k, min_p, stop, stop_token_ids, ignore_eos, repetition_penalty, frequency_penalty,
+  presence_penalty, sampling_seed, ...``; an aborted request answers with the output it had;
+* ``POST /pause_generation`` (``PauseGenerationReqInput``) ``{mode}``:
+  ``abort`` aborts and returns every request being processed (each ``/generate`` answers with
+  its partial output); ``in_place`` stops the scheduler with the requests and their KV cache
+  where they are (they continue after ``/continue_generation`` with the old KV cache; a flush
+  fails while they are in the running batch); ``retract`` stops it and moves the running
+  requests back to the waiting queue (the KV cache may be flushed; it is recomputed on
+  continue). ``POST /continue_generation``;
+* ``POST /abort_request`` ``{rid}`` or ``{abort_all: true}``: answers 200 even for an id it does
   not know, so it cannot tell you what was running;
-* ``POST /flush_cache`` — refuses (400) unless the engine is idle;
-* ``POST /init_weights_update_group``, ``POST /update_weights_from_distributed`` ``{names,
-  dtypes, shapes, group_name, flush_cache}`` — weights broadcast from trainer rank 0;
-* ``POST /release_memory_occupation`` / ``POST /resume_memory_occupation`` ``{tags}``;
+* ``POST /flush_cache``: refuses (400) unless the engine is idle;
+* ``POST /init_weights_update_group`` (``InitWeightsUpdateGroupReqInput``: ``master_address,
+  master_port, rank_offset, world_size, group_name, backend`` with ``backend="nccl"`` by
+  default), ``POST /update_weights_from_distributed`` ``{names, dtypes, shapes, group_name,
+  flush_cache, weight_version}``: weights broadcast from trainer rank 0;
+* ``POST /release_memory_occupation`` / ``POST /resume_memory_occupation`` ``{tags}``: the
+  scheduler asserts it is fully idle before releasing ("release_memory_occupation should be
+  called only when server is idle"; newer versions let requests retracted by a paused engine
+  wait);
 * ``GET /health``.
 
-SGLang offers no way to list or move in-flight requests, so this adapter keeps its own record
-of every request it submitted (prompt, budget, output so far): a drain pauses the engine with
-``mode=abort``, which makes every in-flight ``/generate`` return its partial output; the record
-then holds exactly what must move, and a kept engine resumes each request by generating from
-prompt + partial output with the remaining budget. Every call has a timeout.
+How the adapter uses them:
+
+* **Requests and moves.** SGLang offers no way to list or move in-flight requests, so the
+  adapter keeps its own record of every request it submitted: prompt, the *full* sampling
+  parameters, whether logprobs were asked, output and output logprobs so far. A drain pauses
+  with ``mode=abort`` (the only mode that hands requests back); a kept engine resumes each one
+  from prompt + partial output with the same sampling parameters, the token budget and
+  ``min_new_tokens`` reduced by what was already generated, and the logprobs appended to the
+  ones already received, so a greedy request ends with exactly its uninterrupted tokens and
+  logprobs. (What cannot carry over: frequency/presence penalties count output tokens, and the
+  generated prefix becomes prompt on the new engine; a sampled, non-greedy request continues
+  from a new random state.)
+* **Pauses that keep requests.** When the requests stay on the engine (a neighbour moves, the
+  engine's own weights are updated) :meth:`SGLangEngine.pause` uses ``in_place`` (no re-prefill
+  at all, the KV cache stays) or, where the cache must be flushed or the memory released,
+  ``retract`` (the requests stay queued in the engine: no re-submission, their KV is recomputed
+  once on continue); ``abort`` is used only to move requests away.
+* **Memory** is released only when the engine is idle by this adapter's own record (nothing in
+  flight, or only requests retracted by a pause): otherwise :class:`SGLangError` says what runs
+  and how to get idle, before the server's assertion would.
+* **Weights** are synced over NCCL by default (SGLang's default, GPUs); tests pass ``gloo``.
+* **Async client.** Requests are coroutines on one event loop thread (``httpx.AsyncClient``), not
+  a thread each; every control call has a timeout (``timeout_s``), and a ``/generate`` has its
+  own (``generate_timeout_s``), after which the request is aborted on the server and kept as
+  aborted here, with its partial output, so it can be resumed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import httpx
+
+PAUSE_MODES = ("abort", "retract", "in_place")
 
 
 class SGLangError(RuntimeError):
@@ -39,68 +77,130 @@ class SGLangError(RuntimeError):
 class Tracked:
     rid: str
     prompt: list[int]
-    max_new_tokens: int
+    sampling: dict  # SGLang sampling_params as first submitted (max_new_tokens: the request's whole budget)
+    return_logprob: bool = True
     output: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
     state: str = "pending"  # pending | running | done | aborted (partial output kept) | moved
-    thread: Optional[threading.Thread] = None
+    finish: dict = field(default_factory=dict)
+    future: Any = None
+
+    @property
+    def max_new_tokens(self) -> int:
+        return int(self.sampling.get("max_new_tokens", 128))
+
+
+def resumed_sampling(sampling: dict, generated: int) -> dict:
+    """The sampling parameters that continue a request that already generated ``generated`` tokens:
+    the same parameters, with the budget and the minimum reduced by what is done."""
+    sp = dict(sampling)
+    sp["max_new_tokens"] = max(0, int(sampling.get("max_new_tokens", 128)) - generated)
+    if sampling.get("min_new_tokens"):
+        sp["min_new_tokens"] = max(0, int(sampling["min_new_tokens"]) - generated)
+    return sp
 
 
 class SGLangEngine:
-    def __init__(self, base_url: str, *, timeout_s: float = 30.0,
-                 on_finish: Optional[Callable[[str, list[int]], None]] = None) -> None:
+    def __init__(self, base_url: str, *, timeout_s: float = 30.0, generate_timeout_s: float = 600.0,
+                 on_finish: Optional[Callable[[str, list[int]], None]] = None, return_logprob: bool = True,
+                 weight_sync_backend: str = "nccl") -> None:
         self.url = base_url.rstrip("/")
-        self.http = httpx.Client(timeout=timeout_s)
-        self.timeout_s = timeout_s
+        self.timeout_s, self.generate_timeout_s = timeout_s, generate_timeout_s
         self.on_finish = on_finish
+        self.return_logprob = return_logprob
+        self.weight_sync_backend = weight_sync_backend
         self.requests: dict[str, Tracked] = {}
+        self.paused: Optional[str] = None  # the pause mode in force, if any
         self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"sglang-{self.url}", daemon=True)
+        self._thread.start()
+        self.http = self._sync(self._client())
+
+    async def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), limits=httpx.Limits(max_connections=None,
+                                                                                              max_keepalive_connections=64))
+
+    def _sync(self, coro, timeout: Optional[float] = None) -> Any:
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(timeout if timeout is not None else self.timeout_s + 5)
+        except TimeoutError:
+            fut.cancel()
+            raise SGLangError(f"{self.url}: no answer within {timeout or self.timeout_s + 5:g} s") from None
+
+    def close(self) -> None:
+        try:
+            self._sync(self.http.aclose(), 5)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
 
     # ------------------------------------------------------------------ plumbing
-    def _post(self, path: str, body: Optional[dict] = None, ok=(200,)) -> httpx.Response:
+    async def _apost(self, path: str, body: Optional[dict] = None, ok=(200,), timeout: Optional[float] = None) -> httpx.Response:
         try:
-            r = self.http.post(self.url + path, json=body or {})
+            r = await self.http.post(self.url + path, json=body or {}, timeout=timeout or self.timeout_s)
         except httpx.HTTPError as exc:
-            raise SGLangError(f"{self.url}{path}: {exc}") from None
+            raise SGLangError(f"{self.url}{path}: {type(exc).__name__} {exc}") from None
         if r.status_code not in ok:
             raise SGLangError(f"{self.url}{path} answered {r.status_code}: {r.text[:200]}")
         return r
 
+    def _post(self, path: str, body: Optional[dict] = None, ok=(200,), timeout: Optional[float] = None) -> httpx.Response:
+        return self._sync(self._apost(path, body, ok, timeout), (timeout or self.timeout_s) + 5)
+
     def healthy(self) -> bool:
-        try:
-            return self.http.get(self.url + "/health").status_code == 200
-        except httpx.HTTPError:
-            return False
+        async def get():
+            try:
+                return (await self.http.get(self.url + "/health", timeout=self.timeout_s)).status_code == 200
+            except httpx.HTTPError:
+                return False
+        return self._sync(get())
 
     # ------------------------------------------------------------------ requests
-    def submit(self, rid: str, prompt: list[int], max_new_tokens: int, output: Optional[list[int]] = None) -> None:
-        """Start (or resume, with ``output`` so far) a request; returns at once."""
+    def submit(self, rid: str, prompt: list[int], sampling_params: Union[int, dict], output: Optional[list[int]] = None,
+               logprobs: Optional[list[float]] = None, return_logprob: Optional[bool] = None) -> None:
+        """Start (or resume, with ``output`` and ``logprobs`` so far) a request; returns at once.
+        ``sampling_params``: SGLang's, or just ``max_new_tokens`` as an int."""
+        sp = {"max_new_tokens": sampling_params} if isinstance(sampling_params, int) else dict(sampling_params)
+        t = Tracked(rid, list(prompt), sp, self.return_logprob if return_logprob is None else return_logprob,
+                    list(output or []), list(logprobs or []), "running")
         with self._lock:
-            t = Tracked(rid, list(prompt), max_new_tokens, list(output or []), "running")
             self.requests[rid] = t
-        t.thread = threading.Thread(target=self._run, args=(t,), daemon=True)
-        t.thread.start()
+        t.future = asyncio.run_coroutine_threadsafe(self._generate(t), self._loop)
 
-    def _run(self, t: Tracked) -> None:
-        left = t.max_new_tokens - len(t.output)
-        if left <= 0:
+    async def _generate(self, t: Tracked) -> None:
+        if t.max_new_tokens - len(t.output) <= 0 or t.finish.get("type") == "stop":
             self._finish(t)
             return
-        body = {"input_ids": t.prompt + t.output, "sampling_params": {"max_new_tokens": left}, "rid": t.rid}
+        body = {"input_ids": t.prompt + t.output, "sampling_params": resumed_sampling(t.sampling, len(t.output)),
+                "rid": t.rid, "return_logprob": t.return_logprob}
         try:
-            r = self.http.post(self.url + "/generate", json=body, timeout=None)
+            r = await self.http.post(self.url + "/generate", json=body, timeout=self.generate_timeout_s)
+        except httpx.TimeoutException:
+            try:  # the server would go on: abort it there; the partial output is lost with the answer
+                await self._apost("/abort_request", {"rid": t.rid})
+            except SGLangError:
+                pass
+            with self._lock:
+                t.state, t.finish = "aborted", {"type": "abort", "message": f"no answer within {self.generate_timeout_s:g} s"}
+            return
         except httpx.HTTPError as exc:
             with self._lock:
-                t.state = "aborted"
+                t.state, t.finish = "aborted", {"type": "abort", "message": str(exc)}
             return
         if r.status_code != 200:
             with self._lock:
-                t.state = "aborted"
+                t.state, t.finish = "aborted", {"type": "abort", "message": r.text[:200]}
             return
         data = r.json()
+        meta = data.get("meta_info") or {}
         with self._lock:
             t.output += list(data.get("output_ids", []))
-            reason = (data.get("meta_info", {}).get("finish_reason") or {}).get("type")
-            if reason == "abort":
+            if t.return_logprob:
+                t.logprobs += [float(x[0]) for x in meta.get("output_token_logprobs") or []]
+            t.finish = meta.get("finish_reason") or {}
+            if t.finish.get("type") == "abort":
                 t.state = "aborted"
                 return
         self._finish(t)
@@ -119,23 +219,42 @@ class SGLangEngine:
     def wait(self, rids: Optional[list[str]] = None, timeout_s: Optional[float] = None) -> None:
         end = time.time() + (timeout_s or self.timeout_s)
         for t in [self.requests[r] for r in (rids or list(self.requests))]:
-            if t.thread:
-                t.thread.join(max(0.0, end - time.time()))
-                if t.thread.is_alive():
-                    raise SGLangError(f"{self.url}: request {t.rid} still running after the deadline")
+            if t.future is None:
+                continue
+            try:
+                t.future.result(max(0.0, end - time.time()))
+            except TimeoutError:
+                raise SGLangError(f"{self.url}: request {t.rid} still running after the deadline") from None
 
-    # ------------------------------------------------------------------ migration
+    def in_flight(self) -> list[str]:
+        with self._lock:
+            return [r for r, t in self.requests.items() if t.state == "running"]
+
+    # ------------------------------------------------------------------ pauses and moves
+    def pause(self, mode: str = "in_place") -> None:
+        """Stop generating, keeping the requests on the engine: ``in_place`` (KV cache kept: no
+        re-prefill) or ``retract`` (requests back to the engine's waiting queue; the cache may then be
+        flushed or the memory released, and their KV is recomputed on :meth:`resume`). ``abort``
+        hands the requests back instead: use :meth:`drain` for that."""
+        if mode not in PAUSE_MODES:
+            raise SGLangError(f"pause mode {mode!r}: use one of {', '.join(PAUSE_MODES)}")
+        self._post("/pause_generation", {"mode": mode})
+        self.paused = mode
+
     def drain(self) -> list[dict]:
         """Pause with ``mode=abort``: every in-flight request returns its partial output. Returns
         every unfinished request from this adapter's own record (the engine cannot list them)."""
         self._post("/pause_generation", {"mode": "abort"})
-        self.wait([r for r, t in self.requests.items() if t.state == "running"])
+        self.paused = "abort"
+        self.wait(self.in_flight())
         return self.export()
 
     def export(self) -> list[dict]:
+        """The unfinished requests, with what a kept engine needs to continue each one exactly."""
         with self._lock:
-            return [{"id": t.rid, "prompt": list(t.prompt), "max_new_tokens": t.max_new_tokens, "output": list(t.output)}
-                    for t in self.requests.values() if t.state in ("pending", "aborted")]
+            return [{"id": t.rid, "prompt": list(t.prompt), "sampling_params": dict(t.sampling),
+                     "max_new_tokens": t.max_new_tokens, "return_logprob": t.return_logprob, "output": list(t.output),
+                     "logprobs": list(t.logprobs)} for t in self.requests.values() if t.state in ("pending", "aborted")]
 
     def handed_off(self, rids: list[str]) -> None:
         with self._lock:
@@ -145,6 +264,7 @@ class SGLangEngine:
 
     def resume(self) -> None:
         self._post("/continue_generation")
+        self.paused = None
 
     def flush_cache(self, deadline_s: float = 10.0) -> None:
         """Flush the prefix cache; SGLang refuses while requests run, so retry until idle."""
@@ -155,27 +275,38 @@ class SGLangEngine:
                 return
             if time.time() > end:
                 raise SGLangError(f"{self.url}: cache not flushed within {deadline_s:g} s, the engine is never idle "
-                                  f"({r.text[:120]}). Fix: drain it first")
+                                  f"({r.text[:120]}). Fix: drain it, or pause it with mode=retract, first")
             time.sleep(0.02)
 
     # ------------------------------------------------------------------ weights and memory
     def init_weights_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
-                           group_name: str, backend: str = "gloo") -> None:
-        self._post("/init_weights_update_group", {"master_address": master_address, "master_port": master_port,
-                                                  "rank_offset": rank_offset, "world_size": world_size,
-                                                  "group_name": group_name, "backend": backend})
+                           group_name: str, backend: Optional[str] = None) -> None:
+        """Join the trainer's weight-sync group (NCCL unless the adapter or call says otherwise)."""
+        r = self._post("/init_weights_update_group", {"master_address": master_address, "master_port": master_port,
+                                                      "rank_offset": rank_offset, "world_size": world_size,
+                                                      "group_name": group_name, "backend": backend or self.weight_sync_backend},
+                       timeout=max(self.timeout_s, 60.0))
+        data = r.json()
+        if data.get("success") is False:
+            raise SGLangError(f"{self.url}: weight-sync group {group_name} not initialised: {data.get('message')}")
 
     def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
-                                        group_name: str, version: str = "") -> dict:
+                                        group_name: str, version: str = "", flush_cache: bool = True) -> dict:
         r = self._post("/update_weights_from_distributed", {"names": names, "dtypes": dtypes, "shapes": shapes,
-                                                            "group_name": group_name, "flush_cache": True,
-                                                            "weight_version": version})
+                                                            "group_name": group_name, "flush_cache": flush_cache,
+                                                            "weight_version": version}, timeout=max(self.timeout_s, 120.0))
         data = r.json()
         if not data.get("success"):
             raise SGLangError(f"{self.url}: weight update refused: {data.get('message')}")
         return data
 
     def release_memory(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
+        """Release GPU memory: only when idle (SGLang asserts it). Requests retracted by a pause may wait."""
+        running = self.in_flight()
+        if running and self.paused != "retract":
+            raise SGLangError(f"{self.url}: cannot release memory while {len(running)} request(s) are in flight "
+                              f"(e.g. {running[0]}); SGLang releases only when idle. Fix: drain the engine, or "
+                              f"pause it with mode=retract, first")
         self._post("/release_memory_occupation", {"tags": list(tags)})
 
     def resume_memory(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
@@ -184,9 +315,9 @@ class SGLangEngine:
 
 def hand_off(src: SGLangEngine, dst: SGLangEngine) -> list[str]:
     """Workload migration between two SGLang engines: drain ``src``, resume its requests on ``dst``
-    from their partial output. Returns the moved request ids."""
+    from their partial output and logprobs, with their sampling parameters. Returns the moved ids."""
     moved = src.drain()
     for r in moved:
-        dst.submit(r["id"], r["prompt"], r["max_new_tokens"], r["output"])
+        dst.submit(r["id"], r["prompt"], r["sampling_params"], r["output"], r["logprobs"], r["return_logprob"])
     src.handed_off([r["id"] for r in moved])
     return [r["id"] for r in moved]

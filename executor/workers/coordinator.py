@@ -11,18 +11,31 @@ only place where a worker's side effect takes hold, and it checks the worker's l
   with a valid lease and only once; every refusal is recorded;
 * **checkpoints** (reboot) and **trainer commits** are accepted only with a valid lease (and, for
   commits, only from the component's active set).
+
+With a ``state_dir`` (the Ray backend always gives one) every change is written to
+:class:`executor.workers.coordinator_store.CoordinatorStore` before the call returns, and a new
+coordinator on the same directory (Ray's restart of a dead actor) starts from it: the epoch
+counter and leases (so fencing holds across the restart), the registry, the ledger, the
+checkpoints (committed with a marker written last), parked components and placement groups.
+Calls are idempotent, so one that Ray retries after the restart (``max_task_retries``) does
+nothing twice: a repeated completion by the owner that made it is accepted again, a repeated
+trainer commit is recorded once.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any, Optional
 
+KV = ("next_epoch", "leases", "active", "registry", "generation", "dead_nodes", "parked", "pgs")
+
 
 class Coordinator:
-    def __init__(self, first_epoch: int = 1) -> None:
+    def __init__(self, first_epoch: int = 1, state_dir: Optional[str] = None) -> None:
         self._lock = threading.RLock()
+        self._store = None
         self.next_epoch = first_epoch
         self.leases: dict[str, int] = {}
         self.active: dict[str, list[str]] = {}
@@ -35,6 +48,39 @@ class Coordinator:
         self.dead_nodes: dict[str, str] = {}
         self.illegal: list[str] = []
         self.parked: dict[str, dict] = {}  # component -> its checkpoint while it is stopped between a park and a restore
+        self.pgs: dict[str, dict] = {}  # the Ray backend's reservations (name -> bundles and slots)
+        self.restarts = 0  # how many times this state was loaded by a new coordinator process
+        if state_dir:
+            self._open(state_dir)
+
+    # ------------------------------------------------------------------ durability
+    def _open(self, state_dir: str) -> None:
+        from executor.workers.coordinator_store import CoordinatorStore
+
+        self._store = CoordinatorStore(state_dir)
+        saved = self._store.load()
+        kv = saved["kv"]
+        for name in KV:
+            if name in kv:
+                setattr(self, name, kv[name])
+        self.requests = saved["requests"]
+        ev = saved["events"]
+        self.rejected = ev.get("rejected", [])
+        self.illegal = [e["text"] for e in ev.get("illegal", [])]
+        for c in ev.get("commit", []):
+            self.commits.setdefault(c["component"], []).append({k: c[k] for k in ("worker", "epoch", "step")})
+        self.checkpoints = self._store.load_checkpoints()
+        self.restarts = int(kv.get("restarts", -1)) + 1
+        self._store.write(kv={"restarts": self.restarts})
+
+    def _save(self, *names: str, requests: tuple = (), events: tuple = ()) -> None:
+        if self._store is not None:
+            self._store.write(kv={n: getattr(self, n) for n in names}, requests=[self.requests[r] for r in requests],
+                              events=events)
+
+    def durable(self) -> dict:
+        """Where the state lives and how often a new process took it over."""
+        return {"state_dir": str(self._store.dir) if self._store else None, "restarts": self.restarts}
 
     # ------------------------------------------------------------------ leases
     def grant(self, worker_id: str) -> int:
@@ -42,6 +88,7 @@ class Coordinator:
             e = self.next_epoch
             self.next_epoch += 1
             self.leases[worker_id] = e
+            self._save("next_epoch", "leases")
             return e
 
     def revoke(self, worker_id: str, why: str = "") -> None:
@@ -50,6 +97,7 @@ class Coordinator:
             rec = self.registry.get(worker_id)
             if rec is not None and why:
                 rec.setdefault("revoked_because", why)
+            self._save("leases", "registry")
 
     def lease(self, worker_id: str) -> Optional[int]:
         return self.leases.get(worker_id)
@@ -57,14 +105,19 @@ class Coordinator:
     def _fence(self, worker_id: str, epoch: int, what: str) -> bool:
         if self.leases.get(worker_id) == epoch:
             return True
-        self.rejected.append({"worker": worker_id, "epoch": epoch, "current": self.leases.get(worker_id), "what": what,
-                              "at": time.time()})
+        self._reject({"worker": worker_id, "epoch": epoch, "current": self.leases.get(worker_id), "what": what,
+                      "at": time.time()})
         return False
+
+    def _reject(self, rec: dict) -> None:
+        self.rejected.append(rec)
+        self._save(events=(("rejected", rec),))
 
     # ------------------------------------------------------------------ registry
     def register(self, record: dict) -> None:
         with self._lock:
             self.registry[record["id"]] = dict(record)
+            self._save("registry")
 
     def set_status(self, worker_id: str, status: str) -> None:
         """Move a worker along the lifecycle table (:data:`executor.steps.WORKER_TRANSITIONS`).
@@ -77,9 +130,12 @@ class Coordinator:
             if rec is None or rec.get("status") == status:
                 return
             old = rec.get("status", "requested")
+            events: tuple = ()
             if status not in WORKER_TRANSITIONS.get(old, ()):
                 self.illegal.append(f"{worker_id}: {old} -> {status}")
+                events = (("illegal", {"text": self.illegal[-1]}),)
             rec["status"] = status
+            self._save("registry", events=events)
 
     def illegal_transitions(self) -> list[str]:
         return list(self.illegal)
@@ -89,11 +145,13 @@ class Coordinator:
         with self._lock:
             if worker_id in self.registry:
                 self.registry[worker_id].update(fields)
+                self._save("registry")
 
     def unregister(self, worker_id: str) -> None:
         with self._lock:
             self.registry.pop(worker_id, None)
             self.leases.pop(worker_id, None)
+            self._save("registry", "leases")
 
     def records(self) -> list[dict]:
         with self._lock:
@@ -108,6 +166,7 @@ class Coordinator:
                     self.set_status(w, "stopping")
             self.active[component] = list(active)
             self.generation[component] = generation
+            self._save("leases", "registry", "active", "generation")
 
     def active_set(self, component: str) -> list[str]:
         return list(self.active.get(component, []))
@@ -115,21 +174,28 @@ class Coordinator:
     # ------------------------------------------------------------------ request ledger
     def submit(self, requests: list[dict], owners: list[str]) -> None:
         with self._lock:
+            new = []
             for r, o in zip(requests, owners):
                 if r["id"] in self.requests:
                     continue  # idempotent
                 self.requests[r["id"]] = {**r, "owner": o, "output": [], "done": False, "finished_by": None,
                                           "completions_refused": 0, "handoffs": 0}
+                new.append(r["id"])
+            self._save(requests=tuple(new))
 
     def progress(self, worker_id: str, epoch: int, updates: dict[str, list[int]]) -> bool:
         """An engine reports partial output; kept as the resume point if the engine dies."""
         with self._lock:
             if not self._fence(worker_id, epoch, f"progress of {len(updates)} request(s)"):
                 return False
+            changed = []
             for rid, out in updates.items():
                 r = self.requests.get(rid)
                 if r and r["owner"] == worker_id and not r["done"] and len(out) >= len(r["output"]):
+                    if list(out) != r["output"]:
+                        changed.append(rid)
                     r["output"] = list(out)
+            self._save(requests=tuple(changed))
             return True
 
     def complete(self, worker_id: str, epoch: int, request_id: str, output: list[int]) -> bool:
@@ -138,26 +204,33 @@ class Coordinator:
             if not self._fence(worker_id, epoch, f"complete {request_id}"):
                 if r:
                     r["completions_refused"] += 1
+                    self._save(requests=(request_id,))
                 return False
+            if (r is not None and r["done"] and r["finished_by"] == worker_id and r.get("finished_epoch") == epoch
+                    and r["output"] == list(output)):
+                return True  # the same completion again (a call retried after a coordinator restart)
             if r is None or r["done"] or r["owner"] != worker_id:
                 if r:
                     r["completions_refused"] += 1
-                self.rejected.append({"worker": worker_id, "epoch": epoch, "current": self.leases.get(worker_id),
-                                      "what": f"complete {request_id} (not the owner or already done)", "at": time.time()})
+                    self._save(requests=(request_id,))
+                self._reject({"worker": worker_id, "epoch": epoch, "current": self.leases.get(worker_id),
+                              "what": f"complete {request_id} (not the owner or already done)", "at": time.time()})
                 return False
-            r["done"], r["finished_by"], r["output"] = True, worker_id, list(output)
+            r["done"], r["finished_by"], r["output"], r["finished_epoch"] = True, worker_id, list(output), epoch
+            self._save(requests=(request_id,))
             return True
 
     def cancel(self, component: str, why: str) -> int:
         """The component leaves the plan: its unfinished requests end as cancelled (counted once;
         a completion that arrives later is refused)."""
         with self._lock:
-            n = 0
+            n = []
             for r in self.requests.values():
                 if r.get("component") == component and not r["done"]:
                     r["done"], r["cancelled"], r["finished_by"] = True, why, None
-                    n += 1
-            return n
+                    n.append(r["id"])
+            self._save(requests=tuple(n))
+            return len(n)
 
     def owned_by(self, worker_ids: list[str]) -> list[dict]:
         with self._lock:
@@ -180,6 +253,7 @@ class Coordinator:
                     r["owner"] = new_owner
                     r["handoffs"] += 1
                 out.append(dict(r, output=list(r["output"])))
+            self._save(requests=tuple(r["id"] for r in out))
             return out
 
     def ledger_summary(self) -> dict:
@@ -208,16 +282,23 @@ class Coordinator:
             if not self._fence(worker_id, epoch, f"commit step {step} of {component}"):
                 return False
             if worker_id not in self.active.get(component, []):
-                self.rejected.append({"worker": worker_id, "epoch": epoch, "current": epoch,
-                                      "what": f"commit step {step} of {component} (not in the active set)", "at": time.time()})
+                self._reject({"worker": worker_id, "epoch": epoch, "current": epoch,
+                              "what": f"commit step {step} of {component} (not in the active set)", "at": time.time()})
                 return False
-            self.commits.setdefault(component, []).append({"worker": worker_id, "epoch": epoch, "step": step})
+            rec = {"worker": worker_id, "epoch": epoch, "step": step}
+            if rec in self.commits.get(component, []):
+                return True  # the same commit again (a call retried after a coordinator restart)
+            self.commits.setdefault(component, []).append(rec)
+            self._save(events=(("commit", dict(rec, component=component)),))
             return True
 
     def put_checkpoint(self, worker_id: str, epoch: int, key: str, blob: Any) -> bool:
         with self._lock:
             if not self._fence(worker_id, epoch, f"save checkpoint {key}"):
                 return False
+        if self._store is not None:  # committed (marker written last) before it is acknowledged; other calls go on meanwhile
+            self._store.put_checkpoint(key, blob)
+        with self._lock:
             self.checkpoints[key] = blob
             return True
 
@@ -230,11 +311,14 @@ class Coordinator:
     def drop_checkpoints(self, prefix: str) -> None:
         with self._lock:
             for k in [k for k in self.checkpoints if k.startswith(prefix)]:
+                if self._store is not None:
+                    self._store.drop_checkpoint(k)
                 del self.checkpoints[k]
 
     def mark_node_dead(self, node: str, why: str) -> None:
         with self._lock:
             self.dead_nodes[node] = why
+            self._save("dead_nodes")
 
     def dead_node_list(self) -> dict[str, str]:
         return dict(self.dead_nodes)
@@ -244,16 +328,33 @@ class Coordinator:
         """A staged reboot saved ``component`` and is stopping it: where its state is until it is restored."""
         with self._lock:
             self.parked[component] = dict(info)
+            self._save("parked")
 
     def unpark(self, component: str) -> None:
         with self._lock:
             self.parked.pop(component, None)
+            self._save("parked")
 
     def parked_components(self) -> dict[str, dict]:
         return {k: dict(v) for k, v in self.parked.items()}
 
     def generations(self) -> dict[str, int]:
         return dict(self.generation)
+
+    # ------------------------------------------------------------------ placement groups (the Ray backend's reservations)
+    def set_placement_group(self, name: str, info: dict) -> None:
+        with self._lock:
+            self.pgs[name] = json.loads(json.dumps(info))
+            self._save("pgs")
+
+    def drop_placement_group(self, name: str) -> None:
+        with self._lock:
+            self.pgs.pop(name, None)
+            self._save("pgs")
+
+    def placement_groups(self) -> dict[str, dict]:
+        with self._lock:
+            return json.loads(json.dumps(self.pgs))
 
     def ping(self) -> bool:
         return True
@@ -265,6 +366,7 @@ class Coordinator:
 
         d = dict(self.__dict__)
         d.pop("_lock", None)
+        d["_store"] = None  # (the sim backend's coordinator has none)
         cache = d.pop("_encoded", {})  # a checkpoint never changes once put: encoded once, while it is kept
         enc = {k: cache[k][1] if k in cache and cache[k][0] is v else rawtensor.encode(v) for k, v in self.checkpoints.items()}
         self.__dict__["_encoded"] = {k: (self.checkpoints[k], e) for k, e in enc.items()}
@@ -276,5 +378,8 @@ class Coordinator:
 
         self.__dict__.update(d)
         self.__dict__.setdefault("parked", {})
+        self.__dict__.setdefault("pgs", {})
+        self.__dict__.setdefault("restarts", 0)
+        self.__dict__.setdefault("_store", None)
         self.checkpoints = {k: rawtensor.decode(v) for k, v in d.get("checkpoints", {}).items()}
         self._lock = threading.RLock()

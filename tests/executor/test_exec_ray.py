@@ -1,8 +1,11 @@
-"""The Ray backend on a local multi-node cluster (CPU workers, GPU types as custom resources).
+"""The Ray backend on a local multi-node cluster (CPU workers; Ray's fake GPUs: ``num_gpus`` and
+the ``accelerator_type:<type>`` resource on a CPU machine, which Ray assigns as on real GPUs).
 
-Default run: placement by GPU type and node, the three migrations end to end with real
-requests and real gloo groups, an unplaceable worker that fails at its deadline and leaves
-nothing behind, and a frozen node (SIGSTOP) whose trainer ranks are fenced. The same fault
+Default run: placement by GPU type and node, each worker seeing only its own GPUs, each unit's
+new workers reserved by one placement group before any is created (so before anything old
+stops), the three migrations end to end with real requests and real gloo groups, a starved
+reservation that times out and leaves nothing behind, and a frozen node (SIGSTOP) whose
+trainer ranks are fenced. The same fault
 cases as the sim matrix run on Ray with ``RL_PLANNER_RAY_FAULTS=1`` (every fault kind for
 every migration) or via ``python -m executor.bench faults --backend ray``.
 """
@@ -26,13 +29,52 @@ from executor.workers.engine import expected_output
 pytestmark = pytest.mark.ray
 
 
-def _node_of_actor(name: str) -> str:
-    by_id = {n["NodeID"]: n for n in ray.nodes()}
-    for a in ray._private.state.actors().values():
-        if a.get("Name") == name and a.get("State") == "ALIVE":
-            res = by_id[a["Address"]["NodeID"]]["Resources"]
-            return next(k[len("rlp-node-"):] for k in res if k.startswith("rlp-node-"))
-    raise AssertionError(f"{name} is not alive")
+def _node_names() -> dict[str, str]:
+    return {n["NodeID"]: next(k[len("rlp-node-"):] for k in n["Resources"] if k.startswith("rlp-node-"))
+            for n in ray.nodes() if n.get("Alive") and any(k.startswith("rlp-node-") for k in n["Resources"])}
+
+
+def _gpus_are_own_and_disjoint(b) -> dict:
+    """Each worker's process sees exactly as many GPUs as it was given, and no two workers on a
+    node see the same one (Ray's GPU ids are per node)."""
+    names = _node_names()
+    seen: dict[tuple[str, str], str] = {}
+    out = {}
+    for r in b.coord("records"):
+        g = b.worker_gpus(r["id"])
+        assert names[g["node_id"]] == r["node"], (r["id"], g)  # on the node the plan says
+        assert len(g["gpu_ids"]) == r["gpus"], (r["id"], g)
+        assert (g["cuda_visible_devices"] or "") == ",".join(g["gpu_ids"]), (r["id"], g)
+        for gid in g["gpu_ids"]:
+            assert (r["node"], gid) not in seen, f"{r['id']} and {seen[(r['node'], gid)]} both see GPU {gid} of {r['node']}"
+            seen[(r["node"], gid)] = r["id"]
+        out[r["id"]] = g
+    return out
+
+
+class _Reservations:
+    """Records, when each unit's first new worker is created, whether one placement group already
+    held a slot for every new worker of that unit (reserved at once, before the first create)."""
+
+    def __init__(self, b):
+        self.b, self.checked, self.bad = b, set(), []
+
+    def __call__(self, step, status, data):
+        if status != "done" or step.kind != "create" or step.unit in self.checked:
+            return
+        self.checked.add(step.unit)
+        unit_new = {s.args["worker"]["id"] for s in self.units[step.unit] if s.kind == "create"}
+        groups = self.b.coord("placement_groups")
+        holding = [n for n, g in groups.items() if unit_new <= set(g["workers"])]
+        granted = {pg.get("name") for pg in ray.util.placement_group_table().values() if pg.get("state") == "CREATED"}
+        if not holding or holding[0] not in granted:  # (a name may also appear as REMOVED, from an earlier test)
+            self.bad.append(f"{step.unit}: no granted placement group holds all of {sorted(unit_new)} ({groups})")
+
+    def watch(self, steps):
+        self.units = {}
+        for s in steps:
+            self.units.setdefault(s.unit, []).append(s)
+        return steps
 
 
 def test_all_three_migrations_move_real_work(ray_backend):
@@ -41,9 +83,10 @@ def test_all_three_migrations_move_real_work(ray_backend):
     nodes = b.nodes()
     assert {n: (x.gpu_type, x.gpus, x.dram_gb) for n, x in nodes.items()} == {n.name: (n.gpu_type, n.gpus, n.dram_gb) for n in NODES}
     j = Journal(":memory:")
-    Executor(b, j).apply(diff(observe(b), target(faultlib.base_body())).steps, "base")
-    for r in b.coord("records"):  # GPU-type and node resources put every actor where the plan says
-        assert _node_of_actor(r["id"]) == r["node"], r["id"]
+    res = _Reservations(b)
+    Executor(b, j, on_step=res).apply(res.watch(diff(observe(b), target(faultlib.base_body())).steps), "base")
+    gpus = _gpus_are_own_and_disjoint(b)  # and on the node the plan says
+    assert all(g["placement_group"] for g in gpus.values())  # scheduled into their reservation's bundles
     assert {n: observe(b).used(n) for n in nodes} == {"a": (1, 16.0), "b": (2, 32.0), "t": (2, 128.0), "u": (0, 0.0)}
     reqs = router.make_requests(ROLLOUT, 150, prompts=6, min_len=10, max_len=60, seed=3)
     router.submit(b, ROLLOUT, reqs)
@@ -54,8 +97,11 @@ def test_all_three_migrations_move_real_work(ray_backend):
     body["components"][1]["layout"] = {"tp": 1, "dp": 2}  # the new layout trains with a gloo DP all-reduce
     body["components"][0]["placement"] = {"a": 2}  # and a workload migration of the rollout
     body["components"].append({"name": "job/reward", "role": "service", "gpus_per_worker": 1, "placement": {"b": 1}})
-    res = Executor(b, j).apply(diff(observe(b), target(body)).steps, "both")
-    assert res.status == "done", res.message
+    r2 = Executor(b, j, on_step=res).apply(res.watch(diff(observe(b), target(body)).steps), "both")
+    assert r2.status == "done", r2.message
+    assert len(res.checked) >= 4 and res.bad == [], res.bad  # base: 2 units; here p2p, workload, add
+    _gpus_are_own_and_disjoint(b)
+    res = r2
     assert res.outcomes["job/trainer/p2p/reshard"]["checksum_mismatches"] == []
     assert res.outcomes["job/rollout/workload/handoff"]["moved"] > 0
     new = [r["id"] for r in b.coord("records") if r["component"] == TRAINER]
@@ -88,28 +134,66 @@ def test_all_three_migrations_move_real_work(ray_backend):
     assert all(r["done"] and r["output"] == expected_output(r) for r in recs)
     assert b.coord("illegal_transitions") == []
     assert b.leaks() == []
+    assert {g for g in b.coord("placement_groups")}  # the live workers' reservations remain, nothing else
 
 
-def test_unplaceable_worker_fails_at_its_deadline_and_leaves_nothing(ray_backend):
-    """Ray would keep an actor pending forever: the start deadline kills it and rolls back."""
-    from executor.backends.ray.actors import WorkerActor
-
+def test_starved_reservation_times_out_and_rolls_back_cleanly(ray_backend):
+    """Another job holds 3 of node u's 4 GPUs: the new layout (2 services of 1 GPU on u, 1 on t)
+    cannot be reserved whole. Its placement group is not granted by the start deadline: it is
+    removed, the unit rolls back, nothing was created, and the running layout is untouched."""
     b = ray_backend
     b.reset()
-    hog = WorkerActor.options(name="outside-hog", namespace="elsewhere", resources={"H100": 4.0, "rlp-node-u": 0.001}).remote(
-        {"role": "service", "worker": {"id": "hog", "component": "x/y"}}, 0, b.namespace)
-    body = {"nodes": faultlib.base_body()["nodes"],
-            "components": [{"name": "job/reward", "role": "service", "gpu_type": "H100", "placement": {"u": 1}}]}
+    nodes = faultlib.base_body()["nodes"]
+    keep = {"nodes": nodes, "components": [{"name": "job/ref", "role": "service", "gpu_type": "H100", "placement": {"t": 1}}]}
+    assert Executor(b, Journal(":memory:")).apply(diff(observe(b), target(keep)).steps, "keep").status == "done"
+    hog = _Hog.options(name="outside-hog", namespace="elsewhere", num_gpus=3, resources={"rlp-node-u": 0.001}).remote()
+    body = {"nodes": nodes, "components": keep["components"] + [
+        {"name": "job/reward", "role": "service", "gpu_type": "H100", "placement": {"u": 2, "t": 1}}]}
     try:
-        ray.get(hog.ready.remote(), timeout=30)  # something outside the executor holds u's GPUs
+        ray.get(hog.ready.remote(), timeout=30)  # something outside the executor holds 3 of u's GPUs
         b.deadlines.start_s = 3.0
         res = Executor(b, Journal(":memory:")).apply(diff(observe(b), target(body)).steps, "reward")
     finally:
         b.deadlines.start_s = 30.0
         ray.kill(hog)
-    assert res.status == "rolled_back" and "not placed and ready within 3 s" in res.message
-    assert b.coord("records") == []
+    assert res.status == "rolled_back", res.message
+    assert "reservation (placement group" in res.message and "not granted within 3 s" in res.message, res.message
+    assert "node u: GPU=2" in res.message and "node t: GPU=1" in res.message, res.message
+    assert sorted(r["id"] for r in b.coord("records")) == ["job.ref.g1.w0"]  # no worker of the new layout was created
+    assert b.creates.keys() == {"job.ref.g1.w0"}
+    assert b.worker_alive("job.ref.g1.w0")
+    assert b.leaks() == []  # the starved group was removed; only job/ref's own remains
+    assert len(b.coord("placement_groups")) == 1
+
+
+def test_co_execution_members_see_their_group_reservations_gpus(ray_backend):
+    """A group's reservation of node u holds 4 GPUs of its own; its two members ask Ray for none
+    (they take turns) and run with the reservation's CUDA_VISIBLE_DEVICES; a plain service on t
+    gets its own GPU."""
+    b = ray_backend
+    b.reset()
+    body = {"nodes": faultlib.base_body()["nodes"], "components": [
+        {"name": "G/pool-u", "role": "service", "gpu_type": "H100", "gpus_per_worker": 4, "placement": {"u": 1},
+         "migration": "reboot", "reserves": "G"},
+        {"name": "j1/reward", "role": "service", "gpu_type": "H100", "gpus_per_worker": 2, "placement": {"u": 1}, "group": "G"},
+        {"name": "j2/reward", "role": "service", "gpu_type": "H100", "gpus_per_worker": 4, "placement": {"u": 1}, "group": "G"},
+        {"name": "j3/ref", "role": "service", "gpu_type": "H100", "gpus_per_worker": 1, "placement": {"t": 1}}]}
+    res = Executor(b, Journal(":memory:")).apply(diff(observe(b), target(body)).steps, "coexec")
+    assert res.status == "done", res.message
+    recs = {r["component"]: r["id"] for r in b.coord("records")}
+    pool = b.worker_gpus(recs["G/pool-u"])
+    assert len(pool["gpu_ids"]) == 4
+    for m in ("j1/reward", "j2/reward"):
+        g = b.worker_gpus(recs[m])
+        assert g["gpu_ids"] == [] and g["cuda_visible_devices"] == pool["cuda_visible_devices"], (m, g, pool)
+    assert len(b.worker_gpus(recs["j3/ref"])["gpu_ids"]) == 1
     assert b.leaks() == []
+
+
+@ray.remote(num_cpus=0)
+class _Hog:
+    def ready(self) -> bool:
+        return True
 
 
 def test_frozen_node_is_fenced_and_the_old_layout_keeps_its_state(ray_backend):
@@ -145,6 +229,20 @@ def test_fault_on_ray(ray_backend, case):
     assert out.fired and out.problems == [], out
 
 
+COORD_CASES = faultlib.coordinator_cases()
+
+
+@pytest.mark.skipif(os.environ.get("RL_PLANNER_RAY_FAULTS") != "1", reason="set RL_PLANNER_RAY_FAULTS=1 (about 1 min)")
+@pytest.mark.parametrize("case", COORD_CASES, ids=[c.id for c in COORD_CASES])
+def test_coordinator_death_mid_apply_loses_nothing(ray_backend, case):
+    """The coordinator actor's process is SIGKILLed mid-apply; Ray restarts it and it reloads its
+    state directory. The apply finishes (no rollback), every request finishes exactly once with its
+    output, the trainer state is bit-identical, no stale effect is accepted, nothing leaks."""
+    out = faultlib.run_case(case, _reset(ray_backend), settle_s=30)
+    assert out.fired and out.problems == [], out
+    assert out.status == "done" and out.coordinator_restarts == 1, out
+
+
 @pytest.mark.skipif(os.environ.get("RL_PLANNER_RAY_FAULTS") != "1", reason="set RL_PLANNER_RAY_FAULTS=1 (about 40 s)")
 def test_controller_process_killed_mid_p2p_then_resumed_by_address(ray_backend, tmp_path):
     """The real thing: `planner apply --backend ray --address ADDR` dies (exit 137) right after the
@@ -156,7 +254,6 @@ def test_controller_process_killed_mid_p2p_then_resumed_by_address(ray_backend, 
     b = ray_backend
     b.reset()
     addr = b._cluster.address
-    earlier = set(ray._private.state.actors())  # actors of earlier tests in this module's cluster (dead ones too)
     plans = {}
     for name, body in (("base", faultlib.base_body()), ("p2p", faultlib.migration_body("p2p"))):
         plans[name] = tmp_path / f"{name}.yaml"
@@ -174,8 +271,8 @@ def test_controller_process_killed_mid_p2p_then_resumed_by_address(ray_backend, 
     assert r.returncode == 0 and "(resumed)" in r.stdout, r.stderr
     new = [x["id"] for x in b.coord("records") if x["component"] == TRAINER]
     assert not set(new) & set(old)
-    made = [a["Name"] for aid, a in ray._private.state.actors().items() if aid not in earlier and a.get("Name") in set(new)]
-    assert sorted(made) == sorted(new)  # each new rank's actor was created once, across both controllers
+    made = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] in set(new)]
+    assert sorted(made) == sorted(new)  # each new rank's actor exists once, across both controllers
     after, step_after, lost = full_state(b, new)
     assert same_state(before, after) == [] and step_after == step and lost == []
     assert b.leaks() == []

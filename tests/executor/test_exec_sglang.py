@@ -1,4 +1,7 @@
-"""The SGLang adapter against a stand-in server (real HTTP on loopback, real gloo broadcast)."""
+"""The SGLang adapter against a stand-in server (real HTTP on loopback, real gloo broadcast).
+
+The stand-in (``sglang_standin.py``) follows SGLang's documented rules that the adapter must live
+with; each test names the rule it exercises."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import time
 import pytest
 import torch
 
-from executor.adapters.sglang import SGLangEngine, SGLangError, hand_off
+from executor.adapters.sglang import SGLangEngine, SGLangError, hand_off, resumed_sampling
 from tests.executor.sglang_standin import StandIn, reference
 
 
@@ -18,9 +21,31 @@ def two():
         yield a, b
 
 
-def test_abort_of_unknown_id_answers_200_so_the_adapter_keeps_its_own_record(two):
+@pytest.fixture
+def engines():
+    made = []
+
+    def make(url, **kw):
+        e = SGLangEngine(url, **kw)
+        made.append(e)
+        return e
+
+    yield make
+    for e in made:
+        e.close()
+
+
+def _wait_for(pred, what: str, deadline_s: float = 10.0) -> None:
+    end = time.time() + deadline_s
+    while not pred():
+        if time.time() > end:
+            raise AssertionError(f"waited {deadline_s:g} s for {what}")
+        time.sleep(0.01)
+
+
+def test_abort_of_unknown_id_answers_200_so_the_adapter_keeps_its_own_record(two, engines):
     a, _ = two
-    e = SGLangEngine(a.url)
+    e = engines(a.url)
     e.abort("never-submitted")  # no error, and the engine told us nothing
     e.submit("r1", [1, 2, 3], 5)
     e.wait()
@@ -28,11 +53,11 @@ def test_abort_of_unknown_id_answers_200_so_the_adapter_keeps_its_own_record(two
     assert "never-submitted" not in e.requests
 
 
-def test_flush_refuses_while_busy_and_succeeds_once_idle(two):
+def test_flush_refuses_while_busy_and_succeeds_once_idle(two, engines):
     a, _ = two
-    e = SGLangEngine(a.url)
+    e = engines(a.url)
     e.submit("long", [5], 400)
-    time.sleep(0.05)
+    _wait_for(lambda: a.stats()["in_batch"] == 1, "the request to run")
     with pytest.raises(SGLangError, match="never idle"):
         e.flush_cache(deadline_s=0.2)
     e.drain()  # pause with abort: idle now
@@ -40,7 +65,18 @@ def test_flush_refuses_while_busy_and_succeeds_once_idle(two):
     assert e.requests["long"].state == "aborted" and 0 < len(e.requests["long"].output) < 400
 
 
-def test_workload_handoff_between_engines_finishes_each_request_once_with_its_output(two):
+# Stop tokens, a minimum length, logprobs: everything SGLang's sampling_params carry must survive a move.
+STOPS = list(range(0, 32000, 37))  # about one token in 37 ends a request (once the minimum is out)
+
+
+def _sampling(i: int) -> dict:
+    return {"max_new_tokens": 20 + (i % 5) * 30, "min_new_tokens": 10 + (i % 3) * 15, "temperature": 0.0,
+            "stop_token_ids": STOPS}
+
+
+def test_workload_handoff_carries_sampling_parameters_and_logprobs(two, engines):
+    """Each request ends exactly once, with exactly its uninterrupted tokens, finish reason and
+    output logprobs, though it moved mid-generation (prompt + partial output resumed elsewhere)."""
     a, b = two
     finished: dict[str, list] = {}
     lock = threading.Lock()
@@ -50,25 +86,127 @@ def test_workload_handoff_between_engines_finishes_each_request_once_with_its_ou
             assert rid not in finished, f"{rid} finished twice"
             finished[rid] = out
 
-    src, dst = SGLangEngine(a.url, on_finish=done), SGLangEngine(b.url, on_finish=done)
+    src, dst = engines(a.url, on_finish=done), engines(b.url, on_finish=done)
     prompts = {f"q{i}": [i, i + 1, i + 2] for i in range(24)}
     for rid, p in prompts.items():
-        src.submit(rid, p, 20 + (int(rid[1:]) % 5) * 30)
-    time.sleep(0.1)
+        src.submit(rid, p, _sampling(int(rid[1:])))
+    _wait_for(lambda: sum(len(t.output) for t in src.requests.values()) > 0 or a.stats()["running"] >= 12,
+              "requests to start decoding")
+    time.sleep(0.05)
     moved = hand_off(src, dst)
     assert moved, "nothing was in flight: the test would prove nothing"
     assert any(0 < len(src.requests[r].output) for r in moved)  # partial output travelled
     dst.wait(timeout_s=30)
     assert set(finished) == set(prompts)
+    stopped_early = 0
     for rid, p in prompts.items():
-        assert finished[rid] == reference(p, 20 + (int(rid[1:]) % 5) * 30), rid
+        sp = _sampling(int(rid[1:]))
+        want, want_lp, want_finish = reference(p, sp, with_logprobs=True)
+        t = (dst if rid in moved else src).requests[rid]
+        assert finished[rid] == want, rid
+        assert t.logprobs == pytest.approx(want_lp, abs=0), rid  # every token's logprob, across the move
+        assert t.finish.get("type") == want_finish["type"], rid
+        stopped_early += want_finish["type"] == "stop"
+    # the stop tokens and the minimum length mattered (else the test would not show they were carried)
+    assert 0 < stopped_early
 
 
-def test_weights_broadcast_from_trainer_rank_0_and_memory_release(two):
+def test_resuming_without_the_reduced_minimum_would_differ():
+    """The oracle is sharp: resuming with the original min_new_tokens (not reduced by what was
+    generated) gives another output for some request, so the handoff test can fail."""
+    differs = 0
+    for i in range(24):
+        p, sp = [i, i + 1, i + 2], _sampling(i)
+        want = reference(p, sp)
+        k = min(len(want) - 1, 5)
+        if k <= 0:
+            continue
+        wrong = want[:k] + reference(p + want[:k], dict(sp, max_new_tokens=sp["max_new_tokens"] - k))
+        differs += wrong != want
+        right = want[:k] + reference(p + want[:k], resumed_sampling(sp, k))
+        assert right == want
+    assert differs > 0
+
+
+def test_in_place_pause_keeps_the_kv_cache_and_retract_recomputes_it(two, engines):
+    """SGLang's pause modes: in_place leaves requests and their KV in the running batch (no
+    re-prefill, flush refused); retract sends them back to the waiting queue (flush allowed, one
+    re-prefill on continue). Neither re-submits a request, and outputs stay exact."""
+    a, _ = two
+    e = engines(a.url)
+    prompts = {f"p{i}": [i, 2 * i, 3] for i in range(6)}
+    for rid, p in prompts.items():
+        e.submit(rid, p, 300)
+    _wait_for(lambda: a.stats()["in_batch"] == 6, "all six requests in the batch")
+    s0 = a.stats()
+    e.pause("in_place")
+    with pytest.raises(SGLangError, match="never idle"):
+        e.flush_cache(deadline_s=0.1)  # their KV cache is still in the running batch
+    e.resume()
+    _wait_for(lambda: a.stats()["in_batch"] == 6, "requests to run again")
+    s1 = a.stats()
+    assert s1["prefill_tokens"] == s0["prefill_tokens"] and s1["generate_calls"] == s0["generate_calls"]
+    e.pause("retract")
+    e.flush_cache(deadline_s=2)  # retracted requests do not hold the batch
+    e.resume()
+    e.wait(timeout_s=30)
+    s2 = a.stats()
+    assert s2["generate_calls"] == s0["generate_calls"]  # nothing was re-submitted
+    assert s2["prefill_tokens"] > s1["prefill_tokens"]  # but the retracted KV was recomputed
+    for rid, p in prompts.items():
+        assert e.requests[rid].state == "done" and e.requests[rid].output == reference(p, 300), rid
+
+
+def test_memory_is_released_only_when_idle(two, engines):
+    """SGLang asserts the scheduler is idle before releasing memory: the adapter refuses first, with
+    the fix; the stand-in refuses too if asked directly; after a retract pause or a drain it works."""
+    a, _ = two
+    e = engines(a.url)
+    e.submit("busy", [1], 500)
+    _wait_for(lambda: a.stats()["in_batch"] == 1, "the request to run")
+    with pytest.raises(SGLangError, match="in flight.*Fix: drain"):
+        e.release_memory()
+    with pytest.raises(SGLangError, match="only when server is idle"):
+        e._post("/release_memory_occupation", {"tags": ["kv_cache"]})  # the server's own refusal
+    e.pause("in_place")
+    with pytest.raises(SGLangError, match="in flight"):
+        e.release_memory()  # in place, the KV cache is still held
+    e.pause("retract")
+    e.release_memory(("kv_cache",))  # retracted requests may wait while the memory is away
+    e.resume_memory(("kv_cache",))
+    e.resume()
+    e.wait(timeout_s=30)
+    assert e.requests["busy"].output == reference([1], 500)
+    e.release_memory()  # idle
+    e.submit("x", [1], 3)
+    e.wait()
+    assert e.requests["x"].state == "aborted"  # the engine refuses to generate without its memory
+    e.resume_memory()
+    e.submit("y", [1], 3)
+    e.wait()
+    assert e.requests["y"].output == reference([1], 3)
+
+
+def test_generate_timeout_aborts_on_the_server_and_keeps_the_request_resumable(two, engines):
+    a, _ = two
+    e = engines(a.url, generate_timeout_s=0.3)
+    e.submit("slow", [9], 100_000)
+    e.wait(timeout_s=10)
+    t = e.requests["slow"]
+    assert t.state == "aborted" and "no answer within 0.3 s" in t.finish["message"]
+    _wait_for(lambda: a.stats()["running"] == 0, "the server to drop the aborted request")
+    assert [x["id"] for x in e.export()] == ["slow"]
+
+
+def test_weights_sync_defaults_to_nccl_and_broadcasts_over_gloo_on_cpu(two, engines):
     from executor.migrations import gloo
 
     a, _ = two
-    e = SGLangEngine(a.url)
+    e = engines(a.url)
+    assert e.weight_sync_backend == "nccl"
+    if not torch.cuda.is_available():
+        with pytest.raises(SGLangError, match="NCCL"):
+            e.init_weights_group("127.0.0.1", 1, 1, 2, "nccl-default")
     store, port = gloo.host_store("127.0.0.1", 2, 20)
     weights = {"embed": torch.randn(8, 4), "w": torch.arange(6, dtype=torch.float32).view(2, 3)}
     ready = threading.Event()
@@ -81,18 +219,16 @@ def test_weights_broadcast_from_trainer_rank_0_and_memory_release(two):
 
     th = threading.Thread(target=trainer_side)
     th.start()
-    e.init_weights_group("127.0.0.1", port, 1, 2, "wsync")
+    e.init_weights_group("127.0.0.1", port, 1, 2, "wsync", backend="gloo")
     ready.wait(10)
     e.update_weights_from_distributed(list(weights), ["float32"] * 2, [list(t.shape) for t in weights.values()], "wsync", "v7")
     th.join(10)
-    got = e.http.get(a.url + "/weights_digest").json()
+    got = e._sync(e.http.get(a.url + "/weights_digest")).json()
     assert got["_version"] == "v7"
     assert got["embed"] == pytest.approx(float(weights["embed"].double().sum()), rel=1e-9)
-    e.release_memory()
-    e.submit("x", [1], 3)
-    e.wait()
-    assert e.requests["x"].state == "aborted"  # the engine refused to generate without weights
-    e.resume_memory()
-    e.submit("y", [1], 3)
-    e.wait()
-    assert e.requests["y"].output == reference([1], 3)
+
+
+def test_unknown_pause_mode_is_refused_with_the_choices(two, engines):
+    a, _ = two
+    with pytest.raises(SGLangError, match="abort, retract, in_place"):
+        engines(a.url).pause("sleep")

@@ -1,5 +1,9 @@
 """The Ray actors: one that hosts any worker object, and the coordinator.
 
+The coordinator keeps its state in a directory (``state_dir/cluster-<head node id>``): Ray
+restarts it after a crash (the backend creates it with ``max_restarts=-1``) and the new process
+loads every lease, the request ledger and the committed checkpoints from there.
+
 ``WorkerActor`` builds the worker (:func:`executor.workers.factory.make_worker`) in its own
 process and runs methods on it by name. A rollout engine also gets a decode thread that calls
 ``step()`` every ``tick_s``, so requests progress in real time. The worker reaches the
@@ -11,29 +15,45 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Optional
 
 import ray
 
 COORDINATOR = "rl-planner-coordinator"
 
 
+def cluster_state_dir(state_dir: str) -> str:
+    """This Ray cluster's part of ``state_dir``: ``cluster-<head node id>``. A coordinator that Ray
+    restarts in the same cluster finds its state there; a coordinator of a cluster started anew
+    (a new head node) starts empty instead of taking over workers and leases that died with the
+    old cluster, whose state stays in its own folder."""
+    head = next((n["NodeID"] for n in ray.nodes() if n.get("Alive") and "node:__internal_head__" in (n.get("Resources") or {})),
+                "unknown")
+    return os.path.join(state_dir, f"cluster-{head[:16]}")
+
+
 @ray.remote(num_cpus=0, max_concurrency=16, max_restarts=0)
 class CoordinatorActor:
-    def __init__(self) -> None:
+    def __init__(self, state_dir: Optional[str] = None) -> None:
         from executor.workers.coordinator import Coordinator
 
-        self.c = Coordinator()
+        self.c = Coordinator(state_dir=cluster_state_dir(state_dir) if state_dir else None)
 
     def invoke(self, method: str, *args: Any) -> Any:
         return getattr(self.c, method)(*args)
+
+    def pid(self) -> int:
+        return os.getpid()
 
 
 @ray.remote(num_cpus=0, max_concurrency=16, max_restarts=0)
 class WorkerActor:
     def __init__(self, args: dict, epoch: int, namespace: str, fail_start: bool = False, tick_s: float = 0.01,
-                 call_timeout_s: float = 30.0) -> None:
+                 call_timeout_s: float = 30.0, visible_gpus: Optional[str] = None) -> None:
         from executor.workers.factory import make_worker
+
+        if visible_gpus is not None:  # a co-execution member: the GPUs of its group's reservation on the node
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible_gpus
 
         coord = ray.get_actor(COORDINATOR, namespace=namespace)
 
@@ -66,3 +86,10 @@ class WorkerActor:
 
     def node_ip(self) -> str:
         return ray.util.get_node_ip_address()
+
+    def gpus(self) -> dict:
+        """The GPUs this process may use: Ray assigned them (``num_gpus``) and set
+        ``CUDA_VISIBLE_DEVICES`` to them before the worker was built."""
+        ctx = ray.get_runtime_context()
+        return {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "node_id": ctx.get_node_id(), "placement_group": ctx.get_placement_group_id()}

@@ -1,16 +1,26 @@
 """Ray clusters for the executor: by address, or a local multi-node cluster started here.
 
-A Ray node that the executor may place workers on advertises three custom resources:
+A Ray node that the executor may place workers on advertises, with Ray's own GPU semantics:
 
-* its GPU type, with its GPU count: ``{"H100": 8}`` (a worker asks for ``{"H100": gpus}``, so it
-  can only land on a node of its type with that many GPUs free);
-* its name: ``{"rlp-node-<name>": 1}`` (a worker asks for a sliver of it to be pinned there);
+* its GPUs as Ray's ``GPU`` resource (``num_gpus``; Ray detects them on a GPU node) and their
+  type as Ray's accelerator resource ``accelerator_type:<type>`` (Ray sets it itself from the
+  detected GPUs, e.g. ``accelerator_type:H100``). A worker asks for ``num_gpus=g,
+  accelerator_type=<type>``: Ray gives it ``g`` GPUs of its own on a node of that type, sets
+  ``CUDA_VISIBLE_DEVICES`` to them and answers ``ray.get_gpu_ids()`` with them, so a worker
+  never sees (or defaults to ``cuda:0`` of) another worker's GPUs;
+* its name as a custom resource ``{"rlp-node-<name>": 1}`` (a worker asks for a sliver of it to
+  be pinned there; placement-group bundles carry the same sliver) and as a node label
+  ``rlp-node=<name>``;
 * its host DRAM in GB: ``{"rlp-dram-gb": 2048}`` (a worker asks for the DRAM it pins).
 
 On a real cluster start each node with, for example,
-``ray start --address=HEAD --resources='{"H100": 8, "rlp-node-h100-0": 1, "rlp-dram-gb": 2048}'``.
-On machines without GPUs (tests, CI) :func:`start_local` starts one Ray node per planner node,
-with CPU workers holding real tensors.
+``ray start --address=HEAD --num-gpus=8 --resources='{"rlp-node-h100-0": 1, "rlp-dram-gb": 2048}'
+--labels='rlp-node=h100-0'`` (Ray adds ``accelerator_type:H100`` itself; on a node where it does
+not, add it to ``--resources``). Nodes started the older way, with the GPU type as a custom
+resource (``{"H100": 8}``), are still read, but their workers then get no GPUs of their own.
+On machines without GPUs (tests, CI) :func:`start_local` starts one Ray node per planner node
+with *fake* GPUs (``num_gpus`` on a CPU machine): Ray still assigns them, sets
+``CUDA_VISIBLE_DEVICES`` and keeps them disjoint, so the GPU semantics are tested for real.
 """
 
 from __future__ import annotations
@@ -23,17 +33,21 @@ from executor.state import Node
 NODE_PREFIX = "rlp-node-"
 DRAM = "rlp-dram-gb"
 NAMESPACE = "rl-planner"
+ACCEL = "accelerator_type:"  # Ray's accelerator resource prefix (ray.util.accelerators)
+NODE_LABEL = "rlp-node"
 KNOWN_GPU_TYPES = ("H100", "H800", "H20", "H200", "A100", "L40S", "B200")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def node_resources(n: Node) -> dict[str, float]:
-    return {n.gpu_type: float(n.gpus), f"{NODE_PREFIX}{n.name}": 1.0, DRAM: float(n.dram_gb)}
+    """The custom resources of a node (its GPUs are ``num_gpus``, not listed here)."""
+    return {f"{ACCEL}{n.gpu_type}": 1.0, f"{NODE_PREFIX}{n.name}": 1.0, DRAM: float(n.dram_gb)}
 
 
-def start_local(nodes: list[Node], object_store_mb: int = 80, cpus_per_node: int = 4):
+def start_local(nodes: list[Node], object_store_mb: int = 80, cpus_per_node: int = 4, temp_dir: Optional[str] = None):
     """A local multi-node Ray cluster (``ray.cluster_utils.Cluster``): a head without GPU
-    resources (coordinator) and one Ray node per planner node. Returns the Cluster."""
+    resources (coordinator) and one Ray node per planner node, with ``n.gpus`` fake GPUs of type
+    ``n.gpu_type`` (Ray's accelerator resource) and the node label. Returns the Cluster."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -41,10 +55,13 @@ def start_local(nodes: list[Node], object_store_mb: int = 80, cpus_per_node: int
         if not _NAME.match(n.name):
             raise ValueError(f"node name {n.name!r}: use letters, digits, '.', '_' and '-'")
     store = object_store_mb * 1024 * 1024
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": store,
-                                                           "include_dashboard": False, "resources": {"rlp-head": 1}})
+    head = {"num_cpus": 1, "object_store_memory": store, "include_dashboard": False, "resources": {"rlp-head": 1}}
+    if temp_dir:
+        head["temp_dir"] = temp_dir
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     for n in nodes:
-        cluster.add_node(num_cpus=cpus_per_node, object_store_memory=store, resources=node_resources(n))
+        cluster.add_node(num_cpus=cpus_per_node, num_gpus=n.gpus, object_store_memory=store, resources=node_resources(n),
+                         labels={NODE_LABEL: n.name})
     cluster.wait_for_nodes()
     if not ray.is_initialized():
         ray.init(address=cluster.address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False)
@@ -80,12 +97,27 @@ def ray_nodes() -> dict[str, Node]:
         names = [k[len(NODE_PREFIX):] for k in res if k.startswith(NODE_PREFIX)]
         if not names:
             continue
-        gpu_types = [k for k in res if k in KNOWN_GPU_TYPES] or [k for k in res if k.isupper() and k.startswith(("H", "A", "B", "L"))]
-        gpu_type = gpu_types[0] if gpu_types else "GPU"
-        gpus = int(res.get(gpu_type, res.get("GPU", 0)))
+        gpu_type, gpus = gpu_type_of(res)
         name = names[0]
         alive = bool(rn.get("Alive"))
         if name in out and out[name].alive and not alive:
             continue  # a restarted node: keep the live one
         out[name] = Node(name, gpu_type, gpus, float(res.get(DRAM, 0.0)), alive)
     return out
+
+
+def gpu_type_of(res: dict) -> tuple[str, int]:
+    """(GPU type, GPU count) of a Ray node's resources: Ray's ``GPU`` and ``accelerator_type:<type>``,
+    else (older nodes) a custom resource named for the type."""
+    accel = sorted(k[len(ACCEL):] for k in res if k.startswith(ACCEL))
+    if accel:
+        return accel[0], int(res.get("GPU", 0))
+    legacy = [k for k in res if k in KNOWN_GPU_TYPES] or [k for k in res if k.isupper() and k.startswith(("H", "A", "B", "L"))]
+    if legacy:
+        return legacy[0], int(res[legacy[0]])
+    return "GPU", int(res.get("GPU", 0))
+
+
+def uses_ray_gpus(res: dict) -> bool:
+    """Whether a node's GPUs are Ray GPUs (workers then ask for ``num_gpus``) or a legacy custom resource."""
+    return any(k.startswith(ACCEL) for k in res) or (res.get("GPU", 0) > 0 and not any(k in KNOWN_GPU_TYPES for k in res))
