@@ -24,6 +24,7 @@ never changes its numbers.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Optional
 
 import torch
@@ -76,7 +77,8 @@ class LMEngine(RolloutEngine):
         self.P = lm.full_params(self.spec)
         self.weights_version = 0
         self._dec: dict[str, _Decode] = {}
-        self.prefill_tokens = 0  # tokens recomputed by prefills and replays (a re-prefill's cost)
+        self.prefill_tokens = 0  # tokens computed by prefills and replays
+        self.reprefill = {"requests": 0, "tokens": 0, "seconds": 0.0}  # requests that arrived with partial output
 
     # ------------------------------------------------------------------ decoding
     def _forward(self, tokens: list[int], d: _Decode) -> torch.Tensor:
@@ -87,6 +89,7 @@ class LMEngine(RolloutEngine):
         return out[0, -1]
 
     def _prefill(self, r: Req) -> _Decode:
+        t0 = time.perf_counter()
         d = _Decode()
         V = self.spec.vocab
         d.next_logits = self._forward([t % V for t in r.prompt], d)
@@ -96,6 +99,10 @@ class LMEngine(RolloutEngine):
             d.logprobs.append(float(_logprobs(d.next_logits, temp)[tok]))
             d.next_logits = self._forward([tok], d)
             self.prefill_tokens += 1
+        if r.output:
+            self.reprefill["requests"] += 1
+            self.reprefill["tokens"] += len(r.prompt) + len(r.output)
+            self.reprefill["seconds"] += time.perf_counter() - t0
         return d
 
     def _advance(self, r: Req) -> None:
@@ -122,9 +129,18 @@ class LMEngine(RolloutEngine):
         """Unfinished requests with their partial output; the cache stays (a new owner re-prefills)."""
         return super().export()
 
-    def kv_cache_tokens(self) -> int:
+    def kv_cache_bytes(self) -> int:
+        """Bytes of keys and values held for unfinished requests (what a KV transfer would move)."""
         with self._lock:
-            return sum(d.pos for d in self._dec.values())
+            return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for d in self._dec.values() for k, v in d.kv.values())
+
+    def kv_cache_copy(self) -> list:
+        """A copy of every cached key and value (the benchmark's in-process baseline for a KV transfer)."""
+        with self._lock:
+            return [(k.clone(), v.clone()) for d in self._dec.values() for k, v in d.kv.values()]
+
+    def reprefill_stats(self) -> dict:
+        return dict(self.reprefill)
 
     def load(self) -> dict:
         out = super().load()
