@@ -238,3 +238,19 @@ def test_fault_with_real_workers(case):
     assert out.problems == [], out
     if case.fault == "kill_controller":
         assert out.resumed and out.status == "done"
+
+
+def test_the_worked_example_in_docs_integration_runs():
+    """docs/integration.md's RL loop, executed as written (a framework author can follow it)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "integration.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "def target(" in b]
+    assert len(blocks) == 1
+    ns: dict = {}
+    exec(compile(blocks[0], "docs/integration.md", "exec"), ns)
+    b = ns["backend"]
+    assert [r["layout"] for r in b.coord("records") if r["component"] == "job/trainer"] == [{"tp": 1, "pp": 1, "dp": 2}] * 2
+    summ = b.coord("ledger_summary")
+    assert summ["done"] == summ["requests"] == 16 and summ["handoffs"] >= 1
