@@ -180,7 +180,7 @@ def test_migration_is_bit_identical_to_no_migration(kind):
     b = SimBackend(faultlib.NODES, ticks_per_call=1)
     j = Journal(":memory:")
     assert Executor(b, j).apply(diff(observe(b), faultlib.target(faultlib.base_body("tinylm"))).steps, "base").status == "done"
-    reqs = router.make_requests(faultlib.ROLLOUT, 16, prompts=4, prompt_len=16, min_len=8, max_len=20, seed=5)
+    reqs = router.make_requests(faultlib.ROLLOUT, 10, prompts=3, prompt_len=12, min_len=8, max_len=16, seed=5)
     for i, r in enumerate(reqs):
         r["sampling"] = {"temperature": 0.0 if i % 2 else 0.7}
     router.submit(b, faultlib.ROLLOUT, reqs)
@@ -233,9 +233,10 @@ def _fault_cases():
 
 @pytest.mark.parametrize("case", _fault_cases(), ids=lambda c: c.id)
 def test_fault_with_real_workers(case):
-    out = faultlib.run_case(case, lambda: SimBackend(faultlib.NODES, ticks_per_call=1), requests=16, prompt_len=16)
+    out = faultlib.run_case(case, lambda: SimBackend(faultlib.NODES, ticks_per_call=1), requests=12, prompt_len=12)
     assert out.fired, f"the fault never fired: {case.id}"
     assert out.problems == [], out
+    assert out.requests == 12
     if case.fault == "kill_controller":
         assert out.resumed and out.status == "done"
 
