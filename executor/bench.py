@@ -3,6 +3,7 @@
     python -m executor.bench reshard  [--hidden 512 --layers 8 --repeat 3]
     python -m executor.bench workload [--requests 10000]
     python -m executor.bench faults   [--backend sim|ray] [--full]
+    python -m executor.bench reshard|workload --impl tinylm   (the real model workers: executor/bench_lm.py)
 
 * ``reshard``: P2P resharding on a local Ray cluster (old and new trainer ranks in separate
   processes, gloo migration group, pack + send/recv + unpack + checksums), as a fraction of a
@@ -251,12 +252,31 @@ def main(argv=None) -> int:
     r.add_argument("--layers", type=int, default=8)
     r.add_argument("--vocab", type=int, default=8192)
     r.add_argument("--repeat", type=int, default=3)
+    r.add_argument("--impl", choices=["toy", "tinylm"], default="toy",
+                   help="tinylm: the real model workers (sim backend, DCP resharding; defaults --hidden 256 --vocab 8192)")
     w = sub.add_parser("workload")
-    w.add_argument("--requests", type=int, default=10_000)
+    w.add_argument("--requests", type=int, default=None, help="default 10000 (toy), 256 (tinylm)")
+    w.add_argument("--impl", choices=["toy", "tinylm"], default="toy", help="tinylm: real decoding (sim backend)")
+    w.add_argument("--hidden", type=int, default=64)
+    w.add_argument("--layers", type=int, default=4)
+    w.add_argument("--vocab", type=int, default=512)
     f = sub.add_parser("faults")
     f.add_argument("--backend", choices=["sim", "ray"], default="sim")
     f.add_argument("--full", action="store_true", help="every step x point (default: every fault kind for every migration)")
     args = p.parse_args(argv)
+    if getattr(args, "impl", "toy") == "tinylm":
+        from executor import bench_lm
+
+        if args.what == "reshard":
+            if "--hidden" not in (argv or sys.argv):
+                args.hidden = 256
+            bench_lm.bench_reshard(args, machine, write, _copy_rate)
+        else:
+            args.requests = args.requests or 256
+            bench_lm.bench_workload(args, machine, write)
+        return 0
+    if getattr(args, "requests", 0) is None:
+        args.requests = 10_000
     {"reshard": bench_reshard, "workload": bench_workload, "faults": bench_faults}[args.what](args)
     return 0
 

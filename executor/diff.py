@@ -152,7 +152,8 @@ def _wargs(w: Worker, comp: Component, **extra) -> dict:
                        "index": w.index, "generation": w.generation, "share": w.share},
             "role": comp.role, "job": comp.job, "gpu_type": comp.gpu_type,
             "layout": {"tp": comp.layout.tp, "pp": comp.layout.pp, "dp": comp.layout.dp}, "migration": comp.migration,
-            "model": dict(comp.model), "engine": dict(comp.engine), "group": comp.group, "reserves": comp.reserves, **extra}
+            "model": dict(comp.model), "engine": dict(comp.engine), "group": comp.group, "reserves": comp.reserves,
+            **({"impl": comp.impl} if comp.impl else {}), **extra}
 
 
 def _unit_workload(o: Component, t: Component, reserved: set) -> Unit:

@@ -49,19 +49,28 @@ def _nodes():
     return [{"name": n.name, "gpu_type": n.gpu_type, "gpus": n.gpus, "dram_gb": n.dram_gb} for n in NODES]
 
 
-def base_body() -> dict:
-    return {"nodes": _nodes(), "components": [
+def base_body(impl: str = "") -> dict:
+    """The cluster before the migration; ``impl`` picks the workers (``""``: the toy ones,
+    ``"tinylm"``: the real small transformer, :mod:`executor.workers.registry`)."""
+    body = {"nodes": _nodes(), "components": [
         {"name": ROLLOUT, "role": "rollout", "gpu_type": "H20", "dram_gb_per_worker": 16, "placement": {"a": 1, "b": 2},
          "engine": {"max_batch": 8, "progress_every": 2}},
         {"name": TRAINER, "role": "trainer", "gpu_type": "H100", "dram_gb_per_worker": 64, "layout": {"tp": 2},
          "placement": {"t": 2}, "model": MODEL, "migration": "p2p"}]}
+    if impl:
+        for c in body["components"]:
+            c["impl"] = impl
+        body["components"][0]["model"] = MODEL
+    return body
 
 
-def migration_body(kind: str) -> dict:
-    body = base_body()
+def migration_body(kind: str, impl: str = "") -> dict:
+    body = base_body(impl)
     r, t = body["components"]
     if kind == "workload":
         r["placement"] = {"a": 2}
+    elif kind == "p2p" and impl == "tinylm":  # no pipeline stages in the tiny LM: TP 2 -> TP 1 x DP 2
+        t.update(layout={"tp": 1, "dp": 2}, placement={"u": 2})
     elif kind == "p2p":
         t.update(layout={"tp": 1, "pp": 2}, placement={"u": 2})
     else:
@@ -80,6 +89,7 @@ def full_state(backend: Any, ids: list[str]) -> tuple[dict, int, list[str]]:
     recs = {r["id"]: r for r in backend.coord("records")}
     out: dict = {}
     steps, lost = set(), []
+    chunked = []
     for wid in ids:
         rec = recs.get(wid)
         try:
@@ -87,12 +97,19 @@ def full_state(backend: Any, ids: list[str]) -> tuple[dict, int, list[str]]:
         except Exception:  # noqa: BLE001 - a lost rank is reported, not assembled
             lost.append(wid)
             continue
-        lay = Layout(**rec["layout"])
         steps.add(st["step"])
+        if "chunks" in st:  # a plain sharded state (executor.workers.shardstate)
+            chunked.append(st)
+            continue
+        lay = Layout(**rec["layout"])
         for p in owned_params(spec, lay, st["rank"]):
             for k in STATE_KINDS:
                 f = out.setdefault((p.name, k), torch.full(p.shape, float("nan")))
                 f[shard_slice(p, lay, st["rank"])] = st["shards"][p.name][k]
+    if chunked:
+        from executor.workers import shardstate
+
+        out.update(shardstate.assemble(chunked))
     return out, (steps.pop() if len(steps) == 1 else -1), lost
 
 
@@ -117,15 +134,16 @@ class Case:
     step_kind: str
     nth: int
     point: str
+    impl: str = ""  # the workers ("": toy; "tinylm": the real small transformer)
 
     @property
     def id(self) -> str:
-        return f"{self.migration}-{self.fault}-{self.step_kind}{self.nth}-{self.point}"
+        return f"{self.impl + '-' if self.impl else ''}{self.migration}-{self.fault}-{self.step_kind}{self.nth}-{self.point}"
 
 
-def unit_steps(kind: str) -> list[tuple[str, int]]:
+def unit_steps(kind: str, impl: str = "") -> list[tuple[str, int]]:
     """(step kind, nth of that kind) for every step of the migration's unit."""
-    obs = target(base_body())
+    obs = target(base_body(impl))
     for c in obs.components.values():  # a fake observed state: the base placement, running
         from executor.diff import _new_workers
 
@@ -133,7 +151,7 @@ def unit_steps(kind: str) -> list[tuple[str, int]]:
         c.workers = [w.__class__(**{**w.__dict__, "status": "running"}) for w in c.workers]
         c.generation, c.placement = 1, {}
     obs.nodes = {n.name: n for n in NODES}
-    plan = diff(obs, target(migration_body(kind)))
+    plan = diff(obs, target(migration_body(kind, impl)))
     seen: dict[str, int] = {}
     out = []
     for s in plan.steps:
@@ -142,26 +160,26 @@ def unit_steps(kind: str) -> list[tuple[str, int]]:
     return out
 
 
-def all_cases(points=("before", "mid", "after")) -> list[Case]:
+def all_cases(points=("before", "mid", "after"), impl: str = "") -> list[Case]:
     cases = []
     for m in MIGRATIONS:
-        steps = unit_steps(m)
+        steps = unit_steps(m, impl)
         for f in FAULT_KINDS:
             for kind, nth in steps:
                 if f == "fail_destination_start":
                     if kind == "create":
-                        cases.append(Case(m, f, kind, nth, "before"))
+                        cases.append(Case(m, f, kind, nth, "before", impl))
                     continue
                 for p in points:
-                    cases.append(Case(m, f, kind, nth, p))
+                    cases.append(Case(m, f, kind, nth, p, impl))
     return cases
 
 
-def rotating_cases() -> list[Case]:
+def rotating_cases(impl: str = "") -> list[Case]:
     """Every fault kind at every step of every migration, at one of the three points (rotating,
     so each point is hit for every fault kind): a third of :func:`all_cases`."""
     by_key: dict[tuple, list[Case]] = {}
-    for c in all_cases():
+    for c in all_cases(impl=impl):
         by_key.setdefault((c.migration, c.fault, c.step_kind, c.nth), []).append(c)
     out = []
     for i, cs in enumerate(by_key.values()):
@@ -177,7 +195,7 @@ def coordinator_cases() -> list[Case]:
             Case("reboot", COORDINATOR_FAULT, "save", 0, "after"), Case("reboot", COORDINATOR_FAULT, "create", 1, "mid")]
 
 
-def representative_cases() -> list[Case]:
+def representative_cases(impl: str = "") -> list[Case]:
     """Every fault kind for every migration, at a step where it bites (the default test set)."""
     picks = {
         "workload": {"kill_source": ("handoff", 0, "before"), "kill_destination": ("handoff", 0, "mid"),
@@ -190,7 +208,7 @@ def representative_cases() -> list[Case]:
                    "kill_controller": ("create", 0, "mid"), "fail_destination_start": ("create", 1, "before"),
                    "freeze_node": ("save", 0, "before")},
     }
-    return [Case(m, f, *picks[m][f]) for m in MIGRATIONS for f in FAULT_KINDS]
+    return [Case(m, f, *picks[m][f], impl) for m in MIGRATIONS for f in FAULT_KINDS]
 
 
 # ----------------------------------------------------------------------------- the run
@@ -221,13 +239,33 @@ def _roles(backend: Any, kind: str, old_ids: dict) -> tuple[list[str], list[str]
     return src, dst
 
 
-def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60, settle_s: float = 60.0) -> Outcome:
+def expected(impl: str) -> Callable[[dict], tuple[list[int], Any]]:
+    """request record -> (its output, its logprobs or None) in a run with no migration."""
+    if impl != "tinylm":
+        return lambda r: (expected_output(r), None)
+    from executor.workers.lm_engine import reference_output
+
+    cache: dict = {}
+
+    def ref(r: dict):
+        key = (tuple(r["prompt"]), r["seed"], r["target_len"], tuple(sorted((r.get("sampling") or {}).items())))
+        if key not in cache:
+            cache[key] = reference_output(MODEL, r)
+        return cache[key]
+    return ref
+
+
+def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60, settle_s: float = 60.0,
+             prompt_len: int = 64) -> Outcome:
     t0 = time.time()
     out = Outcome(case)
     b = make_backend()
     j = Journal(":memory:")
-    Executor(b, j).apply(diff(observe(b), target(base_body())).steps, "base")
-    reqs = router.make_requests(ROLLOUT, requests, prompts=6, min_len=4, max_len=24, seed=7)
+    Executor(b, j).apply(diff(observe(b), target(base_body(case.impl))).steps, "base")
+    reqs = router.make_requests(ROLLOUT, requests, prompts=6, prompt_len=prompt_len, min_len=4, max_len=24, seed=7)
+    if case.impl == "tinylm":  # half greedy, half sampled: sampling parameters must survive every move
+        for i, r in enumerate(reqs):
+            r["sampling"] = {"temperature": 0.0 if i % 2 == 0 else 0.8}
     router.submit(b, ROLLOUT, reqs)
     for s in range(2):
         assert all(b.train_step(TRAINER, s))
@@ -267,7 +305,7 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
         plan.faults.append(Fault(case.step_kind, case.point, arm, nth=case.nth))
     else:
         plan.faults.append(Fault(case.step_kind, case.point, act, nth=case.nth))
-    steps = diff(observe(b), target(migration_body(case.migration))).steps
+    steps = diff(observe(b), target(migration_body(case.migration, case.impl))).steps
     try:
         res = Executor(b, j, faults=plan).apply(steps, case.migration)
     except ControllerCrash:
@@ -305,11 +343,15 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
     recs = b.coord("request_records")
     out.requests = len(recs)
     not_done = [r["id"] for r in recs if not r["done"]]
-    wrong = [r["id"] for r in recs if r["done"] and r["output"] != expected_output(r)]
+    ref = expected(case.impl)
+    wrong = [r["id"] for r in recs if r["done"] and r["output"] != ref(r)[0]]
+    if case.impl == "tinylm":
+        wrong += [r["id"] for r in recs if r["done"] and r["output"] == ref(r)[0]
+                  and (r.get("meta") or {}).get("logprobs") != ref(r)[1]]
     if not_done:
         out.problems.append(f"{len(not_done)} request(s) never finished: {not_done[:5]}")
     if wrong:
-        out.problems.append(f"{len(wrong)} request(s) finished with the wrong output: {wrong[:5]}")
+        out.problems.append(f"{len(wrong)} request(s) finished with the wrong output (or logprobs): {wrong[:5]}")
     if len(recs) != requests:
         out.problems.append(f"ledger holds {len(recs)} requests, {requests} were submitted")
     # Trainer: wholly on the old or wholly on the new layout, bit-identical to the snapshot.
@@ -318,7 +360,7 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
     if len(gens) > 1:
         out.problems.append(f"trainer ranks of generations {sorted(gens)} coexist")
     is_old = set(ids_now) <= set(old_ids[TRAINER])
-    base_t = target(base_body()).components[TRAINER]
+    base_t = target(base_body(case.impl)).components[TRAINER]
     shapes = {(tuple(sorted(r["layout"].items())), r["node"]) for r in b.coord("records") if r["component"] == TRAINER}
     old_shape = {(tuple(sorted(vars(base_t.layout).items())), n) for n in base_t.placement}
     out.layout = "old" if shapes <= old_shape else "new"  # a reboot restored in place is the old layout again

@@ -118,6 +118,7 @@ class Component:
     group: str = ""  # a member of this co-execution group: inside its reservations, GPUs are time-shared
     reserves: str = ""  # this component is the group's reservation of its nodes' GPUs
     keep: list[str] = field(default_factory=list)  # target only: workers to keep when engines are released
+    impl: str = ""  # worker implementation (executor.workers.registry); "" = toy
 
     def __post_init__(self) -> None:
         if not self.migration:

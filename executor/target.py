@@ -89,9 +89,17 @@ class ComponentIn(_S):
                                        "its workers run inside the reservation (members take turns on its GPUs)")
     reserves: str = Field("", description="this component is the group's reservation of its nodes' GPUs")
     keep: Optional[list[str]] = Field(None, description="engines: the running workers to keep (the rest are released)")
+    impl: str = Field("", description="worker implementation (executor.workers.registry: toy, tinylm, or one a framework "
+                                      "registers); '' = toy")
 
     @model_validator(mode="after")
     def _shape(self):
+        if self.impl:
+            from executor.workers import registry
+
+            if self.impl not in registry.names():
+                raise ValueError(f"impl {self.impl!r} is not a registered worker implementation (registered: "
+                                 f"{', '.join(registry.names())}); register it (executor.workers.registry) or pick one of those")
         if any(v < 0 for v in self.placement.values()):
             raise ValueError("placement counts must be >= 0")
         if self.role == "trainer":
@@ -126,7 +134,8 @@ def to_state(body: ExecutorTarget) -> ClusterState:
             layout=Layout(lay.tp, lay.pp, lay.dp), gpus_per_worker=c.gpus_per_worker, dram_gb_per_worker=c.dram_gb_per_worker,
             migration=c.migration or "", placement=dict(c.placement),
             model=c.model.model_dump() if c.model else ({} if c.role != "trainer" else ModelIn().model_dump()),
-            engine=c.engine.model_dump() if c.engine else {}, group=c.group, reserves=c.reserves, keep=list(c.keep or []))
+            engine=c.engine.model_dump() if c.engine else {}, group=c.group, reserves=c.reserves, keep=list(c.keep or []),
+            impl=c.impl)
     return st
 
 
@@ -145,6 +154,8 @@ def from_state(st: ClusterState) -> dict:
             d["group"] = c.group
         if c.reserves:
             d["reserves"] = c.reserves
+        if c.impl:
+            d["impl"] = c.impl
         comps.append({k: v for k, v in d.items() if v is not None})
     nodes = [{"name": n.name, "gpu_type": n.gpu_type, "gpus": n.gpus, "dram_gb": n.dram_gb}
              for n in sorted(st.nodes.values(), key=lambda n: n.name)]

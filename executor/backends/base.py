@@ -72,7 +72,8 @@ def observe(backend: Backend) -> ClusterState:
                           layout=Layout(**rec.get("layout", {})), gpus_per_worker=rec["gpus"],
                           dram_gb_per_worker=rec["dram_gb"], migration=rec.get("migration", ""),
                           model=rec.get("model") or {}, engine=rec.get("engine") or {},
-                          generation=gens.get(rec["component"], 0), group=rec.get("group", ""), reserves=rec.get("reserves", ""))
+                          generation=gens.get(rec["component"], 0), group=rec.get("group", ""), reserves=rec.get("reserves", ""),
+                          impl=rec.get("impl", ""))
             st.components[c.name] = c
         status = rec.get("status", "running")
         if status == "running" and not backend.worker_alive(rec["id"]):

@@ -272,10 +272,14 @@ class SimBackend:
 
         ids = self.coordinator.active_set(component)
         objs = [self.workers[i].obj for i in ids if self.worker_alive(i) and not self.workers[i].frozen]
-        for o in objs:
-            o.compute_grads(step)
-        average_over_dp(objs)
-        out = [o.apply_step(step) for o in objs]
+        group_step = getattr(type(objs[0]), "train_group", None) if objs else None
+        if group_step is not None:  # an implementation whose ranks talk during the step (TP, in threads)
+            out = group_step(objs, step)
+        else:
+            for o in objs:
+                o.compute_grads(step)
+            average_over_dp(objs)
+            out = [o.apply_step(step) for o in objs]
         for i in ids:
             self.touch(i)
         self.save()

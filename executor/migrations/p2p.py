@@ -22,6 +22,12 @@ are filled; at the switch the kept ranks take their new rank number and layout
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
 from executor.context import Ctx
 from executor.state import Layout
 from executor.steps import Step
@@ -44,7 +50,12 @@ def run_reshard(ctx: Ctx, step: Step) -> dict:
     ctx.fault("mid")
     if not new:  # an in-place shrink: the kept replicas hold their state already
         return {"pieces": 0, "pairs": 0, "bytes": 0, "checksum_mismatches": [], "old_step": old_step, "pairs_verified": 0}
-    out = ctx.backend.reshard(step.component, old, new, Layout(**a["old_layout"]), Layout(**a["new_layout"]), a["generation"])
+    from executor.workers import registry
+
+    if registry.get(new[0].get("impl", "")).p2p == "dcp":
+        out = reshard_by_checkpoint(ctx, step, old, new)
+    else:
+        out = ctx.backend.reshard(step.component, old, new, Layout(**a["old_layout"]), Layout(**a["new_layout"]), a["generation"])
     if out.get("checksum_mismatches"):
         raise ChecksumMismatch(f"{step.component}: checksums differ on {out['checksum_mismatches']}")
     for r in new:
@@ -52,6 +63,36 @@ def run_reshard(ctx: Ctx, step: Step) -> dict:
     out["old_step"] = old_step
     ctx.event("resharded", step.cause, bytes=out.get("bytes"), seconds=out.get("seconds"))
     return {k: v for k, v in out.items() if k != "checksums"} | {"pairs_verified": len(out.get("checksums", {}))}
+
+
+def shard_dir(component: str, generation: int) -> Path:
+    """Where a P2P copy's checkpoint files go: ``$RL_PLANNER_SHARD_DIR`` (a directory every
+    node can read, on a multi-node cluster) or the system temp directory."""
+    root = Path(os.environ.get("RL_PLANNER_SHARD_DIR") or tempfile.gettempdir())
+    return root / f"rlp-p2p-{component.replace('/', '--')}-g{generation}-{os.getpid()}"
+
+
+def reshard_by_checkpoint(ctx: Ctx, step: Step, old: list[dict], new: list[dict]) -> dict:
+    """P2P copy through torch.distributed.checkpoint (implementations with ``p2p="dcp"``): the
+    old layout's DP replica 0 writes its shards (one DCP checkpoint per rank, under its lease),
+    every new rank loads the parts it owns (DCP's load planner intersects the saved chunks with
+    the new rank's), then the files are removed. A re-run after a crash rewrites them."""
+    t0 = time.time()
+    a = step.args
+    old_layout = Layout(**a["old_layout"])
+    root = shard_dir(step.component, a["generation"])
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    try:
+        writers = [r for r in old if old_layout.coords(r["index"])[1] == 0]
+        dirs = [str(root / f"rank{r['index']}") for r in writers]
+        written = sum(ctx.backend.call_many([(r["id"], "save_shards", (d,)) for r, d in zip(writers, dirs)],
+                                            deadline_s=ctx.backend.deadlines.reshard_s))
+        loaded = ctx.backend.call_many([(r["id"], "load_shards", (dirs,)) for r in new], deadline_s=ctx.backend.deadlines.reshard_s)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"pieces": len(new), "pairs": len(writers) * len(new), "bytes": written + sum(x["bytes"] for x in loaded),
+            "seconds": time.time() - t0, "checksum_mismatches": [], "via": "torch.distributed.checkpoint"}
 
 
 def check_unchanged_since_reshard(ctx: Ctx, step: Step) -> None:

@@ -198,7 +198,8 @@ class Coordinator:
             self._save(requests=tuple(changed))
             return True
 
-    def complete(self, worker_id: str, epoch: int, request_id: str, output: list[int]) -> bool:
+    def complete(self, worker_id: str, epoch: int, request_id: str, output: list[int], meta: Optional[dict] = None) -> bool:
+        """``meta``: what the engine returns besides the tokens (the real engine: ``logprobs``), kept with the request."""
         with self._lock:
             r = self.requests.get(request_id)
             if not self._fence(worker_id, epoch, f"complete {request_id}"):
@@ -217,6 +218,8 @@ class Coordinator:
                               "what": f"complete {request_id} (not the owner or already done)", "at": time.time()})
                 return False
             r["done"], r["finished_by"], r["output"], r["finished_epoch"] = True, worker_id, list(output), epoch
+            if meta:
+                r["meta"] = dict(meta)
             self._save(requests=(request_id,))
             return True
 

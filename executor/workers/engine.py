@@ -54,10 +54,11 @@ class Req:
     output: list[int] = field(default_factory=list)
     turns_done: int = 0
     age: int = 0
+    sampling: dict = field(default_factory=dict)  # carried across every move (e.g. temperature)
 
     def as_dict(self) -> dict:
         return {"id": self.id, "prompt": self.prompt, "seed": self.seed, "target_len": self.target_len,
-                "output": list(self.output), "turns_done": self.turns_done, "age": self.age}
+                "output": list(self.output), "turns_done": self.turns_done, "age": self.age, "sampling": dict(self.sampling)}
 
 
 class RolloutEngine:
@@ -88,7 +89,7 @@ class RolloutEngine:
                 if d["id"] in have:
                     continue  # idempotent: a resumed handoff may offer the same request twice
                 self.pending.append(Req(d["id"], list(d["prompt"]), d["seed"], d["target_len"], list(d.get("output", [])),
-                                        d.get("turns_done", 0), d.get("age", 0)))
+                                        d.get("turns_done", 0), d.get("age", 0), dict(d.get("sampling") or {})))
                 n += 1
             return n
 
@@ -141,7 +142,7 @@ class RolloutEngine:
             for r in self.running.values():
                 for _ in range(self.cfg.tokens_per_tick):
                     if len(r.output) < r.target_len:
-                        r.output.append(token_at(r.seed, len(r.output)))
+                        self._advance(r)
                 if len(r.output) >= r.target_len:
                     done.append(r)
             produced = len(self.running)
@@ -155,7 +156,8 @@ class RolloutEngine:
         if updates:
             self._coord("progress", self.id, epoch, updates)
         for r in done:
-            ok = self._coord("complete", self.id, epoch, r.id, list(r.output))
+            meta = self._result_meta(r)
+            ok = self._coord("complete", self.id, epoch, r.id, list(r.output), *([meta] if meta else []))
             with self._lock:
                 self.running.pop(r.id, None)
                 if ok:
@@ -164,6 +166,14 @@ class RolloutEngine:
                 else:  # not ours (moved, or our lease is gone): drop it; the ledger's owner runs it
                     self.refused.append(r.id)
         return produced
+
+    def _advance(self, r: Req) -> None:
+        """Produce ``r``'s next output token (the toy: a function of the request's seed and position)."""
+        r.output.append(token_at(r.seed, len(r.output)))
+
+    def _result_meta(self, r: Req) -> dict:
+        """What a completion carries besides the tokens (the real engine: the logprobs)."""
+        return {}
 
     # ------------------------------------------------------------------ migration
     def drain(self) -> dict:

@@ -1,25 +1,17 @@
-"""Build the worker object a create step asks for (shared by the sim and Ray backends)."""
+"""Build the worker object a create step asks for (shared by the sim and Ray backends).
+
+The implementation is the component's ``impl`` (:mod:`executor.workers.registry`; default
+``toy``); the object follows :mod:`executor.workers.protocol`."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from executor.workers import registry
+
 
 def make_worker(args: dict, epoch: int, coord: Callable[..., Any], fail_start: bool = False):
-    w = args["worker"]
-    role = args["role"]
-    if role == "rollout":
-        from executor.workers.engine import RolloutEngine
-
-        return RolloutEngine(w["id"], epoch, coord, args.get("engine"), fail_start=fail_start)
-    if role == "trainer":
-        from executor.workers.trainer import TrainerRank
-
-        return TrainerRank(w["id"], epoch, w["component"], args["layout"], w["index"], args.get("model") or {}, coord,
-                           init=args.get("init", "fresh"), fail_start=fail_start)
-    from executor.workers.service import ServiceWorker
-
-    return ServiceWorker(w["id"], epoch, coord, fail_start=fail_start)
+    return registry.get(args.get("impl", "")).factory(args["role"])(args, epoch, coord, fail_start)
 
 
 def record_of(args: dict, status: str) -> dict:
@@ -28,4 +20,4 @@ def record_of(args: dict, status: str) -> dict:
     return {**w, "role": args["role"], "job": args.get("job", ""), "gpu_type": args.get("gpu_type", ""),
             "layout": args.get("layout", {}), "migration": args.get("migration", ""), "status": status,
             "model": args.get("model") or {}, "engine": args.get("engine") or {}, "group": args.get("group", ""),
-            "reserves": args.get("reserves", "")}
+            "reserves": args.get("reserves", ""), "impl": args.get("impl", "")}
