@@ -19,13 +19,15 @@ from daemonproc import DaemonProc, job, query, wait_for, write_cluster
 from tests.conftest import run_cli
 
 TOKENS = {"admin": "admin-token-0123456789abcdef", "reader": "read-token-0123456789abcdef",
-          "submitter": "submit-token-0123456789abcdef", "canceller": "cancel-token-0123456789abcdef"}
+          "submitter": "submit-token-0123456789abcdef", "canceller": "cancel-token-0123456789abcdef",
+          "quota": "quota-token-0123456789abcdef"}
 
 
 def token_file(tmp: Path) -> Path:
     p = tmp / "tokens"
     p.write_text("# test tokens\n" + f"{TOKENS['admin']}\n" + f"reader read {TOKENS['reader']}\n"
-                 f"submitter submit,read {TOKENS['submitter']}\n" + f"canceller cancel {TOKENS['canceller']}\n")
+                 f"submitter submit,read {TOKENS['submitter']}\n" + f"canceller cancel {TOKENS['canceller']}\n"
+                 f"quota submit,read {TOKENS['quota']}\n")
     p.chmod(0o600)
     return p
 
@@ -104,16 +106,17 @@ def test_scopes_a_read_token_cannot_submit_or_cancel(daemon):
 
 
 def test_live_jobs_per_token_are_limited(daemon):
-    with httpx.Client(base_url=daemon.url, timeout=30, headers=bearer("submitter")) as c:
+    with httpx.Client(base_url=daemon.url, timeout=30, headers=bearer("quota")) as c:
         assert c.post("/v1/jobs", json=job("quota-1")).status_code == 201
         assert c.post("/v1/jobs", json=job("quota-2")).status_code == 201
         r = c.post("/v1/jobs", json=job("quota-3"))
         assert r.status_code == 429 and "--max-jobs-per-token" in r.json()["problems"][0]["fix"], r.text
-    with daemon.client() as admin:  # another token has its own count
-        assert admin.post("/v1/jobs", json=job("quota-admin")).status_code == 201
+    with httpx.Client(base_url=daemon.url, timeout=30, headers=bearer("submitter")) as c:  # another token has its own count
+        assert c.post("/v1/jobs", json=job("quota-other")).status_code == 201
+    with daemon.client() as admin:
         assert admin.delete("/v1/jobs/quota-1").status_code == 202
-        wait_for(lambda: admin.get("/v1/jobs/quota-1").json()["state"] == "cancelled", what="quota-1 cancelled")
-    with httpx.Client(base_url=daemon.url, timeout=30, headers=bearer("submitter")) as c:
+        wait_for(lambda: admin.get("/v1/jobs/quota-1").json()["state"] == "cancelled", timeout=60, what="quota-1 cancelled")
+    with httpx.Client(base_url=daemon.url, timeout=30, headers=bearer("quota")) as c:
         assert c.post("/v1/jobs", json=job("quota-3")).status_code == 201, "an ended job frees its place"
 
 
