@@ -224,22 +224,16 @@ def _read_all(s: socket.socket, deadline: float) -> bytes:
 
 def test_connection_header_time_and_rate_limits_hold_under_a_bounded_load(tmp_path):
     d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "0.3", "--max-connections", "8",
-                   "--header-timeout-s", "1", "--rate-limit", "5", "--rate-burst", "5")
+                   "--header-timeout-s", "2", "--rate-limit", "5", "--rate-burst", "5")
     port = int(d.url.rsplit(":", 1)[1])
     socks: list[socket.socket] = []
     try:
-        # 8 silent connections fill the server; 12 more are each answered 503 and closed at once.
-        for _ in range(8):
-            socks.append(socket.create_connection(("127.0.0.1", port), timeout=1))
-        time.sleep(0.2)
-        extra = [socket.create_connection(("127.0.0.1", port), timeout=1) for _ in range(12)]
-        socks += extra
-        for s in extra:
-            assert _read_all(s, time.monotonic() + 60).startswith(b"HTTP/1.1 503"), "over the connection limit"
-        # the silent ones are cut after the header timeout (1 s; generous deadline under load)
-        t0 = time.monotonic()
-        for s in socks[:8]:
-            assert _read_all(s, t0 + 60) == b""
+        # 20 silent connections at once: 8 fill the server (and are cut after the header timeout), the other 12 are
+        # each answered 503 and closed at once. Counted, not ordered: which 8 get in is the server's business.
+        socks += [socket.create_connection(("127.0.0.1", port), timeout=1) for _ in range(20)]
+        got = [_read_all(s, time.monotonic() + 60) for s in socks]
+        assert sum(g.startswith(b"HTTP/1.1 503") for g in got) == 12, [g[:12] for g in got]
+        assert sum(g == b"" for g in got) == 8, "the silent connections are cut after the header timeout"
         # a client that dribbles its headers is cut too
         slow = socket.create_connection(("127.0.0.1", port), timeout=1)
         socks.append(slow)
