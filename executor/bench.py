@@ -4,6 +4,7 @@
     python -m executor.bench workload [--requests 10000]
     python -m executor.bench faults   [--backend sim|ray] [--full]
     python -m executor.bench reshard|workload --impl tinylm   (the real model workers: executor/bench_lm.py)
+    python -m executor.bench statefile [--hidden 256 --layers 4 --requests 400 --repeat 20]
 
 * ``reshard``: P2P resharding on a local Ray cluster (old and new trainer ranks in separate
   processes, gloo migration group, pack + send/recv + unpack + checksums), as a fraction of a
@@ -244,6 +245,55 @@ def bench_faults(args) -> None:
                 rows, ["One row per (migration, fault, step, point); see executor/faultlib.py for the checks."], mach))
 
 
+def bench_statefile(args) -> None:
+    """The sim backend's saved state: the code-free format (executor/safestate.py) against the pickles it replaced,
+    on one world (rollout engines with requests in flight, trainer ranks with Adam state), side by side."""
+    import pickle
+
+    from executor import router, safestate
+    from executor.backends.base import observe
+    from executor.backends.sim import SimBackend
+    from executor.controller import Executor
+    from executor.diff import diff
+    from executor.faultlib import NODES, ROLLOUT, TRAINER, base_body, target
+    from executor.journal import Journal
+
+    mach = machine()
+    body = base_body()
+    body["components"][1]["model"] = dict(body["components"][1]["model"], hidden=args.hidden, ffn=2 * args.hidden, layers=args.layers)
+    b = SimBackend(NODES, ticks_per_call=1)
+    Executor(b, Journal(":memory:")).apply(diff(observe(b), target(body)).steps, "base")
+    router.submit(b, ROLLOUT, router.make_requests(ROLLOUT, args.requests, prompts=16, min_len=8, max_len=64, seed=1))
+    assert all(b.train_step(TRAINER, 0))
+    b.tick(5)
+    parts = {"coordinator": b.coordinator}
+    for wid, w in b.workers.items():
+        w.obj._coord = None
+        parts[f"{w.args['role']} {wid}"] = (w.args, w.obj, w.alive)
+    rows = []
+    for name, obj in parts.items():
+        res = {}
+        for fmt, dump, load in (("pickle", lambda o: pickle.dumps(o, protocol=pickle.HIGHEST_PROTOCOL), pickle.loads),
+                                ("safestate", safestate.dumps, safestate.loads)):
+            blob = dump(obj)
+            t0 = time.perf_counter()
+            for _ in range(args.repeat):
+                blob = dump(obj)
+            t1 = time.perf_counter()
+            for _ in range(args.repeat):
+                load(blob)
+            t2 = time.perf_counter()
+            res[fmt] = (len(blob), (t1 - t0) / args.repeat * 1e3, (t2 - t1) / args.repeat * 1e3)
+        rows.append({"object": name.split(" ")[0], "id": name.split(" ")[-1], "pickle_bytes": res["pickle"][0], "safestate_bytes": res["safestate"][0],
+                     "pickle_save_ms": res["pickle"][1], "safestate_save_ms": res["safestate"][1], "save_ratio": res["safestate"][1] / res["pickle"][1],
+                     "pickle_load_ms": res["pickle"][2], "safestate_load_ms": res["safestate"][2], "load_ratio": res["safestate"][2] / res["pickle"][2]})
+    mach["loadavg_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(write("statefile", "Sim state file: code-free safestate vs the pickles it replaced (per object, ms per save / load)", rows,
+                [f"World: faultlib's base cluster, trainer hidden {args.hidden}, {args.layers} layers, {args.requests} requests; "
+                 f"{args.repeat} repeats each, both formats timed side by side in one process. A save writes the coordinator "
+                 "and the workers touched since the last save."], mach))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m executor.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
@@ -263,6 +313,11 @@ def main(argv=None) -> int:
     f = sub.add_parser("faults")
     f.add_argument("--backend", choices=["sim", "ray"], default="sim")
     f.add_argument("--full", action="store_true", help="every step x point (default: every fault kind for every migration)")
+    sf = sub.add_parser("statefile")
+    sf.add_argument("--hidden", type=int, default=256)
+    sf.add_argument("--layers", type=int, default=4)
+    sf.add_argument("--requests", type=int, default=400)
+    sf.add_argument("--repeat", type=int, default=20)
     args = p.parse_args(argv)
     if getattr(args, "impl", "toy") == "tinylm":
         from executor import bench_lm
@@ -277,7 +332,7 @@ def main(argv=None) -> int:
         return 0
     if getattr(args, "requests", 0) is None:
         args.requests = 10_000
-    {"reshard": bench_reshard, "workload": bench_workload, "faults": bench_faults}[args.what](args)
+    {"reshard": bench_reshard, "workload": bench_workload, "faults": bench_faults, "statefile": bench_statefile}[args.what](args)
     return 0
 
 

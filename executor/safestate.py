@@ -6,7 +6,8 @@ object graphs without pickle:
 
 * JSON for the structure: ``None``, bools, ints, strings, lists and string-keyed dicts as
   themselves; floats as themselves, non-finite ones as ``{"$f": "nan"}``; tuples ``{"$t": [...]}``,
-  sets ``{"$s": [...]}``, other dicts ``{"$d": [[k, v], ...]}`` (``OrderedDict``: ``"$od"``);
+  sets ``{"$s": [...]}``, other dicts ``{"$d": [[k, v], ...]}`` (``OrderedDict``: ``"$od"``); a
+  long list met twice is written once (``{"$list": n, "items": [...]}``, then ``{"$lref": n}``);
 * bytes, numpy arrays and tensors as raw bytes after the JSON (``{"$b": i}``, ``{"$nd": ...}``,
   ``{"$tensor": ...}``: dtype, shape, index), never through ``numpy.load``/``torch.load``;
 * objects only of the classes in :data:`ALLOWED` (the workers, the coordinator, their records):
@@ -66,10 +67,19 @@ def _has_own(cls: type, name: str) -> bool:
 
 
 # ----------------------------------------------------------------------------- encode
+_PLAIN = frozenset((int, str, bool, type(None)))  # exact types JSON writes and reads back as themselves
+SHARE_MIN = 8  # a list of at least this many items met twice (GRPO prompts shared by a group) is written once
+
+
+def _plain_seq(x) -> bool:
+    return set(map(type, x)) <= _PLAIN
+
+
 class _Enc:
     def __init__(self) -> None:
         self.blobs: list[bytes] = []
         self.refs: dict[int, int] = {}
+        self.lists: dict[int, int] = {}
         self.keep: list[Any] = []  # objects whose id() is memoised stay alive while encoding
 
     def blob(self, b: bytes) -> int:
@@ -77,19 +87,39 @@ class _Enc:
         return len(self.blobs) - 1
 
     def enc(self, x: Any, depth: int = 0) -> Any:
+        t = type(x)
+        if t in _PLAIN:  # the bulk of a world (token lists, ids, counters) goes through here untouched
+            return x
+        if t is float:
+            return x if math.isfinite(x) else {"$f": repr(x)}
         if depth > MAX_DEPTH:
             raise BadState(f"nesting deeper than {MAX_DEPTH}")
-        if x is None or isinstance(x, (bool, str)):
+        d = depth + 1
+        if t is list:
+            if len(x) >= SHARE_MIN:
+                n = self.lists.get(id(x))
+                if n is not None:
+                    return {"$lref": n}
+                n = self.lists[id(x)] = len(self.lists)
+                self.keep.append(x)
+                return {"$list": n, "items": x if _plain_seq(x) else [self.enc(v, d) for v in x]}
+            return x if _plain_seq(x) else [self.enc(v, d) for v in x]
+        if t is dict:
+            if all(type(k) is str and not k.startswith("$") for k in x):
+                return {k: (v if type(v) in _PLAIN else self.enc(v, d)) for k, v in x.items()}
+            return {"$d": [[self.enc(k, d), self.enc(v, d)] for k, v in x.items()]}
+        if t is tuple:
+            return {"$t": list(x) if _plain_seq(x) else [self.enc(v, d) for v in x]}
+        if x is None or isinstance(x, bool):
             return x
         if isinstance(x, int):
             return int(x)
+        if isinstance(x, str):
+            return str(x)
         if isinstance(x, float):
-            return x if math.isfinite(x) else {"$f": repr(x)}
-        d = depth + 1
+            return self.enc(float(x), depth)
         if isinstance(x, list):
             return [self.enc(v, d) for v in x]
-        if isinstance(x, tuple) and type(x) is tuple:
-            return {"$t": [self.enc(v, d) for v in x]}
         if isinstance(x, (set, frozenset)):
             return {"$s": [self.enc(v, d) for v in x], "frozen": isinstance(x, frozenset)}
         if isinstance(x, (bytes, bytearray, memoryview)):
@@ -97,9 +127,7 @@ class _Enc:
         if isinstance(x, OrderedDict):
             return {"$od": [[self.enc(k, d), self.enc(v, d)] for k, v in x.items()]}
         if isinstance(x, dict):
-            if all(isinstance(k, str) and not k.startswith("$") for k in x):
-                return {k: self.enc(v, d) for k, v in x.items()}
-            return {"$d": [[self.enc(k, d), self.enc(v, d)] for k, v in x.items()]}
+            return self.enc(dict(x), depth)
         np = sys.modules.get("numpy")
         if np is not None and isinstance(x, np.ndarray):
             a = np.ascontiguousarray(x)
@@ -138,12 +166,15 @@ def dumps(obj: Any) -> bytes:
 
 
 # ----------------------------------------------------------------------------- decode
+_JSON_SCALARS = frozenset((int, str, bool, float, type(None)))  # what json.loads gives that is final as it is
+
 class _Dec:
-    def __init__(self, blobs: list[bytes]) -> None:
+    def __init__(self, blobs: list[memoryview]) -> None:
         self.blobs = blobs
         self.refs: dict[int, Any] = {}
+        self.lists: dict[int, list] = {}
 
-    def blob(self, i: Any) -> bytes:
+    def blob(self, i: Any) -> memoryview:
         if not isinstance(i, int) or not 0 <= i < len(self.blobs):
             raise BadState(f"a reference to raw bytes #{i!r} that are not in the file")
         return self.blobs[i]
@@ -166,18 +197,19 @@ class _Dec:
         return np.frombuffer(data, dtype=dt).reshape(shape).copy()
 
     def dec(self, x: Any, depth: int = 0) -> Any:
+        t = type(x)
+        if t in _JSON_SCALARS:
+            return x
         if depth > MAX_DEPTH:
             raise BadState(f"nesting deeper than {MAX_DEPTH}")
         d = depth + 1
-        if x is None or isinstance(x, (bool, int, float, str)):
-            return x
-        if isinstance(x, list):
-            return [self.dec(v, d) for v in x]
-        if not isinstance(x, dict):
-            raise BadState(f"an unexpected JSON value {type(x).__name__}")
+        if t is list:
+            return x if set(map(type, x)) <= _JSON_SCALARS else [self.dec(v, d) for v in x]
+        if t is not dict:
+            raise BadState(f"an unexpected JSON value {t.__name__}")
         tag = next((k for k in x if k.startswith("$")), None)
         if tag is None:
-            return {k: self.dec(v, d) for k, v in x.items()}
+            return {k: (v if type(v) in _JSON_SCALARS else self.dec(v, d)) for k, v in x.items()}
         v = x[tag]
         if tag == "$f":
             if v not in ("nan", "inf", "-inf"):
@@ -194,8 +226,18 @@ class _Dec:
             for k, val in pairs:
                 out[_hashable(self.dec(k, d))] = self.dec(val, d)
             return out
+        if tag == "$list":
+            if not isinstance(v, int) or v in self.lists:
+                raise BadState("a shared list with a missing or repeated number")
+            out = self.lists[v] = []
+            out.extend(self.dec(_list(x.get("items")), d))
+            return out
+        if tag == "$lref":
+            if v not in self.lists:
+                raise BadState(f"a reference to list #{v!r} before it is defined")
+            return self.lists[v]
         if tag == "$b":
-            return self.blob(v)
+            return bytes(self.blob(v))
         if tag == "$nd":
             return self.array(v)
         if tag == "$tensor":
@@ -254,22 +296,25 @@ def loads(data: bytes, check: Callable[[Any], None] | None = None) -> Any:
     """The object :func:`dumps` wrote; :class:`BadState` for anything else."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise BadState(f"a {type(data).__name__} where a saved blob was expected")
-    data = bytes(data)
-    if data[:8] != MAGIC:
-        if data[:1] == b"\x80":
+    data = memoryview(data).cast("B")
+    if bytes(data[:8]) != MAGIC:
+        head = bytes(data[:8])
+        if head[:1] == b"\x80":
             raise BadState("a pickle (the format of rl-planner before saved states became code-free): it is not read")
-        if data[:6] == MAGIC[:6]:
-            raise BadState(f"format version {data[7]} (this rl-planner reads version {VERSION})")
+        if head[:6] == MAGIC[:6]:
+            raise BadState(f"format version {head[7]} (this rl-planner reads version {VERSION})")
         raise BadState("not a saved state of rl-planner")
-    body = data[40:]
-    if hashlib.sha256(body).digest() != data[8:40]:
+    body = data[40:]  # views, not copies: a trainer rank's blob is megabytes
+    if hashlib.sha256(body).digest() != bytes(data[8:40]):
         raise BadState("the checksum does not match: the file is damaged")
     try:
         (n,) = struct.unpack_from("<Q", body, 0)
-        doc = json.loads(body[8:8 + n])
+        doc = json.loads(bytes(body[8:8 + n]))
         blobs, off = [], 8 + n
         while off < len(body):
             (m,) = struct.unpack_from("<Q", body, off)
+            if off + 8 + m > len(body):
+                raise ValueError("a raw section runs past the end")
             blobs.append(body[off + 8:off + 8 + m])
             off += 8 + m
     except (struct.error, ValueError, RecursionError) as exc:

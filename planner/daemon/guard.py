@@ -53,7 +53,7 @@ class Guard:
                                       "send 'Authorization: Bearer <token>' with a token of the daemon's token file "
                                       "(STATE.token unless --token-file)", extra=[(b"www-authenticate", b"Bearer")])
         scope["rlp.principal"] = principal
-        wait = self.limiter.take(principal.name)
+        wait = self.limiter.take(principal.name if self.tokens is not None else f"insecure@{addr}")  # --insecure: per address
         if wait > 0:
             return await self._refuse(send, 429, "too many requests", "", f"token '{principal.name}' is over its request rate",
                                       f"retry in {wait:.1f} s, or raise the daemon's --rate-limit", retry=wait)

@@ -56,3 +56,18 @@ def test_sigstop_the_leader_mid_apply_the_standby_finishes_the_woken_leader_is_f
         assert sim.leaks() == []
     finally:
         sim.close(save=False)
+
+
+def test_a_restart_whose_cluster_file_is_gone_under_a_running_journal_is_refused(tmp_path):
+    trace = write_cluster(tmp_path, jobs=[job(n) for n in "ab"])
+    d = DaemonProc(tmp_path, "--scenario", str(trace), "--period-s", "0.2", "--placer", "solo", "--sim-step-delay-s", step_delay())
+    wait_for(lambda: len(applied_steps(d.state)) >= 1, what="a step done")
+    d.kill()
+    sim = d.state.with_name(d.state.name + ".executor-sim")
+    for suffix in ("", "-wal", "-shm"):
+        sim.with_name(sim.name + suffix).unlink(missing_ok=True)
+    again = DaemonProc(tmp_path, "--period-s", "0.2", name="again", wait=False)
+    assert again.wait(60) == 2
+    out = again.output()
+    assert "is gone" in out and "interrupted apply" in out and "Traceback" not in out, out
+    assert not sim.exists(), "no empty cluster was started in its place"

@@ -19,13 +19,15 @@ from daemonproc import DaemonProc, job, query, wait_for, write_cluster
 from tests.conftest import run_cli
 
 TOKENS = {"admin": "admin-token-0123456789abcdef", "reader": "read-token-0123456789abcdef",
-          "submitter": "submit-token-0123456789abcdef", "canceller": "cancel-token-0123456789abcdef"}
+          "submitter": "submit-token-0123456789abcdef", "canceller": "cancel-token-0123456789abcdef",
+          "quota": "quota-token-0123456789abcdef"}
 
 
 def token_file(tmp: Path) -> Path:
     p = tmp / "tokens"
     p.write_text("# test tokens\n" + f"{TOKENS['admin']}\n" + f"reader read {TOKENS['reader']}\n"
-                 f"submitter submit,read {TOKENS['submitter']}\n" + f"canceller cancel {TOKENS['canceller']}\n")
+                 f"submitter submit,read {TOKENS['submitter']}\n" + f"canceller cancel {TOKENS['canceller']}\n"
+                 f"quota submit,read {TOKENS['quota']}\n")
     p.chmod(0o600)
     return p
 
@@ -104,16 +106,17 @@ def test_scopes_a_read_token_cannot_submit_or_cancel(daemon):
 
 
 def test_live_jobs_per_token_are_limited(daemon):
-    with httpx.Client(base_url=daemon.url, timeout=30, headers=bearer("submitter")) as c:
+    with httpx.Client(base_url=daemon.url, timeout=30, headers=bearer("quota")) as c:
         assert c.post("/v1/jobs", json=job("quota-1")).status_code == 201
         assert c.post("/v1/jobs", json=job("quota-2")).status_code == 201
         r = c.post("/v1/jobs", json=job("quota-3"))
         assert r.status_code == 429 and "--max-jobs-per-token" in r.json()["problems"][0]["fix"], r.text
-    with daemon.client() as admin:  # another token has its own count
-        assert admin.post("/v1/jobs", json=job("quota-admin")).status_code == 201
+    with httpx.Client(base_url=daemon.url, timeout=30, headers=bearer("submitter")) as c:  # another token has its own count
+        assert c.post("/v1/jobs", json=job("quota-other")).status_code == 201
+    with daemon.client() as admin:
         assert admin.delete("/v1/jobs/quota-1").status_code == 202
-        wait_for(lambda: admin.get("/v1/jobs/quota-1").json()["state"] == "cancelled", what="quota-1 cancelled")
-    with httpx.Client(base_url=daemon.url, timeout=30, headers=bearer("submitter")) as c:
+        wait_for(lambda: admin.get("/v1/jobs/quota-1").json()["state"] == "cancelled", timeout=60, what="quota-1 cancelled")
+    with httpx.Client(base_url=daemon.url, timeout=30, headers=bearer("quota")) as c:
         assert c.post("/v1/jobs", json=job("quota-3")).status_code == 201, "an ended job frees its place"
 
 
@@ -221,22 +224,16 @@ def _read_all(s: socket.socket, deadline: float) -> bytes:
 
 def test_connection_header_time_and_rate_limits_hold_under_a_bounded_load(tmp_path):
     d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "0.3", "--max-connections", "8",
-                   "--header-timeout-s", "1", "--rate-limit", "5", "--rate-burst", "5")
+                   "--header-timeout-s", "2", "--rate-limit", "5", "--rate-burst", "5")
     port = int(d.url.rsplit(":", 1)[1])
     socks: list[socket.socket] = []
     try:
-        # 8 silent connections fill the server; 12 more are each answered 503 and closed at once.
-        for _ in range(8):
-            socks.append(socket.create_connection(("127.0.0.1", port), timeout=1))
-        time.sleep(0.2)
-        extra = [socket.create_connection(("127.0.0.1", port), timeout=1) for _ in range(12)]
-        socks += extra
-        for s in extra:
-            assert _read_all(s, time.monotonic() + 60).startswith(b"HTTP/1.1 503"), "over the connection limit"
-        # the silent ones are cut after the header timeout (1 s; generous deadline under load)
-        t0 = time.monotonic()
-        for s in socks[:8]:
-            assert _read_all(s, t0 + 60) == b""
+        # 20 silent connections at once: 8 fill the server (and are cut after the header timeout), the other 12 are
+        # each answered 503 and closed at once. Counted, not ordered: which 8 get in is the server's business.
+        socks += [socket.create_connection(("127.0.0.1", port), timeout=1) for _ in range(20)]
+        got = [_read_all(s, time.monotonic() + 60) for s in socks]
+        assert sum(g.startswith(b"HTTP/1.1 503") for g in got) == 12, [g[:12] for g in got]
+        assert sum(g == b"" for g in got) == 8, "the silent connections are cut after the header timeout"
         # a client that dribbles its headers is cut too
         slow = socket.create_connection(("127.0.0.1", port), timeout=1)
         socks.append(slow)
