@@ -28,7 +28,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
-from planner.schema.workload import QuantileTable, TraceColumn, UserDistribution  # users' own workloads
+from planner.schema.workload import QuantileTable, ToolLatency, TraceColumn, UserDistribution  # users' own workloads
 
 SCHEMA_VERSION = 1
 
@@ -126,7 +126,7 @@ ResponseLengths = Annotated[Union[ServegenLengths, LognormalLengths, FixedLength
 class ToolSpec(Strict):
     """Tools of an agentic job: one call between consecutive turns."""
 
-    latency: Union[Literal["rollpacker", "fixed"], Annotated[UserDistribution, Field(discriminator="source")]] = "rollpacker"
+    latency: ToolLatency = "rollpacker"
     fixed_latency_s: PositiveFloat = 1.0
     observation_tokens: int = Field(256, ge=0, description="tokens the tool result appends to the context")
 
