@@ -28,7 +28,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from planner.schema.workload import QuantileTable, TraceColumn, UserDistribution  # users' own workloads
+from planner.schema.workload import QuantileTable, ToolLatency, TraceColumn, UserDistribution  # users' own workloads
 
 SCHEMA_VERSION = 1
 
@@ -176,7 +176,7 @@ ResponseLengths = Annotated[Union[ServegenLengths, LognormalLengths, FixedLength
 class ToolSpec(Strict):
     """Tools of an agentic job: one call between consecutive turns."""
 
-    latency: Union[Literal["rollpacker", "fixed"], Annotated[UserDistribution, Field(discriminator="source")]] = Field(
+    latency: ToolLatency = Field(
         "rollpacker", description="measured RollPacker tool latencies, fixed_latency_s, or the user's own (trace column or quantile table)")
     fixed_latency_s: Real = Field(1.0, gt=0.0, le=86400.0, description="seconds per tool call when latency is 'fixed'")
     observation_tokens: Int = Field(256, ge=0, le=MAX_TOKENS, description="tokens the tool result appends to the context")

@@ -21,9 +21,9 @@ and the fix) and selects the calibration folder.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveFloat, field_validator
 
 
 class _Strict(BaseModel):
@@ -60,6 +60,21 @@ class QuantileTable(_Strict):
 
 
 UserDistribution = Union[TraceColumn, QuantileTable]
+
+
+def _latency_shape(v):
+    """Name the accepted shapes when ``tools.latency`` is none of them (pydantic's union message lists only the words)."""
+    if isinstance(v, str) and v not in ("rollpacker", "fixed"):
+        raise ValueError(f"unknown tool latency {v!r}: use rollpacker, fixed (with fixed_latency_s), "
+                         "{source: trace, path: FILE, column: NAME} or {source: quantiles, quantiles: {0: ..., 1: ...}}")
+    if isinstance(v, dict) and v.get("source") not in ("trace", "quantiles"):
+        raise ValueError(f"a tool latency mapping needs source: trace or source: quantiles, got {v.get('source')!r}: "
+                         "e.g. {source: trace, path: FILE, column: NAME}")
+    return v
+
+
+ToolLatency = Annotated[Union[Literal["rollpacker", "fixed"], Annotated[UserDistribution, Field(discriminator="source")]],
+                        BeforeValidator(_latency_shape)]
 
 
 def table_of(spec: UserDistribution) -> tuple[float, ...]:

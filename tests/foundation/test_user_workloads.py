@@ -129,6 +129,7 @@ def test_own_trace_drives_plan_and_simulate(tmp_path):
     (lambda s: s.replace("0.9: 2000", "0.9: 200"), "must not decrease"),
     (lambda s: s.replace("{0: 20, ", "{"), "span 0 to 1"),
     (lambda s: s + "calibration: no-such-folder\n", "calibration folder"),
+    (lambda s: s.replace("latency: {source: trace,", "latency: {source: trcae,"), "needs source: trace or source: quantiles"),
 ])
 def test_bad_workload_exit_2_naming_the_field(tmp_path, edit, needle):
     sc = _copy_scenario(tmp_path, edit)
