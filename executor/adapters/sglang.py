@@ -107,6 +107,7 @@ class SGLangEngine:
         self.url = base_url.rstrip("/")
         self.timeout_s, self.generate_timeout_s = timeout_s, generate_timeout_s
         self.on_finish = on_finish
+        self.on_finish_logprobs: Optional[Callable[[str, list[int], list[float]], None]] = None
         self.return_logprob = return_logprob
         self.weight_sync_backend = weight_sync_backend
         self.requests: dict[str, Tracked] = {}
@@ -171,7 +172,7 @@ class SGLangEngine:
 
     async def _generate(self, t: Tracked) -> None:
         if t.max_new_tokens - len(t.output) <= 0 or t.finish.get("type") == "stop":
-            self._finish(t)
+            await asyncio.to_thread(self._finish, t)
             return
         body = {"input_ids": t.prompt + t.output, "sampling_params": resumed_sampling(t.sampling, len(t.output)),
                 "rid": t.rid, "return_logprob": t.return_logprob}
@@ -203,7 +204,7 @@ class SGLangEngine:
             if t.finish.get("type") == "abort":
                 t.state = "aborted"
                 return
-        self._finish(t)
+        await asyncio.to_thread(self._finish, t)  # the callback may block (a coordinator call): not on the loop
 
     def _finish(self, t: Tracked) -> None:
         with self._lock:
@@ -212,6 +213,8 @@ class SGLangEngine:
             t.state = "done"
         if self.on_finish:
             self.on_finish(t.rid, list(t.output))
+        if self.on_finish_logprobs:
+            self.on_finish_logprobs(t.rid, list(t.output), list(t.logprobs))
 
     def abort(self, rid: str) -> None:
         self._post("/abort_request", {"rid": rid})  # 200 whether or not the engine knew it

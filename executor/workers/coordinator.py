@@ -183,8 +183,10 @@ class Coordinator:
                 new.append(r["id"])
             self._save(requests=tuple(new))
 
-    def progress(self, worker_id: str, epoch: int, updates: dict[str, list[int]]) -> bool:
-        """An engine reports partial output; kept as the resume point if the engine dies."""
+    def progress(self, worker_id: str, epoch: int, updates: dict[str, list[int]], meta: Optional[dict] = None) -> bool:
+        """An engine reports partial output; kept as the resume point if the engine dies. ``meta``
+        (request id -> fields, e.g. ``logprobs`` of that output) is kept with it, for the engine
+        that resumes the request (an SGLang engine's output logprobs)."""
         with self._lock:
             if not self._fence(worker_id, epoch, f"progress of {len(updates)} request(s)"):
                 return False
@@ -192,14 +194,15 @@ class Coordinator:
             for rid, out in updates.items():
                 r = self.requests.get(rid)
                 if r and r["owner"] == worker_id and not r["done"] and len(out) >= len(r["output"]):
-                    if list(out) != r["output"]:
+                    if list(out) != r["output"] or (meta and rid in meta):
                         changed.append(rid)
                     r["output"] = list(out)
+                    r.update((meta or {}).get(rid, {}))
             self._save(requests=tuple(changed))
             return True
 
     def complete(self, worker_id: str, epoch: int, request_id: str, output: list[int], meta: Optional[dict] = None) -> bool:
-        """``meta``: what the engine returns besides the tokens (the real engine: ``logprobs``), kept with the request."""
+        """The owner finished a request (``meta``: fields kept with it, e.g. its output ``logprobs``)."""
         with self._lock:
             r = self.requests.get(request_id)
             if not self._fence(worker_id, epoch, f"complete {request_id}"):
@@ -218,7 +221,8 @@ class Coordinator:
                               "what": f"complete {request_id} (not the owner or already done)", "at": time.time()})
                 return False
             r["done"], r["finished_by"], r["output"], r["finished_epoch"] = True, worker_id, list(output), epoch
-            if meta:
+            if meta:  # kept both as the request's own fields (the SGLang worker) and under "meta" (the tinylm workers)
+                r.update(meta)
                 r["meta"] = dict(meta)
             self._save(requests=(request_id,))
             return True

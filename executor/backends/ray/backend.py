@@ -248,7 +248,8 @@ class RayBackend:
         :class:`StartFailed` names what was asked. Returns the new group's name (or None)."""
         groups = self._groups()
         held = {wid for g in groups.values() for wid in g["workers"]}
-        need = [a for a in creates if a["worker"]["id"] not in held]
+        states = self._actor_states()  # a worker already running (adopted by a resumed apply) needs no slot
+        need = [a for a in creates if a["worker"]["id"] not in held and states.get(a["worker"]["id"]) not in ALIVE_STATES]
         for name, g in groups.items():  # a resumed apply: its reservation may not be granted yet
             if g.get("state") == "pending" and any(a["worker"]["id"] in g["workers"] for a in creates):
                 self._wait_ready(name, g, creates)
