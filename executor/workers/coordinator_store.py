@@ -16,9 +16,9 @@ writes every change here before the call that made it returns, and a restarted c
   - ``events(seq, kind, json)``: append-only records (refused side effects, trainer commits,
     illegal transitions).
 
-* ``checkpoints/<key>/``: one directory per checkpoint key. The payload (``blob.pkl``: the
-  object with every tensor as raw bytes, :mod:`executor.workers.rawtensor`, so it loads bit for
-  bit) is written and fsynced first; the commit marker ``COMMITTED`` (the payload's SHA-256) is
+* ``checkpoints/<key>/``: one directory per checkpoint key. The payload (``blob.rlps``: the
+  object as typed JSON with every tensor as raw bytes, :mod:`executor.safestate`, so it loads bit
+  for bit and a crafted file can never run code) is written and fsynced first; the commit marker ``COMMITTED`` (the payload's SHA-256) is
   written last, by an atomic rename. A directory without a valid marker is a write that a crash
   interrupted: it is ignored and removed on load, so a checkpoint is either wholly there or
   absent. On a real cluster ``state_dir`` is a shared directory (NFS, a mounted bucket) that the
@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
 import shutil
 import sqlite3
 from pathlib import Path
@@ -43,7 +42,7 @@ CREATE TABLE IF NOT EXISTS requests(id TEXT PRIMARY KEY, json TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events(seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, json TEXT NOT NULL);
 """
 MARKER = "COMMITTED"
-PAYLOAD = "blob.pkl"
+PAYLOAD = "blob.rlps"
 
 
 class CoordinatorStore:
@@ -102,13 +101,13 @@ class CoordinatorStore:
 
     def put_checkpoint(self, key: str, blob: Any) -> None:
         """Payload first (fsynced), the commit marker last (atomic rename, then the directory fsynced)."""
-        from executor.workers import rawtensor
+        from executor import safestate
 
         d = self._path(key)
         if d.exists():
             shutil.rmtree(d)  # a rewrite (a resumed save): the old marker goes first, so no mix is ever valid
         d.mkdir(parents=True)
-        data = pickle.dumps(rawtensor.encode(blob), protocol=pickle.HIGHEST_PROTOCOL)
+        data = safestate.dumps(blob)  # typed JSON + raw tensor bytes: loads bit for bit and can never run code
         _write_synced(d / PAYLOAD, data)
         tmp = d / (MARKER + ".tmp")
         _write_synced(tmp, json.dumps({"key": key, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}).encode())
@@ -117,7 +116,7 @@ class CoordinatorStore:
 
     def load_checkpoints(self) -> dict[str, Any]:
         """Every committed checkpoint; an uncommitted or corrupt directory is removed."""
-        from executor.workers import rawtensor
+        from executor import safestate
 
         out = {}
         for d in sorted(self.ckpt_dir.iterdir()) if self.ckpt_dir.exists() else []:
@@ -127,10 +126,11 @@ class CoordinatorStore:
                 data = (d / PAYLOAD).read_bytes()
                 if hashlib.sha256(data).hexdigest() != meta["sha256"]:
                     raise ValueError("payload does not match its commit marker")
-            except (OSError, ValueError, KeyError):
+                blob = safestate.loads(data)
+            except (OSError, ValueError, KeyError, safestate.BadState):
                 shutil.rmtree(d, ignore_errors=True)
                 continue
-            out[unquote(d.name)] = rawtensor.decode(pickle.loads(data))
+            out[unquote(d.name)] = blob
         return out
 
     def drop_checkpoint(self, key: str) -> None:
