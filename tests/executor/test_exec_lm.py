@@ -134,8 +134,11 @@ def test_registry_builtins_follow_the_protocol_and_frameworks_can_register(monke
             "model": MODEL, "impl": "tinylm"}
     from executor.workers.factory import make_worker
 
-    assert missing_methods(make_worker(args, 1, ACCEPT), "trainer") == []
-    assert missing_methods(make_worker({**args, "role": "rollout"}, 1, ACCEPT), "rollout") == []
+    for impl in ("tinylm", "toy"):
+        assert missing_methods(make_worker({**args, "impl": impl}, 1, ACCEPT), "trainer") == [], impl
+        assert missing_methods(make_worker({**args, "impl": impl, "role": "rollout"}, 1, ACCEPT), "rollout") == [], impl
+        assert missing_methods(make_worker({**args, "impl": impl, "role": "service"}, 1, ACCEPT), "service") == [], impl
+    assert missing_methods(object(), "rollout")  # the check can fail
     made = []
     impl = registry.Impl("mine", rollout=lambda a, e, c, f: made.append(a["worker"]["id"]) or "engine")
     registry.register(impl)
