@@ -1,6 +1,9 @@
 """A fault-injection harness: one migration, one fault at one point, then every invariant.
 
-Used by the fault tests (sim and Ray) and by ``python -m executor.bench faults``. A *case* is
+Used by the fault tests (sim and Ray) and by ``python -m executor.bench faults``. A case's
+``impl`` picks the workers: the toy ones (outputs are a function of seed and position), or
+``tinylm`` (real decoding: outputs and logprobs are compared with decoding the request
+uninterrupted, :func:`expected`; trainer state is assembled from its sharded chunks). A *case* is
 (migration, fault kind, step kind, nth step of that kind, point). The harness:
 
 1. applies the base plan (rollout engines, a trainer, requests in flight, two training steps)

@@ -14,6 +14,11 @@ Any failure before the switch discards the new ranks (their create steps are com
 the old ranks never noticed: they keep their leases, their training group and their state.
 The switch refuses if the old ranks trained after the copy (their state moved on).
 
+Workers whose implementation declares ``p2p="dcp"`` (:mod:`executor.workers.registry`, e.g.
+``tinylm``) copy through torch.distributed.checkpoint instead (:func:`reshard_by_checkpoint`):
+the old layout's DP replica 0 writes its shards, each new rank loads the chunks it owns (DCP's
+load planner intersects them), and every element must be covered (the new rank refuses holes).
+
 In place (DP resize, TP and PP kept): the kept replicas are not copied to — their shards are
 already what their new rank holds (data-parallel replicas are identical) — only the added ranks
 are filled; at the switch the kept ranks take their new rank number and layout

@@ -207,6 +207,11 @@ class RolloutEngine:
         """Reboot: everything needed to restart elsewhere (unfinished requests; the cache is not kept)."""
         return {"requests": self.export()}
 
+    def update_weights(self, states: list[dict], version: int) -> int:
+        """Weight sync: the toy's tokens do not depend on weights; it only records the version."""
+        self.weights_version = version
+        return version
+
     def ready(self) -> bool:
         return True
 

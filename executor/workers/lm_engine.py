@@ -136,7 +136,7 @@ class LMEngine(RolloutEngine):
 
     def kv_cache_copy(self) -> list:
         """A copy of every cached key and value (the benchmark's in-process baseline for a KV transfer)."""
-        with self._lock:
+        with self._lock, lm.one_thread():
             return [(k.clone(), v.clone()) for d in self._dec.values() for k, v in d.kv.values()]
 
     def reprefill_stats(self) -> dict:

@@ -216,7 +216,8 @@ class LMTrainerRank:
     def state(self) -> dict:
         """A copy of this rank's state: plain dict of tensors + JSON-able metadata."""
         st = self._live_state()
-        st["tensors"] = {k: t.detach().clone() for k, t in st["tensors"].items()}
+        with lm.one_thread():
+            st["tensors"] = {k: t.detach().clone() for k, t in st["tensors"].items()}
         return st
 
     def digest(self) -> dict[str, int]:

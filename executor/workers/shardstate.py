@@ -66,10 +66,14 @@ def _dcp_dict(state: dict) -> dict:
 def dcp_save(state: dict, directory: str | Path) -> int:
     """Write a rank's chunks as a DCP checkpoint (``no_dist``); returns the bytes of tensor data."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemWriter
 
-    with warnings.catch_warnings():
+    from executor.workers.tinylm import one_thread
+
+    # No fsync: the files live only for one migration, which a crash re-runs from the start.
+    with warnings.catch_warnings(), one_thread():
         warnings.simplefilter("ignore")
-        dcp.save(_dcp_dict(state), checkpoint_id=str(directory), no_dist=True)
+        dcp.save(_dcp_dict(state), storage_writer=FileSystemWriter(str(directory), sync_files=False), no_dist=True)
     return sum(t.numel() * t.element_size() for t in state["tensors"].values())
 
 
@@ -79,14 +83,17 @@ def dcp_load(state: dict, directories: list[str | Path]) -> None:
     a chunk left with a NaN raises."""
     import torch.distributed.checkpoint as dcp
 
-    for t in state["tensors"].values():
-        t.fill_(float("nan"))
-    sd = _dcp_dict(state)
-    for d in directories:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            dcp.load(sd, checkpoint_id=str(d), no_dist=True)
-    holes = sorted(k for k, t in state["tensors"].items() if torch.isnan(t).any())
+    from executor.workers.tinylm import one_thread
+
+    with one_thread():
+        for t in state["tensors"].values():
+            t.fill_(float("nan"))
+        sd = _dcp_dict(state)
+        for d in directories:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                dcp.load(sd, checkpoint_id=str(d), no_dist=True)
+        holes = sorted(k for k, t in state["tensors"].items() if torch.isnan(t).any())
     if holes:
         raise RuntimeError(f"resharding left {len(holes)} chunk(s) unfilled (first: {holes[0]}); the checkpoints in "
                            f"{[str(d) for d in directories]} do not cover the new layout: save every TP index of DP replica 0")
@@ -99,7 +106,9 @@ def copy_matching(dst: dict, sources: list[dict]) -> None:
     for src in sources:
         for key, meta in src["chunks"].items():
             have[(meta["fqn"], tuple(meta["offset"]))] = src["tensors"][key]
-    with torch.no_grad():
+    from executor.workers.tinylm import one_thread
+
+    with torch.no_grad(), one_thread():
         for key, meta in dst["chunks"].items():
             t = have.get((meta["fqn"], tuple(meta["offset"])))
             if t is None:

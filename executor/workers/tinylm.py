@@ -213,8 +213,9 @@ _threads_depth = [0, 0]  # (active users, the thread count to restore)
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """Run torch ops on one intra-op thread while inside (re-entrant, thread-safe). The tiny
-    model's ops are far too small to split, and on a loaded machine waking the pool's threads
-    for each of them made a forward 20x slower (157 ms vs 7.5 ms on the shared 2-core VM)."""
+    model's ops are far too small to split, and on an oversubscribed machine the pool's threads
+    wait for each other on every op: a forward was 20x slower (157 ms vs 7.5 ms on the shared
+    2-core VM at load 10), filling 150 MB of shards took 18 s."""
     with _threads_lock:
         if _threads_depth[0] == 0:
             _threads_depth[1] = torch.get_num_threads()

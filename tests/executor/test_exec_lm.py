@@ -134,8 +134,11 @@ def test_registry_builtins_follow_the_protocol_and_frameworks_can_register(monke
             "model": MODEL, "impl": "tinylm"}
     from executor.workers.factory import make_worker
 
-    assert missing_methods(make_worker(args, 1, ACCEPT), "trainer") == []
-    assert missing_methods(make_worker({**args, "role": "rollout"}, 1, ACCEPT), "rollout") == []
+    for impl in ("tinylm", "toy"):
+        assert missing_methods(make_worker({**args, "impl": impl}, 1, ACCEPT), "trainer") == [], impl
+        assert missing_methods(make_worker({**args, "impl": impl, "role": "rollout"}, 1, ACCEPT), "rollout") == [], impl
+        assert missing_methods(make_worker({**args, "impl": impl, "role": "service"}, 1, ACCEPT), "service") == [], impl
+    assert missing_methods(object(), "rollout")  # the check can fail
     made = []
     impl = registry.Impl("mine", rollout=lambda a, e, c, f: made.append(a["worker"]["id"]) or "engine")
     registry.register(impl)
@@ -255,3 +258,24 @@ def test_the_worked_example_in_docs_integration_runs():
     assert [r["layout"] for r in b.coord("records") if r["component"] == "job/trainer"] == [{"tp": 1, "pp": 1, "dp": 2}] * 2
     summ = b.coord("ledger_summary")
     assert summ["done"] == summ["requests"] == 16 and summ["handoffs"] >= 1
+
+
+@pytest.mark.skipif(os.environ.get("RL_PLANNER_RAY_FAULTS") != "1", reason="set RL_PLANNER_RAY_FAULTS=1 (a local Ray cluster)")
+def test_real_workers_on_ray_migrate_bit_identically():
+    """The three migrations with the real model workers on a local multi-node Ray cluster (one
+    process per worker; TP and DP groups over gloo; the P2P copy through DCP files)."""
+    pytest.importorskip("ray")
+    from executor.backends.base import Deadlines
+    from executor.backends.ray import RayBackend
+
+    b = RayBackend(local_nodes=faultlib.NODES, deadlines=Deadlines(start_s=120, call_s=60, reshard_s=120, stop_s=30))
+    try:
+        for kind in faultlib.MIGRATIONS:
+            b.reset()
+            case = faultlib.Case(kind, "kill_controller", "stop", 99, "after", "tinylm")  # a fault that never fires
+            out = faultlib.run_case(case, lambda: b, requests=8, prompt_len=12, settle_s=120)
+            assert out.problems == [] and out.status == "done", out
+            assert out.layout == ("old" if kind == "workload" else "new"), out
+    finally:
+        b.reset()
+        b.close()

@@ -459,8 +459,10 @@ class RayBackend:
     def form_training_group(self, component: str, ranks: list[dict], layout: Layout) -> None:
         ranks = sorted(ranks, key=lambda r: r["index"])
         keys = sorted({f"pp{pp}tp{tp}" for pp in range(layout.pp) for tp in range(layout.tp)})
+        if layout.tp > 1:  # TP groups (one per DP replica), for workers whose ranks talk within TP (tinylm)
+            keys += sorted({f"pp{pp}dp{dp}" for pp in range(layout.pp) for dp in range(layout.dp)})
         host, ports = "127.0.0.1", {}
-        if layout.dp > 1:
+        if layout.dp > 1 or layout.tp > 1:
             host, ports = self.call(ranks[0]["id"], "host_training_stores", keys, layout.dp, self.deadlines.call_s)
         self.call_many([(r["id"], "join_training_group", (host, ports, self.deadlines.call_s)) for r in ranks])
 
