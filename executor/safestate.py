@@ -45,7 +45,8 @@ class BadState(Exception):
 ALLOWED = {"Layout": "executor.state", "Node": "executor.state", "Raw": "executor.workers.rawtensor",
            "Coordinator": "executor.workers.coordinator", "EngineConfig": "executor.workers.engine", "Req": "executor.workers.engine",
            "RolloutEngine": "executor.workers.engine", "ModelSpec": "executor.workers.model", "ServiceWorker": "executor.workers.service",
-           "TrainerRank": "executor.workers.trainer"}
+           "TrainerRank": "executor.workers.trainer", "LMEngine": "executor.workers.lm_engine",
+           "LMTrainerRank": "executor.workers.lm_trainer", "LMSpec": "executor.workers.tinylm", "PSpec": "executor.workers.tinylm"}
 
 
 def allowed_class(name: str, *, load: bool = True) -> type | None:
