@@ -44,13 +44,38 @@ _SNAPSHOT_KEYS = {"components", "time_s"}
 _SCENARIO_KEYS = {"jobs", "cluster", "gpu_types", "include"}
 
 
-def _load(path: Path) -> Any:
-    import yaml
+_KIND_LINE = None
 
-    text = path.read_text()
-    if path.suffix == ".jsonl":
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    return json.loads(text) if text.lstrip().startswith(("{", "[")) else yaml.safe_load(text)
+
+def _head_kind(path: Path) -> Optional[str]:
+    """A top-level ``kind: X`` (YAML) in the first 64 KiB or a JSON document whose first key is ``kind``: plan documents
+    and instances name their kind up front, so a large one is not parsed twice."""
+    import re
+
+    global _KIND_LINE
+    if _KIND_LINE is None:
+        _KIND_LINE = re.compile(r'^kind:[ \t]*"?([A-Za-z]+)"?[ \t]*$', re.M)  # a top-level YAML key (column 0)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    m = _KIND_LINE.search(head)
+    if m:
+        return m.group(1)
+    j = re.match(r'\s*\{\s*"kind"\s*:\s*"([A-Za-z]+)"', head)  # JSON whose first key is kind
+    return j.group(1) if j else None
+
+
+def _load(path: Path) -> Any:
+    """The file's data through the bounded loader (:mod:`planner.safeload`: size, depth and alias
+    limits), or None when it cannot be read as data (the command's own reader then says why)."""
+    from planner import safeload
+
+    if not path.is_file():
+        return None
+    doc = safeload.try_load(path, what="input file")
+    return doc.data if doc is not None else None
 
 
 def _is_snapshot(d: Any) -> bool:
@@ -59,13 +84,11 @@ def _is_snapshot(d: Any) -> bool:
 
 def detect(path: str | Path) -> Optional[str]:
     """The kind of document at ``path`` (see the module docstring), or None when unknown."""
-    import yaml
-
     p = Path(path)
-    try:
-        data = _load(p)
-    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError):
-        return None
+    kind = _head_kind(p) if p.is_file() else None
+    if kind:
+        return kind
+    data = _load(p)
     if isinstance(data, list):
         return SNAPSHOT if data and all(_is_snapshot(d) for d in data) else None
     if not isinstance(data, dict):

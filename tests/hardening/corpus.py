@@ -166,13 +166,13 @@ NUMBERS: list[tuple[str, list]] = [
 STRUCTURE: list[tuple[str, Callable[[dict], None], str]] = [
     ("requests-product", lambda d: d["jobs"][0]["rollout"].update(batch_prompts=65536, group_size=1024), "jobs[0].rollout"),
     ("request-turns-product", lambda d: d["jobs"][0]["rollout"].update(batch_prompts=4096, group_size=64, turns=256), "jobs[0].rollout"),
-    ("too-many-jobs", lambda d: d.update(jobs=[dict(copy.deepcopy(d["jobs"][0]), name=f"j{i}") for i in range(1025)]), "jobs"),
+    ("too-many-jobs", lambda d: d.update(jobs=[dict(copy.deepcopy(d["jobs"][0]), name=f"j{i}") for i in range(4097)]), "jobs"),
     ("too-many-groups", lambda d: d["cluster"].update(node_groups=[dict(d["cluster"]["node_groups"][0], name=f"g{i}") for i in range(300)]),
      "cluster.node_groups"),
     ("cluster-total-nodes", lambda d: d["cluster"].update(node_groups=[dict(d["cluster"]["node_groups"][0], name=f"g{i}", count=4096)
                                                                         for i in range(5)]), "cluster"),
     ("sampled-work", lambda d: (d["solver"].update(phase_time_estimate="sampled"),
-                                d["jobs"][0]["rollout"].update(batch_prompts=4096, group_size=16)), "sampled"),
+                                d["jobs"][0]["rollout"].update(batch_prompts=4096, group_size=64)), "sampled"),
     ("long-name", _set("name", "x" * 10000), "name"),
     ("lognormal-sigma-inf", _set("jobs[0].rollout.response_lengths", {"source": "lognormal", "median_tokens": 100, "sigma": INF}),
      "sigma"),
