@@ -75,6 +75,10 @@ class Journal:
         if str(path) != ":memory:":
             _check_file(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:  # a new journal is private (0600); SQLite gives its -wal and -shm files the same mode
+                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except FileExistsError:
+                pass
         try:
             self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
