@@ -31,46 +31,73 @@ group's other members (:mod:`executor.capacity`).
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from collections import Counter
+from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from executor.state import ClusterState, Component, Layout, Node
 
 KIND = "ExecutorTarget"
 
 
+def _not_a_bool(v):
+    if isinstance(v, bool):
+        raise ValueError(f"{str(v).lower()} is a boolean, not a number")
+    return v
+
+
+Int = Annotated[int, BeforeValidator(_not_a_bool)]
+Real = Annotated[float, BeforeValidator(_not_a_bool)]
+
+# Bounds that keep any target that validates cheap to diff and to run on the sim backend.
+MAX_NODES = 16384
+MAX_COMPONENTS = 4096
+MAX_WORKERS_PER_NODE = 1024
+MAX_WORKERS = 65536           # all components together
+MAX_STANDIN_PARAMS = 1 << 24  # the stand-in trainer model's parameters (its state is held in memory)
+
+
 class _S(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown keys are errors, numbers are finite and a boolean is not a number."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class NodeIn(_S):
-    name: str = Field(min_length=1)
-    gpu_type: str = Field(min_length=1)
-    gpus: int = Field(ge=0)
-    dram_gb: float = Field(gt=0)
+    name: str = Field(min_length=1, max_length=200)
+    gpu_type: str = Field(min_length=1, max_length=200)
+    gpus: Int = Field(ge=0, le=64)
+    dram_gb: Real = Field(gt=0, le=1e6)
     alive: bool = True
 
 
 class LayoutIn(_S):
-    tp: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
-    dp: int = Field(1, ge=1)
+    tp: Int = Field(1, ge=1, le=1024)
+    pp: Int = Field(1, ge=1, le=1024)
+    dp: Int = Field(1, ge=1, le=MAX_WORKERS)
 
 
 class ModelIn(_S):
-    hidden: int = Field(64, ge=1)
-    ffn: int = Field(256, ge=1)
-    layers: int = Field(4, ge=1)
-    vocab: int = Field(512, ge=1)
-    seed: int = 0
+    hidden: Int = Field(64, ge=1, le=1 << 14)
+    ffn: Int = Field(256, ge=1, le=1 << 16)
+    layers: Int = Field(4, ge=1, le=4096)
+    vocab: Int = Field(512, ge=1, le=1 << 20)
+    seed: Int = Field(0, ge=0, le=2**32 - 1)
+
+    @model_validator(mode="after")
+    def _size(self):
+        params = self.layers * (4 * self.hidden**2 + 2 * self.hidden * self.ffn) + 2 * self.vocab * self.hidden
+        if params > MAX_STANDIN_PARAMS:
+            raise ValueError(f"the stand-in model has {params:,} parameters, more than {MAX_STANDIN_PARAMS:,}")
+        return self
 
 
 class EngineIn(_S):
-    max_batch: int = Field(64, ge=1)
-    cache_blocks: int = Field(4096, ge=1)
-    progress_every: int = Field(8, ge=1)
-    tokens_per_tick: int = Field(1, ge=1)
+    max_batch: Int = Field(64, ge=1, le=1 << 16)
+    cache_blocks: Int = Field(4096, ge=1, le=1 << 24)
+    progress_every: Int = Field(8, ge=1, le=1 << 20)
+    tokens_per_tick: Int = Field(1, ge=1, le=1 << 20)
 
 
 class ComponentIn(_S):
@@ -78,10 +105,10 @@ class ComponentIn(_S):
                       description="<job>/<component>")
     role: Literal["rollout", "trainer", "service"]
     gpu_type: str = ""
-    gpus_per_worker: int = Field(1, ge=0)
-    dram_gb_per_worker: float = Field(0.0, ge=0)
+    gpus_per_worker: Int = Field(1, ge=0, le=64)
+    dram_gb_per_worker: Real = Field(0.0, ge=0, le=1e6)
     layout: Optional[LayoutIn] = None
-    placement: dict[str, int] = Field(min_length=1, description="node -> workers")
+    placement: dict[str, Annotated[Int, Field(le=MAX_WORKERS_PER_NODE)]] = Field(min_length=1, description="node -> workers")
     migration: Optional[Literal["workload", "p2p", "reboot"]] = None
     model: Optional[ModelIn] = None
     engine: Optional[EngineIn] = None
@@ -112,16 +139,19 @@ class ComponentIn(_S):
 
 
 class ExecutorTarget(_S):
-    nodes: list[NodeIn] = Field(default_factory=list)
+    nodes: list[NodeIn] = Field(default_factory=list, max_length=MAX_NODES)
     # empty: nothing runs (applying it stops every component; with nodes, it makes an idle cluster)
-    components: list[ComponentIn] = Field(default_factory=list)
+    components: list[ComponentIn] = Field(default_factory=list, max_length=MAX_COMPONENTS)
 
     @model_validator(mode="after")
     def _unique(self):
         for what, names in (("node", [n.name for n in self.nodes]), ("component", [c.name for c in self.components])):
-            dup = sorted({n for n in names if names.count(n) > 1})
+            dup = sorted(n for n, k in Counter(names).items() if k > 1)
             if dup:
                 raise ValueError(f"duplicate {what} name(s): {', '.join(dup)}")
+        workers = sum(sum(c.placement.values()) for c in self.components)
+        if workers > MAX_WORKERS:
+            raise ValueError(f"the components place {workers:,} workers, more than {MAX_WORKERS:,}")
         return self
 
 

@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
                    help="wall-clock limit in seconds for the whole command, loading and writing included (default: the "
                         "scenario's solver.time_limit_s, else 60)")
     p.add_argument("--mip-gap", type=_args.number(hi=1.0), default=None, help="relative gap at which a solve may stop (default 1e-4)")
-    p.add_argument("--threads", type=_args.number(hi=_args.MAX_THREADS, kind=int), default=None, help="solver threads (default: the scenario's, else 1)")
+    p.add_argument("--threads", type=_args.number(1, _args.MAX_THREADS, kind=int), default=None, help="solver threads (default: the scenario's, else 1)")
     p.add_argument("--current", metavar="PLAN", help="the current plan: warm start, keep its groups' nodes, price moves")
     p.add_argument("--move-price", type=_args.number(0.0, 1e4), default=None, metavar="USD_PER_H", help="$/h charged per moved job")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (scenarios only)")

@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
                    help="sweep a key over STEPS values from START to STOP (repeat for a grid)")
     p.add_argument("--styles", action="store_true", help="also solve Solo-D and colocated deployments for comparison")
     par = p.add_mutually_exclusive_group()
-    par.add_argument("--workers", type=_args.number(hi=_args.MAX_WORKERS, kind=int), default=None, metavar="N", help="local worker processes for a sweep (default: CPU count)")
+    par.add_argument("--workers", type=_args.number(1, _args.MAX_WORKERS, kind=int), default=None, metavar="N", help="local worker processes for a sweep (default: CPU count)")
     par.add_argument("--ray-address", metavar="ADDR", help="run the sweep's points as tasks on this Ray cluster ('local': start one here)")
     p.add_argument("--out", "-o", metavar="DIR", help="write the plan, table, CSV and plots into this folder")
     p.add_argument("--time-limit", type=_args.number(hi=_args.TIME_LIMIT_S), default=None, metavar="S",

@@ -168,6 +168,8 @@ def _fix_for(kind: str, ctx: dict) -> str:
         return f"use a value of at most {ctx.get('le', ctx.get('lt'))} (the supported maximum)"
     if kind in ("greater_than_equal", "greater_than"):
         return f"use a value {'of at least' if kind == 'greater_than_equal' else 'above'} {ctx.get('ge', ctx.get('gt'))}"
+    if kind == "value_error" and "is a boolean" in str(ctx.get("error", "")):
+        return "write a number (true and false are not numbers)"
     return _FIXES.get(kind, "")
 
 

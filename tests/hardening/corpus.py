@@ -293,6 +293,26 @@ def cases() -> list[Case]:
     for name, argv in pcmds:
         for cid, content, expect in hostile_plans("ExecutorTarget" if name == "apply" else "PlacementPlan"):
             out.append(Case(f"{cid}-{name}", argv, {"x.yaml": content}, expect))
+    apply = dict(pcmds)["apply"]
+
+    def target_with(mutate: Callable[[dict], None]) -> bytes:
+        d = copy.deepcopy(BASE_PLAN)
+        mutate(d["body"])
+        return dump(d)
+
+    trainer = {"name": "job/trainer", "role": "trainer", "gpu_type": "H20", "placement": {"h20-0": 1}}
+    for cid, mutate, expect in [
+        ("node-gpus-huge", lambda b: b["nodes"][0].update(gpus=10**9), "gpus"),
+        ("node-gpus-bool", lambda b: b["nodes"][0].update(gpus=True), "gpus"),
+        ("node-dram-inf", lambda b: b["nodes"][0].update(dram_gb=INF), "dram_gb"),
+        ("workers-huge", lambda b: b["components"][0].update(placement={"h20-0": 10**9}), "placement"),
+        ("workers-total", lambda b: b.update(components=[dict(b["components"][0], name=f"j{i}/rollout", placement={"h20-0": 1000})
+                                                         for i in range(70)]), "workers"),
+        ("standin-model-huge", lambda b: b["components"].append(dict(trainer, model={"hidden": 16384, "ffn": 65536})), "parameters"),
+        ("standin-seed-huge", lambda b: b["components"].append(dict(trainer, model={"seed": 2**40})), "seed"),
+        ("engine-batch-huge", lambda b: b["components"][0].update(engine={"max_batch": 10**12}), "max_batch"),
+    ]:
+        out.append(Case(f"target-{cid}-apply", apply, {"x.yaml": target_with(mutate)}, expect))
     # 5. telemetry snapshots (planner realloc)
     realloc = ["realloc", "{d}/x.yaml", "--out", "{d}/out.yaml"]
     for cid, content, expect in RAW:

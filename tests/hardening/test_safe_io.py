@@ -132,3 +132,14 @@ def test_links_and_directories_are_refused(tmp_path):
             write_atomic(target, "new")
         assert needle in exc.value.render()
     assert (tmp_path / "real.yaml").read_text() == "keep" and (tmp_path / "link.yaml").is_symlink()
+
+
+def test_a_new_journal_is_private(tmp_path):
+    from executor.journal import Journal
+
+    j = Journal(tmp_path / "sub" / "journal.db")
+    try:
+        assert j.history(1) == []
+    finally:
+        j.close()
+    assert stat.S_IMODE(os.stat(tmp_path / "sub" / "journal.db").st_mode) == 0o600
