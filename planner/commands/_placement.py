@@ -10,7 +10,7 @@ from planner.errors import Problem, UserError
 KIND = "PlacementPlan"
 
 
-def load_input(path: str, mode: Optional[str] = None):
+def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0):
     """(instance, name, digest, scenario or None) from a scenario YAML or a numbers-only instance file."""
     import hashlib
     import json
@@ -21,12 +21,18 @@ def load_input(path: str, mode: Optional[str] = None):
 
     if not Path(path).exists():
         raise UserError(Problem("", f"file not found: {path}", "check the path"))
+    if not 0.0 <= margin <= 1.0:
+        raise UserError(Problem("--margin", f"must lie between 0 and 1, got {margin:g}",
+                                "give the fraction added to every phase time, e.g. --margin 0.1"))
     if is_instance_file(path):
+        if margin:
+            raise UserError(Problem("--margin", "an instance file holds phase times already",
+                                    "plan the scenario with --margin, or drop --margin"))
         inst = load_instance(path)
         canon = json.dumps(inst.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return inst, inst.name, hashlib.sha256(canon.encode()).hexdigest()[:16], None
     sc = load_scenario(path)
-    return compile_scenario(sc, mode), sc.name, scenario_digest(sc), sc
+    return compile_scenario(sc, mode, margin), sc.name, scenario_digest(sc), sc
 
 
 def read_plan(path: str):
