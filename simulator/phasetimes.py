@@ -108,12 +108,18 @@ def rollout_run(setup, seed: int, consolidate_at: Optional[float] = None):
 def train_time_s(setup, reqs, train_gpus: Optional[int] = None) -> float:
     """Training-pool seconds of one iteration for these samples: log-probs and update(s) at the
     pool's rate (per-sample FLOPs) plus the optimizer step."""
-    from simulator.job import optimizer_step_s, sample_work_flops
+    from simulator.job import sample_work_flops
+
+    w = np.array([sample_work_flops(setup, r) for r in reqs]).sum(axis=0)
+    return _train_from_work(setup, float(w[0]), float(w[1]), train_gpus)
+
+
+def _train_from_work(setup, logprob_flops: float, update_flops: float, train_gpus: Optional[int] = None) -> float:
+    from simulator.job import optimizer_step_s
 
     tr = train_gpus if train_gpus is not None else setup.train_nodes * setup.gpus_per_node
     peak = setup.train_gpu.bf16_tflops * 1e12
-    w = np.array([sample_work_flops(setup, r) for r in reqs]).sum(axis=0)
-    return float(w[0] / (tr * peak * setup.infer_mfu) + w[1] / (tr * peak * setup.train_mfu)
+    return float(logprob_flops / (tr * peak * setup.infer_mfu) + update_flops / (tr * peak * setup.train_mfu)
                  + optimizer_step_s(setup, setup.train_gpu, tr))
 
 
@@ -151,12 +157,30 @@ def _rollout_sample(setup, seed: int) -> float:
 
 
 @lru_cache(maxsize=65536)
-def _train_sample(setup, seed: int) -> float:
+def _sample_work(workload, model, forwards: int, updates: int, seed: int) -> tuple[float, float]:
+    """(log-prob FLOPs, update FLOPs) of one iteration's samples: the same draws as the rollout of
+    that seed, independent of the pools (so one draw serves every training pool size)."""
     from simulator.core import EventLoop
+    from simulator.job import sample_work_flops
     from simulator.workload import make_requests
 
-    reqs = make_requests(setup.workload, EventLoop(seed).rng)  # the same draws as the rollout of that seed
-    return train_time_s(setup, reqs)
+    reqs = make_requests(workload, EventLoop(seed).rng)
+    probe = _WorkProbe(model, forwards, updates)
+    w = np.array([sample_work_flops(probe, r) for r in reqs]).sum(axis=0)
+    return float(w[0]), float(w[1])
+
+
+class _WorkProbe:
+    """The fields of a set-up that :func:`simulator.job.sample_work_flops` reads."""
+
+    def __init__(self, model, forwards: int, updates: int) -> None:
+        self.model, self.forwards, self.updates = model, forwards, updates
+
+
+@lru_cache(maxsize=65536)
+def _train_sample(setup, seed: int) -> float:
+    w0, w1 = _sample_work(setup.workload, setup.model, setup.forwards, setup.updates, seed)
+    return _train_from_work(setup, w0, w1)
 
 
 def _mean(sample, job, mode: str, seeds: Optional[int]) -> float:
@@ -211,3 +235,4 @@ def switch_s(job, rollout_pool, train_pool) -> tuple[float, float]:
 def cache_clear() -> None:
     _rollout_sample.cache_clear()
     _train_sample.cache_clear()
+    _sample_work.cache_clear()

@@ -11,7 +11,7 @@ KIND = "PlacementPlan"
 SUMMARY_GROUPS = 20  # groups listed on the terminal (the plan has them all)
 
 
-def load_input(path: str, mode: Optional[str] = None, command: str = "plan"):
+def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, command: str = "plan"):
     """(instance, name, digest, scenario or None) from a scenario YAML or a numbers-only instance file."""
     import hashlib
     import json
@@ -20,11 +20,17 @@ def load_input(path: str, mode: Optional[str] = None, command: str = "plan"):
 
     if not Path(path).exists():
         raise UserError(Problem("", f"file not found: {path}", "check the path"))
+    if not 0.0 <= margin <= 1.0:
+        raise UserError(Problem("--margin", f"must lie between 0 and 1, got {margin:g}",
+                                "give the fraction added to every phase time, e.g. --margin 0.1"))
     from planner.dockind import INSTANCE, SCENARIO, expect
 
     expect(path, [SCENARIO, INSTANCE], "INPUT", command)
     data = read_data(path)
     if data is not None:
+        if margin:
+            raise UserError(Problem("--margin", "an instance file holds phase times already",
+                                    "plan the scenario with --margin, or drop --margin"))
         inst = load_instance(path, data)
         canon = json.dumps(inst.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return inst, inst.name, hashlib.sha256(canon.encode()).hexdigest()[:16], None
@@ -33,7 +39,7 @@ def load_input(path: str, mode: Optional[str] = None, command: str = "plan"):
     from planner.schema import load_scenario
 
     sc = load_scenario(path)
-    return compile_scenario(sc, mode), sc.name, scenario_digest(sc), sc
+    return compile_scenario(sc, mode, margin), sc.name, scenario_digest(sc), sc
 
 
 def read_plan(path: str, command: str = "plan"):

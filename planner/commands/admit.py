@@ -40,7 +40,7 @@ def run(args) -> int:
     from planner.errors import Problem, UserError, did_you_mean
 
     t0 = time.perf_counter()
-    inst, name, digest, _ = load_input(args.input, args.mode, "admit")
+    inst, name, digest, _ = load_input(args.input, args.mode, command="admit")
     _, current = read_plan(args.current, "admit")
     idx = Index(inst)
     cur = read_current(idx, current)

@@ -39,6 +39,8 @@ def add_arguments(p) -> None:
     p.add_argument("--move-price", type=_args.number(0.0, 1e4), default=None, metavar="USD_PER_H", help="$/h charged per moved job")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (scenarios only)")
     p.add_argument("--json", action="store_true", help="print the plan document as JSON on stdout (also with --out)")
+    p.add_argument("--margin", type=_args.number(0.0, 1.0), default=0.0, metavar="F",
+                   help="explicit headroom: every phase time x (1 + F) on the same model, SLOs unchanged (scenarios only)")
     p.add_argument("--out", "-o", metavar="FILE", help="write the plan document here (.json: JSON, else YAML); default: stdout")
     p.add_argument("--plot", metavar="PNG", help="write a timeline of one meta-iteration per group (rollout and training lanes)")
     p.add_argument("--save-instance", metavar="FILE", help="also write the numbers-only instance the plan was computed from")
@@ -74,7 +76,7 @@ def run(args) -> int:
     from planner.commands._placement import load_input, read_plan, summary, unplaced_error, write_plan
 
     _check_args(args)
-    inst, name, digest, sc = load_input(args.input, args.mode)
+    inst, name, digest, sc = load_input(args.input, args.mode, args.margin)
     if args.move_price is not None:
         inst = inst.model_copy(update={"move_price_per_job": args.move_price})
     solver = sc.solver if sc is not None else None

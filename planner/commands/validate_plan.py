@@ -28,7 +28,7 @@ def run(args) -> int:
     from formulation.placement.check import check
     from planner.commands._placement import load_input, read_plan
 
-    inst, name, digest, _ = load_input(args.input, args.mode, "validate-plan")
+    inst, name, digest, _ = load_input(args.input, args.mode, command="validate-plan")
     doc, plan = read_plan(args.plan, "validate-plan")
     if doc.scenario_digest and doc.scenario_digest != digest and not args.force:
         from planner.errors import Problem, UserError

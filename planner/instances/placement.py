@@ -42,12 +42,14 @@ def _sizes(least: int, most: int) -> list[int]:
     return [n for n in sorted(set(POOL_SIZES) | {least}) if least <= n <= max(most, least)]
 
 
-def compile_job(job: JobSpec, view: ClusterView, mode: str) -> PlacementJob:
+def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0) -> PlacementJob:
+    """``margin``: an explicit fraction added on top of every rollout and training time (the SLO
+    stays on the unmargined solo time), for planning with headroom on the same model."""
     est = estimate_job(job, view, mode)
     prof = est.profile
     r_tab: dict[str, dict[int, float]] = {}
     for t in est.rollout_types:
-        r_tab[t] = {n: rollout_s(prof, view.pool(t, n), mode) for n in _sizes(job.rollout.nodes, view.nodes_of(t))}
+        r_tab[t] = {n: rollout_s(prof, view.pool(t, n), mode, margin=margin) for n in _sizes(job.rollout.nodes, view.nodes_of(t))}
     t_tab: dict[str, dict[int, float]] = {}
     mp = job.trainer.tp * job.trainer.pp
     for t in est.train_types:
@@ -56,7 +58,7 @@ def compile_job(job: JobSpec, view: ClusterView, mode: str) -> PlacementJob:
         for n in _sizes(job.trainer.nodes, most):
             pool = view.pool(t, n)
             if pool.gpus % mp == 0 and fits_training(prof, pool):
-                row[n] = train_s(prof, pool, mode)
+                row[n] = train_s(prof, pool, mode, margin=margin)
         if row:
             t_tab[t] = row
     s_tab: dict[str, dict[str, float]] = {}
@@ -69,7 +71,7 @@ def compile_job(job: JobSpec, view: ClusterView, mode: str) -> PlacementJob:
                         sync_s=s_tab, dram_rollout_node_gb=est.dram_rollout_node_gb, train_state_gb=state_gb, arrival_s=job.arrival_s)
 
 
-def compile_scenario(sc: Scenario, mode: str | None = None) -> PlacementInstance:
+def compile_scenario(sc: Scenario, mode: str | None = None, margin: float = 0.0) -> PlacementInstance:
     view = ClusterView(sc, resolve_gpu_types(sc))
     mode = mode or sc.solver.phase_time_estimate
     pools = {}
@@ -78,7 +80,7 @@ def compile_scenario(sc: Scenario, mode: str | None = None) -> PlacementInstance
         price = spec.price_per_gpu_hour if spec and spec.price_per_gpu_hour else view.gpu_types[t].price_per_gpu_hour
         pools[t] = PoolType(gpus_per_node=view.gpus_per_node(t), price_per_gpu_hour=price, dram_gb=view.dram_gb(t),
                             count=view.nodes_of(t), node_names=view.node_names(t))
-    jobs = [compile_job(j, view, mode) for j in sc.jobs]
+    jobs = [compile_job(j, view, mode, margin) for j in sc.jobs]
     return PlacementInstance(name=sc.name, pool_types=pools, jobs=jobs, move_price_per_job=sc.solver.move_price_per_job)
 
 

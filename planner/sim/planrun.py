@@ -52,6 +52,7 @@ class GroupResult:
     members: list
     planned_cycle_s: float
     simulated_cycle_s: float
+    switch_s: float = 0.0  # warm-switch seconds per meta-iteration on the busier ring (0 for a lone member)
 
     @property
     def error(self) -> float:
@@ -126,11 +127,14 @@ def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 
         rt, tt = g.rollout_pool.gpu_type, g.train_pool.gpu_type
         by = {m.job: m for m in g.members}
         specs = []
+        sw_rings = [0.0, 0.0]
         for name in g.order:
             m = by[name]
             setup = member_setup(sc, view, name, rt, len(m.rollout_nodes), tt, len(m.train_nodes))
             r, t = member_samples(setup, samples, seed)
             sw_r, sw_t = switch_times_s(setup)
+            sw_rings[0] += sw_r
+            sw_rings[1] += sw_t
             specs.append(MemberSpec(name=name, rollout_s=r, train_s=t, sync_s=sync_time_s(setup),
                                     rollout_nodes=tuple(m.rollout_nodes), train_nodes=tuple(m.train_nodes),
                                     rollout_switch_s=sw_r, train_switch_s=sw_t, slo_s=float(m.slo_s)))
@@ -150,7 +154,8 @@ def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 
                                       mean_iteration_s=float(gaps.mean()) if gaps.size else math.nan))
         sim = max(cyc.values()) if cyc else math.nan
         out.groups.append(GroupResult(id=g.id, rollout_pool=f"{g.rollout_pool.size}x{rt}", train_pool=f"{g.train_pool.size}x{tt}",
-                                      members=list(g.order), planned_cycle_s=float(g.cycle_time_s), simulated_cycle_s=float(sim)))
+                                      members=list(g.order), planned_cycle_s=float(g.cycle_time_s), simulated_cycle_s=float(sim),
+                                      switch_s=max(sw_rings) if len(g.order) > 1 else 0.0))
     return out
 
 

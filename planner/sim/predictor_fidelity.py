@@ -107,7 +107,7 @@ def measure(cases=CASES, fractions=FRACTIONS) -> dict:
         return {"n": int(a.size), "median": float(np.median(a)) if a.size else math.nan, "max": float(a.max()) if a.size else math.nan}
 
     return {"command": "python -m planner.sim.fidelity (planner.sim.predictor_fidelity.measure)",
-            "description": __doc__.split("\n\n", 1)[1].strip().replace("\n", " "),
+            "description": __doc__.split("\n\n", 1)[1].strip(),
             "cases": {"keep": stat(keep), "after-move": stat(after)}, "rows": rows}
 
 
