@@ -139,15 +139,16 @@ class FastPacker:
         pair_of_k = np.zeros(K, dtype=int)
         for i, pr in enumerate(self.pairs):
             pair_of_k[pr.grid[pr.grid >= 0]] = i
-        if K:
+        if K and idx.n:
+            # per job, its pairs by the cost of its cheapest configuration there; the first max_pairs
+            cheapest = np.full((len(self.pairs), idx.n), np.inf)
+            for i, pr in enumerate(self.pairs):
+                ks = pr.grid[pr.grid >= 0]
+                cheapest[i] = np.where(idx.ok[ks], idx.cost[ks][:, None], np.inf).min(axis=0)
+            order = np.lexsort((np.arange(len(self.pairs))[:, None].repeat(idx.n, axis=1), cheapest), axis=0)
             for j in range(idx.n):
-                ks = idx.job_configs[j]
-                # its pairs by the cost of its cheapest configuration there; the first max_pairs
-                best: dict[int, float] = {}
-                for k, c in zip(pair_of_k[ks].tolist(), idx.cost[ks].tolist()):
-                    if c < best.get(k, np.inf):
-                        best[k] = c
-                self.job_pairs[j] = sorted(best, key=lambda p: (best[p], p))[:max_pairs]
+                col = order[:, j]
+                self.job_pairs[j] = [int(p) for p in col[:max_pairs] if np.isfinite(cheapest[p, j])]
         self.placed: dict[int, tuple[int, int]] = {}
 
     # ---------------------------------------------------------------- job data on a pair
