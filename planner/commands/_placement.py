@@ -41,15 +41,33 @@ def read_plan(path: str):
     return doc, PlacementPlan.model_validate(doc.body)
 
 
-def write_plan(body, record: dict, name: str, digest: str, out: Optional[str]) -> str:
-    from planner import plandoc
+def plan_text(body, record: dict, name: str, digest: str, fmt: str) -> str:
+    """The plan document's text, byte for byte what :func:`planner.plandoc.dumps` writes for it,
+    without validating and dumping the body a second time through the document model (at
+    thousands of jobs that round trip took longer than the fast path's solve)."""
+    import json
 
-    doc = plandoc.PlanDocument(kind=KIND, scenario=name, scenario_digest=digest, solver=plandoc.SolverRecord(**record),
-                               body=body.model_dump(mode="json"))
+    import yaml
+
+    from planner import __version__, plandoc
+
+    solver = plandoc.SolverRecord(**record).model_dump(mode="json")
+    data = {"kind": KIND, "version": plandoc.PLAN_VERSION, "generator": f"rl-planner {__version__}", "scenario": name,
+            "scenario_digest": digest, "solver": plandoc._round(solver), "body": plandoc._round(body.model_dump(mode="json"))}
+    if fmt == "json":
+        return json.dumps(data, indent=2, sort_keys=False) + "\n"
+    return yaml.dump(data, Dumper=plandoc._Dumper, sort_keys=False, default_flow_style=False, width=100)
+
+
+def write_plan(body, record: dict, name: str, digest: str, out: Optional[str]) -> str:
     if out:
-        plandoc.write(doc, out)
+        p = Path(out)
+        text = plan_text(body, record, name, digest, "json" if p.suffix == ".json" else "yaml")
+        tmp = p.with_name(f".{p.name}.tmp")  # atomic, as plandoc.write: a failed write never leaves half a plan
+        tmp.write_text(text)
+        tmp.replace(p)
         return out
-    print(plandoc.dumps(doc), end="")
+    print(plan_text(body, record, name, digest, "yaml"), end="")
     return "-"
 
 

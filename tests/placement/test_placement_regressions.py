@@ -138,3 +138,16 @@ def test_admit_keeps_the_reason_of_a_job_that_fits_nowhere(tmp_path):
     assert why["huge"].reason == "dram" and "--job" not in why["huge"].fix
     assert why["later"].reason == "pending" and "--job later" in why["later"].fix
     assert check(inst, body) == []
+
+
+def test_plan_text_is_what_plandoc_writes():
+    from planner import plandoc
+    from planner.commands._placement import plan_text
+
+    inst = _two_big_jobs()
+    res = solve(inst, SolveOptions(time_limit_s=5), "colgen")
+    record = res.record.as_dict()
+    doc = plandoc.PlanDocument(kind="PlacementPlan", scenario="s", scenario_digest="d", solver=plandoc.SolverRecord(**record),
+                               body=res.plan.model_dump(mode="json"))
+    for fmt in ("json", "yaml"):
+        assert plan_text(res.plan, record, "s", "d", fmt) == plandoc.dumps(doc, fmt)
