@@ -224,6 +224,8 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             found.moved = moved_jobs(found, cur)
             if _score(idx, found) <= _score(idx, warm) + 1e-9:
                 sol = found
+        if fast_msg and cur is None and _score(idx, base_greedy) < _score(idx, sol) - 1e-9:
+            sol = base_greedy  # a fast path cut short by a loaded machine: the Weave greedy is the floor
         status = SolveStatus.OPTIMAL if st.proven else SolveStatus.FEASIBLE
         message = (f"column generation: {st.rounds} rounds, {st.columns} columns, LP {st.lp_value:.6g}"
                    f"{' (converged)' if st.lp_converged else ''}; "
