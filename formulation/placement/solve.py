@@ -216,6 +216,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             share = time.perf_counter() + 0.25 * (deadline - time.perf_counter())
             free_model = PatternModel(idx, job_classes(idx), 0.0, options.threads)
             bound_free = free_model.lp_bound(share, best_greedy(idx)[0])
+        pm.progress, pm.progress_incumbent = progress, warm.cost(idx)
         found, st = pm.solve(deadline, warm, anchors, options.mip_gap)
         bounds = [b for b in (st.lower_bound, bound_free, fast_lb) if b is not None and b > -1e300]
         lb = max(bounds) if bounds else None

@@ -136,7 +136,8 @@ class _status_line:
         if dt < self.AFTER_S:
             return
         gap = (f", gap {100 * (incumbent - bound) / incumbent:.1f}%" if incumbent and bound is not None and incumbent > 0 else "")
-        line = (f"[{dt:6.1f} s] {phase}: plan {incumbent:.2f} $/h" + (f", bound {bound:.2f}" if bound is not None else "") + gap)
+        line = (f"[{dt:6.1f} s] {phase}" + (f": plan {incumbent:.2f} $/h" if incumbent is not None else "")
+                + (f", bound {bound:.2f}" if bound is not None else "") + gap)
         sys.stderr.write("\r" + line[:120].ljust(80))
         sys.stderr.flush()
         self.shown = True
