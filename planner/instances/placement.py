@@ -15,11 +15,9 @@ Node names come from :meth:`planner.instances.common.ClusterView.node_names`.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from estimators.phases import fits_training, rollout_s, sync_s, train_s
 from formulation.placement.instance import PlacementInstance, PlacementJob, PoolType
-from planner.errors import Problem, UserError
 from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
 from planner.schema.scenario import JobSpec, Scenario
 
