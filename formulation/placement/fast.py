@@ -413,10 +413,10 @@ def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, see
     many = idx.n > 500
     # first-fit decreasing first (the plan is never worse than it), then tightest SLO first when
     # there is time (better on every distinct-job instance measured, docs/placement.md)
-    sol = pack(idx, ffd_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.6 * span)
+    sol = pack(idx, ffd_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.85 * span)
     st.constructed = "FFD best fit"
     st.ffd_cost = sol.cost(idx)
-    if time.perf_counter() > t0 + 0.6 * span:
+    if time.perf_counter() > t0 + 0.85 * span:
         st.cut_short.append("packing (the rest opened groups of their own)")
     elif time.perf_counter() < t0 + 0.3 * span:
         other = pack(idx, slo_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.6 * span)

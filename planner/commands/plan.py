@@ -77,7 +77,7 @@ def run(args) -> int:
     limit = args.time_limit or (solver.time_limit_s if solver else 60.0)
     # the limit is for the whole command: what loading took, and an estimate of writing the plan
     # (about 0.1 ms per job as JSON, more as YAML), come off the solver's share
-    write_s = (1e-4 if str(args.out or "").endswith(".json") else 5e-4) * len(inst.jobs) + 0.05
+    write_s = (6e-5 if str(args.out or "").endswith(".json") else 5e-4) * len(inst.jobs) + 0.05
     solve_limit = max(0.05, limit - (time.perf_counter() - t_start) - min(write_s, 0.3 * limit))
     opts = SolveOptions(
         time_limit_s=solve_limit,
