@@ -1,6 +1,7 @@
 """Placement benchmark (a command, never part of the test run).
 
     python -m formulation.placement.bench [--sizes 13,100,500,2000] [--seeds 0] [--out results/placement]
+    python -m formulation.placement.bench --distinct [--sizes 13,100,500,2000,10000]   # distinct jobs (bench_distinct)
 
 For each size, a generated instance (:mod:`formulation.placement.generate`, templates from
 ``scenarios/instances/weave-trace-60.yaml``) and the shipped trace itself: the Weave greedy
@@ -187,6 +188,11 @@ def _fmt(x, nd=2):
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--distinct" in argv:  # the distinct-job generator and table (formulation.placement.bench_distinct)
+        from formulation.placement.bench_distinct import main as distinct_main
+
+        return distinct_main([a for a in argv if a != "--distinct"])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="13,100,500,2000")
     ap.add_argument("--seeds", default="0")
@@ -195,6 +201,7 @@ def main(argv=None) -> int:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--backend", default="colgen", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=float, default=60.0, help=argparse.SUPPRESS)
+    ap.add_argument("--distinct", action="store_true", help="the distinct-job benchmark instead (formulation.placement.bench_distinct)")
     args = ap.parse_args(argv)
     if args.one:
         if args.one.startswith("watchdog:"):

@@ -142,6 +142,8 @@ class ColgenStats:
 class PatternModel:
     def __init__(self, idx: Index, classes: Classes, move_price: float = 0.0, threads: int = 1):
         self.deadline = float("inf")
+        self.progress = None  # progress(phase, incumbent, bound): the CLI's status line
+        self.progress_incumbent: Optional[float] = None
         self.converged: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None  # set by column_generation
         self.promise = np.zeros(len(idx.configs))
         self.idx = idx
@@ -445,6 +447,9 @@ class PatternModel:
                 lb = self.lagrangian_bound(ps, ms, rc_lb)
                 if lb > best_lb:
                     best_lb, center = lb, (ps, ms)
+            if self.progress is not None:
+                self.progress(f"column generation round {st.rounds} (LP {obj:.6g})", self.progress_incumbent,
+                              best_lb if np.isfinite(best_lb) else None)
             if TRACE:
                 print(f"round {st.rounds} t={time.perf_counter() - t0:.2f} lp={obj:.3f} exact pricing {time.perf_counter() - tp:.2f} s "
                       f"full={full} exact={exact} new={len(new)} lb={best_lb:.3f} alpha={alpha if smooth else 0}")

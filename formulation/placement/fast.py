@@ -139,15 +139,16 @@ class FastPacker:
         pair_of_k = np.zeros(K, dtype=int)
         for i, pr in enumerate(self.pairs):
             pair_of_k[pr.grid[pr.grid >= 0]] = i
-        if K:
+        if K and idx.n:
+            # per job, its pairs by the cost of its cheapest configuration there; the first max_pairs
+            cheapest = np.full((len(self.pairs), idx.n), np.inf)
+            for i, pr in enumerate(self.pairs):
+                ks = pr.grid[pr.grid >= 0]
+                cheapest[i] = np.where(idx.ok[ks], idx.cost[ks][:, None], np.inf).min(axis=0)
+            order = np.lexsort((np.arange(len(self.pairs))[:, None].repeat(idx.n, axis=1), cheapest), axis=0)
             for j in range(idx.n):
-                ks = idx.job_configs[j]
-                # its pairs by the cost of its cheapest configuration there; the first max_pairs
-                best: dict[int, float] = {}
-                for k, c in zip(pair_of_k[ks].tolist(), idx.cost[ks].tolist()):
-                    if c < best.get(k, np.inf):
-                        best[k] = c
-                self.job_pairs[j] = sorted(best, key=lambda p: (best[p], p))[:max_pairs]
+                col = order[:, j]
+                self.job_pairs[j] = [int(p) for p in col[:max_pairs] if np.isfinite(cheapest[p, j])]
         self.placed: dict[int, tuple[int, int]] = {}
 
     # ---------------------------------------------------------------- job data on a pair
@@ -306,6 +307,27 @@ class FastPacker:
             self.open_group(j, *new[1:])
         return True
 
+    def admit_next_fit(self, j: int) -> bool:
+        """Next fit, for when time is up: join the group last opened for the job's cheapest pair if it
+        fits there on that group's pools (scalar checks, no search), else open a group on the job's
+        cheapest configuration."""
+        new = self.best_open(j, False)
+        if new is None:
+            return False
+        _, pi, r, t = new
+        G = self.groups[pi]
+        g = G.n - 1
+        if g >= 0 and G.members[g]:
+            gr, gt = G.cur[g]
+            a, bs = self._job(G.pair, j)
+            lim = min(G.lim[g], self.idx.slo[j]) * TOL
+            if (G.sumA[g, gr] + a[gr] <= lim and G.sumBS[g, gt] + bs[gt] <= lim and max(G.maxTOT[g, gr, gt], a[gr] + bs[gt]) <= lim
+                    and G.dr[g] + self.idx.dram_r[j] <= G.pair.dram_r * TOL and G.st[g] + self.idx.state_t[j] <= G.pair.dram_t[gt] * TOL):
+                self.join(j, pi, g, int(gr), int(gt))
+                return True
+        self.open_group(j, pi, r, t)
+        return True
+
     def solution(self) -> Solution:
         groups = []
         for G in self.groups:
@@ -339,9 +361,7 @@ def pack(idx: Index, order: Optional[Sequence[int]] = None, efficient: bool = Fa
     for i, j in enumerate(order):
         if i % 32 == 0 and time.perf_counter() > deadline:
             for jj in order[i:]:
-                new = pk.best_open(int(jj), False)
-                if new is not None:
-                    pk.open_group(int(jj), *new[1:])
+                pk.admit_next_fit(int(jj))
             break
         pk.admit(int(j), efficient)
     return pk.solution()
@@ -393,10 +413,10 @@ def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, see
     many = idx.n > 500
     # first-fit decreasing first (the plan is never worse than it), then tightest SLO first when
     # there is time (better on every distinct-job instance measured, docs/placement.md)
-    sol = pack(idx, ffd_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.6 * span)
+    sol = pack(idx, ffd_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.85 * span)
     st.constructed = "FFD best fit"
     st.ffd_cost = sol.cost(idx)
-    if time.perf_counter() > t0 + 0.6 * span:
+    if time.perf_counter() > t0 + 0.85 * span:
         st.cut_short.append("packing (the rest opened groups of their own)")
     elif time.perf_counter() < t0 + 0.3 * span:
         other = pack(idx, slo_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.6 * span)
@@ -421,7 +441,7 @@ def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline
 
 # ------------------------------------------------------------------------------------- the bound
 def load_bound(idx: Index, jobs: Optional[Sequence[int]] = None, iterations: int = 12,
-               deadline: float = float("inf")) -> Optional[float]:
+               deadline: float = float("inf"), duals: Optional[list] = None) -> Optional[float]:
     """A lower bound on the cost of every plan that places ``jobs`` (default: all of them); None
     when some of them fits nowhere alone. See the module docstring for the proof."""
     jobs = np.arange(idx.n) if jobs is None else np.asarray(list(jobs), dtype=int)
@@ -450,6 +470,8 @@ def load_bound(idx: Index, jobs: Optional[Sequence[int]] = None, iterations: int
         v = price[kk] * w
         vmin = np.minimum.reduceat(v, starts)
         val = float(vmin.sum() - mu @ cap)
+        if val > best and duals is not None:  # the per-job values: dual feasible for the pattern LP
+            duals[:] = [vmin.copy(), mu.copy()]
         best = max(best, val)
         if time.perf_counter() > deadline or it == iterations - 1:
             break

@@ -29,10 +29,11 @@ from formulation.placement.instance import PlacementInstance
 from formulation.placement.plan import PlacementPlan, build_plan
 
 BACKENDS = ("auto", "fast", "colgen", "highs", "cpsat", "greedy")
-# auto: the fast path alone under a short limit or with many distinct jobs; else the fast path as
+# auto: the fast path alone under a short limit (beyond 30 job classes) or with many distinct jobs; else the fast path as
 # the warm start of column generation (measured choices: docs/placement.md)
 FAST_ONLY_LIMIT_S = 2.0
 FAST_ONLY_CLASSES = 600
+SMALL_CLASSES = 30  # column generation proves these optimal in well under a second: also under a short limit
 FAST_WARM_SHARE = 0.15  # of the limit, at most FAST_WARM_MAX_S, for the fast path before column generation
 FAST_WARM_MAX_S = 3.0
 FINISH_S_PER_JOB = 1.5e-4  # measured: building the plan body of 2,000 jobs took 0.15-0.3 s
@@ -166,7 +167,8 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         from formulation.placement.fast import fast_solve
 
         n_classes = len(job_classes(idx).rep) if backend == "auto" and idx.n else 0
-        fast_only = backend == "fast" or options.time_limit_s <= FAST_ONLY_LIMIT_S or n_classes > FAST_ONLY_CLASSES
+        fast_only = backend == "fast" or n_classes > FAST_ONLY_CLASSES or (
+            options.time_limit_s <= FAST_ONLY_LIMIT_S and n_classes > SMALL_CLASSES)
         if cur is not None:
             warm0, warm_name = warm_start(idx, cur)
             warm0.moved = moved_jobs(warm0, cur)
@@ -214,6 +216,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             share = time.perf_counter() + 0.25 * (deadline - time.perf_counter())
             free_model = PatternModel(idx, job_classes(idx), 0.0, options.threads)
             bound_free = free_model.lp_bound(share, best_greedy(idx)[0])
+        pm.progress, pm.progress_incumbent = progress, warm.cost(idx)
         found, st = pm.solve(deadline, warm, anchors, options.mip_gap)
         bounds = [b for b in (st.lower_bound, bound_free, fast_lb) if b is not None and b > -1e300]
         lb = max(bounds) if bounds else None
@@ -222,6 +225,8 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             found.moved = moved_jobs(found, cur)
             if _score(idx, found) <= _score(idx, warm) + 1e-9:
                 sol = found
+        if fast_msg and cur is None and _score(idx, base_greedy) < _score(idx, sol) - 1e-9:
+            sol = base_greedy  # a fast path cut short by a loaded machine: the Weave greedy is the floor
         status = SolveStatus.OPTIMAL if st.proven else SolveStatus.FEASIBLE
         message = (f"column generation: {st.rounds} rounds, {st.columns} columns, LP {st.lp_value:.6g}"
                    f"{' (converged)' if st.lp_converged else ''}; "

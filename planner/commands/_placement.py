@@ -53,18 +53,35 @@ def read_plan(path: str, command: str = "plan"):
     return doc, PlacementPlan.model_validate(doc.body)
 
 
+def plan_text(body, record: dict, name: str, digest: str, fmt: str) -> str:
+    """The plan document's text, byte for byte what :func:`planner.plandoc.dumps` writes for it,
+    without validating and dumping the body a second time through the document model (at
+    thousands of jobs that round trip took longer than the fast path's solve)."""
+    import json
+
+    import yaml
+
+    from planner import __version__, plandoc
+
+    solver = plandoc.SolverRecord(**record).model_dump(mode="json")
+    data = {"kind": KIND, "version": plandoc.PLAN_VERSION, "generator": f"rl-planner {__version__}", "scenario": name,
+            "scenario_digest": digest, "solver": plandoc._round(solver), "body": plandoc._round(body.model_dump(mode="json"))}
+    if fmt == "json":
+        return json.dumps(data, indent=2, sort_keys=False) + "\n"
+    return yaml.dump(data, Dumper=plandoc._Dumper, sort_keys=False, default_flow_style=False, width=100)
+
+
 def write_plan(body, record: dict, name: str, digest: str, out: Optional[str], as_json: bool = False) -> str:
     """Write the plan document to ``out`` (else YAML on stdout); ``as_json``: also print it as JSON on stdout."""
-    from planner import plandoc
-
-    doc = plandoc.PlanDocument(kind=KIND, scenario=name, scenario_digest=digest, solver=plandoc.SolverRecord(**record),
-                               body=body.model_dump(mode="json"))
     if out:
-        plandoc.write(doc, out)
+        from planner.safewrite import write_atomic
+
+        p = Path(out)  # atomic, as plandoc.write: a failed write never leaves half a plan
+        write_atomic(p, plan_text(body, record, name, digest, "json" if p.suffix == ".json" else "yaml"), where="--out")
     if as_json:
-        print(plandoc.dumps(doc, "json"), end="")
+        print(plan_text(body, record, name, digest, "json"), end="")
     elif not out:
-        print(plandoc.dumps(doc), end="")
+        print(plan_text(body, record, name, digest, "yaml"), end="")
     return out or "-"
 
 

@@ -9,8 +9,8 @@ docs/placement.md) into co-execution groups that share a rollout pool and a trai
 lowest provisioning cost ($/h) with every member's cycle time within its SLO and every node's
 resident job state within its host DRAM.
 
-Backends: auto (the fast path alone under --time-limit 2 or with more than 600 distinct job
-classes; else the fast path as the warm start of column generation), fast (first-fit-decreasing
+Backends: auto (the fast path alone with more than 600 distinct job classes, or under
+--time-limit 2 with more than 30; else the fast path as the warm start of column generation), fast (first-fit-decreasing
 and tightest-SLO-first best fit over pool-type pairs, a load bound, local search that re-solves a
 few groups at a time exactly, until the limit), colgen (set partitioning over group patterns by column generation:
 certified lower bound, proven optimal on small inputs), highs (compact job x group MILP through
@@ -83,7 +83,7 @@ def run(args) -> int:
     limit = args.time_limit or (solver.time_limit_s if solver else 60.0)
     # the limit is for the whole command: what loading took, and an estimate of writing the plan
     # (about 0.1 ms per job as JSON, more as YAML), come off the solver's share
-    write_s = (1e-4 if str(args.out or "").endswith(".json") else 5e-4) * len(inst.jobs) + 0.05
+    write_s = (6e-5 if str(args.out or "").endswith(".json") else 5e-4) * len(inst.jobs) + 0.05
     solve_limit = max(0.05, limit - (time.perf_counter() - t_start) - min(write_s, 0.3 * limit))
     opts = SolveOptions(
         time_limit_s=solve_limit,
@@ -141,7 +141,8 @@ class _status_line:
         if dt < self.AFTER_S:
             return
         gap = (f", gap {100 * (incumbent - bound) / incumbent:.1f}%" if incumbent and bound is not None and incumbent > 0 else "")
-        line = (f"[{dt:6.1f} s] {phase}: plan {incumbent:.2f} $/h" + (f", bound {bound:.2f}" if bound is not None else "") + gap)
+        line = (f"[{dt:6.1f} s] {phase}" + (f": plan {incumbent:.2f} $/h" if incumbent is not None else "")
+                + (f", bound {bound:.2f}" if bound is not None else "") + gap)
         sys.stderr.write("\r" + line[:120].ljust(80))
         sys.stderr.flush()
         self.shown = True

@@ -24,11 +24,9 @@ Node names come from :meth:`planner.instances.common.ClusterView.node_names`.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from estimators.phases import fits_training
 from formulation.placement.instance import PlacementInstance, PlacementJob, PoolType
-from planner.errors import Problem, UserError
 from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
 from planner.schema.scenario import JobSpec, Scenario
 from simulator.phasetimes import rollout_s, sync_s, train_s  # the one phase-time model (the simulator's)

@@ -138,3 +138,45 @@ def test_admit_keeps_the_reason_of_a_job_that_fits_nowhere(tmp_path):
     assert why["huge"].reason == "dram" and "--job" not in why["huge"].fix
     assert why["later"].reason == "pending" and "--job later" in why["later"].fix
     assert check(inst, body) == []
+
+
+def test_plan_text_is_what_plandoc_writes():
+    from planner import plandoc
+    from planner.commands._placement import plan_text
+
+    inst = _two_big_jobs()
+    res = solve(inst, SolveOptions(time_limit_s=5), "colgen")
+    record = res.record.as_dict()
+    doc = plandoc.PlanDocument(kind="PlacementPlan", scenario="s", scenario_digest="d", solver=plandoc.SolverRecord(**record),
+                               body=res.plan.model_dump(mode="json"))
+    for fmt in ("json", "yaml"):
+        assert plan_text(res.plan, record, "s", "d", fmt) == plandoc.dumps(doc, fmt)
+
+
+def test_status_line_shows_phase_plan_bound_and_gap_after_two_seconds(monkeypatch):
+    import io
+    import sys
+
+    from planner.commands.plan import _status_line
+
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", buf)
+    line = _status_line()
+    line("local search", 120.0, 100.0)  # within the first 2 s: quiet
+    assert buf.getvalue() == ""
+    line.t0 -= 5.0
+    line("local search", 120.0, 100.0)
+    line("column generation round 3 (LP 99)", None, None)
+    line.done()
+    out = buf.getvalue()
+    assert "local search: plan 120.00 $/h, bound 100.00, gap 16.7%" in out and out.endswith("\n")
+    assert "column generation round 3" in out
+
+
+def test_plan_writes_no_status_line_when_stderr_is_not_a_terminal(tmp_path):
+    inst = _two_big_jobs()
+    src = tmp_path / "inst.yaml"
+    src.write_text(dump_instance(inst))
+    proc = run_cli("plan", str(src), "--time-limit", "3", "--out", str(tmp_path / "p.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert "\r" not in proc.stderr

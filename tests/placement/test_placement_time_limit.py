@@ -25,11 +25,14 @@ def _slowdown() -> float:
     return max(1.0, (time.perf_counter() - w0) / max(time.thread_time() - c0, 1e-3))
 
 
-@pytest.mark.parametrize("backend, jobs, limit", [("colgen", 400, 2.0), ("highs", 60, 1.5), ("cpsat", 60, 1.5)])
+@pytest.mark.parametrize("backend, jobs, limit", [("colgen", 400, 2.0), ("highs", 60, 1.5), ("cpsat", 60, 1.5), ("fast", -800, 1.0),
+                                                  ("auto", -300, 3.0)])
 def test_solve_returns_within_its_limit_with_a_checked_plan(backend, jobs, limit):
+    from formulation.placement.generate import generate_distinct
     from formulation.placement.solve import solve
 
-    inst = generate(jobs, 3, templates_from(load_instance(TRACE)))
+    # jobs < 0: that many distinct jobs (generate_distinct)
+    inst = generate(jobs, 3, templates_from(load_instance(TRACE))) if jobs > 0 else generate_distinct(-jobs, 3)
     slow = _slowdown()
     t0 = time.perf_counter()
     res = solve(inst, SolveOptions(time_limit_s=limit), backend)
@@ -43,6 +46,8 @@ def test_solve_returns_within_its_limit_with_a_checked_plan(backend, jobs, limit
     allowed = limit + (limit + 2.0) * slow
     assert wall <= allowed, f"{backend} took {wall:.2f} s under a {limit} s limit (allowed {allowed:.2f} s at slowdown {slow:.2f})"
     assert res.plan.groups and check(inst, res.plan) == []
+    if jobs < 0:  # the fast path reports a bound whenever it places every job that fits alone
+        assert res.record.best_bound is not None or any(u.reason == "capacity" for u in res.plan.unplaced)
     if res.record.best_bound is not None:
         assert res.record.best_bound <= res.record.objective + 1e-6
     assert res.record.status.value in ("optimal", "feasible")
