@@ -39,7 +39,7 @@ def add_arguments(p) -> None:
                    help="wall-clock limit per solve (default: the scenario's solver.time_limit_s)")
     p.add_argument("--mip-gap", type=float, default=None, help="relative gap at which a solve may stop (default: the scenario's)")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (default: the scenario's)")
-    p.add_argument("--json", action="store_true", help="print the answer (the CapacityPlan document) as JSON on stdout instead of the text")
+    p.add_argument("--json", action="store_true", help="print the answer (the CapacityPlan document; with --sweep the table's rows) as JSON on stdout instead of the text")
     p.add_argument("--no-minimums", action="store_true", help="skip the minimum count per type and the one-node-fewer analysis")
 
 
@@ -249,7 +249,12 @@ def _sweep(args, sc, sweeps, styles, mode, time_limit, gap, types, command) -> i
             progress.stop()
     wall = time.perf_counter() - t0
     head, body = report.table_rows(results, keys, styles)
-    report.print_table(head, body, Console(width=max(120, Console().width)))
+    if args.json:  # the table as rows of {column: value}
+        import json
+
+        print(json.dumps([dict(zip(head, row)) for row in body], indent=2, default=str))
+    else:
+        report.print_table(head, body, Console(width=max(120, Console().width)))
     where = f"{len(pts)} points in {wall:.1f} s on " + (f"Ray ({args.ray_address})" if args.ray_address else f"{min(workers, len(pts))} local worker(s)")
     print(where, file=sys.stderr)
     if args.out:
