@@ -108,8 +108,8 @@ class Journal:
             if cur["plan_digest"] != digest:
                 raise UserError(Problem("journal", f"apply #{cur['id']} of plan {cur['plan_name']!r} (digest {cur['plan_digest']}) "
                                         f"was interrupted and is not finished",
-                                        f"run 'planner apply' on that plan again to resume it, or 'planner apply --rollback' "
-                                        f"to undo its unfinished migration, before applying another plan"))
+                                        "run 'planner apply' on that plan again to resume it, or 'planner apply --rollback' "
+                                        "to undo its unfinished migration, before applying another plan"))
             return cur["id"], cur["steps"], True
         with self._tx():
             c = self.db.execute("INSERT INTO applies(plan_digest, plan_name, backend, status, started, steps_json) "

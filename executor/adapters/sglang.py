@@ -88,7 +88,7 @@ class SGLangEngine:
         body = {"input_ids": t.prompt + t.output, "sampling_params": {"max_new_tokens": left}, "rid": t.rid}
         try:
             r = self.http.post(self.url + "/generate", json=body, timeout=None)
-        except httpx.HTTPError as exc:
+        except httpx.HTTPError:
             with self._lock:
                 t.state = "aborted"
             return

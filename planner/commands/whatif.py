@@ -39,7 +39,8 @@ def add_arguments(p) -> None:
                    help="wall-clock limit per solve (default: the scenario's solver.time_limit_s)")
     p.add_argument("--mip-gap", type=float, default=None, help="relative gap at which a solve may stop (default: the scenario's)")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (default: the scenario's)")
-    p.add_argument("--json", action="store_true", help="print the answer (the CapacityPlan document; with --sweep the table's rows) as JSON on stdout instead of the text")
+    p.add_argument("--json", action="store_true",
+                   help="print the answer (the CapacityPlan document; with --sweep the table's rows) as JSON on stdout instead of the text")
     p.add_argument("--no-minimums", action="store_true", help="skip the minimum count per type and the one-node-fewer analysis")
 
 
@@ -139,6 +140,7 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
             for _ in range(3):
                 found: list = []
                 mins = minimums(inst, res, opts, found, on_type)
+                assert res.record is not None  # a solve that served every job has its record
                 better = improve(inst, res.cost_per_hour, res.lower_bound, res.record.message, found, opts)
                 if better is None:
                     break
@@ -150,6 +152,7 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
     plan.minimums = mins
     others = [solve(inst, opts, s) for s in styles if s != "co-execution"]
     plan.styles = [style_line(r, inst) for r in [res] + others] if others else []
+    assert res.record is not None
     record = res.record.as_dict()
     record["wall_time_s"] = time.perf_counter() - t0
     lines = report.answer_lines(plan, record, plan.styles)

@@ -138,8 +138,8 @@ def dynarl_math(args, cmd) -> list[str]:
             res, kept = {}, {"static": [], "dynamic": []}
             for name, pol in (("static", Policy("static")), ("batch", Policy("static", streaming=False)),
                               ("colocated", Policy("colocated")),
-                              ("dynamic", lambda: Policy("dynamic", decision=_decision(args.decision, sc))),
-                              ("threshold", lambda: Policy("dynamic", decision=_decision("threshold", sc)))):
+                              ("dynamic", lambda sc=sc: Policy("dynamic", decision=_decision(args.decision, sc))),
+                              ("threshold", lambda sc=sc: Policy("dynamic", decision=_decision("threshold", sc)))):
                 ms = _run_job(setup, pol, args.seeds, args.iterations, kept.get(name))
                 res[name] = {"iter_s": _mean(ms, "mean_iteration_s"), "realloc": _mean(ms, "reallocations") / args.iterations,
                              "reprefill": _mean(ms, "reprefill_tokens") / args.iterations}
@@ -258,7 +258,7 @@ def agentic(args, cmd):
         base = None
         for pol_name in ("static", "dynamic"):
             for q in ("fifo", "priority"):
-                pol = (lambda q=q: Policy("dynamic", queue=q, decision=_decision(args.decision, sc))) if pol_name == "dynamic" \
+                pol = (lambda q=q, sc=sc: Policy("dynamic", queue=q, decision=_decision(args.decision, sc))) if pol_name == "dynamic" \
                     else Policy("static", queue=q)
                 ms = _run_job(setup, pol, args.seeds, iters)
                 it = _mean(ms, "mean_iteration_s")

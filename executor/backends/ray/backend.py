@@ -204,7 +204,7 @@ class RayBackend:
         results = self.call_many(calls, self.deadlines.reshard_s)
         seconds = time.time() - t0
         sent, got = {}, {}
-        for (wid, _, a), res in zip(calls, results):
+        for (_wid, _, a), res in zip(calls, results):
             (sent if a[5] == "old" else got).update(res["checksums"])
         bad = sorted(k for k in set(sent) | set(got) if sent.get(k) != got.get(k))
         nbytes = sum(res["bytes"] for (_, _, a), res in zip(calls, results) if a[5] == "old")
