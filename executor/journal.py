@@ -116,6 +116,7 @@ class Journal:
                                 "VALUES (?, ?, ?, 'running', ?, ?)",
                                 (digest, name, backend, time.time(), json.dumps([s.as_dict() for s in steps])))
             aid = c.lastrowid
+            assert aid is not None  # an INSERT's row id
             self.db.executemany("INSERT INTO steps(apply_id, seq, step_id, unit, kind, status) VALUES (?, ?, ?, ?, ?, 'planned')",
                                 [(aid, s.seq, s.id, s.unit, s.kind) for s in steps])
         return aid, steps, False
