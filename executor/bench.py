@@ -83,7 +83,7 @@ def bench_reshard(args) -> None:
     from executor.controller import Executor
     from executor.diff import diff
     from executor.journal import Journal
-    from executor.state import Layout, Node
+    from executor.state import Node
     from executor.target import ExecutorTarget, to_state
 
     mach = machine()
@@ -189,7 +189,6 @@ def bench_workload(args) -> None:
             res = Executor(b, j).apply(diff(observe(b), to_state(ExecutorTarget.model_validate(body(2)))).steps)
             apply_s = time.perf_counter() - t0
             assert res.status == "done", res.message
-            rows_j = {s["kind"]: s for s in j.step_rows(2)}
             live = {r["id"] for r in b.coord("records")}
             recs = b.coord("request_records")
             orphans = [r["id"] for r in recs if not r["done"] and r["owner"] not in live]

@@ -52,7 +52,7 @@ def in_process(n_requests: int) -> list[dict]:
     try:
         mem, dur = Coordinator(), Coordinator(state_dir=str(d))
         ems, eds = _filled(mem, 2000), _filled(dur, 2000)
-        shard = {f"{l}.w": {k: torch.randn(256, 256) for k in ("param", "grad", "exp_avg", "exp_avg_sq")} for l in range(8)}
+        shard = {f"{i}.w": {k: torch.randn(256, 256) for k in ("param", "grad", "exp_avg", "exp_avg_sq")} for i in range(8)}
         mb = sum(t.numel() * 4 for s in shard.values() for t in s.values()) / 1e6
         calls = {
             "progress (8 requests)": (lambda c, e: lambda i: c.progress("w0", e, {f"r{(i * 8 + k) % 2000}": [1] * (i // 250 + 1)

@@ -88,8 +88,8 @@ def take(s: Slots, need: Need) -> Optional[str]:
         if g < 0 and why is None:
             why = f"{-g} GPU(s) short on node {need.node}"
     if need.reserves:
-        key = ("res", need.reserves, need.node)
-        s[key] = s.get(key, 0) + need.gpus
+        rkey = ("res", need.reserves, need.node)
+        s[rkey] = s.get(rkey, 0) + need.gpus
     return why
 
 
@@ -103,9 +103,9 @@ def give(s: Slots, need: Need) -> Optional[str]:
     else:
         s[("gpus", need.node)] = s.get(("gpus", need.node), 0) + need.gpus
     if need.reserves:
-        key = ("res", need.reserves, need.node)
-        left = s.get(key, 0) - need.gpus
-        s[key] = left
+        rkey = ("res", need.reserves, need.node)
+        left = s.get(rkey, 0) - need.gpus
+        s[rkey] = left
         over = [(k[2], v) for k, v in s.items() if k[0] == "use" and k[1] == need.reserves and k[3] == need.node and v > left]
         if over:
             job, v = over[0]

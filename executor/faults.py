@@ -55,6 +55,7 @@ class FaultPlan:
             f.fired = True
             if f.action == "crash":
                 raise ControllerCrash(f"controller killed at {point} of {step.id}")
+            assert callable(f.action), f.action  # any other string was refused when the fault was made
             f.action(backend, step)
 
 

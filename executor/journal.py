@@ -156,14 +156,15 @@ class Journal:
             if cur["plan_digest"] != digest:
                 raise UserError(Problem("journal", f"apply #{cur['id']} of plan {cur['plan_name']!r} (digest {cur['plan_digest']}) "
                                         f"was interrupted and is not finished",
-                                        f"run 'planner apply' on that plan again to resume it, or 'planner apply --rollback' "
-                                        f"to undo its unfinished migration, before applying another plan"))
+                                        "run 'planner apply' on that plan again to resume it, or 'planner apply --rollback' "
+                                        "to undo its unfinished migration, before applying another plan"))
             return cur["id"], cur["steps"], True
         with self._tx():
             c = self.db.execute("INSERT INTO applies(plan_digest, plan_name, backend, status, started, steps_json) "
                                 "VALUES (?, ?, ?, 'running', ?, ?)",
                                 (digest, name, backend, time.time(), json.dumps([s.as_dict() for s in steps])))
             aid = c.lastrowid
+            assert aid is not None  # an INSERT's row id
             self.db.executemany("INSERT INTO steps(apply_id, seq, step_id, unit, kind, status) VALUES (?, ?, ?, ?, ?, 'planned')",
                                 [(aid, s.seq, s.id, s.unit, s.kind) for s in steps])
         return aid, steps, False

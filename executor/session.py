@@ -12,7 +12,7 @@ from typing import Optional
 from estimators.errors import Problem, UserError
 
 from executor.backends.base import Deadlines
-from executor.state import ClusterState, Node
+from executor.state import Node
 
 DEFAULT_DIR = Path(".rl-planner")
 

@@ -18,7 +18,6 @@ reader (which names the problem in detail).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Optional
 

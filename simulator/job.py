@@ -443,7 +443,7 @@ class JobSim:
         for e in self.rollout.all_engines():
             e.sync(end)
         self.rollout.release_all(end)
-        for eid, e in self.rollout.engines.items():
+        for _eid, e in self.rollout.engines.items():
             self.ledger.add_busy("rollout", e.busy_s * e.gpus)
         for st in (self.ref, self.trainer):
             st.finish_accounting(end)
@@ -667,7 +667,6 @@ class JobSim:
         now = self.loop.now
         rec = self.iterations[-1]
         n_req = self.setup.workload.n_requests
-        alive = self.rollout.alive()
         r_gpus = self.rollout.gpus()
         rate = sum(w.tokens_per_s for w in self._last_snapshot.workers if w.component == "rollout") if self._last_snapshot else 0.0
         comps = {

@@ -37,7 +37,7 @@ import numpy as np
 
 from formulation.placement.evaluate import Config as PoolConfig  # the placement planner's pool pair: one definition
 from simulator.core import EventLoop
-from simulator.groups import GroupRun, GroupSpec, MemberSpec, TailProfile
+from simulator.groups import GroupRun, GroupSpec, MemberSpec
 from simulator.profiles import PhaseProfile
 
 

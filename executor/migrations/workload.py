@@ -109,7 +109,7 @@ def run_handoff(ctx: Ctx, step: Step) -> dict:
     return out
 
 
-def rehome(ctx: Ctx, component: str, exclude: list[str] = ()) -> dict:
+def rehome(ctx: Ctx, component: str, exclude: tuple[str, ...] | list[str] = ()) -> dict:
     """Give every unfinished request of ``component`` whose owner cannot run it a live engine."""
     live = _live_engines(ctx, component, list(exclude))
     live_set = set(live)

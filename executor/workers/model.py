@@ -41,9 +41,9 @@ class ParamSpec:
 
 def param_specs(spec: ModelSpec) -> list[ParamSpec]:
     out = [ParamSpec("embed", (spec.vocab, spec.hidden), 0, -1)]
-    for l in range(spec.layers):
-        out += [ParamSpec(f"{l}.w_in", (spec.ffn, spec.hidden), 0, l), ParamSpec(f"{l}.b_in", (spec.ffn,), 0, l),
-                ParamSpec(f"{l}.w_out", (spec.hidden, spec.ffn), 1, l), ParamSpec(f"{l}.b_out", (spec.hidden,), None, l)]
+    for k in range(spec.layers):
+        out += [ParamSpec(f"{k}.w_in", (spec.ffn, spec.hidden), 0, k), ParamSpec(f"{k}.b_in", (spec.ffn,), 0, k),
+                ParamSpec(f"{k}.w_out", (spec.hidden, spec.ffn), 1, k), ParamSpec(f"{k}.b_out", (spec.hidden,), None, k)]
     out.append(ParamSpec("norm", (spec.hidden,), None, spec.layers))
     return out
 

@@ -66,9 +66,9 @@ def spec_of(model: dict | None) -> LMSpec:
 def param_specs(s: LMSpec) -> list[PSpec]:
     H, Fd, V = s.hidden, s.ffn, s.vocab
     out = [PSpec("embed", (V, H), None)]
-    for l in range(s.layers):
-        out += [PSpec(f"l{l}.attn_norm", (H,), None), PSpec(f"l{l}.wqkv", (3 * H, H), 0), PSpec(f"l{l}.wo", (H, H), 1),
-                PSpec(f"l{l}.mlp_norm", (H,), None), PSpec(f"l{l}.w_up", (Fd, H), 0), PSpec(f"l{l}.w_down", (H, Fd), 1)]
+    for li in range(s.layers):
+        out += [PSpec(f"l{li}.attn_norm", (H,), None), PSpec(f"l{li}.wqkv", (3 * H, H), 0), PSpec(f"l{li}.wo", (H, H), 1),
+                PSpec(f"l{li}.mlp_norm", (H,), None), PSpec(f"l{li}.w_up", (Fd, H), 0), PSpec(f"l{li}.w_down", (H, Fd), 1)]
     out += [PSpec("norm", (H,), None), PSpec("lm_head", (V, H), 0)]
     return out
 
@@ -255,15 +255,15 @@ def forward(s: LMSpec, P: dict[str, list[torch.Tensor]], tokens: torch.Tensor, c
     pos = torch.arange(pos0, pos0 + T)
     hd = s.head_dim
     x = F.embedding(tokens, P["embed"][0])
-    for l in range(s.layers):
-        n = len(P[f"l{l}.wqkv"])
-        hs = scatter(rms_norm(x, P[f"l{l}.attn_norm"][0]), n, comm)
+    for li in range(s.layers):
+        n = len(P[f"l{li}.wqkv"])
+        hs = scatter(rms_norm(x, P[f"l{li}.attn_norm"][0]), n, comm)
         parts = []
         for k in range(n):
-            qkv = hs[k] @ P[f"l{l}.wqkv"][k].t()
+            qkv = hs[k] @ P[f"l{li}.wqkv"][k].t()
             q, kk, v = rope(qkv[..., :hd], pos), rope(qkv[..., hd: 2 * hd], pos), qkv[..., 2 * hd:]
             if kv is not None:
-                key = (l, k)
+                key = (li, k)
                 if key in kv:
                     kk, v = torch.cat([kv[key][0], kk], dim=1), torch.cat([kv[key][1], v], dim=1)
                 kv[key] = (kk.detach(), v.detach())
@@ -272,11 +272,11 @@ def forward(s: LMSpec, P: dict[str, list[torch.Tensor]], tokens: torch.Tensor, c
             if T > 1:
                 mask = torch.arange(L)[None, :] > (torch.arange(T)[:, None] + (L - T))
                 scores = scores.masked_fill(mask, float("-inf"))
-            parts.append((torch.softmax(scores, dim=-1) @ v) @ P[f"l{l}.wo"][k].t())
+            parts.append((torch.softmax(scores, dim=-1) @ v) @ P[f"l{li}.wo"][k].t())
         x = x + _GatherSum.apply(comm, *parts)
-        n = len(P[f"l{l}.w_up"])
-        hs = scatter(rms_norm(x, P[f"l{l}.mlp_norm"][0]), n, comm)
-        parts = [F.gelu(hs[k] @ P[f"l{l}.w_up"][k].t(), approximate="tanh") @ P[f"l{l}.w_down"][k].t() for k in range(n)]
+        n = len(P[f"l{li}.w_up"])
+        hs = scatter(rms_norm(x, P[f"l{li}.mlp_norm"][0]), n, comm)
+        parts = [F.gelu(hs[k] @ P[f"l{li}.w_up"][k].t(), approximate="tanh") @ P[f"l{li}.w_down"][k].t() for k in range(n)]
         x = x + _GatherSum.apply(comm, *parts)
     n = len(P["lm_head"])
     hs = scatter(rms_norm(x, P["norm"][0]), n, comm)

@@ -251,6 +251,7 @@ def _group_bindings(inst: CapacityInstance, plan: CapacityPlan) -> list[Binding]
     out = []
     jobs = {j.name: j for j in inst.placement.jobs}
     pools = inst.placement.pool_types
+    assert plan.placement is not None  # a plan with a fleet has its placement
     for g in plan.placement.groups:
         a = sum(m.rollout_s for m in g.members)
         bs = sum(m.train_s + m.sync_s for m in g.members)

@@ -268,7 +268,8 @@ def main(argv=None) -> int:
         comp = lambda d: "-" if not d or "cost" not in d else f"{d['cost']:.1f} ({d['wall_s']:.1f}, {d['status']})"  # noqa: E731
         lines.append(
             f"| {r['instance']} | {r['jobs']} | {r['limit_s']:g} | {_fmt(g.get('cost'), 1)} | {_fmt(g.get('wall_s'), 3)} | "
-            f"{_fmt(g.get('admit_ms_median'), 2)} / {_fmt(g.get('admit_ms_max'), 2)} | {_fmt(c.get('cost'), 1)} | {_fmt(c.get('lp'), 1)} | {_fmt(c.get('bound'), 1)} | "
+            f"{_fmt(g.get('admit_ms_median'), 2)} / {_fmt(g.get('admit_ms_max'), 2)} | {_fmt(c.get('cost'), 1)} | {_fmt(c.get('lp'), 1)} | "
+            f"{_fmt(c.get('bound'), 1)} | "
             f"{_fmt(100 * c['gap'] if c.get('gap') is not None else None, 2)} | {_fmt(saving, 1)} | {_fmt(c.get('wall_s'), 2)} | "
             f"{c.get('status', c.get('error'))} | {_fmt(c.get('peak_rss_mb'), 0)} | {comp(hs)} | {comp(cs)} |")
     wd, mb = extra["watchdog"], extra["master_build"]

@@ -157,13 +157,14 @@ def main(argv=None) -> int:
         "(wall) with their CPU seconds and peak RSS. bound = certified lower bound over the placeable jobs; gap = "
         "(cost - bound) / cost; x bound = cost / bound; vs FFD = cost / FFD cost. viol = checker violations.", "",
         "| instance | limit s | FFD $/h (s) | greedy $/h (s) | fast $/h | fast bound | fast x bound | fast vs FFD | fast wall s (CPU s) "
-        "| fast MB | anytime $/h | anytime bound | anytime gap % | anytime vs FFD | anytime wall s (CPU s) | anytime MB | backend | unpl (FFD/fast/any) | viol |",
+        "| fast MB | anytime $/h | anytime bound | anytime gap % | anytime vs FFD | anytime wall s (CPU s) | anytime MB | backend "
+        "| unpl (FFD/fast/any) | viol |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         f, a, ffd, g = r["fast"], r["anytime"], r["ffd"], r["greedy"]
         xb = lambda d: _fmt(d["cost"] / d["bound"], 3) if d.get("bound") else "-"  # noqa: E731
-        vs = lambda d: _fmt(d["cost"] / ffd["cost"], 3) if d.get("cost") is not None and ffd["cost"] else "-"  # noqa: E731
+        vs = lambda d, ffd=ffd: _fmt(d["cost"] / ffd["cost"], 3) if d.get("cost") is not None and ffd["cost"] else "-"  # noqa: E731
         lines.append(
             f"| {r['instance']} | {r['limit_s']:g} | {_fmt(ffd['cost'], 0)} ({_fmt(ffd['wall_s'])}) | {_fmt(g['cost'], 0)} ({_fmt(g['wall_s'])}) | "
             f"{_fmt(f.get('cost'), 0)} | {_fmt(f.get('bound'), 0)} | {xb(f)} | {vs(f)} | {_fmt(f.get('wall_s'))} ({_fmt(f.get('cpu_s'))}) | "

@@ -233,7 +233,6 @@ class PatternModel:
         keep = np.ones(len(val), dtype=bool) if every_class else val > 1e-9
         o = order[keep]
         j = r[o]
-        c = idx.configs[k]
         return PricingItems(o, val[keep], self.cl.demand[o].astype(int), idx.a[k, j], idx.bs[k, j], idx.tot[k, j], idx.slo[j],
                             idx.dram_r[j], idx.state_t[j], float(idx.dram_cap_r[k]), float(idx.dram_cap_t[k]))
 
@@ -261,7 +260,7 @@ class PatternModel:
                 self.last_exact &= res.exact
                 found += res.columns
             self.promise[k] = 0.5 * self.promise[k] + len(found)
-            for value, counts in found:
+            for _value, counts in found:
                 cols.append(Column(k, counts, self.column_cost(k, counts)))
             if stop_after is not None and len(cols) >= stop_after:
                 self.last_full = False
@@ -314,7 +313,8 @@ class PatternModel:
         st = ColgenStats()
         t0 = time.perf_counter()
         self.deadline = deadline
-        warm_ids = self.add_groups(warm.groups, anchors) if warm else []
+        if warm:
+            self.add_groups(warm.groups, anchors)
         self.add_singletons()
         # phase 1: column generation until no negative reduced cost or a share of the time is used
         lp_deadline = t0 + 0.75 * (deadline - t0)

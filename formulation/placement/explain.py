@@ -58,6 +58,7 @@ def explain(idx: Index, j: int, free: Optional[dict[str, int]] = None) -> Unplac
                     tot = a + b + job.sync(p, q)
                     if best is None or tot < best[0]:
                         best = (tot, p, nr, q, nt)
+    assert best is not None  # every job has a rollout and a training table (the instance's validator)
     tot, p, nr, q, nt = best
     if tot > job.slo_s * (1 + 1e-9):
         return Unplaced(job=job.name, reason="slo",

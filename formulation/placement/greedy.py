@@ -152,7 +152,7 @@ class Packer:
         best_fill = -1.0
         lim_j = idx.slo[j]
         tol = 1 + REL_TOL
-        for f, fam in enumerate(self.families):
+        for _f, fam in enumerate(self.families):
             if fam.size == 0:
                 continue
             ks = fam.configs

@@ -219,7 +219,7 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
                  frac(sorted(elig, key=lambda i: -(val[i] / B[i]) if B[i] > 1e-12 else -float("inf")), B, theta))
         plans.append((ub, theta, elig))
     plans.sort(key=lambda t: -t[0])
-    for r, (ub, theta, elig) in enumerate(plans):
+    for _r, (ub, theta, elig) in enumerate(plans):
         if ub <= threshold() + 1e-12 + tolerance:
             break
         if state["cut"]:

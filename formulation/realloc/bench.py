@@ -93,7 +93,7 @@ def synthetic(seed: int, types: tuple, nodes_per_type: int, gpus_per_node: int =
     pools = pools_from_snapshot(snap)
     per_type = {t: sum(p.gpus for p in pools if p.gpu_type == t) for t in types}
     cctx = {}
-    for name, kind, share, unit in COMPONENTS:
+    for name, kind, _share, unit in COMPONENTS:
         curves = {}
         for t in types:
             if kind in ("rollout", "tool_agent"):
@@ -188,7 +188,7 @@ def run_case(name: str, types: tuple, nodes_per_type: int, max_candidates: int, 
         pairs = list(zip([base[i * step] for i in range(n)], objs[b]))
         res["backends"][b]["max_rel_objective_diff_vs_" + backends[0]] = max(
             (abs(x - y) / max(1e-12, abs(x)) for x, y in pairs), default=0.0)
-    for b, r in res["backends"].items():
+    for r in res["backends"].values():
         for key in ("total_ms", "cpu_ms", "candidates_ms", "build_and_solve_ms", "build_ms"):
             v = [x for x in r.pop(key) if x == x]  # NaN: not measured
             r[key.replace("_ms", "")] = {"n": len(v), "p50_ms": _pct(v, 50), "p99_ms": _pct(v, 99), "max_ms": max(v) if v else None,

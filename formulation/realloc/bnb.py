@@ -126,8 +126,9 @@ def solve(inst: ReallocInstance, options: SolveOptions | None = None, node_limit
     if best is None:
         if status is SolveStatus.OPTIMAL:
             status = SolveStatus.INFEASIBLE
+        why = "no combination of candidates fits the pools" if status is SolveStatus.INFEASIBLE else "stopped at the node or time limit"
         rec = SolveRecord("bnb", status, None, None, time.perf_counter() - t0, opts.time_limit_s, None,
-                          f"bottleneck branch and bound: {'no combination of candidates fits the pools' if status is SolveStatus.INFEASIBLE else 'stopped at the node or time limit'} ({nodes} nodes)")
+                          f"bottleneck branch and bound: {why} ({nodes} nodes)")
         return Solution(list(zero)), rec
     out = [0] * S
     for k, s in enumerate(order):

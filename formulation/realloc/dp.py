@@ -33,7 +33,6 @@ def solve(inst: ReallocInstance, options: SolveOptions | None = None) -> tuple[S
     if not inst.is_single_pool():
         raise ValueError(f"the dynamic program needs a single pool, this instance has {len(inst.pools)}: "
                          "use the highs or cpsat backend (or exhaustive() on small instances)")
-    opts = options or SolveOptions()
     t0 = time.perf_counter()
     pool = inst.pools[0]
     cap = int(pool.gpus)

@@ -55,7 +55,7 @@ def from_placement(body: dict, scenario: Scenario, dram: Optional[dict[str, tupl
     spec_of = spec_of or specs.get
     comps: list[dict] = []
     wanted: list[JobSpec] = []
-    members: list[tuple[str, dict, Pools]] = []
+    members: list[tuple[str, dict, JobSpec, Pools]] = []
     for gi, g in enumerate(_need(body, "groups", "body")):
         where = f"body.groups[{gi}]"
         gid = _need(g, "id", where)
@@ -71,14 +71,13 @@ def from_placement(body: dict, scenario: Scenario, dram: Optional[dict[str, tupl
                 raise UserError(Problem(f"{mw}.job", f"job {job!r} is not in the scenario",
                                         "pass the scenario the plan was made from (--scenario)"))
             wanted.append(spec)
-            members.append((mw, m, Pools(gid, rp["gpu_type"], tuple(_need(m, "rollout_nodes", mw)), rp["gpus_per_node"],
+            members.append((mw, m, spec, Pools(gid, rp["gpu_type"], tuple(_need(m, "rollout_nodes", mw)), rp["gpus_per_node"],
                                          tp["gpu_type"], tuple(_need(m, "train_nodes", mw)), tp["gpus_per_node"])))
     dram = dict(dram or {})
     missing = [j for j in wanted if j.name not in dram]
     if missing:
         dram.update(estimated_dram(scenario, missing))
-    for mw, m, pools in members:
-        spec = spec_of(m["job"])
+    for mw, _m, spec, pools in members:  # the spec looked up (and checked) above
         try:
             comps += job_components(spec, pools, dram[spec.name])
         except UserError as exc:

@@ -71,6 +71,7 @@ def run(args) -> int:
             u = explain(idx, j, free)
             raise UserError(Problem(f"job {u.job}", f"cannot be admitted ({u.reason}): {u.message}", u.fix),
                             title="no admission move places the job; nothing written") from None
+        assert adm.config is not None  # a move was found
         c = idx.configs[adm.config]
         lines.append(f"admitted {idx.names[j]}: {adm.move} ({c.label()}), +{adm.marginal_cost:.2f} $/h, decided in {1e3 * dt:.2f} ms")
     sol = pk.solution()

@@ -68,7 +68,8 @@ def add_arguments(p) -> None:
     p.add_argument("--dry-run", action="store_true", help="decide and record, apply nothing")
     p.add_argument("--clock", choices=["wall", "virtual"], default="wall",
                    help="wall: real time; virtual: simulated time, each cycle advances it by --period-s (sim backend only)")
-    p.add_argument("--pace-s", type=_args.seconds(3600.0, zero=True), default=0.0, help="virtual clock: wall seconds to wait per cycle (default 0: as fast as possible)")
+    p.add_argument("--pace-s", type=_args.seconds(3600.0, zero=True), default=0.0,
+        help="virtual clock: wall seconds to wait per cycle (default 0: as fast as possible)")
     s = p.add_argument_group("security (docs/security.md)")
     s.add_argument("--token-file", type=Path,
                    help="API tokens, one per line: NAME SCOPES TOKEN (scopes read, submit, cancel, telemetry, admin) or a bare admin "
@@ -91,11 +92,13 @@ def add_arguments(p) -> None:
     g = p.add_argument_group("replanning")
     g.add_argument("--no-reoptimise", action="store_true", help="admission and repair only (no periodic or departure re-optimisation)")
     g.add_argument("--reoptimise-every-s", type=_args.seconds(), default=3600.0, help="periodic re-optimisation interval (default 3600)")
-    g.add_argument("--reoptimise-time-limit-s", type=_args.seconds(_args.TIME_LIMIT_S), default=10.0, help="wall-clock limit of one re-optimisation (default 10)")
+    g.add_argument("--reoptimise-time-limit-s", type=_args.seconds(_args.TIME_LIMIT_S), default=10.0,
+        help="wall-clock limit of one re-optimisation (default 10)")
     g.add_argument("--amortise-s", type=_args.seconds(), default=3600.0, help="horizon a $/h saving counts over against migration cost (default 3600)")
     g.add_argument("--gain-margin", type=_args.number(0.0, 1e3), default=0.10, help="keep a change if gain > (1 + margin) x migration cost (default 0.10)")
     g.add_argument("--max-moves-per-hour", type=_args.number(0.0, 1e6), default=30.0, help="churn budget: jobs moved by optional changes per hour (default 30)")
-    g.add_argument("--drift-threshold", type=_args.number(0.0, 1e3, lo_open=True), default=0.10, help="relative change of measured/predicted that updates estimates (default 0.10)")
+    g.add_argument("--drift-threshold", type=_args.number(0.0, 1e3, lo_open=True), default=0.10,
+        help="relative change of measured/predicted that updates estimates (default 0.10)")
     g.add_argument("--admission-timeout-s", type=_args.seconds(), default=None, help="reject a job that waited this long for room (default: wait)")
     g.add_argument("--no-realloc", action="store_true", help="no reallocation inside iterations")
     h = p.add_argument_group("operation")
@@ -108,7 +111,8 @@ def add_arguments(p) -> None:
                    help="simulated cluster: each job's true phase times are the estimates x a factor drawn from [LO, HI] (default 1:1)")
     h.add_argument("--sim-noise", type=_args.number(0.0, 1.0), default=0.0, help="simulated cluster: per-iteration noise, e.g. 0.03 for +-3%% (default 0)")
     h.add_argument("--sim-seed", type=_args.number(0, 2**31 - 1, kind=int), default=0, help="simulated cluster: seed of the factors and the noise")
-    h.add_argument("--sim-step-delay-s", type=_args.seconds(3600.0, zero=True), default=0.0, help="simulated cluster: wall seconds each apply step takes (default 0)")
+    h.add_argument("--sim-step-delay-s", type=_args.seconds(3600.0, zero=True), default=0.0,
+        help="simulated cluster: wall seconds each apply step takes (default 0)")
     h.add_argument("--sim-requests", type=_args.count(0, 1 << 20), default=0,
                    help="simulated cluster: rollout requests each job's engines get when it starts (default 0); they move with "
                         "every migration and finish exactly once")

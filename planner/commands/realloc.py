@@ -24,8 +24,10 @@ def add_arguments(p) -> None:
                    help="bnb (exact branch and bound, default), highs (highspy), cpsat, dp (exact, single pool only), "
                         "pyomo (Pyomo + HiGHS reference)")
     p.add_argument("--out", help="write the plan document here (.json: JSON, else YAML)")
-    p.add_argument("--margin", type=_args.number(hi=1e3), default=0.05, help="commit only when the objective beats the current throughput by this fraction (default 0.05)")
-    p.add_argument("--candidates", type=_args.number(hi=1024, kind=int), default=8, help="candidates per component, the current allocation included (default 8)")
+    p.add_argument("--margin", type=_args.number(hi=1e3), default=0.05,
+        help="commit only when the objective beats the current throughput by this fraction (default 0.05)")
+    p.add_argument("--candidates", type=_args.number(hi=1024, kind=int), default=8,
+        help="candidates per component, the current allocation included (default 8)")
     p.add_argument("--theta", type=_args.number(), default=0.5, help="donor: fraction of engines that must stay low (default 0.5)")
     p.add_argument("--u-low", type=_args.number(), default=0.2, help="donor: KV utilisation threshold (default 0.2)")
     p.add_argument("--u-low-percentile", type=_args.number(), default=None, help="donor: U_low as this percentile of the component's history")

@@ -34,14 +34,16 @@ def add_arguments(p) -> None:
                    help="sweep a key over STEPS values from START to STOP (repeat for a grid)")
     p.add_argument("--styles", action="store_true", help="also solve Solo-D and colocated deployments for comparison")
     par = p.add_mutually_exclusive_group()
-    par.add_argument("--workers", type=_args.number(1, _args.MAX_WORKERS, kind=int), default=None, metavar="N", help="local worker processes for a sweep (default: CPU count)")
+    par.add_argument("--workers", type=_args.number(1, _args.MAX_WORKERS, kind=int), default=None, metavar="N",
+        help="local worker processes for a sweep (default: CPU count)")
     par.add_argument("--ray-address", metavar="ADDR", help="run the sweep's points as tasks on this Ray cluster ('local': start one here)")
     p.add_argument("--out", "-o", metavar="DIR", help="write the plan, table, CSV and plots into this folder")
     p.add_argument("--time-limit", type=_args.number(hi=_args.TIME_LIMIT_S), default=None, metavar="S",
                    help="wall-clock limit per solve (default: the scenario's solver.time_limit_s)")
     p.add_argument("--mip-gap", type=_args.number(hi=1.0), default=None, help="relative gap at which a solve may stop (default: the scenario's)")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (default: the scenario's)")
-    p.add_argument("--json", action="store_true", help="print the answer (the CapacityPlan document) as JSON on stdout instead of the text")
+    p.add_argument("--json", action="store_true",
+                   help="print the answer (the CapacityPlan document; with --sweep the table's rows) as JSON on stdout instead of the text")
     p.add_argument("--no-minimums", action="store_true", help="skip the minimum count per type and the one-node-fewer analysis")
 
 
@@ -142,6 +144,7 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
             for _ in range(3):
                 found: list = []
                 mins = minimums(inst, res, opts, found, on_type)
+                assert res.record is not None  # a solve that served every job has its record
                 better = improve(inst, res.cost_per_hour, res.lower_bound, res.record.message, found, opts)
                 if better is None:
                     break
@@ -153,6 +156,7 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
     plan.minimums = mins
     others = [solve(inst, opts, s) for s in styles if s != "co-execution"]
     plan.styles = [style_line(r, inst) for r in [res] + others] if others else []
+    assert res.record is not None
     record = res.record.as_dict()
     record["wall_time_s"] = time.perf_counter() - t0
     lines = report.answer_lines(plan, record, plan.styles)
@@ -253,7 +257,12 @@ def _sweep(args, sc, sweeps, styles, mode, time_limit, gap, types, command) -> i
             progress.stop()
     wall = time.perf_counter() - t0
     head, body = report.table_rows(results, keys, styles)
-    report.print_table(head, body, Console(width=max(120, Console().width)))
+    if args.json:  # the table as rows of {column: value}
+        import json
+
+        print(json.dumps([dict(zip(head, row)) for row in body], indent=2, default=str))
+    else:
+        report.print_table(head, body, Console(width=max(120, Console().width)))
     where = f"{len(pts)} points in {wall:.1f} s on " + (f"Ray ({args.ray_address})" if args.ray_address else f"{min(workers, len(pts))} local worker(s)")
     print(where, file=sys.stderr)
     if args.out:

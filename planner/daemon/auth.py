@@ -162,7 +162,7 @@ def read_token_file(path: Path, *, check_mode: bool = True) -> dict[str, Princip
                                         f"chmod 600 {path}"))
             if hasattr(os, "getuid") and st.st_uid != os.getuid():
                 raise UserError(Problem("--token-file", f"{path} belongs to uid {st.st_uid}, not to this user ({os.getuid()})",
-                                        f"chown it to the user that runs the daemon, or use a token file of your own"))
+                                        "chown it to the user that runs the daemon, or use a token file of your own"))
         if st.st_size > 1 << 20:
             raise UserError(Problem("--token-file", f"{path} has {st.st_size} bytes", "a token file holds a few lines"))
         data = os.read(fd, (1 << 20) + 1)

@@ -34,8 +34,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def snapshot(job: str, i: int) -> dict:
     """A realistic snapshot: 8 rollout engines thinning out, a reference model, a trainer."""
     progress = (i % 100) / 100.0
-    workers = [{"worker_id": f"r{k}", "component": "rollout", "node": f"h20-{k // 8}", "gpu_type": "H20", "kv_used_tokens": 400000 * (1 - progress) * (k + 1) / 8,
-                "kv_capacity_tokens": 400000, "queue_depth": 0, "tokens_per_s": 300.0 * (1 - progress), "requests_in_flight": 8 - k % 8}
+    workers = [{"worker_id": f"r{k}", "component": "rollout", "node": f"h20-{k // 8}", "gpu_type": "H20",
+                "kv_used_tokens": 400000 * (1 - progress) * (k + 1) / 8, "kv_capacity_tokens": 400000,
+                "queue_depth": 0, "tokens_per_s": 300.0 * (1 - progress), "requests_in_flight": 8 - k % 8}
                for k in range(8)]
     workers += [{"worker_id": "ref0", "component": "ref", "node": "h800-0", "gpu_type": "H800"},
                 {"worker_id": "t0", "component": "actor", "node": "h800-0", "gpu_type": "H800", "gpus": 4}]
@@ -212,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.tag}.json").write_text(json.dumps(res, indent=2) + "\n")
     L = res["loop"]
+    lms = res["latency_ms"]
     md = f"""# Daemon telemetry load test
 
 Command: `{cmd_line}`
@@ -229,7 +231,7 @@ over keep-alive connections, {'as fast as answered' if not args.rate else f'at m
 | telemetry accepted (202) | {ok} of {len(lat)} requests ({', '.join(f'{k}: {v}' for k, v in sorted(codes.items()))}; transport errors {errors}) |
 | **sustained rate** | **{res['sustained_rate_per_s']:.0f} snapshots/s** |
 | daemon CPU during the window | {_cpu(res)} |
-| latency p50 / p90 / p99 / max | {res['latency_ms']['p50']:.1f} / {res['latency_ms']['p90']:.1f} / {res['latency_ms']['p99']:.1f} / {res['latency_ms']['max']:.1f} ms |
+| latency p50 / p90 / p99 / max | {lms['p50']:.1f} / {lms['p90']:.1f} / {lms['p99']:.1f} / {lms['max']:.1f} ms |
 | snapshots the daemon counted | {L['snapshots_counted_by_daemon']:.0f} |
 | loop cycles run / owed (window / period) | {L['cycles_run']:.0f} / {L['cycles_owed']:.1f} |
 | latest cycle start after its schedule | {L['lateness_max_s'] * 1e3:.1f} ms (p99 bucket <= {L['lateness_p99_bucket_s'] * 1e3:.0f} ms) |

@@ -97,7 +97,8 @@ class TelemetryIngest:
                 else:
                     cur = c.execute("INSERT INTO telemetry(job, received_wall, time_s, iteration, body) VALUES (?,?,?,?,?)",
                                     (i.job, wall, i.time_s, i.iteration, i.body))
-                    out.append(int(cur.lastrowid))
+                    assert cur.lastrowid is not None  # an INSERT's row id
+                    out.append(cur.lastrowid)
         self.batches += 1
         if self.metrics is not None:
             n = sum(1 for o in out if isinstance(o, int))

@@ -48,8 +48,8 @@ def fleet_limits(sc: Scenario) -> dict[str, tuple[int, int]]:
         raise UserError(problems, title=f"{sc.name}: cannot plan the fleet")
     out = {}
     for t, n in owned.items():
-        spec = sc.gpu_types.get(t)
-        extra = spec.max_nodes if spec is not None and spec.max_nodes is not None else UNLIMITED_NODES_PER_JOB * max(1, len(sc.jobs))
+        known = sc.gpu_types.get(t)
+        extra = known.max_nodes if known is not None and known.max_nodes is not None else UNLIMITED_NODES_PER_JOB * max(1, len(sc.jobs))
         out[t] = (n, n + extra)
     return out
 

@@ -216,6 +216,7 @@ class PlannerPlacer:
         if adm.move is None:
             return False
         self.pk.apply(adm)
+        assert adm.config is not None  # a move was found
         self.moves.append((job, adm.move, self.idx.configs[adm.config].label(), adm.marginal_cost))
         return True
 

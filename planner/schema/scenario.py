@@ -268,7 +268,8 @@ class JobSpec(Strict):
 
 # ------------------------------------------------------------------------------------- solver
 class SolverSpec(Strict):
-    backend: Literal["auto", "fast", "colgen", "highs", "cpsat", "greedy"] = Field("auto", description="placement solver, as planner plan --backend; auto picks by problem size")
+    backend: Literal["auto", "fast", "colgen", "highs", "cpsat", "greedy"] = Field("auto",
+        description="placement solver, as planner plan --backend; auto picks by problem size")
     time_limit_s: Real = Field(60.0, gt=0.0, le=MAX_TIME_LIMIT_S, description="solver wall-clock limit, seconds")
     mip_gap: Real = Field(1e-4, ge=0.0, le=1.0, description="relative optimality gap at which the solver stops")
     threads: Int = Field(1, gt=0, le=MAX_THREADS, description="solver threads")

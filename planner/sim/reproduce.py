@@ -323,7 +323,7 @@ def dynarl_math(args, cmd, R) -> tuple[list[str], list[dict]]:
     for scen, label, lengths in _dynarl_setups():
         base = {"scenario": scen, "seeds": args.seeds, "iterations": args.iterations}
         pair = R("pair", **_with_lengths({**base, "decision": args.decision}, lengths))
-        get = lambda pol, **kw: R("job", **_with_lengths({**base, "policy": pol, **kw}, lengths))  # noqa: E731
+        get = lambda pol, base=base, lengths=lengths, **kw: R("job", **_with_lengths({**base, "policy": pol, **kw}, lengths))  # noqa: E731
         r0, t0 = _nodes(scen)
         splits = {f"{r0}+{t0}": pair["static"]["iter_s"]}
         for r in split_candidates(r0, t0):

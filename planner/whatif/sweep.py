@@ -138,11 +138,9 @@ def points(sweeps: list[Sweep]) -> list[dict[str, float]]:
     """The grid in snake order (consecutive points differ by one step of one key)."""
     if not sweeps:
         return [{}]
-    out: list[dict[str, float]] = []
-    for combo in itertools.product(*[range(len(s.values)) for s in sweeps]):
-        out.append(combo)
+    combos: list[tuple[int, ...]] = list(itertools.product(*[range(len(s.values)) for s in sweeps]))
     snake = []
-    for combo in out:
+    for combo in combos:
         pos = list(combo)
         # reverse a key's direction when the sum of the indices before it is odd
         for i in range(1, len(pos)):

@@ -65,7 +65,7 @@ def hetero():
     h20 = [f"h20-{i}" for i in range(4)]
     h100 = [f"h100-{i}" for i in range(2)]
     snaps = []
-    for k, t in enumerate([300.0, 303.0, 306.0]):
+    for _k, t in enumerate([300.0, 303.0, 306.0]):
         # late in the tail: the requests still running are near their end (contexts of 13-16K tokens
         # against 1K of prompt and at most 16K of response), so the trainer, with its whole batch
         # ahead, is the bottleneck

@@ -7,8 +7,9 @@ with 64 rollout requests per job). The job's telemetry is written from what GET 
 runs (the executor's component names and worker ids): its rollout tail has thinned (six of eight
 engines hold one request each at 3% KV) while log-prob inference and the trainer have their work
 ahead, so the planner shrinks the rollout (Workload migration) and grows the trainer onto the
-GPUs it frees (P2P, in place: the old replicas stay) and log-prob inference. The test reproduces the daemon's decision in-process (same snapshots, scenario and solver
-options: the decision is deterministic) to know which allocation it committed.
+GPUs it frees (P2P, in place: the old replicas stay) and log-prob inference. The test reproduces
+the daemon's decision in-process (same snapshots, scenario and solver options: the decision is
+deterministic) to know which allocation it committed.
 """
 
 from __future__ import annotations

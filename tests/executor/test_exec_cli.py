@@ -41,7 +41,7 @@ def test_dry_run_apply_status_and_crash_resume(tmp_path, capsys):
     r = run_cli("apply", str(p2), "--dry-run", *a)
     assert (tmp_path / "sim.pkl").read_bytes() == state_before  # a dry run changes nothing
     assert "because parameters, Adam moments and gradient buffers must move" in r.stdout
-    assert [l.split()[1] for l in r.stdout.splitlines() if re.match(r"^\s+\d+\. ", l)] == \
+    assert [ln.split()[1] for ln in r.stdout.splitlines() if re.match(r"^\s+\d+\. ", ln)] == \
         ["drain", "handoff", "stop", "stop", "create", "create", "reshard", "switch", "stop", "stop"]
     r = run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:after"})
     assert r.returncode == 137

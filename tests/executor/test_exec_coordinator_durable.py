@@ -15,7 +15,7 @@ from executor.workers.coordinator_store import MARKER, PAYLOAD
 def _busy(d) -> Coordinator:
     c = Coordinator(state_dir=str(d))
     e0, e1 = c.grant("w0"), c.grant("w1")
-    for w, e in (("w0", e0), ("w1", e1)):
+    for w, _e in (("w0", e0), ("w1", e1)):
         c.register({"id": w, "component": "j/r", "node": "a", "gpus": 1, "dram_gb": 1, "index": int(w[1]), "role": "rollout",
                     "status": "starting"})
         c.set_status(w, "running")

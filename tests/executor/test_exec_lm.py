@@ -108,7 +108,7 @@ def test_a_request_resumed_elsewhere_ends_bit_identical(tmp_path):
         req = {"id": "q", "prompt": [7, 300, 12, 9] * 4, "seed": 42, "target_len": 12, "sampling": sampling}
         out, lps = reference_output(MODEL, req)
         done = {}
-        e = LMEngine("e2", 1, lambda m, *a: done.setdefault(m, a) or True, {}, model=MODEL)
+        e = LMEngine("e2", 1, lambda m, *a, done=done: done.setdefault(m, a) or True, {}, model=MODEL)
         e.admit([{**req, "output": out[:5]}])  # handed over after 5 tokens: re-prefill, then continue
         while e.pending or e.running:
             e.step()

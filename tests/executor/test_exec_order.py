@@ -134,7 +134,8 @@ def test_a_staged_swap_applies_on_the_sim_backend_and_keeps_the_trainer_state():
     for c in before:
         c.model = {"hidden": 8, "ffn": 8, "layers": 2, "vocab": 16} if c.role == "trainer" else {}
     apply(before, False)
-    ranks = lambda: sorted((w for w in observe(b).components["a/trainer"].live_workers()), key=lambda w: w.index)
+    def ranks():
+        return sorted((w for w in observe(b).components["a/trainer"].live_workers()), key=lambda w: w.index)
     digest = [b.raw(w.id).digest() for w in ranks()]
     for c in after:
         c.model = {"hidden": 8, "ffn": 8, "layers": 2, "vocab": 16} if c.role == "trainer" else {}
@@ -167,7 +168,8 @@ def test_a_rebooted_trainer_keeps_its_state_and_its_checkpoint_is_dropped():
 
     apply("x")
     assert all(b.train_step("t/trainer", 0))
-    ranks = lambda: sorted(observe(b).components["t/trainer"].live_workers(), key=lambda w: w.index)
+    def ranks():
+        return sorted(observe(b).components["t/trainer"].live_workers(), key=lambda w: w.index)
     digest = [b.raw(w.id).digest() for w in ranks()]
     plan = apply("y")
     assert [u.kind for u in plan.units] == ["reboot"]

@@ -278,7 +278,8 @@ def test_controller_process_killed_mid_p2p_then_resumed_by_address(ray_backend, 
     assert b.leaks() == []
 
 
-@pytest.mark.skipif(os.environ.get("RL_PLANNER_RAY_FAULTS") != "1", reason="set RL_PLANNER_RAY_FAULTS=1 (about 15 s; the same plan runs on the sim backend in tests/apply)")
+@pytest.mark.skipif(os.environ.get("RL_PLANNER_RAY_FAULTS") != "1",
+                    reason="set RL_PLANNER_RAY_FAULTS=1 (about 15 s; the same plan runs on the sim backend in tests/apply)")
 def test_a_committed_reallocation_applies_on_ray(ray_backend):
     """The reallocation planner's plan on the job's telemetry (tests/apply/realloc_case.py), applied on
     Ray: engines drained and their requests handed over, the trainer grown by P2P in place over gloo."""

@@ -36,11 +36,31 @@ def block() -> None:
     importlib.util.find_spec = find_spec
 
 
+def import_all(packages: list[str]) -> list[str]:
+    """Import every module of ``packages``; the ones that fail, with why."""
+    import importlib
+    import pkgutil
+
+    failed = []
+    for top in packages:
+        pkg = importlib.import_module(top)
+        for info in pkgutil.walk_packages(pkg.__path__, top + "."):
+            try:
+                importlib.import_module(info.name)
+            except Exception as exc:  # noqa: BLE001 - reported
+                failed.append(f"{info.name}: {exc!r}")
+    return failed
+
+
 def main() -> int:
     args = sys.argv[1:]
     if args[0] == "--block-extras":
         block()
         args = args[1:]
+    if args[0] == "--import-all":  # every module of the core packages imports
+        failed = import_all(args[1:])
+        print(json.dumps({"failed": failed, "imported": sorted({m.partition(".")[0] for m in sys.modules} & BLOCKED)}))
+        return 0
     from planner.cli import main as planner
 
     results = []

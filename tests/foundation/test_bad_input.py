@@ -147,7 +147,7 @@ def test_line_number_points_at_the_field(tmp_path):
     text = (SCENARIOS / "ci" / "tiny-2jobs.yaml").read_text().replace("max_response_tokens: 2048", "max_response_tokens: -1", 1)
     path = tmp_path / "x.yaml"
     path.write_text(text)
-    line = next(i for i, l in enumerate(text.splitlines(), 1) if "max_response_tokens: -1" in l)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if "max_response_tokens: -1" in ln)
     rc, output = _run_inprocess(path)
     assert rc == 2 and f"{path}:{line}:" in output, output
 

@@ -57,6 +57,17 @@ def test_core_commands_run_without_torch_ray_or_scipy(tmp_path):
     assert len(apply["stderr"].strip().splitlines()) == 1 and "Traceback" not in apply["stderr"]
 
 
+def test_every_core_module_imports_without_torch_ray_or_scipy():
+    """No module of planner, formulation, estimators or simulator imports them at its top level
+    (the executor package is the extra's; its modules import torch where they run workers)."""
+    e = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "foundation" / "inprocess.py"), "--block-extras", "--import-all",
+                        "planner", "formulation", "estimators", "simulator"], cwd=ROOT, capture_output=True, text=True, timeout=600, env=e)
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["failed"] == [] and out["imported"] == [], out
+
+
 def test_core_dependencies_name_no_extra_and_the_executor_extra_takes_any_torch_build():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

@@ -26,9 +26,9 @@ def test_param_counts_match_published_sizes():
 
 
 def test_qwen7b_param_count_by_hand():
-    h, L, V, I = 3584, 28, 152064, 18944
+    h, L, V, ffn = 3584, 28, 152064, 18944
     q, kv = 28 * 128, 4 * 128
-    layer = h * q + 2 * h * kv + q * h + (q + 2 * kv) + 3 * h * I + 2 * h
+    layer = h * q + 2 * h * kv + q * h + (q + 2 * kv) + 3 * h * ffn + 2 * h
     assert QWEN7B.num_params == 2 * V * h + L * layer + h
 
 
@@ -118,9 +118,9 @@ def test_decode_step_within_15pct_of_measured_kernels():
                 attn = float(r["latency"])
     assert attn is not None
     m = QWEN15B
-    h, I = m.hidden_size, m.intermediate_size
+    h, ffn = m.hidden_size, m.intermediate_size
     per_layer = (_measured_gemm_ms(rows, 64, m.q_dim + 2 * m.kv_dim, h) + _measured_gemm_ms(rows, 64, h, m.q_dim)
-                 + _measured_gemm_ms(rows, 64, 2 * I, h) + _measured_gemm_ms(rows, 64, h, I) + attn)
+                 + _measured_gemm_ms(rows, 64, 2 * ffn, h) + _measured_gemm_ms(rows, 64, h, ffn) + attn)
     measured = m.num_layers * per_layer + _measured_gemm_ms(rows, 64, m.vocab_size, h)
     predicted = rollout.decode_step_ms(m, H100, 1, 64, 4096)
     assert predicted == pytest.approx(measured, rel=0.15), (predicted, measured)

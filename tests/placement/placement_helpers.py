@@ -107,7 +107,7 @@ def oracle(inst: PlacementInstance) -> tuple[float, int]:
     types = sorted(inst.pool_types)
     P = penalty(inst)
     groups: dict[int, list[tuple[int, float, tuple]]] = {i: [] for i in range(n)}  # lowest member -> (mask, cost, nodes)
-    for members, c, cost, use in feasible_groups(inst):
+    for members, _c, cost, use in feasible_groups(inst):
         groups[members[0]].append((sum(1 << i for i in members), cost, use))
 
     @lru_cache(maxsize=None)
@@ -120,9 +120,9 @@ def oracle(inst: PlacementInstance) -> tuple[float, int]:
         for mask, c, use in groups[low]:
             if mask & ~remaining:
                 continue
-            if any(u > l for u, l in zip(use, left)):
+            if any(u > lim for u, lim in zip(use, left)):
                 continue
-            sub = best(remaining & ~mask, tuple(l - u for l, u in zip(left, use)))
+            sub = best(remaining & ~mask, tuple(lim - u for lim, u in zip(left, use)))
             cand = (sub[0] + c, sub[1])
             if cand[0] < out[0] - 1e-9:
                 out = cand
@@ -186,9 +186,9 @@ def distinct_oracle(inst: PlacementInstance) -> tuple[float, int]:
         cost, unpl = best(remaining & ~(1 << low), left)
         out = (cost + P, unpl + 1)
         for mask, c, use in groups[low]:
-            if mask & ~remaining or any(u > l for u, l in zip(use, left)):
+            if mask & ~remaining or any(u > lim for u, lim in zip(use, left)):
                 continue
-            sub = best(remaining & ~mask, tuple(l - u for l, u in zip(left, use)))
+            sub = best(remaining & ~mask, tuple(lim - u for lim, u in zip(left, use)))
             if sub[0] + c < out[0] - 1e-9:
                 out = (sub[0] + c, sub[1])
         return out

@@ -64,7 +64,7 @@ def test_distinct_jobs_against_the_exhaustive_optimum(solved, case):
 
 
 def test_the_bound_is_never_above_the_best_plan_any_backend_finds(solved):
-    for case, (inst, _, plans) in solved.items():
+    for case, (_inst, _, plans) in solved.items():
         fewest = min(len(r.plan.unplaced) for r in plans.values())
         cheapest = min(r.plan.cost_per_hour for r in plans.values() if len(r.plan.unplaced) == fewest)
         for b, r in plans.items():

@@ -61,7 +61,7 @@ def test_enumeration_finds_every_group_below_the_gap(seed):
 def test_pricing_finds_the_most_valuable_group_of_each_configuration(seed):
     inst, idx, cl, pi, mu = _case(seed)
     best: dict = {}
-    for members, config, cost, nodes in feasible_groups(inst):
+    for members, config, _cost, _nodes in feasible_groups(inst):
         value = sum(pi[cl.of_job[j]] for j in members)
         best[tuple(config)] = max(best.get(tuple(config), 0.0), value)
     pm = PatternModel(idx, cl)

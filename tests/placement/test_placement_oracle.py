@@ -49,14 +49,14 @@ def test_solver_matches_the_exhaustive_optimum(solved, case, backend):
 def test_oracle_cases_exercise_sharing_and_limits(solved):
     # the cases are not trivial: some optima share groups, some leave capacity or DRAM binding
     shared = 0
-    for case, (inst, (best, unplaced)) in solved.items():
+    for _case, (inst, (_best, _unplaced)) in solved.items():
         res = solve(inst, SolveOptions(time_limit_s=30), "colgen")
         shared += any(len(g.members) > 1 for g in res.plan.groups)
     assert shared >= 4
 
 
 def test_greedy_is_never_better_than_the_optimum(solved):
-    for case, (inst, (best, unplaced)) in solved.items():
+    for _case, (inst, (best, _unplaced)) in solved.items():
         res = solve(inst, SolveOptions(time_limit_s=30), "greedy")
         assert check(inst, res.plan) == []
         got = res.plan.cost_per_hour + penalty(inst) * len(res.plan.unplaced)

@@ -135,7 +135,8 @@ def test_members_beyond_host_dram_switch_cold():
 
     roomy = TraceSim(jobs(), OneGroupPlacer(), {"H20": 1.0, "H800": 2.0}, node_dram_gb={"H20": 2048, "H800": 2048}).run()
     tight = TraceSim(jobs(), OneGroupPlacer(), {"H20": 1.0, "H800": 2.0}, node_dram_gb={"H20": 250, "H800": 2048}).run()
-    span = lambda r: max(j.done_s for j in r.jobs.values())
+    def span(r):
+        return max(j.done_s for j in r.jobs.values())
     assert span(tight) > span(roomy) + 5 * 60.0  # the third member's rollout switches are cold
     assert tight.cost > roomy.cost
 

@@ -115,7 +115,6 @@ def test_reallocation_planner_drives_the_dynamic_policy():
     setup = job_setup(sc, i, job, cluster_view(sc))
     from dataclasses import replace
 
-    from simulator.workload import WorkloadSpec
 
     setup = replace(setup, workload=replace(setup.workload, n_prompts=128))  # a quarter of the batch: fast
     dec = PlannerDecision(sc)

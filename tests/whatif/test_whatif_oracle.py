@@ -82,7 +82,7 @@ def test_colocated_matches_brute_force(instances, case):
 def test_cases_are_not_trivial(instances):
     # some optima share groups, some are limited by availability or budget, some own nodes idle
     shared = limited = 0
-    for case, inst in instances.items():
+    for _case, inst in instances.items():
         res = solve(inst, SolveOptions(time_limit_s=20, mip_gap=0.0), "co-execution")
         shared += any(len(g.members) > 1 for g in res.solution.groups)
         limited += any(res.fleet[t] == inst.limit(t) for t in inst.types) or inst.budget_per_hour is not None

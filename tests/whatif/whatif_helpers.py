@@ -67,9 +67,9 @@ def serves(groups, n_jobs: int, fleet: tuple) -> bool:
             return True
         low = (remaining & -remaining).bit_length() - 1
         for mask, use in by_low.get(low, []):
-            if mask & ~remaining or any(u > l for u, l in zip(use, left)):
+            if mask & ~remaining or any(u > lim for u, lim in zip(use, left)):
                 continue
-            if ok(remaining & ~mask, tuple(l - u for l, u in zip(left, use))):
+            if ok(remaining & ~mask, tuple(lim - u for lim, u in zip(left, use))):
                 return True
         return False
 

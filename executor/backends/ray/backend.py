@@ -449,7 +449,7 @@ class RayBackend:
         results = self.call_many(calls, self.deadlines.reshard_s)
         seconds = time.time() - t0
         sent, got = {}, {}
-        for (wid, _, a), res in zip(calls, results):
+        for (_wid, _, a), res in zip(calls, results):
             (sent if a[5] == "old" else got).update(res["checksums"])
         bad = sorted(k for k in set(sent) | set(got) if sent.get(k) != got.get(k))
         nbytes = sum(res["bytes"] for (_, _, a), res in zip(calls, results) if a[5] == "old")
@@ -504,7 +504,7 @@ class RayBackend:
         end = time.time() + 20
         while time.time() < end and any(st != "DEAD" for st in self._actor_states().values()):
             time.sleep(0.05)
-        for pg_id, pg in (ray.util.placement_group_table() or {}).items():
+        for pg in (ray.util.placement_group_table() or {}).values():
             if pg.get("state") != "REMOVED" and str(pg.get("name", "")).startswith(PG_PREFIX):
                 try:
                     ray.util.remove_placement_group(ray.util.get_placement_group(pg["name"]))
