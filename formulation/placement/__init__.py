@@ -7,7 +7,9 @@ Sets
 
 Parameters (``instance.PlacementInstance``, units in the names)
     a_kj rollout seconds of j on k's rollout pool; b_kj training seconds on k's training pool;
-    s_kj weight-sync seconds; slo_j seconds per iteration; w_j host DRAM per rollout node;
+    s_kj weight-sync seconds; sr_kj, st_kj warm-switch seconds of a rollout / training node
+    that changes member to j (capped: sr <= b + s, st <= a; 0 in the tables by default);
+    slo_j seconds per iteration; w_j host DRAM per rollout node;
     S_j training state (host DRAM over the training pool); D_p host DRAM per node of type p;
     g_p GPUs per node; price_p $ per GPU-hour; cap_p nodes of type p; mu $/h per moved job.
 
@@ -21,8 +23,11 @@ Objective
 
 Constraints
     slo       the cycle time of every member (``cycle.py``: the max cycle ratio of the group's
-              event graph) <= its SLO; on whole pools this is exactly
-              max(sum_M a, sum_M (b + s), max_M (a + b + s)) <= min_M slo
+              event graph; in groups of two or more its ring arcs carry the warm switches)
+              <= its SLO; on whole pools this is exactly
+              max(sum_M (a + sr), sum_M (b + s + st), max_M (a + b + s)) <= min_M slo
+              for |M| >= 2, and a + b + s <= slo for a lone member (no switch); the caps make
+              the first form hold for |M| = 1 too, so no row depends on the group's size
     dram      sum_M w <= D_p on each rollout node; sum_M S / n_T <= D_q on each training node
     capacity  sum_g (nodes of type t in k_g) <= cap_t
     cover     every job in exactly one group (or unplaced, explained by ``explain.py``)

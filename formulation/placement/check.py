@@ -17,7 +17,7 @@ capacity            nodes used per GPU type within what the fleet has
 pins                a member is pinned to every node of its group's rollout and training pools
                     (the plan space: see "The plan space" in docs/placement.md)
 job-pool            the member's tables have the pool type and pinned node count
-phase-times         the plan's phase seconds match the instance's tables
+phase-times         the plan's phase and warm-switch seconds match the instance's tables
 slo                 each member's cycle time within its SLO
 dram                per node, the resident footprints of the members pinned there fit its DRAM
 cycle-time          the plan's reported cycle time matches the recomputed one
@@ -117,10 +117,14 @@ def check(inst: PlacementInstance, plan: PlacementPlan) -> list[Violation]:
                 ok = False
                 continue
             s = job.sync(p, q)
-            for label, mine, theirs in (("rollout_s", m.rollout_s, a), ("train_s", m.train_s, b), ("sync_s", m.sync_s, s)):
+            sr = job.rollout_switch_s.get(p, {}).get(nr, 0.0)
+            st = job.train_switch_s.get(q, {}).get(nt, 0.0)
+            for label, mine, theirs in (("rollout_s", m.rollout_s, a), ("train_s", m.train_s, b), ("sync_s", m.sync_s, s),
+                                        ("rollout_switch_s", m.rollout_switch_s, sr), ("train_switch_s", m.train_switch_s, st)):
                 if not _close(mine, theirs):
                     add("phase-times", where, f"{label} is {mine:.6g} but the instance says {theirs:.6g} on these pools")
-            members.append(Member(name, a, b, s, frozenset(m.rollout_nodes), frozenset(m.train_nodes)))
+            # the event graph charges the switches on nodes shared by two or more members
+            members.append(Member(name, a, b, s, frozenset(m.rollout_nodes), frozenset(m.train_nodes), sr, st))
         if not ok or not members:
             continue
         res = cycle_times(members)

@@ -89,7 +89,7 @@ def job_classes(idx: Index, placed: Optional[set[int]] = None, jobs: Optional[li
     rep, members, flags = [], [], []
     of_job = np.full(idx.n, -1)
     for j in (range(idx.n) if jobs is None else jobs):
-        key = b"".join([idx.a[:, j].tobytes(), idx.bs[:, j].tobytes(), idx.ok[:, j].tobytes(),
+        key = b"".join([idx.a[:, j].tobytes(), idx.bs[:, j].tobytes(), idx.tot[:, j].tobytes(), idx.ok[:, j].tobytes(),
                         np.array([idx.slo[j], idx.dram_r[j], idx.state_t[j], float(j in placed)]).tobytes()]
                        + ([] if merge else [str(j).encode()]))
         c = keys.get(key)

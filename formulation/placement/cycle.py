@@ -25,6 +25,18 @@ times ``x(k)`` of meta-iteration ``k``:
   delay 1 (a lone member has a self-loop). The training nodes stay busy through the weight
   sync: the trainer is the sender of the weights, and the next member's training starts on
   them only after the push (this is the *occupancy* of a training node, ``b_i + s_i``).
+* **warm switches**: on a node shared by two or more members (a ring of length >= 2) the node
+  changes member after every phase and loads the next member's state from host DRAM, so the ring
+  arcs weigh ``a_i + sr_i`` (rollout) and ``b_i + s_i + st_i`` (training + sync), where
+  ``sr_i = min(sigma_r,i, b_i + s_i)`` and ``st_i = min(sigma_t,i, a_i)`` are the member's warm
+  switch seconds (:func:`simulator.phasetimes.switch_s`) capped at its other phase. The arcs
+  ``R_i -> T_i`` and ``T_i -> R_i`` do not carry them: a member's own cycle stays
+  ``a_i + b_i + s_i``, exact for a lone member (a self-loop ring, no switch). The cap binds only
+  when a switch outlasts the member's other phase (no shipped scenario: switches are 1.5-2 s);
+  it makes a ring arc never outweigh the member's own cycle, so that the closed form below holds
+  for every group size and the solvers need no group-size-dependent rows. A shared member whose
+  own cycle binds is then planned short by at most its switch pair (the simulator charges the
+  switch before each phase).
 
 The start times of the earliest schedule grow linearly, ``x_v(k) ~ k * lambda_v``, where the
 cycle time ``lambda_v`` of event ``v`` is the **maximum cycle ratio** (total weight over total
@@ -44,10 +56,13 @@ Closed form for members on the whole pools
 When every member is pinned to every node of both pools (the groups the optimisers build), the
 period is exactly::
 
-    lambda = max( sum_i a_i,  sum_i (b_i + s_i),  max_i (a_i + b_i + s_i) )
+    lambda = max( sum_i (a_i + sr_i),  sum_i (b_i + s_i + st_i),  max_i (a_i + b_i + s_i) )
 
-Proof. Every arc leaving ``R_i`` weighs ``a_i`` and every arc leaving ``T_i`` weighs
-``b_i + s_i``, so a simple cycle weighs at most ``A + B`` (the two sums). A cycle that stays in
+with ``sr = st = 0`` for a lone member (and the capped switches above in groups of two or more;
+for a lone member the capped terms could be kept too: ``a + sr <= a + b + s``).
+
+Proof. Every arc leaving ``R_i`` weighs at most ``a_i + sr_i`` and every arc leaving ``T_i`` at
+most ``b_i + s_i + st_i``, so a simple cycle weighs at most ``A + B`` (the two ring sums). A cycle that stays in
 one pool is a ring: ``A`` or ``B`` over delay 1. A cycle that visits both pools and has delay 1
 must go ``R_i -> ... -> R_k`` and ``T_k -> ... -> T_l`` forward in the order and return
 ``T_l -> R_l`` to ``R_i`` with no wrap-around, so ``l <= i <= k <= l``: it is a member's own
@@ -70,7 +85,7 @@ nodes (two members on disjoint nodes do not wait for each other at all).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -85,10 +100,22 @@ class Member:
     sync_s: float
     rollout_nodes: frozenset = field(default_factory=frozenset)
     train_nodes: frozenset = field(default_factory=frozenset)
+    rollout_switch_s: float = 0.0  # warm switch a rollout node pays to load this member (shared nodes only)
+    train_switch_s: float = 0.0  # the same on a training node
 
     @property
     def solo_s(self) -> float:
         return self.rollout_s + self.train_s + self.sync_s
+
+    @property
+    def rollout_ring_s(self) -> float:
+        """Weight of this member's arc on a shared rollout ring: ``a + min(sigma_r, b + s)``."""
+        return self.rollout_s + min(self.rollout_switch_s, self.train_s + self.sync_s)
+
+    @property
+    def train_ring_s(self) -> float:
+        """Weight of this member's arc on a shared training ring: ``b + s + min(sigma_t, a)``."""
+        return self.train_s + self.sync_s + min(self.train_switch_s, self.rollout_s)
 
 
 @dataclass(frozen=True)
@@ -135,7 +162,10 @@ def event_graph(members: Sequence[Member]) -> list[Arc]:
         for ring in nodes.values():
             for pos, i in enumerate(ring):
                 j = ring[(pos + 1) % len(ring)]
-                w = members[i].rollout_s if side == 0 else members[i].train_s + members[i].sync_s
+                if len(ring) == 1:  # a lone member on this node: no switch
+                    w = members[i].rollout_s if side == 0 else members[i].train_s + members[i].sync_s
+                else:
+                    w = members[i].rollout_ring_s if side == 0 else members[i].train_ring_s
                 add(2 * i + side, 2 * j + side, w, 1 if pos + 1 == len(ring) else 0)
     return [Arc(u, v, w, d) for (u, v, d), w in sorted(best.items())]
 
@@ -270,13 +300,17 @@ def whole_pool_cycle_times(members: Sequence[Member]) -> CycleResult:
         raise ValueError("member names must be unique")
     a = [m.rollout_s for m in members]
     bs = [m.train_s + m.sync_s for m in members]
-    period = closed_form(a, bs)
+    period = closed_form(a, bs, [m.rollout_switch_s for m in members], [m.train_switch_s for m in members])
+    tot = [x + y for x, y in zip(a, bs)]
+    if len(members) > 1:
+        a = [m.rollout_ring_s for m in members]
+        bs = [m.train_ring_s for m in members]
     if sum(a) >= period:
         crit = [f"R:{m.name}" for m in members]
     elif sum(bs) >= period:
         crit = [f"T:{m.name}" for m in members]
     else:
-        i = max(range(len(members)), key=lambda i: a[i] + bs[i])
+        i = max(range(len(members)), key=lambda i: tot[i])
         crit = [f"R:{members[i].name}", f"T:{members[i].name}"]
     return CycleResult({m.name: period for m in members}, period, crit)
 
@@ -336,16 +370,26 @@ def cycle_times_by_enumeration(members: Sequence[Member]) -> CycleResult:
     return _result(members, chi, best_cycle)
 
 
-def closed_form(rollout_s: Sequence[float], occupancy_train_s: Sequence[float]) -> float:
-    """Cycle time of members on the whole pools: max(sum a, sum (b+s), max (a+b+s)).
+def closed_form(rollout_s: Sequence[float], occupancy_train_s: Sequence[float],
+                rollout_switch_s: Optional[Sequence[float]] = None, train_switch_s: Optional[Sequence[float]] = None) -> float:
+    """Cycle time of members on the whole pools:
+    max(sum (a + sr), sum (b + s + st), max (a + b + s)), the capped switches ``sr``, ``st`` counted
+    only in groups of two or more members (see the module docstring).
 
-    ``occupancy_train_s`` is training plus weight sync per member.
+    ``occupancy_train_s`` is training plus weight sync per member; the switches default to 0.
     """
     a = np.asarray(rollout_s, dtype=float)
     bs = np.asarray(occupancy_train_s, dtype=float)
     if a.size == 0:
         return 0.0
-    return float(max(a.sum(), bs.sum(), (a + bs).max()))
+    tot = a + bs
+    ring_a, ring_bs = a, bs
+    if a.size > 1:
+        if rollout_switch_s is not None:
+            ring_a = a + np.minimum(np.asarray(rollout_switch_s, dtype=float), bs)
+        if train_switch_s is not None:
+            ring_bs = bs + np.minimum(np.asarray(train_switch_s, dtype=float), a)
+    return float(max(ring_a.sum(), ring_bs.sum(), tot.max()))
 
 
 def schedule(members: Sequence[Member], iterations: int) -> np.ndarray:

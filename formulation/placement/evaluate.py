@@ -3,14 +3,17 @@
 A *configuration* ``k = (p, n_R, q, n_T)`` is a rollout pool of ``n_R`` nodes of type ``p`` and a
 training pool of ``n_T`` nodes of type ``q``; it costs ``c_k = n_R g_p price_p + n_T g_q price_q``
 dollars per hour (``g`` GPUs per node). For every configuration and job this module holds
-``a[k, j]`` (rollout seconds on the pool), ``bs[k, j]`` (training plus weight-sync seconds: the
-occupancy of the training pool, see :mod:`formulation.placement.cycle`), ``tot = a + bs`` and
+``a[k, j]`` (the job's arc on a shared rollout ring: rollout seconds on the pool plus its warm
+switch ``min(sigma_r, b + s)``), ``bs[k, j]`` (on a shared training ring: training plus weight-sync
+seconds, the occupancy of the training pool, plus ``min(sigma_t, a)``; see
+:mod:`formulation.placement.cycle`), ``tot`` (the job's own cycle, rollout + training + sync,
+without switches; ``a`` and ``bs`` never exceed it, so a lone member's cycle is ``tot``) and
 ``ok[k, j]`` (the job may use ``k`` and fits it alone: its tables have the pool sizes, its solo
 cycle is within its SLO, its DRAM fits a node). A set ``S`` of jobs is a feasible group on ``k``
 when every ``ok[k, j]`` holds and
 
 * SLO: ``max(sum_S a, sum_S bs, max_S tot) <= min_S slo`` (the exact cycle time of members on the
-  whole pools, :func:`formulation.placement.cycle.closed_form`);
+  whole pools, switches included, :func:`formulation.placement.cycle.closed_form`);
 * DRAM: ``sum_S dram_r <= D_p`` on every rollout node and ``sum_S state / n_T <= D_q`` on every
   training node.
 
@@ -32,6 +35,13 @@ REL_TOL = 1e-9
 
 def within(x: float, limit: float) -> bool:
     return x <= limit * (1 + REL_TOL) + 1e-12
+
+
+def ring_weights(a, bs, sw_r, sw_t):
+    """A member's arcs on shared rings: ``(a + min(sigma_r, bs), bs + min(sigma_t, a))`` (arrays
+    or floats; ``bs`` = training + sync). Capped at the other phase, so neither exceeds ``a + bs``
+    and the closed form ``max(sum ring_a, sum ring_bs, max (a + bs))`` is exact for one member too."""
+    return a + np.minimum(sw_r, bs), bs + np.minimum(sw_t, a)
 
 
 class Config(NamedTuple):
@@ -93,7 +103,19 @@ class Index:
         R = np.full((len(r_keys), self.n), np.inf)
         T = np.full((len(t_keys), self.n), np.inf)
         S = np.zeros((len(pair_row), self.n))
+        SR = np.zeros((len(r_keys), self.n))  # warm switches, per (type, size) like R and T
+        ST = np.zeros((len(t_keys), self.n))
         for i, j in enumerate(jobs):
+            for t, row in j.rollout_switch_s.items():
+                for nodes, v in row.items():
+                    r = r_row.get((t, nodes))
+                    if r is not None:
+                        SR[r, i] = v
+            for t, row in j.train_switch_s.items():
+                for nodes, v in row.items():
+                    r = t_row.get((t, nodes))
+                    if r is not None:
+                        ST[r, i] = v
             for t, row in j.rollout_s.items():
                 for nodes, v in row.items():
                     r = r_row.get((t, nodes))
@@ -112,14 +134,16 @@ class Index:
         si = np.array([pair_row[(c.rollout_type, c.train_type)] for c in configs], dtype=int)
         # kept for the fast path (:mod:`formulation.placement.fast`): rows and the gathers into them
         self.r_keys, self.t_keys, self.pair_row = r_keys, t_keys, pair_row
-        self.R, self.T, self.S = R, T, S
+        self.R, self.T, self.S, self.SR, self.ST = R, T, S, SR, ST
         self.k_r, self.k_t, self.k_pair = ri, ti, si
         K = len(configs)
-        self.a = R[ri] if K else np.full((0, self.n), np.inf)
-        self.bs = (T[ti] + S[si]) if K else np.full((0, self.n), np.inf)
-        self.tot = self.a + self.bs
-        self.a = np.where(np.isfinite(self.tot), self.a, np.inf)
-        self.bs = np.where(np.isfinite(self.tot), self.bs, np.inf)
+        a = R[ri] if K else np.full((0, self.n), np.inf)
+        bs = (T[ti] + S[si]) if K else np.full((0, self.n), np.inf)
+        self.tot = a + bs
+        with np.errstate(invalid="ignore"):
+            ring_a, ring_bs = ring_weights(a, bs, SR[ri] if K else a * 0, ST[ti] if K else a * 0)
+        self.a = np.where(np.isfinite(self.tot), ring_a, np.inf)
+        self.bs = np.where(np.isfinite(self.tot), ring_bs, np.inf)
         self.dram_cap_r = np.array([inst.pool_types[c.rollout_type].dram_gb for c in configs])
         self.dram_cap_t = np.array([inst.pool_types[c.train_type].dram_gb * c.train_nodes for c in configs])
         with np.errstate(invalid="ignore"):
@@ -137,7 +161,7 @@ class Index:
         new.inst, new.n, new.names = inst, len(keep), [self.names[j] for j in keep]
         for name in ("slo", "dram_r", "state_t"):
             setattr(new, name, getattr(self, name)[keep])
-        for name in ("R", "T", "S", "a", "bs", "tot", "ok"):
+        for name in ("R", "T", "S", "SR", "ST", "a", "bs", "tot", "ok"):
             setattr(new, name, getattr(self, name)[:, keep])
         return new
 

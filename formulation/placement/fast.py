@@ -13,8 +13,8 @@ Packing (:func:`pack`)
     *efficient* configuration, the one of least ``c_k x load`` (its load the largest of its
     shares of the cycle and of the nodes' DRAM), not on the cheapest one, so that later jobs fill
     it. Ties go to the group the job fills best (best fit). State per pair and group:
-    ``sumA[g, r]`` (rollout seconds of the members at each rollout size), ``sumBS[g, t]``,
-    ``maxTOT[g, r, t]``, the smallest SLO and the DRAM sums, so one insertion is a few array
+    ``sumA[g, r]`` (rollout seconds plus warm switches of the members at each rollout size),
+    ``sumBS[g, t]`` (training + sync + switches), ``maxTOT[g, r, t]`` (own cycles, no switches), the smallest SLO and the DRAM sums, so one insertion is a few array
     operations over the pair's groups.
 
 Load bound (:func:`load_bound`) -- a proof without classes
@@ -153,10 +153,16 @@ class FastPacker:
 
     # ---------------------------------------------------------------- job data on a pair
     def _job(self, pr: _Pair, j: int):
+        """(ring rollout per rollout size, ring training per training size, own cycle per (r, t)).
+
+        The ring weights add the warm switches uncapped (``a + sigma_r``, ``b + s + sigma_t``): the
+        cap ``min(sigma_r, b + s)`` of :mod:`formulation.placement.cycle` couples the two sizes, and
+        uncapped sums are at least the capped ones, so a group this path accepts is feasible (equal
+        unless a switch outlasts the other phase)."""
         idx = self.idx
         a = idx.R[pr.r_rows, j]
         bs = idx.T[pr.t_rows, j] + idx.S[pr.s_row, j]
-        return a, bs
+        return a + idx.SR[pr.r_rows, j], bs + idx.ST[pr.t_rows, j], a[:, None] + bs[None, :]
 
     def _extra_nodes(self, pr: _Pair, rs_old: np.ndarray, ts_old: np.ndarray):
         """Nodes of (p, q) needed beyond the current pools for each (r, t): shape (G, nR, nT) x 2."""
@@ -182,7 +188,7 @@ class FastPacker:
             if G.n == 0:
                 continue
             pr = G.pair
-            a, bs = self._job(pr, j)
+            a, bs, own = self._job(pr, j)
             cand_rows = np.flatnonzero(G.open[:G.n])
             if len(cand_rows) == 0:
                 continue
@@ -205,7 +211,7 @@ class FastPacker:
             rows = cand_rows[sel]
             A, BS, okA, okB = A[sel], BS[sel], okA[sel], okB[sel]
             lim = lim_c[sel]
-            tot = np.maximum(G.maxTOT[rows], a[:, None] + bs[None, :])
+            tot = np.maximum(G.maxTOT[rows], own)
             feas = okA[:, :, None] & okB[:, None, :] & (tot <= lim[:, None, None]) & np.isfinite(pr.cost)[None]
             cur = G.cur[rows]
             ep, eq = self._extra_nodes(pr, pr.rs[cur[:, 0]], pr.ts[cur[:, 1]])
@@ -280,10 +286,10 @@ class FastPacker:
 
     def _add(self, pi: int, g: int, j: int) -> None:
         G = self.groups[pi]
-        a, bs = self._job(G.pair, j)
+        a, bs, own = self._job(G.pair, j)
         G.sumA[g] += a
         G.sumBS[g] += bs
-        G.maxTOT[g] = np.maximum(G.maxTOT[g], a[:, None] + bs[None, :])
+        G.maxTOT[g] = np.maximum(G.maxTOT[g], own)
         G.lim[g] = min(G.lim[g], self.idx.slo[j])
         G.dr[g] += self.idx.dram_r[j]
         G.st[g] += self.idx.state_t[j]
@@ -319,9 +325,9 @@ class FastPacker:
         g = G.n - 1
         if g >= 0 and G.members[g]:
             gr, gt = G.cur[g]
-            a, bs = self._job(G.pair, j)
+            a, bs, own = self._job(G.pair, j)
             lim = min(G.lim[g], self.idx.slo[j]) * TOL
-            if (G.sumA[g, gr] + a[gr] <= lim and G.sumBS[g, gt] + bs[gt] <= lim and max(G.maxTOT[g, gr, gt], a[gr] + bs[gt]) <= lim
+            if (G.sumA[g, gr] + a[gr] <= lim and G.sumBS[g, gt] + bs[gt] <= lim and max(G.maxTOT[g, gr, gt], own[gr, gt]) <= lim
                     and G.dr[g] + self.idx.dram_r[j] <= G.pair.dram_r * TOL and G.st[g] + self.idx.state_t[j] <= G.pair.dram_t[gt] * TOL):
                 self.join(j, pi, g, int(gr), int(gt))
                 return True
@@ -502,14 +508,15 @@ def subset_costs(idx: Index, jobs: Sequence[int]) -> tuple[np.ndarray, np.ndarra
     ok = idx.ok[np.ix_(ks, J)]  # (K', n)
     Mf = M.astype(float)
     all_ok = (Mf @ (~ok).T.astype(float)) == 0  # (S, K')
-    a = np.where(ok, idx.a[np.ix_(ks, J)], 0.0)
+    a = np.where(ok, idx.a[np.ix_(ks, J)], 0.0)  # ring weights (switches in)
     bs = np.where(ok, idx.bs[np.ix_(ks, J)], 0.0)
+    tot = np.where(ok, idx.tot[np.ix_(ks, J)], 0.0)  # own cycles (no switches)
     sumA = Mf @ a.T
     sumBS = Mf @ bs.T
     maxT = np.zeros_like(sumA)
     lim = np.full(len(masks), np.inf)
     for i in range(n):
-        maxT = np.maximum(maxT, np.where(M[:, i:i + 1], (a[:, i] + bs[:, i])[None, :], 0.0))
+        maxT = np.maximum(maxT, np.where(M[:, i:i + 1], tot[:, i][None, :], 0.0))
         lim = np.where(M[:, i], np.minimum(lim, idx.slo[J[i]]), lim)
     lim = lim * TOL
     dr = Mf @ idx.dram_r[J]

@@ -97,6 +97,8 @@ class Packer:
         if m:
             fam.sum_a[row] = idx.a[np.ix_(ks, m)].sum(axis=1)
             fam.max_tot[row] = idx.tot[np.ix_(ks, m)].max(axis=1)
+            # training ring at the smallest rollout pool: its cap min(sigma_t, a) is the largest there,
+            # so the sum is at least the one of any larger rollout pool (equal unless a cap binds)
             fam.sum_bs[row] = idx.bs[ks[0], m].sum()
             fam.min_slo[row] = idx.slo[m].min()
             fam.sum_w[row] = idx.dram_r[m].sum()

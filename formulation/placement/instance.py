@@ -14,6 +14,8 @@ example: ``scenarios/instances/placement-small.yaml``)::
         rollout_s: {H20: {1: 220.1, 2: 121.7, 4: 70.3}}   # GPU type -> rollout pool nodes -> s
         train_s: {H800: {1: 242.9, 2: 124.8}}              # GPU type -> training pool nodes -> s
         sync_s: {H20: {H800: 0.08}}                        # rollout type -> training type -> s
+        rollout_switch_s: {H20: {1: 1.6, 2: 1.6, 4: 1.6}}  # warm switch per rollout pool (optional, default 0)
+        train_switch_s: {H800: {1: 1.9, 2: 1.0}}           # warm switch per training pool (optional, default 0)
         dram_rollout_node_gb: 15.2     # host DRAM on every rollout node of its group
         train_state_gb: 106.6          # host DRAM on the training nodes, spread evenly over them
 
@@ -59,12 +61,21 @@ class PlacementJob(_Strict):
     train_s: dict[str, dict[PositiveInt, PositiveFloat]] = Field(description="training seconds by GPU type and training pool nodes")
     sync_s: dict[str, dict[str, NonNegativeFloat]] = Field(default_factory=dict,
                                                           description="weight-sync seconds by rollout type and training type (default 0)")
+    rollout_switch_s: dict[str, dict[PositiveInt, NonNegativeFloat]] = Field(
+        default_factory=dict, description="warm-switch seconds of a rollout node by GPU type and rollout pool nodes (default 0)")
+    train_switch_s: dict[str, dict[PositiveInt, NonNegativeFloat]] = Field(
+        default_factory=dict, description="warm-switch seconds of a training node by GPU type and training pool nodes (default 0)")
     dram_rollout_node_gb: NonNegativeFloat = Field(0.0, description="host DRAM the job keeps on each rollout node of its group")
     train_state_gb: NonNegativeFloat = Field(0.0, description="host DRAM the job keeps on its training pool, spread over its nodes")
     arrival_s: float = Field(0.0, ge=0.0, description="arrival time (the order of online admission)")
 
     def sync(self, rollout_type: str, train_type: str) -> float:
         return self.sync_s.get(rollout_type, {}).get(train_type, 0.0)
+
+    def switches(self, rollout_type: str, rollout_nodes: int, train_type: str, train_nodes: int) -> tuple[float, float]:
+        """(rollout, training) warm-switch seconds on these pools (0 where the tables have none)."""
+        return (self.rollout_switch_s.get(rollout_type, {}).get(rollout_nodes, 0.0),
+                self.train_switch_s.get(train_type, {}).get(train_nodes, 0.0))
 
 
 class PlacementInstance(_Strict):
@@ -80,7 +91,7 @@ class PlacementInstance(_Strict):
             if job.name in seen:
                 raise ValueError(f"jobs[{i}]: duplicate job name '{job.name}'; job names must be unique")
             seen.add(job.name)
-            for key in ("rollout_s", "train_s"):
+            for key in ("rollout_s", "train_s", "rollout_switch_s", "train_switch_s"):
                 for t in getattr(job, key):
                     if t not in self.pool_types:
                         raise ValueError(f"jobs[{i}] ({job.name}).{key}: GPU type '{t}' is not under pool_types "

@@ -2,8 +2,9 @@
 
 Sets: jobs ``J`` (placeable), slots ``S`` (:mod:`formulation.placement.compact`), configurations
 ``K_s`` allowed in slot ``s``, GPU types ``T``.
-Parameters: ``a_kj, bs_kj, tot_kj`` (rollout, training+sync, their sum on ``k``; 0 where ``j`` may
-not use ``k``), ``slo_j``, ``w_j`` (DRAM per rollout node), ``S_j`` (training state), ``D_k^R``
+Parameters: ``a_kj, bs_kj, tot_kj`` (rollout and training+sync ring weights, warm switches in,
+and the job's own cycle a + b + s on ``k``, :mod:`formulation.placement.evaluate`; 0 where ``j``
+may not use ``k``), ``slo_j``, ``w_j`` (DRAM per rollout node), ``S_j`` (training state), ``D_k^R``
 (DRAM of a rollout node of ``k``), ``D_k^T`` (DRAM of ``k``'s training pool), ``c_k`` ($/h),
 ``n_tk`` (nodes of type ``t``), ``cap_t``, penalty ``P``, move price ``mu``.
 Variables: ``x_js`` (job in slot), ``z_sk`` (slot uses configuration), ``u_j`` (unplaced),

@@ -37,7 +37,11 @@ class MemberPlan(_Body):
     rollout_s: float
     train_s: float
     sync_s: float
-    cycle_time_s: float = Field(description="predicted seconds per iteration in this group (max cycle ratio)")
+    rollout_switch_s: float = Field(0.0, description="warm switch a rollout node pays to load this member (charged only in "
+                                                     "groups of two or more, capped at its training + sync)")
+    train_switch_s: float = Field(0.0, description="warm switch a training node pays to load this member (groups of two or "
+                                                   "more, capped at its rollout)")
+    cycle_time_s: float = Field(description="predicted seconds per iteration in this group (max cycle ratio, warm switches in)")
     slo_s: float
     slack_s: float = Field(description="slo_s - cycle_time_s")
     moved: bool = Field(False, description="it was placed in another group (or on other nodes) in the current plan")
@@ -79,7 +83,8 @@ class PlacementPlan(_Body):
 def members_of(group: GroupPlan) -> list[Member]:
     """The cycle-time members of a plan group (the checker and the simulator read these)."""
     by = {m.job: m for m in group.members}
-    return [Member(n, by[n].rollout_s, by[n].train_s, by[n].sync_s, frozenset(by[n].rollout_nodes), frozenset(by[n].train_nodes))
+    return [Member(n, by[n].rollout_s, by[n].train_s, by[n].sync_s, frozenset(by[n].rollout_nodes), frozenset(by[n].train_nodes),
+                   by[n].rollout_switch_s, by[n].train_switch_s)
             for n in group.order]
 
 
@@ -142,7 +147,8 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
             a = job.rollout_s[c.rollout_type][c.rollout_nodes]
             b = job.train_s[c.train_type][c.train_nodes]
             s = job.sync(c.rollout_type, c.train_type)
-            mems.append(Member(job.name, a, b, s, frozenset(r_nodes), frozenset(t_nodes)))
+            sw_r, sw_t = job.switches(c.rollout_type, c.rollout_nodes, c.train_type, c.train_nodes)
+            mems.append(Member(job.name, a, b, s, frozenset(r_nodes), frozenset(t_nodes), sw_r, sw_t))
         res = whole_pool_cycle_times(mems)
         pr, pt = inst.pool_types[c.rollout_type], inst.pool_types[c.train_type]
         period = res.period
@@ -154,13 +160,14 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
                             gpus=c.train_nodes * pt.gpus_per_node),
             order=[m.name for m in mems],
             members=[MemberPlan(job=m.name, rollout_nodes=r_nodes, train_nodes=t_nodes, rollout_s=m.rollout_s, train_s=m.train_s,
-                                sync_s=m.sync_s, cycle_time_s=res.of(m.name), slo_s=inst.jobs[j].slo_s,
+                                sync_s=m.sync_s, rollout_switch_s=m.rollout_switch_s, train_switch_s=m.train_switch_s,
+                                cycle_time_s=res.of(m.name), slo_s=inst.jobs[j].slo_s,
                                 slack_s=inst.jobs[j].slo_s - res.of(m.name), moved=j in moved_set)
                      for m, j in zip(mems, grp.members)],
             cycle_time_s=period,
             critical=res.critical,
-            rollout_busy=sum(m.rollout_s for m in mems) / period if period else 0.0,
-            train_busy=sum(m.train_s + m.sync_s for m in mems) / period if period else 0.0,
+            rollout_busy=sum(m.rollout_ring_s if len(mems) > 1 else m.rollout_s for m in mems) / period if period else 0.0,
+            train_busy=sum(m.train_ring_s if len(mems) > 1 else m.train_s + m.sync_s for m in mems) / period if period else 0.0,
             cost_per_hour=float(idx.cost[k]),
         ))
     groups.sort(key=lambda gp: (len(gp.id), gp.id))

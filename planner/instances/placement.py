@@ -2,12 +2,12 @@
 
 Phase times come from the one phase-time model, :mod:`simulator.phasetimes` (the simulator's
 request-level engines, training work and weight sync), in the scenario's ``phase_time_estimate``
-mode. Not in them: the warm switch a node of a shared group pays before every phase (the
+mode. Beside them, the warm switch a node of a shared group pays before every phase (the
 member's state from host DRAM, :func:`simulator.phasetimes.switch_s`, 1.5-2 s for 1.5B-32B
-models); a lone member pays none, and the placement model has no group-size-dependent term yet,
-so a shared group's planned cycle is short by its members' switches (about 1% of a 300 s cycle
-per member; 6-13% for the CI scenarios' 20-50 s cycles). Folding the switch into every phase
-time instead would make a job whose SLO is its solo time (``ratio_to_solo: 1``) unplaceable.
+models): ``rollout_switch_s`` per rollout pool and ``train_switch_s`` per training pool, which the
+placement model charges on the rings of groups of two or more (a lone member pays none, so a job
+whose SLO is its solo time, ``ratio_to_solo: 1``, stays placeable alone;
+:mod:`formulation.placement.cycle`).
 
 For every job the model gives rollout seconds on each allowed rollout GPU type at every pool
 size of ``POOL_SIZES`` from the job's own ``rollout.nodes`` up to the nodes of that type (a
@@ -29,7 +29,7 @@ from estimators.phases import fits_training
 from formulation.placement.instance import PlacementInstance, PlacementJob, PoolType
 from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
 from planner.schema.scenario import JobSpec, Scenario
-from simulator.phasetimes import rollout_s, sync_s, train_s  # the one phase-time model (the simulator's)
+from simulator.phasetimes import rollout_s, switch_s, sync_s, train_s  # the one phase-time model (the simulator's)
 
 POOL_SIZES = (1, 2, 3, 4, 6, 8)
 
@@ -64,9 +64,19 @@ def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0)
         for b in t_tab:
             s_tab.setdefault(a, {})[b] = sync_s(prof, view.pool(a, job.rollout.nodes), view.pool(b, job.trainer.nodes),
                                                 view.inter_cluster_bw(a, b))
+    # warm switches: the rollout one depends on the rollout pool only (weights per engine GPU), the
+    # training one on the training pool (state per GPU); the other pool is the job's own
+    sr_tab: dict[str, dict[int, float]] = {}
+    st_tab: dict[str, dict[int, float]] = {}
+    if r_tab and t_tab:
+        q0, p0 = next(iter(t_tab)), next(iter(r_tab))
+        for t, row in r_tab.items():
+            sr_tab[t] = {n: switch_s(prof, view.pool(t, n), view.pool(q0, job.trainer.nodes))[0] for n in row}
+        for t, row in t_tab.items():
+            st_tab[t] = {n: switch_s(prof, view.pool(p0, job.rollout.nodes), view.pool(t, n))[1] for n in row}
     state_gb = est.dram_train_node_gb * job.trainer.nodes
     return PlacementJob(name=job.name, slo_s=est.slo_s if est.slo_s != float("inf") else 1e12, rollout_s=r_tab, train_s=t_tab,
-                        sync_s=s_tab, dram_rollout_node_gb=est.dram_rollout_node_gb, train_state_gb=state_gb, arrival_s=job.arrival_s)
+                        sync_s=s_tab, rollout_switch_s=sr_tab, train_switch_s=st_tab, dram_rollout_node_gb=est.dram_rollout_node_gb, train_state_gb=state_gb, arrival_s=job.arrival_s)
 
 
 def compile_scenario(sc: Scenario, mode: str | None = None, margin: float = 0.0) -> PlacementInstance:

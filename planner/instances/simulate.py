@@ -143,8 +143,8 @@ def simulated_instance(sc, jobs):
 
     Per job: rollout seconds on its own rollout node count and on twice it (so "extend the rollout
     pool" stays a move), the p90 of the simulated rollouts; training seconds on its own training
-    nodes, the p90 of the simulated training phases; weight sync and host DRAM as compiled by the
-    planner; SLO = the scenario's ``ratio_to_solo`` x the simulated solo iteration (p90 rollout +
+    nodes, the p90 of the simulated training phases; weight sync, warm switches and host DRAM as
+    compiled by the planner; SLO = the scenario's ``ratio_to_solo`` x the simulated solo iteration (p90 rollout +
     p90 training + sync), or ``iteration_s``. Returned with the jobs' SLOs set to match.
     """
     from formulation.placement.instance import PlacementInstance, PlacementJob
@@ -168,7 +168,10 @@ def simulated_instance(sc, jobs):
         solo = r_tab[c0.rollout_nodes] + t_tab[c0.train_nodes] + p0.sync_s
         slo = spec[j.name].slo
         slo_s = slo.iteration_s if slo.iteration_s is not None else slo.ratio_to_solo * solo
+        sw_r, sw_t = b.rollout_switch_s.get(c0.rollout_type, {}), b.train_switch_s.get(c0.train_type, {})  # as compiled
         out.append(PlacementJob(name=j.name, slo_s=slo_s, rollout_s={c0.rollout_type: r_tab}, train_s={c0.train_type: t_tab},
+                                rollout_switch_s={c0.rollout_type: {n: sw_r[n] for n in r_tab if n in sw_r}},
+                                train_switch_s={c0.train_type: {n: sw_t[n] for n in t_tab if n in sw_t}},
                                 sync_s={c0.rollout_type: {c0.train_type: p0.sync_s}}, dram_rollout_node_gb=b.dram_rollout_node_gb,
                                 train_state_gb=b.train_state_gb, arrival_s=b.arrival_s))
     return PlacementInstance(name=base.name, pool_types=base.pool_types, jobs=out, move_price_per_job=base.move_price_per_job)

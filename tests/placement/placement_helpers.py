@@ -17,8 +17,9 @@ from formulation.placement.instance import PlacementInstance, PlacementJob, Pool
 
 
 def small_instance(seed: int, n_jobs: int, capacity=(3, 3), dram_gb=(512.0, 512.0), gpus_per_node=(8, 8),
-                   both_types: bool = False, move_price: float = 0.0) -> PlacementInstance:
-    """``n_jobs`` random jobs on two GPU types A (cheap) and B; pool sizes 1 and 2."""
+                   both_types: bool = False, move_price: float = 0.0, switches: bool = False) -> PlacementInstance:
+    """``n_jobs`` random jobs on two GPU types A (cheap) and B; pool sizes 1 and 2; ``switches``:
+    random warm-switch tables (0-8 s, sometimes more than the other phase, so the cap binds)."""
     rng = np.random.default_rng(seed)
     pools = {
         "A": PoolType(gpus_per_node=gpus_per_node[0], price_per_gpu_hour=1.0, dram_gb=dram_gb[0], count=capacity[0]),
@@ -33,8 +34,13 @@ def small_instance(seed: int, n_jobs: int, capacity=(3, 3), dram_gb=(512.0, 512.
         train = {t: {1: round(b1 * (1.0 if t == "B" else 2.0), 3), 2: round(b1 * float(rng.uniform(0.5, 0.6)), 3)} for t in t_types}
         s = round(float(rng.uniform(0, 5)), 3) if rng.random() < 0.5 else 0.0
         solo = min(r[1] for r in rollout.values()) + min(t[1] for t in train.values()) + s
+        slo = round(solo * float(rng.uniform(1.05, 3.0)), 3)
+        sw = {}
+        if switches:
+            sw = {"rollout_switch_s": {t: {n: round(float(rng.uniform(0, 8)), 3) for n in row} for t, row in rollout.items()},
+                  "train_switch_s": {t: {n: round(float(rng.uniform(0, 8)), 3) for n in row} for t, row in train.items()}}
         jobs.append(PlacementJob(
-            name=f"j{i}", slo_s=round(solo * float(rng.uniform(1.05, 3.0)), 3), rollout_s=rollout, train_s=train,
+            name=f"j{i}", slo_s=slo, rollout_s=rollout, train_s=train, **sw,
             sync_s={p: {q: s for q in t_types} for p in r_types},
             dram_rollout_node_gb=round(float(rng.uniform(0, 250)), 1), train_state_gb=round(float(rng.uniform(0, 700)), 1),
             arrival_s=float(i)))
@@ -69,7 +75,9 @@ def group_feasible(inst: PlacementInstance, members: tuple, c) -> bool:
         b = j.train_s.get(q, {}).get(nt)
         if a is None or b is None:
             return False
-        mem.append(Member(j.name, a, b, j.sync(p, q), frozenset(f"r{k}" for k in range(nr)), frozenset(f"t{k}" for k in range(nt))))
+        sr, st = j.rollout_switch_s.get(p, {}).get(nr, 0.0), j.train_switch_s.get(q, {}).get(nt, 0.0)
+        mem.append(Member(j.name, a, b, j.sync(p, q), frozenset(f"r{k}" for k in range(nr)), frozenset(f"t{k}" for k in range(nt)),
+                          sr, st))
     res = cycle_times(mem)
     if any(res.of(inst.jobs[i].name) > inst.jobs[i].slo_s * (1 + 1e-9) for i in members):
         return False

@@ -62,6 +62,38 @@ def test_critical_cycle_names_the_bottleneck_pool():
     assert set(res.critical) == {"R:x", "R:y"}
 
 
+def test_a_lone_member_pays_no_switch():
+    x = Member("x", 30, 50, 2, R, T, rollout_switch_s=5, train_switch_s=7)
+    assert cycle_time([x]) == pytest.approx(82)
+    assert closed_form([30], [52], [5], [7]) == pytest.approx(82)
+
+
+def test_shared_rings_pay_each_members_switch():
+    # rollout ring 100 + 2 + 20 + 2 = 124, training ring 20 + 3 + 100 + 3 = 126, own cycles 120
+    x = Member("x", 100, 20, 0, R, T, 2, 3)
+    y = Member("y", 20, 100, 0, R, T, 2, 3)
+    assert cycle_time([x, y]) == pytest.approx(126)
+    assert cycle_times_by_enumeration([x, y]).period == pytest.approx(126)
+    assert closed_form([100, 20], [20, 100], [2, 2], [3, 3]) == pytest.approx(126)
+    # the member's own cycle is not charged: a long member still sets the period at a + b + s
+    assert cycle_time([Member("x", 50, 50, 5, R, T, 1, 1), Member("y", 5, 5, 0, R, T, 1, 1)]) == pytest.approx(105)
+
+
+def test_a_switch_is_capped_at_the_members_other_phase():
+    # y's rollout switch (30 s) outlasts its training (4 s): its rollout-ring arc weighs 10 + 4
+    x = Member("x", 40, 10, 0, R, T)
+    y = Member("y", 10, 4, 0, R, T, rollout_switch_s=30)
+    assert cycle_time([x, y]) == pytest.approx(54)
+    assert closed_form([40, 10], [10, 4], [0, 30], [0, 0]) == pytest.approx(54)
+
+
+def test_only_nodes_shared_by_two_members_switch():
+    # x and y share rollout node r0 but train on their own nodes: only the rollout ring switches
+    x = Member("x", 30, 5, 0, frozenset({"r0"}), frozenset({"t0"}), 2, 9)
+    y = Member("y", 30, 5, 0, frozenset({"r0"}), frozenset({"t1"}), 2, 9)
+    assert cycle_time([x, y]) == pytest.approx(64)
+
+
 node_sets = st.sets(st.sampled_from(["n0", "n1", "n2"]), min_size=1)
 
 
@@ -75,7 +107,9 @@ def groups(draw, whole: bool):
         s = draw(st.one_of(st.just(0.0), st.floats(0, 20, allow_nan=False)))
         r = {"n0", "n1"} if whole else draw(node_sets)
         t = {"n0", "n1", "n2"} if whole else draw(node_sets)
-        out.append(Member(f"m{i}", a, b, s, frozenset(f"r-{x}" for x in r), frozenset(f"t-{x}" for x in t)))
+        sr = draw(st.one_of(st.just(0.0), st.floats(0, 30, allow_nan=False)))
+        sw_t = draw(st.one_of(st.just(0.0), st.floats(0, 30, allow_nan=False)))
+        out.append(Member(f"m{i}", a, b, s, frozenset(f"r-{x}" for x in r), frozenset(f"t-{x}" for x in t), sr, sw_t))
     return out
 
 
@@ -96,13 +130,15 @@ def test_howard_agrees_with_cycle_enumeration_and_the_schedule(mem):
 @settings(max_examples=60, deadline=None)
 @given(groups(whole=True))
 def test_closed_form_is_exact_on_whole_pools(mem):
-    cf = closed_form([x.rollout_s for x in mem], [x.train_s + x.sync_s for x in mem])
+    cf = closed_form([x.rollout_s for x in mem], [x.train_s + x.sync_s for x in mem],
+                     [x.rollout_switch_s for x in mem], [x.train_switch_s for x in mem])
     assert cycle_time(mem) == pytest.approx(cf, rel=1e-9, abs=1e-9)
 
 
 @settings(max_examples=60, deadline=None)
 @given(groups(whole=False))
 def test_closed_form_bounds_any_pinning_from_above(mem):
-    cf = closed_form([x.rollout_s for x in mem], [x.train_s + x.sync_s for x in mem])
+    cf = closed_form([x.rollout_s for x in mem], [x.train_s + x.sync_s for x in mem],
+                     [x.rollout_switch_s for x in mem], [x.train_switch_s for x in mem])
     assert cycle_time(mem) <= cf * (1 + 1e-9) + 1e-9
     assert cycle_time(mem) >= max(x.solo_s for x in mem) - 1e-9

@@ -46,6 +46,46 @@ def test_solver_matches_the_exhaustive_optimum(solved, case, backend):
         assert res.record.best_bound <= res.record.objective + 1e-6
 
 
+SWITCH_CASES = [(11, 7, (3, 3), (512.0, 512.0), False), (12, 8, (4, 4), (2048.0, 2048.0), True)]
+
+
+@pytest.fixture(scope="module")
+def solved_switches():
+    out = {}
+    for seed, n, cap, dram, both in SWITCH_CASES:
+        inst = small_instance(seed, n, capacity=cap, dram_gb=dram, both_types=both, switches=True)
+        out[seed] = (inst, oracle(inst))  # the oracle's Howard cycle times charge the switches on shared rings
+    return out
+
+
+@pytest.mark.parametrize("backend", ["colgen", "highs", "cpsat"])
+@pytest.mark.parametrize("seed", [c[0] for c in SWITCH_CASES])
+def test_solver_matches_the_exhaustive_optimum_with_warm_switches(solved_switches, seed, backend):
+    inst, (best, unplaced) = solved_switches[seed]
+    res = solve(inst, SolveOptions(time_limit_s=30, mip_gap=0.0), backend)
+    assert check(inst, res.plan) == [], backend
+    got = res.plan.cost_per_hour + penalty(inst) * len(res.plan.unplaced)
+    assert len(res.plan.unplaced) == unplaced
+    assert got == pytest.approx(best, rel=1e-6), f"{backend}: {got} vs oracle {best}"
+    for g in res.plan.groups:  # shared groups pay their members' switches, lone members none
+        sw = sum(m.rollout_switch_s for m in g.members)
+        if len(g.members) == 1:
+            m = g.members[0]
+            assert g.cycle_time_s == pytest.approx(m.rollout_s + m.train_s + m.sync_s)
+        elif sw > 0:
+            assert g.cycle_time_s >= sum(min(m.rollout_s + m.rollout_switch_s, m.rollout_s + m.train_s + m.sync_s)
+                                         for m in g.members) - 1e-9
+
+
+def test_switch_cases_change_the_optimum(solved_switches):
+    # the switches matter: without them the same jobs are packed more cheaply in some case
+    cheaper = 0
+    for seed, (inst, (best, _)) in solved_switches.items():
+        bare = inst.model_copy(update={"jobs": [j.model_copy(update={"rollout_switch_s": {}, "train_switch_s": {}}) for j in inst.jobs]})
+        cheaper += oracle(bare)[0] < best - 1e-6
+    assert cheaper >= 1
+
+
 def test_oracle_cases_exercise_sharing_and_limits(solved):
     # the cases are not trivial: some optima share groups, some leave capacity or DRAM binding
     shared = 0
