@@ -76,7 +76,8 @@ def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0)
             st_tab[t] = {n: switch_s(prof, view.pool(p0, job.rollout.nodes), view.pool(t, n))[1] for n in row}
     state_gb = est.dram_train_node_gb * job.trainer.nodes
     return PlacementJob(name=job.name, slo_s=est.slo_s if est.slo_s != float("inf") else 1e12, rollout_s=r_tab, train_s=t_tab,
-                        sync_s=s_tab, rollout_switch_s=sr_tab, train_switch_s=st_tab, dram_rollout_node_gb=est.dram_rollout_node_gb, train_state_gb=state_gb, arrival_s=job.arrival_s)
+                        sync_s=s_tab, rollout_switch_s=sr_tab, train_switch_s=st_tab, dram_rollout_node_gb=est.dram_rollout_node_gb,
+                        train_state_gb=state_gb, arrival_s=job.arrival_s)
 
 
 def compile_scenario(sc: Scenario, mode: str | None = None, margin: float = 0.0) -> PlacementInstance:

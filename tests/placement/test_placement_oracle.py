@@ -80,7 +80,7 @@ def test_solver_matches_the_exhaustive_optimum_with_warm_switches(solved_switche
 def test_switch_cases_change_the_optimum(solved_switches):
     # the switches matter: without them the same jobs are packed more cheaply in some case
     cheaper = 0
-    for seed, (inst, (best, _)) in solved_switches.items():
+    for inst, (best, _) in solved_switches.values():
         bare = inst.model_copy(update={"jobs": [j.model_copy(update={"rollout_switch_s": {}, "train_switch_s": {}}) for j in inst.jobs]})
         cheaper += oracle(bare)[0] < best - 1e-6
     assert cheaper >= 1
