@@ -14,9 +14,8 @@ Packing (:func:`pack`)
     shares of the cycle and of the nodes' DRAM), not on the cheapest one, so that later jobs fill
     it. Ties go to the group the job fills best (best fit). State per pair and group:
     ``sumA[g, r]`` (rollout seconds plus warm switches of the members at each rollout size),
-    ``sumBS[g, t]`` (training + sync + switches), ``maxTOT[g, r, t]`` (own cycles, no switches), the smallest SLO and the DRAM sums, so one insertion is a
-    few array
-    operations over the pair's groups.
+    ``sumBS[g, t]`` (training + sync + switches), ``maxTOT[g, r, t]`` (own cycles, no switches), the smallest SLO and the DRAM sums,
+    so one insertion is a few array operations over the pair's groups.
 
 Load bound (:func:`load_bound`) -- a proof without classes
     A group on configuration ``k`` with members ``S`` meets ``sum_S a <= min_S slo <= slo_j``
