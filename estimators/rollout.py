@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -249,10 +250,16 @@ def engine_step_ms(model: ModelDims, gpu: GPUSpec, tp: int, batch: float, kv_len
     return decode_step_ms(model, gpu, tp, batch, kv_len) + overhead_ms
 
 
+@lru_cache(maxsize=256)
+def _cached_linear_step_model(model: ModelDims, gpu: GPUSpec, tp: int, max_batch: int) -> LinearStep:
+    return linear_step_model(model, gpu, tp, max_batch)
+
+
 def engine_step_model(model: ModelDims, gpu: GPUSpec, tp: int, max_batch: int,
                       overhead_ms: float = ENGINE_STEP_OVERHEAD_MS) -> LinearStep:
-    """:func:`linear_step_model` of the kernels with the engine overhead added to the fixed term."""
-    k = linear_step_model(model, gpu, tp, max_batch)
+    """:func:`linear_step_model` of the kernels with the engine overhead added to the fixed term
+    (the fit is cached per model, GPU, TP and batch range: the predictor reads it every call)."""
+    k = _cached_linear_step_model(model, gpu, int(tp), int(max_batch))
     return LinearStep(k.a_ms + overhead_ms, k.b_ms, k.c_ms)
 
 
@@ -371,18 +378,21 @@ def rollout_remaining_s(step: LinearStep, residuals, context: float, engines: in
 # ------------------------------------------------------------------------------------------------
 # Per-engine remaining time from each engine's own telemetry.
 #
-# The pool-level share above under-predicts: GRPO siblings are dispatched together (contiguous
-# chunks), so an engine that still holds many requests holds hard prompts, whose survivors are
-# longer than the pool's; and the slowest of many engines is slower than the typical one. Each
-# engine reports its running requests ``n``, its cached tokens (so the requests' age ``g``) and its
-# queue. An engine was dispatched ``N0 = n_requests / engines`` requests in ``G = N0 / group_size``
-# GRPO groups whose difficulty factors are ``exp(mu + sigma z_k)`` (``z_k ~ N(0, 1)``; the job's
-# prompt spread ``sigma``); ``mu`` (the engine's difficulty shift) is the one for which the groups'
-# mean survival ``(1/G) sum_k P(f_k B > g)`` (``B``: the base length distribution, capped) equals
-# ``n / N0``. The ``n`` survivors fall into groups in proportion to their survival and take
-# lengths ``f_k B`` above ``g``; residual = length - ``g``. Drawn ``reps`` times with a fixed seed
-# (per engine: the drawn factors and lengths), the pool's remaining time is the mean over draws of
-# the slowest engine's :func:`engine_drain_s`, an unbiased estimate of the expected maximum.
+# The pool-level share above under-predicts (8-16% on the DynaRL set-ups): GRPO siblings are
+# dispatched together (contiguous chunks), so an engine that still holds many requests holds hard
+# prompts, whose survivors are longer than the pool's; and the slowest of many engines is slower
+# than the typical one. Each engine reports its running requests ``n``, its cached tokens (so the
+# requests' age ``g``) and its queue. It was dispatched ``N0 = ceil(n_requests / engines)``
+# requests in ``G = N0 / group_size`` GRPO groups with difficulty factors ``f_k = exp(sigma z_k)``,
+# ``z_k ~ N(0, 1)`` (``sigma``: the job's prompt spread; a length is ``f_k B``, ``B`` from the base
+# distribution, capped), as :func:`estimators.lengths.sample_grouped` draws them. Given ``n``, the
+# factors' posterior is the prior weighted by the likelihood of ``n`` alive at ``g`` (the groups'
+# binomial counts ``N0/G * P(f_k B > g)``, summed, normal approximation); a draw takes factors from it,
+# shares the ``n`` survivors among the groups in proportion to their survival and draws their
+# lengths above ``g``; residual = length - ``g``. The representative share (factors at the normal's
+# quantiles shifted by the ``mu`` that matches the count, nearest 0 within its noise; lengths at
+# conditional quantiles) ranks the engines and stands for the non-contenders. The pool's remaining
+# time is the mean over draws of the slowest engine's :func:`engine_drain_s` (the expected maximum).
 
 _MU_GRID = np.linspace(-4.0, 4.0, 161)  # difficulty shifts, in units of the spread
 _PRIOR_DRAWS = 512  # prior draws of an engine's group factors, weighted by the count alive

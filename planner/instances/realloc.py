@@ -74,6 +74,7 @@ MAX_HORIZON_S = 3600.0
 BASE_POINTS = 2000  # quantiles of the base length distribution the per-engine drain draws from
 ENGINE_DRAWS = 16  # random draws of a contending engine's survivors (per-engine drain; fixed seeds)
 ENGINE_CONTENDERS = 8  # engines drained on random draws: those whose representative drain is longest
+PER_ENGINE_DRAIN = True  # False: the pool-level stratified share (kept for multi-turn; the fidelity table's reference row)
 ENGINE_SHARE = 40  # an engine's share above this is drained on a representative sample (its longest one by one)
 
 
@@ -249,7 +250,8 @@ def _rollout_state(comp, workers, facts: _JobFacts):
         grp = facts.hardest_group[facts.hardest_group > g_slow] - g_slow
         fullest = max((w.requests_in_flight for w in workers), default=0)
         grp = grp[max(0, grp.size - max(1, fullest)):] if fullest else grp
-    per_engine = _engine_states(workers, facts) if facts.turns <= 1 and facts.base_quantiles is not None else None
+    per_engine = (_engine_states(workers, facts) if PER_ENGINE_DRAIN and facts.turns <= 1 and facts.base_quantiles is not None
+                  else None)
     return res, ctx, q, g, {t: float(np.mean(v)) for t, v in caps.items()}, grp, per_engine
 
 
