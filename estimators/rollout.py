@@ -394,7 +394,7 @@ def rollout_remaining_s(step: LinearStep, residuals, context: float, engines: in
 # conditional quantiles) ranks the engines and stands for the non-contenders. The pool's remaining
 # time is the mean over draws of the slowest engine's :func:`engine_drain_s` (the expected maximum).
 
-_MU_GRID = np.linspace(-4.0, 4.0, 161)  # difficulty shifts, in units of the spread
+_MU_GRID = np.linspace(-4.0, 4.0, 81)  # difficulty shifts, in units of the spread
 _PRIOR_DRAWS = 512  # prior draws of an engine's group factors, weighted by the count alive
 
 
@@ -415,17 +415,23 @@ def _engine_mu(base_q: np.ndarray, max_tokens: float, g: float, s: float, z: np.
     return float(mus[np.argmin(np.abs(surv - s))])
 
 
+@lru_cache(maxsize=64)
+def _normal_quantiles(G: int) -> np.ndarray:
+    from statistics import NormalDist
+
+    return np.array([NormalDist().inv_cdf((k + 0.5) / G) for k in range(G)])
+
+
 def engine_survivor_draws(base_q: np.ndarray, max_tokens: float, generated: float, n: int, n0: float, group_size: int,
-                          spread: float, reps: int, seed: int) -> list:
+                          spread: float, reps: int, seed: int, representative: bool = True) -> list:
     """Residual lengths (descending) of an engine's ``n`` running requests of age ``generated`` (see
     the section comment): first the representative one (the groups' factors at the normal's
     quantiles, each group's survivors at its conditional quantiles), then ``reps`` random draws
-    (factors and lengths drawn; seed ``seed``). ``base_q``: sorted quantiles of the base lengths."""
-    from statistics import NormalDist
-
+    (factors and lengths drawn; seed ``seed``); without the representative one when not
+    ``representative``. ``base_q``: sorted quantiles of the base lengths."""
     n = int(n)
     if n <= 0:
-        return [np.zeros(0)] * (reps + 1)
+        return [np.zeros(0)] * (reps + int(representative))
     M = base_q.size
     grid_u = (np.arange(M) + 0.5) / M
     g = max(1.0, float(generated))
@@ -449,8 +455,7 @@ def engine_survivor_draws(base_q: np.ndarray, max_tokens: float, generated: floa
         L = np.minimum(fk[grp] * np.interp(u, grid_u, base_q), max_tokens)
         return np.sort(np.maximum(1.0, L - g))[::-1]
 
-    zq = np.array([NormalDist().inv_cdf((k + 0.5) / G) for k in range(G)])
-    out = [survivors(zq, None)]
+    out = [survivors(_normal_quantiles(G), None)] if representative else []
     if reps <= 0:
         return out
     rng = np.random.default_rng(seed)
