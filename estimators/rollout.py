@@ -514,7 +514,9 @@ def pool_drain_s(step: LinearStep, engines: list, concurrency, n_engines, *, que
     engines (fewest requests, then least cached) and hands their requests, a GRPO group
     (``group_size``, alike lengths) at a time, each to the least-loaded kept engine, which
     re-prefills them (they wait in its queue with their context); a receiving engine is drained on
-    its representative share. An engine's drain is computed once; a count recomputes the receivers.
+    its representative share. An engine's drain is computed once; a count recomputes the receivers
+    (when more than ``2 contenders`` receive, only those that can be slowest: the ``contenders``
+    slowest before the hand-off and the ``contenders`` most loaded after it).
     """
     import heapq
 
@@ -557,6 +559,10 @@ def pool_drain_s(step: LinearStep, engines: list, concurrency, n_engines, *, que
                 heapq.heappush(heap, (ld + hi - lo, j))
         untouched = [i for i in kept if i not in extra]
         worst = D[untouched].max(axis=0) if untouched else np.zeros(D.shape[1])
+        if len(extra) > 2 * contenders:  # the receivers that can be slowest: the slowest before, the most loaded after
+            got = {j: sum(hi - lo for _, lo, hi in v) for j, v in extra.items()}
+            pick = set(sorted(extra, key=lambda j: -det[j])[:contenders]) | set(sorted(extra, key=lambda j: -(load[j] + got[j]))[:contenders])
+            extra = {j: extra[j] for j in pick}
         for j, srcs in extra.items():
             r, c, q, _ = engines[j]
             moved = [np.concatenate([engines[k][0], engines[k][2]])[lo:hi] for k, lo, hi in srcs]
