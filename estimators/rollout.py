@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -249,10 +250,16 @@ def engine_step_ms(model: ModelDims, gpu: GPUSpec, tp: int, batch: float, kv_len
     return decode_step_ms(model, gpu, tp, batch, kv_len) + overhead_ms
 
 
+@lru_cache(maxsize=256)
+def _cached_linear_step_model(model: ModelDims, gpu: GPUSpec, tp: int, max_batch: int) -> LinearStep:
+    return linear_step_model(model, gpu, tp, max_batch)
+
+
 def engine_step_model(model: ModelDims, gpu: GPUSpec, tp: int, max_batch: int,
                       overhead_ms: float = ENGINE_STEP_OVERHEAD_MS) -> LinearStep:
-    """:func:`linear_step_model` of the kernels with the engine overhead added to the fixed term."""
-    k = linear_step_model(model, gpu, tp, max_batch)
+    """:func:`linear_step_model` of the kernels with the engine overhead added to the fixed term
+    (the fit is cached per model, GPU, TP and batch range: the predictor reads it every call)."""
+    k = _cached_linear_step_model(model, gpu, int(tp), int(max_batch))
     return LinearStep(k.a_ms + overhead_ms, k.b_ms, k.c_ms)
 
 
@@ -329,8 +336,9 @@ def _representative(values: np.ndarray, keep_top: int, bins: int) -> tuple[np.nd
         return v, np.ones_like(v)
     top, rest = v[v.size - keep_top:], v[: v.size - keep_top]
     edges = np.linspace(0, rest.size, bins + 1).round().astype(int)
-    means = np.array([rest[lo:hi].mean() for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo])
-    wts = np.array([hi - lo for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo], dtype=float)
+    lo = edges[:-1][edges[1:] > edges[:-1]]
+    wts = np.diff(np.append(lo, rest.size)).astype(float)
+    means = np.add.reduceat(rest, lo) / wts
     return np.concatenate([means, top]), np.concatenate([wts, np.ones_like(top)])
 
 
@@ -365,3 +373,199 @@ def rollout_remaining_s(step: LinearStep, residuals, context: float, engines: in
         return engine_drain_s(step, vr[o], context, concurrency, weight=wr[o], queued=vq, queued_context=prompt_tokens,
                               queued_weight=wq)
     return engine_drain_s(step, share_r, context, concurrency, queued=share_q, queued_context=prompt_tokens)
+
+
+# ------------------------------------------------------------------------------------------------
+# Per-engine remaining time from each engine's own telemetry.
+#
+# The pool-level share above under-predicts (8-16% on the DynaRL set-ups): GRPO siblings are
+# dispatched together (contiguous chunks), so an engine that still holds many requests holds hard
+# prompts, whose survivors are longer than the pool's; and the slowest of many engines is slower
+# than the typical one. Each engine reports its running requests ``n``, its cached tokens (so the
+# requests' age ``g``) and its queue. It was dispatched ``N0 = ceil(n_requests / engines)``
+# requests in ``G = N0 / group_size`` GRPO groups with difficulty factors ``f_k = exp(sigma z_k)``,
+# ``z_k ~ N(0, 1)`` (``sigma``: the job's prompt spread; a length is ``f_k B``, ``B`` from the base
+# distribution, capped), as :func:`estimators.lengths.sample_grouped` draws them. Given ``n``, the
+# factors' posterior is the prior weighted by the likelihood of ``n`` alive at ``g`` (the groups'
+# binomial counts ``N0/G * P(f_k B > g)``, summed, normal approximation); a draw takes factors from it,
+# shares the ``n`` survivors among the groups in proportion to their survival and draws their
+# lengths above ``g``; residual = length - ``g``. The representative share (factors at the normal's
+# quantiles shifted by the ``mu`` that matches the count, nearest 0 within its noise; lengths at
+# conditional quantiles) ranks the engines and stands for the non-contenders. The pool's remaining
+# time is the mean over draws of the slowest engine's :func:`engine_drain_s` (the expected maximum).
+
+_MU_GRID = np.linspace(-4.0, 4.0, 81)  # difficulty shifts, in units of the spread
+_PRIOR_DRAWS = 512  # prior draws of an engine's group factors, weighted by the count alive
+
+
+def _engine_mu(base_q: np.ndarray, max_tokens: float, g: float, s: float, z: np.ndarray, spread: float, n0: float) -> float:
+    """The difficulty shift ``mu`` for which groups with factors ``exp(mu + spread z_k)`` keep a share ``s``
+    of ``n0`` requests alive at age ``g``: of the shifts whose survival is within the count's binomial
+    noise of ``s``, the one nearest 0 (the prior: an engine's prompts are typical until shown otherwise;
+    early in the rollout every shift keeps nearly all alive)."""
+    M = base_q.size
+    mus = _MU_GRID * max(spread, 1e-3)
+    f = np.exp(mus[:, None] + spread * z[None, :])
+    surv = np.maximum(0.0, 1.0 - np.searchsorted(base_q, g / f) / M)
+    surv = np.where(f * base_q[-1] >= max_tokens, np.maximum(surv, 1.0 / M), surv).mean(axis=1)  # the cap is reached
+    tol = math.sqrt(max(s * (1.0 - s), 0.0) / max(1.0, n0)) + 1.0 / max(1.0, n0)  # noise, and one request
+    ok = np.abs(surv - s) <= tol
+    if ok.any():
+        return float(mus[ok][np.argmin(np.abs(mus[ok]))])
+    return float(mus[np.argmin(np.abs(surv - s))])
+
+
+@lru_cache(maxsize=64)
+def _normal_quantiles(G: int) -> np.ndarray:
+    from statistics import NormalDist
+
+    return np.array([NormalDist().inv_cdf((k + 0.5) / G) for k in range(G)])
+
+
+def engine_survivor_draws(base_q: np.ndarray, max_tokens: float, generated: float, n: int, n0: float, group_size: int,
+                          spread: float, reps: int, seed: int, representative: bool = True) -> list:
+    """Residual lengths (descending) of an engine's ``n`` running requests of age ``generated`` (see
+    the section comment): first the representative one (the groups' factors at the normal's
+    quantiles, each group's survivors at its conditional quantiles), then ``reps`` random draws
+    (factors and lengths drawn; seed ``seed``); without the representative one when not
+    ``representative``. ``base_q``: sorted quantiles of the base lengths."""
+    n = int(n)
+    if n <= 0:
+        return [np.zeros(0)] * (reps + int(representative))
+    M = base_q.size
+    grid_u = (np.arange(M) + 0.5) / M
+    g = max(1.0, float(generated))
+    G = max(1, int(round(n0 / max(1, group_size))))
+    s = min(1.0, n / max(1.0, n0))
+
+    def survivors(z, rng):
+        fk = np.exp(_engine_mu(base_q, max_tokens, g, s, z, spread, n0) + spread * z)
+        sk = np.maximum(0.0, 1.0 - np.searchsorted(base_q, g / fk) / M)
+        if sk.sum() <= 0:
+            sk = np.ones(G)
+        if rng is None:  # counts in proportion (largest remainder), lengths at the conditional quantiles
+            cnt = sk / sk.sum() * n
+            k = np.floor(cnt).astype(int)
+            k[np.argsort(-(cnt - k))[: n - int(k.sum())]] += 1
+            grp = np.repeat(np.arange(G), k)
+            u = 1.0 - sk[grp] * (1.0 - (np.concatenate([np.arange(c) for c in k]) + 0.5) / np.repeat(np.maximum(k, 1), k))
+        else:
+            grp = rng.choice(G, size=n, p=sk / sk.sum())
+            u = 1.0 - sk[grp] * rng.random(n)
+        L = np.minimum(fk[grp] * np.interp(u, grid_u, base_q), max_tokens)
+        return np.sort(np.maximum(1.0, L - g))[::-1]
+
+    out = [survivors(_normal_quantiles(G), None)] if representative else []
+    if reps <= 0:
+        return out
+    rng = np.random.default_rng(seed)
+    # the groups' factors given the count alive: prior draws weighted by the count's likelihood
+    # (normal approximation of the sum of the groups' binomial counts), resampled
+    Z = rng.standard_normal((_PRIOR_DRAWS, G))
+    F = np.exp(spread * Z)
+    S = np.maximum(0.0, 1.0 - np.searchsorted(base_q, g / F) / M)
+    S = np.where(F * base_q[-1] >= max_tokens, np.maximum(S, 1.0 / M), S)
+    per = n0 / G
+    mean = per * S.sum(axis=1)
+    var = per * (S * (1.0 - S)).sum(axis=1) + 0.25
+    logw = -((n - mean) ** 2) / (2.0 * var) - 0.5 * np.log(var)
+    w = np.exp(logw - logw.max())
+    pick = rng.choice(_PRIOR_DRAWS, size=reps, p=w / w.sum())
+    for k in pick.tolist():
+        fk = F[k]
+        sk = S[k] if S[k].sum() > 0 else np.ones(G)
+        grp = rng.choice(G, size=n, p=sk / sk.sum())
+        u = 1.0 - sk[grp] * rng.random(n)
+        L = np.minimum(fk[grp] * np.interp(u, grid_u, base_q), max_tokens)
+        out.append(np.sort(np.maximum(1.0, L - g))[::-1])
+    return out
+
+
+def _drain_share(step: LinearStep, residual: np.ndarray, context, concurrency: float, queued: np.ndarray,
+                 queued_context: float, max_share: int) -> float:
+    """:func:`engine_drain_s` of one engine's share, on a representative sample when it is large."""
+    if residual.size + queued.size == 0:
+        return 0.0
+    if residual.size + queued.size > max_share:
+        keep = max(8, max_share // 4)
+        vr, wr = _representative(residual, keep, max_share // 2) if residual.size else (residual, residual)
+        vq, wq = _representative(queued, 0, max_share // 4) if queued.size else (queued, queued)
+        o = np.argsort(-vr)
+        return engine_drain_s(step, vr[o], context, concurrency, weight=wr[o], queued=vq, queued_context=queued_context,
+                              queued_weight=wq)
+    o = np.argsort(-residual)
+    return engine_drain_s(step, residual[o], context, concurrency, queued=queued, queued_context=queued_context)
+
+
+def pool_drain_s(step: LinearStep, engines: list, concurrency, n_engines, *, queued_context: float = 0.0,
+                 group_size: int = 1, max_share: int = 160, draws: int = 16, contenders: int = 8) -> np.ndarray:
+    """Seconds until a pool has finished, engine by engine, for each engine count of ``n_engines``.
+
+    ``engines``: per engine now, ``(residual, context, queued, draw)``: the representative residuals
+    of its running requests (descending), their cached context, the residuals of its queued
+    requests, and ``draw(k)`` -> ``k`` random draws of the running residuals
+    (:func:`engine_survivor_draws`); ``concurrency(residual, context)`` gives an engine's
+    concurrency. The pool's time is the expected slowest engine: the ``contenders`` engines whose
+    representative drain is longest are drained on ``draws`` random draws each, the others on their
+    representative share; the mean over draws of the slowest.
+
+    A count ``>= len(engines)``: new engines take no running request (as the simulator grows a
+    pool), the time is the current engines'. Fewer: the Workload migration drains the emptiest
+    engines (fewest requests, then least cached) and hands their requests, a GRPO group
+    (``group_size``, alike lengths) at a time, each to the least-loaded kept engine, which
+    re-prefills them (they wait in its queue with their context); a receiving engine is drained on
+    its representative share. An engine's drain is computed once; a count recomputes the receivers
+    (when more than ``2 contenders`` receive, only those that can be slowest: the ``contenders``
+    slowest before the hand-off and the ``contenders`` most loaded after it).
+    """
+    import heapq
+
+    counts = np.atleast_1d(np.asarray(n_engines, dtype=int))
+    E = len(engines)
+    if E == 0:
+        return np.zeros(counts.size)
+
+    def drain(res, ctx, q, qctx):
+        if res.size + q.size == 0:
+            return 0.0
+        return _drain_share(step, res, ctx, concurrency(res, ctx), q, qctx, max_share)
+
+    det = np.array([drain(r, c, q, queued_context) for r, c, q, _ in engines])
+    D = np.repeat(det[:, None], max(1, draws), axis=1)  # engine x draw
+    if draws > 0:
+        for i in np.argsort(-det)[: max(0, contenders)].tolist():
+            r0, c, q, draw = engines[i]
+            if r0.size == 0 or draw is None:
+                continue
+            D[i] = [drain(x, c, q, queued_context) for x in draw(draws)]
+    load = [r.size + q.size for r, _, q, _ in engines]
+    order = sorted(range(E), key=lambda i: (load[i], engines[i][1] * load[i]))
+    out = np.empty(counts.size)
+    for ci, n_e in enumerate(counts.tolist()):
+        drop_n = max(0, E - max(1, int(n_e)))
+        if drop_n == 0:
+            out[ci] = float(D.max(axis=0).mean())
+            continue
+        drop, kept = order[:drop_n], order[drop_n:]
+        extra: dict = {}
+        heap = [(load[i], i) for i in kept]
+        heapq.heapify(heap)
+        gs = max(1, int(group_size))
+        for i in drop:  # GRPO groups one by one
+            for lo in range(0, load[i], gs):
+                hi = min(load[i], lo + gs)
+                ld, j = heapq.heappop(heap)
+                extra.setdefault(j, []).append((i, lo, hi))
+                heapq.heappush(heap, (ld + hi - lo, j))
+        untouched = [i for i in kept if i not in extra]
+        worst = D[untouched].max(axis=0) if untouched else np.zeros(D.shape[1])
+        if len(extra) > 2 * contenders:  # the receivers that can be slowest: the slowest before, the most loaded after
+            got = {j: sum(hi - lo for _, lo, hi in v) for j, v in extra.items()}
+            pick = set(sorted(extra, key=lambda j: -det[j])[:contenders]) | set(sorted(extra, key=lambda j: -(load[j] + got[j]))[:contenders])
+            extra = {j: extra[j] for j in pick}
+        for j, srcs in extra.items():
+            r, c, q, _ = engines[j]
+            moved = [np.concatenate([engines[k][0], engines[k][2]])[lo:hi] for k, lo, hi in srcs]
+            worst = np.maximum(worst, drain(r, c, np.concatenate([q] + moved), c))
+        out[ci] = float(worst.mean())
+    return out

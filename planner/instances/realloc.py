@@ -61,7 +61,7 @@ from estimators import comm, memory, phases, rollout, training
 from estimators import gpus as catalogue
 from estimators.curves import fit_concave
 from estimators.gpus import GPUSpec
-from estimators.lengths import ResidualTable, hardest_group
+from estimators.lengths import DEFAULT_PROMPT_SPREAD, ResidualTable, hardest_group
 from formulation.realloc.context import ComponentContext, Links, ReallocContext, pools_from_snapshot
 from formulation.realloc.graph import STATEFUL_KINDS
 from formulation.realloc.instance import Curve
@@ -71,6 +71,11 @@ from planner.errors import Problem, UserError, did_you_mean
 MIN_HORIZON_S = 10.0
 TIMED_STATIC_KINDS = frozenset({"reference", "trainer", "critic"})  # FLOP-based remaining time with a scenario
 MAX_HORIZON_S = 3600.0
+BASE_POINTS = 2000  # quantiles of the base length distribution the per-engine drain draws from
+ENGINE_DRAWS = 16  # random draws of a contending engine's survivors (per-engine drain; fixed seeds)
+ENGINE_CONTENDERS = 8  # engines drained on random draws: those whose representative drain is longest
+PER_ENGINE_DRAIN = True  # False: the pool-level stratified share (kept for multi-turn; the fidelity table's reference row)
+ENGINE_SHARE = 40  # an engine's share above this is drained on a representative sample (its longest one by one)
 
 
 @dataclass
@@ -93,6 +98,9 @@ class _JobFacts:
     hardest_group: Optional[np.ndarray] = None  # lengths of the hardest prompt's responses (dispatched together)
     forwards: int = 2  # log-prob passes per sample (old policy, reference, critic values)
     updates: int = 1  # actor (+ critic) updates per sample
+    base_quantiles: Optional[np.ndarray] = None  # the base length distribution (before the prompt factor), capped
+    group_size: int = 1
+    prompt_spread: float = 0.0
 
 
 def _gpu_specs(snap: TelemetrySnapshot, scenario) -> dict[str, GPUSpec]:
@@ -136,7 +144,9 @@ def _job_facts(snap: TelemetrySnapshot, scenario) -> Optional[_JobFacts]:
     residual = ResidualTable.of(prof.lengths, job.rollout.max_response_tokens)
     from dataclasses import replace as _replace
 
-    hard = hardest_group(_replace(prof.lengths, max_tokens=job.rollout.max_response_tokens), prof.batch_prompts, prof.group_size)
+    capped = _replace(prof.lengths, max_tokens=job.rollout.max_response_tokens)
+    hard = hardest_group(capped, prof.batch_prompts, prof.group_size)
+    base_q = np.sort(np.minimum(capped.quantile((np.arange(BASE_POINTS) + 0.5) / BASE_POINTS), capped.max_tokens))
     return _JobFacts(
         model=prof.model, rollout_tp=job.rollout.tp, trainer_unit=job.trainer.tp * job.trainer.pp,
         prompt_tokens=float(job.rollout.prompt_tokens), mean_response_tokens=residual.mean(),
@@ -146,6 +156,7 @@ def _job_facts(snap: TelemetrySnapshot, scenario) -> Optional[_JobFacts]:
         n_requests=prof.n_requests, residual=residual, hardest_group=hard, turns=prof.turns, observation_tokens=float(prof.observation_tokens),
         tool_s=phases.tool_latency_s(prof, conservative=False) if prof.turns > 1 else 0.0,
         forwards=1 + int(prof.has_reference) + int(prof.has_critic), updates=1 + int(prof.has_critic),
+        base_quantiles=base_q, group_size=int(prof.group_size), prompt_spread=DEFAULT_PROMPT_SPREAD,
     )
 
 
@@ -239,18 +250,53 @@ def _rollout_state(comp, workers, facts: _JobFacts):
         grp = facts.hardest_group[facts.hardest_group > g_slow] - g_slow
         fullest = max((w.requests_in_flight for w in workers), default=0)
         grp = grp[max(0, grp.size - max(1, fullest)):] if fullest else grp
-    return res, ctx, q, g, {t: float(np.mean(v)) for t, v in caps.items()}, grp
+    per_engine = (_engine_states(workers, facts) if PER_ENGINE_DRAIN and facts.turns <= 1 and facts.base_quantiles is not None
+                  else None)
+    return res, ctx, q, g, {t: float(np.mean(v)) for t, v in caps.items()}, grp, per_engine
+
+
+def _engine_states(workers, facts: _JobFacts) -> Optional[list]:
+    """Per rollout engine, ``(draws of its running requests' residuals, their context, its queued
+    requests' lengths)`` from its own telemetry (requests in flight, cached tokens, queue depth):
+    :func:`estimators.rollout.engine_survivor_draws`, the engine having been dispatched an equal,
+    contiguous share of the batch (GRPO groups together). None when no engine reports a request."""
+    ws = [w for w in workers]
+    if not facts.n_requests or not any(w.requests_in_flight > 0 or w.queue_depth > 0 for w in ws):
+        return None
+    n0 = math.ceil(facts.n_requests / max(1, len(ws)))  # verl's contiguous chunks
+    out = []
+    for i, w in enumerate(ws):
+        n = int(w.requests_in_flight)
+        g = _generated_per_request([w], facts) if n > 0 else 0.0
+        ctx = w.kv_used_tokens / n if n > 0 else facts.prompt_tokens
+        if n > 0 and g > 0:
+            args = (facts.base_quantiles, facts.max_response_tokens, g, n, n0, facts.group_size, facts.prompt_spread)
+            rep = rollout.engine_survivor_draws(*args, 0, seed=0)[0]
+            draw = (lambda k, args=args, seed=1000 + i: rollout.engine_survivor_draws(*args, k, seed=seed, representative=False))
+        else:
+            rep, draw = facts.residual.survivors(g, n)[::-1], None
+        out.append((rep, ctx, facts.residual.survivors(0.0, int(w.queue_depth)), draw))
+    return out
 
 
 def _rollout_remaining_s(facts: _JobFacts, gpu: GPUSpec, state, engines) -> np.ndarray:
     """Predicted seconds until the rollout is done on each engine count of ``engines``
     (:func:`estimators.rollout.rollout_remaining_s` with the calibrated engine model; multi-turn: plus
     the longest request's tool calls still to come, at the mean tool latency)."""
-    res, ctx, q, g, reported_kv, grp = state
+    res, ctx, q, g, reported_kv, grp, per_engine = state
     tp = facts.rollout_tp
     step = rollout.engine_step_model(facts.model, gpu, tp, rollout.ENGINE_FIT_BATCH)
     # the KV capacity the engines report (what they really have), else the estimator's
     kv = reported_kv.get(gpu.name) or memory.kv_capacity_tokens(facts.model, gpu.hbm_gb, tp)
+    if per_engine is not None:
+        # each engine drained from its own state (single-turn; multi-turn keeps the pool-level share below)
+        def conc_of(r, c):
+            final = c + (float(np.mean(r)) if r.size else facts.mean_response_tokens)
+            return min(rollout.MAX_RUNNING_REQUESTS, max(1.0, kv / max(1.0, final)))
+
+        return rollout.pool_drain_s(step, per_engine, conc_of, engines, queued_context=facts.prompt_tokens,
+                                    group_size=facts.group_size, max_share=ENGINE_SHARE,
+                                    draws=ENGINE_DRAWS, contenders=ENGINE_CONTENDERS)
     final_ctx = facts.prompt_tokens + g + (float(np.mean(res)) if res.size else facts.mean_response_tokens)
     conc = min(rollout.MAX_RUNNING_REQUESTS, max(1.0, kv / max(1.0, final_ctx)))
     tools = 0.0
@@ -403,7 +449,7 @@ def _remaining_work(comp, workers, facts: Optional[_JobFacts], n_requests: int) 
         return 0.0
     if comp.kind in DYNAMIC_KINDS:
         if facts is not None and facts.residual is not None:
-            res, _, q, _, _, _ = _rollout_state(comp, workers, facts)
+            res, _, q, _, _, _, _ = _rollout_state(comp, workers, facts)
             return float(res.sum() + q.sum())
         per_req = _tokens_per_request(workers, facts)
         generated = max(1.0, per_req)

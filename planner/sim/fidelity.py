@@ -1,6 +1,7 @@
 """Plan fidelity: each group's planned cycle against an independent simulation of the plan.
 
     python -m planner.sim.fidelity [--out results/fidelity] [--mode sampled] [--scenario PATH ...] [--quick]
+    python -m planner.sim.fidelity --predictor-only   # the reallocation predictor's table alone
 
 For every shipped scenario that has jobs and nodes (``scenarios/*.yaml``, ``scenarios/ci``,
 ``scenarios/dynarl``) and for held-out heavy-tailed length distributions that are not shipped
@@ -92,6 +93,38 @@ def _machine() -> dict:
             "loadavg": os.getloadavg()}
 
 
+PREDICTOR_HEADING = "## Reallocation predictor: remaining time against the simulator"
+
+
+def predictor_markdown(pred: dict) -> list[str]:
+    lines = [PREDICTOR_HEADING, "", f"Command: `{pred['command']}`", "", pred["description"], "",
+             "| case | predictions | median abs error | max abs error |", "|---|---:|---:|---:|"]
+    for k, v in pred["cases"].items():
+        lines.append(f"| {k} | {v['n']} | {100 * v['median']:.1f}% | {100 * v['max']:.1f}% |")
+    if pred.get("call_ms"):
+        c = pred["call_ms"]
+        lines += ["", f"Predictor call (`build_context` per probe snapshot): median {c['median']:.1f} ms, max {c['max']:.1f} ms "
+                  f"over {c['n']} calls" + (f"; {c['note']}" if c.get("note") else "") + "."]
+    lines.append("")
+    return lines
+
+
+def _replace_predictor(out: Path, name: str, pred: dict) -> None:
+    """Put ``pred`` in place of the predictor's section of an existing ``name``.md/.json (the rest as generated)."""
+    md, js = out / f"{name}.md", out / f"{name}.json"
+    if md.exists():
+        text = md.read_text()
+        i = text.find(PREDICTOR_HEADING)
+        if i >= 0:
+            j = text.find("\n## ", i + len(PREDICTOR_HEADING))
+            rest = text[j + 1:] if j >= 0 else ""
+            md.write_text(text[:i] + "\n".join(predictor_markdown(pred)) + "\n" + rest)
+    if js.exists():
+        data = json.loads(js.read_text())
+        data["predictor"] = pred
+        js.write_text(json.dumps(data, indent=2, default=float) + "\n")
+
+
 def markdown(rows: list[dict], pred: dict | None, command: str, machine: dict, mode: str, title: str) -> str:
     lines = [f"# {title}", "", f"Command: `{command}`", "",
              f"Machine: {machine['uname']}; {machine['cpus']} CPUs; load average {', '.join(f'{x:.2f}' for x in machine['loadavg'])}",
@@ -136,12 +169,7 @@ def markdown(rows: list[dict], pred: dict | None, command: str, machine: dict, m
                 f"{j['worst_iteration_s']:.1f} s (margin {j['margin_s']:+.1f} s)" for j in tight)]
         lines.append("")
     if pred:
-        lines += ["## Reallocation predictor: remaining time against the simulator", "",
-                  f"Command: `{pred['command']}`", "", pred["description"], "",
-                  "| case | predictions | median abs error | max abs error |", "|---|---:|---:|---:|"]
-        for k, v in pred["cases"].items():
-            lines.append(f"| {k} | {v['n']} | {100 * v['median']:.1f}% | {100 * v['max']:.1f}% |")
-        lines.append("")
+        lines += predictor_markdown(pred)
     return "\n".join(lines) + "\n"
 
 
@@ -152,11 +180,31 @@ def main(argv=None) -> int:
     ap.add_argument("--scenario", action="append", help="only these scenario files (default: every shipped one)")
     ap.add_argument("--no-held-out", action="store_true", help="skip the held-out heavy-tailed distributions")
     ap.add_argument("--no-predictor", action="store_true", help="skip the reallocation predictor's remaining-time error")
+    ap.add_argument("--predictor-only", action="store_true",
+                    help="only the reallocation predictor: writes predictor.md/.json and replaces the predictor's "
+                         "section of an existing <name>.md/.json (the placement tables are left as they are)")
     ap.add_argument("--name", default="fidelity", help="file stem of the tables (default fidelity)")
     ap.add_argument("--time-limit", type=float, default=20.0)
     args = ap.parse_args(argv)
     command = "python -m planner.sim.fidelity " + " ".join(argv if argv is not None else sys.argv[1:])
     machine = _machine()
+    if args.predictor_only:
+        from planner.sim.predictor_fidelity import measure
+
+        pred = measure()
+        pred["command"] = command
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        head = [f"# Reallocation predictor fidelity", "", f"Machine: {machine['uname']}; {machine['cpus']} CPUs; load average "
+                f"{', '.join(f'{x:.2f}' for x in machine['loadavg'])}", ""]
+        (out / "predictor.md").write_text("\n".join(head + predictor_markdown(pred)))
+        (out / "predictor.json").write_text(json.dumps({"command": command, "machine": machine, "predictor": pred}, indent=2,
+                                                        default=float) + "\n")
+        _replace_predictor(out, args.name, pred)
+        for k, v in pred["cases"].items():
+            print(f"{k}: median {100 * v['median']:.1f}%, max {100 * v['max']:.1f}% ({v['n']} predictions)")
+        print(f"wrote {out / 'predictor.md'}, {out / 'predictor.json'}")
+        return 0
     paths = [Path(p).resolve() for p in args.scenario] if args.scenario else shipped_scenarios()
     rows = []
     with tempfile.TemporaryDirectory(prefix="rlp-fidelity-") as tmp:

@@ -11,7 +11,11 @@ the remaining work per second). Two errors are measured on the DynaRL scenarios,
   simulation in which exactly that move is carried out at that time (Workload migration: the
   drained engines' requests re-prefilled on the kept ones).
 
-Error = predicted / simulated - 1; reported as median and max of its absolute value.
+Error = predicted / simulated - 1; reported as median and max of its absolute value. The rollout's
+remaining time is each engine's drain from its own telemetry (requests in flight, cached tokens,
+queue; :func:`estimators.rollout.pool_drain_s`); the rows "(pool-level share)" re-run the same
+probes with the pool-level stratified share it replaced (``PER_ENGINE_DRAIN = False``), and the
+call times are those of ``build_context`` on the probe snapshots, both measured in the same run.
 """
 
 from __future__ import annotations
@@ -61,13 +65,26 @@ class _Probe:
             return Reallocation(target=tgt, kinds={"rollout": "workload", "trainer": "p2p"}, reason="fidelity probe")
         if not self.times or snap.time_s < self.times[0]:
             return None
+        import time
+
+        from planner.instances import realloc
+
         self.times.pop(0)
-        c = build_context(snap, self.sc)
         held = sum(w.gpus for w in snap.workers if w.component == "rollout")
-        cv = next(iter(c.components["rollout"].curves.values()))
-        y0, y1 = cv(held), cv(held - self.moved)
-        self.rows.append({"t": snap.time_s, "keep": 1.0 / y0 if y0 > 0 else math.inf,
-                          "after": 1.0 / y1 if y1 > 0 else math.inf})
+        row = {"t": snap.time_s}
+        for tag, per_engine in (("", True), ("pool_", False)):
+            realloc.PER_ENGINE_DRAIN = per_engine
+            try:
+                t0 = time.perf_counter()
+                c = build_context(snap, self.sc)
+                row[tag + "call_s"] = time.perf_counter() - t0
+            finally:
+                realloc.PER_ENGINE_DRAIN = True
+            cv = next(iter(c.components["rollout"].curves.values()))
+            y0, y1 = cv(held), cv(held - self.moved)
+            row[tag + "keep"] = 1.0 / y0 if y0 > 0 else math.inf
+            row[tag + "after"] = 1.0 / y1 if y1 > 0 else math.inf
+        self.rows.append(row)
         return None
 
 
@@ -75,7 +92,7 @@ def measure(cases=CASES, fractions=FRACTIONS) -> dict:
     from simulator.job import JobSim
     from simulator.policies import Policy
 
-    keep, after = [], []
+    keep, after, pool_keep, pool_after, calls, pool_calls = [], [], [], [], [], []
     rows = []
     for name, seed in cases:
         sc, setup = _setup(name, seed)
@@ -98,9 +115,14 @@ def measure(cases=CASES, fractions=FRACTIONS) -> dict:
             ea = r["after"] / actual_after - 1.0 if actual_after > 0 else math.nan
             keep.append(ek)
             after.append(ea)
+            pool_keep.append(r["pool_keep"] / actual - 1.0)
+            pool_after.append(r["pool_after"] / actual_after - 1.0 if actual_after > 0 else math.nan)
+            calls.append(1e3 * r["call_s"])
+            pool_calls.append(1e3 * r["pool_call_s"])
             rows.append({"case": name, "seed": seed, "t_s": r["t"], "gpus_moved": moved, "keep_predicted_s": r["keep"],
                          "keep_simulated_s": actual, "keep_error": ek, "after_predicted_s": r["after"],
-                         "after_simulated_s": actual_after, "after_error": ea})
+                         "after_simulated_s": actual_after, "after_error": ea, "pool_keep_predicted_s": r["pool_keep"],
+                         "pool_after_predicted_s": r["pool_after"], "call_ms": 1e3 * r["call_s"], "pool_call_ms": 1e3 * r["pool_call_s"]})
 
     def stat(v):
         a = np.abs(np.asarray([x for x in v if np.isfinite(x)]))
@@ -108,7 +130,13 @@ def measure(cases=CASES, fractions=FRACTIONS) -> dict:
 
     return {"command": "python -m planner.sim.fidelity (planner.sim.predictor_fidelity.measure)",
             "description": __doc__.split("\n\n", 1)[1].strip(),
-            "cases": {"keep": stat(keep), "after-move": stat(after)}, "rows": rows}
+            "cases": {"keep": stat(keep), "after-move": stat(after), "keep (pool-level share)": stat(pool_keep),
+                      "after-move (pool-level share)": stat(pool_after)},
+            "call_ms": {"n": len(calls), "median": float(np.median(calls)) if calls else math.nan,
+                        "max": float(max(calls)) if calls else math.nan,
+                        "note": (f"the pool-level share, same snapshots: median {float(np.median(pool_calls)):.1f} ms, "
+                                 f"max {float(max(pool_calls)):.1f} ms") if pool_calls else ""},
+            "rows": rows}
 
 
 if __name__ == "__main__":
