@@ -272,7 +272,7 @@ def _engine_states(workers, facts: _JobFacts) -> Optional[list]:
         if n > 0 and g > 0:
             args = (facts.base_quantiles, facts.max_response_tokens, g, n, n0, facts.group_size, facts.prompt_spread)
             rep = rollout.engine_survivor_draws(*args, 0, seed=0)[0]
-            draw = (lambda k, args=args, seed=1000 + i: rollout.engine_survivor_draws(*args, k, seed=seed, representative=False))
+            draw = (lambda k, args=args, seed=1000 + i: rollout.engine_survivor_draws(*args, k, seed=seed, representative=False))  # noqa: E731
         else:
             rep, draw = facts.residual.survivors(g, n)[::-1], None
         out.append((rep, ctx, facts.residual.survivors(0.0, int(w.queue_depth)), draw))

@@ -23,6 +23,7 @@ import platform
 import sys
 import tempfile
 import time
+from typing import Optional
 from pathlib import Path
 
 import numpy as np
@@ -195,7 +196,7 @@ def main(argv=None) -> int:
         pred["command"] = command
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        head = [f"# Reallocation predictor fidelity", "", f"Machine: {machine['uname']}; {machine['cpus']} CPUs; load average "
+        head = ["# Reallocation predictor fidelity", "", f"Machine: {machine['uname']}; {machine['cpus']} CPUs; load average "
                 f"{', '.join(f'{x:.2f}' for x in machine['loadavg'])}", ""]
         (out / "predictor.md").write_text("\n".join(head + predictor_markdown(pred)))
         (out / "predictor.json").write_text(json.dumps({"command": command, "machine": machine, "predictor": pred}, indent=2,
@@ -218,7 +219,7 @@ def main(argv=None) -> int:
             rows.append(r)
             errs = ", ".join(f"{g['id']} {100 * g['error']:+.1f}%" for g in r["groups"])
             print(f"{r['scenario']}: {errs} ({time.perf_counter() - t:.1f} s)", flush=True)
-    pred = None
+    pred: Optional[dict] = None
     if not args.no_predictor:
         from planner.sim.predictor_fidelity import measure
 
