@@ -219,7 +219,7 @@ def main(argv=None) -> int:
             rows.append(r)
             errs = ", ".join(f"{g['id']} {100 * g['error']:+.1f}%" for g in r["groups"])
             print(f"{r['scenario']}: {errs} ({time.perf_counter() - t:.1f} s)", flush=True)
-    pred: Optional[dict] = None
+    pred = None  # type: ignore[assignment]
     if not args.no_predictor:
         from planner.sim.predictor_fidelity import measure
 
