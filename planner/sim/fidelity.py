@@ -23,7 +23,6 @@ import platform
 import sys
 import tempfile
 import time
-from typing import Optional
 from pathlib import Path
 
 import numpy as np
