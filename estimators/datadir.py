@@ -78,7 +78,7 @@ def _deep_merge(base, top):
 
 def read_json(name: str) -> dict:
     """The calibration file ``name`` (one of :data:`FILES`) as the estimators should use it."""
-    shipped = json.loads(resources.files("estimators").joinpath("data", name).read_text())
+    shipped = json.loads(resources.files("estimators").joinpath("data").joinpath(name).read_text())
     folder = selected()
     if folder is None:
         return shipped

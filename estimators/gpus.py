@@ -25,7 +25,7 @@ see :mod:`estimators.kernels`.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -62,12 +62,14 @@ def canonical_name(name: str) -> str | None:
     return key if key in CATALOGUE else None
 
 
-def get(name: str, overrides: Mapping[str, object] | None = None) -> GPUSpec:
-    """The catalogue entry for ``name`` with scenario overrides applied."""
+def get(name: str, overrides: Mapping[str, float | None] | None = None) -> GPUSpec:
+    """The catalogue entry for ``name`` with scenario overrides (figures by field name) applied."""
     canon = canonical_name(name)
     if canon is None:
         raise KeyError(name)
     spec = CATALOGUE[canon]
     if overrides:
-        spec = replace(spec, **{k: v for k, v in overrides.items() if v is not None})
+        # replace() refuses names that are not fields of GPUSpec; the scenario schema bounds the values
+        changes: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
+        spec = replace(spec, **changes)
     return spec

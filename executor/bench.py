@@ -27,8 +27,13 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
+
+if TYPE_CHECKING:
+    from executor.backends.base import Backend
+    from executor.backends.ray import RayBackend
 
 OUT = Path("results/executor")
 
@@ -55,6 +60,12 @@ def write(name: str, title: str, rows: list[dict], notes: list[str], mach: dict)
     tmp.write_text("\n".join(lines))
     tmp.replace(OUT / f"{name}.md")
     return OUT / f"{name}.md"
+
+
+def _fresh(b: RayBackend) -> RayBackend:
+    """``b`` with every worker killed and a fresh coordinator (one Ray cluster serves every case)."""
+    b.reset()
+    return b
 
 
 def _copy_rate(nbytes: int, repeat: int) -> tuple[float, float]:
@@ -101,7 +112,7 @@ def bench_reshard(args) -> None:
     ray_b = RayBackend(local_nodes=nodes, deadlines=Deadlines(start_s=120, call_s=120, reshard_s=600))
     try:
         for old, new in cases:
-            for name, make in (("ray (gloo; one process per rank)", lambda: (ray_b.reset(), ray_b)[1]),
+            for name, make in (("ray (gloo; one process per rank)", lambda: _fresh(ray_b)),
                                ("sim (in-process pack/unpack)", lambda: SimBackend(nodes))):
                 secs, nbytes = [], 0
                 for _ in range(args.repeat):
@@ -175,7 +186,7 @@ def bench_workload(args) -> None:
     rows = []
     ray_b = RayBackend(local_nodes=nodes, deadlines=Deadlines(start_s=120, call_s=300), tick_s=0.05)
     try:
-        for name, make in (("ray", lambda: (ray_b.reset(), ray_b)[1]), ("sim", lambda: SimBackend(nodes, ticks_per_call=0))):
+        for name, make in (("ray", lambda: _fresh(ray_b)), ("sim", lambda: SimBackend(nodes, ticks_per_call=0))):
             b = make()
             j = Journal(":memory:")
             Executor(b, j).apply(diff(observe(b), to_state(ExecutorTarget.model_validate(body(4)))).steps)
@@ -216,15 +227,16 @@ def bench_faults(args) -> None:
 
     mach = machine()
     cases = faultlib.all_cases() if args.full else faultlib.representative_cases()
+    b: Optional[RayBackend] = None
+    make: Callable[[], Backend]
     if args.backend == "ray":
         from executor.backends.ray import RayBackend
 
-        b = RayBackend(local_nodes=faultlib.NODES, deadlines=Deadlines(start_s=30, call_s=3, reshard_s=6, stop_s=5))
-        make = lambda: (b.reset(), b)[1]  # noqa: E731
+        ray_b = b = RayBackend(local_nodes=faultlib.NODES, deadlines=Deadlines(start_s=30, call_s=3, reshard_s=6, stop_s=5))
+        make = lambda: _fresh(ray_b)  # noqa: E731
     else:
         from executor.backends.sim import SimBackend
 
-        b = None
         make = lambda: SimBackend(faultlib.NODES, ticks_per_call=1)  # noqa: E731
     rows = []
     try:
@@ -265,7 +277,7 @@ def bench_statefile(args) -> None:
     router.submit(b, ROLLOUT, router.make_requests(ROLLOUT, args.requests, prompts=16, min_len=8, max_len=64, seed=1))
     assert all(b.train_step(TRAINER, 0))
     b.tick(5)
-    parts = {"coordinator": b.coordinator}
+    parts: dict[str, object] = {"coordinator": b.coordinator}
     for wid, w in b.workers.items():
         w.obj._coord = None
         parts[f"{w.args['role']} {wid}"] = (w.args, w.obj, w.alive)

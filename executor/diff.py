@@ -28,7 +28,7 @@ fix it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import AbstractSet, Optional
 
 from estimators.errors import Problem, UserError, did_you_mean
 
@@ -39,6 +39,8 @@ from executor.state import ALLOWED_MIGRATIONS, ClusterState, Component, Worker
 from executor.steps import STEP_KINDS, Step, Unit
 
 EPS = 1e-9
+
+Reserved = AbstractSet[tuple[str, str]]  # (group, node) pairs held by reservation components
 
 
 class Unreachable(UserError):
@@ -70,7 +72,7 @@ def reservations(st: ClusterState) -> set[tuple[str, str]]:
     return {(c.reserves, n) for c in st.components.values() if c.reserves for n in c.placement_counts()}
 
 
-def share_at(c: Component, node: str, reserved: set[tuple[str, str]]) -> str:
+def share_at(c: Component, node: str, reserved: Reserved) -> str:
     """How a worker of ``c`` on ``node`` counts its GPUs: inside its group's reservation there, if any."""
     return c.group if c.group and (c.group, node) in reserved else ""
 
@@ -128,7 +130,7 @@ def validate_target(observed: ClusterState, target: ClusterState) -> list[Proble
 
 
 # ----------------------------------------------------------------------------- units
-def _needs_change(o: Component, t: Component, reserved: set[tuple[str, str]]) -> bool:
+def _needs_change(o: Component, t: Component, reserved: Reserved) -> bool:
     return (o.placement_counts() != t.placement_counts() or o.layout != t.layout
             or o.gpus_per_worker != t.gpus_per_worker or abs(o.dram_gb_per_worker - t.dram_gb_per_worker) > EPS
             or o.group != t.group or o.reserves != t.reserves
@@ -136,7 +138,7 @@ def _needs_change(o: Component, t: Component, reserved: set[tuple[str, str]]) ->
             or bool(t.keep and set(t.keep) != {w.id for w in o.live_workers()}))
 
 
-def _new_workers(t: Component, generation: int, start_index: int = 0, reserved: set = frozenset()) -> list[Worker]:
+def _new_workers(t: Component, generation: int, start_index: int = 0, reserved: Reserved = frozenset()) -> list[Worker]:
     out, idx = [], start_index
     for node, k in t.placement_counts().items():
         for _ in range(k):
@@ -156,7 +158,7 @@ def _wargs(w: Worker, comp: Component, **extra) -> dict:
             **({"impl": comp.impl} if comp.impl else {}), **extra}
 
 
-def _unit_workload(o: Component, t: Component, reserved: set) -> Unit:
+def _unit_workload(o: Component, t: Component, reserved: Reserved) -> Unit:
     uid = f"{t.name}/workload"
     same_shape = o.gpus_per_worker == t.gpus_per_worker and abs(o.dram_gb_per_worker - t.dram_gb_per_worker) <= EPS
     want = t.placement_counts()
@@ -203,7 +205,7 @@ def _unit_workload(o: Component, t: Component, reserved: set) -> Unit:
     return u
 
 
-def _in_place(o: Component, t: Component, reserved: set) -> Optional[tuple[dict[str, int], list[Worker]]]:
+def _in_place(o: Component, t: Component, reserved: Reserved) -> Optional[tuple[dict[str, int], list[Worker]]]:
     """A DP resize with TP and PP kept: the old replicas that stay where they are (old rank id ->
     its rank in the new layout) and the new ranks to create; None when it does not apply."""
     old = sorted(o.live_workers(), key=lambda w: w.index)
@@ -246,7 +248,7 @@ def _in_place(o: Component, t: Component, reserved: set) -> Optional[tuple[dict[
     return kept, new
 
 
-def _unit_p2p(o: Component, t: Component, reserved: set) -> Unit:
+def _unit_p2p(o: Component, t: Component, reserved: Reserved) -> Unit:
     gen = o.generation + 1
     old = sorted(o.live_workers(), key=lambda w: w.index)
     inplace = _in_place(o, t, reserved)
@@ -277,9 +279,10 @@ def _unit_p2p(o: Component, t: Component, reserved: set) -> Unit:
 
 
 def _save_step(u: Unit, o: Component, ckpt: str, gen: int, park: bool = False) -> Step:
-    args = {"workers": [w.id for w in sorted(o.live_workers(), key=lambda w: w.index)], "checkpoint": ckpt, "generation": gen}
+    workers = [w.id for w in sorted(o.live_workers(), key=lambda w: w.index)]
+    args: dict[str, object] = {"workers": workers, "checkpoint": ckpt, "generation": gen}
     if park:  # where the state waits while the component is stopped (the next diff restores from it)
-        args["park"] = {"checkpoint": ckpt, "layout": vars(o.layout) | {}, "count": len(args["workers"]), "generation": gen,
+        args["park"] = {"checkpoint": ckpt, "layout": vars(o.layout) | {}, "count": len(workers), "generation": gen,
                         "role": o.role}
     return _step(u, "save", "", f"the state of {o.name} must survive the restart", args)
 
@@ -295,7 +298,7 @@ def _restore_steps(u: Unit, t: Component, new: list[Worker], ckpt: str, old_layo
     u.steps.append(_step(u, "switch", "", f"restarted workers of {t.name} take over", args))
 
 
-def _unit_reboot(o: Component, t: Component, reserved: set) -> Unit:
+def _unit_reboot(o: Component, t: Component, reserved: Reserved) -> Unit:
     gen = o.generation + 1
     old = sorted(o.live_workers(), key=lambda w: w.index)
     new = _new_workers(t, gen, 0, reserved)
@@ -309,7 +312,7 @@ def _unit_reboot(o: Component, t: Component, reserved: set) -> Unit:
     return u
 
 
-def staged(o: Component, t: Component, reserved: set, why: str) -> list[Unit]:
+def staged(o: Component, t: Component, reserved: Reserved, why: str) -> list[Unit]:
     """A reboot in two units that other units may run between: **park** (save, stop: gives the
     component's GPUs and DRAM back) and **restore** (restart on the target from the checkpoint).
     The journal holds both; while the component is parked the coordinator records its checkpoint,
@@ -329,7 +332,7 @@ def staged(o: Component, t: Component, reserved: set, why: str) -> list[Unit]:
     return [park, restore]
 
 
-def _unit_unpark(info: dict, t: Component, reserved: set) -> Unit:
+def _unit_unpark(info: dict, t: Component, reserved: Reserved) -> Unit:
     """A component a staged reboot parked (an earlier apply stopped before restoring it): restore it."""
     gen = int(info["generation"])
     new = _new_workers(t, gen, 0, reserved)
@@ -339,7 +342,7 @@ def _unit_unpark(info: dict, t: Component, reserved: set) -> Unit:
     return u
 
 
-def _unit_add(t: Component, generation: int = 1, reserved: set = frozenset()) -> Unit:
+def _unit_add(t: Component, generation: int = 1, reserved: Reserved = frozenset()) -> Unit:
     new = _new_workers(t, generation, 0, reserved)
     u = Unit(f"{t.name}/add", t.name, "add", f"{t.name} is new in the plan")
     for w in new:

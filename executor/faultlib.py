@@ -104,6 +104,8 @@ def full_state(backend: Any, ids: list[str]) -> tuple[dict, int, list[str]]:
         if "chunks" in st:  # a plain sharded state (executor.workers.shardstate)
             chunked.append(st)
             continue
+        if rec is None:
+            raise LookupError(f"{wid}: answered 'state' but the coordinator holds no record of it (its layout is unknown)")
         lay = Layout(**rec["layout"])
         for p in owned_params(spec, lay, st["rank"]):
             for k in STATE_KINDS:

@@ -62,6 +62,14 @@ def unit_effect(u: Unit, free: Free) -> tuple[Optional[Free], Optional[str]]:
     return cur, None
 
 
+def _effect_of_fitting(u: Unit, free: Free) -> Free:
+    """Free capacity after ``u``, a unit the search found fits in ``free``."""
+    after, why = unit_effect(u, free)
+    if after is None:
+        raise RuntimeError(f"internal error: the order found for {u.id} ({u.kind}) over-fills capacity: {why}")
+    return after
+
+
 def _release_score(u: Unit) -> tuple[float, float]:
     """Node GPUs and host DRAM the unit gives back, net (the same in every state it fits in)."""
     g = d = 0.0
@@ -161,7 +169,7 @@ def _tight(units: list[Unit], free: Free) -> set:
         for takes, need, _ in _deltas(u):
             if takes:
                 worst[("dram", need.node)] = worst.get(("dram", need.node), 0.0) - need.dram_gb
-                key = ("use", need.share, need.job, need.node) if need.share else ("gpus", need.node)
+                key: tuple[str, ...] = ("use", need.share, need.job, need.node) if need.share else ("gpus", need.node)
                 worst[key] = worst.get(key, 0) + (need.gpus if need.share else -need.gpus)
             elif need.reserves:
                 key = ("res", need.reserves, need.node)
@@ -264,7 +272,7 @@ def exhaustive(units: list[Unit], free0: Free, budget: int) -> tuple[Optional[li
                 if got is None:
                     return None
                 for i in got:
-                    free, _ = unit_effect(units[i], free)
+                    free = _effect_of_fitting(units[i], free)
                 path += got
             return path
         key = (left, tuple(sorted((k, v) for k, v in free.items() if k in tight)))
@@ -360,6 +368,6 @@ def order_units(units: list[Unit], free0: Free, budget: int = 50_000,
                     reasons.append(f"(search stopped after {budget} states; the order may exist but was not found)")
                 return None, reasons, notes
         for u in got:
-            free, _ = unit_effect(u, free)
+            free = _effect_of_fitting(u, free)
         done += got
     return done, [], notes

@@ -49,7 +49,7 @@ ALLOWED = {"Layout": "executor.state", "Node": "executor.state", "Raw": "executo
            "LMTrainerRank": "executor.workers.lm_trainer", "LMSpec": "executor.workers.tinylm", "PSpec": "executor.workers.tinylm"}
 
 
-def allowed_class(name: str, *, load: bool = True) -> type | None:
+def allowed_class(name: str, *, load: bool = True) -> type[object] | None:
     """The class of that name if a saved state may hold it (``load=False``: only if its module is imported already)."""
     mod = ALLOWED.get(name)
     if mod is None:
@@ -223,16 +223,17 @@ class _Dec:
             return frozenset(items) if x.get("frozen") else set(items)
         if tag in ("$d", "$od"):
             pairs = [_pair(p) for p in _list(v)]
-            out = OrderedDict() if tag == "$od" else {}
+            mapping: dict[Any, Any] = OrderedDict() if tag == "$od" else {}
             for k, val in pairs:
-                out[_hashable(self.dec(k, d))] = self.dec(val, d)
-            return out
+                mapping[_hashable(self.dec(k, d))] = self.dec(val, d)
+            return mapping
         if tag == "$list":
             if not isinstance(v, int) or v in self.lists:
                 raise BadState("a shared list with a missing or repeated number")
-            out = self.lists[v] = []
-            out.extend(self.dec(_list(x.get("items")), d))
-            return out
+            shared: list[Any] = []
+            self.lists[v] = shared
+            shared.extend(self.dec(_list(x.get("items")), d))
+            return shared
         if tag == "$lref":
             if v not in self.lists:
                 raise BadState(f"a reference to list #{v!r} before it is defined")
@@ -244,8 +245,8 @@ class _Dec:
         if tag == "$tensor":
             import torch
 
-            t = torch.from_numpy(self.array(v))
-            return t.requires_grad_(True) if v.get("grad") else t
+            tensor = torch.from_numpy(self.array(v))
+            return tensor.requires_grad_(True) if v.get("grad") else tensor
         if tag == "$ref":
             if v not in self.refs:
                 raise BadState(f"a reference to object #{v!r} before it is defined")
@@ -257,7 +258,7 @@ class _Dec:
             ref = x.get("ref")
             if not isinstance(ref, int) or ref in self.refs:
                 raise BadState("an object record with a missing or repeated reference number")
-            obj = cls.__new__(cls)
+            obj: Any = cls.__new__(cls)  # the class's own __new__ at run time
             self.refs[ref] = obj
             state = self.dec(x.get("state"), d)
             if _has_own(cls, "__setstate__"):
@@ -297,21 +298,22 @@ def loads(data: bytes, check: Callable[[Any], None] | None = None) -> Any:
     """The object :func:`dumps` wrote; :class:`BadState` for anything else."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise BadState(f"a {type(data).__name__} where a saved blob was expected")
-    data = memoryview(data).cast("B")
-    if bytes(data[:8]) != MAGIC:
-        head = bytes(data[:8])
+    buf = memoryview(data).cast("B")
+    if bytes(buf[:8]) != MAGIC:
+        head = bytes(buf[:8])
         if head[:1] == b"\x80":
             raise BadState("a pickle (the format of rl-planner before saved states became code-free): it is not read")
         if head[:6] == MAGIC[:6]:
             raise BadState(f"format version {head[7]} (this rl-planner reads version {VERSION})")
         raise BadState("not a saved state of rl-planner")
-    body = data[40:]  # views, not copies: a trainer rank's blob is megabytes
-    if hashlib.sha256(body).digest() != bytes(data[8:40]):
+    body = buf[40:]  # views, not copies: a trainer rank's blob is megabytes
+    if hashlib.sha256(body).digest() != bytes(buf[8:40]):
         raise BadState("the checksum does not match: the file is damaged")
     try:
         (n,) = struct.unpack_from("<Q", body, 0)
         doc = json.loads(bytes(body[8:8 + n]))
-        blobs, off = [], 8 + n
+        blobs: list[memoryview] = []
+        off = 8 + n
         while off < len(body):
             (m,) = struct.unpack_from("<Q", body, off)
             if off + 8 + m > len(body):

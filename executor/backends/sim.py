@@ -77,6 +77,8 @@ class SimBackend:
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
+            if self.state_path is None:
+                raise RuntimeError("the sim backend was asked for its state file but was made without a state_path")
             try:
                 create_private(self.state_path)  # it holds the cluster's state
             except OSError as exc:
@@ -152,7 +154,7 @@ class SimBackend:
         if not self.state_path:
             return
         c = self._db()
-        rows = []
+        rows: list[tuple[str, Optional[bytes]]] = []
         for wid in sorted(self._dirty):
             w = self.workers.get(wid)
             if w is None:

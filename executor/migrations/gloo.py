@@ -21,9 +21,32 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def local_ip() -> str:
+    """This node's address as the Ray cluster knows it (loopback outside Ray)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - outside a Ray worker
+        pass
+    return "127.0.0.1"
+
+
 def host_store(host: str, world: int, timeout_s: float) -> tuple[dist.TCPStore, int]:
     store = dist.TCPStore(host, 0, world, True, timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
     return store, store.port
+
+
+def host_stores(keys: list[str], world: int, timeout_s: float, keep: list) -> tuple[str, dict[str, int]]:
+    """One store per key on this node for groups of ``world`` ranks: (this node's address, key -> port).
+
+    The stores are appended to ``keep``: a store serves its group only while its host holds it."""
+    host, ports = local_ip(), {}
+    for k in keys:
+        store, ports[k] = host_store(host, world, timeout_s)
+        keep.append(store)
+    return host, ports
 
 
 def join(host: str, port: int, rank: int, world: int, prefix: str, timeout_s: float, store=None):

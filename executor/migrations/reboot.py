@@ -28,7 +28,7 @@ def run_save(ctx: Ctx, step: Step) -> dict:
     key = a["checkpoint"]
     saved = []
     snapshots = {}
-    ranks = {}
+    ranks: dict[int, str] = {}
     for w in a["workers"]:  # two live trainer ranks of one index would write one checkpoint key: the state saved would be a mix
         r = recs.get(w)
         if r is not None and r["role"] == "trainer":

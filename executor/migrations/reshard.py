@@ -129,7 +129,7 @@ def repack_dst(shards: dict[str, dict[str, torch.Tensor]], pcs: list[Piece]) -> 
 
 
 def checksum(t: torch.Tensor) -> int:
-    return zlib.crc32(t.detach().contiguous().numpy().view("uint8"))  # reads the buffer in place
+    return zlib.crc32(t.detach().contiguous().numpy().view("uint8").data)  # reads the buffer in place
 
 
 def empty_shards(spec: ModelSpec, layout: Layout, rank: int) -> dict[str, dict[str, torch.Tensor]]:

@@ -27,7 +27,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from executor.workers.coordinator_store import CoordinatorStore
 
 KV = ("next_epoch", "leases", "active", "registry", "generation", "dead_nodes", "parked", "pgs")
 
@@ -35,7 +38,7 @@ KV = ("next_epoch", "leases", "active", "registry", "generation", "dead_nodes", 
 class Coordinator:
     def __init__(self, first_epoch: int = 1, state_dir: Optional[str] = None) -> None:
         self._lock = threading.RLock()
-        self._store = None
+        self._store: Optional[CoordinatorStore] = None
         self.next_epoch = first_epoch
         self.leases: dict[str, int] = {}
         self.active: dict[str, list[str]] = {}
@@ -57,8 +60,8 @@ class Coordinator:
     def _open(self, state_dir: str) -> None:
         from executor.workers.coordinator_store import CoordinatorStore
 
-        self._store = CoordinatorStore(state_dir)
-        saved = self._store.load()
+        store = self._store = CoordinatorStore(state_dir)
+        saved = store.load()
         kv = saved["kv"]
         for name in KV:
             if name in kv:
@@ -69,9 +72,9 @@ class Coordinator:
         self.illegal = [e["text"] for e in ev.get("illegal", [])]
         for c in ev.get("commit", []):
             self.commits.setdefault(c["component"], []).append({k: c[k] for k in ("worker", "epoch", "step")})
-        self.checkpoints = self._store.load_checkpoints()
+        self.checkpoints = store.load_checkpoints()
         self.restarts = int(kv.get("restarts", -1)) + 1
-        self._store.write(kv={"restarts": self.restarts})
+        store.write(kv={"restarts": self.restarts})
 
     def _save(self, *names: str, requests: tuple = (), events: tuple = ()) -> None:
         if self._store is not None:

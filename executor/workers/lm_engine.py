@@ -109,6 +109,7 @@ class LMEngine(RolloutEngine):
         d = self._dec.get(r.id)
         if d is None or len(d.logprobs) != len(r.output):
             d = self._dec[r.id] = self._prefill(r)
+        assert d.next_logits is not None  # _prefill set it; nothing unsets it
         tok, lp = pick(d.next_logits, _temperature(r), r.seed, len(r.output))
         r.output.append(tok)
         d.logprobs.append(lp)

@@ -31,6 +31,16 @@ from executor.workers import shardstate
 from executor.workers import tinylm as lm
 
 
+def _grad(t: torch.Tensor) -> torch.Tensor:
+    if t.grad is None:
+        raise RuntimeError(f"a parameter of shape {tuple(t.shape)} got no gradient: the loss does not use it")
+    return t.grad
+
+
+def _detached(method: str, *args: Any) -> Any:
+    raise RuntimeError(f"'{method}' on a trainer rank restored from a saved state that no coordinator was attached to")
+
+
 class LMTrainerRank:
     lr, betas, eps, weight_decay = 1e-3, (0.9, 0.999), 1e-8, 0.01
 
@@ -107,7 +117,7 @@ class LMTrainerRank:
                 t.grad = None
             loss = lm.grpo_loss(self.spec, self.P, lm.grpo_batch(self.spec, step, m), tp)
             loss.backward()
-            per_mb.append(torch.cat([t.grad.reshape(-1) for t in self.flat]))
+            per_mb.append(torch.cat([_grad(t).reshape(-1) for t in self.flat]))
         total = lm.fold_sum(dp.all_gather(per_mb)) / lm.MICROBATCHES
         off = 0
         for t in self.flat:
@@ -201,16 +211,10 @@ class LMTrainerRank:
             pgs[kind] = pg
         self.train_pgs = pgs
 
-    def host_training_stores(self, keys: list[str], world: int, timeout_s: float) -> tuple[str, dict]:
+    def host_training_stores(self, keys: list[str], world: int, timeout_s: float) -> tuple[str, dict[str, int]]:
         from executor.migrations import gloo
-        from executor.workers.trainer import _local_ip
 
-        host, out = _local_ip(), {}
-        for k in keys:
-            store, port = gloo.host_store(host, world, timeout_s)
-            self._stores.append(store)
-            out[k] = port
-        return host, out
+        return gloo.host_stores(keys, world, timeout_s, self._stores)
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict:
@@ -309,7 +313,7 @@ class LMTrainerRank:
         self.id, self.epoch, self.component, self.rank = d["id"], d["epoch"], d["component"], d["rank"]
         self.layout, self.model = Layout(**d["layout"]), d["model"]
         self.spec = lm.spec_of(self.model)
-        self._coord, self.train_pgs, self._stores = None, None, []
+        self._coord, self.train_pgs, self._stores = _detached, None, []
         self._build(fresh=False)
         self.load_state(d["state"])
         self.loaded = d["loaded"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any, Sequence
 
 import torch
 
@@ -32,7 +33,7 @@ def _carrier(fqn: str, chunks: list[tuple[list[int], torch.Tensor]], global_shap
     from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
 
     by_off = {tuple(off): t for off, t in chunks}
-    v = chunks[0][1].view_as(chunks[0][1])
+    v: Any = chunks[0][1].view_as(chunks[0][1])  # a Tensor given DCP's duck-typed shard methods below
     gs = torch.Size(global_shape)
 
     def chunk_list():
@@ -77,7 +78,7 @@ def dcp_save(state: dict, directory: str | Path) -> int:
     return sum(t.numel() * t.element_size() for t in state["tensors"].values())
 
 
-def dcp_load(state: dict, directories: list[str | Path]) -> None:
+def dcp_load(state: dict, directories: Sequence[str | Path]) -> None:
     """Fill ``state``'s chunks (in place) from DCP checkpoints written by ranks of any layout.
     Every element must be covered by some checkpoint: the chunks are filled with NaN first and
     a chunk left with a NaN raises."""

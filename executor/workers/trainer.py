@@ -37,18 +37,6 @@ def adam_update(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, 
     param.addcdiv_(exp_avg, denom, value=-(lr / bias1))
 
 
-def _local_ip() -> str:
-    """This node's address as the Ray cluster knows it (loopback outside Ray)."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001 - outside a Ray worker
-        pass
-    return "127.0.0.1"
-
-
 def synthetic_target(spec: ModelSpec, name: str, shape, step: int, dp_i: int) -> torch.Tensor:
     g = torch.Generator().manual_seed((spec.seed + 1) * 7_777_777 + step * 65_537 + dp_i * 131 + sum(map(ord, name)))
     return torch.randn(shape, generator=g)
@@ -90,6 +78,7 @@ class TrainerRank:
             t.grad = None
             loss = (torch.sin(t) * target).sum() + 0.5 * (t * t).sum() * 1e-2
             loss.backward()
+            assert t.grad is not None  # backward() of a loss of the leaf t filled it
             self.shards[name]["grad"].add_(t.grad)
             t.grad = None
 
@@ -188,18 +177,13 @@ class TrainerRank:
 
     # ------------------------------------------------------------------ P2P migration
     def host_migration_store(self, world: int, timeout_s: float) -> tuple[str, int]:
-        host = _local_ip()
+        host = gloo.local_ip()
         store, port = gloo.host_store(host, world, timeout_s)
         self._stores.append(store)
         return host, port
 
-    def host_training_stores(self, keys: list[str], world: int, timeout_s: float) -> tuple[str, dict]:
-        host, out = _local_ip(), {}
-        for k in keys:
-            store, port = gloo.host_store(host, world, timeout_s)
-            self._stores.append(store)
-            out[k] = port
-        return host, out
+    def host_training_stores(self, keys: list[str], world: int, timeout_s: float) -> tuple[str, dict[str, int]]:
+        return gloo.host_stores(keys, world, timeout_s, self._stores)
 
     def migrate(self, host: str, port: int, mig_rank: int, mig_world: int, prefix: str, role: str,
                 pieces: list[tuple], rank_map: dict, timeout_s: float) -> dict:
@@ -290,7 +274,7 @@ def average_over_dp(ranks: list[TrainerRank]) -> None:
         groups.setdefault((pp, tp), []).append(t)
     for g in groups.values():
         gs = [t.grads() for t in g]
-        mean = {n: sum(x[n] for x in gs) / len(gs) for n in gs[0]}
+        mean = {n: sum((x[n] for x in gs), torch.zeros_like(gs[0][n])) / len(gs) for n in gs[0]}
         for t in g:
             t.set_grads(mean)
 

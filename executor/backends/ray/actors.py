@@ -21,6 +21,11 @@ import ray
 
 COORDINATOR = "rl-planner-coordinator"
 
+# Both actors: no CPU reserved, 16 calls at once, never restarted by Ray. As a dict because ray's
+# typed overloads of ray.remote list the task options only (no max_concurrency). The classes are
+# made remote by a call, not a decorator: type checkers ignore what a class decorator returns.
+_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 16, "max_restarts": 0}
+
 
 def cluster_state_dir(state_dir: str) -> str:
     """This Ray cluster's part of ``state_dir``: ``cluster-<head node id>``. A coordinator that Ray
@@ -32,7 +37,6 @@ def cluster_state_dir(state_dir: str) -> str:
     return os.path.join(state_dir, f"cluster-{head[:16]}")
 
 
-@ray.remote(num_cpus=0, max_concurrency=16, max_restarts=0)
 class CoordinatorActor:
     def __init__(self, state_dir: Optional[str] = None) -> None:
         from executor.workers.coordinator import Coordinator
@@ -46,7 +50,6 @@ class CoordinatorActor:
         return os.getpid()
 
 
-@ray.remote(num_cpus=0, max_concurrency=16, max_restarts=0)
 class WorkerActor:
     def __init__(self, args: dict, epoch: int, namespace: str, fail_start: bool = False, tick_s: float = 0.01,
                  call_timeout_s: float = 30.0, visible_gpus: Optional[str] = None) -> None:
@@ -93,3 +96,7 @@ class WorkerActor:
         ctx = ray.get_runtime_context()
         return {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                 "node_id": ctx.get_node_id(), "placement_group": ctx.get_placement_group_id()}
+
+
+CoordinatorActorClass = ray.remote(**_ACTOR_OPTIONS)(CoordinatorActor)
+WorkerActorClass = ray.remote(**_ACTOR_OPTIONS)(WorkerActor)

@@ -49,7 +49,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from executor.backends.base import Deadlines, StartFailed, WorkerLost
 from executor.backends.ray import cluster as rc
-from executor.backends.ray.actors import COORDINATOR, CoordinatorActor, WorkerActor
+from executor.backends.ray.actors import COORDINATOR, CoordinatorActorClass, WorkerActorClass
 from executor.migrations import reshard as rs
 from executor.state import Layout, Node
 from executor.workers.model import ModelSpec
@@ -93,8 +93,8 @@ class RayBackend:
         self._node_res: dict[str, dict] = {}
 
     def _start_coordinator(self):
-        h = CoordinatorActor.options(name=COORDINATOR, namespace=self.namespace, lifetime="detached", get_if_exists=True,
-                                     max_restarts=-1, max_task_retries=-1).remote(self.state_dir)
+        h = CoordinatorActorClass.options(name=COORDINATOR, namespace=self.namespace, lifetime="detached", get_if_exists=True,
+                                          max_restarts=-1, max_task_retries=-1).remote(self.state_dir)
         ray.get(h.invoke.remote("ping"), timeout=self.deadlines.start_s)
         return h
 
@@ -192,8 +192,9 @@ class RayBackend:
             opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle,
                                                                            placement_group_capture_child_tasks=False)
         visible = self._reservation_gpus(w) if w.get("share") else None
-        h = WorkerActor.options(**opts).remote(args, epoch, self.namespace, wid in self.fail_starts, self.tick_s,
-                                               self.deadlines.call_s, visible)
+        # a handle as self._handles holds them (Any: ray types an actor's methods without .remote unless each is a ray.method)
+        h: Any = WorkerActorClass.options(**opts).remote(args, epoch, self.namespace, wid in self.fail_starts, self.tick_s,
+                                                         self.deadlines.call_s, visible)
         asked = dict(resources, **({"GPU": gpus} if gpus else {}))
         try:
             ray.get(h.ready.remote(), timeout=self.deadlines.start_s)
@@ -278,8 +279,9 @@ class RayBackend:
         nodes = sorted(by_node)
         ids = sorted(a["worker"]["id"] for a, _, _ in rest)
         name = PG_PREFIX + hashlib.sha1("\n".join(ids).encode()).hexdigest()[:16]
-        info = {"bundles": [{"node": n, "resources": by_node[n]} for n in nodes],
-                "strategy": "STRICT_PACK" if len(nodes) == 1 else "PACK", "state": "pending",
+        bundles = [{"node": n, "resources": by_node[n]} for n in nodes]
+        strategy = "STRICT_PACK" if len(nodes) == 1 else "PACK"
+        info = {"bundles": bundles, "strategy": strategy, "state": "pending",
                 "workers": {a["worker"]["id"]: {"bundle": nodes.index(a["worker"]["node"]), "gpus": gpus,
                                                 "resources": resources} for a, resources, gpus in rest}}
         self.coord("set_placement_group", name, info)  # recorded first: a crash while waiting leaves no stray group
@@ -288,7 +290,7 @@ class RayBackend:
         try:
             ray.util.get_placement_group(name)
         except ValueError:
-            placement_group([b["resources"] for b in info["bundles"]], strategy=info["strategy"], name=name,
+            placement_group([b["resources"] for b in bundles], strategy=strategy, name=name,
                             lifetime="detached")
         self._wait_ready(name, info, [a for a, _, _ in rest])
         return name
@@ -448,7 +450,8 @@ class RayBackend:
         t0 = time.time()
         results = self.call_many(calls, self.deadlines.reshard_s)
         seconds = time.time() - t0
-        sent, got = {}, {}
+        sent: dict[str, int] = {}
+        got: dict[str, int] = {}
         for (_wid, _, a), res in zip(calls, results):
             (sent if a[5] == "old" else got).update(res["checksums"])
         bad = sorted(k for k in set(sent) | set(got) if sent.get(k) != got.get(k))
