@@ -34,21 +34,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from estimators.fields import Int, Real
 from executor.state import ClusterState, Component, Layout, Node
 
 KIND = "ExecutorTarget"
 
-
-def _not_a_bool(v):
-    if isinstance(v, bool):
-        raise ValueError(f"{str(v).lower()} is a boolean, not a number")
-    return v
-
-
-Int = Annotated[int, BeforeValidator(_not_a_bool)]
-Real = Annotated[float, BeforeValidator(_not_a_bool)]
 
 # Bounds that keep any target that validates cheap to diff and to run on the sim backend.
 MAX_NODES = 16384
