@@ -35,6 +35,7 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from pydantic import BaseModel, Field
 
 from formulation.realloc.telemetry import TelemetrySnapshot
@@ -321,7 +322,8 @@ def create_app(service) -> FastAPI:
         for k, v in (getattr(exc, "headers", None) or {}).items():
             resp.headers[k] = v
         if exc.status_code == 405:  # Allow: the methods of every route of this path (Starlette names only the first's)
-            allowed = {m for r in app.routes if getattr(r, "methods", None) and r.path_regex.match(request.url.path) for m in r.methods}
+            allowed = {m for r in app.routes if isinstance(r, Route) and r.methods and r.path_regex.match(request.url.path)
+                       for m in r.methods}
             resp.headers["allow"] = ", ".join(sorted(allowed))
         return resp
 

@@ -93,6 +93,13 @@ class _Cycle:
     def __post_init__(self) -> None:
         self.report = CycleReport(self.cycle, self.now)
 
+    @property
+    def context(self) -> PlanningContext:
+        """The planning context phase 1 made (every later phase reads it)."""
+        if self.ctx is None:
+            raise RuntimeError(f"cycle {self.cycle}: the planning context is read before the snapshot phase made it")
+        return self.ctx
+
 
 class Loop:
     def __init__(self, store: Store, cluster: Scenario, placer: PlacementPlanner, executor: Executor, clock: Clock, cfg: DaemonConfig,
@@ -243,13 +250,13 @@ class Loop:
         steps = [solve.departures(cy.jobs, cy.plan, cy.obs)]
         departed = bool(steps[0].decisions)
         blocked = self.reopt_blocked_until is not None and cy.now < self.reopt_blocked_until
-        steps.append(solve.repair(cy.ctx, self.placer, steps[-1].target, cy.drifts, cy.jobs, self.cfg, allow_reoptimise=not blocked))
+        steps.append(solve.repair(cy.context, self.placer, steps[-1].target, cy.drifts, cy.jobs, self.cfg, allow_reoptimise=not blocked))
         reopt_ran = steps[-1].reoptimised
-        steps.append(solve.admissions(cy.ctx, self.placer, steps[-1].target, cy.jobs, cy.now, self.cfg))
+        steps.append(solve.admissions(cy.context, self.placer, steps[-1].target, cy.jobs, cy.now, self.cfg))
         since = float("inf") if self.last_reopt_at is None else cy.now - self.last_reopt_at
         freed = departed and since >= self.cfg.reoptimise_min_interval_s
         if self.cfg.reoptimise and not reopt_ran and not blocked and steps[-1].target.groups and (cy.periodic or freed):
-            steps.append(solve.reoptimise(cy.ctx, self.placer, steps[-1].target, self.cfg, self.bucket, cy.now,
+            steps.append(solve.reoptimise(cy.context, self.placer, steps[-1].target, self.cfg, self.bucket, cy.now,
                                           ["periodic"] if cy.periodic else ["departure"]))
             reopt_ran = True
         if reopt_ran or cy.periodic:
@@ -270,7 +277,7 @@ class Loop:
         now, jobs, target, plan = cy.now, cy.jobs, cy.target, cy.plan
         changed = target.as_dict() != plan.as_dict()
         if changed:
-            target, _ = self.placer.evaluate(cy.ctx, target)
+            target, _ = self.placer.evaluate(cy.context, target)
             cy.target = target
         for j in {m.job for m in cy.moves if m.to in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)}:
             if self.reallocator is not None:
@@ -303,7 +310,7 @@ class Loop:
                     {"backend": self.placer.name, "status": "feasible", "warm_start": "previous-plan"}
                 new_plan_id = self.store.insert_plan(c, created_at=now, cycle=cy.cycle, kind="placement", status=status,
                                                      cost_per_hour=target.cost_per_hour, decision_id=None, placement=target.as_dict(),
-                                                     doc=self.placer.plan_document(cy.ctx, target, solver))
+                                                     doc=self.placer.plan_document(cy.context, target, solver))
                 if self.cfg.dry_run:
                     placed = set(target.jobs())
                     for name, r in jobs.items():
@@ -326,14 +333,15 @@ class Loop:
         if changed and self.cfg.dry_run:
             cy.report.apply = "dry-run"
         elif changed:
+            assert new_plan_id is not None  # inserted above whenever the plan changed
             res = self.executor.apply(target, plan_id=new_plan_id, now=now, should_stop=self.stop.is_set)
-            self._finish_apply(new_plan_id, plan, target, res, now, cy.ctx)
+            self._finish_apply(new_plan_id, plan, target, res, now, cy.context)
             cy.report.apply = "ok" if res.ok else ("interrupted" if res.interrupted else "failed")
 
     def _record(self, cy: "_Cycle") -> None:
         """7. Reallocations inside iterations, metrics, what the executor runs, housekeeping."""
         if self.reallocator is not None and self.cfg.realloc and not self.stop.is_set():
-            self._reallocate(cy.ctx, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
+            self._reallocate(cy.context, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
         self._export(cy.jobs, cy.target, cy.per_job)
         cluster = self.executor.describe() if hasattr(self.executor, "describe") and not self.cfg.dry_run else None
         with self.store.tx() as c:
@@ -410,7 +418,11 @@ class Loop:
                         self.store.transition(c, r.name, JobState.PENDING, f"displaced: plan {plan_id} could not be applied ({res.message})", now)
 
     # ------------------------------------------------------------------ reallocation
-    def _reallocate(self, ctx, jobs, target: Placement, plan: Placement, snapshots: dict, now: float, cycle: int) -> None:
+    def _reallocate(self, ctx: PlanningContext, jobs: dict[str, JobRecord], target: Placement, plan: Placement, snapshots: dict,
+                    now: float, cycle: int) -> None:
+        reallocator = self.reallocator
+        if reallocator is None:
+            return
         moved = set(moved_jobs(plan, target))
         for job, snaps in sorted(snapshots.items()):
             r = jobs.get(job)
@@ -418,7 +430,7 @@ class Loop:
                 continue
             t0 = time.perf_counter()
             try:
-                out = self.reallocator.decide(ctx, job, snaps)
+                out = reallocator.decide(ctx, job, snaps)
             except (UserError, ValueError) as exc:  # telemetry the planner cannot use: say so once, keep the loop going
                 msg = exc.render() if isinstance(exc, UserError) else str(exc)
                 if self._realloc_errors.get(job) != msg:
@@ -463,9 +475,9 @@ class Loop:
         for phase, err in self.estimates.predictor_error().items():
             m.predictor_error.labels(phase).set(err)
         if self.reallocator is not None:
-            err = self.reallocator.predictor_error()
-            if err is not None:
-                m.predictor_error.labels("throughput").set(err)
+            tput_err = self.reallocator.predictor_error()
+            if tput_err is not None:
+                m.predictor_error.labels("throughput").set(tput_err)
         met = total = 0
         for name, r in jobs.items():
             if r.state is not JobState.RUNNING or r.slo_s is None:

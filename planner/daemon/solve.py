@@ -213,12 +213,16 @@ def reoptimise(ctx: PlanningContext, placer: PlacementPlanner, target: Placement
     out.solve_s["reoptimise"] = time.perf_counter() - t0
     out.reoptimised = True
     cand, bad = placer.evaluate(ctx, r.placement)
-    base = dict(cost_before=target.cost_per_hour, cost_after=cand.cost_per_hour, solver=r.solver)
+
+    def decision(outcome: str, jobs: list[str], reasons: list[str], gain_usd: Optional[float] = None,
+                 migration_usd: Optional[float] = None) -> Decision:
+        return Decision("reoptimise", triggers, outcome, jobs, reasons, cost_before=target.cost_per_hour,
+                        cost_after=cand.cost_per_hour, gain_usd=gain_usd, migration_usd=migration_usd, solver=r.solver)
+
     if bad or set(cand.jobs()) != set(target.jobs()):
         miss = sorted(set(target.jobs()) - set(cand.jobs()))
         why = [v.message for v in bad[:5]] + ([f"it leaves out {', '.join(miss)}"] if miss else [])
-        out.decisions.append(Decision("reoptimise", triggers, "infeasible", [], [r.reason, "kept the current plan: the re-optimised plan "
-                                                                              "is not valid"] + why, **base))
+        out.decisions.append(decision("infeasible", [], [r.reason, "kept the current plan: the re-optimised plan is not valid"] + why))
         return out
     v = gate.judge(ctx, target, cand, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
     reasons = [r.reason] + v.reasons
@@ -226,15 +230,12 @@ def reoptimise(ctx: PlanningContext, placer: PlacementPlanner, target: Placement
     if v.keep and not bucket.allows(n_moved, now):
         reasons.append(f"rate-limited: {n_moved} move(s) exceed the churn budget ({bucket.tokens:.1f} of "
                        f"{cfg.max_moves_per_hour:g} per hour left; enough in {bucket.wait_s(n_moved):.0f} s)")
-        out.decisions.append(Decision("reoptimise", triggers, "rate-limited", sorted(v.moves), reasons, gain_usd=v.gain_usd,
-                                      migration_usd=v.migration_usd, **base))
+        out.decisions.append(decision("rate-limited", sorted(v.moves), reasons, v.gain_usd, v.migration_usd))
         return out
     if v.keep:
         bucket.take(n_moved, now)
         out.target, out.moved_jobs = cand, n_moved
-        out.decisions.append(Decision("reoptimise", triggers, "changes-plan", sorted(v.moves), reasons, gain_usd=v.gain_usd,
-                                      migration_usd=v.migration_usd, **base))
+        out.decisions.append(decision("changes-plan", sorted(v.moves), reasons, v.gain_usd, v.migration_usd))
     else:
-        out.decisions.append(Decision("reoptimise", triggers, "kept-current", sorted(v.moves), reasons, gain_usd=v.gain_usd,
-                                      migration_usd=v.migration_usd, **base))
+        out.decisions.append(decision("kept-current", sorted(v.moves), reasons, v.gain_usd, v.migration_usd))
     return out
