@@ -48,7 +48,7 @@ from planner.daemon.phasetimes import PhaseTimer
 from planner.daemon.ports import (ApplyResult, Executor, IterationSample, Observation, Placement, PlacementPlanner, PlanningContext,
                                   Reallocator, moved_jobs)
 from planner.daemon.ratelimit import TokenBucket
-from planner.daemon.store import JobRecord, Store
+from planner.daemon.store import DecisionRow, JobRecord, Store
 from planner.errors import UserError
 from planner.schema.scenario import JobSpec, Scenario
 
@@ -321,8 +321,8 @@ class Loop:
                 outcome = d.outcome
                 if d.changes_plan and changed:
                     outcome = "dry-run" if self.cfg.dry_run else "applying"
-                row = d.row() | {"cycle": cy.cycle, "at": now, "outcome": outcome, "plan_id": new_plan_id if d.changes_plan else None,
-                                 "dry_run": self.cfg.dry_run}
+                row = d.row(cycle=cy.cycle, at=now, outcome=outcome, plan_id=new_plan_id if d.changes_plan else None,
+                            dry_run=self.cfg.dry_run)
                 self.store.insert_decision(c, row)
                 if outcome != "applying":  # counted with its final outcome once the apply ends
                     self.metrics.decisions.labels(d.kind, outcome).inc()
@@ -449,8 +449,9 @@ class Loop:
                                f"(cooldown {self.cfg.realloc_cooldown_s:g} s)")
             outcome = ("dry-run" if self.cfg.dry_run else "applying") if out.committed and not cooling else \
                 ("rate-limited" if out.committed else "not-committed")
-            row = {"cycle": cycle, "at": now, "kind": "realloc", "triggers": [f"donor({', '.join(out.donors)})" if out.donors else "telemetry"],
-                   "outcome": outcome, "jobs": [job], "reasons": reasons, "solver": out.solver, "dry_run": self.cfg.dry_run}
+            row: DecisionRow = {"cycle": cycle, "at": now, "kind": "realloc",
+                                "triggers": [f"donor({', '.join(out.donors)})" if out.donors else "telemetry"], "outcome": outcome,
+                                "jobs": [job], "reasons": reasons, "solver": out.solver, "dry_run": self.cfg.dry_run}
             with self.store.tx() as c:
                 if not self.lease.verify(c):
                     raise LeaseLost("the applier lease is held by another daemon now")

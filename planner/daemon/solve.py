@@ -26,7 +26,7 @@ from planner.daemon.estimates import Drift
 from planner.daemon.lifecycle import JobState
 from planner.daemon.ports import Observation, Placement, PlacementPlanner, PlanningContext
 from planner.daemon.ratelimit import TokenBucket
-from planner.daemon.store import JobRecord
+from planner.daemon.store import DecisionRow, JobRecord
 
 
 @dataclass
@@ -53,10 +53,11 @@ class Decision:
     def changes_plan(self) -> bool:
         return self.outcome == "changes-plan"
 
-    def row(self) -> dict:
-        return {"kind": self.kind, "triggers": self.triggers, "outcome": self.outcome, "jobs": self.jobs, "reasons": self.reasons,
-                "cost_before": self.cost_before, "cost_after": self.cost_after, "gain_usd": self.gain_usd,
-                "migration_usd": self.migration_usd, "solver": self.solver}
+    def row(self, *, cycle: int, at: float, outcome: str, plan_id: Optional[int], dry_run: bool) -> DecisionRow:
+        """The decision's row in the state database, made in cycle ``cycle`` at ``at``, with its final ``outcome``."""
+        return {"cycle": cycle, "at": at, "kind": self.kind, "triggers": self.triggers, "outcome": outcome, "jobs": self.jobs,
+                "reasons": self.reasons, "cost_before": self.cost_before, "cost_after": self.cost_after, "gain_usd": self.gain_usd,
+                "migration_usd": self.migration_usd, "solver": self.solver, "plan_id": plan_id, "dry_run": dry_run}
 
 
 @dataclass

@@ -34,7 +34,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from planner.daemon import lifecycle
 from planner.daemon.lifecycle import JobState
@@ -207,6 +207,28 @@ class PlanRecord:
     def from_row(cls, r: sqlite3.Row) -> "PlanRecord":
         return cls(r["id"], r["created_at"], r["cycle"], r["kind"], r["status"], r["cost_per_hour"], r["decision_id"],
                    json.loads(r["placement"]), json.loads(r["doc"]))
+
+
+class _DecisionKeys(TypedDict):
+    cycle: int
+    at: float
+    kind: str
+    outcome: str
+
+
+class DecisionRow(_DecisionKeys, total=False):
+    """One row of the ``decisions`` table as :meth:`Store.insert_decision` takes it (absent keys: empty / NULL)."""
+
+    triggers: list[str]
+    jobs: list[str]
+    cost_before: Optional[float]
+    cost_after: Optional[float]
+    gain_usd: Optional[float]
+    migration_usd: Optional[float]
+    solver: dict[str, Any]
+    reasons: list[str]
+    plan_id: Optional[int]
+    dry_run: bool
 
 
 def _rowid(cur: sqlite3.Cursor) -> int:
@@ -419,7 +441,7 @@ class Store(SQLiteFile):
         return [PlanRecord.from_row(r) for r in self.conn().execute("SELECT * FROM plans WHERE status=? ORDER BY id", (status,))]
 
     # ------------------------------------------------------------------ decisions
-    def insert_decision(self, c: sqlite3.Connection, d: dict) -> int:
+    def insert_decision(self, c: sqlite3.Connection, d: DecisionRow) -> int:
         cur = c.execute(
             "INSERT INTO decisions(cycle, at, kind, triggers, outcome, jobs, cost_before, cost_after, gain_usd, migration_usd, solver, "
             "reasons, plan_id, dry_run) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
