@@ -40,7 +40,7 @@ from formulation.realloc.telemetry import TelemetrySnapshot
 from planner.daemon import gate, solve
 from planner.daemon.clock import Clock
 from planner.daemon.config import DaemonConfig
-from planner.daemon.estimates import Estimates
+from planner.daemon.estimates import Drift, Estimates
 from planner.daemon.lease import Lease
 from planner.daemon.lifecycle import JobState
 from planner.daemon.metrics import DaemonMetrics
@@ -57,6 +57,13 @@ log = logging.getLogger("planner.daemon")
 
 class LeaseLost(Exception):
     """Another daemon took the applier lease: this one must stop deciding."""
+
+
+def _slo_misses(slo_s: Optional[float], samples: list[IterationSample]) -> int:
+    """How many of ``samples`` took longer than the SLO ``slo_s`` (none when the job has no SLO)."""
+    if slo_s is None:
+        return 0
+    return sum(1 for s in samples if s.iteration_s > slo_s * (1 + 1e-9))
 
 
 @dataclass
@@ -76,19 +83,19 @@ class _Cycle:
 
     cycle: int
     now: float
-    jobs: dict = field(default_factory=dict)
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
     plan: Placement = field(default_factory=Placement)
     obs: Observation = field(default_factory=Observation)
     cursor: int = 0
-    snapshots: dict = field(default_factory=dict)  # job -> telemetry snapshots in order
+    snapshots: dict[str, list[TelemetrySnapshot]] = field(default_factory=dict)  # job -> telemetry snapshots in order
     ctx: Optional[PlanningContext] = None
-    per_job: dict = field(default_factory=dict)  # job -> new measured iterations
-    drifts: list = field(default_factory=list)
+    per_job: dict[str, list[IterationSample]] = field(default_factory=dict)  # job -> new measured iterations
+    drifts: list[Drift] = field(default_factory=list)
     periodic: bool = False
     target: Placement = field(default_factory=Placement)
-    moves: list = field(default_factory=list)
-    decisions: list = field(default_factory=list)
-    report: CycleReport = None  # type: ignore[assignment]
+    moves: list[solve.Move] = field(default_factory=list)
+    decisions: list[solve.Decision] = field(default_factory=list)
+    report: CycleReport = field(init=False)
 
     def __post_init__(self) -> None:
         self.report = CycleReport(self.cycle, self.now)
@@ -219,8 +226,7 @@ class Loop:
                 self.estimates.add(s, *base[s.job])
                 cy.per_job.setdefault(s.job, []).append(s)
                 self.sample_mark[s.job] = s.iteration
-        missed = {j for j, ss in cy.per_job.items() if cy.jobs[j].slo_s is not None
-                  and any(s.iteration_s > cy.jobs[j].slo_s * (1 + 1e-9) for s in ss)}
+        missed = {j for j, ss in cy.per_job.items() if _slo_misses(cy.jobs[j].slo_s, ss)}
         groups = cy.plan.job_groups()
         suspects = {m for j in missed if j in groups for m in groups[j].members}  # every member shapes the group's cycle
         cy.drifts = self.estimates.detect(missed | suspects)
@@ -292,8 +298,7 @@ class Loop:
             if not self.lease.verify(c):
                 raise LeaseLost("the applier lease is held by another daemon now")
             for job, ss in cy.per_job.items():
-                slo = jobs[job].slo_s
-                misses = sum(1 for s in ss if slo is not None and s.iteration_s > slo * (1 + 1e-9))
+                misses = _slo_misses(jobs[job].slo_s, ss)
                 last = max(ss, key=lambda s: s.iteration)
                 total = cy.obs.iterations.get(job, jobs[job].iterations + len(ss))
                 self.store.record_iterations(c, job, total, last.iteration_s, misses)
