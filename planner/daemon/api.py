@@ -193,18 +193,8 @@ def _resp(*codes: int) -> dict:
     return {c: E[c] for c in codes}
 
 
-class _ShimError:
-    """RequestValidationError's errors in the shape :func:`problems_from_validation` reads."""
-
-    def __init__(self, errors: list[dict]) -> None:
-        self._errors = errors
-
-    def errors(self, include_url: bool = False) -> list[dict]:
-        return self._errors
-
-
 def _problems(errors: list[dict], body: Any, root: type[BaseModel] | None) -> list[Problem]:
-    from planner.schema.errors import problems_from_validation
+    from planner.schema.errors import problems_from_errors
     from planner.schema.loader import Document, _fmt
 
     body_errs = [dict(e, loc=tuple(e["loc"][1:])) for e in errors if e["loc"] and e["loc"][0] == "body"]
@@ -217,7 +207,7 @@ def _problems(errors: list[dict], body: Any, root: type[BaseModel] | None) -> li
             return [Problem("", "a JSON body is required", "send a JSON object")]
     if body_errs and root is not None and isinstance(body, dict):
         try:
-            out += problems_from_validation(_ShimError(body_errs), Document(body, {}, "<request>"), root=root)  # type: ignore[arg-type]
+            out += problems_from_errors(body_errs, Document(body, {}, "<request>"), root=root)
         except Exception:  # noqa: BLE001 - fall back to pydantic's own wording
             out += [Problem(".".join(str(x) for x in e["loc"]), e["msg"]) for e in body_errs]
     else:
