@@ -21,6 +21,8 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from estimators.merge import deep_merge
+
 ENV = "RL_PLANNER_CALIBRATION"
 FILES = ("calibration.json", "lengths.json", "tool_latency.json")
 _selected: Path | None = None
@@ -67,15 +69,6 @@ def clear_caches() -> None:
         fn.cache_clear()
 
 
-def _deep_merge(base, top):
-    if isinstance(base, dict) and isinstance(top, dict):
-        out = dict(base)
-        for k, v in top.items():
-            out[k] = _deep_merge(base[k], v) if k in base else v
-        return out
-    return top
-
-
 def read_json(name: str) -> dict:
     """The calibration file ``name`` (one of :data:`FILES`) as the estimators should use it."""
     shipped = json.loads(resources.files("estimators").joinpath("data").joinpath(name).read_text())
@@ -89,4 +82,4 @@ def read_json(name: str) -> dict:
         mine = json.loads(own.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"calibration file {own} cannot be read: {exc}") from None
-    return _deep_merge(shipped, mine) if name == "calibration.json" else mine
+    return deep_merge(shipped, mine) if name == "calibration.json" else mine

@@ -14,14 +14,22 @@ Kinds, from the file's top level (nothing is validated here):
 
 A file that cannot be read or parsed, or that matches none of these, is left to the command's own
 reader (which names the problem in detail).
+
+A file whose kind is found by parsing it (a scenario always is) is read once: :func:`sniff` and
+:func:`expect` hand the parsed document on (:class:`Sniffed`), and the scenario loader takes it
+(``load_scenario(path, parsed=...)``) instead of reading and parsing the file a second time.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from planner.errors import Problem, UserError
+
+if TYPE_CHECKING:
+    from planner.safeload import Document
 
 SCENARIO, SNAPSHOT, INSTANCE = "scenario", "snapshot", "PlacementInstance"
 
@@ -66,28 +74,31 @@ def _head_kind(path: Path) -> Optional[str]:
     return j.group(1) if j else None
 
 
-def _load(path: Path) -> Any:
-    """The file's data through the bounded loader (:mod:`planner.safeload`: size, depth and alias
+@dataclass(frozen=True)
+class Sniffed:
+    """The kind of a file (None: unknown) and, when it was found by parsing the file as YAML, the
+    parsed document, to hand to the command's reader (None: the kind came from the file's first
+    lines, or the file was JSON or could not be parsed)."""
+
+    kind: Optional[str]
+    doc: Optional[Document] = None
+
+
+def _load(path: Path) -> Optional[Document]:
+    """The file parsed through the bounded loader (:mod:`planner.safeload`: size, depth and alias
     limits), or None when it cannot be read as data (the command's own reader then says why)."""
     from planner import safeload
 
     if not path.is_file():
         return None
-    doc = safeload.try_load(path, what="input file")
-    return doc.data if doc is not None else None
+    return safeload.try_load(path, what="input file")
 
 
 def _is_snapshot(d: Any) -> bool:
     return isinstance(d, dict) and _SNAPSHOT_KEYS <= set(d)
 
 
-def detect(path: str | Path) -> Optional[str]:
-    """The kind of document at ``path`` (see the module docstring), or None when unknown."""
-    p = Path(path)
-    kind = _head_kind(p) if p.is_file() else None
-    if kind:
-        return kind
-    data = _load(p)
+def _kind_of(data: Any) -> Optional[str]:
     if isinstance(data, list):
         return SNAPSHOT if data and all(_is_snapshot(d) for d in data) else None
     if not isinstance(data, dict):
@@ -102,16 +113,35 @@ def detect(path: str | Path) -> Optional[str]:
     return None
 
 
+def sniff(path: str | Path) -> Sniffed:
+    """The kind of document at ``path`` (see the module docstring) and the document parsed to find it."""
+    p = Path(path)
+    kind = _head_kind(p) if p.is_file() else None
+    if kind:
+        return Sniffed(kind)
+    doc = _load(p)
+    if doc is None:
+        return Sniffed(None)
+    # a document parsed as JSON has no line numbers: the readers parse those as YAML themselves
+    return Sniffed(_kind_of(doc.data), doc if p.suffix.lower() not in (".json", ".jsonl") else None)
+
+
+def detect(path: str | Path) -> Optional[str]:
+    """The kind of document at ``path`` (see the module docstring), or None when unknown."""
+    return sniff(path).kind
+
+
 def describe(kind: str) -> str:
     return KINDS.get(kind, (f"a {kind} document", ""))[0]
 
 
-def expect(path: str | Path, accepted: Iterable[str], where: str, command: str) -> Optional[str]:
-    """Refuse, in one line, a document whose kind ``command`` does not take; the kind found (or None)."""
+def expect(path: str | Path, accepted: Iterable[str], where: str, command: str) -> Sniffed:
+    """Refuse, in one line, a document whose kind ``command`` does not take; else what :func:`sniff` found."""
     accepted = tuple(accepted)
-    kind = detect(path)
+    found = sniff(path)
+    kind = found.kind
     if kind is None or kind in accepted:
-        return kind
+        return found
     takes = KINDS.get(kind, ("", f"no command here takes a {kind}"))[1]
     wanted = " or ".join(describe(a) for a in accepted)
     raise UserError(Problem(where, f"{path} is {describe(kind)}, not {wanted}: planner {command} cannot read it",

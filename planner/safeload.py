@@ -35,7 +35,10 @@ from typing import Any, Optional
 import yaml
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
+from yaml.parser import Parser as _PyParser  # the pure-Python parts: the fallback without libyaml
+from yaml.reader import Reader
 from yaml.resolver import Resolver
+from yaml.scanner import Scanner
 
 from planner.errors import Problem, UserError
 
@@ -153,10 +156,6 @@ try:  # libyaml's scanner and parser (C), with the Python composer below (bounde
 
     _C = True
 except ImportError:  # pragma: no cover - PyYAML without libyaml
-    from yaml.parser import Parser as _Parser  # type: ignore[assignment]
-    from yaml.reader import Reader
-    from yaml.scanner import Scanner
-
     _C = False
 
 
@@ -177,11 +176,11 @@ if _C:
         def compose_node(self, parent, index):
             return _compose_node(self, parent, index)
 else:  # pragma: no cover
-    class _Loader(Reader, Scanner, _Parser, Composer, Resolver):  # type: ignore[no-redef]
+    class _Loader(Reader, Scanner, _PyParser, Composer, Resolver):  # type: ignore[no-redef]
         def __init__(self, text: str, limits: Limits) -> None:
             Reader.__init__(self, text)
             Scanner.__init__(self)
-            _Parser.__init__(self)
+            _PyParser.__init__(self)
             Composer.__init__(self)
             Resolver.__init__(self)
             self._limits, self._depth, self._nodes = limits, 0, 0

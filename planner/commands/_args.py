@@ -4,7 +4,7 @@ argparse type for numeric options: :func:`number` (finite, in a range, never NaN
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, overload
 
 SECONDS = 1e8           # about 3 years: the most any duration/horizon option takes
 TIME_LIMIT_S = 86400.0  # one day: the most a solver or a call may be given
@@ -12,8 +12,14 @@ MAX_THREADS = 256
 MAX_WORKERS = 256
 
 
+@overload
+def number(lo: Optional[float] = None, hi: Optional[float] = None, *, kind: type[int],
+           lo_open: bool = False, hi_open: bool = False) -> Callable[[str], int]: ...
+@overload
+def number(lo: Optional[float] = None, hi: Optional[float] = None, *, kind: type[float] = float,
+           lo_open: bool = False, hi_open: bool = False) -> Callable[[str], float]: ...
 def number(lo: Optional[float] = None, hi: Optional[float] = None, *, kind: type = float,
-           lo_open: bool = False, hi_open: bool = False) -> Callable[[str], float]:
+           lo_open: bool = False, hi_open: bool = False) -> Callable[[str], Any]:
     """An argparse ``type=``: ``kind`` (float or int) parsed from the text, finite, and in
     ``[lo, hi]`` (``lo_open``/``hi_open``: that end excluded). argparse turns a refusal into
     ``argument --flag: ...`` and exit status 2."""
@@ -28,7 +34,7 @@ def number(lo: Optional[float] = None, hi: Optional[float] = None, *, kind: type
     else:
         rng = "any finite number"
 
-    def parse(text: str):
+    def parse(text: str) -> Any:
         try:
             v = kind(text.strip())
         except ValueError:

@@ -16,7 +16,7 @@ def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, comma
     import hashlib
     import json
 
-    from planner.instances.placement_files import load_instance, read_data
+    from planner.instances.placement_files import instance_data, load_instance, read_data
 
     if not Path(path).exists():
         raise UserError(Problem("", f"file not found: {path}", "check the path"))
@@ -25,8 +25,8 @@ def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, comma
                                 "give the fraction added to every phase time, e.g. --margin 0.1"))
     from planner.dockind import INSTANCE, SCENARIO, expect
 
-    expect(path, [SCENARIO, INSTANCE], "INPUT", command)
-    data = read_data(path)
+    found = expect(path, [SCENARIO, INSTANCE], "INPUT", command)
+    data = instance_data(found.doc.data) if found.doc is not None else read_data(path)
     if data is not None:
         if margin:
             raise UserError(Problem("--margin", "an instance file holds phase times already",
@@ -38,7 +38,7 @@ def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, comma
     from planner.plandoc import scenario_digest
     from planner.schema import load_scenario
 
-    sc = load_scenario(path)
+    sc = load_scenario(path, parsed=found.doc)
     return compile_scenario(sc, mode, margin), sc.name, scenario_digest(sc), sc
 
 

@@ -20,7 +20,7 @@ def run_plan(args, sc, out, console, write_files) -> int:
                                 "pass the output of `planner plan` (or `planner admit`); simulate one job's "
                                 "reallocation with --policy dynamic"))
     doc = plandoc.read(args.plan, expect_kind="PlacementPlan")
-    plan = doc.body_as(PlacementPlan)
+    plan = PlacementPlan.model_validate(doc.body)
     notes = []
     if doc.scenario and doc.scenario != sc.name:
         raise UserError(Problem("--plan", f"the plan was made from scenario '{doc.scenario}', not '{sc.name}'",

@@ -72,8 +72,8 @@ def run(args) -> int:
     from planner.dockind import SCENARIO, expect
     from planner.schema import load_scenario
 
-    expect(args.scenario, [SCENARIO], "SCENARIO", "estimate")
-    sc = load_scenario(args.scenario)
+    found = expect(args.scenario, [SCENARIO], "SCENARIO", "estimate")
+    sc = load_scenario(args.scenario, parsed=found.doc)
     mode = args.mode or sc.solver.phase_time_estimate
     view, ests = job_estimates(sc, mode, args.job)
     rows = [_as_dict(job, est, view) for job, est in ests]

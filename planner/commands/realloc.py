@@ -82,8 +82,8 @@ def run(args) -> int:
     if args.scenario:
         from planner.schema import load_scenario
 
-        expect(args.scenario, [SCENARIO], "--scenario", "realloc")
-        scenario = load_scenario(args.scenario)
+        found = expect(args.scenario, [SCENARIO], "--scenario", "realloc")
+        scenario = load_scenario(args.scenario, parsed=found.doc)
     snaps_sorted = sorted(snaps, key=lambda s: (s.iteration, s.time_s))
     if [id(s) for s in snaps_sorted] != [id(s) for s in snaps]:
         raise UserError(Problem("SNAPSHOT", "snapshots are not in time order", "list them by iteration, then time_s"))

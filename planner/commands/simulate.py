@@ -212,9 +212,9 @@ def run(args) -> int:
     _check_args(args)
     from planner.dockind import SCENARIO, expect
 
-    expect(args.scenario, [SCENARIO], "SCENARIO", "simulate")
+    found = expect(args.scenario, [SCENARIO], "SCENARIO", "simulate")
     out = _prepare_out(args.out) if args.out else None
-    sc = load_scenario(args.scenario)
+    sc = load_scenario(args.scenario, parsed=found.doc)
     from rich.console import Console
 
     console = Console()

@@ -28,8 +28,8 @@ def run(args) -> int:
     report = []
     for path in args.scenarios:
         try:
-            expect(path, [SCENARIO], "SCENARIO", "validate")
-            sc = load_scenario(path)
+            found = expect(path, [SCENARIO], "SCENARIO", "validate")
+            sc = load_scenario(path, parsed=found.doc)
         except UserError as exc:
             if args.json:
                 report.append({"file": path, "ok": False, "error": exc.render()})

@@ -73,8 +73,8 @@ def run(args) -> int:
     from planner.dockind import SCENARIO, expect
 
     _check_args(args)
-    expect(args.scenario, [SCENARIO], "SCENARIO", "whatif")
-    sc = load_scenario(args.scenario)
+    found = expect(args.scenario, [SCENARIO], "SCENARIO", "whatif")
+    sc = load_scenario(args.scenario, parsed=found.doc)
     from planner.instances.capacity import fleet_limits
 
     types = sorted(fleet_limits(sc))

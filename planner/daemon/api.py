@@ -35,6 +35,7 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from pydantic import BaseModel, Field
 
 from formulation.realloc.telemetry import TelemetrySnapshot
@@ -192,18 +193,8 @@ def _resp(*codes: int) -> dict:
     return {c: E[c] for c in codes}
 
 
-class _ShimError:
-    """RequestValidationError's errors in the shape :func:`problems_from_validation` reads."""
-
-    def __init__(self, errors: list[dict]) -> None:
-        self._errors = errors
-
-    def errors(self, include_url: bool = False) -> list[dict]:
-        return self._errors
-
-
 def _problems(errors: list[dict], body: Any, root: type[BaseModel] | None) -> list[Problem]:
-    from planner.schema.errors import problems_from_validation
+    from planner.schema.errors import problems_from_errors
     from planner.schema.loader import Document, _fmt
 
     body_errs = [dict(e, loc=tuple(e["loc"][1:])) for e in errors if e["loc"] and e["loc"][0] == "body"]
@@ -216,7 +207,7 @@ def _problems(errors: list[dict], body: Any, root: type[BaseModel] | None) -> li
             return [Problem("", "a JSON body is required", "send a JSON object")]
     if body_errs and root is not None and isinstance(body, dict):
         try:
-            out += problems_from_validation(_ShimError(body_errs), Document(body, {}, "<request>"), root=root)  # type: ignore[arg-type]
+            out += problems_from_errors(body_errs, Document(body, {}, "<request>"), root=root)
         except Exception:  # noqa: BLE001 - fall back to pydantic's own wording
             out += [Problem(".".join(str(x) for x in e["loc"]), e["msg"]) for e in body_errs]
     else:
@@ -321,7 +312,8 @@ def create_app(service) -> FastAPI:
         for k, v in (getattr(exc, "headers", None) or {}).items():
             resp.headers[k] = v
         if exc.status_code == 405:  # Allow: the methods of every route of this path (Starlette names only the first's)
-            allowed = {m for r in app.routes if getattr(r, "methods", None) and r.path_regex.match(request.url.path) for m in r.methods}
+            allowed = {m for r in app.routes if isinstance(r, Route) and r.methods and r.path_regex.match(request.url.path)
+                       for m in r.methods}
             resp.headers["allow"] = ", ".join(sorted(allowed))
         return resp
 

@@ -91,6 +91,14 @@ def metrics(url: str, auth: dict | None = None) -> dict:
     return out
 
 
+def _le(key: str) -> float:
+    """The upper bound of a histogram bucket's metric key, ``name_bucket{le="0.5"}``."""
+    m = re.search(r'le="([^"]+)"', key)
+    if m is None:
+        raise ValueError(f"metric {key!r} is a histogram bucket without an le label")
+    return float(m.group(1))
+
+
 def cpu_s(pid: int) -> float | None:
     """User + system CPU seconds a process has used (Linux /proc), None elsewhere."""
     try:
@@ -190,10 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     d = lambda k: m1.get(k, 0.0) - m0.get(k, 0.0)  # noqa: E731
     cycles = d("planner_cycles_total")
     owed = (wall + args.period_s) / args.period_s
-    late_buckets = {float(re.search(r'le="([^"]+)"', k).group(1)): d(k) for k in m1 if k.startswith("planner_cycle_lateness_seconds_bucket")}
+    late_buckets = {_le(k): d(k) for k in m1 if k.startswith("planner_cycle_lateness_seconds_bucket")}
     n_late = d("planner_cycle_lateness_seconds_count")
     p99_late = next((b for b, c in sorted(late_buckets.items()) if n_late and c >= 0.99 * n_late), float("nan"))
-    cyc_buckets = {float(re.search(r'le="([^"]+)"', k).group(1)): d(k) for k in m1 if k.startswith("planner_cycle_seconds_bucket")}
+    cyc_buckets = {_le(k): d(k) for k in m1 if k.startswith("planner_cycle_seconds_bucket")}
     p99_cycle = next((b for b, c in sorted(cyc_buckets.items()) if cycles and c >= 0.99 * cycles), float("nan"))
     res = {
         "command": cmd_line, "machine": machine(), "load_average_start": load0, "load_average_end": load1,

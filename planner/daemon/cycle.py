@@ -40,7 +40,7 @@ from formulation.realloc.telemetry import TelemetrySnapshot
 from planner.daemon import gate, solve
 from planner.daemon.clock import Clock
 from planner.daemon.config import DaemonConfig
-from planner.daemon.estimates import Estimates
+from planner.daemon.estimates import Drift, Estimates
 from planner.daemon.lease import Lease
 from planner.daemon.lifecycle import JobState
 from planner.daemon.metrics import DaemonMetrics
@@ -48,7 +48,7 @@ from planner.daemon.phasetimes import PhaseTimer
 from planner.daemon.ports import (ApplyResult, Executor, IterationSample, Observation, Placement, PlacementPlanner, PlanningContext,
                                   Reallocator, moved_jobs)
 from planner.daemon.ratelimit import TokenBucket
-from planner.daemon.store import JobRecord, Store
+from planner.daemon.store import DecisionRow, JobRecord, Store
 from planner.errors import UserError
 from planner.schema.scenario import JobSpec, Scenario
 
@@ -57,6 +57,13 @@ log = logging.getLogger("planner.daemon")
 
 class LeaseLost(Exception):
     """Another daemon took the applier lease: this one must stop deciding."""
+
+
+def _slo_misses(slo_s: Optional[float], samples: list[IterationSample]) -> int:
+    """How many of ``samples`` took longer than the SLO ``slo_s`` (none when the job has no SLO)."""
+    if slo_s is None:
+        return 0
+    return sum(1 for s in samples if s.iteration_s > slo_s * (1 + 1e-9))
 
 
 @dataclass
@@ -76,22 +83,29 @@ class _Cycle:
 
     cycle: int
     now: float
-    jobs: dict = field(default_factory=dict)
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
     plan: Placement = field(default_factory=Placement)
     obs: Observation = field(default_factory=Observation)
     cursor: int = 0
-    snapshots: dict = field(default_factory=dict)  # job -> telemetry snapshots in order
+    snapshots: dict[str, list[TelemetrySnapshot]] = field(default_factory=dict)  # job -> telemetry snapshots in order
     ctx: Optional[PlanningContext] = None
-    per_job: dict = field(default_factory=dict)  # job -> new measured iterations
-    drifts: list = field(default_factory=list)
+    per_job: dict[str, list[IterationSample]] = field(default_factory=dict)  # job -> new measured iterations
+    drifts: list[Drift] = field(default_factory=list)
     periodic: bool = False
     target: Placement = field(default_factory=Placement)
-    moves: list = field(default_factory=list)
-    decisions: list = field(default_factory=list)
-    report: CycleReport = None  # type: ignore[assignment]
+    moves: list[solve.Move] = field(default_factory=list)
+    decisions: list[solve.Decision] = field(default_factory=list)
+    report: CycleReport = field(init=False)
 
     def __post_init__(self) -> None:
         self.report = CycleReport(self.cycle, self.now)
+
+    @property
+    def context(self) -> PlanningContext:
+        """The planning context phase 1 made (every later phase reads it)."""
+        if self.ctx is None:
+            raise RuntimeError(f"cycle {self.cycle}: the planning context is read before the snapshot phase made it")
+        return self.ctx
 
 
 class Loop:
@@ -212,8 +226,7 @@ class Loop:
                 self.estimates.add(s, *base[s.job])
                 cy.per_job.setdefault(s.job, []).append(s)
                 self.sample_mark[s.job] = s.iteration
-        missed = {j for j, ss in cy.per_job.items() if cy.jobs[j].slo_s is not None
-                  and any(s.iteration_s > cy.jobs[j].slo_s * (1 + 1e-9) for s in ss)}
+        missed = {j for j, ss in cy.per_job.items() if _slo_misses(cy.jobs[j].slo_s, ss)}
         groups = cy.plan.job_groups()
         suspects = {m for j in missed if j in groups for m in groups[j].members}  # every member shapes the group's cycle
         cy.drifts = self.estimates.detect(missed | suspects)
@@ -243,13 +256,13 @@ class Loop:
         steps = [solve.departures(cy.jobs, cy.plan, cy.obs)]
         departed = bool(steps[0].decisions)
         blocked = self.reopt_blocked_until is not None and cy.now < self.reopt_blocked_until
-        steps.append(solve.repair(cy.ctx, self.placer, steps[-1].target, cy.drifts, cy.jobs, self.cfg, allow_reoptimise=not blocked))
+        steps.append(solve.repair(cy.context, self.placer, steps[-1].target, cy.drifts, cy.jobs, self.cfg, allow_reoptimise=not blocked))
         reopt_ran = steps[-1].reoptimised
-        steps.append(solve.admissions(cy.ctx, self.placer, steps[-1].target, cy.jobs, cy.now, self.cfg))
+        steps.append(solve.admissions(cy.context, self.placer, steps[-1].target, cy.jobs, cy.now, self.cfg))
         since = float("inf") if self.last_reopt_at is None else cy.now - self.last_reopt_at
         freed = departed and since >= self.cfg.reoptimise_min_interval_s
         if self.cfg.reoptimise and not reopt_ran and not blocked and steps[-1].target.groups and (cy.periodic or freed):
-            steps.append(solve.reoptimise(cy.ctx, self.placer, steps[-1].target, self.cfg, self.bucket, cy.now,
+            steps.append(solve.reoptimise(cy.context, self.placer, steps[-1].target, self.cfg, self.bucket, cy.now,
                                           ["periodic"] if cy.periodic else ["departure"]))
             reopt_ran = True
         if reopt_ran or cy.periodic:
@@ -270,7 +283,7 @@ class Loop:
         now, jobs, target, plan = cy.now, cy.jobs, cy.target, cy.plan
         changed = target.as_dict() != plan.as_dict()
         if changed:
-            target, _ = self.placer.evaluate(cy.ctx, target)
+            target, _ = self.placer.evaluate(cy.context, target)
             cy.target = target
         for j in {m.job for m in cy.moves if m.to in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)}:
             if self.reallocator is not None:
@@ -285,8 +298,7 @@ class Loop:
             if not self.lease.verify(c):
                 raise LeaseLost("the applier lease is held by another daemon now")
             for job, ss in cy.per_job.items():
-                slo = jobs[job].slo_s
-                misses = sum(1 for s in ss if slo is not None and s.iteration_s > slo * (1 + 1e-9))
+                misses = _slo_misses(jobs[job].slo_s, ss)
                 last = max(ss, key=lambda s: s.iteration)
                 total = cy.obs.iterations.get(job, jobs[job].iterations + len(ss))
                 self.store.record_iterations(c, job, total, last.iteration_s, misses)
@@ -303,7 +315,7 @@ class Loop:
                     {"backend": self.placer.name, "status": "feasible", "warm_start": "previous-plan"}
                 new_plan_id = self.store.insert_plan(c, created_at=now, cycle=cy.cycle, kind="placement", status=status,
                                                      cost_per_hour=target.cost_per_hour, decision_id=None, placement=target.as_dict(),
-                                                     doc=self.placer.plan_document(cy.ctx, target, solver))
+                                                     doc=self.placer.plan_document(cy.context, target, solver))
                 if self.cfg.dry_run:
                     placed = set(target.jobs())
                     for name, r in jobs.items():
@@ -314,8 +326,8 @@ class Loop:
                 outcome = d.outcome
                 if d.changes_plan and changed:
                     outcome = "dry-run" if self.cfg.dry_run else "applying"
-                row = d.row() | {"cycle": cy.cycle, "at": now, "outcome": outcome, "plan_id": new_plan_id if d.changes_plan else None,
-                                 "dry_run": self.cfg.dry_run}
+                row = d.row(cycle=cy.cycle, at=now, outcome=outcome, plan_id=new_plan_id if d.changes_plan else None,
+                            dry_run=self.cfg.dry_run)
                 self.store.insert_decision(c, row)
                 if outcome != "applying":  # counted with its final outcome once the apply ends
                     self.metrics.decisions.labels(d.kind, outcome).inc()
@@ -326,14 +338,15 @@ class Loop:
         if changed and self.cfg.dry_run:
             cy.report.apply = "dry-run"
         elif changed:
+            assert new_plan_id is not None  # inserted above whenever the plan changed
             res = self.executor.apply(target, plan_id=new_plan_id, now=now, should_stop=self.stop.is_set)
-            self._finish_apply(new_plan_id, plan, target, res, now, cy.ctx)
+            self._finish_apply(new_plan_id, plan, target, res, now, cy.context)
             cy.report.apply = "ok" if res.ok else ("interrupted" if res.interrupted else "failed")
 
     def _record(self, cy: "_Cycle") -> None:
         """7. Reallocations inside iterations, metrics, what the executor runs, housekeeping."""
         if self.reallocator is not None and self.cfg.realloc and not self.stop.is_set():
-            self._reallocate(cy.ctx, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
+            self._reallocate(cy.context, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
         self._export(cy.jobs, cy.target, cy.per_job)
         cluster = self.executor.describe() if hasattr(self.executor, "describe") and not self.cfg.dry_run else None
         with self.store.tx() as c:
@@ -410,7 +423,11 @@ class Loop:
                         self.store.transition(c, r.name, JobState.PENDING, f"displaced: plan {plan_id} could not be applied ({res.message})", now)
 
     # ------------------------------------------------------------------ reallocation
-    def _reallocate(self, ctx, jobs, target: Placement, plan: Placement, snapshots: dict, now: float, cycle: int) -> None:
+    def _reallocate(self, ctx: PlanningContext, jobs: dict[str, JobRecord], target: Placement, plan: Placement, snapshots: dict,
+                    now: float, cycle: int) -> None:
+        reallocator = self.reallocator
+        if reallocator is None:
+            return
         moved = set(moved_jobs(plan, target))
         for job, snaps in sorted(snapshots.items()):
             r = jobs.get(job)
@@ -418,7 +435,7 @@ class Loop:
                 continue
             t0 = time.perf_counter()
             try:
-                out = self.reallocator.decide(ctx, job, snaps)
+                out = reallocator.decide(ctx, job, snaps)
             except (UserError, ValueError) as exc:  # telemetry the planner cannot use: say so once, keep the loop going
                 msg = exc.render() if isinstance(exc, UserError) else str(exc)
                 if self._realloc_errors.get(job) != msg:
@@ -437,8 +454,9 @@ class Loop:
                                f"(cooldown {self.cfg.realloc_cooldown_s:g} s)")
             outcome = ("dry-run" if self.cfg.dry_run else "applying") if out.committed and not cooling else \
                 ("rate-limited" if out.committed else "not-committed")
-            row = {"cycle": cycle, "at": now, "kind": "realloc", "triggers": [f"donor({', '.join(out.donors)})" if out.donors else "telemetry"],
-                   "outcome": outcome, "jobs": [job], "reasons": reasons, "solver": out.solver, "dry_run": self.cfg.dry_run}
+            row: DecisionRow = {"cycle": cycle, "at": now, "kind": "realloc",
+                                "triggers": [f"donor({', '.join(out.donors)})" if out.donors else "telemetry"], "outcome": outcome,
+                                "jobs": [job], "reasons": reasons, "solver": out.solver, "dry_run": self.cfg.dry_run}
             with self.store.tx() as c:
                 if not self.lease.verify(c):
                     raise LeaseLost("the applier lease is held by another daemon now")
@@ -463,9 +481,9 @@ class Loop:
         for phase, err in self.estimates.predictor_error().items():
             m.predictor_error.labels(phase).set(err)
         if self.reallocator is not None:
-            err = self.reallocator.predictor_error()
-            if err is not None:
-                m.predictor_error.labels("throughput").set(err)
+            tput_err = self.reallocator.predictor_error()
+            if tput_err is not None:
+                m.predictor_error.labels("throughput").set(tput_err)
         met = total = 0
         for name, r in jobs.items():
             if r.state is not JobState.RUNNING or r.slo_s is None:

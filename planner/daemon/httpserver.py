@@ -23,10 +23,13 @@ _BUSY_BODY = (b'{"error": "too many connections", "problems": [{"field": "", "me
 
 def protocol_class(limits: Limits) -> type:
     """uvicorn's HTTP protocol (httptools when installed, else h11) with the limits above."""
+    Base: type
     try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+        Base = HttpToolsProtocol
     except ImportError:  # pragma: no cover - httptools is optional
-        from uvicorn.protocols.http.h11_impl import H11Protocol as Base
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+        Base = H11Protocol
 
     class Limited(Base):  # type: ignore[misc, valid-type]
         _rlp_timer: Optional[asyncio.TimerHandle] = None

@@ -11,14 +11,12 @@ is acknowledged that is not stored.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import queue
-import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
+from planner.daemon.groupcommit import GroupCommit
 from planner.daemon.lifecycle import JobState
 from planner.daemon.store import Conflict, NotFound, Store
 
@@ -33,51 +31,20 @@ class _Item:
     time_s: float
     iteration: int
     body: str
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
 
 
 class TelemetryIngest:
     def __init__(self, store: Store, metrics: Any = None, max_batch: int = 1024) -> None:
-        self.store, self.metrics, self.max_batch = store, metrics, max_batch
-        self._q: "queue.SimpleQueue[Optional[_Item]]" = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="telemetry-writer", daemon=True)
-        self._thread.start()
+        self.store, self.metrics = store, metrics
         self.batches = 0
+        self._writer: GroupCommit[_Item] = GroupCommit("telemetry", self._write, log, max_batch)
 
     async def submit(self, snap) -> int:
         """Store one validated ``TelemetrySnapshot``; its row id once committed (raises NotFound / Conflict)."""
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self._q.put(_Item(snap.job, snap.time_s, snap.iteration, snap.model_dump_json(), loop, fut))
-        return await fut
+        return await self._writer.submit(_Item(snap.job, snap.time_s, snap.iteration, snap.model_dump_json()))
 
     def close(self) -> None:
-        self._q.put(None)
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while True:
-            first = self._q.get()
-            if first is None:
-                return
-            batch = [first]
-            while len(batch) < self.max_batch:
-                try:
-                    nxt = self._q.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    self._q.put(None)
-                    break
-                batch.append(nxt)
-            try:
-                outcomes = self._write(batch)
-            except Exception as exc:  # noqa: BLE001 - every waiting request must get an answer
-                log.exception("telemetry batch of %d failed", len(batch))
-                outcomes = [exc] * len(batch)
-            for item, out in zip(batch, outcomes):
-                item.loop.call_soon_threadsafe(_resolve, item.future, out)
+        self._writer.close()
 
     def _write(self, batch: list[_Item]) -> list[Any]:
         wall = time.time()
@@ -110,11 +77,3 @@ class TelemetryIngest:
         if self.metrics is not None:
             self.metrics.telemetry_rejected.labels(reason).inc()
 
-
-def _resolve(fut: asyncio.Future, out: Any) -> None:
-    if fut.done():
-        return
-    if isinstance(out, BaseException):
-        fut.set_exception(out)
-    else:
-        fut.set_result(out)

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from planner import __version__
 from planner.daemon.auth import Limits
@@ -32,10 +32,13 @@ from planner.daemon.config import DaemonConfig
 from planner.daemon.cycle import LeaseLost, Loop
 from planner.daemon.lease import Lease
 from planner.daemon.metrics import DaemonMetrics
-from planner.daemon.ports import Placement
+from planner.daemon.ports import Executor, Placement, Reallocator
 from planner.daemon.store import Conflict, JobRecord, NotFound, StateFileError, Store
 from planner.errors import Problem, UserError
 from planner.schema.scenario import JobSpec, Scenario
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger("planner.daemon")
 
@@ -209,7 +212,7 @@ def _placer(name: str, cluster: Scenario):
     raise UserError(Problem("--placer", f"unknown placer {name!r}", "use weave or solo"))
 
 
-def _executor(opts: Options, cluster: Scenario, store: Store):
+def _executor(opts: Options, cluster: Scenario, store: Store) -> Executor:
     """The executor (issue 6) when it is in this build; before that, the simulated cluster applies by itself."""
     from planner.daemon.adapters import executor as ex
     from planner.daemon.adapters.simcluster import SimCluster, Truth
@@ -234,7 +237,10 @@ def _executor(opts: Options, cluster: Scenario, store: Store):
 
         def dram_of(name: str) -> tuple[float, float]:
             if name not in dram:
-                est = estimate_job(spec_of(name), view, cluster.solver.phase_time_estimate)
+                spec = spec_of(name)
+                if spec is None:
+                    raise NotFound(f"no job named '{name}'")
+                est = estimate_job(spec, view, cluster.solver.phase_time_estimate)
                 dram[name] = (est.dram_rollout_node_gb, est.dram_train_node_gb)
             return dram[name]
 
@@ -292,13 +298,14 @@ class Daemon:
     def __init__(self, opts: Options) -> None:
         self.opts = opts
         self.cfg = opts.cfg
-        self.server = None
+        self.server: Optional[uvicorn.Server] = None
         self.sock: Optional[socket.socket] = None
         self._threads: list[threading.Thread] = []
         self._hb_stop = threading.Event()
         self._signals = 0
         self._loop_stop = threading.Event()
-        self.reallocator = None
+        self.reallocator: Optional[Reallocator] = None
+        self.executor: Optional[Executor] = None
         self.exit_message = ""
 
     def open(self) -> "Daemon":
@@ -330,7 +337,7 @@ class Daemon:
         taken, holder = self.lease.try_acquire()
         if not taken and not o.standby:
             self.sock.close()
-            raise UserError(Problem("--state", f"another daemon applies to {o.state}: {holder.describe()}",
+            raise UserError(Problem("--state", f"another daemon applies to {o.state}: {holder.describe() if holder else 'unknown'}",
                                     "stop that daemon first, use another --state, or pass --standby to wait for the lease"))
         self.service.role = ("dry-run" if self.cfg.dry_run else "applier") if taken else "standby"
         self.metrics.lease_held.set(1 if taken else 0)
@@ -351,9 +358,11 @@ class Daemon:
                 log.warning("%s: no reallocation inside iterations", realloc.available())
         return self
 
-    def _make_executor(self):
+    def _make_executor(self) -> Executor:
+        from planner.daemon.adapters.executor import ExecutorApplier
+
         ex = _executor(self.opts, self.cluster, self.store)
-        if hasattr(ex, "fence"):  # every executor step checks that this daemon still holds the lease (epoch fencing)
+        if isinstance(ex, ExecutorApplier):  # every executor step checks that this daemon still holds the lease (epoch fencing)
             ex.fence = self.lease.lost
             ex.fence_epoch = lambda: self.lease.epoch
         return ex
@@ -371,15 +380,18 @@ class Daemon:
         self.audit = AuditLog(self.store)
         app = asgi_app(self.service, guard={"tokens": self.tokens, "hosts": self.hosts, "limiter": RateLimiter(lim.rate_per_s, lim.rate_burst),
                                             "audit": self.audit})
-        tls = {"ssl_certfile": str(self.opts.tls_cert), "ssl_keyfile": str(self.opts.tls_key)} if self.opts.tls_cert else {}
+        tls = self.opts.tls_cert is not None
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5,
-                                http=protocol_class(lim), timeout_keep_alive=lim.idle_timeout_s, **tls)
-        self.server = uvicorn.Server(config)
-        t = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="http", daemon=True)
+                                http=protocol_class(lim),
+                                # uvicorn annotates int but hands the seconds to asyncio's call_later: a fraction works
+                                timeout_keep_alive=lim.idle_timeout_s,  # type: ignore[arg-type]
+                                ssl_certfile=str(self.opts.tls_cert) if tls else None, ssl_keyfile=str(self.opts.tls_key) if tls else None)
+        server = self.server = uvicorn.Server(config)
+        t = threading.Thread(target=server.run, kwargs={"sockets": [self.sock]}, name="http", daemon=True)
         t.start()
         self._threads.append(t)
         deadline = time.monotonic() + 30
-        while not self.server.started and t.is_alive() and time.monotonic() < deadline:
+        while not server.started and t.is_alive() and time.monotonic() < deadline:
             time.sleep(0.01)
 
     def _heartbeat(self) -> None:
@@ -463,6 +475,8 @@ class Daemon:
 
     def _new_loop(self) -> Loop:
         """A loop whose state is what the store says (at start, and after a failed cycle)."""
+        if self.executor is None:
+            raise RuntimeError("the loop needs the executor, which a daemon builds when it takes the applier lease")
         loop = Loop(self.store, self.cluster, self.placer, self.executor, self.clock, self.cfg, self.lease, self.metrics,
                     self.reallocator, stop=self._loop_stop)
         self.service.loop = loop
@@ -552,9 +566,9 @@ class Daemon:
             self.audit.close()
         try:
             if self.executor is not None:
-                import inspect
+                from planner.daemon.adapters.executor import ExecutorApplier
 
-                if "save" in inspect.signature(self.executor.close).parameters:
+                if isinstance(self.executor, ExecutorApplier):
                     self.executor.close(save=held)
                 else:  # the simulated cluster alone keeps no unsaved view
                     self.executor.close()

@@ -26,7 +26,7 @@ from planner.daemon.estimates import Drift
 from planner.daemon.lifecycle import JobState
 from planner.daemon.ports import Observation, Placement, PlacementPlanner, PlanningContext
 from planner.daemon.ratelimit import TokenBucket
-from planner.daemon.store import JobRecord
+from planner.daemon.store import DecisionRow, JobRecord
 
 
 @dataclass
@@ -53,10 +53,11 @@ class Decision:
     def changes_plan(self) -> bool:
         return self.outcome == "changes-plan"
 
-    def row(self) -> dict:
-        return {"kind": self.kind, "triggers": self.triggers, "outcome": self.outcome, "jobs": self.jobs, "reasons": self.reasons,
-                "cost_before": self.cost_before, "cost_after": self.cost_after, "gain_usd": self.gain_usd,
-                "migration_usd": self.migration_usd, "solver": self.solver}
+    def row(self, *, cycle: int, at: float, outcome: str, plan_id: Optional[int], dry_run: bool) -> DecisionRow:
+        """The decision's row in the state database, made in cycle ``cycle`` at ``at``, with its final ``outcome``."""
+        return {"cycle": cycle, "at": at, "kind": self.kind, "triggers": self.triggers, "outcome": outcome, "jobs": self.jobs,
+                "reasons": self.reasons, "cost_before": self.cost_before, "cost_after": self.cost_after, "gain_usd": self.gain_usd,
+                "migration_usd": self.migration_usd, "solver": self.solver, "plan_id": plan_id, "dry_run": dry_run}
 
 
 @dataclass
@@ -213,12 +214,16 @@ def reoptimise(ctx: PlanningContext, placer: PlacementPlanner, target: Placement
     out.solve_s["reoptimise"] = time.perf_counter() - t0
     out.reoptimised = True
     cand, bad = placer.evaluate(ctx, r.placement)
-    base = dict(cost_before=target.cost_per_hour, cost_after=cand.cost_per_hour, solver=r.solver)
+
+    def decision(outcome: str, jobs: list[str], reasons: list[str], gain_usd: Optional[float] = None,
+                 migration_usd: Optional[float] = None) -> Decision:
+        return Decision("reoptimise", triggers, outcome, jobs, reasons, cost_before=target.cost_per_hour,
+                        cost_after=cand.cost_per_hour, gain_usd=gain_usd, migration_usd=migration_usd, solver=r.solver)
+
     if bad or set(cand.jobs()) != set(target.jobs()):
         miss = sorted(set(target.jobs()) - set(cand.jobs()))
         why = [v.message for v in bad[:5]] + ([f"it leaves out {', '.join(miss)}"] if miss else [])
-        out.decisions.append(Decision("reoptimise", triggers, "infeasible", [], [r.reason, "kept the current plan: the re-optimised plan "
-                                                                              "is not valid"] + why, **base))
+        out.decisions.append(decision("infeasible", [], [r.reason, "kept the current plan: the re-optimised plan is not valid"] + why))
         return out
     v = gate.judge(ctx, target, cand, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
     reasons = [r.reason] + v.reasons
@@ -226,15 +231,12 @@ def reoptimise(ctx: PlanningContext, placer: PlacementPlanner, target: Placement
     if v.keep and not bucket.allows(n_moved, now):
         reasons.append(f"rate-limited: {n_moved} move(s) exceed the churn budget ({bucket.tokens:.1f} of "
                        f"{cfg.max_moves_per_hour:g} per hour left; enough in {bucket.wait_s(n_moved):.0f} s)")
-        out.decisions.append(Decision("reoptimise", triggers, "rate-limited", sorted(v.moves), reasons, gain_usd=v.gain_usd,
-                                      migration_usd=v.migration_usd, **base))
+        out.decisions.append(decision("rate-limited", sorted(v.moves), reasons, v.gain_usd, v.migration_usd))
         return out
     if v.keep:
         bucket.take(n_moved, now)
         out.target, out.moved_jobs = cand, n_moved
-        out.decisions.append(Decision("reoptimise", triggers, "changes-plan", sorted(v.moves), reasons, gain_usd=v.gain_usd,
-                                      migration_usd=v.migration_usd, **base))
+        out.decisions.append(decision("changes-plan", sorted(v.moves), reasons, v.gain_usd, v.migration_usd))
     else:
-        out.decisions.append(Decision("reoptimise", triggers, "kept-current", sorted(v.moves), reasons, gain_usd=v.gain_usd,
-                                      migration_usd=v.migration_usd, **base))
+        out.decisions.append(decision("kept-current", sorted(v.moves), reasons, v.gain_usd, v.migration_usd))
     return out

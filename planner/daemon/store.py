@@ -34,7 +34,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from planner.daemon import lifecycle
 from planner.daemon.lifecycle import JobState
@@ -209,6 +209,35 @@ class PlanRecord:
                    json.loads(r["placement"]), json.loads(r["doc"]))
 
 
+class _DecisionKeys(TypedDict):
+    cycle: int
+    at: float
+    kind: str
+    outcome: str
+
+
+class DecisionRow(_DecisionKeys, total=False):
+    """One row of the ``decisions`` table as :meth:`Store.insert_decision` takes it (absent keys: empty / NULL)."""
+
+    triggers: list[str]
+    jobs: list[str]
+    cost_before: Optional[float]
+    cost_after: Optional[float]
+    gain_usd: Optional[float]
+    migration_usd: Optional[float]
+    solver: dict[str, Any]
+    reasons: list[str]
+    plan_id: Optional[int]
+    dry_run: bool
+
+
+def _rowid(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT just made (sqlite3 types ``lastrowid`` as optional: it is None only before any INSERT)."""
+    if cur.lastrowid is None:
+        raise RuntimeError("sqlite3 reported no row id after an INSERT")
+    return int(cur.lastrowid)
+
+
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
@@ -298,7 +327,7 @@ class Store(SQLiteFile):
 
     def list_jobs(self, states: list[str] | None = None, limit: int = 1000, offset: int = 0,
                   c: sqlite3.Connection | None = None) -> list[JobRecord]:
-        q, args = "SELECT * FROM jobs", []
+        q, args = "SELECT * FROM jobs", list[Any]()
         if states:
             q += f" WHERE state IN ({','.join('?' * len(states))})"
             args += list(states)
@@ -365,7 +394,7 @@ class Store(SQLiteFile):
         with self.tx() as c:
             cur = c.execute("INSERT INTO telemetry(job, received_wall, time_s, iteration, body) VALUES (?,?,?,?,?)",
                             (job, wall, time_s, iteration, body if isinstance(body, str) else _dumps(body)))
-            return int(cur.lastrowid)
+            return _rowid(cur)
 
     def telemetry_after(self, cursor: int, limit: int = 100000) -> list[tuple[int, str, str]]:
         """(id, job, JSON text) of the snapshots after ``cursor``, oldest first."""
@@ -384,7 +413,7 @@ class Store(SQLiteFile):
         cur = c.execute("INSERT INTO plans(created_at, cycle, kind, status, cost_per_hour, decision_id, placement, doc) "
                         "VALUES (?,?,?,?,?,?,?,?)",
                         (created_at, cycle, kind, status, cost_per_hour, decision_id, _dumps(placement), _dumps(doc)))
-        return int(cur.lastrowid)
+        return _rowid(cur)
 
     def set_plan_status(self, c: sqlite3.Connection, plan_id: int, status: str) -> None:
         c.execute("UPDATE plans SET status=? WHERE id=?", (status, plan_id))
@@ -412,14 +441,14 @@ class Store(SQLiteFile):
         return [PlanRecord.from_row(r) for r in self.conn().execute("SELECT * FROM plans WHERE status=? ORDER BY id", (status,))]
 
     # ------------------------------------------------------------------ decisions
-    def insert_decision(self, c: sqlite3.Connection, d: dict) -> int:
+    def insert_decision(self, c: sqlite3.Connection, d: DecisionRow) -> int:
         cur = c.execute(
             "INSERT INTO decisions(cycle, at, kind, triggers, outcome, jobs, cost_before, cost_after, gain_usd, migration_usd, solver, "
             "reasons, plan_id, dry_run) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (d["cycle"], d["at"], d["kind"], _dumps(d.get("triggers", [])), d["outcome"], _dumps(d.get("jobs", [])), d.get("cost_before"),
              d.get("cost_after"), d.get("gain_usd"), d.get("migration_usd"), _dumps(d.get("solver", {})), _dumps(d.get("reasons", [])),
              d.get("plan_id"), int(bool(d.get("dry_run")))))
-        return int(cur.lastrowid)
+        return _rowid(cur)
 
     def update_decision(self, c: sqlite3.Connection, decision_id: int, *, outcome: str | None = None, plan_id: int | None = None,
                         add_reason: str | None = None) -> None:
@@ -433,7 +462,7 @@ class Store(SQLiteFile):
             c.execute("UPDATE decisions SET reasons=? WHERE id=?", (_dumps(reasons), decision_id))
 
     def decisions(self, since_id: int = 0, limit: int = 100, kind: str | None = None) -> list[dict]:
-        q, args = "SELECT * FROM decisions WHERE id > ?", [since_id]
+        q, args = "SELECT * FROM decisions WHERE id > ?", list[Any]([since_id])
         if kind:
             q += " AND kind = ?"
             args.append(kind)

@@ -26,6 +26,11 @@ def resolve_gpu_types(scenario: Scenario) -> dict[str, GPUSpec]:
         spec = scenario.gpu_types.get(name)
         base = (spec.base if spec and spec.base else name)
         canon = gpu_catalogue.canonical_name(base)
+        if canon is None:
+            from planner.errors import Problem, UserError
+
+            raise UserError(Problem(f"gpu_types.{name}.base" if spec and spec.base else f"gpu_types.{name}", f"unknown GPU type '{base}'",
+                                    "use a GPU type of the catalogue, or define it under gpu_types with a catalogue type as 'base:'"))
         over = spec.model_dump(exclude={"base", "max_nodes"}, exclude_none=True) if spec else {}
         g = gpu_catalogue.get(canon, over)
         from dataclasses import replace
@@ -126,8 +131,8 @@ class ClusterView:
         ca, cb = self.cluster_of(type_a), self.cluster_of(type_b)
         if ca == cb:
             return None
-        bws = [c.inter_cluster_bw_gb_per_s for c in self.scenario.cluster.clusters if c.name in (ca, cb)]
-        bws = [b for b in bws if b is not None]
+        bws = [c.inter_cluster_bw_gb_per_s for c in self.scenario.cluster.clusters
+               if c.name in (ca, cb) and c.inter_cluster_bw_gb_per_s is not None]
         return min(bws) if bws else None
 
     def types(self) -> list[str]:
@@ -188,5 +193,5 @@ def estimate_job(job: JobSpec, view: ClusterView, mode: str = "conservative", se
             best = (total, a, b)
     if best:
         est.solo_iteration_s, est.best = best[0], (best[1], best[2])
-        est.slo_s = job.slo.iteration_s if job.slo.iteration_s is not None else job.slo.ratio_to_solo * best[0]
+        est.slo_s = job.slo.target_s(best[0])
     return est

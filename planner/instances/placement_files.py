@@ -7,7 +7,7 @@ an instance file imports neither the estimators nor the scenario schema.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from formulation.placement.instance import PlacementInstance
 from planner.errors import Problem, UserError
@@ -19,7 +19,11 @@ def read_data(path: str | Path) -> Optional[dict]:
     from planner import safeload
 
     doc = safeload.try_load(path, what="instance file")
-    data = doc.data if doc is not None else None
+    return instance_data(doc.data) if doc is not None else None
+
+
+def instance_data(data: Any) -> Optional[dict]:
+    """``data`` when it is a placement instance's mapping, else None."""
     return data if isinstance(data, dict) and ("pool_types" in data or data.get("kind") == "PlacementInstance") else None
 
 

@@ -53,15 +53,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from functools import partial
+from typing import Callable, Optional
 
 import numpy as np
+from pydantic_core import ErrorDetails
 
 from estimators import comm, memory, phases, rollout, training
 from estimators import gpus as catalogue
 from estimators.curves import fit_concave
 from estimators.gpus import GPUSpec
 from estimators.lengths import DEFAULT_PROMPT_SPREAD, ResidualTable, hardest_group
+from estimators.models import ModelDims
 from formulation.realloc.context import ComponentContext, Links, ReallocContext, pools_from_snapshot
 from formulation.realloc.graph import STATEFUL_KINDS
 from formulation.realloc.instance import Curve
@@ -80,7 +83,8 @@ ENGINE_SHARE = 40  # an engine's share above this is drained on a representative
 
 @dataclass
 class _JobFacts:
-    model: object = None  # ModelDims
+    model: ModelDims
+    residual: ResidualTable  # the job's response lengths (grouped marginal, clipped)
     rollout_tp: int = 1
     trainer_unit: int = 1
     prompt_tokens: float = 0.0
@@ -91,7 +95,6 @@ class _JobFacts:
     rollout_types: Optional[tuple] = None
     trainer_types: Optional[tuple] = None
     n_requests: int = 0
-    residual: Optional[ResidualTable] = None  # the job's response lengths (grouped marginal, clipped)
     turns: int = 1
     observation_tokens: float = 0.0
     tool_s: float = 0.0  # mean tool-call latency (multi-turn)
@@ -146,7 +149,7 @@ def _job_facts(snap: TelemetrySnapshot, scenario) -> Optional[_JobFacts]:
 
     capped = _replace(prof.lengths, max_tokens=job.rollout.max_response_tokens)
     hard = hardest_group(capped, prof.batch_prompts, prof.group_size)
-    base_q = np.sort(np.minimum(capped.quantile((np.arange(BASE_POINTS) + 0.5) / BASE_POINTS), capped.max_tokens))
+    base_q = np.sort(np.minimum(capped.quantile((np.arange(BASE_POINTS) + 0.5) / BASE_POINTS), job.rollout.max_response_tokens))
     return _JobFacts(
         model=prof.model, rollout_tp=job.rollout.tp, trainer_unit=job.trainer.tp * job.trainer.pp,
         prompt_tokens=float(job.rollout.prompt_tokens), mean_response_tokens=residual.mean(),
@@ -180,7 +183,7 @@ def _tail_curve(R: float, conc: float, a_ms: float, c_ms: float, max_engines: in
     knee = int(max(1, math.ceil(R)))  # one request per engine: where the curve turns flat
     engines = sorted({1, 2, 3, 4, 6, 8, knee, max_engines} | {int(v) for v in np.unique(np.geomspace(1, max_engines, 12).round())})
     engines = [e for e in engines if 1 <= e <= max_engines]
-    pts = []
+    pts: list[tuple[float, float]] = []
     for e in engines:
         busy = min(e, max(1.0, math.ceil(R)))  # engines beyond one per request stay idle
         b = min(max(conc, 1e-9), R / busy)
@@ -261,7 +264,8 @@ def _engine_states(workers, facts: _JobFacts) -> Optional[list]:
     :func:`estimators.rollout.engine_survivor_draws`, the engine having been dispatched an equal,
     contiguous share of the batch (GRPO groups together). None when no engine reports a request."""
     ws = [w for w in workers]
-    if not facts.n_requests or not any(w.requests_in_flight > 0 or w.queue_depth > 0 for w in ws):
+    base_q = facts.base_quantiles
+    if base_q is None or not facts.n_requests or not any(w.requests_in_flight > 0 or w.queue_depth > 0 for w in ws):
         return None
     n0 = math.ceil(facts.n_requests / max(1, len(ws)))  # verl's contiguous chunks
     out = []
@@ -270,9 +274,9 @@ def _engine_states(workers, facts: _JobFacts) -> Optional[list]:
         g = _generated_per_request([w], facts) if n > 0 else 0.0
         ctx = w.kv_used_tokens / n if n > 0 else facts.prompt_tokens
         if n > 0 and g > 0:
-            args = (facts.base_quantiles, facts.max_response_tokens, g, n, n0, facts.group_size, facts.prompt_spread)
+            args = (base_q, facts.max_response_tokens, g, n, n0, facts.group_size, facts.prompt_spread)
             rep = rollout.engine_survivor_draws(*args, 0, seed=0)[0]
-            draw = (lambda k, args=args, seed=1000 + i: rollout.engine_survivor_draws(*args, k, seed=seed, representative=False))  # noqa: E731
+            draw: Optional[Callable[[int], list]] = partial(rollout.engine_survivor_draws, *args, seed=1000 + i, representative=False)
         else:
             rep, draw = facts.residual.survivors(g, n)[::-1], None
         out.append((rep, ctx, facts.residual.survivors(0.0, int(w.queue_depth)), draw))
@@ -393,7 +397,7 @@ def _component_curves(comp, workers, facts, specs, types, gpus_of_type, predicto
     sources = set()
     timed: set = set()
     state = None
-    observed = {}
+    observed: dict[str, list[float]] = {}
     for w in workers:
         o = observed.setdefault(w.gpu_type, [0.0, 0.0])
         o[0] += w.gpus
@@ -433,7 +437,7 @@ def _component_curves(comp, workers, facts, specs, types, gpus_of_type, predicto
             if not seen and comp.throughput:
                 seen = {workers[0].gpu_type: comp.throughput / sum(w.gpus for w in workers)}
             if seen:
-                ref_t = max(seen, key=seen.get)
+                ref_t = max(seen, key=lambda k: seen[k])
                 rate = seen[t] if t in seen else seen[ref_t] * _scale(comp.kind, specs[ref_t], gpu)
                 sources.add("snapshot")
         if rate is not None:
@@ -448,7 +452,7 @@ def _remaining_work(comp, workers, facts: Optional[_JobFacts], n_requests: int) 
     if comp.progress >= 1.0:
         return 0.0
     if comp.kind in DYNAMIC_KINDS:
-        if facts is not None and facts.residual is not None:
+        if facts is not None:
             res, _, q, _, _, _, _ = _rollout_state(comp, workers, facts)
             return float(res.sum() + q.sum())
         per_req = _tokens_per_request(workers, facts)
@@ -457,7 +461,7 @@ def _remaining_work(comp, workers, facts: Optional[_JobFacts], n_requests: int) 
         return float(sum(w.requests_in_flight for w in workers) * generated + queued * generated)
     if facts is None:
         return None
-    if facts.residual is not None and n_requests:
+    if n_requests:
         toks = _remaining_samples(comp, facts)
         return float(toks.mean() * (1.0 - comp.progress) * n_requests) if toks.size else 0.0
     return (1.0 - comp.progress) * n_requests * (facts.prompt_tokens + facts.mean_response_tokens)
@@ -552,10 +556,11 @@ def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, hor
             curves = {t: Curve(cv.gpus, tuple(y * w_c for y in cv.throughput), cv.extrapolate) if t in timed else cv
                       for t, cv in curves.items()}
             timed = set()
+        w_comp = work[comp.name]
         if timed:
             divide = 1.0
         else:
-            divide = work[comp.name] if normalise and work[comp.name] else (work_ratio if comp.kind not in DYNAMIC_KINDS else 1.0)
+            divide = w_comp if normalise and w_comp else (work_ratio if comp.kind not in DYNAMIC_KINDS else 1.0)
         if divide != 1.0:
             curves = {t: Curve(cv.gpus, tuple(y / divide for y in cv.throughput), cv.extrapolate) for t, cv in curves.items()}
         model = facts.model if facts is not None else None
@@ -610,7 +615,7 @@ def load_snapshots(path) -> list[TelemetrySnapshot]:
     return out
 
 
-def _fix_for(err: dict) -> str:
+def _fix_for(err: ErrorDetails) -> str:
     t = err["type"]
     loc = [str(x) for x in err["loc"]]
     if "kv_used_tokens" in " ".join(err["msg"].split()) or (loc and loc[-1] in ("kv_used_tokens", "kv_capacity_tokens")):

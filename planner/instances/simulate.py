@@ -44,7 +44,11 @@ def job_setup(sc, index: int, job, view: ClusterView | None = None, seed: int = 
         raise UserError(Problem(where, "fits no rollout/training GPU type pair of the cluster",
                                 "run `planner estimate` on the scenario to see why, and allow a larger type or more TP"))
     est = estimate_job(job, view, "conservative", seed) if len(pairs) > 1 else None  # the phase times only pick a pair
-    rt, tt = est.best if est is not None else pairs[0]
+    if est is not None:
+        assert est.best is not None  # est has the same type pairs as fit, and ``pairs`` is not empty
+        rt, tt = est.best
+    else:
+        rt, tt = pairs[0]
     if job.slo.iteration_s is not None:
         slo = job.slo.iteration_s
     elif sc.solver.phase_time_estimate == "conservative" and est is not None:
@@ -166,8 +170,7 @@ def simulated_instance(sc, jobs):
         p0 = j.profile(c0)
         t_tab[c0.train_nodes] = float(np.quantile(p0.train_s, SIMULATED_QUANTILE))
         solo = r_tab[c0.rollout_nodes] + t_tab[c0.train_nodes] + p0.sync_s
-        slo = spec[j.name].slo
-        slo_s = slo.iteration_s if slo.iteration_s is not None else slo.ratio_to_solo * solo
+        slo_s = spec[j.name].slo.target_s(solo)
         sw_r, sw_t = b.rollout_switch_s.get(c0.rollout_type, {}), b.train_switch_s.get(c0.train_type, {})  # as compiled
         out.append(PlacementJob(name=j.name, slo_s=slo_s, rollout_s={c0.rollout_type: r_tab}, train_s={c0.train_type: t_tab},
                                 rollout_switch_s={c0.rollout_type: {n: sw_r[n] for n in r_tab if n in sw_r}},

@@ -42,7 +42,7 @@ def check_scenario(sc: Scenario, doc: Document | None = None) -> None:
     seen_groups: set[str] = set()
     used_types: list[str] = []
     for i, g in enumerate(sc.cluster.node_groups):
-        p = ("cluster", "node_groups", i)
+        p: tuple[str | int, ...] = ("cluster", "node_groups", i)
         if g.name in seen_groups:
             add(p + ("name",), f"duplicate node group name '{g.name}'", "give each node group its own name")
         seen_groups.add(g.name)
@@ -55,8 +55,8 @@ def check_scenario(sc: Scenario, doc: Document | None = None) -> None:
             add(p + ("cluster",), f"cluster '{g.cluster}' is not defined.{did_you_mean(g.cluster, fabrics)}",
                 f"add it under cluster.clusters or use one of {', '.join(fabrics)}")
     for t in sorted(set(used_types)):
-        spec = sc.gpu_types.get(t)
-        if spec is None or spec.price_per_gpu_hour is None:
+        priced = sc.gpu_types.get(t)
+        if priced is None or priced.price_per_gpu_hour is None:
             add(("gpu_types", t, "price_per_gpu_hour"), f"no price for GPU type '{t}', which the cluster uses",
                 f"set gpu_types.{t}.price_per_gpu_hour ($ per GPU-hour; prices are inputs, never built in)")
     if problems:

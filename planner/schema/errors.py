@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from pydantic import BaseModel, ValidationError
 
@@ -103,12 +103,18 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def problems_from_validation(exc: ValidationError, doc: Document, root: type[BaseModel] | None = None) -> list[Problem]:
+    return problems_from_errors(exc.errors(include_url=False), doc, root)
+
+
+def problems_from_errors(errors: Sequence[Mapping[str, Any]], doc: Document, root: type[BaseModel] | None = None) -> list[Problem]:
+    """:func:`problems_from_validation` of pydantic's error list (what a ``ValidationError`` or
+    FastAPI's ``RequestValidationError`` holds), ``loc`` relative to ``doc``'s top level."""
     from planner.schema.scenario import Scenario
 
     root = root or Scenario
     by_path: dict[tuple, Problem] = {}
     union_types: dict[tuple, list[str]] = {}
-    for err in exc.errors(include_url=False):
+    for err in errors:
         path, _ = _clean_path(tuple(err["loc"]), doc.data)
         kind = err["type"]
         value = err.get("input")

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from estimators.merge import deep_merge
 from planner import safeload
 from planner.errors import Problem, UserError
 from planner.safeload import Document, fmt_path as _fmt  # noqa: F401 - re-exported (schema.errors, checks)
@@ -27,15 +28,6 @@ MAX_INCLUDES = 32  # files one scenario may pull in, all levels together
 
 def parse_yaml(text: str, filename: str = "<input>") -> Document:
     return safeload.parse_yaml(text, filename)
-
-
-def _deep_merge(base: Any, top: Any) -> Any:
-    if isinstance(base, dict) and isinstance(top, dict):
-        out = dict(base)
-        for k, v in top.items():
-            out[k] = _deep_merge(base[k], v) if k in base else v
-        return out
-    return top
 
 
 def include_roots(including: Path) -> list[Path]:
@@ -58,10 +50,15 @@ def _include_path(doc: Document, p: Path, inc: str) -> Path:
     return ip
 
 
-def read_document(path: str | Path, _seen: tuple = (), _count: list | None = None) -> Document:
+def read_document(path: str | Path, _seen: tuple = (), _count: list | None = None, *, parsed: Document | None = None) -> Document:
+    """The scenario file at ``path`` with its includes merged in. ``parsed``: the file already parsed
+    as YAML by :mod:`planner.safeload` (:func:`planner.dockind.sniff`), so it is not read again
+    (its data is merged in place)."""
     p = Path(path)
     count = _count if _count is not None else [0]
-    doc = safeload.load(p, what="scenario file", fmt="yaml")
+    if parsed is not None and parsed.filename != str(p):
+        raise ValueError(f"the document parsed from {parsed.filename} is not {p}")
+    doc = parsed if parsed is not None else safeload.load(p, what="scenario file", fmt="yaml")
     if doc.data is None:
         raise UserError(Problem("", f"{p} is empty", "write a scenario (see scenarios/README.md)"))
     if not isinstance(doc.data, dict):
@@ -84,17 +81,18 @@ def read_document(path: str | Path, _seen: tuple = (), _count: list | None = Non
         if count[0] > MAX_INCLUDES:
             raise UserError(Problem("include", f"more than {MAX_INCLUDES} included files in all",
                                     "include fewer files (each file is read once per include)", source=doc.where(("include",))))
-        merged = _deep_merge(merged, read_document(ip, _seen + (p.resolve(),), count).data)
-    doc.data = _deep_merge(merged, doc.data)
+        merged = deep_merge(merged, read_document(ip, _seen + (p.resolve(),), count).data)
+    doc.data = deep_merge(merged, doc.data)
     return doc
 
 
-def load_scenario(path: str | Path, *, check: bool = True):
-    """Read, validate and (by default) cross-check a scenario file. Raises :class:`UserError`."""
+def load_scenario(path: str | Path, *, check: bool = True, parsed: Document | None = None):
+    """Read, validate and (by default) cross-check a scenario file. Raises :class:`UserError`.
+    ``parsed``: the file as :func:`planner.dockind.expect` parsed it (then it is not read again)."""
     from planner.schema.errors import problems_from_validation
     from planner.schema.scenario import Scenario
 
-    doc = read_document(path)
+    doc = read_document(path, parsed=parsed)
     try:
         scenario = Scenario.model_validate(doc.data)
     except ValidationError as exc:

@@ -24,13 +24,13 @@ A scenario YAML looks like::
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Final, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from planner.schema.workload import QuantileTable, ToolLatency, TraceColumn, UserDistribution  # users' own workloads
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 # Upper bounds on every size, chosen so that anything that validates is planned, simulated and
 # swept within memory and minutes (the hostile-input corpus in tests/hardening checks the edges).
@@ -234,6 +234,13 @@ class SLOSpec(Strict):
         if (self.iteration_s is None) == (self.ratio_to_solo is None):
             raise ValueError("give exactly one of iteration_s or ratio_to_solo")
         return self
+
+    def target_s(self, solo_s: float) -> float:
+        """The SLO in seconds per iteration: ``iteration_s``, else ``ratio_to_solo`` x ``solo_s``."""
+        if self.iteration_s is not None:
+            return self.iteration_s
+        assert self.ratio_to_solo is not None  # the validator above: exactly one of the two is given
+        return self.ratio_to_solo * solo_s
 
 
 Component = Literal["rollout", "reference", "reward", "critic", "tool_agent", "trainer"]

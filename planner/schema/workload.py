@@ -21,7 +21,7 @@ and the fix) and selects the calibration folder.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveFloat, field_validator
 
@@ -111,7 +111,7 @@ def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) ->
 
     for j, job in enumerate(scenario.jobs):
         r = job.rollout
-        items = [(("jobs", j, "rollout", "response_lengths"), r, "response_lengths"),
+        items: list[tuple[tuple[str | int, ...], Any, str]] = [(("jobs", j, "rollout", "response_lengths"), r, "response_lengths"),
                  (("jobs", j, "rollout", "prompt_lengths"), r, "prompt_lengths")]
         if r.tools is not None:
             items.append((("jobs", j, "rollout", "tools", "latency"), r.tools, "latency"))

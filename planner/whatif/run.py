@@ -14,21 +14,27 @@ the main process as each point finishes (the progress bar).
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from formulation.capacity.solve import Warm
+
+if TYPE_CHECKING:
+    from formulation.capacity.result import StyleResult
+    from formulation.common import SolveRecord
+    from planner.schema.scenario import Scenario
 
 
 @dataclass
 class Context:
     """What every point needs: the scenario (max_nodes at the sweep's largest), how to solve."""
 
-    scenario: object
+    scenario: Scenario
     mode: str
     styles: tuple[str, ...]
     time_limit_s: float
@@ -93,7 +99,14 @@ def _instance(ctx: Context, values: dict[str, float]):
     return instance_for(base, values), time.perf_counter() - t0
 
 
-def _summarise(inst, res):
+def _record(res: StyleResult) -> SolveRecord:
+    """The solve record of a style's result (:func:`formulation.capacity.solve.solve` always sets one)."""
+    if res.record is None:
+        raise RuntimeError(f"the {res.style} solve returned no solve record")
+    return res.record
+
+
+def _summarise(inst, res: StyleResult):
     """(StyleSummary, plan body) of one style's result."""
     from formulation.capacity.explain import binding
     from formulation.capacity.plan import build_capacity_plan
@@ -107,7 +120,7 @@ def _summarise(inst, res):
         new_cost_per_hour=res.cost_per_hour - inst.owned_cost() if not res.unplaced else None,
         fleet=dict(res.fleet), used=dict(res.used), busy={f.gpu_type: f.busy for f in body.fleet}, gpus=body.gpus(),
         unplaced=[u.job for u in body.unplaced], binding=[f"{b.kind}:{b.where}" for b in binds],
-        note=res.note or (body.unplaced[0].message if body.unplaced else ""), wall_s=res.record.wall_time_s)
+        note=res.note or (body.unplaced[0].message if body.unplaced else ""), wall_s=_record(res).wall_time_s)
     return summary, body
 
 
@@ -125,13 +138,16 @@ def evaluate(ctx: Context, index: int, values: dict[str, float], warm: Optional[
     t0 = time.perf_counter()
     inst, compile_s = _instance(ctx, values)
     opts = _options(ctx, first=warm is None)
-    styles, plan, record, out_warm = [], {}, {}, None
+    styles: list[StyleSummary] = []
+    plan: dict = {}
+    record: dict = {}
+    out_warm: Optional[Warm] = None
     for style in ctx.styles:
         res = solve(inst, opts, style, warm if style == "co-execution" else None)
         summary, body = _summarise(inst, res)
         styles.append(summary)
         if style == "co-execution":
-            plan, record, out_warm = body.model_dump(mode="json"), res.record.as_dict(), res.warm
+            plan, record, out_warm = body.model_dump(mode="json"), _record(res).as_dict(), res.warm
     return PointResult(index, dict(values), styles, plan, record, out_warm, compile_s, time.perf_counter() - t0,
                        f"{socket.gethostname()}:{os.getpid()}", len(inst.placement.jobs))
 
@@ -147,13 +163,14 @@ def polish(ctx: Context, r: PointResult, candidates: list) -> Optional[PointResu
     better = improve(inst, co.cost_per_hour, co.lower_bound_per_hour, r.record.get("message", ""), candidates, _options(ctx))
     if better is None:
         return None
-    better.record.wall_time_s = r.record.get("wall_time_s", 0.0)
-    better.record.time_limit_s = r.record.get("time_limit_s")
+    rec = _record(better)
+    rec.wall_time_s = r.record.get("wall_time_s", 0.0)
+    rec.time_limit_s = r.record.get("time_limit_s")
     summary, body = _summarise(inst, better)
     summary.wall_s = co.wall_s
     styles = [summary if s.style == "co-execution" else s for s in r.styles]
-    return PointResult(r.index, r.values, styles, body.model_dump(mode="json"), better.record.as_dict(), better.warm, r.compile_s,
-                       r.wall_s, r.worker, r.jobs, {"polished_from": better.record.warm_start})
+    return PointResult(r.index, r.values, styles, body.model_dump(mode="json"), rec.as_dict(), better.warm, r.compile_s,
+                       r.wall_s, r.worker, r.jobs, {"polished_from": rec.warm_start})
 
 
 def neighbours(results: list, i: int, radius: int) -> list:
@@ -173,10 +190,19 @@ def chains(n_points: int, workers: int) -> list[list[int]]:
     return out
 
 
-def _apply_polish(results: list, polished: list) -> None:
+def _solved(results: list[Optional[PointResult]]) -> list[PointResult]:
+    """The results once every point has one (the chains solve every point before the polish)."""
+    missing = [i for i, r in enumerate(results) if r is None]
+    if missing:
+        raise RuntimeError(f"what-if points {missing} were never solved")
+    return [r for r in results if r is not None]
+
+
+def _apply_polish(results: list[PointResult], polished: list[Optional[PointResult]]) -> list[PointResult]:
     for new in polished:
         if new is not None:
             results[new.index] = new
+    return results
 
 
 def run_local(ctx: Context, points: list[dict], workers: int, on_done: Callable[[PointResult], None]) -> list[PointResult]:
@@ -188,8 +214,8 @@ def run_local(ctx: Context, points: list[dict], workers: int, on_done: Callable[
             warm = res.warm
             results[i] = res
             on_done(res)
-        _apply_polish(results, [polish(ctx, r, neighbours(results, r.index, ctx.polish_radius)) for r in list(results)])
-        return results  # type: ignore[return-value]
+        solved = _solved(results)
+        return _apply_polish(solved, [polish(ctx, r, neighbours(solved, r.index, ctx.polish_radius)) for r in list(solved)])
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -209,9 +235,9 @@ def run_local(ctx: Context, points: list[dict], workers: int, on_done: Callable[
                 if pos + 1 < len(todo[c]):
                     i = todo[c][pos + 1]
                     running[pool.submit(evaluate, ctx, i, points[i], res.warm)] = (c, pos + 1)
-        futs = [pool.submit(polish, ctx, r, neighbours(results, r.index, ctx.polish_radius)) for r in list(results)]
-        _apply_polish(results, [f.result() for f in futs])
-    return results  # type: ignore[return-value]
+        solved = _solved(results)
+        futs = [pool.submit(polish, ctx, r, neighbours(solved, r.index, ctx.polish_radius)) for r in list(solved)]
+        return _apply_polish(solved, [f.result() for f in futs])
 
 
 def _reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -259,9 +285,9 @@ def run_ray(ctx: Context, points: list[dict], workers: Optional[int], address: s
             results[res.index] = res
             on_done(res)
         polish_remote = ray.remote(num_cpus=1)(polish)
-        _apply_polish(results, ray.get([polish_remote.remote(ctx_ref, r, neighbours(results, r.index, ctx.polish_radius))
-                                        for r in list(results)]))
-        return results  # type: ignore[return-value]
+        solved = _solved(results)
+        return _apply_polish(solved, ray.get([polish_remote.remote(ctx_ref, r, neighbours(solved, r.index, ctx.polish_radius))
+                                              for r in list(solved)]))
 
 
 @contextmanager
@@ -283,8 +309,8 @@ def ray_session(address: str, workers: Optional[int] = None, modules: tuple = ()
         _reachable(address)
         try:
             ray.init(address=address, runtime_env={"py_modules": [planner, formulation, estimators, simulator, *modules]},
-                     include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                     **({"num_cpus": max(1, workers or os.cpu_count() or 1)} if address == "local" else {}))
+                     include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
+                     num_cpus=max(1, workers or os.cpu_count() or 1) if address == "local" else None)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise UserError(Problem("--ray-address", f"cannot use the Ray cluster at '{address}': {exc}",
                                     "start one (ray start --head) and pass its address, or pass 'local' to start one here")) from None

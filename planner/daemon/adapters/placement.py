@@ -20,11 +20,14 @@ Glue only; every decision is the planner's:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from planner.daemon.ports import Admission, Group, Placement, PlanningContext, Reoptimisation, Violation
 from planner.instances.common import ClusterView, resolve_gpu_types
 from planner.schema.scenario import Scenario
+
+if TYPE_CHECKING:
+    from formulation.placement.instance import PlacementJob
 
 
 class WeavePlacer:
@@ -43,10 +46,10 @@ class WeavePlacer:
             price = spec.price_per_gpu_hour if spec and spec.price_per_gpu_hour else self.view.gpu_types[t].price_per_gpu_hour
             self.pools[t] = PoolType(gpus_per_node=self.view.gpus_per_node(t), price_per_gpu_hour=price, dram_gb=self.view.dram_gb(t),
                                      count=self.view.nodes_of(t), node_names=self.view.node_names(t))
-        self._compiled: dict[tuple[str, str], object] = {}
+        self._compiled: dict[tuple[str, str], PlacementJob] = {}
 
     # ------------------------------------------------------------------ instance
-    def _job(self, ctx: PlanningContext, name: str, scaled: bool = True):
+    def _job(self, ctx: PlanningContext, name: str, scaled: bool = True) -> PlacementJob:
         from planner.instances.placement import compile_job
 
         spec = ctx.jobs[name]
@@ -114,6 +117,7 @@ class WeavePlacer:
             u = explain(idx, j, dict(pk.free))
             permanent = len(idx.job_configs[j]) == 0
             return Admission(job, None, None, 0.0, f"{u.reason}: {u.message} ({u.fix})", permanent=permanent)
+        assert adm.config is not None  # every move the packer proposes names its configuration
         pk.apply(adm)
         sol = pk.solution()
         body = build_plan(idx, Solution(sol.groups), [], nodes)

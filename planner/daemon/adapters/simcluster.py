@@ -120,6 +120,9 @@ class SimCluster:
         key = (job, g.rollout_type, len(g.rollout_nodes), g.train_type, len(g.train_nodes))
         if key not in self._times:
             spec = self.spec_of(job)
+            if spec is None:
+                raise RuntimeError(f"the simulated cluster runs job '{job}', which the daemon's store does not know "
+                                   "(state files of two different daemons?)")
             prof = job_profile(spec)
             rp, tp = self.view.pool(g.rollout_type, len(g.rollout_nodes)), self.view.pool(g.train_type, len(g.train_nodes))
             a = phases.rollout_s(prof, rp, self.truth.mode)
@@ -176,6 +179,7 @@ class SimCluster:
                 a, b = per[job]
                 obs.samples.append(IterationSample(job, k, a, b, cyc_k))
             if finished:
+                assert spec is not None and spec.duration_s is not None  # _advance finishes only jobs with a duration
                 obs.finished[job] = f"finished after {spec.duration_s:.0f} s of running"
             else:
                 obs.running[job] = g.id
@@ -187,7 +191,9 @@ class SimCluster:
         c = self._conn()
         groups, members, rows = self._members(c)
         r = next((r for r in rows if r["job"] == job), None)
-        g = groups.get(r["grp"]) if r is not None else None
+        if r is None:
+            return None
+        g = groups.get(r["grp"])
         if g is None:
             return None
         cycle, per = self._cycle(g, members[g.id])
