@@ -46,6 +46,19 @@ def instance_digest(inst) -> str:
     return hashlib.sha256(inst.model_dump_json().encode()).hexdigest()[:16]
 
 
+def same_input(recorded: str, digest: str, inst) -> bool:
+    """Whether a plan's recorded digest names this input: the digest, or the one plans made from
+    instance files before the digest was computed by pydantic's serializer (SHA-256 of the
+    sorted-key ``json.dumps``; computed only on a mismatch)."""
+    if not recorded or recorded == digest:
+        return True
+    import hashlib
+    import json
+
+    canon = json.dumps(inst.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return recorded == hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
 def read_plan(path: str, command: str = "plan"):
     from formulation.placement.plan import PlacementPlan
     from planner import plandoc

@@ -192,3 +192,26 @@ def test_admit_rebuilds_only_the_groups_it_changes_and_writes_what_a_full_rebuil
     moved = g.model_copy(deep=True)
     moved.members[0].moved = True
     assert not reusable(idx, moved, groups[0].config, groups[0].members, node_names)
+
+
+def test_validate_plan_knows_plans_of_the_same_instance_by_the_old_digest_too(tmp_path, capsys):
+    import hashlib
+
+    from planner.cli import main
+
+    inst = generate_distinct(12, 6)
+    path, other = tmp_path / "inst.json", tmp_path / "other.json"
+    path.write_text(json.dumps({"kind": "PlacementInstance", **inst.model_dump(mode="json")}))
+    other.write_text(json.dumps({"kind": "PlacementInstance", **generate_distinct(12, 7).model_dump(mode="json")}))
+    plan = tmp_path / "plan.json"
+    assert main(["plan", str(path), "--backend", "fast", "--time-limit", "2", "--out", str(plan), "--allow-unplaced"]) == 0
+    assert main(["validate-plan", str(path), str(plan)]) == 0
+    assert main(["validate-plan", str(other), str(plan)]) == 2  # made for another input
+    doc = json.loads(plan.read_text())  # a plan written before: the digest of the sorted-key JSON dump
+    canon = json.dumps(inst.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    doc["scenario_digest"] = hashlib.sha256(canon.encode()).hexdigest()[:16]
+    plan.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["validate-plan", str(path), str(plan)]) == 0
+    assert "made for" not in capsys.readouterr().err
+    assert main(["validate-plan", str(other), str(plan)]) == 2
