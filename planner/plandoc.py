@@ -108,22 +108,19 @@ def _round_float(x: float) -> Any:
 _PLAIN = (str, int, bool, type(None))
 
 
+def _key_str(item: tuple) -> str:
+    return str(item[0])
+
+
 def _round(obj: Any) -> Any:
     """Keys sorted (as strings), floats to 9 significant digits (integral ones as ints). Plain
     values inside containers are handled inline (a 10,000-job plan: about 4x faster than one call
     per value)."""
     t = type(obj)
     if t is dict:
-        keys = sorted(obj) if all(type(k) is str for k in obj) else sorted(obj, key=str)
-        out = {}
-        for k in keys:
-            v = obj[k]
-            tv = type(v)
-            out[str(k)] = _round_float(v) if tv is float else v if tv in _PLAIN else _round(v)
-        return out
+        return {str(k): _round_float(v) if type(v) is float else v if type(v) in _PLAIN else _round(v)
+                for k, v in sorted(obj.items(), key=_key_str)}
     if t is list or t is tuple:
-        if all(type(v) is str for v in obj):
-            return list(obj)
         return [_round_float(v) if type(v) is float else v if type(v) in _PLAIN else _round(v) for v in obj]
     if t is float:
         return _round_float(obj)
