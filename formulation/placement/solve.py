@@ -225,7 +225,9 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         warm.moved = moved_jobs(warm, cur)
         if warm.cut_short:
             cut_short.append(warm.cut_short)
-        base_greedy = greedy(idx, "arrival", deadline=warm_deadline, clock=clock)
+        # the baseline: the arrival order again (the warm start may be the decreasing one), unless
+        # the warm start was cut short already (then the deadline has passed: it is the baseline)
+        base_greedy = warm if warm.cut_short and cur is None else greedy(idx, "arrival", deadline=warm_deadline, clock=clock)
         greedy_cost = None if base_greedy.cut_short else base_greedy.cost(idx)
         fast_lb = None
     lb = None
