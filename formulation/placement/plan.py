@@ -91,8 +91,8 @@ def members_of(group: GroupPlan) -> list[Member]:
 def reusable(idx: Index, group: GroupPlan, config: int, members: tuple[int, ...], node_names: dict[str, set[str]],
              rel: float = 1e-8) -> bool:
     """Whether a current plan's ``group`` is what :func:`build_plan` would write for ``members`` on
-    ``config`` now: the same pools (on nodes the instance has; ``node_names`` by type) and member
-    order, no member marked as moved, and every
+    ``config`` now: the same pools (on nodes the instance has; ``node_names`` by type), prices and
+    member order, every member pinned to the whole pools and not marked as moved, and every
     member's phase seconds, warm switches and SLO those of the instance (to the 9 digits a plan
     keeps)."""
     c = idx.configs[config]
@@ -104,9 +104,15 @@ def reusable(idx: Index, group: GroupPlan, config: int, members: tuple[int, ...]
         return False
     if not (set(group.rollout_pool.nodes) <= node_names[c.rollout_type] and set(group.train_pool.nodes) <= node_names[c.train_type]):
         return False
+    pools = idx.inst.pool_types
+    if (abs(group.cost_per_hour - float(idx.cost[config])) > rel * max(1.0, group.cost_per_hour)
+            or group.rollout_pool.gpus_per_node != pools[c.rollout_type].gpus_per_node
+            or group.train_pool.gpus_per_node != pools[c.train_type].gpus_per_node
+            or group.order != [m.job for m in group.members]):
+        return False
     for m, j in zip(group.members, members):
         job = idx.inst.jobs[j]
-        if m.job != job.name or m.moved:
+        if m.job != job.name or m.moved or m.rollout_nodes != group.rollout_pool.nodes or m.train_nodes != group.train_pool.nodes:
             return False
         sw_r, sw_t = job.switches(c.rollout_type, c.rollout_nodes, c.train_type, c.train_nodes)
         want = (job.rollout_s[c.rollout_type][c.rollout_nodes], job.train_s[c.train_type][c.train_nodes],

@@ -192,6 +192,12 @@ def test_admit_rebuilds_only_the_groups_it_changes_and_writes_what_a_full_rebuil
     moved = g.model_copy(deep=True)
     moved.members[0].moved = True
     assert not reusable(idx, moved, groups[0].config, groups[0].members, node_names)
+    pinned = g.model_copy(deep=True)  # a member pinned to part of a pool (not what build_plan writes)
+    pinned.members[0].train_nodes = pinned.members[0].train_nodes[:-1]
+    assert not reusable(idx, pinned, groups[0].config, groups[0].members, node_names)
+    priced = g.model_copy(deep=True)
+    priced.cost_per_hour += 1.0
+    assert not reusable(idx, priced, groups[0].config, groups[0].members, node_names)
 
 
 def test_validate_plan_knows_plans_of_the_same_instance_by_the_old_digest_too(tmp_path, capsys):
