@@ -82,6 +82,7 @@ class Sniffed:
 
     kind: Optional[str]
     doc: Optional[Document] = None
+    data: Any = None  # the parsed data, JSON included (for readers that need no line numbers)
 
 
 def _load(path: Path) -> Optional[Document]:
@@ -123,7 +124,7 @@ def sniff(path: str | Path) -> Sniffed:
     if doc is None:
         return Sniffed(None)
     # a document parsed as JSON has no line numbers: the readers parse those as YAML themselves
-    return Sniffed(_kind_of(doc.data), doc if p.suffix.lower() not in (".json", ".jsonl") else None)
+    return Sniffed(_kind_of(doc.data), doc if p.suffix.lower() not in (".json", ".jsonl") else None, doc.data)
 
 
 def detect(path: str | Path) -> Optional[str]:

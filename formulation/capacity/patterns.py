@@ -76,6 +76,8 @@ def initial_active(idx: Index, reps: np.ndarray, dom: np.ndarray) -> np.ndarray:
 
 
 class FleetPatternModel(PatternModel):
+    master: FleetMaster  # what new_master builds (its duals and objective are read below)
+
     def __init__(self, idx: Index, classes: Classes, owned: dict[str, int], budget_new: Optional[float] = None,
                  threads: int = 1, prune: bool = True):
         pools = idx.inst.pool_types
@@ -85,6 +87,7 @@ class FleetPatternModel(PatternModel):
         super().__init__(idx, classes, 0.0, threads)
         K = len(idx.configs)
         self.usable = idx.ok[:, classes.rep].any(axis=1) if len(classes.rep) else np.zeros(K, dtype=bool)
+        self.dom: Optional[np.ndarray]
         if prune and len(classes.rep):
             self.dom = dominance(idx, classes.rep)
             self.active = initial_active(idx, classes.rep, self.dom)
@@ -128,6 +131,7 @@ class FleetPatternModel(PatternModel):
         inactive = np.flatnonzero(self.usable & ~self.active)
         self.wake = []
         if len(inactive):
+            assert self.dom is not None  # without pruning every usable configuration is active
             worth = fixed - rc  # the most a pattern of each priced configuration is worth (inf where unknown)
             worth[~np.isfinite(rc)] = np.inf
             for k in inactive:
@@ -213,4 +217,9 @@ class FleetPatternModel(PatternModel):
             used = x is not None and i < len(x) and x[i] > 1e-9
             scored.append((not used, rc, i))
         scored.sort()
-        return [(self.master.columns[i].config, dict(self.master.columns[i].counts)) for _, _, i in scored[:limit]]
+        out = []
+        for _, _, i in scored[:limit]:
+            col = self.master.columns[i]
+            assert col is not None  # only live columns were scored
+            out.append((col.config, dict(col.counts)))
+        return out

@@ -58,6 +58,7 @@ def solve(inst: CapacityInstance, options: SolveOptions, style: str = "co-execut
         res = solve_colocated(inst, options)
     else:
         raise ValueError(f"unknown deployment style {style!r}; use one of {', '.join(STYLES)}")
+    assert res.record is not None  # every style's result carries its solve record
     res.record.wall_time_s = time.perf_counter() - t0
     res.record.time_limit_s = options.time_limit_s
     return res

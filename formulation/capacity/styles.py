@@ -27,18 +27,18 @@ def solo_columns(idx: Index, classes) -> list[tuple[int, int]]:
     """(configuration, class) pairs worth a column: per (rollout type, training type) the
     configurations on which the class meets its SLO alone with no other such configuration of the
     same types using no more nodes on both sides."""
-    out = []
+    out: list[tuple[int, int]] = []
     for c, j in enumerate(classes.rep):
         by_pair: dict[tuple[str, str], list[int]] = {}
-        for k in np.flatnonzero(idx.ok[:, j]):
-            cf = idx.configs[k]
-            by_pair.setdefault((cf.rollout_type, cf.train_type), []).append(int(k))
+        for kk in np.flatnonzero(idx.ok[:, j]):
+            cf = idx.configs[kk]
+            by_pair.setdefault((cf.rollout_type, cf.train_type), []).append(int(kk))
         for ks in by_pair.values():
             for k in ks:
                 ck = idx.configs[k]
                 if not any(o != k and idx.configs[o].rollout_nodes <= ck.rollout_nodes and idx.configs[o].train_nodes <= ck.train_nodes
                            for o in ks):
-                    out.append((k, c))
+                    out.append((k, int(c)))
     return out
 
 
@@ -77,14 +77,15 @@ def solve_colocated(inst: CapacityInstance, options: SolveOptions) -> StyleResul
     idx = Index(inst.placement)
     if idx.n == 0:
         return empty_result(inst, "colocated", idx)
-    best = None
+    best: Optional[tuple[float, str, dict[str, int], list[int]]] = None
     why = []
     for t in inst.types:
-        sizes = colocated_sizes(inst, t)
-        missing = [inst.placement.jobs[j].name for j, n in enumerate(sizes) if n is None]
+        maybe = colocated_sizes(inst, t)
+        missing = [inst.placement.jobs[j].name for j, n in enumerate(maybe) if n is None]
         if missing:
             why.append(f"{t}: {len(missing)} job(s) miss their SLO colocated on it (e.g. {', '.join(missing[:3])})")
             continue
+        sizes = [int(n) for n in maybe if n is not None]
         total = sum(sizes)
         if total > inst.limit(t):
             why.append(f"{t}: needs {total} nodes, at most {inst.limit(t)} available")

@@ -50,11 +50,13 @@ def exact_solution(idx: Index, groups: list[tuple[str, list[str]]]) -> Optional[
     together they place every job exactly once."""
     names = {n: i for i, n in enumerate(idx.names)}
     labels = {c.label(): k for k, c in enumerate(idx.configs)}
-    out, seen = [], set()
+    out: list[Group] = []
+    seen: set[int] = set()
     for label, members in groups:
         k = labels.get(label)
-        js = [names.get(m) for m in members]
-        if k is None or None in js or seen & set(js) or not idx.feasible(k, js):
+        found = [names.get(m) for m in members]
+        js = [j for j in found if j is not None]
+        if k is None or len(js) < len(found) or seen & set(js) or not idx.feasible(k, js):
             return None
         seen.update(js)
         out.append(Group(k, tuple(sorted(js))))

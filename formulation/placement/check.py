@@ -153,10 +153,10 @@ def check(inst: PlacementInstance, plan: PlacementPlan) -> list[Violation]:
             if gb > cap * (1 + TOL):
                 add("dram", f"node={n}", f"{gb:.1f} GB of resident job state but the node has {cap:.1f} GB of host DRAM "
                                          f"(members: {', '.join(x for x in g.order if n in by[x].rollout_nodes or n in by[x].train_nodes)})")
-    for t, n in sorted(used.items()):
+    for t, count in sorted(used.items()):
         cap = inst.pool_types[t].count if t in inst.pool_types else 0
-        if n > cap:
-            add("capacity", f"type={t}", f"{n} nodes used but the fleet has {cap}")
+        if count > cap:
+            add("capacity", f"type={t}", f"{count} nodes used but the fleet has {cap}")
     if not _close(total_cost, plan.cost_per_hour):
         add("cost", "plan", f"reports {plan.cost_per_hour:.6g} $/h but the groups cost {total_cost:.6g} $/h")
     return out

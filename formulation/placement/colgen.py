@@ -144,6 +144,7 @@ class PatternModel:
         self.deadline = float("inf")
         self.progress = None  # progress(phase, incumbent, bound): the CLI's status line
         self.progress_incumbent: Optional[float] = None
+        self.progress_bound: Optional[float] = None  # the certified bound while the integer masters look for plans
         self.converged: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None  # set by column_generation
         self.promise = np.zeros(len(idx.configs))
         self.idx = idx
@@ -343,6 +344,8 @@ class PatternModel:
                 t1 = time.perf_counter()
                 grew = ladder.climb(best(), t1 + ENUMERATE_SHARE * max(0.0, deadline - reserve - t1))
                 st.enumerated = ladder.columns if ladder.gap is not None else None
+                self._report(f"ladder: patterns of reduced cost <= {ladder.gap:.4g} enumerated ({ladder.columns})"
+                             if ladder.gap is not None else "ladder", best(), st.lower_bound)
                 st.phase_s["enumerate"] = st.phase_s.get("enumerate", 0.0) + time.perf_counter() - t1
             if not (first or grew):
                 break
@@ -359,17 +362,20 @@ class PatternModel:
             if x is not None:
                 cands.append(self.to_solution(x, anchors))
             if ladder is None:
+                self._report(f"integer master ({len(self.master.columns)} columns): {status}", best(), st.lower_bound)
                 break
             bound = ladder.bound(self.master.last_mip_bound)
             if bound is not None and bound > (st.lower_bound if st.lower_bound is not None else -np.inf):
                 st.lower_bound, st.ladder_gap = bound, ladder.gap
             st.proven = ladder.proves(st.lower_bound, best())
+            self._report(f"integer master ({len(self.master.columns)} columns): {status}", best(), st.lower_bound)
             # the integer master finished before the time limit without a proof: climb further
             if st.proven or status != "Optimal" or ladder.exhausted or time.perf_counter() > deadline - 2 * reserve:
                 break
         # phase 3: plans from the integer master over the patterns of least reduced cost (a few
         # hundred to a few thousand: small masters find good plans fast, where the full one is slow)
         if ladder is not None and target is not None and not st.proven:
+            self.progress_bound = st.lower_bound
             t3 = time.perf_counter()
             cands += self.primal_masters(anchors, deadline - reserve, mip_gap, ladder.proven_at(st.lower_bound))
             st.phase_s["plans"] = time.perf_counter() - t3
@@ -379,6 +385,15 @@ class PatternModel:
         if not cands:
             return None, st
         return min(cands, key=score), st
+
+    def _report(self, phase: str, incumbent: float, bound: Optional[float]) -> None:
+        """The status line (``self.progress``, set by the CLI): the phase, the best plan so far (or
+        the warm start's), the bound."""
+        if self.progress is None:
+            return
+        inc = self.progress_incumbent if self.progress_incumbent is not None else np.inf
+        inc = min(inc, incumbent)
+        self.progress(phase, inc if np.isfinite(inc) else None, bound if bound is not None else self.progress_bound)
 
     def primal_masters(self, anchors: dict[str, list[int]], deadline: float, mip_gap: float, optimal: float = -np.inf) -> list[Solution]:
         """Integer masters over the columns of least reduced cost at the LP-optimal duals (anchored
@@ -408,6 +423,9 @@ class PatternModel:
             if x is not None:
                 start = np.round(x)
                 out.append(self.to_solution(x, anchors, sub.columns))
+            self._report(f"integer master over {len(take)} patterns: {status}",
+                         min((self.score(s) for s in out), default=np.inf), None)
+            if x is not None:
                 if self.score(out[-1]) <= optimal + 1e-9 * max(1.0, abs(optimal)):
                     break
             if TRACE:
@@ -493,9 +511,13 @@ class PatternModel:
             if all(pk.free.get(t, 0) >= n for t, n in self.idx.config_nodes(g.config).items()):
                 pk.add_group(g.config, list(g.members), g.anchor)
         left = set(j for j in range(self.idx.n) if j not in pk.job_group and self.cl.of_job[j] >= 0)
+        deadline = getattr(self, "deadline", float("inf"))
         for j in arrival_order(self.idx):
-            if j in left:
-                pk.admit(j)
+            if j in left:  # past the deadline (thousands of jobs left over) the rest open groups of their own
+                if time.perf_counter() > deadline:
+                    pk.open_alone(j)
+                else:
+                    pk.admit(j)
         return pk.solution()
 
     def to_solution(self, x: np.ndarray, anchors: dict[str, list[int]], columns: Optional[list[Optional[Column]]] = None) -> Solution:

@@ -23,7 +23,7 @@ import time
 from typing import Optional
 
 from formulation.common import SolveOptions, SolveStatus, from_cpsat
-from formulation.placement.compact import BuildTimeout, deadline_guard, decode, make_slots
+from formulation.placement.compact import BuildTimeout, deadline_guard, decode, make_slots, too_big
 from formulation.placement.evaluate import Index, Solution
 
 TIME_SCALE = 1000  # ms
@@ -103,11 +103,11 @@ def build(idx: Index, cur=None, deadline: float = float("inf")):
 
     sl = make_slots(idx, cur)
     m = cp_model.CpModel()
-    x = {(j, s): m.NewBoolVar(f"x_{j}_{s}") for s in range(len(sl.slots)) for j in sl.members[s]}
-    z = {(s, k): m.NewBoolVar(f"z_{s}_{k}") for s in range(len(sl.slots)) for k in sl.configs[s]}
-    u = {j: m.NewBoolVar(f"u_{j}") for j in sl.jobs}
+    x = {(j, s): m.new_bool_var(f"x_{j}_{s}") for s in range(len(sl.slots)) for j in sl.members[s]}
+    z = {(s, k): m.new_bool_var(f"z_{s}_{k}") for s in range(len(sl.slots)) for k in sl.configs[s]}
+    u = {j: m.new_bool_var(f"u_{j}") for j in sl.jobs}
     slo_max = _down(float(idx.slo.max()), TIME_SCALE) if idx.n else 0
-    L = {s: m.NewIntVar(0, max(0, slo_max), f"L_{s}") for s in range(len(sl.slots))}
+    L = {s: m.new_int_var(0, max(0, slo_max), f"L_{s}") for s in range(len(sl.slots))}
     define_assign(m, x, u, sl)
     define_one_config(m, x, z, sl)
     define_compat(m, x, z, sl, idx)
@@ -123,6 +123,9 @@ def solve_compact(idx: Index, options: SolveOptions, deadline: float, warm: Opti
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
+    why = too_big(idx, cur, "cpsat", deadline - t0)
+    if why:
+        return None, SolveStatus.NOT_SOLVED, None, f"compact CP-SAT: {why}; the colgen or fast backend scales to this size"
     try:
         m, sl, x, z = build(idx, cur, deadline)
     except BuildTimeout:

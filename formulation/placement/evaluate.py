@@ -126,9 +126,9 @@ class Index:
                     r = t_row.get((t, nodes))
                     if r is not None:
                         T[r, i] = v
-            for p, row in j.sync_s.items():
-                for q, v in row.items():
-                    S[pair_row[(p, q)], i] = v
+            for p, sync_row in j.sync_s.items():
+                for q, sv in sync_row.items():
+                    S[pair_row[(p, q)], i] = sv
         ri = np.array([r_row[(c.rollout_type, c.rollout_nodes)] for c in configs], dtype=int)
         ti = np.array([t_row[(c.train_type, c.train_nodes)] for c in configs], dtype=int)
         si = np.array([pair_row[(c.rollout_type, c.train_type)] for c in configs], dtype=int)
@@ -152,10 +152,10 @@ class Index:
                        & (self.state_t[None, :] <= self.dram_cap_t[:, None] * (1 + REL_TOL)))
         self.config_id = {c: k for k, c in enumerate(configs)}
 
-    def restrict(self, inst: PlacementInstance, keep: Sequence[int]) -> "Index":
-        """The index of ``inst`` = this instance with only the jobs ``keep`` (same configurations,
+    def restrict(self, inst: PlacementInstance, jobs: Sequence[int] | np.ndarray) -> "Index":
+        """The index of ``inst`` = this instance with only the jobs ``jobs`` (same configurations,
         columns sliced, nothing recomputed)."""
-        keep = np.asarray(keep, dtype=int)
+        keep = np.asarray(jobs, dtype=int)
         new = object.__new__(Index)
         new.__dict__.update({k: v for k, v in self.__dict__.items() if k != "job_configs"})
         new.inst, new.n, new.names = inst, len(keep), [self.names[j] for j in keep]
@@ -256,6 +256,7 @@ class Solution:
     unplaced: list[int] = field(default_factory=list)
     lower_bound: Optional[float] = None
     moved: list[int] = field(default_factory=list)
+    cut_short: Optional[str] = None  # what a deadline cut short while building it (the record says so)
 
     def cost(self, idx: Index) -> float:
         return idx.groups_cost(self.groups)

@@ -18,8 +18,9 @@ family's groups and rollout sizes, so one admission is a few vector operations p
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -194,23 +195,25 @@ class Packer:
                 best = Admission(j, "fill-bubble" if r == rpos[row] else "extend-rollout-pool", int(fam.gid[rows[row]]), ks[r], float(m))
                 best_fill = fbest
         # open a new group: the cheapest configuration the fleet still has the nodes for
-        ks = idx.job_configs[j]
-        if len(ks):
+        alone = idx.job_configs[j]
+        if len(alone):
             free = np.array([self.free.get(t, 0) for t in idx.types])
-            fits = (idx.node_matrix[ks] <= free[None, :]).all(axis=1)
-            costs = np.where(fits, idx.cost[ks], np.inf)
+            fits = (idx.node_matrix[alone] <= free[None, :]).all(axis=1)
+            costs = np.where(fits, idx.cost[alone], np.inf)
             i = int(np.argmin(costs))
             if costs[i] < best.marginal_cost - 1e-9:
-                best = Admission(j, "new-group", None, int(ks[i]), float(costs[i]))
+                best = Admission(j, "new-group", None, int(alone[i]), float(costs[i]))
         return best
 
     def apply(self, adm: Admission) -> None:
         if adm.move is None:
             return
+        assert adm.config is not None  # every move names its configuration
         if adm.move == "new-group":
             self.add_group(adm.config, [adm.job])
             return
         g = adm.group
+        assert g is not None  # fill-bubble and extend-rollout-pool name the group they join
         old = self.group_config[g]
         if adm.config != old:  # extend the rollout pool: charge the added nodes
             for t, n in self.idx.config_nodes(adm.config).items():
@@ -226,6 +229,20 @@ class Packer:
 
     def admit(self, j: int) -> Admission:
         adm = self.best_move(j)
+        self.apply(adm)
+        return adm
+
+    def open_alone(self, j: int) -> Admission:
+        """Only the third move: a new group on the cheapest configuration the fleet still has the
+        nodes for (what a greedy cut short by its deadline does with the jobs it has not reached)."""
+        adm = Admission(j, None, None, None, float("inf"))
+        ks = self.idx.job_configs[j]
+        if len(ks):
+            free = np.array([self.free.get(t, 0) for t in self.idx.types])
+            costs = np.where((self.idx.node_matrix[ks] <= free[None, :]).all(axis=1), self.idx.cost[ks], np.inf)
+            i = int(np.argmin(costs))
+            if np.isfinite(costs[i]):
+                adm = Admission(j, "new-group", None, int(ks[i]), float(costs[i]))
         self.apply(adm)
         return adm
 
@@ -259,21 +276,39 @@ def decreasing_order(idx: Index) -> list[int]:
     return sorted(range(idx.n), key=key)
 
 
-def greedy(idx: Index, order: str | Sequence[int] = "arrival", packer: Optional[Packer] = None) -> Solution:
-    """Admit every job (not yet in ``packer``) in ``order`` with the three moves."""
+def greedy(idx: Index, order: str | Sequence[int] = "arrival", packer: Optional[Packer] = None, deadline: float = float("inf"),
+           clock: Callable[[], float] = time.perf_counter) -> Solution:
+    """Admit every job (not yet in ``packer``) in ``order`` with the three moves. Past
+    ``deadline`` (checked every 16 jobs) the jobs not reached yet each open a group of their own
+    (:meth:`Packer.open_alone`, microseconds a job) and the solution's ``cut_short`` says how many."""
     pk = packer or Packer(idx)
-    seq = arrival_order(idx) if order == "arrival" else decreasing_order(idx) if order == "decreasing" else list(order)
-    for j in seq:
-        if j not in pk.job_group:
+    seq: list[int] = (arrival_order(idx) if order == "arrival" else decreasing_order(idx) if order == "decreasing"
+                      else [int(j) for j in order])
+    late = 0
+    for i, j in enumerate(seq):
+        if j in pk.job_group:
+            continue
+        if late or (i % 16 == 0 and clock() > deadline):
+            late += 1
+            pk.open_alone(j)
+        else:
             pk.admit(j)
-    return pk.solution()
+    sol = pk.solution()
+    if late:
+        sol.cut_short = f"greedy ({order if isinstance(order, str) else 'given'} order): {late} job(s) opened groups of their own"
+    return sol
 
 
-def best_greedy(idx: Index) -> tuple[Solution, str]:
-    """The cheaper of the online (arrival) and offline (decreasing) orders, with fewer unplaced first."""
-    out = []
+def best_greedy(idx: Index, deadline: float = float("inf"), clock: Callable[[], float] = time.perf_counter) -> tuple[Solution, str]:
+    """The cheaper of the online (arrival) and offline (decreasing) orders, with fewer unplaced
+    first. With a ``deadline``: the arrival order gets the first half of the time, the decreasing
+    order runs only when the arrival order was not cut short."""
+    out: list[tuple[tuple[int, float], str, Solution]] = []
+    t0 = clock()
     for name in ("arrival", "decreasing"):
-        s = greedy(idx, name)
+        if name == "decreasing" and out and out[0][2].cut_short:
+            break
+        s = greedy(idx, name, deadline=t0 + 0.5 * (deadline - t0) if name == "arrival" else deadline, clock=clock)
         out.append(((len(s.unplaced), s.cost(idx)), name, s))
     out.sort(key=lambda t: t[0])
     return out[0][2], out[0][1]

@@ -32,7 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFlo
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # allow_inf_nan=False: a lax number field would turn the text "inf" into inf; refused here,
+    # in the validation itself, with the field's path
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PoolType(_Strict):

@@ -36,7 +36,7 @@ import time
 from typing import Optional
 
 from formulation.common import SolveOptions, SolveStatus, from_pyomo
-from formulation.placement.compact import BuildTimeout, big_m, deadline_guard, decode, make_slots
+from formulation.placement.compact import BuildTimeout, big_m, deadline_guard, decode, make_slots, too_big
 from formulation.placement.evaluate import Index, Solution
 
 
@@ -155,6 +155,9 @@ def solve_compact(idx: Index, options: SolveOptions, deadline: float, warm: Opti
     from formulation.placement.master import Watchdog, new_highs  # noqa: F401 (new_highs: silences the banner)
 
     t0 = time.perf_counter()
+    why = too_big(idx, cur, "highs", 0.45 * (deadline - t0))
+    if why:
+        return None, SolveStatus.NOT_SOLVED, None, f"compact MILP: {why}; the colgen or fast backend scales to this size"
     try:
         # handing the model to HiGHS takes about as long as building it and cannot be interrupted:
         # the build may use a bit less than half of the time left

@@ -88,25 +88,64 @@ def members_of(group: GroupPlan) -> list[Member]:
             for n in group.order]
 
 
+def reusable(idx: Index, group: GroupPlan, config: int, members: tuple[int, ...], node_names: dict[str, set[str]],
+             rel: float = 1e-8) -> bool:
+    """Whether a current plan's ``group`` is what :func:`build_plan` would write for ``members`` on
+    ``config`` now: the same pools (on nodes the instance has; ``node_names`` by type), prices and
+    member order, every member pinned to the whole pools and not marked as moved, and every
+    member's phase seconds, warm switches and SLO those of the instance (to the 9 digits a plan
+    keeps)."""
+    c = idx.configs[config]
+    if (group.rollout_pool.gpu_type, group.rollout_pool.size, group.train_pool.gpu_type, group.train_pool.size) != (
+            c.rollout_type, c.rollout_nodes, c.train_type, c.train_nodes):
+        return False
+    if len(group.members) != len(members) or len(group.rollout_pool.nodes) != c.rollout_nodes \
+            or len(group.train_pool.nodes) != c.train_nodes:
+        return False
+    if not (set(group.rollout_pool.nodes) <= node_names[c.rollout_type] and set(group.train_pool.nodes) <= node_names[c.train_type]):
+        return False
+    pools = idx.inst.pool_types
+    if (abs(group.cost_per_hour - float(idx.cost[config])) > rel * max(1.0, group.cost_per_hour)
+            or group.rollout_pool.gpus_per_node != pools[c.rollout_type].gpus_per_node
+            or group.train_pool.gpus_per_node != pools[c.train_type].gpus_per_node
+            or group.order != [m.job for m in group.members]):
+        return False
+    for m, j in zip(group.members, members):
+        job = idx.inst.jobs[j]
+        if m.job != job.name or m.moved or m.rollout_nodes != group.rollout_pool.nodes or m.train_nodes != group.train_pool.nodes:
+            return False
+        sw_r, sw_t = job.switches(c.rollout_type, c.rollout_nodes, c.train_type, c.train_nodes)
+        want = (job.rollout_s[c.rollout_type][c.rollout_nodes], job.train_s[c.train_type][c.train_nodes],
+                job.sync(c.rollout_type, c.train_type), sw_r, sw_t, job.slo_s)
+        have = (m.rollout_s, m.train_s, m.sync_s, m.rollout_switch_s, m.train_switch_s, m.slo_s)
+        if any(abs(a - b) > rel * max(1.0, abs(a)) for a, b in zip(want, have)):
+            return False
+    return True
+
+
 def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_nodes: Optional[dict[str, dict[str, list[str]]]] = None,
                greedy_cost: Optional[float] = None, lower_bound: Optional[float] = None,
-               moved: Optional[list[int]] = None) -> PlacementPlan:
+               moved: Optional[list[int]] = None, keep: Optional[dict[int, GroupPlan]] = None) -> PlacementPlan:
+    """The plan of ``sol``. ``keep``: solution group position -> a group of the current plan that
+    is taken over as it is (same pools, nodes and members: an admission rebuilds only the groups
+    it changes; :func:`reusable` says which may be kept)."""
     inst = idx.inst
     current_nodes = current_nodes or {}
+    kept = keep or {}
     free = {t: list(inst.node_names(t)) for t in idx.types}
     pos = {t: {n: i for i, n in enumerate(names)} for t, names in free.items()}
-    taken: set[str] = set()
+    taken: set[str] = {n for gp in kept.values() for n in (*gp.rollout_pool.nodes, *gp.train_pool.nodes)}
     # anchored groups keep their nodes first
-    order = sorted(range(len(sol.groups)), key=lambda g: (sol.groups[g].anchor is None,
-                                                          idx.configs[sol.groups[g].config].label(), sol.groups[g].members))
+    order = sorted((g for g in range(len(sol.groups)) if g not in kept),
+                   key=lambda g: (sol.groups[g].anchor is None, idx.configs[sol.groups[g].config].label(), sol.groups[g].members))
     pools: dict[int, tuple[list[str], list[str]]] = {}
     for g in order:
         grp = sol.groups[g]
         c = idx.configs[grp.config]
-        keep = current_nodes.get(grp.anchor or "", {})
-        r_nodes = [n for n in keep.get("rollout", []) if n in pos[c.rollout_type] and n not in taken][: c.rollout_nodes]
+        own = current_nodes.get(grp.anchor or "", {})
+        r_nodes = [n for n in own.get("rollout", []) if n in pos[c.rollout_type] and n not in taken][: c.rollout_nodes]
         taken.update(r_nodes)
-        t_nodes = [n for n in keep.get("train", []) if n in pos[c.train_type] and n not in taken][: c.train_nodes]
+        t_nodes = [n for n in own.get("train", []) if n in pos[c.train_type] and n not in taken][: c.train_nodes]
         taken.update(t_nodes)
         pools[g] = (r_nodes, t_nodes)
     cursor = {t: 0 for t in idx.types}  # free nodes are handed out in the instance's order
@@ -124,10 +163,10 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
             cursor[t] = i
             if len(lst) < need:
                 raise ValueError(f"not enough {t} nodes for the plan's groups (a solver broke the capacity constraint)")
-    used_ids = {grp.anchor for grp in sol.groups if grp.anchor}
+    used_ids = {grp.anchor for grp in sol.groups if grp.anchor} | {gp.id for gp in kept.values()}
     next_id = 0
     moved_set = set(moved or [])
-    groups: list[GroupPlan] = []
+    groups: list[GroupPlan] = list(kept.values())
     for g in order:
         grp = sol.groups[g]
         c = idx.configs[grp.config]
@@ -140,7 +179,8 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
             gid = f"g{next_id}"
             used_ids.add(gid)
         r_nodes, t_nodes = pools[g]
-        r_nodes, t_nodes = sorted(r_nodes, key=pos[c.rollout_type].get), sorted(t_nodes, key=pos[c.train_type].get)
+        r_pos, t_pos = pos[c.rollout_type], pos[c.train_type]
+        r_nodes, t_nodes = sorted(r_nodes, key=lambda n: r_pos[n]), sorted(t_nodes, key=lambda n: t_pos[n])
         mems = []
         for j in grp.members:
             job = inst.jobs[j]

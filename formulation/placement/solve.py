@@ -81,10 +81,14 @@ def moved_jobs(sol: Solution, cur: Optional[Current]) -> list[int]:
     return sorted(out)
 
 
-def tighten(idx: Index, sol: Solution) -> Solution:
-    """Each group on the cheapest configuration that is feasible and uses no more nodes of any type."""
+def tighten(idx: Index, sol: Solution, deadline: float = float("inf")) -> Solution:
+    """Each group on the cheapest configuration that is feasible and uses no more nodes of any type
+    (past ``deadline`` the remaining groups keep their configuration)."""
     out = []
-    for g in sol.groups:
+    for i, g in enumerate(sol.groups):
+        if i % 16 == 0 and clock() > deadline:
+            out.extend(sol.groups[i:])
+            break
         nodes = idx.node_matrix[g.config]
         best = g.config
         for k in range(len(idx.configs)):
@@ -106,13 +110,26 @@ class Result:
     idx: Optional[Index] = None  # the index the solutions' job and configuration numbers refer to
 
 
-def warm_start(idx: Index, cur: Optional[Current]) -> tuple[Solution, str]:
+def warm_start(idx: Index, cur: Optional[Current], deadline: float = float("inf")) -> tuple[Solution, str]:
+    """The Weave greedy's plan (the better of its two orders), or the current plan with the other
+    jobs admitted; past ``deadline`` the jobs not reached open groups of their own (``cut_short``)."""
     if cur is None:
-        return best_greedy(idx)[0], "greedy"
+        return best_greedy(idx, deadline, clock)[0], "greedy"
     pk = Packer(idx)
     for g in cur.groups:
         pk.add_group(g.config, list(g.members), g.anchor)
-    return greedy(idx, "arrival", packer=pk), "previous-plan"
+    return greedy(idx, "arrival", packer=pk, deadline=deadline, clock=clock), "previous-plan"
+
+
+def clock() -> float:
+    """The solver's clock (``time.perf_counter``); tests replace it to check each phase's deadline."""
+    return time.perf_counter()
+
+
+def _real(deadline: float) -> float:
+    """A deadline on :func:`clock` as a ``time.perf_counter`` deadline (the backends' clock): the
+    same time left."""
+    return time.perf_counter() + (deadline - clock())
 
 
 def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto", current: Optional[PlacementPlan] = None,
@@ -124,9 +141,14 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
     explained and left out of the solve, so the bound and the gap are over the jobs that can be
     placed and are reported whenever a plan places all of those.
 
+    The limit covers every phase: the Weave greedy (warm start and baseline) stops at its share of
+    it, the backend gets what is left minus an estimate of building the plan body
+    (``FINISH_S_PER_JOB``), and what a deadline cut short is listed in the record's message
+    ("cut short by the time limit: ...").
+
     ``progress(phase, incumbent, bound)``, when given, is called now and then during the fast path
     (the CLI shows it as a status line on a terminal)."""
-    t0 = time.perf_counter()
+    t0 = clock()
     idx = Index(inst)
     alone = placeable_alone(idx)
     if alone.all() or idx.n == 0:
@@ -134,29 +156,33 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
     keep = np.flatnonzero(alone)
     sub = inst.model_copy(update={"jobs": [inst.jobs[j] for j in keep]})
     res = _solve(sub, options, backend, current, t0, idx.restrict(sub, keep), progress)
+    sub_idx = res.idx
+    assert sub_idx is not None  # _solve returns the index it solved on
     back = lambda js: [int(keep[j]) for j in js]  # noqa: E731
     lost = [int(j) for j in np.flatnonzero(~alone)]
-    remap = lambda s: Solution([Group(idx.config_id[res.idx.configs[g.config]], tuple(back(g.members)), g.anchor)  # noqa: E731
+    remap = lambda s: Solution([Group(idx.config_id[sub_idx.configs[g.config]], tuple(back(g.members)), g.anchor)  # noqa: E731
                                 for g in s.groups], back(s.unplaced) + lost, s.lower_bound, back(s.moved))
     res.solution, res.greedy, res.idx = remap(res.solution), remap(res.greedy), idx
     res.plan.unplaced = res.plan.unplaced + [explain(idx, j) for j in lost]
     res.record.message = (res.record.message + f"; {len(lost)} job(s) fit nowhere alone: explained and left out of the "
                           "bound (the gap is over the jobs that can be placed)")
-    res.record.wall_time_s = time.perf_counter() - t0
+    res.record.wall_time_s = clock() - t0
     return res
 
 
 def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current: Optional[PlacementPlan], t0: float,
            idx: Optional[Index], progress=None) -> Result:
-    deadline = t0 + options.time_limit_s
     idx = idx if idx is not None else Index(inst)
+    # leave time to finish: the plan body (closed-form cycle times, node names), explanations
+    finish = min(0.3 * options.time_limit_s, FINISH_S_PER_JOB * idx.n + 0.02)
+    deadline = t0 + options.time_limit_s - finish
     cur = read_current(idx, current) if current is not None else None
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if idx.n == 0:  # nothing to place: the empty plan, whatever the backend
         plan = build_plan(idx, Solution([]), [], None, greedy_cost=0.0, lower_bound=0.0)
         record = SolveRecord(backend=backend, status=SolveStatus.OPTIMAL, objective=0.0, best_bound=0.0,
-                             wall_time_s=time.perf_counter() - t0, time_limit_s=options.time_limit_s, message="no jobs")
+                             wall_time_s=clock() - t0, time_limit_s=options.time_limit_s, message="no jobs")
         return Result(plan, record, Solution([]), Solution([]), idx)
     fast_msg = ""
     cut_short: list[str] = []
@@ -169,15 +195,15 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         n_classes = len(job_classes(idx).rep) if backend == "auto" and idx.n else 0
         fast_only = backend == "fast" or n_classes > FAST_ONLY_CLASSES or (
             options.time_limit_s <= FAST_ONLY_LIMIT_S and n_classes > SMALL_CLASSES)
+        share = deadline if fast_only else t0 + min(FAST_WARM_MAX_S, FAST_WARM_SHARE * options.time_limit_s)
         if cur is not None:
-            warm0, warm_name = warm_start(idx, cur)
+            warm0, warm_name = warm_start(idx, cur, t0 + 0.5 * (share - t0))
             warm0.moved = moved_jobs(warm0, cur)
+            if warm0.cut_short:
+                cut_short.append(warm0.cut_short)
         else:
             warm0, warm_name = None, "fast path"
-        # leave time to finish: the plan body (closed-form cycle times, node names), explanations
-        finish = min(0.3 * options.time_limit_s, FINISH_S_PER_JOB * idx.n + 0.02)
-        share = deadline - finish if fast_only else t0 + min(FAST_WARM_MAX_S, FAST_WARM_SHARE * options.time_limit_s)
-        warm, fst = fast_solve(idx, share, warm0, seed=options.seed, progress=progress)
+        warm, fst = fast_solve(idx, _real(share), warm0, seed=options.seed, progress=progress)
         warm.moved = moved_jobs(warm, cur)
         if warm0 is None:
             warm_name = "fast path"
@@ -185,15 +211,24 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         cut_short += fst.cut_short or []
         # the Weave greedy is not run on the fast path alone (seconds at thousands of jobs): the
         # message has the FFD's cost instead
-        base_greedy = warm if fast_only else greedy(idx, "arrival")
-        greedy_cost = None if fast_only else base_greedy.cost(idx)
+        base_greedy = warm if fast_only else greedy(idx, "arrival", deadline=t0 + 0.5 * (deadline - t0), clock=clock)
+        if base_greedy.cut_short and not fast_only:
+            cut_short.append(f"the Weave greedy baseline ({base_greedy.cut_short})")
+        greedy_cost = None if fast_only or base_greedy.cut_short else base_greedy.cost(idx)
         fast_lb = fst.bound
         backend = "fast" if fast_only else "colgen"
     else:
-        warm, warm_name = warm_start(idx, cur)
+        # the Weave greedy: the whole limit for the greedy backend, else under half of it (the
+        # backend's model and search get the rest); its arrival order is also the baseline
+        warm_deadline = deadline if backend == "greedy" else t0 + 0.4 * (deadline - t0)
+        warm, warm_name = warm_start(idx, cur, warm_deadline)
         warm.moved = moved_jobs(warm, cur)
-        base_greedy = greedy(idx, "arrival")
-        greedy_cost = base_greedy.cost(idx)
+        if warm.cut_short:
+            cut_short.append(warm.cut_short)
+        # the baseline: the arrival order again (the warm start may be the decreasing one), unless
+        # the warm start was cut short already (then the deadline has passed: it is the baseline)
+        base_greedy = warm if warm.cut_short and cur is None else greedy(idx, "arrival", deadline=warm_deadline, clock=clock)
+        greedy_cost = None if base_greedy.cut_short else base_greedy.cost(idx)
         fast_lb = None
     lb = None
     status = SolveStatus.FEASIBLE
@@ -213,15 +248,15 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         if inst.move_price_per_job > 0 and cur is not None:
             # the bound under move charges prices against distorted duals; the move-free problem's
             # LP bound is also valid (moves only add cost) and usually much tighter
-            share = time.perf_counter() + 0.25 * (deadline - time.perf_counter())
+            share = clock() + 0.25 * (deadline - clock())
             free_model = PatternModel(idx, job_classes(idx), 0.0, options.threads)
-            bound_free = free_model.lp_bound(share, best_greedy(idx)[0])
+            bound_free = free_model.lp_bound(_real(share), best_greedy(idx, share, clock)[0])
         pm.progress, pm.progress_incumbent = progress, warm.cost(idx)
-        found, st = pm.solve(deadline, warm, anchors, options.mip_gap)
+        found, st = pm.solve(_real(deadline), warm, anchors, options.mip_gap)
         bounds = [b for b in (st.lower_bound, bound_free, fast_lb) if b is not None and b > -1e300]
         lb = max(bounds) if bounds else None
         if found is not None:
-            found = tighten(idx, found)
+            found = tighten(idx, found, deadline)
             found.moved = moved_jobs(found, cur)
             if _score(idx, found) <= _score(idx, warm) + 1e-9:
                 sol = found
@@ -236,12 +271,13 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
                    + (f"integer master: {st.mip_status}" if st.mip_status else "no integer master needed")
                    + ("; stopped by the watchdog" if st.watchdog_fired and "watchdog" not in st.mip_status else ""))
     elif backend in ("highs", "cpsat"):
-        if backend == "highs":
-            from formulation.placement.milp import solve_compact
-        else:
-            from formulation.placement.cpsat import solve_compact
-        found, status, lb, message = solve_compact(idx, options, deadline, warm, cur)
+        import importlib
+
+        compact = importlib.import_module("formulation.placement.milp" if backend == "highs" else "formulation.placement.cpsat")
+        found, status, lb, message = compact.solve_compact(idx, options, _real(deadline), warm, cur)
         if found is None and status is not SolveStatus.INFEASIBLE:
+            if status is SolveStatus.NOT_SOLVED:
+                cut_short.append(f"the {backend} backend (no plan of its own in the time left)")
             status = SolveStatus.FEASIBLE
             message += f"; no plan from the solver in time: the {warm_name} plan is returned"
         if found is not None:
@@ -253,6 +289,11 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
                 message += f"; kept the {warm_name} plan (cheaper than the solver's incumbent)"
     if fast_msg and backend != "fast":
         message = fast_msg + "; then " + message
+    if clock() > deadline and backend in ("colgen", "highs", "cpsat") and not any(backend in c for c in cut_short):
+        cut_short.append(f"the {backend} backend (stopped at the deadline with its best plan)")
+    extra = [c for c in cut_short if c not in message]
+    if extra:
+        message += "; cut short by the time limit: " + "; ".join(extra)
     if sol.unplaced:
         sol = place_leftovers(idx, sol)
     sol.moved = moved_jobs(sol, cur)
@@ -272,7 +313,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
     plan = build_plan(idx, sol, unplaced, cur.nodes if cur else None, greedy_cost=greedy_cost,
                       lower_bound=lb if not sol.unplaced else None, moved=sol.moved)
     record = SolveRecord(backend=backend, status=status, objective=obj, best_bound=lb if not sol.unplaced else None,
-                         wall_time_s=time.perf_counter() - t0, time_limit_s=options.time_limit_s, warm_start=warm_name, message=message)
+                         wall_time_s=clock() - t0, time_limit_s=options.time_limit_s, warm_start=warm_name, message=message)
     return Result(plan, record, sol, base_greedy, idx)
 
 

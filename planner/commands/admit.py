@@ -34,7 +34,7 @@ def run(args) -> int:
     from formulation.placement.evaluate import Index, Solution
     from formulation.placement.explain import explain, placeable_alone
     from formulation.placement.greedy import Packer
-    from formulation.placement.plan import Unplaced, build_plan
+    from formulation.placement.plan import Unplaced, build_plan, reusable
     from formulation.placement.solve import read_current
     from planner.commands._placement import load_input, read_plan, unplaced_error, write_plan
     from planner.errors import Problem, UserError, did_you_mean
@@ -89,7 +89,13 @@ def run(args) -> int:
             others.append(Unplaced(job=idx.names[j], reason="pending", message="not in the current plan and not admitted by this command",
                                    fix=f"admit it with --job {idx.names[j]} or re-plan"))
     sol = Solution(sol.groups, [j for j in sol.unplaced if j in todo_set])
-    plan = build_plan(idx, sol, others + [explain(idx, j) for j in sol.unplaced], cur.nodes)
+    # the groups the admission did not touch are taken over from the current plan as they are
+    # (their cycle times are not recomputed); only the changed and new groups are built
+    by_id = {g.id: g for g in current.groups}
+    node_names = {t: set(inst.node_names(t)) for t in idx.types}
+    keep = {i: by_id[g.anchor] for i, g in enumerate(sol.groups)
+            if g.anchor in by_id and not (set(g.members) & todo_set) and reusable(idx, by_id[g.anchor], g.config, g.members, node_names)}
+    plan = build_plan(idx, sol, others + [explain(idx, j) for j in sol.unplaced], cur.nodes, keep=keep)
     if sol.unplaced:
         raise unplaced_error(plan, "some jobs cannot be admitted")
     record = SolveRecord(backend="greedy-admit", status=SolveStatus.FEASIBLE, objective=plan.cost_per_hour,

@@ -65,11 +65,32 @@ def _check_args(args) -> None:
                 raise UserError(Problem(f"--{opt.replace('_', '-')}", f"folder {parent} does not exist", "create it or pick another path"))
 
 
-def run(args) -> int:
-    import sys
+MIN_SOLVE_S = 0.05  # what the solver gets when loading took the whole limit (a plan is always written)
+
+
+def _clock() -> float:
+    """The command's clock (``time.perf_counter``); tests replace it to check the phases' deadlines."""
     import time
 
-    t_start = time.perf_counter()
+    return time.perf_counter()
+
+
+def solver_share(limit: float, loaded_s: float, n_jobs: int, json_out: bool) -> tuple[float, str]:
+    """The solver's share of the command's ``limit``: what loading took (``loaded_s``) and an
+    estimate of writing the plan (about 0.06 ms a job as JSON, 0.5 ms as YAML, at most 30% of the
+    limit) come off it. Returns (seconds, what was cut short or "")."""
+    write_s = min((6e-5 if json_out else 5e-4) * n_jobs + 0.05, 0.3 * limit)
+    left = limit - loaded_s - write_s
+    if left >= MIN_SOLVE_S:
+        return left, ""
+    return MIN_SOLVE_S, (f"loading the input took {loaded_s:.2f} s of the {limit:g} s limit: the solver had "
+                         f"{MIN_SOLVE_S:g} s (its fastest plan)")
+
+
+def run(args) -> int:
+    import sys
+
+    t_start = _clock()
 
     from formulation.common import SolveOptions
     from formulation.placement.solve import solve
@@ -81,10 +102,8 @@ def run(args) -> int:
         inst = inst.model_copy(update={"move_price_per_job": args.move_price})
     solver = sc.solver if sc is not None else None
     limit = args.time_limit or (solver.time_limit_s if solver else 60.0)
-    # the limit is for the whole command: what loading took, and an estimate of writing the plan
-    # (about 0.1 ms per job as JSON, more as YAML), come off the solver's share
-    write_s = (6e-5 if str(args.out or "").endswith(".json") else 5e-4) * len(inst.jobs) + 0.05
-    solve_limit = max(0.05, limit - (time.perf_counter() - t_start) - min(write_s, 0.3 * limit))
+    # the limit is for the whole command: loading and writing come off the solver's share
+    solve_limit, load_cut = solver_share(limit, _clock() - t_start, len(inst.jobs), str(args.out or "").endswith(".json"))
     opts = SolveOptions(
         time_limit_s=solve_limit,
         mip_gap=args.mip_gap if args.mip_gap is not None else (solver.mip_gap if solver else 1e-4),
@@ -107,6 +126,8 @@ def run(args) -> int:
         progress.done()
     record = res.record.as_dict()
     record["time_limit_s"] = limit
+    if load_cut:
+        record["message"] = (record.get("message") or "") + "; cut short by the time limit: " + load_cut
     if res.plan.unplaced and not args.allow_unplaced:
         raise unplaced_error(res.plan, f"{len(res.plan.unplaced)} job(s) of '{name}' cannot be placed; no plan written "
                                        "(--allow-unplaced writes the plan for the others)")

@@ -26,18 +26,19 @@ def run(args) -> int:
     import sys
 
     from formulation.placement.check import check
-    from planner.commands._placement import load_input, read_plan
+    from planner.commands._placement import load_input, read_plan, same_input
 
     inst, name, digest, _ = load_input(args.input, args.mode, command="validate-plan")
     doc, plan = read_plan(args.plan, "validate-plan")
-    if doc.scenario_digest and doc.scenario_digest != digest and not args.force:
+    same = same_input(doc.scenario_digest, digest, inst)
+    if not same and not args.force:
         from planner.errors import Problem, UserError
 
         raise UserError(Problem("PLAN", f"{args.plan} was made for {doc.scenario or 'another input'} (digest {doc.scenario_digest}), "
                                         f"not for {args.input} (digest {digest}): its violations here would say nothing about it",
                                 "give the input the plan was made from, or --force to check it against this one anyway"))
     violations = check(inst, plan)
-    if doc.scenario_digest and doc.scenario_digest != digest:
+    if not same:
         print(f"note: the plan was made for {doc.scenario or 'another input'} (digest {doc.scenario_digest}), "
               f"not this input's content (digest {digest}); checking it against this input", file=sys.stderr)
     if args.json:

@@ -59,8 +59,8 @@ def test_a_job_left_out_that_fits_the_free_nodes_is_placed_before_explaining(mon
     inst = PlacementInstance(name="bug2", pool_types=pools, jobs=jobs)
     real = solve_mod.warm_start
 
-    def dropping(idx, cur):  # a solver that leaves j1 out although a free A and B node remain
-        sol, name = real(idx, cur)
+    def dropping(idx, cur, *deadline):  # a solver that leaves j1 out although a free A and B node remain
+        sol, name = real(idx, cur, *deadline)
         keep = [g for g in sol.groups if 1 not in g.members]
         return Solution(keep, [1]), name
 

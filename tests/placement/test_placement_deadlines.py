@@ -1,0 +1,223 @@
+"""Time limits that hold for the whole command (issue 12): every phase -- loading, the Weave
+greedy, the backend's model and search -- works to the one deadline, and the record says what the
+limit cut short. Clocks are injected (a clock that jumps past the deadline), so nothing here
+depends on how fast the machine is."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from formulation.common import SolveOptions
+from formulation.placement import solve as solve_mod
+from formulation.placement.check import check
+from formulation.placement.evaluate import Index
+from formulation.placement.generate import generate_distinct
+from formulation.placement.greedy import best_greedy, greedy
+
+
+class _Stall:
+    """A clock that reads the real time for its first ``after`` calls, then ``jump`` seconds more
+    (the machine stalled right after that point)."""
+
+    def __init__(self, after: int, jump: float = 1e4):
+        self.calls, self.after, self.jump = 0, after, jump
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return time.perf_counter() + (self.jump if self.calls > self.after else 0.0)
+
+
+def test_the_greedy_past_its_deadline_opens_groups_of_their_own_and_says_how_many():
+    idx = Index(generate_distinct(60, 1, unplaceable=0.0))
+    full = greedy(idx, "arrival")
+    clk = _Stall(after=2)  # the deadline check at job 0 passes, the one at job 16 finds it gone
+    cut = greedy(idx, "arrival", deadline=time.perf_counter() + 60, clock=clk)
+    assert full.cut_short is None
+    assert cut.cut_short is not None and "job(s) opened groups of their own" in cut.cut_short
+    late = int(cut.cut_short.split(": ")[1].split()[0])
+    assert 0 < late <= idx.n - 16
+    # every job the full greedy places is placed, the late ones each alone
+    assert len(cut.unplaced) <= len(full.unplaced)
+    alone = [g for g in cut.groups if len(g.members) == 1]
+    assert len(alone) >= late
+    for g in cut.groups:
+        assert idx.feasible(g.config, g.members)
+    # best_greedy does not start the second order when the first was cut short
+    sol, name = best_greedy(idx, time.perf_counter() + 60, _Stall(after=1))
+    assert name == "arrival" and sol.cut_short
+
+
+@pytest.mark.parametrize("backend, jobs", [("greedy", 40), ("colgen", 40), ("highs", 12), ("cpsat", 12), ("fast", 40),
+                                           ("auto", 40)])
+def test_each_backend_stopped_by_its_deadline_returns_a_checked_plan_and_says_so(monkeypatch, backend, jobs):
+    inst = generate_distinct(jobs, 2)
+    monkeypatch.setattr(solve_mod, "clock", _Stall(after=1))  # solve() reads t0, then every deadline has passed
+    res = solve_mod.solve(inst, SolveOptions(time_limit_s=1.0), backend)
+    assert check(inst, res.plan) == []
+    assert res.plan.groups
+    assert "cut short by the time limit" in res.record.message, res.record.message
+    assert res.record.status.value in ("feasible", "optimal")
+    if res.record.best_bound is not None:
+        assert res.record.best_bound <= res.record.objective + 1e-6
+
+
+def test_a_compact_model_too_large_for_the_time_left_is_not_built():
+    from formulation.placement.compact import model_size, too_big
+
+    idx = Index(generate_distinct(600, 0))
+    n = sum(1 for j in range(idx.n) if len(idx.job_configs[j]))
+    assert model_size(idx) >= n * (n + 1) // 2
+    assert "not built" in too_big(idx, None, "highs", 2.0)
+    assert "not built" in too_big(idx, None, "cpsat", 2.0)
+    small = Index(generate_distinct(8, 0))
+    assert too_big(small, None, "highs", 30.0) == ""
+    t0 = time.perf_counter()
+    res = solve_mod.solve(generate_distinct(600, 0), SolveOptions(time_limit_s=1.0), "highs")
+    assert "no plan of its own in the time left" in res.record.message and "not built" in res.record.message
+    assert check(generate_distinct(600, 0), res.plan) == []
+    # (no wall-clock assertion: the point is that the model is not started, which the message says)
+    assert time.perf_counter() - t0 >= 0.0
+
+
+def test_the_solver_gets_what_loading_and_writing_leave_of_the_limit():
+    from planner.commands.plan import MIN_SOLVE_S, solver_share
+
+    share, cut = solver_share(10.0, 1.0, 1000, json_out=True)
+    assert share == pytest.approx(10.0 - 1.0 - (6e-5 * 1000 + 0.05)) and cut == ""
+    share, cut = solver_share(10.0, 1.0, 1000, json_out=False)  # YAML is slower to write
+    assert share == pytest.approx(10.0 - 1.0 - (5e-4 * 1000 + 0.05))
+    share, cut = solver_share(1.0, 0.9, 10000, json_out=True)  # writing is capped at 30% of the limit
+    assert share == MIN_SOLVE_S and "loading the input took 0.90 s of the 1 s limit" in cut
+
+
+def test_a_plan_command_whose_loading_took_the_limit_still_writes_a_plan_and_says_so(tmp_path, monkeypatch, capsys):
+    from planner.cli import main
+    from planner.commands import plan as plan_cmd
+
+    inst = generate_distinct(30, 4)
+    path = tmp_path / "inst.json"
+    path.write_text(json.dumps({"kind": "PlacementInstance", **inst.model_dump(mode="json")}))
+    out = tmp_path / "plan.json"
+    ticks = iter([0.0, 50.0])  # the command starts at 0; loading "took" 50 s of the 2 s limit
+    monkeypatch.setattr(plan_cmd, "_clock", lambda: next(ticks))
+    rc = main(["plan", str(path), "--time-limit", "2", "--backend", "fast", "--out", str(out), "--allow-unplaced"])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    msg = doc["solver"]["message"]
+    assert "cut short by the time limit: loading the input took 50.00 s of the 2 s limit" in msg
+    assert doc["solver"]["time_limit_s"] == 2
+    from formulation.placement.plan import PlacementPlan
+
+    assert check(inst, PlacementPlan.model_validate(doc["body"])) == []
+
+
+def test_the_status_line_follows_the_ladder_and_the_integer_masters():
+    # an instance whose LP bound is below the optimum (tests/placement/test_placement_ladder.py's
+    # ORACLE_CASES): column generation climbs the ladder and solves the integer master
+    from formulation.placement.colgen import PatternModel, job_classes
+    from tests.placement.placement_helpers import oracle, small_instance
+
+    inst = small_instance(5, 9, capacity=(5, 5), dram_gb=(2048.0, 2048.0), both_types=False)
+    idx = Index(inst)
+    pm = PatternModel(idx, job_classes(idx))
+    seen = []
+    pm.progress = lambda phase, incumbent, bound: seen.append((phase, incumbent, bound))
+    warm = best_greedy(idx)[0]
+    pm.solve(time.perf_counter() + 60, warm, {}, 1e-4)
+    best, _ = oracle(inst)
+    ladder = [s for s in seen if s[0].startswith("ladder")]
+    masters = [s for s in seen if s[0].startswith("integer master")]
+    assert ladder and masters, [s[0] for s in seen]
+    for _phase, incumbent, bound in ladder + masters:
+        assert incumbent is not None and incumbent >= best - 1e-6  # a plan's cost: never below the optimum
+        assert bound is not None and bound <= best + 1e-6  # a bound: never above it
+    assert masters[-1][1] == pytest.approx(best)  # the integer master found the optimum
+
+
+def test_the_status_line_prints_phase_plan_bound_and_gap_only_on_request(monkeypatch):
+    import io
+    import sys
+
+    from planner.commands.plan import _status_line
+
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", buf)
+    line = _status_line()
+    line.t0 -= 5.0
+    line("integer master (94 columns): Optimal", 104.0, 96.0)
+    line.done()
+    assert "integer master (94 columns): Optimal: plan 104.00 $/h, bound 96.00, gap 7.7%" in buf.getvalue()
+
+
+def test_admit_rebuilds_only_the_groups_it_changes_and_writes_what_a_full_rebuild_writes(tmp_path):
+    """The admission takes the untouched groups over from the current plan; the document must be
+    the one building every group anew gives (and a group whose numbers changed is rebuilt)."""
+    from formulation.placement.evaluate import Solution
+    from formulation.placement.plan import PlacementPlan, build_plan, reusable
+    from planner.cli import main
+
+    inst = generate_distinct(40, 5, unplaceable=0.0)
+    data = {"kind": "PlacementInstance", **inst.model_dump(mode="json")}
+    arriving = data["jobs"][3]["name"]
+    full, base = tmp_path / "full.json", tmp_path / "base.json"
+    full.write_text(json.dumps(data))
+    base.write_text(json.dumps(dict(data, jobs=[j for j in data["jobs"] if j["name"] != arriving])))
+    plan, out = tmp_path / "plan.json", tmp_path / "admitted.json"
+    assert main(["plan", str(base), "--backend", "fast", "--time-limit", "3", "--out", str(plan), "--allow-unplaced"]) == 0
+    assert main(["admit", str(full), "--current", str(plan), "--job", arriving, "--out", str(out)]) == 0
+    body = PlacementPlan.model_validate(json.loads(out.read_text())["body"])
+    assert check(inst, body) == []
+    idx = Index(inst)
+    names = {n: i for i, n in enumerate(idx.names)}
+    from formulation.placement.evaluate import Config, Group
+
+    groups = [Group(idx.config_id[Config(g.rollout_pool.gpu_type, g.rollout_pool.size, g.train_pool.gpu_type, g.train_pool.size)],
+                    tuple(names[m.job] for m in g.members), g.id) for g in body.groups]
+    nodes = {g.id: {"rollout": g.rollout_pool.nodes, "train": g.train_pool.nodes} for g in body.groups}
+    rebuilt = build_plan(idx, Solution(groups), [], nodes)
+    from planner.plandoc import _round  # what the document holds: 9 significant digits
+
+    assert [_round(g.model_dump(mode="json")) for g in rebuilt.groups] == [_round(g.model_dump(mode="json")) for g in body.groups]
+    assert (rebuilt.cost_per_hour, rebuilt.nodes_used) == (body.cost_per_hour, body.nodes_used)
+    # a group whose member's phase times changed is not taken over
+    g = body.groups[0]
+    node_names = {t: set(inst.node_names(t)) for t in idx.types}
+    assert reusable(idx, g, groups[0].config, groups[0].members, node_names)
+    stale = g.model_copy(deep=True)
+    stale.members[0].rollout_s *= 1.01
+    assert not reusable(idx, stale, groups[0].config, groups[0].members, node_names)
+    moved = g.model_copy(deep=True)
+    moved.members[0].moved = True
+    assert not reusable(idx, moved, groups[0].config, groups[0].members, node_names)
+    pinned = g.model_copy(deep=True)  # a member pinned to part of a pool (not what build_plan writes)
+    pinned.members[0].train_nodes = pinned.members[0].train_nodes[:-1]
+    assert not reusable(idx, pinned, groups[0].config, groups[0].members, node_names)
+    priced = g.model_copy(deep=True)
+    priced.cost_per_hour += 1.0
+    assert not reusable(idx, priced, groups[0].config, groups[0].members, node_names)
+
+
+def test_validate_plan_knows_plans_of_the_same_instance_by_the_old_digest_too(tmp_path, capsys):
+    import hashlib
+
+    from planner.cli import main
+
+    inst = generate_distinct(12, 6)
+    path, other = tmp_path / "inst.json", tmp_path / "other.json"
+    path.write_text(json.dumps({"kind": "PlacementInstance", **inst.model_dump(mode="json")}))
+    other.write_text(json.dumps({"kind": "PlacementInstance", **generate_distinct(12, 7).model_dump(mode="json")}))
+    plan = tmp_path / "plan.json"
+    assert main(["plan", str(path), "--backend", "fast", "--time-limit", "2", "--out", str(plan), "--allow-unplaced"]) == 0
+    assert main(["validate-plan", str(path), str(plan)]) == 0
+    assert main(["validate-plan", str(other), str(plan)]) == 2  # made for another input
+    doc = json.loads(plan.read_text())  # a plan written before: the digest of the sorted-key JSON dump
+    canon = json.dumps(inst.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    doc["scenario_digest"] = hashlib.sha256(canon.encode()).hexdigest()[:16]
+    plan.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["validate-plan", str(path), str(plan)]) == 0
+    assert "made for" not in capsys.readouterr().err
+    assert main(["validate-plan", str(other), str(plan)]) == 2
