@@ -68,6 +68,11 @@ BOUND_SHARE = 0.4
 UNCERTIFIED_PATTERNS = 4000
 # Sizes (columns of least reduced cost) of the small integer masters that look for plans.
 PRIMAL_SIZES = (500, 1500, 4500)
+# Many job classes (distinct jobs): when the LP has not converged by the end of its share of the
+# time, Farley's bound (:mod:`formulation.placement.farley`) gets this share of what is left
+# (measured choices: docs/placement.md).
+ANYTIME_MIN_CLASSES = 150
+ANYTIME_BOUND_SHARE = 0.5
 
 @dataclass
 class Classes:
@@ -136,6 +141,7 @@ class ColgenStats:
     proven: bool = False
     mip_status: str = ""
     watchdog_fired: bool = False
+    farley_bound: Optional[float] = None  # the anytime bound, when the LP did not converge
     phase_s: dict = field(default_factory=dict)
 
 
@@ -307,6 +313,19 @@ class PatternModel:
             return -np.inf
         return float(pi @ self.cl.demand) / r
 
+    @property
+    def anytime_bound(self) -> bool:
+        """Whether the Farley bound stands in for an unconverged LP: placement's own model with many
+        classes (the capacity planner's objective is not a sum of configuration costs)."""
+        return type(self) is PatternModel and len(self.cl.rep) > ANYTIME_MIN_CLASSES
+
+    def farley(self, pi: Optional[np.ndarray], deadline: float) -> Optional[float]:
+        """The stabilised Farley bound at the restricted master's duals ``pi`` (:mod:`formulation.placement.farley`)."""
+        from formulation.placement.farley import stabilised_bound
+
+        return stabilised_bound(self.idx, self.cl.rep, self.cl.demand, pi, self.penalty,
+                                lambda k, p: self._items(k, p, False), deadline)
+
     # ------------------------------------------------------------------ solve
     def solve(self, deadline: float, warm: Optional[Solution], anchors: dict[str, list[int]], mip_gap: float,
               node_budget: int = 200000, enumerate_limit: int = 200000) -> tuple[Optional[Solution], ColgenStats]:
@@ -320,6 +339,14 @@ class PatternModel:
         lp_deadline = t0 + 0.75 * (deadline - t0)
         pi, mu, best_lb = self.column_generation(st, t0, deadline, lp_deadline, node_budget)
         self.deadline = deadline
+        if not st.lp_converged and self.anytime_bound:
+            # not converged, so the LP is no bound: Farley's scaling of the duals mixed with the load
+            # bound's (a proof at any duals, :mod:`formulation.placement.farley`)
+            t1 = time.perf_counter()
+            fb = self.farley(pi, t1 + ANYTIME_BOUND_SHARE * max(0.0, deadline - t1))
+            st.phase_s["farley"] = time.perf_counter() - t1
+            if fb is not None and fb > best_lb:
+                best_lb, st.farley_bound = fb, fb
         st.lower_bound = best_lb
         st.phase_s["colgen"] = time.perf_counter() - t0
         # phase 2: integer solutions: the LP's integral part repaired by the greedy, then the integer
@@ -422,6 +449,7 @@ class PatternModel:
         center = None  # duals with the best Lagrangian bound so far (Wentges smoothing)
         alpha = 0.5
         budget = node_budget
+        force_full = False  # a partial pricing pass found only columns already in the master: price every configuration
         while True:
             if time.perf_counter() > lp_deadline and st.rounds:
                 break
@@ -435,8 +463,9 @@ class PatternModel:
             ps, ms = ((alpha * center[0] + (1 - alpha) * pi, alpha * center[1] + (1 - alpha) * mu) if smooth else (pi, mu))
             self.deadline = lp_deadline
             tp = time.perf_counter()
-            cols, rc_lb = self.price_all(ps, ms, True, budget, stop_after=8)
+            cols, rc_lb = self.price_all(ps, ms, True, budget, stop_after=None if force_full else 8)
             full, exact = self.last_full, self.last_exact
+            force_full = False
             useful = [c for c in cols if c.cost - pi[list(c.counts)] @ np.array(list(c.counts.values()), dtype=float)
                       - mu @ self.idx.node_matrix[c.config] < -1e-9 * max(1.0, abs(obj))]
             new = [c for c in useful if self.master.add(c) is not None]
@@ -456,6 +485,9 @@ class PatternModel:
             if not new:
                 if smooth:  # mispricing: the smoothed duals found nothing for the LP; price at the LP duals
                     alpha = 0.0
+                    continue
+                if not full and time.perf_counter() < lp_deadline:
+                    force_full = True  # the partial pass stopped at columns the master has: not a proof
                     continue
                 if full and not exact and time.perf_counter() < lp_deadline:
                     budget *= 4  # the search was cut short: a larger budget for a tighter bound

@@ -48,6 +48,10 @@ import numpy as np
 from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
 
 TOL = 1 + REL_TOL
+#: multiplicative-weight steps of the load bound (within 15% of the time left): at 500 distinct jobs
+#: 12 steps gave 6,377, 30 gave 6,439, 60 and 120 gave 6,469 (the relaxation's optimum, solved as an
+#: LP by HiGHS in 39 s: 6,637)
+LOAD_BOUND_STEPS = 60
 
 
 @dataclass
@@ -436,7 +440,7 @@ def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline
     if progress:
         progress("construct", sol.cost(idx), None)
     if True:  # a bound over every job (None when one of them fits nowhere alone)
-        st.bound = load_bound(idx, deadline=time.perf_counter() + 0.15 * max(0.0, deadline - time.perf_counter()))
+        st.bound = load_bound(idx, iterations=LOAD_BOUND_STEPS, deadline=time.perf_counter() + 0.15 * max(0.0, deadline - time.perf_counter()))
         if progress:
             progress("bound", sol.cost(idx), st.bound)
     before = sol.cost(idx)
@@ -446,7 +450,7 @@ def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline
 
 
 # ------------------------------------------------------------------------------------- the bound
-def load_bound(idx: Index, jobs: Optional[Sequence[int]] = None, iterations: int = 12,
+def load_bound(idx: Index, jobs: Optional[Sequence[int] | np.ndarray] = None, iterations: int = 12,
                deadline: float = float("inf"), duals: Optional[list] = None) -> Optional[float]:
     """A lower bound on the cost of every plan that places ``jobs`` (default: all of them); None
     when some of them fits nowhere alone. See the module docstring for the proof."""
