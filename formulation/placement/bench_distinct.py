@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = {13: 1.0, 100: 10.0, 500: 30.0, 2000: 60.0, 10000: 120.0}
@@ -55,7 +56,7 @@ def inprocess(spec: str) -> dict:
     data.pop("kind", None)
     inst = PlacementInstance.model_validate(data)
     idx = Index(inst)
-    out = {"jobs": idx.n, "unplaceable_alone": int((~placeable_alone(idx)).sum())}
+    out: dict[str, Any] = {"jobs": idx.n, "unplaceable_alone": int((~placeable_alone(idx)).sum())}
     for name, fn in (("ffd", lambda: pack(idx, ffd_order(idx))), ("greedy", lambda: greedy(idx, "arrival"))):
         t0 = time.perf_counter()
         s = fn()

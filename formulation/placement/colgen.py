@@ -91,7 +91,9 @@ def job_classes(idx: Index, placed: Optional[set[int]] = None, jobs: Optional[li
     (``merge=False``: one class per job, for the benchmark's comparison)."""
     placed = placed or set()
     keys: dict[bytes, int] = {}
-    rep, members, flags = [], [], []
+    rep: list[int] = []
+    members: list[list[int]] = []
+    flags: list[bool] = []
     of_job = np.full(idx.n, -1)
     for j in (range(idx.n) if jobs is None else jobs):
         key = b"".join([idx.a[:, j].tobytes(), idx.bs[:, j].tobytes(), idx.tot[:, j].tobytes(), idx.ok[:, j].tobytes(),
@@ -220,7 +222,7 @@ class PatternModel:
             out[c] = out.get(c, 0) + 1
         return out
 
-    def add_groups(self, groups: list[Group], anchors: dict[str, list[int]]) -> list[int]:
+    def add_groups(self, groups: list[Group], anchors: dict[str, list[int]]) -> list[Optional[int]]:
         """Columns for concrete groups (a warm start); returns their column ids (None when known)."""
         ids = []
         for g in groups:
@@ -378,7 +380,7 @@ class PatternModel:
             # its dual bound reaches what the ladder can certify (LP + G), the plans come after
             target = ladder.reach() if ladder is not None else None
             t2 = time.perf_counter()
-            share = 1.0 if target is None or ladder.at_proof(best()) else BOUND_SHARE
+            share = 1.0 if target is None or ladder is None or ladder.at_proof(best()) else BOUND_SHARE
             x, status, fired = self.master.solve_mip(t2 + share * max(0.0, deadline - reserve - t2), None, mip_gap,
                                                      stop_at_bound=target)
             st.phase_s["mip"] = st.phase_s.get("mip", 0.0) + time.perf_counter() - t2
@@ -411,6 +413,7 @@ class PatternModel:
         """Integer masters over the columns of least reduced cost at the LP-optimal duals (anchored
         columns always), growing through ``PRIMAL_SIZES`` while time is left; their plans. They
         stop at a plan costing ``optimal`` (the bound: nothing is cheaper)."""
+        assert self.converged is not None, "plans from the ladder's patterns need the converged duals"
         pi, mu, _ = self.converged
         cols = [c for c in self.master.columns if c is not None]
         rc = np.array([c.cost + float(mu @ self.idx.node_matrix[c.config]) - sum(pi[k] * m for k, m in c.counts.items())
@@ -446,7 +449,7 @@ class PatternModel:
         """Phase 1: the LP of the master by column generation; returns (pi, mu, best lower bound)."""
         pi = mu = None
         best_lb = -np.inf
-        center = None  # duals with the best Lagrangian bound so far (Wentges smoothing)
+        center: Optional[tuple[np.ndarray, np.ndarray]] = None  # duals with the best Lagrangian bound so far (Wentges smoothing)
         alpha = 0.5
         budget = node_budget
         force_full = False  # a partial pricing pass found only columns already in the master: price every configuration
@@ -460,7 +463,8 @@ class PatternModel:
             if [c for c in cols if self.master.add(c) is not None] and time.perf_counter() < lp_deadline:
                 continue  # the heuristic still finds columns: no need for the exact pricing yet
             smooth = center is not None and alpha > 0
-            ps, ms = ((alpha * center[0] + (1 - alpha) * pi, alpha * center[1] + (1 - alpha) * mu) if smooth else (pi, mu))
+            ps, ms = ((alpha * center[0] + (1 - alpha) * pi, alpha * center[1] + (1 - alpha) * mu)
+                      if center is not None and alpha > 0 else (pi, mu))
             self.deadline = lp_deadline
             tp = time.perf_counter()
             cols, rc_lb = self.price_all(ps, ms, True, budget, stop_after=None if force_full else 8)
@@ -536,10 +540,13 @@ class PatternModel:
         pool = [list(js) for js in self.cl.jobs]
         taken: set[int] = set()
         groups: list[tuple[Column, list[int]]] = []
-        chosen = [(i, int(round(v))) for i, v in enumerate(x) if v > 0.5 and columns[i] is not None]
-        chosen.sort(key=lambda t: columns[t[0]].anchor is None)  # anchored first: they take their own jobs
-        for i, copies in chosen:
-            col = columns[i]
+        chosen: list[tuple[Column, int]] = []
+        for i, v in enumerate(x):
+            col_i = columns[i]
+            if v > 0.5 and col_i is not None:  # (None: a slack, a job left unplaced)
+                chosen.append((col_i, int(round(v))))
+        chosen.sort(key=lambda t: t[0].anchor is None)  # anchored first: they take their own jobs
+        for col, copies in chosen:
             for _ in range(copies):
                 members: list[int] = []
                 own = [j for j in anchors.get(col.anchor, [])] if col.anchor else []
@@ -584,6 +591,7 @@ class Ladder:
 
     def __init__(self, model: "PatternModel", limit: int):
         self.model = model
+        assert model.converged is not None, "the ladder starts from LP-optimal duals (column generation converged)"
         pi, mu, rc_lb = model.converged
         self.pi, self.mu = pi, mu
         self.value = model.dual_value(pi, mu)

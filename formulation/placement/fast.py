@@ -40,7 +40,7 @@ Local search (:func:`improve`)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
@@ -360,17 +360,16 @@ def size_key(idx: Index) -> np.ndarray:
     return np.where(np.isfinite(best), best, 0.0)
 
 
-def pack(idx: Index, order: Optional[Sequence[int]] = None, efficient: bool = False,
+def pack(idx: Index, order: Optional[Sequence[int] | np.ndarray] = None, efficient: bool = False,
          capacity: Optional[dict[str, int]] = None, max_pairs: int = 16, deadline: float = float("inf")) -> Solution:
     """Best-fit decreasing (by :func:`size_key`) unless ``order`` is given. Past ``deadline`` the
     remaining jobs each open a group on their cheapest configuration (no search), so the call
     returns a complete plan about on time."""
     pk = FastPacker(idx, capacity, max_pairs)
-    if order is None:
-        order = ffd_order(idx)
-    for i, j in enumerate(order):
+    seq = ffd_order(idx) if order is None else order
+    for i, j in enumerate(seq):
         if i % 32 == 0 and time.perf_counter() > deadline:
-            for jj in order[i:]:
+            for jj in seq[i:]:
                 pk.admit_next_fit(int(jj))
             break
         pk.admit(int(j), efficient)
@@ -394,7 +393,7 @@ class FastStats:
     lns_moves: int = 0
     lns_gain: float = 0.0
     bound: Optional[float] = None
-    cut_short: list = None  # phases the deadline cut short
+    cut_short: list[str] = field(default_factory=list)  # phases the deadline cut short
 
     def message(self) -> str:
         parts = [f"fast path: {self.constructed}"]
