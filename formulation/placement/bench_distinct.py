@@ -33,10 +33,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = {13: 1.0, 100: 10.0, 500: 30.0, 2000: 60.0, 10000: 120.0}
+
+
+def fleet(n: int) -> Optional[dict[str, int]]:
+    """Nodes per GPU type: the generator's 1.5 per job and type, capped so that the instance stays
+    within what an instance file may hold (``MAX_INSTANCE_NODES`` over the four types: 4,096 each,
+    which binds only at 10,000 jobs: the uncapped 10,000-job plan of the earlier table used 18,182
+    nodes, so there the fleet binds and some jobs may be left out for capacity)."""
+    from formulation.placement.generate import DISTINCT_TYPES
+    from planner.instances.placement_files import MAX_INSTANCE_NODES
+
+    per = max(2, int(round(1.5 * n)))
+    cap = MAX_INSTANCE_NODES // len(DISTINCT_TYPES)
+    return None if per <= cap else {t: cap for t in DISTINCT_TYPES}
 
 
 def _cpu_children() -> float:
@@ -128,7 +141,7 @@ def main(argv=None) -> int:
     rows = []
     for n in map(int, args.sizes.split(",")):
         for seed in map(int, args.seeds.split(",")):
-            inst = generate_distinct(n, seed)
+            inst = generate_distinct(n, seed, counts=fleet(n))
             p = work / f"distinct-{n}-{seed}.json"
             p.write_text(json.dumps({"kind": "PlacementInstance", **inst.model_dump(mode="json")}))
             base = json.loads(subprocess.run([sys.executable, "-m", "formulation.placement.bench_distinct", "--inprocess", str(p)],

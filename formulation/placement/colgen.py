@@ -24,7 +24,9 @@ configuration ``k`` any plan can hold (capacity, jobs),
 ``LB = sum_c pi_c d_c - sum_t mu_t cap_t + sum_k U_k min(0, rc*_k) + sum_c d_c min(0, P - pi_c)``,
 where ``rc*_k`` is a lower bound on the reduced cost of every pattern of ``k`` computed without
 move charges (so it holds for anchored columns too). When pricing finds no negative reduced cost
-this is the LP optimum.
+this is the LP optimum. When it has not converged on many classes (distinct jobs), Farley's
+scaling of the duals mixed with the load bound's (:mod:`formulation.placement.farley`) is tried
+as well: a proof at any duals.
 
 Beyond the LP (:class:`Ladder`): with LP-optimal duals every pattern in a plan of cost ``<= D + G``
 has reduced cost ``<= G`` (``D`` the LP value); with every such pattern in the master, the
