@@ -166,7 +166,9 @@ def main(argv=None) -> int:
         f"Started: {started}; load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, at end "
         f"{load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} (a shared machine: wall times include waiting for a core)", "",
         "Instances: `N:seed` = `generate_distinct(N, seed)` (every job different; 2% fit nowhere alone and are left out of "
-        "the bound). $/h of the placed jobs; every plan places the same jobs unless `unpl` says otherwise. FFD and greedy "
+        "the bound; fleet `bench_distinct.fleet`: 1.5 nodes per job and type, capped at 4,096 per type by the instance files' "
+        "16,384-node limit, which binds at 10,000 jobs: thousands of jobs are then left out for capacity and no bound is "
+        "reported). $/h of the placed jobs; every plan places the same jobs unless `unpl` says otherwise. FFD and greedy "
         "are timed in process (no loading); fast and anytime are whole `planner plan` commands timed from outside "
         "(wall) with their CPU seconds and peak RSS. bound = certified lower bound over the placeable jobs; gap = "
         "(cost - bound) / cost; x bound = cost / bound; vs FFD = cost / FFD cost. viol = checker violations.", "",
