@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,12 +220,12 @@ def main(argv=None) -> int:
     specs = [(f"{n}:{s}", n) for n in map(int, args.sizes.split(",")) for s in map(int, args.seeds.split(","))]
     if not args.no_trace:
         specs.append(("trace", 60))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for spec, n in specs:
         limit = LIMITS.get(n, 60.0)
         g = _child(spec, "greedy", limit)
         c = _child(spec, "colgen", limit)
-        row = {"instance": spec, "jobs": n, "limit_s": limit, "greedy": g, "colgen": c}
+        row: dict[str, Any] = {"instance": spec, "jobs": n, "limit_s": limit, "greedy": g, "colgen": c}
         if n <= 100:
             row["highs"] = _child(spec, "highs", limit)
             row["cpsat"] = _child(spec, "cpsat", limit)
@@ -241,13 +242,13 @@ def main(argv=None) -> int:
     }
     print(json.dumps(extra), flush=True)
     load1 = os.getloadavg()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
     machine = f"{platform.uname().system} {platform.uname().release} {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}"
     command = "python -m formulation.placement.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     meta = {"command": command.strip(), "machine": machine, "uname": " ".join(platform.uname()), "started": started,
             "load_average_start": load0, "load_average_end": load1}
-    (out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows, "extra": extra}, indent=2) + "\n")
+    (out_dir / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows, "extra": extra}, indent=2) + "\n")
     lines = [
         "# Placement benchmark", "",
         f"Command: `{meta['command']}`  ", f"Machine: {machine}  ", f"Started: {started}; load average at start "
@@ -297,8 +298,8 @@ def main(argv=None) -> int:
         for b in ("colgen", "highs", "cpsat"):
             if b in r and r[b].get("message"):
                 lines.append(f"- {r['instance']} {b}: {r[b]['message']}")
-    (out / "bench.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")
+    (out_dir / "bench.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out_dir / 'bench.md'} and {out_dir / 'bench.json'}")
     return 0
 
 

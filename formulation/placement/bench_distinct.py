@@ -33,9 +33,28 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = {13: 1.0, 100: 10.0, 500: 30.0, 2000: 60.0, 10000: 120.0}
+
+
+def fleet_cap() -> int:
+    from formulation.placement.generate import DISTINCT_TYPES
+    from planner.instances.placement_files import MAX_INSTANCE_NODES
+
+    return MAX_INSTANCE_NODES // len(DISTINCT_TYPES)
+
+
+def fleet(n: int) -> Optional[dict[str, int]]:
+    """Nodes per GPU type: the generator's 1.5 per job and type, capped so that the instance stays
+    within what an instance file may hold (``MAX_INSTANCE_NODES`` over the four types; at 131,072
+    nodes that is 32,768 a type, which binds only beyond about 21,000 jobs)."""
+    from formulation.placement.generate import DISTINCT_TYPES
+
+    per = max(2, int(round(1.5 * n)))
+    cap = fleet_cap()
+    return None if per <= cap else {t: cap for t in DISTINCT_TYPES}
 
 
 def _cpu_children() -> float:
@@ -55,7 +74,7 @@ def inprocess(spec: str) -> dict:
     data.pop("kind", None)
     inst = PlacementInstance.model_validate(data)
     idx = Index(inst)
-    out = {"jobs": idx.n, "unplaceable_alone": int((~placeable_alone(idx)).sum())}
+    out: dict[str, Any] = {"jobs": idx.n, "unplaceable_alone": int((~placeable_alone(idx)).sum())}
     for name, fn in (("ffd", lambda: pack(idx, ffd_order(idx))), ("greedy", lambda: greedy(idx, "arrival"))):
         t0 = time.perf_counter()
         s = fn()
@@ -127,7 +146,7 @@ def main(argv=None) -> int:
     rows = []
     for n in map(int, args.sizes.split(",")):
         for seed in map(int, args.seeds.split(",")):
-            inst = generate_distinct(n, seed)
+            inst = generate_distinct(n, seed, counts=fleet(n))
             p = work / f"distinct-{n}-{seed}.json"
             p.write_text(json.dumps({"kind": "PlacementInstance", **inst.model_dump(mode="json")}))
             base = json.loads(subprocess.run([sys.executable, "-m", "formulation.placement.bench_distinct", "--inprocess", str(p)],
@@ -152,7 +171,9 @@ def main(argv=None) -> int:
         f"Started: {started}; load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, at end "
         f"{load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} (a shared machine: wall times include waiting for a core)", "",
         "Instances: `N:seed` = `generate_distinct(N, seed)` (every job different; 2% fit nowhere alone and are left out of "
-        "the bound). $/h of the placed jobs; every plan places the same jobs unless `unpl` says otherwise. FFD and greedy "
+        "the bound; fleet `bench_distinct.fleet`: 1.5 nodes per job and type, capped by the instance files' node limit "
+        f"(`MAX_INSTANCE_NODES`, {fleet_cap():,} a type, not reached at these sizes)). $/h of the placed jobs; every plan places the same jobs "
+        "unless `unpl` says otherwise. FFD and greedy "
         "are timed in process (no loading); fast and anytime are whole `planner plan` commands timed from outside "
         "(wall) with their CPU seconds and peak RSS. bound = certified lower bound over the placeable jobs; gap = "
         "(cost - bound) / cost; x bound = cost / bound; vs FFD = cost / FFD cost. viol = checker violations.", "",

@@ -24,7 +24,9 @@ configuration ``k`` any plan can hold (capacity, jobs),
 ``LB = sum_c pi_c d_c - sum_t mu_t cap_t + sum_k U_k min(0, rc*_k) + sum_c d_c min(0, P - pi_c)``,
 where ``rc*_k`` is a lower bound on the reduced cost of every pattern of ``k`` computed without
 move charges (so it holds for anchored columns too). When pricing finds no negative reduced cost
-this is the LP optimum.
+this is the LP optimum. When it has not converged on many classes (distinct jobs), Farley's
+scaling of the duals mixed with the load bound's (:mod:`formulation.placement.farley`) is tried
+as well: a proof at any duals.
 
 Beyond the LP (:class:`Ladder`): with LP-optimal duals every pattern in a plan of cost ``<= D + G``
 has reduced cost ``<= G`` (``D`` the LP value); with every such pattern in the master, the
@@ -68,6 +70,11 @@ BOUND_SHARE = 0.4
 UNCERTIFIED_PATTERNS = 4000
 # Sizes (columns of least reduced cost) of the small integer masters that look for plans.
 PRIMAL_SIZES = (500, 1500, 4500)
+# Many job classes (distinct jobs): when the LP has not converged by the end of its share of the
+# time, Farley's bound (:mod:`formulation.placement.farley`) gets this share of what is left
+# (measured choices: docs/placement.md).
+ANYTIME_MIN_CLASSES = 150
+ANYTIME_BOUND_SHARE = 0.5
 
 @dataclass
 class Classes:
@@ -86,7 +93,9 @@ def job_classes(idx: Index, placed: Optional[set[int]] = None, jobs: Optional[li
     (``merge=False``: one class per job, for the benchmark's comparison)."""
     placed = placed or set()
     keys: dict[bytes, int] = {}
-    rep, members, flags = [], [], []
+    rep: list[int] = []
+    members: list[list[int]] = []
+    flags: list[bool] = []
     of_job = np.full(idx.n, -1)
     for j in (range(idx.n) if jobs is None else jobs):
         key = b"".join([idx.a[:, j].tobytes(), idx.bs[:, j].tobytes(), idx.tot[:, j].tobytes(), idx.ok[:, j].tobytes(),
@@ -136,6 +145,7 @@ class ColgenStats:
     proven: bool = False
     mip_status: str = ""
     watchdog_fired: bool = False
+    farley_bound: Optional[float] = None  # the anytime bound, when the LP did not converge
     phase_s: dict = field(default_factory=dict)
 
 
@@ -215,7 +225,7 @@ class PatternModel:
             out[c] = out.get(c, 0) + 1
         return out
 
-    def add_groups(self, groups: list[Group], anchors: dict[str, list[int]]) -> list[int]:
+    def add_groups(self, groups: list[Group], anchors: dict[str, list[int]]) -> list[Optional[int]]:
         """Columns for concrete groups (a warm start); returns their column ids (None when known)."""
         ids = []
         for g in groups:
@@ -308,6 +318,19 @@ class PatternModel:
             return -np.inf
         return float(pi @ self.cl.demand) / r
 
+    @property
+    def anytime_bound(self) -> bool:
+        """Whether the Farley bound stands in for an unconverged LP: placement's own model with many
+        classes (the capacity planner's objective is not a sum of configuration costs)."""
+        return type(self) is PatternModel and len(self.cl.rep) > ANYTIME_MIN_CLASSES
+
+    def farley(self, pi: Optional[np.ndarray], deadline: float) -> Optional[float]:
+        """The stabilised Farley bound at the restricted master's duals ``pi`` (:mod:`formulation.placement.farley`)."""
+        from formulation.placement.farley import stabilised_bound
+
+        return stabilised_bound(self.idx, self.cl.rep, self.cl.demand, pi, self.penalty,
+                                lambda k, p: self._items(k, p, False), deadline)
+
     # ------------------------------------------------------------------ solve
     def solve(self, deadline: float, warm: Optional[Solution], anchors: dict[str, list[int]], mip_gap: float,
               node_budget: int = 200000, enumerate_limit: int = 200000) -> tuple[Optional[Solution], ColgenStats]:
@@ -321,6 +344,14 @@ class PatternModel:
         lp_deadline = t0 + 0.75 * (deadline - t0)
         pi, mu, best_lb = self.column_generation(st, t0, deadline, lp_deadline, node_budget)
         self.deadline = deadline
+        if not st.lp_converged and self.anytime_bound:
+            # not converged, so the LP is no bound: Farley's scaling of the duals mixed with the load
+            # bound's (a proof at any duals, :mod:`formulation.placement.farley`)
+            t1 = time.perf_counter()
+            fb = self.farley(pi, t1 + ANYTIME_BOUND_SHARE * max(0.0, deadline - t1))
+            st.phase_s["farley"] = time.perf_counter() - t1
+            if fb is not None and fb > best_lb:
+                best_lb, st.farley_bound = fb, fb
         st.lower_bound = best_lb
         st.phase_s["colgen"] = time.perf_counter() - t0
         # phase 2: integer solutions: the LP's integral part repaired by the greedy, then the integer
@@ -354,7 +385,7 @@ class PatternModel:
             # its dual bound reaches what the ladder can certify (LP + G), the plans come after
             target = ladder.reach() if ladder is not None else None
             t2 = time.perf_counter()
-            share = 1.0 if target is None or ladder.at_proof(best()) else BOUND_SHARE
+            share = 1.0 if target is None or ladder is None or ladder.at_proof(best()) else BOUND_SHARE
             x, status, fired = self.master.solve_mip(t2 + share * max(0.0, deadline - reserve - t2), None, mip_gap,
                                                      stop_at_bound=target)
             st.phase_s["mip"] = st.phase_s.get("mip", 0.0) + time.perf_counter() - t2
@@ -399,6 +430,7 @@ class PatternModel:
         """Integer masters over the columns of least reduced cost at the LP-optimal duals (anchored
         columns always), growing through ``PRIMAL_SIZES`` while time is left; their plans. They
         stop at a plan costing ``optimal`` (the bound: nothing is cheaper)."""
+        assert self.converged is not None, "plans from the ladder's patterns need the converged duals"
         pi, mu, _ = self.converged
         cols = [c for c in self.master.columns if c is not None]
         rc = np.array([c.cost + float(mu @ self.idx.node_matrix[c.config]) - sum(pi[k] * m for k, m in c.counts.items())
@@ -437,9 +469,10 @@ class PatternModel:
         """Phase 1: the LP of the master by column generation; returns (pi, mu, best lower bound)."""
         pi = mu = None
         best_lb = -np.inf
-        center = None  # duals with the best Lagrangian bound so far (Wentges smoothing)
+        center: Optional[tuple[np.ndarray, np.ndarray]] = None  # duals with the best Lagrangian bound so far (Wentges smoothing)
         alpha = 0.5
         budget = node_budget
+        force_full = False  # a partial pricing pass found only columns already in the master: price every configuration
         while True:
             if time.perf_counter() > lp_deadline and st.rounds:
                 break
@@ -450,11 +483,13 @@ class PatternModel:
             if [c for c in cols if self.master.add(c) is not None] and time.perf_counter() < lp_deadline:
                 continue  # the heuristic still finds columns: no need for the exact pricing yet
             smooth = center is not None and alpha > 0
-            ps, ms = ((alpha * center[0] + (1 - alpha) * pi, alpha * center[1] + (1 - alpha) * mu) if smooth else (pi, mu))
+            ps, ms = ((alpha * center[0] + (1 - alpha) * pi, alpha * center[1] + (1 - alpha) * mu)
+                      if center is not None and alpha > 0 else (pi, mu))
             self.deadline = lp_deadline
             tp = time.perf_counter()
-            cols, rc_lb = self.price_all(ps, ms, True, budget, stop_after=8)
+            cols, rc_lb = self.price_all(ps, ms, True, budget, stop_after=None if force_full else 8)
             full, exact = self.last_full, self.last_exact
+            force_full = False
             useful = [c for c in cols if c.cost - pi[list(c.counts)] @ np.array(list(c.counts.values()), dtype=float)
                       - mu @ self.idx.node_matrix[c.config] < -1e-9 * max(1.0, abs(obj))]
             new = [c for c in useful if self.master.add(c) is not None]
@@ -474,6 +509,9 @@ class PatternModel:
             if not new:
                 if smooth:  # mispricing: the smoothed duals found nothing for the LP; price at the LP duals
                     alpha = 0.0
+                    continue
+                if not full and time.perf_counter() < lp_deadline:
+                    force_full = True  # the partial pass stopped at columns the master has: not a proof
                     continue
                 if full and not exact and time.perf_counter() < lp_deadline:
                     budget *= 4  # the search was cut short: a larger budget for a tighter bound
@@ -526,10 +564,13 @@ class PatternModel:
         pool = [list(js) for js in self.cl.jobs]
         taken: set[int] = set()
         groups: list[tuple[Column, list[int]]] = []
-        chosen = [(i, int(round(v))) for i, v in enumerate(x) if v > 0.5 and columns[i] is not None]
-        chosen.sort(key=lambda t: columns[t[0]].anchor is None)  # anchored first: they take their own jobs
-        for i, copies in chosen:
-            col = columns[i]
+        chosen: list[tuple[Column, int]] = []
+        for i, v in enumerate(x):
+            col_i = columns[i]
+            if v > 0.5 and col_i is not None:  # (None: a slack, a job left unplaced)
+                chosen.append((col_i, int(round(v))))
+        chosen.sort(key=lambda t: t[0].anchor is None)  # anchored first: they take their own jobs
+        for col, copies in chosen:
             for _ in range(copies):
                 members: list[int] = []
                 own = [j for j in anchors.get(col.anchor, [])] if col.anchor else []
@@ -574,6 +615,7 @@ class Ladder:
 
     def __init__(self, model: "PatternModel", limit: int):
         self.model = model
+        assert model.converged is not None, "the ladder starts from LP-optimal duals (column generation converged)"
         pi, mu, rc_lb = model.converged
         self.pi, self.mu = pi, mu
         self.value = model.dual_value(pi, mu)

@@ -40,7 +40,7 @@ Local search (:func:`improve`)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
@@ -48,6 +48,10 @@ import numpy as np
 from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
 
 TOL = 1 + REL_TOL
+#: multiplicative-weight steps of the load bound (within 15% of the time left): at 500 distinct jobs
+#: 12 steps gave 6,377, 30 gave 6,439, 60 and 120 gave 6,469 (the relaxation's optimum, solved as an
+#: LP by HiGHS in 39 s: 6,637)
+LOAD_BOUND_STEPS = 60
 
 
 @dataclass
@@ -356,17 +360,16 @@ def size_key(idx: Index) -> np.ndarray:
     return np.where(np.isfinite(best), best, 0.0)
 
 
-def pack(idx: Index, order: Optional[Sequence[int]] = None, efficient: bool = False,
+def pack(idx: Index, order: Optional[Sequence[int] | np.ndarray] = None, efficient: bool = False,
          capacity: Optional[dict[str, int]] = None, max_pairs: int = 16, deadline: float = float("inf")) -> Solution:
     """Best-fit decreasing (by :func:`size_key`) unless ``order`` is given. Past ``deadline`` the
     remaining jobs each open a group on their cheapest configuration (no search), so the call
     returns a complete plan about on time."""
     pk = FastPacker(idx, capacity, max_pairs)
-    if order is None:
-        order = ffd_order(idx)
-    for i, j in enumerate(order):
+    seq = ffd_order(idx) if order is None else order
+    for i, j in enumerate(seq):
         if i % 32 == 0 and time.perf_counter() > deadline:
-            for jj in order[i:]:
+            for jj in seq[i:]:
                 pk.admit_next_fit(int(jj))
             break
         pk.admit(int(j), efficient)
@@ -390,7 +393,7 @@ class FastStats:
     lns_moves: int = 0
     lns_gain: float = 0.0
     bound: Optional[float] = None
-    cut_short: list = None  # phases the deadline cut short
+    cut_short: list[str] = field(default_factory=list)  # phases the deadline cut short
 
     def message(self) -> str:
         parts = [f"fast path: {self.constructed}"]
@@ -436,7 +439,7 @@ def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline
     if progress:
         progress("construct", sol.cost(idx), None)
     if True:  # a bound over every job (None when one of them fits nowhere alone)
-        st.bound = load_bound(idx, deadline=time.perf_counter() + 0.15 * max(0.0, deadline - time.perf_counter()))
+        st.bound = load_bound(idx, iterations=LOAD_BOUND_STEPS, deadline=time.perf_counter() + 0.15 * max(0.0, deadline - time.perf_counter()))
         if progress:
             progress("bound", sol.cost(idx), st.bound)
     before = sol.cost(idx)
@@ -446,7 +449,7 @@ def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline
 
 
 # ------------------------------------------------------------------------------------- the bound
-def load_bound(idx: Index, jobs: Optional[Sequence[int]] = None, iterations: int = 12,
+def load_bound(idx: Index, jobs: Optional[Sequence[int] | np.ndarray] = None, iterations: int = 12,
                deadline: float = float("inf"), duals: Optional[list] = None) -> Optional[float]:
     """A lower bound on the cost of every plan that places ``jobs`` (default: all of them); None
     when some of them fits nowhere alone. See the module docstring for the proof."""

@@ -17,7 +17,7 @@ bound left open is then reported so that the caller still has a valid bound on t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -91,7 +91,7 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
     seen: set[tuple] = set()
     if enumerate_all is None:
         enumerate_all = max_columns >= 1000
-    state = {"open": 0.0, "nodes": 0, "cut": False}
+    state: dict[str, Any] = {"open": 0.0, "nodes": 0, "cut": False}
 
     def threshold() -> float:
         if enumerate_all:
@@ -226,7 +226,6 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
             state["open"] = max(state["open"], ub)
             continue
         solve_threshold(theta, elig, ub)
-    price.last_nodes = state["nodes"]
     best.sort(key=lambda t: -t[0])
     cols = [(v, {int(items.cls[i]): int(c) for i, c in enumerate(key) if c}) for v, key in best if v > min_value + 1e-12]
     top = best[0][0] if best else 0.0

@@ -1,0 +1,102 @@
+"""The anytime bound (:mod:`formulation.placement.farley`) against brute force on small distinct instances.
+
+Every feasible group is found independently of the optimisers (grown member by member, decided by
+Howard's cycle times on the whole pools, ``placement_helpers.group_feasible``); the optimum is the
+exhaustive one (``distinct_oracle``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from formulation.placement.evaluate import Config, Index
+from formulation.placement.explain import placeable_alone
+from formulation.placement.farley import cheap_value_bounds, farley_bound, items_for, stabilised_bound
+from formulation.placement.generate import generate_distinct
+from formulation.placement.pricing import price
+from tests.placement.placement_helpers import config_cost, configs_of, distinct_oracle, group_feasible, penalty
+
+CASES = [(8, 11, 3), (10, 12, 4)]  # (jobs, seed, nodes per type)
+
+
+def _inst(n, seed, cnt):
+    inst = generate_distinct(n, seed, counts={"H20": cnt, "H800": cnt, "A100": cnt, "L40S": cnt}, unplaceable=0.0)
+    keep = placeable_alone(Index(inst))  # (as the solvers do: the bound covers the jobs that fit somewhere)
+    return inst.model_copy(update={"jobs": [j for j, k in zip(inst.jobs, keep) if k]})
+
+
+def _groups(inst):
+    """Every feasible (members, configuration) by growing groups: a group whose rollout or training
+    seconds already exceed the smallest SLO stays infeasible with more members."""
+    jobs, confs, out = inst.jobs, configs_of(inst), []
+
+    def necessary(members, c) -> bool:
+        p, nr, q, nt = c
+        lim = min(jobs[i].slo_s for i in members) * (1 + 1e-9)
+        ra = [jobs[i].rollout_s.get(p, {}).get(nr) for i in members]
+        tb = [jobs[i].train_s.get(q, {}).get(nt) for i in members]
+        return not any(x is None for x in ra + tb) and sum(ra) <= lim and sum(tb) <= lim
+
+    stack = [((i,), [c for c in confs if necessary((i,), c)]) for i in range(len(jobs))]
+    while stack:
+        members, cands = stack.pop()
+        out += [(members, c) for c in cands if group_feasible(inst, members, c)]
+        for nxt in range(members[-1] + 1, len(jobs)):
+            keep = [c for c in cands if necessary(members + (nxt,), c)]
+            if keep:
+                stack.append((members + (nxt,), keep))
+    return out
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"n{c[0]}-seed{c[1]}-cap{c[2]}" for c in CASES])
+def case(request):
+    inst = _inst(*request.param)
+    idx = Index(inst)
+    groups = _groups(inst)
+    best = {}  # configuration -> feasible member sets
+    for members, c in groups:
+        best.setdefault(c, []).append(members)
+    return inst, idx, best, distinct_oracle(inst)[0]
+
+
+def test_value_bounds_cover_every_feasible_group(case):
+    _inst_, idx, by_config, _ = case
+    rng = np.random.default_rng(0)
+    reps, demand = np.arange(idx.n), np.ones(idx.n)
+    items_of = items_for(idx, reps, demand)
+    for _ in range(3):
+        pi = rng.uniform(0, 60, idx.n) * (rng.random(idx.n) < 0.8)
+        cheap = cheap_value_bounds(idx, reps, demand, pi)
+        for c, sets in by_config.items():
+            k = idx.config_id[Config(*c)]
+            most = max(pi[list(m)].sum() for m in sets)
+            assert cheap[k] >= most - 1e-6, (c, cheap[k], most)
+            assert price(items_of(k, pi), 0.0, max_columns=1, node_budget=50).upper_bound >= most - 1e-6
+        # a configuration with no feasible group containing a valued job may still get a bound, never a negative one
+        assert (cheap >= 0).all()
+
+
+def test_farley_and_stabilised_bounds_never_exceed_the_optimum(case):
+    inst, idx, by_config, best = case
+    P = penalty(inst)
+    reps, demand = np.arange(idx.n), np.ones(idx.n)
+    items_of = items_for(idx, reps, demand)
+    rng = np.random.default_rng(1)
+    # the LP bound over every feasible group (brute force) is the most Farley's scaling can certify
+    bounds = []
+    for scale in (5, 50, 500, 5 * P):  # (the largest drives pi above the penalty: the slack term scales it)
+        pi = rng.uniform(0, scale, idx.n)
+        b, r, searched = farley_bound(idx, reps, demand, pi, P, items_of)
+        assert searched and r >= 1.0
+        # pi / r is dual feasible: every brute-force group is worth at most its cost after scaling
+        for c, sets in by_config.items():
+            assert max(pi[list(m)].sum() for m in sets) / r <= config_cost(inst, c) + 1e-6
+        assert b <= best + 1e-6
+        bounds.append(b)
+        s = stabilised_bound(idx, reps, demand, pi, P, items_of, deadline=float("inf"))
+        assert s is not None and s <= best + 1e-6
+    assert max(bounds) > 0
+    # the cut-short search (deadline already passed) stays valid, from the cheap bounds alone
+    b, _, searched = farley_bound(idx, reps, demand, rng.uniform(0, 50, idx.n), P, items_of, deadline=0.0)
+    assert b <= best + 1e-6
