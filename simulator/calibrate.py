@@ -87,7 +87,7 @@ def rollout_shape(overhead_ms: float, scale: float, seed: int, client: str | Non
     loop.run()
     ct = np.sort([r.done_s for r in reqs])
     T = float(ct[-1])
-    still = [r for r in reqs if r.done_s > T / 2]
+    still = [r for r in reqs if r.done_s is not None and r.done_s > T / 2]
     return {"longest_s": T, "f150": float(np.mean(ct <= 150.0)), "share_last10": (T - float(np.quantile(ct, 0.9))) / T,
             "running_mid": len(still) / len(reqs), "engines_mid": len({r.engine for r in still})}
 

@@ -38,7 +38,7 @@ from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from simulator.core import EventLoop
+from simulator.core import EventLoop, Handle
 
 Duration = Union[float, Sequence[float]]  # a fixed number, or samples drawn one per iteration
 
@@ -148,7 +148,7 @@ class _Member:
     rate: float = 0.0
     t_sync: float = 0.0  # time the body work was last brought up to date
     hold: dict = field(default_factory=dict)  # node -> GPUs held in the rollout body
-    handle: object = None
+    handle: Optional[Handle] = None
     rollout_starts: list = field(default_factory=list)
     iter_end: list = field(default_factory=list)  # end of each training (+ sync)
     cur_rollout_s: float = 0.0
@@ -182,6 +182,7 @@ class GroupRun:
         self.phases: list[PhaseRecord] = []
         self.busy_gpu_s = {"rollout": 0.0, "train": 0.0}
         self.created_s = loop.now
+        self.end_s: Optional[float] = None  # when the run's loop ended (set by run_group)
         for n in spec.rollout_nodes:
             self.nodes[n] = _Node(n, spec.gpus_per_node)
         for n in spec.train_nodes:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Protocol
 
 import numpy as np
 
@@ -187,7 +187,20 @@ def weight_sync_time_s(setup: JobSetup, r_gpu: GPUSpec, t_gpu: GPUSpec, r_gpus: 
     return comm.weight_sync_s(wbytes, max(1, r_gpus // setup.rollout_tp), nodes, r_gpu, links, setup.weight_sync)
 
 
-def sample_work_flops(setup: JobSetup, req: Request) -> tuple[float, float]:
+class WorkShape(Protocol):
+    """What :func:`sample_work_flops` reads of a set-up: the model and the passes per sample."""
+
+    @property
+    def model(self) -> ModelDims: ...
+
+    @property
+    def forwards(self) -> int: ...
+
+    @property
+    def updates(self) -> int: ...
+
+
+def sample_work_flops(setup: WorkShape, req: Request) -> tuple[float, float]:
     """(log-prob FLOPs, update FLOPs) of one finished sample."""
     f = training.sample_forward_flops(setup.model, float(req.total_tokens))
     return setup.forwards * f, setup.updates * 3.0 * f
@@ -337,13 +350,17 @@ class JobSim:
         self.held[comp] = gpus
         self.ledger.hold(comp, self.loop.now, gpus)
 
-    def _take(self, comp: str, n: int, unit: int, partial: bool = False) -> list[tuple[str, int]]:
+    def _pool_of(self, comp: str) -> NodePool:
+        """The free GPUs ``comp`` takes from: the shared pool, or its own type's."""
         pool = self.pool or (self.r_pool if comp == "rollout" else self.t_pool)
-        return pool.take(n, unit, partial)
+        assert pool is not None  # __init__ sets the shared pool or both typed ones
+        return pool
+
+    def _take(self, comp: str, n: int, unit: int, partial: bool = False) -> list[tuple[str, int]]:
+        return self._pool_of(comp).take(n, unit, partial)
 
     def _give(self, comp: str, node: str, n: int) -> None:
-        pool = self.pool or (self.r_pool if comp == "rollout" else self.t_pool)
-        pool.give(node, n)
+        self._pool_of(comp).give(node, n)
 
     def _add_engines(self, n_gpus: int, ready_s: float) -> None:
         tp = self.setup.rollout_tp
@@ -685,7 +702,7 @@ class JobSim:
         pool = self.pool
         return ReallocContext(time_s=now, iteration=rec.index, total_gpus=self.setup.total_gpus,
                               free_gpus=pool.total_free() if pool else 0, components=comps, initial=dict(self.part),
-                              at_boundary=at_boundary)
+                              at_boundary=at_boundary, intake=self.intake)
 
     def _tick(self) -> None:
         if self._done:
@@ -702,8 +719,11 @@ class JobSim:
             self.snapshots.append(snap)
         if self.loop.now < self._migrating_until and not at_boundary:
             return
+        decision = self.policy.decision
+        if decision is None:
+            return
         ctx = self.context(at_boundary)
-        dec = self.policy.decision(snap, ctx)
+        dec = decision(snap, ctx)
         if dec is not None:
             self.apply(dec)
 
@@ -737,14 +757,14 @@ class JobSim:
                 pause = comm.GROUP_REBUILD_S if st.q or comp == "trainer" else 0.0
                 self._resize_stage(st, comp, tgt[comp], now, pause)
         # grow
-        free = self.pool.total_free()
+        free = self._pool_of("rollout").total_free()  # one shared pool: dynamic runs have one GPU type (checked in __init__)
         if tgt["rollout"] > cur["rollout"]:
             add = min(tgt["rollout"] - cur["rollout"], free)
             if add >= s.rollout_tp:
                 self._add_engines(add, now + self._engine_boot_s())
                 ready = max(ready, now + self._engine_boot_s())
         for comp, st in (("reference", self.ref), ("trainer", self.trainer)):
-            free = self.pool.total_free()
+            free = self._pool_of(comp).total_free()
             if tgt[comp] > cur[comp] and free > 0:
                 new = min(tgt[comp], cur[comp] + _round_down(free, st.unit_gpus))
                 if new <= cur[comp]:

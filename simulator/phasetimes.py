@@ -102,7 +102,10 @@ def rollout_run(setup, seed: int, consolidate_at: Optional[float] = None):
     stage = RolloutStage(loop, em, slots, consolidate_at=consolidate_at)
     stage.start(reqs)
     loop.run()
-    return reqs, max(r.done_s for r in reqs), stage
+    ends = [r.done_s for r in reqs]
+    if any(e is None for e in ends):
+        raise RuntimeError(f"{sum(e is None for e in ends)} requests never finished in a rollout run (seed {seed})")
+    return reqs, max(float(e) for e in ends if e is not None), stage
 
 
 def train_time_s(setup, reqs, train_gpus: Optional[int] = None) -> float:

@@ -62,6 +62,7 @@ class ReallocContext:
     components: dict  # name -> ComponentInfo
     initial: dict  # name -> GPUs of the starting partition
     at_boundary: bool = False  # an iteration boundary (the rollout is about to start)
+    intake: str = "sample"  # the trainer's intake this run uses (sample | group | minibatch; see Policy.intake)
 
 
 @dataclass(frozen=True)

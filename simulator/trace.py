@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Optional, Protocol
 
 import numpy as np
@@ -135,6 +136,7 @@ class TraceResult:
     groups: dict  # group id -> GroupRun
     group_spans: dict  # group id -> (created, ended, PoolConfig)
     events: int = 0
+    moves: dict = field(default_factory=dict)  # admission move -> count (set by the caller that knows the placer)
 
     def summary(self) -> dict:
         done = [j for j in self.jobs.values() if j.done_s is not None]
@@ -267,8 +269,8 @@ class TraceSim:
     def _reconcile(self) -> None:
         """Make the running groups match the placer's groups."""
         now = self.loop.now
-        for gid, run in self.runs.items():  # close emptied groups first (their ids may be reused)
-            if not run.active() and self.spans[gid][1] is None:
+        for gid, open_run in self.runs.items():  # close emptied groups first (their ids may be reused)
+            if not open_run.active() and self.spans[gid][1] is None:
                 self.spans[gid][1] = now
                 for t, g in self._pool_gpus(self.configs[gid]).items():
                     self._provision(t, -g)
@@ -284,7 +286,7 @@ class TraceSim:
                 run = GroupRun(self.loop, GroupSpec(name=gid, members=specs, gpus_per_node=self.gpn,
                                                     rollout_nodes=specs[0].rollout_nodes, train_nodes=specs[0].train_nodes),
                                rng=np.random.default_rng([self.loop.seed, len(self.spans)]),
-                               on_member_done=lambda n, t, g=gid: self._on_member_done(g, n, t), record=self.record_phases,
+                               on_member_done=partial(self._on_member_done, gid), record=self.record_phases,
                                on_iteration=self._on_iteration)
                 if key != gid:  # a reused id: keep the finished run's record under another key
                     self.runs[key], self.spans[key], self.configs[key] = self.runs[gid], self.spans[gid], self.configs[gid]

@@ -31,6 +31,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -64,7 +65,8 @@ def synthetic(seed: int, types: tuple, nodes_per_type: int, gpus_per_node: int =
     node_type = dict(nodes)
     total = len(nodes) * gpus_per_node
     order = [c for c in COMPONENTS if c[1] in ("trainer", "critic")] + [c for c in COMPONENTS if c[1] not in ("trainer", "critic")]
-    workers, comps = [], {}
+    workers: list[dict] = []
+    by_name: dict[str, dict] = {}
     for name, kind, share, unit in order:
         want = max(unit, int(round(share * total * float(rng.uniform(0.9, 1.0)) / unit)) * unit)
         if kind in ("trainer", "critic"):
@@ -84,9 +86,9 @@ def synthetic(seed: int, types: tuple, nodes_per_type: int, gpus_per_node: int =
                 free[node] -= unit
                 got += unit
                 i += 1
-        comps[name] = {"name": name, "kind": kind, "progress": float(rng.uniform(0.1, 0.9)),
-                       "interruptible": bool(rng.random() < 0.9) or kind == "rollout"}
-    comps = [comps[c[0]] for c in COMPONENTS]
+        by_name[name] = {"name": name, "kind": kind, "progress": float(rng.uniform(0.1, 0.9)),
+                         "interruptible": bool(rng.random() < 0.9) or kind == "rollout"}
+    comps = [by_name[c[0]] for c in COMPONENTS]
     snap = TelemetrySnapshot.model_validate({
         "job": "bench", "time_s": 100.0, "components": comps, "workers": workers,
         "nodes": [{"node": n, "gpu_type": t, "gpus": gpus_per_node} for n, t in nodes]})
@@ -104,9 +106,9 @@ def synthetic(seed: int, types: tuple, nodes_per_type: int, gpus_per_node: int =
                 curves[t] = Curve(tuple(float(x) for x in xs), tuple(ys))
             else:
                 curves[t] = Curve.linear(FLOPS[t] / 100.0 * float(rng.uniform(0.5, 1.5)) * (0.3 if kind == "reward" else 1.0))
-        allowed = ("H100", "H800", "H200") if kind in ("trainer", "critic") and "H100" in types else None
-        if allowed is not None:
-            allowed = tuple(t for t in allowed if t in types)
+        allowed: Optional[tuple[str, ...]] = None
+        if kind in ("trainer", "critic") and "H100" in types:
+            allowed = tuple(t for t in ("H100", "H800", "H200") if t in types)
         cctx[name] = ComponentContext(curves, unit, allowed, weight_bytes=14e9,
                                       sharded_state_bytes=84e9 if kind in ("trainer", "critic") else 0.0,
                                       kv_bytes_per_token=57_344.0)
@@ -145,7 +147,8 @@ def run_case(name: str, types: tuple, nodes_per_type: int, max_candidates: int, 
     res: dict = {"case": name, "types": list(types), "nodes": nodes_per_type * len(types), "max_candidates": max_candidates,
                  "decisions": decisions, "backends": {}}
     donors = DonorConfig(theta=0.5, u_low=0.2, hold_s=0.0, kinds=("rollout", "tool_agent"))
-    sizes, objs = [], {b: [] for b in backends}
+    sizes: list = []
+    objs: dict[str, list] = {b: [] for b in backends}
     warm_snap, warm_ctx = synthetic(10_000, types, nodes_per_type)
     for b in backends:
         backend, generator = _variant(b)
@@ -176,7 +179,7 @@ def run_case(name: str, types: tuple, nodes_per_type: int, max_candidates: int, 
             r["committed"] += int(dec.committed)
             r["status"][dec.record.status.value] = r["status"].get(dec.record.status.value, 0) + 1
             objs[b].append(dec.objective)
-            if b == backends[0]:
+            if b == backends[0] and dec.instance is not None:
                 sizes.append(dec.instance.size())
             if dec.violations:
                 raise RuntimeError(f"checker rejected a {b} decision: {dec.violations}")

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache, partial
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -212,7 +212,7 @@ def _select_rows(groups: list[tuple[np.ndarray, list]], current: np.ndarray, lim
         return [], np.zeros((0, len(current)), dtype=np.int64)
     rows = np.ascontiguousarray(np.vstack([r for r, _ in groups]))
     keys = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel().tolist()
-    keys = [k if e else None for k, e in zip(keys, rows.any(axis=1).tolist())]
+    keys = [k if e else None for k, e in zip(keys, np.asarray(rows.any(axis=1)).tolist())]
     at, pos, per_key = 0, [], []
     for r, _ in groups:
         pos.append(list(range(at, at + len(r))))
@@ -355,8 +355,8 @@ def _capacity_rows(ctx: ComponentContext, cols: "_Columns", rows: np.ndarray) ->
     return out
 
 
-def _plan_moves(planner: MigrationPlanner, alloc: dict) -> tuple:
-    return planner.plan(alloc).moves
+def _plan_moves(planner: MigrationPlanner, alloc: Mapping) -> tuple:
+    return planner.plan(dict(alloc)).moves
 
 
 GENERATORS = ("numpy", "python")
@@ -389,9 +389,9 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
     donor_order: list[tuple[str, str, int]] = []  # (component, pool, gpus)
     release: dict[str, list] = {}  # release orders, computed once
     for d in sorted(donors):
-        node = graph.nodes.get(d)
-        if node is not None and node.interruptible:
-            release[d] = _release_order(node)
+        donor = graph.nodes.get(d)
+        if donor is not None and donor.interruptible:
+            release[d] = _release_order(donor)
             donor_order += [(d, w.node, w.gpus) for w in release[d]]
     for node in graph.nodes.values():
         ctx = context.components.get(node.name)
@@ -405,12 +405,12 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
     if cols is not None:
         free_v = cols.vector(free)
         givers = _Givers(donor_order, cols, free_v)
-    raw: list[tuple[ComponentNode, ComponentContext, list]] = []
+    raw: list[tuple[ComponentNode, ComponentContext, Any]] = []  # (node, context, named candidates: list or (names, rows))
     for node in graph.nodes.values():
         ctx = context.components.get(node.name)
         if ctx is None:
             raise ValueError(f"no throughput curve or sizes for component {node.name}: the context must describe every component")
-        groups: list[list] = []
+        groups: list = []  # lists of (name, alloc), or (rows, names) blocks with the numpy generator
         if node.interruptible and max_candidates > 1:
             if node.name in donors:
                 order = release.get(node.name) or _release_order(node)
@@ -454,6 +454,7 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
         before = _capacity(ctx, pools, [current])[0]
         if cols is None:
             for name, alloc in named:
+                assert planner is not None  # built whenever there are candidates
                 mp = planner.plan(alloc)
                 lost = charged_seconds([mp.kind], [mp.duration_s], [before], _capacity(ctx, pools, [alloc]),
                                        [any(v > current.get(p, 0) for p, v in alloc.items())],
@@ -465,6 +466,7 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
             rows = np.vstack([cols.current(node)[None, :], chosen])
             matrices.append(rows)
             if names:
+                assert planner is not None  # built whenever there are candidates
                 kinds, seconds, nbytes, causes = planner.costs(rows[1:])
                 new = rows[1:]
                 after = _capacity_rows(ctx, cols, new)
@@ -473,9 +475,9 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
                                        (new < cur_row).any(axis=1), context.links)
                 cost = t_now * lost / horizon
                 for i, name in enumerate(names):
-                    alloc = LazyAlloc(rows[i + 1], cols.names)
-                    cands.append(Candidate(name, alloc, float(seconds[i]), float(nbytes[i]), float(cost[i]), kinds[i],
-                                           LazyMoves(partial(_plan_moves, planner, alloc)), causes[i]))
+                    lazy = LazyAlloc(rows[i + 1], cols.names)
+                    cands.append(Candidate(name, lazy, float(seconds[i]), float(nbytes[i]), float(cost[i]), kinds[i],
+                                           LazyMoves(partial(_plan_moves, planner, lazy)), causes[i]))
         stages.append(Stage(node.name, node.kind, node.dynamic, node.interruptible, dict(ctx.curves), cands,
                             unit_gpus=max(1, ctx.unit_gpus), single_type=node.kind in SYNCHRONOUS_KINDS, donor=node.name in donors,
                             pipeline=ctx.pipeline, curve_source=ctx.curve_source))

@@ -131,12 +131,14 @@ class LazyMoves(Sequence):
     __slots__ = ("_plan", "_moves")
 
     def __init__(self, plan: Callable[[], tuple]) -> None:
-        self._plan = plan
+        self._plan: Optional[Callable[[], tuple]] = plan
         self._moves: Optional[tuple] = None
 
     def _get(self) -> tuple:
         if self._moves is None:
-            self._moves = tuple(self._plan())
+            plan = self._plan
+            assert plan is not None  # dropped only once the moves are planned
+            self._moves = tuple(plan())
             self._plan = None
         return self._moves
 
@@ -152,7 +154,7 @@ class LazyMoves(Sequence):
     def __eq__(self, other) -> bool:
         return self._get() == (other._get() if isinstance(other, LazyMoves) else other)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable like a list: it compares equal to tuples by value
 
     def __repr__(self) -> str:
         return repr(self._get()) if self._moves is not None else "LazyMoves(<not planned yet>)"
@@ -168,14 +170,16 @@ class LazyAlloc(Mapping):
     __slots__ = ("_row", "_names", "_dict")
 
     def __init__(self, row: np.ndarray, names: list) -> None:
-        self._row = row
+        self._row: Optional[np.ndarray] = row
         self._names = names
         self._dict: Optional[dict] = None
 
     def _get(self) -> dict:
         if self._dict is None:
-            vals = self._row.tolist()
-            self._dict = {self._names[i]: vals[i] for i in np.flatnonzero(self._row).tolist()}
+            row = self._row
+            assert row is not None  # dropped only once the dict is built
+            vals = row.tolist()
+            self._dict = {self._names[i]: vals[i] for i in np.flatnonzero(row).tolist()}
             self._row = None
         return self._dict
 
@@ -442,7 +446,7 @@ class Arrays:
         """The arrays of the candidates ``keep[s]`` (indices) of every stage."""
         out = Arrays([g[k] for g, k in zip(self.gpus, keep)], [c[k] for c, k in zip(self.cost, keep)], self.cap, self.types,
                      self.pool_type)
-        out._by_type = {s: bt[keep[s]] for s, bt in self.__dict__.get("_by_type", {}).items()}
+        out.__dict__["_by_type"] = {s: bt[keep[s]] for s, bt in self.__dict__.get("_by_type", {}).items()}
         return out
 
 

@@ -233,18 +233,24 @@ class MigrationPlanner:
         return plan_migration(component, kind, ctx, current, target, workers, pools, links, self.drain, self.old)
 
     # ----------------------------------------------------------------------- vectorised costs
+    def _links_table(self) -> "LinkTable":
+        """The links table (shared, or built here on first use)."""
+        if self.links_table is None:
+            _, _, _, _, _, pools, links = self.args
+            self.links_table = LinkTable(pools, links)
+        return self.links_table
+
     def _tables(self) -> dict:
         """Per pool (columns in ``pools`` order) numbers :meth:`costs` looks up."""
         if self._vec is None:
             _, _, ctx, current, _, pools, links = self.args
-            if self.links_table is None:
-                self.links_table = LinkTable(pools, links)
+            table = self._links_table()
             names = list(pools)
             col = {p: i for i, p in enumerate(names)}
             cur = np.zeros(len(names), dtype=np.int64)
             for p, g in current.items():
                 cur[col[p]] = g
-            old_bw = self.links_table.best(cur[None, :] > 0)[0]
+            old_bw = table.best(cur[None, :] > 0)[0]
             # KV tokens handed over when d GPUs leave pool p: the first engines in drain order that
             # free d (per pool, engines in drain order in the columns, zero-padded: running sums stay flat)
             depth = int(cur.max(initial=0))
@@ -268,7 +274,7 @@ class MigrationPlanner:
         _, kind, ctx, _, _, pools, links = self.args
         v = self._tables()
         T = np.asarray(targets, dtype=np.int64)
-        if not self.links_table.exact:
+        if not self._links_table().exact:
             names = list(pools)
             plans = [self.plan({names[i]: int(row[i]) for i in np.flatnonzero(row)}) for row in T]
             return ([m.kind for m in plans], np.array([m.duration_s for m in plans]), np.array([m.bytes_moved for m in plans]),
@@ -297,7 +303,7 @@ class MigrationPlanner:
         for k, fn in (("workload", self._workload_costs), ("p2p", self._p2p_costs), ("reboot", self._reboot_costs)):
             rows = np.nonzero(kinds == k)[0]
             if len(rows):
-                duration[rows], nbytes[rows] = fn(T[rows], ctx, links, va, self.links_table)
+                duration[rows], nbytes[rows] = fn(T[rows], ctx, links, va, self._links_table())
         return kinds.tolist(), duration, nbytes, causes.tolist()
 
     @staticmethod

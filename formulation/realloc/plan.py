@@ -17,7 +17,7 @@ The executor applies ``allocation`` and ``steps`` only when ``committed`` is tru
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -122,7 +122,7 @@ class ReallocPlan(_Body):
 
 
 # ------------------------------------------------------------------------------ from a decision
-def _allocation(dec, s: int, c: int) -> tuple[ComponentAllocation, list[StepOut]]:
+def _allocation(dec, s: int, c: int) -> tuple[ComponentAllocation, list[tuple[Any, StepOut]]]:
     from formulation.realloc.migrations import drain_order
 
     inst = dec.instance
@@ -183,8 +183,8 @@ def decision_body(dec) -> dict:
     by_move = {(c, id(m)): out for c, m, out in pairs}
     ordered = order_moves([(c, m) for c, m, _ in pairs], {p.name: p.gpus for p in inst.pools}, used)
     steps = [by_move[(c, id(m))] for c, m in ordered]
-    for i, st in enumerate(steps):
-        st.order = i + 1
+    for i, step in enumerate(steps):
+        step.order = i + 1
     body = ReallocPlan(
         job=dec.job, time_s=dec.time_s, iteration=dec.iteration, backend=dec.record.backend, margin=inst.margin,
         horizon_s=inst.horizon_s, throughput_unit=inst.unit, donors=[DonorOut(**{k: v for k, v in e.as_dict().items() if k != "time_s"}) for e in dec.donors],

@@ -66,8 +66,15 @@ def held_out_scenario(base: Path, label: str, lengths: dict, tmpdir: Path) -> Pa
     return p
 
 
-def plan_and_simulate(path: Path, mode: str, *, time_limit_s: float = 20.0, iterations: int = 24, samples: int = 6,
-                      seed: int = 0) -> dict:
+# the check's sampling: each group's simulated cycle is the mean of REPLICATIONS..MAX_REPLICATIONS
+# independent replications (SAMPLES fresh request-level iterations per member each), added until its
+# standard error is within CHECK_REL_SE of it
+SAMPLES, REPLICATIONS, MAX_REPLICATIONS, CHECK_REL_SE = 6, 3, 8, 0.01
+
+
+def plan_and_simulate(path: Path, mode: str, *, time_limit_s: float = 20.0, iterations: int = 24, samples: int = SAMPLES,
+                      seed: int = 0, replications: int = REPLICATIONS, max_replications: int = MAX_REPLICATIONS,
+                      rel_se: float = CHECK_REL_SE) -> dict:
     from formulation.common import SolveOptions
     from formulation.placement.solve import solve
     from planner.instances.placement import compile_scenario
@@ -80,7 +87,8 @@ def plan_and_simulate(path: Path, mode: str, *, time_limit_s: float = 20.0, iter
     t1 = time.perf_counter()
     plan = solve(inst, SolveOptions(time_limit_s=time_limit_s)).plan
     t2 = time.perf_counter()
-    res = simulate_plan(sc, plan, seed=seed, iterations=iterations, samples=samples)
+    res = simulate_plan(sc, plan, seed=seed, iterations=iterations, samples=samples, replications=replications,
+                        max_replications=max_replications, rel_se=rel_se)
     t3 = time.perf_counter()
     d = res.to_dict()
     d.update(scenario=sc.name, path=str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name, mode=mode,
@@ -125,16 +133,30 @@ def _replace_predictor(out: Path, name: str, pred: dict) -> None:
         js.write_text(json.dumps(data, indent=2, default=float) + "\n")
 
 
+def _se(g: dict) -> str:
+    se = g.get("simulated_se_s")
+    return f"{se:.2f}" if se is not None and np.isfinite(se) else "-"
+
+
 def markdown(rows: list[dict], pred: dict | None, command: str, machine: dict, mode: str, title: str) -> str:
     lines = [f"# {title}", "", f"Command: `{command}`", "",
              f"Machine: {machine['uname']}; {machine['cpus']} CPUs; load average {', '.join(f'{x:.2f}' for x in machine['loadavg'])}",
              "", f"Phase-time mode of the plans: `{mode}`. Target: every group's simulated cycle within "
              f"{100 * TARGET:.0f}% of its planned cycle. The simulation draws its requests from seeds the planner "
-             "never saw (`simulator.phasetimes.CHECK_SEED_BASE`).", ""]
+             "never saw (`simulator.phasetimes.CHECK_SEED_BASE`), each member of a group its own. A group's simulated "
+             f"cycle is the mean of {REPLICATIONS}-{MAX_REPLICATIONS} independent replications ({SAMPLES} fresh "
+             "request-level iterations per member each, 24 meta-iterations, the first 4 dropped), added until its "
+             f"standard error (SE, over the replications) is within {100 * CHECK_REL_SE:.0f}% of it.", ""]
     errs = [g["error"] for r in rows for g in r["groups"]]
     within = sum(abs(e) <= TARGET for e in errs)
     lines += [f"**{within} of {len(errs)} groups within {100 * TARGET:.0f}%**; max |error| "
               f"{100 * max((abs(e) for e in errs), default=0):.1f}%, median |error| {100 * float(np.median(np.abs(errs))) if errs else 0:.1f}%.", ""]
+    ses = [g["simulated_se_s"] / g["simulated_cycle_s"] for r in rows for g in r["groups"]
+           if g.get("simulated_se_s") is not None and np.isfinite(g["simulated_se_s"]) and g["simulated_cycle_s"] > 0]
+    if ses:
+        draws = [g.get("draws_per_member", 0) for r in rows for g in r["groups"]]
+        lines += [f"Standard error of the simulated cycles: median {100 * float(np.median(ses)):.2f}%, max "
+                  f"{100 * max(ses):.2f}% of the cycle ({min(draws)}-{max(draws)} request-level iterations per member).", ""]
     shared = [(g["error"], g.get("switch_s", 0.0) / g["planned_cycle_s"]) for r in rows for g in r["groups"] if g.get("switch_s", 0.0) > 0]
     outside = [(e, sw) for r in rows for g in r["groups"] for e, sw in [(g["error"], g.get("switch_s", 0.0) / g["planned_cycle_s"])]
                if abs(e) > TARGET]
@@ -151,14 +173,14 @@ def markdown(rows: list[dict], pred: dict | None, command: str, machine: dict, m
     lines.append("")
     for r in rows:
         lines += [f"## {r['scenario']} (`{r['path']}`)", "",
-                  "| group | rollout pool | training pool | members | planned cycle (s) | simulated cycle (s) | error | "
+                  "| group | rollout pool | training pool | members | planned cycle (s) | simulated cycle (s) | SE (s) | error | "
                   "warm switches (in the plan) |",
-                  "|---|---|---|---|---:|---:|---:|---:|"]
+                  "|---|---|---|---|---:|---:|---:|---:|---:|"]
         for g in r["groups"]:
             flag = "" if abs(g["error"]) <= TARGET else " **!**"
             sw = g.get("switch_s", 0.0)
             lines.append(f"| {g['id']} | {g['rollout_pool']} | {g['train_pool']} | {', '.join(g['members'])} | "
-                         f"{g['planned_cycle_s']:.1f} | {g['simulated_cycle_s']:.1f} | {100 * g['error']:+.1f}%{flag} | "
+                         f"{g['planned_cycle_s']:.1f} | {g['simulated_cycle_s']:.1f} | {_se(g)} | {100 * g['error']:+.1f}%{flag} | "
                          + (f"{sw:.1f} s ({100 * sw / g['planned_cycle_s']:.1f}%)" if sw > 0 else "-") + " |")
         if r.get("unplaced"):
             lines.append(f"\nUnplaced: {', '.join(r['unplaced'])}")

@@ -11,7 +11,8 @@ For every group of a ``PlacementPlan`` body, each member runs on the nodes the p
   iteration drawing one of the member's simulated rollouts and training phases.
 
 Reported per group: the plan's cycle time against the simulated one (the mean gap between
-iteration ends after a warm-up) and the error ``simulated / planned - 1``; per job: the planned
+iteration ends after a warm-up; with ``replications`` > 1 the mean over independent replications,
+each with fresh draws, and its standard error) and the error ``simulated / planned - 1``; per job: the planned
 and simulated cycle, its SLO, the share of iterations within it (attainment) and the margin of
 its slowest and of its mean iteration to the SLO.
 """
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Optional
 
 import numpy as np
 
@@ -53,6 +56,9 @@ class GroupResult:
     planned_cycle_s: float
     simulated_cycle_s: float
     switch_s: float = 0.0  # warm-switch seconds per meta-iteration on the busier ring (0 for a lone member)
+    simulated_se_s: float = math.nan  # standard error of simulated_cycle_s (replications' batch means; NaN with one)
+    replications: int = 1
+    draws_per_member: int = 0  # simulated iterations (request-level rollouts) per member, over all replications
 
     @property
     def error(self) -> float:
@@ -102,61 +108,108 @@ def member_setup(sc, view, job_name: str, rollout_type: str, rollout_nodes: int,
                      view.inter_cluster_bw(rollout_type, train_type))
 
 
-def member_samples(setup, samples: int, seed: int = 0) -> tuple[tuple, tuple]:
-    """(rollout seconds, training seconds) of ``samples`` independent simulated iterations."""
-    from simulator.phasetimes import CHECK_SEED_BASE, rollout_run, train_time_s
+def member_samples(setup, samples: int, seed: int = 0, *, member: int = 0, first: int = 0) -> tuple[tuple, tuple]:
+    """(rollout seconds, training seconds) of ``samples`` independent simulated iterations: seeds
+    ``CHECK_SEED_BASE + 1000 seed + 100 member + first + k`` (each member of a group draws its own
+    iterations, also when two members have the same job shape: two jobs do not share their data)."""
+    from simulator.phasetimes import CHECK_SEED_BASE
 
+    if first + samples > 100:
+        raise ValueError(f"at most 100 draws per member ({first} + {samples} asked)")
     r, t = [], []
     for k in range(samples):
-        reqs, makespan, _ = rollout_run(setup, CHECK_SEED_BASE + 1000 * seed + k)
-        r.append(float(makespan))
-        t.append(train_time_s(setup, reqs))
+        a, b = _check_draw(setup, CHECK_SEED_BASE + 1000 * seed + 100 * member + first + k)
+        r.append(a)
+        t.append(b)
     return tuple(r), tuple(t)
 
 
-def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 4, samples: int = 6) -> PlanSimulation:
+@lru_cache(maxsize=16384)
+def _check_draw(setup, seed: int) -> tuple[float, float]:
+    from simulator.phasetimes import rollout_run, train_time_s
+
+    reqs, makespan, _ = rollout_run(setup, seed)
+    return float(makespan), float(train_time_s(setup, reqs))
+
+
+def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 4, samples: int = 6,
+                  replications: int = 1, max_replications: Optional[int] = None, rel_se: float = 0.01) -> PlanSimulation:
     """Simulate every group of ``plan`` (a :class:`formulation.placement.plan.PlacementPlan`) on the
-    cluster of ``sc`` (the scenario it was made from)."""
+    cluster of ``sc`` (the scenario it was made from).
+
+    Each group is simulated in independent *replications* (batch means): replication ``r`` draws
+    ``samples`` fresh iterations per member (seeds of their own) and runs ``iterations``
+    meta-iterations on them; its cycle ``c_r`` is the mean gap after ``skip`` warm-up iterations.
+    The group's simulated cycle is ``mean(c_r)`` and its standard error ``std(c_r) / sqrt(R)``;
+    replications are added (``replications`` up to ``max_replications``) while that standard error
+    exceeds ``rel_se`` of the mean. With one replication the standard error is not known (NaN)."""
     from planner.instances.simulate import cluster_view
     from simulator.groups import GroupSpec, MemberSpec, run_group
     from simulator.phasetimes import switch_times_s, sync_time_s
 
+    rmin = max(1, int(replications))
+    rmax = max(rmin, int(max_replications) if max_replications is not None else rmin)
+    if rmax * samples > 100:
+        raise ValueError(f"replications x samples must be at most 100 ({rmax} x {samples})")
     view = cluster_view(sc)
     out = PlanSimulation(scenario=sc.name, seed=seed, iterations=iterations, samples=samples)
     for g in plan.groups:
         rt, tt = g.rollout_pool.gpu_type, g.train_pool.gpu_type
         by = {m.job: m for m in g.members}
-        specs = []
+        setups = {name: member_setup(sc, view, name, rt, len(by[name].rollout_nodes), tt, len(by[name].train_nodes))
+                  for name in g.order}
         sw_rings = [0.0, 0.0]
         for name in g.order:
-            m = by[name]
-            setup = member_setup(sc, view, name, rt, len(m.rollout_nodes), tt, len(m.train_nodes))
-            r, t = member_samples(setup, samples, seed)
-            sw_r, sw_t = switch_times_s(setup)
+            sw_r, sw_t = switch_times_s(setups[name])
             sw_rings[0] += sw_r
             sw_rings[1] += sw_t
-            specs.append(MemberSpec(name=name, rollout_s=r, train_s=t, sync_s=sync_time_s(setup),
-                                    rollout_nodes=tuple(m.rollout_nodes), train_nodes=tuple(m.train_nodes),
-                                    rollout_switch_s=sw_r, train_switch_s=sw_t, slo_s=float(m.slo_s)))
-        spec = GroupSpec(name=g.id, members=tuple(specs), gpus_per_node=g.rollout_pool.gpus_per_node,
-                         rollout_nodes=tuple(g.rollout_pool.nodes), train_nodes=tuple(g.train_pool.nodes))
-        run = run_group(spec, iterations=iterations, seed=seed)
-        cyc = run.cycle_times(skip=skip)
+        cycles: list[float] = []
+        gaps_of: dict[str, list] = {name: [] for name in g.order}
+        cyc_of: dict[str, list] = {name: [] for name in g.order}
+        while len(cycles) < rmax:
+            rep = len(cycles)
+            specs = []
+            for i, name in enumerate(g.order):
+                m, setup = by[name], setups[name]
+                r, t = member_samples(setup, samples, seed, member=i, first=rep * samples)
+                sw_r, sw_t = switch_times_s(setup)
+                specs.append(MemberSpec(name=name, rollout_s=r, train_s=t, sync_s=sync_time_s(setup),
+                                        rollout_nodes=tuple(m.rollout_nodes), train_nodes=tuple(m.train_nodes),
+                                        rollout_switch_s=sw_r, train_switch_s=sw_t, slo_s=float(m.slo_s)))
+            spec = GroupSpec(name=g.id, members=tuple(specs), gpus_per_node=g.rollout_pool.gpus_per_node,
+                             rollout_nodes=tuple(g.rollout_pool.nodes), train_nodes=tuple(g.train_pool.nodes))
+            run = run_group(spec, iterations=iterations, seed=1000 * seed + rep)
+            cyc = run.cycle_times(skip=skip)
+            for name in g.order:
+                mem = run._all_members()[name]
+                gaps_of[name].extend(np.diff([mem.rollout_starts[0]] + list(mem.iter_end))[skip:])
+                cyc_of[name].append(cyc.get(name, math.nan))
+            cycles.append(max(cyc.values()) if cyc else math.nan)
+            if len(cycles) >= rmin and _rel_se(cycles) <= rel_se:
+                break
         for name in g.order:
-            mem = run._all_members()[name]
-            ends = mem.iter_end
-            gaps = np.diff([mem.rollout_starts[0]] + list(ends))[skip:]
+            gaps = np.asarray(gaps_of[name], dtype=float)
             m = by[name]
             out.jobs.append(JobResult(job=name, group=g.id, planned_cycle_s=float(m.cycle_time_s),
-                                      simulated_cycle_s=float(cyc.get(name, math.nan)), slo_s=float(m.slo_s),
+                                      simulated_cycle_s=float(np.mean(cyc_of[name])), slo_s=float(m.slo_s),
                                       slo_attainment=float(np.mean(gaps <= m.slo_s * (1 + 1e-9))) if gaps.size else math.nan,
                                       iterations=int(gaps.size), worst_iteration_s=float(gaps.max()) if gaps.size else math.nan,
                                       mean_iteration_s=float(gaps.mean()) if gaps.size else math.nan))
-        sim = max(cyc.values()) if cyc else math.nan
+        mean = float(np.mean(cycles))
+        se = float(np.std(cycles, ddof=1) / math.sqrt(len(cycles))) if len(cycles) > 1 else math.nan
         out.groups.append(GroupResult(id=g.id, rollout_pool=f"{g.rollout_pool.size}x{rt}", train_pool=f"{g.train_pool.size}x{tt}",
-                                      members=list(g.order), planned_cycle_s=float(g.cycle_time_s), simulated_cycle_s=float(sim),
-                                      switch_s=max(sw_rings) if len(g.order) > 1 else 0.0))
+                                      members=list(g.order), planned_cycle_s=float(g.cycle_time_s), simulated_cycle_s=mean,
+                                      switch_s=max(sw_rings) if len(g.order) > 1 else 0.0, simulated_se_s=se,
+                                      replications=len(cycles), draws_per_member=len(cycles) * samples))
     return out
+
+
+def _rel_se(xs: list) -> float:
+    """Standard error of the mean of ``xs`` over the mean (infinite with fewer than two)."""
+    if len(xs) < 2:
+        return math.inf
+    m = float(np.mean(xs))
+    return float(np.std(xs, ddof=1) / math.sqrt(len(xs)) / m) if m > 0 else math.inf
 
 
 def table_rows(res: PlanSimulation) -> tuple[list, list]:

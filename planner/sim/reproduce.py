@@ -232,7 +232,7 @@ def heavy_tail(scenario: str) -> dict:
 
 
 def _dynarl_setups() -> list[tuple[str, str, dict | None]]:
-    out = [(s, label, None) for s, label in DYNARL]
+    out: list[tuple[str, str, dict | None]] = [(s, label, None) for s, label in DYNARL]
     out.append(("dynarl/math-7b-64gpu.yaml", "7B, 64 GPUs, heavy tail", heavy_tail("dynarl/math-7b-64gpu.yaml")))
     return out
 
@@ -350,9 +350,9 @@ def dynarl_math(args, cmd, R) -> tuple[list[str], list[dict]]:
           "cannot hold log-prob inference and one trainer replica):", "",
           "| set-up | " + " | ".join(f"split {i + 1}" for i in range(max(len(r["splits"]) for r in rows))) + " |",
           "|---|" + "---:|" * max(len(r["splits"]) for r in rows)]
-    for r in rows:
-        cells = [f"{k}: {v:.0f}" if v is not None else f"{k}: -" for k, v in sorted(r["splits"].items(), key=lambda kv: int(kv[0].split("+")[0]))]
-        L.append(f"| {r['setup']} | " + " | ".join(cells) + " |")
+    for row in rows:
+        cells = [f"{k}: {v:.0f}" if v is not None else f"{k}: -" for k, v in sorted(row["splits"].items(), key=lambda kv: int(kv[0].split("+")[0]))]
+        L.append(f"| {row['setup']} | " + " | ".join(cells) + " |")
     L += fidelity_table(rows)
     L += dynarl_notes(rows)
     return L, rows
@@ -671,10 +671,27 @@ def trace_cost(args, cmd, R):
     L += ["", f"Ours: at best {best:.2f}x lower cost than Solo-D, with {100 * att:.0f}% of the jobs meeting their SLO"
           + (f"; at 100% SLO attainment at best {max(full):.2f}x" if full else "; no groups variant meets every SLO")
           + " (published 1.84x at 100% SLO). Groups slow their members (a job needs the same iterations, so it holds its "
-          "share of the pools longer), and the reasons of `weave-equal-cost.md` apply. The SLO is the scenario's ratio times "
-          "the estimators' conservative solo time with the `estimators` tables, and the simulated p90 solo time with the "
-          "`simulator` tables.", ""]
+          "share of the pools longer), and the reasons of `weave-equal-cost.md` apply. " + _slo_sentence("weave-trace-60.yaml"), ""]
     return L, [{"policy": p, "tables": t, "consolidate": c, **r} for (p, t, c), r in rows.items()]
+
+
+def _slo_sentence(scenario: str) -> str:
+    """How the trace's SLOs are set, read from the scenario (its ratios and its phase-time mode)."""
+    from planner.schema import load_scenario
+
+    sc = load_scenario(SC / scenario)
+    ratios = sorted(j.slo.ratio_to_solo for j in sc.jobs if j.slo.iteration_s is None)
+    fixed = sum(1 for j in sc.jobs if j.slo.iteration_s is not None)
+    mode = sc.solver.phase_time_estimate
+    solo = ("expected solo iteration (`sampled`: the mean of simulated iterations, `simulator.phasetimes`)" if mode == "sampled"
+            else "conservative solo iteration (`conservative`: every response at its maximum length)")
+    span = (f"{ratios[0]:.2f}-{ratios[-1]:.2f}x" if ratios[0] != ratios[-1] else f"{ratios[0]:.2f}x") if ratios else ""
+    text = (f"The SLO is the scenario's ratio ({span}) times the job's {solo} in the planner's own phase times "
+            f"(`solver.phase_time_estimate: {mode}`) with the `estimators` tables, and times the simulated p90 solo "
+            "iteration (p90 rollout + p90 training + sync) with the `simulator` tables") if ratios else ""
+    if fixed:
+        text += ("; " if text else "") + f"{fixed} jobs have a fixed `slo.iteration_s`"
+    return text + "."
 
 
 def consolidation(args, cmd, R):
@@ -896,7 +913,8 @@ def check(names, out: Path, workers, ray_address, budget_s) -> int:
             todo.setdefault(key, (n, Task(t["fn"], t["kwargs"]), float(t["wall_s"])))
     chosen = sorted(todo.values(), key=lambda v: v[2])
     if budget_s is not None:
-        picked, spent = [], 0.0
+        picked: list[tuple] = []
+        spent = 0.0
         for v in chosen:
             if spent + v[2] > budget_s and picked:  # at least the cheapest one
                 break
@@ -924,8 +942,8 @@ def check(names, out: Path, workers, ray_address, budget_s) -> int:
     checked = len(chosen)
     print(f"checked {checked} of {len(todo)} simulations in {time.perf_counter() - t0:.1f} s: "
           + ("all match" if not problems else f"{len(problems)} difference(s)"))
-    for p in problems:
-        print("  " + p)
+    for prob in problems:
+        print("  " + prob)
     return 1 if problems else 0
 
 
@@ -950,7 +968,7 @@ def readme(rows_by: dict) -> str:
     if a:
         by = {(r["scenario"], r["policy"], r["queue"]): r for r in a}
         kv = [r for r in a if r["scenario"] == PRIORITY_SCENARIO]
-        pr = by.get((PRIORITY_SCENARIO, "static", "fifo"))["iter_s"] / by.get((PRIORITY_SCENARIO, "static", "priority"))["iter_s"] if kv else math.nan
+        pr = by[(PRIORITY_SCENARIO, "static", "fifo")]["iter_s"] / by[(PRIORITY_SCENARIO, "static", "priority")]["iter_s"] if kv else math.nan
         dy = [r["speedup"] for r in a if r["policy"] == "dynamic"]
         vb = [r["best_static"] / r["iter_s"] for r in a if "best_static" in r]
         L.append(f"| DynaRL agentic RL with / without request priority | 1.27-1.64x | priority on the same split: "
@@ -1045,11 +1063,12 @@ def generate(names, args, out: Path, resume: bool = False) -> int:
     n_all = len({t.key for t in tasks})
     t0 = time.perf_counter()
 
-    def progress(key, wall):
-        progress.n += 1
-        print(f"[{progress.n}/{n_all}] {wall:6.1f} s  {key}", flush=True)
+    finished = [len({t.key for t in tasks}) - len({t.key for t in todo})]  # simulations done so far (a cell the closure updates)
 
-    progress.n = len({t.key for t in tasks}) - len({t.key for t in todo})
+    def progress(key, wall):
+        finished[0] += 1
+        print(f"[{finished[0]}/{n_all}] {wall:6.1f} s  {key}", flush=True)
+
     with open(RESUME_FILE, "a") as log:
         def record(key, wall):
             progress(key, wall)
