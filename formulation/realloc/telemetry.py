@@ -29,7 +29,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from estimators.fields import Int, Real  # numbers that refuse booleans (true/false), shared
 
 ComponentKind = Literal["rollout", "reference", "critic", "reward", "tool_agent", "trainer"]
 
@@ -38,14 +40,7 @@ ComponentKind = Literal["rollout", "reference", "critic", "reward", "tool_agent"
 DYNAMIC_KINDS = frozenset({"rollout", "tool_agent"})
 
 
-def _not_a_bool(v):
-    if isinstance(v, bool):
-        raise ValueError(f"{str(v).lower()} is a boolean, not a number")
-    return v
 
-
-Int = Annotated[int, BeforeValidator(_not_a_bool)]
-Real = Annotated[float, BeforeValidator(_not_a_bool)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 
 # Bounds that keep any snapshot that validates cheap to plan on (the HTTP API and files alike).

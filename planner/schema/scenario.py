@@ -26,7 +26,9 @@ from __future__ import annotations
 
 from typing import Annotated, Final, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from estimators.fields import Int, Real  # numbers that refuse booleans (true/false), shared
 
 from planner.schema.workload import QuantileTable, ToolLatency, TraceColumn, UserDistribution  # users' own workloads
 
@@ -60,14 +62,6 @@ MAX_BUDGET = 1e9            # $ per hour
 MAX_SEED = 2**31 - 1        # solvers take 32-bit seeds
 
 
-def _not_a_bool(v):
-    if isinstance(v, bool):
-        raise ValueError(f"{str(v).lower()} is a boolean, not a number")
-    return v
-
-
-Int = Annotated[int, BeforeValidator(_not_a_bool)]      # an integer; true/false are refused
-Real = Annotated[float, BeforeValidator(_not_a_bool)]   # a finite number (see Strict); true/false are refused
 
 
 class Strict(BaseModel):
