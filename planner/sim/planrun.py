@@ -75,13 +75,26 @@ class PlanSimulation:
     samples: int = 0
 
     def to_dict(self) -> dict:
-        return {
+        """Plain data for JSON: a figure that is not known (a standard error from one replication,
+        the attainment of no jobs) is null, never NaN (which strict JSON readers refuse)."""
+        return _finite({
             "scenario": self.scenario, "seed": self.seed, "iterations": self.iterations, "samples_per_member": self.samples,
             "groups": [{**asdict(g), "error": g.error} for g in self.groups],
             "jobs": [{**asdict(j), "margin_s": j.margin_s} for j in self.jobs],
             "max_abs_error": max((abs(g.error) for g in self.groups), default=0.0),
             "slo_attainment_mean": float(np.mean([j.slo_attainment for j in self.jobs])) if self.jobs else math.nan,
-        }
+        })
+
+
+def _finite(v):
+    """``v`` with every non-finite float replaced by None (recursively through dicts and lists)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
 
 
 def _job_specs(sc) -> dict:

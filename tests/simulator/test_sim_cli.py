@@ -88,7 +88,10 @@ def test_simulate_plan_reports_planned_and_simulated_cycle_per_group(tmp_path):
     groups = yaml.safe_load(plan.read_text())["body"]["groups"]
     r = run_cli("simulate", sc, "--plan", str(plan), "--json", "--iterations", "10", "--out", str(out))
     assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    def strict(const):
+        raise AssertionError(f"--json printed {const}: not JSON (an unknown figure must be null)")
+
+    doc = json.loads(r.stdout, parse_constant=strict)
     assert [g["id"] for g in doc["groups"]] == [g["id"] for g in groups]
     for g, planned in zip(doc["groups"], groups):
         assert g["members"] == planned["order"] and g["planned_cycle_s"] == pytest.approx(planned["cycle_time_s"])
