@@ -22,7 +22,7 @@ def shared_data(*parts: str) -> Path:
     return p
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120.0, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600.0, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m planner ARGS`` in a subprocess (the real entry point), capturing output."""
     e = dict(os.environ)
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")

@@ -98,7 +98,7 @@ def test_client_speaks_the_daemon_api(server):
             c.plan()
         assert [d["id"] for d in c.iter_decisions(limit=2)] == [1, 2, 3, 4, 5, 6, 7]  # paged by next_since_id
         assert [d["id"] for d in c.iter_decisions(since_id=2, kind="realloc")] == [3, 5, 7]
-        assert c.wait_for_decision(lambda d: d["id"] == 5, timeout_s=5, poll_s=0.01)["kind"] == "realloc"
+        assert c.wait_for_decision(lambda d: d["id"] == 5, timeout_s=120, poll_s=0.01)["kind"] == "realloc"
         with pytest.raises(TimeoutError, match="kind admit"):
             c.wait_for_decision(lambda d: False, kind="admit", timeout_s=0.05, poll_s=0.01)
         assert c.cluster(job="math")["job"] == "math"

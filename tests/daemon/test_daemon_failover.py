@@ -20,11 +20,11 @@ def test_sigstop_the_leader_mid_apply_the_standby_finishes_the_woken_leader_is_f
         leader.signal(signal.SIGSTOP)
         frozen_at = applied_steps(leader.state)
         with standby.client() as c:
-            wait_for(lambda: c.get("/v1/health").json()["role"] == "applier", timeout=60, what="the standby took the lease")
-            wait_for(lambda: all(c.get(f"/v1/jobs/{n}").json()["state"] == "running" for n in "ab"), timeout=90,
+            wait_for(lambda: c.get("/v1/health").json()["role"] == "applier", what="the standby took the lease")
+            wait_for(lambda: all(c.get(f"/v1/jobs/{n}").json()["state"] == "running" for n in "ab"),
                      what="the standby finished the apply")
         leader.signal(signal.SIGCONT)
-        assert leader.wait(60) != 0, "the superseded leader stops"
+        assert leader.wait(what="the superseded leader to stop") != 0, "the superseded leader stops"
         out = leader.output()
         assert "lease" in out and "Traceback" not in out, out
         with standby.client() as c:

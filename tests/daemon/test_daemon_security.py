@@ -115,7 +115,7 @@ def test_live_jobs_per_token_are_limited(daemon):
         assert c.post("/v1/jobs", json=job("quota-other")).status_code == 201
     with daemon.client() as admin:
         assert admin.delete("/v1/jobs/quota-1").status_code == 202
-        wait_for(lambda: admin.get("/v1/jobs/quota-1").json()["state"] == "cancelled", timeout=60, what="quota-1 cancelled")
+        wait_for(lambda: admin.get("/v1/jobs/quota-1").json()["state"] == "cancelled", what="quota-1 cancelled")
     with httpx.Client(base_url=daemon.url, timeout=30, headers=bearer("quota")) as c:
         assert c.post("/v1/jobs", json=job("quota-3")).status_code == 201, "an ended job frees its place"
 

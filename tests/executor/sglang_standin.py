@@ -81,7 +81,8 @@ def reference(prompt: list[int], sampling, with_logprobs: bool = False):
 def make_app(tick_s: float = 0.002) -> FastAPI:
     app = FastAPI()
     st = {"paused": None, "abort_all": False, "aborted": set(), "running": {}, "released": False, "weights": {},
-          "groups": {}, "version": "", "known": set(), "prefill_tokens": 0, "generate_calls": 0}
+          "groups": {}, "version": "", "known": set(), "prefill_tokens": 0, "generate_calls": 0,
+          "hold": None}
 
     def in_batch() -> int:  # requests holding KV in the running batch
         return sum(1 for r in st["running"].values() if not r["retracted"])
@@ -99,14 +100,16 @@ def make_app(tick_s: float = 0.002) -> FastAPI:
         st["generate_calls"] += 1
         st["prefill_tokens"] += len(seq)
         out, lps, reason = [], [], {"type": "length"}
-        me = {"retracted": False}
+        me = {"retracted": False, "decoded": 0}
         st["running"][rid] = me
         try:
             while len(out) < n:
                 if rid in st["aborted"] or st["abort_all"]:
                     reason = {"type": "abort"}
                     break
-                if st["paused"] is None:
+                if st["hold"] is not None and len(out) >= st["hold"]:
+                    pass  # a test's hold (StandIn.hold): this request waits, as behind a slow batch
+                elif st["paused"] is None:
                     if me["retracted"]:  # back from the waiting queue: its KV cache is recomputed
                         st["prefill_tokens"] += len(seq)
                         me["retracted"] = False
@@ -114,6 +117,7 @@ def make_app(tick_s: float = 0.002) -> FastAPI:
                     lps.append(logprob(seq, t))
                     seq.append(t)
                     out.append(t)
+                    me["decoded"] = len(out)
                     if t in stops:
                         reason = {"type": "stop", "matched": t}
                         break
@@ -188,9 +192,9 @@ def make_app(tick_s: float = 0.002) -> FastAPI:
 
         def join():
             store = dist.TCPStore(body["master_address"], body["master_port"], body["world_size"], False,
-                                  timeout=datetime.timedelta(seconds=20))
+                                  timeout=datetime.timedelta(seconds=120))
             return dist.ProcessGroupGloo(dist.PrefixStore(body["group_name"], store), body["rank_offset"], body["world_size"],
-                                         datetime.timedelta(seconds=20))
+                                         datetime.timedelta(seconds=120))
 
         st["groups"][body["group_name"]] = await asyncio.to_thread(join)
         return {"success": True, "message": "group initialised"}
@@ -221,7 +225,7 @@ def make_app(tick_s: float = 0.002) -> FastAPI:
     @app.get("/standin_stats")
     async def stats():
         return {"prefill_tokens": st["prefill_tokens"], "generate_calls": st["generate_calls"], "running": len(st["running"]),
-                "in_batch": in_batch()}
+                "in_batch": in_batch(), "decoded": sum(r["decoded"] for r in st["running"].values())}
 
     @app.get("/health")
     async def health():
@@ -249,7 +253,12 @@ class StandIn:
     def stats(self) -> dict:
         import httpx
 
-        return httpx.get(self.url + "/standin_stats", timeout=10).json()
+        return httpx.get(self.url + "/standin_stats", timeout=60).json()
+
+    def hold(self, tokens: int | None) -> None:
+        """Tests only: every request stops decoding once it has ``tokens`` output tokens, until
+        ``hold(None)`` (so a move finds requests in flight however slow the machine is)."""
+        self.app.state.st["hold"] = tokens
 
     def __enter__(self) -> "StandIn":
         self.thread.start()

@@ -63,10 +63,14 @@ def test_only_one_holder_at_a_time(tmp_path):
     p = mp.get_context("fork").Process(target=_hold, args=(path, q))
     p.start()
     try:
-        assert q.get(timeout=20) == "held"
+        assert q.get(timeout=120) == "held", "the other process did not take the journal within 120 s"
         with pytest.raises(UserError, match="holds"):
             Journal(path).acquire("me")
     finally:
         q.put("go")
-        p.join(10)
+        p.join(120)  # a deadline: it exits at once when told
+        if p.is_alive():  # never left behind, also when a check above failed
+            p.kill()
+            p.join()
+    assert p.exitcode == 0, f"the holder did not exit by itself within 120 s of being told (exit {p.exitcode})"
     Journal(path).acquire("me")  # the holder is gone: free again

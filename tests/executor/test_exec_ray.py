@@ -12,7 +12,9 @@ every migration) or via ``python -m executor.bench faults --backend ray``.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 
 import pytest
 import ray
@@ -25,6 +27,7 @@ from executor.diff import diff
 from executor.faultlib import NODES, ROLLOUT, TRAINER, full_state, same_state, target
 from executor.journal import Journal
 from executor.workers.engine import expected_output
+from tests.executor.conftest import FROZEN_DEADLINES, short_deadlines
 
 pytestmark = pytest.mark.ray
 
@@ -90,6 +93,17 @@ def test_all_three_migrations_move_real_work(ray_backend):
     assert {n: observe(b).used(n) for n in nodes} == {"a": (1, 16.0), "b": (2, 32.0), "t": (2, 128.0), "u": (0, 0.0)}
     reqs = router.make_requests(ROLLOUT, 150, prompts=6, min_len=10, max_len=60, seed=3)
     router.submit(b, ROLLOUT, reqs)
+    # Once some requests are part-way, node b's engines (the ones the workload migration moves) stop decoding
+    # (their own drain; the migration's drain finds them drained): the move then finds requests in flight
+    # however slow the machine is (with both cores busy, all 150 had finished during the P2P copy).
+    end = time.monotonic() + 300  # a deadline on an event, reached only on failure
+    while not any(r["output"] and not r["done"] for r in b.coord("request_records")):
+        assert time.monotonic() < end, f"no request reported partial output within 300 s: {b.coord('ledger_summary')}"
+        time.sleep(0.02)
+    held = [r["id"] for r in b.coord("records") if r["component"] == ROLLOUT and r["node"] == "b"]
+    for w in held:
+        b.call(w, "drain")
+    assert len(held) == 2 and sum(len(b.call(w, "export")) for w in held) > 0, "nothing in flight on node b's engines"
     assert all(b.train_step(TRAINER, 0))
     old = [r["id"] for r in b.coord("records") if r["component"] == TRAINER]
     before, step, _ = full_state(b, old)
@@ -124,8 +138,6 @@ def test_all_three_migrations_move_real_work(ray_backend):
     res = Executor(b, j).apply(diff(observe(b), target(body)).steps, "reboot")
     assert res.status == "done", res.message
     assert b.call("job.reward.g2.w0", "state") == {"kv": {"k": 41}, "served": 1}
-    import time
-
     end = time.monotonic() + 300  # a generous deadline: the wait is on an event, not on speed
     while time.monotonic() < end and b.coord("ledger_summary")["done"] < 150:
         time.sleep(0.2)
@@ -150,11 +162,10 @@ def test_starved_reservation_times_out_and_rolls_back_cleanly(ray_backend):
     body = {"nodes": nodes, "components": keep["components"] + [
         {"name": "job/reward", "role": "service", "gpu_type": "H100", "placement": {"u": 2, "t": 1}}]}
     try:
-        ray.get(hog.ready.remote(), timeout=30)  # something outside the executor holds 3 of u's GPUs
-        b.deadlines.start_s = 3.0
-        res = Executor(b, Journal(":memory:")).apply(diff(observe(b), target(body)).steps, "reward")
+        ray.get(hog.ready.remote(), timeout=120)  # something outside the executor holds 3 of u's GPUs (a deadline)
+        with short_deadlines(b, start_s=3.0):  # the reservation can never be granted: any deadline shows it
+            res = Executor(b, Journal(":memory:")).apply(diff(observe(b), target(body)).steps, "reward")
     finally:
-        b.deadlines.start_s = 30.0
         ray.kill(hog)
     assert res.status == "rolled_back", res.message
     assert "reservation (placement group" in res.message and "not granted within 3 s" in res.message, res.message
@@ -196,8 +207,8 @@ class _Hog:
         return True
 
 
-def test_frozen_node_is_fenced_and_the_old_layout_keeps_its_state(ray_backend):
-    out = faultlib.run_case(faultlib.Case("p2p", "freeze_node", "reshard", 0, "before"), _reset(ray_backend), settle_s=30)
+def test_frozen_node_is_fenced_and_the_old_layout_keeps_its_state(ray_backend, monkeypatch):
+    out = _run_case(ray_backend, faultlib.Case("p2p", "freeze_node", "reshard", 0, "before"), monkeypatch)
     assert out.fired and out.problems == [], out
     assert out.status == "rolled_back" and out.layout == "old"
     assert out.stale_attempts == 2 and out.stale_accepted == 0
@@ -210,22 +221,40 @@ def _reset(b):
     return make
 
 
+def _run_case(b, case, monkeypatch):
+    """``faultlib.run_case`` with the module's long deadlines, narrowed to ``FROZEN_DEADLINES`` from the
+    moment a node freezes until it thaws: a call to a frozen process never returns, so only its deadline
+    declares the process dead; every other wait (a live worker on a loaded machine) keeps the long one."""
+    window = contextlib.ExitStack()
+    freeze, thaw = b.freeze, b.thaw
+
+    def freeze_fast(worker_id):
+        if not window._exit_callbacks:
+            window.enter_context(short_deadlines(b, **FROZEN_DEADLINES))
+        freeze(worker_id)
+
+    def thaw_slow(worker_id):
+        window.close()
+        thaw(worker_id)
+
+    monkeypatch.setattr(b, "freeze", freeze_fast)
+    monkeypatch.setattr(b, "thaw", thaw_slow)
+    try:
+        return faultlib.run_case(case, _reset(b), settle_s=120)
+    finally:
+        window.close()
+        monkeypatch.undo()
+
+
 RAY_CASES = faultlib.representative_cases()
 
 
 @pytest.mark.skipif(os.environ.get("RL_PLANNER_RAY_FAULTS") != "1", reason="set RL_PLANNER_RAY_FAULTS=1 (about 4 min)")
 @pytest.mark.parametrize("case", RAY_CASES, ids=[c.id for c in RAY_CASES])
-def test_fault_on_ray(ray_backend, case):
-    # Only a frozen node needs the short call deadline (it is what declares the frozen workers dead); every
-    # other fault acts at once (a killed actor fails its calls immediately), and with the short deadline a
-    # coordinator call slowed by load could fail the step before the fault fires (reboot-kill_destination).
-    saved = ray_backend.deadlines.call_s
-    if case.fault != "freeze_node":
-        ray_backend.deadlines.call_s = 30.0
-    try:
-        out = faultlib.run_case(case, _reset(ray_backend), settle_s=30)
-    finally:
-        ray_backend.deadlines.call_s = saved
+def test_fault_on_ray(ray_backend, case, monkeypatch):
+    # Only a frozen node needs short call deadlines (they are what declares the frozen workers dead), and only
+    # while it is frozen (_run_case); every other fault acts at once (a killed actor fails its calls immediately).
+    out = _run_case(ray_backend, case, monkeypatch)
     assert out.fired and out.problems == [], out
 
 
@@ -238,7 +267,7 @@ def test_coordinator_death_mid_apply_loses_nothing(ray_backend, case):
     """The coordinator actor's process is SIGKILLed mid-apply; Ray restarts it and it reloads its
     state directory. The apply finishes (no rollback), every request finishes exactly once with its
     output, the trainer state is bit-identical, no stale effect is accepted, nothing leaks."""
-    out = faultlib.run_case(case, _reset(ray_backend), settle_s=30)
+    out = faultlib.run_case(case, _reset(ray_backend), settle_s=120)
     assert out.fired and out.problems == [], out
     assert out.status == "done" and out.coordinator_restarts == 1, out
 
@@ -259,15 +288,15 @@ def test_controller_process_killed_mid_p2p_then_resumed_by_address(ray_backend, 
         plans[name] = tmp_path / f"{name}.yaml"
         plans[name].write_text(yaml.safe_dump({"kind": "ExecutorTarget", "version": 1,
                                                "solver": {"backend": "manual", "status": "feasible"}, "body": body}))
-    common = ["--backend", "ray", "--address", addr, "--journal", str(tmp_path / "j.db"), "--call-timeout", "10"]
-    r = run_cli("apply", str(plans["base"]), *common, timeout=180)
+    common = ["--backend", "ray", "--address", addr, "--journal", str(tmp_path / "j.db"), "--call-timeout", "120", "--start-timeout", "180"]
+    r = run_cli("apply", str(plans["base"]), *common, timeout=600)
     assert r.returncode == 0, r.stderr
     old = [x["id"] for x in b.coord("records") if x["component"] == TRAINER]
     before, step, _ = full_state(b, old)
-    r = run_cli("apply", str(plans["p2p"]), *common, timeout=180, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:after"})
+    r = run_cli("apply", str(plans["p2p"]), *common, timeout=600, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:after"})
     assert r.returncode == 137, r.stderr
     assert {x["generation"] for x in b.coord("records") if x["component"] == TRAINER} == {1, 2}  # both alive, not switched
-    r = run_cli("apply", str(plans["p2p"]), *common, timeout=180)
+    r = run_cli("apply", str(plans["p2p"]), *common, timeout=600)
     assert r.returncode == 0 and "(resumed)" in r.stdout, r.stderr
     new = [x["id"] for x in b.coord("records") if x["component"] == TRAINER]
     assert not set(new) & set(old)

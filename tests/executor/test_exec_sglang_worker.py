@@ -67,18 +67,21 @@ def test_workload_migration_between_sglang_workers_keeps_tokens_and_logprobs(sgl
         r["sampling_params"] = {"max_new_tokens": 40 + (i % 4) * 40, "min_new_tokens": 10 + (i % 3) * 10,
                                 "temperature": 0.0, "stop_token_ids": STOPS}
         reqs.append(r)
-    router.submit(b, ROLLOUT, reqs)
     on_b = {r["id"] for r in b.coord("records") if r["node"] == "b"}
     assert len(on_b) == 2
-    end = time.time() + 10
-    while time.time() < end and not any(srv.stats()["running"] for wid, (_, srv) in made.items() if wid in on_b):
+    for wid in on_b:  # node b's servers stop each request after 5 tokens: the move finds them mid-generation
+        made[wid][1].hold(5)
+    router.submit(b, ROLLOUT, reqs)
+    end = time.monotonic() + 120  # a deadline on an event, reached only on failure
+    while not any(srv.stats()["decoded"] for wid, (_, srv) in made.items() if wid in on_b):
+        assert time.monotonic() < end, "no request started decoding on node b's SGLang servers within 120 s"
         time.sleep(0.01)
-    time.sleep(0.05)
     res = Executor(b, j).apply(diff(observe(b), target(_body({"a": 2}))).steps, "workload")
     assert res.status == "done", res.message
     assert res.outcomes[f"{ROLLOUT}/workload/handoff"]["moved"] > 0
-    end = time.time() + 60
-    while time.time() < end and b.coord("ledger_summary")["done"] < len(reqs):
+    end = time.monotonic() + 300  # a deadline on an event, reached only on failure
+    while b.coord("ledger_summary")["done"] < len(reqs):
+        assert time.monotonic() < end, f"not all {len(reqs)} requests done within 300 s: {b.coord('ledger_summary')}"
         time.sleep(0.05)
     recs = {r["id"]: r for r in b.coord("request_records")}
     assert all(r["done"] for r in recs.values()), [r["id"] for r in recs.values() if not r["done"]]

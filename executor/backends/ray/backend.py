@@ -85,7 +85,11 @@ class RayBackend:
         self.state_dir = str(Path(state_dir).resolve())
         self.namespace = rc.NAMESPACE
         self._state_api: Optional[bool] = None
-        self._coord = self._start_coordinator()
+        try:
+            self._coord = self._start_coordinator()
+        except BaseException:  # a local cluster started here is not left running when the coordinator fails to start
+            self.close()
+            raise
         self._handles: dict[str, Any] = {}
         self.fail_starts: set[str] = set()
         self.creates: dict[str, int] = {}
