@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from executor.state import Layout
+from executor.workers.fencing import require_lease
 from executor.workers import shardstate
 from executor.workers import tinylm as lm
 
@@ -269,9 +270,7 @@ class LMTrainerRank:
         import json
         from pathlib import Path
 
-        lease = self._coord("lease", self.id)
-        if lease != self.epoch:
-            raise RuntimeError(f"{self.id}: lease epoch {lease} is not mine ({self.epoch}); refusing to load")
+        require_lease(self._coord, self.id, self.epoch, "load")
         with torch.no_grad():
             shardstate.dcp_load(self._live_state(), directories)
         steps = {json.loads((Path(d) / "rl_planner_step.json").read_text())["step"] for d in directories}
@@ -281,9 +280,7 @@ class LMTrainerRank:
         return {"bytes": sum(t.numel() * t.element_size() for t in self._live_state()["tensors"].values())}
 
     def finish_migration(self, step: int) -> dict:
-        lease = self._coord("lease", self.id)
-        if lease != self.epoch:
-            raise RuntimeError(f"{self.id}: lease epoch {lease} is not mine ({self.epoch}); refusing to load")
+        require_lease(self._coord, self.id, self.epoch, "load")
         self._set_step(step)
         self.loaded = True
         return self.digest()

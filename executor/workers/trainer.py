@@ -19,6 +19,7 @@ import torch
 
 from executor.migrations import gloo, reshard
 from executor.state import Layout
+from executor.workers.fencing import require_lease
 from executor.workers import rawtensor
 from executor.workers.model import ModelSpec, full_init, owned_params, shard_shape, shard_slice
 
@@ -194,9 +195,7 @@ class TrainerRank:
         destination shards after unpacking, so a bad unpack is caught too).
         """
         t0 = time.time()
-        lease = self._coord("lease", self.id)
-        if lease != self.epoch:
-            raise RuntimeError(f"{self.id}: lease epoch {lease} is not mine ({self.epoch}); refusing to migrate")
+        require_lease(self._coord, self.id, self.epoch, "migrate")
         pcs = [reshard.Piece(*p) for p in pieces]
         pg, store = gloo.join(host, port, mig_rank, mig_world, prefix, timeout_s)
         sums, sends, recvs, unpacks = {}, [], [], []
@@ -220,9 +219,7 @@ class TrainerRank:
 
     def finish_migration(self, step: int) -> dict:
         """New rank: the reshard is complete; take the old layout's step count; report the digest."""
-        lease = self._coord("lease", self.id)
-        if lease != self.epoch:
-            raise RuntimeError(f"{self.id}: lease epoch {lease} is not mine ({self.epoch}); refusing to load")
+        require_lease(self._coord, self.id, self.epoch, "load")
         self._set_step(step)
         self.loaded = True
         return self.digest()

@@ -180,7 +180,8 @@ def _child(spec: str, backend: str, limit: float, env: dict | None = None) -> di
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _fmt(x, nd=2):
+def fmt_cell(x, nd=2):
+    """A table cell: ``-`` for a missing value, floats to ``nd`` decimals."""
     if x is None:
         return "-"
     if isinstance(x, float):
@@ -268,31 +269,31 @@ def main(argv=None) -> int:
         cs = r.get("cpsat")
         comp = lambda d: "-" if not d or "cost" not in d else f"{d['cost']:.1f} ({d['wall_s']:.1f}, {d['status']})"  # noqa: E731
         lines.append(
-            f"| {r['instance']} | {r['jobs']} | {r['limit_s']:g} | {_fmt(g.get('cost'), 1)} | {_fmt(g.get('wall_s'), 3)} | "
-            f"{_fmt(g.get('admit_ms_median'), 2)} / {_fmt(g.get('admit_ms_max'), 2)} | {_fmt(c.get('cost'), 1)} | {_fmt(c.get('lp'), 1)} | "
-            f"{_fmt(c.get('bound'), 1)} | "
-            f"{_fmt(100 * c['gap'] if c.get('gap') is not None else None, 2)} | {_fmt(saving, 1)} | {_fmt(c.get('wall_s'), 2)} | "
-            f"{c.get('status', c.get('error'))} | {_fmt(c.get('peak_rss_mb'), 0)} | {comp(hs)} | {comp(cs)} |")
+            f"| {r['instance']} | {r['jobs']} | {r['limit_s']:g} | {fmt_cell(g.get('cost'), 1)} | {fmt_cell(g.get('wall_s'), 3)} | "
+            f"{fmt_cell(g.get('admit_ms_median'), 2)} / {fmt_cell(g.get('admit_ms_max'), 2)} | {fmt_cell(c.get('cost'), 1)} | {fmt_cell(c.get('lp'), 1)} | "
+            f"{fmt_cell(c.get('bound'), 1)} | "
+            f"{fmt_cell(100 * c['gap'] if c.get('gap') is not None else None, 2)} | {fmt_cell(saving, 1)} | {fmt_cell(c.get('wall_s'), 2)} | "
+            f"{c.get('status', c.get('error'))} | {fmt_cell(c.get('peak_rss_mb'), 0)} | {comp(hs)} | {comp(cs)} |")
     wd, mb = extra["watchdog"], extra["master_build"]
     lines += ["", "Wall-clock limit, colgen on 2000 generated jobs with a 20 s limit: HiGHS's own time limit alone "
-              f"{_fmt(wd['without'].get('wall_s'))} s, with the watchdog {_fmt(wd['with'].get('wall_s'))} s. Compact MILP on 40 jobs "
+              f"{fmt_cell(wd['without'].get('wall_s'))} s, with the watchdog {fmt_cell(wd['with'].get('wall_s'))} s. Compact MILP on 40 jobs "
               f"with a 2 s limit (Pyomo build and hand-over included, which no watchdog can interrupt): alone "
-              f"{_fmt(wd['compact_without'].get('wall_s'))} s, with the watchdog {_fmt(wd['compact_with'].get('wall_s'))} s.",
+              f"{fmt_cell(wd['compact_without'].get('wall_s'))} s, with the watchdog {fmt_cell(wd['compact_with'].get('wall_s'))} s.",
               "", "Restricted master build (the columns of a 500-job colgen run: "
-              f"{mb.get('columns')} columns, {mb.get('rows')} rows): Pyomo + appsi hand-over {_fmt(mb.get('pyomo_build_s'), 3)} s, "
-              f"highspy directly {_fmt(mb.get('highspy_build_s'), 3)} s ({_fmt(mb.get('ratio'), 1)}x); the master is rebuilt "
+              f"{mb.get('columns')} columns, {mb.get('rows')} rows): Pyomo + appsi hand-over {fmt_cell(mb.get('pyomo_build_s'), 3)} s, "
+              f"highspy directly {fmt_cell(mb.get('highspy_build_s'), 3)} s ({fmt_cell(mb.get('ratio'), 1)}x); the master is rebuilt "
               "or extended every pricing round, so it uses highspy directly."]
     sy, cl = extra["symmetry"], extra["classes"]
     if "on" in sy:
         lines += ["", "Symmetry breaking in the compact MILP (10 generated jobs, 60 s limit): with the representative-member "
-                  f"slots {_fmt(sy['on']['wall_s'])} s ({sy['on']['status']}, {_fmt(sy['on']['cost'], 1)} $/h), without "
-                  f"{_fmt(sy['off']['wall_s'])} s ({sy['off']['status']}, {_fmt(sy['off']['cost'], 1)} $/h, bound {_fmt(sy['off']['bound'], 1)})."]
+                  f"slots {fmt_cell(sy['on']['wall_s'])} s ({sy['on']['status']}, {fmt_cell(sy['on']['cost'], 1)} $/h), without "
+                  f"{fmt_cell(sy['off']['wall_s'])} s ({sy['off']['status']}, {fmt_cell(sy['off']['cost'], 1)} $/h, bound {fmt_cell(sy['off']['bound'], 1)})."]
     if "classes" in cl:
         a, b = cl["classes"], cl["per-job"]
         lines += ["", f"Job classes in the pattern model (500 generated jobs, 30 s): {a['classes']} classes: LP "
-                  f"{'converged' if a['converged'] else 'not converged'} in {_fmt(a['lp_s'])} s, {_fmt(a['cost'], 1)} $/h, bound "
-                  f"{_fmt(a['bound'], 1)}; one class per job ({b['classes']}): LP {'converged' if b['converged'] else 'not converged'} "
-                  f"in {_fmt(b['lp_s'])} s, {_fmt(b['cost'], 1)} $/h, bound {_fmt(b['bound'], 1)}."]
+                  f"{'converged' if a['converged'] else 'not converged'} in {fmt_cell(a['lp_s'])} s, {fmt_cell(a['cost'], 1)} $/h, bound "
+                  f"{fmt_cell(a['bound'], 1)}; one class per job ({b['classes']}): LP {'converged' if b['converged'] else 'not converged'} "
+                  f"in {fmt_cell(b['lp_s'])} s, {fmt_cell(b['cost'], 1)} $/h, bound {fmt_cell(b['bound'], 1)}."]
     lines += ["", "Solver messages:", ""]
     for r in rows:
         for b in ("colgen", "highs", "cpsat"):

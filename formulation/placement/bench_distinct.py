@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from formulation.placement.bench import fmt_cell as _fmt
+
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = {13: 1.0, 100: 10.0, 500: 30.0, 2000: 60.0, 10000: 120.0}
 
@@ -109,14 +111,6 @@ def run_cli(inst_path: Path, plan_path: Path, limit: float, backend: str = "auto
                backend=rec.get("backend"), status=rec.get("status"), solve_s=rec.get("wall_time_s"),
                violations=len(check(inst, plan)), message=rec.get("message", ""))
     return out
-
-
-def _fmt(x, nd=2):
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.{nd}f}"
-    return str(x)
 
 
 def main(argv=None) -> int:
