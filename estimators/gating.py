@@ -86,7 +86,8 @@ def gated_arrivals(lengths: np.ndarray, sample_flops, *, p_roll: float, p_ref: f
         A[n_roll:] = max(0.0, t_roll_s) * np.clip((Ls[n_roll:] - cut) / span, 0.0, 1.0)
     # log-prob pass, first come first served
     D = np.zeros(n)
-    f = np.asarray(sample_flops(Ls), dtype=float)
+    f_flat = np.asarray(sample_flops(flat), dtype=float)  # one call; in finishing order below
+    f = f_flat[order]
     if n_ref < n:
         if ref_flops_per_s <= 0 or not np.isfinite(ref_flops_per_s):
             D[n_ref:] = A[n_ref:]
@@ -99,7 +100,7 @@ def gated_arrivals(lengths: np.ndarray, sample_flops, *, p_roll: float, p_ref: f
     done_at[order] = D
     group_at = done_at.reshape(n_prompts, G).max(axis=1)
     arrive = np.repeat(group_at, G)
-    work = train_passes * np.asarray(sample_flops(flat), dtype=float)
+    work = train_passes * f_flat
     by = np.argsort(arrive, kind="stable")
     arrive, work = arrive[by][n_tr:], work[by][n_tr:]
     suffix = np.cumsum(work[::-1])[::-1]
