@@ -34,7 +34,12 @@ How the adapter uses them:
 * **Requests and moves.** SGLang offers no way to list or move in-flight requests, so the
   adapter keeps its own record of every request it submitted: prompt, the *full* sampling
   parameters, whether logprobs were asked, output and output logprobs so far. A drain pauses
-  with ``mode=abort`` (the only mode that hands requests back); a kept engine resumes each one
+  with ``mode=abort`` (the only mode that hands requests back). A ``/generate`` sent just before
+  the pause may reach the server after it: it then waits at the server's pause gate, unregistered,
+  where neither the pause nor ``/abort_request`` reaches it. So once the engine has answered the
+  pause, the drain waits ``drain_grace_s`` for the answers in transit and *withdraws* the rest:
+  the client call is cancelled (SGLang aborts a request whose client went away) and the request
+  is kept with the output it had before that call. A kept engine resumes each one
   from prompt + partial output with the same sampling parameters, the token budget and
   ``min_new_tokens`` reduced by what was already generated, and the logprobs appended to the
   ones already received, so a greedy request ends with exactly its uninterrupted tokens and
@@ -61,6 +66,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
@@ -103,9 +109,10 @@ def resumed_sampling(sampling: dict, generated: int) -> dict:
 class SGLangEngine:
     def __init__(self, base_url: str, *, timeout_s: float = 30.0, generate_timeout_s: float = 600.0,
                  on_finish: Optional[Callable[[str, list[int]], None]] = None, return_logprob: bool = True,
-                 weight_sync_backend: str = "nccl") -> None:
+                 weight_sync_backend: str = "nccl", drain_grace_s: float = 5.0) -> None:
         self.url = base_url.rstrip("/")
         self.timeout_s, self.generate_timeout_s = timeout_s, generate_timeout_s
+        self.drain_grace_s = drain_grace_s
         self.on_finish = on_finish
         self.on_finish_logprobs: Optional[Callable[[str, list[int], list[float]], None]] = None
         self.return_logprob = return_logprob
@@ -183,20 +190,19 @@ class SGLangEngine:
                 await self._apost("/abort_request", {"rid": t.rid})
             except SGLangError:
                 pass
-            with self._lock:
-                t.state, t.finish = "aborted", {"type": "abort", "message": f"no answer within {self.generate_timeout_s:g} s"}
+            self._abort(t, f"no answer within {self.generate_timeout_s:g} s")
             return
         except httpx.HTTPError as exc:
-            with self._lock:
-                t.state, t.finish = "aborted", {"type": "abort", "message": str(exc)}
+            self._abort(t, str(exc))
             return
         if r.status_code != 200:
-            with self._lock:
-                t.state, t.finish = "aborted", {"type": "abort", "message": r.text[:200]}
+            self._abort(t, r.text[:200])
             return
         data = r.json()
         meta = data.get("meta_info") or {}
         with self._lock:
+            if t.state != "running":  # withdrawn meanwhile: the answer is dropped, the request resumes from before it
+                return
             t.output += list(data.get("output_ids", []))
             if t.return_logprob:
                 t.logprobs += [float(x[0]) for x in meta.get("output_token_logprobs") or []]
@@ -206,9 +212,18 @@ class SGLangEngine:
                 return
         await asyncio.to_thread(self._finish, t)  # the callback may block (a coordinator call): not on the loop
 
+    def _abort(self, t: Tracked, message: str) -> bool:
+        """Mark a running request aborted (kept with its output so far, to be resumed); False if it
+        had already ended or been withdrawn."""
+        with self._lock:
+            if t.state != "running":
+                return False
+            t.state, t.finish = "aborted", {"type": "abort", "message": message}
+            return True
+
     def _finish(self, t: Tracked) -> None:
         with self._lock:
-            if t.state == "moved":
+            if t.state != "running":  # moved, or withdrawn at a drain
                 return
             t.state = "done"
         if self.on_finish:
@@ -219,15 +234,25 @@ class SGLangEngine:
     def abort(self, rid: str) -> None:
         self._post("/abort_request", {"rid": rid})  # 200 whether or not the engine knew it
 
-    def wait(self, rids: Optional[list[str]] = None, timeout_s: Optional[float] = None) -> None:
-        end = time.time() + (timeout_s or self.timeout_s)
-        for t in [self.requests[r] for r in (rids or list(self.requests))]:
+    def _unanswered(self, rids: list[str], timeout_s: float) -> list[Tracked]:
+        """Wait up to ``timeout_s`` for these requests' calls to end; the ones still out."""
+        end, left = time.time() + timeout_s, []
+        for t in [self.requests[r] for r in rids]:
             if t.future is None:
                 continue
             try:
                 t.future.result(max(0.0, end - time.time()))
             except TimeoutError:
-                raise SGLangError(f"{self.url}: request {t.rid} still running after the deadline") from None
+                left.append(t)
+            except CancelledError:
+                pass
+        return left
+
+    def wait(self, rids: Optional[list[str]] = None, timeout_s: Optional[float] = None) -> None:
+        left = self._unanswered(rids or list(self.requests), timeout_s or self.timeout_s)
+        if left:
+            raise SGLangError(f"{self.url}: request {left[0].rid} still running after the deadline"
+                              + (f" (and {len(left) - 1} more)" if len(left) > 1 else ""))
 
     def in_flight(self) -> list[str]:
         with self._lock:
@@ -249,7 +274,11 @@ class SGLangEngine:
         every unfinished request from this adapter's own record (the engine cannot list them)."""
         self._post("/pause_generation", {"mode": "abort"})
         self.paused = "abort"
-        self.wait(self.in_flight())
+        # Every request the engine had is answered now; one whose call reached the server after the
+        # pause waits at its pause gate, which no abort reaches: withdraw it (cancel the call).
+        for t in self._unanswered(self.in_flight(), self.drain_grace_s):
+            if self._abort(t, f"withdrawn at a drain: no answer within {self.drain_grace_s:g} s of the pause"):
+                t.future.cancel()
         return self.export()
 
     def export(self) -> list[dict]:

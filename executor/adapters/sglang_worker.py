@@ -20,8 +20,9 @@ engine (the methods of :class:`executor.workers.engine.RolloutEngine`: ``admit``
 * SGLang decodes on its own: ``step`` only reports how many requests are in flight.
 
 Config (the component's ``engine`` settings, or the worker factory's): ``url`` (required),
-``timeout_s``, ``generate_timeout_s``, ``return_logprob`` (default true),
-``weight_sync_backend`` (default ``nccl``).
+``timeout_s``, ``generate_timeout_s``, ``drain_grace_s`` (default 5: how long a drain waits for
+answers in transit before it withdraws a request that reached the server after the pause),
+``return_logprob`` (default true), ``weight_sync_backend`` (default ``nccl``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class SGLangRolloutWorker:
         self.id, self.epoch, self._coord = worker_id, epoch, coord
         self.engine = SGLangEngine(config["url"], timeout_s=float(config.get("timeout_s", 30.0)),
                                    generate_timeout_s=float(config.get("generate_timeout_s", 600.0)),
+                                   drain_grace_s=float(config.get("drain_grace_s", 5.0)),
                                    return_logprob=bool(config.get("return_logprob", True)),
                                    weight_sync_backend=config.get("weight_sync_backend", "nccl"))
         if not self.engine.healthy():

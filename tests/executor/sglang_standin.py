@@ -11,6 +11,10 @@ included (each rule names what it mimics in SGLang, ``sglang.srt``):
   decoding with the requests and their KV cache in place; ``retract`` stops and drops their KV
   cache (back to the waiting queue): on ``/continue_generation`` each retracted request is
   prefilled again (counted in ``prefill_tokens``), an ``in_place`` one is not;
+* a ``/generate`` that arrives while the engine is paused waits at the tokenizer manager's
+  pause gate (``is_pause_cond``) before it is registered: a pause with ``mode=abort`` does not
+  reach it, ``/abort_request`` does not know it, and it leaves the gate (aborted, no output) only
+  when its client disconnects or generation continues;
 * ``/abort_request`` answers 200 for ids it never saw;
 * ``/flush_cache`` answers 400 while any request is in the running batch (running, or paused
   ``in_place``); retracted requests do not block it;
@@ -82,7 +86,7 @@ def make_app(tick_s: float = 0.002) -> FastAPI:
     app = FastAPI()
     st = {"paused": None, "abort_all": False, "aborted": set(), "running": {}, "released": False, "weights": {},
           "groups": {}, "version": "", "known": set(), "prefill_tokens": 0, "generate_calls": 0,
-          "hold": None}
+          "hold": None, "at_gate": 0}
 
     def in_batch() -> int:  # requests holding KV in the running batch
         return sum(1 for r in st["running"].values() if not r["retracted"])
@@ -96,6 +100,15 @@ def make_app(tick_s: float = 0.002) -> FastAPI:
         sp = body["sampling_params"]
         n, min_new = sp["max_new_tokens"], sp.get("min_new_tokens", 0)
         stops = frozenset(sp.get("stop_token_ids") or ())
+        st["at_gate"] += 1
+        try:
+            while st["paused"] is not None:  # the pause gate: not registered yet, so no abort reaches it
+                if await req.is_disconnected():  # SGLang aborts a request whose client went away
+                    return {"output_ids": [], "meta_info": {"id": rid, "finish_reason": {"type": "abort"},
+                                                            "completion_tokens": 0, "prompt_tokens": len(seq)}}
+                await asyncio.sleep(tick_s * 5)
+        finally:
+            st["at_gate"] -= 1
         st["known"].add(rid)
         st["generate_calls"] += 1
         st["prefill_tokens"] += len(seq)
@@ -225,7 +238,7 @@ def make_app(tick_s: float = 0.002) -> FastAPI:
     @app.get("/standin_stats")
     async def stats():
         return {"prefill_tokens": st["prefill_tokens"], "generate_calls": st["generate_calls"], "running": len(st["running"]),
-                "in_batch": in_batch(), "decoded": sum(r["decoded"] for r in st["running"].values())}
+                "in_batch": in_batch(), "at_gate": st["at_gate"], "decoded": sum(r["decoded"] for r in st["running"].values())}
 
     @app.get("/health")
     async def health():

@@ -112,6 +112,30 @@ def test_workload_handoff_carries_sampling_parameters_and_logprobs(two, engines)
     assert 0 < stopped_early
 
 
+def test_a_request_that_reaches_the_server_after_the_pause_is_withdrawn_and_resumes_exactly(two, engines):
+    """SGLang's pause gate: a ``/generate`` that arrives after ``pause_generation(abort)`` waits
+    there unregistered, where neither the pause nor ``/abort_request`` reaches it. A drain must
+    not wait on it until its deadline (the move would roll back): it withdraws the call and hands
+    the request over with the output it had, and it ends exactly as if never moved."""
+    a, b = two
+    src, dst = engines(a.url, drain_grace_s=0.5), engines(b.url)
+    src.submit("early", [7, 8, 9], {"max_new_tokens": 30, "temperature": 0.0}, output=reference([7, 8, 9], 5),
+               logprobs=reference([7, 8, 9], 5, with_logprobs=True)[1])  # resumed here, 5 tokens already out
+    src.wait(["early"], timeout_s=120)
+    a.app.state.st["paused"] = "abort"  # the race's outcome: the pause reached the server first
+    sp = {"max_new_tokens": 40, "min_new_tokens": 12, "temperature": 0.0, "stop_token_ids": STOPS}
+    src.submit("late", [4, 5, 6], sp, output=reference([4, 5, 6], 3), logprobs=reference([4, 5, 6], 3, with_logprobs=True)[1])
+    _wait_for(lambda: a.stats()["at_gate"] == 1, "the late request to wait at the pause gate")
+    moved = hand_off(src, dst)  # before the fix: "request late still running after the deadline"
+    assert moved == ["late"] and src.requests["late"].state == "moved"
+    _wait_for(lambda: a.stats()["at_gate"] == 0, "the withdrawn call to leave the gate (client gone)")
+    dst.wait(timeout_s=120)
+    want, want_lp, want_finish = reference([4, 5, 6], sp, with_logprobs=True)
+    assert dst.requests["late"].output == want and dst.requests["late"].logprobs == pytest.approx(want_lp, abs=0)
+    assert dst.requests["late"].finish.get("type") == want_finish["type"]
+    assert a.stats()["generate_calls"] == 1  # the late call never ran on the paused engine
+
+
 def test_resuming_without_the_reduced_minimum_would_differ():
     """The oracle is sharp: resuming with the original min_new_tokens (not reduced by what was
     generated) gives another output for some request, so the handoff test can fail."""
