@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -90,17 +90,26 @@ class Classes:
 
 def job_classes(idx: Index, placed: Optional[set[int]] = None, jobs: Optional[list[int]] = None, merge: bool = True) -> Classes:
     """Jobs with identical tables, DRAM, SLO and current-plan status form one class
-    (``merge=False``: one class per job, for the benchmark's comparison)."""
+    (``merge=False``: one class per job, for the benchmark's comparison). Classes are numbered in
+    the order of their first job, which is their representative.
+
+    Equal jobs have equal SLOs, DRAM and state (:func:`_fingerprint_shared`), so only jobs that
+    share those are compared column by column: on distinct jobs that is none of them (10,000
+    distinct jobs: 0.01 s, against 0.13-0.2 s for hashing every job's columns)."""
     placed = placed or set()
-    keys: dict[bytes, int] = {}
+    order = np.arange(idx.n) if jobs is None else np.asarray(list(jobs), dtype=int)
+    shared = _fingerprint_shared(idx, order, placed) if merge else np.zeros(len(order), dtype=bool)
+    keys: dict[Any, int] = {}
     rep: list[int] = []
     members: list[list[int]] = []
     flags: list[bool] = []
     of_job = np.full(idx.n, -1)
-    for j in (range(idx.n) if jobs is None else jobs):
-        key = b"".join([idx.a[:, j].tobytes(), idx.bs[:, j].tobytes(), idx.tot[:, j].tobytes(), idx.ok[:, j].tobytes(),
-                        np.array([idx.slo[j], idx.dram_r[j], idx.state_t[j], float(j in placed)]).tobytes()]
-                       + ([] if merge else [str(j).encode()]))
+    for i, j in enumerate(order.tolist()):
+        if shared[i]:
+            key: Any = b"".join([idx.a[:, j].tobytes(), idx.bs[:, j].tobytes(), idx.tot[:, j].tobytes(), idx.ok[:, j].tobytes(),
+                                 np.array([idx.slo[j], idx.dram_r[j], idx.state_t[j], float(j in placed)]).tobytes()])
+        else:  # no other job has its fingerprint: a class of its own
+            key = j
         c = keys.get(key)
         if c is None:
             c = keys[key] = len(rep)
@@ -110,6 +119,19 @@ def job_classes(idx: Index, placed: Optional[set[int]] = None, jobs: Optional[li
         members[c].append(j)
         of_job[j] = c
     return Classes(np.array(rep, dtype=int), members, np.array(flags, dtype=bool), of_job)
+
+
+def _fingerprint_shared(idx: Index, order: np.ndarray, placed: set[int]) -> np.ndarray:
+    """For each job of ``order``: whether another job of ``order`` has the same SLO, DRAM, state
+    and current-plan status (equal jobs have; a job that shares none of them is in a class of its own)."""
+    n = len(order)
+    if n < 2:
+        return np.zeros(n, dtype=bool)
+    fp = np.stack([idx.slo[order], idx.dram_r[order], idx.state_t[order],
+                   np.array([j in placed for j in order.tolist()], dtype=float)], axis=1)
+    fp = np.ascontiguousarray(fp + 0.0)  # -0.0 as 0.0: a coarser key only compares more jobs
+    _, inverse, counts = np.unique(fp.view(np.dtype((np.void, 32))).ravel(), return_inverse=True, return_counts=True)
+    return counts[inverse.ravel()] > 1
 
 
 def _small_lp(c: np.ndarray, A: np.ndarray, b: np.ndarray, upper: np.ndarray) -> Optional[float]:

@@ -140,8 +140,11 @@ class Index:
         a = R[ri] if K else np.full((0, self.n), np.inf)
         bs = (T[ti] + S[si]) if K else np.full((0, self.n), np.inf)
         self.tot = a + bs
-        with np.errstate(invalid="ignore"):
-            ring_a, ring_bs = ring_weights(a, bs, SR[ri] if K else a * 0, ST[ti] if K else a * 0)
+        if K and (SR.any() or ST.any()):
+            with np.errstate(invalid="ignore"):
+                ring_a, ring_bs = ring_weights(a, bs, SR[ri], ST[ti])
+        else:  # no warm switches (exactly ring_weights' result, without its two (K, n) passes)
+            ring_a, ring_bs = a, bs
         self.a = np.where(np.isfinite(self.tot), ring_a, np.inf)
         self.bs = np.where(np.isfinite(self.tot), ring_bs, np.inf)
         self.dram_cap_r = np.array([inst.pool_types[c.rollout_type].dram_gb for c in configs])

@@ -192,22 +192,25 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
         res = whole_pool_cycle_times(mems)
         pr, pt = inst.pool_types[c.rollout_type], inst.pool_types[c.train_type]
         period = res.period
-        groups.append(GroupPlan(
+        # built from checked numbers without validating each part again (37,000 validations at
+        # 10,000 jobs: 0.2 s); the types are the fields' own (floats as float, names as str)
+        groups.append(GroupPlan.model_construct(
             id=gid,
-            rollout_pool=Pool(gpu_type=c.rollout_type, nodes=r_nodes, size=c.rollout_nodes, gpus_per_node=pr.gpus_per_node,
-                              gpus=c.rollout_nodes * pr.gpus_per_node),
-            train_pool=Pool(gpu_type=c.train_type, nodes=t_nodes, size=c.train_nodes, gpus_per_node=pt.gpus_per_node,
-                            gpus=c.train_nodes * pt.gpus_per_node),
+            rollout_pool=Pool.model_construct(gpu_type=c.rollout_type, nodes=r_nodes, size=int(c.rollout_nodes),
+                                              gpus_per_node=int(pr.gpus_per_node), gpus=int(c.rollout_nodes * pr.gpus_per_node)),
+            train_pool=Pool.model_construct(gpu_type=c.train_type, nodes=t_nodes, size=int(c.train_nodes),
+                                            gpus_per_node=int(pt.gpus_per_node), gpus=int(c.train_nodes * pt.gpus_per_node)),
             order=[m.name for m in mems],
-            members=[MemberPlan(job=m.name, rollout_nodes=r_nodes, train_nodes=t_nodes, rollout_s=m.rollout_s, train_s=m.train_s,
-                                sync_s=m.sync_s, rollout_switch_s=m.rollout_switch_s, train_switch_s=m.train_switch_s,
-                                cycle_time_s=res.of(m.name), slo_s=inst.jobs[j].slo_s,
-                                slack_s=inst.jobs[j].slo_s - res.of(m.name), moved=j in moved_set)
-                     for m, j in zip(mems, grp.members)],
-            cycle_time_s=period,
-            critical=res.critical,
-            rollout_busy=sum(m.rollout_ring_s if len(mems) > 1 else m.rollout_s for m in mems) / period if period else 0.0,
-            train_busy=sum(m.train_ring_s if len(mems) > 1 else m.train_s + m.sync_s for m in mems) / period if period else 0.0,
+            members=[MemberPlan.model_construct(
+                job=m.name, rollout_nodes=r_nodes, train_nodes=t_nodes, rollout_s=float(m.rollout_s), train_s=float(m.train_s),
+                sync_s=float(m.sync_s), rollout_switch_s=float(m.rollout_switch_s), train_switch_s=float(m.train_switch_s),
+                cycle_time_s=float(res.of(m.name)), slo_s=float(inst.jobs[j].slo_s),
+                slack_s=float(inst.jobs[j].slo_s - res.of(m.name)), moved=j in moved_set)
+                for m, j in zip(mems, grp.members)],
+            cycle_time_s=float(period),
+            critical=list(res.critical),
+            rollout_busy=float(sum(m.rollout_ring_s if len(mems) > 1 else m.rollout_s for m in mems) / period) if period else 0.0,
+            train_busy=float(sum(m.train_ring_s if len(mems) > 1 else m.train_s + m.sync_s for m in mems) / period) if period else 0.0,
             cost_per_hour=float(idx.cost[k]),
         ))
     groups.sort(key=lambda gp: (len(gp.id), gp.id))
