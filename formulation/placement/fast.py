@@ -338,6 +338,37 @@ class FastPacker:
         self.open_group(j, pi, r, t)
         return True
 
+    def admit_first_fit(self, j: int, window: int = 1024) -> bool:
+        """Join, without growing its pools, the fullest of the last ``window`` open groups of the
+        job's first pair where it fits as the group stands (scalar rows, no search over pool
+        sizes: a join then costs nothing), else open a group on the job's cheapest configuration."""
+        idx = self.idx
+        for pi in self.job_pairs[j]:
+            G = self.groups[pi]
+            if G.n == 0:
+                continue
+            rows = np.arange(max(0, G.n - window), G.n)
+            rows = rows[G.open[rows]]
+            if not len(rows):
+                continue
+            pr = G.pair
+            a, bs, own = self._job(pr, j)
+            gr, gt = G.cur[rows, 0], G.cur[rows, 1]
+            lim = np.minimum(G.lim[rows], idx.slo[j]) * TOL
+            ok = ((G.sumA[rows, gr] + a[gr] <= lim) & (G.sumBS[rows, gt] + bs[gt] <= lim)
+                  & (np.maximum(G.maxTOT[rows, gr, gt], own[gr, gt]) <= lim)
+                  & (G.dr[rows] + idx.dram_r[j] <= pr.dram_r * TOL) & (G.st[rows] + idx.state_t[j] <= pr.dram_t[gt] * TOL))
+            if ok.any():
+                sel, sr, st = rows[ok], gr[ok], gt[ok]
+                g = int(sel[np.argmax(np.maximum(G.sumA[sel, sr], G.sumBS[sel, st]) / G.lim[sel])])
+                self.join(j, pi, g, int(G.cur[g, 0]), int(G.cur[g, 1]))
+                return True
+        new = self.best_open(j, False)
+        if new is None:
+            return False
+        self.open_group(j, *new[1:])
+        return True
+
     def solution(self) -> Solution:
         groups = []
         for G in self.groups:
@@ -374,6 +405,25 @@ def pack(idx: Index, order: Optional[Sequence[int] | np.ndarray] = None, efficie
             break
         pk.admit(int(j), efficient)
     return pk.solution()
+
+
+def first_fit(idx: Index, order: Optional[Sequence[int] | np.ndarray] = None, max_pairs: int = 2,
+              deadline: float = float("inf")) -> tuple[Solution, bool]:
+    """First fit on the groups as they stand (:meth:`FastPacker.admit_first_fit`), tightest SLO
+    first unless ``order``: each group's limit is then its first member's SLO, and looser jobs fill
+    it. About 2.5x quicker than :func:`pack` and, on distinct jobs, cheaper (module docstring).
+    Past ``deadline`` it goes on over the last 8 groups of a pair only: about as quick as next fit
+    (at 10,000 distinct jobs next fit saved 0.15 s but opened twice the groups, which cost more
+    than that to build and write, at 1.5x the $/h). Returns (solution, whether the deadline
+    narrowed it)."""
+    pk = FastPacker(idx, None, max_pairs)
+    seq = slo_order(idx) if order is None else order
+    window, cut = 1024, False
+    for i, j in enumerate(seq):
+        if not cut and i % 32 == 0 and time.perf_counter() > deadline:
+            window, cut = 8, True
+        pk.admit_first_fit(int(j), window)
+    return pk.solution(), cut
 
 
 def ffd_order(idx: Index) -> np.ndarray:
@@ -420,17 +470,25 @@ def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, see
     if warm is not None:  # a re-optimisation: keep the current plan's groups, improve the others
         return _finish(idx, warm, "the previous plan with the new jobs admitted", st, deadline, seed, progress)
     many = idx.n > 500
-    # first-fit decreasing first (the plan is never worse than it), then tightest SLO first when
-    # there is time (better on every distinct-job instance measured, docs/placement.md)
-    sol = pack(idx, ffd_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.85 * span)
-    st.constructed = "FFD best fit"
-    st.ffd_cost = sol.cost(idx)
-    if time.perf_counter() > t0 + 0.85 * span:
-        st.cut_short.append("packing (the rest opened groups of their own)")
-    elif time.perf_counter() < t0 + 0.3 * span:
-        other = pack(idx, slo_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.6 * span)
+    # tightest-SLO first fit first (quickest, and the cheapest construction on distinct jobs),
+    # then first-fit decreasing best fit (the plan is never worse than it) and tightest-SLO-first
+    # best fit, each when the time left allows it to finish (a packing cut short is dropped)
+    sol, cut = first_fit(idx, slo_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.85 * span)
+    st.constructed = "tightest-SLO-first first fit"
+    if cut:
+        st.cut_short.append("packing (the rest went first fit on the last few groups)")
+    took = time.perf_counter() - t0
+    for name, order, share in (("FFD best fit", ffd_order, 0.85), ("tightest-SLO-first best fit", slo_order, 0.6)):
+        left = t0 + share * span - time.perf_counter()
+        if cut or left < 2.5 * took:  # best fit takes about 2.5x the first fit (docs/placement.md)
+            continue
+        other = pack(idx, order(idx), max_pairs=2 if many else 16, deadline=t0 + share * span)
+        if time.perf_counter() > t0 + share * span:
+            continue  # cut short: its tail opened groups of their own
+        if name == "FFD best fit":
+            st.ffd_cost = other.cost(idx)
         if _score(idx, other) < _score(idx, sol) - 1e-9:
-            sol, st.constructed = other, "tightest-SLO-first best fit"
+            sol, st.constructed = other, name
     return _finish(idx, sol, st.constructed, st, deadline, seed, progress)
 
 

@@ -158,9 +158,11 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
     res = _solve(sub, options, backend, current, t0, idx.restrict(sub, keep), progress)
     sub_idx = res.idx
     assert sub_idx is not None  # _solve returns the index it solved on
-    back = lambda js: [int(keep[j]) for j in js]  # noqa: E731
+    keep_l = keep.tolist()
+    back = lambda js: [keep_l[j] for j in js]  # noqa: E731
     lost = [int(j) for j in np.flatnonzero(~alone)]
-    remap = lambda s: Solution([Group(idx.config_id[sub_idx.configs[g.config]], tuple(back(g.members)), g.anchor)  # noqa: E731
+    conf = [idx.config_id[c] for c in sub_idx.configs]  # the sub-instance's configurations in the whole index
+    remap = lambda s: Solution([Group(conf[g.config], tuple(back(g.members)), g.anchor)  # noqa: E731
                                 for g in s.groups], back(s.unplaced) + lost, s.lower_bound, back(s.moved))
     res.solution, res.greedy, res.idx = remap(res.solution), remap(res.greedy), idx
     res.plan.unplaced = res.plan.unplaced + [explain(idx, j) for j in lost]
