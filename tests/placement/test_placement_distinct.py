@@ -120,6 +120,29 @@ def test_fast_path_at_scale_is_checked_bounded_and_never_worse_than_ffd():
     assert lb >= load_bound(idx, keep, iterations=1) - 1e-6  # the rounded bound is at least the first dual's
 
 
+@pytest.mark.parametrize("deadline", [float("inf"), 0.0])
+def test_first_fit_plans_pass_the_checker_and_howard(deadline):
+    """The fast path's first construction, whole and narrowed by a passed deadline: every group
+    meets its members' SLOs by Howard's cycle times (not the packer's sums) and the DRAM limits,
+    the plan passes the solver-free checker, and every placeable job is placed."""
+    from formulation.placement.fast import first_fit
+    from formulation.placement.plan import build_plan
+
+    for seed in range(3):
+        inst = generate_distinct(80, seed)
+        idx = Index(inst)
+        keep = np.flatnonzero(placeable_alone(idx))
+        sub_inst = inst.model_copy(update={"jobs": [inst.jobs[j] for j in keep]})
+        sub = idx.restrict(sub_inst, keep)
+        sol, cut = first_fit(sub, deadline=deadline)
+        assert cut == (deadline == 0.0)
+        assert not sol.unplaced
+        assert sorted(j for g in sol.groups for j in g.members) == list(range(sub.n))
+        for g in sol.groups:
+            assert group_feasible(sub_inst, g.members, sub.configs[g.config]), (seed, g)
+        assert check(sub_inst, build_plan(sub, sol, [])) == []
+
+
 def test_fast_path_beats_the_weave_greedy_when_jobs_need_different_training_pools():
     # distinct jobs with own smallest training pools (1-4 nodes): the greedy's groups only grow
     # their rollout pool; the fast path's grow both
