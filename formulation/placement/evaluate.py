@@ -138,21 +138,25 @@ class Index:
         self.k_r, self.k_t, self.k_pair = ri, ti, si
         K = len(configs)
         a = R[ri] if K else np.full((0, self.n), np.inf)
-        bs = (T[ti] + S[si]) if K else np.full((0, self.n), np.inf)
+        bs = np.add(T[ti], S[si], out=T[ti]) if K else np.full((0, self.n), np.inf)
         self.tot = a + bs
+        fin = np.isfinite(self.tot)
         if K and (SR.any() or ST.any()):
             with np.errstate(invalid="ignore"):
                 ring_a, ring_bs = ring_weights(a, bs, SR[ri], ST[ti])
-        else:  # no warm switches (exactly ring_weights' result, without its two (K, n) passes)
-            ring_a, ring_bs = a, bs
-        self.a = np.where(np.isfinite(self.tot), ring_a, np.inf)
-        self.bs = np.where(np.isfinite(self.tot), ring_bs, np.inf)
+            self.a = np.where(fin, ring_a, np.inf)
+            self.bs = np.where(fin, ring_bs, np.inf)
+        else:  # no warm switches: ring_weights would return (a, bs) exactly; fresh arrays, set in place
+            a[~fin] = np.inf
+            bs[~fin] = np.inf
+            self.a, self.bs = a, bs
         self.dram_cap_r = np.array([inst.pool_types[c.rollout_type].dram_gb for c in configs])
         self.dram_cap_t = np.array([inst.pool_types[c.train_type].dram_gb * c.train_nodes for c in configs])
-        with np.errstate(invalid="ignore"):
-            self.ok = (np.isfinite(self.tot) & (self.tot <= self.slo * (1 + REL_TOL) + 1e-12)
-                       & (self.dram_r[None, :] <= self.dram_cap_r[:, None] * (1 + REL_TOL))
-                       & (self.state_t[None, :] <= self.dram_cap_t[:, None] * (1 + REL_TOL)))
+        ok = self.tot <= self.slo * (1 + REL_TOL) + 1e-12  # false where inf
+        ok &= fin
+        ok &= self.dram_r[None, :] <= self.dram_cap_r[:, None] * (1 + REL_TOL)
+        ok &= self.state_t[None, :] <= self.dram_cap_t[:, None] * (1 + REL_TOL)
+        self.ok = ok
         self.config_id = {c: k for k, c in enumerate(configs)}
 
     def restrict(self, inst: PlacementInstance, jobs: Sequence[int] | np.ndarray) -> "Index":
