@@ -80,8 +80,9 @@ def solve_coexec(inst: CapacityInstance, options: SolveOptions, warm: Optional[W
     sol = found if found is not None and model.score(found) <= model.score(first) + 1e-9 else first
     sol = tighten(idx, sol)
     lb_new = st.lower_bound if st.lower_bound is not None and st.lower_bound > -1e300 else None
+    lp_txt = f"LP {st.lp_value:.6g}" if st.lp_value is not None else "no LP solved in time"
     message = (f"column generation: {st.rounds} rounds, {st.columns} columns, {int(model.active.sum())} of "
-               f"{len(idx.configs)} configurations priced, LP {st.lp_value:.6g}{' (converged)' if st.lp_converged else ''}"
+               f"{len(idx.configs)} configurations priced, {lp_txt}{' (converged)' if st.lp_converged else ''}"
                + (f"; optimality proven over {st.enumerated} enumerated patterns" if st.proven else "")
                + f"; integer master: {st.mip_status}" + (f"; {carried} columns from the neighbouring point" if warm is not None else ""))
     res = group_result(inst, "co-execution", idx, sol, lb_new, st.proven, options, message, warm_name)

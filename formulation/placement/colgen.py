@@ -500,6 +500,8 @@ class PatternModel:
                 break
             obj, pi, mu = self.master.solve_lp(deadline)
             st.rounds += 1
+            if not self.master.lp_optimal:
+                break  # the deadline stopped the LP: no LP value, and no convergence to claim
             st.lp_value = obj
             cols, _ = self.price_all(pi, mu, True, budget, exact=False)
             if [c for c in cols if self.master.add(c) is not None] and time.perf_counter() < lp_deadline:

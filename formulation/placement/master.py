@@ -92,6 +92,7 @@ class Watchdog:
 
 class Master:
     def __init__(self, demand: np.ndarray, capacity: np.ndarray, node_matrix: np.ndarray, penalty: float, threads: int = 1):
+        self.lp_optimal = False  # whether the last solve_lp reached the LP's optimum
         self.h = new_highs()
         self.h.setOptionValue("threads", int(threads))
         self.h.setOptionValue("random_seed", 0)
@@ -140,6 +141,8 @@ class Master:
         self.h.setOptionValue("time_limit", max(0.01, deadline - time.perf_counter()))
         with Watchdog(self.h, deadline):
             self.h.run()
+        # stopped by the deadline: neither the value nor the duals are the LP's optimum
+        self.lp_optimal = self.h.getModelStatus() == highspy.HighsModelStatus.kOptimal
         sol = self.h.getSolution()
         self.last_primal = np.asarray(sol.col_value)
         y = np.asarray(sol.row_dual)

@@ -225,11 +225,24 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         warm_deadline = deadline if backend == "greedy" else t0 + 0.4 * (deadline - t0)
         warm, warm_name = warm_start(idx, cur, warm_deadline)
         warm.moved = moved_jobs(warm, cur)
+        greedy_warm = warm
         if warm.cut_short:
             cut_short.append(warm.cut_short)
+            if cur is None and backend != "greedy":
+                # the greedy's tail opened a group per job: the first fit (tightest SLO first, a
+                # fraction of the greedy's time) is a better start for the backend and costs less
+                # to write than thousands of single-job groups
+                from formulation.placement.fast import first_fit
+
+                ff, ff_cut = first_fit(idx, deadline=_real(deadline))
+                if _score(idx, ff) < _score(idx, warm) - 1e-9:
+                    warm, warm_name = ff, "first fit"
+                    cut_short.append("the warm start: the first fit replaced the cut-short greedy"
+                                     + (" (itself narrowed past the deadline)" if ff_cut else ""))
         # the baseline: the arrival order again (the warm start may be the decreasing one), unless
         # the warm start was cut short already (then the deadline has passed: it is the baseline)
-        base_greedy = warm if warm.cut_short and cur is None else greedy(idx, "arrival", deadline=warm_deadline, clock=clock)
+        base_greedy = (greedy_warm if greedy_warm.cut_short and cur is None
+                       else greedy(idx, "arrival", deadline=warm_deadline, clock=clock))
         greedy_cost = None if base_greedy.cut_short else base_greedy.cost(idx)
         fast_lb = None
     lb = None
@@ -240,6 +253,9 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         sol, status, message = warm, SolveStatus.FEASIBLE, f"Weave greedy admission ({warm_name} order)"
     elif backend == "fast":
         sol, status, message, lb = warm, SolveStatus.FEASIBLE, fast_msg, fast_lb
+    elif backend == "colgen" and clock() >= deadline:
+        message = "column generation: not started, no time left (the warm start stands)"
+        cut_short.append("the colgen backend (no time left to start it)")
     elif backend == "colgen":
         from formulation.placement.colgen import PatternModel, job_classes
 
@@ -265,7 +281,8 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         if fast_msg and cur is None and _score(idx, base_greedy) < _score(idx, sol) - 1e-9:
             sol = base_greedy  # a fast path cut short by a loaded machine: the Weave greedy is the floor
         status = SolveStatus.OPTIMAL if st.proven else SolveStatus.FEASIBLE
-        message = (f"column generation: {st.rounds} rounds, {st.columns} columns, LP {st.lp_value:.6g}"
+        lp_txt = f"LP {st.lp_value:.6g}" if st.lp_value is not None else "no LP solved to optimality in the time left"
+        message = (f"column generation: {st.rounds} rounds, {st.columns} columns, {lp_txt}"
                    f"{' (converged)' if st.lp_converged else ''}; "
                    + (f"every pattern of reduced cost <= {st.ladder_gap:.4g} enumerated ({st.enumerated}); "
                       if st.ladder_gap is not None else "")
@@ -304,6 +321,12 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         free[t] -= n
     unplaced = [explain(idx, j, free) for j in sol.unplaced]
     obj = _objective(idx, sol)
+    if lb is None and idx.n and backend != "fast":
+        # a bound with every plan: the load bound when the backend had none (the greedy, a compact
+        # model too big to build); one step when the time is up (0.1 s at 10,000 jobs)
+        from formulation.placement.fast import LOAD_BOUND_STEPS, load_bound
+
+        lb = load_bound(idx, iterations=LOAD_BOUND_STEPS, deadline=_real(deadline))
     if status is SolveStatus.OPTIMAL and not sol.unplaced:
         lb = obj if lb is None or lb > obj - 1e-6 * max(1.0, obj) or backend == "colgen" else lb
     if lb is not None:

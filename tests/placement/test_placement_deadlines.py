@@ -221,3 +221,42 @@ def test_validate_plan_knows_plans_of_the_same_instance_by_the_old_digest_too(tm
     assert main(["validate-plan", str(path), str(plan)]) == 0
     assert "made for" not in capsys.readouterr().err
     assert main(["validate-plan", str(other), str(plan)]) == 2
+
+
+@pytest.mark.parametrize("backend", ["colgen", "highs", "cpsat", "greedy"])
+def test_a_cut_short_greedy_gives_way_to_the_first_fit_and_every_backend_reports_a_bound(monkeypatch, backend):
+    """When the deadline cuts the Weave greedy short, its tail is a group per job; the other
+    backends start from the first fit instead (cheaper here), and every backend's plan carries a
+    certified bound (the load bound when the backend had none of its own)."""
+    inst = generate_distinct(80, 3)
+    monkeypatch.setattr(solve_mod, "clock", _Stall(after=1))
+    res = solve_mod.solve(inst, SolveOptions(time_limit_s=1.0), backend)
+    assert check(inst, res.plan) == []
+    msg = res.record.message
+    assert res.record.best_bound is not None and 0 < res.record.best_bound <= res.record.objective + 1e-6, msg
+    if backend == "greedy":
+        assert res.record.warm_start == "greedy"  # the greedy backend is the Weave greedy, cut short or not
+    else:
+        assert "the first fit replaced the cut-short greedy" in msg, msg
+        assert res.record.objective < res.greedy.cost(res.idx) - 1e-6
+    if backend == "colgen":
+        assert "not started, no time left" in msg and "(converged)" not in msg
+
+
+def test_column_generation_whose_lp_the_deadline_stopped_claims_no_lp_value_nor_convergence(monkeypatch):
+    from formulation.placement import master as master_mod
+    from formulation.placement.colgen import PatternModel, job_classes
+
+    idx = Index(generate_distinct(30, 1, unplaceable=0.0))
+    real = master_mod.Master.solve_lp
+
+    def stopped(self, deadline):  # HiGHS hit its time limit: whatever values it had, not the optimum
+        out = real(self, deadline)
+        self.lp_optimal = False
+        return out
+
+    monkeypatch.setattr(master_mod.Master, "solve_lp", stopped)
+    pm = PatternModel(idx, job_classes(idx))
+    sol, st = pm.solve(time.perf_counter() + 60, greedy(idx, "arrival"), {}, 1e-4)
+    assert st.lp_value is None and not st.lp_converged and not st.proven
+    assert st.lower_bound is None or st.lower_bound <= greedy(idx, "arrival").cost(idx) + 1e-6
