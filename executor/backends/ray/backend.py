@@ -397,7 +397,9 @@ class RayBackend:
             if states.get(w) == "DEAD":
                 return w
         pings = {w: self._handle(w).ready.remote() for w in waiting}
-        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=1.0)
+        # a live worker answers on another thread however busy it is, but a loaded machine may
+        # take more than a second: wait a quarter of a call's deadline (1-10 s) before blaming
+        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=min(10.0, max(1.0, self.deadlines.call_s / 4)))
         for w, ref in pings.items():
             if ref not in ready:
                 return w
