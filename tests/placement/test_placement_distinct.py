@@ -4,6 +4,7 @@ oracle, and the fast path's promises: checked plans, a bound that is a proof, ne
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -141,6 +142,34 @@ def test_first_fit_plans_pass_the_checker_and_howard(deadline):
         for g in sol.groups:
             assert group_feasible(sub_inst, g.members, sub.configs[g.config]), (seed, g)
         assert check(sub_inst, build_plan(sub, sol, [])) == []
+
+
+def _with_switches(inst, seed: int):
+    """The instance with warm switches on every pool of every job (2-20% of the phase time)."""
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for j in inst.jobs:
+        rs = {t: {n: round(float(v * rng.uniform(0.02, 0.2)), 3) for n, v in row.items()} for t, row in j.rollout_s.items()}
+        ts = {t: {n: round(float(v * rng.uniform(0.02, 0.2)), 3) for n, v in row.items()} for t, row in j.train_s.items()}
+        jobs.append(j.model_copy(update={"rollout_switch_s": rs, "train_switch_s": ts}))
+    return inst.model_copy(update={"jobs": jobs})
+
+
+def test_first_fit_and_the_fast_path_with_warm_switches_pass_howard_and_the_checker():
+    """Switches couple the members' rings (``min(sigma, other phase)``); the first fit adds them
+    uncapped, which may only refuse a join, never accept an infeasible one."""
+    from formulation.placement.explain import explain
+    from formulation.placement.fast import fast_solve, first_fit
+    from formulation.placement.plan import build_plan
+
+    for seed in range(2):
+        inst = _with_switches(generate_distinct(60, seed, unplaceable=0.0), seed)
+        idx = Index(inst)
+        assert idx.SR.any() and idx.ST.any()
+        for sol in (first_fit(idx)[0], fast_solve(idx, time.perf_counter() + 0.5)[0]):
+            for g in sol.groups:
+                assert group_feasible(inst, g.members, idx.configs[g.config]), (seed, g)
+            assert check(inst, build_plan(idx, sol, [explain(idx, j) for j in sol.unplaced])) == []
 
 
 def test_fast_path_beats_the_weave_greedy_when_jobs_need_different_training_pools():
