@@ -72,47 +72,6 @@ def read_plan(path: str, command: str = "plan"):
     return doc, body
 
 
-_FIELDS: dict[type, list[str]] = {}
-
-
-def rounded_data(obj):
-    """``plandoc._round(obj.model_dump(mode="json"))`` for plain pydantic models (fields of str,
-    numbers, booleans, None, lists, dicts and models; no aliases, serializers or computed fields),
-    in one walk over the objects instead of a dump and a second walk: at 10,000 jobs 0.15 s
-    against 0.45 s. Anything else goes through the dump."""
-    from pydantic import BaseModel
-    from pydantic_core import to_jsonable_python
-
-    from planner import plandoc
-
-    rf = plandoc._round_float
-
-    def conv(v):
-        t = type(v)
-        if t is float:
-            return rf(v)
-        if t is str or t is int or t is bool or v is None:
-            return v
-        if t is list or t is tuple:
-            return [conv(x) for x in v]
-        if t is dict:
-            return {str(k): conv(v[k]) for k in sorted(v, key=str)}
-        if isinstance(v, BaseModel):
-            names = _FIELDS.get(type(v))
-            if names is None:
-                cls = type(v)
-                plain = not (cls.model_computed_fields or any(f.alias or f.serialization_alias for f in cls.model_fields.values())
-                             or cls.__pydantic_serializer__ is None or "__get_pydantic_core_schema__" in cls.__dict__)
-                names = _FIELDS[cls] = sorted(cls.model_fields) if plain else []
-            if names:
-                return {n: conv(getattr(v, n)) for n in names}
-        if isinstance(v, BaseModel):
-            return plandoc._round(v.model_dump(mode="json"))
-        return plandoc._round(to_jsonable_python(v))  # enums, sets, numpy scalars: as the dump writes them
-
-    return conv(obj)
-
-
 def plan_text(body, record: dict, name: str, digest: str, fmt: str) -> str:
     """The plan document's text, byte for byte what :func:`planner.plandoc.dumps` writes for it,
     without validating and dumping the body a second time through the document model (at
@@ -123,7 +82,7 @@ def plan_text(body, record: dict, name: str, digest: str, fmt: str) -> str:
 
     solver = plandoc.SolverRecord(**record).model_dump(mode="json")
     data = {"kind": KIND, "version": plandoc.PLAN_VERSION, "generator": f"rl-planner {__version__}", "scenario": name,
-            "scenario_digest": digest, "solver": plandoc._round(solver), "body": rounded_data(body)}
+            "scenario_digest": digest, "solver": plandoc._round(solver), "body": plandoc._round(body)}
     if fmt == "json":
         return plandoc.dumps_json(data)
     return yaml.dump(data, Dumper=plandoc._Dumper, sort_keys=False, default_flow_style=False, width=100)

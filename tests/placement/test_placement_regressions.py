@@ -153,13 +153,12 @@ def test_plan_text_is_what_plandoc_writes():
         assert plan_text(res.plan, record, "s", "d", fmt) == plandoc.dumps(doc, fmt)
 
 
-def test_rounded_data_is_the_dump_rounded_for_plans_with_unplaced_and_moved_jobs():
-    """The plan text's one-walk conversion (no dump) against pydantic's dump rounded by plandoc,
+def test_a_plan_model_rounds_as_its_dump_for_plans_with_unplaced_and_moved_jobs():
+    """plandoc._round reading a plan's fields in one walk (no dump) against pydantic's dump rounded,
     on a plan with unplaced jobs, a bound, moved members and models built without validation."""
     from formulation.placement.generate import generate_distinct
     from formulation.placement.plan import Unplaced
     from planner import plandoc
-    from planner.commands._placement import rounded_data
 
     inst = generate_distinct(40, 3, unplaceable=0.1)
     res = solve(inst, SolveOptions(time_limit_s=3), "auto")
@@ -168,9 +167,9 @@ def test_rounded_data_is_the_dump_rounded_for_plans_with_unplaced_and_moved_jobs
     plan.groups[0].members[0].moved = True
     plan.moved_jobs = [plan.groups[0].members[0].job]
     plan.unplaced.append(Unplaced(job="x", reason="pending", message="m", fix="f"))
-    assert rounded_data(plan) == plandoc._round(plan.model_dump(mode="json"))
+    assert plandoc._round(plan) == plandoc._round(plan.model_dump(mode="json"))
     plan.greedy_cost_per_hour = 1 / 3
-    assert rounded_data(plan) == plandoc._round(plan.model_dump(mode="json"))
+    assert plandoc._round(plan) == plandoc._round(plan.model_dump(mode="json"))
 
 
 def test_status_line_shows_phase_plan_bound_and_gap_after_two_seconds(monkeypatch):
