@@ -327,22 +327,28 @@ class FastPacker:
         _, pi, r, t = new
         G = self.groups[pi]
         g = G.n - 1
-        if g >= 0 and G.members[g]:
-            gr, gt = G.cur[g]
-            a, bs, own = self._job(G.pair, j)
-            lim = min(G.lim[g], self.idx.slo[j]) * TOL
-            if (G.sumA[g, gr] + a[gr] <= lim and G.sumBS[g, gt] + bs[gt] <= lim and max(G.maxTOT[g, gr, gt], own[gr, gt]) <= lim
-                    and G.dr[g] + self.idx.dram_r[j] <= G.pair.dram_r * TOL and G.st[g] + self.idx.state_t[j] <= G.pair.dram_t[gt] * TOL):
-                self.join(j, pi, g, int(gr), int(gt))
-                return True
+        if g >= 0 and G.members[g] and self._fits_as_is(G, np.array([g]), j)[0]:
+            self.join(j, pi, g, int(G.cur[g, 0]), int(G.cur[g, 1]))
+            return True
         self.open_group(j, pi, r, t)
         return True
+
+    def _fits_as_is(self, G: _Groups, rows: np.ndarray, j: int) -> np.ndarray:
+        """For each group of ``rows``: whether ``j`` joins it on its current pools (both rings, the
+        largest own cycle and both DRAM sums within the limits)."""
+        idx = self.idx
+        pr = G.pair
+        a, bs, own = self._job(pr, j)
+        gr, gt = G.cur[rows, 0], G.cur[rows, 1]
+        lim = np.minimum(G.lim[rows], idx.slo[j]) * TOL
+        return ((G.sumA[rows, gr] + a[gr] <= lim) & (G.sumBS[rows, gt] + bs[gt] <= lim)
+                & (np.maximum(G.maxTOT[rows, gr, gt], own[gr, gt]) <= lim)
+                & (G.dr[rows] + idx.dram_r[j] <= pr.dram_r * TOL) & (G.st[rows] + idx.state_t[j] <= pr.dram_t[gt] * TOL))
 
     def admit_first_fit(self, j: int, window: int = 1024) -> bool:
         """Join, without growing its pools, the fullest of the last ``window`` open groups of the
         job's first pair where it fits as the group stands (scalar rows, no search over pool
         sizes: a join then costs nothing), else open a group on the job's cheapest configuration."""
-        idx = self.idx
         for pi in self.job_pairs[j]:
             G = self.groups[pi]
             if G.n == 0:
@@ -351,15 +357,10 @@ class FastPacker:
             rows = rows[G.open[rows]]
             if not len(rows):
                 continue
-            pr = G.pair
-            a, bs, own = self._job(pr, j)
-            gr, gt = G.cur[rows, 0], G.cur[rows, 1]
-            lim = np.minimum(G.lim[rows], idx.slo[j]) * TOL
-            ok = ((G.sumA[rows, gr] + a[gr] <= lim) & (G.sumBS[rows, gt] + bs[gt] <= lim)
-                  & (np.maximum(G.maxTOT[rows, gr, gt], own[gr, gt]) <= lim)
-                  & (G.dr[rows] + idx.dram_r[j] <= pr.dram_r * TOL) & (G.st[rows] + idx.state_t[j] <= pr.dram_t[gt] * TOL))
+            ok = self._fits_as_is(G, rows, j)
             if ok.any():
-                sel, sr, st = rows[ok], gr[ok], gt[ok]
+                sel = rows[ok]
+                sr, st = G.cur[sel, 0], G.cur[sel, 1]
                 g = int(sel[np.argmax(np.maximum(G.sumA[sel, sr], G.sumBS[sel, st]) / G.lim[sel])])
                 self.join(j, pi, g, int(G.cur[g, 0]), int(G.cur[g, 1]))
                 return True
