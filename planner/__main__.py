@@ -1,4 +1,4 @@
-from planner.cli import main
+from planner.cli import entry
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry())

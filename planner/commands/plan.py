@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 NAME = "plan"
+QUICK_EXIT = True  # no thread or process; files written durably before run returns (cli.entry)
 HELP = "co-execution group placement: groups, pools, node pins, cycle times, cost (Weave)"
 DESCRIPTION = """Pack the jobs of a scenario (or of a numbers-only placement instance file, see
 docs/placement.md) into co-execution groups that share a rollout pool and a training pool, at the
@@ -90,7 +91,9 @@ def solver_share(limit: float, loaded_s: float, n_jobs: int, json_out: bool) -> 
 def run(args) -> int:
     import sys
 
-    t_start = _clock()
+    # the command's start: when the process imported the planner (the executable), else now
+    started = getattr(args, "_started", None)
+    t_start = started if started is not None else _clock()
 
     from formulation.common import SolveOptions
     from formulation.placement.solve import solve

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 NAME = "validate-plan"
+QUICK_EXIT = True  # no thread or process; files written durably before run returns (cli.entry)
 HELP = "check a placement plan against its scenario or instance; list each violated constraint by name"
 DESCRIPTION = """Recompute everything a placement plan claims from the scenario (or the numbers-only
 instance) without any solver: every job placed exactly once, pools made of existing nodes of the

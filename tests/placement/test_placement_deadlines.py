@@ -114,6 +114,45 @@ def test_a_plan_command_whose_loading_took_the_limit_still_writes_a_plan_and_say
     assert check(inst, PlacementPlan.model_validate(doc["body"])) == []
 
 
+def test_the_plan_commands_clock_starts_when_the_process_imported_the_planner(tmp_path, capsys):
+    # the executable passes when the planner was imported (cli.entry): time spent before the
+    # command ran (importing the command modules) counts against the limit
+    from planner.cli import main
+
+    inst = generate_distinct(30, 4)
+    path = tmp_path / "inst.json"
+    path.write_text(json.dumps({"kind": "PlacementInstance", **inst.model_dump(mode="json")}))
+    out = tmp_path / "plan.json"
+    rc = main(["plan", str(path), "--time-limit", "2", "--backend", "fast", "--out", str(out), "--allow-unplaced"],
+              started=time.perf_counter() - 40.0)  # "imported" 40 s before the command ran
+    assert rc == 0
+    msg = json.loads(out.read_text())["solver"]["message"]
+    assert "cut short by the time limit: loading the input took 4" in msg and "of the 2 s limit" in msg
+    # in process without ``started`` (a library caller), the command's own start counts
+    rc = main(["plan", str(path), "--time-limit", "2", "--backend", "fast", "--out", str(out), "--allow-unplaced"])
+    assert rc == 0 and "loading the input took" not in json.loads(out.read_text())["solver"]["message"]
+
+
+def test_the_executable_leaves_quickly_with_its_output_flushed_and_its_status_kept(tmp_path):
+    # plan leaves through os._exit (cli.entry): stdout must still carry the whole document, the
+    # file must be complete, and a refusal must keep exit status 2 and its message
+    from formulation.placement.plan import PlacementPlan
+    from tests.conftest import run_cli
+
+    inst = generate_distinct(40, 5, unplaceable=0.1)
+    path = tmp_path / "inst.json"
+    path.write_text(json.dumps({"kind": "PlacementInstance", **inst.model_dump(mode="json")}))
+    out = tmp_path / "plan.json"
+    done = run_cli("plan", str(path), "--time-limit", "2", "--backend", "fast", "--allow-unplaced", "--json",
+                   "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert printed == json.loads(out.read_text())
+    assert check(inst, PlacementPlan.model_validate(printed["body"])) == []
+    bad = run_cli("plan", str(path), "--time-limit", "2", "--backend", "fast")  # unplaceable jobs, no --allow-unplaced
+    assert bad.returncode == 2 and "cannot be placed" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_the_status_line_follows_the_ladder_and_the_integer_masters():
     # an instance whose LP bound is below the optimum (tests/placement/test_placement_ladder.py's
     # ORACLE_CASES): column generation climbs the ladder and solves the integer master
