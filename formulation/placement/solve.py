@@ -228,17 +228,12 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         greedy_warm = warm
         if warm.cut_short:
             cut_short.append(warm.cut_short)
-            if cur is None and backend != "greedy":
-                # the greedy's tail opened a group per job: the first fit (tightest SLO first, a
-                # fraction of the greedy's time) is a better start for the backend and costs less
-                # to write than thousands of single-job groups
-                from formulation.placement.fast import first_fit
-
-                ff, ff_cut = first_fit(idx, deadline=_real(deadline))
-                if _score(idx, ff) < _score(idx, warm) - 1e-9:
-                    warm, warm_name = ff, "first fit"
-                    cut_short.append("the warm start: the first fit replaced the cut-short greedy"
-                                     + (" (itself narrowed past the deadline)" if ff_cut else ""))
+        if cur is None and backend != "greedy":
+            # the fast path's constructions are cheaper than the Weave greedy on distinct jobs
+            # (docs/placement.md) and take a fraction of its time: the backend starts from the
+            # cheapest, so no backend returns worse than first-fit-decreasing when it had the time
+            # (a greedy cut short opened a group per job: the first fit also costs less to write)
+            warm, warm_name = _cheapest_construction(idx, warm, warm_name, deadline, cut_short)
         # the baseline: the arrival order again (the warm start may be the decreasing one), unless
         # the warm start was cut short already (then the deadline has passed: it is the baseline)
         base_greedy = (greedy_warm if greedy_warm.cut_short and cur is None
@@ -271,6 +266,10 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             bound_free = free_model.lp_bound(_real(share), best_greedy(idx, share, clock)[0])
         pm.progress, pm.progress_incumbent = progress, warm.cost(idx)
         found, st = pm.solve(_real(deadline), warm, anchors, options.mip_gap)
+        if fast_lb is None and not st.proven:  # the load bound is cheap and often the better one on distinct jobs
+            from formulation.placement.fast import LOAD_BOUND_STEPS, load_bound
+
+            fast_lb = load_bound(idx, iterations=LOAD_BOUND_STEPS, deadline=_real(clock() + 0.1 * max(0.0, deadline - clock())))
         bounds = [b for b in (st.lower_bound, bound_free, fast_lb) if b is not None and b > -1e300]
         lb = max(bounds) if bounds else None
         if found is not None:
@@ -327,6 +326,16 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         from formulation.placement.fast import LOAD_BOUND_STEPS, load_bound
 
         lb = load_bound(idx, iterations=LOAD_BOUND_STEPS, deadline=_real(deadline))
+    if sol.unplaced and idx.n:
+        # jobs the plan leaves out for capacity (not the ones that fit nowhere alone: those were
+        # taken out before): the bound and the gap are over the jobs it places -- what placing
+        # exactly those costs at least (the load bound; every bound above covered all jobs)
+        from formulation.placement.fast import LOAD_BOUND_STEPS, load_bound
+
+        placed_jobs = sorted(set(range(idx.n)) - set(sol.unplaced))
+        lb = load_bound(idx, jobs=placed_jobs, iterations=LOAD_BOUND_STEPS, deadline=_real(clock() + 0.1))
+        message += (f"; bound over the {len(placed_jobs)} job(s) placed ({len(sol.unplaced)} left out for capacity: "
+                    "the gap is over the jobs placed)")
     if status is SolveStatus.OPTIMAL and not sol.unplaced:
         lb = obj if lb is None or lb > obj - 1e-6 * max(1.0, obj) or backend == "colgen" else lb
     if lb is not None:
@@ -336,10 +345,34 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
     if lb is not None and not sol.unplaced and obj - lb <= options.mip_gap * max(1.0, abs(obj)):
         status = SolveStatus.OPTIMAL
     plan = build_plan(idx, sol, unplaced, cur.nodes if cur else None, greedy_cost=greedy_cost,
-                      lower_bound=lb if not sol.unplaced else None, moved=sol.moved)
-    record = SolveRecord(backend=backend, status=status, objective=obj, best_bound=lb if not sol.unplaced else None,
+                      lower_bound=lb, moved=sol.moved)
+    record = SolveRecord(backend=backend, status=status, objective=obj, best_bound=lb,
                          wall_time_s=clock() - t0, time_limit_s=options.time_limit_s, warm_start=warm_name, message=message)
     return Result(plan, record, sol, base_greedy, idx)
+
+
+def _cheapest_construction(idx: Index, warm: Solution, warm_name: str, deadline: float,
+                           cut_short: list[str]) -> tuple[Solution, str]:
+    """The cheapest of the Weave greedy's plan ``warm``, the first fit (tightest SLO first) and
+    best-fit FFD. Best fit runs only when the time left is at least 2.5x what the first fit took
+    (:func:`formulation.placement.fast.fast_solve`'s rule) and is dropped when the deadline cut it
+    short; what replaced a cut-short greedy is said in ``cut_short``."""
+    from formulation.placement.fast import ffd_order, first_fit, pack
+
+    t = clock()
+    ff, ff_cut = first_fit(idx, deadline=_real(deadline))
+    took = clock() - t
+    best, name = warm, warm_name
+    if _score(idx, ff) < _score(idx, best) - 1e-9:
+        best, name = ff, "first fit"
+    if not ff_cut and deadline - clock() >= 2.5 * took:
+        ffd = pack(idx, ffd_order(idx), max_pairs=2 if idx.n > 500 else 16, deadline=_real(deadline))
+        if clock() <= deadline and _score(idx, ffd) < _score(idx, best) - 1e-9:
+            best, name = ffd, "FFD best fit"
+    if warm.cut_short and best is not warm:
+        cut_short.append(f"the warm start: the {name.replace('FFD best fit', 'best-fit FFD')} replaced the cut-short greedy"
+                         + (" (itself narrowed past the deadline)" if ff_cut and best is ff else ""))
+    return best, name
 
 
 def place_leftovers(idx: Index, sol: Solution) -> Solution:

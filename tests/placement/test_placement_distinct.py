@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from formulation.common import SolveOptions
+from formulation.common import SolveOptions, SolveStatus
 from formulation.placement.check import check
 from formulation.placement.evaluate import Index
 from formulation.placement.explain import placeable_alone
@@ -208,3 +208,54 @@ def test_whole_pool_cycle_times_agree_with_howard():
         assert a.period == pytest.approx(b.period, rel=1e-9)
         for m in ms:
             assert a.of(m.name) == pytest.approx(b.of(m.name), rel=1e-9)
+
+
+# ------------------------------------------------ bounds and warm starts on every backend (issue 12)
+@pytest.mark.parametrize("seed", [0, 2, 4])
+def test_a_plan_that_leaves_jobs_out_for_capacity_still_has_a_bound_over_the_jobs_it_places(seed):
+    # the Weave greedy on a tight fleet leaves placeable jobs out; the plan's bound is then over the
+    # jobs it places, and the exhaustive optimum of placing exactly those jobs is at least that bound
+    from tests.placement.placement_helpers import oracle, small_instance
+
+    inst = small_instance(seed, 8, capacity=(2, 2))
+    assert placeable_alone(Index(inst)).all()  # every job fits alone: the ones left out are capacity
+    res = solve(inst, SolveOptions(time_limit_s=10), "greedy")
+    assert check(inst, res.plan) == []
+    assert res.plan.unplaced and all(u.reason == "capacity" for u in res.plan.unplaced)
+    lb = res.plan.lower_bound_per_hour
+    assert lb is not None and 0 < lb <= res.plan.cost_per_hour
+    assert f"bound over the {8 - len(res.plan.unplaced)} job(s) placed" in res.record.message
+    placed = {m.job for g in res.plan.groups for m in g.members}
+    sub = inst.model_copy(update={"jobs": [j for j in inst.jobs if j.name in placed]})
+    best, left_out = oracle(sub)
+    assert left_out == 0 and lb <= best + 1e-6
+
+
+@pytest.mark.parametrize("backend", ["colgen", "highs", "cpsat"])
+def test_a_backend_that_finds_nothing_in_time_returns_the_cheapest_construction_with_the_load_bound(monkeypatch, backend):
+    # a stand-in for a model that found no plan and no bound in the time it had: the plan is the
+    # cheapest of the Weave greedy, the first fit and best-fit FFD (never worse than FFD), and it
+    # carries at least the load bound
+    from formulation.placement import colgen, cpsat, milp
+    from formulation.placement.colgen import ColgenStats
+    from formulation.placement.fast import ffd_order, load_bound, pack
+    from formulation.placement.greedy import best_greedy
+
+    if backend == "colgen":
+        monkeypatch.setattr(colgen.PatternModel, "solve", lambda self, *a, **k: (None, ColgenStats()))
+    else:
+        mod = milp if backend == "highs" else cpsat
+        monkeypatch.setattr(mod, "solve_compact", lambda idx, *a, **k: (None, SolveStatus.NOT_SOLVED, None, "stand-in"))
+    inst = generate_distinct(30, 3, unplaceable=0.0)
+    alone = placeable_alone(Index(inst))
+    inst = inst.model_copy(update={"jobs": [j for j, ok in zip(inst.jobs, alone) if ok]})  # every job placeable
+    idx = Index(inst)
+    ffd = pack(idx, ffd_order(idx)).cost(idx)
+    greedy_cost = best_greedy(idx)[0].cost(idx)
+    res = solve(inst, SolveOptions(time_limit_s=30), backend)
+    assert check(inst, res.plan) == []
+    assert not res.plan.unplaced
+    assert res.plan.cost_per_hour <= min(ffd, greedy_cost) + 1e-6
+    assert res.record.warm_start in ("greedy", "first fit", "FFD best fit")
+    lb = res.plan.lower_bound_per_hour
+    assert lb is not None and load_bound(idx) - 1e-6 <= lb <= res.plan.cost_per_hour
