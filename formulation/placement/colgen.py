@@ -282,6 +282,11 @@ class PatternModel:
         self.last_exact = exact
         self.last_full = True
         for k in sorted(self.priced_configs(), key=lambda k: -self.promise[k]):
+            if not exact and time.perf_counter() > self.deadline:
+                # the heuristic pass (it proves nothing) stops at the pricing deadline; an exact pass
+                # goes on, each configuration's search stopped at its root, whose bound still holds
+                self.last_full = False
+                break
             fixed = self.fixed_price(k, mu)
             items = self._items(k, pi, charge_moves)
             found = list(price_heuristic(items, fixed, max_columns=max_columns))
@@ -503,6 +508,7 @@ class PatternModel:
             if not self.master.lp_optimal:
                 break  # the deadline stopped the LP: no LP value, and no convergence to claim
             st.lp_value = obj
+            self.deadline = lp_deadline
             cols, _ = self.price_all(pi, mu, True, budget, exact=False)
             if [c for c in cols if self.master.add(c) is not None] and time.perf_counter() < lp_deadline:
                 continue  # the heuristic still finds columns: no need for the exact pricing yet
