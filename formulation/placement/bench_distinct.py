@@ -16,7 +16,7 @@ of the jobs fitting nowhere) written as a JSON instance file, then side by side 
 
 The two commands run as separate processes and are timed from outside (the whole command:
 interpreter start, loading, solving, writing); CPU seconds and peak memory (max RSS) come from
-the child's resource usage. Every plan is judged by the solver-free checker. Writes
+the child's own resource usage (``wait4``). Every plan is judged by the solver-free checker. Writes
 ``bench_distinct.md`` and ``bench_distinct.json`` with the command, the machine and the load
 average at the start and the end (the machine is shared: wall times are inflated by its load,
 CPU seconds much less).
@@ -28,9 +28,9 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -59,11 +59,6 @@ def fleet(n: int) -> Optional[dict[str, int]]:
     return None if per <= cap else {t: cap for t in DISTINCT_TYPES}
 
 
-def _cpu_children() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
 def inprocess(spec: str) -> dict:
     """FFD and the greedy, in this (child) process."""
     from formulation.placement.evaluate import Index
@@ -85,20 +80,25 @@ def inprocess(spec: str) -> dict:
 
 
 def run_cli(inst_path: Path, plan_path: Path, limit: float, backend: str = "auto") -> dict:
-    cmd = [sys.executable, "-m", "formulation.placement.bench_distinct", "--child", "--", "plan", str(inst_path),
+    """The real executable (``python -m planner``), timed from outside; its own peak RSS and CPU
+    seconds come from ``wait4`` on it."""
+    cmd = [sys.executable, "-m", "planner", "plan", str(inst_path),
            "--backend", backend, "--time-limit", str(limit), "--out", str(plan_path), "--allow-unplaced"]
-    c0 = _cpu_children()
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    wall = time.perf_counter() - t0
-    cpu = _cpu_children() - c0
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        stderr = err.read()
     out = {"command": f"planner plan {inst_path.name} --backend {backend} --time-limit {limit:g} --out {plan_path.name} --allow-unplaced",
-           "wall_s": wall, "cpu_s": cpu, "rc": proc.returncode}
+           "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rc": proc.returncode,
+           "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
     if proc.returncode != 0:
-        out["error"] = proc.stderr.strip().splitlines()[-3:]
+        out["error"] = stderr.strip().splitlines()[-3:]
         return out
-    rss = [ln for ln in proc.stdout.splitlines() if ln.startswith("peak_rss_mb ")]
-    out["peak_rss_mb"] = float(rss[-1].split()[1]) if rss else None
     from formulation.placement.check import check
     from formulation.placement.plan import PlacementPlan
     from planner.instances.placement_files import load_instance
@@ -115,12 +115,6 @@ def run_cli(inst_path: Path, plan_path: Path, limit: float, backend: str = "auto
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "--child":  # run the planner CLI in this process, then report the peak RSS
-        from planner.cli import main as cli_main
-
-        rc = cli_main(argv[2:])
-        print(f"peak_rss_mb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")
-        return rc
     if argv and argv[0] == "--inprocess":
         print(json.dumps(inprocess(argv[1])))
         return 0

@@ -479,7 +479,7 @@ def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, see
     if cut:
         st.cut_short.append("packing (the rest went first fit on the last few groups)")
     took = time.perf_counter() - t0
-    for name, order, share in (("FFD best fit", ffd_order, 0.85), ("tightest-SLO-first best fit", slo_order, 0.6)):
+    for name, order, share in (("FFD best fit", ffd_order, 0.85), ("tightest-SLO-first best fit", slo_order, 0.85)):
         left = t0 + share * span - time.perf_counter()
         if cut or left < 2.5 * took:  # best fit takes about 2.5x the first fit (docs/placement.md)
             continue
