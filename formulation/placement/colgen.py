@@ -70,11 +70,14 @@ BOUND_SHARE = 0.4
 UNCERTIFIED_PATTERNS = 4000
 # Sizes (columns of least reduced cost) of the small integer masters that look for plans.
 PRIMAL_SIZES = (500, 1500, 4500)
-# Many job classes (distinct jobs): when the LP has not converged by the end of its share of the
-# time, Farley's bound (:mod:`formulation.placement.farley`) gets this share of what is left
-# (measured choices: docs/placement.md).
+# When the LP has not converged by the end of its share of the time, Farley's bound
+# (:mod:`formulation.placement.farley`) gets this share of what is left: half beyond
+# ANYTIME_MIN_CLASSES job classes (distinct jobs), a fifth below, where the integer masters that
+# follow still find better plans (measured choices: docs/placement.md; at 100 distinct jobs under
+# 3.5-5 s the bound went from the load bound's 1,364-1,434 to 1,668-1,960).
 ANYTIME_MIN_CLASSES = 150
 ANYTIME_BOUND_SHARE = 0.5
+ANYTIME_BOUND_SHARE_FEW = 0.2
 
 @dataclass
 class Classes:
@@ -347,9 +350,9 @@ class PatternModel:
 
     @property
     def anytime_bound(self) -> bool:
-        """Whether the Farley bound stands in for an unconverged LP: placement's own model with many
-        classes (the capacity planner's objective is not a sum of configuration costs)."""
-        return type(self) is PatternModel and len(self.cl.rep) > ANYTIME_MIN_CLASSES
+        """Whether the Farley bound stands in for an unconverged LP: placement's own model (the
+        capacity planner's objective is not a sum of configuration costs)."""
+        return type(self) is PatternModel
 
     def farley(self, pi: Optional[np.ndarray], deadline: float) -> Optional[float]:
         """The stabilised Farley bound at the restricted master's duals ``pi`` (:mod:`formulation.placement.farley`)."""
@@ -375,7 +378,8 @@ class PatternModel:
             # not converged, so the LP is no bound: Farley's scaling of the duals mixed with the load
             # bound's (a proof at any duals, :mod:`formulation.placement.farley`)
             t1 = time.perf_counter()
-            fb = self.farley(pi, t1 + ANYTIME_BOUND_SHARE * max(0.0, deadline - t1))
+            share = ANYTIME_BOUND_SHARE if len(self.cl.rep) > ANYTIME_MIN_CLASSES else ANYTIME_BOUND_SHARE_FEW
+            fb = self.farley(pi, t1 + share * max(0.0, deadline - t1))
             st.phase_s["farley"] = time.perf_counter() - t1
             if fb is not None and fb > best_lb:
                 best_lb, st.farley_bound = fb, fb
