@@ -515,6 +515,8 @@ def load_bound(idx: Index, jobs: Optional[Sequence[int] | np.ndarray] = None, it
     jobs = np.arange(idx.n) if jobs is None else np.asarray(list(jobs), dtype=int)
     if len(jobs) == 0:
         return 0.0
+    if iterations <= 1 or time.perf_counter() > deadline:
+        return _load_bound_first_step(idx, jobs, duals)
     ok = idx.ok[:, jobs]
     if not ok.any(axis=0).all():
         return None
@@ -555,6 +557,29 @@ def load_bound(idx: Index, jobs: Optional[Sequence[int] | np.ndarray] = None, it
         np.add.at(frac, kk[pick], w[pick])
         mu = np.maximum(0.0, mu + step * (frac @ nm - cap) / max(1.0, len(jobs)))
     return float(best)
+
+
+def _load_bound_first_step(idx: Index, jobs: np.ndarray, duals: Optional[list] = None,
+                           chunk: int = 1024) -> Optional[float]:
+    """:func:`load_bound`'s first step alone (``theta = (1/2, 1/2, 0, 0)``, ``mu = 0``), for when
+    the time is up: the same value, computed on the dense arrays a block of jobs at a time, so
+    that no (job, configuration) gather of millions of pairs is built (0.3-0.45 s at 10,000 jobs,
+    most of it allocating)."""
+    vmin = np.empty(len(jobs))
+    for lo in range(0, len(jobs), chunk):
+        js = jobs[lo:lo + chunk]
+        ok = idx.ok[:, js]
+        if not ok.any(axis=0).all():
+            return None
+        slo = idx.slo[js]
+        with np.errstate(invalid="ignore"):
+            # the terms in the order of the general step: (a/slo) 1/2 + (bs/slo) 1/2, times the cost
+            w = (idx.a[:, js] / slo) * 0.5 + (idx.bs[:, js] / slo) * 0.5
+            v = idx.cost[:, None] * w
+        vmin[lo:lo + chunk] = np.where(ok, v, np.inf).min(axis=0)
+    if duals is not None:
+        duals[:] = [vmin, np.zeros(len(idx.types))]
+    return float(vmin.sum())
 
 
 # ------------------------------------------------------------------------------------- local search

@@ -259,3 +259,22 @@ def test_a_backend_that_finds_nothing_in_time_returns_the_cheapest_construction_
     assert res.record.warm_start in ("greedy", "first fit", "FFD best fit")
     lb = res.plan.lower_bound_per_hour
     assert lb is not None and load_bound(idx) - 1e-6 <= lb <= res.plan.cost_per_hour
+
+
+def test_the_load_bounds_first_step_when_the_time_is_up_is_the_plain_formula_and_below_more_steps():
+    # past its deadline the load bound takes one step on dense blocks of jobs (no gather of the
+    # (job, configuration) pairs); its value is sum_j min_k c_k (a_kj + bs_kj) / (2 slo_j)
+    inst = generate_distinct(300, 8, unplaceable=0.0)
+    alone = placeable_alone(Index(inst))
+    idx = Index(inst.model_copy(update={"jobs": [j for j, ok in zip(inst.jobs, alone) if ok]}))
+    plain = 0.0
+    for j in range(idx.n):
+        ks = np.flatnonzero(idx.ok[:, j])
+        plain += min(idx.cost[k] * (idx.a[k, j] + idx.bs[k, j]) / (2 * idx.slo[j]) for k in ks)
+    duals: list = []
+    first = load_bound(idx, deadline=0.0, duals=duals)
+    assert first == pytest.approx(plain, rel=1e-9)
+    assert duals and duals[0].sum() == pytest.approx(plain, rel=1e-9) and not duals[1].any()
+    assert load_bound(idx, iterations=12) >= first * (1 - 1e-12)
+    # a job that fits nowhere alone: no bound, as on the general path
+    assert not alone.all() and load_bound(Index(inst), deadline=0.0) is None
