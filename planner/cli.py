@@ -99,9 +99,12 @@ def entry() -> int:
     Commands that declare ``QUICK_EXIT = True`` (they start no thread or process and write their
     files durably before returning: plan, admit, validate-plan) leave through ``os._exit`` once
     stdout and stderr are flushed, skipping the interpreter's teardown of what they built (about
-    0.1 s for a 2,000-job plan: part of a "whole command" time limit)."""
+    0.1 s for a 2,000-job plan: part of a "whole command" time limit), unless a profiler, a tracer
+    or coverage is watching the process (they write their data at exit)."""
     rc = main(started=STARTED_AT)
-    if _EXIT["quick"]:
+    # a profiler, a tracer or coverage writes its data at exit: then leave the normal way
+    observed = sys.getprofile() is not None or sys.gettrace() is not None or "coverage" in sys.modules
+    if _EXIT["quick"] and not observed:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
