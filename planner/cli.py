@@ -56,17 +56,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
+def main(argv: Sequence[str] | None = None, started: float | None = None, leave_quickly: bool = False) -> int:
     """Run one command. ``started`` (a ``time.perf_counter`` value) is when the command began for
-    its time limits; the process entry points pass when the planner was imported, in-process
-    callers (tests) leave it None and the command starts its clock itself."""
+    its time limits; the executable passes when the planner was imported (:func:`entry`),
+    in-process callers (tests) leave it None and the command starts its clock itself.
+
+    With ``leave_quickly`` (the executable), commands that declare ``QUICK_EXIT = True`` (they
+    start no thread or process and write their files durably before returning: plan, admit,
+    validate-plan) leave
+    through ``os._exit`` once stdout and stderr are flushed, skipping the interpreter's teardown of
+    what they built (about 0.1 s for a 2,000-job plan: part of a "whole command" time limit),
+    unless a profiler, a tracer or coverage is watching the process (they write their data at
+    exit)."""
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse itself exits 2 on bad usage
     args._started = started
-    _EXIT["quick"] = bool(getattr(args, "_quick_exit", False))
     if not getattr(args, "_run", None):
         parser.print_help()
         return EXIT_BAD_INPUT
+    rc = _run(args)
+    observed = sys.getprofile() is not None or sys.gettrace() is not None or "coverage" in sys.modules
+    if leave_quickly and args._quick_exit and not observed:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (BrokenPipeError, OSError):
+            return rc  # the normal exit reports nothing more either
+        os._exit(rc)
+    return rc
+
+
+def _run(args) -> int:
     debug = args.debug or os.environ.get("RL_PLANNER_DEBUG") == "1"
     try:
         rc = args._run(args)
@@ -90,28 +110,9 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
         return EXIT_INTERNAL
 
 
-_EXIT = {"quick": False}  # set by main: whether the command that ran may leave without teardown
-
-
 def entry() -> int:
-    """The ``planner`` executable: time limits count from when the process imported the planner.
-
-    Commands that declare ``QUICK_EXIT = True`` (they start no thread or process and write their
-    files durably before returning: plan, admit, validate-plan) leave through ``os._exit`` once
-    stdout and stderr are flushed, skipping the interpreter's teardown of what they built (about
-    0.1 s for a 2,000-job plan: part of a "whole command" time limit), unless a profiler, a tracer
-    or coverage is watching the process (they write their data at exit)."""
-    rc = main(started=STARTED_AT)
-    # a profiler, a tracer or coverage writes its data at exit: then leave the normal way
-    observed = sys.getprofile() is not None or sys.gettrace() is not None or "coverage" in sys.modules
-    if _EXIT["quick"] and not observed:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except (BrokenPipeError, OSError):
-            return rc  # the normal exit reports nothing more either
-        os._exit(rc)
-    return rc
+    """The ``planner`` executable: time limits count from when the process imported the planner."""
+    return main(started=STARTED_AT, leave_quickly=True)
 
 
 if __name__ == "__main__":

@@ -90,13 +90,13 @@ def run_cli(inst_path: Path, plan_path: Path, limit: float, backend: str = "auto
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        rc = proc.returncode = os.waitstatus_to_exitcode(status)  # (so Popen does not wait again)
         err.seek(0)
         stderr = err.read()
     out = {"command": f"planner plan {inst_path.name} --backend {backend} --time-limit {limit:g} --out {plan_path.name} --allow-unplaced",
-           "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rc": proc.returncode,
+           "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rc": rc,
            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
-    if proc.returncode != 0:
+    if rc != 0:
         out["error"] = stderr.strip().splitlines()[-3:]
         return out
     from formulation.placement.check import check

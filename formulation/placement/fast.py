@@ -474,17 +474,18 @@ def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, see
     # tightest-SLO first fit first (quickest, and the cheapest construction on distinct jobs),
     # then first-fit decreasing best fit (the plan is never worse than it) and tightest-SLO-first
     # best fit, each when the time left allows it to finish (a packing cut short is dropped)
-    sol, cut = first_fit(idx, slo_order(idx), max_pairs=2 if many else 16, deadline=t0 + 0.85 * span)
+    build_by = t0 + 0.85 * span  # the constructions' share; local search gets the rest
+    sol, cut = first_fit(idx, slo_order(idx), max_pairs=2 if many else 16, deadline=build_by)
     st.constructed = "tightest-SLO-first first fit"
     if cut:
         st.cut_short.append("packing (the rest went first fit on the last few groups)")
     took = time.perf_counter() - t0
-    for name, order, share in (("FFD best fit", ffd_order, 0.85), ("tightest-SLO-first best fit", slo_order, 0.85)):
-        left = t0 + share * span - time.perf_counter()
+    for name, order in (("FFD best fit", ffd_order), ("tightest-SLO-first best fit", slo_order)):
+        left = build_by - time.perf_counter()
         if cut or left < 2.5 * took:  # best fit takes about 2.5x the first fit (docs/placement.md)
             continue
-        other = pack(idx, order(idx), max_pairs=2 if many else 16, deadline=t0 + share * span)
-        if time.perf_counter() > t0 + share * span:
+        other = pack(idx, order(idx), max_pairs=2 if many else 16, deadline=build_by)
+        if time.perf_counter() > build_by:
             continue  # cut short: its tail opened groups of their own
         if name == "FFD best fit":
             st.ffd_cost = other.cost(idx)
