@@ -136,6 +136,12 @@ def _lm_trainer(args, epoch, coord, fail_start):
                          init=args.get("init", "fresh"), fail_start=fail_start)
 
 
+def _sglang_rollout(args, epoch, coord, fail_start):
+    from executor.workers.sglang_worker import make
+
+    return make(args, epoch, coord, fail_start)
+
+
 def _builtins() -> None:
     if "toy" not in _REGISTRY:
         register(Impl("toy", _toy_rollout, _toy_trainer, _service, "wire",
@@ -143,3 +149,6 @@ def _builtins() -> None:
     if "tinylm" not in _REGISTRY:
         register(Impl("tinylm", _lm_rollout, _lm_trainer, _service, "dcp",
                       "a small transformer on CPU: KV-cache decoding with logprobs; GRPO loss, AdamW, TP/DP; DCP resharding"))
+    if "sglang" not in _REGISTRY:
+        register(Impl("sglang", rollout=_sglang_rollout, description="rollout engines: one SGLang server each, launched on the "
+                      "worker's GPUs (engine.launch) or attached (engine.url); the sglang extra"))
