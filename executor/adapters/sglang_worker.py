@@ -85,6 +85,14 @@ class SGLangRolloutWorker:
     def step(self) -> int:
         return len(self.engine.in_flight())
 
+    @property
+    def pending(self) -> int:  # (what the sim backend's clock looks at; SGLang decodes on its own)
+        return 0
+
+    @property
+    def running(self) -> int:
+        return len(self.engine.in_flight())
+
     # ------------------------------------------------------------------ migration
     def drain(self) -> dict:
         self.draining = True

@@ -44,13 +44,15 @@ def params_of(states: list[dict]) -> dict[str, torch.Tensor]:
     if not states or any("chunks" not in s for s in states):
         raise ValueError("weight sync needs the trainer ranks' sharded states (a 'chunks' entry each; "
                          "executor.workers.shardstate): send every rank's state()")
-    full = shardstate.assemble([{**s, "chunks": {k: m for k, m in s["chunks"].items() if m["fqn"].startswith("param/")}}
-                                for s in states])
+    def is_param(m: dict) -> bool:  # tinylm: fqn "param/<name>"; megatron: kind "param", fqn the Megatron key
+        return m.get("kind", m["fqn"].split("/", 1)[0]) == "param"
+
+    full = shardstate.assemble([{**s, "chunks": {k: m for k, m in s["chunks"].items() if is_param(m)}} for s in states])
     out = {}
     for fqn, t in full.items():
         if torch.isnan(t).any():
             raise ValueError(f"weight sync lacks part of {fqn}: send every TP / PP rank's state")
-        out[fqn[len("param/"):]] = t
+        out[fqn.removeprefix("param/")] = t
     return out
 
 
