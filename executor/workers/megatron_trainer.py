@@ -7,7 +7,9 @@ compare it with a real ``GPTModel`` when ``megatron-core`` is installed):
 
 * keys are Megatron's, with the layers *stacked*: ``decoder.layers.self_attention.linear_qkv.weight``
   has global shape ``(layers, (heads + 2 kv_heads) * head_dim, hidden)``, a layer axis first
-  (``prepend_axis_num=1``), and a pipeline stage holds layers ``[s L/pp, (s+1) L/pp)``;
+  (``prepend_axis_num=1``), and a pipeline stage holds layers ``[s L/pp, (s+1) L/pp)``; the
+  norms are under the fused Transformer Engine names (``linear_qkv.layer_norm_weight``,
+  ``linear_fc1.layer_norm_weight``) with either layer spec, as Megatron maps them;
 * column-parallel tensors (``linear_qkv`` weight and bias, ``linear_fc1``, the embedding and the
   output layer) are split over TP along their output axis, row-parallel ones (``linear_proj``,
   ``linear_fc2``) along their input axis, norms are replicated; the gated MLP's ``linear_fc1``
@@ -97,12 +99,14 @@ def gpt_params(d: Dims) -> list[GPTParam]:
     q, kv, h, L = d.heads * d.head_dim, d.kv_heads * d.head_dim, d.hidden, d.layers
     out = [GPTParam("embedding.word_embeddings.weight", (d.vocab, h), 0, stage="first")]
     lay = "decoder.layers."
-    out += [GPTParam(lay + "input_layernorm.weight", (L, h), None, True),
+    # the local spec's norms are checkpointed under the fused (Transformer Engine) names
+    # (TransformerLayer's sharded_state_dict_keys_map), so either spec reads the checkpoint
+    out += [GPTParam(lay + "self_attention.linear_qkv.layer_norm_weight", (L, h), None, True),
             GPTParam(lay + "self_attention.linear_qkv.weight", (L, q + 2 * kv, h), 1, True)]
     if d.qkv_bias:
         out.append(GPTParam(lay + "self_attention.linear_qkv.bias", (L, q + 2 * kv), 1, True))
     out += [GPTParam(lay + "self_attention.linear_proj.weight", (L, h, q), 2, True),
-            GPTParam(lay + "pre_mlp_layernorm.weight", (L, h), None, True),
+            GPTParam(lay + "mlp.linear_fc1.layer_norm_weight", (L, h), None, True),
             GPTParam(lay + "mlp.linear_fc1.weight", (L, 2 * d.ffn, h), 1, True, glu=True),
             GPTParam(lay + "mlp.linear_fc2.weight", (L, h, d.ffn), 2, True),
             GPTParam("decoder.final_layernorm.weight", (h,), None, stage="last")]
@@ -289,6 +293,16 @@ class MegatronRank:
         if steps:
             self.step_no = steps.pop()
         return {"bytes": sum(t.numel() * t.element_size() for t in self.tensors.values())}
+
+    def load_model_checkpoint(self, directory: str) -> None:
+        """Fill the parameters from a Megatron-LM ``torch_dist`` checkpoint of the model (any TP/PP
+        layout; e.g. one ``dist_checkpointing.save`` wrote); Adam's moments start at zero."""
+        params = {k: m for k, m in self.chunks.items() if m["kind"] == "param"}
+        shardstate.dcp_load({"tensors": {k: self.tensors[k] for k in params}, "chunks": params}, [directory])
+        for k, m in self.chunks.items():
+            if m["kind"] != "param":
+                self.tensors[k].zero_()
+        self.loaded = True
 
     def finish_migration(self, step: int) -> dict:
         require_lease(self._coord, self.id, self.epoch, "load")

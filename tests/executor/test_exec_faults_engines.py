@@ -74,3 +74,16 @@ def test_fault_sglang(case, sglang_backend):
         assert out.resumed and out.status == "done"
     if case.fault == "fail_destination_start":
         assert out.status == "rolled_back"
+
+
+def test_registry_lists_every_engine_and_the_megatron_layout_refuses_what_it_cannot_split():
+    from executor.workers import registry
+    from executor.workers.megatron_trainer import MegatronRank, dims_of
+
+    assert {"toy", "tinylm", "sglang", "megatron"} <= set(registry.names())
+    assert registry.get("megatron").p2p == "dcp"
+    with pytest.raises(ValueError, match="kv_heads .* not divisible by tp 4"):
+        MegatronRank("t0", 1, "job/trainer", {"tp": 4}, 0, {"kv_heads": 2}, lambda *a: True)
+    hf = os.path.join(os.path.dirname(__file__), "..", "foundation", "hf_configs", "Qwen2.5-0.5B-Instruct")
+    d = dims_of({"hf_config": hf})
+    assert (d.hidden, d.layers, d.heads, d.kv_heads, d.ffn, d.tie, d.qkv_bias) == (896, 24, 14, 2, 4864, True, True)
