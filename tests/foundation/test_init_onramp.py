@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import ROOT
@@ -104,3 +105,23 @@ def test_bad_input_exits_2_naming_the_field_and_writes_nothing(tmp_path):
         assert r["rc"] == 2, (field, r)
         assert field in r["stderr"] and "Traceback" not in r["stderr"], (field, r["stderr"])
     assert not list(tmp_path.glob("*out-*.yaml"))  # nothing half-written
+
+
+def test_the_end_to_end_onramp_example_in_docs_integration_runs(tmp_path, monkeypatch):
+    """docs/integration.md's on-ramp example: slime config -> scenario -> plan -> executor target
+    -> applied on the sim backend with tinylm workers, a rollout, a training step, a weight sync."""
+    import re
+
+    pytest.importorskip("torch")
+    text = (ROOT / "docs" / "integration.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.startswith("# on-ramp example")]
+    assert len(blocks) == 1
+    for r in _run([["init", "--from", "slime", str(SLIME), "-o", str(tmp_path / "slime.yaml")],
+                   ["plan", str(tmp_path / "slime.yaml"), "--time-limit", "5", "--out", str(tmp_path / "slime-plan.yaml")]]):
+        assert r["rc"] == 0, r
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    exec(compile(blocks[0], "docs/integration.md", "exec"), ns)
+    b, job = ns["backend"], ns["job"]
+    assert b.coord("ledger_summary")["done"] == 16
+    assert {r["impl"] for r in b.coord("records") if r["component"] in (f"{job}/rollout", f"{job}/trainer")} == {"tinylm"}
