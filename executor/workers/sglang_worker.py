@@ -55,6 +55,21 @@ SUPPORTED_TEXT = "sglang>=0.5.6,<0.6"
 DEFAULT_CMD = [sys.executable, "-m", "sglang.launch_server"]
 
 
+def launch_command() -> list[str]:
+    """The server command: ``$RL_PLANNER_SGLANG_CMD`` (a JSON list, set on the worker's machine) or
+    ``python -m sglang.launch_server``. A target cannot name a command (a plan is data, not code);
+    code that builds a worker directly may pass ``launch.cmd``."""
+    raw = os.environ.get("RL_PLANNER_SGLANG_CMD")
+    if not raw:
+        return list(DEFAULT_CMD)
+    import json
+
+    cmd = json.loads(raw)
+    if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd):
+        raise ValueError(f"RL_PLANNER_SGLANG_CMD must be a JSON list of strings, not {raw[:80]!r}")
+    return cmd
+
+
 def supported(version: str) -> bool:
     v = parse_version(version)
     return bool(v) and SUPPORTED[0] <= v < SUPPORTED[1]
@@ -166,7 +181,7 @@ def launch_server(worker: dict, launch: dict) -> ServerProcess:
     tp = len(gpus) or int(launch.get("tp", 1))
     host = str(launch.get("host", "127.0.0.1"))
     port = int(launch.get("port") or _free_port(host))
-    cmd = list(launch.get("cmd") or DEFAULT_CMD) + ["--model-path", str(launch["model_path"]), "--tp-size", str(tp),
+    cmd = list(launch.get("cmd") or launch_command()) + ["--model-path", str(launch["model_path"]), "--tp-size", str(tp),
                                                     "--host", host, "--port", str(port)]
     if launch.get("deterministic"):
         cmd.append("--enable-deterministic-inference")
