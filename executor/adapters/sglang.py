@@ -174,8 +174,16 @@ class SGLangEngine:
         if self._closed:
             return
         self._closed = True
+
+        async def shut() -> None:  # requests still out end here (their answers would be dropped anyway)
+            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            await self.http.aclose()
+
         try:
-            self._sync(self.http.aclose(), 5)
+            self._sync(shut(), 5)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
