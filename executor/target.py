@@ -123,6 +123,7 @@ class EngineIn(_S):
     timeout_s: Optional[Real] = Field(None, gt=0, le=3600)
     generate_timeout_s: Optional[Real] = Field(None, gt=0, le=86400)
     return_logprob: Optional[bool] = None
+    weight_names: Optional[Literal["as_trained", "hf"]] = None
 
 
 class ComponentIn(_S):

@@ -28,6 +28,9 @@ someone else started):
   the tensors through ``/update_weights_from_tensor``; others through a broadcast group
   (:class:`executor.workers.weight_sync.WeightSyncGroup`, backend ``engine.weight_sync_backend``,
   ``nccl`` by default) re-created after every move (drain, undrain, new lease).
+* **Names.** ``engine.weight_names: hf`` sends a ``megatron`` trainer's parameters under their
+  Hugging Face names (:mod:`executor.workers.hf_names`; attention shape from the component's
+  ``model`` or the trainer's), as a real SGLang model loads them; default: as the trainer names them.
 * **Sampling.** ``sampling`` and ``sampling_params`` of a request record are read alike
   (:mod:`executor.workers.sampling`).
 """
@@ -198,7 +201,7 @@ class SGLangWorker(SGLangRolloutWorker):
     """A rollout engine backed by its own SGLang server (``impl: sglang``)."""
 
     def __init__(self, worker_id: str, epoch: int, coord: Callable[..., Any], config: dict, worker: Optional[dict] = None,
-                 fail_start: bool = False) -> None:
+                 fail_start: bool = False, model: Optional[dict] = None) -> None:
         if fail_start:
             raise MemoryError(f"{worker_id}: out of memory while loading weights and KV cache (injected)")
         self.server: Optional[ServerProcess] = None
@@ -220,6 +223,10 @@ class SGLangWorker(SGLangRolloutWorker):
             raise
         self.router_url = (config.get("router_url") or "").rstrip("/")
         self.colocated = bool(config.get("colocated"))
+        self.weight_names = str(config.get("weight_names") or "as_trained")
+        if self.weight_names not in ("as_trained", "hf"):
+            raise ValueError(f"{worker_id}: engine.weight_names must be 'as_trained' or 'hf', not {self.weight_names!r}")
+        self.model = dict(model or {})
         self.tp = int(config.get("tp") or (len(self.server.gpu_ids) if self.server and self.server.gpu_ids else 1))
         self.weights_version = 0
         self.moves = 0  # drains, undrains and new leases: the weight-sync group is re-created after each
@@ -273,6 +280,12 @@ class SGLangWorker(SGLangRolloutWorker):
     # ------------------------------------------------------------------ weights
     def update_weights(self, states: list[dict], version: int) -> int:
         named = weight_sync.params_of(states)
+        if self.weight_names == "hf":  # a megatron trainer's names -> the Hugging Face names SGLang loads
+            from executor.workers.hf_names import megatron_to_hf
+            from executor.workers.megatron_trainer import dims_of
+
+            d = dims_of(self.model or (states[0].get("model") or {}))
+            named = megatron_to_hf(named, d.heads, d.kv_heads, d.head_dim)
         if self.colocated:
             self.engine.update_weights_from_tensor([weight_sync.serialize_named(named)] * self.tp, str(version))
         else:
@@ -302,4 +315,4 @@ class SGLangWorker(SGLangRolloutWorker):
 def make(args: dict, epoch: int, coord: Callable[..., Any], fail_start: bool = False) -> SGLangWorker:
     """The registry's rollout factory: ``args["engine"]`` is the config (see the module docstring)."""
     return SGLangWorker(args["worker"]["id"], epoch, coord, args.get("engine") or {}, worker=args["worker"],
-                        fail_start=fail_start)
+                        fail_start=fail_start, model=args.get("model"))

@@ -278,3 +278,31 @@ def test_a_server_that_dies_at_start_up_is_reported_with_its_log(tmp_path):
                       "log_dir": str(tmp_path), "gpu_ids": []}}
     with pytest.raises(SGLangError, match="exited with status 3.*no CUDA"):
         SGLangWorker("w", 1, Coord(), cfg)
+
+
+def test_megatron_weights_reach_sglang_under_hugging_face_names(workers):
+    """A megatron trainer's TP2 states, assembled and renamed: Megatron's fused QKV is per query
+    group [its query heads, its key head, its value head]; Hugging Face keeps q, k, v apart."""
+    from executor.workers.hf_names import fuse_qkv, split_qkv
+    from executor.workers.megatron_trainer import MegatronRank
+
+    heads, kv, hd = 4, 2, 8
+    q = torch.arange(heads * hd, dtype=torch.float32).repeat_interleave(3).view(heads * hd, 3)  # row i: value i
+    k, v = -1 - torch.arange(kv * hd * 3, dtype=torch.float32).view(kv * hd, 3), 1000 + torch.arange(kv * hd * 3.0).view(kv * hd, 3)
+    fused = fuse_qkv(q, k, v, heads, kv, hd)
+    group1 = fused[(heads // kv + 2) * hd:]  # query group 1: query heads 2, 3, then key head 1, then value head 1
+    assert torch.equal(group1[: 2 * hd], q[2 * hd:]) and torch.equal(group1[2 * hd: 3 * hd], k[hd:]) and torch.equal(group1[3 * hd:], v[hd:])
+    assert all(torch.equal(a, b) for a, b in zip(split_qkv(fused, heads, kv, hd), (q, k, v)))
+    model = {"hidden": 32, "ffn": 64, "layers": 2, "vocab": 64, "heads": heads, "kv_heads": kv, "seed": 5}
+    ranks = [MegatronRank(f"t{r}", 1, "job/trainer", {"tp": 2}, r, model, lambda *a: True) for r in range(2)]
+    with StandIn() as a:
+        w = workers(a.url, weight_sync_backend="gloo", weight_names="hf")
+        w.model = model
+        w.update_weights([r.state() for r in ranks], 1)
+        got = httpx.get(a.url + "/weights_digest", timeout=30).json()
+    want = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"} | {
+        f"model.layers.{i}.{n}" for i in range(2) for n in (
+            "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+            "self_attn.v_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+            "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")}
+    assert set(got) - {"_version"} == want
