@@ -235,7 +235,13 @@ class SGLangWorker(SGLangRolloutWorker):
                                                   timeout_s=float(config.get("weight_sync_timeout_s", 120.0)),
                                                   prefix=f"rlp-{worker_id.replace('/', '-')}")
         self._routed = False
-        self._route("add_worker")
+        try:
+            self._route("add_worker")
+        except BaseException:  # a server nobody can reach through the router is not kept
+            self.engine.close()
+            if self.server is not None:
+                self.server.stop()
+            raise
 
     def url(self) -> str:
         return self.engine.url

@@ -306,3 +306,16 @@ def test_megatron_weights_reach_sglang_under_hugging_face_names(workers):
             "self_attn.v_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
             "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")}
     assert set(got) - {"_version"} == want
+
+
+def test_a_worker_the_router_refuses_stops_the_server_it_launched(tmp_path, monkeypatch):
+    import executor.workers.sglang_worker as sw
+
+    cfg = {"router_url": "http://127.0.0.1:9", "launch": {"model_path": "m", "gpu_ids": ["1"], "cmd": STANDIN_CMD,
+                                                           "log_dir": str(tmp_path), "startup_timeout_s": 300}}
+    made = []
+    real = sw.launch_server
+    monkeypatch.setattr(sw, "launch_server", lambda worker, launch: made.append(real(worker, launch)) or made[-1])
+    with pytest.raises(SGLangError, match="router .* refused add_worker"):
+        SGLangWorker("w", 1, Coord(), cfg)
+    assert made and made[0].proc.poll() is not None  # the server did not outlive the failed start
