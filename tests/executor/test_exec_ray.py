@@ -327,7 +327,7 @@ def test_a_committed_reallocation_applies_on_ray(ray_backend):
 
 
 @pytest.mark.skipif(os.environ.get("RL_PLANNER_RAY_FAULTS") != "1", reason="set RL_PLANNER_RAY_FAULTS=1 (about 30 s)")
-def test_sglang_engines_run_on_the_gpus_ray_gave_their_workers(ray_backend):
+def test_sglang_engines_run_on_the_gpus_ray_gave_their_workers(ray_backend, tmp_path):
     """``impl: sglang`` on Ray: each engine's server process (the SGLang stand-in, launched with
     sglang.launch_server's arguments) sees exactly its worker's Ray GPUs, has its own URL, and dies
     with its worker's process when the worker is stopped."""
@@ -335,7 +335,7 @@ def test_sglang_engines_run_on_the_gpus_ray_gave_their_workers(ray_backend):
 
     b = ray_backend
     b.reset()
-    launch = {"model_path": "/models/tiny", "startup_timeout_s": 120}  # RL_PLANNER_SGLANG_CMD: the stand-in
+    launch = {"model_path": "/models/tiny", "startup_timeout_s": 120, "log_dir": str(tmp_path)}  # RL_PLANNER_SGLANG_CMD: the stand-in
     body = {"nodes": faultlib.base_body()["nodes"], "components": [
         {"name": "job/sgl", "role": "rollout", "impl": "sglang", "gpu_type": "H20", "gpus_per_worker": 2,
          "dram_gb_per_worker": 4, "placement": {"a": 2}, "engine": {"launch": launch}}]}
