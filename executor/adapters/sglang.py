@@ -328,9 +328,17 @@ class SGLangEngine:
         # pause is registered and waits at the pause gate, which the pause's abort does not reach and
         # which does not notice a client going away: abort it by its rid and wait for the answer.
         late = self._unanswered(self.in_flight(), self.drain_grace_s)
-        for t in late:
-            self._post("/abort_request", {"rid": t.wire})
-        left = self._unanswered([t.rid for t in late], self.abort_confirm_s)
+        end = time.time() + self.abort_confirm_s
+        sent: dict[str, str] = {}
+        while True:
+            left = [t for t in late if t.future is not None and not t.future.done()]
+            if not left or time.time() > end:
+                break
+            for t in left:  # (a call still on its way has no rid on the server yet: sent once it has)
+                if t.wire and sent.get(t.rid) != t.wire:
+                    self._post("/abort_request", {"rid": t.wire})
+                    sent[t.rid] = t.wire
+            time.sleep(0.01)
         if left:
             raise SGLangError(f"{self.url}: the abort of request {left[0].rid} (rid {left[0].wire}) was not confirmed within "
                               f"{self.abort_confirm_s:g} s" + (f" (and {len(left) - 1} more)" if len(left) > 1 else "")

@@ -319,3 +319,19 @@ def test_a_worker_the_router_refuses_stops_the_server_it_launched(tmp_path, monk
     with pytest.raises(SGLangError, match="router .* refused add_worker"):
         SGLangWorker("w", 1, Coord(), cfg)
     assert made and made[0].proc.poll() is not None  # the server did not outlive the failed start
+
+
+def test_an_abort_the_server_does_not_confirm_fails_the_drain_and_hands_nothing_over(workers):
+    with StandIn() as a:
+        coord = Coord()
+        w = workers(a.url, coord, drain_grace_s=0.2, abort_confirm_s=0.5)
+        a.app.state.st["paused"] = "abort"
+        w.admit([{"id": "late", "prompt": [4, 5], "target_len": 6}])
+        _wait_for(lambda: a.stats()["at_gate"] == 1, "the late request at the gate")
+        a.app.state.st["registered"].clear()  # a server that lost track of it: the abort reaches nothing
+        with pytest.raises(SGLangError, match="late .* not confirmed within 0.5 s.*not handed over"):
+            w.drain()
+        assert w.export() == []  # never offered to another engine while it may still run here
+        w.undrain()  # the rolled-back drain: generation continues and the request ends here, once
+        _wait_for(lambda: "late" in coord.done, "the request to finish where it was")
+        assert coord.done["late"] == reference([4, 5], 6)
