@@ -237,6 +237,7 @@ class SimBackend:
         self.touch(worker_id)
         if w is None:
             return "already gone"
+        _close(w.obj)
         return "stopped" if w.alive else "reaped (its process was already gone)"
 
     def reshard(self, component: str, old: list[dict], new: list[dict], old_layout: Layout, new_layout: Layout,
@@ -316,6 +317,7 @@ class SimBackend:
         w = self.workers.get(worker_id)
         if w:
             w.alive = False
+            _close(w.obj)  # what a process takes with it (an engine's server: PR_SET_PDEATHSIG)
             self.touch(worker_id)
 
     def freeze(self, worker_id: str) -> None:
@@ -332,3 +334,10 @@ class SimBackend:
         if w:
             self.touch(worker_id)
         return w.obj if w else None
+
+
+def _close(obj: Any) -> None:
+    """A worker holding outside resources (a server process, a client) lets them go when stopped."""
+    close = getattr(obj, "close", None)
+    if callable(close):
+        close()

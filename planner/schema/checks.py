@@ -76,10 +76,15 @@ def check_scenario(sc: Scenario, doc: Document | None = None) -> None:
         seen_jobs.add(job.name)
         if isinstance(job.model, str):
             try:
-                model_presets.preset(job.model)
+                model_presets.resolve(job.model)
             except KeyError:
                 add(p + ("model",), f"unknown model preset '{job.model}'.{did_you_mean(job.model, model_presets.preset_names())}",
-                    f"use one of {', '.join(model_presets.preset_names())} or give the dimensions as a mapping")
+                    f"use one of {', '.join(model_presets.preset_names())}, a local Hugging Face config.json (or its "
+                    f"directory), or give the dimensions as a mapping")
+                continue
+            except ValueError as exc:  # a config.json that cannot give the dimensions
+                add(p + ("model",), str(exc), "point model: at a dense decoder's Hugging Face config.json, or give the "
+                    "dimensions as a mapping")
                 continue
         rl = job.rollout.response_lengths
         if isinstance(rl, ServegenLengths) and rl.client is not None and str(rl.client) not in clients:
