@@ -86,9 +86,9 @@ def main(argv=None) -> int:
         full.write_text(json.dumps(data))
         arriving = [j["name"] for j in data["jobs"][5:8]]
         base.write_text(json.dumps(dict(data, jobs=[j for j in data["jobs"] if j["name"] not in arriving])))
-        cases = [("plan auto --time-limit 1", ["plan", str(full), "--time-limit", "1", "--allow-unplaced"])]
+        cases = [("plan auto --time-limit 1", ["plan", str(full), "--time-limit", "1", "--allow-unplaced", "-o", "-"])]
         if n == sizes[0]:
-            cases += [(f"plan --backend {b} --time-limit 2", ["plan", str(full), "--backend", b, "--time-limit", "2", "--allow-unplaced"])
+            cases += [(f"plan --backend {b} --time-limit 2", ["plan", str(full), "--backend", b, "--time-limit", "2", "--allow-unplaced", "-o", "-"])
                       for b in args.backends.split(",") if b != "auto"]
         for label, cmd in cases:
             row: dict = {"jobs": n, "command": "planner " + " ".join(cmd).replace(str(work) + "/", "")}

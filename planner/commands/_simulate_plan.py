@@ -29,7 +29,10 @@ def run_plan(args, sc, out, console, write_files) -> int:
         notes.append("the scenario changed since the plan was made (digest differs): phase times are today's")
     if not plan.groups:
         raise UserError(Problem("--plan", "the plan has no groups to simulate", "plan at least one job"))
-    res = simulate_plan(sc, plan, seed=args.seed, iterations=max(8, args.iterations or 24))
+    from planner.statusline import status
+
+    with status(f"simulate: the plan's {len(plan.groups)} group(s), request by request"):
+        res = simulate_plan(sc, plan, seed=args.seed, iterations=max(8, args.iterations or 24))
     d = res.to_dict()
     d.update(command="planner simulate " + " ".join(_argv(args)), plan=str(args.plan), notes=notes)
     if args.json:

@@ -118,8 +118,10 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
 
     info = report.machine()
     t0 = time.perf_counter()
-    inst = compile_capacity(sc, mode)
     from planner.statusline import eta, note, status
+
+    with status(f"what-if: estimating the phase times of {len(sc.jobs)} job(s) on every GPU type and pool size"):
+        inst = compile_capacity(sc, mode)
 
     opts = SolveOptions(time_limit_s=time_limit, mip_gap=gap, threads=sc.solver.threads, seed=sc.solver.seed)
     with status(f"what-if: the cheapest fleet for {len(inst.placement.jobs)} job(s) over {len(inst.types)} GPU type(s)"):

@@ -46,6 +46,7 @@ def _first_job_only(tmp_path) -> str:
 
     doc = yaml.safe_load(open(TINY))
     doc["jobs"] = doc["jobs"][:1]
+    doc["name"] = "tiny-first"
     p = tmp_path / "tiny-first.yaml"
     p.write_text(yaml.safe_dump(doc, sort_keys=False))
     return str(p)
@@ -58,10 +59,10 @@ def matrix(tmp_path) -> list[tuple[list[str], str]]:
     rows: list[tuple[list[str], str]] = [
         (["validate", TINY], "ok"),
         (["estimate", TINY], "small-a"),
-        (["plan", first, "--out", "first.yaml"], "$/h"),
-        (["plan", TINY, "--out", "plan.yaml"], "$/h"),
-        (["validate-plan", TINY, "plan.yaml"], "every constraint holds"),
-        (["admit", TINY, "--current", "first.yaml", "--job", "small-b"], "admitted small-b"),
+        (["plan", first], "plan written to tiny-first.plan.yaml"),
+        (["plan", TINY], "plan written to tiny-2jobs.plan.yaml"),
+        (["validate-plan", TINY, "tiny-2jobs.plan.yaml"], "every constraint holds"),
+        (["admit", TINY, "--current", "tiny-first.plan.yaml", "--job", "small-b"], "admitted small-b"),
         (["realloc", *hetero], "throughput"),
         (["whatif", TINY], "$/h"),
         (["schema"], "ClusterSpec"),
@@ -69,7 +70,8 @@ def matrix(tmp_path) -> list[tuple[list[str], str]]:
     rows += [(["simulate", ONE, "--policy", p], "iteration time") for p in JOB_POLICIES]
     rows += [(["simulate", TINY, "--policy", p], "SLO attainment") for p in TRACE_POLICIES]
     rows += [
-        (["apply", "plan.yaml", "--scenario", TINY], "applied"),
+        (["apply", "tiny-2jobs.plan.yaml", "--scenario", TINY, "--dry-run"], "totals:"),
+        (["apply", "tiny-2jobs.plan.yaml", "--scenario", TINY], "applied"),
         (["status"], "components"),
         (["daemon", "--scenario", ONE, "--clock", "virtual", "--until-idle", "--listen", "127.0.0.1:0"], "idle"),
     ]
@@ -113,3 +115,29 @@ def test_until_idle_refuses_a_scenario_that_cannot_go_idle(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "--until-idle" in err and "small-a" in err and "--max-cycles" in err, err
     assert not (tmp_path / "s.sqlite").exists()  # refused before the state file is made
+
+
+def test_a_scenarios_phase_times_are_estimated_once_and_a_changed_scenario_is_not_read_from_the_cache(tmp_path, monkeypatch):
+    """planner/instances/cache.py: the second plan of the same scenario reads the compiled instance
+    (the model is not run again) and writes the same plan; a changed scenario gets its own entry."""
+    import yaml
+
+    import planner.instances.placement as placement
+    from planner.cli import main
+
+    monkeypatch.setenv("RL_PLANNER_CACHE", "1")
+    monkeypatch.setenv("RL_PLANNER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    real = placement.compile_scenario
+    monkeypatch.setattr(placement, "compile_scenario", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert main(["plan", TINY, "-o", "a.yaml"]) == 0
+    assert main(["plan", TINY, "-o", "b.yaml"]) == 0
+    assert len(calls) == 1
+    body = lambda p: yaml.safe_load(open(p))["body"]  # noqa: E731
+    assert body("a.yaml") == body("b.yaml")
+    doc = yaml.safe_load(open(TINY))
+    doc["jobs"][0]["rollout"]["max_response_tokens"] = 1024
+    (tmp_path / "changed.yaml").write_text(yaml.safe_dump(doc))
+    assert main(["plan", "changed.yaml", "-o", "c.yaml"]) == 0
+    assert len(calls) == 2 and len(list((tmp_path / "cache" / "instances").iterdir())) == 2
