@@ -300,4 +300,4 @@ def _write_sweep(out, sc, results, keys, styles, types, head, body, command, inf
     labels = [", ".join(f"{r.values[k]:.3g}" for k in keys) for r in results]
     fleets = [r.style("co-execution").fleet if r.style("co-execution").served else {} for r in results]
     with replacing(d / "fleet.png", where="--out", suffix=".png") as tmp:
-        report.plot_fleet(labels, fleets, types, tmp, f"{sc.name}: co-execution fleet", ", ".join(keys))
+        report.plot_fleet(labels, fleets, types, tmp, f"{sc.name}: co-execution fleet", ", ".join(report.axis_label(k) for k in keys))
