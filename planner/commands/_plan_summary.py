@@ -63,8 +63,11 @@ def abbreviate(names: list[str], width: int) -> dict[str, str]:
     return out
 
 
-def expected_cycles(sc, plan) -> dict[str, float]:
-    """Each group's cycle with its members' expected (sampled) phase times on their own pools."""
+def expected_cycles(sc, plan, deadline: Optional[float] = None) -> dict[str, float]:
+    """Each shown group's cycle (the first :data:`TABLE_GROUPS`) with its members' expected
+    (sampled) phase times on their own pools; groups not reached by ``deadline`` (a
+    ``time.perf_counter`` value: the command's time limit) are left out (``-`` in the table)."""
+    import time
     from dataclasses import replace
 
     from formulation.placement.cycle import cycle_times
@@ -75,7 +78,9 @@ def expected_cycles(sc, plan) -> dict[str, float]:
     view = ClusterView(sc, resolve_gpu_types(sc))
     jobs = {j.name: j for j in sc.jobs}
     out = {}
-    for g in plan.groups:
+    for g in plan.groups[:TABLE_GROUPS]:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         pins = {m.job: m for m in g.members}
         members = []
         for m in members_of(g):
@@ -109,6 +114,11 @@ def summary(plan, record: dict, name: str, where: str, expected: Optional[dict[s
     sure = _sure(plan, record)
     if sure:
         lines.append(f"  {sure} (solver {record['backend']}, {record['wall_time_s']:.2f} s)")
+    msg = record.get("message") or ""
+    if "cut short" in msg:  # the time limit stopped the solver: say so, not only in the file
+        load = msg[msg.index("loading the input took"):].split(";")[0] if "loading the input took" in msg else ""
+        lines.append("  cut short by the time limit: the plan is the best found so far (the file's solver.message says where)"
+                     + (f"; {load}" if load else ""))
     est, meaning = estimate_words(record)
     lines.append(f"  phase times: {est}")
     if meaning:
@@ -116,8 +126,10 @@ def summary(plan, record: dict, name: str, where: str, expected: Optional[dict[s
     if expected:
         ratios = [expected[g.id] / g.cycle_time_s for g in plan.groups if g.id in expected and g.cycle_time_s > 0]
         if ratios:
+            shown = min(len(plan.groups), TABLE_GROUPS)
             lines.append(f"  simulated expectation: cycles {100 * min(ratios):.0f}-{100 * max(ratios):.0f}% of the planned ones "
-                         "(each member's expected phase times on its pools)")
+                         "(each member's expected phase times on its pools"
+                         + (f"; {len(ratios)} of the {shown} groups shown, within the time limit" if len(ratios) < shown else "") + ")")
     members = [m for g in plan.groups for m in g.members]
     if members:
         tight = min(members, key=lambda m: m.slack_s)

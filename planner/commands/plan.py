@@ -149,7 +149,7 @@ def run(args) -> int:
     expected = None
     if sc is not None and record["phase_time_estimate"] == "conservative" and res.plan.groups:
         with status("plan: simulating each group's expected cycle (sampled phase times)"):
-            expected = expected_cycles(sc, res.plan)
+            expected = expected_cycles(sc, res.plan, deadline=t_start + 0.9 * limit)  # within the command's limit
     out = args.out or default_out(name)
     if out != "-":  # the file first: a closed stderr (a pager quit early) must not lose the plan
         write_plan(res.plan, record, name, digest, out)
