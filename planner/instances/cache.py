@@ -2,7 +2,7 @@
 
 Compiling a scenario runs the request-level rollout model for every job on every pool size it may
 get (in the ``sampled`` estimate, 4-12 simulated iterations each): for ``weave-trace-60.yaml``
-that is 398 simulated rollouts, about 8.5 of the 9.5 s `planner plan` takes on an idle core
+that is 398 simulated rollouts, about 8.5 of the 9.5 s `planner plan` took at load average ~2
 (the solver: 0.5 s). The result depends only on the scenario, the estimate, the margin and the
 code of the model, so `planner plan` / `admit` / `validate-plan` keep it on disk, keyed by
 
