@@ -51,7 +51,10 @@ class SimBackend:
     name = "sim"
 
     def __init__(self, nodes: dict[str, Node] | list[Node], *, deadlines: Optional[Deadlines] = None,
-                 ticks_per_call: int = 0, state_path: str | Path | None = None) -> None:
+                 ticks_per_call: int = 0, state_path: str | Path | None = None, observe_only: bool = False) -> None:
+        # observe_only: read the saved cluster to show or diff it; workers whose classes need torch
+        # (absent on the core install) are loaded as safestate.Unloaded, and nothing is ever saved
+        self.observe_only = observe_only
         self._nodes = dict(nodes) if isinstance(nodes, dict) else {n.name: n for n in nodes}
         self.deadlines = deadlines or Deadlines()
         self.ticks_per_call = ticks_per_call
@@ -110,7 +113,7 @@ class SimBackend:
                 raise safestate.BadState("its world record holds the wrong types")
             workers = []
             for wid, blob in c.execute("SELECT id, blob FROM workers"):
-                rec = safestate.loads(blob)
+                rec = safestate.loads(blob, lenient=self.observe_only)
                 if not (isinstance(rec, tuple) and len(rec) == 3 and isinstance(rec[0], dict) and isinstance(rec[2], bool)):
                     raise safestate.BadState(f"the record of worker {wid!r} is malformed")
                 workers.append((wid, rec))
@@ -153,6 +156,8 @@ class SimBackend:
     def save(self) -> None:
         if not self.state_path:
             return
+        if self.observe_only:
+            raise RuntimeError("an observe-only sim backend (status, apply --dry-run) never saves the cluster")
         c = self._db()
         rows: list[tuple[str, Optional[bytes]]] = []
         for wid in sorted(self._dirty):
