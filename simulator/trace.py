@@ -15,7 +15,9 @@ warm; one that does not fit pays a cold start (process launch, framework init, s
 storage: :func:`estimators.comm.cold_start_s`) at every switch.
 
 Every group, a one-member group included, runs as a :class:`simulator.groups.GroupRun` on one
-event loop: whole-pool members in the group's order, phase times drawn from the job's
+event loop: members in the group's order on the whole pools, or (a pinned configuration,
+``PoolConfig.members >= 1``) each on rollout nodes of its own -- the slot it took when it joined,
+kept until it leaves -- sharing the training pool, phase times drawn from the job's
 :class:`simulator.profiles.PhaseProfile` on the group's pools, warm switches between members,
 and long-tail consolidation when enabled. A job that no placement fits waits (first come, first
 served) until a departure frees capacity.
@@ -182,6 +184,7 @@ class TraceSim:
         self.runs: dict[str, GroupRun] = {}
         self.configs: dict[str, PoolConfig] = {}
         self.spans: dict = {}
+        self.slots: dict[str, dict[str, int]] = {}  # pinned groups: member -> its rollout-node slot
         self.provisioned: list = []
         self._level: dict = {}
         for j in sorted(jobs, key=lambda j: (j.arrival_s, j.name)):
@@ -196,21 +199,33 @@ class TraceSim:
     def _pool_gpus(self, c: PoolConfig) -> dict:
         if self.policy == "colocated-jobs":
             return {c.train_type: c.train_nodes * self.gpn}
-        out = {c.rollout_type: c.rollout_nodes * self.gpn}
+        out = {c.rollout_type: c.rollout_pool_nodes * self.gpn}
         out[c.train_type] = out.get(c.train_type, 0) + c.train_nodes * self.gpn
         return out
 
     # ------------------------------------------------------------------ members
+    def _slot(self, gid: str, name: str) -> int:
+        """The member's slot in a pinned group (its own rollout nodes): kept while it stays; a
+        newcomer takes the lowest slot no running member holds."""
+        slots = self.slots.setdefault(gid, {})
+        if name not in slots:
+            run = self.runs.get(gid)
+            held = {slots[m] for m in slots if run is not None and run.active() and m in run.members}
+            slots[name] = min(i for i in range(len(slots) + 1) if i not in held)
+        return slots[name]
+
     def _member(self, name: str, c: PoolConfig, gid: str) -> MemberSpec:
         job = self.jobs[name]
-        prof = job.profile(c)
-        sw_r, sw_t = job.switch_s(c)
+        w = c.whole()  # phase times and switches depend on the member's own pools
+        prof = job.profile(w)
+        sw_r, sw_t = job.switch_s(w)
         resident_r, resident_t = self._resident(name, c, gid)
         if job.cold_switch_s is not None and not (resident_r and resident_t):
-            cold_r, cold_t = job.cold_switch_s(c)
+            cold_r, cold_t = job.cold_switch_s(w)
             sw_r = sw_r if resident_r else cold_r
             sw_t = sw_t if resident_t else cold_t
-        rn = tuple(f"{gid}-r{i}" for i in range(c.rollout_nodes))
+        first = self._slot(gid, name) * c.rollout_nodes if c.pinned else 0
+        rn = tuple(f"{gid}-r{i}" for i in range(first, first + c.rollout_nodes))
         tn = tuple(f"{gid}-t{i}" for i in range(c.train_nodes))
         tail = prof.tail if self.consolidate else None
         left = max(1, job.iterations - len(self.records[name].iteration_s))
@@ -229,6 +244,10 @@ class TraceSim:
         run = self.runs.get(gid)
         before = [m for m in (run.order if run is not None and run.active() else []) if m != name]
         jobs = [self.jobs[m] for m in before] + [self.jobs[name]]
+        if c.pinned:  # alone on its rollout nodes
+            use_t = sum(j.train_state_gb for j in jobs) / max(1, c.train_nodes)
+            return (self.jobs[name].dram_rollout_node_gb <= self.node_dram_gb.get(c.rollout_type, math.inf) * (1 + 1e-9),
+                    use_t <= self.node_dram_gb.get(c.train_type, math.inf) * (1 + 1e-9))
         d_r = self.node_dram_gb.get(c.rollout_type, math.inf)
         d_t = self.node_dram_gb.get(c.train_type, math.inf)
         use_r = sum(j.dram_rollout_node_gb for j in jobs)
@@ -282,9 +301,11 @@ class TraceSim:
                     continue
                 key = gid if run is None else f"{gid}#{now:.3f}"
                 self.configs[gid] = c
+                self.slots.pop(gid, None)  # a new run: its members take slots afresh
                 specs = tuple(self._member(m, c, gid) for m in members)
+                pool_r = tuple(f"{gid}-r{i}" for i in range(c.rollout_pool_nodes)) if c.pinned else specs[0].rollout_nodes
                 run = GroupRun(self.loop, GroupSpec(name=gid, members=specs, gpus_per_node=self.gpn,
-                                                    rollout_nodes=specs[0].rollout_nodes, train_nodes=specs[0].train_nodes),
+                                                    rollout_nodes=pool_r, train_nodes=specs[0].train_nodes),
                                rng=np.random.default_rng([self.loop.seed, len(self.spans)]),
                                on_member_done=partial(self._on_member_done, gid), record=self.record_phases,
                                on_iteration=self._on_iteration)
@@ -313,6 +334,12 @@ class TraceSim:
             self._provision(t, g)
         self.configs[gid] = new
         self.spans[gid][2] = new
+        if new.pinned:  # a member joins on rollout nodes of its own (or one left with its own): the others keep theirs
+            if not old.pinned:  # a lone member on the whole pools: its nodes are the first slot's
+                slots = self.slots.setdefault(gid, {})
+                for name in run.members:
+                    slots.setdefault(name, 0)
+            return
         run.add_nodes("rollout", [f"{gid}-r{i}" for i in range(new.rollout_nodes)])
         for name in list(run.members):
             spec = self._member(name, new, gid)
