@@ -10,6 +10,10 @@ leaves when they are done. A *placer* decides where a job runs:
 * ``colocated-jobs``: one pool of the training type per job (its rollout plus training nodes),
   generation and training time-shared on it (veRL).
 
+Long-tail consolidation (``consolidate``) is applied to a member only where its predicted gain
+(:func:`consolidation_gain`: the GPU time its tail releases to another member waiting on the same
+rollout nodes, against the re-prefill's stretch) is positive.
+
 A member whose state fits in its nodes' host DRAM beside the members that joined before it switches
 warm; one that does not fit pays a cold start (process launch, framework init, state read from
 storage: :func:`estimators.comm.cold_start_s`) at every switch.
@@ -57,6 +61,17 @@ class TraceJob:
     cold_switch_s: Optional[Callable[[PoolConfig], tuple]] = None  # (rollout, training) cold starts; None: as warm
     dram_rollout_node_gb: float = 0.0  # host DRAM it keeps on every rollout node of its group
     train_state_gb: float = 0.0  # host DRAM it keeps on the training pool, spread over its nodes
+
+
+def consolidation_gain(tail, rollout_s: float, pinned_gpus: int, shared: bool) -> float:
+    """Predicted GPU-seconds one consolidated rollout gains: the GPUs it releases for its tail
+    (``pinned - tail_gpus`` for ``(1 - body_frac) x rollout``), usable only when another member
+    waits on the same rollout nodes (``shared``), against what the re-prefill costs (the tail
+    stretched by ``tail_stretch - 1`` on every GPU the member holds until its iteration ends).
+    Consolidation is applied only where this is positive."""
+    tail_s = (1.0 - tail.body_frac) * rollout_s
+    freed = max(0, pinned_gpus - tail.tail_gpus) * tail_s if shared else 0.0
+    return freed - max(0.0, tail.tail_stretch - 1.0) * tail_s * pinned_gpus
 
 
 class Placer(Protocol):
@@ -139,6 +154,7 @@ class TraceResult:
     group_spans: dict  # group id -> (created, ended, PoolConfig)
     events: int = 0
     moves: dict = field(default_factory=dict)  # admission move -> count (set by the caller that knows the placer)
+    consolidated: int = 0  # members whose tail was consolidated (predicted gain > 0)
 
     def summary(self) -> dict:
         done = [j for j in self.jobs.values() if j.done_s is not None]
@@ -160,6 +176,7 @@ class TraceResult:
             "max_wait_s": float(np.max(waits)) if waits else math.nan,
             "groups": len(self.group_spans),
             "events": self.events,
+            "consolidated_members": self.consolidated,
         }
 
 
@@ -185,6 +202,7 @@ class TraceSim:
         self.configs: dict[str, PoolConfig] = {}
         self.spans: dict = {}
         self.slots: dict[str, dict[str, int]] = {}  # pinned groups: member -> its rollout-node slot
+        self.consolidated: set[str] = set()  # members whose tail was consolidated (predicted gain > 0)
         self.provisioned: list = []
         self._level: dict = {}
         for j in sorted(jobs, key=lambda j: (j.arrival_s, j.name)):
@@ -228,6 +246,15 @@ class TraceSim:
         rn = tuple(f"{gid}-r{i}" for i in range(first, first + c.rollout_nodes))
         tn = tuple(f"{gid}-t{i}" for i in range(c.train_nodes))
         tail = prof.tail if self.consolidate else None
+        if tail is not None:
+            run = self.runs.get(gid)
+            others = [m for m in (run.order if run is not None and run.active() else []) if m != name]
+            shared = bool(others) and not c.pinned  # another member waits on these rollout nodes
+            gain = consolidation_gain(tail, float(np.mean(prof.rollout_s)), c.rollout_nodes * self.gpn, shared)
+            if gain <= 0.0:
+                tail = None
+            else:
+                self.consolidated.add(name)
         left = max(1, job.iterations - len(self.records[name].iteration_s))
         rollout_s, train_s = prof.rollout_s, prof.train_s
         if self.policy == "colocated-jobs":
@@ -361,4 +388,5 @@ class TraceSim:
             cost += h * self.prices.get(typ, 0.0)
         spans = {g: (a, b if b is not None else end, c) for g, (a, b, c) in self.spans.items()}
         return TraceResult(policy=self.policy, end_s=end, jobs=self.records, cost=cost, gpu_hours=hours,
-                           provisioned=self.provisioned, groups=self.runs, group_spans=spans, events=self.loop.events_run)
+                           provisioned=self.provisioned, groups=self.runs, group_spans=spans, events=self.loop.events_run,
+                           consolidated=len(self.consolidated))
