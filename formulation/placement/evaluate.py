@@ -50,6 +50,18 @@ from formulation.placement.instance import PlacementInstance
 REL_TOL = 1e-9
 
 
+#: pinned configurations exist for rollout nodes per member and training pools up to these sizes
+#: (member counts 1 to ``pinned_members_max``): at 2,000 distinct jobs on four GPU types every size
+#: made 5,184 configurations against 576 whole-pool ones (the index took 16 s instead of 1)
+PINNED_MAX_ROLLOUT_NODES = 2
+PINNED_MAX_TRAIN_NODES = 2
+
+
+def pinned_member_counts(most: int) -> tuple[int, ...]:
+    """Member counts of the pinned configurations for ``pinned_members_max = most``."""
+    return tuple(range(1, most + 1))
+
+
 def within(x: float, limit: float) -> bool:
     return x <= limit * (1 + REL_TOL) + 1e-12
 
@@ -124,13 +136,14 @@ class Index:
                         if (p == q and nr + nt > self.capacity[p]):
                             continue
                         configs.append(Config(p, nr, q, nt))
-        # pinned configurations: up to m members, each on nr rollout nodes of its own
-        most = inst.pinned_members_max
+        # pinned configurations: up to m members, each on nr rollout nodes of its own (small pools
+        # only: PINNED_* above keep the configurations about 2x the whole-pool ones)
+        counts = pinned_member_counts(inst.pinned_members_max)
         for p in self.types:
-            for nr in sorted(r_sizes[p]):
+            for nr in sorted(n for n in r_sizes[p] if n <= PINNED_MAX_ROLLOUT_NODES):
                 for q in self.types:
-                    for nt in sorted(t_sizes[q]):
-                        for m in range(1, most + 1):
+                    for nt in sorted(n for n in t_sizes[q] if n <= PINNED_MAX_TRAIN_NODES):
+                        for m in counts:
                             if m * nr + (nt if p == q else 0) > self.capacity[p] or (p != q and nt > self.capacity[q]):
                                 break
                             configs.append(Config(p, nr, q, nt, m))

@@ -1014,6 +1014,7 @@ def readme(rows_by: dict) -> str:
     if y:
         L.append(f"| Weave topology-aware weight sync | (no figure quoted) | {rng([r['flat_s'] / r['topo_s'] for r in y], '{:.1f}x')} "
                  "faster sync | `sync.md` |")
+    L += trace_baselines.readme_rows(rows_by.get("trace-baselines")) + slo_curve.readme_rows(rows_by.get("slo-curve"))
     L += ["", "Each file says where ours differs and why. Calibration: `../simulator/calibration.md`; speed: "
           "`../simulator/bench.md`."]
     return "\n".join(L) + "\n"

@@ -62,9 +62,12 @@ def configs_of(inst: PlacementInstance):
     cap = {t: p.count for t, p in inst.pool_types.items()}
     r = sorted({(t, n) for j in inst.jobs for t, row in j.rollout_s.items() for n in row if n <= cap[t]})
     tr = sorted({(t, n) for j in inst.jobs for t, row in j.train_s.items() for n in row if n <= cap[t]})
+    from formulation.placement.evaluate import PINNED_MAX_ROLLOUT_NODES, PINNED_MAX_TRAIN_NODES, pinned_member_counts
+
     out = []
     for (p, nr), (q, nt) in itertools.product(r, tr):
-        for m in range(0, inst.pinned_members_max + 1):
+        pinned = pinned_member_counts(inst.pinned_members_max) if nr <= PINNED_MAX_ROLLOUT_NODES and nt <= PINNED_MAX_TRAIN_NODES else ()
+        for m in (0, *pinned):
             pool = nr * max(1, m)
             if (p == q and pool + nt > cap[p]) or pool > cap[p]:
                 continue
