@@ -161,5 +161,6 @@ def readme_rows(rows) -> list[str]:
         pts = [r for r in rows if r["scenario"] == sc]
         if pts:
             parts.append(f"{sc.removesuffix('.yaml')}: " + ", ".join(
-                f"{r['estimate']} {r['cost_per_hour']:,.0f} $/h {100 * r['jobs_meeting_slo']:.0f}%" for r in pts))
+                f"{r['estimate']} {r['cost_per_hour']:,.0f} $/h {100 * r['jobs_meeting_slo']:.0f}%"
+                + (f" ({r['unplaced']} unplaced)" if r["unplaced"] else "") for r in pts))
     return [f"| Cost-SLO curve over phase-time estimates | (open work in Weave) | {'; '.join(parts)} | `slo-curve.md` |"]
