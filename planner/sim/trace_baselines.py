@@ -5,7 +5,8 @@ Policies (every one a :class:`simulator.trace.Placer` on the same jobs, phase mo
 * ``solo-d``: Weave's standard disaggregation, each job on its own pools of the sizes its spec
   names (H20 rollout, H800 training in the shipped traces);
 * ``verl``: veRL, every phase of a job colocated on one pool of its training GPU type, sized per
-  job: the fewest nodes (from its training nodes up to its rollout plus training nodes) on which
+  job (``simulator``: against the SLOs of the groups' simulator tables, ratio x the simulated p90
+  solo iteration; ``-``: the scenario's SLOs): the fewest nodes (from its training nodes up to its rollout plus training nodes) on which
   its p90 simulated rollout plus p90 training plus the offload/onload switches stay within its
   SLO (the most when none does); generation and training time-share the pool;
 * ``gavel``: a Gavel+-like heterogeneity-aware placer without co-execution: each job alone on the
@@ -30,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 SC = ROOT / "scenarios"
 TRACES = (("weave-trace-60.yaml", "Pollux-derived"), ("weave-like-60.yaml", "Weave-like"))
-POLICIES = (("solo-d", "-"), ("verl", "-"), ("gavel", "-"), ("groups", "estimators"), ("groups", "simulator"))
+POLICIES = (("solo-d", "-"), ("verl", "-"), ("verl", "simulator"), ("gavel", "-"), ("groups", "estimators"), ("groups", "simulator"))
 PUBLISHED_SOLO_D_KH, PUBLISHED_VERL_KH = 0.94, 0.71
 VERL_QUANTILE = 0.9
 
@@ -108,6 +109,8 @@ def run_policy(scenario: str, policy: str, tables: str = "estimators", consolida
         placer = GavelPlacer(sc, jobs, "estimators")
         sim_policy = "groups"  # lone members: the group runner with one member per group
     elif policy == "verl":
+        if tables == "simulator":  # the SLOs of the groups' simulator tables (ratio x the simulated p90 solo iteration)
+            jobs = inst.with_simulated_slos(jobs, inst.simulated_instance(sc, jobs))
         jobs = verl_jobs(jobs, sc)
         placer = SoloPlacer({j.name: j for j in jobs}, inst.capacity(sc), colocated=True)
         sim_policy = "colocated-jobs"
@@ -198,13 +201,14 @@ def report(args, cmd, R):
               "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         got = {(p, t): R(_fn="policy", scenario=sc, policy=p, tables=t) for p, t in POLICIES}
         solo, verl = got[("solo-d", "-")]["cost"], got[("verl", "-")]["cost"]
+        verl_of = {t: got.get(("verl", t), got[("verl", "-")])["cost"] for _, t in POLICIES}  # veRL under the same SLOs
         for (p, t), r in got.items():
             L.append(f"| {p} | {t} | {r['moves']} | {r['cost']:,.0f} | {r['mean_cost_per_hour']:,.1f} | "
                      f"{r['gpu_hours'].get('H20', 0):,.0f} | {r['gpu_hours'].get('H800', 0):,.0f} | {100 * r['jobs_meeting_slo']:.0f}% | "
                      f"{100 * r['jobs_mean_within_slo']:.0f}% | {100 * r['iterations_within_slo']:.2f}% | {r['mean_wait_s']:.0f} | "
-                     f"{solo / r['cost']:.2f}x | {verl / r['cost']:.2f}x |")
+                     f"{solo / r['cost']:.2f}x | {verl_of[t] / r['cost']:.2f}x |")
             rows.append({**r, "scenario": sc, "policy": p, "tables": t})
-        best = max(((solo / r["cost"], verl / r["cost"], r["jobs_meeting_slo"], t) for (p, t), r in got.items() if p == "groups"))
+        best = max(((solo / r["cost"], verl_of[t] / r["cost"], r["jobs_meeting_slo"], t) for (p, t), r in got.items() if p == "groups"))
         L += ["", f"Ours on {kind}: groups ({best[3]} tables) {best[0]:.2f}x cheaper than Solo-D and {best[1]:.2f}x than veRL, "
               f"{100 * best[2]:.0f}% of jobs meeting every iteration's SLO; Solo-D / veRL = {solo / verl:.2f} "
               f"(published {PUBLISHED_SOLO_D_KH / PUBLISHED_VERL_KH:.2f}).", ""]
@@ -233,7 +237,7 @@ def verl_notes(rows) -> list[str]:
     """Why the Solo-D / veRL ordering is what it is here, from the rows (prices and GPU-hours)."""
     out = ["Solo-D against veRL, from the rows above:", ""]
     for sc, kind in TRACES:
-        by = {r["policy"]: r for r in rows if r["scenario"] == sc and r["tables"] == "-"}
+        by = {r["policy"]: r for r in rows if r["scenario"] == sc and r["tables"] == "-"}  # (the scenario's SLOs)
         s, v = by["solo-d"], by["verl"]
         ratio = s["cost"] / v["cost"]
         out.append(f"* {kind}: Solo-D holds {s['gpu_hours'].get('H20', 0):,.0f} H20 and {s['gpu_hours'].get('H800', 0):,.0f} H800 "
@@ -255,7 +259,8 @@ def readme_rows(rows) -> list[str]:
         if ("solo-d", "-") not in by:
             continue
         solo, verl = by[("solo-d", "-")]["cost"], by[("verl", "-")]["cost"]
-        best = max((solo / r["cost"], verl / r["cost"], r["jobs_meeting_slo"], t) for (p, t), r in by.items() if p == "groups")
+        verl_of = {t: by.get(("verl", t), by[("verl", "-")])["cost"] for (_, t) in by}
+        best = max((solo / r["cost"], verl_of[t] / r["cost"], r["jobs_meeting_slo"], t) for (p, t), r in by.items() if p == "groups")
         out.append(f"| Weave groups vs Solo-D / veRL ({kind} trace) | 1.84x / 1.38x lower at 100% SLO | {best[0]:.2f}x / {best[1]:.2f}x "
                    f"lower, {100 * best[2]:.0f}% of jobs meeting their SLO ({best[3]} tables) | `trace-baselines.md` |")
         out.append(f"| Solo-D / veRL cost ({kind} trace) | {PUBLISHED_SOLO_D_KH / PUBLISHED_VERL_KH:.2f} (0.94 / 0.71 K$/h) | "
