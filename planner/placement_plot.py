@@ -1,4 +1,7 @@
-"""Timeline of one steady-state meta-iteration per group: a rollout lane and a training lane.
+"""Timeline of one steady-state meta-iteration per group: rollout lanes and a training lane.
+
+One rollout lane per set of rollout nodes members are pinned to: the whole pool, or (pinned
+groups) one lane per member's own rollout nodes.
 
 Start times come from running the group's schedule (:func:`formulation.placement.cycle.schedule`)
 until it is periodic; the window shown starts at the first member's rollout of a late
@@ -38,7 +41,9 @@ def plot_plan(plan: PlacementPlan, path: str | Path) -> None:
     from matplotlib.patches import Patch
 
     groups = plan.groups[:MAX_GROUPS]
-    fig, axes = plt.subplots(max(1, len(groups)), 1, figsize=(12, 1.6 + 1.4 * max(1, len(groups))), squeeze=False)
+    heights = [1 + len({frozenset(m.rollout_nodes) for m in g.members}) for g in groups] or [2]
+    fig, axes = plt.subplots(max(1, len(groups)), 1, figsize=(12, 1.6 + 0.7 * sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
     cmap = plt.get_cmap("tab20")
     jobs = [m.job for g in groups for m in g.members]
     color_of = {j: cmap(i % 20) for i, j in enumerate(jobs)}  # one color per job across the figure
@@ -49,20 +54,31 @@ def plot_plan(plan: PlacementPlan, path: str | Path) -> None:
         k = iters - 3
         t0 = x[k, 0]
         period = g.cycle_time_s
+        lanes: list = []  # distinct rollout pin sets, in order of first member
+        for m in mem:
+            if m.rollout_nodes not in lanes:
+                lanes.append(m.rollout_nodes)
         for i, m in enumerate(mem):
             color = color_of.get(m.name, cmap(i % 20))
             sync_w = max(m.sync_s, SYNC_MIN_FRACTION * period)
+            y = 10 + 10 * lanes.index(m.rollout_nodes)
             for kk in (k - 1, k, k + 1):  # phases that overlap the window, a bar cut at its edge included
                 r0, tr0 = x[kk, 2 * i] - t0, x[kk, 2 * i + 1] - t0
-                ax.broken_barh([(r0, m.rollout_s)], (10, 8), facecolors=color, edgecolor="black", linewidth=0.4)
+                ax.broken_barh([(r0, m.rollout_s)], (y, 8), facecolors=color, edgecolor="black", linewidth=0.4)
                 ax.broken_barh([(tr0, m.train_s)], (0, 8), facecolors=color, edgecolor="black", linewidth=0.4)
                 ax.broken_barh([(tr0 + m.train_s, sync_w)], (0, 8), facecolors="black", edgecolor="black", linewidth=0.4)
-                _label(ax, r0, m.rollout_s, 14, m.name, period)
+                _label(ax, r0, m.rollout_s, y + 4, m.name, period)
                 _label(ax, tr0, m.train_s, 4, m.name, period)
         ax.set_xlim(0, period)
-        ax.set_ylim(-1, 19)
-        ax.set_yticks([4, 14])
-        ax.set_yticklabels([_pool_label("training", g.train_pool), _pool_label("rollout", g.rollout_pool)], fontsize=7)
+        ax.set_ylim(-1, 9 + 10 * len(lanes))
+        ax.set_yticks([4] + [14 + 10 * i for i in range(len(lanes))])
+        if len(lanes) == 1:
+            r_labels = [_pool_label("rollout", g.rollout_pool)]
+        else:
+            per = g.rollout_pool.gpus_per_node
+            r_labels = [f"rollout\n{len(ln)} {g.rollout_pool.gpu_type} node{'s' if len(ln) != 1 else ''} ({len(ln) * per} GPUs)"
+                        for ln in lanes]
+        ax.set_yticklabels([_pool_label("training", g.train_pool)] + r_labels, fontsize=7)
         ax.set_title(f"{g.id}: cycle {period:.1f} s, {g.cost_per_hour:.1f} $/h, rollout busy {100 * g.rollout_busy:.0f}%, "
                      f"training busy {100 * g.train_busy:.0f}%", fontsize=8, loc="left")
         ax.tick_params(axis="x", labelsize=7)

@@ -78,9 +78,11 @@ class SolverRecord(BaseModel):
     time_limit_s: Optional[float] = None
     warm_start: Optional[str] = None
     message: str = ""
-    phase_time_estimate: Optional[str] = Field(None, description="the phase-time estimate the plan was made on "
-                                                                  "(conservative, sampled; None: an instance file's own times)")
+    phase_time_estimate: Optional[str] = Field(None, description="the phase-time estimate the plan was made on (scenarios): "
+                                               "conservative/max, sampled (the mean), p90 or p99; None: an instance file's own times")
     margin: Optional[float] = Field(None, description="explicit headroom on every phase time (a fraction), when given")
+    slo_curve: Optional[list[dict]] = Field(None, description="with --slo-curve: $/h and simulated SLO attainment of the plan "
+                                            "made on each estimate (planner.sim.slo_curve)")
 
 
 class PlanDocument(BaseModel):

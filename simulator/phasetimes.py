@@ -20,13 +20,16 @@ model itself:
   host DRAM (:func:`estimators.comm.warm_switch_s`), or a cold start
   (:func:`estimators.comm.cold_start_s`).
 
-Two modes, one model:
+Estimates (``MODES``), one model:
 
 * ``sampled`` (the expected phase time): the mean over independent iterations (response lengths,
   and tool latencies, drawn from the job's distributions): ``PLAN_SEEDS`` of them, more (up to
   ``PLAN_SEEDS_MAX``) while the standard error of the mean exceeds ``PLAN_REL_SE`` of it (a
   heavy-tailed tool latency or length spreads one iteration's makespan by 5-10%);
-* ``conservative`` (Weave's SLO bound): the same engines with every response at
+* ``p90`` / ``p99`` (a response-length quantile of the phase time): that quantile of
+  ``QUANTILE_SEEDS`` independent iterations' phase times (linear interpolation between draws:
+  with 16 draws p99 lies between the two longest);
+* ``conservative`` = ``max`` (Weave's SLO bound): the same engines with every response at
   ``max_response_tokens`` and every tool call at the 99th percentile of its latency.
 
 An explicit ``margin`` (a fraction) is added on top of either: ``t x (1 + margin)``.
@@ -52,6 +55,14 @@ PLAN_SEEDS = 4  # fewest iterations the planner's expected phase time averages
 PLAN_SEEDS_MAX = 12  # most: more only while the standard error of the mean is above PLAN_REL_SE
 PLAN_REL_SE = 0.015
 CHECK_SEED_BASE = 10_000  # first seed of a simulation that checks a plan (disjoint from the planner's)
+QUANTILE_SEEDS = 16  # iterations a quantile estimate (p90, p99) is taken over
+QUANTILES = {"p90": 0.9, "p99": 0.99}
+MODES = ("conservative", "sampled", "p90", "p99", "max")  # max: the conservative bound under its quantile name
+
+
+def is_bound(mode: str) -> bool:
+    """The conservative bound (every response at its limit): ``conservative`` or ``max``."""
+    return mode in ("conservative", "max")
 
 
 # ------------------------------------------------------------------------------------- set-ups
@@ -190,6 +201,8 @@ def _mean(sample, job, mode: str, seeds: Optional[int]) -> float:
     """Mean of ``sample(seed)`` over the job's seeds: one (conservative), ``seeds`` when given, else
     ``PLAN_SEEDS`` and more until the standard error is within ``PLAN_REL_SE`` (at most ``PLAN_SEEDS_MAX``)."""
     base = int(job.seed)
+    if mode in QUANTILES:
+        return float(np.quantile([sample(base + k) for k in range(QUANTILE_SEEDS)], QUANTILES[mode]))
     if mode != "sampled":
         return float(sample(base))
     n = PLAN_SEEDS if seeds is None else seeds
@@ -203,8 +216,8 @@ def _mean(sample, job, mode: str, seeds: Optional[int]) -> float:
 
 
 def _check_mode(mode: str) -> None:
-    if mode not in ("sampled", "conservative"):
-        raise ValueError(f"unknown phase-time mode {mode!r} (sampled | conservative)")
+    if mode not in MODES:
+        raise ValueError(f"unknown phase-time mode {mode!r} ({' | '.join(MODES)})")
 
 
 # --------------------------------------------------------------------- the planners' interface
@@ -212,7 +225,7 @@ def rollout_s(job, pool, mode: str = "conservative", *, margin: float = 0.0, see
     """Rollout seconds of one iteration of ``job`` (:class:`estimators.phases.JobProfile`) on
     ``pool`` (:class:`estimators.phases.PoolShape`): the mean makespan of the request-level rollout."""
     _check_mode(mode)
-    setup = setup_for(job, pool, conservative=mode == "conservative")
+    setup = setup_for(job, pool, conservative=is_bound(mode))
     t = _mean(lambda s: _rollout_sample(setup, s), job, mode, seeds)
     return t * (1.0 + margin)
 
@@ -220,7 +233,7 @@ def rollout_s(job, pool, mode: str = "conservative", *, margin: float = 0.0, see
 def train_s(job, pool, mode: str = "conservative", *, margin: float = 0.0, seeds: Optional[int] = None) -> float:
     """Training-pool seconds of one iteration on ``pool`` (log-probs, update(s), optimizer step)."""
     _check_mode(mode)
-    setup = setup_for(job, pool, pool, conservative=mode == "conservative")
+    setup = setup_for(job, pool, pool, conservative=is_bound(mode))
     t = _mean(lambda s: _train_sample(setup, s), job, mode, seeds)
     return t * (1.0 + margin)
 

@@ -10,12 +10,18 @@ leaves when they are done. A *placer* decides where a job runs:
 * ``colocated-jobs``: one pool of the training type per job (its rollout plus training nodes),
   generation and training time-shared on it (veRL).
 
+Long-tail consolidation (``consolidate``) is applied to a member only where its predicted gain
+(:func:`consolidation_gain`: the GPU time its tail releases to another member waiting on the same
+rollout nodes, against the re-prefill's stretch) is positive.
+
 A member whose state fits in its nodes' host DRAM beside the members that joined before it switches
 warm; one that does not fit pays a cold start (process launch, framework init, state read from
 storage: :func:`estimators.comm.cold_start_s`) at every switch.
 
 Every group, a one-member group included, runs as a :class:`simulator.groups.GroupRun` on one
-event loop: whole-pool members in the group's order, phase times drawn from the job's
+event loop: members in the group's order on the whole pools, or (a pinned configuration,
+``PoolConfig.members >= 1``) each on rollout nodes of its own -- the slot it took when it joined,
+kept until it leaves -- sharing the training pool, phase times drawn from the job's
 :class:`simulator.profiles.PhaseProfile` on the group's pools, warm switches between members,
 and long-tail consolidation when enabled. A job that no placement fits waits (first come, first
 served) until a departure frees capacity.
@@ -55,6 +61,17 @@ class TraceJob:
     cold_switch_s: Optional[Callable[[PoolConfig], tuple]] = None  # (rollout, training) cold starts; None: as warm
     dram_rollout_node_gb: float = 0.0  # host DRAM it keeps on every rollout node of its group
     train_state_gb: float = 0.0  # host DRAM it keeps on the training pool, spread over its nodes
+
+
+def consolidation_gain(tail, rollout_s: float, pinned_gpus: int, shared: bool) -> float:
+    """Predicted GPU-seconds one consolidated rollout gains: the GPUs it releases for its tail
+    (``pinned - tail_gpus`` for ``(1 - body_frac) x rollout``), usable only when another member
+    waits on the same rollout nodes (``shared``), against what the re-prefill costs (the tail
+    stretched by ``tail_stretch - 1`` on every GPU the member holds until its iteration ends).
+    Consolidation is applied only where this is positive."""
+    tail_s = (1.0 - tail.body_frac) * rollout_s
+    freed = max(0, pinned_gpus - tail.tail_gpus) * tail_s if shared else 0.0
+    return freed - max(0.0, tail.tail_stretch - 1.0) * tail_s * pinned_gpus
 
 
 class Placer(Protocol):
@@ -137,6 +154,7 @@ class TraceResult:
     group_spans: dict  # group id -> (created, ended, PoolConfig)
     events: int = 0
     moves: dict = field(default_factory=dict)  # admission move -> count (set by the caller that knows the placer)
+    consolidated: int = 0  # members whose tail was consolidated (predicted gain > 0)
 
     def summary(self) -> dict:
         done = [j for j in self.jobs.values() if j.done_s is not None]
@@ -158,6 +176,7 @@ class TraceResult:
             "max_wait_s": float(np.max(waits)) if waits else math.nan,
             "groups": len(self.group_spans),
             "events": self.events,
+            "consolidated_members": self.consolidated,
         }
 
 
@@ -182,6 +201,8 @@ class TraceSim:
         self.runs: dict[str, GroupRun] = {}
         self.configs: dict[str, PoolConfig] = {}
         self.spans: dict = {}
+        self.slots: dict[str, dict[str, int]] = {}  # pinned groups: member -> its rollout-node slot
+        self.consolidated: set[str] = set()  # members whose tail was consolidated (predicted gain > 0)
         self.provisioned: list = []
         self._level: dict = {}
         for j in sorted(jobs, key=lambda j: (j.arrival_s, j.name)):
@@ -196,23 +217,44 @@ class TraceSim:
     def _pool_gpus(self, c: PoolConfig) -> dict:
         if self.policy == "colocated-jobs":
             return {c.train_type: c.train_nodes * self.gpn}
-        out = {c.rollout_type: c.rollout_nodes * self.gpn}
+        out = {c.rollout_type: c.rollout_pool_nodes * self.gpn}
         out[c.train_type] = out.get(c.train_type, 0) + c.train_nodes * self.gpn
         return out
 
     # ------------------------------------------------------------------ members
+    def _slot(self, gid: str, name: str) -> int:
+        """The member's slot in a pinned group (its own rollout nodes): kept while it stays; a
+        newcomer takes the lowest slot no running member holds."""
+        slots = self.slots.setdefault(gid, {})
+        if name not in slots:
+            run = self.runs.get(gid)
+            held = {slots[m] for m in slots if run is not None and run.active() and m in run.members}
+            slots[name] = min(i for i in range(len(slots) + 1) if i not in held)
+        return slots[name]
+
     def _member(self, name: str, c: PoolConfig, gid: str) -> MemberSpec:
         job = self.jobs[name]
-        prof = job.profile(c)
-        sw_r, sw_t = job.switch_s(c)
+        w = c.whole()  # phase times and switches depend on the member's own pools
+        prof = job.profile(w)
+        sw_r, sw_t = job.switch_s(w)
         resident_r, resident_t = self._resident(name, c, gid)
         if job.cold_switch_s is not None and not (resident_r and resident_t):
-            cold_r, cold_t = job.cold_switch_s(c)
+            cold_r, cold_t = job.cold_switch_s(w)
             sw_r = sw_r if resident_r else cold_r
             sw_t = sw_t if resident_t else cold_t
-        rn = tuple(f"{gid}-r{i}" for i in range(c.rollout_nodes))
+        first = self._slot(gid, name) * c.rollout_nodes if c.pinned else 0
+        rn = tuple(f"{gid}-r{i}" for i in range(first, first + c.rollout_nodes))
         tn = tuple(f"{gid}-t{i}" for i in range(c.train_nodes))
         tail = prof.tail if self.consolidate else None
+        if tail is not None:
+            run = self.runs.get(gid)
+            others = [m for m in (run.order if run is not None and run.active() else []) if m != name]
+            shared = bool(others) and not c.pinned  # another member waits on these rollout nodes
+            gain = consolidation_gain(tail, float(np.mean(prof.rollout_s)), c.rollout_nodes * self.gpn, shared)
+            if gain <= 0.0:
+                tail = None
+            else:
+                self.consolidated.add(name)
         left = max(1, job.iterations - len(self.records[name].iteration_s))
         rollout_s, train_s = prof.rollout_s, prof.train_s
         if self.policy == "colocated-jobs":
@@ -229,6 +271,10 @@ class TraceSim:
         run = self.runs.get(gid)
         before = [m for m in (run.order if run is not None and run.active() else []) if m != name]
         jobs = [self.jobs[m] for m in before] + [self.jobs[name]]
+        if c.pinned:  # alone on its rollout nodes
+            use_t = sum(j.train_state_gb for j in jobs) / max(1, c.train_nodes)
+            return (self.jobs[name].dram_rollout_node_gb <= self.node_dram_gb.get(c.rollout_type, math.inf) * (1 + 1e-9),
+                    use_t <= self.node_dram_gb.get(c.train_type, math.inf) * (1 + 1e-9))
         d_r = self.node_dram_gb.get(c.rollout_type, math.inf)
         d_t = self.node_dram_gb.get(c.train_type, math.inf)
         use_r = sum(j.dram_rollout_node_gb for j in jobs)
@@ -282,9 +328,11 @@ class TraceSim:
                     continue
                 key = gid if run is None else f"{gid}#{now:.3f}"
                 self.configs[gid] = c
+                self.slots.pop(gid, None)  # a new run: its members take slots afresh
                 specs = tuple(self._member(m, c, gid) for m in members)
+                pool_r = tuple(f"{gid}-r{i}" for i in range(c.rollout_pool_nodes)) if c.pinned else specs[0].rollout_nodes
                 run = GroupRun(self.loop, GroupSpec(name=gid, members=specs, gpus_per_node=self.gpn,
-                                                    rollout_nodes=specs[0].rollout_nodes, train_nodes=specs[0].train_nodes),
+                                                    rollout_nodes=pool_r, train_nodes=specs[0].train_nodes),
                                rng=np.random.default_rng([self.loop.seed, len(self.spans)]),
                                on_member_done=partial(self._on_member_done, gid), record=self.record_phases,
                                on_iteration=self._on_iteration)
@@ -313,6 +361,12 @@ class TraceSim:
             self._provision(t, g)
         self.configs[gid] = new
         self.spans[gid][2] = new
+        if new.pinned:  # a member joins on rollout nodes of its own (or one left with its own): the others keep theirs
+            if not old.pinned:  # a lone member on the whole pools: its nodes are the first slot's
+                slots = self.slots.setdefault(gid, {})
+                for name in run.members:
+                    slots.setdefault(name, 0)
+            return
         run.add_nodes("rollout", [f"{gid}-r{i}" for i in range(new.rollout_nodes)])
         for name in list(run.members):
             spec = self._member(name, new, gid)
@@ -334,4 +388,5 @@ class TraceSim:
             cost += h * self.prices.get(typ, 0.0)
         spans = {g: (a, b if b is not None else end, c) for g, (a, b, c) in self.spans.items()}
         return TraceResult(policy=self.policy, end_s=end, jobs=self.records, cost=cost, gpu_hours=hours,
-                           provisioned=self.provisioned, groups=self.runs, group_spans=spans, events=self.loop.events_run)
+                           provisioned=self.provisioned, groups=self.runs, group_spans=spans, events=self.loop.events_run,
+                           consolidated=len(self.consolidated))

@@ -59,6 +59,7 @@ def dominance(idx: Index, reps: np.ndarray) -> np.ndarray:
     for k in np.flatnonzero(ok.any(axis=1)):
         d = (a <= a[k]).all(axis=1) & (bs <= bs[k]).all(axis=1)
         d &= (idx.dram_cap_r >= idx.dram_cap_r[k]) & (idx.dram_cap_t >= idx.dram_cap_t[k])
+        d &= (idx.pinned_m > 0) == (idx.pinned_m[k] > 0)  # the rollout row is DRAM on one, members on the other
         d[k] = False
         dom[:, k] = d
     return dom
@@ -188,7 +189,7 @@ class FleetPatternModel(PatternModel):
         tol = 1 + 1e-9
         good = (present & ~ok).sum(axis=1) == 0
         good &= period <= slo * tol + 1e-12
-        good &= M @ idx.dram_r[rep] <= idx.dram_cap_r[ks] * tol + 1e-12
+        good &= (M * idx.rollout_w(np.asarray(ks)[:, None], rep[None, :])).sum(axis=1) <= idx.dram_cap_r[ks] * tol + 1e-12
         good &= M @ idx.state_t[rep] <= idx.dram_cap_t[ks] * tol + 1e-12
         good &= (M <= self.cl.demand[None, :]).all(axis=1) & present.any(axis=1)
         return good

@@ -14,8 +14,10 @@ unknown-job         a plan member that the instance does not have
 pool-nodes          a pool's nodes exist, are of its GPU type, and number its size
 node-exclusive      a node serves at most one pool
 capacity            nodes used per GPU type within what the fleet has
-pins                a member is pinned to every node of its group's rollout and training pools
-                    (the plan space: see "The plan space" in docs/placement.md)
+pins                a member is pinned to a non-empty subset of each of its group's pools (the
+                    whole pools, rollout nodes of its own, shared training nodes, any mix: the
+                    plan space, "The plan space" in docs/placement.md), and the group's order
+                    lists exactly its members
 job-pool            the member's tables have the pool type and pinned node count
 phase-times         the plan's phase and warm-switch seconds match the instance's tables
 slo                 each member's cycle time within its SLO
@@ -101,10 +103,6 @@ def check(inst: PlacementInstance, plan: PlacementPlan) -> list[Violation]:
                 add("pins", where, f"rollout pins {m.rollout_nodes} are not a non-empty subset of the rollout pool")
             if not m.train_nodes or not set(m.train_nodes) <= set(g.train_pool.nodes):
                 add("pins", where, f"training pins {m.train_nodes} are not a non-empty subset of the training pool")
-            for side, pins, pool in (("rollout", m.rollout_nodes, g.rollout_pool), ("training", m.train_nodes, g.train_pool)):
-                if set(pins) != set(pool.nodes) and set(pins) <= set(pool.nodes):
-                    add("pins", where, f"pinned to {len(set(pins))} of the {len(pool.nodes)} {side} pool nodes; every member runs on "
-                                       f"its group's whole pools (split the group into groups of their own pools instead)")
             p, q = g.rollout_pool.gpu_type, g.train_pool.gpu_type
             nr, nt = len(set(m.rollout_nodes)), len(set(m.train_nodes))
             a = job.rollout_s.get(p, {}).get(nr)
@@ -123,7 +121,7 @@ def check(inst: PlacementInstance, plan: PlacementPlan) -> list[Violation]:
                                         ("rollout_switch_s", m.rollout_switch_s, sr), ("train_switch_s", m.train_switch_s, st)):
                 if not _close(mine, theirs):
                     add("phase-times", where, f"{label} is {mine:.6g} but the instance says {theirs:.6g} on these pools")
-            # the event graph charges the switches on nodes shared by two or more members
+            # the event graph charges the switches on nodes shared by two or more members only
             members.append(Member(name, a, b, s, frozenset(m.rollout_nodes), frozenset(m.train_nodes), sr, st))
         if not ok or not members:
             continue

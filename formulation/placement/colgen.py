@@ -270,7 +270,7 @@ class PatternModel:
         o = order[keep]
         j = r[o]
         return PricingItems(o, val[keep], self.cl.demand[o].astype(int), idx.a[k, j], idx.bs[k, j], idx.tot[k, j], idx.slo[j],
-                            idx.dram_r[j], idx.state_t[j], float(idx.dram_cap_r[k]), float(idx.dram_cap_t[k]))
+                            idx.rollout_w(k, j), idx.state_t[j], float(idx.dram_cap_r[k]), float(idx.dram_cap_t[k]))
 
     def price_all(self, pi, mu, charge_moves: bool, node_budget: int, max_columns: int = 3, exact: bool = True,
                   stop_after: Optional[int] = None):
@@ -673,7 +673,7 @@ class Ladder:
         D, eps = self.value, self.eps
         if not np.isfinite(ub) or ub <= D:
             return []
-        if self.unit is None:
+        if self.unit is None or ub >= self.model.penalty:  # (plans that leave a job out are off the unit's lattice)
             return [(ub - D) * f + eps for f in (0.125, 0.25, 0.5, 1.0)]
         u = self.unit
         margin = 1e-4 * u  # the bound lands this far above a multiple, which rounds up to the next

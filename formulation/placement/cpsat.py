@@ -77,8 +77,13 @@ def define_slo(m, x, z, L, sl, idx, guard=lambda: None):
 
 def define_dram(m, x, z, sl, idx):
     for s in range(len(sl.slots)):
+        # rollout-node DRAM binds on whole pools (a pinned member is alone on its nodes: ``ok``);
+        # a pinned configuration holds at most its m members (evaluate: the rollout-side row)
+        big = sum(_up(idx.dram_r[j], DRAM_SCALE) for j in sl.members[s])
         m.Add(sum(_up(idx.dram_r[j], DRAM_SCALE) * x[j, s] for j in sl.members[s])
-              <= sum(_down(idx.dram_cap_r[k], DRAM_SCALE) * z[s, k] for k in sl.configs[s]))
+              <= sum((big if idx.pinned_m[k] else _down(idx.dram_cap_r[k], DRAM_SCALE)) * z[s, k] for k in sl.configs[s]))
+        m.Add(sum(x[j, s] for j in sl.members[s])
+              <= sum(int(idx.pinned_m[k] or len(sl.members[s])) * z[s, k] for k in sl.configs[s]))
         m.Add(sum(_up(idx.state_t[j], DRAM_SCALE) * x[j, s] for j in sl.members[s])
               <= sum(_down(idx.dram_cap_t[k], DRAM_SCALE) * z[s, k] for k in sl.configs[s]))
 

@@ -18,6 +18,23 @@ when every ``ok[k, j]`` holds and
   training node.
 
 Removing a member never breaks these, so a cover that places a job twice can drop the extra copy.
+
+Members on rollout nodes of their own (``Config.members = m >= 1``)
+--------------------------------------------------------------------
+A *pinned* configuration ``k = (p, r, q, n_T, m)`` gives each of up to ``m`` members ``r`` rollout
+nodes of type ``p`` of its own and shares one training pool of ``n_T`` nodes of type ``q`` among
+them (the rollout pool is the ``m r`` nodes; ``c_k = m r g_p price_p + n_T g_q price_q``). No rollout
+node is shared, so no rollout ring of length >= 2 and no rollout warm switch exists: the event
+graph's only cycles through ``R_i`` are the member's own cycle and its self-loop (every arc into
+``R_i`` comes from ``T_i`` or ``R_i``), and the period is exactly
+``max(sum_S bs, max_S tot)`` (:mod:`formulation.placement.cycle`; the checker recomputes it by
+Howard on the pins). The arrays hold ``a[k, j] = 0`` for these configurations, so the same closed
+form ``max(sum a, sum bs, max tot)`` and every model written on it stay exact. Host DRAM on a
+rollout node holds one member (``ok`` checks it against the node); the rollout-side knapsack row
+of a pinned configuration counts members instead: weight 1 per member (:meth:`Index.rollout_w`)
+against ``rollout_cap[k] = m``. A whole-pool group of one member and a pinned group of one member are
+the same plan; ``m = 1`` configurations exist so that admission can extend a lone member's group
+by giving the next member nodes of its own (Weave's pinning).
 """
 
 from __future__ import annotations
@@ -33,6 +50,18 @@ from formulation.placement.instance import PlacementInstance
 REL_TOL = 1e-9
 
 
+#: pinned configurations exist for rollout nodes per member and training pools up to these sizes
+#: (member counts 1 to ``pinned_members_max``): at 2,000 distinct jobs on four GPU types every size
+#: made 5,184 configurations against 576 whole-pool ones (the index took 16 s instead of 1)
+PINNED_MAX_ROLLOUT_NODES = 2
+PINNED_MAX_TRAIN_NODES = 2
+
+
+def pinned_member_counts(most: int) -> tuple[int, ...]:
+    """Member counts of the pinned configurations for ``pinned_members_max = most``."""
+    return tuple(range(1, most + 1))
+
+
 def within(x: float, limit: float) -> bool:
     return x <= limit * (1 + REL_TOL) + 1e-12
 
@@ -46,12 +75,28 @@ def ring_weights(a, bs, sw_r, sw_t):
 
 class Config(NamedTuple):
     rollout_type: str
-    rollout_nodes: int
+    rollout_nodes: int  # nodes a member's rollout runs on (the whole rollout pool when members == 0)
     train_type: str
     train_nodes: int
+    members: int = 0  # 0: every member on the whole pools; m >= 1: up to m members, each on rollout nodes of its own
+
+    @property
+    def pinned(self) -> bool:
+        return self.members > 0
+
+    @property
+    def rollout_pool_nodes(self) -> int:
+        """Nodes of the rollout pool: ``rollout_nodes``, or ``members x rollout_nodes`` when pinned."""
+        return self.rollout_nodes * max(1, self.members)
 
     def label(self) -> str:
+        if self.members:
+            return f"{self.members}x({self.rollout_nodes}x{self.rollout_type})+{self.train_nodes}x{self.train_type}"
         return f"{self.rollout_nodes}x{self.rollout_type}+{self.train_nodes}x{self.train_type}"
+
+    def whole(self) -> "Config":
+        """The same pools as a whole-pool configuration (phase-time tables are keyed by it)."""
+        return self._replace(members=0) if self.members else self
 
 
 @dataclass(frozen=True)
@@ -91,7 +136,19 @@ class Index:
                         if (p == q and nr + nt > self.capacity[p]):
                             continue
                         configs.append(Config(p, nr, q, nt))
+        # pinned configurations: up to m members, each on nr rollout nodes of its own (small pools
+        # only: PINNED_* above keep the configurations about 2x the whole-pool ones)
+        counts = pinned_member_counts(inst.pinned_members_max)
+        for p in self.types:
+            for nr in sorted(n for n in r_sizes[p] if n <= PINNED_MAX_ROLLOUT_NODES):
+                for q in self.types:
+                    for nt in sorted(n for n in t_sizes[q] if n <= PINNED_MAX_TRAIN_NODES):
+                        for m in counts:
+                            if m * nr + (nt if p == q else 0) > self.capacity[p] or (p != q and nt > self.capacity[q]):
+                                break
+                            configs.append(Config(p, nr, q, nt, m))
         self.configs: list[Config] = configs
+        self.pinned_m = np.array([c.members for c in configs], dtype=int)
         self.cost = np.array([self.config_cost(c) for c in configs], dtype=float)
         # per (type, size) rows of rollout / training seconds and per (type, type) rows of sync
         # seconds, filled once per job; the per-configuration arrays are gathered from them
@@ -141,20 +198,30 @@ class Index:
         bs = np.add(T[ti], S[si], out=T[ti]) if K else np.full((0, self.n), np.inf)
         self.tot = a + bs
         fin = np.isfinite(self.tot)
+        pin = self.pinned_m > 0
+        sr_k = SR[ri] if K else np.zeros((0, self.n))  # a gather: a copy
+        if K and pin.any():  # no shared rollout node: no rollout ring, no rollout switch (module docstring)
+            sr_k[pin] = 0.0
         if K and (SR.any() or ST.any()):
             with np.errstate(invalid="ignore"):
-                ring_a, ring_bs = ring_weights(a, bs, SR[ri], ST[ti])
+                ring_a, ring_bs = ring_weights(a, bs, sr_k, ST[ti])
             self.a = np.where(fin, ring_a, np.inf)
             self.bs = np.where(fin, ring_bs, np.inf)
         else:  # no warm switches: ring_weights would return (a, bs) exactly; fresh arrays, set in place
             a[~fin] = np.inf
             bs[~fin] = np.inf
             self.a, self.bs = a, bs
-        self.dram_cap_r = np.array([inst.pool_types[c.rollout_type].dram_gb for c in configs])
+        if K and pin.any():
+            self.a[pin] = np.where(fin[pin], 0.0, np.inf)
+        # the rollout-side knapsack row: host DRAM of a shared rollout node (whole pools) or member
+        # slots (pinned: each member alone on its nodes, ``ok`` checks its DRAM against one node)
+        self.node_dram_r = np.array([inst.pool_types[c.rollout_type].dram_gb for c in configs])
+        self.dram_cap_r = np.where(pin, self.pinned_m, self.node_dram_r).astype(float) if K else np.zeros(0)
+        self.rollout_cap = self.dram_cap_r
         self.dram_cap_t = np.array([inst.pool_types[c.train_type].dram_gb * c.train_nodes for c in configs])
         ok = self.tot <= self.slo * (1 + REL_TOL) + 1e-12  # false where inf
         ok &= fin
-        ok &= self.dram_r[None, :] <= self.dram_cap_r[:, None] * (1 + REL_TOL)
+        ok &= self.dram_r[None, :] <= self.node_dram_r[:, None] * (1 + REL_TOL)
         ok &= self.state_t[None, :] <= self.dram_cap_t[:, None] * (1 + REL_TOL)
         self.ok = ok
         self.config_id = {c: k for k, c in enumerate(configs)}
@@ -172,6 +239,13 @@ class Index:
             setattr(new, name, getattr(self, name)[:, keep])
         return new
 
+    def rollout_w(self, k, j):
+        """Weight of job(s) ``j`` in configuration(s) ``k``'s rollout-side row (broadcast like numpy):
+        its rollout-node DRAM on whole pools, 1 (a member slot) on pinned configurations; the row's
+        capacity is ``dram_cap_r[k]`` (node DRAM, or the member count ``m``)."""
+        k = np.asarray(k)
+        return np.where(self.pinned_m[k] > 0, 1.0, self.dram_r[np.asarray(j)])
+
     @property
     def penalty(self) -> float:
         """$/h every solver charges per job left unplaced: 10 x the most expensive configuration + 1."""
@@ -180,11 +254,11 @@ class Index:
     # ------------------------------------------------------------------ configurations
     def config_cost(self, c: Config) -> float:
         pr, pt = self.inst.pool_types[c.rollout_type], self.inst.pool_types[c.train_type]
-        return c.rollout_nodes * pr.gpus_per_node * pr.price_per_gpu_hour + c.train_nodes * pt.gpus_per_node * pt.price_per_gpu_hour
+        return c.rollout_pool_nodes * pr.gpus_per_node * pr.price_per_gpu_hour + c.train_nodes * pt.gpus_per_node * pt.price_per_gpu_hour
 
     def config_nodes(self, k: int) -> dict[str, int]:
         c = self.configs[k]
-        out = {c.rollout_type: c.rollout_nodes}
+        out = {c.rollout_type: c.rollout_pool_nodes}
         out[c.train_type] = out.get(c.train_type, 0) + c.train_nodes
         return out
 
@@ -214,7 +288,7 @@ class Index:
         if not m or not self.ok[k, m].all():
             return False
         lim = self.slo[m].min()
-        return (within(self.period(k, m), lim) and within(self.dram_r[m].sum(), self.dram_cap_r[k])
+        return (within(self.period(k, m), lim) and within(float(self.rollout_w(k, m).sum()), self.dram_cap_r[k])
                 and within(self.state_t[m].sum(), self.dram_cap_t[k]))
 
     def cheapest_config(self, members: Sequence[int], configs: Optional[Sequence[int]] = None) -> Optional[int]:

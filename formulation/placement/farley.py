@@ -65,7 +65,7 @@ def cheap_value_bounds(idx: Index, reps: np.ndarray, demand: np.ndarray, pi: np.
         vk, dk = v[ok], d[ok]
         rk = r[ok]
         best = np.inf
-        for w in (idx.a[k, rk] / slo[ok], idx.bs[k, rk] / slo[ok], idx.dram_r[rk] / idx.dram_cap_r[k],
+        for w in (idx.a[k, rk] / slo[ok], idx.bs[k, rk] / slo[ok], idx.rollout_w(k, rk) / idx.dram_cap_r[k],
                   idx.state_t[rk] / idx.dram_cap_t[k]):
             best = min(best, _fractional_knapsack(vk, w, dk, 1.0))
         out[k] = best
@@ -154,6 +154,6 @@ def items_for(idx: Index, reps: np.ndarray, demand: np.ndarray):
         o = o[np.argsort(-idx.slo[reps[o]], kind="stable")]
         j = reps[o]
         return PricingItems(o, pi[o], demand[o].astype(int), idx.a[k, j], idx.bs[k, j], idx.tot[k, j], idx.slo[j],
-                            idx.dram_r[j], idx.state_t[j], float(idx.dram_cap_r[k]), float(idx.dram_cap_t[k]))
+                            idx.rollout_w(k, j), idx.state_t[j], float(idx.dram_cap_r[k]), float(idx.dram_cap_t[k]))
 
     return items_of

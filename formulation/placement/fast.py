@@ -34,7 +34,9 @@ Load bound (:func:`load_bound`) -- a proof without classes
 Local search (:func:`improve`)
     Re-solves a few groups at a time exactly: the members of 2-3 groups of one pair are
     re-partitioned by a DP over their subsets (each subset on its cheapest feasible configuration
-    of any pair, closed form), kept when cheaper and within the free nodes.
+    of any pair, closed form, pinned configurations included: this is where the fast path forms
+    groups whose members keep rollout nodes of their own), kept when cheaper and within the free
+    nodes. The load bound covers pinned configurations too (their rollout row counts members).
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def _pairs(idx: Index) -> list[_Pair]:
     out = []
     by: dict[tuple[str, str], list[int]] = {}
     for k, c in enumerate(idx.configs):
-        by.setdefault((c.rollout_type, c.train_type), []).append(k)
+        if not c.pinned:  # the packings grow whole pools; pinned groups come from the local search
+            by.setdefault((c.rollout_type, c.train_type), []).append(k)
     r_row = {key: i for i, key in enumerate(idx.r_keys)}
     t_row = {key: i for i, key in enumerate(idx.t_keys)}
     pools = idx.inst.pool_types
@@ -238,6 +241,7 @@ class FastPacker:
         """(cost, pair, r, t) of the configuration a new group for ``j`` opens on, or None."""
         idx = self.idx
         ks = idx.job_configs[j]
+        ks = ks[idx.pinned_m[ks] == 0]
         if len(ks) == 0:
             return None
         fits = (idx.node_matrix[ks] <= self.free[None, :]).all(axis=1)
@@ -525,7 +529,7 @@ def load_bound(idx: Index, jobs: Optional[Sequence[int] | np.ndarray] = None, it
     js = jobs[jj]
     starts = np.flatnonzero(np.r_[True, jj[1:] != jj[:-1]])
     slo = idx.slo[js]
-    L = np.stack([idx.a[kk, js] / slo, idx.bs[kk, js] / slo, idx.dram_r[js] / idx.dram_cap_r[kk],
+    L = np.stack([idx.a[kk, js] / slo, idx.bs[kk, js] / slo, idx.rollout_w(kk, js) / idx.dram_cap_r[kk],
                   idx.state_t[js] / idx.dram_cap_t[kk]], axis=1)  # (P, 4)
     K, T = len(idx.configs), len(idx.types)
     theta = np.zeros((K, 4))
@@ -607,10 +611,10 @@ def subset_costs(idx: Index, jobs: Sequence[int]) -> tuple[np.ndarray, np.ndarra
         maxT = np.maximum(maxT, np.where(M[:, i:i + 1], tot[:, i][None, :], 0.0))
         lim = np.where(M[:, i], np.minimum(lim, idx.slo[J[i]]), lim)
     lim = lim * TOL
-    dr = Mf @ idx.dram_r[J]
+    dr = Mf @ idx.rollout_w(ks[:, None], J[None, :]).T  # (S, K'): rollout-node DRAM, or members on a pinned configuration
     st = Mf @ idx.state_t[J]
     feas = (all_ok & (sumA <= lim[:, None]) & (sumBS <= lim[:, None]) & (maxT <= lim[:, None])
-            & (dr[:, None] <= idx.dram_cap_r[ks][None, :] * TOL) & (st[:, None] <= idx.dram_cap_t[ks][None, :] * TOL))
+            & (dr <= idx.dram_cap_r[ks][None, :] * TOL) & (st[:, None] <= idx.dram_cap_t[ks][None, :] * TOL))
     c = np.where(feas, idx.cost[ks][None, :], np.inf)
     best = c.argmin(axis=1) if len(ks) else np.zeros(len(masks), dtype=int)
     cost = c[np.arange(len(masks)), best] if len(ks) else np.full(len(masks), np.inf)

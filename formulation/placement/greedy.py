@@ -14,6 +14,17 @@ joins), then to the smaller configuration. A job no move can place stays unplace
 State is kept per *family* (rollout type, training type, training nodes) in numpy arrays over the
 family's groups and rollout sizes, so one admission is a few vector operations per family
 (milliseconds for thousands of groups) rather than a loop over groups.
+
+Pinned groups (members on rollout nodes of their own, the training pool shared;
+:mod:`formulation.placement.evaluate`) have families of their own, (rollout type, training type,
+training nodes, rollout nodes per member), whose columns are the whole-pool configuration of one
+member's pools followed by the pinned configurations of 1, 2, 3, ... members. A one-member group of the
+whole-pool configuration ``(p, r, q, n_T)`` (the same plan as the pinned one of one member) sits in
+both its families: the second move then also *extends the rollout pool by nodes of the new
+member's own* (Weave pins each member to its own rollout nodes), the group becoming pinned; a move
+in one family closes the group's row in a family that does not hold its new configuration. A
+member that leaves a pinned group takes its rollout nodes with it (the group shrinks to the
+pinned configuration of the members left).
 """
 
 from __future__ import annotations
@@ -40,9 +51,11 @@ class Admission:
 
 class _Family:
     def __init__(self, configs: list[int], cap: int, idx: Index):
-        self.configs = configs  # configuration ids, rollout sizes ascending
+        self.configs = configs  # configuration ids, rollout pool sizes ascending
         R = len(configs)
-        self.sizes = np.array([idx.configs[k].rollout_nodes for k in configs])
+        self.sizes = np.array([idx.configs[k].rollout_pool_nodes for k in configs])
+        self.cap_w = idx.dram_cap_r[configs]  # the rollout-side row's capacity per column (node DRAM, or members)
+        self.pinned = bool(idx.pinned_m[configs].any())  # a family of pinned configurations (after one whole-pool one)
         self.cost = idx.cost[configs]
         self.rollout_type = idx.configs[configs[0]].rollout_type
         self.cols = np.arange(R)[None, :]
@@ -52,7 +65,7 @@ class _Family:
         self.max_tot = np.zeros((cap, R))
         self.sum_bs = np.zeros(cap)
         self.min_slo = np.zeros(cap)
-        self.sum_w = np.zeros(cap)
+        self.sum_w = np.zeros((cap, R))
         self.sum_s = np.zeros(cap)
         self.open = np.zeros(cap, dtype=bool)  # can some job still join at some rollout pool size?
         self.size = 0
@@ -73,24 +86,54 @@ class Packer:
         self.groups: list[list[int]] = []  # members per group
         self.group_config: list[int] = []
         self.group_anchor: list[Optional[str]] = []
-        self.slot: list[tuple[int, int]] = []  # (family, row) of each group
+        self.slots: list[list[tuple[int, int]]] = []  # (family, row) of each group, in each family holding its configuration
         fam_key: dict[tuple, list[int]] = {}
         for k, c in enumerate(idx.configs):
-            fam_key.setdefault((c.rollout_type, c.train_type, c.train_nodes), []).append(k)
+            key = (c.rollout_type, c.train_type, c.train_nodes, c.rollout_nodes if c.pinned else 0)
+            fam_key.setdefault(key, []).append(k)
         cap = max(1, idx.n)
         self.families: list[_Family] = []
-        self.fam_of: dict[int, tuple[int, int]] = {}
+        self.fam_of: dict[int, list[tuple[int, int]]] = {}
         for ks in fam_key.values():
-            ks.sort(key=lambda k: idx.configs[k].rollout_nodes)
+            ks.sort(key=lambda k: idx.configs[k].rollout_pool_nodes)
             f = len(self.families)
             self.families.append(_Family(ks, cap, idx))
             for r, k in enumerate(ks):
-                self.fam_of[k] = (f, r)
+                self.fam_of.setdefault(k, []).append((f, r))
+        for k, c in enumerate(idx.configs):  # a whole-pool group of one member is the pinned one of one member
+            if c.members == 1:
+                kw = idx.config_id.get(c.whole())
+                if kw is not None:
+                    self.fam_of[kw] = self.fam_of.get(kw, []) + self.fam_of[k]
         self.job_group: dict[int, int] = {}
 
     # ------------------------------------------------------------------ bookkeeping
     def _refresh(self, g: int) -> None:
-        f, row = self.slot[g]
+        for f, row in self.slots[g]:
+            self._refresh_row(g, f, row)
+
+    def _close_row(self, f: int, row: int) -> None:
+        fam = self.families[f]
+        fam.sum_a[row] = np.inf
+        fam.max_tot[row] = np.inf
+        fam.min_slo[row] = -np.inf
+        fam.open[row] = False
+
+    def _reslot(self, g: int) -> None:
+        """After group ``g`` changed configuration: keep its rows in the families that hold the new
+        one (at the new column), close the others."""
+        k = self.group_config[g]
+        where = dict(self.fam_of.get(k, []))
+        keep = []
+        for f, row in self.slots[g]:
+            if f in where:
+                self.families[f].rpos[row] = where[f]
+                keep.append((f, row))
+            else:
+                self._close_row(f, row)
+        self.slots[g] = keep
+
+    def _refresh_row(self, g: int, f: int, row: int) -> None:
         fam = self.families[f]
         m = self.groups[g]
         idx = self.idx
@@ -102,7 +145,7 @@ class Packer:
             # so the sum is at least the one of any larger rollout pool (equal unless a cap binds)
             fam.sum_bs[row] = idx.bs[ks[0], m].sum()
             fam.min_slo[row] = idx.slo[m].min()
-            fam.sum_w[row] = idx.dram_r[m].sum()
+            fam.sum_w[row] = idx.rollout_w(np.asarray(ks)[:, None], np.asarray(m)[None, :]).sum(axis=1)
             fam.sum_s[row] = idx.state_t[m].sum()
         else:  # an empty group admits nothing (it is dropped from the result)
             fam.sum_a[row] = np.inf
@@ -113,25 +156,28 @@ class Packer:
         lim = fam.min_slo[row] * (1 + REL_TOL)
         rollout_room = fam.sum_a[row, fam.rpos[row]:] + fam.min_a[fam.rpos[row]:]
         fam.open[row] = bool(fam.sum_bs[row] + fam.min_bs <= lim and rollout_room.size and rollout_room.min() <= lim)
+        if fam.pinned and fam.rpos[row] == 0 and len(m) >= 2:
+            # members sharing a whole rollout pool are not split onto nodes of their own (a running
+            # member keeps its nodes): only a lone member's group becomes pinned
+            fam.open[row] = False
 
     def add_group(self, k: int, members: Sequence[int], anchor: Optional[str] = None, charge: bool = True) -> int:
-        f, r = self.fam_of[k]
-        fam = self.families[f]
-        if fam.size == len(fam.gid):  # grow
-            for name in ("gid", "rpos", "sum_bs", "min_slo", "sum_w", "sum_s", "open"):
-                arr = getattr(fam, name)
-                setattr(fam, name, np.concatenate([arr, np.zeros_like(arr)]))
-            for name in ("sum_a", "max_tot"):
-                arr = getattr(fam, name)
-                setattr(fam, name, np.concatenate([arr, np.zeros_like(arr)]))
-        row = fam.size
-        fam.size += 1
         g = len(self.groups)
-        fam.gid[row], fam.rpos[row] = g, r
+        slots = []
+        for f, r in self.fam_of[k]:
+            fam = self.families[f]
+            if fam.size == len(fam.gid):  # grow
+                for name in ("gid", "rpos", "sum_bs", "min_slo", "sum_w", "sum_s", "open", "sum_a", "max_tot"):
+                    arr = getattr(fam, name)
+                    setattr(fam, name, np.concatenate([arr, np.zeros_like(arr)]))
+            row = fam.size
+            fam.size += 1
+            fam.gid[row], fam.rpos[row] = g, r
+            slots.append((f, row))
         self.groups.append(list(members))
         self.group_config.append(k)
         self.group_anchor.append(anchor)
-        self.slot.append((f, row))
+        self.slots.append(slots)
         for j in members:
             self.job_group[j] = g
         self._refresh(g)
@@ -146,6 +192,16 @@ class Packer:
         if not self.groups[g]:  # the group's nodes go back to the free pool
             for t, n in self.idx.config_nodes(self.group_config[g]).items():
                 self.free[t] += n
+        else:
+            c = self.idx.configs[self.group_config[g]]
+            k = self.idx.config_id.get(c._replace(members=len(self.groups[g]))) if c.pinned else None
+            if k is not None:  # a pinned member's own rollout nodes go back with it
+                for t, n in self.idx.config_nodes(self.group_config[g]).items():
+                    self.free[t] += n
+                for t, n in self.idx.config_nodes(k).items():
+                    self.free[t] -= n
+                self.group_config[g] = k
+                self._reslot(g)
         self._refresh(g)
 
     # ------------------------------------------------------------------ the three moves
@@ -171,8 +227,8 @@ class Packer:
             bs = idx.bs[ks[0], j]
             BS = (fam.sum_bs[rows] + bs)[:, None]
             k0 = ks[0]
-            dram_ok = ((fam.sum_w[rows] + idx.dram_r[j] <= idx.dram_cap_r[k0] * tol)
-                       & (fam.sum_s[rows] + idx.state_t[j] <= idx.dram_cap_t[k0] * tol))[:, None]
+            dram_ok = ((fam.sum_w[rows] + idx.rollout_w(ks, j)[None, :] <= fam.cap_w[None, :] * tol)
+                       & (fam.sum_s[rows] + idx.state_t[j] <= idx.dram_cap_t[k0] * tol)[:, None])
             rpos = fam.rpos[rows]
             sizes = fam.sizes
             extra_nodes = sizes[None, :] - sizes[rpos][:, None]
@@ -220,9 +276,8 @@ class Packer:
                 self.free[t] -= n
             for t, n in self.idx.config_nodes(old).items():
                 self.free[t] += n
-            f, row = self.slot[g]
-            self.families[f].rpos[row] = self.fam_of[adm.config][1]
             self.group_config[g] = adm.config
+            self._reslot(g)
         self.groups[g].append(adm.job)
         self.job_group[adm.job] = g
         self._refresh(g)

@@ -20,8 +20,10 @@ example: ``scenarios/instances/placement-small.yaml``)::
         train_state_gb: 106.6          # host DRAM on the training nodes, spread evenly over them
 
 A job may run in a group whose rollout pool is one of the (type, nodes) keys of its
-``rollout_s`` table and whose training pool is one of the keys of ``train_s``; every member of a
-group runs its rollout on the whole rollout pool and its training on the whole training pool.
+``rollout_s`` table and whose training pool is one of the keys of ``train_s``. A member runs its
+rollout on the nodes it is pinned to: the whole rollout pool, or (``pinned_members_max`` >= 1, the
+default 8) rollout nodes of its own, a table key, beside other members on their own nodes; its
+training runs on the whole training pool (``evaluate``: pinned configurations).
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ class PlacementInstance(_Strict):
     pool_types: dict[str, PoolType] = Field(min_length=1)
     jobs: list[PlacementJob] = Field(default_factory=list)
     move_price_per_job: NonNegativeFloat = Field(0.0, description="$/h charged per job a re-optimisation moves")
+    pinned_members_max: int = Field(8, ge=0, le=64, description=(
+        "most members of a group that each keep rollout nodes of their own and share the training pool "
+        "(0: every member on the whole pools)"))
 
     @model_validator(mode="after")
     def _refs(self):

@@ -78,8 +78,14 @@ def define_slo(m, pe, sl, idx, M):
 
 
 def define_dram(m, pe, sl, idx):
+    # rollout-node DRAM binds on whole pools (a pinned member is alone on its nodes: ``ok``); the
+    # members of a pinned configuration are at most its m (evaluate: the rollout-side row)
+    big = {s: float(sum(idx.dram_r[j] for j in sl.members[s])) for s in range(len(sl.slots))}
     m.dram_rollout = pe.Constraint(m.S, rule=lambda m, s: sum(float(idx.dram_r[j]) * m.x[j, s] for j in sl.members[s])
-                                   <= sum(float(idx.dram_cap_r[k]) * m.z[s, k] for k in sl.configs[s]))
+                                   <= sum((big[s] if idx.pinned_m[k] else float(idx.dram_cap_r[k])) * m.z[s, k]
+                                          for k in sl.configs[s]))
+    m.pinned_members = pe.Constraint(m.S, rule=lambda m, s: sum(m.x[j, s] for j in sl.members[s])
+                                     <= sum(float(idx.pinned_m[k] or len(sl.members[s])) * m.z[s, k] for k in sl.configs[s]))
     m.dram_train = pe.Constraint(m.S, rule=lambda m, s: sum(float(idx.state_t[j]) * m.x[j, s] for j in sl.members[s])
                                  <= sum(float(idx.dram_cap_t[k]) * m.z[s, k] for k in sl.configs[s]))
 

@@ -2,10 +2,12 @@
 
 The body is what the executor, simulator, capacity planner and daemon read: groups with their
 rollout and training pools (GPU type, node names, size), members in round-robin order with their
-node pins, phase seconds, predicted cycle time (:mod:`formulation.placement.cycle`), SLO and
-slack; cost per hour; the jobs left unplaced with the reason and the fix; and the moves against
-the current plan. Nodes: a group that keeps a current group (``anchor``) keeps its nodes; the
-others take free nodes in the instance's node order, so the same solution gives the same plan.
+node pins (the whole pools, or on a pinned configuration rollout nodes of their own: the ``i``-th
+member of the order on the ``i``-th block of ``rollout_nodes`` pool nodes, the training pool
+shared), phase seconds, predicted cycle time (:mod:`formulation.placement.cycle`), SLO and slack;
+cost per hour; the jobs left unplaced with the reason and the fix; and the moves against the
+current plan. Nodes: a group that keeps a current group (``anchor``) keeps its nodes; the others
+take free nodes in the instance's node order, so the same solution gives the same plan.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from formulation.placement.cycle import Member, whole_pool_cycle_times
-from formulation.placement.evaluate import Index, Solution
+from formulation.placement.cycle import Member, cycle_times, whole_pool_cycle_times
+from formulation.placement.evaluate import Config, Index, Solution
 
 
 class _Body(BaseModel):
@@ -88,19 +90,49 @@ def members_of(group: GroupPlan) -> list[Member]:
             for n in group.order]
 
 
+def config_of(group: GroupPlan) -> Config:
+    """The configuration a plan group is on, read from its pins: every member on the whole pools
+    (``members = 0``), or members on disjoint rollout nodes of equal count ``r`` of their own
+    (pinned: ``members = pool nodes / r``). Other pin patterns (valid plans, which the checker and
+    the simulator accept) are on no configuration the optimisers build: ``members = -1``."""
+    rp, tp = group.rollout_pool, group.train_pool
+    whole = Config(rp.gpu_type, rp.size, tp.gpu_type, tp.size)
+    pool_r, pool_t = set(rp.nodes), set(tp.nodes)
+    if any(set(m.train_nodes) != pool_t for m in group.members):
+        return whole._replace(members=-1)
+    if all(set(m.rollout_nodes) == pool_r for m in group.members):
+        return whole
+    pins = [frozenset(m.rollout_nodes) for m in group.members]
+    r = len(pins[0]) if pins else 0
+    if r == 0 or any(len(p) != r for p in pins) or len(frozenset().union(*pins)) != r * len(pins) \
+            or not frozenset().union(*pins) <= pool_r or rp.size % r:
+        return whole._replace(members=-1)
+    return Config(rp.gpu_type, r, tp.gpu_type, tp.size, rp.size // r)
+
+
+def same_config(a: Config, b: Config) -> bool:
+    """The same plan space point: equal, or one member's pools as a whole-pool and a pinned configuration."""
+    return a == b or (a.whole() == b.whole() and {a.members, b.members} == {0, 1})
+
+
+def member_pins(c: Config, r_nodes: list[str], n_members: int) -> list[list[str]]:
+    """Rollout nodes of each member in order: the whole pool, or (pinned) ``c.rollout_nodes`` of its own."""
+    if not c.pinned:
+        return [r_nodes] * n_members
+    r = c.rollout_nodes
+    return [r_nodes[i * r:(i + 1) * r] for i in range(n_members)]
+
+
 def reusable(idx: Index, group: GroupPlan, config: int, members: tuple[int, ...], node_names: dict[str, set[str]],
              rel: float = 1e-8) -> bool:
     """Whether a current plan's ``group`` is what :func:`build_plan` would write for ``members`` on
     ``config`` now: the same pools (on nodes the instance has; ``node_names`` by type), prices and
-    member order, every member pinned to the whole pools and not marked as moved, and every
-    member's phase seconds, warm switches and SLO those of the instance (to the 9 digits a plan
-    keeps)."""
+    member order, every member pinned as the configuration pins it (the whole pools, or rollout
+    nodes of its own) and not marked as moved, and every member's phase seconds, warm switches and
+    SLO those of the instance (to the 9 digits a plan keeps)."""
     c = idx.configs[config]
-    if (group.rollout_pool.gpu_type, group.rollout_pool.size, group.train_pool.gpu_type, group.train_pool.size) != (
-            c.rollout_type, c.rollout_nodes, c.train_type, c.train_nodes):
-        return False
-    if len(group.members) != len(members) or len(group.rollout_pool.nodes) != c.rollout_nodes \
-            or len(group.train_pool.nodes) != c.train_nodes:
+    if not same_config(config_of(group), c) or len(group.members) != len(members) \
+            or len(group.rollout_pool.nodes) != c.rollout_pool_nodes or len(group.train_pool.nodes) != c.train_nodes:
         return False
     if not (set(group.rollout_pool.nodes) <= node_names[c.rollout_type] and set(group.train_pool.nodes) <= node_names[c.train_type]):
         return False
@@ -112,7 +144,9 @@ def reusable(idx: Index, group: GroupPlan, config: int, members: tuple[int, ...]
         return False
     for m, j in zip(group.members, members):
         job = idx.inst.jobs[j]
-        if m.job != job.name or m.moved or m.rollout_nodes != group.rollout_pool.nodes or m.train_nodes != group.train_pool.nodes:
+        if m.job != job.name or m.moved or m.train_nodes != group.train_pool.nodes:
+            return False
+        if not c.pinned and m.rollout_nodes != group.rollout_pool.nodes:
             return False
         sw_r, sw_t = job.switches(c.rollout_type, c.rollout_nodes, c.train_type, c.train_nodes)
         want = (job.rollout_s[c.rollout_type][c.rollout_nodes], job.train_s[c.train_type][c.train_nodes],
@@ -143,7 +177,7 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
         grp = sol.groups[g]
         c = idx.configs[grp.config]
         own = current_nodes.get(grp.anchor or "", {})
-        r_nodes = [n for n in own.get("rollout", []) if n in pos[c.rollout_type] and n not in taken][: c.rollout_nodes]
+        r_nodes = [n for n in own.get("rollout", []) if n in pos[c.rollout_type] and n not in taken][: c.rollout_pool_nodes]
         taken.update(r_nodes)
         t_nodes = [n for n in own.get("train", []) if n in pos[c.train_type] and n not in taken][: c.train_nodes]
         taken.update(t_nodes)
@@ -153,7 +187,7 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
         grp = sol.groups[g]
         c = idx.configs[grp.config]
         r_nodes, t_nodes = pools[g]
-        for lst, t, need in ((r_nodes, c.rollout_type, c.rollout_nodes), (t_nodes, c.train_type, c.train_nodes)):
+        for lst, t, need in ((r_nodes, c.rollout_type, c.rollout_pool_nodes), (t_nodes, c.train_type, c.train_nodes)):
             names, i = free[t], cursor[t]
             while len(lst) < need and i < len(names):
                 if names[i] not in taken:
@@ -182,34 +216,37 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
         r_pos, t_pos = pos[c.rollout_type], pos[c.train_type]
         r_nodes, t_nodes = sorted(r_nodes, key=lambda n: r_pos[n]), sorted(t_nodes, key=lambda n: t_pos[n])
         mems = []
-        for j in grp.members:
+        pins = member_pins(c, r_nodes, len(grp.members))
+        for j, mine in zip(grp.members, pins):
             job = inst.jobs[j]
             a = job.rollout_s[c.rollout_type][c.rollout_nodes]
             b = job.train_s[c.train_type][c.train_nodes]
             s = job.sync(c.rollout_type, c.train_type)
             sw_r, sw_t = job.switches(c.rollout_type, c.rollout_nodes, c.train_type, c.train_nodes)
-            mems.append(Member(job.name, a, b, s, frozenset(r_nodes), frozenset(t_nodes), sw_r, sw_t))
-        res = whole_pool_cycle_times(mems)
+            mems.append(Member(job.name, a, b, s, frozenset(mine), frozenset(t_nodes), sw_r, sw_t))
+        # pinned members: Howard on the pins (their rollout nodes are rings of one, no switch there)
+        res = cycle_times(mems) if c.pinned else whole_pool_cycle_times(mems)
         pr, pt = inst.pool_types[c.rollout_type], inst.pool_types[c.train_type]
         period = res.period
         # built from checked numbers without validating each part again (37,000 validations at
         # 10,000 jobs: 0.2 s); the types are the fields' own (floats as float, names as str)
         groups.append(GroupPlan.model_construct(
             id=gid,
-            rollout_pool=Pool.model_construct(gpu_type=c.rollout_type, nodes=r_nodes, size=int(c.rollout_nodes),
-                                              gpus_per_node=int(pr.gpus_per_node), gpus=int(c.rollout_nodes * pr.gpus_per_node)),
+            rollout_pool=Pool.model_construct(gpu_type=c.rollout_type, nodes=r_nodes, size=int(c.rollout_pool_nodes),
+                                              gpus_per_node=int(pr.gpus_per_node), gpus=int(c.rollout_pool_nodes * pr.gpus_per_node)),
             train_pool=Pool.model_construct(gpu_type=c.train_type, nodes=t_nodes, size=int(c.train_nodes),
                                             gpus_per_node=int(pt.gpus_per_node), gpus=int(c.train_nodes * pt.gpus_per_node)),
             order=[m.name for m in mems],
             members=[MemberPlan.model_construct(
-                job=m.name, rollout_nodes=r_nodes, train_nodes=t_nodes, rollout_s=float(m.rollout_s), train_s=float(m.train_s),
+                job=m.name, rollout_nodes=mine, train_nodes=t_nodes, rollout_s=float(m.rollout_s), train_s=float(m.train_s),
                 sync_s=float(m.sync_s), rollout_switch_s=float(m.rollout_switch_s), train_switch_s=float(m.train_switch_s),
                 cycle_time_s=float(res.of(m.name)), slo_s=float(inst.jobs[j].slo_s),
                 slack_s=float(inst.jobs[j].slo_s - res.of(m.name)), moved=j in moved_set)
-                for m, j in zip(mems, grp.members)],
+                for m, j, mine in zip(mems, grp.members, pins)],
             cycle_time_s=float(period),
             critical=list(res.critical),
-            rollout_busy=float(sum(m.rollout_ring_s if len(mems) > 1 else m.rollout_s for m in mems) / period) if period else 0.0,
+            rollout_busy=(float(sum(m.rollout_s for m in mems) / (period * max(1, c.members))) if c.pinned
+                          else float(sum(m.rollout_ring_s if len(mems) > 1 else m.rollout_s for m in mems) / period)) if period else 0.0,
             train_busy=float(sum(m.train_ring_s if len(mems) > 1 else m.train_s + m.sync_s for m in mems) / period) if period else 0.0,
             cost_per_hour=float(idx.cost[k]),
         ))

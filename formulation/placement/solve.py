@@ -22,11 +22,11 @@ from typing import Optional
 import numpy as np
 
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
-from formulation.placement.evaluate import Config, Group, Index, Solution, plan_cost_unit
+from formulation.placement.evaluate import Group, Index, Solution, plan_cost_unit
 from formulation.placement.explain import explain, placeable_alone
 from formulation.placement.greedy import Packer, best_greedy, greedy
 from formulation.placement.instance import PlacementInstance
-from formulation.placement.plan import PlacementPlan, build_plan
+from formulation.placement.plan import PlacementPlan, build_plan, config_of
 
 BACKENDS = ("auto", "fast", "colgen", "highs", "cpsat", "greedy")
 # auto: the fast path alone under a short limit (beyond 30 job classes) or with many distinct jobs; else the fast path as
@@ -59,7 +59,7 @@ def read_current(idx: Index, plan: PlacementPlan) -> Current:
         placed.update(js)
         nodes[g.id] = {"rollout": list(g.rollout_pool.nodes), "train": list(g.train_pool.nodes)}
         members[g.id] = js
-        k = idx.config_id.get(Config(g.rollout_pool.gpu_type, g.rollout_pool.size, g.train_pool.gpu_type, g.train_pool.size))
+        k = idx.config_id.get(config_of(g))
         if not js:
             continue
         if k is None or not idx.feasible(k, js):

@@ -23,6 +23,12 @@ ESTIMATES = {
                      "(--mode sampled plans on expected times: fewer GPUs, no headroom for long responses)"),
     "sampled": ("sampled: the mean over simulated iterations with response lengths drawn from the job's distribution",
                 "the planned cycles are expected values; an iteration with longer responses can run over"),
+    "max": ("max: every response at its max_response_tokens limit (the same as conservative)",
+            "the planned cycles are upper bounds; the simulator expects shorter ones"),
+    "p90": ("p90: the 90th percentile of simulated iterations with response lengths drawn from the job's distribution",
+            "one iteration in ten may run longer than planned"),
+    "p99": ("p99: the 99th percentile of simulated iterations with response lengths drawn from the job's distribution",
+            "one iteration in a hundred may run longer than planned"),
     None: ("phase times as written in the instance file", ""),
 }
 TABLE_GROUPS = 20  # groups listed on the terminal (the plan has them all)

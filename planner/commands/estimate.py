@@ -12,7 +12,7 @@ the solo iteration time on the best pool pair (the reference for ratio SLOs)."""
 
 def add_arguments(p) -> None:
     p.add_argument("scenario", metavar="SCENARIO")
-    p.add_argument("--mode", choices=["conservative", "sampled"], default=None,
+    p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None,
                    help="rollout time from the maximum response length (default: the scenario's solver.phase_time_estimate) or sampled lengths")
     p.add_argument("--job", action="append", help="only these jobs (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")

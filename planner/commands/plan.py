@@ -39,7 +39,7 @@ def add_arguments(p) -> None:
     p.add_argument("--current", metavar="CURRENT_PLAN",
                    help="the current PlacementPlan (a plan file, not a scenario): warm start, keep its groups' nodes, price moves")
     p.add_argument("--move-price", type=_args.number(0.0, 1e4), default=None, metavar="USD_PER_H", help="$/h charged per moved job")
-    p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (scenarios only)")
+    p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None, help="phase-time estimate (scenarios only)")
     p.add_argument("--json", action="store_true", help="print the plan document as JSON on stdout (also with --out)")
     p.add_argument("--margin", type=_args.number(0.0, 1.0), default=0.0, metavar="F",
                    help="explicit headroom: every phase time x (1 + F) on the same model, SLOs unchanged (scenarios only)")
@@ -48,6 +48,9 @@ def add_arguments(p) -> None:
     p.add_argument("--plot", metavar="PNG", help="write a timeline of one meta-iteration per group (rollout and training lanes)")
     p.add_argument("--save-instance", metavar="FILE", help="also write the numbers-only instance the plan was computed from")
     p.add_argument("--allow-unplaced", action="store_true", help="write the plan even when some jobs cannot be placed (exit 0)")
+    p.add_argument("--slo-curve", action="store_true", help="scenarios: also plan on each phase-time estimate (sampled, p90, p99, "
+                   "max), simulate each plan and print its $/h against its simulated SLO attainment (recorded in the plan)")
+    p.add_argument("--slo-curve-plot", metavar="PNG", help="with --slo-curve: draw the curve")
 
 
 def _check_args(args) -> None:
@@ -55,10 +58,12 @@ def _check_args(args) -> None:
     from planner.errors import Problem, UserError
 
     check_solver_args(args)
-    check_outputs(args, "out", "plot", "save_instance")
+    check_outputs(args, "out", "plot", "save_instance", "slo_curve_plot")
+    if args.slo_curve_plot and not args.slo_curve:
+        raise UserError(Problem("--slo-curve-plot", "draws the curve --slo-curve computes", "add --slo-curve"))
     if args.move_price is not None and args.move_price < 0:
         raise UserError(Problem("--move-price", f"must be >= 0 $/h, got {args.move_price}", "pass e.g. --move-price 0.5"))
-    for opt in ("out", "plot", "save_instance"):
+    for opt in ("out", "plot", "save_instance", "slo_curve_plot"):
         path = getattr(args, opt)
         if path:
             from pathlib import Path
@@ -137,6 +142,10 @@ def run(args) -> int:
     if sc is not None:
         record["phase_time_estimate"] = args.mode or sc.solver.phase_time_estimate
         record["margin"] = args.margin or None
+    if getattr(args, "slo_curve", False) and sc is not None:
+        from planner.commands._slo_curve import curve_record
+
+        record["slo_curve"] = curve_record(sc, args.slo_curve_plot)
     if load_cut:
         record["message"] = (record.get("message") or "") + "; cut short by the time limit: " + load_cut
     if res.plan.unplaced and not args.allow_unplaced:
@@ -147,7 +156,7 @@ def run(args) -> int:
 
         plot_plan(res.plan, args.plot)
     expected = None
-    if sc is not None and record["phase_time_estimate"] == "conservative" and res.plan.groups:
+    if sc is not None and record["phase_time_estimate"] in ("conservative", "max", "p90", "p99") and res.plan.groups:
         with status("plan: simulating each group's expected cycle (sampled phase times)"):
             expected = expected_cycles(sc, res.plan, deadline=t_start + 0.9 * limit)  # within the command's limit
     out = args.out or default_out(name)

@@ -41,7 +41,7 @@ def add_arguments(p) -> None:
     p.add_argument("--time-limit", type=_args.number(hi=_args.TIME_LIMIT_S), default=None, metavar="S",
                    help="wall-clock limit per solve (default: the scenario's solver.time_limit_s)")
     p.add_argument("--mip-gap", type=_args.number(hi=1.0), default=None, help="relative gap at which a solve may stop (default: the scenario's)")
-    p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (default: the scenario's)")
+    p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None, help="phase-time estimate (default: the scenario's)")
     p.add_argument("--json", action="store_true",
                    help="print the answer (the CapacityPlan document; with --sweep the table's rows) as JSON on stdout instead of the text")
     p.add_argument("--no-minimums", action="store_true", help="skip the minimum count per type and the one-node-fewer analysis")

@@ -12,7 +12,7 @@ from estimators.lengths import LengthDistribution
 from estimators.models import ModelDims
 from estimators.phases import JobProfile, PoolShape, fits_rollout, fits_training, host_dram_gb
 from planner.schema.scenario import FixedLengths, JobSpec, LognormalLengths, NodeGroupSpec, Scenario, ServegenLengths
-from simulator.phasetimes import rollout_s, sync_s, train_s  # the one phase-time model (the simulator's)
+from simulator.phasetimes import QUANTILES, rollout_s, sync_s, train_s  # the one phase-time model (the simulator's)
 
 
 def resolve_gpu_types(scenario: Scenario) -> dict[str, GPUSpec]:
@@ -194,4 +194,9 @@ def estimate_job(job: JobSpec, view: ClusterView, mode: str = "conservative", se
     if best:
         est.solo_iteration_s, est.best = best[0], (best[1], best[2])
         est.slo_s = job.slo.target_s(best[0])
+        if mode in QUANTILES and job.slo.iteration_s is None:
+            # a quantile plans with headroom on the same SLO: ratio x the expected (mean) solo iteration
+            a, b = best[1], best[2]
+            solo_mean = rollout_s(prof, view.pool(a, r_nodes), "sampled") + train_s(prof, view.pool(b, t_nodes), "sampled") + s_s[(a, b)]
+            est.slo_s = job.slo.target_s(solo_mean)
     return est

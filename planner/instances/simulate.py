@@ -204,13 +204,20 @@ class PlannerPlacer:
     """
 
     def __init__(self, sc, jobs=None, tables: str = "estimators") -> None:
-        """``tables``: ``estimators`` (the planner's own compilation: conservative phase times, as Weave
-        plans) or ``simulator`` (:func:`simulated_instance`: the phase times this simulator measures)."""
+        """``tables``: ``estimators`` (the planner's own compilation on the scenario's estimate), an
+        estimate (``sampled``, ``p90``, ``p99``, ``max``: the same compilation on that estimate, the
+        SLOs on the scenario's terms for the quantiles) or ``simulator`` (:func:`simulated_instance`:
+        the phase times this simulator measures)."""
         from formulation.placement.evaluate import Index
         from formulation.placement.greedy import Packer
         from planner.instances.placement import compile_scenario
 
-        self.inst = compile_scenario(sc) if tables == "estimators" else simulated_instance(sc, jobs)
+        if tables == "estimators":
+            self.inst = compile_scenario(sc)
+        elif tables in ("sampled", "p90", "p99", "max", "conservative"):  # the planner's tables on another estimate
+            self.inst = compile_scenario(sc, tables)
+        else:
+            self.inst = simulated_instance(sc, jobs)
         self.idx = Index(self.inst)
         self.pk = Packer(self.idx)
         self.j_of = {n: i for i, n in enumerate(self.idx.names)}

@@ -275,8 +275,10 @@ class SolverSpec(Strict):
     mip_gap: Real = Field(1e-4, ge=0.0, le=1.0, description="relative optimality gap at which the solver stops")
     threads: Int = Field(1, gt=0, le=MAX_THREADS, description="solver threads")
     seed: Int = Field(0, ge=0, le=MAX_SEED, description="solver random seed")
-    phase_time_estimate: Literal["conservative", "sampled"] = Field(
-        "conservative", description="rollout time from the maximum response length (Weave's SLO bound) or sampled lengths")
+    phase_time_estimate: Literal["conservative", "sampled", "p90", "p99", "max"] = Field(
+        "conservative", description="phase times from the maximum response length (conservative = max: Weave's SLO bound), "
+                                    "the mean over sampled lengths (sampled), or a quantile of them (p90, p99); ratio SLOs are "
+                                    "on the mean for sampled and the quantiles, on the bound for conservative")
     move_price_per_job: Real = Field(0.0, ge=0.0, le=MAX_PRICE, description="$/h charged per job a re-optimisation moves")
 
 
@@ -295,9 +297,10 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _sampled_work(self):
-        if self.solver.phase_time_estimate == "sampled":
+        if self.solver.phase_time_estimate in ("sampled", "p90", "p99"):
             total = sum(j.rollout.batch_prompts * j.rollout.group_size * j.rollout.turns for j in self.jobs)
             if total > MAX_SAMPLED_REQUEST_TURNS:
-                raise ValueError(f"solver.phase_time_estimate 'sampled' simulates every request: the jobs' batch_prompts x group_size "
-                                 f"x turns add up to {total}, more than {MAX_SAMPLED_REQUEST_TURNS}; use 'conservative' or smaller batches")
+                raise ValueError(f"solver.phase_time_estimate '{self.solver.phase_time_estimate}' simulates every request: the jobs' "
+                                 f"batch_prompts x group_size x turns add up to {total}, more than {MAX_SAMPLED_REQUEST_TURNS}; "
+                                 "use 'conservative' or smaller batches")
         return self

@@ -20,7 +20,10 @@ NAME is one of (``all`` runs every one, and writes ``README.md``, the summary, f
 * ``trace-cost``: cost of a multi-job trace (``scenarios/weave-trace-60.yaml``) under groups
   versus Solo-D, with SLO attainment (published 1.84x lower at 100% SLO);
 * ``consolidation``: long-tail consolidation in groups (published 1.06-1.28x);
-* ``sync``: topology-aware weight sync (scatter across clusters, broadcast inside) versus flat.
+* ``sync``: topology-aware weight sync (scatter across clusters, broadcast inside) versus flat;
+* ``trace-baselines``: groups against Solo-D, veRL and a Gavel+-like placer on the Pollux-derived
+  and the Weave-like trace (:mod:`planner.sim.trace_baselines`);
+* ``slo-curve``: the cost-SLO curve over phase-time estimates on both traces (:mod:`planner.sim.slo_curve`).
 
 Every simulation is a :class:`planner.sim.parallel.Task` (plain-data arguments, JSON result); the
 tasks of all requested reproductions run side by side (``--workers`` local processes, default one
@@ -52,12 +55,13 @@ from pathlib import Path
 
 import numpy as np
 
+from planner.sim import slo_curve, trace_baselines
 from planner.sim.parallel import Task, normalise, run_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 SC = ROOT / "scenarios"
 OUT = ROOT / "results" / "reproductions"
-NAMES = ("dynarl-math", "agentic", "sweep", "weave-equal-cost", "trace-cost", "consolidation", "sync")
+NAMES = ("dynarl-math", "agentic", "sweep", "weave-equal-cost", "trace-cost", "consolidation", "sync", "trace-baselines", "slo-curve")
 REL_TOL = 1e-6
 WALL_MARK = "## Wall time of each simulation"
 
@@ -168,7 +172,8 @@ def trace_task(scenario: str, policy: str, tables: str, consolidate: bool, itera
     return r
 
 
-TASKS = {"job": job_task, "pair": pair_task, "trace": trace_task}
+TASKS = {"job": job_task, "pair": pair_task, "trace": trace_task, "policy": trace_baselines.policy_task, "curve": slo_curve.curve_task,
+         "online": trace_baselines.online_task}
 
 
 
@@ -706,7 +711,8 @@ def consolidation(args, cmd, R):
         for tables in ("estimators", "simulator"):
             a = R(**_variant_task(sc, "groups", tables, False, its).kwargs, _fn="trace")
             b = R(**_variant_task(sc, "groups", tables, True, its).kwargs, _fn="trace")
-            rows.append({"scenario": sc, "tables": tables, "without": a["tokens_per_dollar"], "with": b["tokens_per_dollar"]})
+            rows.append({"scenario": sc, "tables": tables, "without": a["tokens_per_dollar"], "with": b["tokens_per_dollar"],
+                         "consolidated": b.get("consolidated_members", 0), "jobs": b["jobs"]})
             L.append(f"| {sc} | groups ({tables} tables) | {a['tokens_per_dollar']:,.0f} | {b['tokens_per_dollar']:,.0f} | "
                      f"**{b['tokens_per_dollar'] / a['tokens_per_dollar']:.2f}x** |")
     L += consolidation_notes(rows)
@@ -757,18 +763,23 @@ WEAVE_WHY = [
 
 
 def consolidation_notes(rows) -> list[str]:
+    """The report's prose, from its table: the gains, and where consolidation was applied at all
+    (only where its predicted gain is positive, :func:`simulator.trace.consolidation_gain`)."""
     g = {(r["scenario"], r["tables"]): r["with"] / r["without"] for r in rows}
     micro, trace = g[("weave-micro.yaml", "estimators")], g[("weave-trace-60.yaml", "estimators")]
-    return ["", f"Ours, with the planner's own tables: {trace:.2f}x on weave-trace-60 (published 1.06-1.28x) and {micro:.2f}x "
-            "on weave-micro.", "",
-            "Why the two differ: with the ServeGen lengths 80% of a job's requests are done at 20-40% of its rollout, so at "
-            "the consolidation point a fifth of them (about 26 per engine on an 8-engine pool) still run. Packing them onto "
-            "the fewest engines whose step time stays within 1.25x (about half) re-prefills their contexts and slows every "
-            "step: the tail stretches by 6-30% (`simulator.profiles`). That pays where members queue for the rollout pool "
-            "and start on the released GPUs (the trace's groups of up to four one-node jobs); in weave-micro's groups of one "
-            "or two members the stretched tail mostly delays the member's own training and the net is a loss. Groups the "
-            "planner did not form (`simulator` tables, see `weave-equal-cost.md`) only pay the stretch.", ""]
-
+    L = ["", f"Ours, with the planner's own tables: {trace:.2f}x on weave-trace-60 (published 1.06-1.28x) and {micro:.2f}x "
+         "on weave-micro.", "",
+         "Consolidation at 80% of requests is applied to a member only where its predicted gain is positive: the GPU time "
+         "its tail releases to another member waiting on the same rollout nodes, against the re-prefill's stretch of the tail "
+         "(`simulator.trace.consolidation_gain`). Members on rollout nodes of their own release GPUs nobody waits for, so "
+         "they never consolidate."]
+    for r in rows:
+        gain = r["with"] / r["without"]
+        verdict = ("no member qualified, so the run is the unconsolidated one" if not r.get("consolidated") else
+                   f"{r['consolidated']} of {r['jobs']} members consolidated, " + ("a gain" if gain > 1 + 1e-9 else
+                                                                                   "a loss" if gain < 1 - 1e-9 else "no change"))
+        L.append(f"* {r['scenario']} ({r['tables']} tables): {gain:.2f}x; {verdict}.")
+    return L + [""]
 
 
 def sync_task() -> list:
@@ -831,7 +842,8 @@ def sync(args, cmd, R):
 REPRODUCTIONS = {"dynarl-math": (dynarl_tasks, dynarl_math), "agentic": (agentic_tasks, agentic),
                  "sweep": (sweep_tasks, sweep), "weave-equal-cost": (weave_equal_cost_tasks, weave_equal_cost),
                  "trace-cost": (trace_cost_tasks, trace_cost), "consolidation": (consolidation_tasks, consolidation),
-                 "sync": (sync_tasks, sync)}
+                 "sync": (sync_tasks, sync), "trace-baselines": (trace_baselines.tasks, trace_baselines.report),
+                 "slo-curve": (slo_curve.tasks, slo_curve.report)}
 RUN_ARGS = ("decision", "seeds", "iterations", "trace_iterations")
 
 
@@ -1002,6 +1014,7 @@ def readme(rows_by: dict) -> str:
     if y:
         L.append(f"| Weave topology-aware weight sync | (no figure quoted) | {rng([r['flat_s'] / r['topo_s'] for r in y], '{:.1f}x')} "
                  "faster sync | `sync.md` |")
+    L += trace_baselines.readme_rows(rows_by.get("trace-baselines")) + slo_curve.readme_rows(rows_by.get("slo-curve"))
     L += ["", "Each file says where ours differs and why. Calibration: `../simulator/calibration.md`; speed: "
           "`../simulator/bench.md`."]
     return "\n".join(L) + "\n"

@@ -1,8 +1,11 @@
 """Small random placement instances and an exhaustive oracle, for the placement tests.
 
 The oracle is independent of the optimisers: it decides a group's feasibility with Howard's
-cycle times (not the closed form the optimisers use) straight from the instance tables, and finds
-the optimum by dynamic programming over subsets of jobs and the nodes left per type.
+cycle times (not the closed form the optimisers use) on the members' node pins, straight from the
+instance tables, and finds the optimum by dynamic programming over subsets of jobs and the nodes
+left per type. Its plan space is the optimisers' widened one: every member on the whole pools
+(``m = 0``), or up to ``m`` members (``m <= pinned_members_max``) each on ``nr`` rollout nodes of
+its own sharing the training pool, with host DRAM checked per node on the pins.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from formulation.placement.instance import PlacementInstance, PlacementJob, Pool
 
 
 def small_instance(seed: int, n_jobs: int, capacity=(3, 3), dram_gb=(512.0, 512.0), gpus_per_node=(8, 8),
-                   both_types: bool = False, move_price: float = 0.0, switches: bool = False) -> PlacementInstance:
+                   both_types: bool = False, move_price: float = 0.0, switches: bool = False,
+                   rollout_heavy: float = 0.0, pinned_members_max: int = 8) -> PlacementInstance:
     """``n_jobs`` random jobs on two GPU types A (cheap) and B; pool sizes 1 and 2; ``switches``:
-    random warm-switch tables (0-8 s, sometimes more than the other phase, so the cap binds)."""
+    random warm-switch tables (0-8 s, sometimes more than the other phase, so the cap binds);
+    ``rollout_heavy`` > 0: training seconds are that share of the rollout's (Weave's jobs: rollouts
+    3-4x training, where members on rollout nodes of their own sharing a training node pay)."""
     rng = np.random.default_rng(seed)
     pools = {
         "A": PoolType(gpus_per_node=gpus_per_node[0], price_per_gpu_hour=1.0, dram_gb=dram_gb[0], count=capacity[0]),
@@ -28,6 +34,8 @@ def small_instance(seed: int, n_jobs: int, capacity=(3, 3), dram_gb=(512.0, 512.
     jobs = []
     for i in range(n_jobs):
         a1, b1 = float(rng.uniform(10, 100)), float(rng.uniform(10, 100))
+        if rollout_heavy:
+            b1 = a1 * rollout_heavy * float(rng.uniform(0.8, 1.2)) / 2.0  # on one B node (train_s on B is b1)
         r_types = ["A", "B"] if both_types and rng.random() < 0.5 else ["A"]
         t_types = ["B", "A"] if both_types and rng.random() < 0.5 else ["B"]
         rollout = {t: {1: round(a1 * (1.0 if t == "A" else 0.7), 3), 2: round(a1 * float(rng.uniform(0.55, 0.8)), 3)} for t in r_types}
@@ -44,48 +52,74 @@ def small_instance(seed: int, n_jobs: int, capacity=(3, 3), dram_gb=(512.0, 512.
             sync_s={p: {q: s for q in t_types} for p in r_types},
             dram_rollout_node_gb=round(float(rng.uniform(0, 250)), 1), train_state_gb=round(float(rng.uniform(0, 700)), 1),
             arrival_s=float(i)))
-    return PlacementInstance(name=f"small-{seed}", pool_types=pools, jobs=jobs, move_price_per_job=move_price)
+    return PlacementInstance(name=f"small-{seed}", pool_types=pools, jobs=jobs, move_price_per_job=move_price,
+                             pinned_members_max=pinned_members_max)
 
 
 def configs_of(inst: PlacementInstance):
-    """Every (rollout type, nodes, training type, nodes) the jobs' tables name and the fleet can hold."""
+    """Every (rollout type, nodes per member, training type, nodes, m) the jobs' tables name and the
+    fleet can hold: m = 0 whole pools, m >= 1 up to m members on rollout nodes of their own."""
     cap = {t: p.count for t, p in inst.pool_types.items()}
     r = sorted({(t, n) for j in inst.jobs for t, row in j.rollout_s.items() for n in row if n <= cap[t]})
     tr = sorted({(t, n) for j in inst.jobs for t, row in j.train_s.items() for n in row if n <= cap[t]})
+    from formulation.placement.evaluate import PINNED_MAX_ROLLOUT_NODES, PINNED_MAX_TRAIN_NODES, pinned_member_counts
+
     out = []
     for (p, nr), (q, nt) in itertools.product(r, tr):
-        if p == q and nr + nt > cap[p]:
-            continue
-        out.append((p, nr, q, nt))
+        pinned = pinned_member_counts(inst.pinned_members_max) if nr <= PINNED_MAX_ROLLOUT_NODES and nt <= PINNED_MAX_TRAIN_NODES else ()
+        for m in (0, *pinned):
+            pool = nr * max(1, m)
+            if (p == q and pool + nt > cap[p]) or pool > cap[p]:
+                continue
+            out.append((p, nr, q, nt, m))
     return out
 
 
 def config_cost(inst: PlacementInstance, c) -> float:
-    p, nr, q, nt = c
+    p, nr, q, nt, m = c
     pr, pt = inst.pool_types[p], inst.pool_types[q]
-    return nr * pr.gpus_per_node * pr.price_per_gpu_hour + nt * pt.gpus_per_node * pt.price_per_gpu_hour
+    return nr * max(1, m) * pr.gpus_per_node * pr.price_per_gpu_hour + nt * pt.gpus_per_node * pt.price_per_gpu_hour
+
+
+def pins(c, k: int) -> tuple[frozenset, frozenset]:
+    """Node pins of the ``k``-th member on configuration ``c``."""
+    p, nr, q, nt, m = c
+    own = range(k * nr, (k + 1) * nr) if m else range(nr)
+    return frozenset(f"r{i}" for i in own), frozenset(f"t{i}" for i in range(nt))
 
 
 def group_feasible(inst: PlacementInstance, members: tuple, c) -> bool:
-    p, nr, q, nt = c
+    p, nr, q, nt, m = c
+    if m and len(members) > m:
+        return False
     mem = []
-    for i in members:
+    for k, i in enumerate(members):
         j = inst.jobs[i]
         a = j.rollout_s.get(p, {}).get(nr)
         b = j.train_s.get(q, {}).get(nt)
         if a is None or b is None:
             return False
         sr, st = j.rollout_switch_s.get(p, {}).get(nr, 0.0), j.train_switch_s.get(q, {}).get(nt, 0.0)
-        mem.append(Member(j.name, a, b, j.sync(p, q), frozenset(f"r{k}" for k in range(nr)), frozenset(f"t{k}" for k in range(nt)),
-                          sr, st))
+        mem.append(Member(j.name, a, b, j.sync(p, q), *pins(c, k), sr, st))
     res = cycle_times(mem)
     if any(res.of(inst.jobs[i].name) > inst.jobs[i].slo_s * (1 + 1e-9) for i in members):
         return False
-    if sum(inst.jobs[i].dram_rollout_node_gb for i in members) > inst.pool_types[p].dram_gb * (1 + 1e-9):
-        return False
-    if sum(inst.jobs[i].train_state_gb for i in members) / nt > inst.pool_types[q].dram_gb * (1 + 1e-9):
-        return False
-    return True
+    load: dict[str, float] = {}  # host DRAM per node on the pins
+    for mm, i in zip(mem, members):
+        for n in mm.rollout_nodes:
+            load[n] = load.get(n, 0.0) + inst.jobs[i].dram_rollout_node_gb
+        for n in mm.train_nodes:
+            load[n] = load.get(n, 0.0) + inst.jobs[i].train_state_gb / nt
+    return all(gb <= inst.pool_types[p if n[0] == "r" else q].dram_gb * (1 + 1e-9) for n, gb in load.items())
+
+
+def config_use(inst: PlacementInstance, c) -> tuple:
+    p, nr, q, nt, m = c
+    types = sorted(inst.pool_types)
+    use = [0] * len(types)
+    use[types.index(p)] += nr * max(1, m)
+    use[types.index(q)] += nt
+    return tuple(use)
 
 
 def penalty(inst: PlacementInstance) -> float:
@@ -96,16 +130,12 @@ def penalty(inst: PlacementInstance) -> float:
 def feasible_groups(inst: PlacementInstance):
     """Every feasible group by brute force: (members, configuration, $/h, nodes per sorted type)."""
     n = len(inst.jobs)
-    types = sorted(inst.pool_types)
     out = []
     for size in range(1, n + 1):
         for members in itertools.combinations(range(n), size):
             for c in configs_of(inst):
                 if group_feasible(inst, members, c):
-                    use = [0] * len(types)
-                    use[types.index(c[0])] += c[1]
-                    use[types.index(c[2])] += c[3]
-                    out.append((members, c, config_cost(inst, c), tuple(use)))
+                    out.append((members, c, config_cost(inst, c), config_use(inst, c)))
     return out
 
 
@@ -156,15 +186,15 @@ def distinct_oracle(inst: PlacementInstance) -> tuple[float, int]:
     jobs = inst.jobs
 
     def necessary(members, c) -> bool:
-        p, nr, q, nt = c
+        p, nr, q, nt, m = c
         lim = min(jobs[i].slo_s for i in members) * (1 + 1e-9)
         ra = [jobs[i].rollout_s.get(p, {}).get(nr) for i in members]
         tb = [jobs[i].train_s.get(q, {}).get(nt) for i in members]
-        if any(x is None for x in ra + tb):
+        if any(x is None for x in ra + tb) or (m and len(members) > m):
             return False
-        if sum(ra) > lim or sum(b + jobs[i].sync(p, q) for b, i in zip(tb, members)) > lim:
+        if (not m and sum(ra) > lim) or sum(b + jobs[i].sync(p, q) for b, i in zip(tb, members)) > lim:  # type: ignore[operator]
             return False
-        if sum(jobs[i].dram_rollout_node_gb for i in members) > inst.pool_types[p].dram_gb * (1 + 1e-9):
+        if sum(jobs[i].dram_rollout_node_gb for i in members) > inst.pool_types[p].dram_gb * (1 + 1e-9) * (max(1, len(members)) if m else 1):
             return False
         return sum(jobs[i].train_state_gb for i in members) / nt <= inst.pool_types[q].dram_gb * (1 + 1e-9)
 
@@ -176,10 +206,7 @@ def distinct_oracle(inst: PlacementInstance) -> tuple[float, int]:
             continue
         for c in cands:
             if group_feasible(inst, members, c):
-                use = [0] * len(types)
-                use[types.index(c[0])] += c[1]
-                use[types.index(c[2])] += c[3]
-                groups[members[0]].append((sum(1 << i for i in members), config_cost(inst, c), tuple(use)))
+                groups[members[0]].append((sum(1 << i for i in members), config_cost(inst, c), config_use(inst, c)))
         for nxt in range(members[-1] + 1, n):
             more = members + (nxt,)
             keep = [c for c in cands if necessary(more, c)]

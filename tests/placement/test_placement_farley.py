@@ -32,11 +32,13 @@ def _groups(inst):
     jobs, confs, out = inst.jobs, configs_of(inst), []
 
     def necessary(members, c) -> bool:
-        p, nr, q, nt = c
+        p, nr, q, nt, m = c  # m >= 1: members on rollout nodes of their own (no rollout ring), at most m
         lim = min(jobs[i].slo_s for i in members) * (1 + 1e-9)
         ra = [jobs[i].rollout_s.get(p, {}).get(nr) for i in members]
         tb = [jobs[i].train_s.get(q, {}).get(nt) for i in members]
-        return not any(x is None for x in ra + tb) and sum(ra) <= lim and sum(tb) <= lim
+        if any(x is None for x in ra + tb) or (m and len(members) > m):
+            return False
+        return (m > 0 or sum(ra) <= lim) and sum(tb) <= lim  # type: ignore[arg-type]
 
     stack = [((i,), [c for c in confs if necessary((i,), c)]) for i in range(len(jobs))]
     while stack:

@@ -118,8 +118,9 @@ def test_explanations_say_why_and_by_how_much():
 
 
 def test_fleet_short_by_n_nodes():
-    # each job needs its own group (SLO too tight to share); 3 jobs, 2 B nodes: short by 1 node of B
-    jobs = [job(f"j{i}", 60, 50, 115) for i in range(3)]
+    # each job needs its own group (SLO too tight to share: any two share a training node, and two
+    # trainings take 120 s > 115 s); 3 jobs, 2 B nodes: short by 1 node of B
+    jobs = [job(f"j{i}", 50, 60, 115) for i in range(3)]
     inst = PlacementInstance(name="short", pool_types=pools(n_b=2), jobs=jobs)
     res = solve(inst, SolveOptions(time_limit_s=10), "colgen")
     assert check(inst, res.plan) == []

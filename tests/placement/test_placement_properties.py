@@ -148,7 +148,7 @@ def test_checker_recomputes_partial_pins_with_howard():
     p = copy.deepcopy(plan)
     m = p.groups[0].members[0]
     m.rollout_nodes = m.rollout_nodes[:1]
-    assert {"phase-times", "pins"} <= _rules(inst, p)  # pins: outside the plan space (whole pools)
+    assert "phase-times" in _rules(inst, p)  # (a subset of the pool is in the plan space: pins are not the fault)
     m.rollout_s = 80.0  # now consistent with one node: 80 + 45 on the shared node ... and p waits for q
     assert "phase-times" not in _rules(inst, p)
     assert "cycle-time" in _rules(inst, p)

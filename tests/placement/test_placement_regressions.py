@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
+
 import pytest
 import yaml
 
 from formulation.common import SolveOptions
 from formulation.placement import solve as solve_mod
 from formulation.placement.check import check
-from formulation.placement.evaluate import Index, Solution
+from formulation.placement.evaluate import Group, Index, Solution
 from formulation.placement.explain import explain, placeable_alone
 from formulation.placement.instance import PlacementInstance, PlacementJob, PoolType
 from formulation.placement.plan import PlacementPlan
@@ -62,6 +64,8 @@ def test_a_job_left_out_that_fits_the_free_nodes_is_placed_before_explaining(mon
     def dropping(idx, cur, *deadline):  # a solver that leaves j1 out although a free A and B node remain
         sol, name = real(idx, cur, *deadline)
         keep = [g for g in sol.groups if 1 not in g.members]
+        if 0 not in {j for g in keep for j in g.members}:  # (they shared a group: j0 alone on its cheapest pools)
+            keep.append(Group(int(idx.job_configs[0][np.argmin(idx.cost[idx.job_configs[0]])]), (0,)))
         return Solution(keep, [1]), name
 
     monkeypatch.setattr(solve_mod, "warm_start", dropping)
@@ -92,30 +96,24 @@ def _two_big_jobs() -> PlacementInstance:
     return PlacementInstance(name="bug3", pool_types=pools, jobs=jobs)
 
 
-def test_the_checker_accepts_only_whole_pool_plans_so_the_bound_holds_for_every_accepted_plan():
+def test_members_on_rollout_nodes_of_their_own_are_in_the_plan_space_and_the_bound_holds():
+    # (the issue's 24 $/h plan: once outside the plan space and rejected by the checker; now the
+    # pinned configuration the optimisers build) two 600 GB jobs cannot share a 1,000 GB rollout
+    # node: each on a node of its own, sharing one training node, 24 $/h against 32 on whole pools
     inst = _two_big_jobs()
     res = solve(inst, SolveOptions(time_limit_s=10, mip_gap=0.0), "colgen")
     assert check(inst, res.plan) == []
-    assert res.plan.cost_per_hour == pytest.approx(32.0) and res.record.status.value == "optimal"
-    assert res.record.best_bound == pytest.approx(32.0)
-    # the 24 $/h plan of the issue: one group, 2 rollout nodes, each job pinned to one of them,
-    # sharing one training node -- outside the plan space: the checker rejects it
+    assert res.plan.cost_per_hour == pytest.approx(24.0) and res.record.status.value == "optimal"
+    assert res.record.best_bound == pytest.approx(24.0)
+    (g,) = res.plan.groups
+    assert g.rollout_pool.size == 2 and len({n for m in g.members for n in m.rollout_nodes}) == 2
+    assert all(len(m.rollout_nodes) == 1 for m in g.members)
+    whole = solve(inst.model_copy(update={"pinned_members_max": 0}), SolveOptions(time_limit_s=10, mip_gap=0.0), "colgen")
+    assert whole.plan.cost_per_hour == pytest.approx(32.0) and whole.record.best_bound == pytest.approx(32.0)
+    # both on the same rollout node: its DRAM holds one of them only
     p = copy.deepcopy(res.plan)
-    g0, g1 = p.groups
-    r_nodes = g0.rollout_pool.nodes + g1.rollout_pool.nodes
-    g0.rollout_pool.nodes, g0.rollout_pool.size, g0.rollout_pool.gpus = r_nodes, 2, 16
-    moved = g1.members[0]
-    moved.train_nodes = list(g0.train_pool.nodes)
-    g0.members[0].rollout_nodes = [r_nodes[0]]
-    moved.rollout_nodes = [r_nodes[1]]
-    g0.members.append(moved)
-    g0.order.append(moved.job)
-    g0.cost_per_hour = 24.0
-    p.groups = [g0]
-    p.cost_per_hour = 24.0
-    vs = check(inst, PlacementPlan.model_validate(p.model_dump()))
-    pins = [v for v in vs if v.rule == "pins"]
-    assert pins and "whole pools" in pins[0].message
+    p.groups[0].members[1].rollout_nodes = list(p.groups[0].members[0].rollout_nodes)
+    assert "dram" in {v.rule for v in check(inst, PlacementPlan.model_validate(p.model_dump()))}
 
 
 # --------------------------------------------------------------------------- bug 4: admit "pending"

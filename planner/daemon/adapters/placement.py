@@ -70,7 +70,9 @@ class WeavePlacer:
         from formulation.placement.instance import PlacementInstance
 
         price = self.cluster.solver.move_price_per_job if ctx.move_price_per_job is None else ctx.move_price_per_job
+        # pinned_members_max=0: the daemon's placement records pools, not per-member pins (whole-pool groups only)
         return PlacementInstance(name=self.cluster.name, pool_types=self.pools, jobs=[self._job(ctx, n, scaled) for n in names],
+                                 pinned_members_max=0,
                                  move_price_per_job=price)
 
     def _groups(self, idx, placement: Placement):

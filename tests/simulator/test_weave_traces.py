@@ -1,0 +1,116 @@
+"""The Weave-like trace generator, the quantile phase-time estimates, and the trace baselines."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("generate_weave_traces", ROOT / "scenarios" / "generate_weave_traces.py")
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_generator_keeps_weaves_bounds_on_a_model_of_the_phases():
+    g = _generator()
+
+    def probe(job):  # rollout grows with the response limit and turns, training with the batch
+        r = job["rollout"]
+        a = 0.004 * r["max_response_tokens"] * (1 + 0.1 * r.get("turns", 1)) + 0.2 * r["batch_prompts"]
+        return a, 0.35 * r["batch_prompts"]
+
+    jobs = g.build(40, 14.0, seed=3, probe=probe)
+    assert len(jobs) == 40
+    times = [j["arrival_s"] for j in jobs]
+    assert times == sorted(times) and 0 <= times[0] and times[-1] <= 14 * 86400
+    for j in jobs:
+        a, b = j["_solo"]
+        assert g.ROLLOUT_OVER_TRAIN[0] <= a / b <= g.ROLLOUT_OVER_TRAIN[1]
+        assert g.PHASE_S[0] <= b and a <= g.PHASE_S[1]
+        assert j["model"] in g.MODELS and j["rollout"]["max_response_tokens"] in g.RESPONSE_LIMITS
+        assert 1.0 <= j["slo"]["ratio_to_solo"] <= 2.0 and 0 < j["duration_s"] <= 4 * 86400
+
+
+def test_the_shipped_weave_like_traces_follow_the_published_mix():
+    from planner.schema import load_scenario
+
+    full = load_scenario(ROOT / "scenarios" / "weave-like-200-2w.yaml")
+    first = load_scenario(ROOT / "scenarios" / "weave-like-60.yaml")
+    assert len(full.jobs) == 200 and [j.name for j in first.jobs] == [j.name for j in full.jobs[:60]]
+    models = {j.model for j in full.jobs}
+    assert models == {"qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b"}
+    assert all(4096 <= j.rollout.max_response_tokens <= 32768 for j in full.jobs)
+    assert 0.4 <= sum(j.rollout.turns > 1 for j in full.jobs) / 200 <= 0.8
+    assert all(1.0 <= j.slo.ratio_to_solo <= 2.0 for j in full.jobs)
+    span = max(j.arrival_s for j in full.jobs)
+    assert 10 * 86400 <= span <= 14 * 86400
+
+
+def test_quantile_estimates_plan_on_the_same_draws_and_keep_the_slo_on_the_mean():
+    from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
+    from planner.schema import load_scenario
+
+    sc = load_scenario(ROOT / "scenarios" / "ci" / "tiny-2jobs.yaml")
+    view = ClusterView(sc, resolve_gpu_types(sc))
+    job = sc.jobs[0]
+    mean, p90, p99 = (estimate_job(job, view, m) for m in ("sampled", "p90", "p99"))
+    assert p90.rollout_s["H20"] <= p99.rollout_s["H20"] and p90.train_s["H800"] <= p99.train_s["H800"]
+    assert p90.slo_s == pytest.approx(mean.slo_s) == pytest.approx(p99.slo_s)  # the SLO: ratio x the mean solo iteration
+    assert p99.solo_iteration_s >= mean.solo_iteration_s * 0.95
+
+
+def test_policies_of_the_trace_baselines_run_and_groups_cost_no_more_than_solo_d(monkeypatch):
+    from planner.sim import trace_baselines as tb
+
+    monkeypatch.setattr(tb, "SC", ROOT / "scenarios" / "ci")
+    got = {p: tb.policy_task("tiny-2jobs.yaml", p, t) for p, t in (("solo-d", "-"), ("verl", "-"), ("gavel", "-"),
+                                                                     ("groups", "estimators"))}
+    for r in got.values():
+        assert r["cost"] > 0 and r["jobs_done"] == 2
+    assert got["groups"]["cost"] <= got["solo-d"]["cost"] * (1 + 1e-9)
+    assert got["gavel"]["cost"] <= got["solo-d"]["cost"] * (1 + 1e-9)  # the cheapest SLO-feasible pools alone
+    assert got["groups"]["moves"] != "-"
+
+
+def test_verl_sizes_each_colocated_pool_between_the_training_nodes_and_both():
+    from planner.instances import simulate as inst
+    from planner.schema import load_scenario
+    from planner.sim.trace_baselines import verl_jobs
+
+    sc = load_scenario(ROOT / "scenarios" / "ci" / "tiny-2jobs.yaml")
+    jobs = inst.trace_jobs(sc)
+    for j, v in zip(jobs, verl_jobs(jobs, sc)):
+        assert v.colocated.train_type == j.colocated.train_type
+        assert j.solo.train_nodes <= v.colocated.train_nodes <= j.colocated.train_nodes
+
+
+def test_random_is_seeded():
+    g = _generator()
+    assert g.arrivals(5, 1.0, random.Random(1)) == g.arrivals(5, 1.0, random.Random(1))
+
+
+def test_plan_records_its_estimate_and_the_slo_curve(tmp_path):
+    import yaml
+
+    from tests.conftest import run_cli
+
+    sc = str(ROOT / "scenarios" / "ci" / "tiny-2jobs.yaml")
+    bad = run_cli("plan", sc, "--slo-curve-plot", str(tmp_path / "c.png"))
+    assert bad.returncode == 2 and "--slo-curve" in bad.stderr and "Traceback" not in bad.stderr
+    out = tmp_path / "plan.yaml"
+    r = run_cli("plan", sc, "--mode", "p90", "--slo-curve", "--slo-curve-plot", str(tmp_path / "c.png"), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    solver = yaml.safe_load(out.read_text())["solver"]
+    assert solver["phase_time_estimate"] == "p90"
+    assert [p["estimate"] for p in solver["slo_curve"]] == ["sampled", "p90", "p99", "max"]
+    for p in solver["slo_curve"]:
+        assert p["cost_per_hour"] > 0 and 0.0 <= p["jobs_meeting_slo"] <= 1.0 and p["simulated_cycle_s"] > 0
+    assert (tmp_path / "c.png").stat().st_size > 0 and "cost-SLO curve" in r.stderr
