@@ -45,8 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import sys
 import time
 from dataclasses import replace
@@ -57,19 +55,12 @@ import numpy as np
 
 from planner.sim import slo_curve, trace_baselines
 from planner.sim.parallel import Task, normalise, run_tasks
+from planner.sim.repro_common import OUT, ROOT, SC, header
 
-ROOT = Path(__file__).resolve().parents[2]
-SC = ROOT / "scenarios"
-OUT = ROOT / "results" / "reproductions"
 NAMES = ("dynarl-math", "agentic", "sweep", "weave-equal-cost", "trace-cost", "consolidation", "sync", "trace-baselines", "slo-curve")
 REL_TOL = 1e-6
 WALL_MARK = "## Wall time of each simulation"
-
-
-def _header(title: str, cmd: str, paper: str) -> list[str]:
-    return [f"# {title}", "", f"Command: `{cmd}`  ",
-            f"Machine: `{' '.join(platform.uname())}`, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} "
-            "(simulated times do not depend on the machine).  ", f"Published: {paper}", ""]
+_header = header
 
 
 def _decision(kind: str, sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5):

@@ -108,7 +108,7 @@ def curve_task(scenario: str, estimate: str, jobs=None) -> dict:
     from dataclasses import asdict
 
     from planner.schema import load_scenario
-    from planner.sim.reproduce import SC
+    from planner.sim.repro_common import SC
 
     sc = load_scenario(SC / scenario)
     if jobs is not None:
@@ -124,7 +124,7 @@ def tasks(args) -> list:
 
 
 def report(args, cmd, R):
-    from planner.sim.reproduce import _header
+    from planner.sim.repro_common import header as _header
 
     L = _header("The cost-SLO curve: plans on each phase-time estimate, simulated", cmd,
                 "Weave plans on the conservative bound (every response at its limit) and lists admission on response-length "

@@ -181,7 +181,7 @@ def tasks(args) -> list:
 
 
 def report(args, cmd, R):
-    from planner.sim.reproduce import _header
+    from planner.sim.repro_common import header as _header
 
     L = _header("Trace baselines: groups against Solo-D, veRL and a Gavel+-like placer on two traces", cmd,
                 f"Weave reports groups 1.84x cheaper than Solo-D and 1.38x cheaper than veRL at 100% SLO attainment; its "
