@@ -150,6 +150,13 @@ class SimBackend:
         with the coordinator's records of them, in one transaction)."""
         self.save()
 
+    def ensure_saved(self) -> None:
+        """The controller's call before it journals an apply: a cluster never saved (a fresh state
+        file) is written first, so the journal never names an apply whose cluster file does not
+        exist (a kill before the first step's save then resumes instead of being refused)."""
+        if self.state_path and self._stamp is None:
+            self.save()
+
     def save(self) -> None:
         if not self.state_path:
             return
