@@ -87,6 +87,8 @@ def add_arguments(p) -> None:
     s.add_argument("--idle-timeout-s", type=_args.seconds(3600.0), default=5.0, help="an idle keep-alive connection is closed after this (default 5)")
     s.add_argument("--rate-limit", type=_args.number(0.0, 1e6), default=200.0, help="requests per second per token, 429 beyond (0: none; default 200)")
     s.add_argument("--rate-burst", type=_args.number(1.0, 1e7), default=400.0, help="requests a token may send at once (default 400)")
+    s.add_argument("--data-dir", type=Path, metavar="DIR",
+                   help="trace files a submitted job may name (relative paths inside DIR); without it a job naming a file is refused")
     s.add_argument("--max-jobs-per-token", type=_args.count(1, 100000), default=256, help="live jobs one token may have submitted (default 256)")
     p.add_argument("--standby", action="store_true", help="when another daemon holds the lease, serve and wait for it instead of exiting")
     g = p.add_argument_group("replanning")
@@ -153,6 +155,8 @@ def run(args) -> int:
         from planner.schema import load_scenario
 
         load_scenario(args.scenario)
+    from planner.daemon.datafiles import check_data_dir
+
     host, port = args.listen
     truth = {"slow_lo": args.sim_slowdown[0], "slow_hi": args.sim_slowdown[1], "noise": args.sim_noise, "seed": args.sim_seed}
     opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,
@@ -163,5 +167,5 @@ def run(args) -> int:
                    limits=Limits(max_connections=args.max_connections, header_timeout_s=args.header_timeout_s,
                                  idle_timeout_s=args.idle_timeout_s, rate_per_s=args.rate_limit, rate_burst=args.rate_burst,
                                  max_jobs_per_token=args.max_jobs_per_token),
-                   ray_address=args.ray_address)
+                   ray_address=args.ray_address, data_dir=check_data_dir(args.data_dir))
     return Daemon(opts).open().run()

@@ -134,6 +134,8 @@ def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) ->
         if cal is not None:
             scenario.calibration = absolute(cal)
         datadir.select(scenario.calibration if cal is not None else None)
+        if cal is None and datadir.selected() is not None:  # RL_PLANNER_CALIBRATION: checked like the field
+            datadir.check_folder(datadir.selected())
     except ValueError as exc:
         problems.append(Problem("calibration", str(exc),
                                 "name a folder written by 'python -m estimators.calibrate --out DIR' "

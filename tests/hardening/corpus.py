@@ -423,3 +423,78 @@ def api_cases() -> list[tuple[str, str, Union[bytes, dict], str]]:
     out.append(("snap-json-infinity", "/v1/telemetry", json.dumps(snap).replace('"time_s": 300.0', '"time_s": Infinity').encode(),
                 "time_s"))
     return out
+
+
+# ------------------------------------------------------------------ round 2 (issue 25): calibration folders, traces
+SECRET = "hunter2-s3cr3t"  # a value of a file that must never be echoed
+
+
+def _deep_json(n: int = 200_000) -> bytes:
+    return b"[" * n + b"]" * n
+
+
+def _gz_line(n: int, head: bytes = b"n\n") -> Callable[[Path], None]:
+    def make(p: Path) -> None:
+        import gzip
+
+        with gzip.open(p, "wb", compresslevel=1) as f:
+            f.write(head + b"7" * n)
+    return make
+
+
+def _big(n: int) -> Callable[[Path], None]:
+    def make(p: Path) -> None:
+        with open(p, "wb") as f:
+            f.truncate(n)  # sparse: n bytes of NUL without writing them
+    return make
+
+
+CALIBRATION: list[tuple[str, str, Content, str]] = [
+    # (id, file in the folder, content, what the error names)
+    ("eff-compute-0", "calibration.json", json.dumps({"kernels": {"H100": {"gemm": {"eff_compute": 0}}}}).encode(), "eff_compute"),
+    ("eff-memory-neg", "calibration.json", json.dumps({"kernels": {"H100": {"gemm": {"eff_memory": -0.5}}}}).encode(), "eff_memory"),
+    ("nan", "calibration.json", b'{"kernels": {"H100": {"gemm": {"c0_ms": NaN}}}}', "NaN"),
+    ("p-huge", "calibration.json", json.dumps({"kernels": {"H100": {"gemm": {"p": 1e300}}}}).encode(), "gemm.p"),
+    ("new-gpu-partial", "calibration.json", json.dumps({"kernels": {"H20": {"gemm": {"p": 2}}}}).encode(), "kernels.H20.gemm"),
+    ("bandwidth-0", "calibration.json", json.dumps({"network": {"send_recv": {"inter_node": {"bandwidth_gb_per_s": 0}}}}).encode(),
+     "bandwidth_gb_per_s"),
+    ("kernels-list", "calibration.json", b'{"kernels": []}', "kernels"),
+    ("deep", "calibration.json", _deep_json(), "nested"),
+    ("top-list", "calibration.json", b"[]", "JSON object"),
+    ("huge", "calibration.json", _big(300 << 20), "bytes"),
+    ("dup-key", "calibration.json", b'{"kernels": {}, "kernels": {}}', "twice"),
+    ("lengths-foo", "lengths.json", b'{"foo": 1}', "mixture"),
+    ("lengths-decreasing", "lengths.json", json.dumps({"mixture": {"input_quantiles": [1, 2], "output_quantiles": [5, 1]}}).encode(),
+     "output_quantiles"),
+    ("lengths-client-str", "lengths.json", json.dumps({"mixture": {"input_quantiles": [1, 2], "output_quantiles": [1, 2]},
+                                                       "clients": {"7": "x"}}).encode(), "clients.7"),
+    ("tool-latency-str", "tool_latency.json", b'{"seconds": "fast"}', "seconds"),
+    ("tool-latency-dir", "tool_latency.json", _dir, "holds none"),
+]
+
+TRACES: list[tuple[str, str, Content, str]] = [
+    # (id, trace file name, content, what the error names besides the field)
+    ("jsonl-deep", "t.jsonl", _deep_json() + b"\n", "nested"),
+    ("csv-gz-one-line", "t.csv.gz", _gz_line(6 << 20), "longer than"),
+    ("jsonl-gz-one-line", "t.jsonl.gz", _gz_line(6 << 20, b'{"n": 1}\n{"n": 2}\n{"n": "'), "longer than"),
+    ("csv-secret", "t.csv", f"n\n{SECRET}\n{SECRET}\n".encode(), "not a number"),
+    ("jsonl-secret", "t.jsonl", (json.dumps({"n": SECRET}) + "\n").encode() * 2, "not a number"),
+    ("csv-no-column", "t.csv", f"{SECRET}\n1\n2\n".encode(), "no column"),
+    ("jsonl-dup-key", "t.jsonl", b'{"n": 1, "n": 2}\n', "twice"),
+    ("gz-garbage", "t.csv.gz", b"\x1f\x8b\x08\x00" + b"\xff" * 64, "cannot read"),
+    ("utf16", "t.csv", "n\n1\n2\n".encode("utf-16"), "UTF-8"),
+]
+
+
+def round2_cases() -> list[Case]:
+    out: list[Case] = []
+    scen = dict(scenario_commands())
+    for cid, name, content, expect in CALIBRATION:
+        body = _scenario_with(lambda d: d.update(calibration="cal"))
+        for cmd in ("validate", "plan"):
+            out.append(Case(f"cal-{cid}-{cmd}", scen[cmd], {"cal": _dir, f"cal/{name}": content, "x.yaml": body}, expect))
+    for cid, name, content, expect in TRACES:
+        body = _scenario_with(_set("jobs[0].rollout.response_lengths", {"source": "trace", "path": name, "column": "n"}))
+        for cmd in ("validate", "estimate"):
+            out.append(Case(f"trace-{cid}-{cmd}", scen[cmd], {name: content, "x.yaml": body}, expect))
+    return out
