@@ -81,7 +81,13 @@ def add_arguments(p) -> None:
                         "others get 421 (DNS rebinding)")
     s.add_argument("--tls-cert", type=Path, help="serve HTTPS with this PEM certificate (chain); needs --tls-key")
     s.add_argument("--tls-key", type=Path, help="the certificate's PEM key")
-    s.add_argument("--max-connections", type=_args.count(1, 100000), default=256, help="open connections at most; the next gets 503 (default 256)")
+    s.add_argument("--max-connections", type=_args.count(1, 65536), default=256,
+                   help="connections served with the normal timeouts; as many more get --busy-timeout-s to send their request; "
+                        "beyond twice this the oldest silent one is closed, or 503 (default 256)")
+    s.add_argument("--max-connections-per-peer", type=_args.count(1, 65536), default=64,
+                   help="connections of one client address with the normal timeouts; its others get --busy-timeout-s (default 64)")
+    s.add_argument("--busy-timeout-s", type=_args.seconds(3600.0), default=0.5,
+                   help="under pressure (over either limit): seconds a new connection has to deliver its request (default 0.5)")
     s.add_argument("--header-timeout-s", type=_args.seconds(3600.0), default=10.0,
                    help="seconds a client has to send a whole request after connecting or after the last answer (default 10)")
     s.add_argument("--idle-timeout-s", type=_args.seconds(3600.0), default=5.0, help="an idle keep-alive connection is closed after this (default 5)")
@@ -165,6 +171,7 @@ def run(args) -> int:
                    token_file=args.token_file, insecure=args.insecure, allow_hosts=tuple(args.allow_host), tls_cert=args.tls_cert,
                    tls_key=args.tls_key,
                    limits=Limits(max_connections=args.max_connections, header_timeout_s=args.header_timeout_s,
+                                 max_per_peer=args.max_connections_per_peer, busy_timeout_s=args.busy_timeout_s,
                                  idle_timeout_s=args.idle_timeout_s, rate_per_s=args.rate_limit, rate_burst=args.rate_burst,
                                  max_jobs_per_token=args.max_jobs_per_token),
                    ray_address=args.ray_address, data_dir=check_data_dir(args.data_dir))
