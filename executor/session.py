@@ -74,19 +74,21 @@ def require(kind: str) -> None:
 
 
 def open_backend(kind: str, *, address: Optional[str] = None, sim_state: Optional[str] = None,
-                 nodes: Optional[list[Node]] = None, deadlines: Optional[Deadlines] = None):
+                 nodes: Optional[list[Node]] = None, deadlines: Optional[Deadlines] = None, readonly: bool = False):
+    """``readonly``: the sim state is only read (opened read-only, never created or written)."""
     if kind in ("sim", "ray"):
         require(kind)
     if kind == "sim":
         from executor.backends.sim import SimBackend
 
         path = sim_state_path(sim_state)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not readonly:
+            path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() and not nodes:
             raise UserError(Problem("--sim-state", f"no simulated cluster at {path}, and neither the plan nor --scenario names nodes",
                                     "apply a PlacementPlan with --scenario SCENARIO (its nodes make the cluster) or an "
                                     "ExecutorTarget with a 'nodes' list first, or pass --sim-state of an existing cluster"))
-        b = SimBackend(nodes or [], state_path=path, deadlines=deadlines, ticks_per_call=1)
+        b = SimBackend(nodes or [], state_path=path, deadlines=deadlines, ticks_per_call=1, readonly=readonly)
         if nodes:
             known = b.nodes()
             for n in nodes:

@@ -41,6 +41,49 @@ from executor.workers.coordinator import Coordinator
 from executor.workers.factory import make_worker
 
 
+TABLES = {"world": "table", "workers": "table"}
+MOVE_AWAY = ("move the file away (the simulated cluster it held is lost) and apply again; if an older rl-planner wrote it, "
+             "finish or roll back its apply with that release first")
+WORKER_CLASSES = ("RolloutEngine", "TrainerRank", "ServiceWorker", "LMEngine", "LMTrainerRank")
+
+
+def _int(v: Any, lo: int, hi: int) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+def check_nodes(nodes: dict) -> None:
+    """A loaded world's nodes: names, types and sizes as a target's nodes have them (executor.target.NodeIn)."""
+    import math
+
+    from executor.target import MAX_NODES
+
+    if len(nodes) > MAX_NODES:
+        raise safestate.BadState(f"it holds {len(nodes):,} nodes, more than {MAX_NODES:,}")
+    for key, n in nodes.items():
+        ok = (isinstance(key, str) and n.name == key and isinstance(n.gpu_type, str) and 0 < len(n.gpu_type) <= 200
+              and _int(n.gpus, 0, 64) and type(n.dram_gb) in (int, float) and math.isfinite(n.dram_gb) and 0 < n.dram_gb <= 1e6
+              and type(n.alive) is bool)
+        if not ok:
+            raise safestate.BadState(f"node {str(key)[:80]!r} is malformed (name, gpu_type, gpus 0-64, dram_gb > 0, alive)")
+
+
+def check_creates(creates: Any) -> None:
+    if not (type(creates) is dict and all(isinstance(k, str) and _int(v, 0, 1 << 40) for k, v in creates.items())):
+        raise safestate.BadState("its record of created workers is malformed")
+
+
+def check_worker(wid: Any, rec: Any, nodes: dict) -> None:
+    """A worker row: (create arguments naming a node of the world, a worker object, alive)."""
+    if not (isinstance(rec, tuple) and len(rec) == 3 and type(rec[0]) is dict and type(rec[2]) is bool):
+        raise safestate.BadState(f"the record of worker {str(wid)[:80]!r} is malformed")
+    args, obj = rec[0], rec[1]
+    if type(obj).__name__ not in WORKER_CLASSES or safestate.allowed_class(type(obj).__name__, load=False) is not type(obj):
+        raise safestate.BadState(f"the record of worker {str(wid)[:80]!r} holds a {type(obj).__name__}, not a worker")
+    w = args.get("worker")
+    if not (type(w) is dict and w.get("id") == wid and isinstance(w.get("node"), str) and _int(w.get("gpus", 0), 0, 64)):
+        raise safestate.BadState(f"the create arguments of worker {str(wid)[:80]!r} are malformed (id, node, gpus 0-64)")
+
+
 class _W:
     def __init__(self, args: dict, obj: Any) -> None:
         self.args, self.obj = args, obj
@@ -51,7 +94,9 @@ class SimBackend:
     name = "sim"
 
     def __init__(self, nodes: dict[str, Node] | list[Node], *, deadlines: Optional[Deadlines] = None,
-                 ticks_per_call: int = 0, state_path: str | Path | None = None) -> None:
+                 ticks_per_call: int = 0, state_path: str | Path | None = None, readonly: bool = False) -> None:
+        """``readonly``: the state file is only read (``planner status``): opened read-only, never
+        created, never written (a missing or empty file is an empty cluster)."""
         self._nodes = dict(nodes) if isinstance(nodes, dict) else {n.name: n for n in nodes}
         self.deadlines = deadlines or Deadlines()
         self.ticks_per_call = ticks_per_call
@@ -63,7 +108,8 @@ class SimBackend:
         self._conn: Optional[sqlite3.Connection] = None
         self._dirty: set[str] = set()
         self._stamp: Optional[bytes] = None  # the file's save stamp as of our last load or save
-        if self.state_path and self.state_path.exists():
+        self.readonly = readonly
+        if self.state_path and self.state_path.exists() and not (readonly and self.state_path.stat().st_size == 0):
             self._load()
 
     # ------------------------------------------------------------------ persistence
@@ -79,13 +125,18 @@ class SimBackend:
         if self._conn is None:
             if self.state_path is None:
                 raise RuntimeError("the sim backend was asked for its state file but was made without a state_path")
+            if self.readonly:
+                return self._db_readonly()
             try:
                 create_private(self.state_path)  # it holds the cluster's state
             except OSError as exc:
                 raise UserError(Problem("--sim-state", f"cannot create {self.state_path}: {exc.strerror}",
                                         "pass a --sim-state path in a writable folder")) from None
+            from executor.dbschema import verify
+
             try:
                 c = sqlite3.connect(self.state_path, isolation_level=None, timeout=30)
+                verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY)
                 c.execute("PRAGMA journal_mode=WAL")
                 c.execute("PRAGMA synchronous=NORMAL")
                 c.execute("CREATE TABLE IF NOT EXISTS world (key TEXT PRIMARY KEY, blob BLOB NOT NULL)")
@@ -95,6 +146,18 @@ class SimBackend:
                                         "pass another --sim-state path (files of older versions cannot be read)")) from None
             self._conn = c
         return self._conn
+
+    def _db_readonly(self) -> sqlite3.Connection:
+        from executor.dbschema import verify
+
+        assert self.state_path is not None
+        try:
+            c = sqlite3.connect(f"file:{self.state_path.resolve()}?mode=ro", uri=True, isolation_level=None, timeout=30)
+        except sqlite3.DatabaseError as exc:
+            raise self._refuse(f"not a simulated cluster's state file ({exc})") from None
+        verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY)
+        self._conn = c
+        return c
 
     def _load(self) -> None:
         c = self._db()
@@ -108,11 +171,17 @@ class SimBackend:
             nodes, coordinator = world["nodes"], world["coordinator"]
             if not (isinstance(nodes, dict) and all(isinstance(n, Node) for n in nodes.values()) and isinstance(coordinator, Coordinator)):
                 raise safestate.BadState("its world record holds the wrong types")
+            check_nodes(nodes)
+            check_creates(world.get("creates", {}))
             workers = []
+            from executor.target import MAX_WORKERS
+
+            n_workers = c.execute("SELECT count(*) FROM workers").fetchone()[0]
+            if n_workers > MAX_WORKERS:
+                raise safestate.BadState(f"it holds {n_workers:,} workers, more than {MAX_WORKERS:,}")
             for wid, blob in c.execute("SELECT id, blob FROM workers"):
                 rec = safestate.loads(blob)
-                if not (isinstance(rec, tuple) and len(rec) == 3 and isinstance(rec[0], dict) and isinstance(rec[2], bool)):
-                    raise safestate.BadState(f"the record of worker {wid!r} is malformed")
+                check_worker(wid, rec, nodes)
                 workers.append((wid, rec))
         except safestate.BadState as exc:
             raise self._refuse(str(exc)) from None
