@@ -108,4 +108,24 @@ def dump_instance(inst: PlacementInstance) -> str:
     import yaml
 
     data = {"kind": "PlacementInstance", **inst.model_dump(mode="json", exclude_defaults=False)}
-    return yaml.safe_dump(data, sort_keys=False, width=120)
+    text = yaml.safe_dump(data, sort_keys=False, width=120)
+    _reads_back(text, inst)
+    return text
+
+
+def _reads_back(text: str, inst: PlacementInstance) -> None:
+    """The written instance is one ``planner plan`` reads back (same limits, same validation) and
+    equal to ``inst``; else nothing is written and the error says why."""
+    from planner import safeload
+
+    try:
+        doc = safeload.parse(text, "--save-instance", fmt="yaml")
+        safeload.check_text(doc)
+        back = PlacementInstance.model_validate({k: v for k, v in doc.data.items() if k != "kind"})
+        _check_sizes(back, "--save-instance")
+    except UserError as exc:
+        raise UserError(Problem("--save-instance", f"the instance would not read back: {exc.problems[0].message}",
+                                "plan from the scenario itself (the instance is too large or holds values a file cannot carry)")) from None
+    if back != inst:
+        raise UserError(Problem("--save-instance", "the instance would not read back unchanged",
+                                "plan from the scenario itself; report this with the scenario"))

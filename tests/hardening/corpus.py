@@ -498,3 +498,77 @@ def round2_cases() -> list[Case]:
         for cmd in ("validate", "estimate"):
             out.append(Case(f"trace-{cid}-{cmd}", scen[cmd], {name: content, "x.yaml": body}, expect))
     return out
+
+
+# ------------------------------------------------------------------ round 2, the smaller shapes (issue 25, item 7)
+TINY = str(ROOT / "scenarios" / "ci" / "tiny-2jobs.yaml")
+INSTANCE = yaml.safe_load((ROOT / "scenarios" / "instances" / "placement-small.yaml").read_text())
+
+
+def _made_plan(mutate: Callable[[dict], None]) -> Callable[[Path], None]:
+    """A plan of tiny-2jobs made by the planner (in-process), then mutated."""
+    def make(p: Path) -> None:
+        import contextlib
+        import io
+
+        from planner.cli import main
+
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["plan", TINY, "--out", str(p)]) == 0
+        d = yaml.safe_load(p.read_text())
+        mutate(d)
+        p.write_text(yaml.safe_dump(d, sort_keys=False))
+    return make
+
+
+def _instance_with(mutate: Callable[[dict], None]) -> bytes:
+    d = copy.deepcopy(INSTANCE)
+    mutate(d)
+    return dump(d)
+
+
+def _rename_pool(d: dict) -> None:
+    t = next(iter(d["pool_types"]))
+    d["pool_types"][""] = d["pool_types"].pop(t)
+
+
+def smaller_cases() -> list[Case]:
+    scen = dict(scenario_commands())
+    apply = ["apply", "{d}/x.yaml", "--scenario", TINY, "--sim-state", "{d}/s.db"]
+    first = lambda d: d["body"]["groups"][0]  # noqa: E731
+    out = [
+        Case("b60-count", scen["validate"], {"x.yaml": _scenario_with(_set("cluster.node_groups[0].count", "1:05"))
+                                            .replace(b"'1:05'", b"1:05")}, "base-60"),
+        Case("b60-float", scen["plan"], {"x.yaml": _scenario_with(_set("gpu_types.H20.price_per_gpu_hour", "1:30.5"))
+                                         .replace(b"'1:30.5'", b"1:30.5")}, "base-60"),
+        Case("gpu-type-empty-key", scen["validate"], {"x.yaml": _scenario_with(lambda d: d["gpu_types"].update({"": {"base": "H20"}}))},
+             "gpu_types"),
+        Case("gpu-type-empty-group", scen["plan"], {"x.yaml": _scenario_with(_set("cluster.node_groups[0].gpu_type", ""))}, "gpu_type"),
+        Case("esc-scenario-name", scen["validate"], {"x.yaml": _scenario_with(_set("name", "evil\x1b[2J\x1b[31mred"))}, "control"),
+        Case("newline-group-name", scen["plan"], {"x.yaml": _scenario_with(_set("cluster.node_groups[0].name", "g\nFAKE: ok"))},
+             "control"),
+        Case("esc-key", scen["validate"], {"x.yaml": _scenario_with(lambda d: d.update({"\x1b[2J": 1}))}, "control"),
+        Case("instance-price-1e308", ["plan", "{d}/x.yaml", "--out", "{d}/out.yaml"],
+             {"x.yaml": _instance_with(lambda d: next(iter(d["pool_types"].values())).update(price_per_gpu_hour=1e308))},
+             "price_per_gpu_hour"),
+        Case("instance-gpu-type-empty", ["plan", "{d}/x.yaml", "--out", "{d}/out.yaml"], {"x.yaml": _instance_with(_rename_pool)},
+             "pool_types"),
+        Case("plan-group-twice", apply, {"x.yaml": _made_plan(lambda d: d["body"]["groups"].append(copy.deepcopy(first(d))))},
+             "body.groups"),
+        Case("plan-job-twice", apply, {"x.yaml": _made_plan(lambda d: first(d)["members"].append(copy.deepcopy(first(d)["members"][0])))},
+             "placed-once"),
+        Case("plan-digest-zero", apply, {"x.yaml": _made_plan(lambda d: d.update(scenario_digest="0" * 16))}, "scenario_digest"),
+        Case("plan-group-dropped", apply, {"x.yaml": _made_plan(lambda d: d["body"].update(groups=d["body"]["groups"][:1]))},
+             "placed-once"),
+        Case("plan-false-cost", apply, {"x.yaml": _made_plan(lambda d: d["body"].update(cost_per_hour=1.0))}, "cost"),
+        Case("target-empty", ["apply", "{d}/x.yaml", "--sim-state", "{d}/s.db"], {"x.yaml": _plan_with(body={
+            "nodes": BASE_PLAN["body"]["nodes"], "components": []})}, "--allow-stop-all"),
+        Case("whatif-out-symlink", ["whatif", TINY, "--out", "{d}/w"], {"w": _dir, "w/fleet.png": _link_to("/nonexistent/fleet.png")},
+             "fleet.png"),
+        Case("status-empty-sim-state", ["status", "--sim-state", "{d}/x.db"], {"x.db": b""}, "empty"),
+    ]
+    many = copy.deepcopy(BASE_SNAPSHOT)
+    many["workers"] = [dict(many["workers"][0], worker_id=f"w{i}", gpus=10**9) for i in range(4097)]
+    out.append(Case("snap-huge-error", ["realloc", "{d}/x.yaml", "--out", "{d}/out.yaml"], {"x.yaml": json.dumps(many).encode()},
+                    "workers"))
+    return out

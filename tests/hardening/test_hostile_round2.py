@@ -10,6 +10,8 @@ from tests.hardening import corpus
 from tests.hardening.test_hostile_inputs import LIMIT_RSS_KB, _argv, _check, _listing, _materialise, run_inprocess
 
 CASES = corpus.round2_cases()
+SMALLER = corpus.smaller_cases()
+MAX_OUTPUT = 20_000  # characters an error may print (a 4,097-worker snapshot's used to be 931 KB)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
@@ -40,3 +42,14 @@ def test_a_gzip_trace_that_expands_past_the_cap_stops_there(tmp_path, monkeypatc
         "jobs[0].rollout.response_lengths", {"source": "trace", "path": "t.csv.gz", "column": "n"})))
     rc, output, _, _ = run_inprocess(["validate", str(tmp_path / "x.yaml")])
     assert rc == 2 and "expands to more than" in output and "response_lengths" in output, output
+
+
+@pytest.mark.parametrize("case", SMALLER, ids=lambda c: c.id)
+def test_smaller_hostile_shapes(case, tmp_path):
+    _materialise(case, tmp_path)
+    before = _listing(tmp_path)
+    rc, output, cpu, rss = run_inprocess(_argv(case, tmp_path))
+    _check(case, rc, output, cpu, before, tmp_path)
+    assert rss < LIMIT_RSS_KB, f"{case.id}: peak RSS grew by {rss // 1024} MB"
+    assert "\x1b" not in output, f"{case.id}: an ESC reached the terminal"
+    assert len(output) < MAX_OUTPUT, f"{case.id}: printed {len(output):,} characters"
