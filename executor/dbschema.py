@@ -16,12 +16,12 @@ from pathlib import Path
 from estimators.errors import Problem, UserError
 
 
-def verify(conn: sqlite3.Connection, path: str | Path, expected: dict[str, str], field: str, fix: str) -> None:
+def verify(conn: sqlite3.Connection, path: str | Path, expected: dict[str, str], field: str, fix: str, what: str = "SQLite file") -> None:
     """``expected``: name -> 'table' | 'index'. SQLite's own objects (``sqlite_*``) are allowed."""
     try:
         rows = conn.execute("SELECT type, name FROM sqlite_master").fetchall()
     except sqlite3.DatabaseError as exc:
-        raise UserError(Problem(field, f"{path} is not a readable SQLite file ({exc})", fix)) from None
+        raise UserError(Problem(field, f"{path} is not a usable {what} ({exc})", fix)) from None
     for kind, name in rows:
         if isinstance(name, str) and name.startswith("sqlite_"):
             continue

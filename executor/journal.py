@@ -97,7 +97,7 @@ class Journal:
                                           check_same_thread=False)
             else:
                 self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
-            verify(self.db, path, TABLES, "journal", _fix(path))
+            verify(self.db, path, TABLES, "journal", _fix(path), what="apply journal")
             if str(path) != ":memory:":
                 check_integrity(self.db, path, "journal", _fix(path))
             if readonly:
