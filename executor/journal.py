@@ -84,6 +84,7 @@ class Journal:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
         self.path = Path(path)
+        self._held: Optional[tuple[int, Optional[int]]] = None  # (pid, fence) while this object holds the lock
         if str(path) != ":memory:":
             _check_file(self.path)
             if not readonly:
@@ -101,7 +102,6 @@ class Journal:
             if str(path) != ":memory:":
                 check_integrity(self.db, path, "journal", _fix(path))
             if readonly:
-                self._held = None
                 return
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute(f"PRAGMA synchronous={synchronous}")
@@ -110,7 +110,6 @@ class Journal:
                 self.db.execute("ALTER TABLE lock ADD COLUMN fence INTEGER")
         except sqlite3.DatabaseError as exc:
             raise UserError(Problem("journal", f"{path} is not a usable apply journal ({exc})", _fix(path))) from None
-        self._held: Optional[tuple[int, Optional[int]]] = None  # (pid, fence) while this object holds the lock
 
     def close(self) -> None:
         self.db.close()
