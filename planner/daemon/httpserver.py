@@ -57,7 +57,8 @@ def protocol_class(limits: Limits) -> type:
         _rlp_since: float = 0.0
         _rlp_head: int = 0  # bytes of the current request's line and headers so far
         _rlp_in_body: bool = False
-        _rlp_served: bool = False  # has delivered a whole request (then it is not pending)
+        _rlp_served: bool = False  # has delivered a request's headers (then it is not pending)
+        _rlp_ended: bool = False  # a request ended in the chunk being read
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
@@ -101,20 +102,22 @@ def protocol_class(limits: Limits) -> type:
                 self.transport.close()
 
         def data_received(self, data: bytes) -> None:
-            if counts_head and not self._rlp_in_body:
+            self._rlp_ended = False
+            super().data_received(data)
+            # bytes of a request whose headers are still incomplete after this chunk (a chunk that ended a
+            # request or began a body is not counted: its header part is bounded by the chunk)
+            if counts_head and not self._rlp_in_body and not self._rlp_ended and not self.transport.is_closing():
                 self._rlp_head += len(data)
                 if self._rlp_head > limits.max_header_bytes:
                     self.transport.write(_BIG % (len(_BIG_BODY), _BIG_BODY))
                     self.transport.close()
-                    return
-            super().data_received(data)
 
         def on_headers_complete(self) -> None:
             self._rlp_in_body, self._rlp_served = True, True
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
-            self._rlp_in_body, self._rlp_head = False, 0
+            self._rlp_in_body, self._rlp_head, self._rlp_ended = False, 0, True
             super().on_message_complete()
 
         def on_response_complete(self) -> None:
