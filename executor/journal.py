@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from urllib.parse import quote
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -94,7 +95,7 @@ class Journal:
 
         try:
             if readonly:  # read, never written (planner status): no schema made, no WAL switched on
-                self.db = sqlite3.connect(f"file:{self.path.resolve()}?mode=ro", uri=True, timeout=30, isolation_level=None,
+                self.db = sqlite3.connect(f"file:{quote(str(self.path.resolve()))}?mode=ro", uri=True, timeout=30, isolation_level=None,
                                           check_same_thread=False)
             else:
                 self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)

@@ -29,6 +29,7 @@ another format (the pickles of older releases), damaged, or crafted is refused w
 from __future__ import annotations
 
 import sqlite3
+from urllib.parse import quote
 from pathlib import Path
 from typing import Any, Optional
 
@@ -152,7 +153,7 @@ class SimBackend:
 
         assert self.state_path is not None
         try:
-            c = sqlite3.connect(f"file:{self.state_path.resolve()}?mode=ro", uri=True, isolation_level=None, timeout=30)
+            c = sqlite3.connect(f"file:{quote(str(self.state_path.resolve()))}?mode=ro", uri=True, isolation_level=None, timeout=30)
         except sqlite3.DatabaseError as exc:
             raise self._refuse(f"not a simulated cluster's state file ({exc})") from None
         verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY)
