@@ -96,7 +96,7 @@ def _number(v, where: str, path: Path, *, positive: bool = False, hi: float = MA
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ValueError(f"calibration file {path}: {where} must be a finite number")
     if (v <= 0 if positive else v < 0) or v > hi:
-        raise ValueError(f"calibration file {path}: {where} must be {'> 0' if positive else '>= 0'} and <= {hi:g}, got {v:g}")
+        raise ValueError(f"calibration file {path}: {where} must be {'> 0' if positive else '>= 0'} and <= {hi:g}")
     return float(v)
 
 
