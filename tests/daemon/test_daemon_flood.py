@@ -4,7 +4,7 @@ as they are closed do not starve ``/healthz`` or an authenticated client (>= 99%
 Loopback only, bounded: 300 sockets for FLOOD_S seconds from the same address as the probes (the
 worst case: the per-address limit does not tell them apart) and from another loopback address
 (127.0.0.2), then every socket is closed and the daemon stopped (about 25 s: behind
-RL_PLANNER_HARDENING=1). Also: request headers over 64 KiB are answered 431 (httptools sets no limit)."""
+RL_PLANNER_SLOW=1). Also: request headers over 64 KiB are answered 431 (httptools sets no limit)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class Flood:
         self.sel.close()
 
 
-@pytest.mark.skipif(os.environ.get("RL_PLANNER_HARDENING") != "1", reason="a 10 s flood: set RL_PLANNER_HARDENING=1")
+@pytest.mark.skipif(os.environ.get("RL_PLANNER_SLOW") != "1", reason="a 10 s flood per address: set RL_PLANNER_SLOW=1")
 @pytest.mark.parametrize("source", ["127.0.0.1", "127.0.0.2"], ids=["same-address", "other-address"])
 def test_idle_flood_does_not_starve_probes_or_clients(tmp_path, source):
     """From the probes' own address the busy timeout keeps them served; from another one the
