@@ -53,3 +53,12 @@ def test_smaller_hostile_shapes(case, tmp_path):
     assert rss < LIMIT_RSS_KB, f"{case.id}: peak RSS grew by {rss // 1024} MB"
     assert "\x1b" not in output, f"{case.id}: an ESC reached the terminal"
     assert len(output) < MAX_OUTPUT, f"{case.id}: printed {len(output):,} characters"
+
+
+@pytest.mark.parametrize("name", ["inst.yaml", "inst.json"])
+def test_save_instance_reads_back(tmp_path, name):
+    """--save-instance writes only what plan reads back (YAML, or JSON for a .json name)."""
+    rc, out, _, _ = run_inprocess(["plan", corpus.TINY, "--save-instance", str(tmp_path / name), "--out", str(tmp_path / "a.yaml")])
+    assert rc == 0, out
+    rc, out, _, _ = run_inprocess(["plan", str(tmp_path / name), "--out", str(tmp_path / "b.yaml")])
+    assert rc == 0, out
