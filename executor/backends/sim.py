@@ -45,6 +45,7 @@ from executor.workers.factory import make_worker
 TABLES = {"world": "table", "workers": "table"}
 MOVE_AWAY = ("move the file away (the simulated cluster it held is lost) and apply again; if an older rl-planner wrote it, "
              "finish or roll back its apply with that release first")
+MAX_BLOB_BYTES = 1 << 30  # one saved record (a stand-in trainer rank of 2^24 parameters and its Adam state is ~256 MB)
 WORKER_CLASSES = ("RolloutEngine", "TrainerRank", "ServiceWorker", "LMEngine", "LMTrainerRank")
 
 
@@ -163,6 +164,10 @@ class SimBackend:
     def _load(self) -> None:
         c = self._db()
         try:
+            for table in ("world", "workers"):  # sizes before anything is read into memory
+                big = c.execute(f"SELECT max(length(blob)) FROM {table}").fetchone()[0] or 0
+                if big > MAX_BLOB_BYTES:
+                    raise safestate.BadState(f"a record of {big:,} bytes in its {table} table, more than {MAX_BLOB_BYTES:,}")
             rows = list(c.execute("SELECT key, blob FROM world"))
             if not rows:
                 return

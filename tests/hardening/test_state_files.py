@@ -203,3 +203,12 @@ def test_audit_rows_are_kept_bounded(tmp_path):
     assert n <= 100 + AUDIT_PRUNE_EVERY + 100, n
     assert st.conn().execute("SELECT max(id) FROM audit").fetchone()[0] == 3000, "the newest rows are kept"
     st.close()
+
+
+def test_a_record_over_the_size_cap_is_refused_before_it_is_read(applied, monkeypatch):
+    """Sizes are checked (SQL length()) before a record is read into memory; the cap is lowered here."""
+    from executor.backends import sim as simmod
+
+    monkeypatch.setattr(simmod, "MAX_BLOB_BYTES", 1000)
+    rc, out, _, _ = run_inprocess(["status", "--sim-state", str(applied[0])])
+    assert rc == 2 and "more than 1,000" in out and "--sim-state" in out, out[-1000:]
