@@ -229,7 +229,13 @@ def fit_lengths(data: Path, n_mix: int = 1001, n_client: int = 201) -> dict:
 
 
 def fit_tool_latency(data: Path) -> dict:
-    d = json.loads((data / "rollpacker-tool-latency/time_list.json").read_text())
+    path = data / "rollpacker-tool-latency/time_list.json"
+    d = json.loads(path.read_text())
+    if not isinstance(d, dict) or not all(isinstance(lst, list) for lst in d.values()):
+        got = ("a list" if isinstance(d, list) else "an object whose values are not all lists" if isinstance(d, dict)
+               else type(d).__name__)
+        raise ValueError(f"{path}: expected an object of lists of seconds, {{\"<tool>\": [0.8, 1.2, ...], ...}} (RollPacker's "
+                         f"layout), got {got}")
     vals = sorted(round(float(v), 5) for lst in d.values() for v in lst)
     return {"source": "Farrrrland/RollPacker @ bb8afa9 data/time_list.json (Apache-2.0)", "seconds": vals}
 

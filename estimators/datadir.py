@@ -188,12 +188,18 @@ def select(path: str | Path | None) -> None:
     clear_caches()
 
 
-def clear_caches() -> None:
-    from estimators import kernels, lengths
+_on_change: list = []  # the caches of what was read from the calibration files (the readers register them)
 
-    kernels.calibration.cache_clear()
-    for fn in (lengths._lengths_table, lengths.tool_latencies_s, lengths.grouped_quantiles, lengths.hardest_group):
-        fn.cache_clear()
+
+def on_change(*clear) -> None:
+    """Register functions to call when the calibration folder changes (the readers' ``cache_clear``):
+    the modules that read the tables register themselves, so this one imports none of them."""
+    _on_change.extend(clear)
+
+
+def clear_caches() -> None:
+    for fn in _on_change:
+        fn()
 
 
 def read_json(name: str) -> dict:

@@ -16,14 +16,16 @@ from functools import lru_cache
 
 import numpy as np
 
+from estimators import datadir
 from estimators.gpus import GPUSpec
 
 
 @lru_cache(maxsize=1)
 def calibration() -> dict:
-    from estimators import datadir
-
     return datadir.read_json("calibration.json")
+
+
+datadir.on_change(calibration.cache_clear)
 
 
 def _fit(gpu: GPUSpec, kind: str) -> dict:

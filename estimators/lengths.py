@@ -27,18 +27,16 @@ from functools import lru_cache
 
 import numpy as np
 
+from estimators import datadir
+
 
 @lru_cache(maxsize=1)
 def _lengths_table() -> dict:
-    from estimators import datadir
-
     return datadir.read_json("lengths.json")
 
 
 @lru_cache(maxsize=1)
 def tool_latencies_s() -> np.ndarray:
-    from estimators import datadir
-
     d = datadir.read_json("tool_latency.json")
     return np.asarray(d["seconds"], dtype=float)
 
@@ -220,3 +218,7 @@ class ResidualTable:
         f = min(1.0, max(0.0, float(fraction)))
         k = int(math.ceil(f * self.lengths.size - 1e-9)) if f > 0 else 0  # one sample left counts
         return self.lengths[self.lengths.size - k:] if k > 0 else np.zeros(0)
+
+
+# the calibration folder changed: what was read from it is stale
+datadir.on_change(_lengths_table.cache_clear, tool_latencies_s.cache_clear, grouped_quantiles.cache_clear, hardest_group.cache_clear)

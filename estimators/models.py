@@ -10,6 +10,7 @@ Qwen2.5-Math-1.5B architecture, i.e. the Qwen2.5-1.5B dimensions.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -93,7 +94,31 @@ def preset_names() -> list[str]:
     return sorted(PRESETS) + sorted(ALIASES)
 
 
-def preset(name: str) -> ModelDims:
+def preset_key(name: str) -> str:
+    """A preset name from a preset name or a Hugging Face hub id: ``Qwen/Qwen2.5-3B-Instruct`` ->
+    ``qwen2.5-3b``, ``meta-llama/Llama-3.1-8B-Instruct`` -> ``llama3.1-8b`` (organisation,
+    ``-Instruct`` / ``-Chat`` / ``-Base`` suffixes dropped: the same dimensions)."""
     key = name.strip().lower()
-    key = ALIASES.get(key, key)
-    return PRESETS[key]
+    if key in PRESETS or key in ALIASES:
+        return ALIASES.get(key, key)
+    key = key.rsplit("/", 1)[-1]
+    key = re.sub(r"-(instruct|chat|base|it)$", "", key)
+    key = re.sub(r"^meta-", "", key)
+    key = re.sub(r"^llama-(\d)", r"llama\1", key)
+    return ALIASES.get(key, key)
+
+
+def preset(name: str) -> ModelDims:
+    """A preset by name or Hugging Face hub id (KeyError if none matches)."""
+    return PRESETS[preset_key(name)]
+
+
+def resolve(name: str) -> ModelDims:
+    """A preset (by name or hub id) or, for a local path, the dimensions in its Hugging Face
+    ``config.json`` (:mod:`estimators.hfconfig`; HFConfigError, a ValueError, if it cannot be read).
+    KeyError if it is neither."""
+    from estimators import hfconfig
+
+    if hfconfig.looks_like_path(name):
+        return hfconfig.load(name)
+    return preset(name)

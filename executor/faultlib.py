@@ -52,17 +52,26 @@ def _nodes():
     return [{"name": n.name, "gpu_type": n.gpu_type, "gpus": n.gpus, "dram_gb": n.dram_gb} for n in NODES]
 
 
+def impls(impl: str) -> tuple[str, str]:
+    """(rollout impl, trainer impl) of a case's ``impl``: one name for both, or ``"R+T"``
+    (e.g. ``"sglang+toy"``, ``"toy+megatron"``)."""
+    r, _, t = impl.partition("+")
+    return r, (t if _ else r)
+
+
 def base_body(impl: str = "") -> dict:
     """The cluster before the migration; ``impl`` picks the workers (``""``: the toy ones,
-    ``"tinylm"``: the real small transformer, :mod:`executor.workers.registry`)."""
+    ``"tinylm"``: the real small transformer, ``"R+T"``: rollout and trainer impls apart,
+    :mod:`executor.workers.registry`)."""
     body = {"nodes": _nodes(), "components": [
         {"name": ROLLOUT, "role": "rollout", "gpu_type": "H20", "dram_gb_per_worker": 16, "placement": {"a": 1, "b": 2},
          "engine": {"max_batch": 8, "progress_every": 2}},
         {"name": TRAINER, "role": "trainer", "gpu_type": "H100", "dram_gb_per_worker": 64, "layout": {"tp": 2},
          "placement": {"t": 2}, "model": MODEL, "migration": "p2p"}]}
     if impl:
-        for c in body["components"]:
-            c["impl"] = impl
+        for c, name in zip(body["components"], impls(impl)):
+            if name:
+                c["impl"] = name
         body["components"][0]["model"] = MODEL
     return body
 
@@ -72,7 +81,7 @@ def migration_body(kind: str, impl: str = "") -> dict:
     r, t = body["components"]
     if kind == "workload":
         r["placement"] = {"a": 2}
-    elif kind == "p2p" and impl == "tinylm":  # no pipeline stages in the tiny LM: TP 2 -> TP 1 x DP 2
+    elif kind == "p2p" and impls(impl)[1] == "tinylm":  # no pipeline stages in the tiny LM: TP 2 -> TP 1 x DP 2
         t.update(layout={"tp": 1, "dp": 2}, placement={"u": 2})
     elif kind == "p2p":
         t.update(layout={"tp": 1, "pp": 2}, placement={"u": 2})
@@ -246,7 +255,7 @@ def _roles(backend: Any, kind: str, old_ids: dict) -> tuple[list[str], list[str]
 
 def expected(impl: str) -> Callable[[dict], tuple[list[int], Any]]:
     """request record -> (its output, its logprobs or None) in a run with no migration."""
-    if impl != "tinylm":
+    if impls(impl)[0] != "tinylm":
         return lambda r: (expected_output(r), None)
     from executor.workers.lm_engine import reference_output
 
@@ -261,14 +270,15 @@ def expected(impl: str) -> Callable[[dict], tuple[list[int], Any]]:
 
 
 def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60, settle_s: float = 60.0,
-             prompt_len: int = 64) -> Outcome:
+             prompt_len: int = 64, expect: Callable[[dict], tuple[list[int], Any]] | None = None) -> Outcome:
+    """``expect``: request record -> (output, logprobs or None) uninterrupted (default: :func:`expected`)."""
     t0 = time.time()
     out = Outcome(case)
     b = make_backend()
     j = Journal(":memory:")
     Executor(b, j).apply(diff(observe(b), target(base_body(case.impl))).steps, "base")
     reqs = router.make_requests(ROLLOUT, requests, prompts=6, prompt_len=prompt_len, min_len=4, max_len=24, seed=7)
-    if case.impl == "tinylm":  # half greedy, half sampled: sampling parameters must survive every move
+    if impls(case.impl)[0] == "tinylm":  # half greedy, half sampled: sampling parameters must survive every move
         for i, r in enumerate(reqs):
             r["sampling"] = {"temperature": 0.0 if i % 2 == 0 else 0.8}
     router.submit(b, ROLLOUT, reqs)
@@ -335,22 +345,26 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
             ok = False
         out.stale_accepted += int(bool(ok))
     # Let the rollout finish.
-    end, last, still = time.time() + settle_s, -1, 0
+    end, last, still, changed = time.time() + settle_s, -1, 0, time.time()
     while time.time() < end:
         summ = b.coord("ledger_summary")
         if summ["done"] == summ["requests"]:
             break
         still = still + 1 if summ["done"] == last else 0
-        if still > 50:
+        if still == 0:
+            changed = time.time()
+        elif still > 50 and time.time() - changed > 5.0:
             break  # no progress: something is stuck (reported below)
+        else:  # engines that decode on their own (an SGLang server) need time, not ticks
+            time.sleep(0.002)
         last = summ["done"]
         b.tick(20)
     recs = b.coord("request_records")
     out.requests = len(recs)
     not_done = [r["id"] for r in recs if not r["done"]]
-    ref = expected(case.impl)
+    ref = expect or expected(case.impl)
     wrong = [r["id"] for r in recs if r["done"] and r["output"] != ref(r)[0]]
-    if case.impl == "tinylm":
+    if impls(case.impl)[0] == "tinylm" or expect is not None:
         wrong += [r["id"] for r in recs if r["done"] and r["output"] == ref(r)[0]
                   and (r.get("meta") or {}).get("logprobs") != ref(r)[1]]
     if not_done:

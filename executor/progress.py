@@ -22,11 +22,24 @@ def print_plan(plan: StepPlan, out: TextIO) -> None:
         out.write(f"\n[{u.kind}] {u.component}: {u.cause}\n")
         for s in u.steps:
             out.write(s.describe() + "\n")
+    t = totals(plan)
+    out.write(f"\ntotals: {len(plan.steps)} step(s): " + ", ".join(f"{n} {k}" for k, n in t["steps"].items())
+              + f"; {len(plan.units)} unit(s): " + ", ".join(f"{n} {k}" for k, n in t["units"].items()) + "\n")
+
+
+def totals(plan: StepPlan) -> dict:
+    """How many steps and units of each kind the diff holds (most first): its last line."""
+    from collections import Counter
+
+    def ordered(c: Counter) -> dict:
+        return dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    return {"steps": ordered(Counter(s.kind for s in plan.steps)), "units": ordered(Counter(u.kind for u in plan.units))}
 
 
 def plan_json(plan: StepPlan) -> dict:
     """The diff as data (``planner apply --dry-run --json``): units with their cause and steps in order."""
-    return {"steps": len(plan.steps), "notes": list(plan.notes),
+    return {"steps": len(plan.steps), "notes": list(plan.notes), "totals": totals(plan),
             "units": [{"id": u.id, "component": u.component, "kind": u.kind, "cause": u.cause, "after": list(u.after),
                        "steps": [{"seq": s.seq, "id": s.id, "kind": s.kind, "cause": s.cause} for s in u.steps]}
                       for u in plan.units]}

@@ -169,8 +169,21 @@ def dumps(obj: Any) -> bytes:
 # ----------------------------------------------------------------------------- decode
 _JSON_SCALARS = frozenset((int, str, bool, float, type(None)))  # what json.loads gives that is final as it is
 
+class Unloaded:
+    """What a lenient :func:`loads` gives for an object whose class needs a package this install
+    lacks (a trainer rank needs torch): its class name only. Reading a cluster's state to show or
+    diff it (``status``, ``apply --dry-run``) needs no worker's insides."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Unloaded({self.name!r})"
+
+
 class _Dec:
-    def __init__(self, blobs: list[memoryview]) -> None:
+    def __init__(self, blobs: list[memoryview], lenient: bool = False) -> None:
+        self.lenient = lenient
         self.blobs = blobs
         self.refs: dict[int, Any] = {}
         self.lists: dict[int, list] = {}
@@ -252,7 +265,16 @@ class _Dec:
                 raise BadState(f"a reference to object #{v!r} before it is defined")
             return self.refs[v]
         if tag == "$obj":
-            cls = allowed_class(v) if isinstance(v, str) else None
+            try:
+                cls = allowed_class(v) if isinstance(v, str) else None
+            except ImportError:
+                if not self.lenient:
+                    raise
+                ref = x.get("ref")
+                if not isinstance(ref, int) or ref in self.refs:
+                    raise BadState("an object record with a missing or repeated reference number") from None
+                self.refs[ref] = Unloaded(str(v))
+                return self.refs[ref]
             if cls is None:
                 raise BadState(f"an object of type {v!r}, which a saved state may not hold")
             ref = x.get("ref")
@@ -294,8 +316,9 @@ def _hashable(k: Any) -> Any:
     return k
 
 
-def loads(data: bytes, check: Callable[[Any], None] | None = None) -> Any:
-    """The object :func:`dumps` wrote; :class:`BadState` for anything else."""
+def loads(data: bytes, check: Callable[[Any], None] | None = None, *, lenient: bool = False) -> Any:
+    """The object :func:`dumps` wrote; :class:`BadState` for anything else. ``lenient``: an object
+    whose class cannot be imported here (torch missing) comes back as :class:`Unloaded`."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise BadState(f"a {type(data).__name__} where a saved blob was expected")
     buf = memoryview(data).cast("B")
@@ -323,7 +346,7 @@ def loads(data: bytes, check: Callable[[Any], None] | None = None) -> Any:
     except (struct.error, ValueError, RecursionError) as exc:
         raise BadState(f"a malformed blob ({exc})") from None
     try:
-        return _Dec(blobs).dec(doc)
+        return _Dec(blobs, lenient).dec(doc)
     except BadState:
         raise
     except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:

@@ -74,21 +74,22 @@ def require(kind: str) -> None:
 
 
 def open_backend(kind: str, *, address: Optional[str] = None, sim_state: Optional[str] = None,
-                 nodes: Optional[list[Node]] = None, deadlines: Optional[Deadlines] = None, readonly: bool = False):
-    """``readonly``: the sim state is only read (opened read-only, never created or written)."""
-    if kind in ("sim", "ray"):
+                 nodes: Optional[list[Node]] = None, deadlines: Optional[Deadlines] = None, observe_only: bool = False):
+    """``observe_only`` (the sim backend): the caller only reads the saved cluster (``apply
+    --dry-run``, ``status``), which needs no worker and so no torch: the core install can."""
+    if kind == "ray" or (kind == "sim" and not observe_only):
         require(kind)
     if kind == "sim":
         from executor.backends.sim import SimBackend
 
         path = sim_state_path(sim_state)
-        if not readonly:
+        if not observe_only:
             path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() and not nodes:
             raise UserError(Problem("--sim-state", f"no simulated cluster at {path}, and neither the plan nor --scenario names nodes",
                                     "apply a PlacementPlan with --scenario SCENARIO (its nodes make the cluster) or an "
                                     "ExecutorTarget with a 'nodes' list first, or pass --sim-state of an existing cluster"))
-        b = SimBackend(nodes or [], state_path=path, deadlines=deadlines, ticks_per_call=1, readonly=readonly)
+        b = SimBackend(nodes or [], state_path=path, deadlines=deadlines, ticks_per_call=1, observe_only=observe_only)
         if nodes:
             known = b.nodes()
             for n in nodes:

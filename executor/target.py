@@ -37,7 +37,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from estimators.fields import Int, Real
-from executor.state import ClusterState, Component, Layout, Node
+from executor.state import MAX_STANDIN_PARAMS, ClusterState, Component, Layout, Node
 
 KIND = "ExecutorTarget"
 
@@ -47,7 +47,7 @@ MAX_NODES = 16384
 MAX_COMPONENTS = 4096
 MAX_WORKERS_PER_NODE = 1024
 MAX_WORKERS = 65536           # all components together
-MAX_STANDIN_PARAMS = 1 << 24  # the stand-in trainer model's parameters (its state is held in memory)
+# the stand-in trainer model's parameters (its state is held in memory): executor.state.MAX_STANDIN_PARAMS
 
 
 class _S(BaseModel):
@@ -76,6 +76,12 @@ class ModelIn(_S):
     layers: Int = Field(4, ge=1, le=4096)
     vocab: Int = Field(512, ge=1, le=1 << 20)
     seed: Int = Field(0, ge=0, le=2**32 - 1)
+    # the megatron trainer's attention (executor.workers.megatron_trainer); None: its defaults
+    heads: Optional[Int] = Field(None, ge=1, le=1024)
+    kv_heads: Optional[Int] = Field(None, ge=1, le=1024)
+    head_dim: Optional[Int] = Field(None, ge=1, le=4096)
+    qkv_bias: Optional[bool] = None
+    tie: Optional[bool] = None
 
     @model_validator(mode="after")
     def _size(self):
@@ -85,11 +91,39 @@ class ModelIn(_S):
         return self
 
 
+class LaunchIn(_S):
+    """An SGLang server the ``sglang`` worker starts (executor.workers.sglang_worker). The command
+    is not part of a target: ``python -m sglang.launch_server``, or ``$RL_PLANNER_SGLANG_CMD``
+    (a JSON list) on the worker's machine."""
+
+    model_path: str = Field(min_length=1, max_length=4096)
+    gpu_ids: Optional[list[Annotated[str, Field(max_length=16)]]] = Field(None, max_length=64)
+    tp: Optional[Int] = Field(None, ge=1, le=64)
+    host: Optional[str] = Field(None, max_length=255)
+    port: Optional[Int] = Field(None, ge=1, le=65535)
+    args: Optional[list[Annotated[str, Field(max_length=4096)]]] = Field(None, max_length=256)
+    deterministic: Optional[bool] = None
+    startup_timeout_s: Optional[Real] = Field(None, gt=0, le=86400)
+    log_dir: Optional[str] = Field(None, max_length=4096)
+
+
 class EngineIn(_S):
     max_batch: Int = Field(64, ge=1, le=1 << 16)
     cache_blocks: Int = Field(4096, ge=1, le=1 << 24)
     progress_every: Int = Field(8, ge=1, le=1 << 20)
     tokens_per_tick: Int = Field(1, ge=1, le=1 << 20)
+    # the sglang worker's settings (docs/integration.md); None: not used / its defaults
+    url: Optional[str] = Field(None, max_length=2048)
+    launch: Optional[LaunchIn] = None
+    router_url: Optional[str] = Field(None, max_length=2048)
+    colocated: Optional[bool] = None
+    weight_sync_backend: Optional[Literal["nccl", "gloo"]] = None
+    drain_grace_s: Optional[Real] = Field(None, ge=0, le=3600)
+    abort_confirm_s: Optional[Real] = Field(None, gt=0, le=3600)
+    timeout_s: Optional[Real] = Field(None, gt=0, le=3600)
+    generate_timeout_s: Optional[Real] = Field(None, gt=0, le=86400)
+    return_logprob: Optional[bool] = None
+    weight_names: Optional[Literal["as_trained", "hf"]] = None
 
 
 class ComponentIn(_S):
@@ -155,8 +189,9 @@ def to_state(body: ExecutorTarget) -> ClusterState:
             name=c.name, job=c.name.split("/")[0], role=c.role, gpu_type=c.gpu_type,
             layout=Layout(lay.tp, lay.pp, lay.dp), gpus_per_worker=c.gpus_per_worker, dram_gb_per_worker=c.dram_gb_per_worker,
             migration=c.migration or "", placement=dict(c.placement),
-            model=c.model.model_dump() if c.model else ({} if c.role != "trainer" else ModelIn().model_dump()),
-            engine=c.engine.model_dump() if c.engine else {}, group=c.group, reserves=c.reserves, keep=list(c.keep or []),
+            model=c.model.model_dump(exclude_none=True) if c.model else ({} if c.role != "trainer" else ModelIn().model_dump(
+                exclude_none=True)),
+            engine=c.engine.model_dump(exclude_none=True) if c.engine else {}, group=c.group, reserves=c.reserves, keep=list(c.keep or []),
             impl=c.impl)
     return st
 

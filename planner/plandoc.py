@@ -78,6 +78,9 @@ class SolverRecord(BaseModel):
     time_limit_s: Optional[float] = None
     warm_start: Optional[str] = None
     message: str = ""
+    phase_time_estimate: Optional[str] = Field(None, description="the phase-time estimate the plan was made on "
+                                                                  "(conservative, sampled; None: an instance file's own times)")
+    margin: Optional[float] = Field(None, description="explicit headroom on every phase time (a fraction), when given")
 
 
 class PlanDocument(BaseModel):

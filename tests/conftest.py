@@ -12,6 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RL_PLANNER_SHARED_DATA", ROOT.parent / "shared" / "data"))
 SCENARIOS = ROOT / "scenarios"
+# the compiled-instance cache (planner/instances/cache.py) is off in tests: they patch the model at
+# run time, which its source digest cannot see; tests of the cache turn it on in a folder of their own
+os.environ["RL_PLANNER_CACHE"] = "0"
 
 
 def shared_data(*parts: str) -> Path:

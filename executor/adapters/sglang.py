@@ -17,16 +17,22 @@ are the dataclasses of ``sglang.srt.managers.io_struct``):
   requests back to the waiting queue (the KV cache may be flushed; it is recomputed on
   continue). ``POST /continue_generation``;
 * ``POST /abort_request`` ``{rid}`` or ``{abort_all: true}``: answers 200 even for an id it does
-  not know, so it cannot tell you what was running;
+  not know, so it cannot tell you what was running; for a known rid the scheduler aborts every
+  request whose rid *starts with* it (``req.rid.startswith(rid)``);
+* a ``/generate`` whose ``rid`` is registered already is refused: 400 ``Duplicate request ID``;
 * ``POST /flush_cache``: refuses (400) unless the engine is idle;
 * ``POST /init_weights_update_group`` (``InitWeightsUpdateGroupReqInput``: ``master_address,
   master_port, rank_offset, world_size, group_name, backend`` with ``backend="nccl"`` by
   default), ``POST /update_weights_from_distributed`` ``{names, dtypes, shapes, group_name,
   flush_cache, weight_version}``: weights broadcast from trainer rank 0;
+* ``POST /destroy_weights_update_group`` ``{group_name}``; ``POST /update_weights_from_tensor``
+  ``{serialized_named_tensors (one per TP rank), load_format, flush_cache, weight_version}``
+  (colocated engines: the tensors are shared, not broadcast);
 * ``POST /release_memory_occupation`` / ``POST /resume_memory_occupation`` ``{tags}``: the
   scheduler asserts it is fully idle before releasing ("release_memory_occupation should be
-  called only when server is idle"; newer versions let requests retracted by a paused engine
-  wait);
+  called only when server is idle"): a failed assertion takes the server down. Requests
+  retracted by a paused engine may wait;
+* ``GET /get_server_info``: ``version`` and the server arguments;
 * ``GET /health``.
 
 How the adapter uses them:
@@ -35,11 +41,17 @@ How the adapter uses them:
   adapter keeps its own record of every request it submitted: prompt, the *full* sampling
   parameters, whether logprobs were asked, output and output logprobs so far. A drain pauses
   with ``mode=abort`` (the only mode that hands requests back). A ``/generate`` sent just before
-  the pause may reach the server after it: it then waits at the server's pause gate, unregistered,
-  where neither the pause nor ``/abort_request`` reaches it. So once the engine has answered the
-  pause, the drain waits ``drain_grace_s`` for the answers in transit and *withdraws* the rest:
-  the client call is cancelled (SGLang aborts a request whose client went away) and the request
-  is kept with the output it had before that call. A kept engine resumes each one
+  the pause may reach the server after it: in SGLang >= 0.5.6 it is then *registered* (its rid
+  is taken) and waits at the pause gate, where the pause's abort does not reach it and which does
+  not watch for its client going away. So once the engine has answered the pause, the drain
+  waits ``drain_grace_s`` for the answers in transit and *withdraws* the rest: it aborts each by
+  its rid and waits (``abort_confirm_s``) for the call to answer ``abort``, the confirmation that
+  the server let the request go; only then is it handed over (a request whose abort is not
+  confirmed fails the drain, which the executor rolls back: it is never run twice). Every
+  ``/generate`` of a request carries a new *wire rid*: a fixed-length digest of (engine salt,
+  request id, attempt), so no rid is a prefix of another (an abort never hits a neighbour such
+  as ``3-10`` for ``3-1``) and a resubmission never meets "Duplicate request ID". A kept engine
+  resumes each one
   from prompt + partial output with the same sampling parameters, the token budget and
   ``min_new_tokens`` reduced by what was already generated, and the logprobs appended to the
   ones already received, so a greedy request ends with exactly its uninterrupted tokens and
@@ -64,6 +76,8 @@ How the adapter uses them:
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import re
 import threading
 import time
 from concurrent.futures import CancelledError
@@ -90,10 +104,26 @@ class Tracked:
     state: str = "pending"  # pending | running | done | aborted (partial output kept) | moved
     finish: dict = field(default_factory=dict)
     future: Any = None
+    attempt: int = 0  # /generate calls made for it (each with its own wire rid)
+    wire: str = ""  # the rid of the latest call, as the server knows it
 
     @property
     def max_new_tokens(self) -> int:
         return int(self.sampling.get("max_new_tokens", 128))
+
+
+WIRE_RID_LEN = 32
+
+
+def wire_rid(salt: str, rid: str, attempt: int) -> str:
+    """The rid one ``/generate`` call of a request carries: fixed length, so none is a prefix of
+    another (SGLang's abort matches by prefix), and new for every attempt (a resubmission is
+    never a duplicate of a call the server still holds)."""
+    return "rlp" + hashlib.sha256(f"{salt}\x00{rid}\x00{attempt}".encode()).hexdigest()[:WIRE_RID_LEN - 3]
+
+
+def parse_version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
 
 
 def resumed_sampling(sampling: dict, generated: int) -> dict:
@@ -109,16 +139,19 @@ def resumed_sampling(sampling: dict, generated: int) -> dict:
 class SGLangEngine:
     def __init__(self, base_url: str, *, timeout_s: float = 30.0, generate_timeout_s: float = 600.0,
                  on_finish: Optional[Callable[[str, list[int]], None]] = None, return_logprob: bool = True,
-                 weight_sync_backend: str = "nccl", drain_grace_s: float = 5.0) -> None:
+                 weight_sync_backend: str = "nccl", drain_grace_s: float = 5.0, abort_confirm_s: float = 30.0,
+                 rid_salt: str = "") -> None:
         self.url = base_url.rstrip("/")
         self.timeout_s, self.generate_timeout_s = timeout_s, generate_timeout_s
-        self.drain_grace_s = drain_grace_s
+        self.drain_grace_s, self.abort_confirm_s = drain_grace_s, abort_confirm_s
+        self.rid_salt = f"{rid_salt or base_url}|{time.time_ns()}"  # a new client never reuses an old one's rids
         self.on_finish = on_finish
         self.on_finish_logprobs: Optional[Callable[[str, list[int], list[float]], None]] = None
         self.return_logprob = return_logprob
         self.weight_sync_backend = weight_sync_backend
         self.requests: dict[str, Tracked] = {}
         self.paused: Optional[str] = None  # the pause mode in force, if any
+        self._closed = False
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"sglang-{self.url}", daemon=True)
@@ -138,8 +171,19 @@ class SGLangEngine:
             raise SGLangError(f"{self.url}: no answer within {timeout or self.timeout_s + 5:g} s") from None
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        async def shut() -> None:  # requests still out end here (their answers would be dropped anyway)
+            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            await self.http.aclose()
+
         try:
-            self._sync(self.http.aclose(), 5)
+            self._sync(shut(), 5)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
@@ -174,6 +218,8 @@ class SGLangEngine:
         t = Tracked(rid, list(prompt), sp, self.return_logprob if return_logprob is None else return_logprob,
                     list(output or []), list(logprobs or []), "running")
         with self._lock:
+            prev = self.requests.get(rid)
+            t.attempt = prev.attempt if prev is not None else 0  # a resubmission goes on with new wire rids
             self.requests[rid] = t
         t.future = asyncio.run_coroutine_threadsafe(self._generate(t), self._loop)
 
@@ -181,13 +227,15 @@ class SGLangEngine:
         if t.max_new_tokens - len(t.output) <= 0 or t.finish.get("type") == "stop":
             await asyncio.to_thread(self._finish, t)
             return
+        t.attempt += 1
+        t.wire = wire_rid(self.rid_salt, t.rid, t.attempt)
         body = {"input_ids": t.prompt + t.output, "sampling_params": resumed_sampling(t.sampling, len(t.output)),
-                "rid": t.rid, "return_logprob": t.return_logprob}
+                "rid": t.wire, "return_logprob": t.return_logprob}
         try:
             r = await self.http.post(self.url + "/generate", json=body, timeout=self.generate_timeout_s)
         except httpx.TimeoutException:
             try:  # the server would go on: abort it there; the partial output is lost with the answer
-                await self._apost("/abort_request", {"rid": t.rid})
+                await self._apost("/abort_request", {"rid": t.wire})
             except SGLangError:
                 pass
             self._abort(t, f"no answer within {self.generate_timeout_s:g} s")
@@ -232,7 +280,9 @@ class SGLangEngine:
             self.on_finish_logprobs(t.rid, list(t.output), list(t.logprobs))
 
     def abort(self, rid: str) -> None:
-        self._post("/abort_request", {"rid": rid})  # 200 whether or not the engine knew it
+        """Abort a request by its id (the wire rid of its latest call if it is tracked here)."""
+        t = self.requests.get(rid)
+        self._post("/abort_request", {"rid": t.wire if t is not None and t.wire else rid})  # 200, known or not
 
     def _unanswered(self, rids: list[str], timeout_s: float) -> list[Tracked]:
         """Wait up to ``timeout_s`` for these requests' calls to end; the ones still out."""
@@ -274,11 +324,26 @@ class SGLangEngine:
         every unfinished request from this adapter's own record (the engine cannot list them)."""
         self._post("/pause_generation", {"mode": "abort"})
         self.paused = "abort"
-        # Every request the engine had is answered now; one whose call reached the server after the
-        # pause waits at its pause gate, which no abort reaches: withdraw it (cancel the call).
-        for t in self._unanswered(self.in_flight(), self.drain_grace_s):
-            if self._abort(t, f"withdrawn at a drain: no answer within {self.drain_grace_s:g} s of the pause"):
-                t.future.cancel()
+        # Every request the scheduler had is answered now; one whose call reached the server after the
+        # pause is registered and waits at the pause gate, which the pause's abort does not reach and
+        # which does not notice a client going away: abort it by its rid and wait for the answer.
+        late = self._unanswered(self.in_flight(), self.drain_grace_s)
+        end = time.time() + self.abort_confirm_s
+        sent: dict[str, str] = {}
+        while True:
+            left = [t for t in late if t.future is not None and not t.future.done()]
+            if not left or time.time() > end:
+                break
+            for t in left:  # (a call still on its way has no rid on the server yet: sent once it has)
+                if t.wire and sent.get(t.rid) != t.wire:
+                    self._post("/abort_request", {"rid": t.wire})
+                    sent[t.rid] = t.wire
+            time.sleep(0.01)
+        if left:
+            raise SGLangError(f"{self.url}: the abort of request {left[0].rid} (rid {left[0].wire}) was not confirmed within "
+                              f"{self.abort_confirm_s:g} s" + (f" (and {len(left) - 1} more)" if len(left) > 1 else "")
+                              + "; it is not handed over (it could run twice). Fix: check the server's health, then "
+                              "retry the drain")
         return self.export()
 
     def export(self) -> list[dict]:
@@ -340,6 +405,33 @@ class SGLangEngine:
                               f"(e.g. {running[0]}); SGLang releases only when idle. Fix: drain the engine, or "
                               f"pause it with mode=retract, first")
         self._post("/release_memory_occupation", {"tags": list(tags)})
+
+    def server_info(self) -> dict:
+        """``/get_server_info``: the version and the server's arguments."""
+        async def get():
+            try:
+                return await self.http.get(self.url + "/get_server_info", timeout=self.timeout_s)
+            except httpx.HTTPError as exc:
+                raise SGLangError(f"{self.url}/get_server_info: {type(exc).__name__} {exc}") from None
+        r = self._sync(get())
+        if r.status_code != 200:
+            raise SGLangError(f"{self.url}/get_server_info answered {r.status_code}: {r.text[:200]}")
+        return r.json()
+
+    def destroy_weights_group(self, group_name: str) -> bool:
+        """Leave a weight-sync group; False if the server had none of that name."""
+        return bool(self._post("/destroy_weights_update_group", {"group_name": group_name}).json().get("success"))
+
+    def update_weights_from_tensor(self, serialized_per_rank: list[str], version: str = "", flush_cache: bool = True,
+                                   load_format: Optional[str] = None) -> dict:
+        """Colocated engines: the named tensors, serialised once per TP rank."""
+        r = self._post("/update_weights_from_tensor", {"serialized_named_tensors": serialized_per_rank,
+                                                       "load_format": load_format, "flush_cache": flush_cache,
+                                                       "weight_version": version}, timeout=max(self.timeout_s, 120.0))
+        data = r.json()
+        if not data.get("success"):
+            raise SGLangError(f"{self.url}: weight update refused: {data.get('message')}")
+        return data
 
     def resume_memory(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
         self._post("/resume_memory_occupation", {"tags": list(tags)})

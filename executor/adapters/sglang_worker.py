@@ -5,8 +5,9 @@ engine (the methods of :class:`executor.workers.engine.RolloutEngine`: ``admit``
 ``undrain``, ``export``, ``release``, ``load``, ``score``, ``save_state``, ``set_epoch``,
 ``ready``, ``step``) by driving one SGLang server through :class:`~executor.adapters.sglang.SGLangEngine`:
 
-* a request record may carry SGLang ``sampling_params`` (else greedy with ``max_new_tokens =
-  target_len``); they travel with the request through the ledger, so the engine that resumes a
+* a request record may carry ``sampling`` and / or SGLang ``sampling_params`` (read alike,
+  :mod:`executor.workers.sampling`; else greedy with ``max_new_tokens = target_len``); they
+  travel with the request through the ledger, so the engine that resumes a
   moved request generates with the same parameters;
 * completions go to the coordinator with the worker's lease, with the request's output logprobs
   (``meta``), and are fenced like any engine's: a stale or non-owner completion is refused;
@@ -31,6 +32,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from executor.adapters.sglang import SGLangEngine
+from executor.workers import sampling
 
 
 class SGLangRolloutWorker:
@@ -44,7 +46,8 @@ class SGLangRolloutWorker:
                                    generate_timeout_s=float(config.get("generate_timeout_s", 600.0)),
                                    drain_grace_s=float(config.get("drain_grace_s", 5.0)),
                                    return_logprob=bool(config.get("return_logprob", True)),
-                                   weight_sync_backend=config.get("weight_sync_backend", "nccl"))
+                                   weight_sync_backend=config.get("weight_sync_backend", "nccl"),
+                                   abort_confirm_s=float(config.get("abort_confirm_s", 30.0)), rid_salt=worker_id)
         if not self.engine.healthy():
             self.engine.close()
             raise RuntimeError(f"{worker_id}: SGLang at {config['url']} does not answer /health")
@@ -62,7 +65,7 @@ class SGLangRolloutWorker:
             t = self.engine.requests.get(d["id"])
             if t is not None and t.state in ("running", "done", "pending"):
                 continue  # idempotent: a resumed handoff may offer the same request twice
-            sp = d.get("sampling_params") or {"max_new_tokens": int(d["target_len"]), "temperature": 0.0}
+            sp = sampling.sglang_params(d)  # `sampling` and `sampling_params` alike (executor.workers.sampling)
             with self._lock:
                 self._meta[d["id"]] = {k: v for k, v in d.items() if k not in ("output", "logprobs")}
             self.engine.submit(d["id"], d["prompt"], sp, d.get("output") or [], d.get("logprobs") or [],
@@ -80,6 +83,14 @@ class SGLangRolloutWorker:
         self.epoch = epoch
 
     def step(self) -> int:
+        return len(self.engine.in_flight())
+
+    @property
+    def pending(self) -> int:  # (what the sim backend's clock looks at; SGLang decodes on its own)
+        return 0
+
+    @property
+    def running(self) -> int:
         return len(self.engine.in_flight())
 
     # ------------------------------------------------------------------ migration

@@ -74,12 +74,17 @@ def check_creates(creates: Any) -> None:
         raise safestate.BadState("its record of created workers is malformed")
 
 
-def check_worker(wid: Any, rec: Any, nodes: dict) -> None:
-    """A worker row: (create arguments naming a node of the world, a worker object, alive)."""
+def check_worker(wid: Any, rec: Any, nodes: dict, lenient: bool = False) -> None:
+    """A worker row: (create arguments naming a node of the world, a worker object, alive).
+    ``lenient`` (observe-only, the core install): a worker whose class needs torch is a
+    :class:`safestate.Unloaded` naming one of the worker classes."""
     if not (isinstance(rec, tuple) and len(rec) == 3 and type(rec[0]) is dict and type(rec[2]) is bool):
         raise safestate.BadState(f"the record of worker {str(wid)[:80]!r} is malformed")
     args, obj = rec[0], rec[1]
-    if type(obj).__name__ not in WORKER_CLASSES or safestate.allowed_class(type(obj).__name__, load=False) is not type(obj):
+    if lenient and isinstance(obj, safestate.Unloaded):
+        if obj.name not in WORKER_CLASSES:
+            raise safestate.BadState(f"the record of worker {str(wid)[:80]!r} holds a {str(obj.name)[:80]}, not a worker")
+    elif type(obj).__name__ not in WORKER_CLASSES or safestate.allowed_class(type(obj).__name__, load=False) is not type(obj):
         raise safestate.BadState(f"the record of worker {str(wid)[:80]!r} holds a {type(obj).__name__}, not a worker")
     w = args.get("worker")
     if not (type(w) is dict and w.get("id") == wid and isinstance(w.get("node"), str) and _int(w.get("gpus", 0), 0, 64)):
@@ -96,9 +101,11 @@ class SimBackend:
     name = "sim"
 
     def __init__(self, nodes: dict[str, Node] | list[Node], *, deadlines: Optional[Deadlines] = None,
-                 ticks_per_call: int = 0, state_path: str | Path | None = None, readonly: bool = False) -> None:
-        """``readonly``: the state file is only read (``planner status``): opened read-only, never
-        created, never written (a missing or empty file is an empty cluster)."""
+                 ticks_per_call: int = 0, state_path: str | Path | None = None, observe_only: bool = False) -> None:
+        # observe_only: read the saved cluster to show or diff it; workers whose classes need torch
+        # (absent on the core install) are loaded as safestate.Unloaded, and nothing is ever saved
+        self.observe_only = observe_only
+        self.readonly = observe_only  # the file is opened read-only and never created or written
         self._nodes = dict(nodes) if isinstance(nodes, dict) else {n.name: n for n in nodes}
         self.deadlines = deadlines or Deadlines()
         self.ticks_per_call = ticks_per_call
@@ -110,8 +117,7 @@ class SimBackend:
         self._conn: Optional[sqlite3.Connection] = None
         self._dirty: set[str] = set()
         self._stamp: Optional[bytes] = None  # the file's save stamp as of our last load or save
-        self.readonly = readonly
-        if self.state_path and self.state_path.exists() and not (readonly and self.state_path.stat().st_size == 0):
+        if self.state_path and self.state_path.exists() and not (self.readonly and self.state_path.stat().st_size == 0):
             self._load()
 
     # ------------------------------------------------------------------ persistence
@@ -186,8 +192,8 @@ class SimBackend:
             if n_workers > MAX_WORKERS:
                 raise safestate.BadState(f"it holds {n_workers:,} workers, more than {MAX_WORKERS:,}")
             for wid, blob in c.execute("SELECT id, blob FROM workers"):
-                rec = safestate.loads(blob)
-                check_worker(wid, rec, nodes)
+                rec = safestate.loads(blob, lenient=self.observe_only)
+                check_worker(wid, rec, nodes, lenient=self.observe_only)
                 workers.append((wid, rec))
         except safestate.BadState as exc:
             raise self._refuse(str(exc)) from None
@@ -235,6 +241,8 @@ class SimBackend:
     def save(self) -> None:
         if not self.state_path:
             return
+        if self.observe_only:
+            raise RuntimeError("an observe-only sim backend (status, apply --dry-run) never saves the cluster")
         c = self._db()
         rows: list[tuple[str, Optional[bytes]]] = []
         for wid in sorted(self._dirty):
@@ -319,6 +327,7 @@ class SimBackend:
         self.touch(worker_id)
         if w is None:
             return "already gone"
+        _close(w.obj)
         return "stopped" if w.alive else "reaped (its process was already gone)"
 
     def reshard(self, component: str, old: list[dict], new: list[dict], old_layout: Layout, new_layout: Layout,
@@ -398,6 +407,7 @@ class SimBackend:
         w = self.workers.get(worker_id)
         if w:
             w.alive = False
+            _close(w.obj)  # what a process takes with it (an engine's server: PR_SET_PDEATHSIG)
             self.touch(worker_id)
 
     def freeze(self, worker_id: str) -> None:
@@ -414,3 +424,10 @@ class SimBackend:
         if w:
             self.touch(worker_id)
         return w.obj if w else None
+
+
+def _close(obj: Any) -> None:
+    """A worker holding outside resources (a server process, a client) lets them go when stopped."""
+    close = getattr(obj, "close", None)
+    if callable(close):
+        close()

@@ -21,6 +21,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from executor.workers import sampling
+
 BLOCK = 16
 
 
@@ -89,7 +91,7 @@ class RolloutEngine:
                 if d["id"] in have:
                     continue  # idempotent: a resumed handoff may offer the same request twice
                 self.pending.append(Req(d["id"], list(d["prompt"]), d["seed"], d["target_len"], list(d.get("output", [])),
-                                        d.get("turns_done", 0), d.get("age", 0), dict(d.get("sampling") or {})))
+                                        d.get("turns_done", 0), d.get("age", 0), sampling.merged(d)))
                 n += 1
             return n
 

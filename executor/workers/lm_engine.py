@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from executor.workers import shardstate
+from executor.workers import sampling, shardstate
 from executor.workers import tinylm as lm
 from executor.workers.engine import Req, RolloutEngine
 
@@ -178,7 +178,7 @@ def reference_output(model: dict, req: dict) -> tuple[list[int], list[float]]:
     """The output and logprobs of ``req`` decoded from start to end on one engine, never moved:
     what every migration must reproduce bit for bit."""
     e = LMEngine("reference", 0, lambda *a: True, {"max_batch": 1}, model=model)
-    r = Req(req["id"], list(req["prompt"]), req["seed"], req["target_len"], [], sampling=dict(req.get("sampling") or {}))
+    r = Req(req["id"], list(req["prompt"]), req["seed"], req["target_len"], [], sampling=sampling.merged(req))
     e._dec.clear()
     while len(r.output) < r.target_len:
         e._advance(r)

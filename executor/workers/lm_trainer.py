@@ -45,7 +45,7 @@ def _detached(method: str, *args: Any) -> Any:
 def check_size(spec) -> None:
     """Refuse a model bigger than any target may ask for (executor.target.MAX_STANDIN_PARAMS), before allocating it."""
     from executor.safestate import BadState
-    from executor.target import MAX_STANDIN_PARAMS
+    from executor.state import MAX_STANDIN_PARAMS
 
     dims = (spec.hidden, spec.ffn, spec.layers, spec.vocab)
     if not all(type(x) is int and 0 < x <= 1 << 20 for x in dims):

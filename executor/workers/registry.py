@@ -136,6 +136,18 @@ def _lm_trainer(args, epoch, coord, fail_start):
                          init=args.get("init", "fresh"), fail_start=fail_start)
 
 
+def _sglang_rollout(args, epoch, coord, fail_start):
+    from executor.workers.sglang_worker import make
+
+    return make(args, epoch, coord, fail_start)
+
+
+def _megatron_trainer(args, epoch, coord, fail_start):
+    from executor.workers.megatron_trainer import make
+
+    return make(args, epoch, coord, fail_start)
+
+
 def _builtins() -> None:
     if "toy" not in _REGISTRY:
         register(Impl("toy", _toy_rollout, _toy_trainer, _service, "wire",
@@ -143,3 +155,10 @@ def _builtins() -> None:
     if "tinylm" not in _REGISTRY:
         register(Impl("tinylm", _lm_rollout, _lm_trainer, _service, "dcp",
                       "a small transformer on CPU: KV-cache decoding with logprobs; GRPO loss, AdamW, TP/DP; DCP resharding"))
+    if "sglang" not in _REGISTRY:
+        register(Impl("sglang", rollout=_sglang_rollout, description="rollout engines: one SGLang server each, launched on the "
+                      "worker's GPUs (engine.launch) or attached (engine.url); the sglang extra"))
+    if "megatron" not in _REGISTRY:
+        register(Impl("megatron", trainer=_megatron_trainer, service=_service, p2p="dcp",
+                      description="trainer ranks in Megatron-LM's dist_checkpointing layout (GPTModel keys, stacked layers); "
+                                  "P2P reshard through torch_dist checkpoints"))

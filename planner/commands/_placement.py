@@ -8,11 +8,11 @@ from typing import Optional
 from planner.errors import Problem, UserError
 
 KIND = "PlacementPlan"
-SUMMARY_GROUPS = 20  # groups listed on the terminal (the plan has them all)
 
 
-def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, command: str = "plan"):
-    """(instance, name, digest, scenario or None) from a scenario YAML or a numbers-only instance file."""
+def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, command: str = "plan", progress=None):
+    """(instance, name, digest, scenario or None) from a scenario YAML or a numbers-only instance file;
+    ``progress``: a :class:`planner.statusline.Status` told which job's phase times are being estimated."""
     from planner.instances.placement_files import instance_data, load_instance, read_data
 
     if not Path(path).exists():
@@ -35,7 +35,19 @@ def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, comma
     from planner.schema import load_scenario
 
     sc = load_scenario(path, parsed=found.doc)
-    return compile_scenario(sc, mode, margin), sc.name, scenario_digest(sc), sc
+    on_job = None
+    if progress is not None:
+        est = mode or sc.solver.phase_time_estimate
+
+        def on_job(k: int, n: int, job: str) -> None:
+            progress.update(f"{command}: estimating phase times ({est}, by simulation): job {k + 1}/{n}, {job}")
+    from planner.instances import cache
+
+    digest = scenario_digest(sc)
+    est_mode = mode or sc.solver.phase_time_estimate
+    key = f"{digest}-{cache.referenced_digest(sc)}" if cache.enabled() else digest
+    inst = cache.instance(key, est_mode, margin, lambda: compile_scenario(sc, mode, margin, on_job=on_job))
+    return inst, sc.name, digest, sc
 
 
 def instance_digest(inst) -> str:
@@ -88,39 +100,26 @@ def plan_text(body, record: dict, name: str, digest: str, fmt: str) -> str:
     return yaml.dump(data, Dumper=plandoc._Dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
+def default_out(name: str, suffix: str = "plan") -> str:
+    """The file a plan goes to without ``--out``: ``NAME.plan.yaml`` in the current folder (the
+    scenario's name, made safe for a file name)."""
+    import re
+
+    return (re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-") or "plan") + f".{suffix}.yaml"
+
+
 def write_plan(body, record: dict, name: str, digest: str, out: Optional[str], as_json: bool = False) -> str:
-    """Write the plan document to ``out`` (else YAML on stdout); ``as_json``: also print it as JSON on stdout."""
-    if out:
+    """Write the plan document to ``out`` (``-``: YAML on stdout only); ``as_json``: also print it
+    as JSON on stdout (with ``-``: JSON instead of YAML)."""
+    if out and out != "-":
         from planner.safewrite import write_atomic
 
         p = Path(out)  # atomic, as plandoc.write: a failed write never leaves half a plan
         write_atomic(p, plan_text(body, record, name, digest, "json" if p.suffix == ".json" else "yaml"), where="--out")
-    if as_json:
-        print(plan_text(body, record, name, digest, "json"), end="")
-    elif not out:
-        print(plan_text(body, record, name, digest, "yaml"), end="")
+    if not out or out == "-" or as_json:
+        print(plan_text(body, record, name, digest, "json" if as_json else "yaml"), end="")
     return out or "-"
 
 
 def unplaced_error(plan, title: str) -> UserError:
     return UserError([Problem(f"job {u.job}", f"cannot be placed ({u.reason}): {u.message}", u.fix) for u in plan.unplaced], title=title)
-
-
-def summary(plan, record: dict) -> str:
-    lines = []
-    gap = record.get("gap")
-    bound = record.get("best_bound")
-    lines.append(f"{len(plan.groups)} group(s), {sum(len(g.members) for g in plan.groups)} job(s) placed, "
-                 f"{len(plan.unplaced)} unplaced; cost {plan.cost_per_hour:.2f} $/h"
-                 + (f" + moves {plan.move_cost_per_hour:.2f} $/h ({len(plan.moved_jobs)} job(s))" if plan.moved_jobs else "")
-                 + (f"; greedy {plan.greedy_cost_per_hour:.2f} $/h" if plan.greedy_cost_per_hour is not None else "")
-                 + (f"; bound {bound:.2f} (gap {100 * gap:.2f}%)" if bound is not None and gap is not None else "")
-                 + f"; {record['backend']} {record['status']} in {record['wall_time_s']:.2f} s")
-    for g in plan.groups[:SUMMARY_GROUPS]:
-        worst = min(g.members, key=lambda m: m.slack_s)
-        lines.append(f"  {g.id}: {g.rollout_pool.size}x{g.rollout_pool.gpu_type} rollout + {g.train_pool.size}x{g.train_pool.gpu_type} "
-                     f"training, {g.cost_per_hour:.1f} $/h, cycle {g.cycle_time_s:.1f} s, busy {100 * g.rollout_busy:.0f}%/"
-                     f"{100 * g.train_busy:.0f}%, members {', '.join(g.order)} (least slack {worst.slack_s:.1f} s: {worst.job})")
-    if len(plan.groups) > SUMMARY_GROUPS:
-        lines.append(f"  ... and {len(plan.groups) - SUMMARY_GROUPS} more group(s) in the plan")
-    return "\n".join(lines)

@@ -29,7 +29,10 @@ def run_plan(args, sc, out, console, write_files) -> int:
         notes.append("the scenario changed since the plan was made (digest differs): phase times are today's")
     if not plan.groups:
         raise UserError(Problem("--plan", "the plan has no groups to simulate", "plan at least one job"))
-    res = simulate_plan(sc, plan, seed=args.seed, iterations=max(8, args.iterations or 24))
+    from planner.statusline import status
+
+    with status(f"simulate: the plan's {len(plan.groups)} group(s), request by request"):
+        res = simulate_plan(sc, plan, seed=args.seed, iterations=max(8, args.iterations or 24))
     d = res.to_dict()
     d.update(command="planner simulate " + " ".join(_argv(args)), plan=str(args.plan), notes=notes)
     if args.json:
@@ -41,8 +44,9 @@ def run_plan(args, sc, out, console, write_files) -> int:
         for title, header, rows in ((f"{sc.name}: plan {args.plan}, planned vs simulated cycle per group", GROUP_HEADER, grows),
                                     ("SLO attainment per job", JOB_HEADER, jrows)):
             t = Table(title=title, title_justify="left")
+            rows = _short_names(rows, header)
             for i, h in enumerate(header):
-                t.add_column(h, justify="right" if i >= len(header) - 4 else "left")
+                t.add_column(h, justify="right" if i >= len(header) - 4 else "left", overflow="fold")
             for r in rows:
                 t.add_row(*r)
             console.print(t)
@@ -59,3 +63,17 @@ def _argv(args) -> list[str]:
     import sys
 
     return sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "simulate" else [args.scenario, "--plan", str(args.plan)]
+
+
+NAME_WIDTH = 14  # job names in the tables: shortened (head~tail, unique) to this, one name a line
+
+
+def _short_names(rows, header):
+    """Job names shortened uniquely (:func:`planner.commands._plan_summary.abbreviate`), a members
+    cell one name a line: on an 80-column terminal rich would otherwise cut or break them mid-name."""
+    from planner.commands._plan_summary import abbreviate
+
+    cols = [i for i, h in enumerate(header) if h.startswith(("job", "members"))]
+    names = sorted({n for r in rows for i in cols for n in str(r[i]).split(", ")})
+    short = abbreviate(names, NAME_WIDTH)
+    return [tuple("\n".join(short.get(n, n) for n in str(v).split(", ")) if i in cols else v for i, v in enumerate(r)) for r in rows]

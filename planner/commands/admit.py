@@ -20,7 +20,8 @@ def add_arguments(p) -> None:
     p.add_argument("--job", action="append", required=True, metavar="NAME", help="job to admit (repeatable, in arrival order)")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (scenarios only)")
     p.add_argument("--json", action="store_true", help="print the new plan document as JSON on stdout (also with --out)")
-    p.add_argument("--out", "-o", metavar="FILE", help="write the new plan here (default: stdout)")
+    p.add_argument("--out", "-o", metavar="FILE", help="write the new plan here (.json: JSON, else YAML); default: "
+                                                       "NAME.admitted.yaml in the current folder (named in the summary); '-': stdout only")
 
 
 def run(args) -> int:
@@ -37,11 +38,15 @@ def run(args) -> int:
     from formulation.placement.greedy import Packer
     from formulation.placement.plan import Unplaced, build_plan, reusable
     from formulation.placement.solve import read_current
-    from planner.commands._placement import load_input, read_plan, unplaced_error, write_plan
+    from planner.commands._placement import default_out, load_input, read_plan, unplaced_error, write_plan
+    from planner.commands._plan_summary import summary
     from planner.errors import Problem, UserError, did_you_mean
 
     t0 = time.perf_counter()
-    inst, name, digest, _ = load_input(args.input, args.mode, command="admit")
+    from planner.statusline import status
+
+    with status("admit: reading the input and estimating every job's phase times") as st:
+        inst, name, digest, sc = load_input(args.input, args.mode, command="admit", progress=st)
     _, current = read_plan(args.current, "admit")
     idx = Index(inst)
     cur = read_current(idx, current)
@@ -102,8 +107,16 @@ def run(args) -> int:
     record = SolveRecord(backend="greedy-admit", status=SolveStatus.FEASIBLE, objective=plan.cost_per_hour,
                          wall_time_s=time.perf_counter() - t0, warm_start="previous-plan",
                          message="; ".join(lines) + f"; admission decisions took {1e3 * t_admit:.2f} ms").as_dict()
-    where = write_plan(plan, record, name, digest, args.out, args.json)
+    if sc is not None:
+        record["phase_time_estimate"] = args.mode or sc.solver.phase_time_estimate
+    out = args.out or default_out(name, "admitted")
+    if out != "-":
+        write_plan(plan, record, name, digest, out)
     for ln in lines:
         print(ln, file=sys.stderr)
-    print(f"cost {current.cost_per_hour:.2f} -> {plan.cost_per_hour:.2f} $/h" + (f"; wrote {where}" if where != "-" else ""), file=sys.stderr)
+    print(f"cost {current.cost_per_hour:.2f} -> {plan.cost_per_hour:.2f} $/h", file=sys.stderr)
+    print(summary(plan, record, name, out), file=sys.stderr)
+    sys.stderr.flush()
+    if out == "-" or args.json:  # on stdout after the summary
+        write_plan(plan, record, name, digest, "-", args.json)
     return 0

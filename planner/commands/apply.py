@@ -115,7 +115,8 @@ def run(args) -> int:
     if unfinished and unfinished["plan_digest"] != plan_digest(doc) and not args.dry_run:
         # Refused before touching the cluster: another plan's apply is half done.
         Journal(jp).open_apply(plan_digest(doc), args.plan, args.backend, [])
-    backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, nodes=nodes, deadlines=deadlines)
+    backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, nodes=nodes, deadlines=deadlines,
+                           observe_only=args.dry_run)
     target, name, digest = read_target(args.plan, lambda: observe(backend), args.scenario)
     if unfinished and unfinished["plan_digest"] == digest and not args.dry_run:
         # An interrupted apply of this very plan: finish the journaled steps, do not re-diff.

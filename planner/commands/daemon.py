@@ -160,7 +160,9 @@ def run(args) -> int:
     if args.scenario:  # a bad scenario is refused before the state file is created
         from planner.schema import load_scenario
 
-        load_scenario(args.scenario)
+        sc = load_scenario(args.scenario)
+        if args.until_idle and args.max_cycles is None:
+            _refuse_endless(sc, args.scenario)
     from planner.daemon.datafiles import check_data_dir
 
     host, port = args.listen
@@ -176,3 +178,17 @@ def run(args) -> int:
                                  max_jobs_per_token=args.max_jobs_per_token),
                    ray_address=args.ray_address, data_dir=check_data_dir(args.data_dir))
     return Daemon(opts).open().run()
+
+
+def _refuse_endless(sc, path) -> None:
+    """``--until-idle`` ends when every job has ended: a job without ``duration_s`` runs until it is
+    cancelled, so the daemon would never be idle. Refused before anything starts, with the fix."""
+    from planner.errors import Problem, UserError
+
+    endless = [f"jobs[{i}] ({j.name})" for i, j in enumerate(sc.jobs) if j.duration_s is None]
+    if endless:
+        shown = ", ".join(endless[:5]) + (f" and {len(endless) - 5} more" if len(endless) > 5 else "")
+        raise UserError(Problem("--until-idle", f"{path}: {shown} ha{'s' if len(endless) == 1 else 've'} no duration_s: "
+                                f"{'it runs' if len(endless) == 1 else 'they run'} until cancelled, so the daemon would never be idle",
+                                "give every job a duration_s, or stop at a stated horizon with --max-cycles N "
+                                "(N x --period-s seconds of the daemon's clock)"))

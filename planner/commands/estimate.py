@@ -27,11 +27,15 @@ def job_estimates(sc, mode: str, only: list[str] | None = None):
     for n in only or []:
         if n not in names:
             raise UserError(Problem("--job", f"no job '{n}' in the scenario.{did_you_mean(n, names)}"))
+    from planner.statusline import status
+
     out = []
-    for job in sc.jobs:
-        if only and job.name not in only:
-            continue
-        out.append((job, estimate_job(job, view, mode)))
+    with status("estimate: phase times by simulation") as st:
+        for k, job in enumerate(sc.jobs):
+            if only and job.name not in only:
+                continue
+            st.update(f"estimate: phase times by simulation ({mode}): job {k + 1}/{len(sc.jobs)}, {job.name}")
+            out.append((job, estimate_job(job, view, mode)))
     return view, out
 
 

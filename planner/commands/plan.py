@@ -36,13 +36,15 @@ def add_arguments(p) -> None:
                         "scenario's solver.time_limit_s, else 60)")
     p.add_argument("--mip-gap", type=_args.number(hi=1.0), default=None, help="relative gap at which a solve may stop (default 1e-4)")
     p.add_argument("--threads", type=_args.number(1, _args.MAX_THREADS, kind=int), default=None, help="solver threads (default: the scenario's, else 1)")
-    p.add_argument("--current", metavar="PLAN", help="the current plan: warm start, keep its groups' nodes, price moves")
+    p.add_argument("--current", metavar="CURRENT_PLAN",
+                   help="the current PlacementPlan (a plan file, not a scenario): warm start, keep its groups' nodes, price moves")
     p.add_argument("--move-price", type=_args.number(0.0, 1e4), default=None, metavar="USD_PER_H", help="$/h charged per moved job")
     p.add_argument("--mode", choices=["conservative", "sampled"], default=None, help="phase-time estimate (scenarios only)")
     p.add_argument("--json", action="store_true", help="print the plan document as JSON on stdout (also with --out)")
     p.add_argument("--margin", type=_args.number(0.0, 1.0), default=0.0, metavar="F",
                    help="explicit headroom: every phase time x (1 + F) on the same model, SLOs unchanged (scenarios only)")
-    p.add_argument("--out", "-o", metavar="FILE", help="write the plan document here (.json: JSON, else YAML); default: stdout")
+    p.add_argument("--out", "-o", metavar="FILE", help="write the plan document here (.json: JSON, else YAML); default: "
+                                                       "NAME.plan.yaml in the current folder (named in the summary); '-': stdout only")
     p.add_argument("--plot", metavar="PNG", help="write a timeline of one meta-iteration per group (rollout and training lanes)")
     p.add_argument("--save-instance", metavar="FILE", help="also write the numbers-only instance the plan was computed from")
     p.add_argument("--allow-unplaced", action="store_true", help="write the plan even when some jobs cannot be placed (exit 0)")
@@ -97,10 +99,13 @@ def run(args) -> int:
 
     from formulation.common import SolveOptions
     from formulation.placement.solve import solve
-    from planner.commands._placement import load_input, read_plan, summary, unplaced_error, write_plan
+    from planner.commands._placement import default_out, load_input, read_plan, unplaced_error, write_plan
+    from planner.commands._plan_summary import expected_cycles, summary
+    from planner.statusline import status
 
     _check_args(args)
-    inst, name, digest, sc = load_input(args.input, args.mode, args.margin)
+    with status("plan: reading the input and estimating every job's phase times") as st:
+        inst, name, digest, sc = load_input(args.input, args.mode, args.margin, progress=st)
     if args.move_price is not None:
         inst = inst.model_copy(update={"move_price_per_job": args.move_price})
     solver = sc.solver if sc is not None else None
@@ -130,6 +135,9 @@ def run(args) -> int:
         progress.done()
     record = res.record.as_dict()
     record["time_limit_s"] = limit
+    if sc is not None:
+        record["phase_time_estimate"] = args.mode or sc.solver.phase_time_estimate
+        record["margin"] = args.margin or None
     if load_cut:
         record["message"] = (record.get("message") or "") + "; cut short by the time limit: " + load_cut
     if res.plan.unplaced and not args.allow_unplaced:
@@ -139,10 +147,19 @@ def run(args) -> int:
         from planner.placement_plot import plot_plan
 
         plot_plan(res.plan, args.plot)
-    where = write_plan(res.plan, record, name, digest, args.out, args.json)
-    print(summary(res.plan, record), file=sys.stderr)
-    if where != "-":
-        print(f"wrote {where}" + (f" and {args.plot}" if args.plot else ""), file=sys.stderr)
+    expected = None
+    if sc is not None and record["phase_time_estimate"] == "conservative" and res.plan.groups:
+        with status("plan: simulating each group's expected cycle (sampled phase times)"):
+            expected = expected_cycles(sc, res.plan, deadline=t_start + 0.9 * limit)  # within the command's limit
+    out = args.out or default_out(name)
+    if out != "-":  # the file first: a closed stderr (a pager quit early) must not lose the plan
+        write_plan(res.plan, record, name, digest, out)
+    print(summary(res.plan, record, name, out, expected), file=sys.stderr)
+    if args.plot:
+        print(f"timeline written to {args.plot}", file=sys.stderr)
+    sys.stderr.flush()
+    if out == "-" or args.json:  # on stdout after the summary
+        write_plan(res.plan, record, name, digest, "-", args.json)
     return 0
 
 

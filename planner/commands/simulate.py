@@ -138,6 +138,7 @@ def decision_function(args, sc):
 
 
 MAX_SIMULATED_REQUEST_TURNS = 1 << 21  # about a minute of event simulation
+DEFAULT_JOB_ITERATIONS = 2  # --iterations of a one-job policy when not given
 
 
 def run_job(args, sc):
@@ -150,9 +151,10 @@ def run_job(args, sc):
         raise UserError(Problem("--policy", f"'{args.policy}' is a multi-job policy; --job selects the one-job model",
                                 f"use one of {', '.join(JOB_POLICIES)} with --job, or drop --job"))
     idx, job = pick_job(sc, args.job)
-    work = job.rollout.batch_prompts * job.rollout.group_size * job.rollout.turns * args.iterations
+    iterations = args.iterations if args.iterations is not None else DEFAULT_JOB_ITERATIONS
+    work = job.rollout.batch_prompts * job.rollout.group_size * job.rollout.turns * iterations
     if work > MAX_SIMULATED_REQUEST_TURNS:  # each request turn is an event: bounded time and memory
-        raise UserError(Problem("--iterations", f"{args.iterations} iteration(s) of {job.name} simulate {work:,} request turns, "
+        raise UserError(Problem("--iterations", f"{iterations} iteration(s) of {job.name} simulate {work:,} request turns, "
                                                 f"more than {MAX_SIMULATED_REQUEST_TURNS:,}", "run fewer --iterations"))
     view = cluster_view(sc)
     setup = job_setup(sc, idx, job, view, args.seed)
@@ -167,7 +169,7 @@ def run_job(args, sc):
                     consolidate_at=cons, decision=decision_function(args, sc) if name == "dynamic" else None,
                     record_snapshots=args.snapshots)
     try:
-        sim = JobSim(setup, policy, seed=args.seed, iterations=args.iterations or 2)
+        sim = JobSim(setup, policy, seed=args.seed, iterations=iterations)
     except ValueError as exc:
         raise UserError(Problem(f"jobs[{idx}] ({job.name})", str(exc), "pick a larger GPU type or more tensor parallelism")) from None
     return sim.run()

@@ -30,19 +30,21 @@ def run(args) -> int:
     from executor.session import journal_path, open_backend
 
     if args.backend == "sim":
-        from executor.session import sim_state_path
+        from executor.session import missing_modules, sim_state_path
 
         from planner.errors import Problem, UserError
 
         path = sim_state_path(args.sim_state)
         if not path.exists():
             raise UserError(Problem("--sim-state", f"no simulated cluster at {path}: nothing was applied with --backend sim here",
-                                    "apply a plan first (planner apply PLAN --scenario SCENARIO --backend sim), "
-                                    "or pass --sim-state of an existing cluster"))
+                                    "apply a plan first (planner apply PLAN --scenario SCENARIO --backend sim"
+                                    + ("; a real apply needs the executor extra: pip install 'rl-planner[executor]'"
+                                       if missing_modules("sim") else "")
+                                    + "), or pass --sim-state of an existing cluster"))
         if path.is_file() and path.stat().st_size == 0:
             raise UserError(Problem("--sim-state", f"{path} is empty: no simulated cluster was saved in it",
                                     "pass --sim-state of an existing cluster (status reads it and never writes it)"))
-    backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, readonly=True)
+    backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, observe_only=True)
     st = observe(backend)
     ledger = backend.coord("ledger_summary")
     jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)

@@ -29,7 +29,10 @@ def run(args) -> int:
     from formulation.placement.check import check
     from planner.commands._placement import load_input, read_plan, same_input
 
-    inst, name, digest, _ = load_input(args.input, args.mode, command="validate-plan")
+    from planner.statusline import status
+
+    with status("validate-plan: reading the input and estimating every job's phase times") as st:
+        inst, name, digest, _ = load_input(args.input, args.mode, command="validate-plan", progress=st)
     doc, plan = read_plan(args.plan, "validate-plan")
     same = same_input(doc.scenario_digest, digest, inst)
     if not same and not args.force:

@@ -118,8 +118,10 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
 
     info = report.machine()
     t0 = time.perf_counter()
-    inst = compile_capacity(sc, mode)
     from planner.statusline import eta, note, status
+
+    with status(f"what-if: estimating the phase times of {len(sc.jobs)} job(s) on every GPU type and pool size"):
+        inst = compile_capacity(sc, mode)
 
     opts = SolveOptions(time_limit_s=time_limit, mip_gap=gap, threads=sc.solver.threads, seed=sc.solver.seed)
     with status(f"what-if: the cheapest fleet for {len(inst.placement.jobs)} job(s) over {len(inst.types)} GPU type(s)"):
@@ -324,4 +326,4 @@ def _write_sweep(out, sc, results, keys, styles, types, head, body, command, inf
     labels = [", ".join(f"{r.values[k]:.3g}" for k in keys) for r in results]
     fleets = [r.style("co-execution").fleet if r.style("co-execution").served else {} for r in results]
     with replacing(d / "fleet.png", where="--out", suffix=".png") as tmp:
-        report.plot_fleet(labels, fleets, types, tmp, f"{sc.name}: co-execution fleet", ", ".join(keys))
+        report.plot_fleet(labels, fleets, types, tmp, f"{sc.name}: co-execution fleet", ", ".join(report.axis_label(k) for k in keys))

@@ -464,8 +464,10 @@ class Daemon:
                 f"clock {self.cfg.clock}, role {self.service.role})")
         print(line, flush=True)
         if self.token_created is not None:
+            # the token itself is never printed (logs keep what a daemon prints): where to read it is
             print(f"planner daemon: generated the API token file {self.token_file} (mode 0600) with one admin token; clients send "
-                  f"'Authorization: Bearer {self.token_created}'", flush=True)
+                  f"'Authorization: Bearer TOKEN' with TOKEN from that file, e.g. "
+                  f"$(awk '/^admin/ {{print $3}}' {self.token_file})", flush=True)
         elif self.tokens is None:
             print("planner daemon: --insecure: the API takes requests from anyone who can reach it", flush=True)
         else:

@@ -41,7 +41,7 @@ def resolve_gpu_types(scenario: Scenario) -> dict[str, GPUSpec]:
 
 def resolve_model(job: JobSpec) -> ModelDims:
     if isinstance(job.model, str):
-        return model_presets.preset(job.model)
+        return model_presets.resolve(job.model)
     m = job.model
     return ModelDims(
         name=m.name, hidden_size=m.hidden_size, num_layers=m.num_layers, num_heads=m.num_heads,

@@ -80,7 +80,8 @@ def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0)
                         train_state_gb=state_gb, arrival_s=job.arrival_s)
 
 
-def compile_scenario(sc: Scenario, mode: str | None = None, margin: float = 0.0) -> PlacementInstance:
+def compile_scenario(sc: Scenario, mode: str | None = None, margin: float = 0.0, on_job=None) -> PlacementInstance:
+    """``on_job(k, n, name)``: called before each job's phase times are estimated (status lines)."""
     view = ClusterView(sc, resolve_gpu_types(sc))
     mode = mode or sc.solver.phase_time_estimate
     pools = {}
@@ -89,7 +90,11 @@ def compile_scenario(sc: Scenario, mode: str | None = None, margin: float = 0.0)
         price = spec.price_per_gpu_hour if spec and spec.price_per_gpu_hour else view.gpu_types[t].price_per_gpu_hour
         pools[t] = PoolType(gpus_per_node=view.gpus_per_node(t), price_per_gpu_hour=price, dram_gb=view.dram_gb(t),
                             count=view.nodes_of(t), node_names=view.node_names(t))
-    jobs = [compile_job(j, view, mode, margin) for j in sc.jobs]
+    jobs = []
+    for k, j in enumerate(sc.jobs):
+        if on_job is not None:
+            on_job(k, len(sc.jobs), j.name)
+        jobs.append(compile_job(j, view, mode, margin))
     return PlacementInstance(name=sc.name, pool_types=pools, jobs=jobs, move_price_per_job=sc.solver.move_price_per_job)
 
 

@@ -11,11 +11,13 @@
 
 from __future__ import annotations
 
+import math
+
 from estimators import gpus as gpu_catalogue
 from estimators import lengths as length_tables
 from estimators import models as model_presets
 from planner.errors import Problem, UserError, did_you_mean
-from planner.schema.loader import Document
+from planner.safeload import Document
 from planner.schema.scenario import Scenario, ServegenLengths
 
 
@@ -23,7 +25,7 @@ def check_scenario(sc: Scenario, doc: Document | None = None) -> None:
     problems: list[Problem] = []
 
     def add(path: tuple, msg: str, fix: str = "") -> None:
-        from planner.schema.loader import _fmt
+        from planner.safeload import fmt_path as _fmt
 
         problems.append(Problem(_fmt(path), msg, fix, source=doc.where(path) if doc else ""))
 
@@ -76,10 +78,15 @@ def check_scenario(sc: Scenario, doc: Document | None = None) -> None:
         seen_jobs.add(job.name)
         if isinstance(job.model, str):
             try:
-                model_presets.preset(job.model)
+                model_presets.resolve(job.model)
             except KeyError:
                 add(p + ("model",), f"unknown model preset '{job.model}'.{did_you_mean(job.model, model_presets.preset_names())}",
-                    f"use one of {', '.join(model_presets.preset_names())} or give the dimensions as a mapping")
+                    f"use one of {', '.join(model_presets.preset_names())}, a local Hugging Face config.json (or its "
+                    f"directory), or give the dimensions as a mapping")
+                continue
+            except ValueError as exc:  # a config.json that cannot give the dimensions
+                add(p + ("model",), str(exc), "point model: at a dense decoder's Hugging Face config.json, or give the "
+                    "dimensions as a mapping")
                 continue
         rl = job.rollout.response_lengths
         if isinstance(rl, ServegenLengths) and rl.client is not None and str(rl.client) not in clients:
@@ -134,7 +141,7 @@ def check_scenario(sc: Scenario, doc: Document | None = None) -> None:
             add(p + ("slo", "iteration_s"),
                 f"{job.slo.iteration_s:g} s is below the job's solo iteration time {est.solo_iteration_s:.1f} s on its best pools "
                 f"({a} rollout + {b} training) by {est.solo_iteration_s - job.slo.iteration_s:.1f} s",
-                f"raise slo.iteration_s to at least {est.solo_iteration_s:.0f}, or use slo.ratio_to_solo")
+                f"raise slo.iteration_s to at least {math.ceil(est.solo_iteration_s)}, or use slo.ratio_to_solo")
     if problems:
         raise UserError(problems, title=f"{doc.filename}: invalid scenario" if doc else "invalid scenario")
 

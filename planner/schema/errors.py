@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import Problem, did_you_mean
-from planner.schema.loader import Document, _fmt
+from planner.safeload import Document, fmt_path as _fmt
 
 
 def _clean_path(loc: tuple, data: Any) -> tuple[tuple, Any]:

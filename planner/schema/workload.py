@@ -97,7 +97,7 @@ def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) ->
     from estimators import datadir
     from estimators.traces import TraceError, table_mean
     from planner.errors import Problem, UserError
-    from planner.schema.loader import _fmt
+    from planner.safeload import fmt_path as _fmt
 
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     problems: list[Problem] = []

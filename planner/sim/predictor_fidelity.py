@@ -37,9 +37,10 @@ MOVE_SHARE = 0.25
 def _setup(name: str, seed: int = 0):
     from planner.instances.simulate import cluster_view, job_setup, pick_job
     from planner.schema import load_scenario
-    from planner.sim.fidelity import ROOT
+    from pathlib import Path
 
-    sc = load_scenario(ROOT / "scenarios" / "dynarl" / f"{name}.yaml")
+    root = Path(__file__).resolve().parents[2]  # the repository (not from planner.sim.fidelity: it imports this module)
+    sc = load_scenario(root / "scenarios" / "dynarl" / f"{name}.yaml")
     i, job = pick_job(sc, None)
     return sc, job_setup(sc, i, job, cluster_view(sc), seed)
 

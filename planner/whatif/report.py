@@ -145,6 +145,16 @@ TYPE_COLORS = {"H20": "#4C9F70", "H800": "#3B6FB6", "H100": "#C9822B", "H200": "
 STYLE_STYLE = {"co-execution": ("-", "o"), "solo-disaggregated": ("--", "s"), "colocated": (":", "^")}
 
 
+def axis_label(key: str) -> str:
+    """A sweep key with its unit, for a plot's axis (``price.H100`` -> ``price.H100 ($ per GPU-hour)``)."""
+    if key.startswith("price."):
+        return f"{key} ($ per GPU-hour)"
+    if key.startswith("max_nodes."):
+        return f"{key} (nodes available)"
+    return {"budget": "budget ($/h, most the fleet may cost)", "slo": "slo (factor on every job's SLO; < 1: tighter)",
+            "jobs": "jobs (factor on the job mix)", "response": "response (factor on response lengths)"}.get(key, key)
+
+
 def plot_cost(results, keys: list[str], styles: tuple[str, ...], path: Path) -> None:
     """$/h against the first swept key, one line per style (and per value of any other key)."""
     import matplotlib
@@ -175,7 +185,7 @@ def plot_cost(results, keys: list[str], styles: tuple[str, ...], path: Path) -> 
             if bx and style == "co-execution":
                 ax.plot(bx, by, linestyle="none", marker="_", markersize=10, color=line.get_color() if xs else "grey",
                         label="certified lower bound" + suffix)
-    ax.set_xlabel(x_key)
+    ax.set_xlabel(axis_label(x_key))
     ax.set_ylabel("fleet cost ($/h)")
     ax.set_title(f"cheapest fleet against {x_key}")
     ax.grid(alpha=0.3)

@@ -182,7 +182,8 @@ def test_token_file_checks_and_the_generated_default(tmp_path):
     try:
         generated = d.state.with_name(d.state.name + ".token")
         assert generated.stat().st_mode & 0o777 == 0o600
-        wait_for(lambda: d.token() in d.output(), what="the generated token printed")
+        wait_for(lambda: str(generated) in d.output(), what="the generated token file named")
+        assert d.token() not in d.output(), "the token itself is never printed (logs keep it)"
         port = int(d.url.rsplit(":", 1)[1])
         assert httpx.get(f"http://127.0.0.1:{port}/v1/jobs", timeout=30).status_code == 401
         assert httpx.get(f"http://127.0.0.1:{port}/v1/jobs", headers=d.headers(), timeout=30).status_code == 200

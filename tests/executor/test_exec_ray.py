@@ -30,6 +30,10 @@ from executor.workers.engine import expected_output
 from tests.executor.conftest import FROZEN_DEADLINES, short_deadlines
 
 pytestmark = pytest.mark.ray
+# The sglang worker test's server command (the SGLang stand-in), for the local cluster's workers
+# (set before the module's cluster starts; nothing else reads it).
+os.environ.setdefault("RL_PLANNER_SGLANG_CMD", __import__("json").dumps(
+    __import__("tests.executor.test_exec_sglang_impl", fromlist=["STANDIN_CMD"]).STANDIN_CMD))
 
 
 def _node_names() -> dict[str, str]:
@@ -320,3 +324,41 @@ def test_a_committed_reallocation_applies_on_ray(ray_backend):
     out = run(b, [vars(n) for n in NODES], requests=30)
     check(b, out)
     assert out["result"].outcomes["rl/trainer/p2p/reshard"]["checksum_mismatches"] == []
+
+
+@pytest.mark.skipif(os.environ.get("RL_PLANNER_RAY_FAULTS") != "1", reason="set RL_PLANNER_RAY_FAULTS=1 (about 30 s)")
+def test_sglang_engines_run_on_the_gpus_ray_gave_their_workers(ray_backend, tmp_path):
+    """``impl: sglang`` on Ray: each engine's server process (the SGLang stand-in, launched with
+    sglang.launch_server's arguments) sees exactly its worker's Ray GPUs, has its own URL, and dies
+    with its worker's process when the worker is stopped."""
+    import httpx
+
+    b = ray_backend
+    b.reset()
+    launch = {"model_path": "/models/tiny", "startup_timeout_s": 120, "log_dir": str(tmp_path)}  # RL_PLANNER_SGLANG_CMD: the stand-in
+    body = {"nodes": faultlib.base_body()["nodes"], "components": [
+        {"name": "job/sgl", "role": "rollout", "impl": "sglang", "gpu_type": "H20", "gpus_per_worker": 2,
+         "dram_gb_per_worker": 4, "placement": {"a": 2}, "engine": {"launch": launch}}]}
+    j = Journal(":memory:")
+    res = Executor(b, j).apply(diff(observe(b), target(body)).steps, "sglang")
+    assert res.status == "done", res.message
+    urls = []
+    for r in b.coord("records"):
+        g = b.worker_gpus(r["id"])
+        url = b.call(r["id"], "url")
+        info = httpx.get(url + "/get_server_info", timeout=60).json()
+        assert len(g["gpu_ids"]) == 2 and info["cuda_visible_devices"] == g["cuda_visible_devices"], (r["id"], g, info)
+        assert info["tp_size"] == 2
+        urls.append(url)
+    assert len(set(urls)) == 2
+    body["components"] = []
+    assert Executor(b, j).apply(diff(observe(b), target(body)).steps, "stop").status == "done"
+    end = time.monotonic() + 60
+    for url in urls:  # the server went with its worker's process
+        while True:
+            try:
+                httpx.get(url + "/health", timeout=2)
+            except httpx.HTTPError:
+                break
+            assert time.monotonic() < end, f"{url} still serves after its worker was stopped"
+            time.sleep(0.2)

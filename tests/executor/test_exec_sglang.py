@@ -113,10 +113,11 @@ def test_workload_handoff_carries_sampling_parameters_and_logprobs(two, engines)
 
 
 def test_a_request_that_reaches_the_server_after_the_pause_is_withdrawn_and_resumes_exactly(two, engines):
-    """SGLang's pause gate: a ``/generate`` that arrives after ``pause_generation(abort)`` waits
-    there unregistered, where neither the pause nor ``/abort_request`` reaches it. A drain must
-    not wait on it until its deadline (the move would roll back): it withdraws the call and hands
-    the request over with the output it had, and it ends exactly as if never moved."""
+    """SGLang's pause gate (>= 0.5.6): a ``/generate`` that arrives after ``pause_generation(abort)``
+    is registered and waits there, where the pause does not reach it and a cancelled client call
+    would not free its rid. A drain must not wait on it until its deadline (the move would roll
+    back): it aborts it by rid, waits for the confirmation, hands the request over with the output
+    it had, and it ends exactly as if never moved."""
     a, b = two
     src, dst = engines(a.url, drain_grace_s=0.5), engines(b.url)
     src.submit("early", [7, 8, 9], {"max_new_tokens": 30, "temperature": 0.0}, output=reference([7, 8, 9], 5),
@@ -128,7 +129,7 @@ def test_a_request_that_reaches_the_server_after_the_pause_is_withdrawn_and_resu
     _wait_for(lambda: a.stats()["at_gate"] == 1, "the late request to wait at the pause gate")
     moved = hand_off(src, dst)  # before the fix: "request late still running after the deadline"
     assert moved == ["late"] and src.requests["late"].state == "moved"
-    _wait_for(lambda: a.stats()["at_gate"] == 0, "the withdrawn call to leave the gate (client gone)")
+    assert a.stats()["at_gate"] == 0 and a.stats()["registered"] == []  # confirmed: the server let it go
     dst.wait(timeout_s=120)
     want, want_lp, want_finish = reference([4, 5, 6], sp, with_logprobs=True)
     assert dst.requests["late"].output == want and dst.requests["late"].logprobs == pytest.approx(want_lp, abs=0)
@@ -182,17 +183,30 @@ def test_in_place_pause_keeps_the_kv_cache_and_retract_recomputes_it(two, engine
         assert e.requests[rid].state == "done" and e.requests[rid].output == reference(p, 300), rid
 
 
+def test_release_while_busy_takes_the_server_down(two, engines):
+    """SGLang's scheduler asserts it is idle before releasing memory; the failed assertion kills the
+    scheduler: the call fails, the request in flight fails, and the server stops answering."""
+    a, _ = two
+    e = engines(a.url)
+    e.submit("busy", [1], 500)
+    _wait_for(lambda: a.stats()["in_batch"] == 1, "the request to run")
+    with pytest.raises(SGLangError, match="500.*only when server is idle"):
+        e._post("/release_memory_occupation", {"tags": ["kv_cache"]})  # bypassing the adapter's check
+    e.wait(timeout_s=120)
+    assert e.requests["busy"].state == "aborted"
+    assert not e.healthy() and a.stats()["dead"]
+
+
 def test_memory_is_released_only_when_idle(two, engines):
-    """SGLang asserts the scheduler is idle before releasing memory: the adapter refuses first, with
-    the fix; the stand-in refuses too if asked directly; after a retract pause or a drain it works."""
+    """The adapter refuses to release memory while busy (with the fix), before SGLang's assertion
+    would take the server down; after a retract pause or when idle it works."""
     a, _ = two
     e = engines(a.url)
     e.submit("busy", [1], 500)
     _wait_for(lambda: a.stats()["in_batch"] == 1, "the request to run")
     with pytest.raises(SGLangError, match="in flight.*Fix: drain"):
         e.release_memory()
-    with pytest.raises(SGLangError, match="only when server is idle"):
-        e._post("/release_memory_occupation", {"tags": ["kv_cache"]})  # the server's own refusal
+    assert e.healthy()  # the server was never asked
     e.pause("in_place")
     with pytest.raises(SGLangError, match="in flight"):
         e.release_memory()  # in place, the KV cache is still held

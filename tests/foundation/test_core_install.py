@@ -43,18 +43,49 @@ def test_core_commands_run_without_torch_ray_or_scipy(tmp_path):
         ["whatif", tiny, "--no-minimums"],
         ["daemon", "--scenario", tiny, "--state", "d.sqlite", "--clock", "virtual", "--max-cycles", "3", "--listen", "127.0.0.1:0"],
         ["apply", "plan.yaml", "--scenario", tiny, "--backend", "sim", "--dry-run"],
+        ["status"],
+        ["apply", "plan.yaml", "--scenario", tiny, "--backend", "sim"],
     ]
     out = _run_blocked(cmds, tmp_path)
     assert out["imported"] == [], f"a core command imported {out['imported']}"
-    *core, apply = out["results"]
+    *core, dry, status, apply = out["results"]
     for r in core:
         assert r["rc"] == 0, (r["argv"], r["stderr"])
     daemon = core[-1]
     assert "apply ok" in daemon["stderr"], daemon  # the simulated cluster applied the daemon's first plan
     assert (tmp_path / "plan.yaml").exists()
+    # the diff needs no worker (issue 24): every step, and the totals per kind
+    assert dry["rc"] == 0 and "totals:" in dry["stdout"] and " create" in dry["stdout"], dry
+    assert not (tmp_path / ".rl-planner" / "sim-state.sqlite").exists()  # a dry run writes no cluster
+    # nothing applied: status says so, and that a real apply needs the executor extra
+    assert status["rc"] == 2 and "nothing was applied" in status["stderr"] and "rl-planner[executor]" in status["stderr"], status
     # the executor is an extra: one line naming it, no traceback
     assert apply["rc"] == 2 and "rl-planner[executor]" in apply["stderr"], apply
     assert len(apply["stderr"].strip().splitlines()) == 1 and "Traceback" not in apply["stderr"]
+
+
+def test_status_and_a_dry_run_read_a_cluster_the_executor_made_without_torch(tmp_path):
+    """A cluster applied where the executor extra is installed, then shown and diffed on a core
+    install (issue 24): the trainer ranks' saved tensors are not loaded, nothing is saved."""
+    pytest.importorskip("torch")
+    tiny = str(SCENARIOS / "ci" / "tiny-1job.yaml")  # the smallest cluster: one group
+    e = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "foundation" / "inprocess.py"),  # with the extras: one process
+                        json.dumps([["plan", tiny, "-o", "plan.yaml"], ["apply", "plan.yaml", "--scenario", tiny]])],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600, env=e)
+    assert r.returncode == 0, r.stderr[-4000:]
+    for made in json.loads(r.stdout.strip().splitlines()[-1])["results"]:
+        assert made["rc"] == 0, (made["argv"], made["stderr"][-2000:])
+    state = tmp_path / ".rl-planner" / "sim-state.sqlite"
+    before = state.read_bytes()
+    out = _run_blocked([["status"], ["status", "--json"], ["apply", "plan.yaml", "--scenario", tiny, "--dry-run"]], tmp_path)
+    assert out["imported"] == [], out["imported"]
+    status, status_json, dry = out["results"]
+    assert status["rc"] == 0 and "small.trainer" in status["stdout"], status
+    components = {c["name"] for c in json.loads(status_json["stdout"])["state"]["components"]}
+    assert {"small/trainer", "small/rollout"} <= components, components
+    assert dry["rc"] == 0 and "nothing to do" in dry["stdout"], dry
+    assert state.read_bytes() == before
 
 
 def test_every_core_module_imports_without_torch_ray_or_scipy():

@@ -29,7 +29,8 @@ def parsed(monkeypatch) -> list[str]:
 
 
 @pytest.mark.parametrize("argv", [["validate", TINY], ["estimate", TINY], ["plan", TINY, "--backend", "greedy"]])
-def test_each_command_parses_the_scenario_once(argv, parsed, capsys):
+def test_each_command_parses_the_scenario_once(argv, parsed, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # plan writes its default file here
     assert cli.main(argv) == 0, capsys.readouterr().err
     assert parsed.count(TINY) == 1, f"{argv[0]} parsed {TINY} {parsed.count(TINY)} times: {parsed}"
 

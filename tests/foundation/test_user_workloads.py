@@ -105,7 +105,7 @@ def test_own_trace_drives_plan_and_simulate(tmp_path):
     sc = _copy_scenario(tmp_path)
     r = run_cli("plan", str(sc), "--out", str(tmp_path / "plan.yaml"))
     assert r.returncode == 0, r.stderr
-    assert "2 job(s) placed, 0 unplaced" in r.stdout + r.stderr
+    assert "2 job(s) in " in r.stderr and "not placed" not in r.stderr
     plan = (tmp_path / "plan.yaml").read_text()
     assert "from-trace" in plan and "from-table" in plan and "unplaced: []" in plan
     longest = {}

@@ -15,7 +15,7 @@ from formulation.common import SolveOptions
 from formulation.placement import solve as solve_mod
 from formulation.placement.check import check
 from formulation.placement.evaluate import Index
-from formulation.placement.generate import generate_distinct
+from benchmarks.placement.generate import generate_distinct
 from formulation.placement.greedy import best_greedy, greedy
 
 

@@ -14,7 +14,7 @@ from formulation.placement.check import check
 from formulation.placement.evaluate import Index
 from formulation.placement.explain import placeable_alone
 from formulation.placement.fast import ffd_order, load_bound, pack, repartition, subset_costs
-from formulation.placement.generate import generate_distinct
+from benchmarks.placement.generate import generate_distinct
 from formulation.placement.greedy import greedy
 from formulation.placement.solve import solve
 from tests.placement.placement_helpers import distinct_oracle, group_feasible, penalty

@@ -13,7 +13,7 @@ import pytest
 from formulation.placement.evaluate import Config, Index
 from formulation.placement.explain import placeable_alone
 from formulation.placement.farley import cheap_value_bounds, farley_bound, items_for, stabilised_bound
-from formulation.placement.generate import generate_distinct
+from benchmarks.placement.generate import generate_distinct
 from formulation.placement.pricing import price
 from tests.placement.placement_helpers import config_cost, configs_of, distinct_oracle, group_feasible, penalty
 

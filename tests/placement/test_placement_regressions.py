@@ -156,7 +156,7 @@ def test_plan_text_is_what_plandoc_writes():
 def test_a_plan_model_rounds_as_its_dump_for_plans_with_unplaced_and_moved_jobs():
     """plandoc._round reading a plan's fields in one walk (no dump) against pydantic's dump rounded,
     on a plan with unplaced jobs, a bound, moved members and models built without validation."""
-    from formulation.placement.generate import generate_distinct
+    from benchmarks.placement.generate import generate_distinct
     from formulation.placement.plan import Unplaced
     from planner import plandoc
 

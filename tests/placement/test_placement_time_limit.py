@@ -8,7 +8,7 @@ import pytest
 
 from formulation.common import SolveOptions
 from formulation.placement.check import check
-from formulation.placement.generate import generate, templates_from
+from benchmarks.placement.generate import generate, templates_from
 from planner.instances.placement import load_instance
 from tests.conftest import SCENARIOS
 
@@ -28,7 +28,7 @@ def _slowdown() -> float:
 @pytest.mark.parametrize("backend, jobs, limit", [("colgen", 400, 2.0), ("highs", 60, 1.5), ("cpsat", 60, 1.5), ("fast", -800, 1.0),
                                                   ("auto", -300, 3.0)])
 def test_solve_returns_within_its_limit_with_a_checked_plan(backend, jobs, limit):
-    from formulation.placement.generate import generate_distinct
+    from benchmarks.placement.generate import generate_distinct
     from formulation.placement.solve import solve
 
     # jobs < 0: that many distinct jobs (generate_distinct)

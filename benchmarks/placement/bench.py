@@ -1,9 +1,9 @@
 """Placement benchmark (a command, never part of the test run).
 
-    python -m formulation.placement.bench [--sizes 13,100,500,2000] [--seeds 0] [--out results/placement]
-    python -m formulation.placement.bench --distinct [--sizes 13,100,500,2000,10000]   # distinct jobs (bench_distinct)
+    python -m benchmarks.placement.bench [--sizes 13,100,500,2000] [--seeds 0] [--out results/placement]
+    python -m benchmarks.placement.bench_distinct [--sizes 13,100,500,2000,10000]    # distinct jobs: its own command
 
-For each size, a generated instance (:mod:`formulation.placement.generate`, templates from
+For each size, a generated instance (:mod:`benchmarks.placement.generate`, templates from
 ``scenarios/instances/weave-trace-60.yaml``) and the shipped trace itself: the Weave greedy
 (online arrival order: the baseline) and its wall time, one admission against the greedy plan of
 the others (median over 20 jobs), the pattern model (colgen) under the size's time limit, and
@@ -35,7 +35,7 @@ LIMITS = {13: 1.0, 60: 10.0, 100: 10.0, 500: 30.0, 2000: 60.0}
 def _instance(spec: str):
     from planner.instances.placement import load_instance  # the bench may read files; the library does not
 
-    from formulation.placement.generate import generate, templates_from
+    from benchmarks.placement.generate import generate, templates_from
 
     if spec == "trace":
         return load_instance(TRACE)
@@ -173,7 +173,7 @@ def choices_case(what: str, limit: float) -> dict:
 
 
 def _child(spec: str, backend: str, limit: float, env: dict | None = None) -> dict:
-    cmd = [sys.executable, "-m", "formulation.placement.bench", "--one", spec, "--backend", backend, "--limit", str(limit)]
+    cmd = [sys.executable, "-m", "benchmarks.placement.bench", "--one", spec, "--backend", backend, "--limit", str(limit)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
     if proc.returncode != 0:
         return {"instance": spec, "backend": backend, "error": proc.stderr.strip().splitlines()[-1:]}
@@ -191,10 +191,6 @@ def fmt_cell(x, nd=2):
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--distinct" in argv:  # the distinct-job generator and table (formulation.placement.bench_distinct)
-        from formulation.placement.bench_distinct import main as distinct_main
-
-        return distinct_main([a for a in argv if a != "--distinct"])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="13,100,500,2000")
     ap.add_argument("--seeds", default="0")
@@ -203,7 +199,6 @@ def main(argv=None) -> int:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--backend", default="colgen", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=float, default=60.0, help=argparse.SUPPRESS)
-    ap.add_argument("--distinct", action="store_true", help="the distinct-job benchmark instead (formulation.placement.bench_distinct)")
     args = ap.parse_args(argv)
     if args.one:
         if args.one.startswith("watchdog:"):
@@ -246,7 +241,7 @@ def main(argv=None) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     machine = f"{platform.uname().system} {platform.uname().release} {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}"
-    command = "python -m formulation.placement.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.placement.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     meta = {"command": command.strip(), "machine": machine, "uname": " ".join(platform.uname()), "started": started,
             "load_average_start": load0, "load_average_end": load1}
     (out_dir / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows, "extra": extra}, indent=2) + "\n")
@@ -254,7 +249,7 @@ def main(argv=None) -> int:
         "# Placement benchmark", "",
         f"Command: `{meta['command']}`  ", f"Machine: {machine}  ", f"Started: {started}; load average at start "
         f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, at end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}", "",
-        "Instances: `N:seed` = `formulation.placement.generate` with N jobs; `trace` = scenarios/instances/weave-trace-60.yaml. "
+        "Instances: `N:seed` = `benchmarks.placement.generate` with N jobs; `trace` = scenarios/instances/weave-trace-60.yaml. "
         "Costs in $/h; LP = the pattern model's LP value; bound = certified lower bound (the LP's, rounded up to the 8 $/h "
         "cost unit, or the reduced-cost ladder's above it, docs/placement.md); gap = (cost - bound) / cost; saving = 1 - cost / "
         "greedy cost (side by side in the same run); peak = max RSS of the solving process.", "",

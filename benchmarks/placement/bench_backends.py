@@ -1,9 +1,9 @@
 """Every backend as a whole command on families the fast path was not tuned on (a command, never
 part of the test run).
 
-    python -m formulation.placement.bench_backends [--sizes 60,600,2000] [--seed 7] [--limit 2]
+    python -m benchmarks.placement.bench_backends [--sizes 60,600,2000] [--seed 7] [--limit 2]
 
-The instance families of :mod:`formulation.placement.bench_construct` (the distinct-job
+The instance families of :mod:`benchmarks.placement.bench_construct` (the distinct-job
 generator, the same with looser SLOs, a fleet of 0.8 nodes per job and type, the class-based
 generator) plus ``two-types`` (distinct jobs on two GPU types only: a cheap H20-like type with
 1 TB of host DRAM and a dear H800-like one). Each instance is written as a JSON instance file;
@@ -33,8 +33,8 @@ COMPACT_MAX_JOBS = 60
 
 
 def families() -> dict[str, Callable]:
-    from formulation.placement.bench_construct import _families
-    from formulation.placement.generate import generate_distinct
+    from benchmarks.placement.bench_construct import _families
+    from benchmarks.placement.generate import generate_distinct
 
     out = dict(_families())
     out["two-types"] = lambda n, s: generate_distinct(
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
             cases.append(case)
             print(json.dumps(case), flush=True)
     load1 = os.getloadavg()
-    command = "python -m formulation.placement.bench_backends " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.placement.bench_backends " + " ".join(argv if argv is not None else sys.argv[1:])
     machine = f"{platform.uname().system} {platform.uname().release} {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}"
     lines = ["# Every backend on instance families beyond the tuning generator", "",
              f"Command: `{command.strip()}`  ", f"Machine: {machine}  ",

@@ -1,8 +1,8 @@
 """Whole-command time limits and admission at fleet scale (a command, never part of the test run).
 
-    python -m formulation.placement.bench_limits [--sizes 2000,10000] [--repeat 2] [--before /path/to/old/checkout]
+    python -m benchmarks.placement.bench_limits [--sizes 2000,10000] [--repeat 2] [--before /path/to/old/checkout]
 
-For distinct-job instances (:func:`formulation.placement.generate.generate_distinct`, seed 0,
+For distinct-job instances (:func:`benchmarks.placement.generate.generate_distinct`, seed 0,
 written as JSON as the distinct-job benchmark does) it times whole ``planner plan`` and
 ``planner admit`` commands from outside, as separate processes (interpreter start, loading,
 solving, writing): wall seconds and CPU seconds (user + system, from the child's resource usage),
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "results" / "placement"))
     ap.add_argument("--work", default="/tmp/rl-planner-bench-limits")
     args = ap.parse_args(argv)
-    from formulation.placement.generate import generate_distinct
+    from benchmarks.placement.generate import generate_distinct
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -86,9 +86,9 @@ def main(argv=None) -> int:
         full.write_text(json.dumps(data))
         arriving = [j["name"] for j in data["jobs"][5:8]]
         base.write_text(json.dumps(dict(data, jobs=[j for j in data["jobs"] if j["name"] not in arriving])))
-        cases = [("plan auto --time-limit 1", ["plan", str(full), "--time-limit", "1", "--allow-unplaced"])]
+        cases = [("plan auto --time-limit 1", ["plan", str(full), "--time-limit", "1", "--allow-unplaced", "-o", "-"])]
         if n == sizes[0]:
-            cases += [(f"plan --backend {b} --time-limit 2", ["plan", str(full), "--backend", b, "--time-limit", "2", "--allow-unplaced"])
+            cases += [(f"plan --backend {b} --time-limit 2", ["plan", str(full), "--backend", b, "--time-limit", "2", "--allow-unplaced", "-o", "-"])
                       for b in args.backends.split(",") if b != "auto"]
         for label, cmd in cases:
             row: dict = {"jobs": n, "command": "planner " + " ".join(cmd).replace(str(work) + "/", "")}
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
                 break  # one admitted job per size (the first arriving one may fit nowhere)
     load1 = os.getloadavg()
     machine = f"{platform.uname().system} {platform.uname().release} {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}"
-    command = "python -m formulation.placement.bench_limits " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.placement.bench_limits " + " ".join(argv if argv is not None else sys.argv[1:])
     meta = {"command": command.strip(), "machine": machine, "started": started, "load_average_start": load0, "load_average_end": load1,
             "before": str(codes.get("before", ""))}
     out = Path(args.out)

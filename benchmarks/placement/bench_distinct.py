@@ -1,8 +1,8 @@
 """Distinct-job placement benchmark (a command, never part of the test run).
 
-    python -m formulation.placement.bench_distinct [--sizes 13,100,500,2000] [--seeds 0] [--out results/placement]
+    python -m benchmarks.placement.bench_distinct [--sizes 13,100,500,2000] [--seeds 0] [--out results/placement]
 
-For each size, a distinct-job instance (:func:`formulation.placement.generate.generate_distinct`:
+For each size, a distinct-job instance (:func:`benchmarks.placement.generate.generate_distinct`:
 every job different, lognormal phase times, tight SLOs, uneven DRAM, four priced GPU types, 2%
 of the jobs fitting nowhere) written as a JSON instance file, then side by side in one run:
 
@@ -35,14 +35,14 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from formulation.placement.bench import fmt_cell as _fmt
+from benchmarks.placement.bench import fmt_cell as _fmt
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = {13: 1.0, 100: 10.0, 500: 30.0, 2000: 60.0, 10000: 120.0}
 
 
 def fleet_cap() -> int:
-    from formulation.placement.generate import DISTINCT_TYPES
+    from benchmarks.placement.generate import DISTINCT_TYPES
     from planner.instances.placement_files import MAX_INSTANCE_NODES
 
     return MAX_INSTANCE_NODES // len(DISTINCT_TYPES)
@@ -52,7 +52,7 @@ def fleet(n: int) -> Optional[dict[str, int]]:
     """Nodes per GPU type: the generator's 1.5 per job and type, capped so that the instance stays
     within what an instance file may hold (``MAX_INSTANCE_NODES`` over the four types; at 131,072
     nodes that is 32,768 a type, which binds only beyond about 21,000 jobs)."""
-    from formulation.placement.generate import DISTINCT_TYPES
+    from benchmarks.placement.generate import DISTINCT_TYPES
 
     per = max(2, int(round(1.5 * n)))
     cap = fleet_cap()
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "results" / "placement"))
     ap.add_argument("--work", default="/tmp/rl-planner-bench-distinct")
     args = ap.parse_args(argv)
-    from formulation.placement.generate import generate_distinct
+    from benchmarks.placement.generate import generate_distinct
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
             inst = generate_distinct(n, seed, counts=fleet(n))
             p = work / f"distinct-{n}-{seed}.json"
             p.write_text(json.dumps({"kind": "PlacementInstance", **inst.model_dump(mode="json")}))
-            base = json.loads(subprocess.run([sys.executable, "-m", "formulation.placement.bench_distinct", "--inprocess", str(p)],
+            base = json.loads(subprocess.run([sys.executable, "-m", "benchmarks.placement.bench_distinct", "--inprocess", str(p)],
                                              cwd=ROOT, capture_output=True, text=True,
                                              env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.strip().splitlines()[-1])
             limit = LIMITS.get(n, 60.0)
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     machine = f"{platform.uname().system} {platform.uname().release} {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}"
-    command = "python -m formulation.placement.bench_distinct " + " ".join(argv)
+    command = "python -m benchmarks.placement.bench_distinct " + " ".join(argv)
     meta = {"command": command.strip(), "machine": machine, "started": started, "load_average_start": load0, "load_average_end": load1}
     (out / "bench_distinct.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     lines = [

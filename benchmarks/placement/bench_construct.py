@@ -1,6 +1,6 @@
 """The fast path's constructions side by side (a command, never part of the test run).
 
-    python -m formulation.placement.bench_construct [--sizes 2000,10000] [--seeds 0,1]
+    python -m benchmarks.placement.bench_construct [--sizes 2000,10000] [--seeds 0,1]
 
 On several instance families -- the distinct-job generator the fast path was tuned on
 (``distinct``), the same with looser SLOs (1.5-3.5x the solo time: ``distinct-loose``), on a
@@ -34,9 +34,9 @@ OUT = ROOT / "results" / "placement"
 
 
 def _families() -> dict[str, Callable[[int, int], "PlacementInstance"]]:
-    from formulation.placement.bench import _instance
-    from formulation.placement.bench_distinct import fleet
-    from formulation.placement.generate import generate_distinct
+    from benchmarks.placement.bench import _instance
+    from benchmarks.placement.bench_distinct import fleet
+    from benchmarks.placement.generate import generate_distinct
 
     return {
         "distinct": lambda n, s: generate_distinct(n, s, counts=fleet(n)),
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
                 cases.append(case)
                 print(json.dumps(case), flush=True)
     load1 = os.getloadavg()
-    command = "python -m formulation.placement.bench_construct " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.placement.bench_construct " + " ".join(argv if argv is not None else sys.argv[1:])
     machine = f"{platform.uname().system} {platform.uname().release} {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}"
     names = list(constructions())
     lines = ["# The fast path's constructions side by side", "",

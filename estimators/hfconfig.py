@@ -1,0 +1,97 @@
+"""Model dimensions from a Hugging Face ``config.json`` (a local file or a model directory;
+nothing is downloaded).
+
+Fields read (``transformers``' names): ``hidden_size``, ``num_hidden_layers``,
+``num_attention_heads``, ``num_key_value_heads`` (default: ``num_attention_heads``, i.e. MHA),
+``intermediate_size``, ``vocab_size``, ``head_dim`` (default ``hidden_size /
+num_attention_heads``), ``tie_word_embeddings`` and the q/k/v bias. Defaults that are not in the
+file follow the model class: ``tie_word_embeddings`` is false for the Llama / Qwen2 / Qwen3 /
+Mistral families (their config classes say so) and true otherwise (``PretrainedConfig``); the
+q/k/v bias is ``attention_bias`` where given, else true for ``qwen2`` (its attention always has
+it) and false otherwise. A multimodal config's ``text_config`` is read for the language model.
+Mixture-of-experts configs (``num_experts`` / ``num_local_experts`` / ``n_routed_experts``) are
+refused: the estimators model dense decoders.
+
+Parameters, layers, heads, KV bytes per token and memory then follow from :class:`ModelDims`
+exactly as for a preset (``estimators.memory``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Union
+
+from estimators.models import ModelDims
+
+UNTIED_BY_DEFAULT = {"llama", "qwen2", "qwen3", "mistral"}
+MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+class HFConfigError(ValueError):
+    """A config.json that cannot give model dimensions; the message names the file and field."""
+
+
+def config_path(path: Union[str, Path]) -> Path:
+    p = Path(path).expanduser()
+    return p / "config.json" if p.is_dir() else p
+
+
+def looks_like_path(name: str) -> bool:
+    """A model given as a local config.json or model directory (rather than a preset or a hub id)."""
+    p = Path(name).expanduser()
+    return name.endswith(".json") or (p.is_dir() and (p / "config.json").is_file()) or name.startswith(("./", "../", "/", "~"))
+
+
+def _int(cfg: dict, key: str, where: str, default: Any = None) -> int:
+    v = cfg.get(key, default)
+    if v is None:
+        raise HFConfigError(f"{where}: no '{key}' (a Hugging Face config.json of a decoder-only model has it)")
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise HFConfigError(f"{where}: '{key}' is {v!r}, not a positive integer")
+    return v
+
+
+def dims_from_config(cfg: dict, name: str = "custom", where: str = "config.json") -> ModelDims:
+    """:class:`ModelDims` from a parsed config.json."""
+    if not isinstance(cfg, dict):
+        raise HFConfigError(f"{where}: not a JSON object")
+    if isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg["text_config"], **{k: v for k, v in cfg.items() if k == "tie_word_embeddings"}}
+    moe = [k for k in MOE_KEYS if cfg.get(k)]
+    if moe:
+        raise HFConfigError(f"{where}: a mixture-of-experts model ('{moe[0]}': {cfg[moe[0]]}); the estimators model dense "
+                            f"decoders: give dense dimensions under model: instead")
+    mtype = str(cfg.get("model_type", ""))
+    heads = _int(cfg, "num_attention_heads", where)
+    hidden = _int(cfg, "hidden_size", where)
+    kv = _int(cfg, "num_key_value_heads", where, heads)
+    head_dim = cfg.get("head_dim")
+    if head_dim is not None:
+        head_dim = _int(cfg, "head_dim", where)
+    elif hidden % heads:
+        raise HFConfigError(f"{where}: hidden_size {hidden} is not divisible by num_attention_heads {heads} and no head_dim")
+    if heads % kv:
+        raise HFConfigError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
+    tie = cfg.get("tie_word_embeddings", mtype not in UNTIED_BY_DEFAULT)
+    bias = cfg.get("attention_bias", mtype == "qwen2")
+    return ModelDims(name=name, hidden_size=hidden, num_layers=_int(cfg, "num_hidden_layers", where), num_heads=heads,
+                     num_kv_heads=kv, intermediate_size=_int(cfg, "intermediate_size", where),
+                     vocab_size=_int(cfg, "vocab_size", where), head_dim=head_dim or 0, tie_embeddings=bool(tie),
+                     qkv_bias=bool(bias))
+
+
+def load(path: Union[str, Path]) -> ModelDims:
+    """:class:`ModelDims` from a local config.json (or a directory holding one)."""
+    p = config_path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise HFConfigError(f"{p}: cannot read it ({exc.strerror or exc}); give a local config.json or a model directory "
+                            f"holding one (nothing is downloaded)") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HFConfigError(f"{p}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    name = str(cfg.get("_name_or_path") or p.parent.name or "custom") if isinstance(cfg, dict) else "custom"
+    return dims_from_config(cfg, name=name, where=str(p))

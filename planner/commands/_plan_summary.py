@@ -1,0 +1,160 @@
+"""What `planner plan` and `planner admit` print before anything else: the plan in plain words.
+
+* the cost and how sure it is (the lower bound, the greedy baseline), in words, not solver jargon;
+* which phase-time estimate the plan was made on, read from the plan record's
+  ``phase_time_estimate`` field (``ESTIMATES`` words each value; an unknown one is named as it is,
+  so a new estimate, e.g. a response-length quantile, shows before it has its words here);
+* what the simulator expects: with the conservative estimate each group's cycle is recomputed
+  (same cycle model, :func:`formulation.placement.cycle.cycle_times`) with every member's expected
+  phase times on its own pools (the sampled estimate, :mod:`simulator.phasetimes`), beside the
+  planned cycle;
+* the SLO margins: the tightest member and its seconds to spare;
+* a table of the groups, job names abbreviated uniquely to fit (:func:`abbreviate`);
+* where the full plan went.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+ESTIMATES = {
+    "conservative": ("conservative: every response at its max_response_tokens limit, tool calls at their 99th percentile",
+                     "the planned cycles are upper bounds; the simulator expects shorter ones "
+                     "(--mode sampled plans on expected times: fewer GPUs, no headroom for long responses)"),
+    "sampled": ("sampled: the mean over simulated iterations with response lengths drawn from the job's distribution",
+                "the planned cycles are expected values; an iteration with longer responses can run over"),
+    None: ("phase times as written in the instance file", ""),
+}
+TABLE_GROUPS = 20  # groups listed on the terminal (the plan has them all)
+NAME_WIDTH = 28    # the members column: names abbreviated to fit, uniquely
+
+
+def estimate_words(record: dict) -> tuple[str, str]:
+    est = record.get("phase_time_estimate")
+    words = ESTIMATES.get(est)
+    if words is None:
+        return f"{est} estimate", ""
+    margin = record.get("margin") or 0.0
+    if margin:
+        return words[0] + f", plus {100 * margin:g}% margin", words[1]
+    return words
+
+
+def abbreviate(names: list[str], width: int) -> dict[str, str]:
+    """Each name shortened to at most ``width`` characters (head...tail), unique among ``names``:
+    a name whose abbreviation would collide keeps more of its tail (then, at worst, itself)."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for n in names:
+        if len(n) <= width:
+            out[n] = n
+            taken.add(n)
+    for n in names:
+        if n in out:
+            continue
+        short = n
+        for tail in range(max(3, width // 3), width - 3):
+            cand = n[: width - 1 - tail] + "~" + n[-tail:]
+            if cand not in taken:
+                short = cand
+                break
+        out[n] = short
+        taken.add(short)
+    return out
+
+
+def expected_cycles(sc, plan, deadline: Optional[float] = None) -> dict[str, float]:
+    """Each shown group's cycle (the first :data:`TABLE_GROUPS`) with its members' expected
+    (sampled) phase times on their own pools; groups not reached by ``deadline`` (a
+    ``time.perf_counter`` value: the command's time limit) are left out (``-`` in the table)."""
+    import time
+    from dataclasses import replace
+
+    from formulation.placement.cycle import cycle_times
+    from formulation.placement.plan import members_of
+    from planner.instances.common import ClusterView, job_profile, resolve_gpu_types
+    from simulator.phasetimes import PLAN_SEEDS, rollout_s, train_s
+
+    view = ClusterView(sc, resolve_gpu_types(sc))
+    jobs = {j.name: j for j in sc.jobs}
+    out = {}
+    for g in plan.groups[:TABLE_GROUPS]:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        pins = {m.job: m for m in g.members}
+        members = []
+        for m in members_of(g):
+            job = jobs.get(m.name)
+            if job is None:
+                return {}
+            prof = job_profile(job)
+            r_pool = view.pool(g.rollout_pool.gpu_type, max(1, len(pins[m.name].rollout_nodes)))
+            t_pool = view.pool(g.train_pool.gpu_type, max(1, len(pins[m.name].train_nodes)))
+            members.append(replace(m, rollout_s=rollout_s(prof, r_pool, "sampled", seeds=PLAN_SEEDS),
+                                   train_s=train_s(prof, t_pool, "sampled", seeds=PLAN_SEEDS)))
+        out[g.id] = cycle_times(members).period
+    return out
+
+
+def _sure(plan, record: dict) -> str:
+    bound, gap = record.get("best_bound"), record.get("gap")
+    parts = []
+    if bound is not None and gap is not None:
+        parts.append("proven cheapest" if gap <= 1e-6 else f"at most {100 * gap:.1f}% above the cheapest possible ({bound:.2f} $/h)")
+    if plan.greedy_cost_per_hour is not None:
+        parts.append(f"Weave's greedy admission would pay {plan.greedy_cost_per_hour:.2f} $/h")
+    return "; ".join(parts)
+
+
+def summary(plan, record: dict, name: str, where: str, expected: Optional[dict[str, float]] = None) -> str:
+    placed = sum(len(g.members) for g in plan.groups)
+    lines = [f"{name}: {placed} job(s) in {len(plan.groups)} group(s), {plan.cost_per_hour:.2f} $/h"
+             + (f" + {plan.move_cost_per_hour:.2f} $/h for moving {len(plan.moved_jobs)} job(s)" if plan.moved_jobs else "")
+             + (f", {len(plan.unplaced)} job(s) not placed" if plan.unplaced else "")]
+    sure = _sure(plan, record)
+    if sure:
+        lines.append(f"  {sure} (solver {record['backend']}, {record['wall_time_s']:.2f} s)")
+    msg = record.get("message") or ""
+    if "cut short" in msg:  # the time limit stopped the solver: say so, not only in the file
+        load = msg[msg.index("loading the input took"):].split(";")[0] if "loading the input took" in msg else ""
+        lines.append("  cut short by the time limit: the plan is the best found so far (the file's solver.message says where)"
+                     + (f"; {load}" if load else ""))
+    est, meaning = estimate_words(record)
+    lines.append(f"  phase times: {est}")
+    if meaning:
+        lines.append(f"  {meaning}")
+    if expected:
+        ratios = [expected[g.id] / g.cycle_time_s for g in plan.groups if g.id in expected and g.cycle_time_s > 0]
+        if ratios:
+            shown = min(len(plan.groups), TABLE_GROUPS)
+            lines.append(f"  simulated expectation: cycles {100 * min(ratios):.0f}-{100 * max(ratios):.0f}% of the planned ones "
+                         "(each member's expected phase times on its pools"
+                         + (f"; {len(ratios)} of the {shown} groups shown, within the time limit" if len(ratios) < shown else "") + ")")
+    members = [m for g in plan.groups for m in g.members]
+    if members:
+        tight = min(members, key=lambda m: m.slack_s)
+        lines.append(f"  SLO margin: every job meets its SLO by at least {tight.slack_s:.1f} s on the planned cycle "
+                     f"(tightest: {tight.job}, cycle {tight.cycle_time_s:.1f} s, SLO {tight.slo_s:.1f} s)")
+    if plan.groups:
+        short = abbreviate([m.job for m in members], NAME_WIDTH)
+        exp_col = bool(expected)
+        head = f"  {'group':<6} {'rollout + training':<22} {'$/h':>8} {'cycle s':>8}" + (f" {'expected':>8}" if exp_col else "") \
+            + f" {'margin s':>8} {'busy r/t':>9}  members"
+        lines.append(head)
+        for g in plan.groups[:TABLE_GROUPS]:
+            pools = f"{g.rollout_pool.size}x{g.rollout_pool.gpu_type} + {g.train_pool.size}x{g.train_pool.gpu_type}"
+            margin = min(m.slack_s for m in g.members)
+            exp = f" {expected[g.id]:>8.1f}" if exp_col and expected and g.id in expected else (f" {'-':>8}" if exp_col else "")
+            lines.append(f"  {g.id:<6} {pools:<22} {g.cost_per_hour:>8.2f} {g.cycle_time_s:>8.1f}{exp} {margin:>8.1f} "
+                         f"{f'{100 * g.rollout_busy:.0f}%/{100 * g.train_busy:.0f}%':>9}  " + ", ".join(short[n] for n in g.order))
+        if len(plan.groups) > TABLE_GROUPS:
+            lines.append(f"  ... and {len(plan.groups) - TABLE_GROUPS} more group(s) in the plan")
+        if any(short[n] != n for n in short):
+            lines.append("  (long job names shortened with ~; the plan has them in full)")
+    for u in plan.unplaced[:10]:
+        lines.append(f"  not placed: {u.job} ({u.reason}): {u.message}")
+    if where == "-":
+        lines.append("the plan follows on stdout")
+    elif where:
+        lines.append(f"plan written to {where} (groups, pools, node pins, per-member times); `planner validate-plan` checks it")
+    return "\n".join(lines)

@@ -1,0 +1,120 @@
+"""A verl job config (the Hydra YAML ``verl.trainer.main_ppo`` runs with) as a :class:`JobShape`.
+
+Fields read (verl's ``ppo_trainer.yaml`` / ``ppo_megatron_trainer.yaml`` names):
+
+==============================================  =============================================
+verl field                                      scenario field
+==============================================  =============================================
+``actor_rollout_ref.model.path``                ``model`` (a hub id names a preset; a local
+                                                directory gives its config.json)
+``algorithm.adv_estimator``                     ``algorithm`` (``gae``: ppo; else grpo)
+``data.train_batch_size``                       ``rollout.batch_prompts``
+``actor_rollout_ref.rollout.n``                 ``rollout.group_size`` (default 1)
+``data.max_prompt_length``                      ``rollout.prompt_tokens`` (default 512)
+``data.max_response_length``                    ``rollout.max_response_tokens``
+``actor_rollout_ref.rollout.tensor_model_parallel_size``  ``rollout.tp`` (default 2, verl's)
+``actor_rollout_ref.actor.megatron.tensor_model_parallel_size`` / ``pipeline_model_parallel_size``
+                                                ``trainer.tp`` / ``trainer.pp`` (Megatron
+                                                strategy; FSDP: 1 / 1)
+``trainer.n_gpus_per_node``, ``trainer.nnodes``  the nodes (colocated: split between the phases)
+``actor_rollout_ref.rollout.nnodes`` / ``n_gpus_per_node``  a separate rollout pool (verl's
+                                                disaggregated recipes), if given
+==============================================  =============================================
+
+Hydra interpolations of other fields (``${data.max_response_length}``) are resolved; any other
+``${...}`` (resolvers such as ``oc.env``) is refused naming the field.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from planner.errors import Problem, UserError
+from planner.onramp.shape import JobShape, Value, get, model_value, need, positive_int, split_colocated
+
+_REF = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
+
+
+def resolve(cfg: Any, root: dict, where: str, path: str = "") -> Any:
+    """Resolve ``${a.b}`` references to other fields (one level of Hydra's interpolation)."""
+    if isinstance(cfg, dict):
+        return {k: resolve(v, root, where, f"{path}.{k}" if path else str(k)) for k, v in cfg.items()}
+    if isinstance(cfg, list):
+        return [resolve(v, root, where, f"{path}[{i}]") for i, v in enumerate(cfg)]
+    if isinstance(cfg, str) and "${" in cfg:
+        m = _REF.match(cfg.strip())
+        if not m or get(root, m.group(1)) is None:
+            raise UserError(Problem(path, f"'{cfg}' is a Hydra interpolation this reader cannot resolve",
+                                    "write the value itself in the config (or pass the composed config: "
+                                    "python -m verl.trainer.main_ppo --cfg job)"), title=f"{where}: cannot write a scenario")
+        return resolve(get(root, m.group(1)), root, where, path)
+    return cfg
+
+
+def read(cfg: dict, where: str, name: str = "") -> JobShape:
+    if not isinstance(cfg, dict):
+        raise UserError(Problem("", "a verl config is a YAML mapping (data, actor_rollout_ref, trainer, ...)"),
+                        title=f"{where}: cannot write a scenario")
+    cfg = resolve(cfg, cfg, where)
+    fw = "verl"
+    path = str(need(cfg, "actor_rollout_ref.model.path", where, fw, "the model's hub id or local directory"))
+    est = str(get(cfg, "algorithm.adv_estimator", "gae"))
+    algo = Value("ppo" if est == "gae" else "grpo", "algorithm.adv_estimator" if get(cfg, "algorithm.adv_estimator") else "",
+                 f"{est}" if get(cfg, "algorithm.adv_estimator") else "verl's default gae (PPO with a critic)")
+    batch = positive_int(need(cfg, "data.train_batch_size", where, fw), "data.train_batch_size", where)
+    n = positive_int(get(cfg, "actor_rollout_ref.rollout.n", 1), "actor_rollout_ref.rollout.n", where)
+    resp = positive_int(need(cfg, "data.max_response_length", where, fw), "data.max_response_length", where)
+    prompt = positive_int(get(cfg, "data.max_prompt_length", 512), "data.max_prompt_length", where)
+    rtp = positive_int(get(cfg, "actor_rollout_ref.rollout.tensor_model_parallel_size", 2),
+                       "actor_rollout_ref.rollout.tensor_model_parallel_size", where)
+    strategy = str(get(cfg, "actor_rollout_ref.actor.strategy", "fsdp"))
+    if strategy == "megatron":
+        ttp = positive_int(get(cfg, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size", 1),
+                           "actor_rollout_ref.actor.megatron.tensor_model_parallel_size", where)
+        tpp = positive_int(get(cfg, "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", 1),
+                           "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", where)
+        tsrc = ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+                "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size")
+    else:
+        ttp, tpp, tsrc = 1, 1, ("", "")
+    gpn = positive_int(need(cfg, "trainer.n_gpus_per_node", where, fw), "trainer.n_gpus_per_node", where)
+    nnodes = positive_int(need(cfg, "trainer.nnodes", where, fw), "trainer.nnodes", where)
+    notes = []
+    rnodes_cfg = get(cfg, "actor_rollout_ref.rollout.nnodes")
+    if rnodes_cfg is not None:  # a separate rollout pool
+        rn = positive_int(rnodes_cfg, "actor_rollout_ref.rollout.nnodes", where)
+        rgpn = positive_int(get(cfg, "actor_rollout_ref.rollout.n_gpus_per_node", gpn), "actor_rollout_ref.rollout.n_gpus_per_node",
+                            where)
+        if rgpn != gpn:
+            raise UserError(Problem("actor_rollout_ref.rollout.n_gpus_per_node", f"{rgpn} GPUs per rollout node but {gpn} per "
+                                    f"training node (trainer.n_gpus_per_node)", "write the scenario's node groups by hand "
+                                    "for mixed node shapes"), title=f"{where}: cannot write a scenario")
+        rollout_nodes, trainer_nodes, colocated = (Value(rn, "actor_rollout_ref.rollout.nnodes"), Value(nnodes, "trainer.nnodes"),
+                                                   False)
+    else:
+        rollout_nodes, trainer_nodes, note = split_colocated(nnodes, "trainer.nnodes")
+        notes.append(note)
+        colocated = True
+    if strategy != "megatron":
+        notes.append(f"actor strategy {strategy}: trainer tp/pp are 1 (FSDP shards over data parallelism).")
+    return JobShape(
+        framework=fw, config_path=where, name=name or _name(cfg, where), model=model_value(path, "actor_rollout_ref.model.path", where),
+        algorithm=algo, batch_prompts=Value(batch, "data.train_batch_size"),
+        group_size=Value(n, "actor_rollout_ref.rollout.n" if get(cfg, "actor_rollout_ref.rollout.n") else "", "" if get(
+            cfg, "actor_rollout_ref.rollout.n") else "verl's default 1"),
+        max_response_tokens=Value(resp, "data.max_response_length"),
+        prompt_tokens=Value(prompt, "data.max_prompt_length" if get(cfg, "data.max_prompt_length") else "", "" if get(
+            cfg, "data.max_prompt_length") else "verl's default 512"),
+        rollout_tp=Value(rtp, "actor_rollout_ref.rollout.tensor_model_parallel_size"),
+        trainer_tp=Value(ttp, tsrc[0], "" if tsrc[0] else f"{strategy}: no tensor parallelism"),
+        trainer_pp=Value(tpp, tsrc[1], "" if tsrc[1] else f"{strategy}: no pipeline stages"),
+        gpus_per_node=Value(gpn, "trainer.n_gpus_per_node"), rollout_nodes=rollout_nodes, trainer_nodes=trainer_nodes,
+        colocated=colocated, notes=notes)
+
+
+def _name(cfg: dict, where: str) -> str:
+    raw = str(get(cfg, "trainer.experiment_name") or Path(where).stem)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip("-._") or "verl-job"
+    return name if name[0].isalnum() else f"j{name}"

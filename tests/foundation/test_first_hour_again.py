@@ -1,0 +1,61 @@
+"""The small items of issue 24's first hour: each one a newcomer hit."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from tests.conftest import SCENARIOS
+
+TINY = SCENARIOS / "ci" / "tiny-2jobs.yaml"
+
+
+def test_calibrate_refuses_a_list_shaped_tool_latency_file_with_exit_2(tmp_path, capsys):
+    from estimators.calibrate import main
+
+    f = tmp_path / "data" / "rollpacker-tool-latency" / "time_list.json"
+    f.parent.mkdir(parents=True)
+    f.write_text(json.dumps([1.0, 2.5]))
+    rc = main(["--data", str(tmp_path / "data"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "time_list.json" in err and "got a list" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_the_slo_a_refusal_suggests_is_then_accepted(tmp_path, capsys):
+    """An SLO below the solo time names a minimum; that minimum passes (it was rounded down)."""
+    import re
+
+    from planner.cli import main
+
+    doc = yaml.safe_load(TINY.read_text())
+    doc["jobs"][0]["slo"] = {"iteration_s": 3}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    assert main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    m = re.search(r"raise slo.iteration_s to at least (\d+)", err)
+    assert m, err
+    doc["jobs"][0]["slo"] = {"iteration_s": int(m.group(1))}
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(doc))
+    assert main(["validate", str(good)]) == 0, capsys.readouterr().err
+
+
+def test_sweep_axes_name_their_unit():
+    from planner.whatif.report import axis_label
+
+    assert axis_label("price.H100") == "price.H100 ($ per GPU-hour)"
+    assert "$/h" in axis_label("budget") and "factor" in axis_label("slo")
+    assert axis_label("max_nodes.H20").endswith("(nodes available)")
+
+
+def test_plan_current_names_a_plan_file_not_a_scenario(capsys):
+    import contextlib
+
+    from planner.cli import main
+
+    with contextlib.suppress(SystemExit):
+        main(["plan", "--help"])
+    assert "--current CURRENT_PLAN" in capsys.readouterr().out
