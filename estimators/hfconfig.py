@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Union
 
-from estimators.models import ModelDims
+from estimators.models import ModelDims, preset
 
 UNTIED_BY_DEFAULT = {"llama", "qwen2", "qwen3", "mistral"}
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
@@ -95,3 +95,12 @@ def load(path: Union[str, Path]) -> ModelDims:
         raise HFConfigError(f"{p}: not JSON ({exc.msg} at line {exc.lineno})") from None
     name = str(cfg.get("_name_or_path") or p.parent.name or "custom") if isinstance(cfg, dict) else "custom"
     return dims_from_config(cfg, name=name, where=str(p))
+
+
+def resolve(name: str) -> ModelDims:
+    """A preset (by name or Hugging Face hub id) or, for a local path, the dimensions in its Hugging Face
+    ``config.json`` (HFConfigError, a ValueError, if it cannot be read). KeyError if it is neither.
+    Lives here, not in :mod:`estimators.models`, so that the presets never import this reader."""
+    if looks_like_path(name):
+        return load(name)
+    return preset(name)

@@ -111,14 +111,3 @@ def preset_key(name: str) -> str:
 def preset(name: str) -> ModelDims:
     """A preset by name or Hugging Face hub id (KeyError if none matches)."""
     return PRESETS[preset_key(name)]
-
-
-def resolve(name: str) -> ModelDims:
-    """A preset (by name or hub id) or, for a local path, the dimensions in its Hugging Face
-    ``config.json`` (:mod:`estimators.hfconfig`; HFConfigError, a ValueError, if it cannot be read).
-    KeyError if it is neither."""
-    from estimators import hfconfig
-
-    if hfconfig.looks_like_path(name):
-        return hfconfig.load(name)
-    return preset(name)

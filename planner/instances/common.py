@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from estimators import gpus as gpu_catalogue
-from estimators import models as model_presets
+from estimators import hfconfig
 from estimators.gpus import GPUSpec
 from estimators.lengths import LengthDistribution
 from estimators.models import ModelDims
@@ -41,7 +41,7 @@ def resolve_gpu_types(scenario: Scenario) -> dict[str, GPUSpec]:
 
 def resolve_model(job: JobSpec) -> ModelDims:
     if isinstance(job.model, str):
-        return model_presets.resolve(job.model)
+        return hfconfig.resolve(job.model)
     m = job.model
     return ModelDims(
         name=m.name, hidden_size=m.hidden_size, num_layers=m.num_layers, num_heads=m.num_heads,

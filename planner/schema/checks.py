@@ -15,6 +15,7 @@ import math
 
 from estimators import gpus as gpu_catalogue
 from estimators import lengths as length_tables
+from estimators import hfconfig
 from estimators import models as model_presets
 from planner.errors import Problem, UserError, did_you_mean
 from planner.safeload import Document
@@ -78,7 +79,7 @@ def check_scenario(sc: Scenario, doc: Document | None = None) -> None:
         seen_jobs.add(job.name)
         if isinstance(job.model, str):
             try:
-                model_presets.resolve(job.model)
+                hfconfig.resolve(job.model)
             except KeyError:
                 add(p + ("model",), f"unknown model preset '{job.model}'.{did_you_mean(job.model, model_presets.preset_names())}",
                     f"use one of {', '.join(model_presets.preset_names())}, a local Hugging Face config.json (or its "
