@@ -27,12 +27,29 @@ class Problem:
     source: str = ""  # e.g. "scenario.yaml:12"
 
     def render(self) -> str:
-        loc = f"{self.source}: " if self.source else ""
-        text = f"{loc}{self.where}: {self.message}" if self.where else f"{loc}{self.message}"
+        loc = f"{safe_text(self.source)}: " if self.source else ""
+        msg = safe_text(self.message, MAX_MESSAGE)
+        text = f"{loc}{safe_text(self.where)}: {msg}" if self.where else f"{loc}{msg}"
         if self.fix:
             sep = " " if text.rstrip().endswith((".", "?", "!", ":")) else ". "
-            text = text.rstrip() + f"{sep}Fix: {self.fix}"
+            text = text.rstrip() + f"{sep}Fix: {safe_text(self.fix)}"
         return text
+
+
+MAX_MESSAGE = 2000  # characters of one problem's message as printed (a 4,097-worker list is cut, not printed whole)
+MAX_PROBLEMS = 50  # problems printed of one error
+MAX_FIELD = 500  # characters of a field path, a source or a fix
+
+
+def safe_text(s: object, limit: int = MAX_FIELD) -> str:
+    """Text for a terminal or a log: control characters (ESC, newlines, C1 codes) escaped, so a name
+    from an input file cannot move the cursor or forge lines; cut at ``limit`` characters."""
+    t = str(s)
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in t):
+        t = "".join(c if not (ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F) else repr(c)[1:-1] for c in t)
+    if len(t) > limit:
+        t = t[:limit] + f"... ({len(t) - limit:,} more characters)"
+    return t
 
 
 class UserError(Exception):
@@ -48,10 +65,12 @@ class UserError(Exception):
         super().__init__(self.render())
 
     def render(self) -> str:
-        lines = [self.title] if self.title else []
+        lines = [safe_text(self.title)] if self.title else []
         if len(self.problems) == 1 and not self.title:
             return self.problems[0].render()
-        lines += [f"  - {p.render()}" for p in self.problems]
+        lines += [f"  - {p.render()}" for p in self.problems[:MAX_PROBLEMS]]
+        if len(self.problems) > MAX_PROBLEMS:
+            lines.append(f"  ... and {len(self.problems) - MAX_PROBLEMS} more problem(s) of the same input")
         return "\n".join(lines)
 
 

@@ -20,9 +20,6 @@ column and the fix; the planner turns them into its user errors.
 from __future__ import annotations
 
 import csv
-import gzip
-import io
-import json
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -41,12 +38,6 @@ class TraceError(ValueError):
         self.fix = fix
 
 
-def _open_text(path: Path):
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
-
-
 def _kind(path: Path) -> str:
     name = path.name.lower()
     if name.endswith(".gz"):
@@ -63,15 +54,18 @@ def _number(raw, path: Path, line: int, column: str) -> float:
     try:
         v = float(raw)
     except (TypeError, ValueError):
-        raise TraceError(f"{path}:{line}: column '{column}' holds {raw!r}, not a number",
+        raise TraceError(f"{path}:{line}: column '{column}' holds something that is not a number",
                          "every row of the column must be a number (remove or fix that row)") from None
     if not math.isfinite(v) or v < 0 or v > MAX_TRACE_VALUE:
-        raise TraceError(f"{path}:{line}: column '{column}' holds {raw!r}; values must be finite, >= 0 and <= {MAX_TRACE_VALUE:g}",
+        raise TraceError(f"{path}:{line}: column '{column}' holds a value that is not finite, >= 0 and <= {MAX_TRACE_VALUE:g}",
                          "remove or fix that row")
     return v
 
 
 MAX_TRACE_BYTES = 256 << 20  # on disk
+MAX_TRACE_DECOMPRESSED = 256 << 20  # a .gz file after decompression
+MAX_TRACE_LINE = 4 << 20     # bytes in one line
+MAX_TRACE_DEPTH = 64         # nesting of a JSONL line
 MAX_TRACE_ROWS = 5_000_000   # values read (also bounds a gzip file that expands without end)
 MAX_TRACE_VALUE = 1e9        # tokens or seconds
 
@@ -91,46 +85,49 @@ def read_column(path: str | Path, column: str) -> np.ndarray:
 
 @lru_cache(maxsize=32)
 def _read_column_cached(path: str, column: str, _mtime_ns: int) -> np.ndarray:
+    """Read through :func:`estimators.boundedio.lines` (size on disk, decompressed size and line
+    length bounded). Messages name the file, line and column, never a value of the file."""
+    from estimators.boundedio import BoundedReadError, lines, loads
+
     p = Path(path)
     kind = _kind(p)
     vals: list[float] = []
+    rows = lines(p, max_bytes=MAX_TRACE_BYTES, max_decompressed=MAX_TRACE_DECOMPRESSED, max_line=MAX_TRACE_LINE, what="trace file")
     try:
-        with _open_text(p) as fh:
-            if kind == "csv":
-                reader = csv.DictReader(fh, delimiter="\t" if ".tsv" in p.name.lower() else ",")
-                header = [h.strip() for h in (reader.fieldnames or [])]
-                if column not in header:
-                    raise TraceError(f"{p}: no column '{column}' (the header has: {', '.join(header) or 'nothing'})",
-                                     "name one of the header's columns in 'column'")
-                reader.fieldnames = header
-                for i, row in enumerate(reader, start=2):
-                    raw = (row.get(column) or "").strip()
-                    if raw:
-                        vals.append(_number(raw, p, i, column))
-                    if i > MAX_TRACE_ROWS:
-                        raise TraceError(f"{p}: more than {MAX_TRACE_ROWS} rows", "sample the trace down")
-            else:
-                seen_keys: set[str] = set()
-                for i, line in enumerate(fh, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        obj = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise TraceError(f"{p}:{i}: not valid JSON ({exc.msg})", "write one JSON object per line") from None
-                    if not isinstance(obj, dict):
-                        raise TraceError(f"{p}:{i}: a line must be a JSON object, got {type(obj).__name__}",
-                                         "write one JSON object per line")
-                    seen_keys.update(obj)
-                    if obj.get(column) is not None:
-                        vals.append(_number(obj[column], p, i, column))
-                    if i > MAX_TRACE_ROWS:
-                        raise TraceError(f"{p}: more than {MAX_TRACE_ROWS} lines", "sample the trace down")
-                if not vals and column not in seen_keys:
-                    raise TraceError(f"{p}: no line has the key '{column}' (keys seen: {', '.join(sorted(seen_keys)) or 'none'})",
-                                     "name one of those keys in 'column'")
-    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, csv.Error) as exc:
-        raise TraceError(f"cannot read trace file {p}: {exc}", "check that the file is readable text (or gzip)") from None
+        if kind == "csv":
+            reader = csv.reader((text + "\n" for _, text in rows), delimiter="\t" if ".tsv" in p.name.lower() else ",")
+            header = [h.strip() for h in next(reader, [])]
+            if column not in header:
+                raise TraceError(f"{p}: no column '{column}' in the header row ({len(header)} column(s))",
+                                 "name one of the header's columns in 'column'")
+            at = header.index(column)
+            for i, row in enumerate(reader, start=2):
+                raw = (row[at] if at < len(row) else "").strip()
+                if raw:
+                    vals.append(_number(raw, p, i, column))
+                if i > MAX_TRACE_ROWS:
+                    raise TraceError(f"{p}: more than {MAX_TRACE_ROWS} rows", "sample the trace down")
+        else:
+            seen_column = False
+            for i, line in rows:
+                if not line.strip():
+                    continue
+                obj = loads(line, f"{p}:{i}", MAX_TRACE_DEPTH)
+                if not isinstance(obj, dict):
+                    raise TraceError(f"{p}:{i}: a line must be a JSON object, got {type(obj).__name__}",
+                                     "write one JSON object per line")
+                if column in obj:
+                    seen_column = True
+                if obj.get(column) is not None:
+                    vals.append(_number(obj[column], p, i, column))
+                if i > MAX_TRACE_ROWS:
+                    raise TraceError(f"{p}: more than {MAX_TRACE_ROWS} lines", "sample the trace down")
+            if not vals and not seen_column:
+                raise TraceError(f"{p}: no line has the key '{column}'", "name one of the lines' keys in 'column'")
+    except BoundedReadError as exc:
+        raise TraceError(exc.message, exc.fix) from None
+    except csv.Error as exc:
+        raise TraceError(f"cannot read trace file {p}: {str(exc).split(':')[0]}", "check that the file is CSV text (or gzip)") from None
     if len(vals) < 2:
         raise TraceError(f"{p}: column '{column}' has {len(vals)} value(s); a distribution needs at least 2",
                          "use a trace with more rows")

@@ -107,6 +107,10 @@ class Executor:
         self._fenced()
         self.journal.acquire(f"apply {name}", fence_epoch)
         try:
+            ensure_saved = getattr(self.backend, "ensure_saved", None)
+            if ensure_saved is not None:  # the cluster's file exists before the journal names an apply on it
+                self._fenced()
+                ensure_saved()
             aid, steps, resumed = self.journal.open_apply(digest, name, self.backend.name, steps)
             return self._run(aid, steps, resumed)
         finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from urllib.parse import quote
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -24,6 +25,8 @@ from estimators.errors import Problem, UserError
 from estimators.host import create_private, pid_gone
 
 from executor.steps import STEP_TRANSITIONS, Step, check_transition
+
+MAX_STEPS_JSON = 64 << 20  # the steps of one apply as JSON (65,536 workers' steps fit in a few MB)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS applies(
@@ -65,8 +68,16 @@ def _check_file(p: Path) -> None:
         raise UserError(Problem("journal", f"{p} is {what}", "pass --journal FILE.db: a journal file (created when missing)"))
 
 
+TABLES = {"applies": "table", "steps": "table", "lock": "table"}
+
+
+def _fix(path) -> str:
+    return (f"move it aside (mv {path} {path}.bad); then 'planner apply --rollback' settles the cluster from what it shows "
+            "(without a journal), and 'planner status' says what runs")
+
+
 class Journal:
-    def __init__(self, path: str | Path, *, synchronous: str = "FULL") -> None:
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL", readonly: bool = False) -> None:
         """``synchronous``: FULL (default: every intent and outcome reaches the disk before the step
         goes on, so even a power loss keeps the journal ahead of the cluster); NORMAL survives a
         killed process but not a power loss — enough where the cluster itself is a file written the
@@ -74,22 +85,32 @@ class Journal:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
         self.path = Path(path)
+        self._held: Optional[tuple[int, Optional[int]]] = None  # (pid, fence) while this object holds the lock
         if str(path) != ":memory:":
             _check_file(self.path)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            create_private(self.path)
+            if not readonly:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                create_private(self.path)
+        from executor.dbschema import check_integrity, verify
+
         try:
-            self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+            if readonly:  # read, never written (planner status): no schema made, no WAL switched on
+                self.db = sqlite3.connect(f"file:{quote(str(self.path.resolve()))}?mode=ro", uri=True, timeout=30, isolation_level=None,
+                                          check_same_thread=False)
+            else:
+                self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+            verify(self.db, path, TABLES, "journal", _fix(path), what="apply journal")
+            if str(path) != ":memory:":
+                check_integrity(self.db, path, "journal", _fix(path))
+            if readonly:
+                return
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute(f"PRAGMA synchronous={synchronous}")
             self.db.executescript(SCHEMA)
             if "fence" not in {r[1] for r in self.db.execute("PRAGMA table_info(lock)")}:
                 self.db.execute("ALTER TABLE lock ADD COLUMN fence INTEGER")
         except sqlite3.DatabaseError as exc:
-            raise UserError(Problem("journal", f"{path} is not a usable apply journal ({exc})",
-                                    f"move it aside (mv {path} {path}.bad) and re-run: an apply it held must then be checked "
-                                    "against the cluster (planner status)")) from None
-        self._held: Optional[tuple[int, Optional[int]]] = None  # (pid, fence) while this object holds the lock
+            raise UserError(Problem("journal", f"{path} is not a usable apply journal ({exc})", _fix(path))) from None
 
     def close(self) -> None:
         self.db.close()
@@ -141,13 +162,27 @@ class Journal:
         return _T()
 
     # ------------------------------------------------------------------ applies
+    def _damaged(self, exc: BaseException) -> UserError:
+        return UserError(Problem("journal", f"{self.path} is damaged: {type(exc).__name__}: {str(exc)[:200]}", _fix(self.path)))
+
     def unfinished(self) -> Optional[dict]:
+        try:
+            return self._unfinished()
+        except (sqlite3.DatabaseError, ValueError, TypeError, KeyError, RecursionError, AttributeError) as exc:
+            raise self._damaged(exc) from None
+
+    def _unfinished(self) -> Optional[dict]:
         row = self.db.execute("SELECT id, plan_digest, plan_name, backend, steps_json FROM applies WHERE status = 'running' "
                               "ORDER BY id DESC LIMIT 1").fetchone()
         if not row:
             return None
+        if not isinstance(row[4], str) or len(row[4]) > MAX_STEPS_JSON:
+            raise ValueError("the steps of the apply are not a JSON text of a sane size")
+        steps = json.loads(row[4])
+        if not isinstance(steps, list) or not all(isinstance(d, dict) for d in steps):
+            raise ValueError("the steps of the apply are not a list of step records")
         return {"id": row[0], "plan_digest": row[1], "plan_name": row[2], "backend": row[3],
-                "steps": [Step.from_dict(d) for d in json.loads(row[4])]}
+                "steps": [Step.from_dict(d) for d in steps]}
 
     def open_apply(self, digest: str, name: str, backend: str, steps: list[Step]) -> tuple[int, list[Step], bool]:
         """(apply id, steps, resumed). Resumes the unfinished apply of the same plan."""
@@ -177,8 +212,11 @@ class Journal:
 
     # ------------------------------------------------------------------ steps
     def status_of(self, apply_id: int) -> dict[int, tuple[str, Any]]:
-        rows = self.db.execute("SELECT seq, status, outcome_json FROM steps WHERE apply_id = ?", (apply_id,)).fetchall()
-        return {r[0]: (r[1], json.loads(r[2]) if r[2] else None) for r in rows}
+        try:
+            rows = self.db.execute("SELECT seq, status, outcome_json FROM steps WHERE apply_id = ?", (apply_id,)).fetchall()
+            return {r[0]: (r[1], json.loads(r[2]) if r[2] else None) for r in rows}
+        except (sqlite3.DatabaseError, ValueError, TypeError, RecursionError) as exc:
+            raise self._damaged(exc) from None
 
     def _set(self, apply_id: int, step: Step, new: str, outcome: Any = None, field: str = "outcome_at") -> None:
         with self._tx():
@@ -208,12 +246,24 @@ class Journal:
 
     # ------------------------------------------------------------------ epochs and history
     def history(self, limit: int = 10) -> list[dict]:
+        try:
+            return self._history(limit)
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def _history(self, limit: int) -> list[dict]:
         rows = self.db.execute("SELECT id, plan_name, plan_digest, backend, status, started, ended, message FROM applies "
                                "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         keys = ["id", "plan", "digest", "backend", "status", "started", "ended", "message"]
         return [dict(zip(keys, r)) for r in rows]
 
     def step_rows(self, apply_id: int) -> list[dict]:
+        try:
+            return self._step_rows(apply_id)
+        except (sqlite3.DatabaseError, ValueError, TypeError, RecursionError) as exc:
+            raise self._damaged(exc) from None
+
+    def _step_rows(self, apply_id: int) -> list[dict]:
         rows = self.db.execute("SELECT seq, step_id, kind, status, attempts, outcome_json FROM steps WHERE apply_id = ? ORDER BY seq",
                                (apply_id,)).fetchall()
         return [{"seq": r[0], "id": r[1], "kind": r[2], "status": r[3], "attempts": r[4],

@@ -43,6 +43,8 @@ ALLOWED_MIGRATIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+MAX_STANDIN_PARAMS = 1 << 24  # the stand-in trainer model's parameters (executor.target's bound; a saved rank is checked against it)
+
 @dataclass(frozen=True)
 class Node:
     name: str

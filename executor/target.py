@@ -37,7 +37,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from estimators.fields import Int, Real
-from executor.state import ClusterState, Component, Layout, Node
+from executor.state import MAX_STANDIN_PARAMS, ClusterState, Component, Layout, Node
 
 KIND = "ExecutorTarget"
 
@@ -47,7 +47,7 @@ MAX_NODES = 16384
 MAX_COMPONENTS = 4096
 MAX_WORKERS_PER_NODE = 1024
 MAX_WORKERS = 65536           # all components together
-MAX_STANDIN_PARAMS = 1 << 24  # the stand-in trainer model's parameters (its state is held in memory)
+# the stand-in trainer model's parameters (its state is held in memory): executor.state.MAX_STANDIN_PARAMS
 
 
 class _S(BaseModel):

@@ -17,7 +17,8 @@ keep a hostile one to a few seconds and well under 1 GB):
   aliases (``&a [*a]``) are refused.
 
 Text must be UTF-8 (a UTF-8 BOM is skipped; UTF-16/32 and NUL bytes are refused with the fix).
-YAML is YAML 1.1 "safe" (no Python objects): standard tags only, merge keys ``<<: *anchor`` and
+YAML is YAML 1.1 "safe" (no Python objects): standard tags only (no base-60 numbers: ``1:05`` is
+refused rather than read as 65), merge keys ``<<: *anchor`` and
 ``<<: [*a, *b]`` work as in YAML (explicit keys win, then the first merged mapping). Duplicate
 keys in one mapping are an error (YAML would silently keep the last). JSON is strict: ``NaN``
 and ``Infinity`` are refused.
@@ -205,6 +206,7 @@ def _compose_node(self, parent, index):
 
 _STD_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge", "timestamp")}
 _MERGE = "tag:yaml.org,2002:merge"
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
 
 class _Builder:
@@ -233,6 +235,9 @@ class _Builder:
             raise _bad(f"unsupported YAML tag {node.tag!r}", "remove the tag: only plain YAML values are read",
                        self.src(node), fmt_path(path))
         if isinstance(node, yaml.ScalarNode):
+            if node.tag in _NUMBER_TAGS and ":" in node.value:
+                raise _bad(f"{node.value[:40]!r} is a YAML 1.1 base-60 number (1:05 would be read as 65)",
+                           "write the number in base 10, or quote the text", self.src(node), fmt_path(path))
             try:
                 return self.scalar.construct_object(node)
             except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
@@ -420,6 +425,40 @@ def _numbers_clean(data: Any, bools: bool) -> bool:
 
 
 # --------------------------------------------------------------------------------- together
+_CONTROL = frozenset(chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]) - {"\t", "\n", "\r"}
+_LINE_BREAKS = frozenset("\n\r\t")
+
+
+def check_text(doc: Document) -> None:
+    """Refuse control characters (ESC, NUL, C1 codes) in any string of a document, and line breaks
+    or tabs in keys and in names (values of keys called ``name`` or ``*_name``, ``job``, ``gpu_type``,
+    ``base``, ``cluster``): printed, they could move the cursor or forge lines of output."""
+    stack: list[tuple[Any, PathKey]] = [(doc.data, ())]
+    while stack:
+        v, path = stack.pop()
+        if type(v) is dict:
+            for k, x in v.items():
+                if isinstance(k, str) and (_CONTROL.intersection(k) or _LINE_BREAKS.intersection(k)):
+                    _text_error(doc, path + (k,), "a key")
+                if isinstance(x, str):
+                    named = isinstance(k, str) and (k in ("name", "job", "gpu_type", "base", "cluster") or k.endswith("_name"))
+                    if _CONTROL.intersection(x) or (named and _LINE_BREAKS.intersection(x)):
+                        _text_error(doc, path + (k,), "a name" if named else "a text")
+                elif type(x) is dict or type(x) is list:
+                    stack.append((x, path + (k,)))
+        elif type(v) is list:
+            for i, x in enumerate(v):
+                if isinstance(x, str) and _CONTROL.intersection(x):
+                    _text_error(doc, path + (i,), "a text")
+                elif type(x) is dict or type(x) is list:
+                    stack.append((x, path + (i,)))
+
+
+def _text_error(doc: Document, path: PathKey, what: str) -> None:
+    raise _bad(f"{what} holds control characters (ESC, NUL, line breaks in a name...)",
+               "remove them: names are plain printable text", doc.where(path), fmt_path(path))
+
+
 def parse(text: str, filename: str = "<input>", *, fmt: str = "auto", limits: Limits = LIMITS) -> Document:
     """``fmt``: ``yaml``, ``json``, or ``auto`` (JSON when the file name ends in .json/.jsonl or the
     text starts with ``{``/``[`` and parses as JSON; YAML otherwise, which has line numbers)."""
@@ -439,7 +478,9 @@ def load(path: str | Path, *, what: str = "file", fmt: str = "auto", limits: Lim
     p = Path(path)
     if fmt == "auto":
         fmt = {".json": "json", ".jsonl": "jsonl"}.get(p.suffix.lower(), "yaml")
-    return parse(read_text(p, what=what, limits=limits, where=where), str(p), fmt=fmt, limits=limits)
+    doc = parse(read_text(p, what=what, limits=limits, where=where), str(p), fmt=fmt, limits=limits)
+    check_text(doc)
+    return doc
 
 
 def try_load(path: str | Path, **kw) -> Optional[Document]:

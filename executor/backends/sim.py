@@ -29,6 +29,7 @@ another format (the pickles of older releases), damaged, or crafted is refused w
 from __future__ import annotations
 
 import sqlite3
+from urllib.parse import quote
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,6 +40,55 @@ from executor.backends.base import Deadlines, StartFailed, WorkerLost
 from executor.state import Layout, Node
 from executor.workers.coordinator import Coordinator
 from executor.workers.factory import make_worker
+
+
+TABLES = {"world": "table", "workers": "table"}
+MOVE_AWAY = ("move the file away (the simulated cluster it held is lost) and apply again; if an older rl-planner wrote it, "
+             "finish or roll back its apply with that release first")
+MAX_BLOB_BYTES = 1 << 30  # one saved record (a stand-in trainer rank of 2^24 parameters and its Adam state is ~256 MB)
+WORKER_CLASSES = ("RolloutEngine", "TrainerRank", "ServiceWorker", "LMEngine", "LMTrainerRank")
+
+
+def _int(v: Any, lo: int, hi: int) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+def check_nodes(nodes: dict) -> None:
+    """A loaded world's nodes: names, types and sizes as a target's nodes have them (executor.target.NodeIn)."""
+    import math
+
+    from executor.target import MAX_NODES
+
+    if len(nodes) > MAX_NODES:
+        raise safestate.BadState(f"it holds {len(nodes):,} nodes, more than {MAX_NODES:,}")
+    for key, n in nodes.items():
+        ok = (isinstance(key, str) and n.name == key and isinstance(n.gpu_type, str) and 0 < len(n.gpu_type) <= 200
+              and _int(n.gpus, 0, 64) and type(n.dram_gb) in (int, float) and math.isfinite(n.dram_gb) and 0 < n.dram_gb <= 1e6
+              and type(n.alive) is bool)
+        if not ok:
+            raise safestate.BadState(f"node {str(key)[:80]!r} is malformed (name, gpu_type, gpus 0-64, dram_gb > 0, alive)")
+
+
+def check_creates(creates: Any) -> None:
+    if not (type(creates) is dict and all(isinstance(k, str) and _int(v, 0, 1 << 40) for k, v in creates.items())):
+        raise safestate.BadState("its record of created workers is malformed")
+
+
+def check_worker(wid: Any, rec: Any, nodes: dict, lenient: bool = False) -> None:
+    """A worker row: (create arguments naming a node of the world, a worker object, alive).
+    ``lenient`` (observe-only, the core install): a worker whose class needs torch is a
+    :class:`safestate.Unloaded` naming one of the worker classes."""
+    if not (isinstance(rec, tuple) and len(rec) == 3 and type(rec[0]) is dict and type(rec[2]) is bool):
+        raise safestate.BadState(f"the record of worker {str(wid)[:80]!r} is malformed")
+    args, obj = rec[0], rec[1]
+    if lenient and isinstance(obj, safestate.Unloaded):
+        if obj.name not in WORKER_CLASSES:
+            raise safestate.BadState(f"the record of worker {str(wid)[:80]!r} holds a {str(obj.name)[:80]}, not a worker")
+    elif type(obj).__name__ not in WORKER_CLASSES or safestate.allowed_class(type(obj).__name__, load=False) is not type(obj):
+        raise safestate.BadState(f"the record of worker {str(wid)[:80]!r} holds a {type(obj).__name__}, not a worker")
+    w = args.get("worker")
+    if not (type(w) is dict and w.get("id") == wid and isinstance(w.get("node"), str) and _int(w.get("gpus", 0), 0, 64)):
+        raise safestate.BadState(f"the create arguments of worker {str(wid)[:80]!r} are malformed (id, node, gpus 0-64)")
 
 
 class _W:
@@ -55,6 +105,7 @@ class SimBackend:
         # observe_only: read the saved cluster to show or diff it; workers whose classes need torch
         # (absent on the core install) are loaded as safestate.Unloaded, and nothing is ever saved
         self.observe_only = observe_only
+        self.readonly = observe_only  # the file is opened read-only and never created or written
         self._nodes = dict(nodes) if isinstance(nodes, dict) else {n.name: n for n in nodes}
         self.deadlines = deadlines or Deadlines()
         self.ticks_per_call = ticks_per_call
@@ -66,7 +117,7 @@ class SimBackend:
         self._conn: Optional[sqlite3.Connection] = None
         self._dirty: set[str] = set()
         self._stamp: Optional[bytes] = None  # the file's save stamp as of our last load or save
-        if self.state_path and self.state_path.exists():
+        if self.state_path and self.state_path.exists() and not (self.readonly and self.state_path.stat().st_size == 0):
             self._load()
 
     # ------------------------------------------------------------------ persistence
@@ -82,13 +133,18 @@ class SimBackend:
         if self._conn is None:
             if self.state_path is None:
                 raise RuntimeError("the sim backend was asked for its state file but was made without a state_path")
+            if self.readonly:
+                return self._db_readonly()
             try:
                 create_private(self.state_path)  # it holds the cluster's state
             except OSError as exc:
                 raise UserError(Problem("--sim-state", f"cannot create {self.state_path}: {exc.strerror}",
                                         "pass a --sim-state path in a writable folder")) from None
+            from executor.dbschema import verify
+
             try:
                 c = sqlite3.connect(self.state_path, isolation_level=None, timeout=30)
+                verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY)
                 c.execute("PRAGMA journal_mode=WAL")
                 c.execute("PRAGMA synchronous=NORMAL")
                 c.execute("CREATE TABLE IF NOT EXISTS world (key TEXT PRIMARY KEY, blob BLOB NOT NULL)")
@@ -99,9 +155,25 @@ class SimBackend:
             self._conn = c
         return self._conn
 
+    def _db_readonly(self) -> sqlite3.Connection:
+        from executor.dbschema import verify
+
+        assert self.state_path is not None
+        try:
+            c = sqlite3.connect(f"file:{quote(str(self.state_path.resolve()))}?mode=ro", uri=True, isolation_level=None, timeout=30)
+        except sqlite3.DatabaseError as exc:
+            raise self._refuse(f"not a simulated cluster's state file ({exc})") from None
+        verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY)
+        self._conn = c
+        return c
+
     def _load(self) -> None:
         c = self._db()
         try:
+            for table in ("world", "workers"):  # sizes before anything is read into memory
+                big = c.execute(f"SELECT max(length(blob)) FROM {table}").fetchone()[0] or 0
+                if big > MAX_BLOB_BYTES:
+                    raise safestate.BadState(f"a record of {big:,} bytes in its {table} table, more than {MAX_BLOB_BYTES:,}")
             rows = list(c.execute("SELECT key, blob FROM world"))
             if not rows:
                 return
@@ -111,11 +183,17 @@ class SimBackend:
             nodes, coordinator = world["nodes"], world["coordinator"]
             if not (isinstance(nodes, dict) and all(isinstance(n, Node) for n in nodes.values()) and isinstance(coordinator, Coordinator)):
                 raise safestate.BadState("its world record holds the wrong types")
+            check_nodes(nodes)
+            check_creates(world.get("creates", {}))
             workers = []
+            from executor.target import MAX_WORKERS
+
+            n_workers = c.execute("SELECT count(*) FROM workers").fetchone()[0]
+            if n_workers > MAX_WORKERS:
+                raise safestate.BadState(f"it holds {n_workers:,} workers, more than {MAX_WORKERS:,}")
             for wid, blob in c.execute("SELECT id, blob FROM workers"):
                 rec = safestate.loads(blob, lenient=self.observe_only)
-                if not (isinstance(rec, tuple) and len(rec) == 3 and isinstance(rec[0], dict) and isinstance(rec[2], bool)):
-                    raise safestate.BadState(f"the record of worker {wid!r} is malformed")
+                check_worker(wid, rec, nodes, lenient=self.observe_only)
                 workers.append((wid, rec))
         except safestate.BadState as exc:
             raise self._refuse(str(exc)) from None
@@ -152,6 +230,13 @@ class SimBackend:
         """The controller's call before it journals a step done (creates and stops are saved then,
         with the coordinator's records of them, in one transaction)."""
         self.save()
+
+    def ensure_saved(self) -> None:
+        """The controller's call before it journals an apply: a cluster never saved (a fresh state
+        file) is written first, so the journal never names an apply whose cluster file does not
+        exist (a kill before the first step's save then resumes instead of being refused)."""
+        if self.state_path and self._stamp is None:
+            self.save()
 
     def save(self) -> None:
         if not self.state_path:

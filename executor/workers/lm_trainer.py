@@ -42,6 +42,20 @@ def _detached(method: str, *args: Any) -> Any:
     raise RuntimeError(f"'{method}' on a trainer rank restored from a saved state that no coordinator was attached to")
 
 
+def check_size(spec) -> None:
+    """Refuse a model bigger than any target may ask for (executor.target.MAX_STANDIN_PARAMS), before allocating it."""
+    from executor.safestate import BadState
+    from executor.state import MAX_STANDIN_PARAMS
+
+    dims = (spec.hidden, spec.ffn, spec.layers, spec.vocab)
+    if not all(type(x) is int and 0 < x <= 1 << 20 for x in dims):
+        raise BadState("a trainer rank's model has a malformed size")
+    H, F, V = spec.hidden, spec.ffn, spec.vocab
+    params = spec.layers * (4 * H * H + 2 * H * F) + 2 * V * H  # as executor.target.ModelIn counts them (norms aside)
+    if params > MAX_STANDIN_PARAMS:
+        raise BadState(f"a trainer rank's model has {params:,} parameters, more than {MAX_STANDIN_PARAMS:,}")
+
+
 class LMTrainerRank:
     lr, betas, eps, weight_decay = 1e-3, (0.9, 0.999), 1e-8, 0.01
 
@@ -310,6 +324,7 @@ class LMTrainerRank:
         self.id, self.epoch, self.component, self.rank = d["id"], d["epoch"], d["component"], d["rank"]
         self.layout, self.model = Layout(**d["layout"]), d["model"]
         self.spec = lm.spec_of(self.model)
+        check_size(self.spec)  # before _build allocates it: a saved state names its model's size
         self._coord, self.train_pgs, self._stores = _detached, None, []
         self._build(fresh=False)
         self.load_state(d["state"])

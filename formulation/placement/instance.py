@@ -28,7 +28,7 @@ training runs on the whole training pool (``evaluate``: pinned configurations).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Annotated, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
@@ -39,11 +39,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+MAX_PRICE = 1e4  # $ per GPU-hour: far above any real price; 1e308 would overflow the bounds' arithmetic
+
+
 class PoolType(_Strict):
     """Nodes of one GPU type that groups may use as a rollout or a training pool."""
 
     gpus_per_node: PositiveInt = 8
-    price_per_gpu_hour: PositiveFloat
+    price_per_gpu_hour: PositiveFloat = Field(le=MAX_PRICE, description="$ per GPU-hour (at most the scenario schema's 10,000)")
     dram_gb: PositiveFloat = Field(description="host DRAM per node")
     count: int = Field(ge=0, description="nodes of this type available")
     node_names: Optional[list[str]] = Field(None, description="names of the nodes; default <type lowercased>-0 ... -<count-1>")
@@ -84,7 +87,7 @@ class PlacementJob(_Strict):
 
 class PlacementInstance(_Strict):
     name: str = "placement"
-    pool_types: dict[str, PoolType] = Field(min_length=1)
+    pool_types: dict[Annotated[str, Field(min_length=1, max_length=200)], PoolType] = Field(min_length=1)
     jobs: list[PlacementJob] = Field(default_factory=list)
     move_price_per_job: NonNegativeFloat = Field(0.0, description="$/h charged per job a re-optimisation moves")
     pinned_members_max: int = Field(8, ge=0, le=64, description=(

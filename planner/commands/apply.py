@@ -33,6 +33,10 @@ def add_arguments(p) -> None:
     p.add_argument("--stage", action="store_true",
                    help="when no capacity-safe order of the migrations exists (e.g. groups that swap nodes), stop the fewest "
                         "components needed first and restart them from their saved state once the others made room")
+    p.add_argument("--allow-stop-all", action="store_true",
+                   help="apply a target that runs nothing, or keeps none of the running components (it stops every worker)")
+    p.add_argument("--mode", choices=["conservative", "sampled"], default=None,
+                   help="PlacementPlan: the phase-time estimate the plan check uses (as in validate-plan)")
     p.add_argument("--start-timeout", type=_args.seconds(_args.TIME_LIMIT_S), default=60.0, help="seconds a worker may take to be placed and ready")
     p.add_argument("--call-timeout", type=_args.seconds(_args.TIME_LIMIT_S), default=30.0, help="seconds any call to a worker may take")
 
@@ -74,8 +78,15 @@ def run(args) -> int:
 
     from planner import plandoc
 
+    from planner.apply import precheck
+
     check_kind(args.plan)
     doc = plandoc.read(args.plan)
+    # the plan check (as validate-plan's) before anything is opened or changed
+    if doc.kind == "PlacementPlan" and args.scenario:
+        precheck.check_placement_doc(doc, args.plan, args.scenario, args.mode)
+    if doc.kind in (KIND, "PlacementPlan") and not args.dry_run and not args.allow_stop_all:
+        precheck.check_not_empty(len(doc.body.get("components") or []) if doc.kind == KIND else len(doc.body.get("groups") or []))
     nodes = None
     listed = None
     if doc.kind == KIND and doc.body.get("nodes"):
@@ -118,7 +129,10 @@ def run(args) -> int:
 
             for note in settle(backend):
                 print(f"recovered: {note}")
-        plan = diff(observe(backend), target, stage=args.stage)
+        observed = observe(backend)
+        if not args.dry_run and not args.allow_stop_all:
+            precheck.check_not_all_stopping(observed, target)
+        plan = diff(observed, target, stage=args.stage)
     if args.dry_run:
         if args.json:
             import json

@@ -81,12 +81,20 @@ def add_arguments(p) -> None:
                         "others get 421 (DNS rebinding)")
     s.add_argument("--tls-cert", type=Path, help="serve HTTPS with this PEM certificate (chain); needs --tls-key")
     s.add_argument("--tls-key", type=Path, help="the certificate's PEM key")
-    s.add_argument("--max-connections", type=_args.count(1, 100000), default=256, help="open connections at most; the next gets 503 (default 256)")
+    s.add_argument("--max-connections", type=_args.count(1, 65536), default=256,
+                   help="connections served with the normal timeouts; as many more get --busy-timeout-s to send their request; "
+                        "beyond twice this the oldest silent one is closed, or 503 (default 256)")
+    s.add_argument("--max-connections-per-peer", type=_args.count(1, 65536), default=64,
+                   help="connections of one client address with the normal timeouts; its others get --busy-timeout-s (default 64)")
+    s.add_argument("--busy-timeout-s", type=_args.seconds(3600.0), default=0.5,
+                   help="under pressure (over either limit): seconds a new connection has to deliver its request (default 0.5)")
     s.add_argument("--header-timeout-s", type=_args.seconds(3600.0), default=10.0,
                    help="seconds a client has to send a whole request after connecting or after the last answer (default 10)")
     s.add_argument("--idle-timeout-s", type=_args.seconds(3600.0), default=5.0, help="an idle keep-alive connection is closed after this (default 5)")
     s.add_argument("--rate-limit", type=_args.number(0.0, 1e6), default=200.0, help="requests per second per token, 429 beyond (0: none; default 200)")
     s.add_argument("--rate-burst", type=_args.number(1.0, 1e7), default=400.0, help="requests a token may send at once (default 400)")
+    s.add_argument("--data-dir", type=Path, metavar="DIR",
+                   help="trace files a submitted job may name (relative paths inside DIR); without it a job naming a file is refused")
     s.add_argument("--max-jobs-per-token", type=_args.count(1, 100000), default=256, help="live jobs one token may have submitted (default 256)")
     p.add_argument("--standby", action="store_true", help="when another daemon holds the lease, serve and wait for it instead of exiting")
     g = p.add_argument_group("replanning")
@@ -155,6 +163,8 @@ def run(args) -> int:
         sc = load_scenario(args.scenario)
         if args.until_idle and args.max_cycles is None:
             _refuse_endless(sc, args.scenario)
+    from planner.daemon.datafiles import check_data_dir
+
     host, port = args.listen
     truth = {"slow_lo": args.sim_slowdown[0], "slow_hi": args.sim_slowdown[1], "noise": args.sim_noise, "seed": args.sim_seed}
     opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,
@@ -163,9 +173,10 @@ def run(args) -> int:
                    token_file=args.token_file, insecure=args.insecure, allow_hosts=tuple(args.allow_host), tls_cert=args.tls_cert,
                    tls_key=args.tls_key,
                    limits=Limits(max_connections=args.max_connections, header_timeout_s=args.header_timeout_s,
+                                 max_per_peer=args.max_connections_per_peer, busy_timeout_s=args.busy_timeout_s,
                                  idle_timeout_s=args.idle_timeout_s, rate_per_s=args.rate_limit, rate_burst=args.rate_burst,
                                  max_jobs_per_token=args.max_jobs_per_token),
-                   ray_address=args.ray_address)
+                   ray_address=args.ray_address, data_dir=check_data_dir(args.data_dir))
     return Daemon(opts).open().run()
 
 

@@ -132,7 +132,8 @@ def run(args) -> int:
 
         from planner.safewrite import write_atomic
 
-        write_atomic(Path(args.save_instance), dump_instance(inst), where="--save-instance")
+        write_atomic(Path(args.save_instance), dump_instance(inst, as_json=args.save_instance.lower().endswith(".json")),
+                     where="--save-instance")
     progress = _status_line() if sys.stderr.isatty() else None
     res = solve(inst, opts, backend, current, progress=progress)
     if progress:

@@ -41,11 +41,14 @@ def run(args) -> int:
                                     + ("; a real apply needs the executor extra: pip install 'rl-planner[executor]'"
                                        if missing_modules("sim") else "")
                                     + "), or pass --sim-state of an existing cluster"))
+        if path.is_file() and path.stat().st_size == 0:
+            raise UserError(Problem("--sim-state", f"{path} is empty: no simulated cluster was saved in it",
+                                    "pass --sim-state of an existing cluster (status reads it and never writes it)"))
     backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, observe_only=True)
     st = observe(backend)
     ledger = backend.coord("ledger_summary")
     jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
-    history = Journal(jp).history(5) if jp.exists() else []
+    history = Journal(jp, readonly=True).history(5) if jp.exists() else []
     if args.json:
         print(json.dumps({"state": st.to_dict(), "nodes": st.table(), "ledger": ledger, "applies": history}, indent=2, default=str))
         return 0

@@ -176,6 +176,30 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
     return 0
 
 
+def _check_targets(d, names: list[str]) -> None:
+    """Every file the answer will be written to, checked before the first is written (a symbolic
+    link among them is refused with nothing written, not after two files are)."""
+    import os
+    import stat
+
+    from planner.safewrite import target_kind
+
+    if not d.exists():
+        return
+    for name in names:
+        p = d / name
+        if name == "points":
+            if p.is_symlink() or (p.exists() and not p.is_dir()):
+                from planner.errors import Problem, UserError
+
+                raise UserError(Problem("--out", f"{p} is a symbolic link or not a folder", "remove it, or pass another --out folder"))
+            continue
+        if target_kind(p, "--out") == "stream" or (p.exists() and not stat.S_ISREG(os.lstat(p).st_mode)):
+            from planner.errors import Problem, UserError
+
+            raise UserError(Problem("--out", f"{p} is not a regular file", "remove it, or pass another --out folder"))
+
+
 def _write_single(out, sc, plan, record, lines, types, command, info) -> None:
     from pathlib import Path
 
@@ -184,6 +208,7 @@ def _write_single(out, sc, plan, record, lines, types, command, info) -> None:
     from planner.whatif import report
 
     d = Path(out)
+    _check_targets(d, ["capacity-plan.yaml", "answer.md", "fleet.png"] + (["styles.csv"] if plan.styles else []))
     d.mkdir(exist_ok=True)
     doc = plandoc.PlanDocument(kind="CapacityPlan", scenario=sc.name, scenario_digest=plandoc.scenario_digest(sc),
                                solver=plandoc.SolverRecord(**{k: v for k, v in record.items()}), body=plan.model_dump(mode="json"))
@@ -281,6 +306,7 @@ def _write_sweep(out, sc, results, keys, styles, types, head, body, command, inf
     from planner.whatif import report
 
     d = Path(out)
+    _check_targets(d, ["sweep.csv", "sweep.md", "cost.png", "fleet.png", "points"])
     d.mkdir(exist_ok=True)
     pts = d / "points"
     pts.mkdir(exist_ok=True)

@@ -28,6 +28,7 @@ scope, audit (:mod:`planner.daemon.auth`).
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Literal, Optional
 
@@ -243,15 +244,45 @@ class BodyLimit:
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data})
 
+    async def _strict(self, send, problem: str, fix: str) -> None:
+        body = ErrorBody(error="invalid request", problems=[ProblemView(field="", message=problem, fix=fix)])
+        data = body.model_dump_json().encode()
+        await send({"type": "http.response.start", "status": 422,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+    @staticmethod
+    def strict_json(whole: bytes) -> Optional[tuple[str, str]]:
+        """(problem, fix) when a JSON body is not what docs/inputs.md allows: UTF-8 only (JSON's
+        UTF-16/32 detection is not used), each key once per object, nesting bounded."""
+        from planner.safeload import check_depth, decode
+
+        try:
+            text = decode(whole, "the body")
+        except UserError as exc:
+            p = exc.problems[0]
+            return f"{p.message}", "send UTF-8 JSON"
+        try:
+            data = json.loads(text, object_pairs_hook=_strict_pairs)
+        except RecursionError:
+            return "the body is nested too deeply", "send a JSON object with the documented fields"
+        except _DuplicateKey as exc:
+            return str(exc), "give each key once per object"
+        except ValueError:
+            return None  # not JSON at all: the app's own parser says where
+        try:
+            check_depth(data, "the body")
+        except UserError as exc:
+            return exc.problems[0].message, "send a JSON object with the documented fields"
+        return None
+
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
         size = headers.get(b"content-length")
-        if size is not None:
-            if not size.isdigit() or int(size) > self.limit:
-                return await self._refuse(send, size.decode("latin-1"))
-            return await self.app(scope, receive, send)
+        if size is not None and (not size.isdigit() or int(size) > self.limit):
+            return await self._refuse(send, size.decode("latin-1"))
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
         chunks, total, more = [], 0, True
@@ -266,6 +297,10 @@ class BodyLimit:
             chunks.append(chunk)
             more = msg.get("more_body", False)
         whole, given = b"".join(chunks), False
+        if whole and b"json" in headers.get(b"content-type", b"application/json").lower():
+            bad = self.strict_json(whole)
+            if bad is not None:
+                return await self._strict(send, *bad)
 
         async def replay():
             nonlocal given
@@ -275,6 +310,21 @@ class BodyLimit:
             return await receive()
 
         return await self.app(scope, replay, send)
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _strict_pairs(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(f"duplicate key {k[:100]!r} in one object (JSON readers would silently keep one of them)")
+            seen.add(k)
+    return out
 
 
 def asgi_app(service, *, max_body_bytes: int = 1 << 20, guard: Optional[dict] = None):

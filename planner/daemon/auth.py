@@ -67,7 +67,10 @@ ANONYMOUS_ADMIN = Principal("insecure", frozenset({"admin"}))
 class Limits:
     """Connection, time and rate limits of the API server (each a flag of ``planner daemon``)."""
 
-    max_connections: int = 256  # open connections; the next one is answered 503 and closed
+    max_connections: int = 256  # connections served with the normal timeouts; up to as many more under --busy-timeout-s
+    max_per_peer: int = 64  # connections of one client address with the normal timeouts; its others under --busy-timeout-s
+    busy_timeout_s: float = 0.5  # under pressure (over either limit): time a new connection has to deliver its request
+    max_header_bytes: int = 64 << 10  # request line and headers of one request; more is answered 431
     header_timeout_s: float = 10.0  # from connecting (or the previous answer) to a complete request: slow headers or bodies are cut
     idle_timeout_s: float = 5.0  # an idle keep-alive connection is closed after this
     rate_per_s: float = 200.0  # requests per second per token (0: no limit); unauthenticated callers per client address
@@ -76,12 +79,14 @@ class Limits:
 
     def check(self) -> None:
         bad = []
-        for name in ("header_timeout_s", "idle_timeout_s"):
+        for name in ("header_timeout_s", "idle_timeout_s", "busy_timeout_s"):
             v = getattr(self, name)
             if not (v > 0 and v <= 3600):
                 bad.append(Problem(f"--{name.replace('_', '-')}", f"must be in (0, 3600], got {v}"))
         if not 1 <= self.max_connections <= 65536:
             bad.append(Problem("--max-connections", f"must be in [1, 65536], got {self.max_connections}"))
+        if not 1 <= self.max_per_peer <= 65536:
+            bad.append(Problem("--max-connections-per-peer", f"must be in [1, 65536], got {self.max_per_peer}"))
         if not 0 <= self.rate_per_s <= 1e6:
             bad.append(Problem("--rate-limit", f"must be in [0, 1e6] requests per second, got {self.rate_per_s}"))
         if not 1 <= self.rate_burst <= 1e7:

@@ -37,6 +37,7 @@ from typing import Optional
 from pydantic import ValidationError
 
 from formulation.realloc.telemetry import TelemetrySnapshot
+from planner.apply.precheck import blocking
 from planner.daemon import gate, solve
 from planner.daemon.clock import Clock
 from planner.daemon.config import DaemonConfig
@@ -282,9 +283,11 @@ class Loop:
         """6. Write-ahead (decisions, target, transitions, loop state), then the executor, then the outcome."""
         now, jobs, target, plan = cy.now, cy.jobs, cy.target, cy.plan
         changed = target.as_dict() != plan.as_dict()
-        if changed:
-            target, _ = self.placer.evaluate(cy.context, target)
+        refused: list = []
+        if changed:  # the plan check before an apply (planner.apply.precheck): what the checker refuses is not applied
+            target, violations = self.placer.evaluate(cy.context, target)
             cy.target = target
+            refused = blocking(violations)
         for j in {m.job for m in cy.moves if m.to in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)}:
             if self.reallocator is not None:
                 self.reallocator.forget(j)
@@ -339,7 +342,11 @@ class Loop:
             cy.report.apply = "dry-run"
         elif changed:
             assert new_plan_id is not None  # inserted above whenever the plan changed
-            res = self.executor.apply(target, plan_id=new_plan_id, now=now, should_stop=self.stop.is_set)
+            if refused:
+                log.error("plan %d fails the plan check, not applied: %s", new_plan_id, "; ".join(v.message for v in refused[:5]))
+                res = ApplyResult(False, 0, 0, "the plan check refuses it: " + "; ".join(v.message for v in refused[:5]))
+            else:
+                res = self.executor.apply(target, plan_id=new_plan_id, now=now, should_stop=self.stop.is_set)
             self._finish_apply(new_plan_id, plan, target, res, now, cy.context)
             cy.report.apply = "ok" if res.ok else ("interrupted" if res.interrupted else "failed")
 

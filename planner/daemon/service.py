@@ -69,6 +69,7 @@ class Options:
     tls_cert: Optional[Path] = None
     tls_key: Optional[Path] = None
     limits: Limits = field(default_factory=Limits)
+    data_dir: Optional[Path] = None  # trace files a submitted job may name (planner.daemon.datafiles); None: none
 
 
 # --------------------------------------------------------------------------------- cluster
@@ -107,6 +108,17 @@ def check_job(cluster: Scenario, job: JobSpec) -> float:
     from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
     from planner.schema.checks import check_scenario
 
+    from estimators.traces import TraceError
+    from planner.schema.workload import TraceColumn, table_of
+
+    r = job.rollout
+    for where, spec in (("rollout.response_lengths", r.response_lengths), ("rollout.prompt_lengths", r.prompt_lengths),
+                        ("rollout.tools.latency", r.tools.latency if r.tools is not None else None)):
+        if isinstance(spec, TraceColumn):  # read (bounded) here, so that a bad file is a 422 naming the field
+            try:
+                table_of(spec)
+            except TraceError as exc:
+                raise UserError(Problem(where, exc.message, exc.fix), title=f"job '{job.name}' cannot run on this cluster") from None
     sc = cluster.model_copy(update={"jobs": [job]})
     try:
         check_scenario(sc)
@@ -147,6 +159,9 @@ class Service:
     def submit(self, job: JobSpec, *, arrives_at: float | None = None, by: str | None = None) -> JobRecord:
         if self.store.job_state(job.name) is not None:
             raise Conflict(f"a job named '{job.name}' already exists", "name", "job names are unique: choose another name")
+        from planner.daemon.datafiles import confine
+
+        job = confine(job, self.opts.data_dir)
         slo = check_job(self.cluster, job)
         now = self.now()
         if arrives_at is None:

@@ -39,6 +39,7 @@ from typing import Any, Optional, TypedDict
 from planner.daemon import lifecycle
 from planner.daemon.lifecycle import JobState
 from planner.daemon.sqlitedb import SQLiteFile
+from planner.errors import UserError
 
 SCHEMA_VERSION = 1
 
@@ -132,6 +133,14 @@ CREATE TABLE IF NOT EXISTS audit (
 """
 
 PLAN_LIVE = ("applying", "applied", "recorded")
+AUDIT_KEEP = 100_000  # audit rows kept (the newest)
+AUDIT_PRUNE_EVERY = 1000  # rows between two prunings
+
+
+def _schema_names() -> dict[str, str]:
+    import re
+
+    return {name: kind.lower() for kind, name in re.findall(r"CREATE (TABLE|INDEX) IF NOT EXISTS (\w+)", DDL)}
 
 
 class StoreError(Exception):
@@ -245,8 +254,17 @@ def _dumps(obj: Any) -> str:
 class Store(SQLiteFile):
     """Thread-safe access to one state file (a connection per thread)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, audit_keep: int = AUDIT_KEEP) -> None:
         super().__init__(path)
+        self.audit_keep = audit_keep
+        from executor.dbschema import verify
+
+        try:
+            verify(self.conn(), self.path, _schema_names(), "--state", "pass another --state file (a new one is created)")
+        except UserError as exc:
+            raise StateFileError(exc.problems[0].message) from None
+        except sqlite3.DatabaseError as exc:
+            raise StateFileError(f"{self.path} is not a usable SQLite state file ({exc})") from None
         try:
             self._init_schema()
         except sqlite3.DatabaseError as exc:
@@ -385,6 +403,10 @@ class Store(SQLiteFile):
         with self.tx() as c:
             c.executemany("INSERT INTO audit(at, identity, client, method, path, job, status) VALUES (?,?,?,?,?,?,?)",
                           [(e.at, e.identity, e.client, e.method, e.path, e.job, e.status) for e in entries])
+            # retention: refused calls (a 401 flood) must not grow the file without end; the newest AUDIT_KEEP rows stay
+            last = c.execute("SELECT max(id) FROM audit").fetchone()[0] or 0
+            if last > self.audit_keep and last % AUDIT_PRUNE_EVERY < len(entries) + 1:
+                c.execute("DELETE FROM audit WHERE id <= ?", (last - self.audit_keep,))
 
     def audit(self, since_id: int = 0, limit: int = 100) -> list[dict]:
         return [dict(r) for r in self.conn().execute("SELECT * FROM audit WHERE id > ? ORDER BY id LIMIT ?", (since_id, limit))]

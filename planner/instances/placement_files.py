@@ -104,8 +104,33 @@ def is_instance_file(path: str | Path) -> bool:
     return read_data(path) is not None
 
 
-def dump_instance(inst: PlacementInstance) -> str:
+def dump_instance(inst: PlacementInstance, as_json: bool = False) -> str:
+    """The instance as a file ``planner plan`` reads back: YAML, or JSON (``as_json``: a name ending
+    in .json, read with the larger JSON limits: 20,000 jobs fit)."""
+    import json
+
     import yaml
 
     data = {"kind": "PlacementInstance", **inst.model_dump(mode="json", exclude_defaults=False)}
-    return yaml.safe_dump(data, sort_keys=False, width=120)
+    text = json.dumps(data, indent=1) + "\n" if as_json else yaml.safe_dump(data, sort_keys=False, width=120)
+    _reads_back(text, inst, as_json)
+    return text
+
+
+def _reads_back(text: str, inst: PlacementInstance, as_json: bool = False) -> None:
+    """The written instance is one ``planner plan`` reads back (same limits, same validation) and
+    equal to ``inst``; else nothing is written and the error says why."""
+    from planner import safeload
+
+    try:
+        doc = safeload.parse(text, "--save-instance", fmt="json" if as_json else "yaml",
+                             limits=_limits("x.json" if as_json else "x.yaml"))
+        safeload.check_text(doc)
+        back = PlacementInstance.model_validate({k: v for k, v in doc.data.items() if k != "kind"})
+        _check_sizes(back, "--save-instance")
+    except UserError as exc:
+        raise UserError(Problem("--save-instance", f"the instance would not read back: {exc.problems[0].message}",
+                                "save it as JSON (--save-instance NAME.json: larger limits), or plan from the scenario itself")) from None
+    if back != inst:
+        raise UserError(Problem("--save-instance", "the instance would not read back unchanged",
+                                "plan from the scenario itself; report this with the scenario"))

@@ -654,9 +654,11 @@ def load_snapshots(path) -> list[TelemetrySnapshot]:
     p = Path(path)
     text = safeload.read_text(p, what="snapshot file", where="SNAPSHOT")
     if p.suffix == ".jsonl":
-        data = safeload.parse(text, str(p), fmt="jsonl").data
+        doc = safeload.parse(text, str(p), fmt="jsonl")
     else:
-        data = safeload.parse(text, str(p), fmt="json" if text.lstrip().startswith(("{", "[")) else "yaml").data
+        doc = safeload.parse(text, str(p), fmt="json" if text.lstrip().startswith(("{", "[")) else "yaml")
+    safeload.check_text(doc)  # names (job, component, worker ids) are printed
+    data = doc.data
     docs = data.get("snapshots") if isinstance(data, dict) and "snapshots" in data else data
     docs = docs if isinstance(docs, list) else [docs]
     out = []

@@ -101,7 +101,7 @@ class NodeGroupSpec(Strict):
     """``count`` identical nodes."""
 
     name: str = Field(min_length=1, max_length=MAX_NAME, description="the group's name (unique)")
-    gpu_type: str = Field(max_length=MAX_NAME, description="a catalogue GPU type or one defined under gpu_types")
+    gpu_type: str = Field(min_length=1, max_length=MAX_NAME, description="a catalogue GPU type or one defined under gpu_types")
     count: Int = Field(ge=0, le=MAX_NODES, description="nodes in the group (for capacity planning: nodes that exist today)")
     gpus_per_node: Int = Field(8, gt=0, le=MAX_GPUS_PER_NODE, description="GPUs in each node")
     host_dram_gb: Real = Field(2048.0, ge=1.0, le=1e6, description="host DRAM per node, GB (parked weights and optimizer state)")
@@ -286,7 +286,7 @@ class Scenario(Strict):
     version: Literal[1] = Field(SCHEMA_VERSION, description="scenario format version")
     name: str = Field(min_length=1, max_length=MAX_NAME, description="the scenario's name (in plans and reports)")
     description: str = Field("", max_length=100_000, description="free text")
-    gpu_types: dict[Annotated[str, Field(max_length=MAX_NAME)], GPUTypeSpec] = Field(
+    gpu_types: dict[Annotated[str, Field(min_length=1, max_length=MAX_NAME)], GPUTypeSpec] = Field(
         default_factory=dict, max_length=MAX_GPU_TYPES, description="GPU types by name: catalogue overrides (prices) and derived types")
     cluster: ClusterSpec = Field(description="the nodes and network fabrics")
     jobs: list[JobSpec] = Field(default_factory=list, max_length=MAX_JOBS, description="the RL post-training jobs")

@@ -134,6 +134,9 @@ def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) ->
         if cal is not None:
             scenario.calibration = absolute(cal)
         datadir.select(scenario.calibration if cal is not None else None)
+        env_folder = datadir.selected() if cal is None else None
+        if env_folder is not None:  # RL_PLANNER_CALIBRATION: checked like the field
+            datadir.check_folder(env_folder)
     except ValueError as exc:
         problems.append(Problem("calibration", str(exc),
                                 "name a folder written by 'python -m estimators.calibrate --out DIR' "

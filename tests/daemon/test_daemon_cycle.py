@@ -379,3 +379,23 @@ def test_after_a_refused_plan_ended_jobs_still_leave_and_reshuffles_wait(tmp_pat
     assert not [d for d in w.decisions("reoptimise") if d["cycle"] >= 3]
     w.cycle(1200.0)  # the block has passed
     assert [d for d in w.decisions("reoptimise") if d["cycle"] == 4]
+
+
+def test_a_plan_the_checker_refuses_is_not_applied(tmp_path):
+    """The daemon's apply runs the plan check first (planner.apply.precheck): a structural violation
+    (here a node in two pools) keeps the executor from being called; the apply counts as failed and
+    the previous plan stays in force. An SLO violation alone does not block."""
+    from planner.daemon.ports import Violation
+
+    ex = FailingExecutor()
+    w = World(tmp_path, executor=ex)
+    real = w.placer.evaluate
+    w.placer.evaluate = lambda ctx, p: (real(ctx, p)[0], [Violation("node-exclusive", "h20-0", "node h20-0 in two pools")])
+    w.submit("a")
+    w.cycle(0.0)
+    assert ex.applies == 0, "the executor was never asked"
+    assert w.state("a") is JobState.PENDING and w.store.current_plan() is None
+    assert w.decisions("admit")[0]["outcome"] == "failed" and "plan check" in str(w.decisions("admit")[0])
+    w.placer.evaluate = lambda ctx, p: (real(ctx, p)[0], [Violation("slo", "a", "a: predicted iteration over its SLO")])
+    w.cycle(60.0)
+    assert ex.applies == 1

@@ -63,8 +63,9 @@ def test_shipped_targets_apply_and_status_says_when_nothing_was_applied(tmp_path
     (tmp_path / "scenarios").symlink_to(ROOT / "scenarios")
     res = run_inprocess([["status"], ["apply", "scenarios/executor/two-jobs-target.yaml"], ["status", "--json"],
                          ["apply", "scenarios/executor/idle-target.yaml", "--dry-run"],
-                         ["apply", "scenarios/executor/idle-target.yaml"], ["status", "--json"]], tmp_path)
-    missing, applied, running, dry, idle, after = res
+                         ["apply", "scenarios/executor/idle-target.yaml"],
+                         ["apply", "scenarios/executor/idle-target.yaml", "--allow-stop-all"], ["status", "--json"]], tmp_path)
+    missing, applied, running, dry, refused, idle, after = res
     # nothing applied yet: one line saying so and how to start, not a message about a plan
     assert missing["rc"] == 2 and "nothing was applied" in missing["stderr"] and "plan names" not in missing["stderr"], missing
     assert len(missing["stderr"].strip().splitlines()) == 1
@@ -73,6 +74,7 @@ def test_shipped_targets_apply_and_status_says_when_nothing_was_applied(tmp_path
     assert names == {"math/rollout", "math/trainer", "math/reward", "code/rollout"}
     # an empty component list is a target too: everything stops, the nodes stay
     assert dry["rc"] == 0 and dry["stdout"].count("[remove] ") == 4, dry["stdout"][:1000]
+    assert refused["rc"] == 2 and "--allow-stop-all" in refused["stderr"], refused  # stopping everything is asked for
     assert idle["rc"] == 0, idle["stderr"]
     state = json.loads(after["stdout"])["state"]
     assert state["components"] == [] and len(state["nodes"]) == 2

@@ -423,3 +423,152 @@ def api_cases() -> list[tuple[str, str, Union[bytes, dict], str]]:
     out.append(("snap-json-infinity", "/v1/telemetry", json.dumps(snap).replace('"time_s": 300.0', '"time_s": Infinity').encode(),
                 "time_s"))
     return out
+
+
+# ------------------------------------------------------------------ round 2 (issue 25): calibration folders, traces
+SECRET = "hunter2-s3cr3t"  # a value of a file that must never be echoed
+
+
+def _deep_json(n: int = 200_000) -> bytes:
+    return b"[" * n + b"]" * n
+
+
+def _gz_line(n: int, head: bytes = b"n\n") -> Callable[[Path], None]:
+    def make(p: Path) -> None:
+        import gzip
+
+        with gzip.open(p, "wb", compresslevel=1) as f:
+            f.write(head + b"7" * n)
+    return make
+
+
+def _big(n: int) -> Callable[[Path], None]:
+    def make(p: Path) -> None:
+        with open(p, "wb") as f:
+            f.truncate(n)  # sparse: n bytes of NUL without writing them
+    return make
+
+
+CALIBRATION: list[tuple[str, str, Content, str]] = [
+    # (id, file in the folder, content, what the error names)
+    ("eff-compute-0", "calibration.json", json.dumps({"kernels": {"H100": {"gemm": {"eff_compute": 0}}}}).encode(), "eff_compute"),
+    ("eff-memory-neg", "calibration.json", json.dumps({"kernels": {"H100": {"gemm": {"eff_memory": -0.5}}}}).encode(), "eff_memory"),
+    ("nan", "calibration.json", b'{"kernels": {"H100": {"gemm": {"c0_ms": NaN}}}}', "NaN"),
+    ("p-huge", "calibration.json", json.dumps({"kernels": {"H100": {"gemm": {"p": 1e300}}}}).encode(), "gemm.p"),
+    ("new-gpu-partial", "calibration.json", json.dumps({"kernels": {"H20": {"gemm": {"p": 2}}}}).encode(), "kernels.H20.gemm"),
+    ("bandwidth-0", "calibration.json", json.dumps({"network": {"send_recv": {"inter_node": {"bandwidth_gb_per_s": 0}}}}).encode(),
+     "bandwidth_gb_per_s"),
+    ("kernels-list", "calibration.json", b'{"kernels": []}', "kernels"),
+    ("deep", "calibration.json", _deep_json(), "nested"),
+    ("top-list", "calibration.json", b"[]", "JSON object"),
+    ("huge", "calibration.json", _big(300 << 20), "bytes"),
+    ("dup-key", "calibration.json", b'{"kernels": {}, "kernels": {}}', "twice"),
+    ("lengths-foo", "lengths.json", b'{"foo": 1}', "mixture"),
+    ("lengths-decreasing", "lengths.json", json.dumps({"mixture": {"input_quantiles": [1, 2], "output_quantiles": [5, 1]}}).encode(),
+     "output_quantiles"),
+    ("lengths-client-str", "lengths.json", json.dumps({"mixture": {"input_quantiles": [1, 2], "output_quantiles": [1, 2]},
+                                                       "clients": {"7": "x"}}).encode(), "clients.7"),
+    ("tool-latency-str", "tool_latency.json", b'{"seconds": "fast"}', "seconds"),
+    ("tool-latency-dir", "tool_latency.json", _dir, "holds none"),
+]
+
+TRACES: list[tuple[str, str, Content, str]] = [
+    # (id, trace file name, content, what the error names besides the field)
+    ("jsonl-deep", "t.jsonl", _deep_json() + b"\n", "nested"),
+    ("csv-gz-one-line", "t.csv.gz", _gz_line(6 << 20), "longer than"),
+    ("jsonl-gz-one-line", "t.jsonl.gz", _gz_line(6 << 20, b'{"n": 1}\n{"n": 2}\n{"n": "'), "longer than"),
+    ("csv-secret", "t.csv", f"n\n{SECRET}\n{SECRET}\n".encode(), "not a number"),
+    ("jsonl-secret", "t.jsonl", (json.dumps({"n": SECRET}) + "\n").encode() * 2, "not a number"),
+    ("csv-no-column", "t.csv", f"{SECRET}\n1\n2\n".encode(), "no column"),
+    ("jsonl-dup-key", "t.jsonl", b'{"n": 1, "n": 2}\n', "twice"),
+    ("gz-garbage", "t.csv.gz", b"\x1f\x8b\x08\x00" + b"\xff" * 64, "cannot read"),
+    ("utf16", "t.csv", "n\n1\n2\n".encode("utf-16"), "UTF-8"),
+]
+
+
+def round2_cases() -> list[Case]:
+    out: list[Case] = []
+    scen = dict(scenario_commands())
+    for cid, name, content, expect in CALIBRATION:
+        body = _scenario_with(lambda d: d.update(calibration="cal"))
+        for cmd in ("validate", "plan"):
+            out.append(Case(f"cal-{cid}-{cmd}", scen[cmd], {"cal": _dir, f"cal/{name}": content, "x.yaml": body}, expect))
+    for cid, name, content, expect in TRACES:
+        body = _scenario_with(_set("jobs[0].rollout.response_lengths", {"source": "trace", "path": name, "column": "n"}))
+        for cmd in ("validate", "estimate"):
+            out.append(Case(f"trace-{cid}-{cmd}", scen[cmd], {name: content, "x.yaml": body}, expect))
+    return out
+
+
+# ------------------------------------------------------------------ round 2, the smaller shapes (issue 25, item 7)
+TINY = str(ROOT / "scenarios" / "ci" / "tiny-2jobs.yaml")
+INSTANCE = yaml.safe_load((ROOT / "scenarios" / "instances" / "placement-small.yaml").read_text())
+
+
+def _made_plan(mutate: Callable[[dict], None]) -> Callable[[Path], None]:
+    """A plan of tiny-2jobs made by the planner (in-process), then mutated."""
+    def make(p: Path) -> None:
+        import contextlib
+        import io
+
+        from planner.cli import main
+
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["plan", TINY, "--out", str(p)]) == 0
+        d = yaml.safe_load(p.read_text())
+        mutate(d)
+        p.write_text(yaml.safe_dump(d, sort_keys=False))
+    return make
+
+
+def _instance_with(mutate: Callable[[dict], None]) -> bytes:
+    d = copy.deepcopy(INSTANCE)
+    mutate(d)
+    return dump(d)
+
+
+def _rename_pool(d: dict) -> None:
+    t = next(iter(d["pool_types"]))
+    d["pool_types"][""] = d["pool_types"].pop(t)
+
+
+def smaller_cases() -> list[Case]:
+    scen = dict(scenario_commands())
+    apply = ["apply", "{d}/x.yaml", "--scenario", TINY, "--sim-state", "{d}/s.db"]
+    first = lambda d: d["body"]["groups"][0]  # noqa: E731
+    out = [
+        Case("b60-count", scen["validate"], {"x.yaml": _scenario_with(_set("cluster.node_groups[0].count", "1:05"))
+                                            .replace(b"'1:05'", b"1:05")}, "base-60"),
+        Case("b60-float", scen["plan"], {"x.yaml": _scenario_with(_set("gpu_types.H20.price_per_gpu_hour", "1:30.5"))
+                                         .replace(b"'1:30.5'", b"1:30.5")}, "base-60"),
+        Case("gpu-type-empty-key", scen["validate"], {"x.yaml": _scenario_with(lambda d: d["gpu_types"].update({"": {"base": "H20"}}))},
+             "gpu_types"),
+        Case("gpu-type-empty-group", scen["plan"], {"x.yaml": _scenario_with(_set("cluster.node_groups[0].gpu_type", ""))}, "gpu_type"),
+        Case("esc-scenario-name", scen["validate"], {"x.yaml": _scenario_with(_set("name", "evil\x1b[2J\x1b[31mred"))}, "control"),
+        Case("newline-group-name", scen["plan"], {"x.yaml": _scenario_with(_set("cluster.node_groups[0].name", "g\nFAKE: ok"))},
+             "control"),
+        Case("esc-key", scen["validate"], {"x.yaml": _scenario_with(lambda d: d.update({"\x1b[2J": 1}))}, "control"),
+        Case("instance-price-1e308", ["plan", "{d}/x.yaml", "--out", "{d}/out.yaml"],
+             {"x.yaml": _instance_with(lambda d: next(iter(d["pool_types"].values())).update(price_per_gpu_hour=1e308))},
+             "price_per_gpu_hour"),
+        Case("instance-gpu-type-empty", ["plan", "{d}/x.yaml", "--out", "{d}/out.yaml"], {"x.yaml": _instance_with(_rename_pool)},
+             "pool_types"),
+        Case("plan-group-twice", apply, {"x.yaml": _made_plan(lambda d: d["body"]["groups"].append(copy.deepcopy(first(d))))},
+             "body.groups"),
+        Case("plan-job-twice", apply, {"x.yaml": _made_plan(lambda d: first(d)["members"].append(copy.deepcopy(first(d)["members"][0])))},
+             "placed-once"),
+        Case("plan-digest-zero", apply, {"x.yaml": _made_plan(lambda d: d.update(scenario_digest="0" * 16))}, "scenario_digest"),
+        Case("plan-group-dropped", apply, {"x.yaml": _made_plan(lambda d: d["body"].update(groups=d["body"]["groups"][:1]))},
+             "placed-once"),
+        Case("plan-false-cost", apply, {"x.yaml": _made_plan(lambda d: d["body"].update(cost_per_hour=1.0))}, "cost"),
+        Case("target-empty", ["apply", "{d}/x.yaml", "--sim-state", "{d}/s.db"], {"x.yaml": _plan_with(body={
+            "nodes": BASE_PLAN["body"]["nodes"], "components": []})}, "--allow-stop-all"),
+        Case("whatif-out-symlink", ["whatif", TINY, "--out", "{d}/w"], {"w": _dir, "w/fleet.png": _link_to("/nonexistent/fleet.png")},
+             "fleet.png"),
+        Case("status-empty-sim-state", ["status", "--sim-state", "{d}/x.db"], {"x.db": b""}, "empty"),
+    ]
+    many = copy.deepcopy(BASE_SNAPSHOT)
+    many["workers"] = [dict(many["workers"][0], worker_id=f"w{i}", gpus=10**9) for i in range(4097)]
+    out.append(Case("snap-huge-error", ["realloc", "{d}/x.yaml", "--out", "{d}/out.yaml"], {"x.yaml": json.dumps(many).encode()},
+                    "workers"))
+    return out

@@ -1,0 +1,67 @@
+"""Files a submitted job may make the daemon read: none, or those inside the operator's data folder.
+
+A job spec may name a trace file (``rollout.response_lengths``, ``rollout.prompt_lengths``,
+``rollout.tools.latency`` as ``{source: trace, path: ..., column: ...}``). Over the API that path
+comes from a client, and reading it would let any ``submit`` token make the daemon open server
+files (and, before, echo their values). So:
+
+* without ``--data-dir`` a job that names a file is refused (422, the field named): send the
+  distribution as ``{source: quantiles, ...}`` instead;
+* with ``--data-dir DIR`` the path must be relative, and resolve (symbolic links followed) to a
+  regular file inside ``DIR``; the job is stored with that resolved path.
+
+The trace is then read by the bounded reader (:mod:`estimators.boundedio`), whose messages name
+the file, line and column but never a value of the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+from typing import Optional
+
+from planner.errors import Problem, UserError
+from planner.schema.scenario import JobSpec
+from planner.schema.workload import TraceColumn
+
+
+def _fields(job: JobSpec):
+    r = job.rollout
+    yield "rollout.response_lengths", r, "response_lengths"
+    yield "rollout.prompt_lengths", r, "prompt_lengths"
+    if r.tools is not None:
+        yield "rollout.tools.latency", r.tools, "latency"
+
+
+def confine(job: JobSpec, data_dir: Optional[Path]) -> JobSpec:
+    """``job`` with every trace path resolved inside ``data_dir``; UserError naming the field otherwise."""
+    job = job.model_copy(deep=True)
+    for where, owner, attr in _fields(job):
+        spec = getattr(owner, attr)
+        if not isinstance(spec, TraceColumn):
+            continue
+        field = f"{where}.path"
+        if data_dir is None:
+            raise UserError(Problem(field, "this daemon reads no file named in a request",
+                                    "send the distribution as {source: quantiles, quantiles: {0: ..., 1: ...}}, or ask the operator to "
+                                    "start the daemon with --data-dir DIR and name a file inside DIR"))
+        rel = PurePosixPath(spec.path)
+        if rel.is_absolute() or ".." in rel.parts or "\\" in spec.path or "\x00" in spec.path:
+            raise UserError(Problem(field, "must be a relative path inside the daemon's data folder (no '..', not absolute)",
+                                    "name the file relative to the data folder, e.g. traces/lengths.csv"))
+        root = Path(os.path.realpath(data_dir))
+        full = Path(os.path.realpath(root / rel))
+        if root not in full.parents or not full.is_file():
+            raise UserError(Problem(field, "no such regular file inside the daemon's data folder",
+                                    "name a file the operator put in the data folder (links that lead outside it are refused)"))
+        setattr(owner, attr, spec.model_copy(update={"path": str(full)}))
+    return job
+
+
+def check_data_dir(path: Optional[Path]) -> Optional[Path]:
+    """``--data-dir``: an existing folder (resolved), or None."""
+    if path is None:
+        return None
+    if not Path(path).is_dir():
+        raise UserError(Problem("--data-dir", f"{path} is not a folder", "pass the folder of trace files jobs may name"))
+    return Path(os.path.realpath(path))

@@ -1,0 +1,112 @@
+"""A submit-scope client cannot make the daemon read server files (issue 25, item 3).
+
+The app in-process around a real :class:`planner.daemon.service.Service` (store, cluster, clock):
+a job naming a trace file is refused (422 naming the field) unless the operator gave a data
+folder, and then only a relative path to a regular file inside it is read; a value of the file is
+never in the answer or the log; a decompression bomb or a 3 MB single line is refused quickly.
+API bodies go through the strict JSON reader: duplicate keys and UTF-16 are refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import logging
+import warnings
+
+import pytest
+
+from tests.hardening import corpus
+
+SECRET = "hunter2-s3cr3t"
+
+
+@pytest.fixture
+def make_client(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(corpus.ROOT / "tests" / "daemon"))
+    from daemonproc import write_cluster
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    from planner.daemon.api import asgi_app
+    from planner.daemon.clock import ManualClock
+    from planner.daemon.lease import Lease
+    from planner.daemon.metrics import DaemonMetrics
+    from planner.daemon.service import Options, Service, load_cluster
+    from planner.daemon.store import Store
+
+    clients = []
+
+    def make(data_dir=None):
+        store = Store(tmp_path / f"s{len(clients)}.sqlite")
+        cluster, _ = load_cluster(store, write_cluster(tmp_path))
+        svc = Service(Options(state=tmp_path / "s.sqlite", data_dir=data_dir), store, cluster, ManualClock(0.0), DaemonMetrics(),
+                      Lease(store, 60.0))
+        c = TestClient(asgi_app(svc), raise_server_exceptions=False)  # behind the body limit and strict JSON, as served
+        clients.append(c)
+        return c.__enter__()
+
+    yield make
+    for c in clients:
+        c.__exit__(None, None, None)
+
+
+def _job(name: str, spec: dict) -> dict:
+    j = copy.deepcopy(corpus.BASE_SCENARIO["jobs"][0])
+    j["name"] = name
+    j["rollout"]["response_lengths"] = spec
+    return j
+
+
+def _refused(r, field: str) -> None:
+    assert r.status_code == 422, (r.status_code, r.text[:500])
+    assert field in r.text, r.text[:500]
+    assert SECRET not in r.text and "root:" not in r.text, r.text[:500]
+
+
+def test_no_data_dir_no_file_is_read(make_client, tmp_path, caplog):
+    c = make_client()
+    (tmp_path / "secret.csv").write_text(f"password\n{SECRET}\n{SECRET}\n")
+    for path in ("/etc/passwd", str(tmp_path / "secret.csv"), "secret.csv"):
+        with caplog.at_level(logging.DEBUG):
+            r = c.post("/v1/jobs", json=_job("a", {"source": "trace", "path": path, "column": "password"}))
+        _refused(r, "rollout.response_lengths.path")
+    assert SECRET not in caplog.text and "root:" not in caplog.text
+
+
+def test_data_dir_confines_and_never_echoes(make_client, tmp_path, caplog):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "secret.csv").write_text(f"password\n{SECRET}\n{SECRET}\n")
+    (data / "ok.csv").write_text("n\n" + "\n".join(str(100 + i) for i in range(50)) + "\n")
+    (data / "out.csv").symlink_to("/etc/passwd")
+    (tmp_path / "outside.csv").write_text("n\n1\n2\n")
+    with gzip.open(data / "bomb.csv.gz", "wb", compresslevel=1) as f:  # one line of 6 MB: over the line cap
+        f.write(b"n\n" + b"9" * (6 << 20))
+    (data / "deep.jsonl").write_text("[" * 200000 + "]" * 200000 + "\n")
+    c = make_client(data)
+    with caplog.at_level(logging.DEBUG):
+        for path, column in [("/etc/passwd", "n"), ("../outside.csv", "n"), ("out.csv", "n"), ("nope.csv", "n"),
+                             ("secret.csv", "password"), ("bomb.csv.gz", "n"), ("deep.jsonl", "n")]:
+            r = c.post("/v1/jobs", json=_job("a", {"source": "trace", "path": path, "column": column}))
+            _refused(r, "rollout.response_lengths")
+        r = c.post("/v1/jobs", json=_job("b", {"source": "trace", "path": "ok.csv", "column": "n"}))
+    assert r.status_code == 201, r.text[:500]
+    assert SECRET not in caplog.text and "root:" not in caplog.text
+
+
+@pytest.mark.parametrize("body,field", [
+    (b'{"name": "a", "name": "b"}', "duplicate"),
+    (json.dumps(corpus.BASE_SCENARIO["jobs"][0]).encode("utf-16"), "UTF-8"),
+    (json.dumps(corpus.BASE_SCENARIO["jobs"][0]).encode("utf-16-le"), "UTF-8"),
+])
+def test_api_bodies_are_strict_json(make_client, body, field):
+    c = make_client()
+    r = c.post("/v1/jobs", content=body, headers={"content-type": "application/json"})
+    assert r.status_code in (400, 413, 415, 422), (r.status_code, r.text[:300])
+    assert field in r.text, r.text[:300]
