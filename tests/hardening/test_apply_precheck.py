@@ -40,7 +40,8 @@ def good_plan(tmp_path_factory) -> dict:
 
 
 def _drop_group(d):
-    d["body"]["groups"] = d["body"]["groups"][:1]
+    # the last group goes (the plan of the tiny scenario may be one pinned group of both jobs: then none is left)
+    d["body"]["groups"] = d["body"]["groups"][:-1]
 
 
 def _dup_group(d):
