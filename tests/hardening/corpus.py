@@ -558,7 +558,7 @@ def smaller_cases() -> list[Case]:
         Case("plan-job-twice", apply, {"x.yaml": _made_plan(lambda d: first(d)["members"].append(copy.deepcopy(first(d)["members"][0])))},
              "placed-once"),
         Case("plan-digest-zero", apply, {"x.yaml": _made_plan(lambda d: d.update(scenario_digest="0" * 16))}, "scenario_digest"),
-        Case("plan-group-dropped", apply, {"x.yaml": _made_plan(lambda d: d["body"].update(groups=d["body"]["groups"][:1]))},
+        Case("plan-group-dropped", apply, {"x.yaml": _made_plan(lambda d: d["body"].update(groups=d["body"]["groups"][:-1]))},
              "placed-once"),
         Case("plan-false-cost", apply, {"x.yaml": _made_plan(lambda d: d["body"].update(cost_per_hour=1.0))}, "cost"),
         Case("target-empty", ["apply", "{d}/x.yaml", "--sim-state", "{d}/s.db"], {"x.yaml": _plan_with(body={
