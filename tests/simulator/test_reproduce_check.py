@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from planner.sim import parallel, reproduce
+from planner.sim import parallel, repro_weave, reproduce
 from tests.conftest import ROOT
 
 COMMITTED = ROOT / "results" / "reproductions"
@@ -59,7 +59,7 @@ def test_check_fails_on_a_hand_edited_report(sync_copy, capsys):
 
 
 def test_generator_never_claims_the_new_group_regression():
-    text = "\n".join(reproduce.WEAVE_WHY)
+    text = "\n".join(repro_weave.WEAVE_WHY)
     assert "suspected regression" not in text and "new group for every job" not in text
     committed = (COMMITTED / "weave-equal-cost.md").read_text()
     assert "suspected regression" not in committed

@@ -277,13 +277,13 @@ def test_rollout_engines_wake_parked_as_in_the_simulator():
 
 
 def test_committed_predictions_against_the_simulated_iteration():
-    """What the dynarl-math reproduction reports (``planner.sim.reproduce._fidelity``): the planner's
+    """What the dynarl-math reproduction reports (``planner.sim.repro_jobs._fidelity``): the planner's
     predicted remaining time at its first move if it kept the allocation (against the static run,
     identical until then) and after its last move (against the dynamic run).
     One iteration of math-7b-64gpu (training-bound: the planner moves rollout GPUs to training; a
     smaller batch is not, and the planner keeps the split)."""
     from planner.instances.simulate import PlannerDecision
-    from planner.sim.reproduce import _fidelity
+    from planner.sim.repro_jobs import _fidelity
 
     sc, setup = _setup("math-7b-64gpu")
     # per-sample intake, as the predictor assumes (see test_predicted_remaining_time_tracks_the_simulated_iteration)

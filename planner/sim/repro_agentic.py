@@ -1,0 +1,103 @@
+"""The ``agentic`` reproduction: agentic RL with and without request priority, static and dynamic, and
+a rollout-bound set-up where priority is the mechanism.
+
+Registered in :mod:`planner.sim.reproduce` (the driver); never imports it back.
+"""
+
+from __future__ import annotations
+
+from planner.sim.parallel import Task
+from planner.sim.repro_common import header as _header
+from planner.sim.repro_jobs import baseline_tasks, baselines
+
+
+AGENTIC = (("agentic-7b.yaml", None), ("agentic-7b-long.yaml", 1))  # (scenario, iterations: None = --iterations)
+PRIORITY_SCENARIO = "agentic-7b-kv.yaml"  # rollout-bound under KV pressure: priority is the mechanism
+
+
+def agentic_tasks(args) -> list[Task]:
+    tasks = []
+    for name, iters in AGENTIC:
+        for pol in ("static", "dynamic"):
+            for q in ("fifo", "priority"):
+                spec = {"name": pol, "queue": q, **({"decision": args.decision} if pol == "dynamic" else {})}
+                tasks.append(Task("job", {"scenario": name, "policy": spec, "seeds": args.seeds, "iterations": iters or args.iterations}))
+    for q in ("fifo", "priority"):
+        tasks.append(Task("job", {"scenario": PRIORITY_SCENARIO, "policy": {"name": "static", "queue": q},
+                                  "seeds": args.seeds, "iterations": 1}))
+    for name, iters in AGENTIC:
+        tasks += baseline_tasks(name, args.seeds, iters or args.iterations)
+    return tasks
+
+
+def agentic(args, cmd, R):
+    L = _header("Agentic RL: request priority and dynamic reallocation", cmd,
+                "DynaRL reports 1.27-1.64x for agentic (multi-turn, tool-calling) RL over the static baseline, with request "
+                "priority (tool calls done, cached prefix) contributing by keeping late turns' caches.")
+    L += [f"Decision function: `{args.decision}`; {args.seeds} seed(s). `agentic-7b` never fills the engines' KV caches; "
+          "`agentic-7b-long` (larger batch, 4,096-token tool observations) does, but its training bounds the iteration; "
+          f"`{PRIORITY_SCENARIO}` fills them and is rollout-bound (see the scenario file), so request priority is the only "
+          "lever there: it is measured with and without priority on the same split.", "",
+          "| scenario | policy | queue | iterations | iteration (s) | rollout (s) | re-prefilled tokens / iter | preemptions / iter | "
+          "speed-up vs static FIFO |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    rows = []
+    runs = [(name, pol, q, iters or args.iterations) for name, iters in AGENTIC for pol in ("static", "dynamic")
+            for q in ("fifo", "priority")] + [(PRIORITY_SCENARIO, "static", q, 1) for q in ("fifo", "priority")]
+    base = {}
+    for name, pol, q, iters in runs:
+        spec = {"name": pol, "queue": q, **({"decision": args.decision} if pol == "dynamic" else {})}
+        m = R("job", scenario=name, policy=spec, seeds=args.seeds, iterations=iters)
+        base.setdefault(name, m["iter_s"])
+        row = {"scenario": name, "policy": pol, "queue": q, "iterations": iters, "iter_s": m["iter_s"], "rollout_s": m["rollout_s"],
+               "reprefill": m["reprefill"], "preempt": m["preempt"], "speedup": base[name] / m["iter_s"]}
+        rows.append(row)
+        L.append(f"| {name} | {pol} | {q} | {iters} | {m['iter_s']:.0f} | {m['rollout_s']:.0f} | {m['reprefill']:,.0f} | "
+                 f"{m['preempt']:.0f} | {row['speedup']:.2f}x |")
+    L += ["", "Dynamic (FIFO) against the baselines on the same nodes (static FIFO; every node split simulated; the "
+          "threshold baseline):", "", "| scenario | scenario's split (s) | best static split (s) | threshold (s) | dynamic (s) | "
+          "**dynamic vs best static** | vs threshold |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, iters in AGENTIC:
+        b = baselines(R, name, args.seeds, iters or args.iterations)
+        d = next(r for r in rows if r["scenario"] == name and r["policy"] == "dynamic" and r["queue"] == "fifo")
+        d.update({"best_static": b["best_static"], "best_split": b["best_split"], "threshold": b["threshold"]})
+        L.append(f"| {name} | {b['static']:.0f} ({b['split']}) | {b['best_static']:.0f} ({b['best_split']}) | {b['threshold']:.0f} | "
+                 f"{d['iter_s']:.0f} | **{b['best_static'] / d['iter_s']:.2f}x** | {b['threshold'] / d['iter_s']:.2f}x |")
+    L += agentic_notes(rows)
+    return L, rows
+
+
+def _pct(x: float) -> str:
+    return "0%" if abs(x) < 0.005 else f"{x:+.0%}"
+
+
+def agentic_notes(rows) -> list[str]:
+    by = {(r["scenario"], r["policy"], r["queue"]): r for r in rows}
+
+    def cut(a, b, key):
+        return 1.0 - b[key] / a[key] if a[key] > 0 else 0.0
+
+    out = ["", "Where ours differs, and why:", ""]
+    for name in ("agentic-7b.yaml", "agentic-7b-long.yaml", PRIORITY_SCENARIO):
+        sf, sp = by[(name, "static", "fifo")], by[(name, "static", "priority")]
+        line = (f"* **{name}**, static, same split: priority changes re-prefilled tokens by {_pct(-cut(sf, sp, 'reprefill'))}, the "
+                f"rollout by {_pct(-cut(sf, sp, 'rollout_s'))} and the iteration by {_pct(-cut(sf, sp, 'iter_s'))}")
+        if (name, "dynamic", "fifo") in by:
+            df, dp = by[(name, "dynamic", "fifo")], by[(name, "dynamic", "priority")]
+            line += f"; dynamic gives {df['speedup']:.2f}x (FIFO) and {dp['speedup']:.2f}x (priority) over static FIFO"
+            if "best_static" in df:
+                vb = df["best_static"] / df["iter_s"]
+                line += (f", {vb:.2f}x against the best static split {df['best_split']}"
+                         + (f" ({1 - vb:.0%} slower: the moves start from the scenario's split each iteration)" if vb < 0.995 else ""))
+        bound = "the rollout bounds the iteration" if sf["rollout_s"] > 0.5 * sf["iter_s"] else \
+            f"training bounds the iteration (rollout {sf['rollout_s']:.0f} s of {sf['iter_s']:.0f} s)"
+        out.append(line + f"; {bound}.")
+        if name == PRIORITY_SCENARIO and abs(cut(sf, sp, "iter_s")) < 0.01:
+            out.append("  Priority does not shorten this iteration in our simulator: with 512 requests per engine the caches "
+                       "evict contexts whichever request goes first (re-prefilled tokens change by "
+                       f"{_pct(-cut(sf, sp, 'reprefill'))}), and where fewer are re-prefilled (agentic-7b-long) the saving is "
+                       "prefill work, small against decoding for a 7B model. DynaRL's gain from priority is not reproduced.")
+    out += ["", "Request priority serves late turns and requests whose context is still cached first, so fewer contexts are "
+            "evicted and re-prefilled; it can only shorten the iteration where the rollout bounds it and the caches are "
+            "full. A dynamic gain on a training-bound split is the split's doing (compare the best static split in "
+            "`dynarl-math.md`), not priority's.", ""]
+    return out
