@@ -49,9 +49,10 @@ def add_arguments(p) -> None:
     p.add_argument("--max-wait-s", type=_args.number(hi=_args.SECONDS), default=30.0, help="age bound of the priority queue (s)")
     p.add_argument("--consolidate-at", type=_args.number(), default=None, metavar="F",
                    help="pack the long tail when this fraction of requests is done (0 < F < 1; consolidate policy: 0.8)")
-    p.add_argument("--decision", choices=["planner", "threshold"], default="planner",
-                   help="decision function of the dynamic policy: the reallocation planner (default) or the "
-                        "simulator's threshold baseline")
+    p.add_argument("--decision", choices=["planner", "threshold", "completion"], default="planner",
+                   help="decision function of the dynamic policy: the reallocation planner (default; min-over-stages "
+                        "throughput), completion (the planner's start split and moves judged on the iteration's predicted "
+                        "completion time, every GPU owned) or the simulator's threshold baseline")
     p.add_argument("--u-low", type=_args.number(), default=0.2, help="dynamic: KV utilisation below which an engine is a donor")
     p.add_argument("--window-s", type=_args.number(hi=_args.SECONDS), default=4.0, help="dynamic: seconds an engine must stay under U_low (T)")
     p.add_argument("--theta", type=_args.number(), default=0.5, help="dynamic: fraction of engines that must be donors")
@@ -132,6 +133,10 @@ def decision_function(args, sc):
         from simulator.decisions import ThresholdDecision
 
         return ThresholdDecision(u_low=args.u_low, window_s=args.window_s, theta=args.theta)
+    if args.decision == "completion":
+        from planner.instances.completion import CompletionPlannerDecision
+
+        return CompletionPlannerDecision(sc, u_low=args.u_low, window_s=args.window_s, theta=args.theta)
     from planner.instances.simulate import planner_decision
 
     return planner_decision(sc, u_low=args.u_low, window_s=args.window_s, theta=args.theta)

@@ -113,6 +113,10 @@ def _policy(spec: dict, sc):
         from planner.instances.simulate import planner_decision
 
         kw["decision"] = planner_decision(sc, spec.get("u_low", 0.2), spec.get("window_s", 4.0), resplit=True)
+    elif name == "dynamic" and spec.get("decision") == "consolidate":
+        from simulator.decisions import ConsolidateDecision
+
+        kw["decision"] = ConsolidateDecision(spec.get("at", 0.8))
     elif name == "dynamic":
         kw["decision"] = _decision(spec.get("decision", "planner"), sc, spec.get("u_low", 0.2), spec.get("window_s", 4.0))
     return Policy(name, **kw)
@@ -132,7 +136,9 @@ def _job_setup(scenario: str, split=None, lengths=None):
 def _summary(ms, iterations: int, decisions=()) -> dict:
     out = {"iter_s": _mean(ms, "mean_iteration_s"), "realloc": _mean(ms, "reallocations") / iterations,
            "reprefill": _mean(ms, "reprefill_tokens") / iterations, "preempt": _mean(ms, "preemptions") / iterations,
-           "rollout_s": float(np.mean([np.mean(m["rollout_s"]) for m in ms]))}
+           "rollout_s": float(np.mean([np.mean(m["rollout_s"]) for m in ms])),
+           "unowned_fraction": float(np.sum([m["unowned_gpu_s"] for m in ms]) / np.sum([m["cluster_gpu_s"] for m in ms])),
+           "idle_fraction": float(np.sum([m["idle_gpu_s"] for m in ms]) / np.sum([m["cluster_gpu_s"] for m in ms]))}
     calls = [d for d in decisions if hasattr(d, "calls")]
     if calls:
         out["planner_calls"] = sum(d.calls for d in calls)
@@ -153,6 +159,10 @@ def job_task(scenario: str, policy: dict, seeds: int, iterations: int, split=Non
 def pair_task(scenario: str, decision: str, seeds: int, iterations: int, lengths=None) -> dict:
     """Static (the scenario's split) and dynamic on the same seeds, with the planner's predictions
     set against both (:func:`_fidelity`)."""
+    if decision == "completion":
+        from planner.sim.repro_dynarl import pair_completion
+
+        return pair_completion(scenario, seeds, iterations, lengths)
     sc, setup = _job_setup(scenario, None, lengths)
     kept: dict = {"static": [], "dynamic": []}
     st = _run_job(setup, lambda: _policy({"name": "static"}, sc), seeds, iterations, kept["static"])
@@ -168,7 +178,13 @@ def trace_task(scenario: str, policy: str, tables: str, consolidate: bool, itera
     return r
 
 
-TASKS = {"job": job_task, "pair": pair_task, "trace": trace_task}
+def _oracle_task(**kw) -> dict:
+    from planner.sim.repro_dynarl import oracle_task
+
+    return oracle_task(**kw)
+
+
+TASKS = {"job": job_task, "pair": pair_task, "trace": trace_task, "oracle": _oracle_task}
 
 
 
@@ -253,6 +269,10 @@ def RESPLIT(args) -> list[dict]:
 
 
 def dynarl_tasks(args) -> list[Task]:
+    if args.decision == "completion":
+        from planner.sim.repro_dynarl import tasks as completion_tasks
+
+        return completion_tasks(args)
     tasks = []
     for scen, _, lengths in _dynarl_setups():
         base = {"scenario": scen, "seeds": args.seeds, "iterations": args.iterations}
@@ -299,6 +319,10 @@ def baselines(R, scenario: str, seeds: int, iterations: int) -> dict:
 
 
 def dynarl_math(args, cmd, R) -> tuple[list[str], list[dict]]:
+    if args.decision == "completion":
+        from planner.sim.repro_dynarl import report
+
+        return report(args, cmd, R)
     L = _header("DynaRL math RL: dynamic reallocation against static splits", cmd,
                 "DynaRL reports 1.27-1.98x end-to-end throughput over the static baseline for 1.5B/7B/32B math RL on 64 "
                 "and 128 H100 GPUs.")
@@ -1010,7 +1034,7 @@ def readme(rows_by: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=NAMES + ("all",))
-    ap.add_argument("--decision", choices=["planner", "threshold"], default="planner")
+    ap.add_argument("--decision", choices=["planner", "threshold", "completion"], default="planner")
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--iterations", type=int, default=2, help="iterations per request-level run")
     ap.add_argument("--trace-iterations", type=int, default=30, help="iterations per job in the fixed-mix Weave runs")
