@@ -95,8 +95,8 @@ class ThresholdDecision:
 
 
 class ConsolidateDecision:
-    """RLHFuse-style baseline: once ``at`` of the iteration's requests are done, the rollout's tail is
-    consolidated onto the engines that hold the requests left at ``keep_batch`` each (the kept engines take the
+    """RLHFuse-style baseline: once ``at`` of the iteration's requests are done and the requests left fit fewer
+    engines at ``keep_batch`` each, the rollout's tail is consolidated onto those engines (the kept engines take the
     drained ones' requests, re-prefilled), and the freed GPUs start the next stages' work: the GPUs not kept by
     the rollout are divided between log-prob inference and the trainer by work (:func:`simulator.job.partition`'s
     rule). One move per iteration; back to the starting split at the next iteration. No predictor, no solver."""
@@ -125,9 +125,9 @@ class ConsolidateDecision:
 
         keep = min(r.gpus, max(r.unit_gpus, math.ceil(r.pending / self.keep_batch) * r.unit_gpus))
         a = _alloc(self.setup, keep)
-        if a is None:
-            return None
+        if a is None or keep >= r.gpus:
+            return None  # the requests left still fill every engine at keep_batch each: not yet
         self._done_iteration = ctx.iteration
         return Reallocation(target={"rollout": a[0], "reference": a[1], "trainer": a[2]},
-                            kinds={"rollout": "workload", "reference": "reboot", "trainer": "p2p"},
+                            kinds={"rollout": "workload", "reference": "reboot", "trainer": "p2p"}, fill=True,
                             reason=f"tail consolidated at {self.at:.0%} done onto {keep} GPUs; the rest to the next stages")

@@ -835,7 +835,7 @@ class JobSim:
         # node) goes to log-prob inference, which runs on any GPU count; the decision record says so
         pool = self._pool_of("reference")
         left = pool.total_free()
-        if left > 0 and not self.colocated and self.pool is not None:
+        if dec.fill and left > 0 and not self.colocated and self.pool is not None:
             new = self.held["reference"] + left
             self._resize_stage(self.ref, "reference", new, now + self._ref_boot_s(), 0.0)
             ready = max(ready, now + self._ref_boot_s())

@@ -80,6 +80,8 @@ class Reallocation:
     kinds: dict = field(default_factory=dict)  # component -> workload | p2p | reboot
     reason: str = ""
     predicted_gain: float = 0.0
+    # no GPU left unowned: what a unit-bound receiver cannot take (node fragmentation) goes to log-prob inference
+    fill: bool = False
 
 
 class DecisionFn(Protocol):

@@ -239,4 +239,4 @@ class CompletionPlannerDecision:
                              "objective": 1.0 / max(dec.completion_s, 1e-9)})
         r, f, t = dec.target
         return Reallocation(target={"rollout": r, "reference": f, "trainer": t},
-                            kinds={"rollout": "workload", "reference": "reboot", "trainer": "p2p"}, reason=dec.reason)
+                            kinds={"rollout": "workload", "reference": "reboot", "trainer": "p2p"}, reason=dec.reason, fill=True)

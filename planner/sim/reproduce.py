@@ -136,9 +136,7 @@ def _job_setup(scenario: str, split=None, lengths=None):
 def _summary(ms, iterations: int, decisions=()) -> dict:
     out = {"iter_s": _mean(ms, "mean_iteration_s"), "realloc": _mean(ms, "reallocations") / iterations,
            "reprefill": _mean(ms, "reprefill_tokens") / iterations, "preempt": _mean(ms, "preemptions") / iterations,
-           "rollout_s": float(np.mean([np.mean(m["rollout_s"]) for m in ms])),
-           "unowned_fraction": float(np.sum([m["unowned_gpu_s"] for m in ms]) / np.sum([m["cluster_gpu_s"] for m in ms])),
-           "idle_fraction": float(np.sum([m["idle_gpu_s"] for m in ms]) / np.sum([m["cluster_gpu_s"] for m in ms]))}
+           "rollout_s": float(np.mean([np.mean(m["rollout_s"]) for m in ms]))}
     calls = [d for d in decisions if hasattr(d, "calls")]
     if calls:
         out["planner_calls"] = sum(d.calls for d in calls)
