@@ -770,7 +770,7 @@ class JobSim:
         # called with ``None`` instead of a snapshot, which costs most of a tick
         wants = getattr(self.policy.decision, "reads_snapshot", True) or self.policy.record_snapshots
         snap = self.snapshot() if wants else None
-        if self.policy.record_snapshots:
+        if self.policy.record_snapshots and snap is not None:
             self.snapshots.append(snap)
         if self.loop.now < self._migrating_until and not at_boundary:
             return

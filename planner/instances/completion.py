@@ -94,11 +94,11 @@ def search_start_split(setup, seeds: int = 1) -> tuple[dict, list]:
     for n in range(1, nodes, step):
         run(n * g)
     for frac in (2, 4):
-        best = min(seen, key=seen.get)
+        best = min(seen, key=lambda a: seen[a])
         d = max(u, g // frac // u * u)
         run(best[0] - d)
         run(best[0] + d)
-    best = min(seen, key=seen.get)
+    best = min(seen, key=lambda a: seen[a])
     out = ({"rollout": best[0], "reference": best[1], "trainer": best[2]}, sorted(seen.items(), key=lambda kv: kv[1]))
     _START_CACHE[key] = out
     return out

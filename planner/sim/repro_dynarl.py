@@ -142,11 +142,11 @@ def pair_completion(scenario: str, seeds: int, iterations: int, lengths=None) ->
                     move_pts.append((i, last["time_s"], last["completion_s"], sim_s))
     pol0 = kept["dynamic"][0][0].decision
     gpu_s = sum(m["cluster_gpu_s"] for m in dy)
-    dyn = {**_summary(dy, iterations, [p.decision for p, _ in kept["dynamic"]]),
+    dsum = {**_summary(dy, iterations, [p.decision for p, _ in kept["dynamic"]]),
            "unowned_fraction": sum(m["unowned_gpu_s"] for m in dy) / gpu_s, "idle_fraction": sum(m["idle_gpu_s"] for m in dy) / gpu_s,
            "idle_by_component": {c: sum(m["components"].get(c, {}).get("idle_gpu_s", 0.0) for m in dy) / gpu_s
                                  for c in ("rollout", "reference", "trainer")}}
-    return {"static": _summary(st, iterations), "dynamic": dyn,
+    return {"static": _summary(st, iterations), "dynamic": dsum,
             "start_static": _summary(ss, iterations), "start": start, "start_table": [[list(a), t] for a, t in pol0.start_table],
             "fidelity": {"n": len(move_e), "keep_n": len(keep_e), "keep_median": med(keep_e), "keep_max": mx(keep_e),
                          "move_median": med(move_e), "move_max": mx(move_e), "keep_points": keep_pts, "move_points": move_pts},
