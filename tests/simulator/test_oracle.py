@@ -53,3 +53,35 @@ def test_bound_below_every_schedule_and_search_reproducible():
                         seed=3, iterations=1).run().iterations[0].duration_s
         assert b["bound_s"] <= static
     assert st.simulations > 0 and st.wall_s > 0
+
+
+class _Once:
+    """Moves once, at the first tick past 20% done, to ``target`` (with or without filling)."""
+
+    reads_snapshot = False
+
+    def __init__(self, target, fill):
+        self.target, self.fill, self.done = target, fill, False
+
+    def __call__(self, snap, ctx):
+        from simulator.policies import Reallocation
+
+        if ctx.at_boundary or self.done or ctx.components["rollout"].pending > 0.8 * 64:
+            return None
+        self.done = True
+        return Reallocation(target=self.target, fill=self.fill)
+
+
+def test_gpus_a_unit_bound_receiver_cannot_take_go_to_log_prob_inference():
+    """A trainer unit of 4 cannot use 2 GPUs freed on one node: with ``fill`` they go to log-prob inference (and the
+    record says so), without it they stay unowned."""
+    s = replace(small_setup(n_prompts=16, group=4, rollout_nodes=2, train_nodes=2, gpn=4), train_unit=4)
+    out = {}
+    for fill in (False, True):
+        pol = Policy("dynamic", rollout_gpus=8, reference_gpus=4, trainer_gpus=4,
+                     decision=_Once({"rollout": 6, "reference": 2, "trainer": 8}, fill))
+        res = JobSim(s, pol, seed=3, iterations=1).run()
+        t = res.decisions[0][0]
+        out[fill] = (sum(res.ledger.held_at(c, t + 1e-6) for c in ("rollout", "reference", "trainer")), res.decisions[0][2])
+    assert out[False][0] < 16
+    assert out[True][0] == 16 and "log-prob inference" in out[True][1]
