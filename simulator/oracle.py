@@ -15,22 +15,25 @@ decision would be. The schedule's value is the iteration time the simulator meas
 schedules, so the result is the best schedule *found*, an upper bound on the family's optimum):
 
 1. start: every rollout size on a coarse grid (``coarse`` points), each with the non-rollout GPUs split
-   between log-prob inference and the trainer by work (:func:`simulator.job.partition`'s rule), then every
-   unit around the best coarse size, then every trainer size around the work split at that rollout size;
-2. moves, one at a time, greedily: from the incumbent schedule's run paused at each grid point after the
-   last move (a deep copy of the simulator's state: the prefix is simulated once), every rollout size on
-   the coarse grid (shrink and grow), the rest split by work, then every unit around the best; then the
-   trainer/inference split of the best move; a move is kept only if it shortens the iteration;
+   between log-prob inference and the trainer by work (:func:`simulator.job.partition`'s rule), then finer
+   (a quarter of the coarse step, then every unit) around the best, then the trainer sizes within 3 units of
+   that split;
+2. moves, one at a time, greedily: at every 10% of requests done (and 95%) after the last move, every rollout
+   size on the coarse grid (shrink and grow, the rest split by work); then the 5% grid points next to the best
+   one with finer sizes around the best size, and the trainer / inference split of the best move; a move is
+   kept only if it shortens the iteration;
 3. stop after ``K`` moves or when no move helps.
 
+Each candidate is a whole simulation of the iteration (a deep copy of a paused run cost more than the
+run itself, so prefixes are not shared); a schedule met twice is simulated once.
 Every candidate is simulated on the same requests (same seed, :class:`simulator.job.JobSim` with
 ``skip_batches``), and :class:`SearchStats` records how many and how long.
 
 **Work-conservation bound** (:func:`work_bound`): no schedule of any family beats it in this model.
 Every decode step of an engine costs ``a + b B + c K`` ms for ``B`` running sequences holding ``K``
 cached tokens (:class:`simulator.engine.EngineModel`), so a response token generated at context ``x``
-costs at least ``a / B_max + b + c x`` engine-ms (``B_max``: the running cap, or what the KV holds of
-the shortest contexts), prefill ignored; log-prob and update FLOPs run at best at ``G`` GPUs' peak x MFU.
+costs at least ``a / B_max + b + c x`` engine-ms (``B_max``: the engine's running cap), prefill ignored;
+log-prob and update FLOPs run at best at ``G`` GPUs' peak x MFU.
 With every GPU busy all the time, the iteration's work ends no sooner than (all work)/``G``, and no
 sooner than its longest response decoded alone; the optimizer step and the weight sync follow (each at
 its fastest over the allocations). ``bound = max(work / G, longest decode) + min optimizer + min sync``.
@@ -64,7 +67,7 @@ class Schedule:
 
 
 class ScheduleDecision:
-    """A dynamic policy's decision function that plays a :class:`Schedule` (and pauses the run for the search)."""
+    """A dynamic policy's decision function that plays a :class:`Schedule`."""
 
     reads_snapshot = False  # plays a fixed schedule: the simulator passes no telemetry snapshot
 
@@ -250,9 +253,7 @@ def work_bound(setup, seed: int = 0, iteration: int = 0) -> dict:
     em = engine_model(s.model, gpu, s.rollout_tp, overhead_ms=s.overhead_ms)
     ctx0 = np.array([float(r.prompt_tokens) for r in reqs])  # prompt tokens (observations come later: left out, a lower bound)
     resp = np.array([float(r.response_tokens) for r in reqs])
-    shortest = np.sort(ctx0 + resp)
-    fit = int(np.searchsorted(np.cumsum(shortest), em.kv_capacity_tokens * (1 - em.watermark)))
-    b_max = max(1, min(em.max_running, fit))
+    b_max = max(1, em.max_running)  # young sequences are short: the KV may hold the running cap, so only the cap bounds B
     # sum over a response's tokens of (a / B_max + b + c x), x its context when the token is generated
     per_req_ms = resp * (em.a_ms / b_max + em.b_ms) + em.c_ms * (resp * ctx0 + resp * (resp - 1) / 2.0)
     roll_gpu_s = float(per_req_ms.sum()) / 1e3 * s.rollout_tp

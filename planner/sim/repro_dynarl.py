@@ -150,7 +150,6 @@ def pair_completion(scenario: str, seeds: int, iterations: int, lengths=None) ->
             "start_static": _summary(ss, iterations), "start": start, "start_table": [[list(a), t] for a, t in pol0.start_table],
             "fidelity": {"n": len(move_e), "keep_n": len(keep_e), "keep_median": med(keep_e), "keep_max": mx(keep_e),
                          "move_median": med(move_e), "move_max": mx(move_e), "keep_points": keep_pts, "move_points": move_pts},
-            "solve_ms_p99": float(np.percentile(pol0.solve_ms, 99)) if pol0.solve_ms else 0.0,
             "decisions": [{k: r[k] for k in ("iteration", "time_s", "current", "target", "completion_keep_s", "completion_s",
                                             "proxy_keep", "proxy")} for r in pol0.records if r["committed"]]}
 
@@ -249,7 +248,7 @@ def report(args, cmd, R) -> tuple[list[str], list[dict]]:
                **{k: v["iter_s"] for k, v in b.items()}, "oracle": o, "realloc": d["realloc"], "reprefill": d["reprefill"],
                "unowned_fraction": d["unowned_fraction"], "idle_fraction": d["idle_fraction"],
                "idle_by_component": d["idle_by_component"], "fidelity": pair["fidelity"],
-               "solve_ms_p99": pair["solve_ms_p99"], "decisions": pair["decisions"]}
+               "decisions": pair["decisions"]}
         rows.append(row)
         oc = (f"{o['oracle_s']:.0f} | {o['bound_s']:.0f} | **{o['oracle_s'] / row['dynamic']:.2f}** | {o['bound_s'] / row['dynamic']:.2f}"
               if o else "not searched | - | - | -")
@@ -298,14 +297,13 @@ def fidelity_lines(rows) -> list[str]:
     L = ["", "**In-loop predictions against the simulation.** Keep: every 25 s of an iteration before its first move, the "
          "decision's predicted time to the end of the iteration's training if it keeps the allocation, against the static "
          "run at its start split from that instant (same samples); after the move: at each iteration's last move, the "
-         "predicted time (net of the migration pause) against the dynamic run from that instant. |predicted / simulated - 1|. "
-         "Decision latency: the 99th percentile of one decision (state, every candidate, the choice) in the dynamic run.", "",
+         "predicted time (net of the migration pause) against the dynamic run from that instant. |predicted / simulated - 1|.", "",
          "| set-up | keep: predictions | keep: median error | keep: max error | after the move: predictions | median error | "
-         "max error | decision p99 (ms) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+         "max error |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         f = r["fidelity"]
         L.append(f"| {r['setup']} | {f['keep_n']} | {pct(f['keep_median'])} | {pct(f['keep_max'])} | {f['n']} | "
-                 f"{pct(f['move_median'])} | {pct(f['move_max'])} | {r['solve_ms_p99']:.1f} |")
+                 f"{pct(f['move_median'])} | {pct(f['move_max'])} |")
     return L
 
 
