@@ -92,3 +92,42 @@ class ThresholdDecision:
         return Reallocation(target=target, kinds={"rollout": "workload", dest: "p2p" if dest == "trainer" else "workload"},
                             reason=f"{len(donors)}/{len(rollout)} engines under U_low={self.u_low:g} for {self.window_s:g}s; "
                                    f"{add} GPUs to {dest}")
+
+
+class ConsolidateDecision:
+    """RLHFuse-style baseline: once ``at`` of the iteration's requests are done and the requests left fit fewer
+    engines at ``keep_batch`` each, the rollout's tail is consolidated onto those engines (the kept engines take the
+    drained ones' requests, re-prefilled), and the freed GPUs start the next stages' work: the GPUs not kept by
+    the rollout are divided between log-prob inference and the trainer by work (:func:`simulator.job.partition`'s
+    rule). One move per iteration; back to the starting split at the next iteration. No predictor, no solver."""
+
+    def __init__(self, at: float = 0.8, keep_batch: int = 32) -> None:
+        if not 0.0 < at < 1.0:
+            raise ValueError(f"at must lie in (0, 1), got {at}")
+        self.at, self.keep_batch = at, keep_batch
+        self.setup = None
+        self._done_iteration = -1
+
+    def start_split(self, setup):
+        self.setup = setup  # the scenario's split stays the start; only the set-up is kept
+        return None
+
+    def __call__(self, snapshot: TelemetrySnapshot, ctx: ReallocContext) -> Optional[Reallocation]:
+        if ctx.at_boundary:
+            return Reallocation(target=dict(ctx.initial), reason="iteration start: the starting split")
+        if ctx.iteration == self._done_iteration or self.setup is None:
+            return None
+        r = ctx.components["rollout"]
+        n = self.setup.workload.n_requests
+        if 1.0 - r.pending / n < self.at:
+            return None
+        from simulator.oracle import _alloc
+
+        keep = min(r.gpus, max(r.unit_gpus, math.ceil(r.pending / self.keep_batch) * r.unit_gpus))
+        a = _alloc(self.setup, keep)
+        if a is None or keep >= r.gpus:
+            return None  # the requests left still fill every engine at keep_batch each: not yet
+        self._done_iteration = ctx.iteration
+        return Reallocation(target={"rollout": a[0], "reference": a[1], "trainer": a[2]},
+                            kinds={"rollout": "workload", "reference": "reboot", "trainer": "p2p"}, fill=True,
+                            reason=f"tail consolidated at {self.at:.0%} done onto {keep} GPUs; the rest to the next stages")

@@ -42,7 +42,7 @@ GPUs across types is the reallocation planner's business, not modelled here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Protocol
 
 import numpy as np
@@ -274,7 +274,7 @@ class JobResult:
 class JobSim:
     """Simulate ``iterations`` iterations of one job under a policy."""
 
-    def __init__(self, setup: JobSetup, policy: Policy, seed: int = 0, iterations: int = 1) -> None:
+    def __init__(self, setup: JobSetup, policy: Policy, seed: int = 0, iterations: int = 1, skip_batches: int = 0) -> None:
         if policy.name == "dynamic" and not setup.same_type:
             raise ValueError("the dynamic policy needs one GPU type for rollout and training "
                              f"(got {setup.rollout_gpu.name} and {setup.train_gpu.name})")
@@ -306,6 +306,14 @@ class JobSim:
         self.pool = NodePool(nodes) if (self.colocated or s.same_type) else None
         self.r_pool = None if self.pool else NodePool({k: v for k, v in nodes.items() if k.startswith(s.rollout_gpu.name.lower())})
         self.t_pool = None if self.pool else NodePool({k: v for k, v in nodes.items() if k.startswith(s.train_gpu.name.lower())})
+        chooser = getattr(policy.decision, "start_split", None)
+        if policy.name == "dynamic" and chooser is not None and policy.rollout_gpus is None:
+            # the decision function chooses the starting split (a planner's search over splits)
+            start = chooser(s)
+            if start is not None:
+                policy = replace(policy, rollout_gpus=start["rollout"], reference_gpus=start["reference"],
+                                 trainer_gpus=start["trainer"])
+                self.policy = policy
         self.part = partition(s, policy)
         self.em = engine_model(s.model, self.r_gpu, s.rollout_tp, overhead_ms=s.overhead_ms)
         if memory.kv_capacity_tokens(s.model, self.r_gpu.hbm_gb, s.rollout_tp) < s.workload.prompt_tokens + s.workload.max_response_tokens:
@@ -344,6 +352,12 @@ class JobSim:
         self._gate: dict[int, list] = {}  # group -> rewarded samples waiting for their siblings
         self._batch: list = []  # complete groups waiting for a mini-batch
         self._groups_in = 0  # complete groups released to the trainer this iteration
+        # ``skip_batches``: draw (and drop) that many iterations' requests first, so that this run's first
+        # iteration samples what iteration ``skip_batches`` of a longer run with the same seed samples
+        # (the loop's generator feeds nothing but the requests); the hindsight oracle runs each iteration alone
+        for k in range(skip_batches):
+            make_requests(s.workload, self.loop.rng, rid0=k * s.workload.n_requests)
+        self._rid0 = skip_batches * s.workload.n_requests
 
     # ------------------------------------------------------------------ GPUs
     def _hold(self, comp: str, gpus: int) -> None:
@@ -475,7 +489,7 @@ class JobSim:
         s = self.setup
         rec = IterationRecord(index=k, start_s=now)
         self.iterations.append(rec)
-        reqs = make_requests(s.workload, self.loop.rng, rid0=k * s.workload.n_requests)
+        reqs = make_requests(s.workload, self.loop.rng, rid0=self._rid0 + k * s.workload.n_requests)
         self._iter_reqs = reqs
         self._unfinished = {r.rid: r for r in reqs}
         self.requests.extend(reqs)
@@ -659,6 +673,11 @@ class JobSim:
     def _rollout_remaining_estimate(self, now: float) -> float:
         """Expected response tokens still to generate this iteration (:func:`simulator.workload.residual_table`): what the
         rollout manager can estimate from tokens generated so far, not the lengths the simulator drew."""
+        res, _ = self._rollout_residuals(now)
+        return float(res.sum()) if res.size else 0.0
+
+    def _rollout_residuals(self, now: float) -> tuple[np.ndarray, float]:
+        """(expected remaining tokens of every unfinished request, their mean context in tokens)."""
         gens: list = []
         running: set = set()
         single = self.setup.workload.turns == 1
@@ -672,7 +691,33 @@ class JobSim:
         for rid, r in self._unfinished.items():
             if rid not in running:
                 gens.append(r.generated_in_turn if single else r.generated_in_turn + sum(r.turn_tokens[: r.turn]))
-        return float(self._residual.expected_remaining(gens).sum()) if gens else 0.0
+        if not gens:
+            return np.zeros(0), 0.0
+        g = np.asarray(gens, dtype=float)
+        return self._residual.expected_remaining(g), float(self.setup.workload.prompt_tokens + g.mean())
+
+    def _rollout_longest_remaining(self, now: float) -> float:
+        """The expected remaining tokens of the longest unfinished request, ``E[max_i R_i]`` with ``R_i`` the residual of
+        the length distribution given what request ``i`` has generated (independent; not the drawn lengths)."""
+        gens = []
+        for e in self.rollout.alive():
+            S = e.S
+            for _rid, (_req, s_a, _, gen0, _) in e.running.items():
+                gens.append(gen0 + S - s_a)
+        running = {rid for e in self.rollout.alive() for rid in e.running}
+        gens += [r.generated_in_turn for rid, r in self._unfinished.items() if rid not in running]
+        if not gens:
+            return 0.0
+        L = self._residual.lengths
+        cap = self._residual.max_tokens
+        g, cnt = np.unique(np.round(np.asarray(gens, dtype=float) / 32.0) * 32.0, return_counts=True)
+        alive = np.maximum(1, L.size - np.searchsorted(L, g, side="right"))
+        ms = np.concatenate([[0.0], np.geomspace(1.0, max(2.0, cap), 96)])
+        above = L.size - np.searchsorted(L, g[:, None] + ms[None, :], side="right")
+        p = np.clip(above / alive[:, None], 0.0, 1.0 - 1e-12)
+        # P(max > m) = 1 - prod_i (1 - p_i(m)); E[max] = integral of it over m
+        tail = 1.0 - np.exp((cnt[:, None] * np.log1p(-p)).sum(axis=0))
+        return float(np.sum((tail[1:] + tail[:-1]) / 2.0 * np.diff(ms)))
 
     def _node_type(self, node: str) -> str:
         s = self.setup
@@ -686,18 +731,25 @@ class JobSim:
         n_req = self.setup.workload.n_requests
         r_gpus = self.rollout.gpus()
         rate = sum(w.tokens_per_s for w in self._last_snapshot.workers if w.component == "rollout") if self._last_snapshot else 0.0
+        extra: dict = {}
+        if self._report_remaining:
+            res, ctx_tokens = self._rollout_residuals(now)
+            extra = {"remaining_tokens": float(res.sum()) if res.size else 0.0,
+                     "remaining_max": self._rollout_longest_remaining(now) if res.size else 0.0, "context_tokens": ctx_tokens,
+                     "groups_left": len({r.group for r in self._unfinished.values()})}
         comps = {
             "rollout": ComponentInfo("rollout", "rollout", r_gpus, self.setup.rollout_tp, self.setup.rollout_tp,
                                      rate / r_gpus if r_gpus else 0.0, 0.0, self.rollout.remaining(),
-                                     grow_s=self._engine_boot_s()),
+                                     grow_s=self._engine_boot_s(), **extra),
             "reference": ComponentInfo("reference", "reference", self.held["reference"], 1, 1,
                                        self.ref.flops_per_gpu_s, self.ref.backlog_s(),
                                        n_req - (self.ref.completed - rec.index * n_req), now >= self._migrating_until,
-                                       grow_s=self._ref_boot_s()),
+                                       grow_s=self._ref_boot_s(), queued_work=self.ref.backlog_work(), queued=len(self.ref.q)),
             "trainer": ComponentInfo("trainer", "trainer", self.held["trainer"], self.setup.train_unit, self.setup.train_unit,
                                      self.trainer.flops_per_gpu_s, self.trainer.backlog_s(),
                                      n_req - self._trained, now >= self._migrating_until,
-                                     grow_s=self._p2p_s(self.held["trainer"] + self.setup.train_unit) + comm.GROUP_REBUILD_S),
+                                     grow_s=self._p2p_s(self.held["trainer"] + self.setup.train_unit) + comm.GROUP_REBUILD_S,
+                                     queued_work=self.trainer.backlog_work(), queued=len(self.trainer.q)),
         }
         pool = self.pool
         return ReallocContext(time_s=now, iteration=rec.index, total_gpus=self.setup.total_gpus,
@@ -714,8 +766,11 @@ class JobSim:
         self.loop.after(self.policy.telemetry_interval_s, self._tick)
 
     def _decide(self, at_boundary: bool) -> None:
-        snap = self.snapshot()
-        if self.policy.record_snapshots:
+        # a decision function that reads no telemetry (``reads_snapshot = False``: a fixed schedule) is
+        # called with ``None`` instead of a snapshot, which costs most of a tick
+        wants = getattr(self.policy.decision, "reads_snapshot", True) or self.policy.record_snapshots
+        snap = self.snapshot() if wants else None
+        if self.policy.record_snapshots and snap is not None:
             self.snapshots.append(snap)
         if self.loop.now < self._migrating_until and not at_boundary:
             return
@@ -776,4 +831,15 @@ class JobSim:
                     r = now + self._ref_boot_s()
                     self._resize_stage(st, comp, new, r, 0.0)
                 ready = max(ready, r)
+        # no GPU left unowned: what a unit-bound receiver could not take (a trainer replica needs its TP x PP GPUs on one
+        # node) goes to log-prob inference, which runs on any GPU count; the decision record says so
+        pool = self._pool_of("reference")
+        left = pool.total_free()
+        if dec.fill and left > 0 and not self.colocated and self.pool is not None:
+            new = self.held["reference"] + left
+            self._resize_stage(self.ref, "reference", new, now + self._ref_boot_s(), 0.0)
+            ready = max(ready, now + self._ref_boot_s())
+            t, tg, why = self.decisions[-1]
+            self.decisions[-1] = (t, tg, why + f"; {left} GPU(s) no unit of the target could use (node fragmentation) "
+                                  "went to log-prob inference")
         self._migrating_until = ready

@@ -2,7 +2,9 @@
 
 * throughput: response tokens and requests per second of wall time over all iterations;
 * per component: GPU-seconds held (the ledger) and busy (decoding or prefilling for engines;
-  processing for the data-parallel stages), and their ratio;
+  processing for the data-parallel stages), their ratio, and idle (held, not busy);
+* unowned GPU-seconds: the cluster's GPU-seconds no component held (a donor's GPUs given to no one),
+  and idle GPU-seconds in all (unowned plus every component's held-but-idle);
 * cost: the job's whole cluster for the run (GPUs x time x price: what a static reservation
   pays), and the held GPU-seconds only (what an elastic pool that takes released GPUs back would
   charge);
@@ -67,6 +69,9 @@ def job_metrics(res: JobResult) -> dict:
     for c, v in comps.items():
         p = s.price_rollout_per_gpu_h if c == "rollout" and res.policy.name != "colocated" else s.price_train_per_gpu_h
         held_cost += v["held_gpu_s"] / 3600.0 * p
+    held_total = sum(v["held_gpu_s"] for v in comps.values())
+    for v in comps.values():
+        v["idle_gpu_s"] = max(0.0, v["held_gpu_s"] - v["busy_gpu_s"])
     durs = [i.duration_s for i in iters]
     slo_ok = [d <= s.slo_s * (1 + 1e-9) for d in durs]
     return {
@@ -93,6 +98,10 @@ def job_metrics(res: JobResult) -> dict:
         "cost_per_mtoken_cluster": cluster_cost / (tokens / 1e6) if tokens else math.nan,
         "slo_s": s.slo_s if math.isfinite(s.slo_s) else None,
         "slo_attainment": float(np.mean(slo_ok)) if slo_ok else math.nan,
+        # GPU-seconds of the cluster that no component held (released by a donor and given to no one)
+        "unowned_gpu_s": max(0.0, cluster_gpu_s - held_total),
+        "unowned_fraction": max(0.0, cluster_gpu_s - held_total) / cluster_gpu_s if cluster_gpu_s > 0 else 0.0,
+        "idle_gpu_s": max(0.0, cluster_gpu_s - held_total) + sum(v["idle_gpu_s"] for v in comps.values()),
         "reprefill_tokens": float(sum(i.reprefill_tokens for i in iters)),
         "preemptions": int(sum(i.preemptions for i in iters)),
         "reallocations": len(res.decisions),

@@ -51,6 +51,15 @@ class ComponentInfo:
     pending: int  # requests / samples not yet through this component this iteration
     interruptible: bool = True
     grow_s: float = 0.0  # seconds before GPUs added now start working (migration: boot, resharding)
+    # filled only for decision functions that ask (``wants_remaining_tokens``): the rollout's expected remaining
+    # tokens (sum and largest per request, from the length distribution's residuals) and mean context per request;
+    # the work queued (FLOPs) and the samples queued at a downstream stage
+    remaining_tokens: float = 0.0
+    remaining_max: float = 0.0
+    context_tokens: float = 0.0
+    groups_left: int = 0  # GRPO groups with an unfinished request (their samples reach a gated trainer at the end)
+    queued_work: float = 0.0
+    queued: int = 0
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,8 @@ class Reallocation:
     kinds: dict = field(default_factory=dict)  # component -> workload | p2p | reboot
     reason: str = ""
     predicted_gain: float = 0.0
+    # no GPU left unowned: what a unit-bound receiver cannot take (node fragmentation) goes to log-prob inference
+    fill: bool = False
 
 
 class DecisionFn(Protocol):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 NAME = "simulate"
 HELP = "simulate a policy on a scenario: throughput, GPU-seconds busy vs held, cost, SLO, timeline"
-JOB_POLICIES = ("static", "static-batch", "colocated", "dynamic", "consolidate")
+JOB_POLICIES = ("static", "static-batch", "colocated", "dynamic", "consolidate", "rlhfuse")
 TRACE_POLICIES = ("groups", "solo-d", "colocated-jobs")
 DESCRIPTION = f"""Simulate RL training on the scenario's cluster under a policy and report what it achieves.
 
@@ -16,7 +16,14 @@ One job, request by request (policies {', '.join(JOB_POLICIES)}):
   dynamic       the static partition, reallocated inside the iteration by a decision function
                 fed with telemetry snapshots (--decision planner: the reallocation planner, the
                 default; threshold: the simulator's trigger-and-greedy baseline)
-  consolidate   static with long-tail consolidation (--consolidate-at, default 0.8)
+  consolidate   static with long-tail consolidation (--consolidate-at, default 0.8); the released
+                engines' GPUs wait for the next iteration
+  rlhfuse       RLHFuse-style: static, and at --consolidate-at (default 0.8) of the requests done the
+                tail is consolidated onto the engines holding the rest at 32 requests each, the freed
+                GPUs starting log-prob inference and training (one move per iteration)
+  Baselines of the paper: colocated (verl, with the sleep/wake offload and reload between phases),
+  static at the scenario's split (RLinf-style disaggregated streaming; the best split: simulate each
+  split, as results/reproductions/dynarl-math.md does), rlhfuse.
   --queue priority orders multi-turn requests by (tool calls done, cached prefix) with an age bound.
 
 Many jobs, phase by phase (policies {', '.join(TRACE_POLICIES)}): co-execution groups from the
@@ -27,6 +34,12 @@ A plan (--plan PLAN, a PlacementPlan from `planner plan`): its groups exactly as
 node pins, round-robin order), each member's rollouts simulated request by request on its pinned
 nodes with seeds the planner never saw, warm switches between members; reports planned vs
 simulated cycle per group and SLO attainment per job.
+
+Beside a one-job policy: the work-conservation bound of each iteration (all work on all GPUs, at the
+engines' best per-token cost: no schedule beats it) and, with --oracle, the hindsight oracle (the best
+schedule found of a start split and up to 3 moves at 5%-of-requests-done points, each simulated on the
+iteration's own requests; minutes of search), with policy / bound and policy / oracle; and the GPU-seconds
+no component held (unowned) and each component's held-but-idle GPU-seconds.
 
 Writes (with --out DIR): summary.json (metrics, timeline) and plots: ownership.png (GPUs held per
 component over time, as DynaRL's Figure 13) for one job, gantt.png (groups) for many."""
@@ -49,13 +62,16 @@ def add_arguments(p) -> None:
     p.add_argument("--max-wait-s", type=_args.number(hi=_args.SECONDS), default=30.0, help="age bound of the priority queue (s)")
     p.add_argument("--consolidate-at", type=_args.number(), default=None, metavar="F",
                    help="pack the long tail when this fraction of requests is done (0 < F < 1; consolidate policy: 0.8)")
-    p.add_argument("--decision", choices=["planner", "threshold"], default="planner",
-                   help="decision function of the dynamic policy: the reallocation planner (default) or the "
-                        "simulator's threshold baseline")
+    p.add_argument("--decision", choices=["planner", "threshold", "completion"], default="planner",
+                   help="decision function of the dynamic policy: the reallocation planner (default; min-over-stages "
+                        "throughput), completion (the planner's start split and moves judged on the iteration's predicted "
+                        "completion time, every GPU owned) or the simulator's threshold baseline")
     p.add_argument("--u-low", type=_args.number(), default=0.2, help="dynamic: KV utilisation below which an engine is a donor")
     p.add_argument("--window-s", type=_args.number(hi=_args.SECONDS), default=4.0, help="dynamic: seconds an engine must stay under U_low (T)")
     p.add_argument("--theta", type=_args.number(), default=0.5, help="dynamic: fraction of engines that must be donors")
     p.add_argument("--horizon-s", type=_args.number(hi=_args.SECONDS), default=None, help="many jobs: stop the trace at this time (s)")
+    p.add_argument("--oracle", action="store_true", help="one job: also search the hindsight oracle of each iteration "
+                   "(the best schedule found, every candidate simulated; minutes) beside the work-conservation bound")
     p.add_argument("--snapshots", action="store_true", help="one job: also write the telemetry snapshots (snapshots.jsonl)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -132,6 +148,10 @@ def decision_function(args, sc):
         from simulator.decisions import ThresholdDecision
 
         return ThresholdDecision(u_low=args.u_low, window_s=args.window_s, theta=args.theta)
+    if args.decision == "completion":
+        from planner.instances.completion import CompletionPlannerDecision
+
+        return CompletionPlannerDecision(sc, u_low=args.u_low, window_s=args.window_s, theta=args.theta)
     from planner.instances.simulate import planner_decision
 
     return planner_decision(sc, u_low=args.u_low, window_s=args.window_s, theta=args.theta)
@@ -158,16 +178,22 @@ def run_job(args, sc):
                                                 f"more than {MAX_SIMULATED_REQUEST_TURNS:,}", "run fewer --iterations"))
     view = cluster_view(sc)
     setup = job_setup(sc, idx, job, view, args.seed)
-    name = {"static-batch": "static", "consolidate": "static"}.get(args.policy, args.policy)
+    name = {"static-batch": "static", "consolidate": "static", "rlhfuse": "dynamic"}.get(args.policy, args.policy)
     cons = args.consolidate_at if args.consolidate_at is not None else (0.8 if args.policy == "consolidate" else None)
+    decision = None
+    if args.policy == "rlhfuse":
+        from simulator.decisions import ConsolidateDecision
+
+        decision, cons = ConsolidateDecision(at=cons if cons is not None else 0.8), None
+    elif name == "dynamic":
+        decision = decision_function(args, sc)
     if name == "dynamic" and not setup.same_type:
         raise UserError(Problem(f"jobs[{idx}] ({job.name})",
                                 f"the dynamic policy needs one GPU type for rollout and training; this job uses "
                                 f"{setup.rollout_gpu.name} and {setup.train_gpu.name}",
                                 "restrict rollout.gpu_types and trainer.gpu_types to one type"))
     policy = Policy(name=name, streaming=args.policy != "static-batch", queue=args.queue, max_wait_s=args.max_wait_s,
-                    consolidate_at=cons, decision=decision_function(args, sc) if name == "dynamic" else None,
-                    record_snapshots=args.snapshots)
+                    consolidate_at=cons, decision=decision, record_snapshots=args.snapshots)
     try:
         sim = JobSim(setup, policy, seed=args.seed, iterations=iterations)
     except ValueError as exc:
@@ -190,6 +216,16 @@ def _job_summary_table(m: dict, console) -> None:
     t.add_row("requests/s", f"{m['requests_per_s']:.2f}")
     for c, v in m["components"].items():
         t.add_row(f"{c}: GPU-s busy / held", f"{v['busy_gpu_s']:,.0f} / {v['held_gpu_s']:,.0f} ({100 * v['busy_fraction']:.0f}%)")
+    t.add_row("GPU-s owned by no component", f"{m['unowned_gpu_s']:,.0f} ({100 * m['unowned_fraction']:.1f}% of the cluster's)")
+    t.add_row("GPU-s idle, in all", f"{m['idle_gpu_s']:,.0f} (unowned, and held but idle: "
+              + ", ".join(f"{c} {v['idle_gpu_s']:,.0f}" for c, v in m["components"].items()) + ")")
+    h = m.get("hindsight")
+    if h:
+        t.add_row("work-conservation bound (s)", ", ".join(f"{x:.1f}" for x in h["bound_s"])
+                  + f"  (policy / bound {h['policy_vs_bound']:.2f})")
+        if h.get("oracle_s"):
+            t.add_row("hindsight oracle (s)", ", ".join(f"{x:.1f}" for x in h["oracle_s"])
+                      + f"  (policy / oracle {h['policy_vs_oracle']:.2f}; {h['simulations']} simulations, {h['search_s']:.0f} s)")
     t.add_row("cost, whole cluster ($)", f"{m['cost_cluster']:,.2f}")
     t.add_row("cost, GPUs held ($)", f"{m['cost_held']:,.2f}")
     if m["slo_s"] is not None:
@@ -237,6 +273,9 @@ def run(args) -> int:
     with status(f"simulate: policy {args.policy}, request by request"):
         res = run_job(args, sc)
     m = job_metrics(res)
+    if res.setup.same_type:
+        with status("simulate: hindsight bound" + (" and oracle" if args.oracle else "")):
+            m["hindsight"] = hindsight(res, args.seed, args.oracle)
     doc = {"scenario": sc.name, "command": "planner simulate " + " ".join(_argv(args)), "metrics": m, "timeline": timeline(res)}
     if args.json:
         print(json.dumps(doc, indent=2, default=float))
@@ -252,6 +291,25 @@ def run(args) -> int:
         if not args.json:
             console.print(f"wrote {', '.join(str(out / f) for f in files)}")
     return 0
+
+
+def hindsight(res, seed: int, with_oracle: bool) -> dict:
+    """The work-conservation bound (and with ``with_oracle`` the oracle's best schedule found) of every iteration of the
+    run, on the iteration's own requests (:mod:`simulator.oracle`); never fed to the policy."""
+    import numpy as np
+
+    from simulator.oracle import SearchStats, best_schedule, work_bound
+
+    its = [it.duration_s for it in res.iterations]
+    out: dict = {"bound_s": [work_bound(res.setup, seed, k)["bound_s"] for k in range(len(its))]}
+    out["policy_vs_bound"] = float(np.mean(out["bound_s"]) / np.mean(its))
+    if with_oracle and res.setup.same_type:
+        st = SearchStats()
+        found = [best_schedule(res.setup, seed, k, stats=st) for k in range(len(its))]
+        out.update({"oracle_s": [t for _, t, _ in found], "schedules": [sc.describe() for sc, _, _ in found],
+                    "policy_vs_oracle": float(np.mean([t for _, t, _ in found]) / np.mean(its)),
+                    "simulations": st.simulations, "search_s": st.wall_s})
+    return out
 
 
 def _argv(args) -> list[str]:

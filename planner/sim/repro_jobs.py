@@ -65,6 +65,10 @@ def _policy(spec: dict, sc):
         from planner.instances.simulate import planner_decision
 
         kw["decision"] = planner_decision(sc, spec.get("u_low", 0.2), spec.get("window_s", 4.0), resplit=True)
+    elif name == "dynamic" and spec.get("decision") == "consolidate":
+        from simulator.decisions import ConsolidateDecision
+
+        kw["decision"] = ConsolidateDecision(spec.get("at", 0.8))
     elif name == "dynamic":
         kw["decision"] = _decision(spec.get("decision", "planner"), sc, spec.get("u_low", 0.2), spec.get("window_s", 4.0))
     return Policy(name, **kw)

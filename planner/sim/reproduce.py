@@ -60,6 +60,8 @@ from planner.sim import slo_curve, trace_baselines
 from planner.sim.parallel import Task, normalise, run_tasks
 from planner.sim.repro_agentic import PRIORITY_SCENARIO, agentic, agentic_tasks
 from planner.sim.repro_common import OUT, ROOT
+from planner.sim import repro_dynarl
+from planner.sim.repro_dynarl import oracle_task
 from planner.sim.repro_dynarl_math import dynarl_math, dynarl_tasks
 from planner.sim.repro_jobs import job_task, pair_task
 from planner.sim.repro_sweep import sweep, sweep_tasks
@@ -72,13 +74,31 @@ REL_TOL = 1e-6
 WALL_MARK = "## Wall time of each simulation"
 
 
-TASKS = {"job": job_task, "pair": pair_task, "trace": trace_task, "policy": trace_baselines.policy_task, "curve": slo_curve.curve_task,
+def pair(scenario: str, decision: str, seeds: int, iterations: int, lengths=None) -> dict:
+    """The ``pair`` task: static and dynamic on the same seeds; ``--decision completion`` runs
+    :func:`planner.sim.repro_dynarl.pair_completion` (the dispatch lives here, in the driver, so that
+    neither reproduction module imports the other back)."""
+    if decision == "completion":
+        return repro_dynarl.pair_completion(scenario, seeds, iterations, lengths)
+    return pair_task(scenario, decision, seeds, iterations, lengths)
+
+
+def dynarl_math_tasks(args) -> list[Task]:
+    return repro_dynarl.tasks(args) if args.decision == "completion" else dynarl_tasks(args)
+
+
+def dynarl_math_report(args, cmd, R) -> tuple[list[str], list[dict]]:
+    return repro_dynarl.report(args, cmd, R) if args.decision == "completion" else dynarl_math(args, cmd, R)
+
+
+TASKS = {"job": job_task, "pair": pair, "trace": trace_task, "policy": trace_baselines.policy_task, "curve": slo_curve.curve_task,
          "online": trace_baselines.online_task}
 TASKS["sync"] = sync_task
+TASKS["oracle"] = oracle_task
 
 
 # ------------------------------------------------------------------------------------ driver
-REPRODUCTIONS = {"dynarl-math": (dynarl_tasks, dynarl_math), "agentic": (agentic_tasks, agentic),
+REPRODUCTIONS = {"dynarl-math": (dynarl_math_tasks, dynarl_math_report), "agentic": (agentic_tasks, agentic),
                  "sweep": (sweep_tasks, sweep), "weave-equal-cost": (weave_equal_cost_tasks, weave_equal_cost),
                  "trace-cost": (trace_cost_tasks, trace_cost), "consolidation": (consolidation_tasks, consolidation),
                  "sync": (sync_tasks, sync), "trace-baselines": (trace_baselines.tasks, trace_baselines.report),
@@ -262,7 +282,7 @@ def readme(rows_by: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=NAMES + ("all",))
-    ap.add_argument("--decision", choices=["planner", "threshold"], default="planner")
+    ap.add_argument("--decision", choices=["planner", "threshold", "completion"], default="planner")
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--iterations", type=int, default=2, help="iterations per request-level run")
     ap.add_argument("--trace-iterations", type=int, default=30, help="iterations per job in the fixed-mix Weave runs")

@@ -1,0 +1,242 @@
+"""The dynamic policy's decision function judged on completion time (:mod:`formulation.realloc.completion`).
+
+:class:`CompletionPlannerDecision` (``planner simulate --policy dynamic --decision completion``):
+
+* **start split** (:meth:`start_split`): the planner's choice, not the scenario's node counts: static splits
+  searched with the phase-time model (the request-level model, :class:`simulator.job.JobSim`, on the
+  planner's own seeds ``PLAN_SEED_BASE + k``, never a seed the run uses), node splits first, then half and
+  quarter nodes around the best; every iteration starts from it;
+* **trigger** (:class:`TailDetector`): DynaRL's θ / U_low / T, read on the tail rather than the age of the
+  sequences: an engine is low when its requests (running and queued) are below ``U_low`` of the most it
+  held this iteration; the rollout is a donor when more than ``θ`` of its engines are low, at least
+  ``min_done`` (half) of the iteration's requests are done, for ``T`` seconds. A young rollout's engines hold
+  all they were dispatched (multi-turn requests in a tool call hold none, hence the fraction done), so it
+  never fires there;
+* **decision**: the allocation of least predicted completion time, every GPU owned
+  (:func:`formulation.realloc.completion.decide`), net of the migration pause; the record keeps both the
+  completion times and the min-over-stages proxy (``records``), and ``commits`` in the form the
+  reproduction's fidelity table reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+PLAN_SEED_BASE = 20_000  # the planner's own iterations for the start split (runs use seeds 0, 1, ...)
+
+
+@dataclass
+class TailDetector:
+    theta: float = 0.5
+    u_low: float = 0.2
+    hold_s: float = 4.0
+    min_done: float = 0.5  # the tail starts once this fraction of the iteration's requests is done
+    _iteration: int = -1
+    _peak: dict = field(default_factory=dict)
+    _low_since: Optional[float] = None
+
+    def observe(self, snap) -> bool:
+        if snap.iteration != self._iteration:
+            self._iteration, self._peak, self._low_since = snap.iteration, {}, None
+        engines = [w for w in snap.workers if w.component == "rollout"]
+        if not engines:
+            return True
+        done = next((c.progress for c in snap.components if c.kind == "rollout"), 1.0)
+        low = 0
+        for w in engines:
+            load = float((w.requests_in_flight or 0) + (w.queue_depth or 0))
+            pk = max(self._peak.get(w.worker_id, 0.0), load)
+            self._peak[w.worker_id] = pk
+            if pk > 0 and load < self.u_low * pk:
+                low += 1
+        if low > self.theta * len(engines) and done >= self.min_done:
+            if self._low_since is None:
+                self._low_since = snap.time_s
+            return snap.time_s - self._low_since >= self.hold_s - 1e-9
+        self._low_since = None
+        return False
+
+
+_START_CACHE: dict = {}
+
+
+def search_start_split(setup, seeds: int = 1) -> tuple[dict, list]:
+    """The static split of least simulated iteration time on the planner's seeds: (split, [(split, seconds)])."""
+    from simulator.job import JobSim
+    from simulator.oracle import _alloc
+    from simulator.policies import Policy
+
+    key = repr(setup)
+    if key in _START_CACHE:
+        return _START_CACHE[key]
+    G, g, u = setup.total_gpus, setup.gpus_per_node, setup.rollout_tp
+    seen: dict = {}
+
+    def run(r: int) -> None:
+        a = _alloc(setup, r)
+        if a is None or a in seen:
+            return
+        ts = []
+        for k in range(seeds):
+            pol = Policy("static", rollout_gpus=a[0], reference_gpus=a[1], trainer_gpus=a[2])
+            try:
+                res = JobSim(setup, pol, seed=PLAN_SEED_BASE + k, iterations=1).run()
+            except (ValueError, RuntimeError):
+                return
+            ts.append(res.iterations[0].duration_s)
+        seen[a] = float(np.mean(ts))
+
+    nodes = G // g
+    step = 1 if nodes <= 8 else 2
+    for n in range(1, nodes, step):
+        run(n * g)
+    for frac in (2, 4):
+        best = min(seen, key=lambda a: seen[a])
+        d = max(u, g // frac // u * u)
+        run(best[0] - d)
+        run(best[0] + d)
+    best = min(seen, key=lambda a: seen[a])
+    out = ({"rollout": best[0], "reference": best[1], "trainer": best[2]}, sorted(seen.items(), key=lambda kv: kv[1]))
+    _START_CACHE[key] = out
+    return out
+
+
+class CompletionPlannerDecision:
+    wants_remaining_tokens = True
+
+    def __init__(self, sc=None, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, margin: float = 0.05,
+                 choose_start: bool = True, setup=None, log_every_s: float = 0.0) -> None:
+        self.sc = sc
+        self.detector = TailDetector(theta=theta, u_low=u_low, hold_s=window_s)
+        self.margin = margin
+        self.choose_start = choose_start
+        self.setup = setup
+        self.start: Optional[dict] = None
+        self.start_table: list = []
+        self.records: list = []  # every solve: time, current, target, completion keep / chosen, proxies, committed
+        self.commits: list = []  # committed moves, in the form planner.sim.repro_jobs._fidelity reads
+        self.starts: dict = {}
+        self.calls = 0
+        self.committed = 0
+        self.solve_ms: list = []
+        self._opt = None
+        self.log_every_s = log_every_s
+        self.keep_log: list = []  # (iteration, seconds into it, predicted seconds to the end of training if kept)
+        self._moved: set = set()
+        self._next_log = 0.0
+
+    # ------------------------------------------------------------------ set-up
+    def start_split(self, setup) -> Optional[dict]:
+        self.setup = setup
+        if not self.choose_start:
+            return None
+        self._state_tables()  # one-time tables (optimizer step, weight sync per allocation): not in a decision's latency
+        self.start, self.start_table = search_start_split(setup)
+        self.starts[0] = dict(self.start)
+        return dict(self.start)
+
+    def _state_tables(self):
+        from estimators import training
+        from simulator.job import optimizer_step_s, weight_sync_time_s
+        from simulator.models import engine_model
+
+        s = self.setup
+        gpu = s.rollout_gpu
+        if self._opt is None:
+            em = engine_model(s.model, gpu, s.rollout_tp, overhead_ms=s.overhead_ms)
+            opt = {t: optimizer_step_s(s, s.train_gpu, t) for t in range(s.train_unit, s.total_gpus, s.train_unit)}
+            mean_len = float(s.workload.lengths.mean()) if hasattr(s.workload.lengths, "mean") else 0.0
+            tokens = s.workload.prompt_tokens + min(mean_len, s.workload.max_response_tokens)
+            f = training.sample_forward_flops(s.model, float(tokens))
+            ur, ut, G = s.rollout_tp, s.train_unit, s.total_gpus
+            sync_tab = np.array([[weight_sync_time_s(s, gpu, s.train_gpu, r, t, False) for t in range(ut, G + 1, ut)]
+                                 for r in range(ur, G + 1, ur)])
+            opt_tab = np.array([opt.get(t, 0.0) for t in range(ut, G + 1, ut)])
+            self._opt = (em, (opt_tab, sync_tab), s.forwards * f, s.updates * 3.0 * f)
+        return self._opt
+
+    def _state(self, ctx, snap=None):
+        from formulation.realloc.completion import CompletionState
+
+        s = self.setup
+        em, (opt_tab, sync_tab), w_f, w_t = self._state_tables()
+        c = ctx.components
+        ro, rf, tr = c["rollout"], c["reference"], c["trainer"]
+        ur, ut = s.rollout_tp, s.train_unit
+
+        def opt_s(t):
+            return opt_tab[np.asarray(t, dtype=int) // ut - 1]
+
+        def sync(r, t):
+            return sync_tab[np.asarray(r, dtype=int) // ur - 1, np.asarray(t, dtype=int) // ut - 1]
+        busy = max((w for w in (snap.workers if snap is not None else []) if w.component == "rollout"),
+                   key=lambda w: (w.requests_in_flight or 0), default=None)
+        b_l = float(busy.requests_in_flight or 0) if busy is not None else 0.0
+        x_l = float(busy.kv_used_tokens or 0) / b_l if busy is not None and b_l > 0 else ro.context_tokens
+        return CompletionState(
+            gpus=s.total_gpus, current=(ro.gpus, rf.gpus, tr.gpus), unit_r=s.rollout_tp, unit_t=s.train_unit,
+            n_left=float(ro.pending), rem_tokens=ro.remaining_tokens, rem_max=ro.remaining_max, ctx_tokens=ro.context_tokens,
+            busiest_batch=b_l, busiest_ctx=x_l,
+            a_ms=em.a_ms, b_ms=em.b_ms, c_ms=em.c_ms, batch_cap=float(em.max_running), kv_tokens=em.kv_capacity_tokens,
+            ref_queued=rf.queued_work, ref_per_sample=w_f, ref_rate=rf.work_rate_per_gpu,
+            tr_queued=tr.queued_work, tr_to_come=float(max(0, tr.pending - tr.queued)), tr_per_sample=w_t,
+            tr_rate=tr.work_rate_per_gpu, group=s.workload.group_size,
+            groups_left=float(ro.groups_left) if ctx.intake != "sample" else 1.0,
+            grow_s={"rollout": ro.grow_s, "reference": rf.grow_s, "trainer": tr.grow_s}, opt_s=opt_s, sync_s=sync)
+
+    def predict_keep(self, snap, ctx) -> float:
+        """Predicted seconds to the end of the iteration's training if the allocation is kept."""
+        from formulation.realloc.completion import predict
+
+        st = self._state(ctx, snap)
+        return float(predict(st, *[np.array([v]) for v in st.current])["completion_s"][0])
+
+    # ------------------------------------------------------------------ decision
+    def __call__(self, snap, ctx):
+        import time
+
+        from formulation.realloc.completion import decide
+        from simulator.policies import Reallocation
+
+        if self.setup is None:
+            raise RuntimeError("CompletionPlannerDecision needs the job's set-up: the simulator passes it via start_split")
+        if ctx.at_boundary:
+            self._next_log = 0.0
+            target = dict(self.start) if self.start else dict(ctx.initial)
+            self.starts[snap.iteration] = dict(target)
+            return Reallocation(target=target, kinds={"rollout": "workload", "reference": "workload", "trainer": "p2p"},
+                                reason="iteration start: the planner's start split")
+        c = ctx.components
+        if c["rollout"].pending <= 0 and c["trainer"].pending <= 0:
+            return None
+        if self.log_every_s and snap.iteration not in self._moved and snap.time_s >= self._next_log:
+            # the prediction if the allocation is kept, before the iteration's first move (fidelity, see planner.sim.repro_dynarl)
+            self._next_log = (snap.time_s // self.log_every_s + 1) * self.log_every_s
+            self.keep_log.append({"iteration": snap.iteration, "time_s": snap.time_s, "keep_s": self.predict_keep(snap, ctx)})
+        fired = self.detector.observe(snap) or c["rollout"].pending <= 0
+        if not fired:
+            return None
+        t0 = time.perf_counter()
+        st = self._state(ctx, snap)
+        from estimators import comm
+
+        dec = decide(st, self.margin, migration_s=comm.GROUP_REBUILD_S, max_rollout=st.current[0])
+        self.calls += 1
+        self.solve_ms.append((time.perf_counter() - t0) * 1e3)
+        self.records.append({"iteration": snap.iteration, "time_s": snap.time_s, "current": list(dec.current),
+                             "target": list(dec.target), "completion_keep_s": dec.completion_keep_s,
+                             "completion_s": dec.completion_s, "proxy_keep": dec.proxy_keep, "proxy": dec.proxy,
+                             "committed": dec.committed, "reason": dec.reason})
+        if not dec.committed:
+            return None
+        self._moved.add(snap.iteration)
+        self.committed += 1
+        self.commits.append({"iteration": snap.iteration, "time_s": snap.time_s, "unit": "1/s",
+                             "current": 1.0 / max(dec.completion_keep_s, 1e-9), "predicted": 1.0 / max(dec.completion_s, 1e-9),
+                             "objective": 1.0 / max(dec.completion_s, 1e-9)})
+        r, f, t = dec.target
+        return Reallocation(target={"rollout": r, "reference": f, "trainer": t},
+                            kinds={"rollout": "workload", "reference": "reboot", "trainer": "p2p"}, reason=dec.reason, fill=True)

@@ -1,0 +1,87 @@
+"""The hindsight references: the work-conservation bound lies below every simulated schedule, a schedule plays its
+moves at their fractions done, and the search's best is what re-simulating its schedule gives."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from simulator.job import JobSim
+from simulator.oracle import Schedule, ScheduleDecision, best_schedule, work_bound
+from simulator.policies import Policy
+
+from tests.simulator.test_sim_job import small_setup
+
+
+def tiny():
+    s = small_setup(n_prompts=16, group=4, rollout_nodes=2, train_nodes=2, gpn=4)
+    return replace(s, train_unit=2)
+
+
+def play(setup, sched, skip=0):
+    a = sched.start
+    pol = Policy("dynamic", rollout_gpus=a[0], reference_gpus=a[1], trainer_gpus=a[2],
+                 decision=ScheduleDecision(sched, setup.workload.n_requests))
+    return JobSim(setup, pol, seed=3, iterations=1, skip_batches=skip).run()
+
+
+def test_a_schedule_moves_at_its_fraction_done():
+    s = tiny()
+    res = play(s, Schedule((10, 2, 4), ((0.5, (6, 4, 6)),)))
+    assert len(res.decisions) == 1
+    t, target, _ = res.decisions[0]
+    done = sum(1 for r in res.requests if r.done_s is not None and r.done_s <= t)
+    assert done >= 0.5 * s.workload.n_requests and target == {"rollout": 6, "reference": 4, "trainer": 6}
+
+
+def test_skipped_batches_give_the_later_iterations_requests():
+    s = tiny()
+    two = JobSim(s, Policy("static"), seed=3, iterations=2).run()
+    alone = JobSim(s, Policy("static"), seed=3, iterations=1, skip_batches=1).run()
+    n = s.workload.n_requests
+    assert [r.response_tokens for r in two.requests[n:]] == [r.response_tokens for r in alone.requests]
+
+
+def test_bound_below_every_schedule_and_search_reproducible():
+    s = tiny()
+    sched, t, st = best_schedule(s, seed=3, iteration=0, max_moves=1, coarse=4)
+    b = work_bound(s, seed=3, iteration=0)
+    assert b["bound_s"] <= t
+    again = play(s, sched).iterations[0].duration_s
+    assert abs(again - t) <= 1e-6 * t
+    for r in (4, 8, 12):  # every static split simulated lies above the bound too
+        static = JobSim(s, Policy("static", rollout_gpus=r, reference_gpus=(16 - r) // 2, trainer_gpus=16 - r - (16 - r) // 2),
+                        seed=3, iterations=1).run().iterations[0].duration_s
+        assert b["bound_s"] <= static
+    assert st.simulations > 0 and st.wall_s > 0
+
+
+class _Once:
+    """Moves once, at the first tick past 20% done, to ``target`` (with or without filling)."""
+
+    reads_snapshot = False
+
+    def __init__(self, target, fill):
+        self.target, self.fill, self.done = target, fill, False
+
+    def __call__(self, snap, ctx):
+        from simulator.policies import Reallocation
+
+        if ctx.at_boundary or self.done or ctx.components["rollout"].pending > 0.8 * 64:
+            return None
+        self.done = True
+        return Reallocation(target=self.target, fill=self.fill)
+
+
+def test_gpus_a_unit_bound_receiver_cannot_take_go_to_log_prob_inference():
+    """A trainer unit of 4 cannot use 2 GPUs freed on one node: with ``fill`` they go to log-prob inference (and the
+    record says so), without it they stay unowned."""
+    s = replace(small_setup(n_prompts=16, group=4, rollout_nodes=2, train_nodes=2, gpn=4), train_unit=4)
+    out = {}
+    for fill in (False, True):
+        pol = Policy("dynamic", rollout_gpus=8, reference_gpus=4, trainer_gpus=4,
+                     decision=_Once({"rollout": 6, "reference": 2, "trainer": 8}, fill))
+        res = JobSim(s, pol, seed=3, iterations=1).run()
+        t = res.decisions[0][0]
+        out[fill] = (sum(res.ledger.held_at(c, t + 1e-6) for c in ("rollout", "reference", "trainer")), res.decisions[0][2])
+    assert out[False][0] < 16
+    assert out[True][0] == 16 and "log-prob inference" in out[True][1]
