@@ -28,6 +28,7 @@ import torch
 
 from executor.state import Layout
 from executor.workers.fencing import require_lease
+from executor.workers.rankbase import TrainerRankBase
 from executor.workers import shardstate
 from executor.workers import tinylm as lm
 
@@ -56,7 +57,7 @@ def check_size(spec) -> None:
         raise BadState(f"a trainer rank's model has {params:,} parameters, more than {MAX_STANDIN_PARAMS:,}")
 
 
-class LMTrainerRank:
+class LMTrainerRank(TrainerRankBase):
     lr, betas, eps, weight_decay = 1e-3, (0.9, 0.999), 1e-8, 0.01
 
     def __init__(self, worker_id: str, epoch: int, component: str, layout: dict, rank: int, spec: dict,
@@ -306,20 +307,7 @@ class LMTrainerRank:
             raise RuntimeError(f"{self.id}: rank {self.rank} of {self.layout} cannot become rank {rank} of {new} in place")
         self.rank, self.layout, self.train_pgs = rank, new, None
 
-    def info(self) -> dict:
-        return {"rank": self.rank, "step": self.step_no, "loaded": self.loaded, "layout": vars(self.layout) | {}}
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def ready(self) -> bool:
-        return True
-
     # ------------------------------------------------------------------ persistence (sim backend)
-    def __getstate__(self) -> dict:
-        return {"id": self.id, "epoch": self.epoch, "component": self.component, "rank": self.rank,
-                "layout": vars(self.layout) | {}, "model": self.model, "loaded": self.loaded, "state": self.state()}
-
     def __setstate__(self, d: dict) -> None:
         self.id, self.epoch, self.component, self.rank = d["id"], d["epoch"], d["component"], d["rank"]
         self.layout, self.model = Layout(**d["layout"]), d["model"]

@@ -47,6 +47,7 @@ import torch
 from executor.state import Layout
 from executor.workers import shardstate
 from executor.workers.fencing import require_lease
+from executor.workers.rankbase import TrainerRankBase
 
 LR, BETAS, EPS = 1e-3, (0.9, 0.999), 1e-8
 MOMENTS = ("exp_avg", "exp_avg_sq")
@@ -159,7 +160,7 @@ def _piece(t: torch.Tensor, off: list[int], shape: list[int]) -> torch.Tensor:
     return t[tuple(slice(o, o + n) for o, n in zip(off, shape))].clone()
 
 
-class MegatronRank:
+class MegatronRank(TrainerRankBase):
     """One rank of a TP x PP x DP layout (``impl: megatron``; ``p2p="dcp"``)."""
 
     def __init__(self, worker_id: str, epoch: int, component: str, layout: dict, rank: int, model: dict,
@@ -317,19 +318,6 @@ class MegatronRank:
         if (new.tp, new.pp, new_tp, new_pp) != (self.layout.tp, self.layout.pp, old_tp, old_pp):
             raise RuntimeError(f"{self.id}: rank {self.rank} of {self.layout} cannot become rank {rank} of {new} in place")
         self.rank, self.layout = rank, new
-
-    def info(self) -> dict:
-        return {"rank": self.rank, "step": self.step_no, "loaded": self.loaded, "layout": vars(self.layout) | {}}
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def ready(self) -> bool:
-        return True
-
-    def __getstate__(self) -> dict:
-        return {"id": self.id, "epoch": self.epoch, "component": self.component, "rank": self.rank,
-                "layout": vars(self.layout) | {}, "model": self.model, "loaded": self.loaded, "state": self.state()}
 
     def __setstate__(self, d: dict) -> None:
         self.id, self.epoch, self.component, self.rank = d["id"], d["epoch"], d["component"], d["rank"]
