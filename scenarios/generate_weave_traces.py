@@ -54,17 +54,7 @@ ROLLOUT_OVER_TRAIN = (3.0, 4.0)  # multi-turn rollouts 3-4x training (Weave)
 SLO_RATIO = (1.0, 2.0)
 MULTI_TURN_SHARE = 0.6
 
-HEADER = {
-    "gpu_types": {"H20": {"price_per_gpu_hour": 1.0}, "H800": {"price_per_gpu_hour": 2.0}},
-    "cluster": {
-        "clusters": [{"name": "rollout-cluster", "inter_cluster_bw_gb_per_s": 50.0},
-                     {"name": "train-cluster", "inter_cluster_bw_gb_per_s": 50.0}],
-        "node_groups": [
-            {"name": "h20", "gpu_type": "H20", "count": 64, "gpus_per_node": 8, "host_dram_gb": 2048, "cluster": "rollout-cluster"},
-            {"name": "h800", "gpu_type": "H800", "count": 64, "gpus_per_node": 8, "host_dram_gb": 2048, "cluster": "train-cluster"},
-        ],
-    },
-}
+from scenarios.generate_traces import HEADER  # noqa: E402  (the Pollux traces' two-pool fleet: one header for both)
 
 
 def solo_phases(job: dict) -> tuple[float, float]:
