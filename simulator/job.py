@@ -696,6 +696,33 @@ class JobSim:
         g = np.asarray(gens, dtype=float)
         return self._residual.expected_remaining(g), float(self.setup.workload.prompt_tokens + g.mean())
 
+    def _rollout_requests(self, now: float) -> dict:
+        """The unfinished requests one by one, as a rollout manager sees them (engine, group, tokens generated,
+        context, decoding or queued) and each alive engine's drain order (:mod:`formulation.realloc.tail`)."""
+        alive = self.rollout.alive()
+        index = {e.eid: i for i, e in enumerate(alive)}
+        eng, grp, gen, ctx, run, prm = [], [], [], [], [], []
+        running: set = set()
+        for e in alive:
+            e.sync(now)
+            for rid, (req, s_a, _, gen0, _) in e.running.items():
+                g = gen0 + e.S - s_a
+                eng.append(index[e.eid]), grp.append(req.group), gen.append(g), ctx.append(req.prompt_tokens + g)
+                run.append(True), prm.append(req.prompt_tokens)
+                running.add(rid)
+        for rid in sorted(self._unfinished):
+            r = self._unfinished[rid]
+            if rid in running or r.engine not in index:
+                continue
+            eng.append(index[r.engine]), grp.append(r.group), gen.append(r.generated_in_turn)
+            ctx.append(r.prompt_tokens + r.generated_in_turn), run.append(False), prm.append(r.prompt_tokens)
+        key = np.array([e.load() * 1e12 + e.kv_used for e in alive], dtype=float)
+        open_groups = set(grp)
+        done = [(r.group, float(sum(r.turn_tokens))) for r in self._iter_reqs if r.rid not in self._unfinished and r.group in open_groups]
+        return {"done_group": np.asarray([g for g, _ in done], dtype=int), "done_length": np.asarray([x for _, x in done], dtype=float),"engine": np.asarray(eng, dtype=int), "group": np.asarray(grp, dtype=int), "generated": np.asarray(gen, dtype=float),
+                "context": np.asarray(ctx, dtype=float), "running": np.asarray(run, dtype=bool),
+                "prompt": np.asarray(prm, dtype=float), "drain_key": key}
+
     def _rollout_longest_remaining(self, now: float) -> float:
         """The expected remaining tokens of the longest unfinished request, ``E[max_i R_i]`` with ``R_i`` the residual of
         the length distribution given what request ``i`` has generated (independent; not the drawn lengths)."""
@@ -737,6 +764,8 @@ class JobSim:
             extra = {"remaining_tokens": float(res.sum()) if res.size else 0.0,
                      "remaining_max": self._rollout_longest_remaining(now) if res.size else 0.0, "context_tokens": ctx_tokens,
                      "groups_left": len({r.group for r in self._unfinished.values()})}
+            if self.setup.workload.turns == 1:
+                extra["requests"] = self._rollout_requests(now)
         comps = {
             "rollout": ComponentInfo("rollout", "rollout", r_gpus, self.setup.rollout_tp, self.setup.rollout_tp,
                                      rate / r_gpus if r_gpus else 0.0, 0.0, self.rollout.remaining(),

@@ -60,6 +60,10 @@ class ComponentInfo:
     groups_left: int = 0  # GRPO groups with an unfinished request (their samples reach a gated trainer at the end)
     queued_work: float = 0.0
     queued: int = 0
+    # the rollout's unfinished requests one by one (single-turn; same ``wants_remaining_tokens``): arrays ``engine``
+    # (index into the alive engines), ``group``, ``generated``, ``context``, ``running``, ``prompt``, and per engine
+    # ``drain_key`` (its load, then cached tokens: the order a Workload migration drains them in)
+    requests: Optional[dict] = None
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from formulation.realloc.tail import TailRequests, group_arrivals_many, reassign, residual_draws
+
 
 @dataclass(frozen=True)
 class CompletionState:
@@ -75,14 +77,19 @@ class CompletionState:
     grow_s: dict = field(default_factory=dict)  # component -> delay before added GPUs work
     opt_s: Optional[Callable[[np.ndarray], np.ndarray]] = None
     sync_s: Optional[Callable[[np.ndarray, np.ndarray], np.ndarray]] = None
+    tail: Optional[TailRequests] = None  # the unfinished requests one by one: the request-level model (below)
+    sample_work: Optional[Callable[[np.ndarray], tuple]] = None  # sample tokens -> (log-prob FLOPs, update FLOPs)
 
 
 def predict(st: CompletionState, r, f, t) -> dict:
     """Predicted seconds to the end of the iteration's training (and the stage times) for allocations
-    ``(r, f, t)`` (arrays of the same shape)."""
+    ``(r, f, t)`` (arrays of the same shape): the request-level model when the state carries the requests
+    (``tail``), else the aggregate formulas of the module docstring."""
     r = np.asarray(r, dtype=float)
     f = np.asarray(f, dtype=float)
     t = np.asarray(t, dtype=float)
+    if st.tail is not None and st.sample_work is not None and st.tail.engine.size:
+        return _predict_requests(st, r, f, t)
     cur_r, cur_f, cur_t = st.current
     d_r = np.where(r > cur_r, st.grow_s.get("rollout", 0.0), 0.0)
     d_f = np.where(f > cur_f, st.grow_s.get("reference", 0.0), 0.0)
@@ -115,12 +122,122 @@ def predict(st: CompletionState, r, f, t) -> dict:
             "proxy": 1.0 / np.maximum(np.maximum(R, F), np.maximum(T, 1e-9))}
 
 
+def _fluid_after(arrive: np.ndarray, work: np.ndarray, rate: np.ndarray, ready: np.ndarray) -> np.ndarray:
+    """Finish time of every arrival of a FIFO fluid server of ``rate`` (one per candidate, shape ``(m,)``)
+    that starts serving at ``ready``: arrivals ``arrive`` (increasing, ``(m, k)`` or ``(k,)``) bring ``work``
+    (``(k,)``). ``c_k = P_k / rate + max_{i <= k}(max(a_i, ready) - P_{i-1} / rate)`` with ``P`` the prefix sums."""
+    P = np.cumsum(work)
+    Pm = np.concatenate([[0.0], P[:-1]])
+    a = np.maximum(np.broadcast_to(arrive, (rate.size, work.size)), ready[:, None])
+    return P[None, :] / rate[:, None] + np.maximum.accumulate(a - Pm[None, :] / rate[:, None], axis=1)
+
+
+_DRAWS: list = []  # (tail, draws) of the last state: the keep and the candidates of one decision share them
+
+
+def _draws(tail: TailRequests) -> np.ndarray:
+    if _DRAWS and _DRAWS[0][0] is tail:
+        return _DRAWS[0][1]
+    D = residual_draws(tail)
+    _DRAWS[:] = [(tail, D)]
+    return D
+
+
+def _predict_requests(st: CompletionState, r: np.ndarray, f: np.ndarray, t: np.ndarray) -> dict:
+    """The request-level model (:mod:`formulation.realloc.tail` for the rollout): per residual draw, each GRPO
+    group is done when its last request is (under ``r / unit_r`` engines); log-prob inference serves first its
+    backlog, then the groups' samples first come first served (:func:`_fluid_after`); the trainer, its queue,
+    then the samples of complete groups behind the log-prob backlog, then each group when its log-probs are
+    done; the iteration ends after the optimizer step and the weight sync. Means over the draws."""
+    tail = st.tail
+    assert tail is not None and st.sample_work is not None
+    cur_r, cur_f, cur_t = st.current
+    D = _draws(tail)
+    tokens = np.asarray(tail.prompt_tokens, dtype=float)[None, :] + np.asarray(tail.generated, dtype=float)[None, :] + D
+    wf, wt = st.sample_work(tokens)
+    wf, wt = np.broadcast_to(wf, D.shape), np.broadcast_to(wt, D.shape)
+    g = max(1, int(tail.gate))
+    n_unf = tail.engine.size
+    groups = np.unique(tail.group)
+    groups_unf = groups.size
+    w_t_mean = st.tr_per_sample
+    # the finished samples of the unfinished groups wait at the gate: their own lengths when known, else the mean
+    gate_w = np.full(groups_unf, 0.0)
+    if tail.done_group is not None and tail.done_length is not None and len(tail.done_group) and g > 1:
+        pos = np.searchsorted(groups, tail.done_group)
+        ok = (pos < groups_unf) & (groups[np.minimum(pos, groups_unf - 1)] == tail.done_group)
+        _, w_done = st.sample_work(np.mean(tail.prompt_tokens) + np.asarray(tail.done_length, dtype=float)[ok])
+        gate_w = np.bincount(pos[ok], weights=np.broadcast_to(w_done, (int(ok.sum()),)), minlength=groups_unf)
+    else:
+        per = np.bincount(np.searchsorted(groups, tail.group), minlength=groups_unf)
+        gate_w = np.maximum(0, g - per) * w_t_mean
+    pend = max(0.0, st.tr_to_come - groups_unf * g)  # samples of complete groups not yet at the trainer
+    out = {k: np.zeros(r.shape) for k in ("rollout_s", "reference_s", "trainer_s", "completion_s")}
+    flat = {k: v.reshape(-1) for k, v in out.items()}
+    rf, ff, tf = r.reshape(-1), f.reshape(-1), t.reshape(-1)
+    d_r = st.grow_s.get("rollout", 0.0)
+    sizes = np.unique(rf)
+    _, done_all, inv = group_arrivals_many(tail, D, [reassign(tail, max(1, int(rv // st.unit_r))) for rv in sizes],
+                                           st.a_ms, st.b_ms, st.c_ms)
+    for li, rv in enumerate(sizes):
+        idx = np.nonzero(rf == rv)[0]
+        fr = np.maximum(ff[idx], 1e-9) * st.ref_rate
+        tr = np.maximum(tf[idx], 1e-9) * st.tr_rate
+        d_f = np.where(ff[idx] > cur_f, st.grow_s.get("reference", 0.0), 0.0)
+        d_t = np.where(tf[idx] > cur_t, st.grow_s.get("trainer", 0.0), 0.0)
+        acc = {k: np.zeros(idx.size) for k in ("rollout_s", "reference_s", "trainer_s")}
+        for d in range(D.shape[0]):
+            done = done_all[li, d]
+            if rv > cur_r:
+                done = done + d_r
+            gf = np.bincount(inv, weights=wf[d], minlength=done.size)
+            gt = np.bincount(inv, weights=wt[d], minlength=done.size)
+            gt = gt + gate_w
+            o = np.argsort(done, kind="stable")
+            a, gf, gt = done[o], gf[o], gt[o]
+            b0 = d_f + st.ref_queued / fr  # the log-prob backlog is served first
+            c = _fluid_after(a, gf, fr, b0)  # (m, groups): log-probs of each group done
+            F = c[:, -1] if c.shape[1] else b0
+            # trainer arrivals: its queue now, the complete groups' samples after the backlog, then each group
+            W0 = pend * w_t_mean
+            S = np.cumsum(gt[::-1])[::-1]
+            T = np.maximum(d_t + (st.tr_queued + W0 + gt.sum()) / tr, np.maximum(b0, d_t) + (W0 + gt.sum()) / tr)
+            if c.shape[1]:
+                T = np.maximum(T, (np.maximum(c, d_t[:, None]) + S[None, :] / tr[:, None]).max(axis=1))
+            acc["rollout_s"] += float(a[-1]) if a.size else 0.0
+            acc["reference_s"] += F
+            acc["trainer_s"] += T
+        for k in acc:
+            flat[k][idx] = acc[k] / D.shape[0]
+    opt = st.opt_s(t) if st.opt_s is not None else 0.0
+    sync = st.sync_s(r, t) if st.sync_s is not None else 0.0
+    out["completion_s"] = out["trainer_s"] + opt + sync
+    R, F, T = out["rollout_s"], out["reference_s"], out["trainer_s"]
+    out["proxy"] = 1.0 / np.maximum(np.maximum(R, F), np.maximum(T, 1e-9))
+    return out
+
+
+GRID_FULL = 16  # rollout sizes searched one by one up to this many; beyond, :func:`rollout_grid`
+
+
+def rollout_grid(sizes: np.ndarray, current: int) -> np.ndarray:
+    """A subset of the rollout sizes ``sizes`` (ascending): the current one, the smallest eight, and sixteen more
+    spread evenly over the rest (the completion time is smooth in the engine count away from a few engines)."""
+    pick = set(sizes[:8].tolist()) | {int(current)} if int(current) in set(sizes.tolist()) else set(sizes[:8].tolist())
+    idx = np.unique(np.round(np.linspace(0, sizes.size - 1, GRID_FULL)).astype(int))
+    pick |= set(sizes[idx].tolist())
+    return np.array(sorted(pick), dtype=sizes.dtype)
+
+
 def candidates(st: CompletionState, max_rollout: Optional[int] = None,
                max_trainer: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every allocation on the units with every GPU owned (``f = G - r - t >= 1``); with ``max_rollout``,
-    the rollout keeps at most that many (a donor: it gives, the other components receive)."""
+    the rollout keeps at most that many (a donor: it gives, the other components receive). With the
+    request-level model the rollout's sizes are :func:`rollout_grid` (each size costs a drain simulation)."""
     G = st.gpus
     rs = np.arange(st.unit_r, (G if max_rollout is None else min(G, max_rollout + 1)), st.unit_r)
+    if st.tail is not None and rs.size > GRID_FULL:
+        rs = rollout_grid(rs, st.current[0])
     ts = np.arange(st.unit_t, G if max_trainer is None else min(G, max_trainer + 1), st.unit_t)
     R, T = np.meshgrid(rs, ts, indexing="ij")
     F = G - R - T
@@ -180,7 +297,10 @@ def check(st: CompletionState, dec: CompletionDecision, margin: float = 0.05, mi
     if not math.isclose(ck, dec.completion_keep_s, rel_tol=1e-9, abs_tol=1e-9):
         out.append(f"kept completion {dec.completion_keep_s} recomputes to {ck}")
     best = ck
-    for rr in range(st.unit_r, st.gpus if max_rollout is None else min(st.gpus, max_rollout + 1), st.unit_r):
+    sizes = np.arange(st.unit_r, st.gpus if max_rollout is None else min(st.gpus, max_rollout + 1), st.unit_r)
+    if st.tail is not None and sizes.size > GRID_FULL:
+        sizes = rollout_grid(sizes, st.current[0])  # the declared family of the request-level model
+    for rr in (int(v) for v in sizes):
         for tt in range(st.unit_t, st.gpus if max_trainer is None else min(st.gpus, max_trainer + 1), st.unit_t):
             ff = st.gpus - rr - tt
             if ff < 1:

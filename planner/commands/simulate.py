@@ -14,8 +14,9 @@ One job, request by request (policies {', '.join(JOB_POLICIES)}):
   static-batch  the same without streaming (training starts when the rollout has finished)
   colocated     veRL time sharing: every GPU generates, then computes log-probs, then trains
   dynamic       the static partition, reallocated inside the iteration by a decision function
-                fed with telemetry snapshots (--decision planner: the reallocation planner, the
-                default; threshold: the simulator's trigger-and-greedy baseline)
+                fed with telemetry snapshots (--decision completion, the default: moves judged on
+                the iteration's predicted completion time; planner: the min-over-stages planner;
+                threshold: the simulator's trigger-and-greedy baseline)
   consolidate   static with long-tail consolidation (--consolidate-at, default 0.8); the released
                 engines' GPUs wait for the next iteration
   rlhfuse       RLHFuse-style: static, and at --consolidate-at (default 0.8) of the requests done the
@@ -62,10 +63,11 @@ def add_arguments(p) -> None:
     p.add_argument("--max-wait-s", type=_args.number(hi=_args.SECONDS), default=30.0, help="age bound of the priority queue (s)")
     p.add_argument("--consolidate-at", type=_args.number(), default=None, metavar="F",
                    help="pack the long tail when this fraction of requests is done (0 < F < 1; consolidate policy: 0.8)")
-    p.add_argument("--decision", choices=["planner", "threshold", "completion"], default="planner",
-                   help="decision function of the dynamic policy: the reallocation planner (default; min-over-stages "
-                        "throughput), completion (the planner's start split and moves judged on the iteration's predicted "
-                        "completion time, every GPU owned) or the simulator's threshold baseline")
+    p.add_argument("--decision", choices=["planner", "threshold", "completion"], default="completion",
+                   help="decision function of the dynamic policy: completion (default: the planner's start split and moves "
+                        "judged on the iteration's predicted completion time, request by request, every GPU owned), planner "
+                        "(the reallocation planner's min-over-stages throughput, the previous default) or the simulator's "
+                        "threshold baseline")
     p.add_argument("--u-low", type=_args.number(), default=0.2, help="dynamic: KV utilisation below which an engine is a donor")
     p.add_argument("--window-s", type=_args.number(hi=_args.SECONDS), default=4.0, help="dynamic: seconds an engine must stay under U_low (T)")
     p.add_argument("--theta", type=_args.number(), default=0.5, help="dynamic: fraction of engines that must be donors")

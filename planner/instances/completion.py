@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -108,8 +108,13 @@ class CompletionPlannerDecision:
     wants_remaining_tokens = True
 
     def __init__(self, sc=None, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, margin: float = 0.05,
-                 choose_start: bool = True, setup=None, log_every_s: float = 0.0) -> None:
+                 choose_start: bool = True, setup=None, log_every_s: float = 0.0, request_level: bool = True,
+                 draws: int = 3, resolve_s: float = 5.0) -> None:
         self.sc = sc
+        self.request_level = request_level
+        self.draws = draws
+        self.resolve_s = resolve_s
+        self._last_solve: tuple = (-1, 0.0)
         self.detector = TailDetector(theta=theta, u_low=u_low, hold_s=window_s)
         self.margin = margin
         self.choose_start = choose_start
@@ -142,21 +147,49 @@ class CompletionPlannerDecision:
         from estimators import training
         from simulator.job import optimizer_step_s, weight_sync_time_s
         from simulator.models import engine_model
+        from simulator.workload import residual_table
 
         s = self.setup
         gpu = s.rollout_gpu
         if self._opt is None:
             em = engine_model(s.model, gpu, s.rollout_tp, overhead_ms=s.overhead_ms)
             opt = {t: optimizer_step_s(s, s.train_gpu, t) for t in range(s.train_unit, s.total_gpus, s.train_unit)}
-            mean_len = float(s.workload.lengths.mean()) if hasattr(s.workload.lengths, "mean") else 0.0
-            tokens = s.workload.prompt_tokens + min(mean_len, s.workload.max_response_tokens)
-            f = training.sample_forward_flops(s.model, float(tokens))
+            self._lengths = residual_table(s.workload).lengths  # the clipped marginal of the lengths, as past iterations show it
+            # a sample's mean work over that marginal (the work is not linear in the tokens)
+            f = float(np.mean(training.sample_forward_flops(s.model, s.workload.prompt_tokens + self._lengths)))
             ur, ut, G = s.rollout_tp, s.train_unit, s.total_gpus
             sync_tab = np.array([[weight_sync_time_s(s, gpu, s.train_gpu, r, t, False) for t in range(ut, G + 1, ut)]
                                  for r in range(ur, G + 1, ur)])
             opt_tab = np.array([opt.get(t, 0.0) for t in range(ut, G + 1, ut)])
             self._opt = (em, (opt_tab, sync_tab), s.forwards * f, s.updates * 3.0 * f)
+            dist = replace(s.workload.lengths, max_tokens=s.workload.max_response_tokens)
+            self._base = np.sort(dist.quantile((np.arange(1000) + 0.5) / 1000))  # the base distribution (difficulty 1)
         return self._opt
+
+    def _tail(self, ro, intake: str):
+        """The request-level view of the rollout (:mod:`formulation.realloc.tail`), when the telemetry has it."""
+        from formulation.realloc.tail import TailRequests
+
+        q = getattr(ro, "requests", None)
+        if not q or not len(q["engine"]):
+            return None
+        em = self._opt[0]
+        s = self.setup
+        ctx = max(1.0, float(np.mean(q["context"])))
+        slots = int(max(1, min(em.max_running, em.kv_capacity_tokens / ctx)))
+        grp = q["group"] if intake != "sample" else np.arange(len(q["engine"]))
+        return TailRequests(engine=q["engine"], group=grp, generated=q["generated"], context=q["context"], running=q["running"],
+                            drain_key=q["drain_key"], lengths=self._lengths, prompt_tokens=q["prompt"], slots=slots,
+                            gate=s.workload.group_size if intake != "sample" else 1, prefill_ms=em.prefill, draws=self.draws,
+                            base_lengths=self._base, spread=float(s.workload.prompt_spread),
+                            max_tokens=float(s.workload.max_response_tokens), done_group=q.get("done_group"),
+                            done_length=q.get("done_length"))
+
+    def _sample_work(self, tokens):
+        from estimators import training
+
+        f = training.sample_forward_flops(self.setup.model, tokens)
+        return self.setup.forwards * f, self.setup.updates * 3.0 * f
 
     def _state(self, ctx, snap=None):
         from formulation.realloc.completion import CompletionState
@@ -185,7 +218,8 @@ class CompletionPlannerDecision:
             tr_queued=tr.queued_work, tr_to_come=float(max(0, tr.pending - tr.queued)), tr_per_sample=w_t,
             tr_rate=tr.work_rate_per_gpu, group=s.workload.group_size,
             groups_left=float(ro.groups_left) if ctx.intake != "sample" else 1.0,
-            grow_s={"rollout": ro.grow_s, "reference": rf.grow_s, "trainer": tr.grow_s}, opt_s=opt_s, sync_s=sync)
+            grow_s={"rollout": ro.grow_s, "reference": rf.grow_s, "trainer": tr.grow_s}, opt_s=opt_s, sync_s=sync,
+            tail=self._tail(ro, ctx.intake) if self.request_level else None, sample_work=self._sample_work)
 
     def predict_keep(self, snap, ctx) -> float:
         """Predicted seconds to the end of the iteration's training if the allocation is kept."""
@@ -219,6 +253,9 @@ class CompletionPlannerDecision:
         fired = self.detector.observe(snap) or c["rollout"].pending <= 0
         if not fired:
             return None
+        if snap.iteration == self._last_solve[0] and snap.time_s - self._last_solve[1] < self.resolve_s - 1e-9:
+            return None  # solved moments ago: the state has barely moved (and a solve simulates every rollout size's drain)
+        self._last_solve = (snap.iteration, snap.time_s)
         t0 = time.perf_counter()
         st = self._state(ctx, snap)
         from estimators import comm

@@ -282,7 +282,7 @@ def readme(rows_by: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=NAMES + ("all",))
-    ap.add_argument("--decision", choices=["planner", "threshold", "completion"], default="planner")
+    ap.add_argument("--decision", choices=["planner", "threshold", "completion"], default="completion")
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--iterations", type=int, default=2, help="iterations per request-level run")
     ap.add_argument("--trace-iterations", type=int, default=30, help="iterations per job in the fixed-mix Weave runs")
