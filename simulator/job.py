@@ -701,27 +701,26 @@ class JobSim:
         context, decoding or queued) and each alive engine's drain order (:mod:`formulation.realloc.tail`)."""
         alive = self.rollout.alive()
         index = {e.eid: i for i, e in enumerate(alive)}
-        eng, grp, gen, ctx, run, prm = [], [], [], [], [], []
+        rows: list[tuple] = []  # (engine, group, generated, context, running, prompt)
         running: set = set()
         for e in alive:
             e.sync(now)
             for rid, (req, s_a, _, gen0, _) in e.running.items():
                 g = gen0 + e.S - s_a
-                eng.append(index[e.eid]), grp.append(req.group), gen.append(g), ctx.append(req.prompt_tokens + g)
-                run.append(True), prm.append(req.prompt_tokens)
+                rows.append((index[e.eid], req.group, g, req.prompt_tokens + g, True, req.prompt_tokens))
                 running.add(rid)
         for rid in sorted(self._unfinished):
             r = self._unfinished[rid]
-            if rid in running or r.engine not in index:
-                continue
-            eng.append(index[r.engine]), grp.append(r.group), gen.append(r.generated_in_turn)
-            ctx.append(r.prompt_tokens + r.generated_in_turn), run.append(False), prm.append(r.prompt_tokens)
-        key = np.array([e.load() * 1e12 + e.kv_used for e in alive], dtype=float)
-        open_groups = set(grp)
+            if rid not in running and r.engine in index:
+                rows.append((index[r.engine], r.group, r.generated_in_turn, r.prompt_tokens + r.generated_in_turn, False, r.prompt_tokens))
+        cols = list(zip(*rows)) if rows else [()] * 6
+        open_groups = set(cols[1])
         done = [(r.group, float(sum(r.turn_tokens))) for r in self._iter_reqs if r.rid not in self._unfinished and r.group in open_groups]
-        return {"done_group": np.asarray([g for g, _ in done], dtype=int), "done_length": np.asarray([x for _, x in done], dtype=float),"engine": np.asarray(eng, dtype=int), "group": np.asarray(grp, dtype=int), "generated": np.asarray(gen, dtype=float),
-                "context": np.asarray(ctx, dtype=float), "running": np.asarray(run, dtype=bool),
-                "prompt": np.asarray(prm, dtype=float), "drain_key": key}
+        return {"engine": np.asarray(cols[0], dtype=int), "group": np.asarray(cols[1], dtype=int),
+                "generated": np.asarray(cols[2], dtype=float), "context": np.asarray(cols[3], dtype=float),
+                "running": np.asarray(cols[4], dtype=bool), "prompt": np.asarray(cols[5], dtype=float),
+                "drain_key": np.array([e.load() * 1e12 + e.kv_used for e in alive], dtype=float),
+                "done_group": np.asarray([g for g, _ in done], dtype=int), "done_length": np.asarray([x for _, x in done], dtype=float)}
 
     def _rollout_longest_remaining(self, now: float) -> float:
         """The expected remaining tokens of the longest unfinished request, ``E[max_i R_i]`` with ``R_i`` the residual of

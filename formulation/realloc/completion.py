@@ -157,12 +157,11 @@ def _predict_requests(st: CompletionState, r: np.ndarray, f: np.ndarray, t: np.n
     wf, wt = st.sample_work(tokens)
     wf, wt = np.broadcast_to(wf, D.shape), np.broadcast_to(wt, D.shape)
     g = max(1, int(tail.gate))
-    n_unf = tail.engine.size
     groups = np.unique(tail.group)
     groups_unf = groups.size
     w_t_mean = st.tr_per_sample
     # the finished samples of the unfinished groups wait at the gate: their own lengths when known, else the mean
-    gate_w = np.full(groups_unf, 0.0)
+    gate_w: np.ndarray = np.full(groups_unf, 0.0)
     if tail.done_group is not None and tail.done_length is not None and len(tail.done_group) and g > 1:
         pos = np.searchsorted(groups, tail.done_group)
         ok = (pos < groups_unf) & (groups[np.minimum(pos, groups_unf - 1)] == tail.done_group)

@@ -183,7 +183,7 @@ def reassign(tail: TailRequests, keep: int) -> tuple[np.ndarray, np.ndarray, np.
         pick = by_load[np.minimum(keep - 1, np.searchsorted(edge, mid, side="left"))]
         gi = np.searchsorted(groups, tail.group[moved])
         out[moved] = pick[gi]
-    delay = np.zeros(keep)
+    delay: np.ndarray = np.zeros(keep)
     if moved.any() and tail.prefill_ms is not None:
         n_in = np.bincount(out[moved], minlength=keep)
         ctx_in = np.bincount(out[moved], weights=np.asarray(tail.context, dtype=float)[moved], minlength=keep)

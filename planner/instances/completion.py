@@ -173,7 +173,7 @@ class CompletionPlannerDecision:
         q = getattr(ro, "requests", None)
         if not q or not len(q["engine"]):
             return None
-        em = self._opt[0]
+        em = self._state_tables()[0]
         s = self.setup
         ctx = max(1.0, float(np.mean(q["context"])))
         slots = int(max(1, min(em.max_running, em.kv_capacity_tokens / ctx)))
