@@ -190,7 +190,7 @@ def _predict_requests(st: CompletionState, r: np.ndarray, f: np.ndarray, t: np.n
             if rv > cur_r:
                 done = done + d_r
             gf = np.bincount(inv, weights=wf[d], minlength=done.size)
-            gt = np.bincount(inv, weights=wt[d], minlength=done.size)
+            gt: np.ndarray = np.bincount(inv, weights=wt[d], minlength=done.size)
             gt = gt + gate_w
             o = np.argsort(done, kind="stable")
             a, gf, gt = done[o], gf[o], gt[o]
