@@ -126,7 +126,8 @@ class CompletionPlannerDecision:
         self.starts: dict = {}
         self.calls = 0
         self.committed = 0
-        self.solve_ms: list = []
+        self.solve_ms: list = []  # wall time of each solve (state built, every candidate scored)
+        self.solve_cpu_ms: list = []
         self._opt = None
         self.log_every_s = log_every_s
         self.keep_log: list = []  # (iteration, seconds into it, predicted seconds to the end of training if kept)
@@ -256,13 +257,14 @@ class CompletionPlannerDecision:
         if snap.iteration == self._last_solve[0] and snap.time_s - self._last_solve[1] < self.resolve_s - 1e-9:
             return None  # solved moments ago: the state has barely moved (and a solve simulates every rollout size's drain)
         self._last_solve = (snap.iteration, snap.time_s)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         st = self._state(ctx, snap)
         from estimators import comm
 
         dec = decide(st, self.margin, migration_s=comm.GROUP_REBUILD_S, max_rollout=st.current[0])
         self.calls += 1
         self.solve_ms.append((time.perf_counter() - t0) * 1e3)
+        self.solve_cpu_ms.append((time.process_time() - c0) * 1e3)
         self.records.append({"iteration": snap.iteration, "time_s": snap.time_s, "current": list(dec.current),
                              "target": list(dec.target), "completion_keep_s": dec.completion_keep_s,
                              "completion_s": dec.completion_s, "proxy_keep": dec.proxy_keep, "proxy": dec.proxy,
