@@ -25,6 +25,22 @@ member's own* (Weave pins each member to its own rollout nodes), the group becom
 in one family closes the group's row in a family that does not hold its new configuration. A
 member that leaves a pinned group takes its rollout nodes with it (the group shrinks to the
 pinned configuration of the members left).
+
+**Joins that keep every iteration within the SLO** (``Packer(join_delay=True)``, what the trace's
+online admission uses): a job joining a *running* group is fitted into the rings at their current
+turn (:meth:`simulator.groups.GroupRun.add_member`), which the steady-state check above does not
+see. The running member whose turn it was waits once for the newcomer's phase, and the newcomer's
+first iteration waits once for the phase under way on each shared ring. With ``P`` the group's
+period before the join (its members on the new pools), ``d_j = max(a_j, bs_j)`` (the newcomer's
+arcs, ``a_j = 0`` on pinned configurations) and ``W = max_S a + max_S bs`` (the longest phase
+under way on each ring, no rollout term when pinned), the join also needs
+
+* ``P + d_j <= min_S slo`` (the running members' one longer iteration), and
+* ``tot_j + sigma_r + sigma_t + W <= slo_j`` (the newcomer's first iteration: switches included,
+  ``sigma_r`` only on shared rollout nodes).
+
+Without it, 10 of the 16 jobs of the Weave-like trace that missed an iteration's SLO missed only
+in a join's iteration (``results/reproductions/trace-baselines.md``).
 """
 
 from __future__ import annotations
@@ -64,6 +80,8 @@ class _Family:
         self.sum_a = np.zeros((cap, R))
         self.max_tot = np.zeros((cap, R))
         self.sum_bs = np.zeros(cap)
+        self.max_a = np.zeros((cap, R))  # the longest rollout arc of a member, per rollout pool size (join delays)
+        self.max_bs = np.zeros(cap)  # the longest training arc of a member
         self.min_slo = np.zeros(cap)
         self.sum_w = np.zeros((cap, R))
         self.sum_s = np.zeros(cap)
@@ -80,8 +98,11 @@ class _Family:
 class Packer:
     """Groups being built by admission moves, with free nodes per type."""
 
-    def __init__(self, idx: Index, capacity: Optional[dict[str, int]] = None):
+    def __init__(self, idx: Index, capacity: Optional[dict[str, int]] = None, join_delay: bool = False):
+        """``join_delay``: a join must also keep the one longer iteration it causes (the running
+        members' and the newcomer's first) within the SLOs (module docstring)."""
         self.idx = idx
+        self.join_delay = join_delay
         self.free = dict(capacity if capacity is not None else idx.capacity)
         self.groups: list[list[int]] = []  # members per group
         self.group_config: list[int] = []
@@ -144,6 +165,8 @@ class Packer:
             # training ring at the smallest rollout pool: its cap min(sigma_t, a) is the largest there,
             # so the sum is at least the one of any larger rollout pool (equal unless a cap binds)
             fam.sum_bs[row] = idx.bs[ks[0], m].sum()
+            fam.max_a[row] = idx.a[np.ix_(ks, m)].max(axis=1)
+            fam.max_bs[row] = idx.bs[ks[0], m].max()
             fam.min_slo[row] = idx.slo[m].min()
             fam.sum_w[row] = idx.rollout_w(np.asarray(ks)[:, None], np.asarray(m)[None, :]).sum(axis=1)
             fam.sum_s[row] = idx.state_t[m].sum()
@@ -167,7 +190,7 @@ class Packer:
         for f, r in self.fam_of[k]:
             fam = self.families[f]
             if fam.size == len(fam.gid):  # grow
-                for name in ("gid", "rpos", "sum_bs", "min_slo", "sum_w", "sum_s", "open", "sum_a", "max_tot"):
+                for name in ("gid", "rpos", "sum_bs", "min_slo", "sum_w", "sum_s", "open", "sum_a", "max_tot", "max_a", "max_bs"):
                     arr = getattr(fam, name)
                     setattr(fam, name, np.concatenate([arr, np.zeros_like(arr)]))
             row = fam.size
@@ -234,6 +257,8 @@ class Packer:
             extra_nodes = sizes[None, :] - sizes[rpos][:, None]
             feas = ((A <= lim) & (BS <= lim) & (TOT <= lim) & dram_ok & okj[None, :]
                     & (fam.cols >= rpos[:, None]) & (extra_nodes <= self.free.get(fam.rollout_type, 0)))
+            if self.join_delay and feas.any():
+                feas &= self._join_ok(fam, rows, j)
             if not feas.any():
                 continue
             marg = np.where(feas, fam.cost[None, :] - fam.cost[rpos][:, None], np.inf)
@@ -260,6 +285,21 @@ class Packer:
             if costs[i] < best.marginal_cost - 1e-9:
                 best = Admission(j, "new-group", None, int(alone[i]), float(costs[i]))
         return best
+
+    def _join_ok(self, fam: _Family, rows: np.ndarray, j: int) -> np.ndarray:
+        """Rows x columns of ``fam`` where ``j``'s join keeps the iteration it delays within the
+        SLOs (module docstring): the running members' ``P + d_j`` and the newcomer's first."""
+        idx = self.idx
+        ks = fam.configs
+        tol = 1 + REL_TOL
+        period = np.maximum(np.maximum(fam.sum_a[rows], fam.sum_bs[rows][:, None]), fam.max_tot[rows])
+        a_j, bs_j = idx.a[ks, j], idx.bs[ks, j]
+        running = period + np.maximum(a_j, bs_j)[None, :] <= fam.min_slo[rows][:, None] * tol
+        pinned = idx.pinned_m[ks] > 0
+        sw = idx.ST[idx.k_t[ks], j] + np.where(pinned, 0.0, idx.SR[idx.k_r[ks], j])
+        wait = fam.max_a[rows] + fam.max_bs[rows][:, None]
+        first = idx.tot[ks, j][None, :] + sw[None, :] + wait <= idx.slo[j] * tol
+        return running & first
 
     def apply(self, adm: Admission) -> None:
         if adm.move is None:

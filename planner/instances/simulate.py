@@ -188,9 +188,10 @@ def with_simulated_slos(jobs, inst):
     return [replace(j, slo_s=slo[j.name]) for j in jobs]
 
 
-def placement_placer(sc, jobs, tables: str = "estimators"):
-    """The placement planner's online admission as a :class:`simulator.trace.Placer`."""
-    return PlannerPlacer(sc, jobs, tables)
+def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = False):
+    """The placement planner's online admission as a :class:`simulator.trace.Placer` (``join_delay``:
+    joins keep the iteration they delay within the SLOs, :class:`formulation.placement.greedy.Packer`)."""
+    return PlannerPlacer(sc, jobs, tables, join_delay=join_delay)
 
 
 class PlannerPlacer:
@@ -203,11 +204,12 @@ class PlannerPlacer:
     are the packer's group positions, which never change.
     """
 
-    def __init__(self, sc, jobs=None, tables: str = "estimators") -> None:
+    def __init__(self, sc, jobs=None, tables: str = "estimators", join_delay: bool = False) -> None:
         """``tables``: ``estimators`` (the planner's own compilation on the scenario's estimate), an
         estimate (``sampled``, ``p90``, ``p99``, ``max``: the same compilation on that estimate, the
         SLOs on the scenario's terms for the quantiles) or ``simulator`` (:func:`simulated_instance`:
-        the phase times this simulator measures)."""
+        the phase times this simulator measures). ``join_delay``: admission also keeps the one
+        longer iteration a join causes within the SLOs (:class:`formulation.placement.greedy.Packer`)."""
         from formulation.placement.evaluate import Index
         from formulation.placement.greedy import Packer
         from planner.instances.placement import compile_scenario
@@ -219,7 +221,7 @@ class PlannerPlacer:
         else:
             self.inst = simulated_instance(sc, jobs)
         self.idx = Index(self.inst)
-        self.pk = Packer(self.idx)
+        self.pk = Packer(self.idx, join_delay=join_delay)
         self.j_of = {n: i for i, n in enumerate(self.idx.names)}
         self.moves: list = []  # (job, move, configuration label, marginal $/h)
 
