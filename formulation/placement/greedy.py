@@ -54,6 +54,7 @@ import numpy as np
 from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
 
 MOVES = ("fill-bubble", "extend-rollout-pool", "new-group")
+REPACK = "re-pack"  # the fourth move (:meth:`Packer.admit_repack`): re-partition the joined group's members with the job
 
 
 @dataclass
@@ -326,6 +327,54 @@ class Packer:
         adm = self.best_move(j)
         self.apply(adm)
         return adm
+
+    def best_repack(self, j: int, bar: float, max_jobs: int = 7) -> Optional[tuple[int, float, list]]:
+        """Re-pack (the fourth move, off by default): the group ``g`` whose members together with
+        ``j`` re-partition exactly (:func:`formulation.placement.fast.repartition`: every subset on
+        its cheapest configuration, then the cheapest partition, within the free nodes) for the
+        least added $/h, when that is below ``bar`` (the best of the three moves' marginal cost):
+        ``(g, added $/h, [(configuration, members)])``, or None. Groups of more than
+        ``max_jobs - 1`` members are not re-packed (the subsets grow as ``2^n``)."""
+        from formulation.placement.fast import repartition
+
+        idx = self.idx
+        if not len(idx.job_configs[j]):
+            return None
+        types = {idx.configs[k].rollout_type for k in idx.job_configs[j]} | {idx.configs[k].train_type for k in idx.job_configs[j]}
+        free = np.array([self.free.get(t, 0) for t in idx.types], dtype=float)
+        best: Optional[tuple[int, float, list]] = None
+        for g, members in enumerate(self.groups):
+            if not members or len(members) >= max_jobs or self.group_anchor[g] is not None:
+                continue
+            c = idx.configs[self.group_config[g]]
+            if not {c.rollout_type, c.train_type} & types:
+                continue
+            res = repartition(idx, list(members) + [j], free, idx.node_matrix[self.group_config[g]])
+            if res is None:
+                continue
+            added = res[0] - float(idx.cost[self.group_config[g]])
+            if added < bar - 1e-9 and (best is None or added < best[1] - 1e-9):
+                best = (g, added, res[1])
+        return best
+
+    def admit_repack(self, j: int, max_jobs: int = 7) -> Admission:
+        """The three moves, or re-pack the group the job joins (:meth:`best_repack`) when that adds
+        less $/h: the group's members and ``j`` go to the groups of the exact re-partition (new
+        group positions; the old group is left empty). The admission's ``move`` is ``re-pack``."""
+        adm = self.best_move(j)
+        rp = self.best_repack(j, adm.marginal_cost, max_jobs)
+        if rp is None:
+            self.apply(adm)
+            return adm
+        g, added, parts = rp
+        for m in list(self.groups[g]):
+            self.remove_job(m)
+        first: Optional[int] = None
+        for k, members in parts:
+            h = self.add_group(k, members)
+            if j in members:
+                first = h
+        return Admission(j, REPACK, first, None, added)
 
     def open_alone(self, j: int) -> Admission:
         """Only the third move: a new group on the cheapest configuration the fleet still has the

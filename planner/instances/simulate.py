@@ -188,10 +188,11 @@ def with_simulated_slos(jobs, inst):
     return [replace(j, slo_s=slo[j.name]) for j in jobs]
 
 
-def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = False):
+def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = False, repack: bool = False):
     """The placement planner's online admission as a :class:`simulator.trace.Placer` (``join_delay``:
-    joins keep the iteration they delay within the SLOs, :class:`formulation.placement.greedy.Packer`)."""
-    return PlannerPlacer(sc, jobs, tables, join_delay=join_delay)
+    joins keep the iteration they delay within the SLOs; ``repack``: the fourth move, re-pack the joined
+    group; :class:`formulation.placement.greedy.Packer`)."""
+    return PlannerPlacer(sc, jobs, tables, join_delay=join_delay, repack=repack)
 
 
 class PlannerPlacer:
@@ -204,12 +205,14 @@ class PlannerPlacer:
     are the packer's group positions, which never change.
     """
 
-    def __init__(self, sc, jobs=None, tables: str = "estimators", join_delay: bool = False) -> None:
+    def __init__(self, sc, jobs=None, tables: str = "estimators", join_delay: bool = False, repack: bool = False) -> None:
         """``tables``: ``estimators`` (the planner's own compilation on the scenario's estimate), an
         estimate (``sampled``, ``p90``, ``p99``, ``max``: the same compilation on that estimate, the
         SLOs on the scenario's terms for the quantiles) or ``simulator`` (:func:`simulated_instance`:
         the phase times this simulator measures). ``join_delay``: admission also keeps the one
-        longer iteration a join causes within the SLOs (:class:`formulation.placement.greedy.Packer`)."""
+        longer iteration a join causes within the SLOs (:class:`formulation.placement.greedy.Packer`);
+        ``repack``: admission may also re-pack the group a job joins (:meth:`Packer.admit_repack`: the
+        group's members and the job re-partitioned exactly; the trace moves the members that change group)."""
         from formulation.placement.evaluate import Index
         from formulation.placement.greedy import Packer
         from planner.instances.placement import compile_scenario
@@ -222,17 +225,23 @@ class PlannerPlacer:
             self.inst = simulated_instance(sc, jobs)
         self.idx = Index(self.inst)
         self.pk = Packer(self.idx, join_delay=join_delay)
+        self.repack = repack
         self.j_of = {n: i for i, n in enumerate(self.idx.names)}
         self.moves: list = []  # (job, move, configuration label, marginal $/h)
 
     def admit(self, job: str) -> bool:
         j = self.j_of[job]
-        adm = self.pk.best_move(j)
-        if adm.move is None:
-            return False
-        self.pk.apply(adm)
-        assert adm.config is not None  # a move was found
-        self.moves.append((job, adm.move, self.idx.configs[adm.config].label(), adm.marginal_cost))
+        if self.repack:  # the three moves or re-pack the joined group (its members may move: the trace moves them)
+            adm = self.pk.admit_repack(j)
+            if adm.move is None:
+                return False
+        else:
+            adm = self.pk.best_move(j)
+            if adm.move is None:
+                return False
+            self.pk.apply(adm)
+        k = adm.config if adm.config is not None else self.pk.group_config[adm.group] if adm.group is not None else None
+        self.moves.append((job, adm.move, self.idx.configs[k].label() if k is not None else "", adm.marginal_cost))
         return True
 
     def remove(self, job: str) -> None:
