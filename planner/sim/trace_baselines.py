@@ -311,7 +311,9 @@ def report(args, cmd, R):
     L += ["", "Every member keeps rollout nodes of its own, as many as its Solo-D pools (the node is the unit, and these jobs' "
           "rollouts fill their SLOs), so groups save only on the training side: the Solo-D / optimum column is what the jobs "
           "present allow even with free re-packing at every moment; the trace's own ratio is lower also because members of a "
-          "group iterate slower than alone and hold their nodes longer.", ""]
+          "group iterate slower than alone and hold their nodes longer. A moment whose optimum is not proven (column "
+          "generation stopped at 20 s) counts the best plan it found, at least the optimum (the Solo-D / optimum ratio is then "
+          "a lower bound), and may differ on a slower machine.", ""]
     L += ["### Online admission against the offline optimum", "",
           f"Windows of {ONLINE_JOBS} consecutive arrivals, all present at once, on the planner's own tables: Weave's three moves "
           "in arrival order (online), and the same with the re-pack move (each arrival may re-partition the group it joins "
