@@ -139,3 +139,22 @@ def test_policy_task_runs_the_join_aware_and_re_pack_admissions(monkeypatch):
         assert r["jobs_done"] == 2 and r["cost"] > 0 and "migrations" in r
     with pytest.raises(ValueError):
         tb.policy_task("tiny-2jobs.yaml", "groups", "simulator", "nonsense")
+
+
+def test_simulated_tables_on_the_slowest_sample_hold_every_sample_and_keep_the_p90_slos():
+    import numpy as np
+
+    from planner.instances import simulate as inst
+    from planner.schema import load_scenario
+
+    sc = load_scenario(ROOT / "scenarios" / "ci" / "tiny-2jobs.yaml")
+    jobs = inst.trace_jobs(sc)
+    p90, mx = inst.simulated_instance(sc, jobs), inst.simulated_instance(sc, jobs, quantile=1.0)
+    for tj, a, b in zip(jobs, p90.jobs, mx.jobs):
+        assert a.slo_s == pytest.approx(b.slo_s)
+        c = tj.solo
+        prof = tj.profile(c)
+        assert b.rollout_s[c.rollout_type][c.rollout_nodes] == pytest.approx(max(prof.rollout_s))
+        assert b.train_s[c.train_type][c.train_nodes] == pytest.approx(max(prof.train_s))
+        assert b.rollout_s[c.rollout_type][c.rollout_nodes] >= a.rollout_s[c.rollout_type][c.rollout_nodes]
+        assert float(np.quantile(prof.train_s, 0.9)) == pytest.approx(a.train_s[c.train_type][c.train_nodes])
