@@ -26,6 +26,12 @@ kept until it leaves -- sharing the training pool, phase times drawn from the jo
 and long-tail consolidation when enabled. A job that no placement fits waits (first come, first
 served) until a departure frees capacity.
 
+A placer may also *move* running jobs (the re-pack admission, :meth:`formulation.placement.greedy.
+Packer.admit_repack`): a member that the placer's groups put elsewhere leaves its run at the end of
+its current iteration (its old pools stay provisioned until their last member has left) and joins
+its new group's run then; the iteration it starts there is measured from the end of its last one
+in the old run, so the move's wait counts against its SLO.
+
 Cost is what the pools cost while they are provisioned: a group's pools from its creation to its
 last member's departure (a pool extended later costs more from then on). SLO attainment per job
 is the share of its iterations (the gap between two iteration ends, the first measured from its
@@ -155,6 +161,7 @@ class TraceResult:
     events: int = 0
     moves: dict = field(default_factory=dict)  # admission move -> count (set by the caller that knows the placer)
     consolidated: int = 0  # members whose tail was consolidated (predicted gain > 0)
+    migrations: int = 0  # running members the placer moved to another group (re-pack)
 
     def summary(self) -> dict:
         done = [j for j in self.jobs.values() if j.done_s is not None]
@@ -203,6 +210,9 @@ class TraceSim:
         self.spans: dict = {}
         self.slots: dict[str, dict[str, int]] = {}  # pinned groups: member -> its rollout-node slot
         self.consolidated: set[str] = set()  # members whose tail was consolidated (predicted gain > 0)
+        self.migrating: set[str] = set()  # members leaving their run for another group (the placer moved them)
+        self.moved_from: dict[str, float] = {}  # a moved member -> the end of its last iteration in its old run
+        self.migrations = 0
         self.provisioned: list = []
         self._level: dict = {}
         for j in sorted(jobs, key=lambda j: (j.arrival_s, j.name)):
@@ -228,7 +238,8 @@ class TraceSim:
         slots = self.slots.setdefault(gid, {})
         if name not in slots:
             run = self.runs.get(gid)
-            held = {slots[m] for m in slots if run is not None and run.active() and m in run.members}
+            fresh = run is None or not run.active()  # a run being built: every slot given so far is held
+            held = {slots[m] for m in slots if fresh or (run is not None and m in run.members)}
             slots[name] = min(i for i in range(len(slots) + 1) if i not in held)
         return slots[name]
 
@@ -282,11 +293,21 @@ class TraceSim:
         return use_r <= d_r * (1 + 1e-9), use_t <= d_t * (1 + 1e-9)
 
     def _on_iteration(self, name: str, start: float, end: float, tokens: float) -> None:
+        start = self.moved_from.pop(name, start)  # a moved member's first iteration in its new run counts the move
         rec = self.records[name]
         rec.iteration_s.append(end - start)
         rec.tokens += tokens
 
     def _on_member_done(self, gid: str, name: str, now: float) -> None:
+        finished = len(self.records[name].iteration_s) >= self.jobs[name].iterations
+        self.migrating.discard(name) if finished else None
+        if name in self.migrating:  # it left for another group: it joins that one's run (not from inside this callback)
+            self.migrating.discard(name)
+            last = self.runs[gid].finished[name].last_end
+            if last is not None:
+                self.moved_from[name] = last
+            self.loop.after(0.0, self._reconcile)
+            return
         rec = self.records[name]
         if rec.done_s is None and len(rec.iteration_s) >= self.jobs[name].iterations:
             rec.done_s = now
@@ -320,9 +341,23 @@ class TraceSim:
                 self.spans[gid][1] = now
                 for t, g in self._pool_gpus(self.configs[gid]).items():
                     self._provision(t, -g)
-        for gid, (c, members) in self.placer.groups().items():
-            members = [m for m in members if self.records[m].done_s is None]
+        placed = self.placer.groups()
+        where = {m: gid for gid, (_, ms) in placed.items() for m in ms}
+        for gid, open_run in list(self.runs.items()):  # members the placer moved leave after their current iteration
+            if not open_run.active():
+                continue
+            for m in list(open_run.members):
+                if where.get(m, gid) != gid and m not in self.migrating and self.records[m].done_s is None:
+                    self.migrating.add(m)
+                    self.migrations += 1
+                    open_run.retire(m)
+        busy = {m for r in self.runs.values() if r.active() for m in r.members}  # still running elsewhere (moving)
+        for gid, (c, members) in placed.items():
             run = self.runs.get(gid)
+            members = [m for m in members if self.records[m].done_s is None
+                       and not (m in busy and (run is None or m not in run.members))]
+            if not members:
+                continue
             if run is None or not run.active():
                 if not members:
                     continue
@@ -389,4 +424,4 @@ class TraceSim:
         spans = {g: (a, b if b is not None else end, c) for g, (a, b, c) in self.spans.items()}
         return TraceResult(policy=self.policy, end_s=end, jobs=self.records, cost=cost, gpu_hours=hours,
                            provisioned=self.provisioned, groups=self.runs, group_spans=spans, events=self.loop.events_run,
-                           consolidated=len(self.consolidated))
+                           consolidated=len(self.consolidated), migrations=self.migrations)

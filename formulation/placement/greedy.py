@@ -25,6 +25,22 @@ member's own* (Weave pins each member to its own rollout nodes), the group becom
 in one family closes the group's row in a family that does not hold its new configuration. A
 member that leaves a pinned group takes its rollout nodes with it (the group shrinks to the
 pinned configuration of the members left).
+
+**Joins that keep every iteration within the SLO** (``Packer(join_delay=True)``, what the trace's
+online admission uses): a job joining a *running* group is fitted into the rings at their current
+turn (:meth:`simulator.groups.GroupRun.add_member`), which the steady-state check above does not
+see. The running member whose turn it was waits once for the newcomer's phase, and the newcomer's
+first iteration waits once for the phase under way on each shared ring. With ``P`` the group's
+period before the join (its members on the new pools), ``d_j = max(a_j, bs_j)`` (the newcomer's
+arcs, ``a_j = 0`` on pinned configurations) and ``W = max_S a + max_S bs`` (the longest phase
+under way on each ring, no rollout term when pinned), the join also needs
+
+* ``P + d_j <= min_S slo`` (the running members' one longer iteration), and
+* ``tot_j + sigma_r + sigma_t + W <= slo_j`` (the newcomer's first iteration: switches included,
+  ``sigma_r`` only on shared rollout nodes).
+
+Without it, 10 of the 16 jobs of the Weave-like trace that missed an iteration's SLO missed only
+in a join's iteration (``results/reproductions/trace-baselines.md``).
 """
 
 from __future__ import annotations
@@ -38,6 +54,7 @@ import numpy as np
 from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
 
 MOVES = ("fill-bubble", "extend-rollout-pool", "new-group")
+REPACK = "re-pack"  # the fourth move (:meth:`Packer.admit_repack`): re-partition the joined group's members with the job
 
 
 @dataclass
@@ -64,6 +81,8 @@ class _Family:
         self.sum_a = np.zeros((cap, R))
         self.max_tot = np.zeros((cap, R))
         self.sum_bs = np.zeros(cap)
+        self.max_a = np.zeros((cap, R))  # the longest rollout arc of a member, per rollout pool size (join delays)
+        self.max_bs = np.zeros(cap)  # the longest training arc of a member
         self.min_slo = np.zeros(cap)
         self.sum_w = np.zeros((cap, R))
         self.sum_s = np.zeros(cap)
@@ -80,8 +99,11 @@ class _Family:
 class Packer:
     """Groups being built by admission moves, with free nodes per type."""
 
-    def __init__(self, idx: Index, capacity: Optional[dict[str, int]] = None):
+    def __init__(self, idx: Index, capacity: Optional[dict[str, int]] = None, join_delay: bool = False):
+        """``join_delay``: a join must also keep the one longer iteration it causes (the running
+        members' and the newcomer's first) within the SLOs (module docstring)."""
         self.idx = idx
+        self.join_delay = join_delay
         self.free = dict(capacity if capacity is not None else idx.capacity)
         self.groups: list[list[int]] = []  # members per group
         self.group_config: list[int] = []
@@ -144,6 +166,8 @@ class Packer:
             # training ring at the smallest rollout pool: its cap min(sigma_t, a) is the largest there,
             # so the sum is at least the one of any larger rollout pool (equal unless a cap binds)
             fam.sum_bs[row] = idx.bs[ks[0], m].sum()
+            fam.max_a[row] = idx.a[np.ix_(ks, m)].max(axis=1)
+            fam.max_bs[row] = idx.bs[ks[0], m].max()
             fam.min_slo[row] = idx.slo[m].min()
             fam.sum_w[row] = idx.rollout_w(np.asarray(ks)[:, None], np.asarray(m)[None, :]).sum(axis=1)
             fam.sum_s[row] = idx.state_t[m].sum()
@@ -167,7 +191,7 @@ class Packer:
         for f, r in self.fam_of[k]:
             fam = self.families[f]
             if fam.size == len(fam.gid):  # grow
-                for name in ("gid", "rpos", "sum_bs", "min_slo", "sum_w", "sum_s", "open", "sum_a", "max_tot"):
+                for name in ("gid", "rpos", "sum_bs", "min_slo", "sum_w", "sum_s", "open", "sum_a", "max_tot", "max_a", "max_bs"):
                     arr = getattr(fam, name)
                     setattr(fam, name, np.concatenate([arr, np.zeros_like(arr)]))
             row = fam.size
@@ -234,6 +258,8 @@ class Packer:
             extra_nodes = sizes[None, :] - sizes[rpos][:, None]
             feas = ((A <= lim) & (BS <= lim) & (TOT <= lim) & dram_ok & okj[None, :]
                     & (fam.cols >= rpos[:, None]) & (extra_nodes <= self.free.get(fam.rollout_type, 0)))
+            if self.join_delay and feas.any():
+                feas &= self._join_ok(fam, rows, j)
             if not feas.any():
                 continue
             marg = np.where(feas, fam.cost[None, :] - fam.cost[rpos][:, None], np.inf)
@@ -261,6 +287,21 @@ class Packer:
                 best = Admission(j, "new-group", None, int(alone[i]), float(costs[i]))
         return best
 
+    def _join_ok(self, fam: _Family, rows: np.ndarray, j: int) -> np.ndarray:
+        """Rows x columns of ``fam`` where ``j``'s join keeps the iteration it delays within the
+        SLOs (module docstring): the running members' ``P + d_j`` and the newcomer's first."""
+        idx = self.idx
+        ks = fam.configs
+        tol = 1 + REL_TOL
+        period = np.maximum(np.maximum(fam.sum_a[rows], fam.sum_bs[rows][:, None]), fam.max_tot[rows])
+        a_j, bs_j = idx.a[ks, j], idx.bs[ks, j]
+        running = period + np.maximum(a_j, bs_j)[None, :] <= fam.min_slo[rows][:, None] * tol
+        pinned = idx.pinned_m[ks] > 0
+        sw = idx.ST[idx.k_t[ks], j] + np.where(pinned, 0.0, idx.SR[idx.k_r[ks], j])
+        wait = fam.max_a[rows] + fam.max_bs[rows][:, None]
+        first = idx.tot[ks, j][None, :] + sw[None, :] + wait <= idx.slo[j] * tol
+        return running & first
+
     def apply(self, adm: Admission) -> None:
         if adm.move is None:
             return
@@ -286,6 +327,54 @@ class Packer:
         adm = self.best_move(j)
         self.apply(adm)
         return adm
+
+    def best_repack(self, j: int, bar: float, max_jobs: int = 7) -> Optional[tuple[int, float, list]]:
+        """Re-pack (the fourth move, off by default): the group ``g`` whose members together with
+        ``j`` re-partition exactly (:func:`formulation.placement.fast.repartition`: every subset on
+        its cheapest configuration, then the cheapest partition, within the free nodes) for the
+        least added $/h, when that is below ``bar`` (the best of the three moves' marginal cost):
+        ``(g, added $/h, [(configuration, members)])``, or None. Groups of more than
+        ``max_jobs - 1`` members are not re-packed (the subsets grow as ``2^n``)."""
+        from formulation.placement.fast import repartition
+
+        idx = self.idx
+        if not len(idx.job_configs[j]):
+            return None
+        types = {idx.configs[k].rollout_type for k in idx.job_configs[j]} | {idx.configs[k].train_type for k in idx.job_configs[j]}
+        free = np.array([self.free.get(t, 0) for t in idx.types], dtype=float)
+        best: Optional[tuple[int, float, list]] = None
+        for g, members in enumerate(self.groups):
+            if not members or len(members) >= max_jobs or self.group_anchor[g] is not None:
+                continue
+            c = idx.configs[self.group_config[g]]
+            if not {c.rollout_type, c.train_type} & types:
+                continue
+            res = repartition(idx, list(members) + [j], free, idx.node_matrix[self.group_config[g]])
+            if res is None:
+                continue
+            added = res[0] - float(idx.cost[self.group_config[g]])
+            if added < bar - 1e-9 and (best is None or added < best[1] - 1e-9):
+                best = (g, added, res[1])
+        return best
+
+    def admit_repack(self, j: int, max_jobs: int = 7) -> Admission:
+        """The three moves, or re-pack the group the job joins (:meth:`best_repack`) when that adds
+        less $/h: the group's members and ``j`` go to the groups of the exact re-partition (new
+        group positions; the old group is left empty). The admission's ``move`` is ``re-pack``."""
+        adm = self.best_move(j)
+        rp = self.best_repack(j, adm.marginal_cost, max_jobs)
+        if rp is None:
+            self.apply(adm)
+            return adm
+        g, added, parts = rp
+        for m in list(self.groups[g]):
+            self.remove_job(m)
+        first: Optional[int] = None
+        for k, members in parts:
+            h = self.add_group(k, members)
+            if j in members:
+                first = h
+        return Admission(j, REPACK, first, None, added)
 
     def open_alone(self, j: int) -> Admission:
         """Only the third move: a new group on the cheapest configuration the fleet still has the

@@ -142,14 +142,16 @@ def gpus_per_node(sc) -> int:
 SIMULATED_QUANTILE = 0.9  # phase times the simulated tables give the planner: the p90 of the measured samples
 
 
-def simulated_instance(sc, jobs):
+def simulated_instance(sc, jobs, quantile: float = SIMULATED_QUANTILE):
     """The placement instance with the simulator's phase times instead of the estimators'.
 
     Per job: rollout seconds on its own rollout node count and on twice it (so "extend the rollout
     pool" stays a move), the p90 of the simulated rollouts; training seconds on its own training
     nodes, the p90 of the simulated training phases; weight sync, warm switches and host DRAM as
     compiled by the planner; SLO = the scenario's ``ratio_to_solo`` x the simulated solo iteration (p90 rollout +
-    p90 training + sync), or ``iteration_s``. Returned with the jobs' SLOs set to match.
+    p90 training + sync), or ``iteration_s``. Returned with the jobs' SLOs set to match. ``quantile``: the
+    quantile of the samples the phase-time tables hold (1.0: the slowest sample, every simulated phase
+    within them); the SLOs stay on the p90 solo iteration whatever it is.
     """
     from formulation.placement.instance import PlacementInstance, PlacementJob
     from planner.instances.placement import compile_scenario
@@ -166,10 +168,11 @@ def simulated_instance(sc, jobs):
         for n in sorted({c0.rollout_nodes, 2 * c0.rollout_nodes}):
             if n <= base.pool_types[c0.rollout_type].count:
                 p = j.profile(PoolConfig(c0.rollout_type, n, c0.train_type, c0.train_nodes))
-                r_tab[n] = float(np.quantile(p.rollout_s, SIMULATED_QUANTILE))
+                r_tab[n] = float(np.quantile(p.rollout_s, quantile))
         p0 = j.profile(c0)
-        t_tab[c0.train_nodes] = float(np.quantile(p0.train_s, SIMULATED_QUANTILE))
-        solo = r_tab[c0.rollout_nodes] + t_tab[c0.train_nodes] + p0.sync_s
+        t_tab[c0.train_nodes] = float(np.quantile(p0.train_s, quantile))
+        solo = (float(np.quantile(p0.rollout_s, SIMULATED_QUANTILE)) + float(np.quantile(p0.train_s, SIMULATED_QUANTILE))
+                + p0.sync_s)  # the SLO's solo iteration: on the p90 whatever the tables hold
         slo_s = spec[j.name].slo.target_s(solo)
         sw_r, sw_t = b.rollout_switch_s.get(c0.rollout_type, {}), b.train_switch_s.get(c0.train_type, {})  # as compiled
         out.append(PlacementJob(name=j.name, slo_s=slo_s, rollout_s={c0.rollout_type: r_tab}, train_s={c0.train_type: t_tab},
@@ -188,9 +191,11 @@ def with_simulated_slos(jobs, inst):
     return [replace(j, slo_s=slo[j.name]) for j in jobs]
 
 
-def placement_placer(sc, jobs, tables: str = "estimators"):
-    """The placement planner's online admission as a :class:`simulator.trace.Placer`."""
-    return PlannerPlacer(sc, jobs, tables)
+def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = False, repack: bool = False):
+    """The placement planner's online admission as a :class:`simulator.trace.Placer` (``join_delay``:
+    joins keep the iteration they delay within the SLOs; ``repack``: the fourth move, re-pack the joined
+    group; :class:`formulation.placement.greedy.Packer`)."""
+    return PlannerPlacer(sc, jobs, tables, join_delay=join_delay, repack=repack)
 
 
 class PlannerPlacer:
@@ -203,11 +208,15 @@ class PlannerPlacer:
     are the packer's group positions, which never change.
     """
 
-    def __init__(self, sc, jobs=None, tables: str = "estimators") -> None:
+    def __init__(self, sc, jobs=None, tables: str = "estimators", join_delay: bool = False, repack: bool = False) -> None:
         """``tables``: ``estimators`` (the planner's own compilation on the scenario's estimate), an
         estimate (``sampled``, ``p90``, ``p99``, ``max``: the same compilation on that estimate, the
-        SLOs on the scenario's terms for the quantiles) or ``simulator`` (:func:`simulated_instance`:
-        the phase times this simulator measures)."""
+        SLOs on the scenario's terms for the quantiles), ``simulator`` (:func:`simulated_instance`:
+        the phase times this simulator measures) or ``simulator-max`` (the same on the slowest sample,
+        the SLOs as ``simulator``'s). ``join_delay``: admission also keeps the one
+        longer iteration a join causes within the SLOs (:class:`formulation.placement.greedy.Packer`);
+        ``repack``: admission may also re-pack the group a job joins (:meth:`Packer.admit_repack`: the
+        group's members and the job re-partitioned exactly; the trace moves the members that change group)."""
         from formulation.placement.evaluate import Index
         from formulation.placement.greedy import Packer
         from planner.instances.placement import compile_scenario
@@ -216,21 +225,29 @@ class PlannerPlacer:
             self.inst = compile_scenario(sc)
         elif tables in ("sampled", "p90", "p99", "max", "conservative"):  # the planner's tables on another estimate
             self.inst = compile_scenario(sc, tables)
+        elif tables == "simulator-max":  # the simulator's tables on the slowest sample, the SLOs as ``simulator``'s
+            self.inst = simulated_instance(sc, jobs, quantile=1.0)
         else:
             self.inst = simulated_instance(sc, jobs)
         self.idx = Index(self.inst)
-        self.pk = Packer(self.idx)
+        self.pk = Packer(self.idx, join_delay=join_delay)
+        self.repack = repack
         self.j_of = {n: i for i, n in enumerate(self.idx.names)}
         self.moves: list = []  # (job, move, configuration label, marginal $/h)
 
     def admit(self, job: str) -> bool:
         j = self.j_of[job]
-        adm = self.pk.best_move(j)
-        if adm.move is None:
-            return False
-        self.pk.apply(adm)
-        assert adm.config is not None  # a move was found
-        self.moves.append((job, adm.move, self.idx.configs[adm.config].label(), adm.marginal_cost))
+        if self.repack:  # the three moves or re-pack the joined group (its members may move: the trace moves them)
+            adm = self.pk.admit_repack(j)
+            if adm.move is None:
+                return False
+        else:
+            adm = self.pk.best_move(j)
+            if adm.move is None:
+                return False
+            self.pk.apply(adm)
+        k = adm.config if adm.config is not None else self.pk.group_config[adm.group] if adm.group is not None else None
+        self.moves.append((job, adm.move, self.idx.configs[k].label() if k is not None else "", adm.marginal_cost))
         return True
 
     def remove(self, job: str) -> None:

@@ -92,7 +92,7 @@ def dynarl_math_report(args, cmd, R) -> tuple[list[str], list[dict]]:
 
 
 TASKS = {"job": job_task, "pair": pair, "trace": trace_task, "policy": trace_baselines.policy_task, "curve": slo_curve.curve_task,
-         "online": trace_baselines.online_task}
+         "online": trace_baselines.online_task, "instant": trace_baselines.instant_task}
 TASKS["sync"] = sync_task
 TASKS["oracle"] = oracle_task
 

@@ -114,3 +114,47 @@ def test_plan_records_its_estimate_and_the_slo_curve(tmp_path):
     for p in solver["slo_curve"]:
         assert p["cost_per_hour"] > 0 and 0.0 <= p["jobs_meeting_slo"] <= 1.0 and p["simulated_cycle_s"] > 0
     assert (tmp_path / "c.png").stat().st_size > 0 and "cost-SLO curve" in r.stderr
+
+
+def test_the_instant_optimum_is_at_most_what_the_online_groups_and_solo_d_hold(monkeypatch):
+    """At every sampled moment the offline optimum of the jobs running is a packing at most as dear as
+    the online groups' (a feasible packing of the same jobs on the same tables) and as their Solo-D pools."""
+    from planner.sim import trace_baselines as tb
+
+    monkeypatch.setattr(tb, "SC", ROOT / "scenarios" / "ci")
+    got = tb.instant_task("tiny-2jobs.yaml", samples=6)["samples"]
+    assert got
+    for s in got:
+        assert s["offline_unplaced"] == 0 and s["jobs"] >= 1
+        assert s["offline"] <= s["online"] + 1e-6
+        assert s["offline"] <= s["solo_d"] + 1e-6
+
+
+def test_policy_task_runs_the_join_aware_and_re_pack_admissions(monkeypatch):
+    from planner.sim import trace_baselines as tb
+
+    monkeypatch.setattr(tb, "SC", ROOT / "scenarios" / "ci")
+    for adm in ("join-aware", "re-pack"):
+        r = tb.policy_task("tiny-2jobs.yaml", "groups", "simulator", adm)
+        assert r["jobs_done"] == 2 and r["cost"] > 0 and "migrations" in r
+    with pytest.raises(ValueError):
+        tb.policy_task("tiny-2jobs.yaml", "groups", "simulator", "nonsense")
+
+
+def test_simulated_tables_on_the_slowest_sample_hold_every_sample_and_keep_the_p90_slos():
+    import numpy as np
+
+    from planner.instances import simulate as inst
+    from planner.schema import load_scenario
+
+    sc = load_scenario(ROOT / "scenarios" / "ci" / "tiny-2jobs.yaml")
+    jobs = inst.trace_jobs(sc)
+    p90, mx = inst.simulated_instance(sc, jobs), inst.simulated_instance(sc, jobs, quantile=1.0)
+    for tj, a, b in zip(jobs, p90.jobs, mx.jobs):
+        assert a.slo_s == pytest.approx(b.slo_s)
+        c = tj.solo
+        prof = tj.profile(c)
+        assert b.rollout_s[c.rollout_type][c.rollout_nodes] == pytest.approx(max(prof.rollout_s))
+        assert b.train_s[c.train_type][c.train_nodes] == pytest.approx(max(prof.train_s))
+        assert b.rollout_s[c.rollout_type][c.rollout_nodes] >= a.rollout_s[c.rollout_type][c.rollout_nodes]
+        assert float(np.quantile(prof.train_s, 0.9)) == pytest.approx(a.train_s[c.train_type][c.train_nodes])
