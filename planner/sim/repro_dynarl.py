@@ -93,6 +93,23 @@ def mx(v) -> float:
     return float(np.max(v)) if v else float("nan")
 
 
+def _worst_keep(rows, left_s: float = 30.0) -> str:
+    """Where the largest keep error is, from the logged points (iteration, time, predicted, simulated), and the
+    largest among the points with at least ``left_s`` seconds still to go."""
+    pts = [(abs(p / q - 1.0), r["setup"], it, t, p, q) for r in rows
+           for it, t, p, q in r["fidelity"].get("keep_points", []) if q > 0]
+    if not pts:
+        return ""
+    e, setup, it, t, p, q = max(pts)
+    out = f" ({setup}, {t:.0f} s into iteration {it}: {p:.1f} s predicted against {q:.1f} s simulated)"
+    far = [x for x in pts if x[5] >= left_s]
+    if far and q < left_s:
+        e2, s2, it2, t2, p2, q2 = max(far)
+        out += (f"; with at least {left_s:.0f} s still to go the largest is {e2:.0%} ({s2}, {t2:.0f} s into iteration {it2}: "
+                f"{p2:.0f} s predicted against {q2:.0f} s)")
+    return out
+
+
 def pct(v: float) -> str:
     return f"{v:.0%}" if v == v else "-"
 
@@ -332,9 +349,7 @@ def notes(rows) -> list[str]:
              "Held but idle (engines waiting on the tail, stages waiting for work), in all: "
              + ", ".join(f"{r['setup']} {r['idle_fraction']:.0%}" for r in rows) + ".",
              (f"* keep predictions: median error {min(keep_med):.0%}-{max(keep_med):.0%} per set-up (target <= 10%), max "
-              f"{max(keep_max):.0%}; they over-predict early (the busiest engine's batch is taken to last, and the open GRPO "
-              "groups to arrive in the rollout's second half) and are closest in the tail, where the moves are decided."
-              if keep_med else "* keep predictions: none logged."),
+              f"{max(keep_max):.0%}{_worst_keep(rows)}." if keep_med else "* keep predictions: none logged."),
              f"* Against the paper's baselines on the six math set-ups: dynamic vs colocated (verl) "
              f"{min(r['colocated'] / r['dynamic'] for r in math6):.2f}-{max(r['colocated'] / r['dynamic'] for r in math6):.2f}x, "
              f"vs RLHFuse-style {min(r['rlhfuse'] / r['dynamic'] for r in math6):.2f}-{max(r['rlhfuse'] / r['dynamic'] for r in math6):.2f}x, "
