@@ -16,7 +16,7 @@ and ``move_price_per_job`` is charged for every job of the current plan that end
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -38,6 +38,7 @@ FAST_WARM_SHARE = 0.15  # of the limit, at most FAST_WARM_MAX_S, for the fast pa
 FAST_WARM_MAX_S = 3.0
 FINISH_S_PER_JOB = 1.5e-4  # measured: building the plan body of 2,000 jobs took 0.15-0.3 s
 COMPACT_MAX_JOBS = 30  # the compact models are for small instances: beyond this, auto uses colgen
+SHORT_LIMIT_S = 2.0  # at or under this limit a solve runs one solver thread (CPU within the limit)
 
 
 @dataclass
@@ -149,6 +150,19 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
     ``progress(phase, incumbent, bound)``, when given, is called now and then during the fast path
     (the CLI shows it as a status line on a terminal)."""
     t0 = clock()
+    note = ""
+    if options.time_limit_s <= SHORT_LIMIT_S and options.threads > 1:
+        # a short limit is a CPU budget too: solver threads beyond one would spend it several times over
+        note = f"; {options.threads} solver threads cut to 1 (a limit of {SHORT_LIMIT_S:g} s or less holds in CPU time too)"
+        options = replace(options, threads=1)
+    res = _solve_all(inst, options, backend, current, t0, progress)
+    res.record.message += note
+    return res
+
+
+def _solve_all(inst: PlacementInstance, options: SolveOptions, backend: str, current: Optional[PlacementPlan], t0: float,
+               progress) -> Result:
+    """:func:`solve` after the options are settled: the jobs that fit nowhere alone are left out."""
     idx = Index(inst)
     alone = placeable_alone(idx)
     if alone.all() or idx.n == 0:
