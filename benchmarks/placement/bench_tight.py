@@ -28,8 +28,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def instances(n: int, seeds: int):
     from benchmarks.placement.generate import generate_distinct
 
+    import importlib
+
     sys.path.insert(0, str(ROOT))
-    from tests.placement.placement_helpers import small_instance
+    # the tests' small generator (imported by name: the tests are outside the type-checked packages)
+    small_instance = importlib.import_module("tests.placement.placement_helpers").small_instance
 
     for seed in range(seeds):
         c = 2 + seed % 2 if n <= 8 else 3 + seed % 2
