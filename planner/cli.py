@@ -74,6 +74,8 @@ def main(argv: Sequence[str] | None = None, started: float | None = None, leave_
     if not getattr(args, "_run", None):
         parser.print_help()
         return EXIT_BAD_INPUT
+    if leave_quickly and args._quick_exit:
+        one_blas_thread()
     rc = _run(args)
     observed = sys.getprofile() is not None or sys.gettrace() is not None or "coverage" in sys.modules
     if leave_quickly and args._quick_exit and not observed:
@@ -84,6 +86,21 @@ def main(argv: Sequence[str] | None = None, started: float | None = None, leave_
             return rc  # the normal exit reports nothing more either
         os._exit(rc)
     return rc
+
+
+#: the BLAS / OpenMP thread pools numpy's linear algebra may start (OpenBLAS starts one thread per
+#: core and its threads spin between calls: CPU seconds beyond the wall time of a time-limited command)
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def one_blas_thread() -> None:
+    """One BLAS thread for the quick commands (plan, admit, validate-plan: their time limits hold in
+    CPU seconds too, and their matrices are small), unless the caller set the variables. Effective
+    only before numpy is imported (the executable imports it in the command)."""
+    if "numpy" in sys.modules:
+        return
+    for var in BLAS_THREAD_VARS:
+        os.environ.setdefault(var, "1")
 
 
 def _run(args) -> int:

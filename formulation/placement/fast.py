@@ -448,12 +448,15 @@ class FastStats:
     lns_moves: int = 0
     lns_gain: float = 0.0
     bound: Optional[float] = None
+    repaired: int = 0  # jobs the packing left out that the repair placed
     cut_short: list[str] = field(default_factory=list)  # phases the deadline cut short
 
     def message(self) -> str:
         parts = [f"fast path: {self.constructed}"]
         if self.ffd_cost is not None:
             parts.append(f"FFD {self.ffd_cost:.6g} $/h")
+        if self.repaired:
+            parts.append(f"repair placed {self.repaired} job(s) the packing left out")
         parts.append(f"local search {self.lns_moves} improving re-partitions (-{self.lns_gain:.6g} $/h)")
         parts.append(f"load bound {self.bound:.6g}" if self.bound is not None else "no bound")
         if self.cut_short:
@@ -502,12 +505,18 @@ def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline
     st.constructed = constructed
     if progress:
         progress("construct", sol.cost(idx), None)
+    exact = False
+    if sol.unplaced:  # jobs a packing left out on a tight fleet: capacity-aware exact re-partitions
+        from formulation.placement.repair import repair
+
+        sol, st.repaired, exact = repair(idx, sol, time.perf_counter() + 0.5 * max(0.0, deadline - time.perf_counter()), seed)
     if True:  # a bound over every job (None when one of them fits nowhere alone)
         st.bound = load_bound(idx, iterations=LOAD_BOUND_STEPS, deadline=time.perf_counter() + 0.15 * max(0.0, deadline - time.perf_counter()))
         if progress:
             progress("bound", sol.cost(idx), st.bound)
     before = sol.cost(idx)
-    sol, st.lns_moves = improve(idx, sol, deadline, seed=seed, progress=progress, bound=st.bound)
+    # after a repair that re-partitioned every group at once the local search has nothing to find
+    sol, st.lns_moves = improve(idx, sol, time.perf_counter() if exact else deadline, seed=seed, progress=progress, bound=st.bound)
     st.lns_gain = before - sol.cost(idx)
     return sol, st
 
@@ -592,6 +601,17 @@ def subset_costs(idx: Index, jobs: Sequence[int]) -> tuple[np.ndarray, np.ndarra
     """For every non-empty subset ``S`` of ``jobs`` (bit ``i`` = ``jobs[i]``; index ``mask - 1``):
     the cost of its cheapest configuration on which it is a feasible group (closed form, inf when
     none) and that configuration. Vectorised over subsets x configurations."""
+    ks, feas = subset_feasible(idx, jobs)
+    c = np.where(feas, idx.cost[ks][None, :], np.inf)
+    n_masks = (1 << len(jobs)) - 1
+    best = c.argmin(axis=1) if len(ks) else np.zeros(n_masks, dtype=int)
+    cost = c[np.arange(n_masks), best] if len(ks) else np.full(n_masks, np.inf)
+    return cost, (ks[best] if len(ks) else best)
+
+
+def subset_feasible(idx: Index, jobs: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The configurations ``ks`` some of ``jobs`` may use and ``feas[mask - 1, i]``: whether the
+    subset ``mask`` of ``jobs`` is a feasible group on ``ks[i]`` (closed form)."""
     J = np.asarray(jobs, dtype=int)
     n = len(J)
     masks = np.arange(1, 1 << n)
@@ -615,16 +635,17 @@ def subset_costs(idx: Index, jobs: Sequence[int]) -> tuple[np.ndarray, np.ndarra
     st = Mf @ idx.state_t[J]
     feas = (all_ok & (sumA <= lim[:, None]) & (sumBS <= lim[:, None]) & (maxT <= lim[:, None])
             & (dr <= idx.dram_cap_r[ks][None, :] * TOL) & (st[:, None] <= idx.dram_cap_t[ks][None, :] * TOL))
-    c = np.where(feas, idx.cost[ks][None, :], np.inf)
-    best = c.argmin(axis=1) if len(ks) else np.zeros(len(masks), dtype=int)
-    cost = c[np.arange(len(masks)), best] if len(ks) else np.full(len(masks), np.inf)
-    return cost, (ks[best] if len(ks) else best)
+    return ks, feas
 
 
-def repartition(idx: Index, jobs: list[int], free: np.ndarray, used_before: np.ndarray, penalty: Optional[float] = None):
+def repartition(idx: Index, jobs: list[int], free: np.ndarray, used_before: np.ndarray, penalty: Optional[float] = None,
+                deadline: float = float("inf")):
     """The cheapest partition of ``jobs`` (<= ~10) into groups, each on its cheapest configuration,
     using at most ``used_before + free`` nodes per type; (cost, [(k, members)]) or None. With
-    ``penalty``, a job may also be left out at that price (configuration -1)."""
+    ``penalty``, a job may also be left out at that price (configuration -1). When the cheapest
+    partition needs more nodes than that, the capacity-aware search
+    (:func:`formulation.placement.repair.capacity_repartition`, up to its ``EXACT_JOBS``, until
+    ``deadline``) decides."""
     n = len(jobs)
     full = (1 << n) - 1
     cost, conf = subset_costs(idx, jobs)
@@ -660,7 +681,11 @@ def repartition(idx: Index, jobs: list[int], free: np.ndarray, used_before: np.n
     nm = idx.node_matrix
     use = sum((nm[conf[s - 1]] for s in parts if conf[s - 1] >= 0), np.zeros(nm.shape[1]))
     if (use > used_before + free + 1e-9).any():
-        return None
+        # the cheapest partition needs more nodes than there are (a tight fleet): the same problem
+        # with the node budget in the search, on neighbourhoods small enough for it
+        from formulation.placement.repair import EXACT_JOBS, capacity_repartition
+
+        return capacity_repartition(idx, jobs, used_before + free, penalty, deadline) if n <= EXACT_JOBS else None
     return float(best_c[full]), [(int(conf[s - 1]), [jobs[i] for i in range(n) if s >> i & 1]) for s in parts]
 
 
@@ -709,7 +734,7 @@ def improve(idx: Index, sol: Solution, deadline: float, seed: int = 0, max_jobs:
         jobs = [j for b in pick for j in groups[b].members] + take
         before = sum(idx.cost[groups[b].config] for b in pick) + P * len(take)
         used_before = sum(nm[groups[b].config] for b in pick)
-        res = repartition(idx, jobs, cap - used, used_before, P)
+        res = repartition(idx, jobs, cap - used, used_before, P, deadline)
         if res is None or res[0] >= before - 1e-9:
             fails += 1
             continue

@@ -16,7 +16,7 @@ and ``move_price_per_job`` is charged for every job of the current plan that end
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -38,6 +38,7 @@ FAST_WARM_SHARE = 0.15  # of the limit, at most FAST_WARM_MAX_S, for the fast pa
 FAST_WARM_MAX_S = 3.0
 FINISH_S_PER_JOB = 1.5e-4  # measured: building the plan body of 2,000 jobs took 0.15-0.3 s
 COMPACT_MAX_JOBS = 30  # the compact models are for small instances: beyond this, auto uses colgen
+SHORT_LIMIT_S = 2.0  # at or under this limit a solve runs one solver thread (CPU within the limit)
 
 
 @dataclass
@@ -149,6 +150,19 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
     ``progress(phase, incumbent, bound)``, when given, is called now and then during the fast path
     (the CLI shows it as a status line on a terminal)."""
     t0 = clock()
+    note = ""
+    if options.time_limit_s <= SHORT_LIMIT_S and options.threads > 1:
+        # a short limit is a CPU budget too: solver threads beyond one would spend it several times over
+        note = f"; {options.threads} solver threads cut to 1 (a limit of {SHORT_LIMIT_S:g} s or less holds in CPU time too)"
+        options = replace(options, threads=1)
+    res = _solve_all(inst, options, backend, current, t0, progress)
+    res.record.message += note
+    return res
+
+
+def _solve_all(inst: PlacementInstance, options: SolveOptions, backend: str, current: Optional[PlacementPlan], t0: float,
+               progress) -> Result:
+    """:func:`solve` after the options are settled: the jobs that fit nowhere alone are left out."""
     idx = Index(inst)
     alone = placeable_alone(idx)
     if alone.all() or idx.n == 0:
@@ -241,6 +255,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         greedy_cost = None if base_greedy.cut_short else base_greedy.cost(idx)
         fast_lb = None
     lb = None
+    pen_lb: Optional[float] = None  # the backend's own bound on the penalised objective (:func:`_score`)
     status = SolveStatus.FEASIBLE
     message = ""
     sol = warm
@@ -249,6 +264,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
     elif backend == "fast":
         sol, status, message, lb = warm, SolveStatus.FEASIBLE, fast_msg, fast_lb
     elif backend == "colgen" and clock() >= deadline:
+        lb = fast_lb  # the fast path's load bound still holds (None off the fast path: the load bound below)
         message = "column generation: not started, no time left (the warm start stands)"
         cut_short.append("the colgen backend (no time left to start it)")
     elif backend == "colgen":
@@ -266,7 +282,9 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             bound_free = free_model.lp_bound(_real(share), best_greedy(idx, share, clock)[0])
         pm.progress, pm.progress_incumbent = progress, warm.cost(idx)
         found, st = pm.solve(_real(deadline), warm, anchors, options.mip_gap)
-        bounds = [b for b in (st.lower_bound, bound_free, fast_lb) if b is not None and b > -1e300]
+        own = [b for b in (st.lower_bound, bound_free) if b is not None and b > -1e300]
+        pen_lb = max(own) if own else None
+        bounds = own + ([fast_lb] if fast_lb is not None else [])
         lb = max(bounds) if bounds else None
         if found is not None:
             found = tighten(idx, found, deadline)
@@ -289,6 +307,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
 
         compact = importlib.import_module("formulation.placement.milp" if backend == "highs" else "formulation.placement.cpsat")
         found, status, lb, message = compact.solve_compact(idx, options, _real(deadline), warm, cur)
+        pen_lb = lb
         if found is None and status is not SolveStatus.INFEASIBLE:
             if status is SolveStatus.NOT_SOLVED:
                 cut_short.append(f"the {backend} backend (no plan of its own in the time left)")
@@ -296,6 +315,8 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             message += f"; no plan from the solver in time: the {warm_name} plan is returned"
         if found is not None:
             found.moved = moved_jobs(found, cur)
+            if status is SolveStatus.OPTIMAL and lb is None:
+                pen_lb = _score(idx, found)  # CP-SAT's scaled bound is dropped: its proof is the plan's own score
             if _score(idx, found) <= _score(idx, warm) + 1e-9:
                 sol = found
             else:  # stopped early with a worse incumbent than the warm start: keep the warm start
@@ -316,7 +337,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         free[t] -= n
     unplaced = [explain(idx, j, free) for j in sol.unplaced]
     obj = _objective(idx, sol)
-    if idx.n and (sol.unplaced or (fast_lb is None and status is not SolveStatus.OPTIMAL)):
+    if idx.n and (sol.unplaced or (status is not SolveStatus.OPTIMAL and (lb is None or fast_lb is None))):
         # a bound with every plan, at least the load bound (cheap, and on distinct jobs often above
         # what column generation proved before converging; the only one of the greedy and of a
         # compact model too big to build); one step when the time is up (0.08 s at 10,000 jobs).
@@ -329,23 +350,51 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         load_lb = load_bound(idx, jobs=placed_jobs, iterations=LOAD_BOUND_STEPS, deadline=_real(max(clock(), deadline)))
         if sol.unplaced:
             lb = load_lb
+            if pen_lb is not None:
+                # the backend's bound on cost + penalty x unplaced also bounds every plan that places
+                # exactly these jobs: cost >= pen_lb - penalty x (jobs left out)
+                over = pen_lb - idx.penalty * len(sol.unplaced)
+                lb = over if lb is None or over > lb else lb
             message += (f"; bound over the {len(placed_jobs)} job(s) placed ({len(sol.unplaced)} left out for capacity: "
                         "the gap is over the jobs placed)")
         elif load_lb is not None and (lb is None or load_lb > lb):
             lb = load_lb
     if status is SolveStatus.OPTIMAL and not sol.unplaced:
         lb = obj if lb is None or lb > obj - 1e-6 * max(1.0, obj) or backend == "colgen" else lb
-    if lb is not None:
-        lb = _round_up_to_cost_unit(idx, lb)
-    if lb is not None and lb > obj:  # rounding: a bound never exceeds the plan it certifies
-        lb = obj
-    if lb is not None and not sol.unplaced and obj - lb <= options.mip_gap * max(1.0, abs(obj)):
-        status = SolveStatus.OPTIMAL
+    lb, status, note = certify(idx, obj, lb, status, bool(sol.unplaced), options.mip_gap)
+    message += note
     plan = build_plan(idx, sol, unplaced, cur.nodes if cur else None, greedy_cost=greedy_cost,
                       lower_bound=lb, moved=sol.moved)
     record = SolveRecord(backend=backend, status=status, objective=obj, best_bound=lb,
                          wall_time_s=clock() - t0, time_limit_s=options.time_limit_s, warm_start=warm_name, message=message)
     return Result(plan, record, sol, base_greedy, idx)
+
+
+def gap_of(obj: float, lb: float) -> float:
+    """The record's relative gap (:attr:`formulation.common.SolveRecord.gap`)."""
+    return abs(obj - lb) / max(abs(obj), 1e-9)
+
+
+def certify(idx: Index, obj: float, lb: Optional[float], status: SolveStatus, left_out: bool,
+            mip_gap: float) -> tuple[Optional[float], SolveStatus, str]:
+    """The bound rounded up to the cost unit and capped at ``obj``, and a status that agrees with
+    the gap they give: optimal only when the gap (over the jobs placed, the record's objective) is
+    within ``mip_gap`` (at least 1e-9), a plan placing every job within it is optimal. A backend's
+    "optimal" that the record's bound does not certify (a proof on the penalised objective, the
+    gap over the jobs placed) becomes feasible, and the note says so."""
+    if lb is not None:
+        lb = _round_up_to_cost_unit(idx, lb)
+    if lb is not None and lb > obj:  # rounding: a bound never exceeds the plan it certifies
+        lb = obj
+    tol = max(mip_gap, 1e-9)
+    within_gap = lb is not None and gap_of(obj, lb) <= tol
+    if within_gap and not left_out:
+        return lb, SolveStatus.OPTIMAL, ""
+    if status is SolveStatus.OPTIMAL and not within_gap:
+        gap = "no bound" if lb is None else f"gap {100 * gap_of(obj, lb):.4g}%"
+        return lb, SolveStatus.FEASIBLE, (f"; the solver's optimality (with the penalty for the jobs left out) is not "
+                                          f"certified on the cost of the jobs placed ({gap}): status feasible")
+    return lb, status, ""
 
 
 def _cheapest_construction(idx: Index, warm: Solution, warm_name: str, deadline: float,
