@@ -720,8 +720,6 @@ class JobSim:
                 "generated": np.asarray(cols[2], dtype=float), "context": np.asarray(cols[3], dtype=float),
                 "running": np.asarray(cols[4], dtype=bool), "prompt": np.asarray(cols[5], dtype=float),
                 "drain_key": np.array([e.load() * 1e12 + e.kv_used for e in alive], dtype=float),
-                "engine_node": [e.node for e in alive], "engine_gpus": [e.gpus for e in alive],
-                "node_free": dict(self.pool.free) if self.pool is not None else {},
                 "done_group": np.asarray([g for g, _ in done], dtype=int), "done_length": np.asarray([x for _, x in done], dtype=float)}
 
     def _rollout_longest_remaining(self, now: float) -> float:

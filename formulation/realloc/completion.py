@@ -79,7 +79,6 @@ class CompletionState:
     sync_s: Optional[Callable[[np.ndarray, np.ndarray], np.ndarray]] = None
     tail: Optional[TailRequests] = None  # the unfinished requests one by one: the request-level model (below)
     sample_work: Optional[Callable[[np.ndarray], tuple]] = None  # sample tokens -> (log-prob FLOPs, update FLOPs)
-    trainer_cap: Optional[Callable[[np.ndarray], np.ndarray]] = None  # rollout GPUs kept -> most trainer GPUs placeable
 
 
 def predict(st: CompletionState, r, f, t) -> dict:
@@ -242,8 +241,6 @@ def candidates(st: CompletionState, max_rollout: Optional[int] = None,
     R, T = np.meshgrid(rs, ts, indexing="ij")
     F = G - R - T
     ok = F >= 1
-    if st.trainer_cap is not None:  # trainer replicas need their TP x PP GPUs on one node: what the drain frees where
-        ok &= (T <= st.current[2]) | (T <= st.trainer_cap(R))
     return R[ok], F[ok], T[ok]
 
 
@@ -305,7 +302,7 @@ def check(st: CompletionState, dec: CompletionDecision, margin: float = 0.05, mi
     for rr in (int(v) for v in sizes):
         for tt in range(st.unit_t, st.gpus if max_trainer is None else min(st.gpus, max_trainer + 1), st.unit_t):
             ff = st.gpus - rr - tt
-            if ff < 1 or (st.trainer_cap is not None and tt > st.current[2] and tt > int(st.trainer_cap(np.array([rr]))[0])):
+            if ff < 1:
                 continue
             v = float(predict(st, np.array([rr]), np.array([ff]), np.array([tt]))["completion_s"][0])
             if (rr, ff, tt) != tuple(st.current):

@@ -186,31 +186,6 @@ class CompletionPlannerDecision:
                             max_tokens=float(s.workload.max_response_tokens), done_group=q.get("done_group"),
                             done_length=q.get("done_length"))
 
-    def _trainer_cap(self, ro, trainer_gpus: int):
-        """Rollout GPUs kept -> the most trainer GPUs that can be placed: its GPUs now plus whole replicas (TP x PP on
-        one node) in each node's free GPUs and the GPUs of the engines a drain to that size releases (the emptiest
-        first, as :func:`formulation.realloc.tail.reassign` drains them). None without per-engine nodes."""
-        q = getattr(ro, "requests", None)
-        if not q or "engine_node" not in q or not len(q["engine_node"]):
-            return None
-        s = self.setup
-        ut, ur = s.train_unit, s.rollout_tp
-        nodes = sorted(set(q["engine_node"]) | set(q["node_free"]))
-        pos = {n: i for i, n in enumerate(nodes)}
-        free = np.array([float(q["node_free"].get(n, 0)) for n in nodes])
-        E = len(q["engine_node"])
-        order = np.lexsort((-np.arange(E), q["drain_key"]))  # the emptiest first
-        freed = np.zeros((E + 1, len(nodes)))  # freed[k]: GPUs per node after draining the k emptiest engines
-        for k, e in enumerate(order):
-            freed[k + 1] = freed[k]
-            freed[k + 1, pos[q["engine_node"][e]]] += q["engine_gpus"][e]
-        per_drain = trainer_gpus + (np.floor((free[None, :] + freed) / ut) * ut).sum(axis=1)
-
-        def cap(r):
-            keep = np.clip(np.asarray(r, dtype=int) // ur, 1, E)
-            return per_drain[E - keep]
-        return cap
-
     def _sample_work(self, tokens):
         from estimators import training
 
@@ -245,8 +220,7 @@ class CompletionPlannerDecision:
             tr_rate=tr.work_rate_per_gpu, group=s.workload.group_size,
             groups_left=float(ro.groups_left) if ctx.intake != "sample" else 1.0,
             grow_s={"rollout": ro.grow_s, "reference": rf.grow_s, "trainer": tr.grow_s}, opt_s=opt_s, sync_s=sync,
-            tail=self._tail(ro, ctx.intake) if self.request_level else None, sample_work=self._sample_work,
-            trainer_cap=self._trainer_cap(ro, tr.gpus) if self.request_level else None)
+            tail=self._tail(ro, ctx.intake) if self.request_level else None, sample_work=self._sample_work)
 
     def predict_keep(self, snap, ctx) -> float:
         """Predicted seconds to the end of the iteration's training if the allocation is kept."""
