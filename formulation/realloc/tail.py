@@ -26,7 +26,7 @@ reset by themselves at engine boundaries).
 requests, a whole group at a time, join the queue of the kept engine holding the fewest requests (as the
 router does: siblings follow their group), and each kept engine first re-prefills what it received.
 
-A group is done when its last unfinished request is (:func:`group_arrivals`); the pipeline behind it
+A group is done when its last unfinished request is (:func:`group_arrivals_many`); the pipeline behind it
 (log-prob inference, the gated trainer) is :mod:`formulation.realloc.completion`.
 """
 
@@ -276,19 +276,10 @@ def end_times(tail: TailRequests, resid: np.ndarray, layout: tuple, a_ms: float,
     return end_times_many(tail, np.asarray(resid, dtype=float)[None, :], [layout], a_ms, b_ms, c_ms)[0, 0]
 
 
-def group_arrivals(tail: TailRequests, resid: np.ndarray, layout: tuple, a_ms: float, b_ms: float, c_ms: float
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(groups, the time each is done, each request's group index) on ``layout`` (:func:`reassign`)."""
-    t = end_times(tail, resid, layout, a_ms, b_ms, c_ms)
-    groups, inv = np.unique(tail.group, return_inverse=True)
-    done = np.zeros(groups.size)
-    np.maximum.at(done, inv, t)
-    return groups, done, inv
-
-
 def group_arrivals_many(tail: TailRequests, draws: np.ndarray, layouts: list, a_ms: float, b_ms: float, c_ms: float
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(groups, done ``(layouts, draws, groups)``, each request's group index): :func:`group_arrivals` for many."""
+    """(groups, the time each is done ``(layouts, draws, groups)``, each request's group index): every draw on every
+    layout (:func:`reassign`'s results)."""
     t = end_times_many(tail, draws, layouts, a_ms, b_ms, c_ms)
     groups, inv = np.unique(tail.group, return_inverse=True)
     L, D, n = t.shape
