@@ -350,18 +350,27 @@ def _fill_from(dst: dict, sources: list[dict]) -> None:
             t.copy_(piece)
 
 
-def write_checkpoint(states: list[dict], directory: str) -> int:
+def write_checkpoint(states: list[dict], directory: str, main_params: bool = False) -> int:
     """Write ranks' states as one ``torch_dist`` checkpoint directory Megatron's
-    ``dist_checkpointing.load`` reads (``metadata.json``, ``common.pt``, DCP files)."""
+    ``dist_checkpointing.load`` reads (``metadata.json``, ``common.pt``, DCP files).
+
+    ``main_params``: also write each parameter as the distributed optimizer's main (fp32) copy,
+    ``optimizer.state.param.<key>``, which Megatron's ``DistributedOptimizer`` asks for when it
+    loads its ``fully_reshardable`` state (the parameters are fp32 here, so the copy is the
+    parameter); a P2P migration between the executor's own ranks leaves it out."""
     merged: dict = {"tensors": {}, "chunks": {}}
     seen = set()
     for i, st in enumerate(states):
-        for k, m in st["chunks"].items():
+        entries = list(st["chunks"].items())
+        if main_params:
+            entries += [(f"main/{k}", {**m, "fqn": f"{OPT_PREFIX}param.{m['fqn']}", "kind": "main_param"})
+                        for k, m in st["chunks"].items() if m["kind"] == "param"]
+        for k, m in entries:
             where = (m["fqn"], tuple(m["offset"]))
             if where in seen:  # a replica (TP-replicated norms, DP replicas): written once
                 continue
             seen.add(where)
-            merged["tensors"][f"{i}/{k}"] = st["tensors"][k]
+            merged["tensors"][f"{i}/{k}"] = st["tensors"][k.removeprefix("main/")]
             merged["chunks"][f"{i}/{k}"] = m
     n = shardstate.dcp_save(merged, directory)
     d = Path(directory)

@@ -51,7 +51,7 @@ def _job(mode: str, tp: int, pp: int, ckpt: Path, out: Path) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     ckpt.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port()), "WORLD_SIZE": str(world),
-           "PYTHONPATH": str(HERE.parents[1])}
+           "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])}
     procs = [subprocess.Popen([sys.executable, str(HERE / "megatron_core_rank.py"), mode, str(tp), str(pp), str(ckpt), str(out)],
                               env={**env, "RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(world)]
