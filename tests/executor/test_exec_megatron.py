@@ -145,3 +145,31 @@ def test_real_megatron_sharded_tensors():
             assert moments and all(v.flattened_range is None and v.data.shape == v.local_shape for v in moments)
             split = [v for v in moments if "linear_fc1" in v.key]  # TP-split: written by DP rank 0 of each TP index
             assert split and all(is_main_replica(v.replica_id) == (dp_i == 0) for v in split)
+
+
+def test_an_export_for_megatron_carries_the_optimizers_main_parameter_copies(tmp_path):
+    """``write_checkpoint(..., main_params=True)`` adds ``optimizer.state.param.<key>`` (what Megatron's
+    distributed optimizer loads its fp32 main parameters from, checked on a GPU in
+    test_exec_megatron_gpu.py); read back into a TP1 x PP2 layout through DCP, each copy equals the
+    parameter it copies, and a P2P checkpoint (the default) has none."""
+    from executor.workers import shardstate
+    from executor.workers.megatron_trainer import MegatronRank, write_checkpoint
+
+    dims = dict(hidden=16, ffn=32, layers=2, heads=4, kv_heads=2, vocab=32, seed=3)
+    tp2 = [MegatronRank(f"t{r}", 1, "c", {"tp": 2}, r, dims, _coord) for r in range(2)]
+    for r in tp2:
+        r.train_step(0)
+    write_checkpoint([r.state() for r in tp2], str(tmp_path / "export"), main_params=True)
+    write_checkpoint([r.state() for r in tp2], str(tmp_path / "p2p"))
+    for rank in range(2):
+        dst = MegatronRank(f"n{rank}", 1, "c", {"tp": 1, "pp": 2}, rank, dims, _coord, init="empty")
+        params = {k: m for k, m in dst.chunks.items() if m["kind"] == "param"}
+        copies = {"tensors": {k: torch.zeros_like(dst.tensors[k]) for k in params},
+                  "chunks": {k: {**m, "fqn": "optimizer.state.param." + m["fqn"]} for k, m in params.items()}}
+        shardstate.dcp_load(copies, [str(tmp_path / "export")])
+        dst.load_shards([str(tmp_path / "export")])
+        assert params and all(torch.equal(copies["tensors"][k], dst.tensors[k]) for k in params)
+        from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
+
+        with pytest.raises(CheckpointException, match="optimizer.state.param"):
+            shardstate.dcp_load(copies, [str(tmp_path / "p2p")])
