@@ -8,6 +8,8 @@ time under the scenario's ``solver.phase_time_estimate``.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from planner.errors import Problem, UserError, did_you_mean
@@ -191,11 +193,12 @@ def with_simulated_slos(jobs, inst):
     return [replace(j, slo_s=slo[j.name]) for j in jobs]
 
 
-def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = False, repack: bool = False):
+def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = False, repack: bool = False,
+                     sampled: Optional[float] = None, sampled_join: bool = True):
     """The placement planner's online admission as a :class:`simulator.trace.Placer` (``join_delay``:
     joins keep the iteration they delay within the SLOs; ``repack``: the fourth move, re-pack the joined
     group; :class:`formulation.placement.greedy.Packer`)."""
-    return PlannerPlacer(sc, jobs, tables, join_delay=join_delay, repack=repack)
+    return PlannerPlacer(sc, jobs, tables, join_delay=join_delay, repack=repack, sampled=sampled, sampled_join=sampled_join)
 
 
 class PlannerPlacer:
@@ -208,7 +211,8 @@ class PlannerPlacer:
     are the packer's group positions, which never change.
     """
 
-    def __init__(self, sc, jobs=None, tables: str = "estimators", join_delay: bool = False, repack: bool = False) -> None:
+    def __init__(self, sc, jobs=None, tables: str = "estimators", join_delay: bool = False, repack: bool = False,
+                 sampled: Optional[float] = None, sampled_join: bool = True) -> None:
         """``tables``: ``estimators`` (the planner's own compilation on the scenario's estimate), an
         estimate (``sampled``, ``p90``, ``p99``, ``max``: the same compilation on that estimate, the
         SLOs on the scenario's terms for the quantiles), ``simulator`` (:func:`simulated_instance`:
@@ -216,7 +220,10 @@ class PlannerPlacer:
         the SLOs as ``simulator``'s). ``join_delay``: admission also keeps the one
         longer iteration a join causes within the SLOs (:class:`formulation.placement.greedy.Packer`);
         ``repack``: admission may also re-pack the group a job joins (:meth:`Packer.admit_repack`: the
-        group's members and the job re-partitioned exactly; the trace moves the members that change group)."""
+        group's members and the job re-partitioned exactly; the trace moves the members that change group).
+        ``sampled``: a join must also keep every member's iteration times on that quantile of its
+        sampled phase times within its SLO, the join's own iteration included (``sampled_join``;
+        :mod:`planner.instances.sampled_admission`)."""
         from formulation.placement.evaluate import Index
         from formulation.placement.greedy import Packer
         from planner.instances.placement import compile_scenario
@@ -232,6 +239,13 @@ class PlannerPlacer:
         self.idx = Index(self.inst)
         self.pk = Packer(self.idx, join_delay=join_delay)
         self.repack = repack
+        self.acceptance = None
+        if sampled is not None:
+            from planner.instances.sampled_admission import sampled_acceptance
+
+            if jobs is None:
+                raise ValueError("sampled admission needs the trace jobs (their phase samples)")
+            self.acceptance = sampled_acceptance(self.pk, {j.name: j for j in jobs}, quantile=sampled, join=sampled_join)
         self.j_of = {n: i for i, n in enumerate(self.idx.names)}
         self.moves: list = []  # (job, move, configuration label, marginal $/h)
 

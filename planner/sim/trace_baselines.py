@@ -42,8 +42,18 @@ POLICIES = (("solo-d", "-"), ("verl", "-"), ("verl", "simulator"), ("gavel", "-"
 #: job joins (``Packer.admit_repack``: running members move); ``simulator-max``: the simulator's tables on the
 #: slowest sample (every simulated phase within them), the SLOs those of ``simulator``
 EXTRA = (("solo-d", "simulator", "weave"), ("groups", "simulator", "join-aware"), ("groups", "simulator", "re-pack"),
-         ("groups", "simulator-max", "weave"), ("groups", "simulator-max", "join-aware"))
-ADMISSIONS = ("weave", "join-aware", "re-pack")
+         ("groups", "simulator-max", "weave"), ("groups", "simulator-max", "join-aware"),
+         ("groups", "simulator", "sampled-steady"), ("groups", "simulator", "sampled"))
+#: ``sampled-steady``: a join must keep every member's slowest iteration of the event graph with phase times drawn
+#: from its measured samples within its SLO (:mod:`formulation.placement.sampled`); ``sampled``: the same and the
+#: join's own iteration on the slowest samples (:mod:`planner.instances.sampled_admission`)
+ADMISSIONS = ("weave", "join-aware", "re-pack", "sampled-steady", "sampled")
+#: admissions whose strict misses are broken down by what happened around them (:mod:`planner.sim.trace_analysis`)
+MISS_ADMISSIONS = ("weave", "sampled-steady")
+#: held-out: the strict-SLO admissions on a trace seed the rules were not looked at on (phase samples, draws)
+HELD_OUT_SEED = 1
+HELD_OUT = (("solo-d", "simulator", "weave"), ("groups", "simulator", "weave"), ("groups", "simulator", "join-aware"),
+            ("groups", "simulator", "sampled"))
 PUBLISHED_SOLO_D_KH, PUBLISHED_VERL_KH = 0.94, 0.71
 VERL_QUANTILE = 0.9
 
@@ -104,9 +114,11 @@ class GavelPlacer:
 
 
 def run_policy(scenario: str, policy: str, tables: str = "estimators", consolidate: bool = False, seed: int = 0,
-               join_delay: bool = False, repack: bool = False):
+               join_delay: bool = False, repack: bool = False, sampled: bool = False, sampled_join: bool = True):
     """One trace under one policy: the :class:`simulator.trace.TraceResult` (``moves`` set); ``join_delay``
-    (``groups``): admission keeps the iteration a join delays within the SLOs; ``repack``: it may re-pack the joined group."""
+    (``groups``): admission keeps the iteration a join delays within the SLOs; ``repack``: it may re-pack the joined
+    group; ``sampled``: joins keep the members' slowest sampled iteration within the SLOs (and the join's own with
+    ``sampled_join``)."""
     from planner.instances import simulate as inst
     from planner.schema import load_scenario
     from simulator.trace import Placer, SoloPlacer, TraceSim
@@ -116,7 +128,8 @@ def run_policy(scenario: str, policy: str, tables: str = "estimators", consolida
     placer: Placer
     sim_policy = policy
     if policy == "groups":
-        placer = inst.placement_placer(sc, jobs, tables, join_delay=join_delay, repack=repack)
+        placer = inst.placement_placer(sc, jobs, tables, join_delay=join_delay, repack=repack,
+                                       sampled=1.0 if sampled else None, sampled_join=sampled_join)
         if tables in ("simulator", "simulator-max"):  # the SLOs of the simulator tables (p90 solo iteration)
             jobs = inst.with_simulated_slos(jobs, placer.inst)  # type: ignore[attr-defined]
     elif policy == "gavel":
@@ -136,18 +149,21 @@ def run_policy(scenario: str, policy: str, tables: str = "estimators", consolida
         raise ValueError(f"unknown policy {policy!r}")
     res = TraceSim(jobs, placer, inst.prices(sc), inst.gpus_per_node(sc), consolidate=consolidate, seed=seed,
                    policy=sim_policy, node_dram_gb=inst.node_dram_gb(sc)).run()
+    res.placer_acceptance = getattr(placer, "acceptance", None)  # type: ignore[attr-defined]
     res.moves = {}
     for _, move, _, _ in getattr(placer, "moves", []):
         res.moves[move] = res.moves.get(move, 0) + 1
     return res
 
 
-def policy_task(scenario: str, policy: str, tables: str, admission: str = "weave") -> dict:
+def policy_task(scenario: str, policy: str, tables: str, admission: str = "weave", seed: int = 0) -> dict:
     """The reproduction's task: one trace under one policy, summarised (plain data); ``admission``
-    (``groups``): ``weave`` (the three moves) or ``join-aware`` (joins keep the iteration they delay within the SLOs)."""
+    (``groups``): ``weave`` (the three moves), ``join-aware`` (joins keep the iteration they delay within the SLOs),
+    ``re-pack``, ``sampled-steady`` or ``sampled`` (:data:`EXTRA`); ``seed``: the trace's (phase samples, draws)."""
     if admission not in ADMISSIONS:
         raise ValueError(f"unknown admission {admission!r}")
-    res = run_policy(scenario, policy, tables, join_delay=admission == "join-aware", repack=admission == "re-pack")
+    res = run_policy(scenario, policy, tables, seed=seed, join_delay=admission == "join-aware", repack=admission == "re-pack",
+                     sampled=admission.startswith("sampled"), sampled_join=admission == "sampled")
     r = res.summary()
     r["moves"] = ", ".join(f"{k} {v}" for k, v in sorted(res.moves.items())) or "-"
     span_h = max(1e-9, r["end_s"] / 3600.0)
@@ -159,6 +175,9 @@ def policy_task(scenario: str, policy: str, tables: str, admission: str = "weave
     r["consolidated_members"] = res.consolidated
     if admission != "weave":
         r["migrations"] = res.migrations  # running members the placer moved (re-pack)
+    if admission.startswith("sampled"):
+        acc = getattr(res, "placer_acceptance", None)
+        r["joins_refused"] = acc.refused if acc is not None else 0
     return r
 
 
@@ -243,6 +262,10 @@ def tasks(args) -> list:
 
     return ([Task("policy", {"scenario": sc, "policy": p, "tables": t}) for sc, _ in TRACES for p, t in POLICIES]
             + [Task("policy", {"scenario": sc, "policy": p, "tables": t, "admission": a}) for sc, _ in TRACES for p, t, a in EXTRA]
+            + [Task("policy", {"scenario": sc, "policy": p, "tables": t, "admission": a, "seed": HELD_OUT_SEED})
+               for sc, _ in TRACES for p, t, a in HELD_OUT]
+            + [Task("misses", {"scenario": sc, "admission": a}) for sc, _ in TRACES for a in MISS_ADMISSIONS]
+            + [Task("ceiling", {"scenario": sc}) for sc, _ in TRACES]
             + [Task("online", {"scenario": sc}) for sc, _ in TRACES]
             + [Task("instant", {"scenario": sc}) for sc, _ in TRACES])
 
@@ -299,6 +322,15 @@ def report(args, cmd, R):
               f"iteration's SLO, {rpk.get('migrations', 0)} running members moved. Planned on the slowest sample "
               f"(`simulator-max`, the same SLOs): {solo / mx['cost']:.2f}x cheaper than Solo-D at {100 * mx['jobs_meeting_slo']:.0f}%, "
               f"and with join-aware admission {solo / mxj['cost']:.2f}x at {100 * mxj['jobs_meeting_slo']:.0f}%.", ""]
+        st, sa = got[("groups", "simulator", "sampled-steady")], got[("groups", "simulator", "sampled")]
+        L += [f"Admission on the members' sampled iteration times (slowest of the event graph with phase times drawn from each "
+              f"member's measured samples, 16 runs x 64 meta-iterations): steady state only (`sampled-steady`) "
+              f"{solo / st['cost']:.2f}x cheaper than Solo-D at {100 * st['jobs_meeting_slo']:.0f}% "
+              f"({st.get('joins_refused', 0)} joins refused); with the join's own iteration on the slowest samples (`sampled`) "
+              f"{solo / sa['cost']:.2f}x at {100 * sa['jobs_meeting_slo']:.0f}% ({sa.get('joins_refused', 0)} joins refused).", ""]
+    L += held_out(R)
+    L += miss_table(R)
+    L += ceiling_table(R)
     L += verl_notes(rows)
     L += ["### What re-packing for free at every moment would cost", "",
           f"At {INSTANT_SAMPLES} evenly spaced moments of each `groups` / `simulator` trace: the $/h the online groups have "
@@ -344,6 +376,55 @@ def report(args, cmd, R):
           "(rows `re-pack` above) the moves re-pack for the jobs present at an arrival only, and the members they move hold "
           "both groups' pools until they leave the old one.", ""]
     return L, rows
+
+
+def miss_table(R) -> list[str]:
+    """Why members miss: each missed iteration by what happened in its group around it."""
+    from planner.sim.trace_analysis import CATEGORIES
+
+    out = ["### Why members miss their SLO (groups, simulator tables)", "",
+           "Each iteration past its SLO, by what happened in the member's group around it: its `first` iteration there, a "
+           "`join` (another member's first rollout started inside the iteration), `after-join` / `after-departure` (a member "
+           "joined / left within three of its SLOs before: the rings' transient), `steady` (fixed membership: co-members' drawn "
+           "phase times). Cells: missed iterations (jobs), worst iteration / SLO.", "",
+           "| trace | admission | jobs missing | " + " | ".join(CATEGORIES) + " |", "|---|---|---:|" + "---:|" * len(CATEGORIES)]
+    for sc, kind in TRACES:
+        for a in MISS_ADMISSIONS:
+            m = R(_fn="misses", scenario=sc, admission=a)
+            cells = [f"{m['count'][c]} ({m['jobs'][c]}), {m['worst'][c]:.2f}" if m["count"][c] else "-" for c in CATEGORIES]
+            out.append(f"| {kind} | {a} | {m['jobs_missing']} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def ceiling_table(R) -> list[str]:
+    """Lower bounds on any group plan's cost against Solo-D (:func:`planner.sim.trace_analysis.ceiling_task`)."""
+    out = ["### How cheap groups could be at all", "",
+           "Lower bounds on the cost of any plan on the jobs' own pool sizes, from their mean measured phase times and iteration "
+           "counts: `busy` (every GPU busy whenever provisioned), `own rollout` (members keep rollout nodes of their own for "
+           "their whole stay at solo speed, the training side busy only: what pinned groups could reach with perfect training "
+           "packing), Solo-D on the same means; jobs that could share a rollout node at all (another job on the same rollout "
+           "pool whose p90 rollout fits with theirs within both SLOs).", "",
+           "| trace | jobs | Solo-D / busy bound | Solo-D / own-rollout bound | jobs that could share a rollout node | "
+           "SLO = 1.0x solo |", "|---|---:|---:|---:|---:|---:|"]
+    for sc, kind in TRACES:
+        c = R(_fn="ceiling", scenario=sc)
+        out.append(f"| {kind} | {c['jobs']} | {c['solo_d'] / c['busy']:.2f}x | {c['solo_d'] / c['own_rollout']:.2f}x | "
+                   f"{c['can_share_rollout']} | {c['slo_ratio_one']} |")
+    return out + [""]
+
+
+def held_out(R) -> list[str]:
+    """The strict-SLO admissions on the held-out trace seed (:data:`HELD_OUT_SEED`)."""
+    out = [f"### Held-out seed ({HELD_OUT_SEED}): the strict-SLO admissions on phase samples and draws they were not looked at on",
+           "", "| trace | policy | admission | cost ($) | jobs meeting SLO | iterations within SLO | **Solo-D / this** |",
+           "|---|---|---|---:|---:|---:|---:|"]
+    for sc, kind in TRACES:
+        got = {(p, t, a): R(_fn="policy", scenario=sc, policy=p, tables=t, admission=a, seed=HELD_OUT_SEED) for p, t, a in HELD_OUT}
+        solo = got[("solo-d", "simulator", "weave")]["cost"]
+        for (p, _t, a), r in got.items():
+            out.append(f"| {kind} | {p} | {a if p == 'groups' else '-'} | {r['cost']:,.0f} | {100 * r['jobs_meeting_slo']:.0f}% | "
+                       f"{100 * r['iterations_within_slo']:.2f}% | {solo / r['cost']:.2f}x |")
+    return out + [""]
 
 
 def verl_notes(rows) -> list[str]:

@@ -158,3 +158,38 @@ def test_simulated_tables_on_the_slowest_sample_hold_every_sample_and_keep_the_p
         assert b.train_s[c.train_type][c.train_nodes] == pytest.approx(max(prof.train_s))
         assert b.rollout_s[c.rollout_type][c.rollout_nodes] >= a.rollout_s[c.rollout_type][c.rollout_nodes]
         assert float(np.quantile(prof.train_s, 0.9)) == pytest.approx(a.train_s[c.train_type][c.train_nodes])
+
+
+def test_policy_task_runs_the_sampled_admissions_and_meets_every_iteration_where_solo_d_does(monkeypatch):
+    from planner.sim import trace_baselines as tb
+
+    monkeypatch.setattr(tb, "SC", ROOT / "scenarios" / "ci")
+    solo = tb.policy_task("tiny-2jobs.yaml", "solo-d", "simulator", "weave")
+    for adm in ("sampled-steady", "sampled"):
+        r = tb.policy_task("tiny-2jobs.yaml", "groups", "simulator", adm)
+        assert r["jobs_done"] == 2 and r["cost"] > 0 and "joins_refused" in r
+        assert r["cost"] <= solo["cost"] * (1 + 1e-9)
+    r = tb.policy_task("tiny-2jobs.yaml", "groups", "simulator", "sampled")
+    assert r["jobs_meeting_slo"] >= solo["jobs_meeting_slo"] - 1e-9
+
+
+def test_the_miss_breakdown_counts_every_missed_iteration_once(monkeypatch):
+    from planner.sim import trace_analysis as ta
+    from planner.sim import trace_baselines as tb
+
+    monkeypatch.setattr(tb, "SC", ROOT / "scenarios" / "ci")
+    res = tb.run_policy("tiny-2jobs.yaml", "groups", "simulator")
+    missed = sum(1 for j in res.jobs.values() for d in j.iteration_s if d > j.slo_s * (1 + 1e-9))
+    m = ta.misses_task("tiny-2jobs.yaml", "weave")
+    assert sum(m["count"].values()) == m["missed_iterations"] == missed
+    assert set(m["count"]) == set(ta.CATEGORIES)
+
+
+def test_the_cost_bounds_are_ordered_and_below_solo_d(monkeypatch):
+    from planner.sim import trace_analysis as ta
+    from planner.sim import trace_baselines as tb
+
+    monkeypatch.setattr(tb, "SC", ROOT / "scenarios" / "ci")
+    c = ta.ceiling_task("tiny-2jobs.yaml")
+    assert 0 < c["busy"] <= c["own_rollout"] <= c["solo_d"]
+    assert 0 <= c["can_share_rollout"] <= c["jobs"] == 2

@@ -1,0 +1,178 @@
+"""Per-iteration times of a group's members under sampled phase times (the event graph, drawn).
+
+The checker's cycle time (:mod:`formulation.placement.cycle`) is the period of the fixed-order
+schedule with one number per phase. A member's SLO counts *every* iteration, and with phase times
+that vary from one iteration to the next the gap between two of a member's iteration ends varies
+too: a co-member whose rollout runs long holds the training ring's turn, and everyone behind it
+waits. The period on the p90 tables says nothing about those gaps (on the Pollux-derived trace 16 of
+21 missed iterations were of this kind, ``results/reproductions/trace-baselines.md``).
+
+:func:`iteration_gaps` runs the same event graph (one event per phase start, the member's own arcs,
+one ring per node in the group's order; :func:`formulation.placement.cycle.event_graph`) as a
+max-plus recurrence whose durations are drawn each iteration from the members' measured phase
+samples (what a rollout manager knows from past iterations: never the draws of a run being
+predicted). A phase's duration is its *occupancy* of its nodes, as the simulator charges it: the
+warm switch on a shared node (a ring of two or more members) comes before the phase, so a rollout
+on a shared ring occupies ``sigma_r + a``, a training ``sigma_t + b + s``; on a node of its own a
+member pays no switch. Every arc weighs its source event's duration in the source's iteration.
+
+A member's iteration is the gap between two successive training ends (training plus weight sync),
+as the simulator measures it. :func:`slowest_iterations` returns, per member, the given quantile
+of those gaps over ``reps`` independent runs of ``iterations`` meta-iterations after a warm-up
+(``quantile = 1``: the slowest simulated iteration). Numbers only: no solver, no simulator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SampledMember:
+    """A member with phase samples (seconds) instead of one number per phase."""
+
+    name: str
+    rollout_s: tuple  # samples of its rollout on its rollout nodes
+    train_s: tuple  # samples of its training (log-probs included) on its training nodes
+    sync_s: float
+    rollout_nodes: frozenset = field(default_factory=frozenset)
+    train_nodes: frozenset = field(default_factory=frozenset)
+    rollout_switch_s: float = 0.0  # charged before each rollout on a shared rollout node
+    train_switch_s: float = 0.0  # charged before each training on a shared training node
+
+
+def _rings(members: Sequence[SampledMember]) -> tuple[list, list]:
+    """Arcs ``(src, dst, delay)`` of the event graph (event ``2i`` = rollout of member ``i``,
+    ``2i + 1`` its training) and whether each member's rollout / training ring is shared."""
+    arcs = set()
+    shared = [[False, False] for _ in members]
+    for i in range(len(members)):
+        arcs.add((2 * i, 2 * i + 1, 0))
+        arcs.add((2 * i + 1, 2 * i, 1))
+    for side, attr in ((0, "rollout_nodes"), (1, "train_nodes")):
+        nodes: dict = {}
+        for i, m in enumerate(members):
+            for n in getattr(m, attr):
+                nodes.setdefault(n, []).append(i)
+        for ring in nodes.values():
+            if len(ring) < 2:
+                continue
+            for pos, i in enumerate(ring):
+                shared[i][side] = True
+                j = ring[(pos + 1) % len(ring)]
+                arcs.add((2 * i + side, 2 * j + side, 1 if pos + 1 == len(ring) else 0))
+    return sorted(arcs), shared
+
+
+def run(members: Sequence[SampledMember], iterations: int, reps: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The recurrence from a common start: event start times ``x`` and drawn durations ``dur``,
+    both of shape ``(iterations, reps, 2 m)`` (event ``2i`` = rollout of member ``i``, ``2i + 1``
+    its training)."""
+    m = len(members)
+    arcs, shared = _rings(members)
+    n = 2 * m
+    zero = [(u, v) for u, v, d in arcs if d == 0]
+    one = [(u, v) for u, v, d in arcs if d == 1]
+    # zero-delay arcs go forward in the order: a topological order of the events
+    indeg = [0] * n
+    for _, v in zero:
+        indeg[v] += 1
+    order = [v for v in range(n) if indeg[v] == 0]
+    k = 0
+    while k < len(order):
+        for u, v in zero:
+            if u == order[k]:
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    order.append(v)
+        k += 1
+    if len(order) != n:
+        raise ValueError("a cycle of delay 0 (deadlock) in the event graph")
+    ins0: list[list[int]] = [[] for _ in range(n)]
+    for u, v in zero:
+        ins0[v].append(u)
+    ins1: list[list[int]] = [[] for _ in range(n)]
+    for u, v in one:
+        ins1[v].append(u)
+    rng = np.random.default_rng(seed)
+    dur = np.empty((iterations, reps, n))
+    for i, mem in enumerate(members):
+        ra, tb = np.asarray(mem.rollout_s, dtype=float), np.asarray(mem.train_s, dtype=float)
+        sr = mem.rollout_switch_s if shared[i][0] else 0.0
+        st = mem.train_switch_s if shared[i][1] else 0.0
+        dur[:, :, 2 * i] = ra[rng.integers(0, ra.size, size=(iterations, reps))] + sr
+        dur[:, :, 2 * i + 1] = tb[rng.integers(0, tb.size, size=(iterations, reps))] + mem.sync_s + st
+    x = np.zeros((iterations, reps, n))
+    for it in range(iterations):
+        for v in order:
+            t = np.zeros(reps)
+            if it > 0:
+                for u in ins1[v]:
+                    t = np.maximum(t, x[it - 1, :, u] + dur[it - 1, :, u])
+            for u in ins0[v]:
+                t = np.maximum(t, x[it, :, u] + dur[it, :, u])
+            x[it, :, v] = t
+    return x, dur
+
+
+def iteration_gaps(members: Sequence[SampledMember], iterations: int = 64, reps: int = 16, seed: int = 0,
+                   warmup: int | None = None) -> np.ndarray:
+    """Gaps between successive training ends, shape ``(reps, iterations - warmup - 1, members)``:
+    the recurrence from a common start, the first ``warmup`` meta-iterations (default ``2 m + 2``)
+    dropped so that the start's transient does not count."""
+    m = len(members)
+    if m == 0:
+        return np.zeros((reps, 0, 0))
+    warm = 2 * m + 2 if warmup is None else warmup
+    if iterations <= warm + 1:
+        raise ValueError(f"iterations ({iterations}) must exceed the warm-up ({warm}) + 1")
+    x, dur = run(members, iterations, reps, seed)
+    ends = x[:, :, 1::2] + dur[:, :, 1::2]  # (iterations, reps, m): training ends
+    gaps = np.diff(ends[warm:], axis=0)  # (iterations - warm - 1, reps, m)
+    return np.transpose(gaps, (1, 0, 2))
+
+
+def slowest_iterations(members: Sequence[SampledMember], quantile: float = 1.0, iterations: int = 64, reps: int = 16,
+                       seed: int = 0) -> np.ndarray:
+    """Per member, the ``quantile`` of its simulated iteration gaps (:func:`iteration_gaps`)."""
+    if not 0.0 < quantile <= 1.0:
+        raise ValueError(f"quantile must be in (0, 1], got {quantile}")
+    g = iteration_gaps(members, iterations, reps, seed)
+    if g.size == 0:
+        return np.zeros(len(members))
+    return np.quantile(g.reshape(-1, len(members)), quantile, axis=0)
+
+
+def gap_join_wait(members: Sequence[SampledMember], need_s: float, iterations: int = 64, reps: int = 16,
+                  seed: int = 0) -> float:
+    """The longest a newcomer waits for a gap on the training ring of ``members`` (every member on
+    the same training nodes, in order; rollout nodes of their own) that delays no member: a release
+    of the training nodes at ``t`` is *safe* when ``t + need_s`` is no later than the next member in
+    the ring can be ready on its fastest rollout sample (its rollout start + its shortest rollout),
+    the rule :meth:`simulator.groups.GroupRun._try_join` applies. Returns the largest gap between
+    successive safe releases over the simulated runs after the warm-up (``inf`` when a run has
+    none), an upper bound on the wait of a newcomer whose first rollout ends at any moment."""
+    m = len(members)
+    if m == 0:
+        return 0.0
+    warm = 2 * m + 2
+    x, dur = run(members, iterations, reps, seed)
+    fastest = np.array([min(mem.rollout_s) for mem in members])
+    worst = 0.0
+    for r in range(reps):
+        safe = []
+        for k in range(warm, iterations - 1):
+            for p in range(m):
+                q = (p + 1) % m
+                kq = k if q > p else k + 1
+                release = x[k, r, 2 * p + 1] + dur[k, r, 2 * p + 1]
+                ready = x[kq, r, 2 * q] + fastest[q]
+                if release + need_s <= ready + 1e-9:
+                    safe.append(release)
+        if len(safe) < 2:
+            return float("inf")
+        worst = max(worst, float(np.max(np.diff(np.sort(safe)))))
+    return worst
