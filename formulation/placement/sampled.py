@@ -25,7 +25,7 @@ of those gaps over ``reps`` independent runs of ``iterations`` meta-iterations a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -176,3 +176,84 @@ def gap_join_wait(members: Sequence[SampledMember], need_s: float, iterations: i
             return float("inf")
         worst = max(worst, float(np.max(np.diff(np.sort(safe)))))
     return worst
+
+
+@dataclass(frozen=True)
+class RingState:
+    """A member of a running group's shared training ring, as a scheduler sees it now: phase samples,
+    the end of its last iteration, and when it can next train (its rollout's start, or ready now)."""
+
+    name: str
+    rollout_s: tuple
+    train_s: tuple
+    sync_s: float
+    train_switch_s: float
+    slo_s: float
+    last_end: float  # end of its last iteration (its first rollout start before the first)
+    rollout_start: Optional[float] = None  # its rollout under way started then (None: ready to train now)
+    training_start: Optional[float] = None  # it holds the training nodes since then (the ring's owner)
+
+
+def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, start_s: float, rounds: int, reps: int = 16,
+                 seed: int = 0) -> tuple[np.ndarray, float]:
+    """Members on rollout nodes of their own sharing one training ring, run forward from ``now`` with
+    durations drawn from their samples (a phase under way: at least what has elapsed), the newcomer
+    starting its first rollout at ``start_s`` and taking the training ring's turn when that rollout is
+    done (before the first member that has not started training by then: what
+    :meth:`simulator.groups.GroupRun.add_member` does). ``ring`` is in ring order from the member
+    whose turn it is (the owner first, if the ring is busy). Returns each ring member's slowest
+    iteration over ``rounds`` rounds and ``reps`` runs (the one under way included, from its last
+    end) and the newcomer's slowest (its first from ``start_s``; ``inf`` if it got no turn)."""
+    rng = np.random.default_rng(seed)
+    m = len(ring)
+    worst = np.zeros(m)
+    worst_new = 0.0
+    members = list(ring) + [newcomer]  # the newcomer is index m
+    sw = [r.train_switch_s if m + 1 >= 2 else 0.0 for r in members]
+
+    def draw(x: tuple) -> float:
+        return float(x[rng.integers(0, len(x))])
+
+    for _ in range(reps):
+        last = [r.last_end for r in members]
+        ready = [now] * (m + 1)
+        free = now
+        order = list(range(m))
+        for i, r in enumerate(ring):
+            if r.training_start is not None:  # the owner: its training ends after what has elapsed
+                end = max(now, r.training_start + sw[i] + draw(r.train_s) + r.sync_s)
+                worst[i] = max(worst[i], end - last[i])
+                last[i], free = end, end
+                ready[i] = end + draw(r.rollout_s)
+            elif r.rollout_start is not None:
+                ready[i] = max(now, r.rollout_start + draw(r.rollout_s))
+        if ring and ring[0].training_start is not None:
+            order = order[1:] + order[:1]  # the owner trains again after everyone else
+        last[m] = start_s
+        ready[m] = start_s + draw(newcomer.rollout_s)
+        inserted = False
+        for _round in range(rounds):
+            seq = []
+            for i in order:
+                start = max(free, ready[i])
+                if not inserted and ready[m] <= start:  # the newcomer's rollout is done: it takes the turn
+                    inserted = True
+                    seq.append(m)
+                    end = max(free, ready[m]) + sw[m] + draw(newcomer.train_s) + newcomer.sync_s
+                    worst_new = max(worst_new, end - last[m])
+                    last[m], free = end, end
+                    ready[m] = end + draw(newcomer.rollout_s)
+                    start = max(free, ready[i])
+                seq.append(i)
+                r = members[i]
+                end = start + sw[i] + draw(r.train_s) + r.sync_s
+                if i == m:
+                    worst_new = max(worst_new, end - last[i])
+                else:
+                    worst[i] = max(worst[i], end - last[i])
+                last[i], free = end, end
+                ready[i] = end + draw(r.rollout_s)
+            order = seq
+        if not inserted:
+            worst_new = float("inf")
+    return worst, worst_new

@@ -20,18 +20,33 @@ from typing import Callable, Optional
 import numpy as np
 
 from formulation.placement.evaluate import REL_TOL, Config, Index
-from formulation.placement.sampled import SampledMember, slowest_iterations
+from formulation.placement.sampled import RingState, SampledMember, join_forward, slowest_iterations
+
+
+def with_upper_end(samples: tuple) -> tuple:
+    """The samples and the estimated upper end of their range, ``max + (max - min) / (n - 1)`` (the
+    unbiased estimate of a uniform distribution's upper bound from ``n`` samples): phase times a job
+    has not shown yet but whose spread its samples suggest."""
+    x = np.asarray(samples, dtype=float)
+    if x.size < 2:
+        return tuple(samples)
+    return tuple(samples) + (float(x.max() + (x.max() - x.min()) / (x.size - 1)),)
 
 
 class SampledAcceptance:
     """``accept(group, configuration, job)`` for :class:`formulation.placement.greedy.Packer`."""
 
     def __init__(self, idx: Index, jobs: dict, groups_of: Callable[[int], list], quantile: float = 1.0,
-                 iterations: int = 64, reps: int = 16, seed: int = 0, join: bool = True) -> None:
+                 iterations: int = 64, reps: int = 64, seed: int = 0, join: bool = True, timed: bool = False,
+                 live: Optional[Callable[[int], Optional[tuple]]] = None, starts: int = 10, upper_end: bool = False) -> None:
         """``jobs``: name -> :class:`simulator.trace.TraceJob`; ``groups_of(g)``: the members (job
         indices) of group ``g`` in order. ``join``: also check the join's own iteration."""
         self.idx, self.jobs, self.groups_of = idx, jobs, groups_of
         self.quantile, self.iterations, self.reps, self.seed, self.join = quantile, iterations, reps, seed, join
+        self.timed, self.live, self.starts = timed, live, starts  # live(g): (now, the group's run) or None
+        self.upper_end = upper_end  # each phase's samples gain the estimated upper end of its range (with_upper_end)
+        self.start_at: dict = {}  # (group, configuration, job) -> the start of its first rollout a timed join chose
+        self.j_of = {n: i for i, n in enumerate(idx.names)}
         self.calls = 0
         self.refused = 0
         self._memo: dict = {}
@@ -49,8 +64,10 @@ class SampledAcceptance:
             sw_r, sw_t = job.switch_s(w)
             rn = (frozenset(f"r{pos}.{i}" for i in range(c.rollout_nodes)) if c.pinned
                   else frozenset(f"r{i}" for i in range(c.rollout_nodes)))
-            out.append(SampledMember(self.idx.names[j], tuple(prof.rollout_s), tuple(prof.train_s), float(prof.sync_s), rn, tn,
-                                     float(sw_r), float(sw_t)))
+            ra, tb = tuple(prof.rollout_s), tuple(prof.train_s)
+            if self.upper_end:
+                ra, tb = with_upper_end(ra), with_upper_end(tb)
+            out.append(SampledMember(self.idx.names[j], ra, tb, float(prof.sync_s), rn, tn, float(sw_r), float(sw_t)))
         return out
 
     def slowest(self, k: int, js: list) -> np.ndarray:
@@ -80,20 +97,84 @@ class SampledAcceptance:
         first = max(new.rollout_s) + max(new.train_s) + new.sync_s + new.train_switch_s + (0.0 if c.pinned else new.rollout_switch_s)
         return bool(first + wait <= slo[j] * tol)
 
+    def ring_states(self, run, now: float, k: int) -> Optional[list[RingState]]:
+        """The running group's training ring from the member whose turn it is, as the scheduler sees
+        it (phase starts, last iteration ends, each member's own phase samples on configuration
+        ``k``'s pools: never the run's), or None where the timed join does not apply (no run, a member
+        still joining, a whole-pool rollout ring)."""
+        if run is None or not run.active() or not run.train_nodes:
+            return None
+        node = next(iter(run.train_nodes.values()))
+        if any(m.joining for m in run.members.values()) or set(node.ring) != set(run.members):
+            return None
+        if any(len(n.ring) > 1 for n in run.nodes.values()):  # members share rollout nodes
+            return None
+        order = node.ring[node.ptr:] + node.ring[:node.ptr]
+        if node.owner is not None and order[0] != node.owner:
+            return None
+        out = []
+        for name in order:
+            mem = run.members[name]
+            j = self.j_of[name]
+            sm = self.members(k, [j])[0]
+            last = mem.last_end if mem.last_end is not None else (mem.rollout_starts[0] if mem.rollout_starts else now)
+            state: dict[str, Optional[float]] = {"rollout_start": None, "training_start": None}
+            if mem.state == "train":
+                state["training_start"] = mem.train_start
+            elif mem.state in ("rollout", "tail"):
+                state["rollout_start"] = mem.phase_start
+            elif mem.state == "ready_r":
+                state["rollout_start"] = now
+            out.append(RingState(name, sm.rollout_s, sm.train_s, sm.sync_s, sm.train_switch_s, float(self.idx.slo[j]), float(last),
+                                 **state))
+        return out
+
+    def timed_join(self, g: int, old: list, k: int, j: int) -> Optional[bool]:
+        """The join on the running group's state (:func:`formulation.placement.sampled.join_forward`):
+        the earliest start of the newcomer's first rollout, from now over one period of the group in
+        ``starts`` steps, at which every member's iterations and the newcomer's first stay within the
+        SLOs on every simulated run; recorded in :attr:`start_at`. None where it does not apply."""
+        if self.live is None or not self.idx.configs[k].pinned:
+            return None
+        got = self.live(g)
+        if got is None:
+            return None
+        now, run = got
+        ring = self.ring_states(run, now, k)
+        if ring is None or {r.name for r in ring} != {self.idx.names[i] for i in old}:
+            return None  # a member admitted but not started yet (its first rollout timed later): not on the ring
+        new = self.members(k, [j])[0]
+        mine = RingState(new.name, new.rollout_s, new.train_s, new.sync_s, new.train_switch_s, float(self.idx.slo[j]), now)
+        period = float(self.slowest(k, old).max())
+        rounds = 3 * (len(ring) + 1) + 4
+        tol = 1 + REL_TOL
+        for step in range(self.starts + 1):
+            start = now + period * step / self.starts
+            worst, worst_new = join_forward(ring, mine, now, start, rounds, self.reps, self.seed)
+            slo = np.array([r.slo_s for r in ring])
+            if np.all(worst <= slo * tol) and worst_new <= mine.slo_s * tol:
+                self.start_at[(g, k, j)] = start
+                return True
+        return False
+
     def __call__(self, g: int, k: int, j: int) -> bool:
         self.calls += 1
         old = list(self.groups_of(g))
         js = old + [j]
         ok = bool(np.all(self.slowest(k, js) <= self.idx.slo[js] * (1 + REL_TOL)))
         if ok and self.join and old:
-            ok = self.join_ok(old, k, j)
+            timed = self.timed_join(g, old, k, j) if self.timed else None
+            ok = self.join_ok(old, k, j) if timed is None else timed
         if not ok:
             self.refused += 1
         return ok
 
 
-def sampled_acceptance(packer, jobs: dict, quantile: float = 1.0, join: bool = True, seed: Optional[int] = 0) -> SampledAcceptance:
+def sampled_acceptance(packer, jobs: dict, quantile: float = 1.0, join: bool = True, seed: Optional[int] = 0,
+                       timed: bool = False, live: Optional[Callable[[int], Optional[tuple]]] = None,
+                       upper_end: bool = False) -> SampledAcceptance:
     """A :class:`SampledAcceptance` bound to ``packer``'s groups, set as its ``accept``."""
-    acc = SampledAcceptance(packer.idx, jobs, lambda g: packer.groups[g], quantile=quantile, seed=seed or 0, join=join)
+    acc = SampledAcceptance(packer.idx, jobs, lambda g: packer.groups[g], quantile=quantile, seed=seed or 0, join=join,
+                            timed=timed, live=live, upper_end=upper_end)
     packer.accept = acc
     return acc

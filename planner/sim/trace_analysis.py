@@ -26,8 +26,10 @@ def misses_task(scenario: str, admission: str = "weave", seed: int = 0) -> dict:
     """Strict misses of the ``groups`` / ``simulator`` trace under ``admission``, by category."""
     from planner.sim.trace_baselines import run_policy
 
+    from planner.sim.trace_baselines import admission_options
+
     res = run_policy(scenario, "groups", "simulator", seed=seed, join_delay=admission == "join-aware",
-                     sampled=admission.startswith("sampled"), sampled_join=admission == "sampled")
+                     **admission_options(admission))
     count = {c: 0 for c in CATEGORIES}
     worst = {c: 0.0 for c in CATEGORIES}
     jobs_by: dict[str, set] = {c: set() for c in CATEGORIES}

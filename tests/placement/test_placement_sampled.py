@@ -111,3 +111,47 @@ def test_packer_asks_accept_and_a_refused_join_takes_the_next_move():
     pk2 = Packer(Index(_inst()), accept=lambda g, k, j: True)
     pk2.admit(0)
     assert pk2.admit(1).move in ("fill-bubble", "extend-rollout-pool")
+
+
+def _pinned_spec(name: str, a: float, b: float, node: int, sync: float = 0.5, sw: float = 1.0) -> MemberSpec:
+    return MemberSpec(name=name, rollout_s=a, train_s=b, sync_s=sync, rollout_nodes=(f"r{node}",), train_nodes=("t",),
+                      train_switch_s=sw)
+
+
+@pytest.mark.parametrize("join_at,start_after", [(130.0, 0.0), (147.0, 0.0), (163.5, 0.0), (130.0, 9.0), (171.0, 4.0)])
+def test_join_forward_gives_the_runners_iterations_with_fixed_phase_times(join_at, start_after):
+    """A pinned group running; at ``join_at`` the scheduler reads its state and a newcomer starts its
+    first rollout ``start_after`` later: the forward prediction from that state is the runner's own
+    slowest iteration of every member (the join's transient included) and the newcomer's, exactly."""
+    from formulation.placement.sampled import RingState, join_forward
+
+    specs = [_pinned_spec("x", 40.0, 12.0, 0), _pinned_spec("y", 25.0, 20.0, 1), _pinned_spec("z", 33.0, 9.0, 2)]
+    new = _pinned_spec("n", 28.0, 15.0, 3)
+    loop = EventLoop(0)
+    run = GroupRun(loop, GroupSpec(name="g", members=tuple(specs), rollout_nodes=("r0", "r1", "r2", "r3"), train_nodes=("t",)),
+                   record=False)
+    loop.run(until=join_at)
+    now = loop.now
+    node = run.train_nodes["t"]
+    order = node.ring[node.ptr:] + node.ring[:node.ptr]
+    ring = []
+    for name in order:
+        mem = run.members[name]
+        last = mem.last_end if mem.last_end is not None else mem.rollout_starts[0]
+        ring.append(RingState(name, (mem.spec.rollout_s,), (mem.spec.train_s,), mem.spec.sync_s, mem.spec.train_switch_s, 1e9,
+                              last, rollout_start=mem.phase_start if mem.state in ("rollout", "tail") else None,
+                              training_start=mem.train_start if mem.state == "train" else None))
+    start = now + start_after
+    mine = RingState("n", (new.rollout_s,), (new.train_s,), new.sync_s, new.train_switch_s, 1e9, start)
+    rounds = 6
+    worst, worst_new = join_forward(ring, mine, now, start, rounds, reps=1)
+    loop.at(start, lambda: run.add_member(new))
+    last_seen = {n: (run.members[n].last_end or run.members[n].rollout_starts[0]) for n in order}
+    loop.run(until=start + rounds * 400.0)
+    for i, name in enumerate(order):
+        ends = [e for e in run.members[name].iter_end if e > now - 1e-9]
+        gaps = np.diff([last_seen[name]] + ends[:rounds])
+        assert worst[i] == pytest.approx(gaps.max(), abs=1e-6)
+    first = run.members["n"].iter_end[0] - start
+    later = np.diff(run.members["n"].iter_end[:rounds]).max()
+    assert worst_new == pytest.approx(max(first, later), abs=1e-6)
