@@ -23,6 +23,9 @@ from formulation.placement.evaluate import REL_TOL, Config, Index
 from formulation.placement.sampled import RingState, SampledMember, join_forward, slowest_iterations
 
 
+RUNS, ITERATIONS = 64, 64  # simulated runs of the event graph and meta-iterations each (the slowest over them counts)
+
+
 def with_upper_end(samples: tuple) -> tuple:
     """The samples and the estimated upper end of their range, ``max + (max - min) / (n - 1)`` (the
     unbiased estimate of a uniform distribution's upper bound from ``n`` samples): phase times a job
@@ -37,7 +40,7 @@ class SampledAcceptance:
     """``accept(group, configuration, job)`` for :class:`formulation.placement.greedy.Packer`."""
 
     def __init__(self, idx: Index, jobs: dict, groups_of: Callable[[int], list], quantile: float = 1.0,
-                 iterations: int = 64, reps: int = 64, seed: int = 0, join: bool = True, timed: bool = False,
+                 iterations: int = ITERATIONS, reps: int = RUNS, seed: int = 0, join: bool = True, timed: bool = False,
                  live: Optional[Callable[[int], Optional[tuple]]] = None, starts: int = 10, upper_end: bool = False) -> None:
         """``jobs``: name -> :class:`simulator.trace.TraceJob`; ``groups_of(g)``: the members (job
         indices) of group ``g`` in order. ``join``: also check the join's own iteration."""
