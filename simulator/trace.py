@@ -32,6 +32,10 @@ its current iteration (its old pools stay provisioned until their last member ha
 its new group's run then; the iteration it starts there is measured from the end of its last one
 in the old run, so the move's wait counts against its SLO.
 
+A placer may also *time* a join (``start_s``): the member it admitted into a running group starts its
+first rollout at that moment (the wait until then counts as waiting for admission); ``bind`` hands
+the placer this trace, whose running groups' state it may read.
+
 Cost is what the pools cost while they are provisioned: a group's pools from its creation to its
 last member's departure (a pool extended later costs more from then on). SLO attainment per job
 is the share of its iterations (the gap between two iteration ends, the first measured from its

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-CATEGORIES = ("first", "join", "after-join", "after-departure", "steady")
+from planner.sim.trace_baselines import MISS_CATEGORIES as CATEGORIES
 
 
 def misses_task(scenario: str, admission: str = "weave", seed: int = 0) -> dict:

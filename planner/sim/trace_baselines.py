@@ -15,7 +15,11 @@ Policies (every one a :class:`simulator.trace.Placer` on the same jobs, phase mo
   rollout nodes of their own: :mod:`formulation.placement.greedy`) on its own tables
   (``estimators``) or on the simulated phase times (``simulator``); with admission ``join-aware``
   a join must also keep the one longer iteration it causes (the running members' and its own first)
-  within the SLOs (:class:`formulation.placement.greedy.Packer`, ``join_delay``). ``solo-d`` is also
+  within the SLOs (:class:`formulation.placement.greedy.Packer`, ``join_delay``); ``sampled-steady`` /
+  ``sampled`` / ``timed``: joins judged on the members' sampled iteration times, ``timed`` on the
+  running group's state with the newcomer's first rollout timed (:mod:`planner.instances.sampled_admission`).
+  Held-out rows run a second trace seed with phase times drawn from rollouts the planner never saw, and
+  the 200-job traces. ``solo-d`` is also
   run under the groups' simulator SLOs (same pools, same cost) to show which strict misses a job
   has even alone.
 
@@ -52,6 +56,8 @@ EXTRA = (("solo-d", "simulator", "weave"), ("groups", "simulator", "join-aware")
 ADMISSIONS = ("weave", "join-aware", "re-pack", "sampled-steady", "sampled", "timed")
 #: admissions whose strict misses are broken down by what happened around them (:mod:`planner.sim.trace_analysis`)
 MISS_ADMISSIONS = ("weave", "sampled-steady", "timed")
+#: what happened around a missed iteration (:func:`planner.sim.trace_analysis.misses_task`), in the table's order
+MISS_CATEGORIES = ("first", "join", "after-join", "after-departure", "steady")
 #: held-out: the strict-SLO admissions on a trace seed the rules were not looked at on, the trace drawing phase
 #: times from rollouts on seeds the planner never saw (``unseen``), on the two traces and their 200-job, two-week
 #: versions
@@ -410,18 +416,16 @@ def report(args, cmd, R):
 
 def miss_table(R) -> list[str]:
     """Why members miss: each missed iteration by what happened in its group around it."""
-    from planner.sim.trace_analysis import CATEGORIES
-
     out = ["### Why members miss their SLO (groups, simulator tables)", "",
            "Each iteration past its SLO, by what happened in the member's group around it: its `first` iteration there, a "
            "`join` (another member's first rollout started inside the iteration), `after-join` / `after-departure` (a member "
            "joined / left within three of its SLOs before: the rings' transient), `steady` (fixed membership: co-members' drawn "
            "phase times). Cells: missed iterations (jobs), worst iteration / SLO.", "",
-           "| trace | admission | jobs missing | " + " | ".join(CATEGORIES) + " |", "|---|---|---:|" + "---:|" * len(CATEGORIES)]
+           "| trace | admission | jobs missing | " + " | ".join(MISS_CATEGORIES) + " |", "|---|---|---:|" + "---:|" * len(MISS_CATEGORIES)]
     for sc, kind in TRACES:
         for a in MISS_ADMISSIONS:
             m = R(_fn="misses", scenario=sc, admission=a)
-            cells = [f"{m['count'][c]} ({m['jobs'][c]}), {m['worst'][c]:.2f}" if m["count"][c] else "-" for c in CATEGORIES]
+            cells = [f"{m['count'][c]} ({m['jobs'][c]}), {m['worst'][c]:.2f}" if m["count"][c] else "-" for c in MISS_CATEGORIES]
             out.append(f"| {kind} | {a} | {m['jobs_missing']} | " + " | ".join(cells) + " |")
     return out + [""]
 
