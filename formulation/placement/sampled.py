@@ -146,38 +146,6 @@ def slowest_iterations(members: Sequence[SampledMember], quantile: float = 1.0, 
     return np.quantile(g.reshape(-1, len(members)), quantile, axis=0)
 
 
-def gap_join_wait(members: Sequence[SampledMember], need_s: float, iterations: int = 64, reps: int = 16,
-                  seed: int = 0) -> float:
-    """The longest a newcomer waits for a gap on the training ring of ``members`` (every member on
-    the same training nodes, in order; rollout nodes of their own) that delays no member: a release
-    of the training nodes at ``t`` is *safe* when ``t + need_s`` is no later than the next member in
-    the ring can be ready on its fastest rollout sample (its rollout start + its shortest rollout),
-    the rule :meth:`simulator.groups.GroupRun._try_join` applies. Returns the largest gap between
-    successive safe releases over the simulated runs after the warm-up (``inf`` when a run has
-    none), an upper bound on the wait of a newcomer whose first rollout ends at any moment."""
-    m = len(members)
-    if m == 0:
-        return 0.0
-    warm = 2 * m + 2
-    x, dur = run(members, iterations, reps, seed)
-    fastest = np.array([min(mem.rollout_s) for mem in members])
-    worst = 0.0
-    for r in range(reps):
-        safe = []
-        for k in range(warm, iterations - 1):
-            for p in range(m):
-                q = (p + 1) % m
-                kq = k if q > p else k + 1
-                release = x[k, r, 2 * p + 1] + dur[k, r, 2 * p + 1]
-                ready = x[kq, r, 2 * q] + fastest[q]
-                if release + need_s <= ready + 1e-9:
-                    safe.append(release)
-        if len(safe) < 2:
-            return float("inf")
-        worst = max(worst, float(np.max(np.diff(np.sort(safe)))))
-    return worst
-
-
 @dataclass(frozen=True)
 class RingState:
     """A member of a running group's shared training ring, as a scheduler sees it now: phase samples,

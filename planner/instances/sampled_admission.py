@@ -9,8 +9,16 @@ is within it too on the slowest samples (:func:`join_ok`). The samples are each 
 :class:`simulator.profiles.PhaseProfile` (the phase model's rollouts and training phases measured on
 seeds of its own: what past iterations of the job show), never the draws of the trace being run.
 
+With ``timed`` (the trace's ``timed`` rule) a join into a running group whose members roll out on
+nodes of their own is judged on the group's state now instead (:meth:`SampledAcceptance.timed_join`,
+:func:`formulation.placement.sampled.join_forward`): the ring run forward from the members' phase
+starts, the newcomer's first rollout started at the earliest moment that keeps every iteration within
+its SLO on every run; the placer starts it then. ``upper_end`` adds to each phase's samples the
+estimated upper end of their range (:func:`with_upper_end`).
+
 Nothing here is fitted to a trace: the quantile (default 1.0, the slowest simulated iteration), the
-number of simulated meta-iterations and runs are stated parameters.
+number of simulated meta-iterations and runs (:data:`RUNS`, :data:`ITERATIONS`), the ten start times
+tried over one period and the upper-end estimate are stated rules.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from formulation.placement.cycle import Member, cycle_times
 from formulation.placement.evaluate import Index
 from formulation.placement.greedy import Packer
 from formulation.placement.instance import PlacementInstance, PlacementJob, PoolType
-from formulation.placement.sampled import SampledMember, gap_join_wait, iteration_gaps, slowest_iterations
+from formulation.placement.sampled import SampledMember, iteration_gaps, slowest_iterations
 from simulator.core import EventLoop
 from simulator.groups import GroupRun, GroupSpec, MemberSpec
 
@@ -86,12 +86,6 @@ def test_a_group_the_p90_tables_fit_misses_iterations_and_the_recurrence_sees_th
     assert seen <= slowest + 1e-9
 
 
-def test_gap_join_wait_is_infinite_when_no_gap_fits_the_newcomer():
-    ms = _group(True, [30.0], [16.0])  # a lone member: its rollout (30 s) is the ring's only gap
-    assert gap_join_wait(ms, 31.0) == float("inf")
-    assert gap_join_wait(ms, 20.0) == pytest.approx(46.5)  # a safe release every period (30 + 16 + 0.5)
-
-
 def _inst() -> PlacementInstance:
     def job(name: str, slo: float, arrival: float) -> PlacementJob:
         return PlacementJob(name=name, slo_s=slo, rollout_s={"A": {1: 60.0}}, train_s={"B": {1: 20.0}}, arrival_s=arrival)
@@ -155,3 +149,10 @@ def test_join_forward_gives_the_runners_iterations_with_fixed_phase_times(join_a
     first = run.members["n"].iter_end[0] - start
     later = np.diff(run.members["n"].iter_end[:rounds]).max()
     assert worst_new == pytest.approx(max(first, later), abs=1e-6)
+
+
+def test_the_upper_end_of_a_range_is_the_uniform_estimate():
+    from planner.instances.sampled_admission import with_upper_end
+
+    assert with_upper_end((10.0, 12.0, 14.0)) == (10.0, 12.0, 14.0, 16.0)
+    assert with_upper_end((5.0,)) == (5.0,)
