@@ -4,8 +4,9 @@ The checker's cycle time (:mod:`formulation.placement.cycle`) is the period of t
 schedule with one number per phase. A member's SLO counts *every* iteration, and with phase times
 that vary from one iteration to the next the gap between two of a member's iteration ends varies
 too: a co-member whose rollout runs long holds the training ring's turn, and everyone behind it
-waits. The period on the p90 tables says nothing about those gaps (on the Pollux-derived trace 16 of
-21 missed iterations were of this kind, ``results/reproductions/trace-baselines.md``).
+waits. The period on the p90 tables says nothing about those gaps, nor about the rings' transient
+after a join (on the Pollux-derived trace, of the 21 iterations Weave's three moves miss, 4 come in a
+fixed membership and 15 at or after a join: ``results/reproductions/trace-baselines.md``).
 
 :func:`iteration_gaps` runs the same event graph (one event per phase start, the member's own arcs,
 one ring per node in the group's order; :func:`formulation.placement.cycle.event_graph`) as a
