@@ -158,6 +158,7 @@ class _Member:
     last_end: Optional[float] = None
     pinned: int = 1  # GPUs of the rollout nodes when the current rollout started
     joining: bool = False  # joined a running group: not yet on its training nodes' rings
+    train_start: float = 0.0  # when its training under way claimed the training nodes
 
 
 class GroupRun:
@@ -410,6 +411,7 @@ class GroupRun:
             return
         now = self.loop.now
         mem.state = "train"
+        mem.train_start = now
         b = _draw(s.train_s, self.rng)
         dur = switch + b + s.sync_s
         self.busy_gpu_s["train"] += (b + s.sync_s) * len(nodes) * self.spec.gpus_per_node

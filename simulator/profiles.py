@@ -48,10 +48,10 @@ class PhaseProfile:
 _CACHE: dict = {}
 
 
-def _key(setup: JobSetup, seeds: int, consolidate_at: Optional[float]) -> tuple:
+def _key(setup: JobSetup, seeds: int, consolidate_at: Optional[float], first_seed: int = 0) -> tuple:
     return (setup.model, setup.workload, setup.rollout_gpu, setup.train_gpu, setup.gpus_per_node, setup.rollout_nodes,
             setup.train_nodes, setup.rollout_tp, setup.train_unit, setup.forwards, setup.updates, setup.train_mfu,
-            setup.weight_sync, setup.inter_cluster_gb_per_s, setup.overhead_ms, seeds, consolidate_at)
+            setup.weight_sync, setup.inter_cluster_gb_per_s, setup.overhead_ms, seeds, consolidate_at, first_seed)
 
 
 def _rollout_once(setup: JobSetup, seed: int, consolidate_at: Optional[float]):
@@ -63,15 +63,17 @@ def _rollout_once(setup: JobSetup, seed: int, consolidate_at: Optional[float]):
     return reqs, makespan, (stage.consolidated_at_s if stage is not None else None), kept
 
 
-def phase_profile(setup: JobSetup, seeds: int = 3, consolidate_at: Optional[float] = 0.8) -> PhaseProfile:
-    key = _key(setup, seeds, consolidate_at)
+def phase_profile(setup: JobSetup, seeds: int = 3, consolidate_at: Optional[float] = 0.8, first_seed: int = 0) -> PhaseProfile:
+    """``seeds`` rollouts on seeds ``first_seed, first_seed + 1, ...`` (another ``first_seed``: samples of
+    the same job that a planner holding the default ones has never seen)."""
+    key = _key(setup, seeds, consolidate_at, first_seed)
     if key in _CACHE:
         return _CACHE[key]
     s = setup
     r_s, t_s, tokens = [], [], []
     body, tail_gpus, stretch = [], [], []
     reqs = []
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         reqs, T, _, _ = _rollout_once(s, seed, None)
         r_s.append(T)
         t_s.append(train_time_s(s, reqs))

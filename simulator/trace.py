@@ -32,6 +32,10 @@ its current iteration (its old pools stay provisioned until their last member ha
 its new group's run then; the iteration it starts there is measured from the end of its last one
 in the old run, so the move's wait counts against its SLO.
 
+A placer may also *time* a join (``start_s``): the member it admitted into a running group starts its
+first rollout at that moment (the wait until then counts as waiting for admission); ``bind`` hands
+the placer this trace, whose running groups' state it may read.
+
 Cost is what the pools cost while they are provisioned: a group's pools from its creation to its
 last member's departure (a pool extended later costs more from then on). SLO attainment per job
 is the share of its iterations (the gap between two iteration ends, the first measured from its
@@ -215,8 +219,11 @@ class TraceSim:
         self.migrations = 0
         self.provisioned: list = []
         self._level: dict = {}
+        self.pending: set[str] = set()  # members admitted into a running group whose first rollout starts later
         for j in sorted(jobs, key=lambda j: (j.arrival_s, j.name)):
             self.loop.at(j.arrival_s, self._arrive, j.name)
+        if hasattr(placer, "bind"):  # a placer that times joins on the running groups' state
+            placer.bind(self)
 
     # ------------------------------------------------------------------ provisioning ledger
     def _provision(self, gpu_type: str, delta: int) -> None:
@@ -361,6 +368,7 @@ class TraceSim:
             if run is None or not run.active():
                 if not members:
                     continue
+                self.pending.difference_update(members)
                 key = gid if run is None else f"{gid}#{now:.3f}"
                 self.configs[gid] = c
                 self.slots.pop(gid, None)  # a new run: its members take slots afresh
@@ -385,9 +393,34 @@ class TraceSim:
             if c != old:  # the rollout pool was extended: new nodes join the rings, phase times shrink
                 self._extend(gid, run, old, c)
             for m in members:
-                if m not in run.members and m not in run.finished:
+                if m not in run.members and m not in run.finished and m not in self.pending:
+                    start = self._start_of(m)
+                    if start is not None and start > now + 1e-9:  # the placer timed its first rollout
+                        self.pending.add(m)
+                        self.loop.at(start, self._late_join, gid, m)
+                        continue
                     run.add_member(self._member(m, c, gid))
                     self.records[m].group = gid
+
+    def _start_of(self, name: str) -> Optional[float]:
+        start_s = getattr(self.placer, "start_s", None)
+        return start_s(name) if start_s is not None else None
+
+    def _late_join(self, gid: str, name: str) -> None:
+        """A member whose first rollout the placer timed joins its group's run now (its wait for that
+        moment counts as waiting for admission)."""
+        if name not in self.pending:  # it started with a fresh run of its group meanwhile
+            return
+        self.pending.discard(name)
+        self.records[name].admitted_s = self.loop.now
+        run = self.runs.get(gid)
+        placed = self.placer.groups().get(gid)
+        if run is None or not run.active() or placed is None or name not in placed[1] or self.records[name].done_s is not None:
+            self._reconcile()
+            return
+        if name not in run.members and name not in run.finished:
+            run.add_member(self._member(name, placed[0], gid))
+            self.records[name].group = gid
 
     def _extend(self, gid: str, run: GroupRun, old: PoolConfig, new: PoolConfig) -> None:
         for t, g in self._pool_gpus(old).items():

@@ -99,11 +99,16 @@ class _Family:
 class Packer:
     """Groups being built by admission moves, with free nodes per type."""
 
-    def __init__(self, idx: Index, capacity: Optional[dict[str, int]] = None, join_delay: bool = False):
+    def __init__(self, idx: Index, capacity: Optional[dict[str, int]] = None, join_delay: bool = False,
+                 accept: Optional[Callable[[int, int, int], bool]] = None):
         """``join_delay``: a join must also keep the one longer iteration it causes (the running
-        members' and the newcomer's first) within the SLOs (module docstring)."""
+        members' and the newcomer's first) within the SLOs (module docstring). ``accept(group,
+        configuration, job)``: a further test of a join (fill a bubble or extend the rollout pool),
+        asked cheapest candidate first until one passes (e.g. the members' sampled iteration times,
+        :mod:`formulation.placement.sampled`); a new group is never asked."""
         self.idx = idx
         self.join_delay = join_delay
+        self.accept = accept
         self.free = dict(capacity if capacity is not None else idx.capacity)
         self.groups: list[list[int]] = []  # members per group
         self.group_config: list[int] = []
@@ -265,17 +270,23 @@ class Packer:
             marg = np.where(feas, fam.cost[None, :] - fam.cost[rpos][:, None], np.inf)
             with np.errstate(invalid="ignore", divide="ignore"):
                 fill = np.maximum(A, BS) / lim
-            m = marg.min()
-            if m > best.marginal_cost + 1e-9:
-                continue
-            cand = np.argwhere(marg <= m + 1e-9)
-            fills = fill[cand[:, 0], cand[:, 1]]
-            pick = cand[int(np.argmax(fills))]
-            fbest = float(fills.max())
-            if m < best.marginal_cost - 1e-9 or fbest > best_fill:
+            while True:
+                m = marg.min()
+                if not np.isfinite(m) or m > best.marginal_cost + 1e-9:
+                    break
+                cand = np.argwhere(marg <= m + 1e-9)
+                fills = fill[cand[:, 0], cand[:, 1]]
+                pick = cand[int(np.argmax(fills))]
+                fbest = float(fills.max())
+                if not (m < best.marginal_cost - 1e-9 or fbest > best_fill):
+                    break
                 row, r = int(pick[0]), int(pick[1])
+                if self.accept is not None and not self.accept(int(fam.gid[rows[row]]), ks[r], j):
+                    marg[row, r] = np.inf  # refused: the next candidate
+                    continue
                 best = Admission(j, "fill-bubble" if r == rpos[row] else "extend-rollout-pool", int(fam.gid[rows[row]]), ks[r], float(m))
                 best_fill = fbest
+                break
         # open a new group: the cheapest configuration the fleet still has the nodes for
         alone = idx.job_configs[j]
         if len(alone):

@@ -8,6 +8,8 @@ time under the scenario's ``solver.phase_time_estimate``.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from planner.errors import Problem, UserError, did_you_mean
@@ -71,8 +73,9 @@ def _switch_costs(setup, colocated: bool, cold: bool = False) -> tuple[float, fl
     return switch_times_s(setup, colocated, cold)
 
 
-def trace_jobs(sc, seed: int = 0, consolidate_at: float = 0.8, profile_seeds: int = 3):
-    """The scenario's jobs as :class:`simulator.trace.TraceJob` (phase times measured by the simulator)."""
+def trace_jobs(sc, seed: int = 0, consolidate_at: float = 0.8, profile_seeds: int = 3, profile_first_seed: int = 0):
+    """The scenario's jobs as :class:`simulator.trace.TraceJob` (phase times measured by the simulator on
+    ``profile_seeds`` rollout seeds from ``profile_first_seed``)."""
     from dataclasses import replace
 
     from simulator.profiles import phase_profile
@@ -92,7 +95,7 @@ def trace_jobs(sc, seed: int = 0, consolidate_at: float = 0.8, profile_seeds: in
                            inter_cluster_gb_per_s=view.inter_cluster_bw(c.rollout_type, c.train_type))
 
         def profile(c, setup_for=setup_for):
-            return phase_profile(setup_for(c), seeds=profile_seeds, consolidate_at=consolidate_at)
+            return phase_profile(setup_for(c), seeds=profile_seeds, consolidate_at=consolidate_at, first_seed=profile_first_seed)
 
         def switch(c, setup_for=setup_for):
             return _switch_costs(setup_for(c), c.rollout_type == c.train_type and c.rollout_nodes == c.train_nodes)
@@ -191,11 +194,14 @@ def with_simulated_slos(jobs, inst):
     return [replace(j, slo_s=slo[j.name]) for j in jobs]
 
 
-def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = False, repack: bool = False):
+def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = False, repack: bool = False,
+                     sampled: Optional[float] = None, sampled_join: bool = True, timed: bool = False,
+                     upper_end: bool = False):
     """The placement planner's online admission as a :class:`simulator.trace.Placer` (``join_delay``:
     joins keep the iteration they delay within the SLOs; ``repack``: the fourth move, re-pack the joined
     group; :class:`formulation.placement.greedy.Packer`)."""
-    return PlannerPlacer(sc, jobs, tables, join_delay=join_delay, repack=repack)
+    return PlannerPlacer(sc, jobs, tables, join_delay=join_delay, repack=repack, sampled=sampled, sampled_join=sampled_join, timed=timed,
+                         upper_end=upper_end)
 
 
 class PlannerPlacer:
@@ -208,7 +214,9 @@ class PlannerPlacer:
     are the packer's group positions, which never change.
     """
 
-    def __init__(self, sc, jobs=None, tables: str = "estimators", join_delay: bool = False, repack: bool = False) -> None:
+    def __init__(self, sc, jobs=None, tables: str = "estimators", join_delay: bool = False, repack: bool = False,
+                 sampled: Optional[float] = None, sampled_join: bool = True, timed: bool = False,
+                 upper_end: bool = False) -> None:
         """``tables``: ``estimators`` (the planner's own compilation on the scenario's estimate), an
         estimate (``sampled``, ``p90``, ``p99``, ``max``: the same compilation on that estimate, the
         SLOs on the scenario's terms for the quantiles), ``simulator`` (:func:`simulated_instance`:
@@ -216,7 +224,12 @@ class PlannerPlacer:
         the SLOs as ``simulator``'s). ``join_delay``: admission also keeps the one
         longer iteration a join causes within the SLOs (:class:`formulation.placement.greedy.Packer`);
         ``repack``: admission may also re-pack the group a job joins (:meth:`Packer.admit_repack`: the
-        group's members and the job re-partitioned exactly; the trace moves the members that change group)."""
+        group's members and the job re-partitioned exactly; the trace moves the members that change group).
+        ``sampled``: a join must also keep every member's iteration times on that quantile of its
+        sampled phase times within its SLO, the join's own iteration included (``sampled_join``;
+        :mod:`planner.instances.sampled_admission`); ``timed`` (with ``sampled``): a join into a running
+        pinned group is judged on the group's state now and the newcomer's first rollout is timed
+        (:meth:`planner.instances.sampled_admission.SampledAcceptance.timed_join`; the trace binds itself)."""
         from formulation.placement.evaluate import Index
         from formulation.placement.greedy import Packer
         from planner.instances.placement import compile_scenario
@@ -232,6 +245,16 @@ class PlannerPlacer:
         self.idx = Index(self.inst)
         self.pk = Packer(self.idx, join_delay=join_delay)
         self.repack = repack
+        self.acceptance = None
+        if sampled is not None:
+            from planner.instances.sampled_admission import sampled_acceptance
+
+            if jobs is None:
+                raise ValueError("sampled admission needs the trace jobs (their phase samples)")
+            self.acceptance = sampled_acceptance(self.pk, {j.name: j for j in jobs}, quantile=sampled, join=sampled_join,
+                                                 timed=timed, live=self._live if timed else None, upper_end=upper_end)
+        self.trace = None  # the trace whose running groups a timed join reads (bind)
+        self.starts: dict = {}  # job -> the start of its first rollout a timed join chose
         self.j_of = {n: i for i, n in enumerate(self.idx.names)}
         self.moves: list = []  # (job, move, configuration label, marginal $/h)
 
@@ -247,8 +270,25 @@ class PlannerPlacer:
                 return False
             self.pk.apply(adm)
         k = adm.config if adm.config is not None else self.pk.group_config[adm.group] if adm.group is not None else None
+        if self.acceptance is not None and adm.group is not None and adm.move != "new-group":
+            t = self.acceptance.start_at.get((adm.group, adm.config, j))
+            if t is not None:
+                self.starts[job] = t
         self.moves.append((job, adm.move, self.idx.configs[k].label() if k is not None else "", adm.marginal_cost))
         return True
+
+    def bind(self, trace) -> None:
+        """The trace whose running groups' state a timed join reads (:class:`simulator.trace.TraceSim`)."""
+        self.trace = trace
+
+    def _live(self, g: int):
+        if self.trace is None:
+            return None
+        return self.trace.loop.now, self.trace.runs.get(f"g{g}")
+
+    def start_s(self, job: str) -> Optional[float]:
+        """When the job's first rollout starts, where a timed join chose it (None: at once)."""
+        return self.starts.get(job)
 
     def remove(self, job: str) -> None:
         j = self.j_of[job]
