@@ -516,7 +516,18 @@ def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline
             progress("bound", sol.cost(idx), st.bound)
     before = sol.cost(idx)
     # after a repair that re-partitioned every group at once the local search has nothing to find
-    sol, st.lns_moves = improve(idx, sol, time.perf_counter() if exact else deadline, seed=seed, progress=progress, bound=st.bound)
+    # the large-neighbourhood search (:mod:`formulation.placement.lns`: eliminate groups into the
+    # others' slack, re-pack related groups exactly); jobs still left out get the old search's
+    # neighbourhoods, which may take them in
+    from formulation.placement.lns import improve as lns_improve
+
+    end = time.perf_counter() if exact else deadline
+    moves = 0
+    if sol.unplaced:
+        sol, moves = improve(idx, sol, time.perf_counter() + 0.5 * max(0.0, end - time.perf_counter()), seed=seed,
+                             progress=progress, bound=st.bound)
+    sol, more = lns_improve(idx, sol, end, seed=seed, progress=progress, bound=st.bound)
+    st.lns_moves = moves + more
     st.lns_gain = before - sol.cost(idx)
     return sol, st
 

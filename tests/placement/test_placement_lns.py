@@ -1,0 +1,90 @@
+"""The large-neighbourhood search (``formulation.placement.lns``): its insertion test against the
+closed form group by group, and its plans against the solver-free checker and the exhaustive
+optimum (never below it, and from a plan of one job per group it gets most of the way there)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.placement.generate import generate_distinct
+from formulation.placement.check import check
+from formulation.placement.evaluate import Index, Solution
+from formulation.placement.lns import GroupState, improve
+from formulation.placement.plan import build_plan
+from tests.placement.placement_helpers import distinct_oracle
+
+
+def _inst(n: int, seed: int, cnt: int = 6):
+    return generate_distinct(n, seed, counts={"H20": cnt, "H800": cnt, "A100": cnt, "L40S": cnt}, unplaceable=0.0,
+                             slo_ratio=(1.5, 3.0))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_best_insert_is_the_cheapest_feasible_join(seed):
+    from formulation.placement.fast import first_fit
+
+    inst = _inst(24, seed, cnt=12)
+    idx = Index(inst)
+    groups = first_fit(idx)[0].groups
+    free = np.array([idx.capacity[t] for t in idx.types], dtype=float) - sum(idx.node_matrix[g.config] for g in groups)
+    st = GroupState(idx, list(groups), free)
+    for g_out, g in enumerate(groups):
+        j = int(g.members[-1])
+        got = st.best_insert(j, g_out)
+        # brute force on the closed form: every other group, every configuration within the free nodes
+        best = None
+        for h, other in enumerate(groups):
+            if h == g_out:
+                continue
+            for k in range(len(idx.configs)):
+                extra = idx.node_matrix[k] - idx.node_matrix[other.config]
+                if (extra > free + 1e-9).any() or not idx.feasible(k, list(other.members) + [j]):
+                    continue
+                m = idx.cost[k] - idx.cost[other.config]
+                if best is None or m < best - 1e-9:
+                    best = m
+        if best is None:
+            assert got is None
+        else:
+            assert got is not None and got[0] == pytest.approx(best)
+            assert idx.feasible(got[2], list(groups[got[1]].members) + [j])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_search_gets_valid_plans_near_the_exhaustive_optimum(seed):
+    from formulation.placement.fast import first_fit, slo_order
+
+    full = _inst(12, seed, cnt=5)
+    fi = Index(full)
+    placed = sorted(j for g in first_fit(fi)[0].groups for j in g.members)[:8]  # jobs this fleet holds
+    inst = full.model_copy(update={"jobs": [full.jobs[j] for j in placed]})
+    idx = Index(inst)
+    start, _ = first_fit(idx, slo_order(idx)[::-1])  # loosest SLO first: a poor start
+    if start.unplaced:
+        start, _ = first_fit(idx)
+    opt, left_out = distinct_oracle(inst)
+    if start.unplaced or left_out:
+        pytest.skip("the fleet holds not every job")
+    sol, moves = improve(idx, start, float("inf"), seed=seed)  # ends when a sweep finds nothing
+    assert check(inst, build_plan(idx, sol, [])) == []
+    cost = sol.cost(idx)
+    assert sorted(j for g in sol.groups for j in g.members) == list(range(idx.n))
+    assert cost >= opt - 1e-6  # nothing beats the exhaustive optimum
+    assert cost <= start.cost(idx) + 1e-9
+    if start.cost(idx) > opt * 1.15:
+        assert moves >= 1
+    assert cost <= 1.15 * opt, (cost, opt, start.cost(idx))
+
+
+def test_the_search_keeps_to_the_fleet():
+    inst = generate_distinct(30, 3, counts={"H20": 6, "H800": 5, "A100": 5, "L40S": 6}, unplaceable=0.0, slo_ratio=(1.5, 3.0))
+    idx = Index(inst)
+    from formulation.placement.fast import first_fit
+
+    start, _ = first_fit(idx)
+    sol, _ = improve(idx, Solution(start.groups), float("inf"))
+    used = idx.nodes_used(sol.groups)
+    assert all(used[t] <= idx.capacity[t] for t in idx.types)
+    assert check(inst, build_plan(idx, sol, [])) == [] or start.unplaced
+    assert sol.cost(idx) <= start.cost(idx) + 1e-9
