@@ -60,6 +60,7 @@ class GroupState:
         self.DR = np.zeros((cap, K))
         self.OK = np.zeros((cap, K), dtype=bool)
         self.ST = np.zeros(cap)
+        self.minSB = np.zeros(cap)  # least training-ring sum over the configurations (a screen)
         self.LIM = np.full(cap, np.inf)
         self.conf = np.full(cap, -1)
         self.live = np.zeros(cap, dtype=bool)  # holds members and may take more (not anchored)
@@ -72,7 +73,7 @@ class GroupState:
     def _new_row(self, members: list[int], k: int, anchor: Optional[str] = None) -> int:
         G = len(self.members)
         if G == len(self.LIM):
-            for name in ("SA", "SB", "MT", "DR", "OK", "ST", "LIM", "conf", "live"):
+            for name in ("SA", "SB", "MT", "DR", "OK", "ST", "minSB", "LIM", "conf", "live"):
                 arr = getattr(self, name)
                 setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
         self.members.append(members)
@@ -86,7 +87,7 @@ class GroupState:
         if not m:
             self.SA[g] = self.SB[g] = self.MT[g] = self.DR[g] = 0.0
             self.OK[g] = True
-            self.ST[g], self.LIM[g] = 0.0, np.inf
+            self.ST[g], self.LIM[g], self.minSB[g] = 0.0, np.inf, 0.0
             self.live[g] = False
             return
         self.SA[g] = self.a0[:, m].sum(axis=1)
@@ -96,15 +97,17 @@ class GroupState:
         self.OK[g] = self.idx.ok[:, m].all(axis=1)
         self.ST[g] = self.idx.state_t[m].sum()
         self.LIM[g] = self.idx.slo[m].min()
+        self.minSB[g] = self.SB[g].min()
         self.live[g] = self.anchor[g] is None
 
     def _snapshot(self, g: int):
         return (list(self.members[g]), int(self.conf[g]), self.SA[g].copy(), self.SB[g].copy(), self.MT[g].copy(),
-                self.DR[g].copy(), self.OK[g].copy(), float(self.ST[g]), float(self.LIM[g]), bool(self.live[g]))
+                self.DR[g].copy(), self.OK[g].copy(), float(self.ST[g]), float(self.minSB[g]), float(self.LIM[g]),
+                bool(self.live[g]))
 
     def _restore(self, g: int, snap) -> None:
         (self.members[g], self.conf[g], self.SA[g], self.SB[g], self.MT[g], self.DR[g], self.OK[g], self.ST[g],
-         self.LIM[g], self.live[g]) = snap
+         self.minSB[g], self.LIM[g], self.live[g]) = snap
 
     def cost_of(self, g: int) -> float:
         return float(self.idx.cost[self.conf[g]]) if self.members[g] else 0.0
@@ -127,11 +130,32 @@ class GroupState:
         ks = idx.job_configs[j]
         if not len(ks) or G == 0:
             return None
-        rows = np.flatnonzero(self.live[:G])
-        rows = rows[rows != exclude]
+        lim_all = np.minimum(self.LIM[:G], idx.slo[j]) * TOL + 1e-12
+        # first the groups that take it on their configuration as it stands (no extra $/h: one
+        # number per group), the fullest one after the join (best fit)
+        g_all = np.arange(G)
+        cur = np.maximum(self.conf[:G], 0)
+        sa, sb = self.SA[g_all, cur] + self.a0[cur, j], self.SB[g_all, cur] + self.bs0[cur, j]
+        as_is = (self.live[:G] & self.OK[g_all, cur] & idx.ok[cur, j] & (sa <= lim_all) & (sb <= lim_all)
+                 & (np.maximum(self.MT[g_all, cur], self.tot0[cur, j]) <= lim_all)
+                 & (self.DR[g_all, cur] + self.w0[cur, j] <= idx.dram_cap_r[cur] * TOL)
+                 & (self.ST[:G] + idx.state_t[j] <= idx.dram_cap_t[cur] * TOL))
+        if 0 <= exclude < G:
+            as_is[exclude] = False
+        if as_is.any():
+            cand = np.flatnonzero(as_is)
+            best = int(cand[np.argmax(np.maximum(sa[cand], sb[cand]) / lim_all[cand])])
+            return 0.0, best, int(cur[best])
+        # screens on one number per group (necessary for a join on any configuration): the
+        # training ring's least sum plus the job's least training occupancy, the training DRAM
+        screen = self.live[:G] & (self.minSB[:G] + self.bs0[ks, j].min() <= lim_all)
+        screen &= self.ST[:G] + idx.state_t[j] <= idx.dram_cap_t[ks].max() * TOL
+        if 0 <= exclude < G:
+            screen[exclude] = False
+        rows = np.flatnonzero(screen)
         if not len(rows):
             return None
-        lim = np.minimum(self.LIM[rows], idx.slo[j]) * TOL + 1e-12
+        lim = lim_all[rows]
         # screen on the group's rollout/training sums at the job's own configurations
         okr = self.OK[np.ix_(rows, ks)]
         feas = okr & (self.SA[np.ix_(rows, ks)] + self.a0[ks, j] <= lim[:, None])
@@ -177,6 +201,7 @@ class GroupState:
         self.DR[g] += self.w0[:, j]
         self.OK[g] &= idx.ok[:, j]
         self.ST[g] += idx.state_t[j]
+        self.minSB[g] = self.SB[g].min()
         self.LIM[g] = min(self.LIM[g], idx.slo[j])
 
     def eliminate(self, g: int) -> float:
