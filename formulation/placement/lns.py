@@ -204,8 +204,8 @@ class GroupState:
         self.minSB[g] = self.SB[g].min()
         self.LIM[g] = min(self.LIM[g], idx.slo[j])
 
-    def eliminate(self, g: int) -> float:
-        """Try to remove group ``g`` (module docstring); the $/h saved (0 when rejected)."""
+    def eliminate(self, g: int, sideways: bool = False) -> float:
+        """Try to remove group ``g`` (module docstring); the $/h saved (0 when rejected or sideways)."""
         idx = self.idx
         ms = list(self.members[g])
         if not ms or self.anchor[g] is not None:
@@ -220,7 +220,7 @@ class GroupState:
         size = np.array([self.a0[self.conf[g], j] + self.bs0[self.conf[g], j] for j in ms])
         for j in (ms[i] for i in np.argsort(-size, kind="stable")):
             ins = self.best_insert(j, g)
-            if ins is None or spent + ins[0] >= old - 1e-9:
+            if ins is None or spent + ins[0] >= old - 1e-9 or (sideways and ins[0] > 1e-9):
                 stay.append(j)
                 continue
             m, h, k = ins
@@ -233,7 +233,9 @@ class GroupState:
             total = spent + (idx.cost[k_rest] if k_rest is not None else np.inf)
         else:
             k_rest, total = None, spent
-        if total >= old - 1e-9 or len(stay) == len(ms):
+        # kept when cheaper; with ``sideways``, also at the same cost when members left (into
+        # fuller groups: the best fit), which empties the least-filled groups for later moves
+        if len(stay) == len(ms) or total > old + 1e-9 or (total >= old - 1e-9 and not sideways):
             for h, snap in saved.items():
                 self._restore(h, snap)
             self.free = free0
@@ -289,6 +291,8 @@ def improve(idx: Index, sol: Solution, deadline: float, seed: int = 0, max_jobs:
         gain = st.eliminate(g)
         if gain <= 0:
             gain = _repack(st, g, pair, max_jobs, rng, deadline)
+        if gain <= 0:  # members that fit elsewhere as the groups stand leave for fuller groups
+            gain = st.eliminate(g, sideways=True)
         if gain > 0:
             moves += 1
             fails = 0
@@ -308,11 +312,21 @@ def _repack(st: GroupState, g: int, pair: np.ndarray, max_jobs: int, rng, deadli
     from formulation.placement.fast import repartition
 
     G = len(st.members)
-    live = np.flatnonzero(st.live[:G] & (pair[np.maximum(st.conf[:G], 0)] == pair[st.conf[g]]))
-    live = live[live != g]
-    if not len(live):
+    if rng.random() < 0.5:  # groups of its pool-type pair nearest in SLO
+        live = np.flatnonzero(st.live[:G] & (pair[np.maximum(st.conf[:G], 0)] == pair[st.conf[g]]))
+        live = live[live != g]
+        near = live[np.argsort(np.abs(st.LIM[live] - st.LIM[g]), kind="stable")[:6]]
+    else:  # groups sharing a pool type with it, at random
+        T = len(st.idx.types)
+        cp = pair[np.maximum(st.conf[:G], 0)]
+        p0, q0 = divmod(int(pair[st.conf[g]]), T)
+        rp, tq = cp // T, cp % T
+        live = np.flatnonzero(st.live[:G] & ((rp == p0) | (rp == q0) | (tq == p0) | (tq == q0)))
+        live = live[live != g]
+        near = live[rng.permutation(len(live))[:40]] if len(live) else live
+    if not len(near):
         return 0.0
-    near = live[np.argsort(np.abs(st.LIM[live] - st.LIM[g]), kind="stable")[:6]]
+    near = near.copy()
     rng.shuffle(near)
     pick, size = [g], len(st.members[g])
     for h in near:
