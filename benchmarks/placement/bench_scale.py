@@ -60,7 +60,7 @@ def plan_row(path: Path, limit: float, work: Path, backend: str = "auto") -> dic
     doc = json.loads(out.read_text())
     body = doc["body"]
     row.update(cost=body["cost_per_hour"], bound=body.get("lower_bound_per_hour"), unplaced=len(body["unplaced"]),
-               valid=v.returncode == 0, message=(doc.get("record") or {}).get("message", "")[:300])
+               valid=v.returncode == 0, message=str((doc.get("solver") or {}).get("message", ""))[:300])
     return row
 
 

@@ -56,6 +56,7 @@ TOL = 1 + REL_TOL
 LOAD_BOUND_STEPS = 60
 #: beyond this many jobs the fast path packs the first fit only and gives the rest to the search
 LNS_FROM_FIRST_FIT = 200
+LNS_SPAN_X = 8.0  # ... when the fast path's time is over this many times what the first fit took
 
 
 @dataclass
@@ -491,11 +492,12 @@ def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, see
     took = time.perf_counter() - t0
     for name, order in (("FFD best fit", ffd_order), ("tightest-SLO-first best fit", slo_order)):
         left = build_by - time.perf_counter()
-        # best fit takes about 2.5x the first fit (docs/placement.md). Beyond 200 jobs the
-        # large-neighbourhood search starts from the first fit: its many small groups are what the
+        # best fit takes about 2.5x the first fit (docs/placement.md). Beyond 200 jobs, when the
+        # limit is over 8x what the first fit took, the large-neighbourhood search starts from the
+        # first fit instead (with less time best fit is the better plan): its many small groups are what the
         # elimination move empties (distinct 2000:0, 8 s of search: 37,762 $/h from the first
         # fit's 42,282, 39,664 from best fit's 41,852; 500:0, 3 s: 9,400 against 9,620)
-        if cut or idx.n > LNS_FROM_FIRST_FIT or left < 2.5 * took:
+        if cut or (idx.n > LNS_FROM_FIRST_FIT and span > LNS_SPAN_X * took) or left < 2.5 * took:
             continue
         other = pack(idx, order(idx), max_pairs=2 if many else 16, deadline=build_by)
         if time.perf_counter() > build_by:

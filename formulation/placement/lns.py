@@ -235,7 +235,7 @@ class GroupState:
             k_rest, total = None, spent
         # kept when cheaper; with ``sideways``, also at the same cost when members left (into
         # fuller groups: the best fit), which empties the least-filled groups for later moves
-        if len(stay) == len(ms) or total > old + 1e-9 or (total >= old - 1e-9 and not sideways):
+        if total > old + 1e-9 or (total >= old - 1e-9 and (not sideways or len(stay) == len(ms))):
             for h, snap in saved.items():
                 self._restore(h, snap)
             self.free = free0
