@@ -22,7 +22,7 @@ Moves (each kept only when the plan gets cheaper; the plan stays valid throughou
   random: a group whose members fit the others' slack is removed for free.
 * *Re-pack* a few related groups exactly: the members of 2-3 groups of one pool-type pair with
   nearby SLOs (at most ``max_jobs``) re-partitioned by the subset DP of
-  :func:`formulation.placement.fast.repartition` (pinned configurations included).
+  :func:`formulation.placement.subsets.repartition` (pinned configurations included).
 
 Anchored groups (a current plan's) are neither removed nor grown.
 """
@@ -35,6 +35,7 @@ from typing import Optional
 import numpy as np
 
 from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
+from formulation.placement.subsets import repartition
 
 TOL = 1 + REL_TOL
 
@@ -309,8 +310,6 @@ def improve(idx: Index, sol: Solution, deadline: float, seed: int = 0, max_jobs:
 def _repack(st: GroupState, g: int, pair: np.ndarray, max_jobs: int, rng, deadline: float) -> float:
     """Re-pack ``g`` with 1-2 live groups of its pool-type pair nearest in SLO (at most ``max_jobs``
     jobs) exactly; the $/h saved (0 when nothing cheaper)."""
-    from formulation.placement.fast import repartition
-
     G = len(st.members)
     if rng.random() < 0.5:  # groups of its pool-type pair nearest in SLO
         live = np.flatnonzero(st.live[:G] & (pair[np.maximum(st.conf[:G], 0)] == pair[st.conf[g]]))
