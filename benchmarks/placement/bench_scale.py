@@ -21,7 +21,7 @@ instance is written as JSON and
 ``--big N`` adds one ``N``-job instance (the first family) under ``--big-limit``, timed only
 (the independent packings take minutes there). Rows are appended to ``OUT/scale.json`` as they
 finish (a rerun skips the rows there), and ``OUT/scale.md`` is written with the command, the
-machine and its load average.
+machine and its load average; each row names the commit it ran (``BENCH_COMMIT`` or ``git rev-parse``).
 """
 
 from __future__ import annotations
@@ -107,7 +107,11 @@ def main(argv=None) -> int:
                                         "load_start": os.getloadavg()[0]})
     done = {(r["family"], r["n"], r["what"]) for r in data["rows"]}
 
+    commit = os.environ.get("BENCH_COMMIT") or subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                                               capture_output=True, text=True).stdout.strip() or "unknown"
+
     def add(row: dict) -> None:
+        row["commit"] = commit
         data["rows"].append(row)
         store.write_text(json.dumps(data, indent=1))
         print(json.dumps({k: v for k, v in row.items() if k != "message"}), flush=True)
@@ -148,8 +152,8 @@ def render(data: dict) -> str:
     lines += ["", "Independent: the cheapest of first/best fit in size/SLO order (`benchmarks/placement/independent.py`). "
               "best known: the cheapest plan of any row of the instance with the fewest jobs left out. "
               "bound gap: (best known - bound) / best known. valid: `planner validate-plan` in another process.", "",
-              "| family | jobs | run | wall s | CPU s | load | $/h | left out | x independent | x best known | bound | bound gap | valid |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| family | jobs | run | wall s | CPU s | load | $/h | left out | x independent | x best known | bound | bound gap | valid | commit |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     keys = sorted({(r["family"], r["n"]) for r in rows}, key=lambda k: (k[0], k[1]))
     for fam, n in keys:
         rs = [r for r in rows if (r["family"], r["n"]) == (fam, n)]
@@ -159,20 +163,21 @@ def render(data: dict) -> str:
         best = min((r["cost"] for r in plans if r["unplaced"] == fewest), default=None)
         if ind:
             lines.append(f"| {fam} | {n} | independent ({ind['rule']}) | | {ind['cpu_s']} | | {ind['cost']:,.0f} | "
-                         f"{ind['left_out']} | 1.000 | {ind['cost'] / best:.3f} | | | |" if best else "")
+                         f"{ind['left_out']} | 1.000 | {ind['cost'] / best:.3f} | | | | {ind.get('commit', '')} |" if best else "")
         for r in rs:
             if r["what"] == "independent":
                 continue
             if r.get("rc") != 0:
                 lines.append(f"| {fam} | {n} | {r['what']} | {r['wall_s']} | {r['cpu_s']} | {r.get('load', '')} | "
-                             f"error rc {r['rc']} | | | | | | |")
+                             f"error rc {r['rc']} | | | | | | | {r.get('commit', '')} |")
                 continue
             xi = f"{r['cost'] / ind['cost']:.3f}" if ind and ind["cost"] else "—"
             xb = f"{r['cost'] / best:.3f}" if best else "—"
             b = r.get("bound")
             gap = f"{(best - b) / best:.1%}" if b is not None and best and r["unplaced"] == fewest else "—"
             lines.append(f"| {fam} | {n} | {r['what']} | {r['wall_s']} | {r['cpu_s']} | {r.get('load', '')} | {r['cost']:,.0f} | "
-                         f"{r['unplaced']} | {xi} | {xb} | {'—' if b is None else f'{b:,.0f}'} | {gap} | {r['valid']} |")
+                         f"{r['unplaced']} | {xi} | {xb} | {'—' if b is None else f'{b:,.0f}'} | {gap} | {r['valid']} | "
+                         f"{r.get('commit', '')} |")
     return "\n".join(lines) + "\n"
 
 
