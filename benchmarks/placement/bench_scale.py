@@ -91,7 +91,11 @@ def main(argv=None) -> int:
     ap.add_argument("--big-limit", type=float, default=2.0)
     ap.add_argument("--out", default=str(ROOT / "results" / "placement" / "scale"))
     ap.add_argument("--work", default="/tmp/bench_scale")
+    ap.add_argument("--render-only", action="store_true", help="write OUT/scale.md from OUT/scale.json and stop")
     a = ap.parse_args(argv)
+    if a.render_only:
+        Path(a.out, "scale.md").write_text(render(json.loads(Path(a.out, "scale.json").read_text())))
+        return 0
     from benchmarks.placement.bench_backends import families
 
     fams = families()
