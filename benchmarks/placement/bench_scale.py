@@ -153,6 +153,8 @@ def render(data: dict) -> str:
         lines.append(f"    {run['command']}")
         lines.append(f"    # {run['machine']}; {run['start_utc']}; load average {run['load_start']:.1f} at the start"
                      + (f", {run['load_end']:.1f} at the end" if "load_end" in run else ""))
+        if run.get("note"):
+            lines.append(f"    # {run['note']}")
     lines += ["", "Independent: the cheapest of first/best fit in size/SLO order (`benchmarks/placement/independent.py`). "
               "best known: the cheapest plan of any row of the instance with the fewest jobs left out. "
               "bound gap: (best known - bound) / best known. valid: `planner validate-plan` in another process.", "",
