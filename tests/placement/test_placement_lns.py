@@ -15,6 +15,15 @@ from formulation.placement.plan import build_plan
 from tests.placement.placement_helpers import distinct_oracle
 
 
+def _violations(inst, idx: Index, sol: Solution):
+    """The solver-free checker on the plan of ``sol`` (its left-out jobs explained)."""
+    from formulation.placement.explain import explain
+
+    used = idx.nodes_used(sol.groups)
+    free = {t: idx.capacity[t] - used[t] for t in idx.types}
+    return check(inst, build_plan(idx, sol, [explain(idx, j, free) for j in sol.unplaced]))
+
+
 def _inst(n: int, seed: int, cnt: int = 6):
     return generate_distinct(n, seed, counts={"H20": cnt, "H800": cnt, "A100": cnt, "L40S": cnt}, unplaceable=0.0,
                              slo_ratio=(1.5, 3.0))
@@ -78,13 +87,33 @@ def test_the_search_gets_valid_plans_near_the_exhaustive_optimum(seed):
 
 
 def test_the_search_keeps_to_the_fleet():
-    inst = generate_distinct(30, 3, counts={"H20": 6, "H800": 5, "A100": 5, "L40S": 6}, unplaceable=0.0, slo_ratio=(1.5, 3.0))
-    idx = Index(inst)
+    """On a fleet too small for every job (22 of 30 left out by the first fit) every move must fit
+    the nodes left: the plan stays within the fleet, places the same jobs, and passes the checker."""
     from formulation.placement.fast import first_fit
 
+    inst = generate_distinct(30, 3, counts={"H20": 6, "H800": 5, "A100": 5, "L40S": 6}, unplaceable=0.0, slo_ratio=(1.5, 3.0))
+    idx = Index(inst)
     start, _ = first_fit(idx)
-    sol, _ = improve(idx, Solution(start.groups), float("inf"))
+    assert start.unplaced  # the case is a tight fleet
+    sol, _ = improve(idx, start, float("inf"))
     used = idx.nodes_used(sol.groups)
     assert all(used[t] <= idx.capacity[t] for t in idx.types)
-    assert check(inst, build_plan(idx, sol, [])) == [] or start.unplaced
+    assert sorted(j for g in sol.groups for j in g.members) == sorted(j for g in start.groups for j in g.members)
+    assert _violations(inst, idx, sol) == []
     assert sol.cost(idx) <= start.cost(idx) + 1e-9
+
+
+def test_anchored_groups_are_left_as_they_are():
+    """A current plan's groups (anchored) are neither removed nor grown by the search."""
+    from formulation.placement.evaluate import Group
+    from formulation.placement.fast import first_fit, slo_order
+
+    inst = _inst(24, 4, cnt=12)
+    idx = Index(inst)
+    start, _ = first_fit(idx, slo_order(idx)[::-1])
+    groups = [Group(g.config, g.members, f"cur-{i}" if i % 2 == 0 else None) for i, g in enumerate(start.groups)]
+    sol, _ = improve(idx, Solution(groups, list(start.unplaced)), float("inf"))
+    anchored = {g.anchor: (g.config, g.members) for g in groups if g.anchor}
+    kept = {g.anchor: (g.config, g.members) for g in sol.groups if g.anchor}
+    assert kept == anchored
+    assert _violations(inst, idx, sol) == [] and sol.cost(idx) <= start.cost(idx) + 1e-9
