@@ -12,17 +12,27 @@ member may use ``k``). A job ``j`` joins ``g`` on ``k`` iff ``OK[g, k] & ok[k, j
 and the nodes ``k`` needs beyond ``g``'s configuration are free -- one vectorised test over every
 group and every configuration the job may use. Removing members never breaks a group.
 
-Moves (each kept only when the plan gets cheaper; the plan stays valid throughout):
+Moves (eliminate and re-pack are kept only when the plan gets cheaper, sideways at the same cost;
+the plan stays valid throughout):
 
 * *Eliminate* a group: release its nodes, insert its members one by one (largest first) where
   they add the least $/h (any group, any configuration it can grow or change to), the ones that
   fit nowhere cheaper stay, on the cheapest configuration that holds them. Kept when
   ``sum of extra $/h + cost(rest) < cost(g)``, else every touched row is restored. Groups are
-  tried least-filled first (fill = the largest of the two rings' sums over the limit), then at
-  random: a group whose members fit the others' slack is removed for free.
-* *Re-pack* a few related groups exactly: the members of 2-3 groups of one pool-type pair with
-  nearby SLOs (at most ``max_jobs``) re-partitioned by the subset DP of
-  :func:`formulation.placement.subsets.repartition` (pinned configurations included).
+  tried least-filled first (fill = the largest of the two rings' sums over the limit): a group
+  whose members fit the others' slack is removed for free.
+  A group none of whose members can leave is still moved to a cheaper configuration when one
+  holds them (a group that lost members to earlier moves).
+* *Re-pack* a few related groups exactly: the members of 2-3 groups (of one pool-type pair with
+  the nearest SLOs, or sharing a pool type, at random; at most ``max_jobs``) re-partitioned by
+  the subset DP of :func:`formulation.placement.subsets.repartition` (pinned configurations
+  included).
+* *Sideways*: members that another group takes as it stands (no extra $/h) leave for the fullest
+  such group; the cost is unchanged, the least-filled groups empty out for later eliminations.
+  Not counted as an improvement, so the search still ends.
+
+Each group of a sweep (least-filled first) gets the three in this order; the search ends at the
+deadline or after ``4 x groups + 50`` tries in a row without a cheaper plan.
 
 Anchored groups (a current plan's) are neither removed nor grown.
 """
@@ -285,6 +295,8 @@ def improve(idx: Index, sol: Solution, deadline: float, seed: int = 0, max_jobs:
     while time.perf_counter() < deadline:
         G = len(st.members)
         if not queue:  # a sweep, least-filled first (pop takes from the end)
+            if not st.live[:G].any():
+                break  # every group anchored (or empty): nothing to move
             queue = [int(g) for g in np.argsort(st.fill(), kind="stable")[::-1]]
         g = queue.pop()
         if not st.members[g] or st.anchor[g] is not None:

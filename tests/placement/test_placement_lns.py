@@ -117,3 +117,15 @@ def test_anchored_groups_are_left_as_they_are():
     kept = {g.anchor: (g.config, g.members) for g in sol.groups if g.anchor}
     assert kept == anchored
     assert _violations(inst, idx, sol) == [] and sol.cost(idx) <= start.cost(idx) + 1e-9
+
+
+def test_a_plan_of_anchored_groups_only_ends_at_once():
+    from formulation.placement.evaluate import Group
+    from formulation.placement.fast import first_fit
+
+    inst = _inst(12, 1, cnt=12)
+    idx = Index(inst)
+    start, _ = first_fit(idx)
+    groups = [Group(g.config, g.members, f"cur-{i}") for i, g in enumerate(start.groups)]
+    sol, moves = improve(idx, Solution(groups, list(start.unplaced)), float("inf"))  # no deadline: must end by itself
+    assert moves == 0 and sorted(sol.groups, key=lambda g: g.anchor) == sorted(groups, key=lambda g: g.anchor)
