@@ -48,12 +48,16 @@ from typing import Optional, Sequence
 import numpy as np
 
 from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
+from formulation.placement.subsets import repartition, subset_costs, subset_feasible  # noqa: F401 (re-exported)
 
 TOL = 1 + REL_TOL
 #: multiplicative-weight steps of the load bound (within 15% of the time left): at 500 distinct jobs
 #: 12 steps gave 6,377, 30 gave 6,439, 60 and 120 gave 6,469 (the relaxation's optimum, solved as an
 #: LP by HiGHS in 39 s: 6,637)
 LOAD_BOUND_STEPS = 60
+#: beyond this many jobs the fast path packs the first fit only and gives the rest to the search
+LNS_FROM_FIRST_FIT = 200
+LNS_SPAN_X = 8.0  # ... when the fast path's time is over this many times what the first fit took
 
 
 @dataclass
@@ -489,7 +493,12 @@ def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, see
     took = time.perf_counter() - t0
     for name, order in (("FFD best fit", ffd_order), ("tightest-SLO-first best fit", slo_order)):
         left = build_by - time.perf_counter()
-        if cut or left < 2.5 * took:  # best fit takes about 2.5x the first fit (docs/placement.md)
+        # best fit takes about 2.5x the first fit (docs/placement.md). Beyond 200 jobs, when the
+        # limit is over 8x what the first fit took, the large-neighbourhood search starts from the
+        # first fit instead (with less time best fit is the better plan): its many small groups are what the
+        # elimination move empties (distinct 2000:0, 8 s of search: 37,762 $/h from the first
+        # fit's 42,282, 39,664 from best fit's 41,852; 500:0, 3 s: 9,400 against 9,620)
+        if cut or (idx.n > LNS_FROM_FIRST_FIT and span > LNS_SPAN_X * took) or left < 2.5 * took:
             continue
         other = pack(idx, order(idx), max_pairs=2 if many else 16, deadline=build_by)
         if time.perf_counter() > build_by:
@@ -516,7 +525,18 @@ def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline
             progress("bound", sol.cost(idx), st.bound)
     before = sol.cost(idx)
     # after a repair that re-partitioned every group at once the local search has nothing to find
-    sol, st.lns_moves = improve(idx, sol, time.perf_counter() if exact else deadline, seed=seed, progress=progress, bound=st.bound)
+    # the large-neighbourhood search (:mod:`formulation.placement.lns`: eliminate groups into the
+    # others' slack, re-pack related groups exactly); jobs still left out get the old search's
+    # neighbourhoods, which may take them in
+    from formulation.placement.lns import improve as lns_improve
+
+    end = time.perf_counter() if exact else deadline
+    moves = 0
+    if sol.unplaced:
+        sol, moves = improve(idx, sol, time.perf_counter() + 0.5 * max(0.0, end - time.perf_counter()), seed=seed,
+                             progress=progress, bound=st.bound)
+    sol, more = lns_improve(idx, sol, end, seed=seed, progress=progress, bound=st.bound)
+    st.lns_moves = moves + more
     st.lns_gain = before - sol.cost(idx)
     return sol, st
 
@@ -597,98 +617,6 @@ def _load_bound_first_step(idx: Index, jobs: np.ndarray, duals: Optional[list] =
 
 
 # ------------------------------------------------------------------------------------- local search
-def subset_costs(idx: Index, jobs: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """For every non-empty subset ``S`` of ``jobs`` (bit ``i`` = ``jobs[i]``; index ``mask - 1``):
-    the cost of its cheapest configuration on which it is a feasible group (closed form, inf when
-    none) and that configuration. Vectorised over subsets x configurations."""
-    ks, feas = subset_feasible(idx, jobs)
-    c = np.where(feas, idx.cost[ks][None, :], np.inf)
-    n_masks = (1 << len(jobs)) - 1
-    best = c.argmin(axis=1) if len(ks) else np.zeros(n_masks, dtype=int)
-    cost = c[np.arange(n_masks), best] if len(ks) else np.full(n_masks, np.inf)
-    return cost, (ks[best] if len(ks) else best)
-
-
-def subset_feasible(idx: Index, jobs: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The configurations ``ks`` some of ``jobs`` may use and ``feas[mask - 1, i]``: whether the
-    subset ``mask`` of ``jobs`` is a feasible group on ``ks[i]`` (closed form)."""
-    J = np.asarray(jobs, dtype=int)
-    n = len(J)
-    masks = np.arange(1, 1 << n)
-    M = ((masks[:, None] >> np.arange(n)[None, :]) & 1).astype(bool)  # (S, n)
-    ks = np.flatnonzero(idx.ok[:, J].any(axis=1))
-    ok = idx.ok[np.ix_(ks, J)]  # (K', n)
-    Mf = M.astype(float)
-    all_ok = (Mf @ (~ok).T.astype(float)) == 0  # (S, K')
-    a = np.where(ok, idx.a[np.ix_(ks, J)], 0.0)  # ring weights (switches in)
-    bs = np.where(ok, idx.bs[np.ix_(ks, J)], 0.0)
-    tot = np.where(ok, idx.tot[np.ix_(ks, J)], 0.0)  # own cycles (no switches)
-    sumA = Mf @ a.T
-    sumBS = Mf @ bs.T
-    maxT = np.zeros_like(sumA)
-    lim = np.full(len(masks), np.inf)
-    for i in range(n):
-        maxT = np.maximum(maxT, np.where(M[:, i:i + 1], tot[:, i][None, :], 0.0))
-        lim = np.where(M[:, i], np.minimum(lim, idx.slo[J[i]]), lim)
-    lim = lim * TOL
-    dr = Mf @ idx.rollout_w(ks[:, None], J[None, :]).T  # (S, K'): rollout-node DRAM, or members on a pinned configuration
-    st = Mf @ idx.state_t[J]
-    feas = (all_ok & (sumA <= lim[:, None]) & (sumBS <= lim[:, None]) & (maxT <= lim[:, None])
-            & (dr <= idx.dram_cap_r[ks][None, :] * TOL) & (st[:, None] <= idx.dram_cap_t[ks][None, :] * TOL))
-    return ks, feas
-
-
-def repartition(idx: Index, jobs: list[int], free: np.ndarray, used_before: np.ndarray, penalty: Optional[float] = None,
-                deadline: float = float("inf")):
-    """The cheapest partition of ``jobs`` (<= ~10) into groups, each on its cheapest configuration,
-    using at most ``used_before + free`` nodes per type; (cost, [(k, members)]) or None. With
-    ``penalty``, a job may also be left out at that price (configuration -1). When the cheapest
-    partition needs more nodes than that, the capacity-aware search
-    (:func:`formulation.placement.repair.capacity_repartition`, up to its ``EXACT_JOBS``, until
-    ``deadline``) decides."""
-    n = len(jobs)
-    full = (1 << n) - 1
-    cost, conf = subset_costs(idx, jobs)
-    if penalty is not None:
-        for i in range(n):
-            if cost[(1 << i) - 1] > penalty:
-                cost[(1 << i) - 1], conf[(1 << i) - 1] = penalty, -1
-    finite = np.isfinite(cost)
-    # subsets by lowest member, feasible ones only
-    by_low: list[list[int]] = [[] for _ in range(n)]
-    for m in (np.flatnonzero(finite) + 1).tolist():
-        by_low[(m & -m).bit_length() - 1].append(m)
-    best_c = [np.inf] * (full + 1)
-    best_p = [0] * (full + 1)
-    best_c[0] = 0.0
-    for mask in range(1, full + 1):
-        low = (mask & -mask).bit_length() - 1
-        b, bp = np.inf, 0
-        for s in by_low[low]:
-            if s & ~mask:
-                continue
-            v = best_c[mask ^ s] + cost[s - 1]
-            if v < b:
-                b, bp = v, s
-        best_c[mask], best_p[mask] = b, bp
-    if not np.isfinite(best_c[full]):
-        return None
-    parts = []
-    m = full
-    while m:
-        parts.append(best_p[m])
-        m ^= best_p[m]
-    nm = idx.node_matrix
-    use = sum((nm[conf[s - 1]] for s in parts if conf[s - 1] >= 0), np.zeros(nm.shape[1]))
-    if (use > used_before + free + 1e-9).any():
-        # the cheapest partition needs more nodes than there are (a tight fleet): the same problem
-        # with the node budget in the search, on neighbourhoods small enough for it
-        from formulation.placement.repair import EXACT_JOBS, capacity_repartition
-
-        return capacity_repartition(idx, jobs, used_before + free, penalty, deadline) if n <= EXACT_JOBS else None
-    return float(best_c[full]), [(int(conf[s - 1]), [jobs[i] for i in range(n) if s >> i & 1]) for s in parts]
-
-
 def improve(idx: Index, sol: Solution, deadline: float, seed: int = 0, max_jobs: int = 7, progress=None,
             bound: Optional[float] = None) -> tuple[Solution, int]:
     """Large-neighbourhood search: re-partition the members of 2-3 groups sharing a pool type

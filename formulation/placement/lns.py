@@ -1,0 +1,358 @@
+"""Anytime large-neighbourhood search over a plan's groups (the fast path's improvement phase).
+
+State. For every group ``g`` and every configuration ``k`` the member sums the closed form needs
+(:mod:`formulation.placement.evaluate`): ``SA[g, k] = sum a_kj``, ``SB[g, k] = sum bs_kj``,
+``MT[g, k] = max tot_kj``, ``DR[g, k] = sum w_kj`` (rollout-row weight: DRAM, or 1 per member on
+a pinned configuration), ``ST[g] = sum state_j``, ``LIM[g] = min slo_j`` and ``OK[g, k]`` (every
+member may use ``k``). A job ``j`` joins ``g`` on ``k`` iff ``OK[g, k] & ok[k, j]`` and
+
+    max(SA + a_kj, SB + bs_kj, max(MT, tot_kj)) <= min(LIM, slo_j),
+    DR + w_kj <= cap_r[k],   ST + state_j <= cap_t[k],
+
+and the nodes ``k`` needs beyond ``g``'s configuration are free -- one vectorised test over every
+group and every configuration the job may use. Removing members never breaks a group.
+
+Moves (eliminate and re-pack are kept only when the plan gets cheaper, sideways at the same cost;
+the plan stays valid throughout):
+
+* *Eliminate* a group: release its nodes, insert its members one by one (largest first) where
+  they add the least $/h (any group, any configuration it can grow or change to), the ones that
+  fit nowhere cheaper stay, on the cheapest configuration that holds them. Kept when
+  ``sum of extra $/h + cost(rest) < cost(g)``, else every touched row is restored. Groups are
+  tried least-filled first (fill = the largest of the two rings' sums over the limit): a group
+  whose members fit the others' slack is removed for free.
+  A group none of whose members can leave is still moved to a cheaper configuration when one
+  holds them (a group that lost members to earlier moves).
+* *Re-pack* a few related groups exactly: the members of 2-3 groups (of one pool-type pair with
+  the nearest SLOs, or sharing a pool type, at random; at most ``max_jobs``) re-partitioned by
+  the subset DP of :func:`formulation.placement.subsets.repartition` (pinned configurations
+  included).
+* *Sideways*: members that another group takes as it stands (no extra $/h) leave for the fullest
+  such group; the cost is unchanged, the least-filled groups empty out for later eliminations.
+  Not counted as an improvement, so the search still ends.
+
+Each group of a sweep (least-filled first) gets the three in this order; the search ends at the
+deadline or after ``4 x groups + 50`` tries in a row without a cheaper plan.
+
+Anchored groups (a current plan's) are neither removed nor grown.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import numpy as np
+
+from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
+from formulation.placement.subsets import repartition
+
+TOL = 1 + REL_TOL
+
+
+class GroupState:
+    """Per-group sums over every configuration (module docstring)."""
+
+    def __init__(self, idx: Index, groups: list[Group], free: np.ndarray):
+        self.idx = idx
+        ok = idx.ok
+        self.a0 = np.where(ok, idx.a, 0.0)
+        self.bs0 = np.where(ok, idx.bs, 0.0)
+        self.tot0 = np.where(ok, idx.tot, 0.0)
+        pinned = idx.pinned_m > 0
+        self.w0 = np.where(pinned[:, None], 1.0, idx.dram_r[None, :])
+        self.nm = idx.node_matrix
+        self.free = free.astype(float).copy()
+        K = len(idx.configs)
+        cap = max(16, 2 * len(groups))
+        self.SA = np.zeros((cap, K))
+        self.SB = np.zeros((cap, K))
+        self.MT = np.zeros((cap, K))
+        self.DR = np.zeros((cap, K))
+        self.OK = np.zeros((cap, K), dtype=bool)
+        self.ST = np.zeros(cap)
+        self.minSB = np.zeros(cap)  # least training-ring sum over the configurations (a screen)
+        self.LIM = np.full(cap, np.inf)
+        self.conf = np.full(cap, -1)
+        self.live = np.zeros(cap, dtype=bool)  # holds members and may take more (not anchored)
+        self.members: list[list[int]] = []
+        self.anchor: list[Optional[str]] = []
+        for g in groups:
+            self._new_row(list(g.members), g.config, g.anchor)
+
+    # ------------------------------------------------------------------ rows
+    def _new_row(self, members: list[int], k: int, anchor: Optional[str] = None) -> int:
+        G = len(self.members)
+        if G == len(self.LIM):
+            for name in ("SA", "SB", "MT", "DR", "OK", "ST", "minSB", "LIM", "conf", "live"):
+                arr = getattr(self, name)
+                setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
+        self.members.append(members)
+        self.anchor.append(anchor)
+        self.conf[G] = k
+        self._fill(G)
+        return G
+
+    def _fill(self, g: int) -> None:
+        m = self.members[g]
+        if not m:
+            self.SA[g] = self.SB[g] = self.MT[g] = self.DR[g] = 0.0
+            self.OK[g] = True
+            self.ST[g], self.LIM[g], self.minSB[g] = 0.0, np.inf, 0.0
+            self.live[g] = False
+            return
+        self.SA[g] = self.a0[:, m].sum(axis=1)
+        self.SB[g] = self.bs0[:, m].sum(axis=1)
+        self.MT[g] = self.tot0[:, m].max(axis=1)
+        self.DR[g] = self.w0[:, m].sum(axis=1)
+        self.OK[g] = self.idx.ok[:, m].all(axis=1)
+        self.ST[g] = self.idx.state_t[m].sum()
+        self.LIM[g] = self.idx.slo[m].min()
+        self.minSB[g] = self.SB[g].min()
+        self.live[g] = self.anchor[g] is None
+
+    def _snapshot(self, g: int):
+        return (list(self.members[g]), int(self.conf[g]), self.SA[g].copy(), self.SB[g].copy(), self.MT[g].copy(),
+                self.DR[g].copy(), self.OK[g].copy(), float(self.ST[g]), float(self.minSB[g]), float(self.LIM[g]),
+                bool(self.live[g]))
+
+    def _restore(self, g: int, snap) -> None:
+        (self.members[g], self.conf[g], self.SA[g], self.SB[g], self.MT[g], self.DR[g], self.OK[g], self.ST[g],
+         self.minSB[g], self.LIM[g], self.live[g]) = snap
+
+    def cost_of(self, g: int) -> float:
+        return float(self.idx.cost[self.conf[g]]) if self.members[g] else 0.0
+
+    def fill(self) -> np.ndarray:
+        """Per group: the larger ring sum on its configuration over its limit (inf for empty rows)."""
+        G = len(self.members)
+        rows = np.arange(G)
+        k = np.maximum(self.conf[:G], 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            f = np.maximum(self.SA[rows, k], self.SB[rows, k]) / self.LIM[:G]
+        return np.where([bool(m) for m in self.members], f, np.inf)
+
+    # ------------------------------------------------------------------ moves
+    def best_insert(self, j: int, exclude: int) -> Optional[tuple[float, int, int]]:
+        """(extra $/h, group, configuration) of the cheapest place for ``j`` in a live group other
+        than ``exclude`` (its configuration may change within the free nodes), or None."""
+        idx = self.idx
+        G = len(self.members)
+        ks = idx.job_configs[j]
+        if not len(ks) or G == 0:
+            return None
+        lim_all = np.minimum(self.LIM[:G], idx.slo[j]) * TOL + 1e-12
+        # first the groups that take it on their configuration as it stands (no extra $/h: one
+        # number per group), the fullest one after the join (best fit)
+        g_all = np.arange(G)
+        cur = np.maximum(self.conf[:G], 0)
+        sa, sb = self.SA[g_all, cur] + self.a0[cur, j], self.SB[g_all, cur] + self.bs0[cur, j]
+        as_is = (self.live[:G] & self.OK[g_all, cur] & idx.ok[cur, j] & (sa <= lim_all) & (sb <= lim_all)
+                 & (np.maximum(self.MT[g_all, cur], self.tot0[cur, j]) <= lim_all)
+                 & (self.DR[g_all, cur] + self.w0[cur, j] <= idx.dram_cap_r[cur] * TOL)
+                 & (self.ST[:G] + idx.state_t[j] <= idx.dram_cap_t[cur] * TOL))
+        if 0 <= exclude < G:
+            as_is[exclude] = False
+        if as_is.any():
+            cand = np.flatnonzero(as_is)
+            best = int(cand[np.argmax(np.maximum(sa[cand], sb[cand]) / lim_all[cand])])
+            return 0.0, best, int(cur[best])
+        # screens on one number per group (necessary for a join on any configuration): the
+        # training ring's least sum plus the job's least training occupancy, the training DRAM
+        screen = self.live[:G] & (self.minSB[:G] + self.bs0[ks, j].min() <= lim_all)
+        screen &= self.ST[:G] + idx.state_t[j] <= idx.dram_cap_t[ks].max() * TOL
+        if 0 <= exclude < G:
+            screen[exclude] = False
+        rows = np.flatnonzero(screen)
+        if not len(rows):
+            return None
+        lim = lim_all[rows]
+        # screen on the group's rollout/training sums at the job's own configurations
+        okr = self.OK[np.ix_(rows, ks)]
+        feas = okr & (self.SA[np.ix_(rows, ks)] + self.a0[ks, j] <= lim[:, None])
+        feas &= self.SB[np.ix_(rows, ks)] + self.bs0[ks, j] <= lim[:, None]
+        feas &= np.maximum(self.MT[np.ix_(rows, ks)], self.tot0[ks, j]) <= lim[:, None]
+        feas &= self.DR[np.ix_(rows, ks)] + self.w0[ks, j] <= idx.dram_cap_r[ks] * TOL
+        feas &= (self.ST[rows] + idx.state_t[j])[:, None] <= idx.dram_cap_t[ks] * TOL
+        some = feas.any(axis=1)
+        if not some.any():
+            return None
+        rows, feas = rows[some], feas[some]
+        cur = self.conf[rows]
+        extra = self.nm[ks][None, :, :] - self.nm[cur][:, None, :]
+        feas &= (extra <= self.free[None, None, :] + 1e-9).all(axis=2)
+        marg = np.where(feas, idx.cost[ks][None, :] - idx.cost[cur][:, None], np.inf)
+        flat = int(np.argmin(marg))
+        r, c = divmod(flat, len(ks))
+        if not np.isfinite(marg[r, c]):
+            return None
+        return float(marg[r, c]), int(rows[r]), int(ks[c])
+
+    def cheapest_for(self, members: list[int], budget: np.ndarray) -> Optional[int]:
+        """The cheapest configuration on which ``members`` are a feasible group within ``budget`` nodes."""
+        idx = self.idx
+        m = members
+        lim = idx.slo[m].min() * TOL + 1e-12
+        feas = (idx.ok[:, m].all(axis=1) & (self.a0[:, m].sum(axis=1) <= lim) & (self.bs0[:, m].sum(axis=1) <= lim)
+                & (self.tot0[:, m].max(axis=1) <= lim) & (self.w0[:, m].sum(axis=1) <= idx.dram_cap_r * TOL)
+                & (idx.state_t[m].sum() <= idx.dram_cap_t * TOL) & (self.nm <= budget[None, :] + 1e-9).all(axis=1))
+        if not feas.any():
+            return None
+        ks = np.flatnonzero(feas)
+        return int(ks[np.argmin(idx.cost[ks])])
+
+    def move_to(self, j: int, g: int, k: int) -> None:
+        self.free -= self.nm[k] - self.nm[self.conf[g]]
+        self.conf[g] = k
+        self.members[g].append(j)
+        idx = self.idx
+        self.SA[g] += self.a0[:, j]
+        self.SB[g] += self.bs0[:, j]
+        np.maximum(self.MT[g], self.tot0[:, j], out=self.MT[g])
+        self.DR[g] += self.w0[:, j]
+        self.OK[g] &= idx.ok[:, j]
+        self.ST[g] += idx.state_t[j]
+        self.minSB[g] = self.SB[g].min()
+        self.LIM[g] = min(self.LIM[g], idx.slo[j])
+
+    def eliminate(self, g: int, sideways: bool = False) -> float:
+        """Try to remove group ``g`` (module docstring); the $/h saved (0 when rejected or sideways)."""
+        idx = self.idx
+        ms = list(self.members[g])
+        if not ms or self.anchor[g] is not None:
+            return 0.0
+        old = self.cost_of(g)
+        saved = {g: self._snapshot(g)}
+        free0 = self.free.copy()
+        self.free += self.nm[self.conf[g]]
+        self.live[g] = False
+        spent = 0.0
+        stay = []
+        size = np.array([self.a0[self.conf[g], j] + self.bs0[self.conf[g], j] for j in ms])
+        for j in (ms[i] for i in np.argsort(-size, kind="stable")):
+            ins = self.best_insert(j, g)
+            if ins is None or spent + ins[0] >= old - 1e-9 or (sideways and ins[0] > 1e-9):
+                stay.append(j)
+                continue
+            m, h, k = ins
+            if h not in saved:
+                saved[h] = self._snapshot(h)
+            self.move_to(j, h, k)
+            spent += m
+        if stay:
+            k_rest = self.cheapest_for(stay, self.free)
+            total = spent + (idx.cost[k_rest] if k_rest is not None else np.inf)
+        else:
+            k_rest, total = None, spent
+        # kept when cheaper; with ``sideways``, also at the same cost when members left (into
+        # fuller groups: the best fit), which empties the least-filled groups for later moves
+        if total > old + 1e-9 or (total >= old - 1e-9 and (not sideways or len(stay) == len(ms))):
+            for h, snap in saved.items():
+                self._restore(h, snap)
+            self.free = free0
+            return 0.0
+        self.members[g] = stay
+        if k_rest is not None:
+            self.conf[g] = k_rest
+            self.free -= self.nm[k_rest]
+        self._fill(g)
+        return old - total
+
+    def replace(self, rows: list[int], new: list[tuple[int, list[int]]]) -> None:
+        """Groups ``rows`` become the groups ``new`` ([(configuration, members)]); nodes follow."""
+        for g in rows:
+            self.free += self.nm[self.conf[g]]
+            self.members[g] = []
+            self._fill(g)
+        slots = list(rows)
+        for k, m in new:
+            self.free -= self.nm[k]
+            if slots:
+                g = slots.pop()
+                self.members[g], self.conf[g] = list(m), k
+                self._fill(g)
+            else:
+                self._new_row(list(m), k)
+
+    def groups(self) -> list[Group]:
+        return [Group(int(self.conf[g]), tuple(self.members[g]), self.anchor[g]) for g in range(len(self.members))
+                if self.members[g]]
+
+
+def improve(idx: Index, sol: Solution, deadline: float, seed: int = 0, max_jobs: int = 7, progress=None,
+            bound: Optional[float] = None) -> tuple[Solution, int]:
+    """Eliminate and re-pack moves (module docstring) until ``deadline``; (solution, improving moves).
+    Jobs the solution left out stay out (the repair is :mod:`formulation.placement.repair`'s)."""
+    rng = np.random.default_rng(seed)
+    cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
+    used = sum((idx.node_matrix[g.config] for g in sol.groups), np.zeros(len(idx.types)))
+    if not sol.groups or time.perf_counter() >= deadline:
+        return sol, 0
+    st = GroupState(idx, list(sol.groups), cap - used)
+    moves, last, fails = 0, time.perf_counter(), 0
+    queue: list[int] = []
+    pair = np.array([idx.types.index(c.rollout_type) * len(idx.types) + idx.types.index(c.train_type) for c in idx.configs])
+    while time.perf_counter() < deadline:
+        G = len(st.members)
+        if not queue:  # a sweep, least-filled first (pop takes from the end)
+            if not st.live[:G].any():
+                break  # every group anchored (or empty): nothing to move
+            queue = [int(g) for g in np.argsort(st.fill(), kind="stable")[::-1]]
+        g = queue.pop()
+        if not st.members[g] or st.anchor[g] is not None:
+            continue
+        gain = st.eliminate(g)
+        if gain <= 0:
+            gain = _repack(st, g, pair, max_jobs, rng, deadline)
+        if gain <= 0:  # members that fit elsewhere as the groups stand leave for fuller groups
+            gain = st.eliminate(g, sideways=True)
+        if gain > 0:
+            moves += 1
+            fails = 0
+        else:
+            fails += 1
+        if fails > 4 * G + 50:
+            break
+        if progress and time.perf_counter() - last > 0.5:
+            last = time.perf_counter()
+            progress("local search", idx.groups_cost(st.groups()), bound)
+    return Solution(st.groups(), list(sol.unplaced), sol.lower_bound, list(sol.moved)), moves
+
+
+def _repack(st: GroupState, g: int, pair: np.ndarray, max_jobs: int, rng, deadline: float) -> float:
+    """Re-pack ``g`` with 1-2 live groups of its pool-type pair nearest in SLO (at most ``max_jobs``
+    jobs) exactly; the $/h saved (0 when nothing cheaper)."""
+    G = len(st.members)
+    if rng.random() < 0.5:  # groups of its pool-type pair nearest in SLO
+        live = np.flatnonzero(st.live[:G] & (pair[np.maximum(st.conf[:G], 0)] == pair[st.conf[g]]))
+        live = live[live != g]
+        near = live[np.argsort(np.abs(st.LIM[live] - st.LIM[g]), kind="stable")[:6]]
+    else:  # groups sharing a pool type with it, at random
+        T = len(st.idx.types)
+        cp = pair[np.maximum(st.conf[:G], 0)]
+        p0, q0 = divmod(int(pair[st.conf[g]]), T)
+        rp, tq = cp // T, cp % T
+        live = np.flatnonzero(st.live[:G] & ((rp == p0) | (rp == q0) | (tq == p0) | (tq == q0)))
+        live = live[live != g]
+        near = live[rng.permutation(len(live))[:40]] if len(live) else live
+    if not len(near):
+        return 0.0
+    near = near.copy()
+    rng.shuffle(near)
+    pick, size = [g], len(st.members[g])
+    for h in near:
+        if size + len(st.members[h]) <= max_jobs:
+            pick.append(int(h))
+            size += len(st.members[h])
+            if len(pick) == 3:
+                break
+    if len(pick) < 2:
+        return 0.0
+    jobs = [j for h in pick for j in st.members[h]]
+    before = sum(st.cost_of(h) for h in pick)
+    used_before = sum(st.nm[st.conf[h]] for h in pick)
+    res = repartition(st.idx, jobs, st.free, used_before, None, deadline)
+    if res is None or res[0] >= before - 1e-9:
+        return 0.0
+    st.replace(pick, [(k, m) for k, m in res[1]])
+    return before - res[0]
