@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -63,15 +63,19 @@ class TailDetector:
 _START_CACHE: dict = {}
 
 
-def search_start_split(setup, seeds: int = 1) -> tuple[dict, list]:
-    """The static split of least simulated iteration time on the planner's seeds: (split, [(split, seconds)])."""
-    from simulator.job import JobSim
-    from simulator.oracle import _alloc
-    from simulator.policies import Policy
+class _MovePoint(Exception):
+    """Raised by :class:`_StartProbe` at its first committed move: the predicted iteration time."""
 
-    key = repr(setup)
-    if key in _START_CACHE:
-        return _START_CACHE[key]
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+def _candidate_starts(setup, value) -> dict:
+    """Start allocations ``(rollout, reference, trainer)`` -> ``value(a)`` (seconds; ``None``: infeasible): node
+    splits first (every other node past 8 nodes), then half and quarter nodes around the best so far."""
+    from simulator.oracle import _alloc
+
     G, g, u = setup.total_gpus, setup.gpus_per_node, setup.rollout_tp
     seen: dict = {}
 
@@ -79,25 +83,81 @@ def search_start_split(setup, seeds: int = 1) -> tuple[dict, list]:
         a = _alloc(setup, r)
         if a is None or a in seen:
             return
-        ts = []
-        for k in range(seeds):
-            pol = Policy("static", rollout_gpus=a[0], reference_gpus=a[1], trainer_gpus=a[2])
-            try:
-                res = JobSim(setup, pol, seed=PLAN_SEED_BASE + k, iterations=1).run()
-            except (ValueError, RuntimeError):
-                return
-            ts.append(res.iterations[0].duration_s)
-        seen[a] = float(np.mean(ts))
+        v = value(a)
+        if v is not None:
+            seen[a] = v
 
     nodes = G // g
     step = 1 if nodes <= 8 else 2
     for n in range(1, nodes, step):
         run(n * g)
     for frac in (2, 4):
+        if not seen:
+            break
         best = min(seen, key=lambda a: seen[a])
         d = max(u, g // frac // u * u)
         run(best[0] - d)
         run(best[0] + d)
+    return seen
+
+
+def _static_time(setup, a: tuple, seeds: int) -> Optional[float]:
+    from simulator.job import JobSim
+    from simulator.policies import Policy
+
+    ts = []
+    for k in range(seeds):
+        pol = Policy("static", rollout_gpus=a[0], reference_gpus=a[1], trainer_gpus=a[2])
+        try:
+            res = JobSim(setup, pol, seed=PLAN_SEED_BASE + k, iterations=1).run()
+        except (ValueError, RuntimeError):
+            return None
+        ts.append(res.iterations[0].duration_s)
+    return float(np.mean(ts))
+
+
+def search_start_split(setup, seeds: int = 1) -> tuple[dict, list]:
+    """The static split of least simulated iteration time on the planner's seeds: (split, [(split, seconds)])."""
+    key = ("static", repr(setup), seeds)
+    if key in _START_CACHE:
+        return _START_CACHE[key]
+    seen = _candidate_starts(setup, lambda a: _static_time(setup, a, seeds))
+    best = min(seen, key=lambda a: seen[a])
+    out = ({"rollout": best[0], "reference": best[1], "trainer": best[2]}, sorted(seen.items(), key=lambda kv: kv[1]))
+    _START_CACHE[key] = out
+    return out
+
+
+def _dynamic_time(setup, a: tuple, seeds: int, make) -> Optional[float]:
+    """Predicted iteration time of the dynamic policy started at ``a`` on the planner's seeds: the request-level
+    simulation of the start allocation up to the policy's first committed move, then the decision's own
+    predicted time to the end of training after that move (migration included); with no move, the simulated
+    static iteration."""
+    from simulator.job import JobSim
+    from simulator.policies import Policy
+
+    ts = []
+    for k in range(seeds):
+        probe = make()
+        pol = Policy("dynamic", rollout_gpus=a[0], reference_gpus=a[1], trainer_gpus=a[2], decision=probe)
+        try:
+            res = JobSim(setup, pol, seed=PLAN_SEED_BASE + k, iterations=1).run()
+            ts.append(res.iterations[0].duration_s)
+        except _MovePoint as mp:
+            ts.append(mp.seconds)
+        except (ValueError, RuntimeError):
+            return None
+    return float(np.mean(ts))
+
+
+def search_dynamic_start(setup, make, seeds: int = 1) -> tuple[dict, list]:
+    """The start split of least predicted iteration time *for the dynamic policy* (:func:`_dynamic_time`: it
+    will move later, so a start that a static run would not pick, e.g. a larger rollout that gives GPUs away in
+    the tail, can win): (split, [(split, seconds)]). ``make()`` builds the probe decision."""
+    key = ("dynamic", repr(setup), seeds)
+    if key in _START_CACHE:
+        return _START_CACHE[key]
+    seen = _candidate_starts(setup, lambda a: _dynamic_time(setup, a, seeds, make))
     best = min(seen, key=lambda a: seen[a])
     out = ({"rollout": best[0], "reference": best[1], "trainer": best[2]}, sorted(seen.items(), key=lambda kv: kv[1]))
     _START_CACHE[key] = out
@@ -109,8 +169,15 @@ class CompletionPlannerDecision:
 
     def __init__(self, sc=None, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, margin: float = 0.05,
                  choose_start: bool = True, setup=None, log_every_s: float = 0.0, request_level: bool = True,
-                 draws: int = 3, resolve_s: float = 5.0) -> None:
+                 draws: int = 3, resolve_s: float = 5.0, start_search: str = "dynamic") -> None:
+        if start_search not in ("dynamic", "static"):
+            raise ValueError(f"start_search: {start_search!r} is neither 'dynamic' nor 'static'")
         self.sc = sc
+        self.start_search = start_search
+        self._knobs: dict[str, Any] = dict(u_low=u_low, window_s=window_s, theta=theta, margin=margin, request_level=request_level,
+                           draws=draws, resolve_s=resolve_s)
+        self._asked: dict = {}  # iteration -> the last committed target (rollout, reference, trainer)
+        self._trainer_cap: dict = {}  # iteration -> the trainer size it could not grow past
         self.request_level = request_level
         self.draws = draws
         self.resolve_s = resolve_s
@@ -140,9 +207,18 @@ class CompletionPlannerDecision:
         if not self.choose_start:
             return None
         self._state_tables()  # one-time tables (optimizer step, weight sync per allocation): not in a decision's latency
-        self.start, self.start_table = search_start_split(setup)
+        if self.start_search == "static":
+            self.start, self.start_table = search_start_split(setup)
+        else:
+            self.start, self.start_table = search_dynamic_start(setup, self._probe)
         self.starts[0] = dict(self.start)
         return dict(self.start)
+
+    def _probe(self) -> "_StartProbe":
+        """The same decision, started where the search puts it, stopping at its first committed move."""
+        pr = _StartProbe(self.sc, choose_start=False, setup=self.setup, **self._knobs)
+        pr._opt, pr._lengths, pr._base = self._opt, self._lengths, self._base  # the one-time tables, shared
+        return pr
 
     def _state_tables(self):
         from estimators import training
@@ -261,7 +337,14 @@ class CompletionPlannerDecision:
         st = self._state(ctx, snap)
         from estimators import comm
 
-        dec = decide(st, self.margin, migration_s=comm.GROUP_REBUILD_S, max_rollout=st.current[0])
+        it = snap.iteration
+        asked = self._asked.get(it)
+        if asked is not None and st.current[2] < asked[2]:
+            # the last move asked for a trainer the freed nodes could not hold (a replica needs its TP x PP GPUs on
+            # one node; the rest went to log-prob inference): asking again would only shuffle GPUs back and forth
+            self._trainer_cap[it] = min(self._trainer_cap.get(it, st.current[2]), st.current[2])
+        dec = decide(st, self.margin, migration_s=comm.GROUP_REBUILD_S, max_rollout=st.current[0],
+                     max_trainer=self._trainer_cap.get(it))
         self.calls += 1
         self.solve_ms.append((time.perf_counter() - t0) * 1e3)
         self.solve_cpu_ms.append((time.process_time() - c0) * 1e3)
@@ -272,6 +355,7 @@ class CompletionPlannerDecision:
         if not dec.committed:
             return None
         self._moved.add(snap.iteration)
+        self._asked[it] = tuple(dec.target)
         self.committed += 1
         self.commits.append({"iteration": snap.iteration, "time_s": snap.time_s, "unit": "1/s",
                              "current": 1.0 / max(dec.completion_keep_s, 1e-9), "predicted": 1.0 / max(dec.completion_s, 1e-9),
@@ -279,3 +363,14 @@ class CompletionPlannerDecision:
         r, f, t = dec.target
         return Reallocation(target={"rollout": r, "reference": f, "trainer": t},
                             kinds={"rollout": "workload", "reference": "reboot", "trainer": "p2p"}, reason=dec.reason, fill=True)
+
+
+class _StartProbe(CompletionPlannerDecision):
+    """:class:`CompletionPlannerDecision` on a fixed start that ends the simulation at its first committed move,
+    with the predicted iteration time (seconds so far + the decision's predicted completion, migration included)."""
+
+    def __call__(self, snap, ctx):
+        out = super().__call__(snap, ctx)
+        if out is not None and not ctx.at_boundary:
+            raise _MovePoint(float(snap.time_s) + float(self.records[-1]["completion_s"]))
+        return out
