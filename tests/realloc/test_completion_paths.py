@@ -1,0 +1,131 @@
+"""The completion decision is one function: the simulator's dynamic policy and ``planner realloc --decision
+completion`` give the same decision on the same telemetry and context."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner.cli import main as cli_main
+from planner.instances.completion_io import ContextError, context_from_data, context_to_data
+
+SCENARIO = """name: paths
+gpu_types:
+  H100: {price_per_gpu_hour: 2.5}
+cluster:
+  node_groups:
+    - {name: h100, gpu_type: H100, count: 4, gpus_per_node: 8, host_dram_gb: 2048}
+jobs:
+  - name: math-small
+    model: deepseek-r1-distill-qwen-1.5b
+    algorithm: grpo
+    rollout: {batch_prompts: 48, group_size: 8, prompt_tokens: 512, max_response_tokens: 8192,
+              response_lengths: {source: servegen, client: "66", scale: 0.3}, tp: 1, nodes: 3}
+    trainer: {tp: 1, pp: 1, nodes: 1}
+    slo: {ratio_to_solo: 1.0}
+"""
+
+
+class _Fired(Exception):
+    pass
+
+
+def _first_solve(scen: Path):
+    """Simulate the 1.5B job on a fixed start up to the completion decision's first solve; returns the iteration's
+    snapshots, the context of that step, and the simulator's decision record and Reallocation."""
+    from planner.instances.completion_io import make_decision
+    from planner.sim.repro_jobs import _setup
+    from simulator.job import JobSim
+    from simulator.policies import Policy
+
+    sc, setup = _setup(scen)
+    dec = make_decision(setup, sc)
+    seen: dict = {"snaps": []}
+
+    def spy(snap, ctx):
+        if not ctx.at_boundary:
+            seen["snaps"].append(snap)
+        n = len(dec.records)
+        out = dec(snap, ctx)
+        if len(dec.records) > n:
+            seen.update(ctx=ctx, record=dec.records[-1], out=out)
+            raise _Fired
+        return out
+
+    spy.wants_remaining_tokens = True  # type: ignore[attr-defined]  # as the decision asks: the requests one by one
+    pol = Policy("dynamic", rollout_gpus=24, reference_gpus=3, trainer_gpus=5, decision=spy)
+    with pytest.raises(_Fired):
+        JobSim(setup, pol, seed=5, iterations=1).run()
+    seen["scenario"] = scen
+    return seen
+
+
+@pytest.fixture(scope="module")
+def fired(tmp_path_factory):
+    scen = tmp_path_factory.mktemp("paths") / "small.yaml"
+    scen.write_text(SCENARIO)
+    return _first_solve(scen)
+
+
+def test_planner_realloc_makes_the_simulators_decision(fired, tmp_path, capsys):
+    snaps = tmp_path / "snaps.jsonl"
+    snaps.write_text("".join(json.dumps(s.model_dump(mode="json")) + "\n" for s in fired["snaps"]))
+    ctx = tmp_path / "ctx.json"
+    ctx.write_text(json.dumps(context_to_data(fired["ctx"])))
+    rc = cli_main(["realloc", str(snaps), "--decision", "completion", "--scenario", str(fired["scenario"]), "--context", str(ctx),
+                   "--hold-s", "4", "--json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    sim = fired["record"]
+    assert doc["fired"], "the trigger fired in the simulator on the same snapshots"
+    rec = doc["record"]
+    assert rec["current"] == list(sim["current"]) and rec["target"] == list(sim["target"])
+    assert rec["committed"] == sim["committed"]
+    assert rec["completion_keep_s"] == pytest.approx(sim["completion_keep_s"], rel=1e-9)
+    assert rec["completion_s"] == pytest.approx(sim["completion_s"], rel=1e-9)
+    if fired["out"] is not None:
+        assert doc["target"] == fired["out"].target
+
+
+def test_the_context_round_trips(fired):
+    back = context_from_data(json.loads(json.dumps(context_to_data(fired["ctx"]))))
+    a, b = fired["ctx"].components["rollout"], back.components["rollout"]
+    assert a.requests is not None and b.requests is not None
+    assert (a.gpus, a.pending, a.groups_left) == (b.gpus, b.pending, b.groups_left)
+    for k, v in a.requests.items():
+        assert np.array_equal(np.asarray(v), b.requests[k]), k
+
+
+@pytest.mark.parametrize("path, value, field", [
+    (("components", "trainer", "gpus"), -2, "context.components.trainer.gpus"),
+    (("components", "rollout", "requests", "engine"), "x", "context.components.rollout.requests.engine"),
+    (("total_gpus",), True, "context.total_gpus"),
+    (("intake",), "batch", "context.intake"),
+])
+def test_a_bad_context_field_is_named(fired, path, value, field):
+    d = context_to_data(fired["ctx"])
+    node = d
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    with pytest.raises(ContextError) as exc:
+        context_from_data(d)
+    assert exc.value.field == field
+
+
+def test_planner_realloc_completion_needs_its_context(fired, tmp_path, capsys):
+    snaps = tmp_path / "snaps.jsonl"
+    snaps.write_text(json.dumps(fired["snaps"][-1].model_dump(mode="json")) + "\n")
+    rc = cli_main(["realloc", str(snaps), "--decision", "completion", "--scenario", str(fired["scenario"])])
+    assert rc == 2
+    assert "--context" in capsys.readouterr().err
+    bad = tmp_path / "ctx.json"
+    d = context_to_data(fired["ctx"])
+    del d["components"]["reference"]["pending"]
+    bad.write_text(json.dumps(d))
+    rc = cli_main(["realloc", str(snaps), "--decision", "completion", "--scenario", str(fired["scenario"]), "--context", str(bad)])
+    assert rc == 2
+    assert "components.reference.pending" in capsys.readouterr().err
