@@ -2,16 +2,25 @@
 
 :class:`CompletionPlannerDecision` (``planner simulate --policy dynamic --decision completion``):
 
-* **start split** (:meth:`start_split`): the planner's choice, not the scenario's node counts: static splits
-  searched with the phase-time model (the request-level model, :class:`simulator.job.JobSim`, on the
-  planner's own seeds ``PLAN_SEED_BASE + k``, never a seed the run uses), node splits first, then half and
-  quarter nodes around the best; every iteration starts from it;
+* **start split** (:meth:`start_split`): the planner's choice, not the scenario's node counts, searched *for the
+  dynamic policy* (:func:`search_dynamic_start`): each candidate start is simulated with the request-level model
+  (:class:`simulator.job.JobSim`, on the planner's own seeds ``PLAN_SEED_BASE + k``, never a seed the run uses)
+  under this very decision up to its first committed move, and scored by the seconds to that move plus the
+  decision's own predicted time to the end of training after it (migration included; a start that never moves
+  scores its simulated static iteration). A start that a static run would never pick (a larger rollout that
+  gives its GPUs away in the tail) can win. Node splits first, then half and quarter nodes around the best;
+  every iteration starts from it. Multi-turn rollouts (whose prediction after a move keeps the aggregate
+  formulas) search static splits instead (:func:`search_start_split`, ``start_search="static"``);
 * **trigger** (:class:`TailDetector`): DynaRL's θ / U_low / T, read on the tail rather than the age of the
   sequences: an engine is low when its requests (running and queued) are below ``U_low`` of the most it
   held this iteration; the rollout is a donor when more than ``θ`` of its engines are low, at least
   ``min_done`` (half) of the iteration's requests are done, for ``T`` seconds. A young rollout's engines hold
   all they were dispatched (multi-turn requests in a tool call hold none, hence the fraction done), so it
   never fires there;
+* **no re-asking** for a trainer that could not be placed: when the last committed move asked for a larger trainer
+  than the freed nodes could hold (a replica needs its TP x PP GPUs on one node; the rest went to log-prob
+  inference), the trainer is capped at what it got for the rest of the iteration (otherwise every later solve
+  asks again and GPUs shuttle between log-prob inference and the trainer);
 * **decision**: the allocation of least predicted completion time, every GPU owned
   (:func:`formulation.realloc.completion.decide`), net of the migration pause; the record keeps both the
   completion times and the min-over-stages proxy (``records``), and ``commits`` in the form the
@@ -169,9 +178,9 @@ class CompletionPlannerDecision:
 
     def __init__(self, sc=None, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, margin: float = 0.05,
                  choose_start: bool = True, setup=None, log_every_s: float = 0.0, request_level: bool = True,
-                 draws: int = 3, resolve_s: float = 5.0, start_search: str = "dynamic") -> None:
-        if start_search not in ("dynamic", "static"):
-            raise ValueError(f"start_search: {start_search!r} is neither 'dynamic' nor 'static'")
+                 draws: int = 3, resolve_s: float = 5.0, start_search: str = "auto") -> None:
+        if start_search not in ("auto", "dynamic", "static"):
+            raise ValueError(f"start_search: {start_search!r} is not 'auto', 'dynamic' or 'static'")
         self.sc = sc
         self.start_search = start_search
         self._knobs: dict[str, Any] = dict(u_low=u_low, window_s=window_s, theta=theta, margin=margin, request_level=request_level,
@@ -207,7 +216,12 @@ class CompletionPlannerDecision:
         if not self.choose_start:
             return None
         self._state_tables()  # one-time tables (optimizer step, weight sync per allocation): not in a decision's latency
-        if self.start_search == "static":
+        how = self.start_search
+        if how == "auto":
+            # the dynamic search trusts the decision's prediction after a move, which is request by request for
+            # single-turn rollouts only (multi-turn ones keep the aggregate formulas): static search there
+            how = "dynamic" if setup.workload.turns == 1 and self.request_level else "static"
+        if how == "static":
             self.start, self.start_table = search_start_split(setup)
         else:
             self.start, self.start_table = search_dynamic_start(setup, self._probe)

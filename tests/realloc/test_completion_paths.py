@@ -20,7 +20,7 @@ cluster:
     - {name: h100, gpu_type: H100, count: 4, gpus_per_node: 8, host_dram_gb: 2048}
 jobs:
   - name: math-small
-    model: deepseek-r1-distill-qwen-1.5b
+    model: deepseek-r1-distill-qwen-7b
     algorithm: grpo
     rollout: {batch_prompts: 48, group_size: 8, prompt_tokens: 512, max_response_tokens: 8192,
               response_lengths: {source: servegen, client: "66", scale: 0.3}, tp: 1, nodes: 3}
@@ -56,7 +56,7 @@ def _first_solve(scen: Path):
         return out
 
     spy.wants_remaining_tokens = True  # type: ignore[attr-defined]  # as the decision asks: the requests one by one
-    pol = Policy("dynamic", rollout_gpus=24, reference_gpus=3, trainer_gpus=5, decision=spy)
+    pol = Policy("dynamic", rollout_gpus=28, reference_gpus=1, trainer_gpus=3, decision=spy)
     with pytest.raises(_Fired):
         JobSim(setup, pol, seed=5, iterations=1).run()
     seen["scenario"] = scen
@@ -129,3 +129,60 @@ def test_planner_realloc_completion_needs_its_context(fired, tmp_path, capsys):
     rc = cli_main(["realloc", str(snaps), "--decision", "completion", "--scenario", str(fired["scenario"]), "--context", str(bad)])
     assert rc == 2
     assert "components.reference.pending" in capsys.readouterr().err
+
+
+def test_a_trainer_the_nodes_could_not_hold_is_not_asked_for_again(fired):
+    """After a move asked for more trainer GPUs than it got, the rest of the iteration keeps the trainer at most
+    where it is (the 32B-64 oscillation: the next solve asked again, the extra went to log-prob inference again)."""
+    from planner.instances.completion_io import decide_stream, make_decision
+    from planner.sim.repro_jobs import _setup
+
+    sc, setup = _setup(fired["scenario"])
+    ctx, snaps = fired["ctx"], fired["snaps"]
+    free = make_decision(setup, sc)
+    _, rec = decide_stream(free, snaps, ctx)
+    cur_t = ctx.components["trainer"].gpus
+    assert rec is not None and rec["target"][2] > cur_t, "without the cap this state grows the trainer"
+    capped = make_decision(setup, sc)
+    r, f, t = (ctx.components[c].gpus for c in ("rollout", "reference", "trainer"))
+    capped._asked[ctx.iteration] = (r - 8, f, t + 8)  # the last move asked for 8 more trainer GPUs than it got
+    _, rec = decide_stream(capped, snaps, ctx)
+    assert rec is not None and rec["target"][2] <= cur_t
+
+
+def test_the_start_search_scores_a_start_by_its_move_point(fired, monkeypatch):
+    """A start the policy moves away from scores the simulated seconds to its first committed move plus the
+    decision's predicted rest; a start it never moves from scores its simulated static iteration; the search
+    simulates only the planner's own seeds."""
+    import simulator.job as job
+    from planner.instances import completion as C
+    from planner.sim.repro_jobs import _setup
+
+    sc, setup = _setup(fired["scenario"])
+    seeds: list = []
+    real = job.JobSim
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *a, **kw):
+            seeds.append(kw.get("seed"))
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(job, "JobSim", Spy)
+    probes: list = []
+
+    def make(margin=0.05):
+        p = C._StartProbe(sc, choose_start=False, setup=setup, margin=margin)
+        probes.append(p)
+        return p
+
+    a = (28, 1, 3)
+    moved = C._dynamic_time(setup, a, 1, make)
+    rec = probes[-1].records[-1]
+    assert rec["committed"]
+    assert moved == pytest.approx(rec["time_s"] + rec["completion_s"], rel=1e-12)
+    static = C._static_time(setup, a, 1)
+    assert static is not None and moved < static
+    kept = C._dynamic_time(setup, a, 1, lambda: make(margin=0.999))
+    assert not any(r["committed"] for r in probes[-1].records)
+    assert kept == pytest.approx(static, rel=0.02)
+    assert seeds and all(s >= C.PLAN_SEED_BASE for s in seeds), seeds
