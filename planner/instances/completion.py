@@ -3,14 +3,15 @@
 :class:`CompletionPlannerDecision` (``planner simulate --policy dynamic --decision completion``):
 
 * **start split** (:meth:`start_split`): the planner's choice, not the scenario's node counts, searched *for the
-  dynamic policy* (:func:`search_dynamic_start`): each candidate start is simulated with the request-level model
-  (:class:`simulator.job.JobSim`, on the planner's own seeds ``PLAN_SEED_BASE + k``, never a seed the run uses)
-  under this very decision up to its first committed move, and scored by the seconds to that move plus the
-  decision's own predicted time to the end of training after it (migration included; a start that never moves
-  scores its simulated static iteration). A start that a static run would never pick (a larger rollout that
-  gives its GPUs away in the tail) can win. Node splits first, then half and quarter nodes around the best;
-  every iteration starts from it. Multi-turn rollouts (whose prediction after a move keeps the aggregate
-  formulas) search static splits instead (:func:`search_start_split`, ``start_search="static"``);
+  dynamic policy* (:func:`search_dynamic_start`), with the request-level model (:class:`simulator.job.JobSim`, on
+  the planner's own seeds ``PLAN_SEED_BASE + k``, never a seed the run uses): a screen scores every candidate start
+  by simulating it under this very decision up to its first committed move, plus the decision's own predicted time
+  to the end of training after it (a start that never moves scores its simulated static iteration); the screen's
+  two best and the best static split are then simulated whole under the decision, every move carried out, and
+  the fastest wins. A start that a static run would never pick (a larger rollout that gives its GPUs away in the
+  tail) can win. Node splits first, then half and quarter nodes around the best; every iteration starts from it.
+  Multi-turn rollouts (whose prediction after a move keeps the aggregate formulas) search static splits instead
+  (:func:`search_start_split`, ``start_search="static"``);
 * **trigger** (:class:`TailDetector`): DynaRL's θ / U_low / T, read on the tail rather than the age of the
   sequences: an engine is low when its requests (running and queued) are below ``U_low`` of the most it
   held this iteration; the rollout is a donor when more than ``θ`` of its engines are low, at least
@@ -159,16 +160,46 @@ def _dynamic_time(setup, a: tuple, seeds: int, make) -> Optional[float]:
     return float(np.mean(ts))
 
 
-def search_dynamic_start(setup, make, seeds: int = 1) -> tuple[dict, list]:
-    """The start split of least predicted iteration time *for the dynamic policy* (:func:`_dynamic_time`: it
-    will move later, so a start that a static run would not pick, e.g. a larger rollout that gives GPUs away in
-    the tail, can win): (split, [(split, seconds)]). ``make()`` builds the probe decision."""
+FINALISTS = 2  # the best starts by the move-point score that are then simulated whole, beside the best static split
+
+
+def _full_time(setup, a: tuple, seeds: int, make) -> Optional[float]:
+    """Simulated iteration time of the dynamic policy (``make()``, every move carried out) started at ``a``, on the
+    planner's seeds."""
+    from simulator.job import JobSim
+    from simulator.policies import Policy
+
+    ts = []
+    for k in range(seeds):
+        pol = Policy("dynamic", rollout_gpus=a[0], reference_gpus=a[1], trainer_gpus=a[2], decision=make())
+        try:
+            ts.append(JobSim(setup, pol, seed=PLAN_SEED_BASE + k, iterations=1).run().iterations[0].duration_s)
+        except (ValueError, RuntimeError):
+            return None
+    return float(np.mean(ts))
+
+
+def search_dynamic_start(setup, make, make_full, seeds: int = 1) -> tuple[dict, list]:
+    """The start split of least simulated iteration time *for the dynamic policy*: (split, [(split, seconds)]).
+
+    Screen: every candidate start scored by :func:`_dynamic_time` (simulated up to the policy's first committed move,
+    then the decision's own prediction: cheap, but it trusts the prediction after a move, which knows neither which
+    nodes a drain frees nor how far off it is after a large move). Final: the ``FINALISTS`` best of the screen and
+    the best static split (:func:`search_start_split`) simulated whole under the policy (``make_full()``), every move
+    carried out; the least wins. So a start that a static run would not pick (a larger rollout that gives GPUs away
+    in the tail) can win, and a start whose promised move the nodes cannot hold loses. The table gives the whole
+    simulation's seconds for the finalists and the screen's for the others."""
     key = ("dynamic", repr(setup), seeds)
     if key in _START_CACHE:
         return _START_CACHE[key]
-    seen = _candidate_starts(setup, lambda a: _dynamic_time(setup, a, seeds, make))
-    best = min(seen, key=lambda a: seen[a])
-    out = ({"rollout": best[0], "reference": best[1], "trainer": best[2]}, sorted(seen.items(), key=lambda kv: kv[1]))
+    screen = _candidate_starts(setup, lambda a: _dynamic_time(setup, a, seeds, make))
+    st = search_start_split(setup, seeds)[0]
+    finalists = list(dict.fromkeys([(st["rollout"], st["reference"], st["trainer"]),
+                                    *sorted(screen, key=lambda a: screen[a])[:FINALISTS]]))
+    full = {a: v for a in finalists if (v := _full_time(setup, a, seeds, make_full)) is not None}
+    best = min(full, key=lambda a: full[a])
+    table = {**screen, **full}
+    out = ({"rollout": best[0], "reference": best[1], "trainer": best[2]}, sorted(table.items(), key=lambda kv: kv[1]))
     _START_CACHE[key] = out
     return out
 
@@ -224,7 +255,7 @@ class CompletionPlannerDecision:
         if how == "static":
             self.start, self.start_table = search_start_split(setup)
         else:
-            self.start, self.start_table = search_dynamic_start(setup, self._probe)
+            self.start, self.start_table = search_dynamic_start(setup, self._probe, self._whole)
         self.starts[0] = dict(self.start)
         return dict(self.start)
 
@@ -233,6 +264,12 @@ class CompletionPlannerDecision:
         pr = _StartProbe(self.sc, choose_start=False, setup=self.setup, **self._knobs)
         pr._opt, pr._lengths, pr._base = self._opt, self._lengths, self._base  # the one-time tables, shared
         return pr
+
+    def _whole(self) -> "CompletionPlannerDecision":
+        """The same decision on a fixed start, every move carried out (the search's finalists)."""
+        d = CompletionPlannerDecision(self.sc, choose_start=False, setup=self.setup, **self._knobs)
+        d._opt, d._lengths, d._base = self._opt, self._lengths, self._base
+        return d
 
     def _state_tables(self):
         from estimators import training
