@@ -186,3 +186,30 @@ def test_the_start_search_scores_a_start_by_its_move_point(fired, monkeypatch):
     assert not any(r["committed"] for r in probes[-1].records)
     assert kept == pytest.approx(static, rel=0.02)
     assert seeds and all(s >= C.PLAN_SEED_BASE for s in seeds), seeds
+
+
+def test_the_start_is_the_fastest_finalist_simulated_whole(fired, monkeypatch):
+    """The screen's best starts and the best static split are simulated whole under the policy; the start chosen is
+    the fastest of those simulations, whatever the screen promised."""
+    from planner.instances import completion as C
+    from planner.sim.repro_jobs import _setup
+
+    sc, setup = _setup(fired["scenario"])
+    whole: dict = {}
+    real = C._full_time
+
+    def spy(setup_, a, seeds, make):
+        whole[a] = real(setup_, a, seeds, make)
+        return whole[a]
+
+    monkeypatch.setattr(C, "_full_time", spy)
+    monkeypatch.setattr(C, "_START_CACHE", {})
+    dec = C.CompletionPlannerDecision(sc)
+    start = dec.start_split(setup)
+    static_best = C.search_start_split(setup)[0]
+    assert (static_best["rollout"], static_best["reference"], static_best["trainer"]) in whole
+    assert 2 <= len(whole) <= 1 + C.FINALISTS
+    best = min(whole, key=lambda a: whole[a])
+    assert (start["rollout"], start["reference"], start["trainer"]) == best
+    table = dict(dec.start_table)
+    assert all(table[a] == pytest.approx(v, rel=1e-12) for a, v in whole.items())
