@@ -2,26 +2,26 @@
 
 :class:`CompletionPlannerDecision` (``planner simulate --policy dynamic --decision completion``):
 
-* **start split** (:meth:`start_split`): the planner's choice, not the scenario's node counts, searched *for the
-  dynamic policy* (:func:`search_dynamic_start`), with the request-level model (:class:`simulator.job.JobSim`, on
-  the planner's own seeds ``PLAN_SEED_BASE + k``, never a seed the run uses): a screen scores every candidate start
-  by simulating it under this very decision up to its first committed move, plus the decision's own predicted time
-  to the end of training after it (a start that never moves scores its simulated static iteration); the screen's
-  two best and the best static split are then simulated whole under the decision, every move carried out, and
-  the fastest wins. A start that a static run would never pick (a larger rollout that gives its GPUs away in the
-  tail) can win. Node splits first, then half and quarter nodes around the best; every iteration starts from it.
-  Multi-turn rollouts (whose prediction after a move keeps the aggregate formulas) search static splits instead
-  (:func:`search_start_split`, ``start_search="static"``);
+* **start split** (:meth:`start_split`): the planner's choice, not the scenario's node counts. Default
+  (``start_search="static"``): static splits searched with the request-level model (:class:`simulator.job.JobSim`,
+  on the planner's own seeds ``PLAN_SEED_BASE + k``, never a seed the run uses), node splits first, then half and
+  quarter nodes around the best; every iteration starts from it. Opt-in (``start_search="dynamic"``, or ``"auto"``:
+  dynamic for single-turn rollouts), searched *for the dynamic policy* (:func:`search_dynamic_start`): a screen
+  scores each candidate start by simulating it under this very decision up to its first committed move plus the
+  decision's own predicted rest; the screen's two best and the best static split are then simulated whole under
+  the decision and the fastest wins. Measured on the DynaRL math set-ups (``docs/realloc.md``) it wins on 1.5B and
+  7B-128 and loses on 32B-64, 32B-128 and the heavy tail, so it is not the default;
 * **trigger** (:class:`TailDetector`): DynaRL's θ / U_low / T, read on the tail rather than the age of the
   sequences: an engine is low when its requests (running and queued) are below ``U_low`` of the most it
   held this iteration; the rollout is a donor when more than ``θ`` of its engines are low, at least
   ``min_done`` (half) of the iteration's requests are done, for ``T`` seconds. A young rollout's engines hold
   all they were dispatched (multi-turn requests in a tool call hold none, hence the fraction done), so it
   never fires there;
-* **no re-asking** for a trainer that could not be placed: when the last committed move asked for a larger trainer
-  than the freed nodes could hold (a replica needs its TP x PP GPUs on one node; the rest went to log-prob
-  inference), the trainer is capped at what it got for the rest of the iteration (otherwise every later solve
-  asks again and GPUs shuttle between log-prob inference and the trainer);
+* **no re-asking** (opt-in, ``trainer_cap=True``; not measured on the default start) for a trainer that could not
+  be placed: when the last committed move asked for a larger trainer than the freed nodes could hold (a replica
+  needs its TP x PP GPUs on one node; the rest went to log-prob inference), the trainer is capped at what it got
+  for the rest of the iteration (otherwise every later solve asks again and GPUs shuttle between log-prob
+  inference and the trainer; the cap also blocks growth a later, larger drain could place);
 * **decision**: the allocation of least predicted completion time, every GPU owned
   (:func:`formulation.realloc.completion.decide`), net of the migration pause; the record keeps both the
   completion times and the min-over-stages proxy (``records``), and ``commits`` in the form the
@@ -209,13 +209,14 @@ class CompletionPlannerDecision:
 
     def __init__(self, sc=None, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, margin: float = 0.05,
                  choose_start: bool = True, setup=None, log_every_s: float = 0.0, request_level: bool = True,
-                 draws: int = 3, resolve_s: float = 5.0, start_search: str = "auto") -> None:
+                 draws: int = 3, resolve_s: float = 5.0, start_search: str = "static", trainer_cap: bool = False) -> None:
         if start_search not in ("auto", "dynamic", "static"):
             raise ValueError(f"start_search: {start_search!r} is not 'auto', 'dynamic' or 'static'")
+        self.trainer_cap = trainer_cap
         self.sc = sc
         self.start_search = start_search
         self._knobs: dict[str, Any] = dict(u_low=u_low, window_s=window_s, theta=theta, margin=margin, request_level=request_level,
-                           draws=draws, resolve_s=resolve_s)
+                           draws=draws, resolve_s=resolve_s, trainer_cap=trainer_cap)
         self._asked: dict = {}  # iteration -> the last committed target (rollout, reference, trainer)
         self._trainer_cap: dict = {}  # iteration -> the trainer size it could not grow past
         self.request_level = request_level
@@ -390,7 +391,7 @@ class CompletionPlannerDecision:
 
         it = snap.iteration
         asked = self._asked.get(it)
-        if asked is not None and st.current[2] < asked[2]:
+        if self.trainer_cap and asked is not None and st.current[2] < asked[2]:
             # the last move asked for a trainer the freed nodes could not hold (a replica needs its TP x PP GPUs on
             # one node; the rest went to log-prob inference): asking again would only shuffle GPUs back and forth
             self._trainer_cap[it] = min(self._trainer_cap.get(it, st.current[2]), st.current[2])

@@ -229,12 +229,9 @@ def report(args, cmd, R) -> tuple[list[str], list[dict]]:
                 "baselines and a hindsight oracle", cmd,
                 "DynaRL reports 1.27-1.98x end-to-end throughput over verl 0.5 / RLinf and 1.21-1.42x over RLHFuse for "
                 "1.5B/7B/32B math RL on 64 and 128 H100 GPUs.")
-    L += ["Decision function: `completion` (`planner.instances.completion`: the planner's start split, searched for the "
-          "dynamic policy on its own seeds: each candidate start simulated under the decision up to its first committed "
-          "move, then the decision's predicted time to the end of training; moves judged on the predicted time to the end "
-          "of the iteration's training, every GPU owned, a trainer the freed nodes could not hold not asked for again in "
-          "the iteration; trigger: more than θ=0.5 of the engines under U_low=0.2 of their peak requests for T=4 s). "
-          "`static at the planner's start (s)` = a static run at that start, which the policy leaves at its first move. "
+    L += ["Decision function: `completion` (`planner.instances.completion`: the planner's start split, searched with the "
+          "phase-time model on its own seeds; moves judged on the predicted time to the end of the iteration's training, "
+          "every GPU owned; trigger: more than θ=0.5 of the engines under U_low=0.2 of their peak requests for T=4 s). "
           f"Iteration time = mean over {args.iterations} iterations x {args.seeds} seed(s); every ratio is a throughput ratio "
           "(other time / dynamic time). GRPO group gating everywhere. Baselines (each a `planner simulate --policy`): "
           "static = the scenario's split (RLinf-style disaggregated streaming); best static split = the fastest node split "
@@ -246,7 +243,7 @@ def report(args, cmd, R) -> tuple[list[str], list[dict]]:
           "(the previous default). Held-out lengths (never used to tune anything): `heavy tail` = log-normal sigma "
           f"{HEAVY_SIGMA:g}, `light tail` = log-normal sigma 0.7, `ServeGen mixture` = the rate-weighted mixture of all "
           "ServeGen clients, each scaled to the scenario's clipped mean.", "",
-          "| set-up | static (s) | best static split (s) | static at the planner's start (s) | colocated (s) | RLHFuse-style (s) | "
+          "| set-up | static (s) | best static split (s) | planner's start split (s) | colocated (s) | RLHFuse-style (s) | "
           "threshold (s) | planner, min-over-stages (s) | **dynamic (s)** | **vs best static** | vs static | vs colocated | "
           "vs RLHFuse | oracle (s) | bound (s) | **dynamic / oracle** | dynamic / bound | unowned GPU-s | moves / iter |",
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

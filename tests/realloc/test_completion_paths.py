@@ -143,7 +143,7 @@ def test_a_trainer_the_nodes_could_not_hold_is_not_asked_for_again(fired):
     _, rec = decide_stream(free, snaps, ctx)
     cur_t = ctx.components["trainer"].gpus
     assert rec is not None and rec["target"][2] > cur_t, "without the cap this state grows the trainer"
-    capped = make_decision(setup, sc)
+    capped = make_decision(setup, sc, trainer_cap=True)
     r, f, t = (ctx.components[c].gpus for c in ("rollout", "reference", "trainer"))
     capped._asked[ctx.iteration] = (r - 8, f, t + 8)  # the last move asked for 8 more trainer GPUs than it got
     _, rec = decide_stream(capped, snaps, ctx)
@@ -204,7 +204,7 @@ def test_the_start_is_the_fastest_finalist_simulated_whole(fired, monkeypatch):
 
     monkeypatch.setattr(C, "_full_time", spy)
     monkeypatch.setattr(C, "_START_CACHE", {})
-    dec = C.CompletionPlannerDecision(sc)
+    dec = C.CompletionPlannerDecision(sc, start_search="dynamic")
     start = dec.start_split(setup)
     static_best = C.search_start_split(setup)[0]
     assert (static_best["rollout"], static_best["reference"], static_best["trainer"]) in whole
