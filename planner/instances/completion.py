@@ -10,7 +10,8 @@
   scores each candidate start by simulating it under this very decision up to its first committed move plus the
   decision's own predicted rest; the screen's two best and the best static split are then simulated whole under
   the decision and the fastest wins. Measured on the DynaRL math set-ups (``docs/realloc.md``) it wins on 1.5B and
-  7B-128 and loses on 32B-64, 32B-128 and the heavy tail, so it is not the default;
+  7B-128 and loses on 32B-128 and the heavy tail (and on 32B-64 with the trainer cap on; without it 32B-64 wins),
+  so it is not the default yet;
 * **trigger** (:class:`TailDetector`): DynaRL's θ / U_low / T, read on the tail rather than the age of the
   sequences: an engine is low when its requests (running and queued) are below ``U_low`` of the most it
   held this iteration; the rollout is a donor when more than ``θ`` of its engines are low, at least
@@ -21,7 +22,8 @@
   be placed: when the last committed move asked for a larger trainer than the freed nodes could hold (a replica
   needs its TP x PP GPUs on one node; the rest went to log-prob inference), the trainer is capped at what it got
   for the rest of the iteration (otherwise every later solve asks again and GPUs shuttle between log-prob
-  inference and the trainer; the cap also blocks growth a later, larger drain could place);
+  inference and the trainer; the cap also blocks growth a later, larger drain could place: with the dynamic start
+  on 32B-64 it left an 8-GPU trainer for the rest of the iteration, 4,155 s against 2,502 s without it);
 * **decision**: the allocation of least predicted completion time, every GPU owned
   (:func:`formulation.realloc.completion.decide`), net of the migration pause; the record keeps both the
   completion times and the min-over-stages proxy (``records``), and ``commits`` in the form the
