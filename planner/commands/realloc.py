@@ -36,6 +36,13 @@ def add_arguments(p) -> None:
     p.add_argument("--horizon-s", type=_args.number(hi=_args.SECONDS), default=None, help="seconds left in the iteration (default: from progress)")
     p.add_argument("--time-limit-s", type=_args.number(hi=_args.TIME_LIMIT_S), default=5.0, help="solver time limit (default 5)")
     p.add_argument("--json", action="store_true", help="print the plan document as JSON instead of tables")
+    p.add_argument("--decision", choices=["planner", "completion"], default="planner",
+                   help="planner (default: the min-over-stages throughput planner, a ReallocPlan with steps) or completion "
+                        "(the decision `planner simulate --policy dynamic` makes: moves judged on the iteration's predicted "
+                        "completion time; needs --scenario and --context; prints or writes the decision record)")
+    p.add_argument("--context", help="with --decision completion: the job's reallocation context at the last snapshot (JSON: "
+                                     "components' GPUs, rates, queued work and the rollout's unfinished requests; "
+                                     "planner.instances.completion_io)")
     p.add_argument("--verbose", "-v", action="store_true",
                    help="every donor's evidence and every stage's candidates (default: the donors, the chosen candidates, the steps)")
 
@@ -76,6 +83,10 @@ def run(args) -> int:
 
     donor_cfg, opts = _options(args)
     check_outputs(args, "out")
+    if getattr(args, "decision", "planner") == "completion":
+        return _run_completion(args)
+    if getattr(args, "context", None):
+        raise UserError(Problem("--context", "given without --decision completion", "add --decision completion, or drop --context"))
     expect(args.snapshot, [SNAPSHOT], "SNAPSHOT", "realloc")
     snaps = load_snapshots(args.snapshot)
     scenario = None
@@ -112,6 +123,78 @@ def run(args) -> int:
         print(plandoc.dumps(doc, "json"), end="")
         return 0
     _print(dec, doc, args)
+    return 0
+
+
+def _run_completion(args) -> int:
+    """``--decision completion``: the simulator's completion decision on the snapshots and the context."""
+    import json
+
+    from planner import safeload
+    from planner.dockind import SCENARIO, SNAPSHOT, expect
+    from planner.errors import Problem, UserError
+    from planner.instances.completion_io import ContextError, context_from_data, decide_stream, make_decision
+    from planner.instances.realloc import load_snapshots
+    from planner.instances.simulate import cluster_view, job_setup
+    from planner.schema import load_scenario
+
+    if not args.scenario:
+        raise UserError(Problem("--scenario", "missing", "--decision completion needs the job's scenario (its model and lengths)"))
+    if not args.context:
+        raise UserError(Problem("--context", "missing", "--decision completion needs the job's context at the last snapshot"))
+    expect(args.snapshot, [SNAPSHOT], "SNAPSHOT", "realloc")
+    snaps = load_snapshots(args.snapshot)
+    if sorted(snaps, key=lambda s: (s.iteration, s.time_s)) != snaps:
+        raise UserError(Problem("SNAPSHOT", "snapshots are not in time order", "list them by iteration, then time_s"))
+    found = expect(args.scenario, [SCENARIO], "--scenario", "realloc")
+    sc = load_scenario(args.scenario, parsed=found.doc)
+    names = sorted({s.job for s in snaps})
+    if len(names) > 1:
+        raise UserError(Problem("SNAPSHOT", f"snapshots of several jobs ({', '.join(names)})", "pass one job's snapshots per call"))
+    idx = next((i for i, j in enumerate(sc.jobs) if j.name == names[0]), None)
+    if idx is None:
+        raise UserError(Problem("SNAPSHOT", f"job {names[0]!r} is not in the scenario ({', '.join(j.name for j in sc.jobs)})",
+                                "pass the scenario the job runs in"))
+    text = safeload.read_text(args.context, what="context file", where="--context")
+    try:
+        ctx = context_from_data(json.loads(text))
+    except json.JSONDecodeError as exc:
+        raise UserError(Problem("--context", f"not JSON: {exc}", "write the context as JSON")) from None
+    except ContextError as exc:
+        raise UserError(Problem(f"--context {exc.field}", exc.message, "write the field as planner.instances.completion_io "
+                                                                        "describes")) from None
+    if ctx.iteration != snaps[-1].iteration:
+        raise UserError(Problem("--context iteration", f"{ctx.iteration}, the last snapshot's is {snaps[-1].iteration}",
+                                "give the context taken at the last snapshot"))
+    setup = job_setup(sc, idx, sc.jobs[idx], cluster_view(sc))
+    if ctx.total_gpus != setup.total_gpus:
+        raise UserError(Problem("--context total_gpus", f"{ctx.total_gpus}, the scenario's job has {setup.total_gpus}",
+                                "give the context of this scenario's job"))
+    dec = make_decision(setup, sc, u_low=args.u_low, window_s=args.hold_s, theta=args.theta, margin=args.margin)
+    out, rec = decide_stream(dec, snaps, ctx)
+    doc = {"kind": "CompletionDecision", "job": names[0], "iteration": ctx.iteration, "time_s": snaps[-1].time_s,
+           "fired": rec is not None, "committed": out is not None,
+           "target": dict(out.target) if out is not None else None,
+           "record": rec}
+    if args.out:
+        from planner.safewrite import write_atomic
+
+        write_atomic(args.out, json.dumps(doc, indent=1, sort_keys=True) + "\n", where="--out")
+    if args.json:
+        print(json.dumps(doc, indent=1, sort_keys=True))
+        return 0
+    if rec is None:
+        print(f"{names[0]} at t={snaps[-1].time_s:g} s (iteration {ctx.iteration}): the tail trigger has not fired "
+              f"(θ={args.theta:g}, U_low={args.u_low:g}, T={args.hold_s:g} s, half the requests done); no decision")
+    else:
+        cur, tgt = rec["current"], rec["target"]
+        print(f"{names[0]} at t={snaps[-1].time_s:g} s (iteration {ctx.iteration}): rollout+reference+trainer "
+              f"{cur[0]}+{cur[1]}+{cur[2]} -> {tgt[0]}+{tgt[1]}+{tgt[2]}")
+        print(f"predicted completion: {rec['completion_keep_s']:.1f} s if kept, {rec['completion_s']:.1f} s chosen; "
+              f"min-over-stages proxy {rec['proxy_keep']:.4g} -> {rec['proxy']:.4g} per s")
+        print(f"{'COMMITTED' if rec['committed'] else 'NOT COMMITTED'}: {rec['reason']}")
+    if args.out:
+        print(f"decision written to {args.out}")
     return 0
 
 

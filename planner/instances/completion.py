@@ -2,16 +2,28 @@
 
 :class:`CompletionPlannerDecision` (``planner simulate --policy dynamic --decision completion``):
 
-* **start split** (:meth:`start_split`): the planner's choice, not the scenario's node counts: static splits
-  searched with the phase-time model (the request-level model, :class:`simulator.job.JobSim`, on the
-  planner's own seeds ``PLAN_SEED_BASE + k``, never a seed the run uses), node splits first, then half and
-  quarter nodes around the best; every iteration starts from it;
+* **start split** (:meth:`start_split`): the planner's choice, not the scenario's node counts. Default
+  (``start_search="static"``): static splits searched with the request-level model (:class:`simulator.job.JobSim`,
+  on the planner's own seeds ``PLAN_SEED_BASE + k``, never a seed the run uses), node splits first, then half and
+  quarter nodes around the best; every iteration starts from it. Opt-in (``start_search="dynamic"``, or ``"auto"``:
+  dynamic for single-turn rollouts), searched *for the dynamic policy* (:func:`search_dynamic_start`): a screen
+  scores each candidate start by simulating it under this very decision up to its first committed move plus the
+  decision's own predicted rest; the screen's two best and the best static split are then simulated whole under
+  the decision and the fastest wins. Measured on the DynaRL math set-ups (``docs/realloc.md``) it wins on 1.5B and
+  7B-128 and loses on 32B-128 and the heavy tail (and on 32B-64 with the trainer cap on; without it 32B-64 wins),
+  so it is not the default yet;
 * **trigger** (:class:`TailDetector`): DynaRL's θ / U_low / T, read on the tail rather than the age of the
   sequences: an engine is low when its requests (running and queued) are below ``U_low`` of the most it
   held this iteration; the rollout is a donor when more than ``θ`` of its engines are low, at least
   ``min_done`` (half) of the iteration's requests are done, for ``T`` seconds. A young rollout's engines hold
   all they were dispatched (multi-turn requests in a tool call hold none, hence the fraction done), so it
   never fires there;
+* **no re-asking** (opt-in, ``trainer_cap=True``; not measured on the default start) for a trainer that could not
+  be placed: when the last committed move asked for a larger trainer than the freed nodes could hold (a replica
+  needs its TP x PP GPUs on one node; the rest went to log-prob inference), the trainer is capped at what it got
+  for the rest of the iteration (otherwise every later solve asks again and GPUs shuttle between log-prob
+  inference and the trainer; the cap also blocks growth a later, larger drain could place: with the dynamic start
+  on 32B-64 it left an 8-GPU trainer for the rest of the iteration, 4,155 s against 2,502 s without it);
 * **decision**: the allocation of least predicted completion time, every GPU owned
   (:func:`formulation.realloc.completion.decide`), net of the migration pause; the record keeps both the
   completion times and the min-over-stages proxy (``records``), and ``commits`` in the form the
@@ -21,7 +33,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -63,15 +75,19 @@ class TailDetector:
 _START_CACHE: dict = {}
 
 
-def search_start_split(setup, seeds: int = 1) -> tuple[dict, list]:
-    """The static split of least simulated iteration time on the planner's seeds: (split, [(split, seconds)])."""
-    from simulator.job import JobSim
-    from simulator.oracle import _alloc
-    from simulator.policies import Policy
+class _MovePoint(Exception):
+    """Raised by :class:`_StartProbe` at its first committed move: the predicted iteration time."""
 
-    key = repr(setup)
-    if key in _START_CACHE:
-        return _START_CACHE[key]
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+def _candidate_starts(setup, value) -> dict:
+    """Start allocations ``(rollout, reference, trainer)`` -> ``value(a)`` (seconds; ``None``: infeasible): node
+    splits first (every other node past 8 nodes), then half and quarter nodes around the best so far."""
+    from simulator.oracle import _alloc
+
     G, g, u = setup.total_gpus, setup.gpus_per_node, setup.rollout_tp
     seen: dict = {}
 
@@ -79,27 +95,113 @@ def search_start_split(setup, seeds: int = 1) -> tuple[dict, list]:
         a = _alloc(setup, r)
         if a is None or a in seen:
             return
-        ts = []
-        for k in range(seeds):
-            pol = Policy("static", rollout_gpus=a[0], reference_gpus=a[1], trainer_gpus=a[2])
-            try:
-                res = JobSim(setup, pol, seed=PLAN_SEED_BASE + k, iterations=1).run()
-            except (ValueError, RuntimeError):
-                return
-            ts.append(res.iterations[0].duration_s)
-        seen[a] = float(np.mean(ts))
+        v = value(a)
+        if v is not None:
+            seen[a] = v
 
     nodes = G // g
     step = 1 if nodes <= 8 else 2
     for n in range(1, nodes, step):
         run(n * g)
     for frac in (2, 4):
+        if not seen:
+            break
         best = min(seen, key=lambda a: seen[a])
         d = max(u, g // frac // u * u)
         run(best[0] - d)
         run(best[0] + d)
+    return seen
+
+
+def _static_time(setup, a: tuple, seeds: int) -> Optional[float]:
+    from simulator.job import JobSim
+    from simulator.policies import Policy
+
+    ts = []
+    for k in range(seeds):
+        pol = Policy("static", rollout_gpus=a[0], reference_gpus=a[1], trainer_gpus=a[2])
+        try:
+            res = JobSim(setup, pol, seed=PLAN_SEED_BASE + k, iterations=1).run()
+        except (ValueError, RuntimeError):
+            return None
+        ts.append(res.iterations[0].duration_s)
+    return float(np.mean(ts))
+
+
+def search_start_split(setup, seeds: int = 1) -> tuple[dict, list]:
+    """The static split of least simulated iteration time on the planner's seeds: (split, [(split, seconds)])."""
+    key = ("static", repr(setup), seeds)
+    if key in _START_CACHE:
+        return _START_CACHE[key]
+    seen = _candidate_starts(setup, lambda a: _static_time(setup, a, seeds))
     best = min(seen, key=lambda a: seen[a])
     out = ({"rollout": best[0], "reference": best[1], "trainer": best[2]}, sorted(seen.items(), key=lambda kv: kv[1]))
+    _START_CACHE[key] = out
+    return out
+
+
+def _dynamic_time(setup, a: tuple, seeds: int, make) -> Optional[float]:
+    """Predicted iteration time of the dynamic policy started at ``a`` on the planner's seeds: the request-level
+    simulation of the start allocation up to the policy's first committed move, then the decision's own
+    predicted time to the end of training after that move (migration included); with no move, the simulated
+    static iteration."""
+    from simulator.job import JobSim
+    from simulator.policies import Policy
+
+    ts = []
+    for k in range(seeds):
+        probe = make()
+        pol = Policy("dynamic", rollout_gpus=a[0], reference_gpus=a[1], trainer_gpus=a[2], decision=probe)
+        try:
+            res = JobSim(setup, pol, seed=PLAN_SEED_BASE + k, iterations=1).run()
+            ts.append(res.iterations[0].duration_s)
+        except _MovePoint as mp:
+            ts.append(mp.seconds)
+        except (ValueError, RuntimeError):
+            return None
+    return float(np.mean(ts))
+
+
+FINALISTS = 2  # the best starts by the move-point score that are then simulated whole, beside the best static split
+
+
+def _full_time(setup, a: tuple, seeds: int, make) -> Optional[float]:
+    """Simulated iteration time of the dynamic policy (``make()``, every move carried out) started at ``a``, on the
+    planner's seeds."""
+    from simulator.job import JobSim
+    from simulator.policies import Policy
+
+    ts = []
+    for k in range(seeds):
+        pol = Policy("dynamic", rollout_gpus=a[0], reference_gpus=a[1], trainer_gpus=a[2], decision=make())
+        try:
+            ts.append(JobSim(setup, pol, seed=PLAN_SEED_BASE + k, iterations=1).run().iterations[0].duration_s)
+        except (ValueError, RuntimeError):
+            return None
+    return float(np.mean(ts))
+
+
+def search_dynamic_start(setup, make, make_full, seeds: int = 1) -> tuple[dict, list]:
+    """The start split of least simulated iteration time *for the dynamic policy*: (split, [(split, seconds)]).
+
+    Screen: every candidate start scored by :func:`_dynamic_time` (simulated up to the policy's first committed move,
+    then the decision's own prediction: cheap, but it trusts the prediction after a move, which knows neither which
+    nodes a drain frees nor how far off it is after a large move). Final: the ``FINALISTS`` best of the screen and
+    the best static split (:func:`search_start_split`) simulated whole under the policy (``make_full()``), every move
+    carried out; the least wins. So a start that a static run would not pick (a larger rollout that gives GPUs away
+    in the tail) can win, and a start whose promised move the nodes cannot hold loses. The table gives the whole
+    simulation's seconds for the finalists and the screen's for the others."""
+    key = ("dynamic", repr(setup), seeds)
+    if key in _START_CACHE:
+        return _START_CACHE[key]
+    screen = _candidate_starts(setup, lambda a: _dynamic_time(setup, a, seeds, make))
+    st = search_start_split(setup, seeds)[0]
+    finalists = list(dict.fromkeys([(st["rollout"], st["reference"], st["trainer"]),
+                                    *sorted(screen, key=lambda a: screen[a])[:FINALISTS]]))
+    full = {a: v for a in finalists if (v := _full_time(setup, a, seeds, make_full)) is not None}
+    best = min(full, key=lambda a: full[a])
+    table = {**screen, **full}
+    out = ({"rollout": best[0], "reference": best[1], "trainer": best[2]}, sorted(table.items(), key=lambda kv: kv[1]))
     _START_CACHE[key] = out
     return out
 
@@ -109,8 +211,16 @@ class CompletionPlannerDecision:
 
     def __init__(self, sc=None, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, margin: float = 0.05,
                  choose_start: bool = True, setup=None, log_every_s: float = 0.0, request_level: bool = True,
-                 draws: int = 3, resolve_s: float = 5.0) -> None:
+                 draws: int = 3, resolve_s: float = 5.0, start_search: str = "static", trainer_cap: bool = False) -> None:
+        if start_search not in ("auto", "dynamic", "static"):
+            raise ValueError(f"start_search: {start_search!r} is not 'auto', 'dynamic' or 'static'")
+        self.trainer_cap = trainer_cap
         self.sc = sc
+        self.start_search = start_search
+        self._knobs: dict[str, Any] = dict(u_low=u_low, window_s=window_s, theta=theta, margin=margin, request_level=request_level,
+                           draws=draws, resolve_s=resolve_s, trainer_cap=trainer_cap)
+        self._asked: dict = {}  # iteration -> the last committed target (rollout, reference, trainer)
+        self._trainer_cap: dict = {}  # iteration -> the trainer size it could not grow past
         self.request_level = request_level
         self.draws = draws
         self.resolve_s = resolve_s
@@ -140,9 +250,29 @@ class CompletionPlannerDecision:
         if not self.choose_start:
             return None
         self._state_tables()  # one-time tables (optimizer step, weight sync per allocation): not in a decision's latency
-        self.start, self.start_table = search_start_split(setup)
+        how = self.start_search
+        if how == "auto":
+            # the dynamic search trusts the decision's prediction after a move, which is request by request for
+            # single-turn rollouts only (multi-turn ones keep the aggregate formulas): static search there
+            how = "dynamic" if setup.workload.turns == 1 and self.request_level else "static"
+        if how == "static":
+            self.start, self.start_table = search_start_split(setup)
+        else:
+            self.start, self.start_table = search_dynamic_start(setup, self._probe, self._whole)
         self.starts[0] = dict(self.start)
         return dict(self.start)
+
+    def _probe(self) -> "_StartProbe":
+        """The same decision, started where the search puts it, stopping at its first committed move."""
+        pr = _StartProbe(self.sc, choose_start=False, setup=self.setup, **self._knobs)
+        pr._opt, pr._lengths, pr._base = self._opt, self._lengths, self._base  # the one-time tables, shared
+        return pr
+
+    def _whole(self) -> "CompletionPlannerDecision":
+        """The same decision on a fixed start, every move carried out (the search's finalists)."""
+        d = CompletionPlannerDecision(self.sc, choose_start=False, setup=self.setup, **self._knobs)
+        d._opt, d._lengths, d._base = self._opt, self._lengths, self._base
+        return d
 
     def _state_tables(self):
         from estimators import training
@@ -261,7 +391,14 @@ class CompletionPlannerDecision:
         st = self._state(ctx, snap)
         from estimators import comm
 
-        dec = decide(st, self.margin, migration_s=comm.GROUP_REBUILD_S, max_rollout=st.current[0])
+        it = snap.iteration
+        asked = self._asked.get(it)
+        if self.trainer_cap and asked is not None and st.current[2] < asked[2]:
+            # the last move asked for a trainer the freed nodes could not hold (a replica needs its TP x PP GPUs on
+            # one node; the rest went to log-prob inference): asking again would only shuffle GPUs back and forth
+            self._trainer_cap[it] = min(self._trainer_cap.get(it, st.current[2]), st.current[2])
+        dec = decide(st, self.margin, migration_s=comm.GROUP_REBUILD_S, max_rollout=st.current[0],
+                     max_trainer=self._trainer_cap.get(it))
         self.calls += 1
         self.solve_ms.append((time.perf_counter() - t0) * 1e3)
         self.solve_cpu_ms.append((time.process_time() - c0) * 1e3)
@@ -272,6 +409,7 @@ class CompletionPlannerDecision:
         if not dec.committed:
             return None
         self._moved.add(snap.iteration)
+        self._asked[it] = tuple(dec.target)
         self.committed += 1
         self.commits.append({"iteration": snap.iteration, "time_s": snap.time_s, "unit": "1/s",
                              "current": 1.0 / max(dec.completion_keep_s, 1e-9), "predicted": 1.0 / max(dec.completion_s, 1e-9),
@@ -279,3 +417,14 @@ class CompletionPlannerDecision:
         r, f, t = dec.target
         return Reallocation(target={"rollout": r, "reference": f, "trainer": t},
                             kinds={"rollout": "workload", "reference": "reboot", "trainer": "p2p"}, reason=dec.reason, fill=True)
+
+
+class _StartProbe(CompletionPlannerDecision):
+    """:class:`CompletionPlannerDecision` on a fixed start that ends the simulation at its first committed move,
+    with the predicted iteration time (seconds so far + the decision's predicted completion, migration included)."""
+
+    def __call__(self, snap, ctx):
+        out = super().__call__(snap, ctx)
+        if out is not None and not ctx.at_boundary:
+            raise _MovePoint(float(snap.time_s) + float(self.records[-1]["completion_s"]))
+        return out
