@@ -68,6 +68,11 @@ def add_arguments(p) -> None:
                         "judged on the iteration's predicted completion time, request by request, every GPU owned), planner "
                         "(the reallocation planner's min-over-stages throughput, the previous default) or the simulator's "
                         "threshold baseline")
+    p.add_argument("--start-search", choices=["auto", "dynamic", "static"], default="auto",
+                   help="dynamic --decision completion: how the starting split is chosen (auto, the default: searched for the "
+                        "dynamic policy itself on single-turn rollouts, every candidate start simulated on the planner's own "
+                        "seeds, minutes on a 64-GPU set-up; the best static split on multi-turn ones; static: the best static "
+                        "split always, faster)")
     p.add_argument("--u-low", type=_args.number(), default=0.2, help="dynamic: KV utilisation below which an engine is a donor")
     p.add_argument("--window-s", type=_args.number(hi=_args.SECONDS), default=4.0, help="dynamic: seconds an engine must stay under U_low (T)")
     p.add_argument("--theta", type=_args.number(), default=0.5, help="dynamic: fraction of engines that must be donors")
@@ -153,7 +158,8 @@ def decision_function(args, sc):
     if args.decision == "completion":
         from planner.instances.completion import CompletionPlannerDecision
 
-        return CompletionPlannerDecision(sc, u_low=args.u_low, window_s=args.window_s, theta=args.theta)
+        return CompletionPlannerDecision(sc, u_low=args.u_low, window_s=args.window_s, theta=args.theta,
+                                         start_search=getattr(args, "start_search", "auto"))
     from planner.instances.simulate import planner_decision
 
     return planner_decision(sc, u_low=args.u_low, window_s=args.window_s, theta=args.theta)

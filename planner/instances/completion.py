@@ -3,22 +3,22 @@
 :class:`CompletionPlannerDecision` (``planner simulate --policy dynamic --decision completion``):
 
 * **start split** (:meth:`start_split`): the planner's choice, not the scenario's node counts. Default
-  (``start_search="static"``): static splits searched with the request-level model (:class:`simulator.job.JobSim`,
-  on the planner's own seeds ``PLAN_SEED_BASE + k``, never a seed the run uses), node splits first, then half and
-  quarter nodes around the best; every iteration starts from it. Opt-in (``start_search="dynamic"``, or ``"auto"``:
-  dynamic for single-turn rollouts), searched *for the dynamic policy* (:func:`search_dynamic_start`): a screen
-  scores each candidate start by simulating it under this very decision up to its first committed move plus the
-  decision's own predicted rest; the screen's two best and the best static split are then simulated whole under
-  the decision and the fastest wins. Measured on the DynaRL math set-ups (``docs/realloc.md``) it wins on 1.5B and
-  7B-128 and loses on 32B-128 and the heavy tail (and on 32B-64 with the trainer cap on; without it 32B-64 wins),
-  so it is not the default yet;
+  (``start_search="auto"``): for single-turn rollouts the start is searched *for the dynamic policy*
+  (:func:`search_dynamic_start`): a screen scores each candidate start by simulating it under this very decision
+  up to its first committed move plus the decision's own predicted rest; the screen's two best and the best static
+  split are then simulated whole under the decision and the fastest wins. Multi-turn rollouts (whose prediction
+  after a move is aggregate, not request by request) and ``start_search="static"`` take the best *static* split
+  (:func:`search_start_split`): static splits simulated with the request-level model (:class:`simulator.job.JobSim`),
+  node splits first, then half and quarter nodes around the best. Every candidate runs on the planner's own seeds
+  ``PLAN_SEED_BASE + k``, never a seed the run uses; every iteration starts from the chosen split. The two
+  searches side by side on the nine DynaRL math set-ups: ``results/realloc/dynamic-start-search.md``;
 * **trigger** (:class:`TailDetector`): DynaRL's θ / U_low / T, read on the tail rather than the age of the
   sequences: an engine is low when its requests (running and queued) are below ``U_low`` of the most it
   held this iteration; the rollout is a donor when more than ``θ`` of its engines are low, at least
   ``min_done`` (half) of the iteration's requests are done, for ``T`` seconds. A young rollout's engines hold
   all they were dispatched (multi-turn requests in a tool call hold none, hence the fraction done), so it
   never fires there;
-* **no re-asking** (opt-in, ``trainer_cap=True``; not measured on the default start) for a trainer that could not
+* **no re-asking** (opt-in, ``trainer_cap=True``; it hurts with the dynamic start) for a trainer that could not
   be placed: when the last committed move asked for a larger trainer than the freed nodes could hold (a replica
   needs its TP x PP GPUs on one node; the rest went to log-prob inference), the trainer is capped at what it got
   for the rest of the iteration (otherwise every later solve asks again and GPUs shuttle between log-prob
@@ -211,7 +211,7 @@ class CompletionPlannerDecision:
 
     def __init__(self, sc=None, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, margin: float = 0.05,
                  choose_start: bool = True, setup=None, log_every_s: float = 0.0, request_level: bool = True,
-                 draws: int = 3, resolve_s: float = 5.0, start_search: str = "static", trainer_cap: bool = False) -> None:
+                 draws: int = 3, resolve_s: float = 5.0, start_search: str = "auto", trainer_cap: bool = False) -> None:
         if start_search not in ("auto", "dynamic", "static"):
             raise ValueError(f"start_search: {start_search!r} is not 'auto', 'dynamic' or 'static'")
         self.trainer_cap = trainer_cap
