@@ -95,15 +95,28 @@ def _summary(ms, iterations: int, decisions=()) -> dict:
     return out
 
 
-def job_task(scenario: str, policy: dict, seeds: int, iterations: int, split=None, lengths=None) -> dict:
-    """One policy on one job (``split``: [rollout nodes, training nodes] instead of the scenario's)."""
+def job_task(scenario: str, policy: dict, seeds: int, iterations: int, split=None, lengths=None, idle: bool = False) -> dict:
+    """One policy on one job (``split``: [rollout nodes, training nodes] instead of the scenario's; ``idle``: also
+    the GPU-seconds owned by no component and held but idle, as fractions of the cluster's, :func:`idle_summary`)."""
     sc, setup = _job_setup(scenario, split, lengths)
     keep: list = []
     try:
         ms = _run_job(setup, lambda: _policy(policy, sc), seeds, iterations, keep)
     except ValueError as exc:
         return {"infeasible": str(exc)}
-    return _summary(ms, iterations, [p.decision for p, _ in keep if p.decision is not None])
+    out = _summary(ms, iterations, [p.decision for p, _ in keep if p.decision is not None])
+    return {**out, **idle_summary(ms)} if idle else out
+
+
+def idle_summary(ms) -> dict:
+    """GPU-seconds owned by no component (``unowned_fraction``) and idle in all (unowned, or held by a component
+    with nothing to do: ``idle_fraction``, per component ``idle_by_component``), over the cluster's GPU-seconds of
+    the runs ``ms`` (:func:`simulator.metrics.job_metrics`)."""
+    gpu_s = sum(m["cluster_gpu_s"] for m in ms)
+    return {"unowned_fraction": sum(m["unowned_gpu_s"] for m in ms) / gpu_s,
+            "idle_fraction": sum(m["idle_gpu_s"] for m in ms) / gpu_s,
+            "idle_by_component": {c: sum(m["components"].get(c, {}).get("idle_gpu_s", 0.0) for m in ms) / gpu_s
+                                  for c in ("rollout", "reference", "trainer")}}
 
 
 def pair_task(scenario: str, decision: str, seeds: int, iterations: int, lengths=None) -> dict:
