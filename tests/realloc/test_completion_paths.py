@@ -213,3 +213,30 @@ def test_the_start_is_the_fastest_finalist_simulated_whole(fired, monkeypatch):
     assert (start["rollout"], start["reference"], start["trainer"]) == best
     table = dict(dec.start_table)
     assert all(table[a] == pytest.approx(v, rel=1e-12) for a, v in whole.items())
+
+
+@pytest.mark.parametrize("turns, want", [(1, "dynamic"), (3, "static")])
+def test_the_default_start_search_is_the_dynamic_one_on_single_turn_rollouts(monkeypatch, turns, want):
+    """``simulate --policy dynamic`` with its defaults searches the start for the dynamic policy itself on a
+    single-turn rollout (measured: results/realloc/dynamic-start-search.md) and the best static split on a
+    multi-turn one (whose prediction after a move is aggregate)."""
+    import argparse
+    from dataclasses import replace
+
+    from planner.commands.simulate import decision_function
+    from planner.instances import completion as C
+    from planner.sim.repro_jobs import _setup
+
+    sc, setup = _setup(Path(__file__).resolve().parents[2] / "scenarios" / "ci" / "tiny-1job.yaml")
+    setup = replace(setup, workload=replace(setup.workload, turns=turns))
+    called: list = []
+    split = {"rollout": 8, "reference": 4, "trainer": 4}
+    monkeypatch.setattr(C, "search_start_split", lambda s, seeds=1: called.append("static") or (split, []))
+    monkeypatch.setattr(C, "search_dynamic_start", lambda s, make, full, seeds=1: called.append("dynamic") or (split, []))
+    monkeypatch.setattr(C.CompletionPlannerDecision, "_state_tables", lambda self: None)
+    args = argparse.Namespace(decision="completion", u_low=0.2, window_s=4.0, theta=0.5)  # as the reproduction builds it
+    dec = decision_function(args, sc)
+    assert dec.start_search == "auto"
+    assert dec.start_split(setup) == split
+    assert called == [want]
+    assert decision_function(argparse.Namespace(**vars(args), start_search="static"), sc).start_search == "static"
