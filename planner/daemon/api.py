@@ -455,6 +455,9 @@ def create_app(service) -> FastAPI:
             field = exc.field[len("context."):] if exc.field.startswith("context.") else ("" if exc.field == "context" else exc.field)
             raise UserError(Problem(field, exc.message, "write the field as planner.instances.completion_io describes "
                                                        "(context_to_data writes it)"), title="invalid reallocation context") from None
+        except (ValueError, TypeError, OverflowError) as exc:  # numbers past what the arrays hold (e.g. a 400-digit integer)
+            raise UserError(Problem("", f"the context cannot be read: {str(exc)[:200]}", "send finite numbers of ordinary size"),
+                            title="invalid reallocation context") from None
         # stored as the validated context written back (known fields only, finite numbers): JSON text, never pickle
         store.put_realloc_context(name, time.time(), float(ctx.time_s), int(ctx.iteration),
                                   json.dumps(context_to_data(ctx), separators=(",", ":"), allow_nan=False))

@@ -77,6 +77,9 @@ def run(tmp_path_factory):
         gone = json.loads(json.dumps(ctx))
         del gone["components"]["reference"]["pending"]
         out["missing"] = http.post(url, json=gone, headers=_bearer("poster"))
+        huge_int = json.dumps(ctx).replace('"total_gpus": 32', '"total_gpus": ' + "9" * 400).encode()
+        assert b"9" * 400 in huge_int
+        out["overflow"] = http.post(url, content=huge_int, headers={**_bearer("poster"), "content-type": "application/json"})
         out["unknown_job"] = http.post("/v1/jobs/no-such-job/realloc-context", json=ctx, headers=_bearer("poster"))
         out["stored_after_refusals"] = _stored(d.state)
         # over the 1 MiB of every other body, under --max-context-bytes: accepted; over it: 413
@@ -146,6 +149,7 @@ def test_refused_contexts_are_named_and_never_stored(run):
         r = run[key]
         assert r.status_code == 422, r.text
         assert [p["field"] for p in r.json()["problems"]] == [field], r.text
+    assert run["overflow"].status_code == 422, run["overflow"].text  # a number no array holds: refused, not a server error
     assert run["unknown_job"].status_code == 404, run["unknown_job"].text
     assert run["stored_after_refusals"] == []
     assert run["huge"].status_code == 413, run["huge"].text[:300]
