@@ -260,3 +260,20 @@ def test_without_a_fresh_context_auto_falls_back_to_the_planner_and_says_why():
     out = r.decide(pctx, case.JOB, snaps)
     assert not out.committed and not out.donors and out.reason.startswith("completion decision: no decision")
     assert np.isfinite(out.current_throughput)
+
+
+def test_the_option_picks_the_reallocator_and_is_checked():
+    from planner.daemon.adapters.completion import CompletionReallocator
+    from planner.daemon.adapters.realloc import DynaRLReallocator, make_reallocator
+    from planner.daemon.config import DaemonConfig
+    from planner.errors import UserError
+    from tests.apply import realloc_case as case
+
+    cluster = case.scenario().model_copy(update={"jobs": []})
+    assert type(make_reallocator(cluster, "planner", lambda job: None)) is DynaRLReallocator
+    for mode in ("auto", "completion"):
+        r = make_reallocator(cluster, mode, lambda job: None, max_age_s=5.0)
+        assert isinstance(r, CompletionReallocator) and r.mode == mode and r.max_age_s == 5.0
+    assert DaemonConfig().realloc_decision == "auto"
+    with pytest.raises(UserError, match="--realloc-decision"):
+        DaemonConfig(realloc_decision="fastest")

@@ -222,6 +222,9 @@ class CompletionReallocator:
         except UserError as exc:
             self.unusable[job] = f"the job has no set-up for the completion decision ({exc.render()})"
             return None
+        except Exception as exc:  # noqa: BLE001 - any job the set-up cannot model keeps the fallback, said once per job
+            self.unusable[job] = f"the job has no set-up for the completion decision ({type(exc).__name__}: {exc})"
+            return None
         self.scenarios[job] = sc
         self.decisions[job] = make_decision(setup, sc, **self.knobs)
         return self.decisions[job]
