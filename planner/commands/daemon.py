@@ -95,6 +95,9 @@ def add_arguments(p) -> None:
     s.add_argument("--rate-burst", type=_args.number(1.0, 1e7), default=400.0, help="requests a token may send at once (default 400)")
     s.add_argument("--data-dir", type=Path, metavar="DIR",
                    help="trace files a submitted job may name (relative paths inside DIR); without it a job naming a file is refused")
+    s.add_argument("--max-context-bytes", type=_args.count(1, 1 << 30), default=16 << 20,
+                   help="largest POST /v1/jobs/{name}/realloc-context body (it lists the rollout's unfinished requests; "
+                        "default 16 MiB; every other body: 1 MiB)")
     s.add_argument("--max-jobs-per-token", type=_args.count(1, 100000), default=256, help="live jobs one token may have submitted (default 256)")
     p.add_argument("--standby", action="store_true", help="when another daemon holds the lease, serve and wait for it instead of exiting")
     g = p.add_argument_group("replanning")
@@ -109,6 +112,14 @@ def add_arguments(p) -> None:
         help="relative change of measured/predicted that updates estimates (default 0.10)")
     g.add_argument("--admission-timeout-s", type=_args.seconds(), default=None, help="reject a job that waited this long for room (default: wait)")
     g.add_argument("--no-realloc", action="store_true", help="no reallocation inside iterations")
+    g.add_argument("--realloc-decision", choices=["auto", "completion", "planner"], default="auto",
+                   help="which decision reallocates inside iterations: completion (the one `planner simulate --policy dynamic` "
+                        "and `planner realloc --decision completion` make, judged on the iteration's predicted completion time; "
+                        "it reads the job's context, POST /v1/jobs/{name}/realloc-context), planner (the min-over-stages "
+                        "throughput planner on telemetry alone), auto (default: completion where a fresh context is posted, "
+                        "planner otherwise)")
+    g.add_argument("--realloc-context-max-age-s", type=_args.seconds(zero=True), default=30.0,
+                   help="a posted context is used for telemetry up to this many job seconds after its time_s (default 30)")
     h = p.add_argument_group("operation")
     h.add_argument("--lease-ttl-s", type=_args.seconds(3600.0), default=15.0, help="applier lease TTL in wall seconds (default 15)")
     h.add_argument("--until-idle", action="store_true", help="exit once every job has ended")
@@ -142,6 +153,7 @@ def run(args) -> int:
                        reoptimise_every_s=args.reoptimise_every_s, reoptimise_time_limit_s=args.reoptimise_time_limit_s,
                        amortise_s=args.amortise_s, gain_margin=args.gain_margin, max_moves_per_hour=args.max_moves_per_hour,
                        drift_threshold=args.drift_threshold, admission_timeout_s=args.admission_timeout_s, realloc=not args.no_realloc,
+                       realloc_decision=args.realloc_decision, realloc_context_max_age_s=args.realloc_context_max_age_s,
                        lease_ttl_s=args.lease_ttl_s, until_idle=args.until_idle, max_cycles=args.max_cycles)
     from planner.errors import Problem, UserError
 
@@ -175,7 +187,7 @@ def run(args) -> int:
                    limits=Limits(max_connections=args.max_connections, header_timeout_s=args.header_timeout_s,
                                  max_per_peer=args.max_connections_per_peer, busy_timeout_s=args.busy_timeout_s,
                                  idle_timeout_s=args.idle_timeout_s, rate_per_s=args.rate_limit, rate_burst=args.rate_burst,
-                                 max_jobs_per_token=args.max_jobs_per_token),
+                                 max_jobs_per_token=args.max_jobs_per_token, max_context_bytes=args.max_context_bytes),
                    ray_address=args.ray_address, data_dir=check_data_dir(args.data_dir))
     return Daemon(opts).open().run()
 

@@ -9,6 +9,9 @@ GET     /v1/jobs                  list jobs, filter by ``state``, page with ``li
 GET     /v1/jobs/{name}           one job with its lifecycle events: 200, 404
 DELETE  /v1/jobs/{name}           request a cancel (the loop carries it out): 202, 404, 409
 POST    /v1/telemetry             a ``TelemetrySnapshot`` of a placed job: 202, 404, 409, 422
+POST    /v1/jobs/{name}/          the job's reallocation context (``planner.instances.completion_io``
+        realloc-context           JSON: what the completion decision reads besides telemetry); the
+                                  latest per job is kept: 202, 404, 409, 413, 422
 GET     /v1/plan                  the plan in force (placement and plan document): 200, 404
 GET     /v1/cluster               what the executor runs (per component its workers, per node its
                                   use, the request ledger), as of the loop's last cycle: 200, 404
@@ -21,7 +24,8 @@ GET     /metrics                  Prometheus text format
 
 Every refusal is a JSON ``{"error": ..., "problems": [{"field", "message", "fix"}]}`` whose
 ``field`` is the path inside the request (``rollout.max_response_tokens``), never a traceback.
-Requests over 1 MiB get 413 (:class:`BodyLimit`). Nothing reaches the state before it validated.
+Requests over 1 MiB get 413 (:class:`BodyLimit`), except a reallocation context (the rollout's
+unfinished requests one by one), which may have up to ``--max-context-bytes`` (16 MiB). Nothing reaches the state before it validated.
 In front of it all, :class:`planner.daemon.guard.Guard`: Host allow-list, bearer token, rate,
 scope, audit (:mod:`planner.daemon.auth`).
 """
@@ -30,9 +34,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any, Literal, Optional
 
-from fastapi import FastAPI, Path, Query, Request
+from fastapi import Body, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -101,6 +106,13 @@ class JobList(BaseModel):
 class Accepted(BaseModel):
     id: int
     job: str
+
+
+class ContextAccepted(BaseModel):
+    job: str
+    iteration: int
+    time_s: float
+    requests: int = Field(description="the rollout's unfinished requests the context lists (0: none listed)")
 
 
 class PlanView(BaseModel):
@@ -233,12 +245,16 @@ class BodyLimit:
     handed to the app whole. Outside the app, so no handler ever sees an oversized body.
     """
 
-    def __init__(self, app, limit: int) -> None:
+    def __init__(self, app, limit: int, routes: tuple = ()) -> None:
         self.app, self.limit = app, limit
+        self.routes = tuple((re.compile(pattern), n) for pattern, n in routes)  # (path regex, limit): larger bodies on these paths
 
-    async def _refuse(self, send, size: str) -> None:
+    def limit_of(self, path: str) -> int:
+        return next((n for rx, n in self.routes if rx.fullmatch(path)), self.limit)
+
+    async def _refuse(self, send, size: str, limit: Optional[int] = None) -> None:
         body = ErrorBody(error="request body too large", problems=[ProblemView(
-            field="", message=f"the body is {size} bytes; the limit is {self.limit}", fix="send one job or one snapshot per request")])
+            field="", message=f"the body is {size} bytes; the limit is {limit or self.limit}", fix="send one job or one snapshot per request")])
         data = body.model_dump_json().encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
@@ -280,9 +296,10 @@ class BodyLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
+        limit = self.limit_of(scope.get("path", ""))
         size = headers.get(b"content-length")
-        if size is not None and (not size.isdigit() or int(size) > self.limit):
-            return await self._refuse(send, size.decode("latin-1"))
+        if size is not None and (not size.isdigit() or int(size) > limit):
+            return await self._refuse(send, size.decode("latin-1"), limit)
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
         chunks, total, more = [], 0, True
@@ -292,8 +309,8 @@ class BodyLimit:
                 return
             chunk = msg.get("body", b"")
             total += len(chunk)
-            if total > self.limit:
-                return await self._refuse(send, f"more than {self.limit}")
+            if total > limit:
+                return await self._refuse(send, f"more than {limit}", limit)
             chunks.append(chunk)
             more = msg.get("more_body", False)
         whole, given = b"".join(chunks), False
@@ -327,10 +344,13 @@ def _strict_pairs(pairs: list) -> dict:
     return out
 
 
-def asgi_app(service, *, max_body_bytes: int = 1 << 20, guard: Optional[dict] = None):
-    """What the server runs: the app behind the body limit, behind the gate (:class:`planner.daemon.guard.Guard`:
-    Host, token, rate, scope, audit) when ``guard`` gives its arguments."""
-    app = BodyLimit(create_app(service), max_body_bytes)
+CONTEXT_PATH = r"/v1/jobs/[^/]+/realloc-context"
+
+
+def asgi_app(service, *, max_body_bytes: int = 1 << 20, max_context_bytes: int = 16 << 20, guard: Optional[dict] = None):
+    """What the server runs: the app behind the body limit (``max_context_bytes`` for a reallocation context), behind
+    the gate (:class:`planner.daemon.guard.Guard`: Host, token, rate, scope, audit) when ``guard`` gives its arguments."""
+    app = BodyLimit(create_app(service), max_body_bytes, routes=((CONTEXT_PATH, max_context_bytes),))
     if guard is None:
         return app
     from planner.daemon.guard import Guard
@@ -416,6 +436,34 @@ def create_app(service) -> FastAPI:
     async def post_telemetry(snapshot: TelemetrySnapshot, request: Request) -> Accepted:
         request.scope["rlp.job"] = snapshot.job
         return Accepted(id=await service.ingest.submit(snapshot), job=snapshot.job)
+
+    # ---- reallocation context
+    @app.post("/v1/jobs/{name}/realloc-context", status_code=202, response_model=ContextAccepted, responses=_resp(404, 409, 413, 422),
+              tags=["telemetry"], summary="Post a job's reallocation context (what the completion decision reads besides telemetry)")
+    def post_realloc_context(request: Request, name: str = Path(..., pattern=NAME_PATTERN, max_length=200),
+                             context: dict[str, Any] = Body(..., description="planner.instances.completion_io.context_to_data's "
+                                                                               "JSON: version, time_s, iteration, total_gpus, "
+                                                                               "free_gpus, initial, intake, components")) -> ContextAccepted:
+        import time
+
+        from planner.instances.completion_io import ContextError, context_from_data, context_to_data
+
+        request.scope["rlp.job"] = name
+        try:
+            ctx = context_from_data(context, where="context")
+        except ContextError as exc:
+            field = exc.field[len("context."):] if exc.field.startswith("context.") else ("" if exc.field == "context" else exc.field)
+            raise UserError(Problem(field, exc.message, "write the field as planner.instances.completion_io describes "
+                                                       "(context_to_data writes it)"), title="invalid reallocation context") from None
+        except (ValueError, TypeError, OverflowError) as exc:  # numbers past what the arrays hold (e.g. a 400-digit integer)
+            raise UserError(Problem("", f"the context cannot be read: {str(exc)[:200]}", "send finite numbers of ordinary size"),
+                            title="invalid reallocation context") from None
+        # stored as the validated context written back (known fields only, finite numbers): JSON text, never pickle
+        store.put_realloc_context(name, time.time(), float(ctx.time_s), int(ctx.iteration),
+                                  json.dumps(context_to_data(ctx), separators=(",", ":"), allow_nan=False))
+        reqs = ctx.components["rollout"].requests
+        return ContextAccepted(job=name, iteration=int(ctx.iteration), time_s=float(ctx.time_s),
+                               requests=int(reqs["engine"].size) if reqs is not None else 0)
 
     # ---- plan and decisions
     @app.get("/v1/plan", response_model=PlanView, responses=_resp(404), tags=["plan"], summary="The plan in force")

@@ -16,7 +16,7 @@ scope       allows
 read        every ``GET`` (jobs, plan, cluster, decisions, health, metrics, OpenAPI)
 submit      ``POST /v1/jobs`` (at most ``--max-jobs-per-token`` live jobs per token)
 cancel      ``DELETE /v1/jobs/{name}``
-telemetry   ``POST /v1/telemetry`` (it can trigger GPU migrations)
+telemetry   ``POST /v1/telemetry`` and ``POST /v1/jobs/{name}/realloc-context`` (they can trigger GPU migrations)
 admin       all of the above, ``GET /v1/audit``, and anything added later
 ==========  ======================================================================
 
@@ -76,6 +76,7 @@ class Limits:
     rate_per_s: float = 200.0  # requests per second per token (0: no limit); unauthenticated callers per client address
     rate_burst: float = 400.0  # the bucket's size
     max_jobs_per_token: int = 256  # live (not ended) jobs submitted through the API by one token
+    max_context_bytes: int = 16 << 20  # a POST /v1/jobs/{name}/realloc-context body (per-request arrays of the rollout)
 
     def check(self) -> None:
         bad = []
@@ -93,6 +94,8 @@ class Limits:
             bad.append(Problem("--rate-burst", f"must be in [1, 1e7], got {self.rate_burst}"))
         if not 1 <= self.max_jobs_per_token <= 10**6:
             bad.append(Problem("--max-jobs-per-token", f"must be in [1, 1e6], got {self.max_jobs_per_token}"))
+        if not 1 <= self.max_context_bytes <= 1 << 30:
+            bad.append(Problem("--max-context-bytes", f"must be in [1, 2^30], got {self.max_context_bytes}"))
         if bad:
             raise UserError(bad, title="invalid daemon limits")
 
@@ -219,6 +222,8 @@ def required_scope(method: str, path: str) -> Optional[str]:
     if method == "DELETE" and path.startswith("/v1/jobs/"):
         return "cancel"
     if method == "POST" and path == "/v1/telemetry":
+        return "telemetry"
+    if method == "POST" and path.startswith("/v1/jobs/") and path.endswith("/realloc-context") and path.count("/") == 4:
         return "telemetry"
     return "admin"
 

@@ -34,6 +34,11 @@ class DaemonConfig:
     # Reallocation inside iterations (DynaRL).
     realloc: bool = True
     realloc_cooldown_s: float = 30.0  # per job, at most one committed reallocation per this many seconds
+    # which decision: completion (planner.instances.completion: moves judged on the iteration's predicted completion
+    # time, what `planner simulate --policy dynamic` runs; needs the job's posted reallocation context), planner (the
+    # min-over-stages throughput planner on telemetry alone), auto (completion where a fresh context is posted, else planner)
+    realloc_decision: str = "auto"
+    realloc_context_max_age_s: float = 30.0  # job seconds a posted context stays usable after its time_s (else stale)
     # Housekeeping.
     telemetry_retention_s: float = 120.0  # wall seconds a consumed telemetry snapshot is kept for inspection
     plans_keep: int = 1000  # superseded and failed plans beyond the newest this many are deleted (decisions keep their reasons)
@@ -52,6 +57,10 @@ class DaemonConfig:
         for name in ("gain_margin", "max_moves_per_hour", "realloc_cooldown_s"):
             if getattr(self, name) < 0:
                 bad.append(Problem(f"--{name.replace('_', '-')}", f"must be >= 0, got {getattr(self, name)}"))
+        if self.realloc_decision not in ("auto", "completion", "planner"):
+            bad.append(Problem("--realloc-decision", f"must be auto, completion or planner, got {self.realloc_decision!r}"))
+        if not self.realloc_context_max_age_s >= 0:
+            bad.append(Problem("--realloc-context-max-age-s", f"must be >= 0, got {self.realloc_context_max_age_s}"))
         if self.clock not in ("wall", "virtual"):
             bad.append(Problem("--clock", f"must be wall or virtual, got {self.clock!r}"))
         if self.drift_window < 1 or self.drift_min_samples < 1 or self.drift_min_samples > self.drift_window:

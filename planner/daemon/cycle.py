@@ -363,6 +363,7 @@ class Loop:
                 self.store.set_kv(c, "cluster", {"at": cy.now, **cluster})
                 self._described = cluster
             self.store.prune_telemetry(c, self.cursor, time.time() - self.cfg.telemetry_retention_s)
+            self.store.prune_realloc_contexts(c)
             self.store.prune_plans(c, self.cfg.plans_keep)
 
     def _save_state(self, c, cycle: int, cursor: int, now: float) -> None:

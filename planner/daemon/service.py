@@ -368,7 +368,8 @@ class Daemon:
             from planner.daemon.adapters import realloc
 
             if realloc.available() is None:
-                self.reallocator = realloc.DynaRLReallocator(self.cluster)
+                self.reallocator = realloc.make_reallocator(self.cluster, self.cfg.realloc_decision, self.store.realloc_context,
+                                                            max_age_s=self.cfg.realloc_context_max_age_s)
             else:
                 log.warning("%s: no reallocation inside iterations", realloc.available())
         return self
@@ -393,8 +394,9 @@ class Daemon:
 
         lim = self.opts.limits
         self.audit = AuditLog(self.store)
-        app = asgi_app(self.service, guard={"tokens": self.tokens, "hosts": self.hosts, "limiter": RateLimiter(lim.rate_per_s, lim.rate_burst),
-                                            "audit": self.audit})
+        app = asgi_app(self.service, max_context_bytes=lim.max_context_bytes,
+                       guard={"tokens": self.tokens, "hosts": self.hosts, "limiter": RateLimiter(lim.rate_per_s, lim.rate_burst),
+                              "audit": self.audit})
         tls = self.opts.tls_cert is not None
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5,
                                 http=protocol_class(lim),

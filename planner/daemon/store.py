@@ -22,10 +22,12 @@ plans          every target the loop decided: status applying | applied | record
 decisions      the decision log: cycle, triggers, outcome, gain, migration cost, reasons
 lease          who may apply: holder, pid, host, epoch (fencing), expiry
 audit          every mutating API call: when, token name, client address, method, path, job, status
+realloc_ctx    per job, the latest reallocation context a running system posted (validated
+               ``planner.instances.completion_io`` JSON text; one row per job, replaced by each post)
 =============  =======================================================================
 
-``jobs.submitted_by`` (the token that submitted a job through the API) and ``audit`` were added
-without a version change: opening an older file adds them.
+``jobs.submitted_by`` (the token that submitted a job through the API), ``audit`` and
+``realloc_ctx`` were added without a version change: opening an older file adds them.
 """
 
 from __future__ import annotations
@@ -129,6 +131,13 @@ CREATE TABLE IF NOT EXISTS audit (
     path TEXT NOT NULL,
     job TEXT,
     status INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS realloc_ctx (
+    job TEXT PRIMARY KEY,
+    received_wall REAL NOT NULL,
+    time_s REAL NOT NULL,
+    iteration INTEGER NOT NULL,
+    body TEXT NOT NULL
 );
 """
 
@@ -425,6 +434,34 @@ class Store(SQLiteFile):
 
     def prune_telemetry(self, c: sqlite3.Connection, cursor: int, older_than_wall: float) -> int:
         return c.execute("DELETE FROM telemetry WHERE id <= ? AND received_wall < ?", (cursor, older_than_wall)).rowcount
+
+    # ------------------------------------------------------------------ reallocation contexts
+    def put_realloc_context(self, job: str, wall: float, time_s: float, iteration: int, body: str) -> None:
+        """Keep ``body`` (validated context JSON text) as the job's latest context; 404 for an unknown job, 409 for one
+        that is not admitted or running (as telemetry)."""
+        with self.tx() as c:
+            row = c.execute("SELECT state FROM jobs WHERE name=?", (job,)).fetchone()
+            if row is None:
+                raise NotFound(f"no job named '{job}'", "name", "post contexts only for jobs submitted to this daemon")
+            if row["state"] not in (JobState.ADMITTED.value, JobState.RUNNING.value):
+                raise Conflict(f"job '{job}' is {row['state']}; a reallocation context is accepted only for admitted or running jobs",
+                               "name")
+            c.execute("INSERT INTO realloc_ctx(job, received_wall, time_s, iteration, body) VALUES (?,?,?,?,?) "
+                      "ON CONFLICT(job) DO UPDATE SET received_wall=excluded.received_wall, time_s=excluded.time_s, "
+                      "iteration=excluded.iteration, body=excluded.body", (job, wall, time_s, iteration, body))
+
+    def realloc_context(self, job: str) -> Optional[dict]:
+        """The job's latest posted context: ``{"time_s", "iteration", "received_wall", "data"}`` (data: the parsed JSON), or None."""
+        row = self.conn().execute("SELECT * FROM realloc_ctx WHERE job=?", (job,)).fetchone()
+        if row is None:
+            return None
+        return {"time_s": row["time_s"], "iteration": row["iteration"], "received_wall": row["received_wall"],
+                "data": json.loads(row["body"])}
+
+    def prune_realloc_contexts(self, c: sqlite3.Connection) -> int:
+        """Drop the contexts of jobs that are no longer admitted or running."""
+        return c.execute("DELETE FROM realloc_ctx WHERE job NOT IN (SELECT name FROM jobs WHERE state IN (?, ?))",
+                         (JobState.ADMITTED.value, JobState.RUNNING.value)).rowcount
 
     def telemetry_count(self) -> int:
         return int(self.conn().execute("SELECT COUNT(*) FROM telemetry").fetchone()[0])

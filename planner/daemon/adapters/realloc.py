@@ -14,7 +14,9 @@ adapter keeps the planner's stateful pieces across cycles:
   averaged over the iteration. The predictor's error is what ``planner_predictor_error
   {phase="throughput"}`` reports.
 
-Each cycle the loop hands over a job's new snapshots; the adapter feeds all but the last to the
+With ``--realloc-decision auto`` (the default) or ``completion`` the daemon runs the completion decision
+instead (:mod:`planner.daemon.adapters.completion`), this planner being its fallback where no fresh context is
+posted; :func:`make_reallocator` picks. Each cycle the loop hands over a job's new snapshots; the adapter feeds all but the last to the
 detector and decides at the last with the cluster scenario (so the curves and migration bytes
 come from the job's model). State lives in memory: after a restart a donor must hold for ``T``
 again (conservative), and the predictor starts again from the estimators.
@@ -22,7 +24,7 @@ again (conservative), and the predictor starts again from the estimators.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from planner.daemon.ports import PlanningContext, ReallocOutcome
 from planner.schema.scenario import Scenario
@@ -51,6 +53,19 @@ class DynaRLReallocator:
         errs = [p.report()["curve_mape"] for p in self.predictors.values()]
         errs = [e for e in errs if e is not None]
         return sum(errs) / len(errs) if errs else None
+
+    def observe(self, job: str, snapshots: list) -> None:
+        """Feed snapshots without deciding (another decision runs this cycle): the donor detector and the curves
+        keep the whole stream."""
+        from estimators.predictor import ThroughputPredictor
+        from formulation.realloc.donors import DonorDetector
+
+        det = self.detectors.setdefault(job, DonorDetector(self.donor_cfg))
+        pred = self.predictors.setdefault(job, ThroughputPredictor())
+        for s in snapshots:
+            _seed(pred, s)
+            pred.observe_snapshot(s)
+            det.observe(s)
 
     def decide(self, ctx: PlanningContext, job: str, snapshots: list) -> ReallocOutcome:
         from estimators.predictor import ThroughputPredictor
@@ -86,6 +101,16 @@ def _seed(pred, snap) -> None:
     for (comp, t), (g, tps) in seen.items():
         if tps > 0 and not pred.has(comp, t):
             pred.set_prior(comp, t, [(g, tps)], linear=True)
+
+
+def make_reallocator(cluster: Scenario, decision: str, contexts: Callable[[str], Optional[dict]], *, max_age_s: float = 30.0):
+    """The daemon's reallocator for ``--realloc-decision``: ``planner`` (this module's), ``completion`` or ``auto``
+    (:class:`planner.daemon.adapters.completion.CompletionReallocator`, reading the posted contexts via ``contexts``)."""
+    if decision == "planner":
+        return DynaRLReallocator(cluster)
+    from planner.daemon.adapters.completion import CompletionReallocator
+
+    return CompletionReallocator(cluster, contexts, mode=decision, max_age_s=max_age_s)
 
 
 def available() -> Optional[str]:
