@@ -19,20 +19,25 @@ from planner import STARTED_AT, __version__
 from planner.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, UserError
 
 
-def _command_modules():
+def _command_modules(only: str | None = None):
+    """The command modules, by name; ``only``: that command's module alone when it is one (the
+    others are not imported: a quick command's time limit counts its start-up)."""
     import planner.commands as pkg
 
     mods = []
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"planner.commands.{info.name}")
+    names = sorted(info.name for info in pkgutil.iter_modules(pkg.__path__) if not info.name.startswith("_"))
+    if only is not None and only.replace("-", "_") in names:
+        names = [only.replace("-", "_")]
+    for name in names:
+        mod = importlib.import_module(f"planner.commands.{name}")
         if hasattr(mod, "NAME") and hasattr(mod, "run"):
             mods.append(mod)
     return mods
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; ``only``: of that command alone when it is one whose module
+    declares that very name (else every command, so that a wrong name gets argparse's message)."""
     parser = argparse.ArgumentParser(
         prog="planner",
         description="Optimising planner for RL post-training clusters.",
@@ -44,7 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the traceback of internal errors (also RL_PLANNER_DEBUG=1)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in _command_modules():
+    mods = _command_modules(only)
+    if only is not None and [m.NAME for m in mods] != [only]:
+        mods = _command_modules()
+    for mod in mods:
         p = sub.add_parser(
             mod.NAME,
             help=mod.HELP,
@@ -68,8 +76,13 @@ def main(argv: Sequence[str] | None = None, started: float | None = None, leave_
     what they built (about 0.1 s for a 2,000-job plan: part of a "whole command" time limit),
     unless a profiler, a tracer or coverage is watching the process (they write their data at
     exit)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)  # argparse itself exits 2 on bad usage
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    # the command named on the line: only its module is imported (the others cost ~20 ms);
+    # the options before it take no values (--debug, --version, --help)
+    pos = next((i for i, a in enumerate(args_list) if not a.startswith("-")), None)
+    first = None if pos is None or {"-h", "--help"} & set(args_list[:pos]) else args_list[pos]
+    parser = build_parser(first)
+    args = parser.parse_args(args_list)  # argparse itself exits 2 on bad usage
     args._started = started
     if not getattr(args, "_run", None):
         parser.print_help()

@@ -194,37 +194,76 @@ class Index:
         self.R, self.T, self.S, self.SR, self.ST = R, T, S, SR, ST
         self.k_r, self.k_t, self.k_pair = ri, ti, si
         K = len(configs)
-        a = R[ri] if K else np.full((0, self.n), np.inf)
-        bs = np.add(T[ti], S[si], out=T[ti]) if K else np.full((0, self.n), np.inf)
-        self.tot = a + bs
-        fin = np.isfinite(self.tot)
         pin = self.pinned_m > 0
-        sr_k = SR[ri] if K else np.zeros((0, self.n))  # a gather: a copy
-        if K and pin.any():  # no shared rollout node: no rollout ring, no rollout switch (module docstring)
-            sr_k[pin] = 0.0
-        if K and (SR.any() or ST.any()):
-            with np.errstate(invalid="ignore"):
-                ring_a, ring_bs = ring_weights(a, bs, sr_k, ST[ti])
-            self.a = np.where(fin, ring_a, np.inf)
-            self.bs = np.where(fin, ring_bs, np.inf)
-        else:  # no warm switches: ring_weights would return (a, bs) exactly; fresh arrays, set in place
-            a[~fin] = np.inf
-            bs[~fin] = np.inf
-            self.a, self.bs = a, bs
-        if K and pin.any():
-            self.a[pin] = np.where(fin[pin], 0.0, np.inf)
         # the rollout-side knapsack row: host DRAM of a shared rollout node (whole pools) or member
         # slots (pinned: each member alone on its nodes, ``ok`` checks its DRAM against one node)
         self.node_dram_r = np.array([inst.pool_types[c.rollout_type].dram_gb for c in configs])
         self.dram_cap_r = np.where(pin, self.pinned_m, self.node_dram_r).astype(float) if K else np.zeros(0)
         self.rollout_cap = self.dram_cap_r
         self.dram_cap_t = np.array([inst.pool_types[c.train_type].dram_gb * c.train_nodes for c in configs])
-        ok = self.tot <= self.slo * (1 + REL_TOL) + 1e-12  # false where inf
-        ok &= fin
-        ok &= self.dram_r[None, :] <= self.node_dram_r[:, None] * (1 + REL_TOL)
-        ok &= self.state_t[None, :] <= self.dram_cap_t[:, None] * (1 + REL_TOL)
-        self.ok = ok
+        # ``ok`` now; ``a``, ``bs`` and ``tot`` on first use (:meth:`__getattr__`): an index that is
+        # only restricted to the jobs that fit somewhere (:meth:`restrict`) never builds them
+        self.ok = self._phase_arrays(keep=False)[3]
         self.config_id = {c: k for k, c in enumerate(configs)}
+
+    _LAZY = ("a", "bs", "tot")
+
+    def __getattr__(self, name: str):
+        """``a``, ``bs`` and ``tot`` (configurations x jobs), built on first use from the
+        per-(type, size) rows (:meth:`_phase_arrays`)."""
+        if name in Index._LAZY and "R" in self.__dict__:
+            self.a, self.bs, self.tot, _ = self._phase_arrays(keep=True)
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _phase_arrays(self, keep: bool = True):
+        """``(a, bs, tot, ok)``, configurations x jobs, one configuration's row at a time from the
+        per-(type, size) rows: the same numbers as whole-matrix expressions, without their
+        configurations-x-jobs temporaries (a dozen of them, 87 MB each at 10,000 jobs: fresh pages
+        the kernel zeroes, most of the index's time at fleet scale).
+
+        ``a`` = rollout, ``bs`` = training + sync, ``tot = a + bs``; with warm switches the ring
+        weights (:func:`ring_weights`, the rollout switch only on shared rollout nodes); inf where
+        the job has no time; pinned rows have no rollout ring (``a`` = 0). ``ok``: the job meets its
+        SLO alone there and its DRAM fits a rollout node and the training nodes. ``keep=False``:
+        ``ok`` only (the others are None; one row's buffers are reused); ``keep=True``: ``ok`` is
+        None (the index has it)."""
+        R, T, S, SR, ST = self.R, self.T, self.S, self.SR, self.ST
+        ri, ti, si, pin = self.k_r, self.k_t, self.k_pair, self.pinned_m > 0
+        K, n = len(ri), self.n
+        shape = (K, n) if keep else (1, n)
+        a, bs, tot = np.empty(shape), np.empty(shape), np.empty(shape)
+        ok = None if keep else np.empty((K, n), dtype=bool)
+        switches = bool(K and (SR.any() or ST.any()))
+        slo_lim = self.slo * (1 + REL_TOL) + 1e-12
+        dram_r_lim = self.node_dram_r * (1 + REL_TOL)
+        state_lim = self.dram_cap_t * (1 + REL_TOL)
+        zero = np.zeros(n)
+        with np.errstate(invalid="ignore"):
+            for k in range(K):
+                row = k if keep else 0
+                a_k, bs_k, tot_k = a[row], bs[row], tot[row]
+                np.copyto(a_k, R[ri[k]])
+                np.add(T[ti[k]], S[si[k]], out=bs_k)
+                np.add(a_k, bs_k, out=tot_k)
+                fin = np.isfinite(tot_k)
+                if ok is not None:  # ``ok`` only: from tot (the ring weights do not enter it)
+                    ok_k = ok[k]
+                    np.less_equal(tot_k, slo_lim, out=ok_k)  # false where inf
+                    ok_k &= fin
+                    ok_k &= self.dram_r <= dram_r_lim[k]
+                    ok_k &= self.state_t <= state_lim[k]
+                    continue
+                if switches:
+                    ring_a, ring_bs = ring_weights(a_k, bs_k, zero if pin[k] else SR[ri[k]], ST[ti[k]])
+                    np.copyto(a_k, np.where(fin, ring_a, np.inf))
+                    np.copyto(bs_k, np.where(fin, ring_bs, np.inf))
+                else:
+                    a_k[~fin] = np.inf
+                    bs_k[~fin] = np.inf
+                if pin[k]:  # no shared rollout node: no rollout ring, no rollout switch (module docstring)
+                    np.copyto(a_k, np.where(fin, 0.0, np.inf))
+        return (a, bs, tot, None) if keep else (None, None, None, ok)
 
     def restrict(self, inst: PlacementInstance, jobs: Sequence[int] | np.ndarray) -> "Index":
         """The index of ``inst`` = this instance with only the jobs ``jobs`` (same configurations,
@@ -235,8 +274,10 @@ class Index:
         new.inst, new.n, new.names = inst, len(keep), [self.names[j] for j in keep]
         for name in ("slo", "dram_r", "state_t"):
             setattr(new, name, getattr(self, name)[keep])
-        for name in ("R", "T", "S", "SR", "ST", "a", "bs", "tot", "ok"):
+        for name in ("R", "T", "S", "SR", "ST", "ok"):
             setattr(new, name, getattr(self, name)[:, keep])
+        for name in Index._LAZY:  # built from the rows above on first use: the same numbers as slices
+            new.__dict__.pop(name, None)
         return new
 
     def rollout_w(self, k, j):

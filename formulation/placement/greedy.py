@@ -118,7 +118,7 @@ class Packer:
         for k, c in enumerate(idx.configs):
             key = (c.rollout_type, c.train_type, c.train_nodes, c.rollout_nodes if c.pinned else 0)
             fam_key.setdefault(key, []).append(k)
-        cap = max(1, idx.n)
+        cap = max(1, min(idx.n, 16))  # rows per family; doubled when full (add_group): most families hold few groups
         self.families: list[_Family] = []
         self.fam_of: dict[int, list[tuple[int, int]]] = {}
         for ks in fam_key.values():
@@ -166,13 +166,16 @@ class Packer:
         idx = self.idx
         ks = fam.configs
         if m:
-            fam.sum_a[row] = idx.a[np.ix_(ks, m)].sum(axis=1)
-            fam.max_tot[row] = idx.tot[np.ix_(ks, m)].max(axis=1)
+            sub = np.ix_(ks, m)
+            a = idx.a[sub]
+            fam.sum_a[row] = a.sum(axis=1)
+            fam.max_tot[row] = idx.tot[sub].max(axis=1)
             # training ring at the smallest rollout pool: its cap min(sigma_t, a) is the largest there,
             # so the sum is at least the one of any larger rollout pool (equal unless a cap binds)
-            fam.sum_bs[row] = idx.bs[ks[0], m].sum()
-            fam.max_a[row] = idx.a[np.ix_(ks, m)].max(axis=1)
-            fam.max_bs[row] = idx.bs[ks[0], m].max()
+            bs = idx.bs[ks[0], m]
+            fam.sum_bs[row] = bs.sum()
+            fam.max_a[row] = a.max(axis=1)
+            fam.max_bs[row] = bs.max()
             fam.min_slo[row] = idx.slo[m].min()
             fam.sum_w[row] = idx.rollout_w(np.asarray(ks)[:, None], np.asarray(m)[None, :]).sum(axis=1)
             fam.sum_s[row] = idx.state_t[m].sum()

@@ -67,6 +67,42 @@ def test_json_is_strict_and_depth_bounded():
         assert needle in exc.value.render(), text
 
 
+@pytest.mark.parametrize("value, refused", [
+    ("plain", False), ("caf\u00e9 \u2603", False), ("back\\\\slash\\/quote\\\"", False), ("\\\\n is not a break", False),
+    ("esc\\u001b[2J", True), ("ESC\\u001B", True), ("del\\u007f", True), ("c1\\u0085", True), ("raw c1 \u009b", True),
+    ("raw del \u007f", True), ("bell\\b", True), ("line\\nbreak", False), ("tab\\there", False),
+])
+@pytest.mark.parametrize("field", ["name", "message"])
+def test_json_files_refuse_control_characters_without_the_walk(tmp_path, value, refused, field):
+    """A JSON file is refused by :func:`safeload.load` exactly when the walk of its strings refuses it
+    (the text is searched first; only a suspect one is walked, naming the path)."""
+    p = tmp_path / "x.json"
+    p.write_text('{"jobs": [{"%s": "%s"}]}' % (field, value), encoding="utf-8")
+    walked = safeload.Document(safeload.parse_json(p.read_text(encoding="utf-8")), {}, str(p))
+    try:
+        safeload.check_text(walked)
+        by_walk = False
+    except UserError:
+        by_walk = True
+    try:
+        safeload.load(p)
+        by_load = False
+    except UserError as exc:
+        by_load = True
+        assert "jobs[0]." + field in exc.render()
+    line_break = any(e in value.replace("\\\\", "") for e in ("\\n", "\\t"))  # refused in names only
+    assert by_load == by_walk == (refused or (field == "name" and line_break))
+    if not by_walk:
+        assert safeload.json_text_clean(p.read_text(encoding="utf-8")) or "\\" in value
+
+
+def test_json_text_clean_is_conservative():
+    for text in ['{"a": "x\\ny"}', '{"a": "x\\ty"}', '{"a": "\\u0000"}', '{"a": "\\u009F"}', '{"a": "\u0085"}']:
+        assert not safeload.json_text_clean(text), text
+    for text in ['{"a": "x y"}', '{"a": "\\u00e9\\u0070"}', '{"a": 1}\n', '{"a":\t"b"}']:
+        assert safeload.json_text_clean(text), text
+
+
 def test_check_numbers_names_the_path():
     with pytest.raises(UserError) as exc:
         safeload.check_numbers({"a": [1.0, {"b": float("nan")}]})

@@ -46,3 +46,30 @@ def test_the_quick_commands_run_numpy_with_one_blas_thread(tmp_path):
     # a caller's own setting stands, and commands that are not quick keep the default
     assert _blas_setting_seen_by_the_command(plan, {**env, "OPENBLAS_NUM_THREADS": "2"})[0] == "2"
     assert _blas_setting_seen_by_the_command(["simulate", "scenarios/ci/tiny-1job.yaml"], env)[0] == "None"
+
+
+def test_admit_imports_neither_the_other_commands_nor_a_solver(tmp_path):
+    """`planner admit` (a decision of milliseconds: its whole command is its start-up) imports its own
+    command module alone, and no solver, no scipy, no torch, no Ray (each costs tenths of a second)."""
+    import json
+
+    inst = generate_distinct(40, 0)
+    data = {"kind": "PlacementInstance", **inst.model_dump(mode="json")}
+    full, base, plan = tmp_path / "full.json", tmp_path / "base.json", tmp_path / "plan.json"
+    full.write_text(json.dumps(data))
+    arriving = data["jobs"][5]["name"]
+    base.write_text(json.dumps(dict(data, jobs=[j for j in data["jobs"] if j["name"] != arriving])))
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    subprocess.run([sys.executable, "-m", "planner.cli", "plan", str(base), "--backend", "fast", "--out", str(plan),
+                    "--allow-unplaced"], capture_output=True, text=True, env=env, check=True)
+    code = ("import sys\nfrom planner import cli\n"
+            f"rc = cli.main(['admit', {str(full)!r}, '--current', {str(plan)!r}, '--job', {arriving!r}, '--out', "
+            f"{str(tmp_path / 'admitted.json')!r}])\n"
+            "print(rc, ' '.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
+    rc, mods = out[0], set(out[1:])
+    assert rc in ("0", "2")  # admitted, or explained why not: either way the imports are the command's own
+    assert "planner.commands.admit" in mods
+    assert not {m for m in mods if m.startswith("planner.commands.") and not m.startswith("planner.commands._")} - {"planner.commands.admit"}
+    heavy = ("highspy", "ortools", "scipy", "torch", "ray", "matplotlib", "planner.schema", "estimators.simulate")
+    assert not {m for m in mods if m.split(".")[0] in heavy or m in heavy}

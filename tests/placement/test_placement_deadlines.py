@@ -323,3 +323,16 @@ def test_the_heuristic_pricing_pass_stops_at_its_deadline_and_the_exact_pass_sti
     assert pm.last_full
     priced = sorted(pm.priced_configs())
     assert priced and np.isfinite(rc_lb[priced]).all()
+
+
+def test_the_command_clock_starts_with_the_process_not_the_planner_import():
+    """The executable's time limit counts from the process's start (the interpreter's own start
+    included), not from when the planner was imported; a program that imports the planner after
+    running for a while does not get a start in the past."""
+    import subprocess
+    import sys
+
+    code = "import time; {}t = time.perf_counter(); import planner; print(t - planner.STARTED_AT)"
+    run = lambda c: float(subprocess.run([sys.executable, "-c", c], capture_output=True, text=True, check=True).stdout)  # noqa: E731
+    assert 0.0 < run(code.format("")) < 1.0  # the interpreter started before the planner was imported
+    assert run(code.format("time.sleep(1.2); ")) <= 0.0  # imported as a library, late: its import is the start
