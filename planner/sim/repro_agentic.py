@@ -102,6 +102,14 @@ def agentic_notes(rows) -> list[str]:
                        "evict contexts whichever request goes first (re-prefilled tokens change by "
                        f"{_pct(-cut(sf, sp, 'reprefill'))}), and where fewer are re-prefilled (agentic-7b-long) the saving is "
                        "prefill work, small against decoding for a 7B model. DynaRL's gain from priority is not reproduced.")
+    for q in ("fifo", "priority"):
+        same = [r["scenario"] for r in rows if r["policy"] == "dynamic" and r["queue"] == q]
+        twins = [(a, b) for i, a in enumerate(same) for b in same[i + 1:]
+                 if all(by[(a, "dynamic", q)][k] == by[(b, "dynamic", q)][k] for k in ("iter_s", "rollout_s", "reprefill", "preempt"))]
+        for a, b in twins:
+            out.append(f"* Dynamic ({q}) runs the same iteration on **{a}** and **{b}**: the same job on the same nodes, the "
+                       "scenarios differ only in their node split, and the dynamic policy starts from its own choice of "
+                       "split (the scenario's split is a baseline).")
     dyn = [r for r in rows if r["policy"] == "dynamic" and "unowned_fraction" in r]
     if dyn:
         out.append(f"* Under dynamic, GPU-seconds owned by no component: {min(r['unowned_fraction'] for r in dyn):.2%}-"
