@@ -125,7 +125,7 @@ def pair_completion(scenario: str, seeds: int, iterations: int, lengths=None) ->
       migration), against the dynamic run from that instant (no later move changes it).
 
     Errors are |predicted / simulated - 1|; medians and maxima over all of them."""
-    from planner.sim.repro_jobs import _job_setup, _policy, _run_job, _summary
+    from planner.sim.repro_jobs import _job_setup, _policy, _run_job, _summary, idle_summary
     from simulator.policies import Policy
 
     sc, setup = _job_setup(scenario, None, lengths)
@@ -159,11 +159,7 @@ def pair_completion(scenario: str, seeds: int, iterations: int, lengths=None) ->
                     move_e.append(abs(last["completion_s"] / sim_s - 1.0))
                     move_pts.append((i, last["time_s"], last["completion_s"], sim_s))
     pol0 = kept["dynamic"][0][0].decision
-    gpu_s = sum(m["cluster_gpu_s"] for m in dy)
-    dsum = {**_summary(dy, iterations, [p.decision for p, _ in kept["dynamic"]]),
-           "unowned_fraction": sum(m["unowned_gpu_s"] for m in dy) / gpu_s, "idle_fraction": sum(m["idle_gpu_s"] for m in dy) / gpu_s,
-           "idle_by_component": {c: sum(m["components"].get(c, {}).get("idle_gpu_s", 0.0) for m in dy) / gpu_s
-                                 for c in ("rollout", "reference", "trainer")}}
+    dsum = {**_summary(dy, iterations, [p.decision for p, _ in kept["dynamic"]]), **idle_summary(dy)}
     return {"static": _summary(st, iterations), "dynamic": dsum,
             "start_static": _summary(ss, iterations), "start": start, "start_table": [[list(a), t] for a, t in pol0.start_table],
             "fidelity": {"n": len(move_e), "keep_n": len(keep_e), "keep_median": med(keep_e), "keep_max": mx(keep_e),
