@@ -350,6 +350,7 @@ class JobSim:
         self._unfinished: dict[int, Request] = {}
         self.intake = intake_of(setup, policy)
         self._gate: dict[int, list] = {}  # group -> rewarded samples waiting for their siblings
+        self._at_trainer: set = set()  # this iteration's samples pushed to the trainer (queued or trained)
         self._batch: list = []  # complete groups waiting for a mini-batch
         self._groups_in = 0  # complete groups released to the trainer this iteration
         # ``skip_batches``: draw (and drop) that many iterations' requests first, so that this run's first
@@ -496,6 +497,7 @@ class JobSim:
         self._collected = []
         self._trained = 0
         self._gate, self._batch, self._groups_in = {}, [], 0
+        self._at_trainer = set()
         self._rollout_tokens0 = sum(e.tokens_out for e in self.rollout.all_engines())
         self._reprefill0 = self.rollout.reprefill_tokens()
         self._preempt0 = sum(e.preemptions for e in self.rollout.all_engines())
@@ -560,6 +562,7 @@ class JobSim:
     def _on_rewarded(self, req: Request) -> None:
         """Trainer intake: every sample at once, or whole GRPO groups, or mini-batches of groups."""
         if self.intake == "sample":
+            self._at_trainer.add(req.rid)
             self.trainer.push(req, sample_work_flops(self.setup, req)[1])
             return
         g = self.setup.workload.group_size
@@ -579,6 +582,7 @@ class JobSim:
 
     def _to_trainer(self, reqs: list) -> None:
         for r in reqs:
+            self._at_trainer.add(r.rid)
             self.trainer.push(r, sample_work_flops(self.setup, r)[1])
 
     def gated_samples(self) -> int:
@@ -716,11 +720,16 @@ class JobSim:
         cols = list(zip(*rows)) if rows else [()] * 6
         open_groups = set(cols[1])
         done = [(r.group, float(sum(r.turn_tokens))) for r in self._iter_reqs if r.rid not in self._unfinished and r.group in open_groups]
+        # finished samples of complete groups not yet pushed to the trainer (log-prob inference, reward, the gate): the
+        # manager knows their lengths, so their update work need not be taken at the mean
+        pend = [float(sum(r.turn_tokens)) for r in self._iter_reqs if r.rid not in self._unfinished
+                and r.group not in open_groups and r.rid not in self._at_trainer]
         return {"engine": np.asarray(cols[0], dtype=int), "group": np.asarray(cols[1], dtype=int),
                 "generated": np.asarray(cols[2], dtype=float), "context": np.asarray(cols[3], dtype=float),
                 "running": np.asarray(cols[4], dtype=bool), "prompt": np.asarray(cols[5], dtype=float),
                 "drain_key": np.array([e.load() * 1e12 + e.kv_used for e in alive], dtype=float),
-                "done_group": np.asarray([g for g, _ in done], dtype=int), "done_length": np.asarray([x for _, x in done], dtype=float)}
+                "done_group": np.asarray([g for g, _ in done], dtype=int), "done_length": np.asarray([x for _, x in done], dtype=float),
+                "pend_length": np.asarray(pend, dtype=float)}
 
     def _rollout_longest_remaining(self, now: float) -> float:
         """The expected remaining tokens of the longest unfinished request, ``E[max_i R_i]`` with ``R_i`` the residual of

@@ -79,6 +79,9 @@ class CompletionState:
     sync_s: Optional[Callable[[np.ndarray, np.ndarray], np.ndarray]] = None
     tail: Optional[TailRequests] = None  # the unfinished requests one by one: the request-level model (below)
     sample_work: Optional[Callable[[np.ndarray], tuple]] = None  # sample tokens -> (log-prob FLOPs, update FLOPs)
+    # update FLOPs of the samples not yet at the trainer once every response is finished (their lengths known);
+    # ``None``: ``tr_to_come`` samples at the mean
+    to_come_work: Optional[float] = None
 
 
 def predict(st: CompletionState, r, f, t) -> dict:
@@ -113,7 +116,8 @@ def predict(st: CompletionState, r, f, t) -> dict:
         F = np.zeros_like(f)
     tr = np.maximum(t, 1e-9) * st.tr_rate
     gated = min(st.groups_left * st.group, st.tr_to_come)
-    T = np.maximum(np.maximum(d_t + (st.tr_queued + st.tr_to_come * st.tr_per_sample) / tr,
+    to_come = st.to_come_work if st.to_come_work is not None and st.n_left <= 0 else st.tr_to_come * st.tr_per_sample
+    T = np.maximum(np.maximum(d_t + (st.tr_queued + to_come) / tr,
                               F + min(st.group, st.tr_to_come) * st.tr_per_sample / tr),
                    np.maximum(d_t, R / 2.0) + (st.tr_queued + gated * st.tr_per_sample) / tr)
     opt = st.opt_s(t) if st.opt_s is not None else 0.0
@@ -171,6 +175,15 @@ def _predict_requests(st: CompletionState, r: np.ndarray, f: np.ndarray, t: np.n
         per = np.bincount(np.searchsorted(groups, tail.group), minlength=groups_unf)
         gate_w = np.maximum(0, g - per) * w_t_mean
     pend = max(0.0, st.tr_to_come - groups_unf * g)  # samples of complete groups not yet at the trainer
+    # their update work: at their own lengths where the manager reports them (the complete groups are the ones that
+    # finished first, short ones: at the mean, a training-bound allocation's end was over-predicted by up to 25%
+    # mid-rollout), else at the mean
+    pl = tail.pend_length
+    if pl is not None and len(pl) and pend > 0:
+        _, w_pl = st.sample_work(np.mean(tail.prompt_tokens) + np.asarray(pl, dtype=float))
+        w_pend = float(np.mean(np.broadcast_to(w_pl, (len(pl),)))) * pend
+    else:
+        w_pend = pend * w_t_mean
     out = {k: np.zeros(r.shape) for k in ("rollout_s", "reference_s", "trainer_s", "completion_s")}
     flat = {k: v.reshape(-1) for k, v in out.items()}
     rf, ff, tf = r.reshape(-1), f.reshape(-1), t.reshape(-1)
@@ -198,9 +211,13 @@ def _predict_requests(st: CompletionState, r: np.ndarray, f: np.ndarray, t: np.n
             c = _fluid_after(a, gf, fr, b0)  # (m, groups): log-probs of each group done
             F = c[:, -1] if c.shape[1] else b0
             # trainer arrivals: its queue now, the complete groups' samples after the backlog, then each group
-            W0 = pend * w_t_mean
+            W0 = w_pend
             S = np.cumsum(gt[::-1])[::-1]
-            T = np.maximum(d_t + (st.tr_queued + W0 + gt.sum()) / tr, np.maximum(b0, d_t) + (W0 + gt.sum()) / tr)
+            # the trainer: all its work at its rate; the complete groups' samples leave log-prob inference's backlog
+            # (first come first served) until b0, the last of them with about one sample's work after it; each open
+            # group after its log-probs (c) with the work of the groups behind it. (Charging all of W0 after b0 made a
+            # training-bound allocation's end 20% late mid-rollout: the backlog streams to the trainer.)
+            T = np.maximum(d_t + (st.tr_queued + W0 + gt.sum()) / tr, np.maximum(b0, d_t) + (W0 / pend if pend > 0 else 0.0) / tr)
             if c.shape[1]:
                 T = np.maximum(T, (np.maximum(c, d_t[:, None]) + S[None, :] / tr[:, None]).max(axis=1))
             acc["rollout_s"] += float(a[-1]) if a.size else 0.0

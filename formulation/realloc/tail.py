@@ -62,6 +62,9 @@ class TailRequests:
     max_tokens: float = 0.0
     done_group: Optional[np.ndarray] = None
     done_length: Optional[np.ndarray] = None
+    # response lengths of the finished samples of complete groups not yet at the trainer (log-prob inference, the
+    # gate): their update work (:mod:`formulation.realloc.completion`); ``None``: taken at the mean
+    pend_length: Optional[np.ndarray] = None
 
     @property
     def engines(self) -> int:

@@ -314,7 +314,18 @@ class CompletionPlannerDecision:
                             gate=s.workload.group_size if intake != "sample" else 1, prefill_ms=em.prefill, draws=self.draws,
                             base_lengths=self._base, spread=float(s.workload.prompt_spread),
                             max_tokens=float(s.workload.max_response_tokens), done_group=q.get("done_group"),
-                            done_length=q.get("done_length"))
+                            done_length=q.get("done_length"), pend_length=q.get("pend_length"))
+
+    def _to_come_work(self, ro, tr) -> Optional[float]:
+        """Update FLOPs of the samples not yet at the trainer once the rollout has finished, from their lengths
+        (``requests["pend_length"]``, as the manager knows them); ``None`` while requests are unfinished or
+        without the lengths."""
+        q = getattr(ro, "requests", None)
+        to_come = max(0, tr.pending - tr.queued)
+        if not q or len(q.get("engine", ())) or q.get("pend_length") is None or not len(q["pend_length"]) or ro.pending > 0:
+            return None
+        _, w = self._sample_work(self.setup.workload.prompt_tokens + np.asarray(q["pend_length"], dtype=float))
+        return float(np.mean(np.broadcast_to(w, (len(q["pend_length"]),)))) * to_come
 
     def _sample_work(self, tokens):
         from estimators import training
@@ -350,7 +361,8 @@ class CompletionPlannerDecision:
             tr_rate=tr.work_rate_per_gpu, group=s.workload.group_size,
             groups_left=float(ro.groups_left) if ctx.intake != "sample" else 1.0,
             grow_s={"rollout": ro.grow_s, "reference": rf.grow_s, "trainer": tr.grow_s}, opt_s=opt_s, sync_s=sync,
-            tail=self._tail(ro, ctx.intake) if self.request_level else None, sample_work=self._sample_work)
+            tail=self._tail(ro, ctx.intake) if self.request_level else None, sample_work=self._sample_work,
+            to_come_work=self._to_come_work(ro, tr))
 
     def predict_keep(self, snap, ctx) -> float:
         """Predicted seconds to the end of the iteration's training if the allocation is kept."""

@@ -25,7 +25,7 @@ import numpy as np
 
 CONTEXT_VERSION = 1
 _REQUEST_ARRAYS = {"engine": int, "group": int, "generated": float, "context": float, "running": bool, "prompt": float,
-                   "drain_key": float, "done_group": int, "done_length": float}
+                   "drain_key": float, "done_group": int, "done_length": float, "pend_length": float}
 _TOP = {"time_s": float, "iteration": int, "total_gpus": int, "free_gpus": int}
 
 
