@@ -486,7 +486,12 @@ def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, see
     # then first-fit decreasing best fit (the plan is never worse than it) and tightest-SLO-first
     # best fit, each when the time left allows it to finish (a packing cut short is dropped)
     build_by = t0 + 0.85 * span  # the constructions' share; local search gets the rest
-    sol, cut = first_fit(idx, slo_order(idx), max_pairs=2 if many else 16, deadline=build_by)
+    # the first fit over every pair at once (:mod:`formulation.placement.flatfit`): the plans of
+    # ``first_fit(max_pairs=16)`` in 0.25-0.4x its time (2,000 distinct jobs: 39,002 $/h in 0.1 s of
+    # CPU, where two pairs a job gave 40,358 in 0.16 s)
+    from formulation.placement.flatfit import flat_first_fit
+
+    sol, cut = flat_first_fit(idx, slo_order(idx), deadline=build_by)
     st.constructed = "tightest-SLO-first first fit"
     if cut:
         st.cut_short.append("packing (the rest went first fit on the last few groups)")
