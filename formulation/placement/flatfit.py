@@ -59,21 +59,25 @@ class FlatFirstFit:
         self.TT = np.ascontiguousarray(idx.T.T)
         self.TS = np.ascontiguousarray(idx.ST.T)
         self.SS = np.ascontiguousarray(idx.S.T)
-        self.okT = np.ascontiguousarray(idx.ok[whole].T) if K else np.zeros((n, 0), dtype=bool)
-        # the quickest phases of any job per configuration (a group closes when even they do not fit)
+        # ``ok`` of the whole-pool configurations (the first rows of the index: pinned ones follow)
+        self.okW = idx.ok[:K] if K and (whole == np.arange(K)).all() else idx.ok[whole]
+        # the quickest phases of any job per configuration, at most (a group closes when even they
+        # do not fit): per (type, size) row, the sync's least value added on the training side
         with np.errstate(invalid="ignore"):
-            ra = (idx.R + idx.SR)[self.kr]
-            tb = (idx.T + idx.ST)[self.kt] + idx.S[self.ks]
-        ra = np.where(np.isfinite(ra), ra, np.inf)
-        self.minA_k = ra.min(axis=1) if n else np.full(K, np.inf)
-        self.minBS_k = np.where(np.isfinite(tb), tb, np.inf).min(axis=1) if n else np.full(K, np.inf)
+            ra_row = (idx.R + idx.SR).min(axis=1) if n else np.full(len(idx.R), np.inf)
+            tb_row = (idx.T + idx.ST).min(axis=1) if n else np.full(len(idx.T), np.inf)
+            s_row = idx.S.min(axis=1) if n else np.zeros(len(idx.S))
+        self.minA_k = ra_row[self.kr]
+        self.minBS_k = tb_row[self.kt] + s_row[self.ks]
         # per job, the rank of each pair by the cost of its cheapest configuration there
         cheapest = np.full((n, P), np.inf)
         if K and n:
-            c = np.where(self.okT, self.cost[None, :], np.inf)
             for pi in range(P):
-                cols = np.flatnonzero(self.kpair == pi)
-                cheapest[:, pi] = c[:, cols].min(axis=1)
+                ks = np.flatnonzero(self.kpair == pi)
+                ks = ks[np.argsort(self.cost[ks], kind="stable")]
+                okp = self.okW[ks]
+                first = okp.argmax(axis=0)
+                cheapest[:, pi] = np.where(okp.any(axis=0), self.cost[ks][first], np.inf)
         self.rank = np.argsort(np.argsort(cheapest, axis=1, kind="stable"), axis=1, kind="stable").astype(float)
         self.by_cost = np.argsort(self.cost, kind="stable")
         self.cap = 64
@@ -123,7 +127,7 @@ class FlatFirstFit:
                 g = int(sel[np.argmin(self.rank[j][self.pair[sel]] - 0.5 * fill)])
                 self._add(g, j, float(ra[self.r[g]]), float(tt[self.t[g]] + ss[self.s[g]] + ts[self.t[g]]))
                 return True
-        cand = self.okT[j] & self.fits_nodes
+        cand = self.okW[:, j] & self.fits_nodes
         if not cand.any():
             self.unplaced.append(j)
             return False
@@ -166,8 +170,10 @@ class FlatFirstFit:
 def flat_first_fit(idx: Index, order: Optional[Sequence[int] | np.ndarray] = None,
                    deadline: float = float("inf"), sweep_every: int = 32) -> tuple[Solution, bool]:
     """The flat first fit in ``order`` (default tightest SLO first). Past ``deadline`` only the last
-    8 open groups are tried (as :func:`formulation.placement.fast.first_fit`). Returns (solution,
-    whether the deadline narrowed it)."""
+    128 open groups are tried (a job's test costs about the same over 8 groups, which open more at
+    1.4x the $/h; at 10,000 distinct jobs: 8 groups 253,910 $/h in 0.40 s of CPU, 64 198,104 in
+    0.31 s, 256 187,472 in 0.33 s, 1,024 185,572 in 0.40 s). Returns (solution, whether the
+    deadline narrowed it)."""
     ff = FlatFirstFit(idx)
     seq = np.argsort(idx.slo, kind="stable") if order is None else order
     window, cut = 1024, False
@@ -175,6 +181,6 @@ def flat_first_fit(idx: Index, order: Optional[Sequence[int] | np.ndarray] = Non
         if i % sweep_every == 0 and i:
             ff.sweep()
             if not cut and time.perf_counter() > deadline:
-                window, cut = 8, True
+                window, cut = 128, True
         ff.admit(int(j), window)
     return ff.solution(), cut
