@@ -37,6 +37,23 @@ _FIELDS = ("gid", "k", "r", "t", "s", "pair", "sumA", "sumBS", "lim", "dr", "st"
 class FlatFirstFit:
     """The flat first fit's state (see the module docstring)."""
 
+    # per open slot (``_FIELDS``; set in ``__init__``, grown by doubling, compacted by :meth:`sweep`)
+    gid: np.ndarray
+    k: np.ndarray
+    r: np.ndarray
+    t: np.ndarray
+    s: np.ndarray
+    pair: np.ndarray
+    sumA: np.ndarray
+    sumBS: np.ndarray
+    lim: np.ndarray
+    dr: np.ndarray
+    st: np.ndarray
+    drcap: np.ndarray
+    stcap: np.ndarray
+    minA: np.ndarray
+    minBS: np.ndarray
+
     def __init__(self, idx: Index):
         self.idx = idx
         whole = np.flatnonzero(idx.pinned_m == 0)
