@@ -218,42 +218,58 @@ class Index:
 
     def _phase_arrays(self, keep: bool = True):
         """``(a, bs, tot, ok)``, configurations x jobs, one configuration's row at a time from the
-        per-(type, size) rows: the same numbers as whole-matrix expressions, without their
-        configurations-x-jobs temporaries (a dozen of them, 87 MB each at 10,000 jobs: fresh pages
-        the kernel zeroes, most of the index's time at fleet scale).
-
-        ``a`` = rollout, ``bs`` = training + sync, ``tot = a + bs``; with warm switches the ring
-        weights (:func:`ring_weights`, the rollout switch only on shared rollout nodes); inf where
-        the job has no time; pinned rows have no rollout ring (``a`` = 0). ``ok``: the job meets its
-        SLO alone there and its DRAM fits a rollout node and the training nodes. ``keep=False``:
-        ``ok`` only (the others are None; one row's buffers are reused); ``keep=True``: ``ok`` is
-        None (the index has it)."""
-        R, T, S, SR, ST = self.R, self.T, self.S, self.SR, self.ST
-        ri, ti, si, pin = self.k_r, self.k_t, self.k_pair, self.pinned_m > 0
-        K, n = len(ri), self.n
-        shape = (K, n) if keep else (1, n)
-        a, bs, tot = np.empty(shape), np.empty(shape), np.empty(shape)
-        ok = None if keep else np.empty((K, n), dtype=bool)
-        switches = bool(K and (SR.any() or ST.any()))
+        per-(type, size) rows (:meth:`phase_rows`): the same numbers as whole-matrix expressions,
+        without their configurations-x-jobs temporaries (a dozen of them, 87 MB each at 10,000 jobs:
+        fresh pages the kernel zeroes, most of the index's time at fleet scale). ``keep=False``:
+        ``ok`` only (the others are None); ``keep=True``: ``ok`` is None (the index has it)."""
+        K, n = len(self.k_r), self.n
+        if keep:
+            a, bs, tot = np.empty((K, n)), np.empty((K, n)), np.empty((K, n))
+            for _ in self.phase_rows(out=(a, bs, tot)):
+                pass
+            return a, bs, tot, None
+        ok = np.empty((K, n), dtype=bool)
         slo_lim = self.slo * (1 + REL_TOL) + 1e-12
         dram_r_lim = self.node_dram_r * (1 + REL_TOL)
         state_lim = self.dram_cap_t * (1 + REL_TOL)
+        R, T, S, ri, ti, si = self.R, self.T, self.S, self.k_r, self.k_t, self.k_pair
+        tot_k = np.empty(n)
+        with np.errstate(invalid="ignore"):
+            for k in range(K):  # ``ok`` from tot (the ring weights do not enter it)
+                np.add(T[ti[k]], S[si[k]], out=tot_k)
+                tot_k += R[ri[k]]
+                ok_k = ok[k]
+                np.less_equal(tot_k, slo_lim, out=ok_k)  # false where inf
+                ok_k &= np.isfinite(tot_k)
+                ok_k &= self.dram_r <= dram_r_lim[k]
+                ok_k &= self.state_t <= state_lim[k]
+        return None, None, None, ok
+
+    def phase_rows(self, jobs: Optional[np.ndarray] = None, out=None):
+        """Yield ``(k, a_k, bs_k, tot_k)`` for every configuration ``k``: the rows of ``a``, ``bs``
+        and ``tot`` over ``jobs`` (default all), computed from the per-(type, size) rows.
+
+        ``a`` = rollout, ``bs`` = training + sync, ``tot = a + bs``; with warm switches the ring
+        weights (:func:`ring_weights`, the rollout switch only on shared rollout nodes); inf where
+        the job has no time; pinned rows have no rollout ring (``a`` = 0). The rows are buffers
+        reused from one configuration to the next (copy what you keep), or the rows of the
+        matrices ``out = (a, bs, tot)``."""
+        R, T, S, SR, ST = self.R, self.T, self.S, self.SR, self.ST
+        if jobs is not None:
+            R, T, S, SR, ST = (x[:, jobs] for x in (R, T, S, SR, ST))
+        ri, ti, si, pin = self.k_r, self.k_t, self.k_pair, self.pinned_m > 0
+        K, n = len(ri), R.shape[1]
+        if out is None:
+            bufs = (np.empty(n), np.empty(n), np.empty(n))
+        switches = bool(K and (SR.any() or ST.any()))
         zero = np.zeros(n)
         with np.errstate(invalid="ignore"):
             for k in range(K):
-                row = k if keep else 0
-                a_k, bs_k, tot_k = a[row], bs[row], tot[row]
+                a_k, bs_k, tot_k = (o[k] for o in out) if out is not None else bufs
                 np.copyto(a_k, R[ri[k]])
                 np.add(T[ti[k]], S[si[k]], out=bs_k)
                 np.add(a_k, bs_k, out=tot_k)
                 fin = np.isfinite(tot_k)
-                if ok is not None:  # ``ok`` only: from tot (the ring weights do not enter it)
-                    ok_k = ok[k]
-                    np.less_equal(tot_k, slo_lim, out=ok_k)  # false where inf
-                    ok_k &= fin
-                    ok_k &= self.dram_r <= dram_r_lim[k]
-                    ok_k &= self.state_t <= state_lim[k]
-                    continue
                 if switches:
                     ring_a, ring_bs = ring_weights(a_k, bs_k, zero if pin[k] else SR[ri[k]], ST[ti[k]])
                     np.copyto(a_k, np.where(fin, ring_a, np.inf))
@@ -263,7 +279,7 @@ class Index:
                     bs_k[~fin] = np.inf
                 if pin[k]:  # no shared rollout node: no rollout ring, no rollout switch (module docstring)
                     np.copyto(a_k, np.where(fin, 0.0, np.inf))
-        return (a, bs, tot, None) if keep else (None, None, None, ok)
+                yield k, a_k, bs_k, tot_k
 
     def restrict(self, inst: PlacementInstance, jobs: Sequence[int] | np.ndarray) -> "Index":
         """The index of ``inst`` = this instance with only the jobs ``jobs`` (same configurations,

@@ -410,10 +410,11 @@ def _cheapest_construction(idx: Index, warm: Solution, warm_name: str, deadline:
     best-fit FFD. Best fit runs only when the time left is at least 2.5x what the first fit took
     (:func:`formulation.placement.fast.fast_solve`'s rule) and is dropped when the deadline cut it
     short; what replaced a cut-short greedy is said in ``cut_short``."""
-    from formulation.placement.fast import ffd_order, first_fit, pack
+    from formulation.placement.fast import ffd_order, pack
+    from formulation.placement.flatfit import flat_first_fit
 
     t = clock()
-    ff, ff_cut = first_fit(idx, deadline=_real(deadline))
+    ff, ff_cut = flat_first_fit(idx, deadline=_real(deadline))
     took = clock() - t
     best, name = warm, warm_name
     if _score(idx, ff) < _score(idx, best) - 1e-9:
