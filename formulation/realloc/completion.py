@@ -45,7 +45,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from formulation.realloc.tail import TailRequests, group_arrivals_many, reassign, residual_draws
+from formulation.realloc.tail import TailRequests, end_times_many, group_arrivals_many, reassign, residual_draws
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,9 @@ def predict(st: CompletionState, r, f, t) -> dict:
             "proxy": 1.0 / np.maximum(np.maximum(R, F), np.maximum(T, 1e-9))}
 
 
+LOGPROB_ORDER = "sample"  # or "group": the order log-prob inference takes the responses in (see _predict_requests)
+
+
 def _fluid_after(arrive: np.ndarray, work: np.ndarray, rate: np.ndarray, ready: np.ndarray) -> np.ndarray:
     """Finish time of every arrival of a FIFO fluid server of ``rate`` (one per candidate, shape ``(m,)``)
     that starts serving at ``ready``: arrivals ``arrive`` (increasing, ``(m, k)`` or ``(k,)``) bring ``work``
@@ -134,6 +137,21 @@ def _fluid_after(arrive: np.ndarray, work: np.ndarray, rate: np.ndarray, ready: 
     Pm = np.concatenate([[0.0], P[:-1]])
     a = np.maximum(np.broadcast_to(arrive, (rate.size, work.size)), ready[:, None])
     return P[None, :] / rate[:, None] + np.maximum.accumulate(a - Pm[None, :] / rate[:, None], axis=1)
+
+
+def _fluid_at(arrive: np.ndarray, work: np.ndarray, at: np.ndarray, rate: np.ndarray, ready: np.ndarray) -> np.ndarray:
+    """:func:`_fluid_after`'s finish times at the arrivals ``at`` (increasing indices, the last one ``k - 1``) only,
+    ``(m, len(at))``, with the running maximum taken over the first and the last arrival between consecutive ``at``
+    (``2 len(at)`` terms instead of ``k``): exact where those segments hold at most two arrivals, never later than
+    exact, and earlier by less than a segment's span of arrivals or of work. A group's log-probs are done with its
+    last response's; the segments are the responses that finish between two groups' last ones."""
+    P = np.cumsum(work)
+    Pm = P - work
+    firsts = np.concatenate([[0], at[:-1] + 1])
+    sel = np.unique(np.concatenate([firsts[firsts <= at], at]))
+    a = np.maximum(arrive[sel][None, :], ready[:, None]) - Pm[sel][None, :] / rate[:, None]
+    M = np.maximum.accumulate(a, axis=1)
+    return P[at][None, :] / rate[:, None] + M[:, np.searchsorted(sel, at)]
 
 
 _DRAWS: list = []  # (tail, draws) of the last state: the keep and the candidates of one decision share them
@@ -189,8 +207,12 @@ def _predict_requests(st: CompletionState, r: np.ndarray, f: np.ndarray, t: np.n
     rf, ff, tf = r.reshape(-1), f.reshape(-1), t.reshape(-1)
     d_r = st.grow_s.get("rollout", 0.0)
     sizes = np.unique(rf)
-    _, done_all, inv = group_arrivals_many(tail, D, [reassign(tail, max(1, int(rv // st.unit_r))) for rv in sizes],
-                                           st.a_ms, st.b_ms, st.c_ms)
+    layouts = [reassign(tail, max(1, int(rv // st.unit_r))) for rv in sizes]
+    if LOGPROB_ORDER == "sample":
+        ends = end_times_many(tail, D, layouts, st.a_ms, st.b_ms, st.c_ms)  # (sizes, draws, requests)
+        inv = np.unique(tail.group, return_inverse=True)[1].reshape(-1)
+    else:
+        _, done_all, inv = group_arrivals_many(tail, D, layouts, st.a_ms, st.b_ms, st.c_ms)
     for li, rv in enumerate(sizes):
         idx = np.nonzero(rf == rv)[0]
         fr = np.maximum(ff[idx], 1e-9) * st.ref_rate
@@ -198,17 +220,26 @@ def _predict_requests(st: CompletionState, r: np.ndarray, f: np.ndarray, t: np.n
         d_f = np.where(ff[idx] > cur_f, st.grow_s.get("reference", 0.0), 0.0)
         d_t = np.where(tf[idx] > cur_t, st.grow_s.get("trainer", 0.0), 0.0)
         acc = {k: np.zeros(idx.size) for k in ("rollout_s", "reference_s", "trainer_s")}
+        b0 = d_f + st.ref_queued / fr  # the log-prob backlog is served first
         for d in range(D.shape[0]):
-            done = done_all[li, d]
-            if rv > cur_r:
-                done = done + d_r
-            gf = np.bincount(inv, weights=wf[d], minlength=done.size)
-            gt: np.ndarray = np.bincount(inv, weights=wt[d], minlength=done.size)
-            gt = gt + gate_w
-            o = np.argsort(done, kind="stable")
-            a, gf, gt = done[o], gf[o], gt[o]
-            b0 = d_f + st.ref_queued / fr  # the log-prob backlog is served first
-            c = _fluid_after(a, gf, fr, b0)  # (m, groups): log-probs of each group done
+            gt: np.ndarray = np.bincount(inv, weights=wt[d], minlength=groups_unf) + gate_w
+            if LOGPROB_ORDER == "sample":
+                # log-prob inference takes each response as it finishes (first come first served, no gate): a
+                # group's log-probs are done with its last response's, behind every response that finished before
+                e = ends[li, d] + (d_r if rv > cur_r else 0.0)
+                o = np.argsort(e, kind="stable")
+                last = np.full(groups_unf, -1)
+                np.maximum.at(last, inv[o], np.arange(o.size))
+                og = np.argsort(last)
+                a = e[o][last[og]]  # each group's rollout done, in the order its log-probs are
+                c = _fluid_at(e[o], wf[d][o], last[og], fr, b0)  # (m, groups): log-probs of each group done
+                gt = gt[og]
+            else:  # whole groups, in the order they finish (the previous model: early groups' log-probs too early)
+                done = done_all[li, d] + (d_r if rv > cur_r else 0.0)
+                gf = np.bincount(inv, weights=wf[d], minlength=done.size)
+                o = np.argsort(done, kind="stable")
+                a, gf, gt = done[o], gf[o], gt[o]
+                c = _fluid_after(a, gf, fr, b0)
             F = c[:, -1] if c.shape[1] else b0
             # trainer arrivals: its queue now, the complete groups' samples after the backlog, then each group
             W0 = w_pend
@@ -220,7 +251,7 @@ def _predict_requests(st: CompletionState, r: np.ndarray, f: np.ndarray, t: np.n
             T = np.maximum(d_t + (st.tr_queued + W0 + gt.sum()) / tr, np.maximum(b0, d_t) + (W0 / pend if pend > 0 else 0.0) / tr)
             if c.shape[1]:
                 T = np.maximum(T, (np.maximum(c, d_t[:, None]) + S[None, :] / tr[:, None]).max(axis=1))
-            acc["rollout_s"] += float(a[-1]) if a.size else 0.0
+            acc["rollout_s"] += float(a.max()) if a.size else 0.0
             acc["reference_s"] += F
             acc["trainer_s"] += T
         for k in acc:

@@ -62,3 +62,25 @@ def test_the_tail_predicts_a_shorter_end_with_the_rollouts_gpus_downstream():
     s = state(cur=(24, 4, 4), n_left=20.0, rem_tokens=20 * 3000.0, rem_max=6000.0, busiest=4.0, tr_to_come=300.0, groups_left=5.0)
     d = decide(s, margin=0.05, max_rollout=24)
     assert d.committed and d.target[0] < 24 and d.target[2] > 4
+
+
+def test_fluid_at_group_ends_is_a_close_lower_bound_of_the_fluid_queue():
+    """:func:`_fluid_at` (finish times at each group's last response, the running maximum over the first and last
+    arrival of each segment) against :func:`_fluid_after` (every arrival): never later, exact when every segment
+    holds at most two arrivals."""
+    from formulation.realloc.completion import _fluid_after, _fluid_at
+
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        n = int(rng.integers(1, 200))
+        arrive = np.sort(rng.uniform(0.0, 50.0, n))
+        work = rng.exponential(1.0, n)
+        rate, ready = rng.uniform(0.05, 5.0, 5), rng.uniform(0.0, 30.0, 5)
+        group = rng.integers(0, max(1, n // 6), n)
+        last = np.full(group.max() + 1, -1)
+        np.maximum.at(last, group, np.arange(n))
+        at = np.sort(last[last >= 0])
+        exact = _fluid_after(arrive, work, rate, ready)[:, at]
+        assert np.all(_fluid_at(arrive, work, at, rate, ready) <= exact + 1e-9)
+        at2 = np.unique(np.concatenate([np.arange(1, n, 2), [n - 1]]))  # segments of at most two arrivals
+        assert np.allclose(_fluid_at(arrive, work, at2, rate, ready), _fluid_after(arrive, work, rate, ready)[:, at2])

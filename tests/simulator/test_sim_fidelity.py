@@ -341,9 +341,11 @@ def test_pool_drain_is_the_slowest_engine_and_hands_drained_groups_to_the_least_
 def test_completion_keep_prediction_on_a_training_bound_start():
     """The completion decision's predicted end of training if it keeps a rollout-heavy start (1.5B, 64 GPUs at
     56+3+5: the start its dynamic search picks; the small trainer bounds the iteration) against the simulated end
-    of that static run. From 100 s in, every prediction is within 5%: the samples of complete groups waiting for
-    the trainer are charged at their own lengths (the short, early ones; at the mean lengths they made the end 20%
-    late), and the log-prob backlog streams to the trainer rather than holding it back until it is served."""
+    of that static run. Every prediction is within 5%: log-prob inference takes each response as it finishes, so a
+    group's log-probs are done behind every response that finished before its last one (taking whole groups in the
+    order they finish made the opening predictions 17-20% early); the samples of complete groups waiting for the
+    trainer are charged at their own lengths (the short, early ones; at the mean lengths they made the end 20% late
+    mid-rollout); the log-prob backlog streams to the trainer rather than holding it back until it is served (48%)."""
     import numpy as np
 
     from formulation.realloc.completion import predict
@@ -362,7 +364,7 @@ def test_completion_keep_prediction_on_a_training_bound_start():
     keep.wants_remaining_tokens = True  # type: ignore[attr-defined]
     pol = Policy("dynamic", rollout_gpus=56, reference_gpus=3, trainer_gpus=5, decision=keep)
     it = JobSim(setup, pol, seed=0, iterations=1).run().iterations[0]
-    late = [(t, p, it.end_s - t) for t, p in seen if t >= 100.0 and it.end_s - t > 10.0]
+    late = [(t, p, it.end_s - t) for t, p in seen if it.end_s - t > 10.0]
     assert len(late) >= 10, late
     errs = [abs(p / q - 1.0) for _, p, q in late]
     assert max(errs) < 0.05, [(round(t), round(p), round(q)) for t, p, q in late]
