@@ -58,20 +58,28 @@ class Current:
 
 
 def read_current(idx: Index, plan: PlacementPlan) -> Current:
+    """The current plan's groups on this index: those whose configuration exists and whose members
+    are feasible on it (:meth:`Index.feasible`, all groups in one vectorised pass) are kept, the
+    others dropped."""
     names = {n: i for i, n in enumerate(idx.names)}
-    groups, nodes, members, placed, dropped = [], {}, {}, set(), []
+    nodes, members, placed, dropped = {}, {}, set(), []
+    cand: list[tuple[int, list[int], str]] = []
     for g in plan.groups:
         js = [names[m.job] for m in g.members if m.job in names]
         placed.update(js)
         nodes[g.id] = {"rollout": list(g.rollout_pool.nodes), "train": list(g.train_pool.nodes)}
         members[g.id] = js
-        k = idx.config_id.get(config_of(g))
         if not js:
             continue
-        if k is None or not idx.feasible(k, js):
-            dropped.append(g.id)
+        k = idx.config_id.get(config_of(g))
+        cand.append((-1 if k is None else k, js, g.id))
+    feas = idx.feasible_groups([max(k, 0) for k, _, _ in cand], [js for _, js, _ in cand])
+    groups = []
+    for (k, js, gid), ok in zip(cand, feas):
+        if k < 0 or not ok:
+            dropped.append(gid)
             continue
-        groups.append(Group(k, tuple(js), g.id))
+        groups.append(Group(k, tuple(js), gid))
     return Current(groups, nodes, members, placed, dropped)
 
 

@@ -61,9 +61,8 @@ def run(args) -> int:
         if names[n] in cur.placed:
             raise UserError(Problem("--job", f"job '{n}' is already placed in the current plan", "admit only jobs that are not placed"))
         todo.append(names[n])
-    pk = Packer(idx)
-    for g in cur.groups:
-        pk.add_group(g.config, list(g.members), g.anchor)
+    pk = Packer(idx, per_pair=True)  # phases for the current groups' pairs only: no configurations x jobs matrices
+    pk.add_groups(cur.groups)
     lines = []
     t_admit = 0.0
     for j in todo:
