@@ -36,7 +36,7 @@ def run(args) -> int:
     from formulation.placement.evaluate import Index, Solution
     from formulation.placement.explain import explain, placeable_alone
     from formulation.placement.greedy import Packer
-    from formulation.placement.plan import Unplaced, build_plan, reusable
+    from formulation.placement.plan import Unplaced, build_plan, reusable_groups
     from formulation.placement.solve import read_current
     from planner.commands._placement import default_out, load_input, read_plan, unplaced_error, write_plan
     from planner.commands._plan_summary import summary
@@ -98,8 +98,10 @@ def run(args) -> int:
     # (their cycle times are not recomputed); only the changed and new groups are built
     by_id = {g.id: g for g in current.groups}
     node_names = {t: set(inst.node_names(t)) for t in idx.types}
-    keep = {i: by_id[g.anchor] for i, g in enumerate(sol.groups)
-            if g.anchor in by_id and not (set(g.members) & todo_set) and reusable(idx, by_id[g.anchor], g.config, g.members, node_names)}
+    cands = [(i, g) for i, g in enumerate(sol.groups) if g.anchor in by_id and not (set(g.members) & todo_set)]
+    same = reusable_groups(idx, [(by_id[g.anchor], g.config, g.members) for _, g in cands], node_names,
+                           configs=[cur.configs.get(g.anchor or "") for _, g in cands])
+    keep = {i: by_id[g.anchor] for (i, g), ok in zip(cands, same) if ok}
     plan = build_plan(idx, sol, others + [explain(idx, j) for j in sol.unplaced], cur.nodes, keep=keep)
     if sol.unplaced:
         raise unplaced_error(plan, "some jobs cannot be admitted")
