@@ -4,6 +4,7 @@ from __future__ import annotations
 
 NAME = "admit"
 QUICK_EXIT = True  # no thread or process; files written durably before run returns (cli.entry)
+PAUSE_GC = True  # a fraction of a second over ~10^5 objects: no cyclic collector passes (cli)
 HELP = "place arriving job(s) against the current plan with Weave's three moves (milliseconds)"
 DESCRIPTION = """Online admission: each named job (in the order given) takes the cheapest of
 three moves against the current plan's groups, which are not reshuffled: fill an existing
