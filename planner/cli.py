@@ -9,6 +9,7 @@ to fix it, never a traceback), 1 internal error.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import pkgutil
@@ -60,7 +61,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run, _quick_exit=getattr(mod, "QUICK_EXIT", False))
+        p.set_defaults(_run=mod.run, _quick_exit=getattr(mod, "QUICK_EXIT", False), _pause_gc=getattr(mod, "PAUSE_GC", False))
     return parser
 
 
@@ -89,7 +90,14 @@ def main(argv: Sequence[str] | None = None, started: float | None = None, leave_
         return EXIT_BAD_INPUT
     if leave_quickly and args._quick_exit:
         one_blas_thread()
-    rc = _run(args)
+    pause = args._pause_gc and gc.isenabled()
+    if pause:  # see PAUSE_GC below
+        gc.disable()
+    try:
+        rc = _run(args)
+    finally:
+        if pause:
+            gc.enable()
     observed = sys.getprofile() is not None or sys.gettrace() is not None or "coverage" in sys.modules
     if leave_quickly and args._quick_exit and not observed:
         try:
@@ -100,6 +108,12 @@ def main(argv: Sequence[str] | None = None, started: float | None = None, leave_
         os._exit(rc)
     return rc
 
+
+#: A command module may declare ``PAUSE_GC = True``: it runs with Python's cyclic garbage collector
+#: paused (reference counting still frees what it drops; the collector is resumed when it returns).
+#: For commands of a fraction of a second that build hundreds of thousands of objects (parsed
+#: JSON, models): the collector's passes over them were a fifth of ``planner admit`` against a
+#: 2,000-job plan (0.1 s of ~0.55 s), and such a command leaves little cyclic garbage.
 
 #: the BLAS / OpenMP thread pools numpy's linear algebra may start (OpenBLAS starts one thread per
 #: core and its threads spin between calls: CPU seconds beyond the wall time of a time-limited command)

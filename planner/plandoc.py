@@ -242,9 +242,38 @@ def loads(text: str, source: str = "<plan>", expect_kind: str | None = None) -> 
             body = model.model_validate(doc.body)
         except ValidationError as exc:
             raise UserError(_problems(exc, "body.", source)) from None
-        _refuse_non_finite(body.model_dump(), "body", source)
+        if not _model_finite(body):  # the walk below names the bad value
+            _refuse_non_finite(body.model_dump(), "body", source)
         doc._body_model = body  # validated once: read by body_as
     return doc
+
+
+def _model_finite(obj: Any) -> bool:
+    """Whether a validated model holds finite numbers only, read from its fields in one walk
+    (without dumping it first: a 2,000-job plan body's dump and walk took twice as long). A
+    value of a type other than the plain ones (a model, a container, a number, a string) answers
+    False, so that :func:`_refuse_non_finite` decides on the dump."""
+    isfinite = math.isfinite
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is dict:
+            items: Any = v.values()
+        elif t is list or t is tuple:
+            items = v
+        elif isinstance(v, BaseModel) and not v.__pydantic_extra__:
+            items = v.__dict__.values()
+        else:
+            return False
+        for x in items:
+            tx = type(x)
+            if tx is float:
+                if not isfinite(x):
+                    return False
+            elif tx is not str and tx is not int and tx is not bool and x is not None:
+                stack.append(x)
+    return True
 
 
 def _refuse_non_finite(data: Any, where: str, source: str) -> None:

@@ -64,6 +64,9 @@ class Document:
         self.data = data
         self.lines = lines
         self.filename = filename
+        #: what the depth check of a JSON text saw of its numbers in the same walk (None: not
+        #: known): (every float finite, some boolean); :func:`check_numbers` need not walk again
+        self.numbers: Optional[tuple[bool, bool]] = None
 
     def where(self, path: PathKey) -> str:
         """``file:line`` of the deepest known prefix of ``path``."""
@@ -334,6 +337,11 @@ def _no_duplicates(pairs: list) -> dict:
 
 def parse_json(text: str, filename: str = "<input>", *, limits: Limits = LIMITS) -> Any:
     """Strict JSON (no NaN/Infinity), at most ``limits.max_depth`` levels deep."""
+    return _parse_json(text, filename, limits)[0]
+
+
+def _parse_json(text: str, filename: str, limits: Limits) -> tuple[Any, tuple[bool, bool]]:
+    """:func:`parse_json`, and what its depth check saw of the numbers (:func:`_scan`)."""
     if len(text) > limits.max_bytes:
         raise _bad(f"the input has {len(text):,} characters; at most {limits.max_bytes:,} are read", "split the input", filename)
     try:
@@ -346,23 +354,48 @@ def parse_json(text: str, filename: str = "<input>", *, limits: Limits = LIMITS)
                    filename) from None
     except RecursionError:
         raise _bad(f"nested more than {limits.max_depth} levels deep", "flatten the document", filename) from None
-    check_depth(data, filename, limits)
-    return data
+    return data, _scan(data, filename, limits)
 
 
 def check_depth(data: Any, filename: str = "<input>", limits: Limits = LIMITS) -> None:
     """Refuse data nested deeper than ``limits.max_depth`` (iterative: no recursion; only
     containers are pushed, so a plan of 10,000 jobs is walked in well under 0.1 s)."""
-    if type(data) is not dict and type(data) is not list:
-        return
+    _scan(data, filename, limits)
+
+
+def _scan(data: Any, filename: str, limits: Limits) -> tuple[bool, bool]:
+    """:func:`check_depth`, and in the same walk over every value: (every float finite, some
+    boolean), exact for data of plain types (as JSON parses to); a value of another type (a
+    subclass) counts as a non-finite float, so that :func:`check_numbers` walks carefully."""
+    import math
+
+    isfinite = math.isfinite
+    finite, some_bool = True, False
+    t = type(data)
+    if t is not dict and t is not list:
+        if t is float:
+            return isfinite(data), False
+        return t in _PLAIN_SCALARS, t is bool
     stack = [(data, 1)]
     while stack:
         v, d = stack.pop()
         if d > limits.max_depth:
             raise _bad(f"nested more than {limits.max_depth} levels deep", "flatten the document", filename)
         for x in (v.values() if type(v) is dict else v):
-            if type(x) is dict or type(x) is list:
+            tx = type(x)
+            if tx is dict or tx is list:
                 stack.append((x, d + 1))
+            elif tx is float:
+                if not isfinite(x):
+                    finite = False
+            elif tx is bool:
+                some_bool = True
+            elif tx is not str and tx is not int and x is not None:
+                finite = False  # not a plain type: check_numbers decides
+    return finite, some_bool
+
+
+_PLAIN_SCALARS = (str, int, bool, type(None))
 
 
 def check_numbers(data: Any, doc: Optional[Document] = None, *, bools: bool = True, where: str = "") -> None:
@@ -371,7 +404,11 @@ def check_numbers(data: Any, doc: Optional[Document] = None, *, bools: bool = Tr
     the path. (Run it on validated data too: a lax number field turns the text "inf" into inf.)"""
     import math
 
-    if _numbers_clean(data, bools):  # the common case, without building a path for every value
+    if doc is not None and doc.numbers is not None and _part_of(data, doc.data):  # seen by the document's depth check
+        finite, some_bool = doc.numbers
+        if finite and (bools or not some_bool):
+            return
+    elif _numbers_clean(data, bools):  # the common case, without building a path for every value
         return
     stack: list = [(data, ())]
     while stack:
@@ -389,6 +426,13 @@ def check_numbers(data: Any, doc: Optional[Document] = None, *, bools: bool = Tr
         if bad:
             src = doc.where(path) if doc is not None else where
             raise UserError(Problem(fmt_path(path), bad, "write a finite number", source=src))
+
+
+def _part_of(data: Any, whole: Any) -> bool:
+    """``data`` is ``whole``, or a mapping of some of ``whole``'s top-level entries (the same objects)."""
+    if data is whole:
+        return True
+    return type(data) is dict and type(whole) is dict and all(k in whole and whole[k] is v for k, v in data.items())
 
 
 def _numbers_clean(data: Any, bools: bool) -> bool:
@@ -486,7 +530,10 @@ def parse(text: str, filename: str = "<input>", *, fmt: str = "auto", limits: Li
     """``fmt``: ``yaml``, ``json``, or ``auto`` (JSON when the file name ends in .json/.jsonl or the
     text starts with ``{``/``[`` and parses as JSON; YAML otherwise, which has line numbers)."""
     if fmt == "json":
-        return Document(parse_json(text, filename, limits=limits), {}, filename)
+        data, numbers = _parse_json(text, filename, limits)
+        doc = Document(data, {}, filename)
+        doc.numbers = numbers
+        return doc
     if fmt == "jsonl":
         out = []
         for n, line in enumerate(text.splitlines(), 1):

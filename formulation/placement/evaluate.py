@@ -281,12 +281,64 @@ class Index:
                     np.copyto(a_k, np.where(fin, 0.0, np.inf))
                 yield k, a_k, bs_k, tot_k
 
+    def phases_at(self, k, j) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(a[k, j], bs[k, j], tot[k, j])`` for index arrays ``k`` and ``j`` (broadcast like numpy):
+        read from the matrices when they are built, else computed for these pairs alone from the
+        per-(type, size) rows with the same operations as :meth:`phase_rows` (the same numbers,
+        bit for bit), without the configurations x jobs matrices (an admission against a few
+        thousand groups needs a few thousand pairs of them)."""
+        k, j = np.asarray(k), np.asarray(j)
+        if "a" in self.__dict__:
+            return self.a[k, j], self.bs[k, j], self.tot[k, j]
+        ri, ti = self.k_r[k], self.k_t[k]
+        pin = self.pinned_m[k] > 0
+        with np.errstate(invalid="ignore"):
+            a = self.R[ri, j]
+            bs = self.T[ti, j] + self.S[self.k_pair[k], j]
+            tot = a + bs
+            fin = np.isfinite(tot)
+            if self.has_switches:
+                ring_a, ring_bs = ring_weights(a, bs, np.where(pin, 0.0, self.SR[ri, j]), self.ST[ti, j])
+                a, bs = np.where(fin, ring_a, np.inf), np.where(fin, ring_bs, np.inf)
+            else:
+                a, bs = np.where(fin, a, np.inf), np.where(fin, bs, np.inf)
+            a = np.where(pin, np.where(fin, 0.0, np.inf), a)
+        return a, bs, tot
+
+    @cached_property
+    def has_switches(self) -> bool:
+        """Whether some job has a warm switch on some pool (:meth:`phase_rows` adds the ring terms then)."""
+        return bool(len(self.k_r) and (self.SR.any() or self.ST.any()))
+
+    def feasible_groups(self, configs: Sequence[int], groups: Sequence[Sequence[int]]) -> np.ndarray:
+        """:meth:`feasible` of every group ``groups[i]`` on ``configs[i]`` at once (one vectorised
+        pass over the groups' (configuration, member) pairs; empty groups are not feasible)."""
+        lens = np.fromiter((len(m) for m in groups), dtype=np.intp, count=len(groups))
+        out = np.zeros(len(groups), dtype=bool)
+        live = np.flatnonzero(lens)
+        if not len(live):
+            return out
+        ks = np.asarray(configs, dtype=np.intp)[live]
+        lens = lens[live]
+        J = np.fromiter((j for i in live.tolist() for j in groups[i]), dtype=np.intp, count=int(lens.sum()))
+        K = np.repeat(ks, lens)
+        starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
+        a, bs, tot = self.phases_at(K, J)
+        period = np.maximum(np.maximum(segment_sums(a, starts, lens), segment_sums(bs, starts, lens)), np.maximum.reduceat(tot, starts))
+        lim = np.minimum.reduceat(self.slo[J], starts)
+        w = segment_sums(np.where(self.pinned_m[K] > 0, 1.0, self.dram_r[J]), starts, lens)
+        s = segment_sums(self.state_t[J], starts, lens)
+        tol = 1 + REL_TOL
+        out[live] = (np.logical_and.reduceat(self.ok[K, J], starts) & (period <= lim * tol + 1e-12)
+                     & (w <= self.dram_cap_r[ks] * tol + 1e-12) & (s <= self.dram_cap_t[ks] * tol + 1e-12))
+        return out
+
     def restrict(self, inst: PlacementInstance, jobs: Sequence[int] | np.ndarray) -> "Index":
         """The index of ``inst`` = this instance with only the jobs ``jobs`` (same configurations,
         columns sliced, nothing recomputed)."""
         keep = np.asarray(jobs, dtype=int)
         new = object.__new__(Index)
-        new.__dict__.update({k: v for k, v in self.__dict__.items() if k != "job_configs"})
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("job_configs", "has_switches")})
         new.inst, new.n, new.names = inst, len(keep), [self.names[j] for j in keep]
         for name in ("slo", "dram_r", "state_t"):
             setattr(new, name, getattr(self, name)[keep])
@@ -364,6 +416,19 @@ class Index:
             for t, n in self.config_nodes(g.config).items():
                 used[t] += n
         return used
+
+
+def segment_sums(x: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Sums of the segments ``x[..., starts[i]:starts[i] + lens[i]]`` along the last axis (every
+    length >= 1), each bit for bit what ``.sum()`` of that segment alone gives: numpy sums a
+    contiguous run pairwise from 8 elements on, ``np.add.reduceat`` and a reduction over a
+    non-contiguous axis in other orders (a last-bit difference can flip a comparison at an SLO's
+    edge), so the segments are summed as the contiguous rows of one matrix per length."""
+    out = np.empty(x.shape[:-1] + (len(lens),))
+    for n in np.unique(lens):
+        sel = np.flatnonzero(lens == n)
+        out[..., sel] = np.ascontiguousarray(x[..., starts[sel][:, None] + np.arange(n)]).sum(axis=-1)
+    return out
 
 
 def cost_unit(values: Sequence[float]) -> Optional[float]:

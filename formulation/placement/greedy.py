@@ -51,7 +51,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
-from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
+from formulation.placement.evaluate import REL_TOL, Group, Index, Solution, segment_sums
 
 MOVES = ("fill-bubble", "extend-rollout-pool", "new-group")
 REPACK = "re-pack"  # the fourth move (:meth:`Packer.admit_repack`): re-partition the joined group's members with the job
@@ -67,7 +67,7 @@ class Admission:
 
 
 class _Family:
-    def __init__(self, configs: list[int], cap: int, idx: Index):
+    def __init__(self, configs: list[int], cap: int, idx: Index, quickest: bool = True):
         self.configs = configs  # configuration ids, rollout pool sizes ascending
         R = len(configs)
         self.sizes = np.array([idx.configs[k].rollout_pool_nodes for k in configs])
@@ -89,7 +89,11 @@ class _Family:
         self.open = np.zeros(cap, dtype=bool)  # can some job still join at some rollout pool size?
         self.size = 0
         # the quickest job's phases per rollout pool size (over the jobs allowed at that size):
-        # a group no such job fits at any size is closed for good
+        # a group no such job fits at any size is closed for good. Without ``quickest`` they are
+        # 0 (every group that is not full stays open: the same moves, only more rows tested)
+        if not quickest:
+            self.min_a, self.min_bs = np.zeros(R), 0.0
+            return
         ok = idx.ok[configs]
         self.min_a = np.array([float(idx.a[k, ok[r]].min()) if ok[r].any() else np.inf for r, k in enumerate(configs)])
         ok_any = ok.any(axis=0)
@@ -100,13 +104,18 @@ class Packer:
     """Groups being built by admission moves, with free nodes per type."""
 
     def __init__(self, idx: Index, capacity: Optional[dict[str, int]] = None, join_delay: bool = False,
-                 accept: Optional[Callable[[int, int, int], bool]] = None):
+                 accept: Optional[Callable[[int, int, int], bool]] = None, per_pair: bool = False):
         """``join_delay``: a join must also keep the one longer iteration it causes (the running
         members' and the newcomer's first) within the SLOs (module docstring). ``accept(group,
         configuration, job)``: a further test of a join (fill a bubble or extend the rollout pool),
         asked cheapest candidate first until one passes (e.g. the members' sampled iteration times,
-        :mod:`formulation.placement.sampled`); a new group is never asked."""
+        :mod:`formulation.placement.sampled`); a new group is never asked. ``per_pair``: phases
+        computed for the (configuration, job) pairs the packer reads (:meth:`Index.phases_at`)
+        unless the index has its matrices already, and no closing test from the quickest job (it
+        reads every job's phases): for a few moves against many groups (``planner admit``), the
+        same moves as without it."""
         self.idx = idx
+        self.per_pair = per_pair
         self.join_delay = join_delay
         self.accept = accept
         self.free = dict(capacity if capacity is not None else idx.capacity)
@@ -124,7 +133,7 @@ class Packer:
         for ks in fam_key.values():
             ks.sort(key=lambda k: idx.configs[k].rollout_pool_nodes)
             f = len(self.families)
-            self.families.append(_Family(ks, cap, idx))
+            self.families.append(_Family(ks, cap, idx, quickest=not per_pair))
             for r, k in enumerate(ks):
                 self.fam_of.setdefault(k, []).append((f, r))
         for k, c in enumerate(idx.configs):  # a whole-pool group of one member is the pinned one of one member
@@ -166,13 +175,17 @@ class Packer:
         idx = self.idx
         ks = fam.configs
         if m:
-            sub = np.ix_(ks, m)
-            a = idx.a[sub]
+            if self.per_pair:
+                a, bs_all, tot = idx.phases_at(np.asarray(ks)[:, None], np.asarray(m)[None, :])
+                bs = bs_all[0]
+            else:
+                sub = np.ix_(ks, m)
+                a, tot = idx.a[sub], idx.tot[sub]
+                # training ring at the smallest rollout pool: its cap min(sigma_t, a) is the largest there,
+                # so the sum is at least the one of any larger rollout pool (equal unless a cap binds)
+                bs = idx.bs[ks[0], m]
             fam.sum_a[row] = a.sum(axis=1)
-            fam.max_tot[row] = idx.tot[sub].max(axis=1)
-            # training ring at the smallest rollout pool: its cap min(sigma_t, a) is the largest there,
-            # so the sum is at least the one of any larger rollout pool (equal unless a cap binds)
-            bs = idx.bs[ks[0], m]
+            fam.max_tot[row] = tot.max(axis=1)
             fam.sum_bs[row] = bs.sum()
             fam.max_a[row] = a.max(axis=1)
             fam.max_bs[row] = bs.max()
@@ -193,8 +206,67 @@ class Packer:
             # member keeps its nodes): only a lone member's group becomes pinned
             fam.open[row] = False
 
-    def add_group(self, k: int, members: Sequence[int], anchor: Optional[str] = None, charge: bool = True) -> int:
-        g = len(self.groups)
+    def _refresh_many(self, todo: list[tuple[int, int, int]]) -> None:
+        """:meth:`_refresh_row` of every ``(family, row, group)`` in ``todo`` (groups with members)
+        in one vectorised pass over all their (configuration, member) pairs: the same numbers
+        (sums as :func:`segment_sums`, maxima and minima exact in any order)."""
+        idx = self.idx
+        todo = sorted(todo)  # by family: each family's rows are one run of the arrays below
+        fams = [self.families[f] for f, _, _ in todo]
+        n_cols = np.array([len(fam.configs) for fam in fams])
+        n_mem = np.array([len(self.groups[g]) for _, _, g in todo])
+        J = np.fromiter((j for _, _, g in todo for j in self.groups[g]), dtype=np.intp, count=int(n_mem.sum()))
+        mem_start = np.concatenate(([0], np.cumsum(n_mem)[:-1]))
+        # one entry per (row, column): its configuration, and its members' pairs in a run
+        sc_slot = np.repeat(np.arange(len(todo)), n_cols)
+        col_start = np.concatenate(([0], np.cumsum(n_cols)[:-1]))
+        sc_col = np.arange(len(sc_slot)) - col_start[sc_slot]
+        sc_k = np.fromiter((k for fam in fams for k in fam.configs), dtype=np.intp, count=len(sc_slot))
+        sc_len = n_mem[sc_slot]
+        sc_start = np.concatenate(([0], np.cumsum(sc_len)[:-1]))
+        e_sc = np.repeat(np.arange(len(sc_slot)), sc_len)
+        e_j = J[mem_start[sc_slot[e_sc]] + np.arange(len(e_sc)) - sc_start[e_sc]]
+        a, bs_all, tot = idx.phases_at(sc_k[e_sc], e_j)
+        sum_a = segment_sums(a, sc_start, sc_len)
+        max_a = np.maximum.reduceat(a, sc_start)
+        max_tot = np.maximum.reduceat(tot, sc_start)
+        sum_w = segment_sums(np.where(idx.pinned_m[sc_k[e_sc]] > 0, 1.0, idx.dram_r[e_j]), sc_start, sc_len)
+        # per row: the training ring at the family's smallest rollout pool (its first column), SLO, state
+        first = sc_start[col_start]
+        e_first = (np.repeat(first, n_mem) + np.arange(len(J)) - np.repeat(mem_start, n_mem))
+        bs = bs_all[e_first]
+        sum_bs = segment_sums(bs, mem_start, n_mem)
+        max_bs = np.maximum.reduceat(bs, mem_start)
+        min_slo = np.minimum.reduceat(idx.slo[J], mem_start)
+        sum_s = segment_sums(idx.state_t[J], mem_start, n_mem)
+        # open: the quickest job fits at some pool size from the group's own upwards (_refresh_row)
+        rows = np.array([row for _, row, _ in todo])
+        rpos = np.array([fam.rpos[row] for fam, (_, row, _) in zip(fams, todo)])
+        min_a = np.concatenate([fam.min_a for fam in fams])
+        min_bs = np.array([fam.min_bs for fam in fams])
+        lim = min_slo * (1 + REL_TOL)
+        room = np.minimum.reduceat(np.where(sc_col >= rpos[sc_slot], sum_a + min_a, np.inf), col_start)
+        is_open = (sum_bs + min_bs <= lim) & (room <= lim)
+        pinned = np.array([fam.pinned for fam in fams])
+        is_open &= ~(pinned & (rpos == 0) & (n_mem >= 2))  # as _refresh_row: a shared whole pool is not pinned later
+        i = 0
+        while i < len(todo):
+            f = todo[i][0]
+            e = i + 1
+            while e < len(todo) and todo[e][0] == f:
+                e += 1
+            fam, r, width = self.families[f], rows[i:e], len(self.families[f].configs)
+            sc = slice(col_start[i], col_start[i] + (e - i) * width)
+            fam.sum_a[r] = sum_a[sc].reshape(e - i, width)
+            fam.max_a[r] = max_a[sc].reshape(e - i, width)
+            fam.max_tot[r] = max_tot[sc].reshape(e - i, width)
+            fam.sum_w[r] = sum_w[sc].reshape(e - i, width)
+            fam.sum_bs[r], fam.max_bs[r], fam.min_slo[r] = sum_bs[i:e], max_bs[i:e], min_slo[i:e]
+            fam.sum_s[r], fam.open[r] = sum_s[i:e], is_open[i:e]
+            i = e
+
+    def _new_slots(self, g: int, k: int) -> list[tuple[int, int]]:
+        """Rows for group ``g`` (configuration ``k``) in the families that hold ``k``."""
         slots = []
         for f, r in self.fam_of[k]:
             fam = self.families[f]
@@ -206,6 +278,11 @@ class Packer:
             fam.size += 1
             fam.gid[row], fam.rpos[row] = g, r
             slots.append((f, row))
+        return slots
+
+    def add_group(self, k: int, members: Sequence[int], anchor: Optional[str] = None, charge: bool = True) -> int:
+        g = len(self.groups)
+        slots = self._new_slots(g, k)
         self.groups.append(list(members))
         self.group_config.append(k)
         self.group_anchor.append(anchor)
@@ -217,6 +294,39 @@ class Packer:
             for t, n in self.idx.config_nodes(k).items():
                 self.free[t] -= n
         return g
+
+    def add_groups(self, groups: Iterable[Group]) -> list[int]:
+        """:meth:`add_group` of each group (configuration, members, anchor), in order, with the
+        families' rows filled in one vectorised pass per family: the same state, for the
+        thousands of groups of a current plan."""
+        out = []
+        todo: list[tuple[int, int, int]] = []  # (family, row, group) to fill
+        used = {t: 0 for t in self.idx.types}
+        node_matrix = self.idx.node_matrix
+        for grp in groups:
+            g = len(self.groups)
+            slots = self._new_slots(g, grp.config)
+            self.groups.append(list(grp.members))
+            self.group_config.append(grp.config)
+            self.group_anchor.append(grp.anchor)
+            self.slots.append(slots)
+            for j in grp.members:
+                self.job_group[j] = g
+            if grp.members:
+                todo.extend((f, row, g) for f, row in slots)
+            else:
+                self._refresh(g)
+            out.append(g)
+        if todo:
+            self._refresh_many(todo)
+        if out:
+            n = node_matrix[[self.group_config[g] for g in out]].sum(axis=0)
+            for i, t in enumerate(self.idx.types):
+                used[t] = int(round(n[i]))
+        for t, n_used in used.items():
+            if n_used:
+                self.free[t] -= n_used
+        return out
 
     def remove_job(self, j: int) -> None:
         g = self.job_group.pop(j)
@@ -243,6 +353,11 @@ class Packer:
         best_fill = -1.0
         lim_j = idx.slo[j]
         tol = 1 + REL_TOL
+        # the job's phases on every configuration (a column of the matrices, or computed for it alone)
+        if self.per_pair and "a" not in idx.__dict__:
+            a_j, bs_j, tot_j = idx.phases_at(np.arange(len(idx.configs)), j)
+        else:
+            a_j, bs_j, tot_j = idx.a[:, j], idx.bs[:, j], idx.tot[:, j]
         for _f, fam in enumerate(self.families):
             if fam.size == 0:
                 continue
@@ -254,9 +369,9 @@ class Packer:
             if len(rows) == 0:
                 continue
             lim = np.minimum(fam.min_slo[rows], lim_j)[:, None] * tol
-            A = fam.sum_a[rows] + idx.a[ks, j][None, :]
-            TOT = np.maximum(fam.max_tot[rows], idx.tot[ks, j][None, :])
-            bs = idx.bs[ks[0], j]
+            A = fam.sum_a[rows] + a_j[ks][None, :]
+            TOT = np.maximum(fam.max_tot[rows], tot_j[ks][None, :])
+            bs = bs_j[ks[0]]
             BS = (fam.sum_bs[rows] + bs)[:, None]
             k0 = ks[0]
             dram_ok = ((fam.sum_w[rows] + idx.rollout_w(ks, j)[None, :] <= fam.cap_w[None, :] * tol)
@@ -267,7 +382,7 @@ class Packer:
             feas = ((A <= lim) & (BS <= lim) & (TOT <= lim) & dram_ok & okj[None, :]
                     & (fam.cols >= rpos[:, None]) & (extra_nodes <= self.free.get(fam.rollout_type, 0)))
             if self.join_delay and feas.any():
-                feas &= self._join_ok(fam, rows, j)
+                feas &= self._join_ok(fam, rows, j, a_j[ks], bs_j[ks], tot_j[ks])
             if not feas.any():
                 continue
             marg = np.where(feas, fam.cost[None, :] - fam.cost[rpos][:, None], np.inf)
@@ -291,7 +406,7 @@ class Packer:
                 best_fill = fbest
                 break
         # open a new group: the cheapest configuration the fleet still has the nodes for
-        alone = idx.job_configs[j]
+        alone = idx.job_configs[j] if "job_configs" in idx.__dict__ or not self.per_pair else np.flatnonzero(idx.ok[:, j])
         if len(alone):
             free = np.array([self.free.get(t, 0) for t in idx.types])
             fits = (idx.node_matrix[alone] <= free[None, :]).all(axis=1)
@@ -301,19 +416,19 @@ class Packer:
                 best = Admission(j, "new-group", None, int(alone[i]), float(costs[i]))
         return best
 
-    def _join_ok(self, fam: _Family, rows: np.ndarray, j: int) -> np.ndarray:
+    def _join_ok(self, fam: _Family, rows: np.ndarray, j: int, a_j: np.ndarray, bs_j: np.ndarray, tot_j: np.ndarray) -> np.ndarray:
         """Rows x columns of ``fam`` where ``j``'s join keeps the iteration it delays within the
-        SLOs (module docstring): the running members' ``P + d_j`` and the newcomer's first."""
+        SLOs (module docstring): the running members' ``P + d_j`` and the newcomer's first
+        (``a_j``, ``bs_j``, ``tot_j``: the job's phases on the family's configurations)."""
         idx = self.idx
         ks = fam.configs
         tol = 1 + REL_TOL
         period = np.maximum(np.maximum(fam.sum_a[rows], fam.sum_bs[rows][:, None]), fam.max_tot[rows])
-        a_j, bs_j = idx.a[ks, j], idx.bs[ks, j]
         running = period + np.maximum(a_j, bs_j)[None, :] <= fam.min_slo[rows][:, None] * tol
         pinned = idx.pinned_m[ks] > 0
         sw = idx.ST[idx.k_t[ks], j] + np.where(pinned, 0.0, idx.SR[idx.k_r[ks], j])
         wait = fam.max_a[rows] + fam.max_bs[rows][:, None]
-        first = idx.tot[ks, j][None, :] + sw[None, :] + wait <= idx.slo[j] * tol
+        first = tot_j[None, :] + sw[None, :] + wait <= idx.slo[j] * tol
         return running & first
 
     def apply(self, adm: Admission) -> None:

@@ -12,8 +12,9 @@ take free nodes in the instance's node order, so the same solution gives the sam
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from formulation.placement.cycle import Member, cycle_times, whole_pool_cycle_times
@@ -130,31 +131,53 @@ def reusable(idx: Index, group: GroupPlan, config: int, members: tuple[int, ...]
     member order, every member pinned as the configuration pins it (the whole pools, or rollout
     nodes of its own) and not marked as moved, and every member's phase seconds, warm switches and
     SLO those of the instance (to the 9 digits a plan keeps)."""
-    c = idx.configs[config]
-    if not same_config(config_of(group), c) or len(group.members) != len(members) \
-            or len(group.rollout_pool.nodes) != c.rollout_pool_nodes or len(group.train_pool.nodes) != c.train_nodes:
-        return False
-    if not (set(group.rollout_pool.nodes) <= node_names[c.rollout_type] and set(group.train_pool.nodes) <= node_names[c.train_type]):
-        return False
+    return reusable_groups(idx, [(group, config, members)], node_names, rel)[0]
+
+
+def reusable_groups(idx: Index, cands: Sequence[tuple[GroupPlan, int, Sequence[int]]], node_names: dict[str, set[str]],
+                    rel: float = 1e-8, configs: Optional[Sequence[Optional[Config]]] = None) -> list[bool]:
+    """:func:`reusable` of every ``(group, configuration, members)``, the members' numbers compared
+    in one vectorised pass (against the index's per-(type, size) rows: the instance's own tables).
+    ``configs``: :func:`config_of` of each group when known already."""
+    out: list[bool] = []
+    ks: list[int] = []
+    js: list[int] = []
+    have: list[tuple[float, ...]] = []
+    owner: list[int] = []
     pools = idx.inst.pool_types
-    if (abs(group.cost_per_hour - float(idx.cost[config])) > rel * max(1.0, group.cost_per_hour)
-            or group.rollout_pool.gpus_per_node != pools[c.rollout_type].gpus_per_node
-            or group.train_pool.gpus_per_node != pools[c.train_type].gpus_per_node
-            or group.order != [m.job for m in group.members]):
-        return False
-    for m, j in zip(group.members, members):
-        job = idx.inst.jobs[j]
-        if m.job != job.name or m.moved or m.train_nodes != group.train_pool.nodes:
-            return False
-        if not c.pinned and m.rollout_nodes != group.rollout_pool.nodes:
-            return False
-        sw_r, sw_t = job.switches(c.rollout_type, c.rollout_nodes, c.train_type, c.train_nodes)
-        want = (job.rollout_s[c.rollout_type][c.rollout_nodes], job.train_s[c.train_type][c.train_nodes],
-                job.sync(c.rollout_type, c.train_type), sw_r, sw_t, job.slo_s)
-        have = (m.rollout_s, m.train_s, m.sync_s, m.rollout_switch_s, m.train_switch_s, m.slo_s)
-        if any(abs(a - b) > rel * max(1.0, abs(a)) for a, b in zip(want, have)):
-            return False
-    return True
+    jobs = idx.inst.jobs
+    for i, (group, config, members) in enumerate(cands):
+        c = idx.configs[config]
+        known = configs[i] if configs is not None else None
+        cg = known if known is not None else config_of(group)
+        ok = (same_config(cg, c) and len(group.members) == len(members) and len(group.rollout_pool.nodes) == c.rollout_pool_nodes
+              and len(group.train_pool.nodes) == c.train_nodes
+              and set(group.rollout_pool.nodes) <= node_names[c.rollout_type] and set(group.train_pool.nodes) <= node_names[c.train_type]
+              and abs(group.cost_per_hour - float(idx.cost[config])) <= rel * max(1.0, group.cost_per_hour)
+              and group.rollout_pool.gpus_per_node == pools[c.rollout_type].gpus_per_node
+              and group.train_pool.gpus_per_node == pools[c.train_type].gpus_per_node
+              and group.order == [m.job for m in group.members])
+        if ok:
+            r_nodes, t_nodes = group.rollout_pool.nodes, group.train_pool.nodes
+            for m, j in zip(group.members, members):
+                if m.job != jobs[j].name or m.moved or m.train_nodes != t_nodes or (not c.pinned and m.rollout_nodes != r_nodes):
+                    ok = False
+                    break
+        out.append(ok)
+        if ok:
+            for m, j in zip(group.members, members):
+                ks.append(config)
+                js.append(j)
+                have.append((m.rollout_s, m.train_s, m.sync_s, m.rollout_switch_s, m.train_switch_s, m.slo_s))
+                owner.append(i)
+    if ks:
+        kk, jj = np.array(ks), np.array(js)
+        r, t = idx.k_r[kk], idx.k_t[kk]
+        want = np.stack([idx.R[r, jj], idx.T[t, jj], idx.S[idx.k_pair[kk], jj], idx.SR[r, jj], idx.ST[t, jj], idx.slo[jj]], axis=1)
+        bad = (np.abs(want - np.array(have, dtype=float)) > rel * np.maximum(1.0, np.abs(want))).any(axis=1)
+        for i in np.unique(np.array(owner)[bad]).tolist():
+            out[i] = False
+    return out
 
 
 def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_nodes: Optional[dict[str, dict[str, list[str]]]] = None,

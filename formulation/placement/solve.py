@@ -16,13 +16,13 @@ and ``move_price_per_job`` is charged for every job of the current plan that end
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
 
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
-from formulation.placement.evaluate import Group, Index, Solution, plan_cost_unit
+from formulation.placement.evaluate import Config, Group, Index, Solution, plan_cost_unit
 from formulation.placement.explain import explain, placeable_alone
 from formulation.placement.greedy import Packer, best_greedy, greedy
 from formulation.placement.instance import PlacementInstance
@@ -55,24 +55,34 @@ class Current:
     members: dict[str, list[int]]  # anchor id -> job indices
     placed: set[int]
     dropped: list[str]  # current groups that cannot be kept (pools or members no longer fit)
+    configs: dict[str, Config] = field(default_factory=dict)  # group id -> its configuration as read from its pins (config_of)
 
 
 def read_current(idx: Index, plan: PlacementPlan) -> Current:
+    """The current plan's groups on this index: those whose configuration exists and whose members
+    are feasible on it (:meth:`Index.feasible`, all groups in one vectorised pass) are kept, the
+    others dropped."""
     names = {n: i for i, n in enumerate(idx.names)}
-    groups, nodes, members, placed, dropped = [], {}, {}, set(), []
+    nodes, members, placed, dropped, configs = {}, {}, set(), [], {}
+    cand: list[tuple[int, list[int], str]] = []
     for g in plan.groups:
         js = [names[m.job] for m in g.members if m.job in names]
         placed.update(js)
         nodes[g.id] = {"rollout": list(g.rollout_pool.nodes), "train": list(g.train_pool.nodes)}
         members[g.id] = js
-        k = idx.config_id.get(config_of(g))
         if not js:
             continue
-        if k is None or not idx.feasible(k, js):
-            dropped.append(g.id)
+        c = configs[g.id] = config_of(g)
+        k = idx.config_id.get(c)
+        cand.append((-1 if k is None else k, js, g.id))
+    feas = idx.feasible_groups([max(k, 0) for k, _, _ in cand], [js for _, js, _ in cand])
+    groups = []
+    for (k, js, gid), ok in zip(cand, feas):
+        if k < 0 or not ok:
+            dropped.append(gid)
             continue
-        groups.append(Group(k, tuple(js), g.id))
-    return Current(groups, nodes, members, placed, dropped)
+        groups.append(Group(k, tuple(js), gid))
+    return Current(groups, nodes, members, placed, dropped, configs)
 
 
 def moved_jobs(sol: Solution, cur: Optional[Current]) -> list[int]:

@@ -13,7 +13,7 @@ KIND = "PlacementPlan"
 def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, command: str = "plan", progress=None):
     """(instance, name, digest, scenario or None) from a scenario YAML or a numbers-only instance file;
     ``progress``: a :class:`planner.statusline.Status` told which job's phase times are being estimated."""
-    from planner.instances.placement_files import instance_data, load_instance, read_data
+    from planner.instances.placement_files import instance_data, load_instance, read_doc
 
     if not Path(path).exists():
         raise UserError(Problem("", f"file not found: {path}", "check the path"))
@@ -23,12 +23,13 @@ def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, comma
     from planner.dockind import INSTANCE, SCENARIO, expect
 
     found = expect(path, [SCENARIO, INSTANCE], "INPUT", command)
-    data = instance_data(found.data) if found.data is not None else read_data(path)
+    doc = read_doc(path) if found.data is None else None
+    data = instance_data(found.data) if found.data is not None else doc.data if doc is not None else None
     if data is not None:
         if margin:
             raise UserError(Problem("--margin", "an instance file holds phase times already",
                                     "plan the scenario with --margin, or drop --margin"))
-        inst = load_instance(path, data)
+        inst = load_instance(path, data, doc)
         return inst, inst.name, instance_digest(inst), None
     from planner.instances.placement import compile_scenario
     from planner.plandoc import scenario_digest

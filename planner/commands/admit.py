@@ -4,6 +4,7 @@ from __future__ import annotations
 
 NAME = "admit"
 QUICK_EXIT = True  # no thread or process; files written durably before run returns (cli.entry)
+PAUSE_GC = True  # a fraction of a second over ~10^5 objects: no cyclic collector passes (cli)
 HELP = "place arriving job(s) against the current plan with Weave's three moves (milliseconds)"
 DESCRIPTION = """Online admission: each named job (in the order given) takes the cheapest of
 three moves against the current plan's groups, which are not reshuffled: fill an existing
@@ -36,7 +37,7 @@ def run(args) -> int:
     from formulation.placement.evaluate import Index, Solution
     from formulation.placement.explain import explain, placeable_alone
     from formulation.placement.greedy import Packer
-    from formulation.placement.plan import Unplaced, build_plan, reusable
+    from formulation.placement.plan import Unplaced, build_plan, reusable_groups
     from formulation.placement.solve import read_current
     from planner.commands._placement import default_out, load_input, read_plan, unplaced_error, write_plan
     from planner.commands._plan_summary import summary
@@ -61,9 +62,8 @@ def run(args) -> int:
         if names[n] in cur.placed:
             raise UserError(Problem("--job", f"job '{n}' is already placed in the current plan", "admit only jobs that are not placed"))
         todo.append(names[n])
-    pk = Packer(idx)
-    for g in cur.groups:
-        pk.add_group(g.config, list(g.members), g.anchor)
+    pk = Packer(idx, per_pair=True)  # phases for the current groups' pairs only: no configurations x jobs matrices
+    pk.add_groups(cur.groups)
     lines = []
     t_admit = 0.0
     for j in todo:
@@ -99,8 +99,10 @@ def run(args) -> int:
     # (their cycle times are not recomputed); only the changed and new groups are built
     by_id = {g.id: g for g in current.groups}
     node_names = {t: set(inst.node_names(t)) for t in idx.types}
-    keep = {i: by_id[g.anchor] for i, g in enumerate(sol.groups)
-            if g.anchor in by_id and not (set(g.members) & todo_set) and reusable(idx, by_id[g.anchor], g.config, g.members, node_names)}
+    cands = [(i, g) for i, g in enumerate(sol.groups) if g.anchor in by_id and not (set(g.members) & todo_set)]
+    same = reusable_groups(idx, [(by_id[g.anchor], g.config, g.members) for _, g in cands], node_names,
+                           configs=[cur.configs.get(g.anchor or "") for _, g in cands])
+    keep = {i: by_id[g.anchor] for (i, g), ok in zip(cands, same) if ok}
     plan = build_plan(idx, sol, others + [explain(idx, j) for j in sol.unplaced], cur.nodes, keep=keep)
     if sol.unplaced:
         raise unplaced_error(plan, "some jobs cannot be admitted")

@@ -16,10 +16,17 @@ from planner.errors import Problem, UserError
 def read_data(path: str | Path) -> Optional[dict]:
     """The parsed mapping of a YAML/JSON file when it is a placement instance, else None (the
     scenario loader then reports an unreadable file properly)."""
+    doc = read_doc(path)
+    return instance_data(doc.data) if doc is not None else None
+
+
+def read_doc(path: str | Path):
+    """The parsed document (:class:`planner.safeload.Document`) of a YAML/JSON file when it is a
+    placement instance, else None (hand it to :func:`load_instance` with its data)."""
     from planner import safeload
 
     doc = safeload.try_load(path, what="instance file", limits=_limits(path))
-    return instance_data(doc.data) if doc is not None else None
+    return doc if doc is not None and instance_data(doc.data) is not None else None
 
 
 def instance_data(data: Any) -> Optional[dict]:
@@ -42,9 +49,10 @@ def _limits(path: str | Path):
     return safeload.with_limits(max_bytes=32 << 20) if Path(path).suffix.lower() == ".json" else safeload.LIMITS
 
 
-def load_instance(path: str | Path, data: Optional[dict] = None) -> PlacementInstance:
+def load_instance(path: str | Path, data: Optional[dict] = None, doc=None) -> PlacementInstance:
     """A numbers-only instance file (YAML or JSON), read through the bounded loader
-    (:mod:`planner.safeload`), with errors that name the field."""
+    (:mod:`planner.safeload`), with errors that name the field. ``data``: the file's parsed
+    mapping when read already, ``doc``: the document it was read as (:func:`read_doc`)."""
     from pydantic import ValidationError
 
     from planner import safeload
@@ -52,7 +60,6 @@ def load_instance(path: str | Path, data: Optional[dict] = None) -> PlacementIns
     p = Path(path)
     if not p.exists():
         raise UserError(Problem("", f"instance file not found: {p}", "check the path"))
-    doc = None
     if data is None:
         doc = safeload.load(p, what="instance file", limits=_limits(p))
         data = doc.data

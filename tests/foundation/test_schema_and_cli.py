@@ -140,3 +140,24 @@ def test_internal_error_is_status_1_without_traceback(monkeypatch, capsys):
     rc = main(["validate", "x.yaml"])
     err = capsys.readouterr().err
     assert rc == 1 and "internal error" in err and "Traceback" not in err
+
+
+def test_a_command_that_pauses_the_collector_resumes_it(monkeypatch, capsys):
+    """``PAUSE_GC`` (planner admit): the cyclic collector is off while the command runs and on
+    again after it, also when it fails (an in-process caller keeps its collector)."""
+    import gc
+
+    import planner.commands.admit as admit
+
+    assert admit.PAUSE_GC
+    seen = []
+
+    def run(args):
+        seen.append(gc.isenabled())
+        raise RuntimeError("kaput")
+
+    monkeypatch.setattr(admit, "run", run)
+    assert gc.isenabled()
+    assert main(["admit", "x.json", "--current", "p.json", "--job", "j"]) == 1
+    assert seen == [False] and gc.isenabled()
+    capsys.readouterr()

@@ -164,6 +164,29 @@ def test_bad_instance_files_name_the_field(tmp_path, patch, field):
     assert field in proc.stderr and "Fix:" in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["plan", "admit"])
+@pytest.mark.parametrize("bad, needle", [
+    ('"slo_s": 1e999', "not a finite number"),  # JSON parses it as inf
+    ('"slo_s": true', "is a boolean, not a number"),
+    ('"slo_s": "Infinity"', "slo_s"),  # a string a lax float field would read as inf
+])
+def test_json_instance_numbers_are_checked(tmp_path, command, bad, needle):
+    """A JSON instance's numbers are checked in the walk that checks its depth: a non-finite
+    number or a boolean is still refused with its field named (plan and admit, exit 2)."""
+    import re
+
+    data = {"kind": "PlacementInstance", **load_instance(SMALL).model_dump(mode="json")}
+    text = re.sub(r'"slo_s": [0-9.e+-]+', bad, json.dumps(data), count=1)
+    assert bad in text
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    args = ["--current", str(tmp_path / "none.json"), "--job", data["jobs"][0]["name"]] if command == "admit" else []
+    proc = run_cli(command, str(path), *args)
+    assert proc.returncode == 2, proc.stderr
+    no_traceback(proc)
+    assert needle in proc.stderr and "Fix:" in proc.stderr
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--time-limit", "-1"], "--time-limit"),
     (["--threads", "0"], "--threads"),
