@@ -58,6 +58,9 @@ LOAD_BOUND_STEPS = 60
 #: beyond this many jobs the fast path packs the first fit only and gives the rest to the search
 LNS_FROM_FIRST_FIT = 200
 LNS_SPAN_X = 8.0  # ... when the fast path's time is over this many times what the first fit took
+#: the flat best fit runs when the constructions' time left is at least this many times what the flat
+#: first fit took (2,000 jobs, four families, load ~2.4: 0.13-0.30 s of CPU, 1.9-3.0x the first fit's)
+FLAT_BEST_X = 2.5
 
 
 @dataclass
@@ -496,18 +499,34 @@ def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, see
     if cut:
         st.cut_short.append("packing (the rest went first fit on the last few groups)")
     took = time.perf_counter() - t0
-    for name, order in (("FFD best fit", ffd_order), ("tightest-SLO-first best fit", slo_order)):
+    lns_first = idx.n > LNS_FROM_FIRST_FIT and span > LNS_SPAN_X * took
+    # best fit takes about 2.5x the first fit (docs/placement.md). Beyond 200 jobs, when the limit is
+    # over 8x what the first fit took, the large-neighbourhood search starts from the first fit
+    # instead (with less time best fit is the better plan): its many small groups are what the
+    # elimination move empties (distinct 2000:0, 8 s of search: 37,762 $/h from the first fit's
+    # 42,282, 39,664 from best fit's 41,852; 500:0, 3 s: 9,400 against 9,620). Beyond 500 jobs the
+    # tightest-SLO-first best fit is the flat one over every pair (:mod:`formulation.placement.flatbest`:
+    # the plans of ``pack(slo_order(idx), max_pairs=16)`` in 0.4-0.6x its CPU, 2.0-2.7x the flat
+    # first fit's), tried first: it is the cheaper of the two best fits where groups gain by growing
+    # (held out, 2,000 jobs: distinct-loose 29,554 $/h against the first fit's 30,492)
+    steps = [("tightest-SLO-first best fit", slo_order), ("FFD best fit", ffd_order)] if many else \
+        [("FFD best fit", ffd_order), ("tightest-SLO-first best fit", slo_order)]
+    for name, order in steps:
         left = build_by - time.perf_counter()
-        # best fit takes about 2.5x the first fit (docs/placement.md). Beyond 200 jobs, when the
-        # limit is over 8x what the first fit took, the large-neighbourhood search starts from the
-        # first fit instead (with less time best fit is the better plan): its many small groups are what the
-        # elimination move empties (distinct 2000:0, 8 s of search: 37,762 $/h from the first
-        # fit's 42,282, 39,664 from best fit's 41,852; 500:0, 3 s: 9,400 against 9,620)
-        if cut or (idx.n > LNS_FROM_FIRST_FIT and span > LNS_SPAN_X * took) or left < 2.5 * took:
+        flat = many and order is slo_order
+        if cut or lns_first or left < (FLAT_BEST_X if flat else 2.5) * took:
             continue
-        other = pack(idx, order(idx), max_pairs=2 if many else 16, deadline=build_by)
-        if time.perf_counter() > build_by:
-            continue  # cut short: its tail opened groups of their own
+        if flat:
+            from formulation.placement.flatbest import flat_best_fit
+
+            found = flat_best_fit(idx, slo_order(idx), deadline=build_by)
+            if found is None:
+                continue  # cut short
+            other, name = found, "tightest-SLO-first best fit (every pair)"
+        else:
+            other = pack(idx, order(idx), max_pairs=2 if many else 16, deadline=build_by)
+            if time.perf_counter() > build_by:
+                continue  # cut short: its tail opened groups of their own
         if name == "FFD best fit":
             st.ffd_cost = other.cost(idx)
         if _score(idx, other) < _score(idx, sol) - 1e-9:
