@@ -416,8 +416,8 @@ def certify(idx: Index, obj: float, lb: Optional[float], status: SolveStatus, le
 
 def _cheapest_construction(idx: Index, warm: Solution, warm_name: str, deadline: float,
                            cut_short: list[str]) -> tuple[Solution, str]:
-    """The cheapest of the Weave greedy's plan ``warm``, the first fit (tightest SLO first), beyond
-    500 jobs the flat best fit (tightest SLO first, every pair) and best-fit FFD. A best fit runs only
+    """The cheapest of the Weave greedy's plan ``warm``, the first fit (tightest SLO first),
+    best-fit FFD and beyond 500 jobs the flat best fit (tightest SLO first, every pair). A best fit runs only
     when the time left is at least 2.5x what the first fit took (:func:`formulation.placement.fast.fast_solve`'s
     rule) and is dropped when the deadline cut it short; what replaced a cut-short greedy is said in ``cut_short``."""
     from formulation.placement.fast import FLAT_BEST_X, ffd_order, pack
@@ -430,15 +430,15 @@ def _cheapest_construction(idx: Index, warm: Solution, warm_name: str, deadline:
     best, name = warm, warm_name
     if _score(idx, ff) < _score(idx, best) - 1e-9:
         best, name = ff, "first fit"
+    if not ff_cut and deadline - clock() >= 2.5 * took:
+        ffd = pack(idx, ffd_order(idx), max_pairs=2 if idx.n > 500 else 16, deadline=_real(deadline))
+        if clock() <= deadline and _score(idx, ffd) < _score(idx, best) - 1e-9:
+            best, name = ffd, "FFD best fit"
     if idx.n > 500 and not ff_cut and deadline - clock() >= FLAT_BEST_X * took:
         # tightest-SLO-first best fit over every pair, pools free to grow (formulation.placement.flatbest)
         bf = flat_best_fit(idx, deadline=_real(deadline))
         if bf is not None and _score(idx, bf) < _score(idx, best) - 1e-9:
             best, name = bf, "best fit"
-    if not ff_cut and deadline - clock() >= 2.5 * took:
-        ffd = pack(idx, ffd_order(idx), max_pairs=2 if idx.n > 500 else 16, deadline=_real(deadline))
-        if clock() <= deadline and _score(idx, ffd) < _score(idx, best) - 1e-9:
-            best, name = ffd, "FFD best fit"
     if warm.cut_short and best is not warm:
         cut_short.append(f"the warm start: the {name.replace('FFD best fit', 'best-fit FFD')} replaced the cut-short greedy"
                          + (" (itself narrowed past the deadline)" if ff_cut and best is ff else ""))
