@@ -506,7 +506,7 @@ def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, see
     # elimination move empties (distinct 2000:0, 8 s of search: 37,762 $/h from the first fit's
     # 42,282, 39,664 from best fit's 41,852; 500:0, 3 s: 9,400 against 9,620). Beyond 500 jobs the
     # tightest-SLO-first best fit is the flat one over every pair (:mod:`formulation.placement.flatbest`:
-    # the plans of ``pack(slo_order(idx), max_pairs=16)`` in 0.4-0.6x its CPU, 2.0-2.7x the flat
+    # the plans of ``pack(slo_order(idx), max_pairs=16)`` in 0.25-0.55x its CPU, 2.0-2.7x the flat
     # first fit's), where two pairs a job were tried before. It stays second: tried first it took the
     # time of FFD best fit and the search (classes 2,000, --time-limit 1.5, load 2.8: 29,144 $/h and
     # no improving move, against FFD best fit's 29,192 and 29 moves to 28,496)
