@@ -324,6 +324,33 @@ def fidelity_lines(rows) -> list[str]:
     return L
 
 
+def _pooled(rows) -> str:
+    """The in-loop prediction errors over every set-up together (keep and after the move), and the set-ups whose own
+    after-move median is over 10%, with the moves behind it."""
+    keep = [abs(p / q - 1.0) for r in rows for _, _, p, q in r["fidelity"].get("keep_points", []) if q > 0]
+    move = [abs(p / q - 1.0) for r in rows for _, _, p, q in r["fidelity"].get("move_points", []) if q > 0]
+    if not keep and not move:
+        return "* in-loop predictions: none logged."
+    out = (f"* All set-ups together: keep median error {med(keep):.1%} over {len(keep)} predictions (max {mx(keep):.0%}); after "
+           f"the move {med(move):.1%} over {len(move)} (max {mx(move):.0%}).")
+    over = [r for r in rows if r["fidelity"]["n"] and r["fidelity"]["move_median"] > 0.10]
+    for r in over:
+        ds = r["decisions"]
+        # a committed target the next solve of the same iteration no longer finds in place was not carried out as asked
+        # (a trainer replica needs its TP x PP GPUs on one node: the simulator gives what it cannot place to log-prob
+        # inference)
+        nexts = [(x, y) for x, y in zip(ds, ds[1:]) if x["iteration"] == y["iteration"]]
+        short = sum(1 for x, y in nexts if list(y["current"]) != list(x["target"]))
+        small_t = sum(1 for x, y in nexts if y["current"][2] < x["target"][2])
+        out += (f" {r['setup']}: after-move median {r['fidelity']['move_median']:.0%} over {r['fidelity']['n']} predictions; "
+                f"{short} of its {len(ds)} committed moves were not in place at the next solve of the iteration, {small_t} "
+                "with a smaller trainer than asked"
+                + (" (a replica needs its TP x PP GPUs on one node: the simulator gives what the freed GPUs' nodes cannot "
+                   "hold to log-prob inference, and later solves ask again; the decision does not model which nodes a drain "
+                   "frees)." if small_t else " (the error is the model's after a move placed as asked, or the last move's)."))
+    return out
+
+
 def notes(rows) -> list[str]:
     math6 = [r for r in rows if r["lengths"] is None]
     vb = [r["best_static"] / r["dynamic"] for r in math6]
@@ -346,6 +373,7 @@ def notes(rows) -> list[str]:
              + ", ".join(f"{r['setup']} {r['idle_fraction']:.0%}" for r in rows) + ".",
              (f"* keep predictions: median error {min(keep_med):.0%}-{max(keep_med):.0%} per set-up (target <= 10%), max "
               f"{max(keep_max):.0%}{_worst_keep(rows)}." if keep_med else "* keep predictions: none logged."),
+             _pooled(rows),
              f"* Against the paper's baselines on the six math set-ups: dynamic vs colocated (verl) "
              f"{min(r['colocated'] / r['dynamic'] for r in math6):.2f}-{max(r['colocated'] / r['dynamic'] for r in math6):.2f}x, "
              f"vs RLHFuse-style {min(r['rlhfuse'] / r['dynamic'] for r in math6):.2f}-{max(r['rlhfuse'] / r['dynamic'] for r in math6):.2f}x, "
