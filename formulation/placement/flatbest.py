@@ -36,7 +36,7 @@ def flat_best_fit(idx: Index, order: Optional[Sequence[int] | np.ndarray] = None
                   deadline: float = float("inf"), sweep_every: int = 32) -> Optional[Solution]:
     """Best fit in ``order`` (default tightest SLO first) over every pair at once (module
     docstring); None when ``deadline`` passed before the last job."""
-    from formulation.placement.fast import _pairs
+    from formulation.placement.pairs import _pairs
 
     pairs = _pairs(idx)
     n, P = idx.n, len(pairs)

@@ -365,10 +365,10 @@ class Daemon:
         # loaded now would be stale by then, and it must never save a view of the cluster it does not own.
         self.executor = self._make_executor() if taken else None
         if self.cfg.realloc:
-            from planner.daemon.adapters import realloc
+            from planner.daemon.adapters import completion, realloc
 
             if realloc.available() is None:
-                self.reallocator = realloc.make_reallocator(self.cluster, self.cfg.realloc_decision, self.store.realloc_context,
+                self.reallocator = completion.make_reallocator(self.cluster, self.cfg.realloc_decision, self.store.realloc_context,
                                                             max_age_s=self.cfg.realloc_context_max_age_s)
             else:
                 log.warning("%s: no reallocation inside iterations", realloc.available())

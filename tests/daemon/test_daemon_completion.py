@@ -264,7 +264,8 @@ def test_without_a_fresh_context_auto_falls_back_to_the_planner_and_says_why():
 
 def test_the_option_picks_the_reallocator_and_is_checked():
     from planner.daemon.adapters.completion import CompletionReallocator
-    from planner.daemon.adapters.realloc import DynaRLReallocator, make_reallocator
+    from planner.daemon.adapters.completion import make_reallocator
+    from planner.daemon.adapters.realloc import DynaRLReallocator
     from planner.daemon.config import DaemonConfig
     from planner.errors import UserError
     from tests.apply import realloc_case as case

@@ -303,3 +303,13 @@ class CompletionReallocator:
         if body is None:
             return ReallocOutcome(job, False, f"{reason}; not applied: {how}", shrunk, keep_thr, thr, {}, solver, ms)
         return ReallocOutcome(job, True, f"{reason}; placed: {how}", shrunk, keep_thr, thr, body, solver, ms)
+
+
+def make_reallocator(cluster: Scenario, decision: str, contexts: Callable[[str], Optional[dict]], *, max_age_s: float = 30.0):
+    """The daemon's reallocator for ``--realloc-decision``: ``planner`` (:mod:`planner.daemon.adapters.realloc`'s), ``completion`` or ``auto``
+    (:class:`CompletionReallocator`, reading the posted contexts via ``contexts``)."""
+    if decision == "planner":
+        from planner.daemon.adapters.realloc import DynaRLReallocator
+
+        return DynaRLReallocator(cluster)
+    return CompletionReallocator(cluster, contexts, mode=decision, max_age_s=max_age_s)

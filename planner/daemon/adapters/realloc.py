@@ -16,7 +16,8 @@ adapter keeps the planner's stateful pieces across cycles:
 
 With ``--realloc-decision auto`` (the default) or ``completion`` the daemon runs the completion decision
 instead (:mod:`planner.daemon.adapters.completion`), this planner being its fallback where no fresh context is
-posted; :func:`make_reallocator` picks. Each cycle the loop hands over a job's new snapshots; the adapter feeds all but the last to the
+posted; :func:`planner.daemon.adapters.completion.make_reallocator` picks.
+Each cycle the loop hands over a job's new snapshots; the adapter feeds all but the last to the
 detector and decides at the last with the cluster scenario (so the curves and migration bytes
 come from the job's model). State lives in memory: after a restart a donor must hold for ``T``
 again (conservative), and the predictor starts again from the estimators.
@@ -24,7 +25,7 @@ again (conservative), and the predictor starts again from the estimators.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 from planner.daemon.ports import PlanningContext, ReallocOutcome
 from planner.schema.scenario import Scenario
@@ -101,16 +102,6 @@ def _seed(pred, snap) -> None:
     for (comp, t), (g, tps) in seen.items():
         if tps > 0 and not pred.has(comp, t):
             pred.set_prior(comp, t, [(g, tps)], linear=True)
-
-
-def make_reallocator(cluster: Scenario, decision: str, contexts: Callable[[str], Optional[dict]], *, max_age_s: float = 30.0):
-    """The daemon's reallocator for ``--realloc-decision``: ``planner`` (this module's), ``completion`` or ``auto``
-    (:class:`planner.daemon.adapters.completion.CompletionReallocator`, reading the posted contexts via ``contexts``)."""
-    if decision == "planner":
-        return DynaRLReallocator(cluster)
-    from planner.daemon.adapters.completion import CompletionReallocator
-
-    return CompletionReallocator(cluster, contexts, mode=decision, max_age_s=max_age_s)
 
 
 def available() -> Optional[str]:
