@@ -229,3 +229,29 @@ def distinct_oracle(inst: PlacementInstance) -> tuple[float, int]:
         return out
 
     return best((1 << n) - 1, tuple(inst.pool_types[t].count for t in types))
+
+
+def placeable_sub(inst: PlacementInstance):
+    """The instance without the jobs no group of their own fits, and its index (the flat packings' tests)."""
+    from formulation.placement.evaluate import Index
+    from formulation.placement.explain import placeable_alone
+
+    idx = Index(inst)
+    keep = np.flatnonzero(placeable_alone(idx))
+    sub_inst = inst.model_copy(update={"jobs": [inst.jobs[j] for j in keep]})
+    return sub_inst, idx.restrict(sub_inst, keep)
+
+
+def assert_same_packing_and_valid(sub_inst: PlacementInstance, sub, flat, per_pair, tag=None) -> None:
+    """A flat packing is the per-pair one (the same groups, listed in another order: by opening there, by pair
+    here), places every job once, each group Howard-feasible and the plan valid under the solver-free checker."""
+    from formulation.placement.check import check
+    from formulation.placement.explain import explain
+    from formulation.placement.plan import build_plan
+
+    assert sorted(j for g in flat.groups for j in g.members) + flat.unplaced == sorted(range(sub.n))
+    assert sorted((g.config, g.members) for g in flat.groups) == sorted((g.config, g.members) for g in per_pair.groups)
+    for g in flat.groups:
+        assert not sub.configs[g.config].pinned
+        assert group_feasible(sub_inst, g.members, sub.configs[g.config]), (tag, g)
+    assert check(sub_inst, build_plan(sub, flat, [explain(sub, j) for j in flat.unplaced])) == []

@@ -17,9 +17,8 @@ from formulation.placement.explain import explain
 from formulation.placement.fast import pack, slo_order
 from formulation.placement.flatbest import flat_best_fit
 from formulation.placement.plan import build_plan
-from tests.placement.placement_helpers import group_feasible
+from tests.placement.placement_helpers import assert_same_packing_and_valid, placeable_sub
 from tests.placement.test_placement_distinct import _with_switches
-from tests.placement.test_placement_flatfit import _sub
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -28,21 +27,16 @@ def test_flat_best_fit_is_the_all_pairs_best_fit_and_passes_howard_and_the_check
     inst = generate_distinct(120, seed)
     if switches:
         inst = _with_switches(inst, seed)
-    sub_inst, sub = _sub(inst)
+    sub_inst, sub = placeable_sub(inst)
     flat = flat_best_fit(sub, slo_order(sub))
     assert flat is not None
     per_pair = pack(sub, slo_order(sub), max_pairs=16)
-    assert sorted(j for g in flat.groups for j in g.members) + flat.unplaced == sorted(range(sub.n))
-    assert sorted((g.config, g.members) for g in flat.groups) == sorted((g.config, g.members) for g in per_pair.groups)
-    for g in flat.groups:
-        assert not sub.configs[g.config].pinned
-        assert group_feasible(sub_inst, g.members, sub.configs[g.config]), (seed, g)
-    assert check(sub_inst, build_plan(sub, flat, [explain(sub, j) for j in flat.unplaced])) == []
+    assert_same_packing_and_valid(sub_inst, sub, flat, per_pair, seed)
 
 
 @pytest.mark.parametrize("family", ["distinct-loose", "classes", "two-types"])
 def test_flat_best_fit_on_other_families_is_the_all_pairs_best_fit(family):
-    sub_inst, sub = _sub(families()[family](150, 1))
+    sub_inst, sub = placeable_sub(families()[family](150, 1))
     flat = flat_best_fit(sub)
     assert flat is not None
     per_pair = pack(sub, slo_order(sub), max_pairs=16)
@@ -53,7 +47,7 @@ def test_flat_best_fit_on_other_families_is_the_all_pairs_best_fit(family):
 @pytest.mark.parametrize("seed", [0, 1, 3])
 def test_flat_best_fit_respects_the_node_counts_and_gives_up_past_its_deadline(seed):
     inst = generate_distinct(60, seed, counts={"H20": 3, "H800": 3, "A100": 3, "L40S": 3}, unplaceable=0.0)
-    sub_inst, sub = _sub(inst)
+    sub_inst, sub = placeable_sub(inst)
     assert flat_best_fit(sub, deadline=0.0, sweep_every=4) is None
     sol = flat_best_fit(sub, sweep_every=4)
     assert sol is not None

@@ -6,25 +6,16 @@ checker, warm switches included, and respect the node counts on a tight fleet.""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from benchmarks.placement.generate import generate_distinct
 from formulation.placement.check import check
-from formulation.placement.evaluate import Index
-from formulation.placement.explain import explain, placeable_alone
+from formulation.placement.explain import explain
 from formulation.placement.fast import first_fit, slo_order
 from formulation.placement.flatfit import flat_first_fit
 from formulation.placement.plan import build_plan
-from tests.placement.placement_helpers import group_feasible
+from tests.placement.placement_helpers import assert_same_packing_and_valid, placeable_sub
 from tests.placement.test_placement_distinct import _with_switches
-
-
-def _sub(inst):
-    idx = Index(inst)
-    keep = np.flatnonzero(placeable_alone(idx))
-    sub_inst = inst.model_copy(update={"jobs": [inst.jobs[j] for j in keep]})
-    return sub_inst, idx.restrict(sub_inst, keep)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -33,22 +24,16 @@ def test_flat_first_fit_is_the_all_pairs_first_fit_and_passes_howard_and_the_che
     inst = generate_distinct(120, seed)
     if switches:
         inst = _with_switches(inst, seed)
-    sub_inst, sub = _sub(inst)
+    sub_inst, sub = placeable_sub(inst)
     flat, cut = flat_first_fit(sub, slo_order(sub))
     per_pair, _ = first_fit(sub, slo_order(sub), max_pairs=16)
     assert not cut
-    assert sorted(j for g in flat.groups for j in g.members) + flat.unplaced == sorted(range(sub.n))
-    # the same groups (listed in another order: by opening here, by pair there)
-    assert sorted((g.config, g.members) for g in flat.groups) == sorted((g.config, g.members) for g in per_pair.groups)
-    for g in flat.groups:
-        assert not sub.configs[g.config].pinned
-        assert group_feasible(sub_inst, g.members, sub.configs[g.config]), (seed, g)
-    assert check(sub_inst, build_plan(sub, flat, [explain(sub, j) for j in flat.unplaced])) == []
+    assert_same_packing_and_valid(sub_inst, sub, flat, per_pair, seed)
 
 
 def test_flat_first_fit_respects_the_node_counts_and_a_passed_deadline():
     inst = generate_distinct(60, 1, counts={"H20": 3, "H800": 3, "A100": 3, "L40S": 3}, unplaceable=0.0)
-    sub_inst, sub = _sub(inst)
+    sub_inst, sub = placeable_sub(inst)
     for deadline in (float("inf"), 0.0):
         sol, cut = flat_first_fit(sub, deadline=deadline, sweep_every=4)
         assert cut == (deadline == 0.0)
