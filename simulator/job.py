@@ -415,6 +415,40 @@ class JobSim:
             stage.set_gpus(target, pause_s)
             self._hold(comp, target)
 
+    def _drain_choice(self, alive: list, n_drop: int, units: int) -> list[int]:
+        """The ``n_drop`` engines a shrink drains (``alive`` in the drain order: the emptiest first), node-aware: when the
+        trainer grows by ``units`` replicas of ``train_unit`` GPUs, each on one node, first the fewest (then emptiest)
+        engines whose GPUs complete a replica's unit on their node with what is free there, one replica at a time;
+        the rest in the drain order. Draining the emptiest engines alone scatters the freed GPUs over nodes, and a
+        trainer replica cannot span nodes (the executor's release order drains whole nodes for the same reason)."""
+        unit = self.setup.train_unit
+        if units <= 0 or unit <= self.setup.rollout_tp or n_drop <= 0:
+            return [e.eid for e in alive[:n_drop]]
+        free = dict(self._pool_of("trainer").free)
+        on: dict[str, list] = {}
+        for e in alive:
+            on.setdefault(self.engine_nodes[e.eid][0], []).append(e)
+        chosen: list[int] = []
+        while units > 0 and len(chosen) < n_drop:
+            best = None
+            for node, engs in on.items():
+                f, k = free.get(node, 0), 0
+                while f < unit and k < len(engs):
+                    f += self.engine_nodes[engs[k].eid][1]
+                    k += 1
+                if f >= unit and k <= n_drop - len(chosen):
+                    key = (k, sum(x.load() for x in engs[:k]), node)
+                    best = min(best, (key, node, k, f)) if best is not None else (key, node, k, f)
+            if best is None:
+                break
+            _, node, k, f = best
+            chosen += [x.eid for x in on[node][:k]]
+            on[node] = on[node][k:]
+            free[node] = f - unit
+            units -= 1
+        taken = set(chosen)
+        return chosen + [e.eid for e in alive if e.eid not in taken][:n_drop - len(chosen)]
+
     def _stage_ready(self, stage: WorkStage, target: int, pause_s: float) -> None:
         if self.held[stage.name] >= target:
             stage.set_gpus(min(target, self.held[stage.name]), pause_s)
@@ -836,18 +870,18 @@ class JobSim:
             return
         self.decisions.append((now, dict(tgt), dec.reason))
         ready = now
-        # shrink
-        if tgt["rollout"] < cur["rollout"]:
-            n_drop = (cur["rollout"] - tgt["rollout"]) // s.rollout_tp
-            alive = sorted(self.rollout.alive(), key=lambda e: (e.load(), e.kv_used, -e.eid))
-            drop = [e.eid for e in alive[:n_drop]]
-            if drop and len(drop) < len(alive):
-                self.rollout.drain(drop, now)
-
+        # shrink: the stages first, so the rollout drain sees every GPU they free
         for comp, st in (("reference", self.ref), ("trainer", self.trainer)):
             if tgt[comp] < cur[comp]:
                 pause = comm.GROUP_REBUILD_S if st.q or comp == "trainer" else 0.0
                 self._resize_stage(st, comp, tgt[comp], now, pause)
+        if tgt["rollout"] < cur["rollout"]:
+            n_drop = (cur["rollout"] - tgt["rollout"]) // s.rollout_tp
+            alive = sorted(self.rollout.alive(), key=lambda e: (e.load(), e.kv_used, -e.eid))
+            units = (tgt["trainer"] - cur["trainer"]) // s.train_unit if tgt["trainer"] > cur["trainer"] else 0
+            drop = self._drain_choice(alive, n_drop, units)
+            if drop and len(drop) < len(alive):
+                self.rollout.drain(drop, now)
         # grow
         free = self._pool_of("rollout").total_free()  # one shared pool: dynamic runs have one GPU type (checked in __init__)
         if tgt["rollout"] > cur["rollout"]:

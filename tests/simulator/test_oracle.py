@@ -85,3 +85,18 @@ def test_gpus_a_unit_bound_receiver_cannot_take_go_to_log_prob_inference():
         out[fill] = (sum(res.ledger.held_at(c, t + 1e-6) for c in ("rollout", "reference", "trainer")), res.decisions[0][2])
     assert out[False][0] < 16
     assert out[True][0] == 16 and "log-prob inference" in out[True][1]
+
+
+def test_a_shrink_that_feeds_the_trainer_drains_whole_nodes():
+    """Rollout 8 -> 4 GPUs with the trainer 4 -> 8 (a replica is 4 GPUs on one node): the drain frees one whole node
+    rather than the 4 emptiest engines wherever they run, so the trainer takes the freed GPUs and nothing is left for
+    the log-prob fill."""
+    s = replace(small_setup(n_prompts=16, group=4, rollout_nodes=2, train_nodes=2, gpn=4), train_unit=4)
+    for seed in (1, 2, 3):
+        pol = Policy("dynamic", rollout_gpus=8, reference_gpus=4, trainer_gpus=4,
+                     decision=_Once({"rollout": 4, "reference": 4, "trainer": 8}, True))
+        res = JobSim(s, pol, seed=seed, iterations=1).run()
+        t = res.decisions[0][0]
+        assert res.ledger.held_at("trainer", t + 1e-6) == 8, (seed, res.decisions[0])
+        assert res.ledger.held_at("reference", t + 1e-6) == 4, (seed, res.decisions[0])
+        assert "log-prob inference" not in res.decisions[0][2]
