@@ -338,6 +338,7 @@ class JobSim:
         self.snapshots: list[TelemetrySnapshot] = []
         self.decisions: list = []
         self._iter_reqs: list[Request] = []
+        self._last_lengths: Optional[tuple] = None  # (the last iteration's response lengths, its groups)
         self._collected: list[Request] = []
         self._trained = 0
         self._migrating_until = -1.0
@@ -525,6 +526,9 @@ class JobSim:
         rec = IterationRecord(index=k, start_s=now)
         self.iterations.append(rec)
         reqs = make_requests(s.workload, self.loop.rng, rid0=self._rid0 + k * s.workload.n_requests)
+        if self._iter_reqs:
+            last = self._iter_reqs
+            self._last_lengths = (np.array([float(sum(r.turn_tokens)) for r in last]), len({r.group for r in last}))
         self._iter_reqs = reqs
         self._unfinished = {r.rid: r for r in reqs}
         self.requests.extend(reqs)
@@ -825,7 +829,9 @@ class JobSim:
         pool = self.pool
         return ReallocContext(time_s=now, iteration=rec.index, total_gpus=self.setup.total_gpus,
                               free_gpus=pool.total_free() if pool else 0, components=comps, initial=dict(self.part),
-                              at_boundary=at_boundary, intake=self.intake)
+                              at_boundary=at_boundary, intake=self.intake,
+                              last_lengths=self._last_lengths[0] if at_boundary and self._last_lengths else None,
+                              last_groups=self._last_lengths[1] if at_boundary and self._last_lengths else 0)
 
     def _tick(self) -> None:
         if self._done:

@@ -30,7 +30,7 @@ migration kind of each) or ``None``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from formulation.realloc.telemetry import TelemetrySnapshot
 
@@ -76,6 +76,10 @@ class ReallocContext:
     initial: dict  # name -> GPUs of the starting partition
     at_boundary: bool = False  # an iteration boundary (the rollout is about to start)
     intake: str = "sample"  # the trainer's intake this run uses (sample | group | minibatch; see Policy.intake)
+    # at a boundary: every response length (tokens, all turns) of the iteration just ended and its number of GRPO
+    # groups, as the rollout manager saw them finish (the planner refits the declared lengths from them)
+    last_lengths: Optional[Any] = None
+    last_groups: int = 0
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,15 @@ def _dynamic_time(setup, a: tuple, seeds: int, make) -> Optional[float]:
     return float(np.mean(ts))
 
 
+REFIT_WINDOW = 3  # iterations of observed response lengths the refit test reads
+
+
+def _mean_lengths(workload) -> np.ndarray:
+    from estimators.length_refit import declared_lengths
+
+    return declared_lengths(workload, 4096)
+
+
 FINALISTS = 2  # the best starts by the move-point score that are then simulated whole, beside the best static split
 
 
@@ -211,7 +220,8 @@ class CompletionPlannerDecision:
 
     def __init__(self, sc=None, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, margin: float = 0.05,
                  choose_start: bool = True, setup=None, log_every_s: float = 0.0, request_level: bool = True,
-                 draws: int = 3, resolve_s: float = 5.0, start_search: str = "auto", trainer_cap: bool = False) -> None:
+                 draws: int = 3, resolve_s: float = 5.0, start_search: str = "auto", trainer_cap: bool = False,
+                 refit: bool = True, declared_lengths=None) -> None:
         if start_search not in ("auto", "dynamic", "static"):
             raise ValueError(f"start_search: {start_search!r} is not 'auto', 'dynamic' or 'static'")
         self.trainer_cap = trainer_cap
@@ -243,12 +253,26 @@ class CompletionPlannerDecision:
         self.keep_log: list = []  # (iteration, seconds into it, predicted seconds to the end of training if kept)
         self._moved: set = set()
         self._next_log = 0.0
+        self.refit = refit
+        self.declared_lengths = declared_lengths
+        self._observed: list = []  # (response lengths, groups) of the last REFIT_WINDOW iterations
+        self.refits: list = []  # every boundary's test of the lengths the model plans on: iteration, ks, critical, refit
 
     # ------------------------------------------------------------------ set-up
     def start_split(self, setup) -> Optional[dict]:
+        if self.declared_lengths is not None:
+            # the job declares lengths that are not the ones its rollouts generate (the simulator's set-up is the truth)
+            setup = replace(setup, workload=replace(setup.workload, lengths=self.declared_lengths))
         self.setup = setup
         if not self.choose_start:
             return None
+        start = self._search_start()
+        self.starts[0] = dict(start)
+        return start
+
+    def _search_start(self) -> dict:
+        """Search the start split on the lengths the decision plans on (sets and returns ``self.start``)."""
+        setup = self.setup
         self._state_tables()  # one-time tables (optimizer step, weight sync per allocation): not in a decision's latency
         how = self.start_search
         if how == "auto":
@@ -259,8 +283,31 @@ class CompletionPlannerDecision:
             self.start, self.start_table = search_start_split(setup)
         else:
             self.start, self.start_table = search_dynamic_start(setup, self._probe, self._whole)
-        self.starts[0] = dict(self.start)
         return dict(self.start)
+
+    def _observe_lengths(self, iteration: int, lengths, groups: int) -> None:
+        """Telemetry refit (:mod:`estimators.length_refit`): test the lengths the model plans on against the last
+        iterations' observed ones; when they differ, plan on the refitted base distribution from now on (the
+        residual tables, the log-prob and update work per sample, and the start split searched again)."""
+        from estimators.length_refit import lengths_differ, refit_lengths
+
+        self._observed = (self._observed + [(np.asarray(lengths, dtype=float), int(groups))])[-REFIT_WINDOW:]
+        obs = np.concatenate([a for a, _ in self._observed])
+        g = sum(n for _, n in self._observed)
+        w = self.setup.workload
+        test = lengths_differ(obs, g, w)
+        rec = {"iteration": iteration, "ks": round(test["ks"], 4), "critical": round(test["critical"], 4), "groups": g,
+               "refit": False, "declared_mean": round(float(np.mean(_mean_lengths(w))), 1), "observed_mean": round(float(obs.mean()), 1)}
+        if test["differ"]:
+            dist = refit_lengths(obs, float(w.prompt_spread), float(w.max_response_tokens))
+            self.setup = replace(self.setup, workload=replace(w, lengths=dist))
+            self._opt = None  # the tables that depend on the lengths are rebuilt on the refitted distribution
+            if self.choose_start:
+                rec["start"] = self._search_start()
+            else:
+                self._state_tables()
+            rec["refit"] = True
+        self.refits.append(rec)
 
     def _probe(self) -> "_StartProbe":
         """The same decision, started where the search puts it, stopping at its first committed move."""
@@ -386,6 +433,8 @@ class CompletionPlannerDecision:
             raise RuntimeError("CompletionPlannerDecision needs the job's set-up: the simulator passes it via start_split")
         if ctx.at_boundary:
             self._next_log = 0.0
+            if self.refit and getattr(ctx, "last_lengths", None) is not None:
+                self._observe_lengths(snap.iteration, ctx.last_lengths, ctx.last_groups)
             target = dict(self.start) if self.start else dict(ctx.initial)
             self.starts[snap.iteration] = dict(target)
             return Reallocation(target=target, kinds={"rollout": "workload", "reference": "workload", "trainer": "p2p"},

@@ -51,7 +51,9 @@ def context_to_data(ctx) -> dict:
         comps[name] = d
     return {"version": CONTEXT_VERSION, "time_s": float(ctx.time_s), "iteration": int(ctx.iteration),
             "total_gpus": int(ctx.total_gpus), "free_gpus": int(ctx.free_gpus), "initial": dict(ctx.initial),
-            "at_boundary": bool(ctx.at_boundary), "intake": ctx.intake, "components": comps}
+            "at_boundary": bool(ctx.at_boundary), "intake": ctx.intake, "components": comps,
+            **({"last_lengths": np.asarray(ctx.last_lengths, dtype=float).tolist(), "last_groups": int(ctx.last_groups)}
+               if ctx.last_lengths is not None else {})}
 
 
 def _num(v, path: str, kind):
@@ -73,6 +75,9 @@ def context_from_data(d: Any, where: str = "context"):
         raise ContextError(where, f"expected a mapping, got {type(d).__name__}")
     if d.get("version", CONTEXT_VERSION) != CONTEXT_VERSION:
         raise ContextError(f"{where}.version", f"{d.get('version')!r} is not a known context version (use {CONTEXT_VERSION})")
+    extra = sorted(set(d) - {"version", "initial", "intake", "components", "at_boundary", "last_lengths", "last_groups", *_TOP})
+    if extra:
+        raise ContextError(f"{where}.{extra[0]}", "unknown field")
     top = {}
     for k, kind in _TOP.items():
         if k not in d:
@@ -119,9 +124,31 @@ def context_from_data(d: Any, where: str = "context"):
     if sum(c.gpus for c in comps.values()) > top["total_gpus"]:
         raise ContextError(f"{where}.components", f"the components hold {sum(c.gpus for c in comps.values())} GPUs, "
                                                   f"more than total_gpus ({top['total_gpus']})")
+    last, groups = _last_lengths(d, where)
     return ReallocContext(time_s=top["time_s"], iteration=top["iteration"], total_gpus=top["total_gpus"],
                           free_gpus=top["free_gpus"], components=comps, initial=dict(initial),
-                          at_boundary=bool(d.get("at_boundary", False)), intake=intake)
+                          at_boundary=bool(d.get("at_boundary", False)), intake=intake, last_lengths=last, last_groups=groups)
+
+
+MAX_LAST_LENGTHS = 1_000_000  # responses of one iteration a context may report
+
+
+def _last_lengths(d: dict, where: str) -> tuple[Optional[np.ndarray], int]:
+    """``last_lengths`` (the last iteration's response lengths, tokens) and ``last_groups`` (its GRPO groups): both or
+    neither, finite, positive, at most one group per response."""
+    if "last_lengths" not in d and "last_groups" not in d:
+        return None, 0
+    for k in ("last_lengths", "last_groups"):
+        if k not in d:
+            raise ContextError(f"{where}.{k}", "missing (last_lengths and last_groups come together)")
+    v = d["last_lengths"]
+    if not isinstance(v, list) or not v or len(v) > MAX_LAST_LENGTHS:
+        raise ContextError(f"{where}.last_lengths", f"expected a list of 1 to {MAX_LAST_LENGTHS} response lengths (tokens)")
+    arr = np.array([_num(x, f"{where}.last_lengths[{i}]", float) for i, x in enumerate(v)], dtype=float)
+    groups = _num(d["last_groups"], f"{where}.last_groups", int)
+    if not 1 <= groups <= arr.size:
+        raise ContextError(f"{where}.last_groups", f"{groups} groups for {arr.size} responses: expected 1 to {arr.size}")
+    return arr, groups
 
 
 def _requests(v: Any, path: str) -> dict:
