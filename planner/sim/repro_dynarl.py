@@ -226,7 +226,10 @@ def report(args, cmd, R) -> tuple[list[str], list[dict]]:
                 "DynaRL reports 1.27-1.98x end-to-end throughput over verl 0.5 / RLinf and 1.21-1.42x over RLHFuse for "
                 "1.5B/7B/32B math RL on 64 and 128 H100 GPUs.")
     L += ["Decision function: `completion` (`planner.instances.completion`: the planner's start split, searched with the "
-          "phase-time model on its own seeds; moves judged on the predicted time to the end of the iteration's training, "
+          "phase-time model on its own seeds and searched again at a boundary where the last iterations' response lengths "
+          "differ from the declared ones (`estimators.length_refit`; every run here declares its true lengths, "
+          "`results/realloc/length-refit.md` shows wrong ones); a rollout shrink that feeds a growing trainer drains whole "
+          "nodes; moves judged on the predicted time to the end of the iteration's training, "
           "every GPU owned; trigger: more than θ=0.5 of the engines under U_low=0.2 of their peak requests for T=4 s). "
           f"Iteration time = mean over {args.iterations} iterations x {args.seeds} seed(s); every ratio is a throughput ratio "
           "(other time / dynamic time). GRPO group gating everywhere. Baselines (each a `planner simulate --policy`): "
