@@ -241,6 +241,14 @@ def _job_summary_table(m: dict, console) -> None:
     t.add_row("re-prefilled tokens", f"{m['reprefill_tokens']:,.0f}")
     t.add_row("preemptions", f"{m['preemptions']}")
     t.add_row("reallocations", f"{m['reallocations']}")
+    if m.get("start_split"):
+        t.add_row("start split (rollout+log-prob+trainer)",
+                  ", ".join(f"it {k}: {v['rollout']}+{v['reference']}+{v['trainer']}" for k, v in m["start_split"].items()))
+    for r in m.get("length_refits") or []:
+        t.add_row(f"response lengths, iteration {r['iteration']}",
+                  (f"refitted (KS {r['ks']:.3f} > {r['critical']:.3f}; observed mean {r['observed_mean']:,.0f} against "
+                   f"{r['declared_mean']:,.0f} planned)" if r["refit"] else
+                   f"as planned (KS {r['ks']:.3f} <= {r['critical']:.3f})"))
     tail = m.get("tail") or {}
     if tail:
         t.add_row("longest decode (iter 0)", f"{tail['longest_decode_s']:.1f} s")
@@ -281,6 +289,11 @@ def run(args) -> int:
     with status(f"simulate: policy {args.policy}, request by request"):
         res = run_job(args, sc)
     m = job_metrics(res)
+    dec = res.policy.decision
+    if getattr(dec, "starts", None):
+        # the completion decision's own start per iteration and its boundary tests of the declared lengths
+        m["start_split"] = {int(k): dict(v) for k, v in sorted(dec.starts.items())}
+        m["length_refits"] = [dict(r) for r in getattr(dec, "refits", [])]
     if res.setup.same_type:
         with status("simulate: hindsight bound" + (" and oracle" if args.oracle else "")):
             m["hindsight"] = hindsight(res, args.seed, args.oracle)

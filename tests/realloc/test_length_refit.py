@@ -143,3 +143,22 @@ def test_the_boundary_context_carries_the_last_iterations_lengths_and_they_trave
         with pytest.raises(ContextError) as exc:
             context_from_data(dd, where="context")
         assert exc.value.field == field, (bad, exc.value)
+
+
+def test_simulate_reports_the_start_per_iteration_and_the_length_tests(tmp_path, capsys):
+    """``planner simulate --policy dynamic`` with its defaults, as a newcomer runs it: the summary names the start split
+    of every iteration and each boundary's test of the planned lengths."""
+    import json
+
+    from planner.cli import main as cli_main
+
+    scen = tmp_path / "small.yaml"
+    scen.write_text(SMALL)
+    assert cli_main(["simulate", str(scen), "--policy", "dynamic", "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["metrics"]
+    assert sorted(m["start_split"]) == ["0", "1"]  # the default: 2 iterations
+    assert all(sum(v.values()) == 32 for v in m["start_split"].values())
+    assert [r["iteration"] for r in m["length_refits"]] == [1] and m["length_refits"][0]["refit"] is False
+    assert cli_main(["simulate", str(scen), "--policy", "dynamic"]) == 0
+    text = capsys.readouterr().out
+    assert "start split" in text and "as planned (KS" in text
