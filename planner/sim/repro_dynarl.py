@@ -297,7 +297,7 @@ def oracle_table(rows) -> list[str]:
          "engines' best per-token cost, or the longest response decoded alone, plus the fastest optimizer step and weight "
          "sync): no schedule of any family beats it. Both know the iteration's lengths; no policy sees them. Cells are "
          "throughput ratios policy / oracle (1.00 = as fast as the oracle) and policy / bound.", "",
-         "| set-up | oracle's schedule, iteration 0 | search: simulations, wall (s) | dynamic | planner, min-over-stages | "
+         "| set-up | oracle's schedule, iteration 0 | search: simulations | dynamic | planner, min-over-stages | "
          "best static | static | colocated | RLHFuse-style | threshold | dynamic / bound | best static / bound |",
          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -306,7 +306,7 @@ def oracle_table(rows) -> list[str]:
             L.append(f"| {r['setup']} | not searched (see the note below) | - | - | - | - | - | - | - | - | - | - |")
             continue
         os_ = o["oracle_s"]
-        L.append(f"| {r['setup']} | {o['schedules'][0]} | {o['simulations']}, {o['search_s']:.0f} | **{os_ / r['dynamic']:.2f}** | "
+        L.append(f"| {r['setup']} | {o['schedules'][0]} | {o['simulations']} | **{os_ / r['dynamic']:.2f}** | "
                  f"{os_ / r['planner']:.2f} | {os_ / r['best_static']:.2f} | {os_ / r['static']:.2f} | {os_ / r['colocated']:.2f} | "
                  f"{os_ / r['rlhfuse']:.2f} | {os_ / r['threshold']:.2f} | {o['bound_s'] / r['dynamic']:.2f} | "
                  f"{o['bound_s'] / r['best_static']:.2f} |")
