@@ -57,16 +57,18 @@ def _ks(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def lengths_differ(observed: np.ndarray, groups: int, workload, alpha: float = REFIT_ALPHA) -> dict:
-    """The test above: ``{"differ", "ks", "critical", "groups", "reference_groups"}`` for ``observed`` lengths from
-    ``groups`` GRPO groups against the declared ``workload``."""
+    """The test above: ``{"differ", "ks", "critical", "groups", "reference_groups", "reference_mean"}`` for ``observed``
+    lengths from ``groups`` GRPO groups against the declared ``workload`` (``reference_mean``: the declared draws' mean)."""
     obs = np.asarray(observed, dtype=float).ravel()
-    if obs.size == 0 or groups < 1:
-        return {"differ": False, "ks": 0.0, "critical": math.inf, "groups": int(groups), "reference_groups": 0}
     ref = declared_lengths(workload, max(4 * obs.size, 2000))
+    if obs.size == 0 or groups < 1:
+        return {"differ": False, "ks": 0.0, "critical": math.inf, "groups": int(groups), "reference_groups": 0,
+                "reference_mean": float(ref.mean())}
     n, m = float(groups), float(ref.shape[0])
     crit = math.sqrt(-math.log(alpha / 2.0) / 2.0) * math.sqrt((n + m) / (n * m))
     d = _ks(obs, ref.ravel())
-    return {"differ": bool(d > crit), "ks": d, "critical": crit, "groups": int(groups), "reference_groups": int(m)}
+    return {"differ": bool(d > crit), "ks": d, "critical": crit, "groups": int(groups), "reference_groups": int(m),
+            "reference_mean": float(ref.mean())}
 
 
 def refit_lengths(observed: np.ndarray, spread: float, max_tokens: float) -> LengthDistribution:

@@ -165,12 +165,6 @@ def _dynamic_time(setup, a: tuple, seeds: int, make) -> Optional[float]:
 REFIT_WINDOW = 3  # iterations of observed response lengths the refit test reads
 
 
-def _mean_lengths(workload) -> np.ndarray:
-    from estimators.length_refit import declared_lengths
-
-    return declared_lengths(workload, 4096)
-
-
 FINALISTS = 2  # the best starts by the move-point score that are then simulated whole, beside the best static split
 
 
@@ -297,7 +291,7 @@ class CompletionPlannerDecision:
         w = self.setup.workload
         test = lengths_differ(obs, g, w)
         rec = {"iteration": iteration, "ks": round(test["ks"], 4), "critical": round(test["critical"], 4), "groups": g,
-               "refit": False, "declared_mean": round(float(np.mean(_mean_lengths(w))), 1), "observed_mean": round(float(obs.mean()), 1)}
+               "refit": False, "declared_mean": round(test["reference_mean"], 1), "observed_mean": round(float(obs.mean()), 1)}
         if test["differ"]:
             dist = refit_lengths(obs, float(w.prompt_spread), float(w.max_response_tokens))
             self.setup = replace(self.setup, workload=replace(w, lengths=dist))

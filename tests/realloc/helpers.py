@@ -8,6 +8,23 @@ from formulation.realloc.context import ComponentContext, Links, ReallocContext,
 from formulation.realloc.instance import Candidate, Curve, Move, Pool, ReallocInstance, Stage
 from formulation.realloc.telemetry import TelemetrySnapshot
 
+# one 7B GRPO job on 4 nodes of 8 H100 (3 rollout, 1 training): small enough to simulate whole in seconds
+SMALL_MATH_SCENARIO = """name: paths
+gpu_types:
+  H100: {price_per_gpu_hour: 2.5}
+cluster:
+  node_groups:
+    - {name: h100, gpu_type: H100, count: 4, gpus_per_node: 8, host_dram_gb: 2048}
+jobs:
+  - name: math-small
+    model: deepseek-r1-distill-qwen-7b
+    algorithm: grpo
+    rollout: {batch_prompts: 48, group_size: 8, prompt_tokens: 512, max_response_tokens: 8192,
+              response_lengths: {source: servegen, client: "66", scale: 0.3}, tp: 1, nodes: 3}
+    trainer: {tp: 1, pp: 1, nodes: 1}
+    slo: {ratio_to_solo: 1.0}
+"""
+
 
 def concave_curve(rng, max_gpus: int) -> Curve:
     """A random concave non-decreasing curve with 1-4 breakpoints."""

@@ -11,22 +11,8 @@ import pytest
 
 from planner.cli import main as cli_main
 from planner.instances.completion_io import ContextError, context_from_data, context_to_data
+from tests.realloc.helpers import SMALL_MATH_SCENARIO as SCENARIO
 
-SCENARIO = """name: paths
-gpu_types:
-  H100: {price_per_gpu_hour: 2.5}
-cluster:
-  node_groups:
-    - {name: h100, gpu_type: H100, count: 4, gpus_per_node: 8, host_dram_gb: 2048}
-jobs:
-  - name: math-small
-    model: deepseek-r1-distill-qwen-7b
-    algorithm: grpo
-    rollout: {batch_prompts: 48, group_size: 8, prompt_tokens: 512, max_response_tokens: 8192,
-              response_lengths: {source: servegen, client: "66", scale: 0.3}, tp: 1, nodes: 3}
-    trainer: {tp: 1, pp: 1, nodes: 1}
-    slo: {ratio_to_solo: 1.0}
-"""
 
 
 class _Fired(Exception):

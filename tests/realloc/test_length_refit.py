@@ -15,6 +15,7 @@ import pytest
 from estimators.length_refit import declared_lengths, lengths_differ, refit_lengths
 from estimators.lengths import LengthDistribution, servegen_clients
 from simulator.workload import WorkloadSpec
+from tests.realloc.helpers import SMALL_MATH_SCENARIO
 
 DECLARED = LengthDistribution("servegen", client="66", scale=0.75)
 
@@ -59,21 +60,7 @@ def test_refit_needs_lengths():
         refit_lengths(np.array([5.0]), 0.5, 100.0)
 
 
-SMALL = """name: refit
-gpu_types:
-  H100: {price_per_gpu_hour: 2.5}
-cluster:
-  node_groups:
-    - {name: h100, gpu_type: H100, count: 4, gpus_per_node: 8, host_dram_gb: 2048}
-jobs:
-  - name: math-small
-    model: deepseek-r1-distill-qwen-7b
-    algorithm: grpo
-    rollout: {batch_prompts: 48, group_size: 8, prompt_tokens: 512, max_response_tokens: 8192,
-              response_lengths: {source: servegen, client: "66", scale: 0.3}, tp: 1, nodes: 3}
-    trainer: {tp: 1, pp: 1, nodes: 1}
-    slo: {ratio_to_solo: 1.0}
-"""
+SMALL = SMALL_MATH_SCENARIO
 
 
 def _run(tmp_path, declared):
