@@ -48,6 +48,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
+from formulation.placement.partners import Partners
 from formulation.placement.pairs import _Pair, _pairs  # noqa: F401 (the packings' pair grids)
 from formulation.placement.subsets import repartition, subset_costs, subset_feasible  # noqa: F401 (re-exported)
 
@@ -408,6 +409,7 @@ class FastStats:
     lns_moves: int = 0
     lns_gain: float = 0.0
     bound: Optional[float] = None
+    bound_method: str = "load bound"  # which bound gave ``bound`` (the record's message names it)
     repaired: int = 0  # jobs the packing left out that the repair placed
     cut_short: list[str] = field(default_factory=list)  # phases the deadline cut short
 
@@ -418,7 +420,7 @@ class FastStats:
         if self.repaired:
             parts.append(f"repair placed {self.repaired} job(s) the packing left out")
         parts.append(f"local search {self.lns_moves} improving re-partitions (-{self.lns_gain:.6g} $/h)")
-        parts.append(f"load bound {self.bound:.6g}" if self.bound is not None else "no bound")
+        parts.append(f"{self.bound_method} {self.bound:.6g}" if self.bound is not None else "no bound")
         if self.cut_short:
             parts.append("cut short by the time limit: " + ", ".join(self.cut_short))
         return "; ".join(parts)
@@ -496,7 +498,7 @@ def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline
 
         sol, st.repaired, exact = repair(idx, sol, time.perf_counter() + 0.5 * max(0.0, deadline - time.perf_counter()), seed)
     if True:  # a bound over every job (None when one of them fits nowhere alone)
-        st.bound = load_bound(idx, iterations=LOAD_BOUND_STEPS, deadline=time.perf_counter() + 0.15 * max(0.0, deadline - time.perf_counter()))
+        st.bound = bound_with_partners(idx, st, time.perf_counter() + 0.15 * max(0.0, deadline - time.perf_counter()))
         if progress:
             progress("bound", sol.cost(idx), st.bound)
     before = sol.cost(idx)
@@ -518,11 +520,45 @@ def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline
 
 
 # ------------------------------------------------------------------------------------- the bound
+#: the partner caps (:mod:`formulation.placement.partners`) are computed up to this many
+#: configurations x jobs (their two dense arrays; 2,000 distinct jobs x 1,088 configurations: ~2 s)
+PARTNER_CELLS_MAX = 3_000_000
+#: ... and when the bound's share of the time is at least this many seconds
+PARTNER_MIN_S = 0.2
+
+
+def bound_with_partners(idx: Index, st: FastStats, deadline: float, jobs=None) -> Optional[float]:
+    """The load bound over ``jobs`` (default all), with the partner caps when they fit the time
+    (half of it) and the size limit: the larger of the two (each is a proof); ``st.bound_method``
+    names the one that gave it."""
+    t0 = time.perf_counter()
+    plain = load_bound(idx, jobs=jobs, iterations=LOAD_BOUND_STEPS, deadline=t0 + 0.3 * max(0.0, deadline - t0))
+    st.bound_method = "load bound"
+    left = deadline - time.perf_counter()
+    J = np.arange(idx.n) if jobs is None else np.asarray(list(jobs), dtype=int)
+    if plain is None or left < PARTNER_MIN_S or len(idx.configs) * len(J) > PARTNER_CELLS_MAX:
+        return plain
+    from formulation.placement.partners import partners
+
+    P = partners(idx, J, deadline=time.perf_counter() + 0.6 * left)
+    capped = load_bound(idx, jobs=J, iterations=LOAD_BOUND_STEPS, deadline=deadline, partners=P)
+    if capped is not None and capped > plain:
+        st.bound_method = ("load bound with partner caps" if P.done.all()
+                           else f"load bound with partner caps ({int(P.done.sum())} of {len(P.done)} configurations)")
+        return capped
+    return plain
+
+
 def load_bound(idx: Index, jobs: Optional[Sequence[int] | np.ndarray] = None, iterations: int = 12,
-               deadline: float = float("inf"), duals: Optional[list] = None) -> Optional[float]:
+               deadline: float = float("inf"), duals: Optional[list] = None,
+               partners: Optional["Partners"] = None) -> Optional[float]:
     """A lower bound on the cost of every plan that places ``jobs`` (default: all of them); None
-    when some of them fits nowhere alone. See the module docstring for the proof."""
+    when some of them fits nowhere alone. See the module docstring for the proof. With
+    ``partners`` (:func:`formulation.placement.partners.partners` of the same ``jobs``) the shares
+    are the partner-capped ones of :mod:`formulation.placement.partners` (never weaker)."""
     jobs = np.arange(idx.n) if jobs is None else np.asarray(list(jobs), dtype=int)
+    if partners is not None and not np.array_equal(partners.jobs, jobs):
+        partners = None  # computed for other jobs: the plain loads
     if len(jobs) == 0:
         return 0.0
     if iterations <= 1 or time.perf_counter() > deadline:
@@ -533,11 +569,18 @@ def load_bound(idx: Index, jobs: Optional[Sequence[int] | np.ndarray] = None, it
     jj, kk = np.nonzero(ok.T)  # the (job, configuration) pairs a job may use alone, by job
     js = jobs[jj]
     starts = np.flatnonzero(np.r_[True, jj[1:] != jj[:-1]])
-    slo = idx.slo[js]
-    L = np.stack([idx.a[kk, js] / slo, idx.bs[kk, js] / slo, idx.rollout_w(kk, js) / idx.dram_cap_r[kk],
-                  idx.state_t[js] / idx.dram_cap_t[kk]], axis=1)  # (P, 4)
+    slo = idx.slo[js] if partners is None else partners.effective_slo(idx, kk, jj)
+    loads = [idx.a[kk, js] / slo, idx.bs[kk, js] / slo, idx.rollout_w(kk, js) / idx.dram_cap_r[kk],
+             idx.state_t[js] / idx.dram_cap_t[kk]]
+    alone = None
+    if partners is not None:  # the member bound's load, and groups of one (partners.py)
+        m = partners.m[kk, jj]
+        loads.append(1.0 / m)
+        alone = m <= 1.0
+    L = np.stack(loads, axis=1)  # (P, 4 or 5)
+    D = L.shape[1]
     K, T = len(idx.configs), len(idx.types)
-    theta = np.zeros((K, 4))
+    theta = np.zeros((K, D))
     theta[:, :2] = 0.5
     mu = np.zeros(T)
     cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
@@ -547,6 +590,8 @@ def load_bound(idx: Index, jobs: Optional[Sequence[int] | np.ndarray] = None, it
     for it in range(iterations):
         price = idx.cost + nm @ mu
         w = (L * theta[kk]).sum(axis=1)
+        if alone is not None:  # a share is at most the whole group; a partnerless job's is all of it
+            w = np.where(alone, 1.0, np.minimum(w, 1.0))
         v = price[kk] * w
         vmin = np.minimum.reduceat(v, starts)
         val = float(vmin.sum() - mu @ cap)
@@ -557,7 +602,7 @@ def load_bound(idx: Index, jobs: Optional[Sequence[int] | np.ndarray] = None, it
             break
         pick = np.flatnonzero(v <= vmin[jj] * (1 + 1e-12))
         # multiplicative weights: more weight on the dimensions the chosen configurations fill most
-        g = np.zeros((K, 4))
+        g = np.zeros((K, D))
         np.add.at(g, kk[pick], L[pick])
         used = g.sum(axis=1) > 0
         scale = g[used].max(axis=1, keepdims=True)
