@@ -11,7 +11,12 @@ analyses, with resources instead of algebra:
   nodes for training plus weight sync (the trainer sends the weights, as in the cycle-time model);
 * a node that changes member pays a switch first: warm when the member's state is resident in
   that node's host DRAM (:func:`estimators.comm.warm_switch_s`), cold otherwise
-  (:func:`estimators.comm.cold_start_s`); the member keeps the nodes through it;
+  (:func:`estimators.comm.cold_start_s`). The node starts loading the member whose turn comes
+  next as soon as it is released (*prefetch*: the member's state on that node does not change
+  while it runs its other phase elsewhere), so a member that arrives late finds its state loaded
+  and waits only for what is left of the load; a member that joins a running ring, or whose turn
+  came by a departure, pays its whole switch when it claims the nodes. This is the schedule the
+  cycle-time model describes (the switch on the ring arcs, never on a member's own arcs);
 * phase durations are drawn per iteration from each member's samples (the request-level model's
   rollouts and training, see :mod:`simulator.trace`) or are fixed numbers;
 * **long-tail consolidation**: a member with a tail profile runs its rollout body on all its
@@ -93,7 +98,8 @@ class _Node:
     ring: list = field(default_factory=list)  # member names in order
     ptr: int = 0
     owner: Optional[str] = None  # member whose phase holds the node (its body, or its training)
-    last: Optional[str] = None  # last member that ran here (switch detection)
+    last: Optional[str] = None  # member whose state is on the node, or being loaded (switch detection)
+    ready_at: float = 0.0  # when the load of ``last``'s state is (or was) done
     tails: dict = field(default_factory=dict)  # member -> GPUs its consolidated tail keeps here
 
     def insert(self, name: str, order: list) -> None:
@@ -158,7 +164,7 @@ class _Member:
     last_end: Optional[float] = None
     pinned: int = 1  # GPUs of the rollout nodes when the current rollout started
     joining: bool = False  # joined a running group: not yet on its training nodes' rings
-    train_start: float = 0.0  # when its training under way claimed the training nodes
+    train_start: float = 0.0  # when its training under way started (its state loaded on the training nodes)
 
 
 class GroupRun:
@@ -230,7 +236,7 @@ class GroupRun:
                 continue
             node = _Node(n, self.spec.gpus_per_node)
             if ref is not None:  # a rollout under way keeps the turn on the new node until it releases the pool
-                node.ring, node.ptr, node.owner, node.last = list(ref.ring), ref.ptr, ref.owner, ref.last
+                node.ring, node.ptr, node.owner, node.last, node.ready_at = list(ref.ring), ref.ptr, ref.owner, ref.last, ref.ready_at
             pool[n] = node
 
     def replace_member(self, m: MemberSpec) -> None:
@@ -273,6 +279,9 @@ class GroupRun:
                         node.ptr %= len(node.ring)
                     else:
                         node.ptr = 0
+        for side, pool in (("rollout", self.nodes), ("train", self.train_nodes)):
+            for node in pool.values():
+                self._prefetch(node, side)
         if self.on_member_done is not None:
             self.on_member_done(name, self.loop.now)
         for other in list(self.order):
@@ -291,19 +300,39 @@ class GroupRun:
         elif mem.state == "ready_t":
             self._try_train(mem)
 
-    @staticmethod
-    def _claim(nodes: list, name: str, switch_s: float) -> Optional[float]:
-        """Take ``nodes`` for ``name`` if every one has come round to it and is free: the switch
-        time it pays (a node last used by another member), or None when it must wait."""
+    def _claim(self, nodes: list, name: str, switch_s: float) -> Optional[float]:
+        """Take ``nodes`` for ``name`` if every one has come round to it and is free: the seconds it
+        still waits for its state (the rest of a prefetch under way, or a whole switch on a node
+        whose state is another member's), or None when it must wait for the nodes."""
         if any(n.turn() != name or n.owner is not None for n in nodes):
             return None
-        switch = 0.0
+        now = self.loop.now
+        wait = 0.0
+        loaded_now = False
         for n in nodes:
-            if n.last is not None and n.last != name:
-                switch = switch_s
+            if n.last is not None and n.last != name:  # another member's state: the whole switch now
+                n.ready_at = now + switch_s
+                loaded_now = True
+            wait = max(wait, n.ready_at - now)
             n.owner = name
             n.last = name
-        return switch
+        wait = max(0.0, wait)
+        if loaded_now and wait > 0 and self.record:
+            self.phases.append(PhaseRecord(name, self.members[name].k, "switch", now, now + wait, tuple(x.name for x in nodes)))
+        return wait
+
+    def _prefetch(self, node: _Node, side: str) -> None:
+        """A released node starts loading the state of the member whose turn comes next."""
+        nxt = node.turn()
+        mem = self.members.get(nxt) if nxt is not None else None
+        if mem is None or nxt == node.last or node.owner is not None or node.last is None:
+            return
+        switch_s = mem.spec.rollout_switch_s if side == "rollout" else mem.spec.train_switch_s
+        now = self.loop.now
+        node.last = nxt
+        node.ready_at = now + switch_s
+        if switch_s > 0 and self.record:
+            self.phases.append(PhaseRecord(nxt, mem.k, "switch", now, now + switch_s, (node.name,)))
 
     def _try_rollout(self, mem: _Member) -> None:
         s = mem.spec
@@ -322,8 +351,6 @@ class GroupRun:
         mem.t_sync = now + switch
         mem.phase_start = now
         mem.rollout_starts.append(now)
-        if switch > 0 and self.record:
-            self.phases.append(PhaseRecord(s.name, mem.k, "switch", now, now + switch, s.rollout_nodes))
         self._reschedule_body(mem)
 
     def _sync_body(self, mem: _Member) -> None:
@@ -372,6 +399,7 @@ class GroupRun:
         for n in nodes:
             n.owner = None
             n.advance_past(mem.spec.name)
+            self._prefetch(n, "rollout")
         mem.hold = {}
         if self.record:
             self.phases.append(PhaseRecord(mem.spec.name, mem.k, "rollout", mem.phase_start, self.loop.now, mem.spec.rollout_nodes))
@@ -411,13 +439,11 @@ class GroupRun:
             return
         now = self.loop.now
         mem.state = "train"
-        mem.train_start = now
+        mem.train_start = now + switch
         b = _draw(s.train_s, self.rng)
         dur = switch + b + s.sync_s
         self.busy_gpu_s["train"] += (b + s.sync_s) * len(nodes) * self.spec.gpus_per_node
         if self.record:
-            if switch > 0:
-                self.phases.append(PhaseRecord(s.name, mem.k, "switch", now, now + switch, s.train_nodes))
             self.phases.append(PhaseRecord(s.name, mem.k, "train", now + switch, now + dur, s.train_nodes))
         self.loop.after(dur, self._train_done, s.name)
 
@@ -428,6 +454,7 @@ class GroupRun:
             node = self.train_nodes[n]
             node.owner = None
             node.advance_past(name)
+            self._prefetch(node, "train")
         mem.k += 1
         now = self.loop.now
         mem.iter_end.append(now)

@@ -26,17 +26,20 @@ times ``x(k)`` of meta-iteration ``k``:
   sync: the trainer is the sender of the weights, and the next member's training starts on
   them only after the push (this is the *occupancy* of a training node, ``b_i + s_i``).
 * **warm switches**: on a node shared by two or more members (a ring of length >= 2) the node
-  changes member after every phase and loads the next member's state from host DRAM, so the ring
-  arcs weigh ``a_i + sr_i`` (rollout) and ``b_i + s_i + st_i`` (training + sync), where
-  ``sr_i = min(sigma_r,i, b_i + s_i)`` and ``st_i = min(sigma_t,i, a_i)`` are the member's warm
-  switch seconds (:func:`simulator.phasetimes.switch_s`) capped at its other phase. The arcs
-  ``R_i -> T_i`` and ``T_i -> R_i`` do not carry them: a member's own cycle stays
-  ``a_i + b_i + s_i``, exact for a lone member (a self-loop ring, no switch). The cap binds only
-  when a switch outlasts the member's other phase (no shipped scenario: switches are 1.5-2 s);
-  it makes a ring arc never outweigh the member's own cycle, so that the closed form below holds
-  for every group size and the solvers need no group-size-dependent rows. A shared member whose
-  own cycle binds is then planned short by at most its switch pair (the simulator charges the
-  switch before each phase).
+  changes member after every phase: as soon as member ``i``'s phase there is done it loads the
+  next member ``j``'s state from host DRAM (a *prefetch*: ``j``'s state on that node does not
+  change while ``j`` runs its other phase elsewhere), so the ring arc ``R_i -> R_j`` weighs
+  ``a_i + sr_j`` and ``T_i -> T_j`` weighs ``b_i + s_i + st_j``, where ``sr_j = min(sigma_r,j,
+  b_j + s_j)`` and ``st_j = min(sigma_t,j, a_j)`` are ``j``'s warm switch seconds
+  (:func:`simulator.phasetimes.switch_s`) capped at its other phase. The arcs ``R_i -> T_i`` and
+  ``T_i -> R_i`` do not carry them: the switch overlaps the member's wait for its own other
+  phase, so a member's own cycle stays ``a_i + b_i + s_i`` (exact for a lone member too: a
+  self-loop ring, no switch). The simulator's group runner
+  (:mod:`simulator.groups`) runs exactly this schedule. The cap binds only when a switch outlasts
+  the member's other phase (no shipped scenario: switches are 1.5-2 s, phases tens to hundreds of
+  seconds); it makes a ring's sum never exceed its members' own cycles, so that the closed form
+  below holds for every group size and the solvers need no group-size-dependent rows (where it
+  binds, the runner, which does not cap, is slower than planned).
 
 The start times of the earliest schedule grow linearly, ``x_v(k) ~ k * lambda_v``, where the
 cycle time ``lambda_v`` of event ``v`` is the **maximum cycle ratio** (total weight over total
@@ -61,8 +64,9 @@ period is exactly::
 with ``sr = st = 0`` for a lone member (and the capped switches above in groups of two or more;
 for a lone member the capped terms could be kept too: ``a + sr <= a + b + s``).
 
-Proof. Every arc leaving ``R_i`` weighs at most ``a_i + sr_i`` and every arc leaving ``T_i`` at
-most ``b_i + s_i + st_i``, so a simple cycle weighs at most ``A + B`` (the two ring sums). A cycle that stays in
+Proof. An arc leaving ``R_i`` weighs ``a_i`` plus, on a ring, the switch of the member it enters,
+and likewise on the training side; a simple cycle enters each event at most once, so it weighs
+at most ``A + B`` (the two ring sums, switches included). A cycle that stays in
 one pool is a ring: ``A`` or ``B`` over delay 1. A cycle that visits both pools and has delay 1
 must go ``R_i -> ... -> R_k`` and ``T_k -> ... -> T_l`` forward in the order and return
 ``T_l -> R_l`` to ``R_i`` with no wrap-around, so ``l <= i <= k <= l``: it is a member's own
@@ -162,10 +166,10 @@ def event_graph(members: Sequence[Member]) -> list[Arc]:
         for ring in nodes.values():
             for pos, i in enumerate(ring):
                 j = ring[(pos + 1) % len(ring)]
-                if len(ring) == 1:  # a lone member on this node: no switch
-                    w = members[i].rollout_s if side == 0 else members[i].train_s + members[i].sync_s
-                else:
-                    w = members[i].rollout_ring_s if side == 0 else members[i].train_ring_s
+                mi, mj = members[i], members[j]
+                w = mi.rollout_s if side == 0 else mi.train_s + mi.sync_s
+                if len(ring) > 1:  # the node loads the next member's state once this phase is done
+                    w += mj.rollout_ring_s - mj.rollout_s if side == 0 else mj.train_ring_s - mj.train_s - mj.sync_s
                 add(2 * i + side, 2 * j + side, w, 1 if pos + 1 == len(ring) else 0)
     return [Arc(u, v, w, d) for (u, v, d), w in sorted(best.items())]
 

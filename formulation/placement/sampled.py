@@ -12,10 +12,11 @@ fixed membership and 15 at or after a join: ``results/reproductions/trace-baseli
 one ring per node in the group's order; :func:`formulation.placement.cycle.event_graph`) as a
 max-plus recurrence whose durations are drawn each iteration from the members' measured phase
 samples (what a rollout manager knows from past iterations: never the draws of a run being
-predicted). A phase's duration is its *occupancy* of its nodes, as the simulator charges it: the
-warm switch on a shared node (a ring of two or more members) comes before the phase, so a rollout
-on a shared ring occupies ``sigma_r + a``, a training ``sigma_t + b + s``; on a node of its own a
-member pays no switch. Every arc weighs its source event's duration in the source's iteration.
+predicted). An arc weighs its source event's duration in the source's iteration; a ring arc on a
+shared node (a ring of two or more members) adds the warm switch of the member it enters, which the
+node loads as soon as the source's phase is done (the prefetch the simulator's group runner does,
+:mod:`simulator.groups`); a member's own arcs carry no switch, and on a node of its own a member
+pays none.
 
 A member's iteration is the gap between two successive training ends (training plus weight sync),
 as the simulator measures it. :func:`slowest_iterations` returns, per member, the given quantile
@@ -100,21 +101,26 @@ def run(members: Sequence[SampledMember], iterations: int, reps: int, seed: int 
         ins1[v].append(u)
     rng = np.random.default_rng(seed)
     dur = np.empty((iterations, reps, n))
+    sw = np.zeros(n)  # switch into each event on a ring arc (its node loads that member's state)
     for i, mem in enumerate(members):
         ra, tb = np.asarray(mem.rollout_s, dtype=float), np.asarray(mem.train_s, dtype=float)
-        sr = mem.rollout_switch_s if shared[i][0] else 0.0
-        st = mem.train_switch_s if shared[i][1] else 0.0
-        dur[:, :, 2 * i] = ra[rng.integers(0, ra.size, size=(iterations, reps))] + sr
-        dur[:, :, 2 * i + 1] = tb[rng.integers(0, tb.size, size=(iterations, reps))] + mem.sync_s + st
+        sw[2 * i] = mem.rollout_switch_s if shared[i][0] else 0.0
+        sw[2 * i + 1] = mem.train_switch_s if shared[i][1] else 0.0
+        dur[:, :, 2 * i] = ra[rng.integers(0, ra.size, size=(iterations, reps))]
+        dur[:, :, 2 * i + 1] = tb[rng.integers(0, tb.size, size=(iterations, reps))] + mem.sync_s
+
+    def w(it: int, u: int, v: int) -> np.ndarray:
+        return x[it, :, u] + dur[it, :, u] + (sw[v] if u % 2 == v % 2 else 0.0)
+
     x = np.zeros((iterations, reps, n))
     for it in range(iterations):
         for v in order:
             t = np.zeros(reps)
             if it > 0:
                 for u in ins1[v]:
-                    t = np.maximum(t, x[it - 1, :, u] + dur[it - 1, :, u])
+                    t = np.maximum(t, w(it - 1, u, v))
             for u in ins0[v]:
-                t = np.maximum(t, x[it, :, u] + dur[it, :, u])
+                t = np.maximum(t, w(it, u, v))
             x[it, :, v] = t
     return x, dur
 
@@ -160,7 +166,7 @@ class RingState:
     slo_s: float
     last_end: float  # end of its last iteration (its first rollout start before the first)
     rollout_start: Optional[float] = None  # its rollout under way started then (None: ready to train now)
-    training_start: Optional[float] = None  # it holds the training nodes since then (the ring's owner)
+    training_start: Optional[float] = None  # its training on the nodes it holds (the ring's owner) started then, its state loaded
 
 
 def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, start_s: float, rounds: int, reps: int = 16,
@@ -190,7 +196,7 @@ def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, sta
         order = list(range(m))
         for i, r in enumerate(ring):
             if r.training_start is not None:  # the owner: its training ends after what has elapsed
-                end = max(now, r.training_start + sw[i] + draw(r.train_s) + r.sync_s)
+                end = max(now, r.training_start + draw(r.train_s) + r.sync_s)
                 worst[i] = max(worst[i], end - last[i])
                 last[i], free = end, end
                 ready[i] = end + draw(r.rollout_s)
@@ -204,18 +210,18 @@ def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, sta
         for _round in range(rounds):
             seq = []
             for i in order:
-                start = max(free, ready[i])
-                if not inserted and ready[m] <= start:  # the newcomer's rollout is done: it takes the turn
+                if not inserted and ready[m] <= max(free, ready[i]):  # the newcomer's rollout is done first: it takes the turn
                     inserted = True
                     seq.append(m)
+                    # the node was loading member i's state: the newcomer's whole switch comes after its claim
                     end = max(free, ready[m]) + sw[m] + draw(newcomer.train_s) + newcomer.sync_s
                     worst_new = max(worst_new, end - last[m])
                     last[m], free = end, end
                     ready[m] = end + draw(newcomer.rollout_s)
-                    start = max(free, ready[i])
                 seq.append(i)
                 r = members[i]
-                end = start + sw[i] + draw(r.train_s) + r.sync_s
+                start = max(free + sw[i], ready[i])  # the node loads i's state as soon as it is free
+                end = start + draw(r.train_s) + r.sync_s
                 if i == m:
                     worst_new = max(worst_new, end - last[i])
                 else:

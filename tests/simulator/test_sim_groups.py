@@ -186,3 +186,24 @@ def test_joins_departures_and_pool_growth_never_deadlock(seed, n_jobs, consolida
     for j in jobs:
         assert len(res.jobs[j.name].iteration_s) == j.iterations, j.name
         assert res.jobs[j.name].done_s is not None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(5, 300), st.floats(5, 300), st.floats(0, 5), st.floats(0, 4), st.floats(0, 4),
+                          st.sets(st.sampled_from(("r0", "r1", "r2")), min_size=1), st.sets(st.sampled_from(("t0", "t1")), min_size=1)),
+                min_size=2, max_size=4))
+def test_switches_on_partial_pins_run_at_the_cycle_models_period(members):
+    """Members pinned to node subsets with a warm switch of their own on every node they share: the
+    runner (node rings, the next member's state loaded as soon as a node is released) runs at the
+    period Howard's policy iteration gives on the event graph of :mod:`formulation.placement.cycle`
+    (switches on the ring arcs into the member they load, none on a member's own arcs). The two are
+    written independently: one executes the schedule with resources, the other is algebra."""
+    from formulation.placement.cycle import Member, cycle_times
+
+    specs = tuple(MemberSpec(f"m{i}", a, b, s, tuple(sorted(rn)), tuple(sorted(tn)), rollout_switch_s=sr, train_switch_s=sw)
+                  for i, (a, b, s, sr, sw, rn, tn) in enumerate(members))
+    model = cycle_times([Member(m.name, m.rollout_s, m.train_s, m.sync_s, frozenset(m.rollout_nodes), frozenset(m.train_nodes),
+                                rollout_switch_s=m.rollout_switch_s, train_switch_s=m.train_switch_s) for m in specs])
+    run = run_group(GroupSpec("g", specs), iterations=120)
+    for name, ct in run.cycle_times(skip=60).items():
+        assert ct == pytest.approx(model.of(name), rel=1e-3), name
