@@ -116,12 +116,29 @@ def same_config(a: Config, b: Config) -> bool:
     return a == b or (a.whole() == b.whole() and {a.members, b.members} == {0, 1})
 
 
-def member_pins(c: Config, r_nodes: list[str], n_members: int) -> list[list[str]]:
-    """Rollout nodes of each member in order: the whole pool, or (pinned) ``c.rollout_nodes`` of its own."""
+def member_pins(c: Config, r_nodes: list[str], n_members: int, names: Optional[Sequence[str]] = None,
+                stored: Optional[dict[str, list[str]]] = None) -> list[list[str]]:
+    """Rollout nodes of each member in order: the whole pool, or (pinned) ``c.rollout_nodes`` of its own.
+
+    ``stored`` (job name -> the rollout nodes it holds now, ``names`` the members' names in order)
+    keeps a running member on its own nodes where they are still in ``r_nodes`` (an admission
+    that extends a group, or a departure that shrinks it, moves nobody else); the other members
+    take the pool's remaining nodes in order."""
     if not c.pinned:
         return [r_nodes] * n_members
     r = c.rollout_nodes
-    return [r_nodes[i * r:(i + 1) * r] for i in range(n_members)]
+    if not stored or names is None:
+        return [r_nodes[i * r:(i + 1) * r] for i in range(n_members)]
+    pool = set(r_nodes)
+    out: list[Optional[list[str]]] = [None] * n_members
+    used: set[str] = set()
+    for i, name in enumerate(names[:n_members]):
+        mine = list(stored.get(name) or [])
+        if len(mine) == r and set(mine) <= pool and not (set(mine) & used):
+            out[i] = mine
+            used.update(mine)
+    rest = iter([n for n in r_nodes if n not in used])
+    return [mine if mine is not None else [next(rest) for _ in range(r)] for mine in out]
 
 
 def reusable(idx: Index, group: GroupPlan, config: int, members: tuple[int, ...], node_names: dict[str, set[str]],
@@ -180,7 +197,7 @@ def reusable_groups(idx: Index, cands: Sequence[tuple[GroupPlan, int, Sequence[i
     return out
 
 
-def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_nodes: Optional[dict[str, dict[str, list[str]]]] = None,
+def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_nodes: Optional[dict[str, dict]] = None,
                greedy_cost: Optional[float] = None, lower_bound: Optional[float] = None,
                moved: Optional[list[int]] = None, keep: Optional[dict[int, GroupPlan]] = None) -> PlacementPlan:
     """The plan of ``sol``. ``keep``: solution group position -> a group of the current plan that
@@ -200,7 +217,11 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
         grp = sol.groups[g]
         c = idx.configs[grp.config]
         own = current_nodes.get(grp.anchor or "", {})
-        r_nodes = [n for n in own.get("rollout", []) if n in pos[c.rollout_type] and n not in taken][: c.rollout_pool_nodes]
+        held = own.get("rollout", [])
+        if c.pinned and own.get("members"):  # the staying members' own nodes first (a departure releases the leaver's)
+            mine = [n for j in grp.members for n in own["members"].get(inst.jobs[j].name, [])]
+            held = mine + [n for n in held if n not in set(mine)]
+        r_nodes = [n for n in held if n in pos[c.rollout_type] and n not in taken][: c.rollout_pool_nodes]
         taken.update(r_nodes)
         t_nodes = [n for n in own.get("train", []) if n in pos[c.train_type] and n not in taken][: c.train_nodes]
         taken.update(t_nodes)
@@ -239,7 +260,8 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
         r_pos, t_pos = pos[c.rollout_type], pos[c.train_type]
         r_nodes, t_nodes = sorted(r_nodes, key=lambda n: r_pos[n]), sorted(t_nodes, key=lambda n: t_pos[n])
         mems = []
-        pins = member_pins(c, r_nodes, len(grp.members))
+        stored = current_nodes.get(grp.anchor or "", {}).get("members") if grp.anchor else None
+        pins = member_pins(c, r_nodes, len(grp.members), [inst.jobs[j].name for j in grp.members], stored)
         for j, mine in zip(grp.members, pins):
             job = inst.jobs[j]
             a = job.rollout_s[c.rollout_type][c.rollout_nodes]

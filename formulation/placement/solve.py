@@ -51,7 +51,7 @@ class Current:
     """The current plan as solver-neutral groups anchored to their ids, and their nodes."""
 
     groups: list[Group]
-    nodes: dict[str, dict[str, list[str]]]
+    nodes: dict[str, dict]  # group id -> {"rollout": nodes, "train": nodes, "members": {job: its rollout nodes}}
     members: dict[str, list[int]]  # anchor id -> job indices
     placed: set[int]
     dropped: list[str]  # current groups that cannot be kept (pools or members no longer fit)
@@ -68,7 +68,8 @@ def read_current(idx: Index, plan: PlacementPlan) -> Current:
     for g in plan.groups:
         js = [names[m.job] for m in g.members if m.job in names]
         placed.update(js)
-        nodes[g.id] = {"rollout": list(g.rollout_pool.nodes), "train": list(g.train_pool.nodes)}
+        nodes[g.id] = {"rollout": list(g.rollout_pool.nodes), "train": list(g.train_pool.nodes),
+                       "members": {m.job: list(m.rollout_nodes) for m in g.members}}
         members[g.id] = js
         if not js:
             continue

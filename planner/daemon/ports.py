@@ -25,6 +25,11 @@ from planner.schema.scenario import JobSpec, Scenario
 # --------------------------------------------------------------------------------- placement
 @dataclass(frozen=True)
 class Group:
+    """A co-execution group: its pools (GPU type and node names), members in round-robin order, cost
+    and predicted cycle. ``member_rollout`` (aligned with ``members``) gives each member the rollout
+    nodes of its own when the group is pinned (Weave's pinning: every member on rollout nodes of its
+    own, the training pool shared); empty, every member is on the whole rollout pool."""
+
     id: str
     rollout_type: str
     rollout_nodes: tuple[str, ...]
@@ -33,19 +38,61 @@ class Group:
     members: tuple[str, ...]
     cost_per_hour: float
     cycle_s: float = 0.0  # predicted cycle time of the round-robin at the planner's estimates
+    member_rollout: tuple[tuple[str, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.member_rollout:
+            if len(self.member_rollout) != len(self.members):
+                raise ValueError(f"group {self.id}: member_rollout_nodes has {len(self.member_rollout)} entries for "
+                                 f"{len(self.members)} members; give one list of rollout nodes per member")
+            pool = set(self.rollout_nodes)
+            for m, nodes in zip(self.members, self.member_rollout):
+                if not nodes or not set(nodes) <= pool:
+                    raise ValueError(f"group {self.id}: member {m}'s rollout nodes {list(nodes)} are not a non-empty subset of the "
+                                     f"group's rollout pool {list(self.rollout_nodes)}")
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.member_rollout)
+
+    def rollout_of(self, member: str) -> tuple[str, ...]:
+        """The rollout nodes ``member`` runs on: its own (pinned), or the whole rollout pool."""
+        if self.member_rollout:
+            return self.member_rollout[self.members.index(member)]
+        return self.rollout_nodes
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "rollout_type": self.rollout_type, "rollout_nodes": list(self.rollout_nodes),
-                "train_type": self.train_type, "train_nodes": list(self.train_nodes), "members": list(self.members),
-                "cost_per_hour": self.cost_per_hour, "cycle_s": self.cycle_s}
+        d = {"id": self.id, "rollout_type": self.rollout_type, "rollout_nodes": list(self.rollout_nodes),
+             "train_type": self.train_type, "train_nodes": list(self.train_nodes), "members": list(self.members),
+             "cost_per_hour": self.cost_per_hour, "cycle_s": self.cycle_s}
+        if self.member_rollout:
+            d["member_rollout_nodes"] = [list(x) for x in self.member_rollout]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Group":
         return cls(str(d["id"]), d["rollout_type"], tuple(d["rollout_nodes"]), d["train_type"], tuple(d["train_nodes"]),
-                   tuple(d["members"]), float(d["cost_per_hour"]), float(d.get("cycle_s", 0.0)))
+                   tuple(d["members"]), float(d["cost_per_hour"]), float(d.get("cycle_s", 0.0)),
+                   tuple(tuple(str(n) for n in x) for x in d.get("member_rollout_nodes") or ()))
 
-    def pins(self) -> tuple[frozenset, frozenset]:
-        return frozenset(self.rollout_nodes), frozenset(self.train_nodes)
+    def pins(self, member: str) -> tuple[frozenset, frozenset]:
+        """The nodes ``member`` is pinned to: (rollout, training)."""
+        return frozenset(self.rollout_of(member)), frozenset(self.train_nodes)
+
+    def without(self, drop: set[str]) -> Optional["Group"]:
+        """The group without these members (None when none stays); a pinned group releases the
+        leavers' own rollout nodes, a whole-pool group keeps its pools."""
+        keep = [i for i, m in enumerate(self.members) if m not in drop]
+        if not keep:
+            return None
+        if len(keep) == len(self.members):
+            return self
+        members = tuple(self.members[i] for i in keep)
+        if not self.member_rollout:
+            return replace(self, members=members)
+        mine = tuple(self.member_rollout[i] for i in keep)
+        held = {n for x in mine for n in x}
+        return replace(self, members=members, member_rollout=mine, rollout_nodes=tuple(n for n in self.rollout_nodes if n in held))
 
 
 @dataclass(frozen=True)
@@ -65,13 +112,14 @@ class Placement:
         return [m for g in self.groups for m in g.members]
 
     def without(self, names: set[str] | list[str]) -> "Placement":
-        """Drop these jobs; a group left empty releases its nodes (its pools stay otherwise)."""
+        """Drop these jobs; a group left empty releases its nodes (its pools stay otherwise, but a
+        pinned group releases the leavers' own rollout nodes)."""
         drop = set(names)
         out = []
         for g in self.groups:
-            members = tuple(m for m in g.members if m not in drop)
-            if members:
-                out.append(replace(g, members=members) if members != g.members else g)
+            kept = g.without(drop)
+            if kept is not None:
+                out.append(kept)
         return Placement(tuple(out))
 
     def nodes_in_use(self) -> dict[str, str]:
@@ -95,7 +143,7 @@ def moved_jobs(before: Placement, after: Placement) -> dict[str, str]:
         gb = b.get(job)
         if gb is None:
             continue
-        (ra, ta), (rb, tb) = ga.pins(), gb.pins()
+        (ra, ta), (rb, tb) = ga.pins(job), gb.pins(job)
         if (ra, ta) == (rb, tb):
             continue
         out[job] = "extended" if (ra <= rb and ta <= tb) else "moved"

@@ -180,3 +180,36 @@ def test_a_scenario_plan_pins_members_and_the_executor_launches_them_on_their_pi
         job = c.name.split("/")[0]
         if job in pins and c.name.endswith("/rollout"):
             assert set(c.placement) == pins[job]
+
+
+def _valid(inst, plan) -> bool:
+    """No violated rule but the jobs this test leaves out on purpose."""
+    return [v for v in check(inst, plan) if v.rule != "placed-once"] == []
+
+
+def test_a_group_rebuilt_from_the_current_plan_keeps_each_members_own_rollout_nodes():
+    """Extending a pinned group (admission) or shrinking it (a departure) moves no staying member:
+    a running member's own rollout nodes are its resident state, whatever their order in the pool."""
+    from formulation.placement.evaluate import Config, Group, Solution
+    from formulation.placement.plan import build_plan
+    from formulation.placement.solve import read_current
+
+    inst = _rollout_bound_jobs(6)
+    idx = Index(inst)
+    k = {m: idx.config_id[Config("A", 1, "B", 1, m)] for m in (2, 3, 4)}
+    plan = build_plan(idx, Solution([Group(k[3], (0, 1, 2))]), [])
+    (g,) = plan.groups
+    g.members[0].rollout_nodes, g.members[2].rollout_nodes = g.members[2].rollout_nodes, g.members[0].rollout_nodes
+    assert _valid(inst, plan)
+    before = {m.job: m.rollout_nodes for m in g.members}
+    cur = read_current(idx, plan)
+    grown = build_plan(idx, Solution([Group(k[4], (0, 1, 2, 3), g.id)]), [], cur.nodes)
+    assert _valid(inst, grown)
+    pins = {m.job: m.rollout_nodes for m in grown.groups[0].members}
+    assert {j: pins[j] for j in before} == before
+    assert not set(pins["j3"]) & {n for v in before.values() for n in v}
+    shrunk = build_plan(idx, Solution([Group(k[2], (0, 2), g.id)]), [], cur.nodes)
+    assert _valid(inst, shrunk)
+    (sg,) = shrunk.groups
+    assert {m.job: m.rollout_nodes for m in sg.members} == {"j0": before["j0"], "j2": before["j2"]}
+    assert set(sg.rollout_pool.nodes) == set(before["j0"]) | set(before["j2"])  # the leaver's node is released

@@ -114,7 +114,7 @@ class ExecutorApplier:
             gpn_t = next(x.gpus_per_node for x in self.cluster.cluster.node_groups if x.gpu_type == g.train_type)
             groups.append({"id": g.id, "rollout_pool": {"gpu_type": g.rollout_type, "nodes": rn, "gpus_per_node": gpn_r},
                            "train_pool": {"gpu_type": g.train_type, "nodes": tn, "gpus_per_node": gpn_t},
-                           "members": [{"job": j, "rollout_nodes": rn, "train_nodes": tn} for j in g.members]})
+                           "members": [{"job": j, "rollout_nodes": [m[n] for n in g.rollout_of(j)], "train_nodes": tn} for j in g.members]})
         if not groups:  # nothing placed: the executor's target document needs a component, the state does not
             from executor.state import ClusterState
 

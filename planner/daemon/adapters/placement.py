@@ -70,9 +70,8 @@ class WeavePlacer:
         from formulation.placement.instance import PlacementInstance
 
         price = self.cluster.solver.move_price_per_job if ctx.move_price_per_job is None else ctx.move_price_per_job
-        # pinned_members_max=0: the daemon's placement records pools, not per-member pins (whole-pool groups only)
+        # members pinned to rollout nodes of their own (the instance's default member counts), as `planner plan` places them
         return PlacementInstance(name=self.cluster.name, pool_types=self.pools, jobs=[self._job(ctx, n, scaled) for n in names],
-                                 pinned_members_max=0,
                                  move_price_per_job=price)
 
     def _groups(self, idx, placement: Placement):
@@ -82,12 +81,21 @@ class WeavePlacer:
         pos = {n: i for i, n in enumerate(idx.names)}
         groups, nodes = [], {}
         for g in placement.groups:
-            k = idx.config_id.get(Config(g.rollout_type, len(g.rollout_nodes), g.train_type, len(g.train_nodes)))
+            if g.pinned:  # members on rollout nodes of their own: (p, r, q, n_T, m) with m = pool nodes / r
+                r = len(g.member_rollout[0])
+                c = Config(g.rollout_type, r, g.train_type, len(g.train_nodes), len(g.rollout_nodes) // r)
+                if any(len(x) != r for x in g.member_rollout) or len(g.rollout_nodes) % r \
+                        or len({n for x in g.member_rollout for n in x}) != r * len(g.members):
+                    raise ValueError(f"group {g.id}: its members' own rollout nodes {[list(x) for x in g.member_rollout]} are not "
+                                     "disjoint blocks of one size; re-plan the group")
+            else:
+                c = Config(g.rollout_type, len(g.rollout_nodes), g.train_type, len(g.train_nodes))
+            k = idx.config_id.get(c)
             if k is None:
-                raise ValueError(f"group {g.id}: {len(g.rollout_nodes)}x{g.rollout_type} + {len(g.train_nodes)}x{g.train_type} "
-                                 "is not a pool configuration of the placement instance")
+                raise ValueError(f"group {g.id}: {c.label()} is not a pool configuration of the placement instance")
             groups.append(PGroup(k, tuple(pos[m] for m in g.members), g.id))
-            nodes[g.id] = {"rollout": list(g.rollout_nodes), "train": list(g.train_nodes)}
+            nodes[g.id] = {"rollout": list(g.rollout_nodes), "train": list(g.train_nodes),
+                           "members": {m: list(g.rollout_of(m)) for m in g.members}}
         return groups, nodes
 
     def _body(self, idx, placement: Placement):
@@ -99,8 +107,13 @@ class WeavePlacer:
 
     @staticmethod
     def _placement(body) -> Placement:
+        def own(g) -> tuple:
+            pool = set(g.rollout_pool.nodes)
+            by = {m.job: tuple(m.rollout_nodes) for m in g.members}
+            return () if all(set(x) == pool for x in by.values()) else tuple(by[j] for j in g.order)
+
         return Placement(tuple(Group(g.id, g.rollout_pool.gpu_type, tuple(g.rollout_pool.nodes), g.train_pool.gpu_type,
-                                     tuple(g.train_pool.nodes), tuple(g.order), float(g.cost_per_hour), float(g.cycle_time_s))
+                                     tuple(g.train_pool.nodes), tuple(g.order), float(g.cost_per_hour), float(g.cycle_time_s), own(g))
                                for g in body.groups))
 
     # ------------------------------------------------------------------ the port
@@ -163,7 +176,7 @@ class WeavePlacer:
                 if m not in ctx.jobs:
                     continue
                 pj = self._job(ctx, m, scaled=False)
-                a = pj.rollout_s.get(g.rollout_type, {}).get(len(g.rollout_nodes))
+                a = pj.rollout_s.get(g.rollout_type, {}).get(len(g.rollout_of(m)))
                 b = pj.train_s.get(g.train_type, {}).get(len(g.train_nodes))
                 if a is not None and b is not None:
                     out[m] = (float(a), float(b + pj.sync(g.rollout_type, g.train_type)))

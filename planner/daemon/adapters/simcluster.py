@@ -77,8 +77,8 @@ class Step:
 def diff(running: dict[str, Group], target: Placement) -> list[Step]:
     """Steps from what runs (job -> its group) to the target: stops first, then starts; each with its group."""
     want = target.job_groups()
-    stops = [Step("stop", j, g.id) for j, g in sorted(running.items()) if j not in want or want[j].pins() != g.pins()]
-    starts = [Step("start", j, g.id) for j, g in sorted(want.items()) if j not in running or running[j].pins() != g.pins()]
+    stops = [Step("stop", j, g.id) for j, g in sorted(running.items()) if j not in want or want[j].pins(j) != g.pins(j)]
+    starts = [Step("start", j, g.id) for j, g in sorted(want.items()) if j not in running or running[j].pins(j) != g.pins(j)]
     return stops + starts
 
 
@@ -117,14 +117,15 @@ class SimCluster:
 
     # ------------------------------------------------------------------ truth
     def _true_times(self, job: str, g: Group) -> tuple[float, float]:
-        key = (job, g.rollout_type, len(g.rollout_nodes), g.train_type, len(g.train_nodes))
+        n_r = len(g.rollout_of(job))
+        key = (job, g.rollout_type, n_r, g.train_type, len(g.train_nodes))
         if key not in self._times:
             spec = self.spec_of(job)
             if spec is None:
                 raise RuntimeError(f"the simulated cluster runs job '{job}', which the daemon's store does not know "
                                    "(state files of two different daemons?)")
             prof = job_profile(spec)
-            rp, tp = self.view.pool(g.rollout_type, len(g.rollout_nodes)), self.view.pool(g.train_type, len(g.train_nodes))
+            rp, tp = self.view.pool(g.rollout_type, n_r), self.view.pool(g.train_type, len(g.train_nodes))
             a = phases.rollout_s(prof, rp, self.truth.mode)
             b = phases.train_s(prof, tp, self.truth.mode) + phases.sync_s(prof, rp, tp, self.view.inter_cluster_bw(g.rollout_type, g.train_type))
             f = self.truth.factor(job)
@@ -137,7 +138,13 @@ class SimCluster:
             a, b = self._true_times(m, g)
             j = self.truth.jitter(m, iteration) if iteration is not None else 1.0
             per[m] = (a * j, b * j)
-        cycle = max(sum(a for a, _ in per.values()), sum(b for _, b in per.values()), max(a + b for a, b in per.values()))
+        # every member shares the training pool; a rollout node's ring holds the members pinned to it
+        # (all of them on a whole-pool group, one each on a pinned one)
+        ring: dict[str, float] = {}
+        for m in members:
+            for n in g.rollout_of(m):
+                ring[n] = ring.get(n, 0.0) + per[m][0]
+        cycle = max(max(ring.values(), default=0.0), sum(b for _, b in per.values()), max(a + b for a, b in per.values()))
         return cycle, per
 
     # ------------------------------------------------------------------ the port
