@@ -254,7 +254,7 @@ class Loop:
 
     def _solve(self, cy: "_Cycle") -> None:
         """4-5. Departures, repair, admissions (mandatory); re-optimisation (optional, gated)."""
-        steps = [solve.departures(cy.jobs, cy.plan, cy.obs)]
+        steps = [solve.departures(cy.jobs, cy.plan, cy.obs, reprice=lambda p: self.placer.evaluate(cy.context, p)[0])]
         departed = bool(steps[0].decisions)
         blocked = self.reopt_blocked_until is not None and cy.now < self.reopt_blocked_until
         steps.append(solve.repair(cy.context, self.placer, steps[-1].target, cy.drifts, cy.jobs, self.cfg, allow_reoptimise=not blocked))

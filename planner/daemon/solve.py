@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from planner.daemon import gate
 from planner.daemon.config import DaemonConfig
@@ -71,7 +71,11 @@ class Outcome:
 
 
 # ---------------------------------------------------------------------------- a. departures
-def departures(jobs: dict[str, JobRecord], plan: Placement, obs: Observation) -> Outcome:
+def departures(jobs: dict[str, JobRecord], plan: Placement, obs: Observation,
+               reprice: Optional[Callable[[Placement], Placement]] = None) -> Outcome:
+    """The jobs that finished, failed or are cancelled leave the plan. ``reprice`` (the placer's
+    evaluation) gives the plan without them its costs and cycles: a pinned group releases a
+    leaver's own rollout nodes and gets cheaper, which the decision's cost after should say."""
     out = Outcome(plan)
     leaving: dict[str, str] = {}
     for name, why in sorted(obs.finished.items()):
@@ -100,6 +104,8 @@ def departures(jobs: dict[str, JobRecord], plan: Placement, obs: Observation) ->
     gone = {n for n in leaving if n in placed}
     if gone:
         out.target = plan.without(gone)
+        if reprice is not None and out.target.groups:
+            out.target = reprice(out.target)
         out.decisions.append(Decision("departure", ["departure"], "changes-plan", sorted(gone), [leaving[n] for n in sorted(gone)],
                                       plan.cost_per_hour, out.target.cost_per_hour))
     return out

@@ -141,3 +141,29 @@ def test_members_on_rollout_nodes_of_their_own_keep_them_through_admissions_depa
     assert {m: g2.rollout_of(m) for m in g2.members} == {m: g.rollout_of(m) for m in g.members if m != leaver}
     assert g2.cost_per_hour < g.cost_per_hour
     assert moved_jobs(cur, after) == {}
+
+
+def test_a_departure_from_a_pinned_group_is_decided_at_the_cheaper_cost(setup):
+    """The departure decision's cost after is the plan's as the placer prices it: a member leaving a
+    pinned group releases its own rollout node, so the plan gets cheaper by that node."""
+    from planner.daemon import solve
+    from planner.daemon.lifecycle import JobState
+    from planner.daemon.ports import Observation
+    from planner.daemon.store import JobRecord
+
+    cluster, specs = setup
+    placer = WeavePlacer(cluster)
+    ctx = PlanningContext(cluster, specs)
+    cur = _admit_all(placer, ctx, list(specs))
+    g = next(x for x in cur.groups if x.pinned and len(x.members) >= 2)
+    leaver = g.members[-1]
+    jobs = {n: JobRecord(n, {}, JobState.RUNNING, 0.0, 0.0, 0.0, 0.0, None, None, "", None, i) for i, n in enumerate(specs)}
+    obs = Observation()
+    obs.finished[leaver] = "done"
+    out = solve.departures(jobs, cur, obs, reprice=lambda p: placer.evaluate(ctx, p)[0])
+    (d,) = out.decisions
+    assert d.kind == "departure" and leaver not in out.target.jobs() and d.cost_after == out.target.cost_per_hour
+    node_cost = cur.cost_per_hour - placer.evaluate(ctx, cur.without({leaver}))[0].cost_per_hour
+    assert node_cost > 0 and out.target.cost_per_hour == pytest.approx(cur.cost_per_hour - node_cost)
+    unpriced = solve.departures(jobs, cur, obs)
+    assert unpriced.target.cost_per_hour > out.target.cost_per_hour  # without the placer the freed node is still counted
