@@ -324,8 +324,10 @@ class GroupRun:
     def _prefetch(self, node: _Node, side: str) -> None:
         """A released node starts loading the state of the member whose turn comes next."""
         nxt = node.turn()
-        mem = self.members.get(nxt) if nxt is not None else None
-        if mem is None or nxt == node.last or node.owner is not None or node.last is None:
+        if nxt is None or nxt == node.last or node.owner is not None or node.last is None:
+            return
+        mem = self.members.get(nxt)
+        if mem is None:
             return
         switch_s = mem.spec.rollout_switch_s if side == "rollout" else mem.spec.train_switch_s
         now = self.loop.now
