@@ -253,17 +253,26 @@ def _group_bindings(inst: CapacityInstance, plan: CapacityPlan) -> list[Binding]
     pools = inst.placement.pool_types
     assert plan.placement is not None  # a plan with a fleet has its placement
     for g in plan.placement.groups:
-        a = sum(m.rollout_s for m in g.members)
+        # a rollout node's ring holds the members pinned to it (all of them on whole pools, one on a pinned group)
+        ring: dict[str, float] = {}
+        for m in g.members:
+            for n in m.rollout_nodes:
+                ring[n] = ring.get(n, 0.0) + m.rollout_s
+        a = max(ring.values(), default=0.0)
         bs = sum(m.train_s + m.sync_s for m in g.members)
         solo = max(m.rollout_s + m.train_s + m.sync_s for m in g.members)
-        term = max((a, "the rollout pool is busy the whole cycle"), (bs, "the training pool is busy the whole cycle"),
+        term = max((a, "the rollout pool is busy the whole cycle" if len(g.members) < 2 or
+                    all(set(m.rollout_nodes) == set(g.rollout_pool.nodes) for m in g.members)
+                    else "a rollout node shared by members is busy the whole cycle"),
+                   (bs, "the training pool is busy the whole cycle"),
                    (solo, "a member's own rollout + training + sync"))[1]
         for m in g.members:
             if m.slack_s <= SLO_TIGHT * m.slo_s:
                 out.append(Binding(kind="slo", where=f"job={m.job},group={g.id}",
                                    message=f"cycle {m.cycle_time_s:.1f} s vs SLO {m.slo_s:.1f} s (slack {m.slack_s:.1f} s); "
                                            f"critical: {term}"))
-        w = sum(jobs[m.job].dram_rollout_node_gb for m in g.members)
+        w = max((sum(jobs[m.job].dram_rollout_node_gb for m in g.members if n in m.rollout_nodes) for n in g.rollout_pool.nodes),
+                default=0.0)  # the fullest rollout node's resident state
         s = sum(jobs[m.job].train_state_gb for m in g.members) / g.train_pool.size
         for side, used, cap in (("rollout", w, pools[g.rollout_pool.gpu_type].dram_gb), ("training", s, pools[g.train_pool.gpu_type].dram_gb)):
             if cap > 0 and used >= DRAM_TIGHT * cap:

@@ -63,10 +63,6 @@ class CapacityInstance(_Strict):
 
     @model_validator(mode="after")
     def _refs(self):
-        # capacity planning sizes fleets for whole-pool groups (its dominance rules, styles and
-        # oracles are written for them); pinned groups there are a follow-up (docs/placement.md)
-        if self.placement.pinned_members_max:
-            self.placement = self.placement.model_copy(update={"pinned_members_max": 0})
         pools = self.placement.pool_types
         for t, n in self.owned.items():
             if t not in pools:

@@ -32,6 +32,8 @@ def solo_columns(idx: Index, classes) -> list[tuple[int, int]]:
         by_pair: dict[tuple[str, str], list[int]] = {}
         for kk in np.flatnonzero(idx.ok[:, j]):
             cf = idx.configs[kk]
+            if cf.pinned:  # a job alone: its whole-pool configuration (a pinned one of one member is the same pools)
+                continue
             by_pair.setdefault((cf.rollout_type, cf.train_type), []).append(int(kk))
         for ks in by_pair.values():
             for k in ks:

@@ -118,3 +118,25 @@ def test_dominance_pruning_does_not_change_the_answer():
     assert check(inst, build_capacity_plan(inst, pruned)) == []
     priced = int(pruned.record.message.split(" of ")[0].rsplit(" ", 1)[1])
     assert priced < 0.5 * len(pruned.idx.configs)
+
+
+def test_a_rollout_heavy_forecast_buys_the_fleet_of_pinned_groups():
+    """Members on rollout nodes of their own sharing a training node: the fleet capacity planning
+    buys for a rollout-heavy forecast is the exhaustive search's over the widened plan space, and
+    cheaper than the cheapest fleet of whole-pool groups (what the planner bought before)."""
+    rng_cases = [(21, 7), (24, 7)]
+    cheaper = 0
+    for seed, n in rng_cases:
+        from tests.placement.placement_helpers import small_instance
+        from formulation.capacity.instance import CapacityInstance
+
+        p = small_instance(seed, n, capacity=(8, 4), dram_gb=(2048.0, 2048.0), rollout_heavy=0.3, pinned_members_max=8)
+        inst = CapacityInstance(name=f"heavy-{seed}", placement=p)
+        whole = CapacityInstance(name=f"heavy-{seed}-whole", placement=p.model_copy(update={"pinned_members_max": 0}))
+        best, best_whole = cheapest_fleet(inst), cheapest_fleet(whole)
+        assert best is not None and best_whole is not None
+        res = solve(inst, SolveOptions(time_limit_s=30, mip_gap=0.0), "co-execution")
+        assert check(inst, build_capacity_plan(inst, res)) == []
+        assert res.cost_per_hour == pytest.approx(best[0]) and res.status.value == "optimal", (res.fleet, best)
+        cheaper += best[0] < best_whole[0] - 1e-9
+    assert cheaper >= 1, "the widened plan space should buy a cheaper fleet on some rollout-heavy forecast"

@@ -15,7 +15,7 @@ import numpy as np
 
 from formulation.capacity.instance import CapacityInstance, ColocatedTimes
 from formulation.placement.cycle import Member, cycle_times
-from tests.placement.placement_helpers import configs_of, group_feasible, small_instance
+from tests.placement.placement_helpers import config_use, configs_of, group_feasible, small_instance
 
 
 def capacity_instance(seed: int, n_jobs: int, limits=(4, 4), owned=(0, 0), budget=None, both_types: bool = False,
@@ -47,10 +47,9 @@ def feasible_groups(inst: CapacityInstance, solo: bool = False):
     for size in (1,) if solo else range(1, n + 1):
         for members in itertools.combinations(range(n), size):
             for c in configs_of(p):
-                if group_feasible(p, members, c):
-                    use = [0] * len(types)
-                    use[types.index(c[0])] += c[1]
-                    use[types.index(c[2])] += c[3]
+                if group_feasible(p, members, c):  # a pinned configuration's rollout pool is m blocks of its own
+                    use = config_use(p, c)
+                    assert len(use) == len(types)
                     out.append((sum(1 << i for i in members), tuple(use)))
     return out
 
