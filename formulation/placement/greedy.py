@@ -118,6 +118,9 @@ class Packer:
         self.per_pair = per_pair
         self.join_delay = join_delay
         self.accept = accept
+        # a further test of a new group (configuration, job), asked cheapest configuration first; when
+        # none passes, the cheapest one that fits is taken (e.g. the job's sampled solo iteration)
+        self.accept_alone: Optional[Callable[[int, int], bool]] = None
         self.free = dict(capacity if capacity is not None else idx.capacity)
         self.groups: list[list[int]] = []  # members per group
         self.group_config: list[int] = []
@@ -412,6 +415,19 @@ class Packer:
             fits = (idx.node_matrix[alone] <= free[None, :]).all(axis=1)
             costs = np.where(fits, idx.cost[alone], np.inf)
             i = int(np.argmin(costs))
+            if self.accept_alone is not None and np.isfinite(costs[i]):
+                passing = None
+                for c in np.argsort(costs, kind="stable"):
+                    if not np.isfinite(costs[c]) or costs[c] >= best.marginal_cost - 1e-9:
+                        break  # dearer than the join found: the join stands
+                    if self.accept_alone(int(alone[c]), j):
+                        passing = int(c)
+                        break
+                if passing is not None:
+                    i = passing
+                elif best.move is not None:
+                    return best  # no new group passes below the join's cost: the join
+                # else no join and no configuration passes: the cheapest that fits (best effort)
             if costs[i] < best.marginal_cost - 1e-9:
                 best = Admission(j, "new-group", None, int(alone[i]), float(costs[i]))
         return best

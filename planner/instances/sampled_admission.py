@@ -5,7 +5,9 @@ slowest of the members' iteration times that :func:`formulation.placement.sample
 predicts (the event graph of the group's pins, phase durations drawn from each member's measured
 phase samples on the group's pools, the warm switches of shared nodes) is within every member's SLO,
 and the join's own iteration (the running members' one delayed iteration and the newcomer's first)
-is within it too on the slowest samples (:func:`join_ok`). The samples are each job's
+is within it too on the slowest samples (:func:`join_ok`). A new group is opened on the cheapest
+configuration on which the job's own slowest sampled iteration is within its SLO
+(:meth:`SampledAcceptance.alone`; the cheapest that fits when none is). The samples are each job's
 :class:`simulator.profiles.PhaseProfile` (the phase model's rollouts and training phases measured on
 seeds of its own: what past iterations of the job show), never the draws of the trace being run.
 
@@ -168,6 +170,16 @@ class SampledAcceptance:
                 return True
         return False
 
+    def alone(self, k: int, j: int) -> bool:
+        """A new group of ``j`` alone on configuration ``k``: its slowest sampled iteration there is
+        within its SLO (a job whose SLO is about its solo iteration on the spec's pools gets a
+        faster configuration where one passes, e.g. rollout nodes of its own on two nodes)."""
+        self.calls += 1
+        ok = bool(self.slowest(k, [j])[0] <= self.idx.slo[j] * (1 + REL_TOL))
+        if not ok:
+            self.refused += 1
+        return ok
+
     def __call__(self, g: int, k: int, j: int) -> bool:
         self.calls += 1
         old = list(self.groups_of(g))
@@ -188,4 +200,5 @@ def sampled_acceptance(packer, jobs: dict, quantile: float = 1.0, join: bool = T
     acc = SampledAcceptance(packer.idx, jobs, lambda g: packer.groups[g], quantile=quantile, seed=seed or 0, join=join,
                             timed=timed, live=live, upper_end=upper_end)
     packer.accept = acc
+    packer.accept_alone = acc.alone
     return acc

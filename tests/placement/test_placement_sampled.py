@@ -156,3 +156,31 @@ def test_the_upper_end_of_a_range_is_the_uniform_estimate():
 
     assert with_upper_end((10.0, 12.0, 14.0)) == (10.0, 12.0, 14.0, 16.0)
     assert with_upper_end((5.0,)) == (5.0,)
+
+
+def test_a_new_group_opens_on_the_cheapest_configuration_its_alone_test_passes():
+    """``Packer.accept_alone`` (the sampled admissions' test of a job's own slowest iteration): the
+    cheapest configuration that passes, a join when no new group passes below the join's cost, and
+    the cheapest that fits when nothing passes and nothing can be joined."""
+    from formulation.placement.evaluate import Index
+    from formulation.placement.greedy import Packer
+    from formulation.placement.instance import PlacementInstance, PlacementJob, PoolType
+
+    pools = {"A": PoolType(gpus_per_node=8, price_per_gpu_hour=1.0, dram_gb=512, count=6),
+             "B": PoolType(gpus_per_node=8, price_per_gpu_hour=2.0, dram_gb=512, count=3)}
+    jobs = [PlacementJob(name=f"j{i}", slo_s=85.0, rollout_s={"A": {1: 60.0, 2: 40.0}}, train_s={"B": {1: 20.0}},
+                         dram_rollout_node_gb=10.0, train_state_gb=10.0) for i in range(2)]
+    idx = Index(PlacementInstance(name="alone", pool_types=pools, jobs=jobs, pinned_members_max=2))
+    two_nodes = lambda k, j: idx.configs[k].rollout_nodes >= 2  # noqa: E731 (a stand-in for the sampled test)
+    pk = Packer(idx)
+    pk.accept_alone = two_nodes
+    first = pk.admit(0)
+    assert first.move == "new-group" and idx.configs[first.config].rollout_nodes == 2 and idx.cost[first.config] == 8 * 2 + 16
+    plain = Packer(idx).admit(0)
+    assert idx.configs[plain.config].rollout_nodes == 1 and idx.cost[plain.config] == 8 + 16  # without the test: the cheapest
+    # the second job joins the group (its own rollout nodes cost less than a group of its own passing the test)
+    second = pk.admit(1)
+    assert second.move in ("fill-bubble", "extend-rollout-pool") and second.marginal_cost < 8 * 2 + 16
+    nothing = Packer(idx)
+    nothing.accept_alone = lambda k, j: False
+    assert idx.cost[nothing.admit(0).config] == 8 + 16  # nothing passes, nothing to join: the cheapest that fits
