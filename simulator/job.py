@@ -352,6 +352,8 @@ class JobSim:
         self.intake = intake_of(setup, policy)
         self._gate: dict[int, list] = {}  # group -> rewarded samples waiting for their siblings
         self._at_trainer: set = set()  # this iteration's samples pushed to the trainer (queued or trained)
+        self._index_requests([])
+        self._residuals_now: Optional[tuple[float, tuple[np.ndarray, float]]] = None  # within one decision: (time, result)
         self._batch: list = []  # complete groups waiting for a mini-batch
         self._groups_in = 0  # complete groups released to the trainer this iteration
         # ``skip_batches``: draw (and drop) that many iterations' requests first, so that this run's first
@@ -531,6 +533,7 @@ class JobSim:
             self._last_lengths = (np.array([float(sum(r.turn_tokens)) for r in last]), len({r.group for r in last}))
         self._iter_reqs = reqs
         self._unfinished = {r.rid: r for r in reqs}
+        self._index_requests(reqs)
         self.requests.extend(reqs)
         self._collected = []
         self._trained = 0
@@ -548,8 +551,25 @@ class JobSim:
         else:
             self.rollout.start(reqs)
 
+    def _index_requests(self, reqs: list[Request]) -> None:
+        """This iteration's requests as arrays, in their order (group, response length) with a mask of the finished
+        ones and of those pushed to the trainer, kept as they change: what a decision's view of the rollout reads
+        every tick (:meth:`_rollout_requests`) without a pass over every request of the batch."""
+        self._req_pos = {r.rid: i for i, r in enumerate(reqs)}
+        self._req_group = np.array([r.group for r in reqs], dtype=int)
+        self._req_length = np.array([float(sum(r.turn_tokens)) for r in reqs], dtype=float)
+        self._req_finished = np.zeros(len(reqs), dtype=bool)
+        self._req_at_trainer = np.zeros(len(reqs), dtype=bool)
+
+    def _mark_at_trainer(self, rid: int) -> None:
+        self._at_trainer.add(rid)
+        i = self._req_pos.get(rid)
+        if i is not None:
+            self._req_at_trainer[i] = True
+
     def _on_rollout_done(self, req: Request) -> None:
-        self._unfinished.pop(req.rid, None)
+        if self._unfinished.pop(req.rid, None) is not None:
+            self._req_finished[self._req_pos[req.rid]] = True
         rec = self.iterations[-1]
         if self.rollout.n_finished == self.rollout.n_total:
             rec.rollout_end_s = self.loop.now
@@ -600,7 +620,7 @@ class JobSim:
     def _on_rewarded(self, req: Request) -> None:
         """Trainer intake: every sample at once, or whole GRPO groups, or mini-batches of groups."""
         if self.intake == "sample":
-            self._at_trainer.add(req.rid)
+            self._mark_at_trainer(req.rid)
             self.trainer.push(req, sample_work_flops(self.setup, req)[1])
             return
         g = self.setup.workload.group_size
@@ -620,7 +640,7 @@ class JobSim:
 
     def _to_trainer(self, reqs: list) -> None:
         for r in reqs:
-            self._at_trainer.add(r.rid)
+            self._mark_at_trainer(r.rid)
             self.trainer.push(r, sample_work_flops(self.setup, r)[1])
 
     def gated_samples(self) -> int:
@@ -719,7 +739,16 @@ class JobSim:
         return float(res.sum()) if res.size else 0.0
 
     def _rollout_residuals(self, now: float) -> tuple[np.ndarray, float]:
-        """(expected remaining tokens of every unfinished request, their mean context in tokens)."""
+        """(expected remaining tokens of every unfinished request, their mean context in tokens). A decision's
+        snapshot and context read it at the same instant (nothing happens in between): computed once there."""
+        if self._residuals_now is not None and self._residuals_now[0] == now:
+            return self._residuals_now[1]
+        out = self._rollout_residuals_at(now)
+        if self._residuals_now is not None:
+            self._residuals_now = (now, out)
+        return out
+
+    def _rollout_residuals_at(self, now: float) -> tuple[np.ndarray, float]:
         gens: list = []
         running: set = set()
         single = self.setup.workload.turns == 1
@@ -756,18 +785,18 @@ class JobSim:
             if rid not in running and r.engine in index:
                 rows.append((index[r.engine], r.group, r.generated_in_turn, r.prompt_tokens + r.generated_in_turn, False, r.prompt_tokens))
         cols = list(zip(*rows)) if rows else [()] * 6
-        open_groups = set(cols[1])
-        done = [(r.group, float(sum(r.turn_tokens))) for r in self._iter_reqs if r.rid not in self._unfinished and r.group in open_groups]
-        # finished samples of complete groups not yet pushed to the trainer (log-prob inference, reward, the gate): the
-        # manager knows their lengths, so their update work need not be taken at the mean
-        pend = [float(sum(r.turn_tokens)) for r in self._iter_reqs if r.rid not in self._unfinished
-                and r.group not in open_groups and r.rid not in self._at_trainer]
+        # this iteration's finished samples (in request order) of the groups still open, and those of complete groups
+        # not yet pushed to the trainer (log-prob inference, reward, the gate): the manager knows their lengths, so
+        # their update work need not be taken at the mean
+        in_open = np.isin(self._req_group, np.asarray(cols[1], dtype=int))
+        done = self._req_finished & in_open
+        pend = self._req_finished & ~in_open & ~self._req_at_trainer
         return {"engine": np.asarray(cols[0], dtype=int), "group": np.asarray(cols[1], dtype=int),
                 "generated": np.asarray(cols[2], dtype=float), "context": np.asarray(cols[3], dtype=float),
                 "running": np.asarray(cols[4], dtype=bool), "prompt": np.asarray(cols[5], dtype=float),
                 "drain_key": np.array([e.load() * 1e12 + e.kv_used for e in alive], dtype=float),
-                "done_group": np.asarray([g for g, _ in done], dtype=int), "done_length": np.asarray([x for _, x in done], dtype=float),
-                "pend_length": np.asarray(pend, dtype=float)}
+                "done_group": self._req_group[done], "done_length": self._req_length[done],
+                "pend_length": self._req_length[pend]}
 
     def _rollout_longest_remaining(self, now: float) -> float:
         """The expected remaining tokens of the longest unfinished request, ``E[max_i R_i]`` with ``R_i`` the residual of
@@ -846,15 +875,19 @@ class JobSim:
         # a decision function that reads no telemetry (``reads_snapshot = False``: a fixed schedule) is
         # called with ``None`` instead of a snapshot, which costs most of a tick
         wants = getattr(self.policy.decision, "reads_snapshot", True) or self.policy.record_snapshots
-        snap = self.snapshot() if wants else None
-        if self.policy.record_snapshots and snap is not None:
-            self.snapshots.append(snap)
-        if self.loop.now < self._migrating_until and not at_boundary:
-            return
-        decision = self.policy.decision
-        if decision is None:
-            return
-        ctx = self.context(at_boundary)
+        self._residuals_now = (-1.0, (np.zeros(0), 0.0))  # the snapshot and the context share one pass (no event between)
+        try:
+            snap = self.snapshot() if wants else None
+            if self.policy.record_snapshots and snap is not None:
+                self.snapshots.append(snap)
+            if self.loop.now < self._migrating_until and not at_boundary:
+                return
+            decision = self.policy.decision
+            if decision is None:
+                return
+            ctx = self.context(at_boundary)
+        finally:
+            self._residuals_now = None
         dec = decision(snap, ctx)
         if dec is not None:
             self.apply(dec)

@@ -82,12 +82,15 @@ def runs(tmp_path_factory):
     out = {}
     started = []
     try:
+        # The daemon's and greedy admission's replays run side by side (separate processes and state files, a
+        # virtual clock each: neither sees the other; the machine's two cores each take one).
         for name, extra in (("daemon", []), ("greedy", ["--no-reoptimise"])):
             d = DaemonProc(tmp, "--scenario", str(scen), *COMMON, *extra, state=tmp / f"{name}.sqlite", name=name)
             started.append(d)
-            assert d.wait(REPLAY_S, what=f"the {name} replay to finish (--until-idle)") == 0, d.output()
             out[name] = d
-        # The same replay, killed midway (SIGKILL: no chance to clean up) and restarted.
+        assert out["daemon"].wait(REPLAY_S, what="the daemon replay to finish (--until-idle)") == 0, out["daemon"].output()
+        # The same replay, killed midway (SIGKILL: no chance to clean up) and restarted; it starts once the
+        # daemon's replay has ended (its cycle count sets the midway point), while greedy admission's may still run.
         cycles = kv(out["daemon"].state, "cycle")
         state = tmp / "killed.sqlite"
         d = DaemonProc(tmp, "--scenario", str(scen), *COMMON, "--pace-s", "0.02", state=state, name="killed")
@@ -102,6 +105,7 @@ def runs(tmp_path_factory):
         started.append(again)
         assert again.wait(REPLAY_S, what="the restarted replay to finish (--until-idle)") == 0, again.output()
         out["restarted"] = again
+        assert out["greedy"].wait(REPLAY_S, what="the greedy replay to finish (--until-idle)") == 0, out["greedy"].output()
     finally:
         for d in started:  # ended also when a wait above failed: no orphan daemon
             if d.running():

@@ -5,8 +5,26 @@
 * :mod:`.actors`: the actor that hosts a worker (engine, trainer rank, service) and the
   coordinator actor.
 * :mod:`.backend`: :class:`RayBackend`, the executor's interface on top of both.
+
+``RayBackend`` is imported on first use, not with the package: every worker process Ray starts
+imports :mod:`.actors` (and so this package), and the backend's imports (torch, for the P2P
+reshard plan) would cost each rollout engine and service about a second of start-up that only
+trainer ranks need (their workers import torch themselves).
 """
 
-from executor.backends.ray.backend import RayBackend
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from executor.backends.ray.backend import RayBackend
 
 __all__ = ["RayBackend"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RayBackend":
+        from executor.backends.ray.backend import RayBackend
+
+        return RayBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
