@@ -353,7 +353,7 @@ class JobSim:
         self._gate: dict[int, list] = {}  # group -> rewarded samples waiting for their siblings
         self._at_trainer: set = set()  # this iteration's samples pushed to the trainer (queued or trained)
         self._index_requests([])
-        self._residuals_now: Optional[tuple[float, tuple[np.ndarray, float]]] = None  # within one decision: (time, result)
+        self._residuals_cache: Optional[dict] = None  # within one decision tick: time -> _rollout_residuals' result
         self._batch: list = []  # complete groups waiting for a mini-batch
         self._groups_in = 0  # complete groups released to the trainer this iteration
         # ``skip_batches``: draw (and drop) that many iterations' requests first, so that this run's first
@@ -741,11 +741,12 @@ class JobSim:
     def _rollout_residuals(self, now: float) -> tuple[np.ndarray, float]:
         """(expected remaining tokens of every unfinished request, their mean context in tokens). A decision's
         snapshot and context read it at the same instant (nothing happens in between): computed once there."""
-        if self._residuals_now is not None and self._residuals_now[0] == now:
-            return self._residuals_now[1]
+        cache = self._residuals_cache
+        if cache is not None and now in cache:
+            return cache[now]
         out = self._rollout_residuals_at(now)
-        if self._residuals_now is not None:
-            self._residuals_now = (now, out)
+        if cache is not None:
+            cache[now] = out
         return out
 
     def _rollout_residuals_at(self, now: float) -> tuple[np.ndarray, float]:
@@ -875,7 +876,7 @@ class JobSim:
         # a decision function that reads no telemetry (``reads_snapshot = False``: a fixed schedule) is
         # called with ``None`` instead of a snapshot, which costs most of a tick
         wants = getattr(self.policy.decision, "reads_snapshot", True) or self.policy.record_snapshots
-        self._residuals_now = (-1.0, (np.zeros(0), 0.0))  # the snapshot and the context share one pass (no event between)
+        self._residuals_cache = {}  # the snapshot and the context share one pass (no event between)
         try:
             snap = self.snapshot() if wants else None
             if self.policy.record_snapshots and snap is not None:
@@ -887,7 +888,7 @@ class JobSim:
                 return
             ctx = self.context(at_boundary)
         finally:
-            self._residuals_now = None
+            self._residuals_cache = None
         dec = decision(snap, ctx)
         if dec is not None:
             self.apply(dec)

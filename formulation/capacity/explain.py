@@ -247,25 +247,27 @@ def binding(inst: CapacityInstance, res: StyleResult, plan: CapacityPlan) -> lis
     return out
 
 
+def _critical_term(g) -> str:
+    """What binds a group's cycle, read from the critical cycle its plan carries (Howard's, on the pins)."""
+    kinds = {e.split(":", 1)[0] for e in g.critical}
+    if kinds == {"R"}:
+        if all(set(m.rollout_nodes) == set(g.rollout_pool.nodes) for m in g.members):
+            return "the rollout pool is busy the whole cycle"
+        return "a rollout node shared by members is busy the whole cycle"
+    if kinds == {"T"}:
+        return "the training pool is busy the whole cycle"
+    if len({e.split(":", 1)[1] for e in g.critical}) == 1:
+        return "a member's own rollout + training + sync"
+    return "rollouts and trainings of several members in a chain"
+
+
 def _group_bindings(inst: CapacityInstance, plan: CapacityPlan) -> list[Binding]:
     out = []
     jobs = {j.name: j for j in inst.placement.jobs}
     pools = inst.placement.pool_types
     assert plan.placement is not None  # a plan with a fleet has its placement
     for g in plan.placement.groups:
-        # a rollout node's ring holds the members pinned to it (all of them on whole pools, one on a pinned group)
-        ring: dict[str, float] = {}
-        for m in g.members:
-            for n in m.rollout_nodes:
-                ring[n] = ring.get(n, 0.0) + m.rollout_s
-        a = max(ring.values(), default=0.0)
-        bs = sum(m.train_s + m.sync_s for m in g.members)
-        solo = max(m.rollout_s + m.train_s + m.sync_s for m in g.members)
-        term = max((a, "the rollout pool is busy the whole cycle" if len(g.members) < 2 or
-                    all(set(m.rollout_nodes) == set(g.rollout_pool.nodes) for m in g.members)
-                    else "a rollout node shared by members is busy the whole cycle"),
-                   (bs, "the training pool is busy the whole cycle"),
-                   (solo, "a member's own rollout + training + sync"))[1]
+        term = _critical_term(g)
         for m in g.members:
             if m.slack_s <= SLO_TIGHT * m.slo_s:
                 out.append(Binding(kind="slo", where=f"job={m.job},group={g.id}",

@@ -51,7 +51,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
-from formulation.placement.partners import Partners
+from formulation.placement.partners import Partners, partners as partner_caps
 from formulation.placement.pairs import _Pair, _pairs  # noqa: F401 (the packings' pair grids)
 from formulation.placement.subsets import repartition, subset_costs, subset_feasible  # noqa: F401 (re-exported)
 
@@ -545,9 +545,7 @@ def bound_with_partners(idx: Index, st: FastStats, deadline: float, jobs=None) -
     left = deadline - time.perf_counter()
     if plain is None or not try_caps:
         return plain
-    from formulation.placement.partners import partners
-
-    P = partners(idx, J, deadline=time.perf_counter() + 0.6 * left)
+    P = partner_caps(idx, J, deadline=time.perf_counter() + 0.6 * left)
     capped = load_bound(idx, jobs=J, iterations=LOAD_BOUND_STEPS, deadline=deadline, partners=P)
     if capped is not None and capped > plain:
         st.bound_method = ("load bound with partner caps" if P.done.all()

@@ -107,10 +107,11 @@ class WeavePlacer:
 
     @staticmethod
     def _placement(body) -> Placement:
-        def own(g) -> tuple:
-            pool = set(g.rollout_pool.nodes)
+        from formulation.placement.plan import config_of
+
+        def own(g) -> tuple:  # each member's own rollout nodes, in the group's order (pinned groups only)
             by = {m.job: tuple(m.rollout_nodes) for m in g.members}
-            return () if all(set(x) == pool for x in by.values()) else tuple(by[j] for j in g.order)
+            return tuple(by[j] for j in g.order) if config_of(g).pinned else ()
 
         return Placement(tuple(Group(g.id, g.rollout_pool.gpu_type, tuple(g.rollout_pool.nodes), g.train_pool.gpu_type,
                                      tuple(g.train_pool.nodes), tuple(g.order), float(g.cost_per_hour), float(g.cycle_time_s), own(g))
