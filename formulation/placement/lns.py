@@ -4,7 +4,8 @@ State. For every group ``g`` and every configuration ``k`` the member sums the c
 (:mod:`formulation.placement.evaluate`): ``SA[g, k] = sum a_kj``, ``SB[g, k] = sum bs_kj``,
 ``MT[g, k] = max tot_kj``, ``DR[g, k] = sum w_kj`` (rollout-row weight: DRAM, or 1 per member on
 a pinned configuration), ``ST[g] = sum state_j``, ``LIM[g] = min slo_j`` and ``OK[g, k]`` (every
-member may use ``k``). A job ``j`` joins ``g`` on ``k`` iff ``OK[g, k] & ok[k, j]`` and
+member may use ``k``), each stored configuration-major (``K x groups``: a job's configurations are
+then contiguous rows). A job ``j`` joins ``g`` on ``k`` iff ``OK[g, k] & ok[k, j]`` and
 
     max(SA + a_kj, SB + bs_kj, max(MT, tot_kj)) <= min(LIM, slo_j),
     DR + w_kj <= cap_r[k],   ST + state_j <= cap_t[k],
@@ -65,20 +66,44 @@ class GroupState:
         self.free = free.astype(float).copy()
         K = len(idx.configs)
         cap = max(16, 2 * len(groups))
-        self.SA = np.zeros((cap, K))
-        self.SB = np.zeros((cap, K))
-        self.MT = np.zeros((cap, K))
-        self.DR = np.zeros((cap, K))
-        self.OK = np.zeros((cap, K), dtype=bool)
+        # configuration-major (K x groups): a join test reads the job's configurations as whole rows
+        self.SA = np.zeros((K, cap))
+        self.SB = np.zeros((K, cap))
+        self.MT = np.zeros((K, cap))
+        self.DR = np.zeros((K, cap))
+        self.OK = np.zeros((K, cap), dtype=bool)
         self.ST = np.zeros(cap)
         self.minSB = np.zeros(cap)  # least training-ring sum over the configurations (a screen)
         self.LIM = np.full(cap, np.inf)
         self.conf = np.full(cap, -1)
         self.live = np.zeros(cap, dtype=bool)  # holds members and may take more (not anchored)
-        self.members: list[list[int]] = []
-        self.anchor: list[Optional[str]] = []
-        for g in groups:
-            self._new_row(list(g.members), g.config, g.anchor)
+        self.members: list[list[int]] = [list(g.members) for g in groups]
+        self.anchor: list[Optional[str]] = [g.anchor for g in groups]
+        self.conf[:len(groups)] = [g.config for g in groups]
+        self._fill_all()
+
+    def _fill_all(self) -> None:
+        """Every row at once (:meth:`_fill` of each; one segmented reduction per array over the
+        members in group order: 0.15 s -> 0.02 s for 800 groups of 2,000 jobs)."""
+        G = len(self.members)
+        if not G:
+            return
+        lens = np.fromiter((len(m) for m in self.members), dtype=np.intp, count=G)
+        if not lens.all():  # an empty group (none in a solution's groups): row by row
+            for g in range(G):
+                self._fill(g)
+            return
+        order = np.fromiter((j for m in self.members for j in m), dtype=np.intp, count=int(lens.sum()))
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+        self.SA[:, :G] = np.add.reduceat(self.a0[:, order], starts, axis=1)
+        self.SB[:, :G] = np.add.reduceat(self.bs0[:, order], starts, axis=1)
+        self.MT[:, :G] = np.maximum.reduceat(self.tot0[:, order], starts, axis=1)
+        self.DR[:, :G] = np.add.reduceat(self.w0[:, order], starts, axis=1)
+        self.OK[:, :G] = np.logical_and.reduceat(self.idx.ok[:, order], starts, axis=1)
+        self.ST[:G] = np.add.reduceat(self.idx.state_t[order], starts)
+        self.LIM[:G] = np.minimum.reduceat(self.idx.slo[order], starts)
+        self.minSB[:G] = self.SB[:, :G].min(axis=0)
+        self.live[:G] = [a is None for a in self.anchor]
 
     # ------------------------------------------------------------------ rows
     def _new_row(self, members: list[int], k: int, anchor: Optional[str] = None) -> int:
@@ -86,7 +111,7 @@ class GroupState:
         if G == len(self.LIM):
             for name in ("SA", "SB", "MT", "DR", "OK", "ST", "minSB", "LIM", "conf", "live"):
                 arr = getattr(self, name)
-                setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
+                setattr(self, name, np.concatenate([arr, np.zeros_like(arr)], axis=arr.ndim - 1))
         self.members.append(members)
         self.anchor.append(anchor)
         self.conf[G] = k
@@ -96,29 +121,29 @@ class GroupState:
     def _fill(self, g: int) -> None:
         m = self.members[g]
         if not m:
-            self.SA[g] = self.SB[g] = self.MT[g] = self.DR[g] = 0.0
-            self.OK[g] = True
+            self.SA[:, g] = self.SB[:, g] = self.MT[:, g] = self.DR[:, g] = 0.0
+            self.OK[:, g] = True
             self.ST[g], self.LIM[g], self.minSB[g] = 0.0, np.inf, 0.0
             self.live[g] = False
             return
-        self.SA[g] = self.a0[:, m].sum(axis=1)
-        self.SB[g] = self.bs0[:, m].sum(axis=1)
-        self.MT[g] = self.tot0[:, m].max(axis=1)
-        self.DR[g] = self.w0[:, m].sum(axis=1)
-        self.OK[g] = self.idx.ok[:, m].all(axis=1)
+        self.SA[:, g] = self.a0[:, m].sum(axis=1)
+        self.SB[:, g] = self.bs0[:, m].sum(axis=1)
+        self.MT[:, g] = self.tot0[:, m].max(axis=1)
+        self.DR[:, g] = self.w0[:, m].sum(axis=1)
+        self.OK[:, g] = self.idx.ok[:, m].all(axis=1)
         self.ST[g] = self.idx.state_t[m].sum()
         self.LIM[g] = self.idx.slo[m].min()
-        self.minSB[g] = self.SB[g].min()
+        self.minSB[g] = self.SB[:, g].min()
         self.live[g] = self.anchor[g] is None
 
     def _snapshot(self, g: int):
-        return (list(self.members[g]), int(self.conf[g]), self.SA[g].copy(), self.SB[g].copy(), self.MT[g].copy(),
-                self.DR[g].copy(), self.OK[g].copy(), float(self.ST[g]), float(self.minSB[g]), float(self.LIM[g]),
+        return (list(self.members[g]), int(self.conf[g]), self.SA[:, g].copy(), self.SB[:, g].copy(),
+                self.MT[:, g].copy(), self.DR[:, g].copy(), self.OK[:, g].copy(), float(self.ST[g]), float(self.minSB[g]), float(self.LIM[g]),
                 bool(self.live[g]))
 
     def _restore(self, g: int, snap) -> None:
-        (self.members[g], self.conf[g], self.SA[g], self.SB[g], self.MT[g], self.DR[g], self.OK[g], self.ST[g],
-         self.minSB[g], self.LIM[g], self.live[g]) = snap
+        (self.members[g], self.conf[g], self.SA[:, g], self.SB[:, g], self.MT[:, g], self.DR[:, g], self.OK[:, g],
+         self.ST[g], self.minSB[g], self.LIM[g], self.live[g]) = snap
 
     def cost_of(self, g: int) -> float:
         return float(self.idx.cost[self.conf[g]]) if self.members[g] else 0.0
@@ -129,7 +154,7 @@ class GroupState:
         rows = np.arange(G)
         k = np.maximum(self.conf[:G], 0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            f = np.maximum(self.SA[rows, k], self.SB[rows, k]) / self.LIM[:G]
+            f = np.maximum(self.SA[k, rows], self.SB[k, rows]) / self.LIM[:G]
         return np.where([bool(m) for m in self.members], f, np.inf)
 
     # ------------------------------------------------------------------ moves
@@ -146,10 +171,10 @@ class GroupState:
         # number per group), the fullest one after the join (best fit)
         g_all = np.arange(G)
         cur = np.maximum(self.conf[:G], 0)
-        sa, sb = self.SA[g_all, cur] + self.a0[cur, j], self.SB[g_all, cur] + self.bs0[cur, j]
-        as_is = (self.live[:G] & self.OK[g_all, cur] & idx.ok[cur, j] & (sa <= lim_all) & (sb <= lim_all)
-                 & (np.maximum(self.MT[g_all, cur], self.tot0[cur, j]) <= lim_all)
-                 & (self.DR[g_all, cur] + self.w0[cur, j] <= idx.dram_cap_r[cur] * TOL)
+        sa, sb = self.SA[cur, g_all] + self.a0[cur, j], self.SB[cur, g_all] + self.bs0[cur, j]
+        as_is = (self.live[:G] & self.OK[cur, g_all] & idx.ok[cur, j] & (sa <= lim_all) & (sb <= lim_all)
+                 & (np.maximum(self.MT[cur, g_all], self.tot0[cur, j]) <= lim_all)
+                 & (self.DR[cur, g_all] + self.w0[cur, j] <= idx.dram_cap_r[cur] * TOL)
                  & (self.ST[:G] + idx.state_t[j] <= idx.dram_cap_t[cur] * TOL))
         if 0 <= exclude < G:
             as_is[exclude] = False
@@ -163,30 +188,35 @@ class GroupState:
         screen &= self.ST[:G] + idx.state_t[j] <= idx.dram_cap_t[ks].max() * TOL
         if 0 <= exclude < G:
             screen[exclude] = False
-        rows = np.flatnonzero(screen)
-        if not len(rows):
+        if not screen.any():
             return None
-        lim = lim_all[rows]
-        # screen on the group's rollout/training sums at the job's own configurations
-        okr = self.OK[np.ix_(rows, ks)]
-        feas = okr & (self.SA[np.ix_(rows, ks)] + self.a0[ks, j] <= lim[:, None])
-        feas &= self.SB[np.ix_(rows, ks)] + self.bs0[ks, j] <= lim[:, None]
-        feas &= np.maximum(self.MT[np.ix_(rows, ks)], self.tot0[ks, j]) <= lim[:, None]
-        feas &= self.DR[np.ix_(rows, ks)] + self.w0[ks, j] <= idx.dram_cap_r[ks] * TOL
-        feas &= (self.ST[rows] + idx.state_t[j])[:, None] <= idx.dram_cap_t[ks] * TOL
-        some = feas.any(axis=1)
-        if not some.any():
+        # every condition over every group (columns, the screen masks them) at the job's
+        # configurations (rows): a view of the whole arrays when it may use a third of the
+        # configurations or more, else its rows copied (contiguous; gathering groups x
+        # configurations on both axes was 80% of the search's time)
+        if 3 * len(ks) >= len(idx.cost):
+            cols, view = slice(None), (lambda arr: arr[:, :G])
+            feas = view(self.OK) & idx.ok[:, j][:, None] & screen
+        else:
+            cols, view = ks, (lambda arr: arr[ks, :G])
+            feas = view(self.OK) & screen
+        lim = lim_all[None, :]
+        feas &= view(self.SA) + self.a0[cols, j][:, None] <= lim
+        feas &= view(self.SB) + self.bs0[cols, j][:, None] <= lim
+        feas &= np.maximum(view(self.MT), self.tot0[cols, j][:, None]) <= lim
+        feas &= view(self.DR) + self.w0[cols, j][:, None] <= (idx.dram_cap_r[cols] * TOL)[:, None]
+        feas &= (self.ST[:G] + idx.state_t[j])[None, :] <= (idx.dram_cap_t[cols] * TOL)[:, None]
+        g_i, c_i = np.nonzero(feas.T)  # group-major: the (group, configuration) order of a dense argmin
+        if not len(g_i):
             return None
-        rows, feas = rows[some], feas[some]
-        cur = self.conf[rows]
-        extra = self.nm[ks][None, :, :] - self.nm[cur][:, None, :]
-        feas &= (extra <= self.free[None, None, :] + 1e-9).all(axis=2)
-        marg = np.where(feas, idx.cost[ks][None, :] - idx.cost[cur][:, None], np.inf)
-        flat = int(np.argmin(marg))
-        r, c = divmod(flat, len(ks))
-        if not np.isfinite(marg[r, c]):
+        K = c_i if isinstance(cols, slice) else ks[c_i]
+        cur = self.conf[g_i]
+        fits = ((self.nm[K] - self.nm[cur]) <= self.free[None, :] + 1e-9).all(axis=1)
+        if not fits.any():
             return None
-        return float(marg[r, c]), int(rows[r]), int(ks[c])
+        R, K, cur = g_i[fits], K[fits], cur[fits]
+        i = int(np.argmin(idx.cost[K] - idx.cost[cur]))  # the first cheapest
+        return float(idx.cost[K[i]] - idx.cost[cur[i]]), int(R[i]), int(K[i])
 
     def cheapest_for(self, members: list[int], budget: np.ndarray) -> Optional[int]:
         """The cheapest configuration on which ``members`` are a feasible group within ``budget`` nodes."""
@@ -206,13 +236,13 @@ class GroupState:
         self.conf[g] = k
         self.members[g].append(j)
         idx = self.idx
-        self.SA[g] += self.a0[:, j]
-        self.SB[g] += self.bs0[:, j]
-        np.maximum(self.MT[g], self.tot0[:, j], out=self.MT[g])
-        self.DR[g] += self.w0[:, j]
-        self.OK[g] &= idx.ok[:, j]
+        self.SA[:, g] += self.a0[:, j]
+        self.SB[:, g] += self.bs0[:, j]
+        self.MT[:, g] = np.maximum(self.MT[:, g], self.tot0[:, j])
+        self.DR[:, g] += self.w0[:, j]
+        self.OK[:, g] &= idx.ok[:, j]
         self.ST[g] += idx.state_t[j]
-        self.minSB[g] = self.SB[g].min()
+        self.minSB[g] = self.SB[:, g].min()
         self.LIM[g] = min(self.LIM[g], idx.slo[j])
 
     def eliminate(self, g: int, sideways: bool = False) -> float:
