@@ -194,6 +194,7 @@ class GroupState:
         # configurations (rows): a view of the whole arrays when it may use a third of the
         # configurations or more, else its rows copied (contiguous; gathering groups x
         # configurations on both axes was 80% of the search's time)
+        cols: slice | np.ndarray
         if 3 * len(ks) >= len(idx.cost):
             cols, view = slice(None), (lambda arr: arr[:, :G])
             feas = view(self.OK) & idx.ok[:, j][:, None] & screen
