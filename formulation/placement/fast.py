@@ -62,7 +62,7 @@ TOL = 1 + REL_TOL
 LOAD_BOUND_STEPS = 60
 #: beyond this many jobs the fast path packs the first fit only and gives the rest to the search
 LNS_FROM_FIRST_FIT = 200
-LNS_SPAN_X = 8.0  # ... when the fast path's time is over this many times what the first fit took
+LNS_SPAN_X = 2.0  # ... when the fast path's time is over this many times what the first fit took
 #: the flat best fit runs when the constructions' time left is at least this many times what the flat
 #: first fit took (2,000 jobs, four families, load ~2.4: 0.13-0.30 s of CPU, 1.9-3.0x the first fit's)
 FLAT_BEST_X = 2.5

@@ -49,6 +49,10 @@ from formulation.placement.evaluate import REL_TOL, Group, Index, Solution
 from formulation.placement.subsets import repartition
 
 TOL = 1 + REL_TOL
+#: the search's state costs about this many seconds per configuration x placed job to set up (its
+#: fresh memory: 1,088 configurations x 1,944 jobs took 0.1-0.2 s on the 2-CPU VM, 2026-12-05); the
+#: search does not start when less time than that is left
+SETUP_S_PER_CELL = 5e-8
 
 
 class GroupState:
@@ -56,12 +60,12 @@ class GroupState:
 
     def __init__(self, idx: Index, groups: list[Group], free: np.ndarray):
         self.idx = idx
-        ok = idx.ok
-        self.a0 = np.where(ok, idx.a, 0.0)
-        self.bs0 = np.where(ok, idx.bs, 0.0)
-        self.tot0 = np.where(ok, idx.tot, 0.0)
-        pinned = idx.pinned_m > 0
-        self.w0 = np.where(pinned[:, None], 1.0, idx.dram_r[None, :])
+        # the index's own matrices, not copies: where a job may not use a configuration its entry
+        # is whatever it is (a time or inf), and every test masks it (``OK``, ``ok``); the least
+        # training-ring sum over *all* configurations is still at most the least over those a
+        # group may use, so the screen on it stays a necessary condition
+        self.a0, self.bs0, self.tot0 = idx.a, idx.bs, idx.tot
+        self.pinned = idx.pinned_m > 0  # the rollout row counts members there, DRAM elsewhere
         self.nm = idx.node_matrix
         self.free = free.astype(float).copy()
         K = len(idx.configs)
@@ -95,10 +99,14 @@ class GroupState:
             return
         order = np.fromiter((j for m in self.members for j in m), dtype=np.intp, count=int(lens.sum()))
         starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-        self.SA[:, :G] = np.add.reduceat(self.a0[:, order], starts, axis=1)
-        self.SB[:, :G] = np.add.reduceat(self.bs0[:, order], starts, axis=1)
-        self.MT[:, :G] = np.maximum.reduceat(self.tot0[:, order], starts, axis=1)
-        self.DR[:, :G] = np.add.reduceat(self.w0[:, order], starts, axis=1)
+        # one buffer for the members' columns of each matrix in turn, the sums written in place
+        # (fresh memory is most of this at fleet scale: every new page is a fault)
+        buf = np.empty((len(self.idx.cost), len(order)))
+        for src, dst, op in ((self.a0, self.SA, np.add), (self.bs0, self.SB, np.add), (self.tot0, self.MT, np.maximum)):
+            np.take(src, order, axis=1, out=buf)
+            op.reduceat(buf, starts, axis=1, out=dst[:, :G])
+        del buf
+        self.DR[:, :G] = np.where(self.pinned[:, None], lens[None, :], np.add.reduceat(self.idx.dram_r[order], starts)[None, :])
         self.OK[:, :G] = np.logical_and.reduceat(self.idx.ok[:, order], starts, axis=1)
         self.ST[:G] = np.add.reduceat(self.idx.state_t[order], starts)
         self.LIM[:G] = np.minimum.reduceat(self.idx.slo[order], starts)
@@ -129,12 +137,21 @@ class GroupState:
         self.SA[:, g] = self.a0[:, m].sum(axis=1)
         self.SB[:, g] = self.bs0[:, m].sum(axis=1)
         self.MT[:, g] = self.tot0[:, m].max(axis=1)
-        self.DR[:, g] = self.w0[:, m].sum(axis=1)
+        self.DR[:, g] = self._w_sum(m)
         self.OK[:, g] = self.idx.ok[:, m].all(axis=1)
         self.ST[g] = self.idx.state_t[m].sum()
         self.LIM[g] = self.idx.slo[m].min()
         self.minSB[g] = self.SB[:, g].min()
         self.live[g] = self.anchor[g] is None
+
+    def _w(self, ks, j: int) -> np.ndarray:
+        """The rollout-row weight of job ``j`` on configurations ``ks``: 1 (a member) on a pinned
+        one, its rollout-node DRAM elsewhere."""
+        return np.where(self.pinned[ks], 1.0, self.idx.dram_r[j])
+
+    def _w_sum(self, members: list[int]) -> np.ndarray:
+        """The rollout-row sum of ``members`` on every configuration."""
+        return np.where(self.pinned, float(len(members)), float(self.idx.dram_r[members].sum()))
 
     def _snapshot(self, g: int):
         return (list(self.members[g]), int(self.conf[g]), self.SA[:, g].copy(), self.SB[:, g].copy(),
@@ -174,7 +191,7 @@ class GroupState:
         sa, sb = self.SA[cur, g_all] + self.a0[cur, j], self.SB[cur, g_all] + self.bs0[cur, j]
         as_is = (self.live[:G] & self.OK[cur, g_all] & idx.ok[cur, j] & (sa <= lim_all) & (sb <= lim_all)
                  & (np.maximum(self.MT[cur, g_all], self.tot0[cur, j]) <= lim_all)
-                 & (self.DR[cur, g_all] + self.w0[cur, j] <= idx.dram_cap_r[cur] * TOL)
+                 & (self.DR[cur, g_all] + self._w(cur, j) <= idx.dram_cap_r[cur] * TOL)
                  & (self.ST[:G] + idx.state_t[j] <= idx.dram_cap_t[cur] * TOL))
         if 0 <= exclude < G:
             as_is[exclude] = False
@@ -205,7 +222,7 @@ class GroupState:
         feas &= view(self.SA) + self.a0[cols, j][:, None] <= lim
         feas &= view(self.SB) + self.bs0[cols, j][:, None] <= lim
         feas &= np.maximum(view(self.MT), self.tot0[cols, j][:, None]) <= lim
-        feas &= view(self.DR) + self.w0[cols, j][:, None] <= (idx.dram_cap_r[cols] * TOL)[:, None]
+        feas &= view(self.DR) + self._w(cols, j)[:, None] <= (idx.dram_cap_r[cols] * TOL)[:, None]
         feas &= (self.ST[:G] + idx.state_t[j])[None, :] <= (idx.dram_cap_t[cols] * TOL)[:, None]
         g_i, c_i = np.nonzero(feas.T)  # group-major: the (group, configuration) order of a dense argmin
         if not len(g_i):
@@ -225,7 +242,7 @@ class GroupState:
         m = members
         lim = idx.slo[m].min() * TOL + 1e-12
         feas = (idx.ok[:, m].all(axis=1) & (self.a0[:, m].sum(axis=1) <= lim) & (self.bs0[:, m].sum(axis=1) <= lim)
-                & (self.tot0[:, m].max(axis=1) <= lim) & (self.w0[:, m].sum(axis=1) <= idx.dram_cap_r * TOL)
+                & (self.tot0[:, m].max(axis=1) <= lim) & (self._w_sum(m) <= idx.dram_cap_r * TOL)
                 & (idx.state_t[m].sum() <= idx.dram_cap_t * TOL) & (self.nm <= budget[None, :] + 1e-9).all(axis=1))
         if not feas.any():
             return None
@@ -240,7 +257,7 @@ class GroupState:
         self.SA[:, g] += self.a0[:, j]
         self.SB[:, g] += self.bs0[:, j]
         self.MT[:, g] = np.maximum(self.MT[:, g], self.tot0[:, j])
-        self.DR[:, g] += self.w0[:, j]
+        self.DR[:, g] += self._w(slice(None), j)
         self.OK[:, g] &= idx.ok[:, j]
         self.ST[g] += idx.state_t[j]
         self.minSB[g] = self.SB[:, g].min()
@@ -317,8 +334,9 @@ def improve(idx: Index, sol: Solution, deadline: float, seed: int = 0, max_jobs:
     rng = np.random.default_rng(seed)
     cap = np.array([idx.capacity[t] for t in idx.types], dtype=float)
     used = sum((idx.node_matrix[g.config] for g in sol.groups), np.zeros(len(idx.types)))
-    if not sol.groups or time.perf_counter() >= deadline:
-        return sol, 0
+    placed = sum(len(g.members) for g in sol.groups)
+    if not sol.groups or time.perf_counter() + SETUP_S_PER_CELL * len(idx.cost) * placed >= deadline:
+        return sol, 0  # no time for the search's state, let alone a move: the limit is kept
     st = GroupState(idx, list(sol.groups), cap - used)
     moves, last, fails = 0, time.perf_counter(), 0
     queue: list[int] = []
