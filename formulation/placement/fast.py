@@ -62,6 +62,9 @@ TOL = 1 + REL_TOL
 LOAD_BOUND_STEPS = 60
 #: beyond this many jobs the fast path packs the first fit only and gives the rest to the search
 LNS_FROM_FIRST_FIT = 200
+#: the first fit opens groups on the configuration of least ``c_k max(load_kj, OPEN_FLOOR)``
+#: (:mod:`formulation.placement.flatfit`), not the cheapest one
+OPEN_FLOOR = 0.5
 LNS_SPAN_X = 2.0  # ... when the fast path's time is over this many times what the first fit took
 #: the flat best fit runs when the constructions' time left is at least this many times what the flat
 #: first fit took (2,000 jobs, four families, load ~2.4: 0.13-0.30 s of CPU, 1.9-3.0x the first fit's)
@@ -452,7 +455,7 @@ def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, see
     # CPU, where two pairs a job gave 40,358 in 0.16 s)
     from formulation.placement.flatfit import flat_first_fit
 
-    sol, cut = flat_first_fit(idx, slo_order(idx), deadline=build_by)
+    sol, cut = flat_first_fit(idx, slo_order(idx), deadline=build_by, open_floor=OPEN_FLOOR)
     st.constructed = "tightest-SLO-first first fit"
     if cut:
         st.cut_short.append("packing (the rest went first fit on the last few groups)")

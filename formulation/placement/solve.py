@@ -41,7 +41,7 @@ FAST_WARM_MAX_S = 3.0
 #: 30 s: 9,388 $/h with 3 s of search, 9,204 with the fast path alone)
 LNS_CLASSES = 200
 LNS_SHARE = 0.6
-FINISH_S_PER_JOB = 6e-5  # measured (2026-12-05, idle): the plan body of 2,000 jobs 0.05 s, of 10,000 ~0.5 s
+FINISH_S_PER_JOB = 4.5e-5  # measured (2026-12-05, idle): the plan body of 2,000 jobs 0.05 s, of 10,000 0.38 s
 COMPACT_MAX_JOBS = 30  # the compact models are for small instances: beyond this, auto uses colgen
 SHORT_LIMIT_S = 2.0  # at or under this limit a solve runs one solver thread (CPU within the limit)
 

@@ -43,3 +43,26 @@ def test_flat_first_fit_respects_the_node_counts_and_a_passed_deadline():
         placed = [j for g in sol.groups for j in g.members]
         assert len(placed) == len(set(placed)) and not set(placed) & set(sol.unplaced)
         assert check(sub_inst, build_plan(sub, sol, [explain(sub, j) for j in sol.unplaced])) == []
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_with_an_open_floor_each_group_opens_on_the_configuration_of_least_floored_share(seed):
+    """``open_floor=f``: the job that opens a group (its first member) opens it on the whole-pool
+    configuration of least ``c_k max(load, f)``, ``load`` its larger ring weight over its SLO (read
+    here from the index's configurations x jobs matrices, not the first fit's per-type rows); ties
+    to the cheaper configuration. The fleet is large, so no node count narrows the choice."""
+    import numpy as np
+
+    inst = generate_distinct(120, seed, fleet_per_job=20.0)
+    sub_inst, sub = placeable_sub(inst)
+    sol, cut = flat_first_fit(sub, slo_order(sub), open_floor=0.5)
+    assert not cut and not sol.unplaced
+    assert check(sub_inst, build_plan(sub, sol, [])) == []
+    whole = np.flatnonzero(sub.pinned_m == 0)
+    for g in sol.groups:
+        o = g.members[0]
+        ks = whole[sub.ok[whole, o]]
+        share = sub.cost[ks] * np.maximum(np.maximum(sub.a[ks, o], sub.bs[ks, o]) / sub.slo[o], 0.5)
+        best = share.min()
+        assert share[ks == g.config][0] <= best * (1 + 1e-9), (o, g.config)
+        assert sub.cost[g.config] == sub.cost[ks[share <= best * (1 + 1e-9)]].min()
