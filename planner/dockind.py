@@ -83,6 +83,7 @@ class Sniffed:
     kind: Optional[str]
     doc: Optional[Document] = None
     data: Any = None  # the parsed data, JSON included (for readers that need no line numbers)
+    parsed: Optional[Document] = None  # the document ``data`` came from, JSON included (its number scan)
 
 
 def _load(path: Path) -> Optional[Document]:
@@ -124,7 +125,7 @@ def sniff(path: str | Path) -> Sniffed:
     if doc is None:
         return Sniffed(None)
     # a document parsed as JSON has no line numbers: the readers parse those as YAML themselves
-    return Sniffed(_kind_of(doc.data), doc if p.suffix.lower() not in (".json", ".jsonl") else None, doc.data)
+    return Sniffed(_kind_of(doc.data), doc if p.suffix.lower() not in (".json", ".jsonl") else None, doc.data, doc)
 
 
 def detect(path: str | Path) -> Optional[str]:

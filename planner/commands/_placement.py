@@ -23,7 +23,8 @@ def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, comma
     from planner.dockind import INSTANCE, SCENARIO, expect
 
     found = expect(path, [SCENARIO, INSTANCE], "INPUT", command)
-    doc = read_doc(path) if found.data is None else None
+    # the sniffed document's scan of its numbers spares the instance reader a second walk
+    doc = read_doc(path) if found.data is None else found.parsed
     data = instance_data(found.data) if found.data is not None else doc.data if doc is not None else None
     if data is not None:
         if margin:
