@@ -113,3 +113,27 @@ def test_every_rung_of_the_ladder_bounds_the_exhaustive_optimum_and_the_last_pro
         if rungs and len(rungs) == len(ladder.rungs(best + 1e-6)):  # the proof rung was climbed
             assert ladder.proves(ladder.bound(pm.master.last_mip_bound), best)
     assert lifted >= 4  # the ladder does lift the bound above the LP's
+
+
+def test_a_large_integer_master_runs_without_the_sub_mip_heuristics_and_still_solves(monkeypatch):
+    """HiGHS's sub-MIP heuristics poll no interrupt (one ran 106 s past the watchdog on a master of
+    200,120 columns): past ``SUBMIP_MAX_COLUMNS`` they are off, and the master still solves to a
+    plan (on those columns) that the exhaustive oracle does not beat."""
+    import formulation.placement.master as master_mod
+
+    seed, n, cap, dram, both = ORACLE_CASES[0]
+    inst = small_instance(seed, n, capacity=cap, dram_gb=dram, both_types=both)
+    best, _ = oracle(inst)
+    idx = Index(inst)
+    pm = PatternModel(idx, job_classes(idx))
+    pm.add_singletons()
+    st = ColgenStats()
+    t0 = time.perf_counter()
+    pm.column_generation(st, t0, t0 + 60, t0 + 60, 200000)
+    for limit, on in ((10**9, True), (0, False)):
+        monkeypatch.setattr(master_mod, "SUBMIP_MAX_COLUMNS", limit)
+        x, status, fired = pm.master.solve_mip(time.perf_counter() + 60, None, 0.0)
+        assert pm.master.h.getOptionValue("mip_heuristic_run_rens")[1] is on
+        assert pm.master.h.getOptionValue("mip_heuristic_run_root_reduced_cost")[1] is on
+        assert x is not None and not fired and status == "Optimal"
+        assert pm.master.h.getInfo().objective_function_value >= best - 1e-6  # no plan below the optimum
