@@ -83,17 +83,24 @@ ORACLE_CASES = [  # (seed, jobs, capacity, dram, both types): the LP bound is a 
 ]
 
 
+def _column_generation(case):
+    """(exhaustive optimum, index, pattern model after column generation, its stats, LP bound) of an oracle case."""
+    seed, n, cap, dram, both = case
+    inst = small_instance(seed, n, capacity=cap, dram_gb=dram, both_types=both)
+    best, _ = oracle(inst)
+    idx = Index(inst)
+    pm = PatternModel(idx, job_classes(idx))
+    pm.add_singletons()
+    st = ColgenStats()
+    t0 = time.perf_counter()
+    _, _, lp_bound = pm.column_generation(st, t0, t0 + 60, t0 + 60, 200000)
+    return best, idx, pm, st, lp_bound
+
+
 def test_every_rung_of_the_ladder_bounds_the_exhaustive_optimum_and_the_last_proves_it():
     lifted = 0
-    for seed, n, cap, dram, both in ORACLE_CASES:
-        inst = small_instance(seed, n, capacity=cap, dram_gb=dram, both_types=both)
-        best, _ = oracle(inst)
-        idx = Index(inst)
-        pm = PatternModel(idx, job_classes(idx))
-        pm.add_singletons()
-        st = ColgenStats()
-        t0 = time.perf_counter()
-        _, _, lp_bound = pm.column_generation(st, t0, t0 + 60, t0 + 60, 200000)
+    for case in ORACLE_CASES:
+        best, idx, pm, st, lp_bound = _column_generation(case)
         assert st.lp_converged
         lp = _round_up_to_cost_unit(idx, lp_bound)
         assert lp <= best + 1e-6
@@ -108,7 +115,7 @@ def test_every_rung_of_the_ladder_bounds_the_exhaustive_optimum_and_the_last_pro
             ladder.gap = gap
             pm.master.solve_mip(time.perf_counter() + 60, None, 0.0, stop_at_bound=ladder.reach())
             bound = _round_up_to_cost_unit(idx, ladder.bound(pm.master.last_mip_bound))
-            assert bound <= best + 1e-6, (seed, gap, bound, best)
+            assert bound <= best + 1e-6, (case, gap, bound, best)
             lifted += bound > lp + 1e-6
         if rungs and len(rungs) == len(ladder.rungs(best + 1e-6)):  # the proof rung was climbed
             assert ladder.proves(ladder.bound(pm.master.last_mip_bound), best)
@@ -121,15 +128,7 @@ def test_a_large_integer_master_runs_without_the_sub_mip_heuristics_and_still_so
     plan (on those columns) that the exhaustive oracle does not beat."""
     import formulation.placement.master as master_mod
 
-    seed, n, cap, dram, both = ORACLE_CASES[0]
-    inst = small_instance(seed, n, capacity=cap, dram_gb=dram, both_types=both)
-    best, _ = oracle(inst)
-    idx = Index(inst)
-    pm = PatternModel(idx, job_classes(idx))
-    pm.add_singletons()
-    st = ColgenStats()
-    t0 = time.perf_counter()
-    pm.column_generation(st, t0, t0 + 60, t0 + 60, 200000)
+    best, _, pm, _, _ = _column_generation(ORACLE_CASES[0])
     for limit, on in ((10**9, True), (0, False)):
         monkeypatch.setattr(master_mod, "SUBMIP_MAX_COLUMNS", limit)
         x, status, fired = pm.master.solve_mip(time.perf_counter() + 60, None, 0.0)
