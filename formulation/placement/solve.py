@@ -42,6 +42,9 @@ FAST_WARM_MAX_S = 3.0
 LNS_CLASSES = 200
 LNS_SHARE = 0.6
 FINISH_S_PER_JOB = 4.5e-5  # measured (2026-12-05, idle): the plan body of 2,000 jobs 0.05 s, of 10,000 0.38 s
+#: ... for the other backends, whose finish also runs the load bound past their deadline (at 4.5e-5
+#: colgen's 2 s command took 2.2 s at 2,000 jobs, 1.93 s with this)
+FINISH_OTHER_S_PER_JOB = 1.5e-4
 COMPACT_MAX_JOBS = 30  # the compact models are for small instances: beyond this, auto uses colgen
 SHORT_LIMIT_S = 2.0  # at or under this limit a solve runs one solver thread (CPU within the limit)
 
@@ -206,7 +209,8 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
            idx: Optional[Index], progress=None) -> Result:
     idx = idx if idx is not None else Index(inst)
     # leave time to finish: the plan body (closed-form cycle times, node names), explanations
-    finish = min(0.3 * options.time_limit_s, FINISH_S_PER_JOB * idx.n + 0.02)
+    per_job = FINISH_S_PER_JOB if backend in ("auto", "fast") else FINISH_OTHER_S_PER_JOB
+    finish = min(0.3 * options.time_limit_s, per_job * idx.n + 0.02)
     deadline = t0 + options.time_limit_s - finish
     cur = read_current(idx, current) if current is not None else None
     if backend not in BACKENDS:
