@@ -85,10 +85,10 @@ def _clock() -> float:
 
 def solver_share(limit: float, loaded_s: float, n_jobs: int, json_out: bool) -> tuple[float, str]:
     """The solver's share of the command's ``limit``: what loading took (``loaded_s``) and an
-    estimate of writing the plan (about 0.03 ms a job as JSON, 0.5 ms as YAML, at most 30% of the
-    limit; measured 2026-12-05 on an idle machine: 2,000 jobs as JSON in 0.05 s, 10,000 in 0.21 s)
-    come off it. Returns (seconds, what was cut short or "")."""
-    write_s = min((3e-5 if json_out else 5e-4) * n_jobs + 0.03, 0.3 * limit)
+    estimate of writing the plan (about 0.03 ms a job as JSON, at most 30% of the limit; 0.25 ms as
+    YAML, at most half of it; measured 2026-12-05 on an idle machine: 2,000 jobs as JSON in 0.05 s,
+    10,000 in 0.21 s, 2,000 as YAML in 0.42 s with libyaml's emitter) come off it. Returns (seconds, what was cut short or "")."""
+    write_s = min(3e-5 * n_jobs + 0.03, 0.3 * limit) if json_out else min(2.5e-4 * n_jobs + 0.03, 0.5 * limit)
     left = limit - loaded_s - write_s
     if left >= MIN_SOLVE_S:
         return left, ""
