@@ -88,7 +88,8 @@ class GroupState:
 
     def _fill_all(self) -> None:
         """Every row at once (:meth:`_fill` of each; one segmented reduction per array over the
-        members in group order: 0.15 s -> 0.02 s for 800 groups of 2,000 jobs)."""
+        members in group order). 796 groups of 1,944 jobs over 1,088 configurations: 0.34 s row by
+        row before, now 0.07-0.1 s on memory used before and ~0.2 s on fresh memory (page faults)."""
         G = len(self.members)
         if not G:
             return
