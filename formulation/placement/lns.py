@@ -66,6 +66,7 @@ class GroupState:
         # group may use, so the screen on it stays a necessary condition
         self.a0, self.bs0, self.tot0 = idx.a, idx.bs, idx.tot
         self.pinned = idx.pinned_m > 0  # the rollout row counts members there, DRAM elsewhere
+        self.all_k = np.arange(len(idx.configs))
         self.nm = idx.node_matrix
         self.free = free.astype(float).copy()
         K = len(idx.configs)
@@ -145,11 +146,6 @@ class GroupState:
         self.minSB[g] = self.SB[:, g].min()
         self.live[g] = self.anchor[g] is None
 
-    def _w(self, ks, j: int) -> np.ndarray:
-        """The rollout-row weight of job ``j`` on configurations ``ks``: 1 (a member) on a pinned
-        one, its rollout-node DRAM elsewhere."""
-        return np.where(self.pinned[ks], 1.0, self.idx.dram_r[j])
-
     def _w_sum(self, members: list[int]) -> np.ndarray:
         """The rollout-row sum of ``members`` on every configuration."""
         return np.where(self.pinned, float(len(members)), float(self.idx.dram_r[members].sum()))
@@ -192,7 +188,7 @@ class GroupState:
         sa, sb = self.SA[cur, g_all] + self.a0[cur, j], self.SB[cur, g_all] + self.bs0[cur, j]
         as_is = (self.live[:G] & self.OK[cur, g_all] & idx.ok[cur, j] & (sa <= lim_all) & (sb <= lim_all)
                  & (np.maximum(self.MT[cur, g_all], self.tot0[cur, j]) <= lim_all)
-                 & (self.DR[cur, g_all] + self._w(cur, j) <= idx.dram_cap_r[cur] * TOL)
+                 & (self.DR[cur, g_all] + idx.rollout_w(cur, j) <= idx.dram_cap_r[cur] * TOL)
                  & (self.ST[:G] + idx.state_t[j] <= idx.dram_cap_t[cur] * TOL))
         if 0 <= exclude < G:
             as_is[exclude] = False
@@ -212,9 +208,8 @@ class GroupState:
         # configurations (rows): a view of the whole arrays when it may use a third of the
         # configurations or more, else its rows copied (contiguous; gathering groups x
         # configurations on both axes was 80% of the search's time)
-        cols: slice | np.ndarray
         if 3 * len(ks) >= len(idx.cost):
-            cols, view = slice(None), (lambda arr: arr[:, :G])
+            cols, view = self.all_k, (lambda arr: arr[:, :G])
             feas = view(self.OK) & idx.ok[:, j][:, None] & screen
         else:
             cols, view = ks, (lambda arr: arr[ks, :G])
@@ -223,12 +218,12 @@ class GroupState:
         feas &= view(self.SA) + self.a0[cols, j][:, None] <= lim
         feas &= view(self.SB) + self.bs0[cols, j][:, None] <= lim
         feas &= np.maximum(view(self.MT), self.tot0[cols, j][:, None]) <= lim
-        feas &= view(self.DR) + self._w(cols, j)[:, None] <= (idx.dram_cap_r[cols] * TOL)[:, None]
+        feas &= view(self.DR) + idx.rollout_w(cols, j)[:, None] <= (idx.dram_cap_r[cols] * TOL)[:, None]
         feas &= (self.ST[:G] + idx.state_t[j])[None, :] <= (idx.dram_cap_t[cols] * TOL)[:, None]
         g_i, c_i = np.nonzero(feas.T)  # group-major: the (group, configuration) order of a dense argmin
         if not len(g_i):
             return None
-        K = c_i if isinstance(cols, slice) else ks[c_i]
+        K = cols[c_i]
         cur = self.conf[g_i]
         fits = ((self.nm[K] - self.nm[cur]) <= self.free[None, :] + 1e-9).all(axis=1)
         if not fits.any():
@@ -258,7 +253,7 @@ class GroupState:
         self.SA[:, g] += self.a0[:, j]
         self.SB[:, g] += self.bs0[:, j]
         self.MT[:, g] = np.maximum(self.MT[:, g], self.tot0[:, j])
-        self.DR[:, g] += self._w(slice(None), j)
+        self.DR[:, g] += self.idx.rollout_w(self.all_k, j)
         self.OK[:, g] &= idx.ok[:, j]
         self.ST[g] += idx.state_t[j]
         self.minSB[g] = self.SB[:, g].min()
