@@ -39,3 +39,13 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600.0, env: di
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (the default run: ``-n 2 --dist loadgroup`` in pyproject.toml) the tests of
+    one module run in one worker, so that a module's fixtures (a Ray cluster, a daemon replay) start
+    once, and every test that starts a local Ray cluster runs in the same worker, one module after
+    the other: two clusters at once would double the processes and memory on a 2-core machine."""
+    for item in items:
+        group = "ray" if item.get_closest_marker("ray") is not None else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
