@@ -37,7 +37,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from pydantic_core import to_jsonable_python
 
-from planner import __version__, safeload
+from planner import __version__, safeload, yamlemit
 from planner.errors import Problem, UserError
 
 PLAN_VERSION = 1
@@ -191,7 +191,16 @@ def dumps(doc: PlanDocument, fmt: str = "yaml") -> str:
     data = to_data(doc)
     if fmt == "json":
         return dumps_json(data)
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
+    return dumps_yaml(data)
+
+
+def dumps_yaml(data: Any) -> str:
+    """A plan document's data as block-style YAML: written directly (:mod:`planner.yamlemit`, the
+    same data as PyYAML's text), by PyYAML where that refuses it."""
+    try:
+        return yamlemit.dumps(data)
+    except TypeError:
+        return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
 def dumps_json(data: Any) -> str:

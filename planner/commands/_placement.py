@@ -90,8 +90,6 @@ def plan_text(body, record: dict, name: str, digest: str, fmt: str) -> str:
     """The plan document's text, byte for byte what :func:`planner.plandoc.dumps` writes for it,
     without validating and dumping the body a second time through the document model (at
     thousands of jobs that round trip took longer than the fast path's solve)."""
-    import yaml
-
     from planner import __version__, plandoc
 
     solver = plandoc.SolverRecord(**record).model_dump(mode="json")
@@ -99,7 +97,7 @@ def plan_text(body, record: dict, name: str, digest: str, fmt: str) -> str:
             "scenario_digest": digest, "solver": plandoc._round(solver), "body": plandoc._round(body)}
     if fmt == "json":
         return plandoc.dumps_json(data)
-    return yaml.dump(data, Dumper=plandoc._Dumper, sort_keys=False, default_flow_style=False, width=100)
+    return plandoc.dumps_yaml(data)
 
 
 def default_out(name: str, suffix: str = "plan") -> str:

@@ -85,10 +85,13 @@ def _clock() -> float:
 
 def solver_share(limit: float, loaded_s: float, n_jobs: int, json_out: bool) -> tuple[float, str]:
     """The solver's share of the command's ``limit``: what loading took (``loaded_s``) and an
-    estimate of writing the plan (about 0.03 ms a job as JSON, at most 30% of the limit; 0.25 ms as
-    YAML, at most half of it; measured 2026-12-05 on an idle machine: 2,000 jobs as JSON in 0.05 s,
-    10,000 in 0.21 s, 2,000 as YAML in 0.42 s with libyaml's emitter) come off it. Returns (seconds, what was cut short or "")."""
-    write_s = min(3e-5 * n_jobs + 0.03, 0.3 * limit) if json_out else min(2.5e-4 * n_jobs + 0.03, 0.5 * limit)
+    estimate of writing the plan (JSON: ``0.03 ms n + 0.03 s``, at most 30% of the limit; YAML:
+    ``max(0.03 ms n + 0.04 s, 0.045 ms n - 0.01 s)``, at most 40% of it; measured 2026-12-05 on an
+    idle machine, text and file: 2,000 jobs as JSON in 0.03-0.05 s, as YAML in 0.07-0.08 s
+    (planner.yamlemit; 0.42 s with PyYAML's libyaml emitter), 10,000 jobs in 0.2-0.32 s and
+    0.37 s) come off it. Returns (seconds, what was cut short or "")."""
+    write_s = (min(3e-5 * n_jobs + 0.03, 0.3 * limit) if json_out
+               else min(max(3e-5 * n_jobs + 0.04, 4.5e-5 * n_jobs - 0.01), 0.4 * limit))
     left = limit - loaded_s - write_s
     if left >= MIN_SOLVE_S:
         return left, ""
