@@ -50,9 +50,10 @@ from formulation.placement.subsets import repartition
 
 TOL = 1 + REL_TOL
 #: the search's state costs about this many seconds per configuration x placed job to set up (its
-#: fresh memory: 1,088 configurations x 1,944 jobs took 0.1-0.2 s on the 2-CPU VM, 2026-12-05); the
-#: search does not start when less time than that is left
-SETUP_S_PER_CELL = 5e-8
+#: fresh memory: 1,088 configurations x 1,944 jobs took 0.1-0.2 s on the 2-CPU VM, 2026-12-05, and
+#: 0.06-0.07 s once gathered a block at a time, ``BLOCK_CELLS``); the search does not start when
+#: less time than that is left
+SETUP_S_PER_CELL = 3.5e-8
 #: cells (configurations x members) of the buffer the state's set-up gathers into
 BLOCK_CELLS = 1 << 17
 
