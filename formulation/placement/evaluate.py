@@ -348,6 +348,26 @@ class Index:
             new.__dict__.pop(name, None)
         return new
 
+    #: per-configuration arrays (first axis: configurations) that :meth:`restrict_configs` slices
+    _PER_CONFIG = ("pinned_m", "cost", "k_r", "k_t", "k_pair", "node_dram_r", "dram_cap_r", "rollout_cap", "dram_cap_t", "ok")
+
+    def restrict_configs(self, keep: Sequence[int] | np.ndarray) -> "Index":
+        """The same instance with only the configurations ``keep`` (in that order; configuration
+        ``i`` of the result is ``keep[i]`` here): rows sliced, nothing recomputed, so a group is
+        feasible on ``i`` there exactly when it is on ``keep[i]`` here."""
+        keep = np.asarray(keep, dtype=int)
+        new = object.__new__(Index)
+        new.__dict__.update({k: v for k, v in self.__dict__.items()
+                             if k not in ("job_configs", "node_matrix", *Index._LAZY)})
+        for name in Index._PER_CONFIG:
+            setattr(new, name, getattr(self, name)[keep])
+        new.configs = [self.configs[k] for k in keep]
+        new.config_id = {c: i for i, c in enumerate(new.configs)}
+        for name in Index._LAZY:  # built here: their rows (else built there from the per-(type, size) rows)
+            if name in self.__dict__:
+                setattr(new, name, self.__dict__[name][keep])
+        return new
+
     def rollout_w(self, k, j):
         """Weight of job(s) ``j`` in configuration(s) ``k``'s rollout-side row (broadcast like numpy):
         its rollout-node DRAM on whole pools, 1 (a member slot) on pinned configurations; the row's

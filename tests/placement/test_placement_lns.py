@@ -129,3 +129,76 @@ def test_a_plan_of_anchored_groups_only_ends_at_once():
     groups = [Group(g.config, g.members, f"cur-{i}") for i, g in enumerate(start.groups)]
     sol, moves = improve(idx, Solution(groups, list(start.unplaced)), float("inf"))  # no deadline: must end by itself
     assert moves == 0 and sorted(sol.groups, key=lambda g: g.anchor) == sorted(groups, key=lambda g: g.anchor)
+
+
+# ------------------------------------------------------------------ the short search (few configurations)
+def test_a_configuration_subset_index_has_the_same_rows_and_the_same_feasible_groups():
+    inst = _inst(30, 2, cnt=12)
+    idx = Index(inst)
+    rng = np.random.default_rng(0)
+    keep = np.sort(rng.choice(len(idx.configs), size=len(idx.configs) // 3, replace=False))
+    sub = idx.restrict_configs(keep)
+    assert [sub.configs[i] for i in range(len(keep))] == [idx.configs[k] for k in keep]
+    for name in ("a", "bs", "tot", "ok", "cost", "dram_cap_r", "dram_cap_t", "node_matrix"):
+        assert np.array_equal(getattr(sub, name), getattr(idx, name)[keep]), name
+    for _ in range(300):  # groups of 1-4 random jobs on random kept configurations: the same verdict
+        i = int(rng.integers(len(keep)))
+        members = list(rng.choice(idx.n, size=int(rng.integers(1, 5)), replace=False))
+        assert sub.feasible(i, members) == idx.feasible(int(keep[i]), members)
+
+
+def test_the_short_search_keeps_used_configurations_and_each_jobs_two_cheapest_by_floored_share():
+    from formulation.placement.fast import first_fit
+    from formulation.placement.lns import short_configs
+
+    inst = _inst(40, 5, cnt=12)
+    idx = Index(inst)
+    start, _ = first_fit(idx)
+    got = set(short_configs(idx, start, per_job=2, rows=7).tolist())  # a small block: many blocks
+    used = {g.config for g in start.groups}
+    assert got >= used
+    cheap = set()  # every configuration that is some job's first or second by floored share (ties included)
+    for j in range(idx.n):  # one job at a time, by hand
+        shares = {k: idx.cost[k] * max(max(idx.a[k, j], idx.bs[k, j]) / idx.slo[j], 0.5)
+                  for k in range(len(idx.configs)) if idx.ok[k, j]}
+        if not shares:
+            continue  # fits nowhere alone
+        second = sorted(shares.values())[:2][-1]
+        near = {k for k, v in shares.items() if v <= second}
+        assert len(got & near) >= min(2, len(shares)), j  # the job's two cheapest (up to ties) are kept
+        cheap |= near
+    assert got <= used | cheap  # nothing else is kept
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_short_search_gives_checked_plans_on_its_configurations_no_costlier_than_its_start(seed):
+    from formulation.placement.fast import first_fit, slo_order
+    from formulation.placement.lns import improve_short, short_configs
+
+    inst = _inst(40, seed, cnt=12)
+    idx = Index(inst)
+    start, _ = first_fit(idx, slo_order(idx)[::-1])  # loosest SLO first: room to improve
+    kept = set(short_configs(idx, start).tolist())
+    sol, moves = improve_short(idx, start, float("inf"), seed=seed)  # ends when a sweep finds nothing
+    assert {g.config for g in sol.groups} <= kept
+    assert sorted(j for g in sol.groups for j in g.members) == sorted(j for g in start.groups for j in g.members)
+    assert _violations(inst, idx, sol) == []
+    assert sol.cost(idx) <= start.cost(idx) + 1e-9
+    assert moves >= 1 or sol.cost(idx) == pytest.approx(start.cost(idx))
+
+
+def test_the_fast_path_begins_with_the_short_search_where_the_state_is_large_and_says_so(monkeypatch):
+    import time
+
+    from formulation.placement import fast
+
+    inst = generate_distinct(210, 1, unplaceable=0.0)
+    idx = Index(inst)
+    monkeypatch.setattr(fast, "SHORT_LNS_CELLS", 0)  # this instance's state is small: take the short path anyway
+    monkeypatch.setattr(fast, "SHORT_LNS_S", 1e9)
+    sol, st = fast.fast_solve(idx, time.perf_counter() + 3.0)
+    assert st.short_search and "first over each job's cheapest configurations" in st.message()
+    assert _violations(inst, idx, sol) == []
+    monkeypatch.setattr(fast, "SHORT_LNS_CELLS", 10**12)
+    _, st = fast.fast_solve(idx, time.perf_counter() + 0.5)
+    assert not st.short_search and "cheapest configurations" not in st.message()
