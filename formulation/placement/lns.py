@@ -54,6 +54,11 @@ TOL = 1 + REL_TOL
 #: 0.06-0.07 s once gathered a block at a time, ``BLOCK_CELLS``); the search does not start when
 #: less time than that is left
 SETUP_S_PER_CELL = 3.5e-8
+#: choosing the short search's configurations (:func:`short_configs`, with the matrices ``a`` and
+#: ``bs`` when they are not built yet) costs up to about this many seconds per configuration x job
+#: (0.04 s at 1,088 x 1,944 with the matrices built; 10,000 jobs without them passed a 2 s limit by
+#: 0.8 s before this guard); the short search does not start when less time than that is left
+SHORT_PICK_S_PER_CELL = 4e-8
 #: cells (configurations x members) of the buffer the state's set-up gathers into
 BLOCK_CELLS = 1 << 17
 
@@ -417,6 +422,8 @@ def improve_short(idx: Index, sol: Solution, deadline: float, seed: int = 0, pro
     against 0.97 / 0.955); with more time, or few configurations to begin with, the whole search
     gets further (classes, 68 configurations of which 5-9 kept: 0.80 against 0.90 in 5 s; see
     :data:`formulation.placement.fast.SHORT_LNS_S`)."""
+    if time.perf_counter() + SHORT_PICK_S_PER_CELL * len(idx.cost) * idx.n >= deadline:
+        return sol, 0  # choosing the configurations alone would pass the deadline
     keep = short_configs(idx, sol, floor=floor)
     if len(keep) >= len(idx.cost):
         return improve(idx, sol, deadline, seed=seed, progress=progress, bound=bound)

@@ -202,3 +202,19 @@ def test_the_fast_path_begins_with_the_short_search_where_the_state_is_large_and
     monkeypatch.setattr(fast, "SHORT_LNS_CELLS", 10**12)
     _, st = fast.fast_solve(idx, time.perf_counter() + 0.5)
     assert not st.short_search and "cheapest configurations" not in st.message()
+
+
+def test_the_short_search_does_not_start_when_choosing_its_configurations_would_pass_the_deadline(monkeypatch):
+    import time
+
+    from formulation.placement import lns
+    from formulation.placement.fast import first_fit
+
+    inst = _inst(40, 1, cnt=12)
+    idx = Index(inst)
+    start, _ = first_fit(idx)
+    called = []
+    monkeypatch.setattr(lns, "short_configs", lambda *a, **k: called.append(1))
+    monkeypatch.setattr(lns, "SHORT_PICK_S_PER_CELL", 10.0)  # any instance: far more than the time left
+    sol, moves = lns.improve_short(idx, start, time.perf_counter() + 60.0)
+    assert (sol, moves, called) == (start, 0, [])
