@@ -540,11 +540,12 @@ def _finish(idx: Index, sol: Solution, constructed: str, st: FastStats, deadline
             and len(idx.cost) * placed >= SHORT_LNS_CELLS):
         # a short search gets further over fewer configurations (lns.improve_short); when it stops
         # on its own before the deadline the whole search goes on from its plan
-        from formulation.placement.lns import improve_short
+        from formulation.placement.lns import improve_short, short_fits
 
-        st.short_search = True
-        sol, more = improve_short(idx, sol, end, seed=seed, progress=progress, bound=st.bound, floor=OPEN_FLOOR)
-        moves += more
+        if short_fits(idx, end):
+            st.short_search = True
+            sol, more = improve_short(idx, sol, end, seed=seed, progress=progress, bound=st.bound, floor=OPEN_FLOOR)
+            moves += more
     sol, more = lns_improve(idx, sol, end, seed=seed, progress=progress, bound=st.bound)
     st.lns_moves = moves + more
     st.lns_gain = before - sol.cost(idx)

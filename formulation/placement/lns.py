@@ -412,6 +412,11 @@ def short_configs(idx: Index, sol: Solution, per_job: int = 2, floor: float = 0.
     return np.array(sorted(keep), dtype=int)
 
 
+def short_fits(idx: Index, deadline: float) -> bool:
+    """Whether choosing the short search's configurations fits before ``deadline``."""
+    return time.perf_counter() + SHORT_PICK_S_PER_CELL * len(idx.cost) * idx.n < deadline
+
+
 def improve_short(idx: Index, sol: Solution, deadline: float, seed: int = 0, progress=None,
                   bound: Optional[float] = None, floor: float = 0.5) -> tuple[Solution, int]:
     """:func:`improve` over the configurations :func:`short_configs` keeps (the groups stay on
@@ -422,7 +427,7 @@ def improve_short(idx: Index, sol: Solution, deadline: float, seed: int = 0, pro
     against 0.97 / 0.955); with more time, or few configurations to begin with, the whole search
     gets further (classes, 68 configurations of which 5-9 kept: 0.80 against 0.90 in 5 s; see
     :data:`formulation.placement.fast.SHORT_LNS_S`)."""
-    if time.perf_counter() + SHORT_PICK_S_PER_CELL * len(idx.cost) * idx.n >= deadline:
+    if not short_fits(idx, deadline):
         return sol, 0  # choosing the configurations alone would pass the deadline
     keep = short_configs(idx, sol, floor=floor)
     if len(keep) >= len(idx.cost):
