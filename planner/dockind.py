@@ -76,14 +76,23 @@ def _head_kind(path: Path) -> Optional[str]:
 
 @dataclass(frozen=True)
 class Sniffed:
-    """The kind of a file (None: unknown) and, when it was found by parsing the file as YAML, the
-    parsed document, to hand to the command's reader (None: the kind came from the file's first
-    lines, or the file was JSON or could not be parsed)."""
+    """The kind of a file (None: unknown) and the document parsed to find it (None: the kind came
+    from the file's first lines, or the file could not be parsed)."""
 
     kind: Optional[str]
-    doc: Optional[Document] = None
-    data: Any = None  # the parsed data, JSON included (for readers that need no line numbers)
-    parsed: Optional[Document] = None  # the document ``data`` came from, JSON included (its number scan)
+    parsed: Optional[Document] = None  # JSON included (its data and number scan)
+    lines: bool = False  # ``parsed`` has line numbers (parsed as YAML, not as JSON)
+
+    @property
+    def doc(self) -> Optional[Document]:
+        """The parsed document to hand to a reader that reports line numbers (None for JSON: such
+        readers parse it themselves, as YAML)."""
+        return self.parsed if self.lines else None
+
+    @property
+    def data(self) -> Any:
+        """The parsed data, JSON included (for readers that need no line numbers)."""
+        return self.parsed.data if self.parsed is not None else None
 
 
 def _load(path: Path) -> Optional[Document]:
@@ -125,7 +134,7 @@ def sniff(path: str | Path) -> Sniffed:
     if doc is None:
         return Sniffed(None)
     # a document parsed as JSON has no line numbers: the readers parse those as YAML themselves
-    return Sniffed(_kind_of(doc.data), doc if p.suffix.lower() not in (".json", ".jsonl") else None, doc.data, doc)
+    return Sniffed(_kind_of(doc.data), doc, lines=p.suffix.lower() not in (".json", ".jsonl"))
 
 
 def detect(path: str | Path) -> Optional[str]:

@@ -15,7 +15,7 @@ own dump on plan documents and on generated data in ``tests/foundation/test_yaml
 * a string plain when it is made of a conservative set of characters (letters, digits,
   ``_./+-:@,()$%;=`` and single spaces between them; starting with a letter, a digit or ``_./``;
   no ``": "``, ``" :"`` or final ``:``) *and* PyYAML's resolver reads it back as a string (so
-  ``yes``, ``null``, ``1:05``, ``0x1F`` or ``1e3`` are quoted); any other string as PyYAML writes
+  ``yes``, ``null``, ``1:05``, ``0x1F`` or ``1.5e+3`` are quoted); any other string as PyYAML writes
   it double-quoted on one line (escapes for every non-printable character, no folding; PyYAML
   folds long strings at 100 columns and writes multi-line ones as ``|`` blocks: the same data).
 
