@@ -78,6 +78,12 @@ PRIMAL_SIZES = (500, 1500, 4500)
 ANYTIME_MIN_CLASSES = 150
 ANYTIME_BOUND_SHARE = 0.5
 ANYTIME_BOUND_SHARE_FEW = 0.2
+# Beyond this many job classes the LP phase starts with box-stabilised rounds from the load bound's
+# duals (:mod:`formulation.placement.boxstab`), for this share of it (they stop when they converge).
+# At 100 distinct jobs plain column generation converged in 23 s, the box rounds in 4 s; at 500
+# (60 s) the plain rounds had no proof beyond the load bound, the box rounds 0.73 of the plan
+BOX_MIN_CLASSES = 60
+BOX_SHARE = 0.8
 
 @dataclass
 class Classes:
@@ -171,6 +177,9 @@ class ColgenStats:
     mip_status: str = ""
     watchdog_fired: bool = False
     farley_bound: Optional[float] = None  # the anytime bound, when the LP did not converge
+    box_rounds: int = 0  # rounds of the box-stabilised phase (:mod:`formulation.placement.boxstab`)
+    box_bound: Optional[float] = None  # its certified bound
+    box_converged: bool = False  # whether it reached the capacity-free pattern LP's optimum
     phase_s: dict = field(default_factory=dict)
 
 
@@ -354,6 +363,37 @@ class PatternModel:
         capacity planner's objective is not a sum of configuration costs)."""
         return type(self) is PatternModel
 
+    @property
+    def box_stabilised(self) -> bool:
+        """Whether the LP phase starts with the box-stabilised rounds: placement's own model, no move
+        charges (the box bound prices groups at their configuration's cost), many job classes."""
+        return type(self) is PatternModel and self.move_price == 0 and len(self.cl.rep) > BOX_MIN_CLASSES
+
+    def box_phase(self, st: ColgenStats, deadline: float) -> float:
+        """The box-stabilised rounds (:func:`formulation.placement.boxstab.box_bound`) from the load
+        bound's per-class values (partner-capped when they fit the time); their groups join the
+        master. Returns the certified bound (``-inf`` when the load bound has none)."""
+        from formulation.placement.boxstab import box_bound
+        from formulation.placement.fast import LOAD_BOUND_STEPS, load_bound
+        from formulation.placement.partners import partners as partner_caps
+
+        t0 = time.perf_counter()
+        reps, demand = self.cl.rep, self.cl.demand
+        P = partner_caps(self.idx, reps, deadline=t0 + 0.1 * max(0.0, deadline - t0))
+        duals: list = []
+        lb = load_bound(self.idx, jobs=reps, iterations=LOAD_BOUND_STEPS, duals=duals,
+                        partners=P if P.done.all() else None)
+        if lb is None or not duals:
+            return -np.inf  # a class fits nowhere alone
+        center, mu = np.asarray(duals[0], dtype=float), np.asarray(duals[1], dtype=float)
+        start = float(center @ demand) if not np.any(mu > 0) else -np.inf  # (with node prices: not a feasible point)
+        seed = [(c.config, dict(c.counts)) for c in self.master.columns if c is not None and c.anchor is None]
+        res = box_bound(self.idx, reps, demand, center, self.penalty, seed, deadline, start=start, threads=self.threads)
+        for k, counts in res.columns:
+            self.master.add(Column(k, counts, self.column_cost(k, counts)))
+        st.box_rounds, st.box_bound, st.box_converged = res.rounds, res.bound, res.converged
+        return max(res.bound, lb)
+
     def farley(self, pi: Optional[np.ndarray], deadline: float) -> Optional[float]:
         """The stabilised Farley bound at the restricted master's duals ``pi`` (:mod:`formulation.placement.farley`)."""
         from formulation.placement.farley import stabilised_bound
@@ -372,7 +412,15 @@ class PatternModel:
         self.add_singletons()
         # phase 1: column generation until no negative reduced cost or a share of the time is used
         lp_deadline = t0 + 0.75 * (deadline - t0)
+        box_lb = -np.inf
+        if self.box_stabilised:
+            # on many distinct jobs: first the box-stabilised rounds from the load bound's duals
+            # (:mod:`formulation.placement.boxstab`), whose groups then seed the plain rounds
+            t1 = time.perf_counter()
+            box_lb = self.box_phase(st, t1 + BOX_SHARE * max(0.0, lp_deadline - t1))
+            st.phase_s["box"] = time.perf_counter() - t1
         pi, mu, best_lb = self.column_generation(st, t0, deadline, lp_deadline, node_budget)
+        best_lb = max(best_lb, box_lb)
         self.deadline = deadline
         if not st.lp_converged and self.anytime_bound:
             # not converged, so the LP is no bound: Farley's scaling of the duals mixed with the load

@@ -134,7 +134,7 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
                 break
         return total
 
-    def solve_threshold(theta: float, elig: list[int], root_ub: float) -> None:
+    def solve_threshold(theta: float, elig: list[int], root_ub: float, forced: int = -1) -> None:
         lim = theta * tol
         inf = float("inf")
         key_m = lambda i: -(val[i] / (A[i] + B[i])) if A[i] + B[i] > 1e-12 else -inf  # noqa: E731
@@ -191,47 +191,107 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
                 state["cut"] = True
                 return
             i = main[p]
+            base = 1 if i == forced else 0  # (the forced member's first copy is in already)
             c_max = 0
-            for c in range(1, dem[i] + 1):
+            for c in range(1, dem[i] - base + 1):
                 if sa + c * A[i] > lim or sb + c * B[i] > lim or sw + c * W[i] > capw * tol or ss + c * S[i] > caps * tol:
                     break
                 c_max = c
             has_i = has or at_theta[i]
             for c in range(c_max, 0, -1):
-                counts[i] = c
+                counts[i] = base + c
                 if has_i and v + c * val[i] > threshold() + 1e-12:
                     record(v + c * val[i])
                 dfs(p + 1, sa + c * A[i], sb + c * B[i], sw + c * W[i], ss + c * S[i], v + c * val[i], has_i)
-            counts[i] = 0
+            counts[i] = base
             dfs(p + 1, sa, sb, sw, ss, v, has)
 
-        if last >= 0:
+        if forced >= 0:
+            # the one class whose SLO is theta is in every group of this threshold: start with it
+            counts[forced] = 1
+            if val[forced] > threshold() + 1e-12:
+                record(val[forced])
+            dfs(0, A[forced], B[forced], W[forced], S[forced], val[forced], True)
+            counts[forced] = 0
+        elif last >= 0:
             dfs(0, 0.0, 0.0, 0.0, 0.0, 0.0, False)
 
-    # thresholds and their root bounds
+    # thresholds and their root bounds (every threshold at once, :func:`_root_bounds`)
     jobs_by_slo = sorted(range(n), key=lambda i: -SLO[i])
-    plans = []
-    for theta in sorted({SLO[i] for i in range(n)}, reverse=True):
-        elig = [i for i in jobs_by_slo if SLO[i] >= theta * (1 - 1e-12) and TOT[i] <= theta * tol]
-        if not elig:
-            continue
-        ub = min(frac(sorted(elig, key=lambda i: -(val[i] / A[i]) if A[i] > 1e-12 else -float("inf")), A, theta),
-                 frac(sorted(elig, key=lambda i: -(val[i] / B[i]) if B[i] > 1e-12 else -float("inf")), B, theta))
-        plans.append((ub, theta, elig))
+    plans = [(ub, theta, forced) for theta, forced, ub in _root_bounds(items, tol)]
     plans.sort(key=lambda t: -t[0])
-    for _r, (ub, theta, elig) in enumerate(plans):
+    for ub, theta, forced in plans:
         if ub <= threshold() + 1e-12 + tolerance:
             break
         if state["cut"]:
             state["open"] = max(state["open"], ub)
             continue
-        solve_threshold(theta, elig, ub)
+        elig = [i for i in jobs_by_slo if SLO[i] >= theta * (1 - 1e-12) and TOT[i] <= theta * tol]
+        solve_threshold(theta, elig, ub, forced)
     best.sort(key=lambda t: -t[0])
     cols = [(v, {int(items.cls[i]): int(c) for i, c in enumerate(key) if c}) for v, key in best if v > min_value + 1e-12]
     top = best[0][0] if best else 0.0
     # a pruned node was worth at most the threshold (+ tolerance) then, which never exceeds
     # max(top, min_value) + tolerance
     return PricingResult(cols, max(top, state["open"], min_value) + tolerance, not state["cut"])
+
+
+def _fill_rows(val: np.ndarray, size: np.ndarray, avail: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Row ``t``: ``max sum val x  s.t.  sum size x <= cap[t], 0 <= x <= avail[t]`` (the fractional
+    knapsack, items of size 0 free), every row at once."""
+    free_items = size <= 1e-12
+    total = (avail[:, free_items] * val[free_items]).sum(axis=1)
+    v, z, av = val[~free_items], size[~free_items], avail[:, ~free_items]
+    if not len(v):
+        return total
+    o = np.argsort(-(v / z), kind="stable")
+    v, z, av = v[o], z[o], av[:, o]
+    cum = np.cumsum(av * z, axis=1)
+    full = cum <= cap[:, None]  # (cumulative sizes only grow: a prefix of each row)
+    total = total + (av * v * full).sum(axis=1)
+    rest = ~full & (av > 0)
+    has = rest.any(axis=1)
+    first = rest.argmax(axis=1)
+    rows = np.arange(len(cap))
+    before = np.where(first > 0, cum[rows, np.maximum(first - 1, 0)], 0.0)
+    left = cap - before
+    return total + np.where(has & (left > 0), v[first] * np.maximum(left, 0.0) / z[first], 0.0)
+
+
+def _root_bounds(items: PricingItems, tol: float) -> list[tuple[float, int, float]]:
+    """``(theta, forced, bound)`` for every SLO threshold with a class of that SLO that fits it:
+    ``forced`` is that class when it is the only one (then every group of the threshold holds it,
+    and the bound is its value plus the fractional fill of what it leaves on each of the four
+    resources), else -1 (the smaller of the rollout and training fills of ``theta``). Bounds are
+    rounded up by 1e-12 (relative and absolute): the sums run in another order than the search's."""
+    slo, tot = np.asarray(items.slo, dtype=float), np.asarray(items.tot, dtype=float)
+    val, dem = np.asarray(items.value, dtype=float), np.asarray(items.demand, dtype=float)
+    A, B = np.asarray(items.a, dtype=float), np.asarray(items.bs, dtype=float)
+    W, S = np.asarray(items.w, dtype=float), np.asarray(items.s, dtype=float)
+    thetas = np.unique(slo)[::-1]
+    ok = (slo[None, :] >= thetas[:, None] * (1 - 1e-12)) & (tot[None, :] <= thetas[:, None] * tol)
+    at = ok & (slo[None, :] <= thetas[:, None] * (1 + 1e-12))
+    n_at = at.sum(axis=1)
+    first_at = at.argmax(axis=1)
+    avail = dem[None, :] * ok
+    out: list[tuple[float, int, float]] = []
+    single = np.flatnonzero(n_at == 1)
+    multi = np.flatnonzero(n_at > 1)
+    if len(multi):
+        th = thetas[multi]
+        ub = np.minimum(_fill_rows(val, A, avail[multi], th), _fill_rows(val, B, avail[multi], th))
+        out += [(float(t), -1, float(u)) for t, u in zip(th, ub)]
+    if len(single):
+        f = first_at[single]
+        th = thetas[single]
+        fits = ((A[f] <= th * tol) & (B[f] <= th * tol) & (W[f] <= items.cap_w * tol) & (S[f] <= items.cap_s * tol))
+        single, f, th = single[fits], f[fits], th[fits]
+        av = avail[single].copy()
+        av[np.arange(len(single)), f] -= 1.0  # (its other copies stay available to the fills)
+        rest = np.minimum.reduce([_fill_rows(val, A, av, th - A[f]), _fill_rows(val, B, av, th - B[f]),
+                                  _fill_rows(val, W, av, items.cap_w - W[f]), _fill_rows(val, S, av, items.cap_s - S[f])])
+        out += [(float(t), int(i), float(u)) for t, i, u in zip(th, f, val[f] + rest)]
+    return [(t, i, u * (1 + 1e-12) + 1e-12) for t, i, u in out]
 
 
 def price_heuristic(items: PricingItems, min_value: float, max_columns: int = 3, thresholds: int = 8) -> list[tuple[float, dict[int, int]]]:

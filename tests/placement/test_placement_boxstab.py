@@ -1,0 +1,186 @@
+"""Pricing's root bounds and forced members, and the box-stabilised bound, against brute force.
+
+Pricing is judged on synthetic item sets by enumerating every multiset of classes; the bound on
+small distinct-job instances by the LP over every feasible group (grown and decided by Howard's
+cycle times, :mod:`tests.placement.placement_helpers`, not by the index) and by the exact optimum.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import highspy
+import numpy as np
+import pytest
+
+from formulation.placement.boxstab import box_bound
+from formulation.placement.colgen import PatternModel, job_classes
+from formulation.placement.evaluate import REL_TOL, Config, Index
+from formulation.placement.fast import load_bound
+from formulation.placement.master import new_highs
+from formulation.placement.pricing import PricingItems, _fill_rows, price
+from tests.placement.placement_helpers import config_cost, distinct_oracle, penalty
+from tests.placement.test_placement_farley import CASES, _groups, _inst
+
+
+# ------------------------------------------------------------------------------------ pricing
+def _items(rng, n: int, shared_slo: bool) -> PricingItems:
+    slo = rng.uniform(50, 100, n)
+    if shared_slo:  # several classes at one SLO (the threshold has no single forced member)
+        slo[rng.integers(0, n, n // 2)] = slo[0]
+    tot = slo * rng.uniform(0.2, 1.05, n)  # some do not fit their own SLO
+    a = tot * rng.uniform(0.1, 0.6, n)
+    bs = tot * rng.uniform(0.1, 0.6, n)
+    order = np.argsort(-slo, kind="stable")
+    f = lambda x: np.asarray(x)[order]  # noqa: E731
+    return PricingItems(np.arange(n), f(rng.uniform(1, 10, n) * (rng.random(n) < 0.9) + 1e-3), f(rng.integers(1, 3, n)),
+                        f(a), f(bs), f(tot), f(slo), f(rng.uniform(0, 60, n)), f(rng.uniform(0, 80, n)),
+                        float(rng.uniform(60, 200)), float(rng.choice([rng.uniform(80, 250), float("inf")])))
+
+
+def _brute(items: PricingItems) -> list[float]:
+    """The worth of every feasible multiset (each class at most its demand), best first."""
+    tol = 1 + REL_TOL
+    vals = []
+    for counts in itertools.product(*[range(int(d) + 1) for d in items.demand]):
+        c = np.array(counts, dtype=float)
+        if not c.any():
+            continue
+        on = c > 0
+        theta = items.slo[on].min()
+        if (items.tot[on].max() <= theta * tol and c @ items.a <= theta * tol and c @ items.bs <= theta * tol
+                and c @ items.w <= items.cap_w * tol and c @ items.s <= items.cap_s * tol):
+            vals.append(float(c @ items.value))
+    return sorted(vals, reverse=True)
+
+
+@pytest.mark.parametrize("shared_slo", [False, True])
+def test_pricing_finds_the_best_groups_that_brute_force_finds(shared_slo):
+    rng = np.random.default_rng(7 + shared_slo)
+    for _ in range(60):
+        items = _items(rng, int(rng.integers(3, 8)), shared_slo)
+        truth = _brute(items)
+        most = truth[0] if truth else 0.0
+        res = price(items, 0.0, max_columns=3)
+        assert res.exact
+        assert res.upper_bound >= most - 1e-9
+        got = [v for v, _ in res.columns]
+        # the three best worths (distinct multisets may tie: compare values, not sets)
+        assert got == pytest.approx(truth[:3], rel=1e-9, abs=1e-9)
+        for v, counts in res.columns:  # each column is the multiset it claims to be
+            assert sum(items.value[c] * q for c, q in counts.items()) == pytest.approx(v)
+        # above a threshold: exactly the groups worth more than it (at most max_columns)
+        mid = most * 0.9
+        above = [v for v in truth if v > mid + 1e-12]
+        res = price(items, mid, max_columns=50)
+        assert sorted((v for v, _ in res.columns), reverse=True) == pytest.approx(above[:50])
+        assert res.upper_bound >= most - 1e-9
+
+
+def _fill_reference(val, size, avail, cap) -> float:
+    total, left = 0.0, cap
+    order = sorted(range(len(val)), key=lambda i: -(val[i] / size[i]) if size[i] > 1e-12 else -np.inf)
+    for i in order:
+        if avail[i] <= 0:
+            continue
+        if size[i] <= 1e-12:
+            total += val[i] * avail[i]
+            continue
+        if left <= 0:
+            break
+        take = min(avail[i], left / size[i])
+        total += val[i] * take
+        left -= size[i] * take
+        if take < avail[i]:
+            break
+    return total
+
+
+def test_fractional_fills_row_by_row_match_one_at_a_time():
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        n, T = int(rng.integers(1, 12)), int(rng.integers(1, 6))
+        val = rng.uniform(0, 5, n)
+        size = rng.uniform(0, 3, n) * (rng.random(n) < 0.85)  # some of size 0
+        avail = rng.integers(0, 3, (T, n)).astype(float)
+        cap = np.concatenate([rng.uniform(-1, 8, T - 1), [np.inf]])
+        got = _fill_rows(val, size, avail, cap)
+        for t in range(T):
+            assert got[t] == pytest.approx(_fill_reference(val, size, avail[t], cap[t]), rel=1e-9, abs=1e-9)
+
+
+# ------------------------------------------------------------------------- the box bound
+def _lp_over_every_group(inst, idx, groups, P) -> float:
+    """The capacity-free pattern LP over every feasible group (brute force), on HiGHS."""
+    h = new_highs()
+    h.setOptionValue("threads", 1)  # (as every master here: HiGHS's scheduler keeps the first count it gets)
+    n = idx.n
+    h.addRows(n, np.ones(n), np.full(n, highspy.kHighsInf), 0, np.zeros(n, dtype=np.int32), np.zeros(0, dtype=np.int32),
+              np.zeros(0))
+    for j in range(n):  # the slack: a job left unplaced
+        h.addCol(P, 0.0, highspy.kHighsInf, 1, np.array([j], dtype=np.int32), np.array([1.0]))
+    for members, c in groups:
+        h.addCol(config_cost(inst, c), 0.0, highspy.kHighsInf, len(members), np.array(members, dtype=np.int32),
+                 np.ones(len(members)))
+    h.run()
+    return float(h.getInfo().objective_function_value)
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"n{c[0]}-seed{c[1]}-cap{c[2]}" for c in CASES])
+def small(request):
+    inst = _inst(*request.param)
+    idx = Index(inst)
+    groups = _groups(inst)
+    P = penalty(inst)
+    return inst, idx, groups, P, _lp_over_every_group(inst, idx, groups, P), distinct_oracle(inst)[0]
+
+
+def test_box_bound_reaches_the_lp_over_every_group_and_its_duals_are_feasible(small):
+    inst, idx, groups, P, lp, best = small
+    reps, demand = np.arange(idx.n), np.ones(idx.n)
+    duals: list = []
+    start = load_bound(idx, jobs=reps, duals=duals)
+    center = np.asarray(duals[0])
+    res = box_bound(idx, reps, demand, center, P, [], deadline=float("inf"),
+                    start=None if not np.any(duals[1] > 0) else -np.inf)
+    assert res.converged
+    assert res.bound <= lp + 1e-6 * max(1.0, lp)  # never above the LP (a proof) ...
+    assert res.bound >= lp * (1 - 2e-4)  # ... and it reaches it (REL_GAP)
+    assert res.bound <= best + 1e-6
+    assert res.bound >= start - 1e-6
+    # the duals behind it are feasible for every group brute force finds (not the index's test)
+    for members, c in groups:
+        assert res.duals[list(members)].sum() <= config_cost(inst, c) * (1 + 1e-9) + 1e-9, (members, c)
+    assert (res.duals <= P + 1e-9).all()
+    assert res.duals.sum() == pytest.approx(res.bound)
+
+
+def test_box_bound_stopped_at_once_keeps_the_bound_it_started_from(small):
+    _inst_, idx, _groups_, P, lp, _ = small
+    reps, demand = np.arange(idx.n), np.ones(idx.n)
+    res = box_bound(idx, reps, demand, np.full(idx.n, 1.0), P, [], deadline=0.0, start=7.0)
+    assert res.bound == 7.0 and res.rounds == 0 and not res.converged
+    # a centre that is not dual feasible proves nothing by itself: start=-inf, the rounds' proofs only
+    res = box_bound(idx, reps, demand, np.full(idx.n, P), P, [], deadline=float("inf"), start=-np.inf)
+    assert res.bound <= lp + 1e-6 * max(1.0, lp)
+
+
+def test_colgen_on_distinct_jobs_runs_the_box_rounds_and_its_bound_holds(monkeypatch):
+    import formulation.placement.colgen as colgen
+
+    inst, idx = None, None
+    for n, seed, cnt in CASES:
+        inst = _inst(n, seed, cnt)
+        idx = Index(inst)
+        monkeypatch.setattr(colgen, "BOX_MIN_CLASSES", 3)  # (the small cases stand in for many classes)
+        pm = PatternModel(idx, job_classes(idx))
+        assert pm.box_stabilised
+        sol, st = pm.solve(float("inf"), None, {}, 0.0)
+        assert st.box_rounds > 0 and st.box_bound is not None
+        best = distinct_oracle(inst)[0]
+        assert st.box_bound <= best + 1e-6 and st.lower_bound <= best + 1e-6
+        assert sol is not None and pm.score(sol) >= best - 1e-6
+    # move charges price groups above their configuration's cost: no box rounds there
+    pm = PatternModel(idx, job_classes(idx), move_price=1.0)
+    assert not pm.box_stabilised
+    assert Config  # (imported for the fixtures' configuration keys)
