@@ -17,6 +17,7 @@ bound left open is then reported so that the caller still has a valid bound on t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Optional
 
 import numpy as np
@@ -137,12 +138,12 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
     def solve_threshold(theta: float, elig: list[int], root_ub: float, forced: int = -1) -> None:
         lim = theta * tol
         inf = float("inf")
-        key_m = lambda i: -(val[i] / (A[i] + B[i])) if A[i] + B[i] > 1e-12 else -inf  # noqa: E731
-        main = sorted(elig, key=key_m)
-        by_a = sorted(elig, key=lambda i: -(val[i] / A[i]) if A[i] > 1e-12 else -inf)
-        by_b = sorted(elig, key=lambda i: -(val[i] / B[i]) if B[i] > 1e-12 else -inf)
-        by_w = sorted(elig, key=lambda i: -(val[i] / W[i]) if W[i] > 1e-12 else -inf)
-        by_s = sorted(elig, key=lambda i: -(val[i] / S[i]) if S[i] > 1e-12 else -inf)
+        # the five orders of the threshold's classes: each whole order (sorted once, from the
+        # SLO-descending list as ``elig`` is) filtered to them, the same lists as sorting ``elig``
+        ok = [False] * n
+        for i in elig:
+            ok[i] = True
+        main, by_a, by_b, by_w, by_s = ([i for i in order if ok[i]] for order in ORDERS)
         m = len(main)
         pos = {i: r for r, i in enumerate(main)}
         # only groups with a member whose SLO is theta: the others have a larger smallest SLO and are
@@ -163,7 +164,7 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
             return lst
 
         def bound_prunes(p, sa, sb, sw, ss, v, thr):
-            b = frac(main[p:], AB, 2 * theta - sa - sb)
+            b = frac(islice(main, p, None), AB, 2 * theta - sa - sb)
             if v + b <= thr:
                 return True, b
             for which, order, size, cap in ((1, by_a, A, theta - sa), (2, by_b, B, theta - sb), (3, by_w, W, capw - sw),
@@ -218,6 +219,9 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
 
     # thresholds and their root bounds (every threshold at once, :func:`_root_bounds`)
     jobs_by_slo = sorted(range(n), key=lambda i: -SLO[i])
+    ninf = -float("inf")
+    ORDERS = [sorted(jobs_by_slo, key=lambda i, z=size: -(val[i] / z[i]) if z[i] > 1e-12 else ninf)
+              for size in ([A[i] + B[i] for i in range(n)], A, B, W, S)]
     plans = [(ub, theta, forced) for theta, forced, ub in _root_bounds(items, tol)]
     plans.sort(key=lambda t: -t[0])
     for ub, theta, forced in plans:
