@@ -219,9 +219,10 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
 
     # thresholds and their root bounds (every threshold at once, :func:`_root_bounds`)
     jobs_by_slo = sorted(range(n), key=lambda i: -SLO[i])
-    ninf = -float("inf")
-    ORDERS = [sorted(jobs_by_slo, key=lambda i, z=size: -(val[i] / z[i]) if z[i] > 1e-12 else ninf)
-              for size in ([A[i] + B[i] for i in range(n)], A, B, W, S)]
+    def by_density(size: list[float]) -> list[int]:
+        return sorted(jobs_by_slo, key=lambda i: -(val[i] / size[i]) if size[i] > 1e-12 else -float("inf"))
+
+    ORDERS = [by_density(size) for size in ([A[i] + B[i] for i in range(n)], A, B, W, S)]
     plans = [(ub, theta, forced) for theta, forced, ub in _root_bounds(items, tol)]
     plans.sort(key=lambda t: -t[0])
     for ub, theta, forced in plans:
