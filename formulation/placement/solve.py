@@ -326,7 +326,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         status = SolveStatus.OPTIMAL if st.proven else SolveStatus.FEASIBLE
         lp_txt = f"LP {st.lp_value:.6g}" if st.lp_value is not None else "no LP solved to optimality in the time left"
         box_txt = (f"box-stabilised rounds from the load bound's duals: {st.box_rounds}, bound {st.box_bound:.6g}"
-                   f"{' (the capacity-free LP)' if st.box_converged else ''}; " if st.box_rounds else "")
+                   f"{' (the capacity-free LP to 0.2%)' if st.box_converged else ''}; " if st.box_rounds else "")
         message = (f"column generation: {box_txt}{st.rounds} rounds, {st.columns} columns, {lp_txt}"
                    f"{' (converged)' if st.lp_converged else ''}; "
                    + (f"every pattern of reduced cost <= {st.ladder_gap:.4g} enumerated ({st.enumerated}); "
