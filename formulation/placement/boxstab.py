@@ -33,7 +33,8 @@ A round:
    (``alpha = 0``, Wentges' misprice rule): either ``pi`` is feasible (then the bound is the
    master's value) or pricing finds groups for the master.
 
-The centre is always dual feasible, so the bound at any moment is ``z.d``; it only grows. When a
+The bound only grows: the caller's ``start`` (what it proved the first centre worth), then ``z.d``
+for every centre a round sets (those are dual feasible, as ``s / r`` above). When a
 round at ``alpha = 0`` finds nothing, ``pi`` is dual feasible and ``pi.d`` is the master's value;
 and when the master's value is the centre's (to ``rel_gap``), no dual point in the box beats the
 centre, so none does (the dual is concave, the box a neighbourhood of the centre): the centre is
