@@ -387,7 +387,7 @@ class PatternModel:
         P = partner_caps(self.idx, reps, deadline=t0 + 0.1 * max(0.0, deadline - t0))
         duals: list = []
         lb = load_bound(self.idx, jobs=reps, iterations=LOAD_BOUND_STEPS, duals=duals,
-                        partners=P if P.done.all() else None)
+                        partners=P if P.done.all() else None, deadline=t0 + 0.3 * max(0.0, deadline - t0))
         if lb is None or not duals:
             return -np.inf  # a class fits nowhere alone
         center, mu = np.asarray(duals[0], dtype=float), np.asarray(duals[1], dtype=float)
