@@ -65,7 +65,7 @@ ALPHA = 0.5
 #: groups kept per configuration and round
 COLUMNS_PER_CONFIG = 5
 #: stop when the bound is within this share of the master's value (the LP's optimum to that share)
-REL_GAP = 2e-3  # (solve.py's message says "to 0.2%")
+REL_GAP = 2e-3
 #: branch-and-bound nodes per configuration and round (at 500 distinct jobs 20,000 left a few
 #: configurations unproven every round, and their root bounds put r at 1.2-1.3 instead of 1.02-1.07)
 NODE_BUDGET = 200_000
@@ -112,17 +112,15 @@ class _BoxMaster:
                       np.array([float(counts[c]) for c in rows]))
         return True
 
-    def solve(self, deadline: float) -> Optional[tuple[float, np.ndarray, float]]:
-        """(value, duals, share of the demand the box columns cover), or None when the deadline stopped it."""
+    def solve(self, deadline: float) -> Optional[tuple[float, np.ndarray]]:
+        """(value, duals), or None when the deadline stopped it."""
         self.h.setOptionValue("time_limit", max(0.01, deadline - time.perf_counter()))
         with Watchdog(self.h, deadline):
             self.h.run()
         if self.h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             return None
-        sol = self.h.getSolution()
-        x = np.asarray(sol.col_value)
-        boxed = float(np.sum(x[: self.C]))
-        return float(self.h.getInfo().objective_function_value), np.maximum(np.asarray(sol.row_dual)[: self.C], 0.0), boxed
+        duals = np.asarray(self.h.getSolution().row_dual)[: self.C]
+        return float(self.h.getInfo().objective_function_value), np.maximum(duals, 0.0)
 
 
 def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarray, penalty: float,
@@ -157,7 +155,7 @@ def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarr
         solved = master.solve(deadline)
         if solved is None:
             break
-        value, pi, _boxed = solved
+        value, pi = solved
         out.master_value = value
         if best >= value * (1 - rel_gap):
             # no dual point in the box beats the centre by more than rel_gap, so none anywhere (the

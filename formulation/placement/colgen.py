@@ -84,11 +84,12 @@ ANYTIME_BOUND_SHARE_FEW = 0.2
 # distinct jobs, 60 s of box rounds alone reached a bound 0.77 of the plan (the plain rounds proved
 # nothing beyond the load bound, 0.61)
 BOX_MIN_CLASSES = 60
-BOX_SHARE = 0.9
 # At 100 distinct jobs (distinct and distinct-loose, seeds 1-3, auto under 5 and 10 s, one run at a
 # time) every plan was as cheap or cheaper than with the plain rounds alone (0-4.7%) and every bound
 # higher (gaps 5.7-31% -> 0.6-12.2%); half the LP phase for the box rounds gave worse plans in 9 of
 # the 12 cases (2 equal)
+BOX_SHARE = 0.9
+
 
 @dataclass
 class Classes:

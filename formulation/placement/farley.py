@@ -41,7 +41,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from formulation.placement.evaluate import Index
-from formulation.placement.pricing import PricingItems, price
+from formulation.placement.pricing import PricingItems, fractional_fills, price
 
 #: mixing weights of the LP duals tried, in this order (module docstring)
 LAMBDAS = (0.5, 0.3)
@@ -67,27 +67,9 @@ def cheap_value_bounds(idx: Index, reps: np.ndarray, demand: np.ndarray, pi: np.
         best = np.inf
         for w in (idx.a[k, rk] / slo[ok], idx.bs[k, rk] / slo[ok], idx.rollout_w(k, rk) / idx.dram_cap_r[k],
                   idx.state_t[rk] / idx.dram_cap_t[k]):
-            best = min(best, _fractional_knapsack(vk, w, dk, 1.0))
+            best = min(best, float(fractional_fills(vk, w, dk[None, :], np.ones(1))[0]))
         out[k] = best
     return out
-
-
-def _fractional_knapsack(value: np.ndarray, weight: np.ndarray, copies: np.ndarray, cap: float) -> float:
-    """max sum value x  s.t.  sum weight x <= cap, 0 <= x <= copies (items of weight 0 are free)."""
-    free = weight <= 1e-12
-    total = float((value[free] * copies[free]).sum())
-    v, w, d = value[~free], weight[~free], copies[~free]
-    if not len(v):
-        return total
-    order = np.argsort(-(v / w), kind="stable")
-    v, w, d = v[order], w[order], d[order]
-    cw = np.cumsum(w * d)
-    full = np.searchsorted(cw, cap, side="right")  # items 0..full-1 fit whole
-    total += float((v[:full] * d[:full]).sum())
-    if full < len(v):
-        left = cap - (cw[full - 1] if full else 0.0)
-        total += float(v[full] * left / w[full])
-    return total
 
 
 def farley_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, pi: np.ndarray, penalty: float,

@@ -143,7 +143,7 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
         ok = [False] * n
         for i in elig:
             ok[i] = True
-        main, by_a, by_b, by_w, by_s = ([i for i in order if ok[i]] for order in ORDERS)
+        main, by_a, by_b, by_w, by_s = ([i for i in order if ok[i]] for order in orders)
         m = len(main)
         pos = {i: r for r, i in enumerate(main)}
         # only groups with a member whose SLO is theta: the others have a larger smallest SLO and are
@@ -222,7 +222,7 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
     def by_density(size: list[float]) -> list[int]:
         return sorted(jobs_by_slo, key=lambda i: -(val[i] / size[i]) if size[i] > 1e-12 else -float("inf"))
 
-    ORDERS = [by_density(size) for size in ([A[i] + B[i] for i in range(n)], A, B, W, S)]
+    orders = [by_density(size) for size in ([A[i] + B[i] for i in range(n)], A, B, W, S)]
     plans = [(ub, theta, forced) for theta, forced, ub in _root_bounds(items, tol)]
     plans.sort(key=lambda t: -t[0])
     for ub, theta, forced in plans:
@@ -241,7 +241,7 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
     return PricingResult(cols, max(top, state["open"], min_value) + tolerance, not state["cut"])
 
 
-def _fill_rows(val: np.ndarray, size: np.ndarray, avail: np.ndarray, cap: np.ndarray) -> np.ndarray:
+def fractional_fills(val: np.ndarray, size: np.ndarray, avail: np.ndarray, cap: np.ndarray) -> np.ndarray:
     """Row ``t``: ``max sum val x  s.t.  sum size x <= cap[t], 0 <= x <= avail[t]`` (the fractional
     knapsack, items of size 0 free), every row at once."""
     free_items = size <= 1e-12
@@ -284,7 +284,7 @@ def _root_bounds(items: PricingItems, tol: float) -> list[tuple[float, int, floa
     multi = np.flatnonzero(n_at > 1)
     if len(multi):
         th = thetas[multi]
-        ub = np.minimum(_fill_rows(val, A, avail[multi], th), _fill_rows(val, B, avail[multi], th))
+        ub = np.minimum(fractional_fills(val, A, avail[multi], th), fractional_fills(val, B, avail[multi], th))
         out += [(float(t), -1, float(u)) for t, u in zip(th, ub)]
     if len(single):
         f = first_at[single]
@@ -293,8 +293,8 @@ def _root_bounds(items: PricingItems, tol: float) -> list[tuple[float, int, floa
         single, f, th = single[fits], f[fits], th[fits]
         av = avail[single].copy()
         av[np.arange(len(single)), f] -= 1.0  # (its other copies stay available to the fills)
-        rest = np.minimum.reduce([_fill_rows(val, A, av, th - A[f]), _fill_rows(val, B, av, th - B[f]),
-                                  _fill_rows(val, W, av, items.cap_w - W[f]), _fill_rows(val, S, av, items.cap_s - S[f])])
+        rest = np.minimum.reduce([fractional_fills(val, A, av, th - A[f]), fractional_fills(val, B, av, th - B[f]),
+                                  fractional_fills(val, W, av, items.cap_w - W[f]), fractional_fills(val, S, av, items.cap_s - S[f])])
         out += [(float(t), int(i), float(u)) for t, i, u in zip(th, f, val[f] + rest)]
     return [(t, i, u * (1 + 1e-12) + 1e-12) for t, i, u in out]
 

@@ -298,6 +298,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         message = "column generation: not started, no time left (the warm start stands)"
         cut_short.append("the colgen backend (no time left to start it)")
     elif backend == "colgen":
+        from formulation.placement.boxstab import REL_GAP as BOX_REL_GAP
         from formulation.placement.colgen import PatternModel, job_classes
 
         placed = cur.placed if cur else set()
@@ -326,7 +327,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         status = SolveStatus.OPTIMAL if st.proven else SolveStatus.FEASIBLE
         lp_txt = f"LP {st.lp_value:.6g}" if st.lp_value is not None else "no LP solved to optimality in the time left"
         box_txt = (f"box-stabilised rounds from the load bound's duals: {st.box_rounds}, bound {st.box_bound:.6g}"
-                   f"{' (the capacity-free LP to 0.2%)' if st.box_converged else ''}; " if st.box_rounds else "")
+                   f"{f' (the capacity-free LP to {BOX_REL_GAP:.1%})' if st.box_converged else ''}; " if st.box_rounds else "")
         message = (f"column generation: {box_txt}{st.rounds} rounds, {st.columns} columns, {lp_txt}"
                    f"{' (converged)' if st.lp_converged else ''}; "
                    + (f"every pattern of reduced cost <= {st.ladder_gap:.4g} enumerated ({st.enumerated}); "

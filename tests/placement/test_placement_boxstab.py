@@ -18,7 +18,7 @@ from formulation.placement.colgen import PatternModel, job_classes
 from formulation.placement.evaluate import REL_TOL, Config, Index
 from formulation.placement.fast import load_bound
 from formulation.placement.master import new_highs
-from formulation.placement.pricing import PricingItems, _fill_rows, price
+from formulation.placement.pricing import PricingItems, fractional_fills, price
 from tests.placement.placement_helpers import config_cost, distinct_oracle, penalty
 from tests.placement.test_placement_farley import CASES, _groups, _inst
 
@@ -104,7 +104,7 @@ def test_fractional_fills_row_by_row_match_one_at_a_time():
         size = rng.uniform(0, 3, n) * (rng.random(n) < 0.85)  # some of size 0
         avail = rng.integers(0, 3, (T, n)).astype(float)
         cap = np.concatenate([rng.uniform(-1, 8, T - 1), [np.inf]])
-        got = _fill_rows(val, size, avail, cap)
+        got = fractional_fills(val, size, avail, cap)
         for t in range(T):
             assert got[t] == pytest.approx(_fill_reference(val, size, avail[t], cap[t]), rel=1e-9, abs=1e-9)
 
