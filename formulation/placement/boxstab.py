@@ -55,13 +55,14 @@ import numpy as np
 
 from formulation.placement.evaluate import Index
 from formulation.placement.farley import cheap_value_bounds, items_for
-from formulation.placement.master import Watchdog, new_highs
+from formulation.placement.master import Watchdog, new_highs, set_time_left
 from formulation.placement.pricing import price
 
 #: box half-width above the centre, relative (module docstring)
 DELTA = 0.25
-#: Wentges' smoothing weight on the centre
-ALPHA = 0.5
+#: Wentges' smoothing weight on the centre (0.5 and 0.7 within noise at 500 distinct jobs; at 2,000
+#: distinct-loose jobs, 87 s in process: 0.5 -> 17,970, 0.7 -> 18,396, 0.85 -> 18,328)
+ALPHA = 0.7
 #: groups kept per configuration and round
 COLUMNS_PER_CONFIG = 5
 #: stop when the bound is within this share of the master's value (the LP's optimum to that share)
@@ -69,6 +70,11 @@ REL_GAP = 2e-3
 #: branch-and-bound nodes per configuration and round (at 500 distinct jobs 20,000 left a few
 #: configurations unproven every round, and their root bounds put r at 1.2-1.3 instead of 1.02-1.07)
 NODE_BUDGET = 200_000
+#: ... with the compiled search (:mod:`formulation.placement.pricing_jit`), whose 200,000 nodes take
+#: milliseconds: at 2,000 distinct jobs 200,000 left 7-18 configurations unproven a round and their
+#: open bounds held r at 1.27-1.53 (no round improved on the load bound); 5M proved every one
+#: (r 1.01-1.10)
+NODE_BUDGET_JIT = 5_000_000
 
 
 @dataclass
@@ -114,7 +120,7 @@ class _BoxMaster:
 
     def solve(self, deadline: float) -> Optional[tuple[float, np.ndarray]]:
         """(value, duals), or None when the deadline stopped it."""
-        self.h.setOptionValue("time_limit", max(0.01, deadline - time.perf_counter()))
+        set_time_left(self.h, deadline - time.perf_counter())
         with Watchdog(self.h, deadline):
             self.h.run()
         if self.h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
@@ -125,7 +131,7 @@ class _BoxMaster:
 
 def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarray, penalty: float,
               columns: list[tuple[int, dict[int, int]]], deadline: float, delta: float = DELTA, alpha: float = ALPHA,
-              columns_per_config: int = COLUMNS_PER_CONFIG, node_budget: int = NODE_BUDGET, rel_gap: float = REL_GAP,
+              columns_per_config: int = COLUMNS_PER_CONFIG, node_budget: Optional[int] = None, rel_gap: float = REL_GAP,
               start: Optional[float] = None, threads: int = 1,
               log: Optional[Callable[[str], None]] = None) -> BoxResult:
     """The bound of the module docstring over classes ``reps`` (a job each) with ``demand`` copies,
@@ -134,7 +140,11 @@ def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarr
 
     ``start``: what the caller has proven the centre is worth; by default ``center.d``, which
     needs the centre to be dual feasible (the load bound's values are, without node prices).
-    With ``start = -inf`` the centre need not be feasible: only the rounds' own proofs count."""
+    With ``start = -inf`` the centre need not be feasible: only the rounds' own proofs count.
+    ``node_budget``: per configuration and round, by default :data:`NODE_BUDGET` or, where the
+    compiled search runs, :data:`NODE_BUDGET_JIT`."""
+    from formulation.placement.pricing_jit import use_jit
+
     reps = np.asarray(reps, dtype=int)
     demand = np.asarray(demand, dtype=float)
     cost = idx.cost
@@ -151,6 +161,8 @@ def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarr
         master.add(int(k), float(cost[k]), counts)
     items_of = items_for(idx, reps, demand)
     a = alpha
+    if node_budget is None:
+        node_budget = NODE_BUDGET_JIT if use_jit(len(reps), deadline) else NODE_BUDGET
     while time.perf_counter() < deadline:
         solved = master.solve(deadline)
         if solved is None:
@@ -194,3 +206,33 @@ def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarr
         # way the master's own duals next, which either prove the LP or give it new groups
         a = alpha if new else 0.0
     return out
+
+
+def fleet_bound(idx: Index, groups: list, deadline: float, threads: int = 1,
+                log: Optional[Callable[[str], None]] = None) -> tuple[Optional[float], Optional[BoxResult]]:
+    """The box-stabilised bound over every job of ``idx`` (job classes of
+    :func:`formulation.placement.colgen.job_classes`) from the partner-capped load bound's per-class
+    values, the master seeded with a plan's ``groups`` (:class:`formulation.placement.evaluate.Group`),
+    until ``deadline``: ``(bound, rounds)``, the bound at least the load bound's; ``(None, None)``
+    when some job fits nowhere alone. For the fast path beyond column generation's reach
+    (:mod:`formulation.placement.solve`), where the compiled search makes rounds affordable."""
+    from collections import Counter
+
+    from formulation.placement.colgen import job_classes
+    from formulation.placement.fast import LOAD_BOUND_STEPS, load_bound
+    from formulation.placement.partners import partners as partner_caps
+
+    t0 = time.perf_counter()
+    cl = job_classes(idx)
+    reps, demand = np.asarray(cl.rep, dtype=int), np.asarray(cl.demand, dtype=float)
+    P = partner_caps(idx, reps, deadline=t0 + 0.1 * max(0.0, deadline - t0))
+    duals: list = []
+    lb = load_bound(idx, jobs=reps, iterations=LOAD_BOUND_STEPS, duals=duals, partners=P if P.done.all() else None,
+                    deadline=t0 + 0.2 * max(0.0, deadline - t0))
+    if lb is None or not duals:
+        return None, None
+    center, mu = np.asarray(duals[0], dtype=float), np.asarray(duals[1], dtype=float)
+    start = float(center @ demand) if not np.any(mu > 0) else -np.inf  # (with node prices: not a feasible point)
+    seed = [(int(g.config), dict(Counter(int(cl.of_job[j]) for j in g.members))) for g in groups if len(g.members)]
+    res = box_bound(idx, reps, demand, center, idx.penalty, seed, deadline, start=start, threads=threads, log=log)
+    return max(res.bound, lb), res

@@ -77,6 +77,11 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
     n = len(items.cls)
     if n == 0:
         return PricingResult([], max(0.0, min_value), True)
+    if not (max_columns >= 1000 if enumerate_all is None else enumerate_all):
+        from formulation.placement import pricing_jit  # (imports numba only when it runs)
+
+        if pricing_jit.use_jit(n, deadline):  # the same search compiled (pricing_jit's docstring)
+            return pricing_jit.price_jit(items, min_value, max_columns, node_budget, deadline, tolerance)
     tol = 1 + REL_TOL
     val = [float(v) for v in items.value]
     dem = [int(d) for d in items.demand]

@@ -48,6 +48,13 @@ LNS_SHARE = 0.6
 #: longer search still won: 6,930 against 7,014)
 LNS_LONG_S = 30.0
 LNS_SHARE_LONG = 0.3
+#: beyond FAST_ONLY_CLASSES, from FLEET_BOUND_MIN_S on and with the compiled pricing
+#: (:mod:`formulation.placement.pricing_jit`), the last FLEET_BOUND_SHARE of the limit goes to the
+#: box-stabilised bound (:func:`formulation.placement.boxstab.fleet_bound`) instead of the fast path's
+#: search: at 2,000 distinct jobs its rounds take 3-8 s (the search gains little past 90 s there:
+#: distinct-loose 25,508 $/h after 60 s, 25,486 after 120 s), and the 60 s line keeps its whole search
+FLEET_BOUND_MIN_S = 150.0
+FLEET_BOUND_SHARE = 0.7
 FINISH_S_PER_JOB = 4.5e-5  # measured (2026-12-05, idle): the plan body of 2,000 jobs 0.05 s, of 10,000 0.38 s
 #: ... for the other backends, whose finish also runs the load bound past their deadline (at 4.5e-5
 #: colgen's 2 s command took 2.2 s at 2,000 jobs, 1.93 s with this)
@@ -153,6 +160,12 @@ def clock() -> float:
     return time.perf_counter()
 
 
+def _jit_available() -> bool:
+    from formulation.placement.pricing_jit import available
+
+    return available()
+
+
 def _real(deadline: float) -> float:
     """A deadline on :func:`clock` as a ``time.perf_counter`` deadline (the backends' clock): the
     same time left."""
@@ -242,6 +255,10 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         warm_s = (lns_share * options.time_limit_s if n_classes > LNS_CLASSES
                   else min(FAST_WARM_MAX_S, FAST_WARM_SHARE * options.time_limit_s))
         share = deadline if fast_only else t0 + warm_s
+        fleet_bound = (backend == "auto" and cur is None and n_classes > FAST_ONLY_CLASSES
+                       and options.time_limit_s >= FLEET_BOUND_MIN_S and _jit_available())
+        if fleet_bound:
+            share = t0 + (1 - FLEET_BOUND_SHARE) * options.time_limit_s
         if cur is not None:
             warm0, warm_name = warm_start(idx, cur, t0 + 0.5 * (share - t0))
             warm0.moved = moved_jobs(warm0, cur)
@@ -262,6 +279,17 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             cut_short.append(f"the Weave greedy baseline ({base_greedy.cut_short})")
         greedy_cost = None if fast_only or base_greedy.cut_short else base_greedy.cost(idx)
         fast_lb = fst.bound
+        if fleet_bound and not warm.unplaced:
+            # a bound worth reading at fleet scale: box-stabilised rounds from the load bound's duals
+            from formulation.placement.boxstab import fleet_bound as box_fleet_bound
+
+            t1 = clock()
+            blb, res = box_fleet_bound(idx, warm.groups, _real(deadline))
+            if blb is not None and res is not None:
+                fast_msg += (f"; box-stabilised bound from the load bound's duals ({clock() - t1:.0f} s): {res.rounds} "
+                             f"rounds, bound {res.bound:.6g}")
+                if fast_lb is None or blb > fast_lb:
+                    fast_lb = blb
         backend = "fast" if fast_only else "colgen"
     else:
         # the Weave greedy: the whole limit for the greedy backend, else under half of it (the

@@ -184,3 +184,31 @@ def test_colgen_on_distinct_jobs_runs_the_box_rounds_and_its_bound_holds(monkeyp
     pm = PatternModel(idx, job_classes(idx), move_price=1.0)
     assert not pm.box_stabilised
     assert Config  # (imported for the fixtures' configuration keys)
+
+
+def test_a_master_solved_again_and_again_gets_the_time_left_not_a_spent_limit():
+    """HiGHS measures ``time_limit`` against the run time its object has accumulated: a plain
+    limit below that stops the next run at once; :func:`set_time_left` counts from now."""
+    from formulation.placement.master import set_time_left
+
+    rng = np.random.default_rng(0)
+    h = new_highs()
+    n = 200
+    inf = highspy.kHighsInf
+    h.addCols(n, rng.uniform(1, 2, n), np.zeros(n), np.full(n, inf), 0, np.zeros(0, dtype=np.int32),
+              np.zeros(0, dtype=np.int32), np.zeros(0))
+    for _ in range(150):
+        cols = rng.choice(n, 15, replace=False).astype(np.int32)
+        h.addRow(1.0, inf, len(cols), cols, np.ones(len(cols)))
+    for _ in range(3):
+        h.run()
+    spent = h.getRunTime()
+    assert spent > 0
+    h.changeColCost(0, 1.9)
+    h.setOptionValue("time_limit", spent / 2)  # the time left as a plain limit: already spent
+    h.run()
+    assert h.getModelStatus() == highspy.HighsModelStatus.kTimeLimit
+    h.changeColCost(1, 1.9)
+    set_time_left(h, 30.0)
+    h.run()
+    assert h.getModelStatus() == highspy.HighsModelStatus.kOptimal

@@ -1,0 +1,133 @@
+"""The compiled pricing search against brute force and against the Python search it mirrors, and
+the box-stabilised bound on the fast path (:mod:`formulation.placement.pricing_jit`,
+:func:`formulation.placement.boxstab.fleet_bound`).
+
+The compiled search is judged like the Python one, by enumerating every multiset of classes on
+synthetic item sets; beside that, on larger item sets where brute force cannot go, its groups and
+bound are compared with the Python search's (two implementations of one search, neither checked
+by itself). The first test compiles the kernel (seconds, once per machine: numba caches it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from formulation.placement import pricing_jit  # noqa: E402
+from formulation.placement.pricing import PricingItems, price  # noqa: E402
+from formulation.placement.pricing_jit import price_jit  # noqa: E402
+from tests.placement.test_placement_boxstab import _brute, _items  # noqa: E402
+
+
+@pytest.mark.parametrize("shared_slo", [False, True])
+def test_compiled_search_finds_the_best_groups_that_brute_force_finds(shared_slo):
+    rng = np.random.default_rng(11 + shared_slo)
+    for _ in range(60):
+        items = _items(rng, int(rng.integers(3, 8)), shared_slo)
+        truth = _brute(items)
+        most = truth[0] if truth else 0.0
+        res = price_jit(items, 0.0, max_columns=3, node_budget=10**7)
+        assert res.exact
+        assert res.upper_bound >= most - 1e-9
+        assert [v for v, _ in res.columns] == pytest.approx(truth[:3], rel=1e-9, abs=1e-9)
+        for v, counts in res.columns:  # each column is the multiset it claims to be
+            assert sum(items.value[c] * q for c, q in counts.items()) == pytest.approx(v)
+            assert all(1 <= q <= items.demand[c] for c, q in counts.items())
+        mid = most * 0.9
+        above = [v for v in truth if v > mid + 1e-12]
+        res = price_jit(items, mid, max_columns=50, node_budget=10**7)
+        assert sorted((v for v, _ in res.columns), reverse=True) == pytest.approx(above[:50])
+        assert res.upper_bound >= most - 1e-9
+
+
+def _big_items(rng, n: int) -> PricingItems:
+    """Many classes with tight SLOs and values near a configuration's worth (as near the LP's duals):
+    the searches branch a lot."""
+    slo = rng.uniform(60, 100, n)
+    slo[rng.integers(0, n, n // 4)] = slo[rng.integers(0, n)]
+    tot = slo * rng.uniform(0.15, 0.8, n)
+    a = tot * rng.uniform(0.2, 0.7, n)
+    bs = tot - a
+    order = np.argsort(-slo, kind="stable")
+    f = lambda x: np.asarray(x)[order]  # noqa: E731
+    return PricingItems(np.arange(n) * 3 + 1, f(rng.uniform(1, 3, n)), f(rng.integers(1, 4, n)), f(a), f(bs), f(tot),
+                        f(slo), f(rng.uniform(0, 40, n)), f(rng.uniform(0, 60, n)), 150.0, float(rng.uniform(150, 400)))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_compiled_search_agrees_with_the_python_search(seed, monkeypatch):
+    rng = np.random.default_rng(seed)
+    for _ in range(8):
+        items = _big_items(rng, int(rng.integers(40, 120)))
+        for min_value in (0.0, 6.0):
+            monkeypatch.setenv("RL_PLANNER_JIT", "0")
+            py = price(items, min_value, max_columns=5, node_budget=10**7)
+            monkeypatch.delenv("RL_PLANNER_JIT")
+            jit = price_jit(items, min_value, max_columns=5, node_budget=10**7)
+            assert py.exact and jit.exact
+            assert jit.upper_bound == pytest.approx(py.upper_bound, rel=1e-12, abs=1e-12)
+            # the same groups, ties broken alike
+            assert [v for v, _ in jit.columns] == pytest.approx([v for v, _ in py.columns], rel=1e-12)
+            assert [c for _, c in jit.columns] == [c for _, c in py.columns]
+            # with a tolerance both prune groups within it of the incumbents (each its own way):
+            # the best found is within it of the best, and the bound covers the best
+            best = py.columns[0][0] if py.columns else min_value
+            tol = 0.05 * max(best, 1.0)
+            rough = price_jit(items, min_value, max_columns=5, node_budget=10**7, tolerance=tol)
+            assert best - 1e-9 <= rough.upper_bound <= best + tol + 1e-9
+            if py.columns:
+                assert rough.columns and rough.columns[0][0] >= best - tol - 1e-9
+
+
+def test_a_cut_search_still_bounds_every_group():
+    rng = np.random.default_rng(5)
+    for _ in range(6):
+        items = _big_items(rng, 80)
+        full = price_jit(items, 0.0, max_columns=5, node_budget=10**8)
+        assert full.exact
+        cut = price_jit(items, 0.0, max_columns=5, node_budget=50)
+        assert not cut.exact
+        assert cut.upper_bound >= full.columns[0][0] - 1e-9
+        assert all(v <= full.columns[0][0] + 1e-9 for v, _ in cut.columns)
+
+
+def test_price_picks_the_compiled_search_only_where_it_pays(monkeypatch):
+    monkeypatch.setattr(pricing_jit, "_KERNEL", None)
+    assert not pricing_jit.use_jit(10_000, deadline=0.0)  # a first compile needs time left
+    assert not pricing_jit.use_jit(20, deadline=float("inf"))  # a few classes: the Python search
+    assert pricing_jit.use_jit(pricing_jit.MIN_ITEMS, deadline=float("inf"))
+    monkeypatch.setenv("RL_PLANNER_JIT", "0")
+    assert not pricing_jit.use_jit(10_000, deadline=float("inf"))
+
+
+def test_the_fast_path_bound_at_fleet_scale_holds_and_beats_the_load_bound(monkeypatch):
+    """``auto`` beyond column generation's reach (here: the class limit lowered to 3) with a long
+    limit runs the box-stabilised rounds after the fast path's search; the bound it reports never
+    exceeds the exhaustive optimum and is at least the load bound's."""
+    import formulation.placement.solve as solve_mod
+    from formulation.common import SolveOptions
+    from formulation.placement.boxstab import fleet_bound
+    from formulation.placement.evaluate import Index
+    from formulation.placement.fast import load_bound
+    from tests.placement.placement_helpers import distinct_oracle
+    from tests.placement.test_placement_farley import _inst
+
+    monkeypatch.setattr(pricing_jit, "MIN_ITEMS", 1)  # (the small cases stand in for many classes)
+    monkeypatch.setattr(pricing_jit, "MIN_TIME_LEFT_S", 0.0)
+    for n, seed, cnt in [(8, 11, 3), (10, 12, 8)]:  # (fleets that hold every job: the bound covers them all)
+        inst = _inst(n, seed, cnt)
+        idx = Index(inst)
+        best = distinct_oracle(inst)[0]
+        lb, res = fleet_bound(idx, [], float("inf"))
+        assert res is not None and res.rounds > 0
+        assert load_bound(idx) - 1e-6 <= lb <= best + 1e-6
+        monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
+        monkeypatch.setattr(solve_mod, "FLEET_BOUND_MIN_S", 1.0)
+        out = solve_mod.solve(inst, SolveOptions(time_limit_s=4.0))
+        assert not out.solution.unplaced
+        assert "box-stabilised bound" in out.record.message
+        assert out.record.best_bound is not None and out.record.best_bound <= best + 1e-6
+        assert out.record.objective >= best - 1e-6
+        monkeypatch.undo()
