@@ -473,7 +473,10 @@ class PatternModel:
             # its dual bound reaches what the ladder can certify (LP + G), the plans come after
             target = ladder.reach() if ladder is not None else None
             t2 = time.perf_counter()
-            share = 1.0 if target is None or ladder is None or ladder.at_proof(best()) else BOUND_SHARE
+            # (with a ladder but no rung certified -- its enumeration cut at the limit -- the master
+            # holds up to ``enumerate_limit`` patterns and is slow: the small masters of phase 3
+            # get the rest; two-types 500, 60 s: 10,344 $/h from the full master alone)
+            share = 1.0 if ladder is None or (target is not None and ladder.at_proof(best())) else BOUND_SHARE
             x, status, fired = self.master.solve_mip(t2 + share * max(0.0, deadline - reserve - t2), None, mip_gap,
                                                      stop_at_bound=target)
             st.phase_s["mip"] = st.phase_s.get("mip", 0.0) + time.perf_counter() - t2
@@ -493,10 +496,10 @@ class PatternModel:
                 break
         # phase 3: plans from the integer master over the patterns of least reduced cost (a few
         # hundred to a few thousand: small masters find good plans fast, where the full one is slow)
-        if ladder is not None and target is not None and not st.proven:
+        if ladder is not None and not st.proven:
             self.progress_bound = st.lower_bound
             t3 = time.perf_counter()
-            cands += self.primal_masters(anchors, deadline - reserve, mip_gap, ladder.proven_at(st.lower_bound))
+            cands += self.primal_masters(anchors, deadline - reserve, mip_gap, ladder.proven_at(st.lower_bound), best())
             st.phase_s["plans"] = time.perf_counter() - t3
             st.proven = ladder.proves(st.lower_bound, best())
         st.columns = len(self.master.columns) - self.master.nc
@@ -514,10 +517,12 @@ class PatternModel:
         inc = min(inc, incumbent)
         self.progress(phase, inc if np.isfinite(inc) else None, bound if bound is not None else self.progress_bound)
 
-    def primal_masters(self, anchors: dict[str, list[int]], deadline: float, mip_gap: float, optimal: float = -np.inf) -> list[Solution]:
+    def primal_masters(self, anchors: dict[str, list[int]], deadline: float, mip_gap: float, optimal: float = -np.inf,
+                       incumbent: float = np.inf) -> list[Solution]:
         """Integer masters over the columns of least reduced cost at the LP-optimal duals (anchored
         columns always), growing through ``PRIMAL_SIZES`` while time is left; their plans. They
-        stop at a plan costing ``optimal`` (the bound: nothing is cheaper)."""
+        stop at a plan costing ``optimal`` (the bound: nothing is cheaper). The status line shows
+        the best of their plans and the caller's ``incumbent``."""
         assert self.converged is not None, "plans from the ladder's patterns need the converged duals"
         pi, mu, _ = self.converged
         cols = [c for c in self.master.columns if c is not None]
@@ -544,7 +549,7 @@ class PatternModel:
                 start = np.round(x)
                 out.append(self.to_solution(x, anchors, sub.columns))
             self._report(f"integer master over {len(take)} patterns: {status}",
-                         min((self.score(s) for s in out), default=np.inf), None)
+                         min([incumbent] + [self.score(s) for s in out]), None)
             if x is not None:
                 if self.score(out[-1]) <= optimal + 1e-9 * max(1.0, abs(optimal)):
                     break
