@@ -133,7 +133,7 @@ def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarr
               columns: list[tuple[int, dict[int, int]]], deadline: float, delta: float = DELTA, alpha: float = ALPHA,
               columns_per_config: int = COLUMNS_PER_CONFIG, node_budget: Optional[int] = None, rel_gap: float = REL_GAP,
               start: Optional[float] = None, threads: int = 1,
-              log: Optional[Callable[[str], None]] = None, enough_columns: Optional[int] = None) -> BoxResult:
+              log: Optional[Callable[[str], None]] = None) -> BoxResult:
     """The bound of the module docstring over classes ``reps`` (a job each) with ``demand`` copies,
     from the centre ``center`` (e.g. the load bound's per-job values), the master seeded with
     ``columns`` (configuration, {class: copies}), until ``deadline``.
@@ -178,16 +178,10 @@ def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarr
         cheap = cheap_value_bounds(idx, reps, demand, s)
         r = max(1.0, float(s.max()) / penalty if penalty > 0 and len(s) else 1.0)
         new = 0
-        # this round improves the bound only while r stays under s.d / best: past that, it goes on
-        # only until it has ``enough_columns`` new groups for the master (its bound is not computed)
-        r_max = float(s @ demand) / best if best > 0 else np.inf
         for k in np.argsort(-(cheap / cost), kind="stable"):
             k = int(k)
             if cheap[k] <= cost[k] * (1 + 1e-9):
                 break  # (descending: no configuration left has a group worth more than its cost)
-            if enough_columns is not None and r > r_max and new >= enough_columns:
-                r = np.inf  # (not a bound: the configurations left were not priced)
-                break
             if time.perf_counter() > deadline:
                 r = max(r, float(cheap[k] / cost[k]))  # the cheap bounds of the rest: the largest is this one
                 break

@@ -454,6 +454,7 @@ class PatternModel:
         best = lambda: min((score(c) for c in cands), default=np.inf)  # noqa: E731
         first = True
         target = None
+        skip_full = False
         while True:
             if ladder is not None and ladder.proves(st.lower_bound, best()):
                 st.proven = True  # (the LP bound alone, rounded up, may prove a plan optimal)
@@ -473,10 +474,17 @@ class PatternModel:
             # its dual bound reaches what the ladder can certify (LP + G), the plans come after
             target = ladder.reach() if ladder is not None else None
             t2 = time.perf_counter()
-            # (with a ladder but no rung certified -- its enumeration cut at the limit -- the master
-            # holds up to ``enumerate_limit`` patterns and is slow: the small masters of phase 3
-            # get the rest; two-types 500, 60 s: 10,344 $/h from the full master alone)
-            share = 1.0 if ladder is None or (target is not None and ladder.at_proof(best())) else BOUND_SHARE
+            if (ladder is not None and ladder.certify and target is None
+                    and len(self.master.columns) - self.master.nc > PRIMAL_SIZES[-1]):
+                # no rung certified (the enumeration was cut at its limit) and a master of up to
+                # ``enumerate_limit`` patterns: too slow to help (two-types 500, 60 s: stopped by
+                # the watchdog with the warm start's 10,344 $/h); the small masters of phase 3
+                # get the time instead (9,832-9,868)
+                skip_full = True
+                st.mip_status = (f"not over all {len(self.master.columns) - self.master.nc} patterns (no ladder rung "
+                                 "certified); over those of least reduced cost")
+                break
+            share = 1.0 if target is None or ladder is None or ladder.at_proof(best()) else BOUND_SHARE
             x, status, fired = self.master.solve_mip(t2 + share * max(0.0, deadline - reserve - t2), None, mip_gap,
                                                      stop_at_bound=target)
             st.phase_s["mip"] = st.phase_s.get("mip", 0.0) + time.perf_counter() - t2
@@ -496,7 +504,7 @@ class PatternModel:
                 break
         # phase 3: plans from the integer master over the patterns of least reduced cost (a few
         # hundred to a few thousand: small masters find good plans fast, where the full one is slow)
-        if ladder is not None and not st.proven:
+        if ladder is not None and (target is not None or skip_full) and not st.proven:
             self.progress_bound = st.lower_bound
             t3 = time.perf_counter()
             cands += self.primal_masters(anchors, deadline - reserve, mip_gap, ladder.proven_at(st.lower_bound), best())

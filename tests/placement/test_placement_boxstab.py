@@ -212,3 +212,27 @@ def test_a_master_solved_again_and_again_gets_the_time_left_not_a_spent_limit():
     set_time_left(h, 30.0)
     h.run()
     assert h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+
+
+def test_a_ladder_cut_at_its_limit_leaves_the_plans_to_the_small_masters(monkeypatch):
+    """When the ladder's enumeration stops at its limit before a rung is certified, the master of
+    every pattern found is not solved (too slow to help at scale); the small masters over the
+    patterns of least reduced cost make the plans, never above the optimum, the bound never above it."""
+    import formulation.placement.colgen as colgen
+    from formulation.placement.colgen import PatternModel, job_classes
+    from formulation.placement.evaluate import Index
+    from formulation.placement.greedy import best_greedy
+    from tests.placement.placement_helpers import oracle, small_instance
+
+    monkeypatch.setattr(colgen, "PRIMAL_SIZES", (2, 4, 8))  # (the small instance stands in for a large one)
+    inst = small_instance(5, 9, capacity=(5, 5), dram_gb=(2048.0, 2048.0), both_types=False)
+    idx = Index(inst)
+    pm = PatternModel(idx, job_classes(idx))
+    warm = best_greedy(idx)[0]
+    sol, st = pm.solve(float("inf"), warm, {}, 1e-4, enumerate_limit=1)
+    best, _ = oracle(inst)
+    assert st.lp_converged
+    assert "least reduced cost" in st.mip_status, st.mip_status
+    assert sol is not None and best - 1e-6 <= pm.score(sol) <= pm.score(warm) + 1e-6
+    assert st.lower_bound is not None and st.lower_bound <= best + 1e-6
+    assert all(idx.feasible(g.config, g.members) for g in sol.groups)

@@ -131,3 +131,4 @@ def test_the_fast_path_bound_at_fleet_scale_holds_and_beats_the_load_bound(monke
         assert out.record.best_bound is not None and out.record.best_bound <= best + 1e-6
         assert out.record.objective >= best - 1e-6
         monkeypatch.undo()
+
