@@ -54,8 +54,20 @@ def _brute(items: PricingItems) -> list[float]:
     return sorted(vals, reverse=True)
 
 
+def _pricer(impl: str):
+    """The Python search, or the compiled one (:mod:`formulation.placement.pricing_jit`)."""
+    if impl == "python":
+        return price
+    pytest.importorskip("numba")
+    from formulation.placement.pricing_jit import price_jit
+
+    return lambda items, min_value, **kw: price_jit(items, min_value, node_budget=10**7, **kw)
+
+
+@pytest.mark.parametrize("impl", ["python", "compiled"])
 @pytest.mark.parametrize("shared_slo", [False, True])
-def test_pricing_finds_the_best_groups_that_brute_force_finds(shared_slo):
+def test_pricing_finds_the_best_groups_that_brute_force_finds(shared_slo, impl):
+    price = _pricer(impl)
     rng = np.random.default_rng(7 + shared_slo)
     for _ in range(60):
         items = _items(rng, int(rng.integers(3, 8)), shared_slo)
