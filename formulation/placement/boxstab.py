@@ -143,7 +143,7 @@ def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarr
     With ``start = -inf`` the centre need not be feasible: only the rounds' own proofs count.
     ``node_budget``: per configuration and round, by default :data:`NODE_BUDGET` or, where the
     compiled search runs, :data:`NODE_BUDGET_JIT`."""
-    from formulation.placement.pricing_jit import use_jit
+    from formulation.placement.pricing_jit import ready
 
     reps = np.asarray(reps, dtype=int)
     demand = np.asarray(demand, dtype=float)
@@ -162,7 +162,7 @@ def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarr
     items_of = items_for(idx, reps, demand)
     a = alpha
     if node_budget is None:
-        node_budget = NODE_BUDGET_JIT if use_jit(len(reps), deadline) else NODE_BUDGET
+        node_budget = NODE_BUDGET_JIT if ready(len(reps), deadline) else NODE_BUDGET
     while time.perf_counter() < deadline:
         solved = master.solve(deadline)
         if solved is None:

@@ -81,7 +81,9 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
         from formulation.placement import pricing_jit  # (imports numba only when it runs)
 
         if pricing_jit.use_jit(n, deadline):  # the same search compiled (pricing_jit's docstring)
-            return pricing_jit.price_jit(items, min_value, max_columns, node_budget, deadline, tolerance)
+            res = pricing_jit.price_jit(items, min_value, max_columns, node_budget, deadline, tolerance)
+            if res is not None:
+                return res
     tol = 1 + REL_TOL
     val = [float(v) for v in items.value]
     dem = [int(d) for d in items.demand]

@@ -64,6 +64,24 @@ def use_jit(n_items: int, deadline: float) -> bool:
     return n_items >= MIN_ITEMS and deadline - time.perf_counter() >= MIN_TIME_LEFT_S
 
 
+def ready(n_items: int, deadline: float) -> bool:
+    """:func:`use_jit`, and the kernel loaded now (compiled or from the cache): a caller that sizes
+    its work for the compiled search (e.g. its node budget) knows it will run."""
+    global _MISSING
+    if not use_jit(n_items, deadline):
+        return False
+    try:
+        kernel()
+    except Exception as exc:  # noqa: BLE001 - as in :func:`price_jit`
+        _MISSING = True
+        import warnings
+
+        warnings.warn(f"compiled pricing unavailable ({type(exc).__name__}: {exc}); the Python search runs",
+                      RuntimeWarning, stacklevel=2)
+        return False
+    return True
+
+
 def kernel() -> Callable:
     """The compiled search (compiled, or loaded from numba's cache, on first call)."""
     global _KERNEL
@@ -76,7 +94,19 @@ def kernel() -> Callable:
 
 def price_jit(items: Any, min_value: float, max_columns: int = 5, node_budget: int = 20000,
               deadline: float = float("inf"), tolerance: float = 0.0) -> Any:
-    """:func:`formulation.placement.pricing.price` (not enumerating) on the compiled search."""
+    """:func:`formulation.placement.pricing.price` (not enumerating) on the compiled search; None
+    when the kernel cannot be compiled or loaded here (e.g. numba finds no writable cache
+    directory): the caller runs the Python search, and this process does not try again."""
+    global _MISSING
+    try:
+        search = kernel()
+    except Exception as exc:  # noqa: BLE001 - any failure to build the kernel: the Python search instead
+        _MISSING = True
+        import warnings
+
+        warnings.warn(f"compiled pricing unavailable ({type(exc).__name__}: {exc}); the Python search runs",
+                      RuntimeWarning, stacklevel=2)
+        return None
     from formulation.placement.evaluate import REL_TOL
     from formulation.placement.pricing import PricingResult
 
@@ -107,7 +137,7 @@ def price_jit(items: Any, min_value: float, max_columns: int = 5, node_budget: i
     for r in range(5):
         rank[r, orders[r]] = np.arange(n)
     prefix = np.searchsorted(-slo[by_slo], -thetas * (1 - 1e-12), side="right").astype(np.int64)
-    hv, hk, hl, open_, cut, nodes, searched = kernel()(
+    hv, hk, hl, open_, cut, nodes, searched = search(
         val, dem, A, B, tot, slo, W, S, float(items.cap_w), float(items.cap_s), float(tol), orders, rank,
         by_slo.astype(np.int64), prefix, ubs, thetas, forced, float(min_value),
         int(max_columns), int(node_budget), float(tolerance))

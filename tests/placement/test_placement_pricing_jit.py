@@ -110,3 +110,22 @@ def test_the_fast_path_bound_at_fleet_scale_holds_and_beats_the_load_bound(monke
         assert out.record.objective >= best - 1e-6
         monkeypatch.undo()
 
+
+
+def test_a_kernel_that_cannot_be_built_leaves_the_python_search(monkeypatch):
+    """numba present but the kernel not buildable (e.g. no writable cache directory): pricing
+    warns once, runs the Python search and does not try again in this process."""
+    def broken():
+        raise RuntimeError("cannot cache function: no locator available")
+
+    monkeypatch.setattr(pricing_jit, "kernel", broken)
+    monkeypatch.setattr(pricing_jit, "_MISSING", False)
+    monkeypatch.setattr(pricing_jit, "MIN_ITEMS", 1)  # (whether or not a kernel is loaded in this process)
+    items = _big_items(np.random.default_rng(9), 60)
+    monkeypatch.setenv("RL_PLANNER_JIT", "0")
+    reference = price(items, 0.0, max_columns=5, node_budget=10**7)
+    monkeypatch.delenv("RL_PLANNER_JIT")
+    with pytest.warns(RuntimeWarning, match="Python search runs"):
+        res = price(items, 0.0, max_columns=5, node_budget=10**7, deadline=float("inf"))
+    assert res.upper_bound == reference.upper_bound and res.columns == reference.columns
+    assert not pricing_jit.available() and not pricing_jit.ready(10_000, float("inf"))
