@@ -208,23 +208,22 @@ def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarr
     return out
 
 
-def fleet_bound(idx: Index, groups: list, deadline: float, threads: int = 1,
-                log: Optional[Callable[[str], None]] = None) -> tuple[Optional[float], Optional[BoxResult]]:
-    """The box-stabilised bound over every job of ``idx`` (job classes of
-    :func:`formulation.placement.colgen.job_classes`) from the partner-capped load bound's per-class
-    values, the master seeded with a plan's ``groups`` (:class:`formulation.placement.evaluate.Group`),
-    until ``deadline``: ``(bound, rounds)``, the bound at least the load bound's; ``(None, None)``
-    when some job fits nowhere alone. For the fast path beyond column generation's reach
-    (:mod:`formulation.placement.solve`), where the compiled search makes rounds affordable."""
+def fleet_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, of_job: np.ndarray, groups: list, deadline: float,
+                threads: int = 1, log: Optional[Callable[[str], None]] = None) -> tuple[Optional[float], Optional[BoxResult]]:
+    """The box-stabilised bound over every job of ``idx``, in job classes (``reps``: a job per class,
+    ``demand``: its jobs, ``of_job[j]``: job ``j``'s class; :func:`formulation.placement.colgen.job_classes`),
+    from the partner-capped load bound's per-class values, the master seeded with a plan's ``groups``
+    (:class:`formulation.placement.evaluate.Group`), until ``deadline``: ``(bound, rounds)``, the bound
+    at least the load bound's; ``(None, None)`` when some job fits nowhere alone. For the fast path
+    beyond column generation's reach (:mod:`formulation.placement.solve`), where the compiled search
+    makes rounds affordable."""
     from collections import Counter
 
-    from formulation.placement.colgen import job_classes
     from formulation.placement.fast import LOAD_BOUND_STEPS, load_bound
     from formulation.placement.partners import partners as partner_caps
 
     t0 = time.perf_counter()
-    cl = job_classes(idx)
-    reps, demand = np.asarray(cl.rep, dtype=int), np.asarray(cl.demand, dtype=float)
+    reps, demand = np.asarray(reps, dtype=int), np.asarray(demand, dtype=float)
     P = partner_caps(idx, reps, deadline=t0 + 0.1 * max(0.0, deadline - t0))
     duals: list = []
     lb = load_bound(idx, jobs=reps, iterations=LOAD_BOUND_STEPS, duals=duals, partners=P if P.done.all() else None,
@@ -233,6 +232,6 @@ def fleet_bound(idx: Index, groups: list, deadline: float, threads: int = 1,
         return None, None
     center, mu = np.asarray(duals[0], dtype=float), np.asarray(duals[1], dtype=float)
     start = float(center @ demand) if not np.any(mu > 0) else -np.inf  # (with node prices: not a feasible point)
-    seed = [(int(g.config), dict(Counter(int(cl.of_job[j]) for j in g.members))) for g in groups if len(g.members)]
+    seed = [(int(g.config), dict(Counter(int(of_job[j]) for j in g.members))) for g in groups if len(g.members)]
     res = box_bound(idx, reps, demand, center, idx.penalty, seed, deadline, start=start, threads=threads, log=log)
     return max(res.bound, lb), res

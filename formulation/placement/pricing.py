@@ -83,7 +83,7 @@ def price(items: PricingItems, min_value: float, max_columns: int = 5, node_budg
         if pricing_jit.use_jit(n, deadline):  # the same search compiled (pricing_jit's docstring)
             res = pricing_jit.price_jit(items, min_value, max_columns, node_budget, deadline, tolerance)
             if res is not None:
-                return res
+                return PricingResult(*res)
     tol = 1 + REL_TOL
     val = [float(v) for v in items.value]
     dem = [int(d) for d in items.demand]

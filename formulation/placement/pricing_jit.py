@@ -93,9 +93,9 @@ def kernel() -> Callable:
 
 
 def price_jit(items: Any, min_value: float, max_columns: int = 5, node_budget: int = 20000,
-              deadline: float = float("inf"), tolerance: float = 0.0) -> Any:
-    """:func:`formulation.placement.pricing.price` (not enumerating) on the compiled search; None
-    when the kernel cannot be compiled or loaded here (e.g. numba finds no writable cache
+              deadline: float = float("inf"), tolerance: float = 0.0) -> Optional[tuple[list, float, bool]]:
+    """:func:`formulation.placement.pricing.price` (not enumerating) on the compiled search, as its
+    result's fields ``(columns, upper_bound, exact)``; None when the kernel cannot be compiled or loaded here (e.g. numba finds no writable cache
     directory): the caller runs the Python search, and this process does not try again."""
     global _MISSING
     try:
@@ -108,11 +108,10 @@ def price_jit(items: Any, min_value: float, max_columns: int = 5, node_budget: i
                       RuntimeWarning, stacklevel=2)
         return None
     from formulation.placement.evaluate import REL_TOL
-    from formulation.placement.pricing import PricingResult
 
     n = len(items.cls)
     if n == 0:
-        return PricingResult([], max(0.0, min_value), True)
+        return [], max(0.0, min_value), True
     tol = 1 + REL_TOL
     val = np.asarray(items.value, dtype=np.float64)
     A, B = np.asarray(items.a, dtype=np.float64), np.asarray(items.bs, dtype=np.float64)
@@ -132,7 +131,7 @@ def price_jit(items: Any, min_value: float, max_columns: int = 5, node_budget: i
     ubs, thetas, forced = ubs[o], thetas[o], forced[o]
     if time.perf_counter() > deadline:  # cut before the first node: every threshold's root bound stays open
         top = max(float(ubs.max()) if len(ubs) else 0.0, min_value)
-        return PricingResult([], top + tolerance, len(ubs) == 0 or top <= min_value)
+        return [], top + tolerance, len(ubs) == 0 or top <= min_value
     rank = np.empty_like(orders)
     for r in range(5):
         rank[r, orders[r]] = np.arange(n)
@@ -154,7 +153,7 @@ def price_jit(items: Any, min_value: float, max_columns: int = 5, node_budget: i
             nz = np.flatnonzero(hk[h])
             cols.append((v, {int(cls[i]): int(hk[h, i]) for i in nz}))
     top = float(hv[best[0]]) if hl else 0.0
-    return PricingResult(cols, max(top, float(open_), min_value) + tolerance, not bool(cut))
+    return cols, max(top, float(open_), min_value) + tolerance, not bool(cut)
 
 
 def _root_bounds_jit(val, dem, A, B, W, S, tot, slo, cap_w, cap_s, tol, by_slo, orders):

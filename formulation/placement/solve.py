@@ -248,7 +248,8 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         from formulation.placement.colgen import job_classes
         from formulation.placement.fast import fast_solve
 
-        n_classes = len(job_classes(idx).rep) if backend == "auto" and idx.n else 0
+        classes = job_classes(idx) if backend == "auto" and idx.n else None
+        n_classes = len(classes.rep) if classes is not None else 0
         fast_only = backend == "fast" or n_classes > FAST_ONLY_CLASSES or (
             options.time_limit_s <= FAST_ONLY_LIMIT_S and n_classes > SMALL_CLASSES)
         lns_share = LNS_SHARE_LONG if options.time_limit_s >= LNS_LONG_S else LNS_SHARE
@@ -284,7 +285,8 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             from formulation.placement.boxstab import fleet_bound as box_fleet_bound
 
             t1 = clock()
-            blb, res = box_fleet_bound(idx, warm.groups, _real(deadline))
+            assert classes is not None  # (fleet_bound needs auto, which computed them)
+            blb, res = box_fleet_bound(idx, classes.rep, classes.demand, classes.of_job, warm.groups, _real(deadline))
             if blb is not None and res is not None:
                 fast_msg += (f"; box-stabilised bound from the load bound's duals ({clock() - t1:.0f} s): {res.rounds} "
                              f"rounds, bound {res.bound:.6g}")

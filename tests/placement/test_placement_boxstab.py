@@ -18,7 +18,7 @@ from formulation.placement.colgen import PatternModel, job_classes
 from formulation.placement.evaluate import REL_TOL, Config, Index
 from formulation.placement.fast import load_bound
 from formulation.placement.master import new_highs
-from formulation.placement.pricing import PricingItems, fractional_fills, price
+from formulation.placement.pricing import PricingItems, PricingResult, fractional_fills, price
 from tests.placement.placement_helpers import config_cost, distinct_oracle, penalty
 from tests.placement.test_placement_farley import CASES, _groups, _inst
 
@@ -61,7 +61,7 @@ def _pricer(impl: str):
     pytest.importorskip("numba")
     from formulation.placement.pricing_jit import price_jit
 
-    return lambda items, min_value, **kw: price_jit(items, min_value, node_budget=10**7, **kw)
+    return lambda items, min_value, **kw: PricingResult(*price_jit(items, min_value, node_budget=10**7, **kw))
 
 
 @pytest.mark.parametrize("impl", ["python", "compiled"])

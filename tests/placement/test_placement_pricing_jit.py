@@ -16,8 +16,15 @@ import pytest
 pytest.importorskip("numba")
 
 from formulation.placement import pricing_jit  # noqa: E402
-from formulation.placement.pricing import PricingItems, price  # noqa: E402
-from formulation.placement.pricing_jit import price_jit  # noqa: E402
+from formulation.placement.pricing import PricingItems, PricingResult, price  # noqa: E402
+from formulation.placement.pricing_jit import price_jit as _price_jit  # noqa: E402
+
+
+def price_jit(items, min_value, **kw) -> PricingResult:
+    """The compiled search's result as pricing's."""
+    res = _price_jit(items, min_value, **kw)
+    assert res is not None
+    return PricingResult(*res)
 
 
 def _big_items(rng, n: int) -> PricingItems:
@@ -87,6 +94,7 @@ def test_the_fast_path_bound_at_fleet_scale_holds_and_beats_the_load_bound(monke
     import formulation.placement.solve as solve_mod
     from formulation.common import SolveOptions
     from formulation.placement.boxstab import fleet_bound
+    from formulation.placement.colgen import job_classes
     from formulation.placement.evaluate import Index
     from formulation.placement.fast import load_bound
     from tests.placement.placement_helpers import distinct_oracle
@@ -98,7 +106,8 @@ def test_the_fast_path_bound_at_fleet_scale_holds_and_beats_the_load_bound(monke
         inst = _inst(n, seed, cnt)
         idx = Index(inst)
         best = distinct_oracle(inst)[0]
-        lb, res = fleet_bound(idx, [], float("inf"))
+        cl = job_classes(idx)
+        lb, res = fleet_bound(idx, cl.rep, cl.demand, cl.of_job, [], float("inf"))
         assert res is not None and res.rounds > 0
         assert load_bound(idx) - 1e-6 <= lb <= best + 1e-6
         monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
