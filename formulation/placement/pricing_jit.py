@@ -37,8 +37,6 @@ MIN_ITEMS = 150
 MIN_TIME_LEFT_S = 15.0
 
 _KERNEL: Optional[Callable] = None
-#: counters of the compiled searches in this process (calls, nodes, thresholds searched / with a root bound)
-STATS = {"calls": 0, "nodes": 0, "thresholds": 0, "all_thresholds": 0}
 _MISSING = False
 
 
@@ -67,19 +65,22 @@ def use_jit(n_items: int, deadline: float) -> bool:
 def ready(n_items: int, deadline: float) -> bool:
     """:func:`use_jit`, and the kernel loaded now (compiled or from the cache): a caller that sizes
     its work for the compiled search (e.g. its node budget) knows it will run."""
+    return use_jit(n_items, deadline) and _load() is not None
+
+
+def _load() -> Optional[Callable]:
+    """The kernel, or None when it cannot be built here (e.g. numba finds no writable cache
+    directory): a warning, and this process does not try again."""
     global _MISSING
-    if not use_jit(n_items, deadline):
-        return False
     try:
-        kernel()
-    except Exception as exc:  # noqa: BLE001 - as in :func:`price_jit`
+        return kernel()
+    except Exception as exc:  # noqa: BLE001 - any failure to build the kernel: the Python search instead
         _MISSING = True
         import warnings
 
         warnings.warn(f"compiled pricing unavailable ({type(exc).__name__}: {exc}); the Python search runs",
-                      RuntimeWarning, stacklevel=2)
-        return False
-    return True
+                      RuntimeWarning, stacklevel=3)
+        return None
 
 
 def kernel() -> Callable:
@@ -97,15 +98,8 @@ def price_jit(items: Any, min_value: float, max_columns: int = 5, node_budget: i
     """:func:`formulation.placement.pricing.price` (not enumerating) on the compiled search, as its
     result's fields ``(columns, upper_bound, exact)``; None when the kernel cannot be compiled or loaded here (e.g. numba finds no writable cache
     directory): the caller runs the Python search, and this process does not try again."""
-    global _MISSING
-    try:
-        search = kernel()
-    except Exception as exc:  # noqa: BLE001 - any failure to build the kernel: the Python search instead
-        _MISSING = True
-        import warnings
-
-        warnings.warn(f"compiled pricing unavailable ({type(exc).__name__}: {exc}); the Python search runs",
-                      RuntimeWarning, stacklevel=2)
+    search = _load()
+    if search is None:
         return None
     from formulation.placement.evaluate import REL_TOL
 
@@ -136,14 +130,10 @@ def price_jit(items: Any, min_value: float, max_columns: int = 5, node_budget: i
     for r in range(5):
         rank[r, orders[r]] = np.arange(n)
     prefix = np.searchsorted(-slo[by_slo], -thetas * (1 - 1e-12), side="right").astype(np.int64)
-    hv, hk, hl, open_, cut, nodes, searched = search(
+    hv, hk, hl, open_, cut, _nodes, _searched = search(
         val, dem, A, B, tot, slo, W, S, float(items.cap_w), float(items.cap_s), float(tol), orders, rank,
         by_slo.astype(np.int64), prefix, ubs, thetas, forced, float(min_value),
         int(max_columns), int(node_budget), float(tolerance))
-    STATS["calls"] += 1
-    STATS["nodes"] += int(nodes)
-    STATS["thresholds"] += int(searched)
-    STATS["all_thresholds"] += len(ubs)
     best = np.argsort(-hv[:hl], kind="stable")  # (Python sorts its heap list by value, stably)
     cls = np.asarray(items.cls)
     cols = []
