@@ -453,14 +453,15 @@ def _score(idx: Index, sol: Solution) -> float:
 
 
 def fast_solve(idx: Index, deadline: float, warm: Optional[Solution] = None, seed: int = 0,
-               progress=None) -> tuple[Solution, FastStats]:
+               progress=None, warm_name: str = "the previous plan with the new jobs admitted") -> tuple[Solution, FastStats]:
     """Construction (tightest-SLO-first and FFD packings, the better one; the warm start if
-    cheaper), the load bound, then local search until ``deadline``."""
+    cheaper), the load bound, then local search until ``deadline``. With ``warm`` (named
+    ``warm_name`` in the message) the search goes on from it instead of a construction."""
     t0 = time.perf_counter()
     span = max(0.0, deadline - t0)
     st = FastStats(cut_short=[])
     if warm is not None:  # a re-optimisation: keep the current plan's groups, improve the others
-        return _finish(idx, warm, "the previous plan with the new jobs admitted", st, deadline, seed, progress)
+        return _finish(idx, warm, warm_name, st, deadline, seed, progress)
     many = idx.n > 500
     # tightest-SLO first fit first (quickest, and the cheapest construction on distinct jobs),
     # then first-fit decreasing best fit (the plan is never worse than it) and tightest-SLO-first

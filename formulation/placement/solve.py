@@ -49,12 +49,18 @@ LNS_SHARE = 0.6
 LNS_LONG_S = 30.0
 LNS_SHARE_LONG = 0.3
 #: beyond FAST_ONLY_CLASSES, from FLEET_BOUND_MIN_S on and with the compiled pricing
-#: (:mod:`formulation.placement.pricing_jit`), the last FLEET_BOUND_SHARE of the limit goes to the
-#: box-stabilised bound (:func:`formulation.placement.boxstab.fleet_bound`) instead of the fast path's
-#: search: at 2,000 distinct jobs its rounds take 3-8 s (the search gains little past 90 s there:
-#: distinct-loose 25,508 $/h after 60 s, 25,486 after 120 s), and the 60 s line keeps its whole search
+#: (:mod:`formulation.placement.pricing_jit`), the fast path's search gets
+#: ``min(FLEET_SEARCH_SHARE_MAX x limit, max(FLEET_SEARCH_S, FLEET_SEARCH_SHARE x limit))`` and the rest
+#: of the limit goes to the box-stabilised bound (:func:`formulation.placement.boxstab.fleet_bound`): at
+#: 2,000 distinct jobs its rounds take 3-8 s and the bound still rises after 150 s of them (distinct-loose,
+#: in process: 18,100 after 102 s, 18,636 after 142 s), while the search gains little past 60 s there (distinct-loose 25,508 $/h after 60 s, 25,486 after 120 s,
+#: 25,436 after a 15-minute search). The 60 s line keeps its whole search. When the fast path's plan
+#: leaves jobs out for capacity the search keeps the whole limit instead (a bound over every job bounds
+#: no plan of fewer)
 FLEET_BOUND_MIN_S = 150.0
-FLEET_BOUND_SHARE = 0.7
+FLEET_SEARCH_S = 60.0
+FLEET_SEARCH_SHARE = 0.15
+FLEET_SEARCH_SHARE_MAX = 0.3
 FINISH_S_PER_JOB = 4.5e-5  # measured (2026-12-05, idle): the plan body of 2,000 jobs 0.05 s, of 10,000 0.38 s
 #: ... for the other backends, whose finish also runs the load bound past their deadline (at 4.5e-5
 #: colgen's 2 s command took 2.2 s at 2,000 jobs, 1.93 s with this)
@@ -256,10 +262,11 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         warm_s = (lns_share * options.time_limit_s if n_classes > LNS_CLASSES
                   else min(FAST_WARM_MAX_S, FAST_WARM_SHARE * options.time_limit_s))
         share = deadline if fast_only else t0 + warm_s
-        fleet_bound = (backend == "auto" and cur is None and n_classes > FAST_ONLY_CLASSES
+        bound_phase = (backend == "auto" and cur is None and n_classes > FAST_ONLY_CLASSES
                        and options.time_limit_s >= FLEET_BOUND_MIN_S and _jit_available())
-        if fleet_bound:
-            share = t0 + (1 - FLEET_BOUND_SHARE) * options.time_limit_s
+        if bound_phase:
+            L = options.time_limit_s
+            share = t0 + min(FLEET_SEARCH_SHARE_MAX * L, max(FLEET_SEARCH_S, FLEET_SEARCH_SHARE * L))
         if cur is not None:
             warm0, warm_name = warm_start(idx, cur, t0 + 0.5 * (share - t0))
             warm0.moved = moved_jobs(warm0, cur)
@@ -268,6 +275,16 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         else:
             warm0, warm_name = None, "fast path"
         warm, fst = fast_solve(idx, _real(share), warm0, seed=options.seed, progress=progress)
+        if bound_phase and warm.unplaced:
+            # jobs left out for capacity: a bound over every job bounds no plan of fewer, so the
+            # time the bound phase would have had goes to the search, on from this plan
+            more, fst_more = fast_solve(idx, _real(deadline), warm, seed=options.seed, progress=progress,
+                                        warm_name=f"{fst.constructed}, searched on in place of the bound phase")
+            fst_more.ffd_cost, fst_more.repaired = fst.ffd_cost, fst.repaired + fst_more.repaired
+            fst_more.lns_moves += fst.lns_moves
+            fst_more.lns_gain += fst.lns_gain
+            fst_more.cut_short = (fst.cut_short or []) + (fst_more.cut_short or [])
+            warm, fst, bound_phase = more, fst_more, False
         warm.moved = moved_jobs(warm, cur)
         if warm0 is None:
             warm_name = "fast path"
@@ -280,13 +297,13 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             cut_short.append(f"the Weave greedy baseline ({base_greedy.cut_short})")
         greedy_cost = None if fast_only or base_greedy.cut_short else base_greedy.cost(idx)
         fast_lb = fst.bound
-        if fleet_bound and not warm.unplaced:
+        if bound_phase:
             # a bound worth reading at fleet scale: box-stabilised rounds from the load bound's duals
-            from formulation.placement.boxstab import fleet_bound as box_fleet_bound
+            from formulation.placement.boxstab import fleet_bound
 
             t1 = clock()
-            assert classes is not None  # (fleet_bound needs auto, which computed them)
-            blb, res = box_fleet_bound(idx, classes.rep, classes.demand, classes.of_job, warm.groups, _real(deadline))
+            assert classes is not None  # (the bound phase needs auto, which computed them)
+            blb, res = fleet_bound(idx, classes.rep, classes.demand, classes.of_job, warm.groups, _real(deadline))
             if blb is not None and res is not None:
                 fast_msg += (f"; box-stabilised bound from the load bound's duals ({clock() - t1:.0f} s): {res.rounds} "
                              f"rounds, bound {res.bound:.6g}")

@@ -120,6 +120,37 @@ def test_the_fast_path_bound_at_fleet_scale_holds_and_beats_the_load_bound(monke
         monkeypatch.undo()
 
 
+def test_a_fleet_too_small_for_every_job_gives_the_bound_phase_time_to_the_search(monkeypatch):
+    """Regression: when the fast path's plan leaves jobs out for capacity, a bound over every job
+    bounds no plan of fewer; the bound phase used to be skipped and the command ended with the plan
+    of 30% of its limit. Now the search goes on from that plan until the command's deadline."""
+    import formulation.placement.fast as fast_mod
+    import formulation.placement.solve as solve_mod
+    from formulation.common import SolveOptions
+    from formulation.placement.check import check
+    from tests.placement.test_placement_farley import _inst
+
+    calls: list[tuple[float, bool]] = []
+    real = fast_mod.fast_solve
+
+    def spy(idx, deadline, warm=None, **kw):
+        calls.append((deadline, warm is not None))
+        return real(idx, deadline, warm, **kw)
+
+    monkeypatch.setattr(fast_mod, "fast_solve", spy)
+    monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
+    monkeypatch.setattr(solve_mod, "FLEET_BOUND_MIN_S", 1.0)
+    monkeypatch.setattr(solve_mod, "_jit_available", lambda: True)
+    inst = _inst(12, 14, 2)  # (10 jobs that each fit alone, 2 nodes a type: not all of them at once)
+    out = solve_mod.solve(inst, SolveOptions(time_limit_s=20.0))
+    assert out.solution.unplaced, "the fleet was meant to leave jobs out"
+    assert len(calls) == 2, f"expected the fast path, then its search on from its plan; calls: {calls}"
+    (first, _), (second, from_plan) = calls
+    assert from_plan and second > first + 5.0, "the search did not get the bound phase's share of the limit"
+    assert "searched on in place of the bound phase" in out.record.message
+    assert "box-stabilised bound" not in out.record.message
+    assert check(inst, out.plan) == []
+
 
 def test_a_kernel_that_cannot_be_built_leaves_the_python_search(monkeypatch):
     """numba present but the kernel not buildable (e.g. no writable cache directory): pricing
