@@ -49,18 +49,16 @@ LNS_SHARE = 0.6
 LNS_LONG_S = 30.0
 LNS_SHARE_LONG = 0.3
 #: beyond FAST_ONLY_CLASSES, from FLEET_BOUND_MIN_S on and with the compiled pricing
-#: (:mod:`formulation.placement.pricing_jit`), the fast path's search gets
-#: ``min(FLEET_SEARCH_SHARE_MAX x limit, max(FLEET_SEARCH_S, FLEET_SEARCH_SHARE x limit))`` and the rest
-#: of the limit goes to the box-stabilised bound (:func:`formulation.placement.boxstab.fleet_bound`): at
-#: 2,000 distinct jobs its rounds take 3-8 s and the bound still rises after 150 s of them (distinct-loose,
-#: in process: 18,100 after 102 s, 18,636 after 142 s), while the search gains little past 60 s there (distinct-loose 25,508 $/h after 60 s, 25,486 after 120 s,
-#: 25,436 after a 15-minute search). The 60 s line keeps its whole search. When the fast path's plan
-#: leaves jobs out for capacity the search keeps the whole limit instead (a bound over every job bounds
-#: no plan of fewer)
+#: (:mod:`formulation.placement.pricing_jit`), the last FLEET_BOUND_SHARE of the limit goes to the
+#: box-stabilised bound (:func:`formulation.placement.boxstab.fleet_bound`) instead of the fast path's
+#: search: at 2,000 distinct jobs its rounds take 3-8 s (the search gains little past 90 s there:
+#: distinct-loose 25,508 $/h after 60 s, 25,486 after 120 s), and the 60 s line keeps its whole search.
+#: 0.8 (60 s of search at 300 s) was tried (2026-12-05, 2,000 jobs, 300 s): distinct-loose bound 18,991
+#: (0.7: 19,226), distinct 29,589 (29,607) and its plan 34,614 (34,320). When the fast path's plan leaves
+#: jobs out for capacity the search keeps the whole limit instead (a bound over every job bounds no plan
+#: of fewer)
 FLEET_BOUND_MIN_S = 150.0
-FLEET_SEARCH_S = 60.0
-FLEET_SEARCH_SHARE = 0.15
-FLEET_SEARCH_SHARE_MAX = 0.3
+FLEET_BOUND_SHARE = 0.7
 FINISH_S_PER_JOB = 4.5e-5  # measured (2026-12-05, idle): the plan body of 2,000 jobs 0.05 s, of 10,000 0.38 s
 #: ... for the other backends, whose finish also runs the load bound past their deadline (at 4.5e-5
 #: colgen's 2 s command took 2.2 s at 2,000 jobs, 1.93 s with this)
@@ -265,8 +263,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         bound_phase = (backend == "auto" and cur is None and n_classes > FAST_ONLY_CLASSES
                        and options.time_limit_s >= FLEET_BOUND_MIN_S and _jit_available())
         if bound_phase:
-            L = options.time_limit_s
-            share = t0 + min(FLEET_SEARCH_SHARE_MAX * L, max(FLEET_SEARCH_S, FLEET_SEARCH_SHARE * L))
+            share = t0 + (1 - FLEET_BOUND_SHARE) * options.time_limit_s
         if cur is not None:
             warm0, warm_name = warm_start(idx, cur, t0 + 0.5 * (share - t0))
             warm0.moved = moved_jobs(warm0, cur)
