@@ -25,10 +25,15 @@ A round:
    (:func:`formulation.placement.farley.cheap_value_bounds`) exceeds ``c_k``, the exact branch and
    bound (:func:`formulation.placement.pricing.price`) returns the groups worth more than ``c_k`` at
    ``s`` and an upper bound ``V_k`` on any group's worth;
-3. Farley: ``r = max(1, max_k V_k / c_k, max_c s_c / P)`` (configurations the deadline leaves
-   unsearched count with their cheap bound), so ``s / r`` is dual feasible and every plan costs at
-   least ``s.d / r``. When that beats the best so far, ``s / r`` becomes the centre (and the box
-   moves with it);
+3. scaling per class (Farley's scaling, refined): with ``rho_k = max(1, V_k / c_k)`` (configurations
+   the deadline leaves unsearched count with their cheap bound), each class gets
+   ``r_c = max(1, s_c / P, max of rho_k over the configurations it may use)``; a group on ``k``
+   holds only classes that may use ``k``, so ``s / r`` (element-wise) is dual feasible and every
+   plan costs at least ``sum_c d_c s_c / r_c`` (:func:`class_scales`). Farley's single
+   ``r = max_c r_c`` scales every class by the worst configuration; classes that cannot use it
+   keep more here (2,000 distinct-loose jobs, two processes on the 2 CPUs: 18,461 after 63 s and
+   19,109 after 133 s, against 17,700 and 18,650 with the single scale). When that beats the best
+   so far, ``s / r`` becomes the centre (and the box moves with it);
 4. the groups found join the master. A round that finds none prices at ``pi`` itself next
    (``alpha = 0``, Wentges' misprice rule): either ``pi`` is feasible (then the bound is the
    master's value) or pricing finds groups for the master.
@@ -129,6 +134,23 @@ class _BoxMaster:
         return float(self.h.getInfo().objective_function_value), np.maximum(duals, 0.0)
 
 
+def class_scales(idx: Index, reps: np.ndarray, rho: np.ndarray, pi: np.ndarray, penalty: float) -> np.ndarray:
+    """Per class ``c``: ``r_c = max(1, pi_c / P, max of rho_k over the configurations k class c may use)``,
+    where ``rho_k >= V_k(pi) / c_k`` (``V_k``: the most any feasible group on ``k`` is worth at
+    ``pi``). Then ``pi / r`` (element-wise) is dual feasible: a group ``S`` on ``k`` holds only
+    classes that may use ``k``, each with ``r_c >= rho_k``, so it is worth at most
+    ``pi(S) / rho_k <= c_k``. Never above Farley's single ``r = max_k rho_k`` (module docstring), and
+    below it for the classes no violated configuration can hold."""
+    rc = np.ones(len(reps))
+    hot = np.flatnonzero(rho > 1.0)
+    if len(hot):
+        ok = idx.ok[np.ix_(hot, reps)]  # (configurations over 1) x classes
+        rc = np.maximum(rc, np.where(ok, rho[hot][:, None], 1.0).max(axis=0))
+    if penalty > 0 and len(pi):
+        rc = np.maximum(rc, np.asarray(pi, dtype=float) / penalty)
+    return rc
+
+
 def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarray, penalty: float,
               columns: list[tuple[int, dict[int, int]]], deadline: float, delta: float = DELTA, alpha: float = ALPHA,
               columns_per_config: int = COLUMNS_PER_CONFIG, node_budget: Optional[int] = None, rel_gap: float = REL_GAP,
@@ -176,26 +198,30 @@ def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarr
             break
         s = a * z + (1 - a) * pi
         cheap = cheap_value_bounds(idx, reps, demand, s)
-        r = max(1.0, float(s.max()) / penalty if penalty > 0 and len(s) else 1.0)
+        rho = np.ones(len(cost))  # rho_k >= V_k / c_k, at least 1
         new = 0
-        for k in np.argsort(-(cheap / cost), kind="stable"):
+        order = np.argsort(-(cheap / cost), kind="stable")
+        for i, k in enumerate(order):
             k = int(k)
             if cheap[k] <= cost[k] * (1 + 1e-9):
                 break  # (descending: no configuration left has a group worth more than its cost)
             if time.perf_counter() > deadline:
-                r = max(r, float(cheap[k] / cost[k]))  # the cheap bounds of the rest: the largest is this one
+                rest = order[i:]  # the cheap bounds of the rest
+                rho[rest] = np.maximum(1.0, cheap[rest] / cost[rest])
                 break
             res = price(items_of(k, s), float(cost[k]), max_columns=columns_per_config, node_budget=node_budget,
                         deadline=deadline)
-            r = max(r, min(float(cheap[k]), res.upper_bound) / float(cost[k]))
+            rho[k] = max(1.0, min(float(cheap[k]), res.upper_bound) / float(cost[k]))
             for _v, counts in res.columns:
                 if master.add(k, float(cost[k]), counts):
                     new += 1
                     out.columns.append((k, counts))
-        lb = float(s @ demand) / r
+        rc = class_scales(idx, reps, rho, s, penalty)
+        r = float(rc.max()) if len(rc) else 1.0
+        lb = float((s / rc) @ demand)
         improved = lb > best * (1 + 1e-12)
         if improved:
-            best, z = lb, s / r
+            best, z = lb, s / rc
             out.bound, out.duals = best, z.copy()
             master.set_box(box(z))
         out.rounds += 1

@@ -13,7 +13,7 @@ import highspy
 import numpy as np
 import pytest
 
-from formulation.placement.boxstab import REL_GAP, box_bound
+from formulation.placement.boxstab import REL_GAP, box_bound, class_scales
 from formulation.placement.colgen import PatternModel, job_classes
 from formulation.placement.evaluate import REL_TOL, Config, Index
 from formulation.placement.fast import load_bound
@@ -165,6 +165,34 @@ def test_box_bound_reaches_the_lp_over_every_group_and_its_duals_are_feasible(sm
         assert res.duals[list(members)].sum() <= config_cost(inst, c) * (1 + 1e-9) + 1e-9, (members, c)
     assert (res.duals <= P + 1e-9).all()
     assert res.duals.sum() == pytest.approx(res.bound)
+
+
+def test_class_scales_make_any_duals_feasible_and_beat_one_scale(small):
+    """Per-class scales from each configuration's largest group worth (brute force here, not
+    pricing): ``pi / r`` holds for every feasible group brute force finds, and is worth at least
+    Farley's ``pi / max_k rho_k``; on these fleets some classes cannot use the most violated
+    configuration, so it is worth strictly more for some draw."""
+    inst, idx, groups, P, _lp, _best = small
+    reps = np.arange(idx.n)
+    K = len(idx.configs)
+    rng = np.random.default_rng(5)
+    sharper = 0
+    for _ in range(20):
+        pi = rng.uniform(0.2, 1.5, idx.n) * np.median(idx.cost)
+        worth = np.zeros(K)
+        for members, c in groups:
+            k = idx.config_id[Config(*c)]
+            worth[k] = max(worth[k], pi[list(members)].sum())
+        rho = np.maximum(1.0, worth / idx.cost)
+        rc = class_scales(idx, reps, rho, pi, P)
+        scaled = pi / rc
+        for members, c in groups:
+            assert scaled[list(members)].sum() <= config_cost(inst, c) * (1 + 1e-9), (members, c)
+        assert (scaled <= P * (1 + 1e-12)).all()
+        farley = pi.sum() / max(1.0, rho.max(), pi.max() / P)
+        assert scaled.sum() >= farley * (1 - 1e-12)
+        sharper += scaled.sum() > farley * (1 + 1e-9)
+    assert sharper > 0
 
 
 def test_box_bound_stopped_at_once_keeps_the_bound_it_started_from(small):
