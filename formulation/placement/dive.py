@@ -11,7 +11,8 @@ included, over the rounds' groups, the search's plan and a singleton per class):
 
 1. solve the LP;
 2. fix to one copy every group at ``x >= FIX_AT`` (at most ``TOP`` when none is), largest first,
-   and drop every group that shares a job class with a fixed one (a job is placed once);
+   and drop every group that shares a job class with a fixed one (a job is placed once) or needs
+   more nodes than the fixed ones leave (two groups at 0.8 may fit the fleet where two at 1 do not);
 3. repeat until no group is fractional or the deadline comes.
 
 The jobs no fixed group holds are admitted by the greedy (:class:`formulation.placement.greedy.Packer`),
@@ -54,6 +55,7 @@ def dive(idx: Index, classes: Classes, columns: list[tuple[int, dict[int, int]]]
     master = pm.master
     cols = master.columns
     covered: set[int] = set()
+    room = np.array(pm.cap, dtype=float)  # nodes per type the fixed groups leave
     while True:
         if time.perf_counter() >= deadline:
             return None
@@ -69,10 +71,12 @@ def dive(idx: Index, classes: Classes, columns: list[tuple[int, dict[int, int]]]
             if x[i] < fix_at and fixed >= top:
                 break
             cs = set(cols[i].counts)
-            if cs & covered:
-                master.h.changeColBounds(i, 0.0, 0.0)  # shares a job class with a fixed group
+            nodes = idx.node_matrix[cols[i].config]
+            if cs & covered or (nodes > room + 1e-9).any():
+                master.h.changeColBounds(i, 0.0, 0.0)  # shares a job class with a fixed group, or no room left
                 continue
             covered |= cs
+            room -= nodes
             master.h.changeColBounds(i, 1.0, 1.0)
             fixed += 1
         if not fixed:

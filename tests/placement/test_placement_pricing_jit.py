@@ -115,6 +115,7 @@ def test_the_fast_path_bound_at_fleet_scale_holds_and_beats_the_load_bound(monke
         out = solve_mod.solve(inst, SolveOptions(time_limit_s=4.0))
         assert not out.solution.unplaced
         assert "box-stabilised bound" in out.record.message
+        assert "LP-guided dive over the bound phase's" in out.record.message  # (its plan is the one judged below when kept)
         assert out.record.best_bound is not None and out.record.best_bound <= best + 1e-6
         assert out.record.objective >= best - 1e-6
         monkeypatch.undo()

@@ -1,0 +1,61 @@
+"""The plan from the bound phase's groups (:mod:`formulation.placement.dive`), judged without the index.
+
+Each group of the dive's plan is decided by Howard's cycle times on its pins and the DRAM per node
+(:func:`tests.placement.placement_helpers.group_feasible`), the nodes are counted against the
+fleet, and the cost is compared with the exhaustive optimum (:func:`distinct_oracle`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from formulation.placement.boxstab import fleet_bound
+from formulation.placement.colgen import job_classes
+from formulation.placement.dive import dive
+from formulation.placement.evaluate import Index
+from tests.placement.placement_helpers import config_cost, config_use, distinct_oracle, group_feasible
+from tests.placement.test_placement_farley import _inst
+
+CASES = [(8, 11, 3), (10, 12, 8), (10, 12, 2), (9, 21, 3)]  # (jobs, seed, nodes per type): roomy and tight fleets
+
+
+def _judge(inst, idx, sol) -> float:
+    """The plan's $/h after checking it from outside the index; asserts what must hold."""
+    types = sorted(inst.pool_types)
+    use = np.zeros(len(types))
+    seen: set[int] = set()
+    cost = 0.0
+    for g in sol.groups:
+        c = tuple(idx.configs[g.config])
+        assert group_feasible(inst, tuple(g.members), c), (g.members, c)
+        assert not seen & set(g.members), "a job placed twice"
+        seen |= set(g.members)
+        use += np.array(config_use(inst, c))
+        cost += config_cost(inst, c)
+    assert (use <= np.array([inst.pool_types[t].count for t in types])).all(), "more nodes than the fleet has"
+    assert seen | set(sol.unplaced) == set(range(len(inst.jobs))), "a job neither placed nor left out"
+    return cost
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"n{c[0]}-seed{c[1]}-cap{c[2]}" for c in CASES])
+def test_the_dive_gives_a_valid_plan_never_below_the_optimum(case):
+    inst = _inst(*case)
+    idx = Index(inst)
+    cl = job_classes(idx)
+    opt, opt_unplaced = distinct_oracle(inst)
+    _lb, res = fleet_bound(idx, cl.rep, cl.demand, cl.of_job, [], float("inf"))
+    assert res is not None and res.columns, "the box rounds found no groups to dive over"
+    sol = dive(idx, cl, res.columns, [], float("inf"))
+    assert sol is not None
+    cost = _judge(inst, idx, sol)
+    assert len(sol.unplaced) >= opt_unplaced
+    if len(sol.unplaced) == opt_unplaced:
+        assert cost + idx.penalty * len(sol.unplaced) >= opt - 1e-6
+
+
+def test_a_dive_past_its_deadline_returns_nothing():
+    inst = _inst(8, 11, 3)
+    idx = Index(inst)
+    cl = job_classes(idx)
+    assert dive(idx, cl, [], [], 0.0) is None
