@@ -170,3 +170,16 @@ def test_a_kernel_that_cannot_be_built_leaves_the_python_search(monkeypatch):
         res = price(items, 0.0, max_columns=5, node_budget=10**7, deadline=float("inf"))
     assert res.upper_bound == reference.upper_bound and res.columns == reference.columns
     assert not pricing_jit.available() and not pricing_jit.ready(10_000, float("inf"))
+
+
+def test_a_150_s_command_leaves_the_solver_enough_for_the_bound_phase():
+    """Regression: the bound phase starts from FLEET_BOUND_MIN_S of the *solver's* share, and
+    `planner plan --time-limit 150` hands the solver what reading and writing leave of the 150 s
+    (at 150.0 a 150 s command at 2,000 jobs ran no bound phase and no dive). Loading 10,000 jobs
+    takes a few seconds (an instance file of 10,000 jobs: ~1-2 s on an idle machine); 5 s is allowed."""
+    from formulation.placement.solve import FLEET_BOUND_MIN_S
+    from planner.commands.plan import solver_share
+
+    for n, json_out in [(2000, True), (2000, False), (10000, False)]:
+        share, cut = solver_share(150.0, 5.0, n, json_out)
+        assert not cut and share >= FLEET_BOUND_MIN_S, (n, json_out, share)
