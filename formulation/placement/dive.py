@@ -15,8 +15,9 @@ included, over the rounds' groups, the search's plan and a singleton per class):
    more nodes than the fixed ones leave (two groups at 0.8 may fit the fleet where two at 1 do not);
 3. repeat until no group is fractional or the deadline comes.
 
-The jobs no fixed group holds are admitted by the greedy (:class:`formulation.placement.greedy.Packer`),
-each group's nodes counted against the fleet, so the plan is valid by construction. The dive's
+The jobs no fixed group holds are admitted by the greedy
+(:meth:`formulation.placement.colgen.PatternModel.round_and_repair`), each group's nodes counted
+against the fleet, so the plan is valid by construction. The dive's
 first groups are the LP's; its last ones are poor (the LP's value climbs from 23,751 to 29,794 as
 it fixes), and the local search (:func:`formulation.placement.lns.improve`) then eliminates them
 into the others' slack: 23,466 $/h after 30 s of search on that instance (in process, by hand), 7.7%
@@ -33,7 +34,6 @@ import numpy as np
 
 from formulation.placement.colgen import Classes, PatternModel
 from formulation.placement.evaluate import Group, Index, Solution
-from formulation.placement.greedy import Packer, arrival_order
 from formulation.placement.master import Column
 
 #: groups at this share of a copy or more are fixed together
@@ -81,18 +81,6 @@ def dive(idx: Index, classes: Classes, columns: list[tuple[int, dict[int, int]]]
             fixed += 1
         if not fixed:
             break
-    plan = pm.to_solution(np.round(master.last_primal), {})
-    pk = Packer(idx)
-    left = set(plan.unplaced)
-    for g in plan.groups:
-        if all(pk.free.get(t, 0) >= n for t, n in idx.config_nodes(g.config).items()):
-            pk.add_group(g.config, list(g.members), None)
-        else:  # (the LP's capacity rows hold the rounded plan; this only guards the tolerance)
-            left.update(g.members)
-    for j in arrival_order(idx):
-        if j in left:
-            if time.perf_counter() > deadline:
-                pk.open_alone(j)
-            else:
-                pk.admit(j)
-    return pk.solution()
+    # the fixed groups (the LP's capacity rows hold them), then the greedy admits the jobs they leave
+    pm.deadline = deadline
+    return pm.round_and_repair(master.last_primal, {})
