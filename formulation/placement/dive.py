@@ -7,7 +7,9 @@ groups the box-stabilised rounds priced (:func:`formulation.placement.boxstab.fl
 is 23,751 and the certified bound 19,232. The groups the LP picks are what the search never builds.
 
 The dive rounds that LP (the master of :mod:`formulation.placement.colgen`, capacity rows
-included, over the rounds' groups, the search's plan and a singleton per class):
+included, over the rounds' groups, a singleton per class and the groups of a plan when the caller
+gives one; the fleet-scale solve gives none: a plan's integral groups were often the LP's optimum
+when the rounds had priced few groups, and the dive then returned that plan):
 
 1. solve the LP;
 2. fix to one copy every group at ``x >= FIX_AT`` (at most ``TOP`` when none is), largest first,

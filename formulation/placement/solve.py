@@ -48,23 +48,31 @@ LNS_SHARE = 0.6
 #: longer search still won: 6,930 against 7,014)
 LNS_LONG_S = 30.0
 LNS_SHARE_LONG = 0.3
-#: beyond FAST_ONLY_CLASSES, from FLEET_BOUND_MIN_S on and with the compiled pricing
-#: (:mod:`formulation.placement.pricing_jit`), the last FLEET_BOUND_SHARE of the limit goes to the
-#: box-stabilised bound (:func:`formulation.placement.boxstab.fleet_bound`) instead of the fast path's
-#: search: at 2,000 distinct jobs its rounds take 3-8 s (the search gains little past 90 s there:
-#: distinct-loose 25,508 $/h after 60 s, 25,486 after 120 s), and the 60 s line keeps its whole search.
-#: 0.8 (60 s of search at 300 s) was tried (2026-12-05, 2,000 jobs, 300 s): distinct-loose bound 18,991
-#: (0.7: 19,226), distinct 29,589 (29,607) and its plan 34,614 (34,320). When the fast path's plan leaves
-#: jobs out for capacity the search keeps the whole limit instead (a bound over every job bounds no plan
-#: of fewer)
-#: (compared with the solver's share of the limit: `planner plan --time-limit 150` reads and writes its
-#: files out of the 150 s and hands the solver ~149 s, which at 150.0 here ran no bound phase)
-FLEET_BOUND_MIN_S = 140.0
-FLEET_BOUND_SHARE = 0.7
-#: ... of which the last FLEET_PRIMAL_SHARE of the limit goes to a plan from the bound phase's groups
+#: beyond FAST_ONLY_CLASSES, from FLEET_PHASES_MIN_S on and with the compiled pricing
+#: (:mod:`formulation.placement.pricing_jit`), the fleet-scale phases (:func:`fleet_shares`): the fast
+#: path FLEET_FAST_SHARE of the limit, then the box-stabilised bound
+#: (:func:`formulation.placement.boxstab.fleet_bound`), then, over the last FLEET_PRIMAL_SHARE of the
+#: limit (at least FLEET_PRIMAL_MIN_S), a plan from the rounds' groups
 #: (:mod:`formulation.placement.dive`: the LP-guided dive, FLEET_DIVE_SHARE of that time at most, then
-#: the local search), kept when it beats the fast path's
-FLEET_PRIMAL_SHARE = 0.15
+#: the local search), kept when it beats the fast path's. The rounds' groups, not the search's time,
+#: make the plan: 2,000 distinct-loose jobs (2026-12-05, in process, seed 3), fast / rounds / dive and
+#: search in seconds: under 60 s the fast path alone 25,508 $/h, 8 / 37 / 15 24,230, 4 / 41 / 15 24,010,
+#: 8 / 27 / 25 24,520, 5 / 20 / 35 24,772, 4 / 36 / 20 24,122; under 300 s 90 / 165 / 45 (the split
+#: before) 23,406 $/h and bound 18,921, 20 / 220 / 60 23,202 and 19,208. A pricing node budget of
+#: 200,000 (rounds of ~1 s) gave 24,414 under 60 s. When the fast path's plan leaves jobs out for
+#: capacity the search keeps the whole limit instead (a bound over every job bounds no plan of fewer)
+#: (compared with the solver's share of the limit: `planner plan --time-limit T` reads and writes its
+#: files out of the T s)
+FLEET_PHASES_MIN_S = 40.0
+#: ... at up to FLEET_PHASES_CLASSES job classes; beyond, that times the square of the ratio
+#: (:func:`fleet_phases_min_s`): a round prices every configuration over every class, 3-4 s at 2,000
+#: distinct jobs and over 40 s at 10,000, where under 60 s one round ran and the dive's plan
+#: (236,648 $/h) lost to the fast path's (the command's plan 177,348 against 169,484 by the fast
+#: path alone). Between 2,000 and 10,000 classes the threshold is not measured
+FLEET_PHASES_CLASSES = 2000
+FLEET_FAST_SHARE = 1 / 15
+FLEET_PRIMAL_SHARE = 0.2
+FLEET_PRIMAL_MIN_S = 15.0
 FLEET_DIVE_SHARE = 0.5
 FINISH_S_PER_JOB = 4.5e-5  # measured (2026-12-05, idle): the plan body of 2,000 jobs 0.05 s, of 10,000 0.38 s
 #: ... for the other backends, whose finish also runs the load bound past their deadline (at 4.5e-5
@@ -186,17 +194,45 @@ def _dive_and_search(idx: Index, classes, columns: list, warm: Solution, deadlin
     from formulation.placement.lns import improve as lns_improve
 
     t1 = time.perf_counter()
-    dived = dive(idx, classes, columns, warm.groups, t1 + FLEET_DIVE_SHARE * max(0.0, deadline - t1))
+    # the LP over the rounds' groups alone: with the fast path's plan among its columns that integral
+    # plan was often the LP's optimum (60 s, 2,000 distinct-loose jobs: the dive returned it, 25,884 $/h,
+    # and the search 25,634), without it the dive's plan searched on gave 24,230 (at 300 s 23,406
+    # against 23,438 seeded)
+    dived = dive(idx, classes, columns, [], t1 + FLEET_DIVE_SHARE * max(0.0, deadline - t1))
     if dived is None:
         return warm, "; LP-guided dive over the bound phase's groups: cut short by the time limit"
     dive_cost = dived.cost(idx)
+    left = len(dived.unplaced)
+    if left:
+        # jobs the greedy could not place in the nodes the dive's groups left (a tight fleet): the
+        # search frees nodes, then the capacity-aware repair places them, then the search again
+        # (two-types 2,000 under 60 s: 38,964 $/h with jobs left out, not kept, before this)
+        from formulation.placement.repair import repair
+
+        t2 = time.perf_counter()
+        dived, _ = lns_improve(idx, dived, t2 + 0.4 * max(0.0, deadline - t2), seed=seed, progress=progress, bound=bound)
+        t2 = time.perf_counter()
+        dived, _, _ = repair(idx, dived, t2 + 0.3 * max(0.0, deadline - t2), seed)
     found, _ = lns_improve(idx, dived, deadline, seed=seed, progress=progress, bound=bound)
     took = time.perf_counter() - t1
-    words = (f"; LP-guided dive over the bound phase's {len(columns)} groups ({dive_cost:.6g} $/h), then local search "
-             f"({took:.0f} s in all): {found.cost(idx):.6g} $/h")
+    words = (f"; LP-guided dive over the bound phase's {len(columns)} groups ({dive_cost:.6g} $/h"
+             + (f", {left} job(s) left for the repair" if left else "") + f"), then local search "
+             f"({took:.0f} s in all): {found.cost(idx):.6g} $/h" + (f", {len(found.unplaced)} job(s) left out" if found.unplaced else ""))
     if _score(idx, found) < _score(idx, warm) - 1e-9:
         return found, words + f", kept (the fast path's plan: {warm.cost(idx):.6g} $/h)"
     return warm, words + ", not kept (the fast path's plan is as cheap)"
+
+
+def fleet_phases_min_s(n_classes: int) -> float:
+    """The least limit under which the fleet-scale phases run for ``n_classes`` job classes."""
+    return FLEET_PHASES_MIN_S * max(1.0, n_classes / FLEET_PHASES_CLASSES) ** 2
+
+
+def fleet_shares(limit_s: float) -> tuple[float, float]:
+    """The fleet-scale phases' split of a limit of ``limit_s`` (module constants): (the fast
+    path's seconds, the dive's and its search's seconds); the box rounds get what lies between."""
+    primal = min(max(FLEET_PRIMAL_MIN_S, FLEET_PRIMAL_SHARE * limit_s), 0.5 * limit_s)
+    return FLEET_FAST_SHARE * limit_s, primal
 
 
 def _real(deadline: float) -> float:
@@ -290,9 +326,10 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
                   else min(FAST_WARM_MAX_S, FAST_WARM_SHARE * options.time_limit_s))
         share = deadline if fast_only else t0 + warm_s
         bound_phase = (backend == "auto" and cur is None and n_classes > FAST_ONLY_CLASSES
-                       and options.time_limit_s >= FLEET_BOUND_MIN_S and _jit_available())
+                       and options.time_limit_s >= fleet_phases_min_s(n_classes) and _jit_available())
         if bound_phase:
-            share = t0 + (1 - FLEET_BOUND_SHARE) * options.time_limit_s
+            fast_s, primal_s = fleet_shares(options.time_limit_s)
+            share = t0 + fast_s
         if cur is not None:
             warm0, warm_name = warm_start(idx, cur, t0 + 0.5 * (share - t0))
             warm0.moved = moved_jobs(warm0, cur)
@@ -329,7 +366,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
 
             t1 = clock()
             assert classes is not None  # (the bound phase needs auto, which computed them)
-            primal_from = deadline - FLEET_PRIMAL_SHARE * options.time_limit_s
+            primal_from = deadline - primal_s
             blb, res = fleet_bound(idx, classes.rep, classes.demand, classes.of_job, warm.groups, _real(primal_from))
             if blb is not None and res is not None:
                 fast_msg += (f"; box-stabilised bound from the load bound's duals ({clock() - t1:.0f} s): {res.rounds} "

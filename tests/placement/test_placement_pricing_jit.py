@@ -111,7 +111,7 @@ def test_the_fast_path_bound_at_fleet_scale_holds_and_beats_the_load_bound(monke
         assert res is not None and res.rounds > 0
         assert load_bound(idx) - 1e-6 <= lb <= best + 1e-6
         monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
-        monkeypatch.setattr(solve_mod, "FLEET_BOUND_MIN_S", 1.0)
+        monkeypatch.setattr(solve_mod, "FLEET_PHASES_MIN_S", 1.0)
         out = solve_mod.solve(inst, SolveOptions(time_limit_s=4.0))
         assert not out.solution.unplaced
         assert "box-stabilised bound" in out.record.message
@@ -140,7 +140,7 @@ def test_a_fleet_too_small_for_every_job_gives_the_bound_phase_time_to_the_searc
 
     monkeypatch.setattr(fast_mod, "fast_solve", spy)
     monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
-    monkeypatch.setattr(solve_mod, "FLEET_BOUND_MIN_S", 1.0)
+    monkeypatch.setattr(solve_mod, "FLEET_PHASES_MIN_S", 1.0)
     monkeypatch.setattr(solve_mod, "_jit_available", lambda: True)
     inst = _inst(12, 14, 2)  # (10 jobs that each fit alone, 2 nodes a type: not all of them at once)
     out = solve_mod.solve(inst, SolveOptions(time_limit_s=20.0))
@@ -172,14 +172,68 @@ def test_a_kernel_that_cannot_be_built_leaves_the_python_search(monkeypatch):
     assert not pricing_jit.available() and not pricing_jit.ready(10_000, float("inf"))
 
 
-def test_a_150_s_command_leaves_the_solver_enough_for_the_bound_phase():
-    """Regression: the bound phase starts from FLEET_BOUND_MIN_S of the *solver's* share, and
-    `planner plan --time-limit 150` hands the solver what reading and writing leave of the 150 s
-    (at 150.0 a 150 s command at 2,000 jobs ran no bound phase and no dive). Loading 10,000 jobs
-    takes a few seconds (an instance file of 10,000 jobs: ~1-2 s on an idle machine); 5 s is allowed."""
-    from formulation.placement.solve import FLEET_BOUND_MIN_S
+def test_a_60_s_command_leaves_the_solver_enough_for_the_fleet_phases_at_2000_jobs_and_not_at_10000():
+    """Regression: the fleet-scale phases start from ``fleet_phases_min_s`` of the *solver's* share,
+    and `planner plan --time-limit T` hands the solver what reading and writing leave of the T s
+    (when the threshold was 150 s, a 150 s command at 2,000 jobs ran no bound phase and no dive).
+    At 10,000 jobs a round of the box bound outlasts most of a minute: the phases must not start
+    there under 60 s (they did, and the plan lost 4.6% to the fast path's). Loading 10,000 jobs
+    takes a few seconds (~1-2 s on an idle machine); 5 s is allowed."""
+    from formulation.placement.solve import fleet_phases_min_s
     from planner.commands.plan import solver_share
 
-    for n, json_out in [(2000, True), (2000, False), (10000, False)]:
-        share, cut = solver_share(150.0, 5.0, n, json_out)
-        assert not cut and share >= FLEET_BOUND_MIN_S, (n, json_out, share)
+    for n, json_out in [(2000, True), (2000, False)]:
+        share, cut = solver_share(60.0, 5.0, n, json_out)
+        assert not cut and share >= fleet_phases_min_s(n), (n, json_out, share)
+    assert fleet_phases_min_s(10000) > 60.0
+
+
+def test_the_fleet_phases_split_the_limit_and_the_dive_starts_from_the_rounds_groups_alone(monkeypatch):
+    """The fleet-scale phases in order: the fast path until FLEET_FAST_SHARE of the limit, the box
+    rounds until the last ``fleet_shares`` primal seconds, then the dive over the rounds' groups
+    *without* the fast path's plan among its columns (with it, that integral plan was often the
+    LP's optimum when the rounds had priced few groups, and the dive gave it back unchanged)."""
+    import formulation.placement.boxstab as boxstab
+    import formulation.placement.dive as dive_mod
+    import formulation.placement.fast as fast_mod
+    import formulation.placement.solve as solve_mod
+    from formulation.common import SolveOptions
+    from formulation.placement.check import check
+    from tests.placement.test_placement_farley import _inst
+
+    seen: dict[str, object] = {}
+    real_fast, real_bound, real_dive = fast_mod.fast_solve, boxstab.fleet_bound, dive_mod.dive
+
+    def fast_spy(idx, deadline, warm=None, **kw):
+        seen.setdefault("fast", deadline)
+        return real_fast(idx, deadline, warm, **kw)
+
+    def bound_spy(idx, reps, demand, of_job, groups, deadline, **kw):
+        seen["bound"], seen["plan groups"] = deadline, len(groups)
+        return real_bound(idx, reps, demand, of_job, groups, deadline, **kw)
+
+    def dive_spy(idx, classes, columns, seed_groups, deadline, **kw):
+        seen["seeds"] = list(seed_groups)
+        return real_dive(idx, classes, columns, seed_groups, deadline, **kw)
+
+    monkeypatch.setattr(fast_mod, "fast_solve", fast_spy)
+    monkeypatch.setattr(boxstab, "fleet_bound", bound_spy)
+    monkeypatch.setattr(dive_mod, "dive", dive_spy)
+    monkeypatch.setattr(pricing_jit, "MIN_ITEMS", 1)
+    monkeypatch.setattr(pricing_jit, "MIN_TIME_LEFT_S", 0.0)
+    monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
+    monkeypatch.setattr(solve_mod, "FLEET_PHASES_MIN_S", 1.0)
+    inst = _inst(10, 12, 8)
+    limit = 6.0
+    out = solve_mod.solve(inst, SolveOptions(time_limit_s=limit))
+    fast_s, primal_s = solve_mod.fleet_shares(limit)
+    assert 0 < fast_s < limit - primal_s < limit
+    assert {"fast", "bound", "seeds"} <= set(seen), f"a phase did not run: {sorted(seen)}"
+    # the rounds end primal_s (less the finish, at most 0.3 s here) before the fast path's deadline
+    # plus what lies between the two shares
+    gap = float(seen["bound"]) - float(seen["fast"])  # type: ignore[arg-type]
+    assert limit - fast_s - primal_s - 0.5 <= gap <= limit - fast_s - primal_s + 0.01, gap
+    assert seen["plan groups"], "the box master was meant to start from the fast path's groups"
+    assert seen["seeds"] == [], "the dive was given the fast path's plan"
+    assert "LP-guided dive over the bound phase's" in out.record.message
+    assert check(inst, out.plan) == []
