@@ -59,11 +59,13 @@ LNS_SHARE_LONG = 0.3
 #: search in seconds: under 60 s the fast path alone 25,508 $/h, 8 / 37 / 15 24,230, 4 / 41 / 15 24,010,
 #: 8 / 27 / 25 24,520, 5 / 20 / 35 24,772, 4 / 36 / 20 24,122; under 300 s 90 / 165 / 45 (the split
 #: before) 23,406 $/h and bound 18,921, 20 / 220 / 60 23,202 and 19,208. A pricing node budget of
-#: 200,000 (rounds of ~1 s) gave 24,414 under 60 s. When the fast path's plan leaves jobs out for
+#: 200,000 (rounds of ~1 s) gave 24,414 under 60 s. From 35 s of the solver's share, so that a 40 s
+#: command runs them (distinct-loose under 40 s: 24,928 against the fast path's 25,572; under 35 s
+#: not measured). When the fast path's plan leaves jobs out for
 #: capacity the search keeps the whole limit instead (a bound over every job bounds no plan of fewer)
 #: (compared with the solver's share of the limit: `planner plan --time-limit T` reads and writes its
 #: files out of the T s)
-FLEET_PHASES_MIN_S = 40.0
+FLEET_PHASES_MIN_S = 35.0
 #: ... at up to FLEET_PHASES_CLASSES job classes; beyond, that times the square of the ratio
 #: (:func:`fleet_phases_min_s`): a round prices every configuration over every class, 3-4 s at 2,000
 #: distinct jobs and over 40 s at 10,000, where under 60 s one round ran and the dive's plan
