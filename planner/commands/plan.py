@@ -10,8 +10,10 @@ docs/placement.md) into co-execution groups that share a rollout pool and a trai
 lowest provisioning cost ($/h) with every member's cycle time within its SLO and every node's
 resident job state within its host DRAM.
 
-Backends: auto (the fast path alone with more than 600 distinct job classes, or under
---time-limit 2 with more than 30; else the fast path as the warm start of column generation), fast (first-fit-decreasing
+Backends: auto (with more than 600 distinct job classes the fast path, then from --time-limit 40 at
+2,000 classes box-stabilised rounds for a certified bound and a plan from their groups; the fast
+path alone under --time-limit 2 with more than 30; else the fast path as the warm start of column
+generation), fast (first-fit-decreasing
 and tightest-SLO-first best fit over pool-type pairs, a load bound, local search that re-solves a
 few groups at a time exactly, until the limit), colgen (set partitioning over group patterns by column generation:
 certified lower bound, proven optimal on small inputs), highs (compact job x group MILP through
