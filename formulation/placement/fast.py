@@ -434,6 +434,16 @@ class FastStats:
     short_search: bool = False  # the search began on the configurations lns.short_configs keeps
     cut_short: list[str] = field(default_factory=list)  # phases the deadline cut short
 
+    def continued_from(self, earlier: "FastStats") -> "FastStats":
+        """These stats of a search that went on from ``earlier``'s plan, with ``earlier``'s
+        construction, repairs, moves and cut-short phases counted in."""
+        self.ffd_cost = earlier.ffd_cost
+        self.repaired += earlier.repaired
+        self.lns_moves += earlier.lns_moves
+        self.lns_gain += earlier.lns_gain
+        self.cut_short = (earlier.cut_short or []) + (self.cut_short or [])
+        return self
+
     def message(self) -> str:
         parts = [f"fast path: {self.constructed}"]
         if self.ffd_cost is not None:

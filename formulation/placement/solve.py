@@ -345,11 +345,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             # time the bound phase would have had goes to the search, on from this plan
             more, fst_more = fast_solve(idx, _real(deadline), warm, seed=options.seed, progress=progress,
                                         warm_name=f"{fst.constructed}, searched on in place of the bound phase")
-            fst_more.ffd_cost, fst_more.repaired = fst.ffd_cost, fst.repaired + fst_more.repaired
-            fst_more.lns_moves += fst.lns_moves
-            fst_more.lns_gain += fst.lns_gain
-            fst_more.cut_short = (fst.cut_short or []) + (fst_more.cut_short or [])
-            warm, fst, bound_phase = more, fst_more, False
+            warm, fst, bound_phase = more, fst_more.continued_from(fst), False
         warm.moved = moved_jobs(warm, cur)
         if warm0 is None:
             warm_name = "fast path"
