@@ -226,6 +226,9 @@ def test_the_fleet_phases_split_the_limit_and_the_dive_starts_from_the_rounds_gr
     monkeypatch.setattr(pricing_jit, "MIN_TIME_LEFT_S", 0.0)
     monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
     monkeypatch.setattr(solve_mod, "FLEET_PHASES_MIN_S", 1.0)
+    # 1.5 s for the fast path (1/15 of the limit, 0.4 s, can be too short for its repair on a busy
+    # machine: a job it leaves out sends the time to the search and no bound phase runs)
+    monkeypatch.setattr(solve_mod, "FLEET_FAST_SHARE", 0.25)
     inst = _inst(10, 12, 8)
     limit = 6.0
     out = solve_mod.solve(inst, SolveOptions(time_limit_s=limit))
