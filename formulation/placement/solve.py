@@ -341,7 +341,15 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             warm0, warm_name = None, "fast path"
         warm, fst = fast_solve(idx, _real(share), warm0, seed=options.seed, progress=progress)
         if bound_phase and warm.unplaced:
-            # jobs left out for capacity: a bound over every job bounds no plan of fewer, so the
+            # jobs left out: for capacity, or because the fast path's share ended before its repair
+            # placed them (a busy machine: 1/15 of the limit is a few seconds). The search goes on
+            # from this plan for another such share; the bound phase runs if the plan then holds
+            # every job (a CI run under load lost it to one job left out, 2026-12-05)
+            more, fst_more = fast_solve(idx, _real(share + fast_s), warm, seed=options.seed, progress=progress,
+                                        warm_name=fst.constructed)
+            warm, fst = more, fst_more.continued_from(fst)
+        if bound_phase and warm.unplaced:
+            # still left out, for capacity: a bound over every job bounds no plan of fewer, so the
             # time the bound phase would have had goes to the search, on from this plan
             more, fst_more = fast_solve(idx, _real(deadline), warm, seed=options.seed, progress=progress,
                                         warm_name=f"{fst.constructed}, searched on in place of the bound phase")

@@ -148,9 +148,9 @@ def test_a_fleet_too_small_for_every_job_gives_the_bound_phase_time_to_the_searc
     inst = _inst(12, 14, 2)  # (10 jobs that each fit alone, 2 nodes a type: not all of them at once)
     out = solve_mod.solve(inst, SolveOptions(time_limit_s=20.0))
     assert out.solution.unplaced, "the fleet was meant to leave jobs out"
-    assert len(calls) == 2, f"expected the fast path, then its search on from its plan; calls: {calls}"
-    (first, _), (second, from_plan) = calls
-    assert from_plan and second > first + 5.0, "the search did not get the bound phase's share of the limit"
+    assert len(calls) == 3, f"expected the fast path, its search on for another share, then to the end; calls: {calls}"
+    (first, _), (second, again), (third, from_plan) = calls
+    assert again and from_plan and third > second + 5.0, "the search did not get the bound phase's share of the limit"
     assert "searched on in place of the bound phase" in out.record.message
     assert "box-stabilised bound" not in out.record.message
     assert check(inst, out.plan) == []
@@ -243,3 +243,47 @@ def test_the_fleet_phases_split_the_limit_and_the_dive_starts_from_the_rounds_gr
     assert seen["seeds"] == [], "the dive was given the fast path's plan"
     assert "LP-guided dive over the bound phase's" in out.record.message
     assert check(inst, out.plan) == []
+
+
+def test_jobs_the_fast_paths_share_left_out_get_another_share_before_the_bound_phase_is_given_up(monkeypatch):
+    """Regression (a CI run under load): the fast path's first share (1/15 of the limit) ended before
+    its repair placed one job, and the command gave the bound phase's time to the search as if the
+    fleet could not hold every job. Now the search goes on from that plan for another share and the
+    bound phase runs when the plan then holds every job. Here the first call's plan is made to leave
+    a job out (as a cut-short repair does), whatever the machine's speed."""
+    import formulation.placement.fast as fast_mod
+    import formulation.placement.solve as solve_mod
+    from formulation.common import SolveOptions
+    from formulation.placement.check import check
+    from formulation.placement.evaluate import Group, Solution
+    from tests.placement.test_placement_farley import _inst
+
+    calls: list[tuple[float, bool]] = []
+    real = fast_mod.fast_solve
+
+    def spy(idx, deadline, warm=None, **kw):
+        calls.append((deadline, warm is not None))
+        sol, st = real(idx, deadline, warm, **kw)
+        if len(calls) == 1:  # the first share's plan, one job short
+            big = max(range(len(sol.groups)), key=lambda i: len(sol.groups[i].members))
+            g = sol.groups[big]
+            assert len(g.members) >= 2, "the instance was meant to pair jobs"
+            groups = list(sol.groups)
+            groups[big] = Group(g.config, tuple(g.members[1:]), g.anchor)
+            sol = Solution(groups, list(sol.unplaced) + [g.members[0]])
+        return sol, st
+
+    monkeypatch.setattr(fast_mod, "fast_solve", spy)
+    monkeypatch.setattr(pricing_jit, "MIN_ITEMS", 1)
+    monkeypatch.setattr(pricing_jit, "MIN_TIME_LEFT_S", 0.0)
+    monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
+    monkeypatch.setattr(solve_mod, "FLEET_PHASES_MIN_S", 1.0)
+    monkeypatch.setattr(solve_mod, "FLEET_FAST_SHARE", 0.25)
+    inst = _inst(10, 12, 8)  # (a fleet that holds every job)
+    out = solve_mod.solve(inst, SolveOptions(time_limit_s=8.0))
+    assert len(calls) == 2, f"expected the fast path and one more share from its plan; calls: {calls}"
+    (first, _), (second, from_plan) = calls
+    assert from_plan and second - first == pytest.approx(2.0, abs=0.05), "the second share is not the fast path's share"
+    assert "box-stabilised bound" in out.record.message, out.record.message
+    assert "in place of the bound phase" not in out.record.message
+    assert not out.solution.unplaced and check(inst, out.plan) == []
