@@ -97,6 +97,21 @@ class WorkerActor:
         return {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                 "node_id": ctx.get_node_id(), "placement_group": ctx.get_placement_group_id()}
 
+    def cuda(self) -> dict:
+        """What torch in this process makes of the GPUs Ray gave it (a check for GPU machines:
+        ``tests/executor/test_exec_ray_gpu.py``). Imports torch; on a CUDA device it also runs a
+        small matrix product there and reads the result back."""
+        import torch
+
+        ok = torch.cuda.is_available()
+        out: dict = {"available": ok, "device_count": torch.cuda.device_count() if ok else 0,
+                     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        if ok:
+            x = torch.arange(16, dtype=torch.float32, device="cuda").reshape(4, 4)
+            out.update(name=torch.cuda.get_device_name(0), uuid=str(getattr(torch.cuda.get_device_properties(0), "uuid", "")),
+                       matmul_sum=float((x @ x).sum().item()), device=str(x.device))
+        return out
+
 
 CoordinatorActorClass = ray.remote(**_ACTOR_OPTIONS)(CoordinatorActor)
 WorkerActorClass = ray.remote(**_ACTOR_OPTIONS)(WorkerActor)
