@@ -20,6 +20,20 @@ from formulation.placement.pricing import PricingItems, PricingResult, price  # 
 from formulation.placement.pricing_jit import price_jit as _price_jit  # noqa: E402
 
 
+
+def _fleet_phases_on_small_instances(monkeypatch) -> None:
+    """The fleet-scale phases on a 10-job instance: the compiled pricing on few items, fleet scale
+    from 3 classes, the phases from a 1 s limit, and the fast path a quarter of the limit (1/15 of a
+    few seconds can be too short for its repair on a busy machine: a job it leaves out sends the
+    time to the search and no bound phase runs)."""
+    import formulation.placement.solve as solve_mod
+
+    monkeypatch.setattr(pricing_jit, "MIN_ITEMS", 1)
+    monkeypatch.setattr(pricing_jit, "MIN_TIME_LEFT_S", 0.0)
+    monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
+    monkeypatch.setattr(solve_mod, "FLEET_PHASES_MIN_S", 1.0)
+    monkeypatch.setattr(solve_mod, "FLEET_FAST_SHARE", 0.25)
+
 def price_jit(items, min_value, **kw) -> PricingResult:
     """The compiled search's result as pricing's."""
     res = _price_jit(items, min_value, **kw)
@@ -110,11 +124,7 @@ def test_the_fast_path_bound_at_fleet_scale_holds_and_beats_the_load_bound(monke
         lb, res = fleet_bound(idx, cl.rep, cl.demand, cl.of_job, [], float("inf"))
         assert res is not None and res.rounds > 0
         assert load_bound(idx) - 1e-6 <= lb <= best + 1e-6
-        monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
-        monkeypatch.setattr(solve_mod, "FLEET_PHASES_MIN_S", 1.0)
-        # the fast path gets 2 s of the 8 (1/15 of 4 s was too short for its repair on a busy
-        # machine: the job it left out sent the time to the search, and no bound phase ran)
-        monkeypatch.setattr(solve_mod, "FLEET_FAST_SHARE", 0.25)
+        _fleet_phases_on_small_instances(monkeypatch)  # (the fast path gets 2 s of the 8)
         out = solve_mod.solve(inst, SolveOptions(time_limit_s=8.0))
         assert not out.solution.unplaced
         assert "box-stabilised bound" in out.record.message
@@ -222,13 +232,7 @@ def test_the_fleet_phases_split_the_limit_and_the_dive_starts_from_the_rounds_gr
     monkeypatch.setattr(fast_mod, "fast_solve", fast_spy)
     monkeypatch.setattr(boxstab, "fleet_bound", bound_spy)
     monkeypatch.setattr(dive_mod, "dive", dive_spy)
-    monkeypatch.setattr(pricing_jit, "MIN_ITEMS", 1)
-    monkeypatch.setattr(pricing_jit, "MIN_TIME_LEFT_S", 0.0)
-    monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
-    monkeypatch.setattr(solve_mod, "FLEET_PHASES_MIN_S", 1.0)
-    # 1.5 s for the fast path (1/15 of the limit, 0.4 s, can be too short for its repair on a busy
-    # machine: a job it leaves out sends the time to the search and no bound phase runs)
-    monkeypatch.setattr(solve_mod, "FLEET_FAST_SHARE", 0.25)
+    _fleet_phases_on_small_instances(monkeypatch)
     inst = _inst(10, 12, 8)
     limit = 6.0
     out = solve_mod.solve(inst, SolveOptions(time_limit_s=limit))
@@ -274,11 +278,7 @@ def test_jobs_the_fast_paths_share_left_out_get_another_share_before_the_bound_p
         return sol, st
 
     monkeypatch.setattr(fast_mod, "fast_solve", spy)
-    monkeypatch.setattr(pricing_jit, "MIN_ITEMS", 1)
-    monkeypatch.setattr(pricing_jit, "MIN_TIME_LEFT_S", 0.0)
-    monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
-    monkeypatch.setattr(solve_mod, "FLEET_PHASES_MIN_S", 1.0)
-    monkeypatch.setattr(solve_mod, "FLEET_FAST_SHARE", 0.25)
+    _fleet_phases_on_small_instances(monkeypatch)
     inst = _inst(10, 12, 8)  # (a fleet that holds every job)
     out = solve_mod.solve(inst, SolveOptions(time_limit_s=8.0))
     assert len(calls) == 2, f"expected the fast path and one more share from its plan; calls: {calls}"
