@@ -376,7 +376,8 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
             blb, res = fleet_bound(idx, classes.rep, classes.demand, classes.of_job, warm.groups, _real(primal_from))
             if blb is not None and res is not None:
                 fast_msg += (f"; box-stabilised bound from the load bound's duals ({clock() - t1:.0f} s): {res.rounds} "
-                             f"rounds, bound {res.bound:.6g}")
+                             f"rounds" + (f" (+{res.column_rounds} column rounds)" if res.column_rounds else "")
+                             + f", bound {res.bound:.6g}")
                 if fast_lb is None or blb > fast_lb:
                     fast_lb = blb
                 warm, dive_words = _dive_and_search(idx, classes, res.columns, warm, _real(deadline), options.seed,

@@ -276,3 +276,25 @@ def test_a_ladder_cut_at_its_limit_leaves_the_plans_to_the_small_masters(monkeyp
     assert sol is not None and best - 1e-6 <= pm.score(sol) <= pm.score(warm) + 1e-6
     assert st.lower_bound is not None and st.lower_bound <= best + 1e-6
     assert all(idx.feasible(g.config, g.members) for g in sol.groups)
+
+
+def test_column_rounds_add_only_feasible_groups_and_leave_the_proof_alone(small):
+    """Column rounds (``boxstab`` docstring, step 5: after each round, the master's own duals priced
+    over the configurations that round found groups on) prove nothing: every group they add is one
+    brute force finds feasible on its configuration, and the bound is still a proof (never above
+    the LP over every group nor the exhaustive optimum) that reaches the LP."""
+    inst, idx, groups, P, lp, best = small
+    reps, demand = np.arange(idx.n), np.ones(idx.n)
+    duals: list = []
+    load_bound(idx, jobs=reps, duals=duals)
+    center = np.asarray(duals[0])
+    start = None if not np.any(duals[1] > 0) else -np.inf
+    feasible = {(tuple(sorted(members)), idx.config_id[Config(*c)]) for members, c in groups}
+    res = box_bound(idx, reps, demand, center, P, [], deadline=float("inf"), start=start, column_rounds=2)
+    assert res.column_rounds >= 1, "no column round ran"
+    assert res.converged
+    assert res.bound <= lp + 1e-6 * max(1.0, lp) and res.bound <= best + 1e-6
+    assert res.bound >= lp * (1 - 2 * REL_GAP)
+    for k, counts in res.columns:
+        assert set(counts.values()) == {1}, counts  # (one job per class here)
+        assert (tuple(sorted(counts)), k) in feasible, (k, counts)
