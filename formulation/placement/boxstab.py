@@ -235,10 +235,7 @@ def box_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, center: np.ndarr
             rho[k] = max(1.0, min(float(cheap[k]), res.upper_bound) / float(cost[k]))
             if res.columns:
                 gave.append(k)
-            for _v, counts in res.columns:
-                if master.add(k, float(cost[k]), counts):
-                    new += 1
-                    out.columns.append((k, counts))
+            new += _join(master, k, float(cost[k]), res.columns, out)
         for _ in range(column_rounds if gave else 0):
             found = _column_round(master, gave, items_of, cost, columns_per_config, node_budget, deadline, out)
             if found is None:
@@ -281,11 +278,19 @@ def _column_round(master: _BoxMaster, configs: list[int], items_of, cost: np.nda
             break
         res = price(items_of(k, pi), float(cost[k]), max_columns=columns_per_config, node_budget=node_budget,
                     deadline=deadline)
-        for _v, counts in res.columns:
-            if master.add(k, float(cost[k]), counts):
-                found += 1
-                out.columns.append((k, counts))
+        found += _join(master, k, float(cost[k]), res.columns, out)
     return found
+
+
+def _join(master: _BoxMaster, k: int, cost: float, columns: list, out: BoxResult) -> int:
+    """Add pricing's groups ``columns`` ((value, {class: copies})) on configuration ``k`` to the
+    master and to ``out.columns``; how many were new to the master."""
+    new = 0
+    for _v, counts in columns:
+        if master.add(k, cost, counts):
+            new += 1
+            out.columns.append((k, counts))
+    return new
 
 
 def fleet_bound(idx: Index, reps: np.ndarray, demand: np.ndarray, of_job: np.ndarray, groups: list, deadline: float,

@@ -61,8 +61,8 @@ LNS_SHARE_LONG = 0.3
 #: before) 23,406 $/h and bound 18,921, 20 / 220 / 60 23,202 and 19,208. A pricing node budget of
 #: 200,000 (rounds of ~1 s) gave 24,414 under 60 s. From 35 s of the solver's share, so that a 40 s
 #: command runs them (distinct-loose under 40 s: 24,928 against the fast path's 25,572; under 35 s
-#: not measured). When the fast path's plan leaves jobs out for
-#: capacity the search keeps the whole limit instead (a bound over every job bounds no plan of fewer)
+#: not measured). When the fast path's plan leaves jobs out after a second share, for capacity, the
+#: search keeps the whole limit instead (a bound over every job bounds no plan of fewer)
 #: (compared with the solver's share of the limit: `planner plan --time-limit T` reads and writes its
 #: files out of the T s)
 FLEET_PHASES_MIN_S = 35.0
@@ -340,20 +340,18 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         else:
             warm0, warm_name = None, "fast path"
         warm, fst = fast_solve(idx, _real(share), warm0, seed=options.seed, progress=progress)
-        if bound_phase and warm.unplaced:
-            # jobs left out: for capacity, or because the fast path's share ended before its repair
-            # placed them (a busy machine: 1/15 of the limit is a few seconds). The search goes on
-            # from this plan for another such share; the bound phase runs if the plan then holds
-            # every job (a CI run under load lost it to one job left out, 2026-12-05)
-            more, fst_more = fast_solve(idx, _real(share + fast_s), warm, seed=options.seed, progress=progress,
-                                        warm_name=fst.constructed)
-            warm, fst = more, fst_more.continued_from(fst)
-        if bound_phase and warm.unplaced:
-            # still left out, for capacity: a bound over every job bounds no plan of fewer, so the
-            # time the bound phase would have had goes to the search, on from this plan
-            more, fst_more = fast_solve(idx, _real(deadline), warm, seed=options.seed, progress=progress,
-                                        warm_name=f"{fst.constructed}, searched on in place of the bound phase")
-            warm, fst, bound_phase = more, fst_more.continued_from(fst), False
+        # jobs left out: for capacity, or because the fast path's share ended before its repair
+        # placed them (a busy machine: 1/15 of the limit is a few seconds; a CI run under load lost
+        # the bound phase to one job left out, 2026-12-05). The search goes on from this plan for
+        # another such share, and the bound phase runs if the plan then holds every job; jobs still
+        # left out are left out for capacity: a bound over every job bounds no plan of fewer, so
+        # the time the bound phase would have had goes to the search, on from this plan
+        for until, instead in ((share + fast_s if bound_phase else 0.0, False), (deadline, True)):
+            if not (bound_phase and warm.unplaced):
+                break
+            more, fst_more = fast_solve(idx, _real(until), warm, seed=options.seed, progress=progress,
+                                        warm_name=fst.constructed + (", searched on in place of the bound phase" if instead else ""))
+            warm, fst, bound_phase = more, fst_more.continued_from(fst), not instead
         warm.moved = moved_jobs(warm, cur)
         if warm0 is None:
             warm_name = "fast path"
