@@ -7,6 +7,8 @@ fleet, and the cost is compared with the exhaustive optimum (:func:`distinct_ora
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -59,3 +61,43 @@ def test_a_dive_past_its_deadline_returns_nothing():
     idx = Index(inst)
     cl = job_classes(idx)
     assert dive(idx, cl, [], [], 0.0) is None
+
+
+#: instances whose first LP over the box rounds' groups is fractional (the dive fixes, then re-solves)
+FRACTIONAL = [(8, 10, 3), (8, 13, 2), (8, 14, 8), (10, 11, 8), (10, 13, 2)]
+
+
+@pytest.mark.parametrize("case", FRACTIONAL, ids=[f"n{c[0]}-seed{c[1]}-cap{c[2]}" for c in FRACTIONAL])
+def test_a_dive_cut_short_after_fixing_groups_keeps_them_and_admits_the_rest(case, monkeypatch):
+    """The deadline passes right after the first LP's groups are fixed (a clock that jumps past it
+    from its third reading on: before the first LP, after it, then the next round): the plan holds
+    the groups fixed so far and the greedy's admission of the other jobs, valid from outside."""
+    import time as real_time
+
+    import formulation.placement.dive as dive_module
+
+    inst = _inst(*case)
+    idx = Index(inst)
+    cl = job_classes(idx)
+    _lb, res = fleet_bound(idx, cl.rep, cl.demand, cl.of_job, [], float("inf"))
+    assert res is not None and res.columns, "the box rounds found no groups to dive over"
+    whole = dive(idx, cl, res.columns, [], float("inf"))
+    assert whole is not None
+
+    class JumpingClock:
+        reads = 0
+
+        def perf_counter(self) -> float:
+            self.reads += 1
+            return real_time.perf_counter() + (0.0 if self.reads <= 2 else 1e9)
+
+    clock = JumpingClock()
+    monkeypatch.setattr(dive_module, "time", clock)
+    cut = dive(idx, cl, res.columns, [], real_time.perf_counter() + 600.0, finish_by=float("inf"))
+    assert clock.reads > 2, "the first LP was integral: the case no longer tests a dive cut short"
+    assert cut is not None, "a dive cut short after fixing groups gave no plan"
+    _judge(inst, idx, cut)
+    priced = {(int(k), tuple(sorted(c.items()))) for k, c in res.columns}
+    held = [g for g in cut.groups
+            if (int(g.config), tuple(sorted(Counter(int(cl.of_job[j]) for j in g.members).items()))) in priced]
+    assert held, "none of the rounds' groups the dive fixed is in its plan"
