@@ -37,6 +37,40 @@ def config_path(path: Union[str, Path]) -> Path:
     return p / "config.json" if p.is_dir() else p
 
 
+#: a config.json is a few KB (those with large label maps under 1 MB); more is not one
+MAX_CONFIG_BYTES = 4 << 20
+#: no dimension of a real model comes near this (a hidden size of 1e30 overflowed the estimates)
+MAX_DIM = 1 << 31
+
+
+def _read_bounded(p: Path) -> str:
+    """The text of the regular file ``p``, at most :data:`MAX_CONFIG_BYTES` of it: a device or FIFO
+    named as the model (``/dev/zero``) is refused, not read until memory runs out."""
+    import os
+    import stat
+
+    fix = "give a local config.json or a model directory holding one (nothing is downloaded)"
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise HFConfigError(f"{p}: cannot read it ({exc.strerror or exc}); {fix}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise HFConfigError(f"{p}: not a regular file (a device, FIFO or socket); {fix}")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise HFConfigError(f"{p}: cannot read it ({exc.strerror or exc}); {fix}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise HFConfigError(f"{p}: over {MAX_CONFIG_BYTES:,} bytes, too large for a config.json; {fix}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HFConfigError(f"{p}: not UTF-8 text; {fix}") from None
+
+
 def looks_like_path(name: str) -> bool:
     """A model given as a local config.json or model directory (rather than a preset or a hub id)."""
     p = Path(name).expanduser()
@@ -47,8 +81,9 @@ def _int(cfg: dict, key: str, where: str, default: Any = None) -> int:
     v = cfg.get(key, default)
     if v is None:
         raise HFConfigError(f"{where}: no '{key}' (a Hugging Face config.json of a decoder-only model has it)")
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise HFConfigError(f"{where}: '{key}' is {v!r}, not a positive integer")
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v > MAX_DIM:
+        raise HFConfigError(f"{where}: '{key}' is {str(v)[:40]!r}, not a positive integer up to {MAX_DIM:,}; "
+                            f"fix the config.json (give the model's own)")
     return v
 
 
@@ -84,15 +119,13 @@ def dims_from_config(cfg: dict, name: str = "custom", where: str = "config.json"
 def load(path: Union[str, Path]) -> ModelDims:
     """:class:`ModelDims` from a local config.json (or a directory holding one)."""
     p = config_path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise HFConfigError(f"{p}: cannot read it ({exc.strerror or exc}); give a local config.json or a model directory "
-                            f"holding one (nothing is downloaded)") from None
+    text = _read_bounded(p)
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise HFConfigError(f"{p}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise HFConfigError(f"{p}: nested too deeply to be a config.json; give the model's own config.json") from None
     name = str(cfg.get("_name_or_path") or p.parent.name or "custom") if isinstance(cfg, dict) else "custom"
     return dims_from_config(cfg, name=name, where=str(p))
 

@@ -40,6 +40,19 @@ class _Strict(BaseModel):
 
 
 MAX_PRICE = 1e4  # $ per GPU-hour: far above any real price; 1e308 would overflow the bounds' arithmetic
+#: the scenario schema's bounds (``planner.schema.scenario``), for numbers-only instances: 1e308 s or
+#: GB overflowed the cycle arithmetic (an SLO of 1e308 was planned and written back as 1e+308)
+MAX_SECONDS = 1e8  # about 3 years: SLOs, phase times, arrivals
+MAX_GB = 1e9  # host DRAM of a node or a job
+MAX_NAME = 200  # characters of a job's name
+#: nodes in one instance (each gets a name when the instance is read: checked before they are made)
+MAX_INSTANCE_NODES = 131072  # 20,000 distinct jobs on a fleet of 1.5 nodes a job of each of four types: 120,000
+
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+Delay = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
+Nodes = Annotated[int, Field(gt=0, le=MAX_INSTANCE_NODES)]
+#: a GPU type's table by pool nodes: at least one entry (a type with no pool sizes gives no configuration)
+PhaseTable = Annotated[dict[Nodes, Seconds], Field(min_length=1)]
 
 
 class PoolType(_Strict):
@@ -47,8 +60,8 @@ class PoolType(_Strict):
 
     gpus_per_node: PositiveInt = 8
     price_per_gpu_hour: PositiveFloat = Field(le=MAX_PRICE, description="$ per GPU-hour (at most the scenario schema's 10,000)")
-    dram_gb: PositiveFloat = Field(description="host DRAM per node")
-    count: int = Field(ge=0, description="nodes of this type available")
+    dram_gb: PositiveFloat = Field(le=MAX_GB, description="host DRAM per node")
+    count: int = Field(ge=0, le=MAX_INSTANCE_NODES, description="nodes of this type available")
     node_names: Optional[list[str]] = Field(None, description="names of the nodes; default <type lowercased>-0 ... -<count-1>")
 
     @model_validator(mode="after")
@@ -62,19 +75,19 @@ class PoolType(_Strict):
 
 
 class PlacementJob(_Strict):
-    name: str = Field(min_length=1)
-    slo_s: PositiveFloat = Field(description="most seconds per iteration (the group's cycle time must not exceed it)")
-    rollout_s: dict[str, dict[PositiveInt, PositiveFloat]] = Field(description="rollout seconds by GPU type and rollout pool nodes")
-    train_s: dict[str, dict[PositiveInt, PositiveFloat]] = Field(description="training seconds by GPU type and training pool nodes")
-    sync_s: dict[str, dict[str, NonNegativeFloat]] = Field(default_factory=dict,
-                                                          description="weight-sync seconds by rollout type and training type (default 0)")
-    rollout_switch_s: dict[str, dict[PositiveInt, NonNegativeFloat]] = Field(
+    name: str = Field(min_length=1, max_length=MAX_NAME)
+    slo_s: Seconds = Field(description="most seconds per iteration (the group's cycle time must not exceed it)")
+    rollout_s: dict[str, PhaseTable] = Field(description="rollout seconds by GPU type and rollout pool nodes")
+    train_s: dict[str, PhaseTable] = Field(description="training seconds by GPU type and training pool nodes")
+    sync_s: dict[str, dict[str, Delay]] = Field(default_factory=dict,
+                                                description="weight-sync seconds by rollout type and training type (default 0)")
+    rollout_switch_s: dict[str, dict[Nodes, Delay]] = Field(
         default_factory=dict, description="warm-switch seconds of a rollout node by GPU type and rollout pool nodes (default 0)")
-    train_switch_s: dict[str, dict[PositiveInt, NonNegativeFloat]] = Field(
+    train_switch_s: dict[str, dict[Nodes, Delay]] = Field(
         default_factory=dict, description="warm-switch seconds of a training node by GPU type and training pool nodes (default 0)")
-    dram_rollout_node_gb: NonNegativeFloat = Field(0.0, description="host DRAM the job keeps on each rollout node of its group")
-    train_state_gb: NonNegativeFloat = Field(0.0, description="host DRAM the job keeps on its training pool, spread over its nodes")
-    arrival_s: float = Field(0.0, ge=0.0, description="arrival time (the order of online admission)")
+    dram_rollout_node_gb: float = Field(0.0, ge=0.0, le=MAX_GB, description="host DRAM the job keeps on each rollout node of its group")
+    train_state_gb: float = Field(0.0, ge=0.0, le=MAX_GB, description="host DRAM the job keeps on its training pool, spread over its nodes")
+    arrival_s: float = Field(0.0, ge=0.0, le=MAX_SECONDS, description="arrival time (the order of online admission)")
 
     def sync(self, rollout_type: str, train_type: str) -> float:
         return self.sync_s.get(rollout_type, {}).get(train_type, 0.0)
@@ -110,6 +123,9 @@ class PlacementInstance(_Strict):
                 for b in row:
                     if a not in self.pool_types or b not in self.pool_types:
                         raise ValueError(f"jobs[{i}] ({job.name}).sync_s: '{a}' -> '{b}' names a GPU type that is not under pool_types")
+        total = sum(p.count for p in self.pool_types.values())
+        if total > MAX_INSTANCE_NODES:  # (before a name is made for every node)
+            raise ValueError(f"pool_types: {total} nodes in all; at most {MAX_INSTANCE_NODES} are supported; lower the counts")
         names: set[str] = set()
         for t in self.pool_types:
             for n in self.node_names(t):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from formulation.placement.instance import PlacementInstance
+from formulation.placement.instance import MAX_INSTANCE_NODES, PlacementInstance
 from planner.errors import Problem, UserError
 
 
@@ -37,7 +37,6 @@ def instance_data(data: Any) -> Optional[dict]:
 # the scenario schema's bounds, for instances written by hand or by another tool (the fleet-scale
 # benchmark plans 10,000 distinct jobs from an instance file)
 MAX_INSTANCE_JOBS = 20000
-MAX_INSTANCE_NODES = 131072  # 20,000 distinct jobs on a fleet of 1.5 nodes a job of each of four types: 120,000
 MAX_INSTANCE_GPUS_PER_NODE = 64
 
 
