@@ -61,6 +61,8 @@ def run(args) -> int:
             raise UserError(Problem("--job", f"no job '{n}' in {args.input}.{did_you_mean(n, idx.names)}", "add the job to the input first"))
         if names[n] in cur.placed:
             raise UserError(Problem("--job", f"job '{n}' is already placed in the current plan", "admit only jobs that are not placed"))
+        if names[n] in todo:  # (was admitted once, then reported as not fitting the fleet)
+            raise UserError(Problem("--job", f"job '{n}' is named twice", "name each job once"))
         todo.append(names[n])
     pk = Packer(idx, per_pair=True)  # phases for the current groups' pairs only: no configurations x jobs matrices
     pk.add_groups(cur.groups)

@@ -83,3 +83,32 @@ def test_hostile_placement_instances_are_refused_with_the_field(case, tmp_path):
     _refused(rc, output, rss, field)
     assert not out.exists(), "a plan was written for a refused instance"
     assert len(output) < 20_000, f"printed {len(output):,} characters"
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", str(SCENARIO), "-o", ""],
+    ["plan", str(SCENARIO), "--save-instance", " "],
+    ["simulate", str(SCENARIO), "--out", ""],
+    ["init", "--from", "verl", "missing.yaml", "-o", ""],
+], ids=["plan-o", "plan-save-instance", "simulate-out", "init-o"])
+def test_an_empty_output_path_is_refused_not_taken_for_the_default(argv, tmp_path, monkeypatch):
+    """``-o ""`` wrote (and replaced) the default file, or wrote nothing without a word."""
+    monkeypatch.chdir(tmp_path)
+    rc, output, _cpu, rss = run_inprocess(argv)
+    _refused(rc, output, rss, "is empty")
+    assert not list(tmp_path.iterdir()), "something was written"
+
+
+def test_admit_names_a_job_given_twice(tmp_path):
+    """``--job b --job b`` was admitted once and then reported as not fitting the fleet."""
+    data = yaml.safe_load(SCENARIO.read_text())
+    second = data["jobs"][1]["name"]
+    data["jobs"] = data["jobs"][:1]
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(data))
+    rc, output, _cpu, _rss = run_inprocess(["plan", str(tmp_path / "one.yaml"), "-o", str(tmp_path / "one.plan.yaml")])
+    assert rc == 0, output[-2000:]
+    out = tmp_path / "admitted.yaml"
+    rc, output, _cpu, rss = run_inprocess(["admit", str(SCENARIO), "--current", str(tmp_path / "one.plan.yaml"),
+                                           "--job", second, "--job", second, "-o", str(out)])
+    _refused(rc, output, rss, "named twice", second)
+    assert not out.exists()
