@@ -307,6 +307,9 @@ def parse_yaml(text: str, filename: str = "<input>", *, limits: Limits = LIMITS)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         src = f"{filename}:{mark.line + 1}" if mark else filename
+        if filename.lower().endswith(".json"):  # read as YAML (JSON's superset) for the line numbers
+            raise _bad(f"not valid JSON (cannot parse it): {_first_line(exc)}",
+                       "check the brackets, commas and quotes near that line (is the file cut short?)", src) from None
         raise _bad(f"not valid YAML (cannot parse it): {_first_line(exc)}", "check indentation and quoting near that line", src) from None
     except (ValueError, RecursionError, MemoryError) as exc:  # libyaml's reader (e.g. unprintable characters)
         raise _bad(f"not valid YAML (cannot parse it): {_first_line(exc)}", "check the file's characters", filename) from None

@@ -112,3 +112,10 @@ def test_admit_names_a_job_given_twice(tmp_path):
                                            "--job", second, "--job", second, "-o", str(out)])
     _refused(rc, output, rss, "named twice", second)
     assert not out.exists()
+
+
+def test_a_json_scenario_cut_short_is_called_json_not_yaml(tmp_path):
+    text = json.dumps(yaml.safe_load(SCENARIO.read_text()))
+    (tmp_path / "s.json").write_text(text[: len(text) // 2])
+    rc, output, _cpu, rss = run_inprocess(["validate", str(tmp_path / "s.json")])
+    _refused(rc, output, rss, "not valid JSON", "s.json")
