@@ -133,7 +133,8 @@ def _run_completion(args) -> int:
     from planner import safeload
     from planner.dockind import SCENARIO, SNAPSHOT, expect
     from planner.errors import Problem, UserError
-    from planner.instances.completion_io import ContextError, context_from_data, decide_stream, make_decision
+    from planner.instances.completion_io import (ContextError, check_against_setup, check_record, context_from_data,
+                                                 decide_stream, make_decision)
     from planner.instances.realloc import load_snapshots
     from planner.instances.simulate import cluster_view, job_setup
     from planner.schema import load_scenario
@@ -157,21 +158,24 @@ def _run_completion(args) -> int:
                                 "pass the scenario the job runs in"))
     text = safeload.read_text(args.context, what="context file", where="--context")
     try:
-        ctx = context_from_data(json.loads(text))
-    except json.JSONDecodeError as exc:
-        raise UserError(Problem("--context", f"not JSON: {exc}", "write the context as JSON")) from None
+        data = json.loads(text)  # NaN / Infinity read as floats: context_from_data refuses them, naming the field
+    except (json.JSONDecodeError, ValueError, RecursionError) as exc:  # ValueError: an integer of over 4,300 digits
+        raise UserError(Problem("--context", f"not JSON: {str(exc)[:200]}", "write the context as JSON")) from None
+    setup = job_setup(sc, idx, sc.jobs[idx], cluster_view(sc))
+    try:
+        ctx = context_from_data(data)
+        check_against_setup(ctx, setup)
     except ContextError as exc:
-        raise UserError(Problem(f"--context {exc.field}", exc.message, "write the field as planner.instances.completion_io "
-                                                                        "describes")) from None
+        raise UserError(Problem(f"--context {exc.field}", exc.message, exc.fix)) from None
     if ctx.iteration != snaps[-1].iteration:
         raise UserError(Problem("--context iteration", f"{ctx.iteration}, the last snapshot's is {snaps[-1].iteration}",
                                 "give the context taken at the last snapshot"))
-    setup = job_setup(sc, idx, sc.jobs[idx], cluster_view(sc))
-    if ctx.total_gpus != setup.total_gpus:
-        raise UserError(Problem("--context total_gpus", f"{ctx.total_gpus}, the scenario's job has {setup.total_gpus}",
-                                "give the context of this scenario's job"))
     dec = make_decision(setup, sc, u_low=args.u_low, window_s=args.hold_s, theta=args.theta, margin=args.margin)
     out, rec = decide_stream(dec, snaps, ctx)
+    try:
+        check_record(rec)  # never print or write NaN / inf: a result that is not a finite time is refused
+    except ContextError as exc:
+        raise UserError(Problem("--context", exc.message, exc.fix)) from None
     doc = {"kind": "CompletionDecision", "job": names[0], "iteration": ctx.iteration, "time_s": snaps[-1].time_s,
            "fired": rec is not None, "committed": out is not None,
            "target": dict(out.target) if out is not None else None,
@@ -179,9 +183,9 @@ def _run_completion(args) -> int:
     if args.out:
         from planner.safewrite import write_atomic
 
-        write_atomic(args.out, json.dumps(doc, indent=1, sort_keys=True) + "\n", where="--out")
+        write_atomic(args.out, json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n", where="--out")
     if args.json:
-        print(json.dumps(doc, indent=1, sort_keys=True))
+        print(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False))
         return 0
     if rec is None:
         print(f"{names[0]} at t={snaps[-1].time_s:g} s (iteration {ctx.iteration}): the tail trigger has not fired "

@@ -18,24 +18,44 @@ GPUs}, "intake", "components": {name: {ComponentInfo's fields; "requests": {arra
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 from typing import Any, Optional
 
 import numpy as np
 
+from planner.schema.scenario import (MAX_CLUSTER_NODES, MAX_GPUS_PER_NODE, MAX_REQUESTS, MAX_SECONDS, MAX_TOKENS,
+                                     MAX_TURNS)
+
 CONTEXT_VERSION = 1
 _REQUEST_ARRAYS = {"engine": int, "group": int, "generated": float, "context": float, "running": bool, "prompt": float,
                    "drain_key": float, "done_group": int, "done_length": float, "pend_length": float}
+_PER_REQUEST = ("engine", "group", "generated", "context", "running", "prompt")
 _TOP = {"time_s": float, "iteration": int, "total_gpus": int, "free_gpus": int}
+COMPONENTS = ("rollout", "reference", "trainer")
+FIX = "write the field as planner.instances.completion_io describes (context_to_data writes it)"
+
+# Bounds of a context's numbers: what one job of a scenario (planner.schema.scenario's limits) can hold. A number
+# past its bound is refused with its field named, so the decision never computes on (or prints) NaN or inf.
+MAX_GPUS = MAX_CLUSTER_NODES * MAX_GPUS_PER_NODE  # GPUs of one job
+MAX_COUNT = 1 << 30  # iterations and GRPO group ids (telemetry's MAX_COUNT)
+MAX_REQUEST_TOKENS = float(MAX_TOKENS * MAX_TURNS)  # tokens of one request: prompt, generated, context, all turns
+MAX_TOKENS_LEFT = float(MAX_REQUESTS) * MAX_REQUEST_TOKENS  # the rollout's expected remaining tokens, all requests
+MAX_ROLLOUT_RATE = 1e9  # tokens/s per rollout GPU
+MIN_FLOPS_PER_GPU = 1e9  # FLOP/s per GPU of log-prob inference and the trainer (a GPU does ~1e14-1e15)
+MAX_FLOPS_PER_GPU = 1e18
+MAX_WORK = 1e30  # FLOPs queued at a stage
+MAX_DRAIN_KEY = 1e30  # an engine's drain order key (its load x 1e12 + its cached tokens)
 
 
 class ContextError(ValueError):
-    """A context that the decision cannot use; ``field`` names the offending field path."""
+    """A context that the decision cannot use; ``field`` names the offending field path, ``fix`` says how to fix it."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, fix: str = FIX) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+        self.fix = fix
 
 
 def context_to_data(ctx) -> dict:
@@ -56,78 +76,128 @@ def context_to_data(ctx) -> dict:
                if ctx.last_lengths is not None else {})}
 
 
-def _num(v, path: str, kind):
+def _range(lo: float, hi: float, kind) -> str:
+    return f"{'a whole number' if kind is int else 'a number'} in [{lo:g}, {hi:g}]"
+
+
+def _show(v) -> str:
+    t = repr(v)
+    return t if len(t) <= 40 else f"{t[:20]}... ({len(t)} characters)"
+
+
+def _num(v, path: str, kind, lo: float = 0.0, hi: float = float(MAX_COUNT), why: str = ""):
+    """``v`` as ``kind`` (int or float), finite and in ``[lo, hi]``; else :class:`ContextError` on ``path``."""
+    want = _range(lo, hi, kind) + (f" ({why})" if why else "")
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ContextError(path, f"{v!r} is not a number")
-    if kind is int and float(v) != int(v):
-        raise ContextError(path, f"{v!r} is not a whole number")
-    if not np.isfinite(float(v)) or float(v) < 0:
-        raise ContextError(path, f"{v!r} is not a finite number >= 0")
+        raise ContextError(path, f"{_show(v)} is not a number", f"write {want}")
+    if (isinstance(v, float) and not math.isfinite(v)) or not lo <= v <= hi:  # (an int past any float is compared exactly)
+        raise ContextError(path, f"{_show(v)} is out of range", f"write {want}")
+    if kind is int and v != int(v):
+        raise ContextError(path, f"{_show(v)} is not a whole number", f"write {want}")
     return kind(v)
 
 
 def context_from_data(d: Any, where: str = "context"):
     """The :class:`~simulator.policies.ReallocContext` of :func:`context_to_data`'s data; :class:`ContextError`
-    names the first bad field (``where`` prefixes the path)."""
+    names the first bad field (``where`` prefixes the path). Every number finite and within its bound (the
+    ``MAX_*`` above), the request arrays of matching lengths, every component running on at least one GPU."""
     from simulator.policies import INTAKES, ComponentInfo, ReallocContext
 
     if not isinstance(d, dict):
-        raise ContextError(where, f"expected a mapping, got {type(d).__name__}")
+        raise ContextError(where, f"expected a mapping, got {type(d).__name__}", "write the context as a JSON object")
     if d.get("version", CONTEXT_VERSION) != CONTEXT_VERSION:
-        raise ContextError(f"{where}.version", f"{d.get('version')!r} is not a known context version (use {CONTEXT_VERSION})")
+        raise ContextError(f"{where}.version", f"{_show(d.get('version'))} is not a known context version", f"write {CONTEXT_VERSION}")
     extra = sorted(set(d) - {"version", "initial", "intake", "components", "at_boundary", "last_lengths", "last_groups", *_TOP})
     if extra:
-        raise ContextError(f"{where}.{extra[0]}", "unknown field")
-    top = {}
-    for k, kind in _TOP.items():
+        raise ContextError(f"{where}.{extra[0]}", "unknown field", "remove it (planner.instances.completion_io lists the fields)")
+    top: dict[str, Any] = {}
+    for k in _TOP:
         if k not in d:
             raise ContextError(f"{where}.{k}", "missing")
-        top[k] = _num(d[k], f"{where}.{k}", kind)
+    top["time_s"] = _num(d["time_s"], f"{where}.time_s", float, 0.0, MAX_SECONDS, "seconds since the job started")
+    top["iteration"] = _num(d["iteration"], f"{where}.iteration", int, 0, MAX_COUNT)
+    total = top["total_gpus"] = _num(d["total_gpus"], f"{where}.total_gpus", int, 1, MAX_GPUS, "the job's GPUs")
+    top["free_gpus"] = _num(d["free_gpus"], f"{where}.free_gpus", int, 0, total, "at most total_gpus")
+    at_boundary = d.get("at_boundary", False)
+    if not isinstance(at_boundary, bool):
+        raise ContextError(f"{where}.at_boundary", f"{_show(at_boundary)} is not true or false", "write true or false")
     intake = d.get("intake", "sample")
     if intake not in INTAKES:
-        raise ContextError(f"{where}.intake", f"{intake!r} is not one of {', '.join(INTAKES)}")
+        raise ContextError(f"{where}.intake", f"{_show(intake)} is not a known intake", f"write one of {', '.join(INTAKES)}")
     comps_in = d.get("components")
     if not isinstance(comps_in, dict):
-        raise ContextError(f"{where}.components", "expected a mapping of component name to its fields")
+        raise ContextError(f"{where}.components", "expected a mapping of component name to its fields",
+                           f"write {{{', '.join(COMPONENTS)}}} with their fields")
+    unknown = sorted(set(comps_in) - set(COMPONENTS), key=str)
+    if unknown:
+        raise ContextError(f"{where}.components.{unknown[0]}", "unknown component",
+                           f"remove it (the completion decision knows {', '.join(COMPONENTS)})")
     known = {f.name: f for f in fields(ComponentInfo)}
-    comps = {}
-    for name in ("rollout", "reference", "trainer"):
-        c = comps_in.get(name)
-        path = f"{where}.components.{name}"
-        if not isinstance(c, dict):
-            raise ContextError(path, "missing (the completion decision needs rollout, reference and trainer)")
-        extra = sorted(set(c) - set(known))
-        if extra:
-            raise ContextError(f"{path}.{extra[0]}", f"unknown field (known: {', '.join(known)})")
-        kw: dict[str, Any] = {}
-        for k, v in c.items():
-            p = f"{path}.{k}"
-            if k in ("name", "kind"):
-                if not isinstance(v, str):
-                    raise ContextError(p, f"{v!r} is not a string")
-                kw[k] = v
-            elif k == "interruptible":
-                if not isinstance(v, bool):
-                    raise ContextError(p, f"{v!r} is not true or false")
-                kw[k] = v
-            elif k == "requests":
-                kw[k] = None if v is None else _requests(v, p)
-            else:
-                kw[k] = _num(v, p, int if k in ("gpus", "unit_gpus", "min_gpus", "pending", "groups_left", "queued") else float)
-        for k in ("name", "kind", "gpus", "unit_gpus", "min_gpus", "work_rate_per_gpu", "backlog_s", "pending"):
-            if k not in kw:
-                raise ContextError(f"{path}.{k}", "missing")
-        comps[name] = ComponentInfo(**kw)
+    comps = {name: _component(comps_in.get(name), f"{where}.components.{name}", name, total, set(known), ComponentInfo)
+             for name in COMPONENTS}
+    held = sum(c.gpus for c in comps.values())
+    if held > total:
+        raise ContextError(f"{where}.components", f"the components hold {held} GPUs, more than total_gpus ({total})",
+                           "give each component the GPUs it holds, together at most total_gpus")
     initial = d.get("initial", {})
-    if not isinstance(initial, dict) or any(isinstance(v, bool) or not isinstance(v, int) for v in initial.values()):
-        raise ContextError(f"{where}.initial", "expected a mapping of component name to GPUs")
-    if sum(c.gpus for c in comps.values()) > top["total_gpus"]:
-        raise ContextError(f"{where}.components", f"the components hold {sum(c.gpus for c in comps.values())} GPUs, "
-                                                  f"more than total_gpus ({top['total_gpus']})")
+    if not isinstance(initial, dict):
+        raise ContextError(f"{where}.initial", "expected a mapping of component name to GPUs", "write {rollout: GPUs, ...}")
+    for k, v in initial.items():
+        if k not in COMPONENTS:
+            raise ContextError(f"{where}.initial.{k}", "unknown component", f"use {', '.join(COMPONENTS)}")
+        _num(v, f"{where}.initial.{k}", int, 0, total, "GPUs of the starting partition, at most total_gpus")
+    if sum(initial.values()) > total:
+        raise ContextError(f"{where}.initial", f"the starting partition holds {sum(initial.values())} GPUs, more than "
+                                               f"total_gpus ({total})", "give the job's starting partition")
     last, groups = _last_lengths(d, where)
-    return ReallocContext(time_s=top["time_s"], iteration=top["iteration"], total_gpus=top["total_gpus"],
+    return ReallocContext(time_s=top["time_s"], iteration=top["iteration"], total_gpus=total,
                           free_gpus=top["free_gpus"], components=comps, initial=dict(initial),
-                          at_boundary=bool(d.get("at_boundary", False)), intake=intake, last_lengths=last, last_groups=groups)
+                          at_boundary=at_boundary, intake=intake, last_lengths=last, last_groups=groups)
+
+
+def _component(c: Any, path: str, name: str, total: int, known: set, cls):
+    """One component's :class:`~simulator.policies.ComponentInfo`, every field checked (bounds: module top)."""
+    if not isinstance(c, dict):
+        raise ContextError(path, "missing (the completion decision needs rollout, reference and trainer)",
+                           f"write the {name}'s fields")
+    extra = sorted(set(c) - known, key=str)
+    if extra:
+        raise ContextError(f"{path}.{extra[0]}", "unknown field", f"remove it (known: {', '.join(sorted(known))})")
+    for k in ("name", "kind", "gpus", "unit_gpus", "min_gpus", "work_rate_per_gpu", "backlog_s", "pending"):
+        if k not in c:
+            raise ContextError(f"{path}.{k}", "missing")
+    kw: dict[str, Any] = {}
+    for k in ("name", "kind"):
+        if c[k] != name:
+            raise ContextError(f"{path}.{k}", f"{_show(c[k])} for the {name}", f"write {name!r}")
+        kw[k] = name
+    if "interruptible" in c:
+        if not isinstance(c["interruptible"], bool):
+            raise ContextError(f"{path}.interruptible", f"{_show(c['interruptible'])} is not true or false", "write true or false")
+        kw["interruptible"] = c["interruptible"]
+    # every component runs while the decision decides (its candidates give each at least one unit)
+    kw["gpus"] = _num(c["gpus"], f"{path}.gpus", int, 1, total, "the GPUs it holds: at least 1, at most total_gpus")
+    kw["unit_gpus"] = _num(c["unit_gpus"], f"{path}.unit_gpus", int, 1, total, "its GPU granularity, at most total_gpus")
+    kw["min_gpus"] = _num(c["min_gpus"], f"{path}.min_gpus", int, 0, kw["gpus"], "the fewest it runs on, at most its gpus")
+    if name == "rollout":
+        kw["work_rate_per_gpu"] = _num(c["work_rate_per_gpu"], f"{path}.work_rate_per_gpu", float, 0.0, MAX_ROLLOUT_RATE,
+                                       "tokens/s per GPU")
+    else:
+        kw["work_rate_per_gpu"] = _num(c["work_rate_per_gpu"], f"{path}.work_rate_per_gpu", float, MIN_FLOPS_PER_GPU,
+                                       MAX_FLOPS_PER_GPU, "the measured FLOP/s per GPU")
+    kw["backlog_s"] = _num(c["backlog_s"], f"{path}.backlog_s", float, 0.0, MAX_SECONDS, "seconds")
+    kw["pending"] = _num(c["pending"], f"{path}.pending", int, 0, MAX_REQUESTS, "requests of this iteration")
+    opt = {"grow_s": (float, MAX_SECONDS, "seconds"), "remaining_tokens": (float, MAX_TOKENS_LEFT, "tokens, all requests"),
+           "remaining_max": (float, MAX_REQUEST_TOKENS, "tokens of one request"),
+           "context_tokens": (float, MAX_REQUEST_TOKENS, "tokens of one request"),
+           "groups_left": (int, MAX_REQUESTS, "GRPO groups of this iteration"), "queued_work": (float, MAX_WORK, "FLOPs"),
+           "queued": (int, MAX_REQUESTS, "samples of this iteration")}
+    for k, (kind, hi, why) in opt.items():
+        if k in c:
+            kw[k] = _num(c[k], f"{path}.{k}", kind, 0, hi, why)
+    if c.get("requests") is not None:
+        kw["requests"] = _requests(c["requests"], f"{path}.requests", total)
+    return cls(**kw)
 
 
 MAX_LAST_LENGTHS = 1_000_000  # responses of one iteration a context may report
@@ -140,43 +210,115 @@ def _last_lengths(d: dict, where: str) -> tuple[Optional[np.ndarray], int]:
         return None, 0
     for k in ("last_lengths", "last_groups"):
         if k not in d:
-            raise ContextError(f"{where}.{k}", "missing (last_lengths and last_groups come together)")
+            raise ContextError(f"{where}.{k}", "missing (last_lengths and last_groups come together)", "write both or neither")
     v = d["last_lengths"]
     if not isinstance(v, list) or not v or len(v) > MAX_LAST_LENGTHS:
-        raise ContextError(f"{where}.last_lengths", f"expected a list of 1 to {MAX_LAST_LENGTHS} response lengths (tokens)")
-    arr = np.array([_num(x, f"{where}.last_lengths[{i}]", float) for i, x in enumerate(v)], dtype=float)
-    groups = _num(d["last_groups"], f"{where}.last_groups", int)
+        raise ContextError(f"{where}.last_lengths", "not a list of response lengths",
+                           f"write a list of 1 to {MAX_LAST_LENGTHS} response lengths (tokens)")
+    arr = _array(v, f"{where}.last_lengths", float, MAX_REQUEST_TOKENS, "tokens of one response", MAX_LAST_LENGTHS)
+    groups = _num(d["last_groups"], f"{where}.last_groups", int, 0, MAX_COUNT)
     if not 1 <= groups <= arr.size:
-        raise ContextError(f"{where}.last_groups", f"{groups} groups for {arr.size} responses: expected 1 to {arr.size}")
+        raise ContextError(f"{where}.last_groups", f"{groups} groups for {arr.size} responses",
+                           f"write 1 to {arr.size} (at most one group per response)")
     return arr, groups
 
 
-def _requests(v: Any, path: str) -> dict:
+def _array(a: Any, path: str, kind, hi: float, why: str, max_len: int = MAX_REQUESTS) -> np.ndarray:
+    """A flat list as an array of ``kind`` (int, float or bool): at most ``max_len`` items, numbers finite in
+    ``[0, hi]`` (whole for int); else :class:`ContextError` naming the first bad item."""
+    if not isinstance(a, list) or len(a) > max_len:
+        raise ContextError(path, "not a list" if not isinstance(a, list) else f"{len(a)} items",
+                           f"write a list of at most {max_len:,} items")
+    if kind is bool:
+        bad = next((i for i, x in enumerate(a) if not isinstance(x, bool)), None)
+        if bad is not None:
+            raise ContextError(f"{path}[{bad}]", f"{_show(a[bad])} is not true or false", "write true or false")
+        return np.array(a, dtype=bool)
+    bad = next((i for i, x in enumerate(a) if isinstance(x, bool) or not isinstance(x, (int, float))), None)
+    if bad is None:
+        try:
+            arr = np.array(a, dtype=float)
+        except OverflowError:  # an integer past any float
+            arr = np.array([float(x) if abs(x) < 1e300 else math.inf for x in a])
+        ok = np.isfinite(arr) & (arr >= 0) & (arr <= hi)
+        if kind is int:
+            ok &= arr == np.floor(np.where(ok, arr, 0.0))
+        if ok.all():
+            return arr.astype(int) if kind is int else arr
+        bad = int(np.argmin(ok))
+    _num(a[bad], f"{path}[{bad}]", kind, 0, hi, why)  # raises, naming the item
+    raise AssertionError("unreachable")
+
+
+def _requests(v: Any, path: str, total: int) -> dict:
+    """The rollout's unfinished requests (:class:`formulation.realloc.tail.TailRequests`' arrays): one entry per request
+    in ``engine``, ``group``, ``generated``, ``context``, ``running``, ``prompt``; one per engine in ``drain_key``; the
+    finished samples of open groups in ``done_group`` and ``done_length`` (together, one each); ``pend_length``."""
     if not isinstance(v, dict):
-        raise ContextError(path, "expected a mapping of array name to list")
+        raise ContextError(path, "expected a mapping of array name to list", "write {engine: [...], group: [...], ...}")
+    bounds = {"engine": (total - 1, "an engine index"), "group": (MAX_COUNT, "a GRPO group id"),
+              "generated": (MAX_REQUEST_TOKENS, "tokens"), "context": (MAX_REQUEST_TOKENS, "tokens"), "running": (1, ""),
+              "prompt": (MAX_REQUEST_TOKENS, "tokens"), "drain_key": (MAX_DRAIN_KEY, "the engine's load x 1e12 + cached tokens"),
+              "done_group": (MAX_COUNT, "a GRPO group id"), "done_length": (MAX_REQUEST_TOKENS, "tokens"),
+              "pend_length": (MAX_REQUEST_TOKENS, "tokens")}
     out = {}
     for k, a in v.items():
         kind = _REQUEST_ARRAYS.get(k)
         if kind is None:
-            raise ContextError(f"{path}.{k}", f"unknown array (known: {', '.join(_REQUEST_ARRAYS)})")
-        if not isinstance(a, list):
-            raise ContextError(f"{path}.{k}", "expected a list")
-        try:
-            arr: np.ndarray = np.asarray(a, dtype=kind)
-        except (TypeError, ValueError) as exc:
-            raise ContextError(f"{path}.{k}", f"not a list of {kind.__name__}: {exc}") from None
-        if arr.ndim != 1 or (kind is not bool and arr.size and not np.all(np.isfinite(arr.astype(float)))):
-            raise ContextError(f"{path}.{k}", "expected a flat list of finite numbers")
-        out[k] = arr
-    n = {k: out[k].size for k in ("engine", "group", "generated", "context", "running", "prompt") if k in out}
-    if len(set(n.values())) > 1:
-        raise ContextError(path, f"the per-request arrays differ in length: {n}")
-    missing = [k for k in ("engine", "group", "generated", "context", "running", "prompt", "drain_key") if k not in out]
+            raise ContextError(f"{path}.{k}", "unknown array", f"remove it (known: {', '.join(_REQUEST_ARRAYS)})")
+        hi, why = bounds[k]
+        out[k] = _array(a, f"{path}.{k}", kind, hi, why)
+    missing = [k for k in (*_PER_REQUEST, "drain_key") if k not in out]
     if missing:
-        raise ContextError(f"{path}.{missing[0]}", "missing")
-    if out["engine"].size and (out["engine"].min() < 0 or out["engine"].max() >= out["drain_key"].size):
-        raise ContextError(f"{path}.engine", f"engine indices must lie in [0, {out['drain_key'].size}) (one drain_key per engine)")
+        raise ContextError(f"{path}.{missing[0]}", "missing", f"write the {missing[0]} array")
+    n = {k: out[k].size for k in _PER_REQUEST}
+    if len(set(n.values())) > 1:
+        common = max(set(n.values()), key=list(n.values()).count)
+        odd = next(k for k in _PER_REQUEST if n[k] != common)
+        raise ContextError(f"{path}.{odd}", f"the per-request arrays differ in length: {n}",
+                           f"write one entry per unfinished request in each of {', '.join(_PER_REQUEST)}")
+    if out["drain_key"].size > total:
+        raise ContextError(f"{path}.drain_key", f"{out['drain_key'].size} engines, more than total_gpus ({total})",
+                           "write one drain_key per alive rollout engine")
+    if out["engine"].size and out["engine"].max() >= out["drain_key"].size:
+        raise ContextError(f"{path}.engine", f"engine indices must lie in [0, {out['drain_key'].size})",
+                           "write one drain_key per engine and index the engines from 0")
+    if ("done_group" in out) != ("done_length" in out):
+        k = "done_length" if "done_group" in out else "done_group"
+        raise ContextError(f"{path}.{k}", "missing (done_group and done_length come together)", "write both or neither")
+    if "done_group" in out and out["done_group"].size != out["done_length"].size:
+        raise ContextError(f"{path}.done_length", f"{out['done_length'].size} lengths for {out['done_group'].size} "
+                                                  "done_group entries", "write one length per finished sample in done_group")
     return out
+
+
+def check_against_setup(ctx, setup, where: str = "context") -> None:
+    """The context fits the job's set-up: the GPUs in all, the rollout's GPUs whole engines (``rollout_tp``) and the
+    trainer's whole replicas (``train_unit``), as the decision's tables are indexed."""
+    if ctx.total_gpus != setup.total_gpus:
+        raise ContextError(f"{where}.total_gpus", f"{ctx.total_gpus}, the scenario's job has {setup.total_gpus}",
+                           "give the context of this scenario's job")
+    for name, unit, what in (("rollout", setup.rollout_tp, "engine TP"), ("trainer", setup.train_unit, "trainer TP x PP")):
+        g = ctx.components[name].gpus
+        if g % unit:
+            raise ContextError(f"{where}.components.{name}.gpus", f"{g} is not a multiple of the job's {what} ({unit})",
+                               f"write the GPUs the {name} holds: whole multiples of {unit}")
+
+
+MAX_COMPLETION_S = MAX_SECONDS  # a predicted completion past this is no prediction: the context is refused
+
+
+def check_record(rec: Optional[dict], where: str = "context") -> None:
+    """The decision record's numbers finite, its completion times within ``MAX_COMPLETION_S`` (a context within its
+    bounds can still describe a job that never finishes, e.g. a tiny rate against a huge queue)."""
+    if rec is None:
+        return
+    for k, v in rec.items():
+        if (isinstance(v, float) and not math.isfinite(v)) or (k.startswith("completion") and not 0 <= v <= MAX_COMPLETION_S):
+            raise ContextError(where, f"the decision's {k} is {v!r}, not a finite number" + (
+                                   f" of seconds in [0, {MAX_COMPLETION_S:g}]" if k.startswith("completion") else ""),
+                               "check the context's rates (work_rate_per_gpu), queued work and request lengths: they "
+                               "describe an iteration that does not finish")
 
 
 def make_decision(setup, sc=None, **knobs):
