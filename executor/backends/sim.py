@@ -31,7 +31,7 @@ from __future__ import annotations
 import sqlite3
 from urllib.parse import quote
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from estimators.errors import Problem, UserError
 from estimators.host import create_private
@@ -89,6 +89,111 @@ def check_worker(wid: Any, rec: Any, nodes: dict, lenient: bool = False) -> None
     w = args.get("worker")
     if not (type(w) is dict and w.get("id") == wid and isinstance(w.get("node"), str) and _int(w.get("gpus", 0), 0, 64)):
         raise safestate.BadState(f"the create arguments of worker {str(wid)[:80]!r} are malformed (id, node, gpus 0-64)")
+
+
+MAX_EPOCH = 1 << 62  # lease epochs and counters a saved coordinator may hold
+# A saved coordinator's attributes (executor.workers.coordinator.Coordinator.__getstate__); the last four may be absent (older saves).
+COORD_FIELDS = ("next_epoch", "leases", "active", "registry", "requests", "rejected", "checkpoints", "commits", "generation",
+                "dead_nodes", "illegal", "parked", "pgs", "restarts", "_store")
+COORD_OPTIONAL = ("parked", "pgs", "restarts", "_store")
+_REC_STR = ("job", "gpu_type", "migration", "group", "reserves", "impl", "share", "revoked_because")
+
+
+def _str_map(v: Any, ok: Callable[[Any], bool]) -> bool:
+    return type(v) is dict and all(isinstance(k, str) and ok(x) for k, x in v.items())
+
+
+def _num(v: Any, lo: float, hi: float) -> bool:
+    import math
+
+    return type(v) in (int, float) and math.isfinite(v) and lo <= v <= hi
+
+
+def _registry_record_problem(wid: str, r: Any) -> str:
+    """What is wrong with one registry record (a worker the coordinator knows), or ''."""
+    from executor.state import ROLES
+    from executor.steps import WORKER_TRANSITIONS
+
+    if type(r) is not dict:
+        return "is not a mapping"
+    checks = [("id", r.get("id") == wid), ("component", isinstance(r.get("component"), str)), ("node", isinstance(r.get("node"), str)),
+              ("role", r.get("role") in ROLES), ("gpus", _int(r.get("gpus"), 0, 64)), ("dram_gb", _num(r.get("dram_gb"), 0, 1e6)),
+              ("index", _int(r.get("index"), 0, MAX_EPOCH)), ("generation", _int(r.get("generation", 0), 0, MAX_EPOCH)),
+              ("status", r.get("status", "running") in WORKER_TRANSITIONS),
+              ("layout", _str_map(r.get("layout", {}), lambda x: _int(x, 1, 1 << 20)) and set(r.get("layout", {})) <= {"tp", "pp", "dp"}),
+              ("model", type(r.get("model", {})) is dict), ("engine", type(r.get("engine", {})) is dict)]
+    checks += [(k, isinstance(r.get(k, ""), str)) for k in _REC_STR]
+    bad = [k for k, ok in checks if not ok]
+    return f"field {bad[0]!r} is missing or of the wrong type" if bad else ""
+
+
+def _request_problem(rid: str, r: Any) -> str:
+    if type(r) is not dict:
+        return "is not a mapping"
+    checks = [("id", r.get("id") == rid), ("owner", isinstance(r.get("owner"), str)),
+              ("output", type(r.get("output")) is list and all(type(t) is int for t in r["output"])), ("done", type(r.get("done")) is bool),
+              ("finished_by", r.get("finished_by") is None or isinstance(r.get("finished_by"), str)),
+              ("completions_refused", _int(r.get("completions_refused"), 0, MAX_EPOCH)), ("handoffs", _int(r.get("handoffs"), 0, MAX_EPOCH)),
+              ("component", isinstance(r.get("component", ""), str))]
+    bad = [k for k, ok in checks if not ok]
+    return f"field {bad[0]!r} is missing or of the wrong type" if bad else ""
+
+
+def check_coordinator(coord: Any) -> None:
+    """A loaded coordinator: exactly its own attributes, each of the type the coordinator's methods use
+    (a crafted record with a valid checksum could otherwise shadow a method, or fail an apply part-way)."""
+    st = vars(coord)
+
+    def bad(name: str, what: str) -> safestate.BadState:
+        return safestate.BadState(f"its coordinator record is malformed: {name} {what}")
+
+    missing = [k for k in COORD_FIELDS if k not in st and k not in COORD_OPTIONAL]
+    if missing:
+        raise bad(missing[0], "is missing")
+    extra = sorted(k for k in st if k not in COORD_FIELDS and k != "_lock")
+    if extra:
+        raise bad(repr(extra[0])[:80], "is not a field of the coordinator")
+    if st.get("_store") is not None:
+        raise bad("_store", "must be empty")
+    if not _int(st["next_epoch"], 1, MAX_EPOCH):
+        raise bad("next_epoch", f"is {str(st['next_epoch'])[:40]!r}, not a whole number from 1")
+    if not _str_map(st["leases"], lambda e: _int(e, 1, MAX_EPOCH)):
+        raise bad("leases", "is not a mapping of worker id -> lease epoch")
+    if st["leases"] and max(st["leases"].values()) >= st["next_epoch"]:
+        raise bad("leases", "hold an epoch not below next_epoch (epochs must only grow)")
+    if not _str_map(st["active"], lambda v: type(v) is list and all(isinstance(w, str) for w in v)):
+        raise bad("active", "is not a mapping of component -> list of worker ids")
+    if not _str_map(st["generation"], lambda g: _int(g, 0, MAX_EPOCH)):
+        raise bad("generation", "is not a mapping of component -> generation number")
+    if not _str_map(st["dead_nodes"], lambda v: isinstance(v, str)):
+        raise bad("dead_nodes", "is not a mapping of node -> reason")
+    for name in ("parked", "pgs"):
+        if not _str_map(st.get(name, {}), lambda v: type(v) is dict):
+            raise bad(name, "is not a mapping of name -> record")
+    if not _str_map(st["checkpoints"], lambda v: True):
+        raise bad("checkpoints", "is not a mapping of key -> checkpoint")
+    if not (type(st["illegal"]) is list and all(isinstance(t, str) for t in st["illegal"])):
+        raise bad("illegal", "is not a list of texts")
+    if not (type(st["rejected"]) is list and all(type(r) is dict for r in st["rejected"])):
+        raise bad("rejected", "is not a list of records")
+    if not _str_map(st["commits"], lambda v: type(v) is list and all(
+            type(c) is dict and isinstance(c.get("worker"), str) and _int(c.get("epoch"), 0, MAX_EPOCH)
+            and _int(c.get("step"), 0, MAX_EPOCH) for c in v)):
+        raise bad("commits", "is not a mapping of component -> list of {worker, epoch, step}")
+    if not _int(st.get("restarts", 0), 0, MAX_EPOCH):
+        raise bad("restarts", "is not a whole number from 0")
+    if type(st["registry"]) is not dict:
+        raise bad("registry", "is not a mapping of worker id -> record")
+    for wid, r in st["registry"].items():
+        why = _registry_record_problem(wid, r) if isinstance(wid, str) else "has a key that is not a worker id"
+        if why:
+            raise bad(f"registry[{str(wid)[:80]!r}]", why)
+    if type(st["requests"]) is not dict:
+        raise bad("requests", "is not a mapping of request id -> record")
+    for rid, r in st["requests"].items():
+        why = _request_problem(rid, r) if isinstance(rid, str) else "has a key that is not a request id"
+        if why:
+            raise bad(f"requests[{str(rid)[:80]!r}]", why)
 
 
 class _W:
@@ -184,6 +289,7 @@ class SimBackend:
             if not (isinstance(nodes, dict) and all(isinstance(n, Node) for n in nodes.values()) and isinstance(coordinator, Coordinator)):
                 raise safestate.BadState("its world record holds the wrong types")
             check_nodes(nodes)
+            check_coordinator(coordinator)
             check_creates(world.get("creates", {}))
             workers = []
             from executor.target import MAX_WORKERS

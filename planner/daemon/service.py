@@ -324,6 +324,44 @@ class Daemon:
         self.exit_message = ""
 
     def open(self) -> "Daemon":
+        """Check the inputs, then create or open the state (and the token file, the simulated cluster).
+        Bad input is refused before the state file or the token file is created; the listening
+        socket is closed if anything after it fails."""
+        self._check_inputs()
+        try:
+            return self._open()
+        except BaseException:
+            if self.sock is not None:
+                self.sock.close()
+            raise
+
+    def _check_inputs(self) -> None:
+        """Everything that can be checked without the state file, checked before it is created."""
+        from planner.daemon.adapters.simcluster import check_sqlite_path, check_state_file
+        from planner.daemon.auth import default_token_file, load_tokens
+
+        o = self.opts
+        if self.cfg.clock == "virtual" and o.backend != "sim":
+            raise UserError(Problem("--clock", "a virtual clock only makes sense with the simulated cluster", "use --backend sim or --clock wall"))
+        if o.scenario is None and not o.state.exists():
+            raise UserError(Problem("--scenario", f"the state file {o.state} is new and knows no cluster",
+                                    "pass --scenario CLUSTER.yaml (a scenario: gpu_types, cluster, solver; its jobs, if any, are submitted)"))
+        check_sqlite_path(o.state, "--state", "a daemon's state file", "pass another --state path (a new one is created)")
+        if o.backend == "sim":
+            check_state_file(o.sim_state or o.state.with_name(o.state.name + ".sim"), "--sim-state")
+        for suffix in (".executor-sim", ".journal"):  # the executor's files next to the state, if there
+            f = o.state.with_name(o.state.name + suffix)
+            if os.path.lexists(f):
+                check_sqlite_path(f, "--state", f"the executor's {suffix[1:]} file of {o.state}",
+                                  f"move {f} away (it is not one), or pass another --state path")
+        o.limits.check()
+        _tls(o)
+        self._tokens: Optional[tuple] = None
+        if o.insecure or o.token_file is not None or os.path.lexists(default_token_file(o.state)):
+            self._tokens = load_tokens(o.token_file, o.state, o.insecure)  # nothing to create: read (and check) it now
+        self.sock = _bind(o.host, o.port)
+
+    def _open(self) -> "Daemon":
         o = self.opts
         try:
             self.store = Store(o.state)
@@ -338,11 +376,9 @@ class Daemon:
         self.metrics = DaemonMetrics()
         from planner.daemon.auth import allowed_hosts, load_tokens
 
-        o.limits.check()
-        _tls(o)
-        self.tokens, self.token_file, self.token_created = load_tokens(o.token_file, o.state, o.insecure)
+        self.tokens, self.token_file, self.token_created = self._tokens or load_tokens(o.token_file, o.state, o.insecure)
         self.hosts = allowed_hosts(o.host, tuple(o.allow_hosts))
-        self.sock = _bind(o.host, o.port)
+        assert self.sock is not None
         host, port = self.sock.getsockname()[:2]
         self.url = f"{'https' if o.tls_cert else 'http'}://{host if ':' not in host else f'[{host}]'}:{port}"
         self.lease = Lease(self.store, self.cfg.lease_ttl_s, self.url)

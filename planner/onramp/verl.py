@@ -37,20 +37,46 @@ from planner.onramp.shape import JobShape, Value, get, model_value, need, positi
 _REF = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
 
 
+_MAX_DEPTH = 32  # a chain of references longer than this is refused (real configs use a few)
+
+
 def resolve(cfg: Any, root: dict, where: str, path: str = "") -> Any:
-    """Resolve ``${a.b}`` references to other fields (one level of Hydra's interpolation)."""
+    """Resolve ``${a.b}`` references to other fields (Hydra's interpolation of plain field paths).
+
+    A reference back into a key being resolved (``a: ${a}``; ``a: ${b}`` with ``b: ${a}``; ``a:
+    {x: ${a}}``) or a chain of more than ``_MAX_DEPTH`` references is refused naming the key and
+    the cycle. Each referenced key is resolved once (so repeated references cannot blow up).
+    """
+    return _resolve(cfg, root, where, path, (), {})
+
+
+def _resolve(cfg: Any, root: dict, where: str, loc: str, stack: tuple[str, ...], done: dict[str, Any]) -> Any:
+    # loc: where cfg sits in root; stack: the keys whose ${...} are being followed.
     if isinstance(cfg, dict):
-        return {k: resolve(v, root, where, f"{path}.{k}" if path else str(k)) for k, v in cfg.items()}
+        return {k: _resolve(v, root, where, f"{loc}.{k}" if loc else str(k), stack, done) for k, v in cfg.items()}
     if isinstance(cfg, list):
-        return [resolve(v, root, where, f"{path}[{i}]") for i, v in enumerate(cfg)]
-    if isinstance(cfg, str) and "${" in cfg:
-        m = _REF.match(cfg.strip())
-        if not m or get(root, m.group(1)) is None:
-            raise UserError(Problem(path, f"'{cfg}' is a Hydra interpolation this reader cannot resolve",
-                                    "write the value itself in the config (or pass the composed config: "
-                                    "python -m verl.trainer.main_ppo --cfg job)"), title=f"{where}: cannot write a scenario")
-        return resolve(get(root, m.group(1)), root, where, path)
-    return cfg
+        return [_resolve(v, root, where, f"{loc}[{i}]", stack, done) for i, v in enumerate(cfg)]
+    if not (isinstance(cfg, str) and "${" in cfg):
+        return cfg
+    title = f"{where}: cannot write a scenario"
+    m = _REF.match(cfg.strip())
+    if not m or get(root, m.group(1)) is None:
+        raise UserError(Problem(loc, f"'{cfg}' is a Hydra interpolation this reader cannot resolve",
+                                "write the value itself in the config (or pass the composed config: "
+                                "python -m verl.trainer.main_ppo --cfg job)"), title=title)
+    ref = m.group(1)
+    if ref in done:
+        return done[ref]
+    stack = (*stack, loc)
+    back = [i for i, s in enumerate(stack) if s == ref or s.startswith(ref + ".") or s.startswith(ref + "[")]
+    if back:  # ref is (or holds) a key whose reference is being followed: a cycle
+        raise UserError(Problem(loc, f"'{cfg}' leads back to itself (interpolation cycle: {' -> '.join((*stack[back[0]:], ref))})",
+                                "write the value itself in the config for one of these keys"), title=title)
+    if len(stack) > _MAX_DEPTH:
+        raise UserError(Problem(loc, f"'{cfg}' is a chain of more than {_MAX_DEPTH} interpolations "
+                                f"({stack[0]} -> ... -> {ref})", "write the value itself in the config"), title=title)
+    done[ref] = value = _resolve(get(root, ref), root, where, ref, stack, done)
+    return value
 
 
 def read(cfg: dict, where: str, name: str = "") -> JobShape:

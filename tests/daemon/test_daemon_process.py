@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 
 from daemonproc import DaemonProc, applied_steps, job, kv, query, step_delay, wait_for, write_cluster
 
@@ -119,6 +120,37 @@ def test_cli_bad_input_exits_2_with_a_message(tmp_path):
     r = run_cli("daemon", "--scenario", str(write_cluster(tmp_path)), "--state", str(tmp_path / "x.sqlite"), "--backend", "ray",
                 "--clock", "virtual", "--listen", "127.0.0.1:0")
     assert r.returncode == 2 and "--clock" in r.stderr
+
+
+
+def test_a_bad_sim_state_is_refused_before_the_state_and_token_are_created(tmp_path):
+    """Audit 40: --sim-state naming a text file or a folder was a DatabaseError/OperationalError
+    (exit 1) after the daemon had created STATE and STATE.token. Now exit 2 naming --sim-state and
+    the file, and nothing is created (the daemon would exit after one cycle if it started)."""
+    scenario = write_cluster(tmp_path)
+    junk = tmp_path / "junk.txt"
+    junk.write_text("not a database\n" * 100)
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    foreign = tmp_path / "foreign.sqlite"  # a SQLite file of something else (the sim cluster would have added its tables to it)
+    c = sqlite3.connect(foreign)
+    c.execute("CREATE TABLE world (key TEXT PRIMARY KEY, blob BLOB NOT NULL)")
+    c.commit()
+    c.close()
+    dm = tmp_path / "dm"
+    dm.mkdir()
+    cases = [(junk, "not a SQLite file"), (folder, "is a folder"), (foreign, "'world'"), (tmp_path / "nodir" / "s.sim", "does not exist")]
+    for sim, expect in cases:
+        before = {p.relative_to(tmp_path): (p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*")}
+        r = run_cli("daemon", "--scenario", str(scenario), "--state", str(dm / "s.sqlite"), "--sim-state", str(sim),
+                    "--listen", "127.0.0.1:0", "--clock", "virtual", "--max-cycles", "1", timeout=180)
+        out = r.stdout + r.stderr
+        assert r.returncode == 2, (sim, out[-2000:])
+        assert "--sim-state" in out and str(sim) in out and expect in out, (sim, out[-2000:])
+        assert "Traceback" not in out and "internal error" not in out, out[-2000:]
+        after = {p.relative_to(tmp_path): (p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*")}
+        assert after == before, (sim, sorted(map(str, set(after) ^ set(before))), "nothing created or changed")
+    assert list(dm.iterdir()) == []  # no state, no token
 
 
 # Tokens, scopes, Host, limits and TLS: test_daemon_security.py.

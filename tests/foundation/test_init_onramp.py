@@ -125,3 +125,30 @@ def test_the_end_to_end_onramp_example_in_docs_integration_runs(tmp_path, monkey
     b, job = ns["backend"], ns["job"]
     assert b.coord("ledger_summary")["done"] == 16
     assert {r["impl"] for r in b.coord("records") if r["component"] in (f"{job}/rollout", f"{job}/trainer")} == {"tinylm"}
+
+
+def test_interpolation_cycles_exit_2_naming_the_key_and_the_cycle(tmp_path):
+    """A ``${...}`` that leads back to its own key (directly, through other keys, or through a
+    mapping that holds it) or a chain of references too deep: exit 2 naming the key and the cycle,
+    not a RecursionError; nothing written."""
+    text = VERL.read_text()
+    assert "train_batch_size: 256" in text
+    (tmp_path / "self.yaml").write_text(text.replace("train_batch_size: 256", "train_batch_size: ${data.train_batch_size}"))
+    two = _bad_verl(tmp_path, "two", lambda c: c["data"].update(max_prompt_length="${data.max_response_length}",
+                                                                 max_response_length="${data.max_prompt_length}"))
+    inner = _bad_verl(tmp_path, "inner", lambda c: c["data"].update(again="${data}"))
+    deep = _bad_verl(tmp_path, "deep", lambda c: c.update({f"k{i}": f"${{k{i + 1}}}" for i in range(100)}, k100=1,
+                                                           data={**c["data"], "train_batch_size": "${k0}"}))
+    cases = [(tmp_path / "self.yaml", ["data.train_batch_size", "data.train_batch_size -> data.train_batch_size", "cycle"]),
+             (two, ["data.max_prompt_length -> data.max_response_length", "data.max_response_length -> data.max_prompt_length",
+                    "cycle"]),
+             (inner, ["data.again", "data.again -> data", "cycle"]),
+             (deep, ["chain of more than", "data.train_batch_size"])]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    results = _run([["init", "--from", "verl", str(p), "-o", str(tmp_path / f"out-{i}.yaml")] for i, (p, _) in enumerate(cases)])
+    for (p, expect), r in zip(cases, results):
+        assert r["rc"] == 2, (p.name, r)
+        assert "Traceback" not in r["stderr"] and "RecursionError" not in r["stderr"] and "internal error" not in r["stderr"], r
+        for e in expect:
+            assert e in r["stderr"], (p.name, e, r["stderr"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written

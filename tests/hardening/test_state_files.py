@@ -212,3 +212,69 @@ def test_a_record_over_the_size_cap_is_refused_before_it_is_read(applied, monkey
     monkeypatch.setattr(simmod, "MAX_BLOB_BYTES", 1000)
     rc, out, _, _ = run_inprocess(["status", "--sim-state", str(applied[0])])
     assert rc == 2 and "more than 1,000" in out and "--sim-state" in out, out[-1000:]
+
+
+def _recode_coordinator(sim: Path, edit: Callable[[dict], dict]) -> None:
+    """Rewrite the coordinator record of a real sim state through ``edit`` (its JSON document) with a
+    valid checksum: what a crafted or hand-edited file can hold."""
+    import hashlib
+    import struct
+
+    from executor import safestate
+
+    c = sqlite3.connect(sim)
+    (blob,) = c.execute("SELECT blob FROM world WHERE key='coordinator'").fetchone()
+    body = bytes(blob)[40:]
+    (n,) = struct.unpack_from("<Q", body, 0)
+    doc, rest = json.loads(body[8:8 + n]), body[8 + n:]
+    raw = json.dumps(edit(doc)).encode()
+    new = struct.pack("<Q", len(raw)) + raw + rest
+    c.execute("UPDATE world SET blob=? WHERE key='coordinator'", (safestate.MAGIC + hashlib.sha256(new).digest() + new,))
+    c.commit()
+    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    c.close()
+
+
+def _coord_field(name: str, value) -> Callable[[dict], dict]:
+    def edit(doc: dict) -> dict:
+        doc["state"][name] = value
+        return doc
+    return edit
+
+
+COORD_CASES: list[tuple[str, Callable[[dict], dict], str]] = [
+    ("state-empty", lambda d: {"$obj": "Coordinator", "ref": 0, "state": {}}, "next_epoch is missing"),
+    ("leases-str", _coord_field("leases", "x"), "leases is not a mapping"),
+    ("active-list", _coord_field("active", [1, 2]), "active is not a mapping"),
+    ("next-epoch-str", _coord_field("next_epoch", "abc"), "next_epoch is 'abc'"),
+    ("next-epoch-nan", _coord_field("next_epoch", {"$f": "nan"}), "next_epoch is 'nan'"),
+    ("next-epoch-below-leases", _coord_field("next_epoch", 1), "leases hold an epoch not below next_epoch"),
+    ("registry-role", lambda d: (d["state"]["registry"][next(iter(d["state"]["registry"]))].update(role="evil"), d)[1], "'role'"),
+    ("shadows-a-method", _coord_field("records", 5), "'records' is not a field of the coordinator"),
+]
+
+
+@pytest.mark.parametrize("cid,edit,expect", COORD_CASES, ids=[c[0] for c in COORD_CASES])
+def test_a_coordinator_record_of_the_wrong_shape_is_refused_before_anything_acts(applied, cid, edit, expect):
+    """Audit 40: a coordinator record re-encoded with a valid checksum but the wrong structure or types
+    (``state: {}``, ``leases: "x"``, ``active: [1, 2]``, ``next_epoch: "abc"``) was an AttributeError in
+    ``status`` or a TypeError part-way through an ``apply``. Each command now exits 2 naming the file,
+    the field and the way out, and no file changes."""
+    sim, journal = applied
+    plan2 = sim.parent / "p2.yaml"
+    changed = json.loads(json.dumps(corpus.BASE_PLAN))
+    changed["body"]["components"][0]["placement"] = {"h20-0": 2}  # an apply that would stop workers (and grant epochs)
+    plan2.write_bytes(corpus.dump(changed))
+    _recode_coordinator(sim, edit)
+
+    def files() -> dict[str, bytes]:  # (an -shm file is SQLite's shared-memory index, rewritten by any reader: its name is compared)
+        return {p.name: b"" if p.name.endswith("-shm") else p.read_bytes() for p in sim.parent.iterdir()}
+
+    before = files()
+    for argv in (["status", "--backend", "sim", "--sim-state", str(sim)], ["apply", str(plan2), "--backend", "sim", "--sim-state", str(sim)],
+                 ["apply", "--rollback", "--sim-state", str(sim)]):
+        rc, out, _, _ = run_inprocess(argv)
+        assert rc == 2 and "Traceback" not in out and "internal error" not in out, (argv, out[-1500:])
+        assert "--sim-state" in out and str(sim) in out and "coordinator" in out and expect in out, (argv, out[-1500:])
+        assert "move the file away" in out, out
+        assert files() == before, (argv, "nothing created or changed")

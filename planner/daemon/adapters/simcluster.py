@@ -31,6 +31,7 @@ from typing import Callable, Optional
 
 from simulator import phasetimes as phases  # the one phase-time model (what the planners assume)
 from planner.daemon.sqlitedb import SQLiteFile
+from planner.errors import Problem, UserError
 from planner.daemon.ports import ApplyResult, Group, IterationSample, Observation, Placement
 from planner.instances.common import ClusterView, job_profile, resolve_gpu_types
 from planner.schema.scenario import JobSpec, Scenario
@@ -45,6 +46,64 @@ CREATE TABLE IF NOT EXISTS sim_realloc (id INTEGER PRIMARY KEY, job TEXT NOT NUL
 """
 
 SAMPLES_PER_OBSERVE = 3
+TABLES = {"sim_groups": "table", "sim_jobs": "table", "sim_journal": "table", "sim_realloc": "table"}
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_sqlite_path(path: Path, flag: str, what: str, fix: str) -> None:
+    """Before anything is created: ``path`` is a new file in an existing folder, or an existing
+    regular file that is empty or a SQLite database (a folder or a text file is refused)."""
+    import os
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise UserError(Problem(flag, f"{path} is a link to nothing", fix)) from None
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise UserError(Problem(flag, f"the folder {parent} of {path} does not exist", f"create it first, or {fix}")) from None
+        return
+    except OSError as exc:
+        raise UserError(Problem(flag, f"cannot read {path}: {exc.strerror}", fix)) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UserError(Problem(flag, f"{path} is a folder, not {what}", fix))
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(Problem(flag, f"{path} is not a regular file, so not {what}", fix))
+    if st.st_size == 0:
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise UserError(Problem(flag, f"cannot read {path}: {exc.strerror}", fix)) from None
+    if head != SQLITE_HEADER:
+        raise UserError(Problem(flag, f"{path} is not {what} (not a SQLite file)", fix))
+
+
+def check_state_file(path: Path, flag: str = "--sim-state") -> None:
+    """The simulated cluster's file, checked before the daemon creates anything: absent (it is
+    created), empty, or a SQLite file holding only this cluster's tables; opened read-only."""
+    from urllib.parse import quote
+
+    from executor.dbschema import verify
+
+    fix = f"pass a {flag} path that does not exist yet (it is created) or that a daemon's simulated cluster wrote"
+    check_sqlite_path(path, flag, "a simulated cluster's state file", fix)
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    # Without a -wal file the main file is the whole database: opened immutable, SQLite creates no -wal or -shm beside it.
+    wal = path.with_name(path.name + "-wal").exists()
+    try:
+        c = sqlite3.connect(f"file:{quote(str(path.resolve()))}?{'mode=ro' if wal else 'immutable=1'}", uri=True,
+                            isolation_level=None, timeout=30)
+    except sqlite3.DatabaseError as exc:
+        raise UserError(Problem(flag, f"{path} is not a simulated cluster's state file ({exc})", fix)) from None
+    try:
+        verify(c, path, TABLES, flag, fix, what="simulated cluster's state file")
+    finally:
+        c.close()
 
 
 @dataclass(frozen=True)
@@ -95,8 +154,18 @@ class SimCluster:
         self.truth = truth
         self._times: dict[tuple, tuple[float, float]] = {}
         self.db = SQLiteFile(self.path)
-        with self.db.tx() as c:
-            self.db.run_ddl(c, DDL)
+        from executor.dbschema import verify
+
+        fix = "pass a --sim-state path that does not exist yet (it is created) or that a daemon's simulated cluster wrote"
+        try:
+            verify(self.db.conn(), self.path, TABLES, "--sim-state", fix, what="simulated cluster's state file")
+            with self.db.tx() as c:
+                self.db.run_ddl(c, DDL)
+        except (sqlite3.DatabaseError, UserError) as exc:
+            self.db.close()
+            if isinstance(exc, UserError):
+                raise
+            raise UserError(Problem("--sim-state", f"{self.path} is not a simulated cluster's state file ({exc})", fix)) from None
 
     # ------------------------------------------------------------------ storage
     def _conn(self) -> sqlite3.Connection:
