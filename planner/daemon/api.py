@@ -453,8 +453,7 @@ def create_app(service) -> FastAPI:
             ctx = context_from_data(context, where="context")
         except ContextError as exc:
             field = exc.field[len("context."):] if exc.field.startswith("context.") else ("" if exc.field == "context" else exc.field)
-            raise UserError(Problem(field, exc.message, "write the field as planner.instances.completion_io describes "
-                                                       "(context_to_data writes it)"), title="invalid reallocation context") from None
+            raise UserError(Problem(field, exc.message, exc.fix), title="invalid reallocation context") from None
         except (ValueError, TypeError, OverflowError) as exc:  # numbers past what the arrays hold (e.g. a 400-digit integer)
             raise UserError(Problem("", f"the context cannot be read: {str(exc)[:200]}", "send finite numbers of ordinary size"),
                             title="invalid reallocation context") from None

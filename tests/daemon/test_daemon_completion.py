@@ -278,3 +278,22 @@ def test_the_option_picks_the_reallocator_and_is_checked():
     assert DaemonConfig().realloc_decision == "auto"
     with pytest.raises(UserError, match="--realloc-decision"):
         DaemonConfig(realloc_decision="fastest")
+
+
+def test_a_posted_context_that_does_not_fit_the_jobs_set_up_is_not_decided_on(run):
+    """The daemon checks a stored context against the job's set-up as ``planner realloc`` does: rollout GPUs in
+    whole engines. (A context of the same GPU total but split in another TP was decided on before.)"""
+    from types import SimpleNamespace
+
+    from planner.daemon.adapters.completion import CompletionReallocator
+
+    ctx = run["ctx"]
+    last = SimpleNamespace(iteration=ctx["iteration"], time_s=ctx["time_s"])
+    stored = {"time_s": ctx["time_s"], "iteration": ctx["iteration"], "received_wall": 0.0, "data": ctx}
+    r = CompletionReallocator(None, {}.get, mode="completion")
+    rollout = ctx["components"]["rollout"]["gpus"]
+    fits = SimpleNamespace(total_gpus=ctx["total_gpus"], rollout_tp=1, train_unit=1)
+    assert r._fresh(stored, last, ctx["total_gpus"], fits)[0] is not None
+    odd = SimpleNamespace(total_gpus=ctx["total_gpus"], rollout_tp=rollout + 1, train_unit=1)
+    cctx, why = r._fresh(stored, last, ctx["total_gpus"], odd)
+    assert cctx is None and "does not fit the job's set-up" in why and "components.rollout.gpus" in why, why

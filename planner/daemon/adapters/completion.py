@@ -229,9 +229,9 @@ class CompletionReallocator:
         self.decisions[job] = make_decision(setup, sc, **self.knobs)
         return self.decisions[job]
 
-    def _fresh(self, stored: Optional[dict], last, total_gpus: int):
+    def _fresh(self, stored: Optional[dict], last, total_gpus: int, setup=None):
         """(the context to decide with, or None; why not)."""
-        from planner.instances.completion_io import ContextError, context_from_data
+        from planner.instances.completion_io import ContextError, check_against_setup, context_from_data
 
         if stored is None:
             return None, "no reallocation context posted for the job"
@@ -249,6 +249,11 @@ class CompletionReallocator:
             return None, f"the posted context cannot be used: {exc}"
         if cctx.total_gpus != total_gpus:
             return None, f"the posted context has {cctx.total_gpus} GPUs in all, the job's set-up {total_gpus}"
+        if setup is not None:
+            try:
+                check_against_setup(cctx, setup)  # (as `planner realloc --decision completion` does)
+            except ContextError as exc:
+                return None, f"the posted context does not fit the job's set-up: {exc}; {exc.fix}"
         return cctx, ""
 
     def decide(self, ctx: PlanningContext, job: str, snapshots: list) -> ReallocOutcome:
@@ -259,7 +264,7 @@ class CompletionReallocator:
         if dec is None:
             cctx, why = None, self.unusable[job]
         else:
-            cctx, why = self._fresh(self.contexts(job), last, int(dec.setup.total_gpus))
+            cctx, why = self._fresh(self.contexts(job), last, int(dec.setup.total_gpus), dec.setup)
         if cctx is None:
             if dec is not None:
                 for s in snapshots:  # the trigger keeps the stream whichever decision runs
@@ -279,6 +284,14 @@ class CompletionReallocator:
                                   "context": {"iteration": cctx.iteration, "time_s": cctx.time_s}}
         if rec is None:
             return ReallocOutcome(job, False, "completion decision: the tail trigger has not fired", [], 0.0, 0.0, {}, solver, ms)
+        from planner.instances.completion_io import ContextError, check_record
+
+        try:
+            check_record(rec)  # a prediction that is not a finite time moves nothing and is not logged as one
+        except ContextError as exc:
+            solver["refused"] = exc.message
+            return ReallocOutcome(job, False, f"completion decision: no decision ({exc.message}; {exc.fix})", [], 0.0, 0.0, {},
+                                  solver, ms)
         rec = _plain(rec)
         solver["record"] = rec
         names = {c.kind: c.name for c in last.components}
