@@ -73,14 +73,15 @@ class SolverRecord(BaseModel):
     status: str
     objective: Optional[float] = None
     best_bound: Optional[float] = None
-    gap: Optional[float] = None
-    wall_time_s: float = 0.0
-    time_limit_s: Optional[float] = None
+    gap: Optional[float] = Field(None, ge=0.0, description="relative gap |objective - best_bound| / |objective| "
+                                 "(formulation.common.SolveRecord.gap): never negative")
+    wall_time_s: float = Field(0.0, ge=0.0)
+    time_limit_s: Optional[float] = Field(None, ge=0.0)
     warm_start: Optional[str] = None
     message: str = ""
     phase_time_estimate: Optional[str] = Field(None, description="the phase-time estimate the plan was made on (scenarios): "
                                                "conservative/max, sampled (the mean), p90 or p99; None: an instance file's own times")
-    margin: Optional[float] = Field(None, description="explicit headroom on every phase time (a fraction), when given")
+    margin: Optional[float] = Field(None, ge=0.0, le=1.0, description="explicit headroom on every phase time (a fraction), when given")
     slo_curve: Optional[list[dict]] = Field(None, description="with --slo-curve: $/h and simulated SLO attainment of the plan "
                                             "made on each estimate (planner.sim.slo_curve)")
 

@@ -23,12 +23,22 @@ phase-times         the plan's phase and warm-switch seconds match the instance'
 slo                 each member's cycle time within its SLO
 dram                per node, the resident footprints of the members pinned there fit its DRAM
 cycle-time          the plan's reported cycle time matches the recomputed one
-cost                the plan's reported $/h match the pools' prices
+cost                the plan's reported $/h match the pools' prices (and its move cost the
+                    instance's price per moved job)
+pool-gpus           a pool's gpus_per_node is its GPU type's, and gpus = size x gpus_per_node
+totals              nodes_used and gpus_used per GPU type are what the groups' pools hold
+slo-claim           (``slo_claims``: a plan document) a member's slo_s is its job's SLO, and
+                    slack_s = slo_s - cycle_time_s
+bound               the lower bound is not above the plan's cost (+ move cost)
+solver              (with the solve record) the gap lies in [0, 1] and is |objective -
+                    best_bound| / objective, the bound not above the objective
 ==================  ========================================================================
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any, Optional
 
 from formulation.common.violation import Violation
 from formulation.placement.cycle import Member, cycle_times
@@ -42,7 +52,13 @@ def _close(x: float, y: float) -> bool:
     return abs(x - y) <= TOL * max(1.0, abs(x), abs(y))
 
 
-def check(inst: PlacementInstance, plan: PlacementPlan) -> list[Violation]:
+def check(inst: PlacementInstance, plan: PlacementPlan, record: Optional[Any] = None, slo_claims: bool = False) -> list[Violation]:
+    """Every violated rule of ``plan`` on ``inst``. ``record``: the plan document's solve record
+    (anything with ``objective``, ``best_bound`` and ``gap``), checked too when given.
+    ``slo_claims``: hold each member's slo_s and slack_s to the instance's SLO (a plan document
+    read from a file: validate-plan, apply, simulate --plan); off, plans built on other SLOs than
+    the instance's (capacity's least-overshoot placements, on relaxed SLOs) are judged on their
+    cycle times alone."""
     out: list[Violation] = []
     add = lambda rule, where, msg: out.append(Violation(rule, where, msg))  # noqa: E731
     jobs = {j.name: j for j in inst.jobs}
@@ -75,6 +91,12 @@ def check(inst: PlacementInstance, plan: PlacementPlan) -> list[Violation]:
                 continue
             if len(pool.nodes) != pool.size or len(set(pool.nodes)) != len(pool.nodes):
                 add("pool-nodes", where, f"size {pool.size} but {len(set(pool.nodes))} distinct nodes listed")
+            if pool.gpus_per_node != pt.gpus_per_node:
+                add("pool-gpus", where, f"gpus_per_node is {pool.gpus_per_node} but a {pool.gpu_type} node has "
+                                        f"{pt.gpus_per_node} GPUs (set it to {pt.gpus_per_node}, or re-plan)")
+            elif pool.gpus != pool.size * pt.gpus_per_node:
+                add("pool-gpus", where, f"gpus is {pool.gpus} but size x gpus_per_node is {pool.size * pt.gpus_per_node} "
+                                        f"(set it to {pool.size * pt.gpus_per_node}, or re-plan)")
             for n in pool.nodes:
                 if node_type.get(n) != pool.gpu_type:
                     add("pool-nodes", where, f"node '{n}' is not a {pool.gpu_type} node of the instance")
@@ -86,8 +108,22 @@ def check(inst: PlacementInstance, plan: PlacementPlan) -> list[Violation]:
         total_cost += gcost
         if not _close(gcost, g.cost_per_hour):
             add("cost", f"group={g.id}", f"reports {g.cost_per_hour:.4g} $/h but its pools cost {gcost:.4g} $/h")
+        for m in g.members if slo_claims else ():
+            job = jobs.get(m.job)
+            if job is None:
+                continue
+            where = f"job={m.job},group={g.id}"
+            if not _close(m.slo_s, job.slo_s):
+                add("slo-claim", where, f"slo_s is {m.slo_s:.6g} but the job's SLO is {job.slo_s:.6g} s "
+                                        f"(set it to {job.slo_s:.9g}, or re-plan)")
         if sorted(g.order) != sorted(m.job for m in g.members):
-            add("pins", f"group={g.id}", "the round-robin order does not list exactly the group's members")
+            held, listed = Counter(m.job for m in g.members), Counter(g.order)
+            diff = [f"{n} is a member but not in the order" for n in held if n not in listed]
+            diff += [f"{n} is in the order but not a member" for n in listed if n not in held]
+            diff += [f"{n} is listed {k} times as a member" for n, k in held.items() if k > 1]
+            diff += [f"{n} is listed {k} times in the order" for n, k in listed.items() if k > 1]
+            add("pins", f"group={g.id}", "the round-robin order does not list exactly the group's members"
+                + (f" ({'; '.join(diff[:6])})" if diff else ""))
             continue
         members: list[Member] = []
         by = {m.job: m for m in g.members}
@@ -131,8 +167,12 @@ def check(inst: PlacementInstance, plan: PlacementPlan) -> list[Violation]:
             where = f"job={mm.name},group={g.id}"
             if lam > slo * (1 + TOL):
                 add("slo", where, f"cycle time {lam:.1f} s exceeds the SLO {slo:.1f} s by {lam - slo:.1f} s")
-            if not _close(by[mm.name].cycle_time_s, lam):
-                add("cycle-time", where, f"reports {by[mm.name].cycle_time_s:.6g} s but the schedule gives {lam:.6g} s")
+            mp = by[mm.name]
+            if not _close(mp.cycle_time_s, lam):
+                add("cycle-time", where, f"reports {mp.cycle_time_s:.6g} s but the schedule gives {lam:.6g} s")
+            elif slo_claims and _close(mp.slo_s, slo) and not _close(mp.slack_s, slo - lam):  # (a false cycle or SLO is named above)
+                add("slo-claim", where, f"slack_s is {mp.slack_s:.6g} but slo_s - cycle_time_s is {slo - lam:.6g} "
+                                        f"(set it to {slo - lam:.9g}, or re-plan)")
         if not _close(g.cycle_time_s, res.period):
             add("cycle-time", f"group={g.id}", f"reports {g.cycle_time_s:.6g} s but the schedule gives {res.period:.6g} s")
         # DRAM per node
@@ -157,4 +197,41 @@ def check(inst: PlacementInstance, plan: PlacementPlan) -> list[Violation]:
             add("capacity", f"type={t}", f"{count} nodes used but the fleet has {cap}")
     if not _close(total_cost, plan.cost_per_hour):
         add("cost", "plan", f"reports {plan.cost_per_hour:.6g} $/h but the groups cost {total_cost:.6g} $/h")
+    move = inst.move_price_per_job * len(plan.moved_jobs)
+    if not _close(move, plan.move_cost_per_hour):
+        add("cost", "plan", f"move_cost_per_hour is {plan.move_cost_per_hour:.6g} but {len(plan.moved_jobs)} moved job(s) at "
+                            f"{inst.move_price_per_job:.6g} $/h each cost {move:.6g} $/h (re-plan)")
+    _totals(inst, plan, used, add)
+    if plan.lower_bound_per_hour is not None and plan.lower_bound_per_hour > (plan.cost_per_hour + plan.move_cost_per_hour) * (1 + TOL) + TOL:
+        add("bound", "plan", f"lower_bound_per_hour {plan.lower_bound_per_hour:.6g} is above the plan's own cost "
+                             f"{plan.cost_per_hour + plan.move_cost_per_hour:.6g} $/h (a bound never is: re-plan)")
+    if record is not None:
+        check_record(record, add)
     return out
+
+
+def _totals(inst: PlacementInstance, plan: PlacementPlan, used: dict[str, int], add) -> None:
+    """The plan's nodes_used and gpus_used per GPU type against its groups' pools (zero entries may be left out)."""
+    for field, claims, per in (("nodes_used", plan.nodes_used, lambda t: 1),
+                               ("gpus_used", plan.gpus_used, lambda t: inst.pool_types[t].gpus_per_node)):
+        for t in sorted(set(claims) | set(used)):
+            want = used.get(t, 0) * (per(t) if t in inst.pool_types else 0)
+            have = claims.get(t, 0)
+            if have != want:
+                add("totals", f"type={t}", f"{field}.{t} is {have} but the groups' pools hold {want} "
+                                           f"({f'set it to {want}' if want else 'remove it'}, or re-plan)")
+
+
+def check_record(record: Any, add) -> None:
+    """The solve record's claims a placement plan can be held to: a relative gap in [0, 1] (a
+    plan's cost and its bound are non-negative, the bound not above the cost) that is the one of
+    its objective and bound."""
+    obj, bound, gap = getattr(record, "objective", None), getattr(record, "best_bound", None), getattr(record, "gap", None)
+    if gap is not None and not 0.0 <= gap <= 1.0 + TOL:
+        add("solver", "solver.gap", f"is {gap:g}, but a placement plan's relative gap lies in [0, 1] (re-plan)")
+    elif gap is not None and obj is not None and bound is not None:
+        want = abs(obj - bound) / max(abs(obj), 1e-9)
+        if abs(gap - want) > 1e-6:
+            add("solver", "solver.gap", f"is {gap:.6g} but |objective - best_bound| / objective is {want:.6g} (re-plan)")
+    if obj is not None and bound is not None and bound > obj * (1 + TOL) + TOL:
+        add("solver", "solver.best_bound", f"{bound:.6g} is above the objective {obj:.6g} (a bound never is: re-plan)")

@@ -12,41 +12,66 @@ take free nodes in the instance's node order, so the same solution gives the sam
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Annotated, Optional, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from formulation.placement.cycle import Member, cycle_times, whole_pool_cycle_times
 from formulation.placement.evaluate import Config, Index, Solution
+from formulation.placement.instance import MAX_INSTANCE_NODES
+
+# Bounds of a plan's numbers (a plan read from a file is a claim: an edited one may say anything).
+# The checker (formulation.placement.check) compares what it can recompute against the instance;
+# these bounds refuse, when the plan is read, what no instance could give.
+MAX_PLAN_GPUS_PER_NODE = 1024  # the scenario schema allows 64; numbers-only instances leave it open
+MAX_PLAN_GPUS = MAX_INSTANCE_NODES * MAX_PLAN_GPUS_PER_NODE
+MAX_PLAN_SECONDS = 1e9  # a phase time, switch or SLO (instances: at most 1e8 s, twice that with a margin)
+MAX_PLAN_CYCLE_S = 1e13  # a cycle: the sum of many members' phases at most
+MAX_PLAN_COST = 1e12  # $/h: every node of the largest instance at the highest price, with room
+
+
+def _share(x: float) -> float:
+    if not 0.0 <= x <= 1.0 + 1e-6:  # a share of the cycle (rounding may leave it a hair above 1)
+        raise ValueError("must be a share of the cycle, between 0 and 1")
+    return x
+
+
+Share = Annotated[float, AfterValidator(_share)]
+Seconds = Annotated[float, Field(ge=0.0, le=MAX_PLAN_SECONDS)]
+CycleSeconds = Annotated[float, Field(ge=0.0, le=MAX_PLAN_CYCLE_S)]
+Cost = Annotated[float, Field(ge=0.0, le=MAX_PLAN_COST)]
+NodeCount = Annotated[int, Field(ge=0, le=MAX_INSTANCE_NODES)]
+GpuCount = Annotated[int, Field(ge=0, le=MAX_PLAN_GPUS)]
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Pool(_Body):
     gpu_type: str
     nodes: list[str]
-    size: int = Field(description="nodes in the pool")
-    gpus_per_node: int
-    gpus: int
+    size: int = Field(ge=1, le=MAX_INSTANCE_NODES, description="nodes in the pool")
+    gpus_per_node: int = Field(ge=1, le=MAX_PLAN_GPUS_PER_NODE, description="GPUs of each node (the GPU type's)")
+    gpus: GpuCount = Field(description="size x gpus_per_node")
 
 
 class MemberPlan(_Body):
     job: str
     rollout_nodes: list[str] = Field(description="nodes its rollout engines and resident weights are pinned to")
     train_nodes: list[str] = Field(description="nodes its training ranks and resident optimizer state are pinned to")
-    rollout_s: float
-    train_s: float
-    sync_s: float
-    rollout_switch_s: float = Field(0.0, description="warm switch a rollout node pays to load this member (charged only in "
-                                                     "groups of two or more, capped at its training + sync)")
-    train_switch_s: float = Field(0.0, description="warm switch a training node pays to load this member (groups of two or "
-                                                   "more, capped at its rollout)")
-    cycle_time_s: float = Field(description="predicted seconds per iteration in this group (max cycle ratio, warm switches in)")
-    slo_s: float
-    slack_s: float = Field(description="slo_s - cycle_time_s")
+    rollout_s: Seconds
+    train_s: Seconds
+    sync_s: Seconds
+    rollout_switch_s: Seconds = Field(0.0, description="warm switch a rollout node pays to load this member (charged only in "
+                                                       "groups of two or more, capped at its training + sync)")
+    train_switch_s: Seconds = Field(0.0, description="warm switch a training node pays to load this member (groups of two or "
+                                                     "more, capped at its rollout)")
+    cycle_time_s: CycleSeconds = Field(description="predicted seconds per iteration in this group (max cycle ratio, warm switches in)")
+    slo_s: float = Field(gt=0.0, le=MAX_PLAN_SECONDS, description="the job's SLO (the instance's)")
+    slack_s: float = Field(ge=-MAX_PLAN_CYCLE_S, le=MAX_PLAN_SECONDS, description="slo_s - cycle_time_s")
     moved: bool = Field(False, description="it was placed in another group (or on other nodes) in the current plan")
 
 
@@ -56,11 +81,11 @@ class GroupPlan(_Body):
     train_pool: Pool
     order: list[str] = Field(description="round-robin order of the meta-iteration")
     members: list[MemberPlan]
-    cycle_time_s: float
+    cycle_time_s: CycleSeconds
     critical: list[str] = Field(description="events of the critical cycle (R:job = rollout start, T:job = training start)")
-    rollout_busy: float = Field(description="share of the cycle the rollout pool is busy")
-    train_busy: float = Field(description="share of the cycle the training pool is busy (training + weight sync)")
-    cost_per_hour: float
+    rollout_busy: Share = Field(description="share of the cycle the rollout pool is busy")
+    train_busy: Share = Field(description="share of the cycle the training pool is busy (training + weight sync)")
+    cost_per_hour: Cost
 
 
 class Unplaced(_Body):
@@ -72,12 +97,12 @@ class Unplaced(_Body):
 
 class PlacementPlan(_Body):
     instance: str
-    cost_per_hour: float
-    move_cost_per_hour: float = 0.0
-    lower_bound_per_hour: Optional[float] = Field(None, description="certified lower bound on cost_per_hour + move cost")
-    greedy_cost_per_hour: Optional[float] = Field(None, description="cost of the greedy (Weave) plan on the same input")
-    nodes_used: dict[str, int]
-    gpus_used: dict[str, int]
+    cost_per_hour: Cost
+    move_cost_per_hour: Cost = 0.0
+    lower_bound_per_hour: Optional[Cost] = Field(None, description="certified lower bound on cost_per_hour + move cost")
+    greedy_cost_per_hour: Optional[Cost] = Field(None, description="cost of the greedy (Weave) plan on the same input")
+    nodes_used: dict[str, NodeCount]
+    gpus_used: dict[str, GpuCount]
     groups: list[GroupPlan]
     unplaced: list[Unplaced] = Field(default_factory=list)
     moved_jobs: list[str] = Field(default_factory=list)

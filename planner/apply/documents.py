@@ -51,9 +51,31 @@ def read_target(path: str, observed: Callable[[], ClusterState], scenario: Optio
         if not scenario:
             raise UserError(Problem("--scenario", "a PlacementPlan needs the scenario it was made from (jobs' layouts and DRAM, "
                                                   "node names)", "pass --scenario SCENARIO.yaml"))
+        from pydantic import ValidationError
+
         from planner.apply.placement import from_placement
         from planner.schema import load_scenario
 
-        return tgt.to_state(from_placement(doc.body, load_scenario(scenario))), name, digest
+        try:
+            target = from_placement(doc.body, load_scenario(scenario))
+        except ValidationError as exc:  # the plan's pools or pins make a target the executor cannot run
+            raise UserError(_target_problems(exc, path, scenario)) from None
+        return tgt.to_state(target), name, digest
     raise UserError(Problem("kind", f"the executor cannot apply a {doc.kind}",
                             "pass an ExecutorTarget, a PlacementPlan (with --scenario) or a ReallocPlan"))
+
+
+def _target_problems(exc, path: str, scenario: str) -> list[Problem]:
+    """A PlacementPlan that gives an executor target the executor's schema refuses (the plan check
+    passes only plans whose pools are the scenario's, so an edited or foreign plan): each refused
+    field of the target, and the fix."""
+    out = []
+    for err in exc.errors(include_url=False)[:10]:
+        loc = ".".join(str(x) for x in err["loc"])
+        bad = err.get("input")
+        shown = f" (got {bad!r:.60})" if bad is not None and not isinstance(bad, (dict, list)) else ""
+        out.append(Problem(f"PLAN (executor target {loc})",
+                           f"{path} gives a target the executor refuses: {err['msg'].removeprefix('Value error, ')}{shown}",
+                           f"check it with `planner validate-plan {scenario} {path}` (the pools' gpus_per_node and the "
+                           "members' pins), or re-plan with `planner plan`"))
+    return out

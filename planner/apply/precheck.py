@@ -50,7 +50,7 @@ def check_placement_doc(doc, plan_path: str, scenario_path: str, mode: Optional[
     if dup:
         raise UserError(Problem("body.groups", f"group id(s) listed more than once: {', '.join(dup)}",
                                 "give each group its own id (re-plan with `planner plan`)"))
-    violations = check(inst, plan)
+    violations = check(inst, plan, doc.solver, slo_claims=True)
     if violations:
         shown = "; ".join(str(v) for v in violations[:SHOWN])
         more = f" (and {len(violations) - SHOWN} more)" if len(violations) > SHOWN else ""

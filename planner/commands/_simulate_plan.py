@@ -20,15 +20,18 @@ def run_plan(args, sc, out, console, write_files) -> int:
                                 "pass the output of `planner plan` (or `planner admit`); simulate one job's "
                                 "reallocation with --policy dynamic"))
     doc = plandoc.read(args.plan, expect_kind="PlacementPlan")
-    plan = PlacementPlan.model_validate(doc.body)
+    plan = doc.body_as(PlacementPlan)  # validated once, by plandoc.read
+    assert isinstance(plan, PlacementPlan)
     notes = []
     if doc.scenario and doc.scenario != sc.name:
         raise UserError(Problem("--plan", f"the plan was made from scenario '{doc.scenario}', not '{sc.name}'",
                                 "pass the scenario the plan was made from"))
-    if doc.scenario_digest and doc.scenario_digest != plandoc.scenario_digest(sc):
+    changed = bool(doc.scenario_digest) and doc.scenario_digest != plandoc.scenario_digest(sc)
+    if changed:
         notes.append("the scenario changed since the plan was made (digest differs): phase times are today's")
     if not plan.groups:
         raise UserError(Problem("--plan", "the plan has no groups to simulate", "plan at least one job"))
+    check_plan(args, doc, plan, changed)
     from planner.statusline import status
 
     with status(f"simulate: the plan's {len(plan.groups)} group(s), request by request"):
@@ -57,6 +60,38 @@ def run_plan(args, sc, out, console, write_files) -> int:
         if not args.json:
             console.print(f"wrote {out / 'summary.json'}")
     return 0
+
+
+# what a plan of a changed scenario is still checked for (its phase times, cycles, SLOs and costs
+# are yesterday's, and the simulation uses today's): the structure the simulator walks
+STRUCTURE = frozenset({"placed-once", "unknown-job", "pool-nodes", "node-exclusive", "capacity", "pins", "job-pool", "dram",
+                       "pool-gpus", "totals"})
+SHOWN = 20  # violations listed in a refusal (the count says how many more)
+
+
+def check_plan(args, doc, plan, changed: bool) -> None:
+    """The solver-free plan check (as ``planner validate-plan``) before a single request is
+    simulated: a plan that fails it is refused (exit 2), each violated rule named with where it
+    is. A plan of a changed scenario (another digest) is held to its structure only."""
+    from formulation.placement.check import check
+    from planner.commands._placement import load_input
+    from planner.errors import Problem, UserError
+    from planner.statusline import status
+
+    rec = doc.solver
+    mode = rec.phase_time_estimate if rec.phase_time_estimate in ("conservative", "sampled", "p90", "p99", "max") else None
+    with status("simulate: checking the plan (estimating every job's phase times)") as st:
+        inst, _name, _digest, _sc = load_input(args.scenario, mode, rec.margin or 0.0, command="simulate", progress=st)
+    violations = check(inst, plan, rec, slo_claims=True)
+    if changed:
+        violations = [v for v in violations if v.rule in STRUCTURE]
+    if violations:
+        shown = "; ".join(str(v) for v in violations[:SHOWN])
+        more = f" (and {len(violations) - SHOWN} more)" if len(violations) > SHOWN else ""
+        raise UserError(Problem("--plan", f"{args.plan} fails the plan check against {args.scenario}: {len(violations)} violated "
+                                          f"constraint(s): {shown}{more}",
+                                f"run `planner validate-plan {args.scenario} {args.plan}` for the list; re-plan with "
+                                "`planner plan` (or edit the fields named) so that each rule holds"))
 
 
 def _argv(args) -> list[str]:

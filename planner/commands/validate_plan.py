@@ -9,7 +9,9 @@ DESCRIPTION = """Recompute everything a placement plan claims from the scenario 
 instance) without any solver: every job placed exactly once, pools made of existing nodes of the
 right type, no node in two pools, capacity per GPU type, pins inside the group's pools, phase
 times from the tables, each member's cycle time (max cycle ratio of the round-robin schedule)
-within its SLO, host DRAM per node, reported cycle times and costs. Each violation is printed as
+within its SLO, host DRAM per node, and every claim that can be recomputed: cycle times, costs,
+SLOs and slack, GPUs per node and per pool, nodes and GPUs used per type, the lower bound and
+the solve record's gap. Each violation is printed as
 rule[where]: message. Exit status 0 when the plan is valid, 2 otherwise. A plan made for another
 input (its recorded digest differs from INPUT's) is refused in one line unless --force."""
 
@@ -41,7 +43,7 @@ def run(args) -> int:
         raise UserError(Problem("PLAN", f"{args.plan} was made for {doc.scenario or 'another input'} (digest {doc.scenario_digest}), "
                                         f"not for {args.input} (digest {digest}): its violations here would say nothing about it",
                                 "give the input the plan was made from, or --force to check it against this one anyway"))
-    violations = check(inst, plan)
+    violations = check(inst, plan, doc.solver, slo_claims=True)
     if not same:
         print(f"note: the plan was made for {doc.scenario or 'another input'} (digest {doc.scenario_digest}), "
               f"not this input's content (digest {digest}); checking it against this input", file=sys.stderr)
