@@ -52,12 +52,17 @@ def check_placement_doc(doc, plan_path: str, scenario_path: str, mode: Optional[
                                 "give each group its own id (re-plan with `planner plan`)"))
     violations = check(inst, plan, doc.solver, slo_claims=True)
     if violations:
-        shown = "; ".join(str(v) for v in violations[:SHOWN])
-        more = f" (and {len(violations) - SHOWN} more)" if len(violations) > SHOWN else ""
-        raise UserError(Problem("PLAN", f"{plan_path} fails the plan check against {scenario_path}: {len(violations)} violated "
-                                        f"constraint(s): {shown}{more}",
-                                f"run `planner validate-plan {scenario_path} {plan_path}` for the list; re-plan with "
-                                "`planner plan` so that each rule holds"))
+        raise refusal("PLAN", violations, plan_path, scenario_path, "re-plan with `planner plan`")
+
+
+def refusal(where: str, violations: list, plan_path, scenario_path, fix: str) -> UserError:
+    """The error for a plan that fails the solver-free check: the first :data:`SHOWN` violations,
+    how many more, and ``fix`` after the pointer to ``validate-plan``."""
+    shown = "; ".join(str(v) for v in violations[:SHOWN])
+    more = f" (and {len(violations) - SHOWN} more)" if len(violations) > SHOWN else ""
+    return UserError(Problem(where, f"{plan_path} fails the plan check against {scenario_path}: {len(violations)} violated "
+                                    f"constraint(s): {shown}{more}",
+                             f"run `planner validate-plan {scenario_path} {plan_path}` for the list; {fix} so that each rule holds"))
 
 
 def check_not_empty(target_components: int) -> None:

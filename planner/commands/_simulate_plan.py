@@ -66,7 +66,6 @@ def run_plan(args, sc, out, console, write_files) -> int:
 # are yesterday's, and the simulation uses today's): the structure the simulator walks
 STRUCTURE = frozenset({"placed-once", "unknown-job", "pool-nodes", "node-exclusive", "capacity", "pins", "job-pool", "dram",
                        "pool-gpus", "totals"})
-SHOWN = 20  # violations listed in a refusal (the count says how many more)
 
 
 def check_plan(args, doc, plan, changed: bool) -> None:
@@ -74,8 +73,8 @@ def check_plan(args, doc, plan, changed: bool) -> None:
     simulated: a plan that fails it is refused (exit 2), each violated rule named with where it
     is. A plan of a changed scenario (another digest) is held to its structure only."""
     from formulation.placement.check import check
+    from planner.apply.precheck import refusal
     from planner.commands._placement import load_input
-    from planner.errors import Problem, UserError
     from planner.statusline import status
 
     rec = doc.solver
@@ -86,12 +85,8 @@ def check_plan(args, doc, plan, changed: bool) -> None:
     if changed:
         violations = [v for v in violations if v.rule in STRUCTURE]
     if violations:
-        shown = "; ".join(str(v) for v in violations[:SHOWN])
-        more = f" (and {len(violations) - SHOWN} more)" if len(violations) > SHOWN else ""
-        raise UserError(Problem("--plan", f"{args.plan} fails the plan check against {args.scenario}: {len(violations)} violated "
-                                          f"constraint(s): {shown}{more}",
-                                f"run `planner validate-plan {args.scenario} {args.plan}` for the list; re-plan with "
-                                "`planner plan` (or edit the fields named) so that each rule holds"))
+        raise refusal("--plan", violations, args.plan, args.scenario,
+                      "re-plan with `planner plan` (or edit the fields named)")
 
 
 def _argv(args) -> list[str]:

@@ -10,30 +10,15 @@ field or job named, no traceback, nothing written. Through ``planner.cli.main`` 
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import run_cli
-from tests.hardening import corpus
 
-TINY = str(corpus.ROOT / "scenarios" / "ci" / "tiny-2jobs.yaml")
-
-
-def run(argv: list[str]) -> tuple[int, str]:
-    from planner.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as exc:
-            rc = exc.code if isinstance(exc.code, int) else 2
-    return rc, out.getvalue() + err.getvalue()
+from tests.hardening.test_apply_precheck import TINY, run
 
 
 @pytest.fixture(scope="module")
