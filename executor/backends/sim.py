@@ -75,9 +75,10 @@ def check_creates(creates: Any) -> None:
 
 
 def check_worker(wid: Any, rec: Any, nodes: dict, lenient: bool = False) -> None:
-    """A worker row: (create arguments naming a node of the world, a worker object, alive).
+    """A worker row: (create arguments naming a node of the world, a worker object, alive), each field
+    of the type and range the backend and the worker's methods use (:func:`_worker_problem`).
     ``lenient`` (observe-only, the core install): a worker whose class needs torch is a
-    :class:`safestate.Unloaded` naming one of the worker classes."""
+    :class:`safestate.Unloaded` naming one of the worker classes (its object's fields are not checked)."""
     if not (isinstance(rec, tuple) and len(rec) == 3 and type(rec[0]) is dict and type(rec[2]) is bool):
         raise safestate.BadState(f"the record of worker {str(wid)[:80]!r} is malformed")
     args, obj = rec[0], rec[1]
@@ -89,6 +90,9 @@ def check_worker(wid: Any, rec: Any, nodes: dict, lenient: bool = False) -> None
     w = args.get("worker")
     if not (type(w) is dict and w.get("id") == wid and isinstance(w.get("node"), str) and _int(w.get("gpus", 0), 0, 64)):
         raise safestate.BadState(f"the create arguments of worker {str(wid)[:80]!r} are malformed (id, node, gpus 0-64)")
+    why = _worker_problem(wid, rec, nodes)
+    if why:
+        raise safestate.BadState(f"the record of worker {str(wid)[:80]!r} is malformed: {why}")
 
 
 MAX_EPOCH = 1 << 62  # lease epochs and counters a saved coordinator may hold
@@ -125,6 +129,106 @@ def _registry_record_problem(wid: str, r: Any) -> str:
     checks += [(k, isinstance(r.get(k, ""), str)) for k in _REC_STR]
     bad = [k for k, ok in checks if not ok]
     return f"field {bad[0]!r} is missing or of the wrong type" if bad else ""
+
+
+def _layout_ok(v: Any) -> bool:
+    """A layout as create arguments and registry records hold it: {tp, pp, dp} -> 1..2^20."""
+    return _str_map(v, lambda x: _int(x, 1, 1 << 20)) and set(v) <= {"tp", "pp", "dp"}
+
+
+def _wrong(where: str, bad: list[str]) -> str:
+    return f"{where} field {bad[0]!r} is missing, of the wrong type or out of range" if bad else ""
+
+
+def _args_problem(wid: str, args: dict, nodes: dict) -> str:
+    """What is wrong with a worker's saved create arguments (what capacity, tick and status read), or ''."""
+    from executor.state import ROLES
+
+    w = args["worker"]
+    if w["node"] not in nodes:
+        return f"its create arguments name node {w['node'][:80]!r}, which is not in the cluster"
+    checks = [("worker.dram_gb", _num(w.get("dram_gb"), 0, 1e6)), ("worker.component", isinstance(w.get("component", ""), str)),
+              ("worker.index", _int(w.get("index", 0), 0, MAX_EPOCH)), ("worker.generation", _int(w.get("generation", 0), 0, MAX_EPOCH)),
+              ("worker.share", isinstance(w.get("share", ""), str)), ("role", args.get("role") in ROLES),
+              ("layout", _layout_ok(args.get("layout", {}))), ("model", type(args.get("model") or {}) is dict),
+              ("engine", type(args.get("engine") or {}) is dict)]
+    checks += [(k, isinstance(args.get(k, ""), str)) for k in _REC_STR + ("init",)]
+    return _wrong("its create arguments'", [k for k, ok in checks if not ok])
+
+
+def _req_ok(r: Any) -> bool:
+    """A request an engine holds (executor.workers.engine.Req)."""
+    from executor.workers.engine import Req
+
+    def toks(v: Any) -> bool:
+        return type(v) is list and all(_int(t, -MAX_EPOCH, MAX_EPOCH) for t in v)
+
+    return (type(r) is Req and isinstance(r.id, str) and toks(r.prompt) and _int(r.seed, -MAX_EPOCH, MAX_EPOCH)
+            and _int(r.target_len, 0, MAX_EPOCH) and toks(r.output) and _int(r.turns_done, 0, MAX_EPOCH) and _int(r.age, 0, MAX_EPOCH)
+            and _str_map(r.sampling, lambda x: True))
+
+
+def _engine_checks(st: dict) -> list[tuple[str, bool]]:
+    from collections import OrderedDict
+
+    from executor.workers.engine import EngineConfig
+
+    cfg = st.get("cfg")
+    cfg_ok = (type(cfg) is EngineConfig and _int(cfg.max_batch, 1, 1 << 20) and _int(cfg.cache_blocks, 0, 1 << 40)
+              and _int(cfg.progress_every, 1, 1 << 20) and _int(cfg.tokens_per_tick, 1, 1 << 20))
+    return [("cfg", cfg_ok), ("pending", type(st.get("pending")) is list and all(_req_ok(r) for r in st["pending"])),
+            ("running", _str_map(st.get("running"), _req_ok) and all(k == r.id for k, r in st["running"].items())),
+            ("cache", type(st.get("cache")) is OrderedDict), ("admitting", type(st.get("admitting")) is bool),
+            ("decoding", type(st.get("decoding")) is bool),
+            ("finished", type(st.get("finished")) is list and all(isinstance(x, str) for x in st["finished"])),
+            ("refused", type(st.get("refused")) is list and all(isinstance(x, str) for x in st["refused"])),
+            ("cache_hits_tokens", _int(st.get("cache_hits_tokens"), 0, MAX_EPOCH)),
+            ("_seen_done", type(st.get("_seen_done")) is set and all(isinstance(x, str) for x in st["_seen_done"])),
+            ("_since_progress", _int(st.get("_since_progress"), 0, MAX_EPOCH)),
+            ("weights_version", _int(st.get("weights_version", 0), 0, MAX_EPOCH))]
+
+
+def _object_problem(wid: str, obj: Any) -> str:
+    """What is wrong with a loaded worker object's fields (those its methods and the backend read), or ''."""
+    from executor.state import Layout
+
+    cls, st = type(obj), vars(obj)
+    shadow = sorted(k for k in st if callable(getattr(cls, k, None)) or isinstance(getattr(cls, k, None), property))
+    if shadow:
+        return f"its worker object's field {shadow[0][:80]!r} is not a field of a {cls.__name__}"
+    checks = [("id", st.get("id") == wid), ("epoch", _int(st.get("epoch"), 0, MAX_EPOCH))]
+    name = cls.__name__
+    if name == "ServiceWorker":
+        checks += [("kv", _str_map(st.get("kv"), lambda x: True)), ("served", _int(st.get("served"), 0, MAX_EPOCH))]
+    elif name in ("RolloutEngine", "LMEngine"):
+        checks += _engine_checks(st)
+        if name == "LMEngine":
+            rp = st.get("reprefill")
+            checks += [("model", type(st.get("model")) is dict), ("P", _str_map(st.get("P"), lambda v: type(v) is list)),
+                       ("prefill_tokens", _int(st.get("prefill_tokens"), 0, MAX_EPOCH)),
+                       ("reprefill", type(rp) is dict and _int(rp.get("requests"), 0, MAX_EPOCH) and _int(rp.get("tokens"), 0, MAX_EPOCH)
+                        and _num(rp.get("seconds"), 0, 1e12))]
+    else:  # TrainerRank, LMTrainerRank
+        lay = st.get("layout")
+        lay_ok = type(lay) is Layout and all(_int(getattr(lay, k, None), 1, 1 << 20) for k in ("tp", "pp", "dp"))
+        checks += [("component", isinstance(st.get("component"), str)), ("layout", lay_ok),
+                   ("rank", lay_ok and _int(st.get("rank"), 0, lay.tp * lay.pp * lay.dp - 1)),
+                   ("step_no", _int(st.get("step_no"), 0, MAX_EPOCH)), ("loaded", type(st.get("loaded")) is bool)]
+        if name == "TrainerRank":
+            checks += [("params", _str_map(st.get("params"), lambda x: True)),
+                       ("shards", _str_map(st.get("shards"), lambda v: _str_map(v, lambda x: True))),
+                       ("lr", _num(st.get("lr", 1e-3), 0, 1e6)), ("eps", _num(st.get("eps", 1e-8), 0, 1e6))]
+        else:
+            checks += [("model", type(st.get("model")) is dict)]
+    return _wrong("its worker object's", [k for k, ok in checks if not ok])
+
+
+def _worker_problem(wid: str, rec: tuple, nodes: dict) -> str:
+    """What is wrong with one worker row (create arguments, worker object) past its shape, or ''."""
+    why = _args_problem(wid, rec[0], nodes)
+    if why or isinstance(rec[1], safestate.Unloaded):
+        return why
+    return _object_problem(wid, rec[1])
 
 
 def _request_problem(rid: str, r: Any) -> str:

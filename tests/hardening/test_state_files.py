@@ -214,25 +214,30 @@ def test_a_record_over_the_size_cap_is_refused_before_it_is_read(applied, monkey
     assert rc == 2 and "more than 1,000" in out and "--sim-state" in out, out[-1000:]
 
 
-def _recode_coordinator(sim: Path, edit: Callable[[dict], dict]) -> None:
-    """Rewrite the coordinator record of a real sim state through ``edit`` (its JSON document) with a
-    valid checksum: what a crafted or hand-edited file can hold."""
+def _recode(sim: Path, table: str, key: str, edit: Callable[[dict], dict]) -> None:
+    """Rewrite one record (``world`` by key, ``workers`` by id) of a real sim state through ``edit`` (its
+    JSON document) with a valid checksum: what a crafted or hand-edited file can hold."""
     import hashlib
     import struct
 
     from executor import safestate
 
+    col = "key" if table == "world" else "id"
     c = sqlite3.connect(sim)
-    (blob,) = c.execute("SELECT blob FROM world WHERE key='coordinator'").fetchone()
+    (blob,) = c.execute(f"SELECT blob FROM {table} WHERE {col}=?", (key,)).fetchone()
     body = bytes(blob)[40:]
     (n,) = struct.unpack_from("<Q", body, 0)
     doc, rest = json.loads(body[8:8 + n]), body[8 + n:]
     raw = json.dumps(edit(doc)).encode()
     new = struct.pack("<Q", len(raw)) + raw + rest
-    c.execute("UPDATE world SET blob=? WHERE key='coordinator'", (safestate.MAGIC + hashlib.sha256(new).digest() + new,))
+    c.execute(f"UPDATE {table} SET blob=? WHERE {col}=?", (safestate.MAGIC + hashlib.sha256(new).digest() + new, key))
     c.commit()
     c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     c.close()
+
+
+def _recode_coordinator(sim: Path, edit: Callable[[dict], dict]) -> None:
+    _recode(sim, "world", "coordinator", edit)
 
 
 def _coord_field(name: str, value) -> Callable[[dict], dict]:
@@ -261,11 +266,17 @@ def test_a_coordinator_record_of_the_wrong_shape_is_refused_before_anything_acts
     ``status`` or a TypeError part-way through an ``apply``. Each command now exits 2 naming the file,
     the field and the way out, and no file changes."""
     sim, journal = applied
+    _recode_coordinator(sim, edit)
+    _assert_refused_before_anything_acts(sim, corpus.BASE_PLAN, ("coordinator", expect))
+
+
+def _assert_refused_before_anything_acts(sim: Path, plan: dict, expect: tuple[str, ...]) -> None:
+    """``status``, an ``apply`` that would stop workers (and grant epochs) and ``apply --rollback`` of the
+    crafted ``sim`` each exit 2 naming the file, ``expect`` and the way out, and no file changes."""
     plan2 = sim.parent / "p2.yaml"
-    changed = json.loads(json.dumps(corpus.BASE_PLAN))
+    changed = json.loads(json.dumps(plan))
     changed["body"]["components"][0]["placement"] = {"h20-0": 2}  # an apply that would stop workers (and grant epochs)
     plan2.write_bytes(corpus.dump(changed))
-    _recode_coordinator(sim, edit)
 
     def files() -> dict[str, bytes]:  # (an -shm file is SQLite's shared-memory index, rewritten by any reader: its name is compared)
         return {p.name: b"" if p.name.endswith("-shm") else p.read_bytes() for p in sim.parent.iterdir()}
@@ -275,6 +286,70 @@ def test_a_coordinator_record_of_the_wrong_shape_is_refused_before_anything_acts
                  ["apply", "--rollback", "--sim-state", str(sim)]):
         rc, out, _, _ = run_inprocess(argv)
         assert rc == 2 and "Traceback" not in out and "internal error" not in out, (argv, out[-1500:])
-        assert "--sim-state" in out and str(sim) in out and "coordinator" in out and expect in out, (argv, out[-1500:])
+        assert "--sim-state" in out and str(sim) in out and all(e in out for e in expect), (argv, out[-1500:])
         assert "move the file away" in out, out
         assert files() == before, (argv, "nothing created or changed")
+
+
+#: BASE_PLAN with a service component: the state holds a RolloutEngine and a ServiceWorker row
+SERVICE_PLAN = {**corpus.BASE_PLAN, "body": {**corpus.BASE_PLAN["body"], "components": [
+    *corpus.BASE_PLAN["body"]["components"],
+    {"name": "job/reward", "role": "service", "gpu_type": "H20", "gpus_per_worker": 0, "placement": {"h20-0": 1}}]}}
+ENGINE, SERVICE = "job.rollout.g1.e0", "job.reward.g1.w0"
+
+
+def _at(path: list, value) -> Callable[[dict], dict]:
+    """An edit setting one value of a worker row's document ({"$t": [args, object, alive]}); "DEL" deletes it."""
+    def edit(doc: dict) -> dict:
+        x = doc["$t"]
+        for k in path[:-1]:
+            x = x[k]
+        if value == "DEL":
+            del x[path[-1]]
+        else:
+            x[path[-1]] = value
+        return doc
+    return edit
+
+
+ARGS, OBJ = [0], [1, "state"]
+WORKER_CASES: list[tuple[str, str, Callable[[dict], dict], str]] = [
+    ("w-epoch-str", SERVICE, _at(OBJ + ["epoch"], "x"), "'epoch'"),
+    ("w-kv-list", SERVICE, _at(OBJ + ["kv"], [1]), "'kv'"),
+    ("w-served-nan", SERVICE, _at(OBJ + ["served"], {"$f": "nan"}), "'served'"),
+    ("w-state-empty", SERVICE, _at([1, "state"], {}), "'id'"),
+    ("w-id-other", SERVICE, _at(OBJ + ["id"], ENGINE), "'id'"),
+    ("w-dram-nan", SERVICE, _at(ARGS + ["worker", "dram_gb"], {"$f": "nan"}), "'worker.dram_gb'"),
+    ("w-dram-missing", ENGINE, _at(ARGS + ["worker", "dram_gb"], "DEL"), "'worker.dram_gb'"),
+    ("w-node-unknown", SERVICE, _at(ARGS + ["worker", "node"], "nope"), "node 'nope', which is not in the cluster"),
+    ("w-role-bad", SERVICE, _at(ARGS + ["role"], "evil"), "'role'"),
+    ("w-layout-str", SERVICE, _at(ARGS + ["layout"], "x"), "'layout'"),
+    ("w-job-int", ENGINE, _at(ARGS + ["job"], 5), "'job'"),
+    ("e-epoch-negative", ENGINE, _at(OBJ + ["epoch"], -1), "'epoch'"),
+    ("e-running-list", ENGINE, _at(OBJ + ["running"], [1]), "'running'"),
+    ("e-pending-junk", ENGINE, _at(OBJ + ["pending"], [{"id": "r"}]), "'pending'"),
+    ("e-admitting-str", ENGINE, _at(OBJ + ["admitting"], "yes"), "'admitting'"),
+    ("e-cfg-batch-zero", ENGINE, _at(OBJ + ["cfg", "state", "max_batch"], 0), "'cfg'"),
+    ("e-finished-ints", ENGINE, _at(OBJ + ["finished"], [1, 2]), "'finished'"),
+    ("e-shadows-a-method", ENGINE, _at(OBJ + ["step"], 5), "'step' is not a field of a RolloutEngine"),
+]
+
+
+@pytest.fixture
+def applied_with_service(tmp_path) -> Path:
+    (tmp_path / "p.yaml").write_bytes(corpus.dump(SERVICE_PLAN))
+    rc, out, _, _ = run_inprocess(["apply", str(tmp_path / "p.yaml"), "--sim-state", str(tmp_path / "s.db")])
+    assert rc == 0, out
+    return tmp_path / "s.db"
+
+
+@pytest.mark.parametrize("cid,wid,edit,expect", WORKER_CASES, ids=[c[0] for c in WORKER_CASES])
+def test_a_worker_record_of_the_wrong_shape_is_refused_before_anything_acts(applied_with_service, cid, wid, edit, expect):
+    """Audit 40: a worker row re-encoded with a valid checksum but a field of the wrong type or range
+    (a ServiceWorker's epoch ``"x"``, its kv a list, its create arguments' dram_gb NaN, a node not in the
+    cluster, an engine's running requests a list, a field shadowing a method) loaded: ``status`` and
+    ``apply`` exited 0 with it in place. Each command now exits 2 naming the worker, the field and the way
+    out, and no file changes."""
+    sim = applied_with_service
+    _recode(sim, "workers", wid, edit)
+    _assert_refused_before_anything_acts(sim, SERVICE_PLAN, (f"worker {wid!r}", expect))
