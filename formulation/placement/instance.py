@@ -44,12 +44,15 @@ MAX_PRICE = 1e4  # $ per GPU-hour: far above any real price; 1e308 would overflo
 #: GB overflowed the cycle arithmetic (an SLO of 1e308 was planned and written back as 1e+308)
 MAX_SECONDS = 1e8  # about 3 years: SLOs, phase times, arrivals
 MAX_GB = 1e9  # host DRAM of a node or a job
+MAX_MOVE_PRICE = 1e9  # $/h per moved job (the daemon prices moves up to 1e6 to forbid them)
 MAX_NAME = 200  # characters of a job's name
 #: nodes in one instance (each gets a name when the instance is read: checked before they are made)
 MAX_INSTANCE_NODES = 131072  # 20,000 distinct jobs on a fleet of 1.5 nodes a job of each of four types: 120,000
 
-Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
-Delay = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
+# strict: a number, not the text of one ('926' was read as 926; true as 1). Table keys and the
+# counts stay lax: a JSON instance's node counts are strings ("1"), and callers pass numpy integers
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS, strict=True)]
+Delay = Annotated[float, Field(ge=0, le=MAX_SECONDS, strict=True)]
 Nodes = Annotated[int, Field(gt=0, le=MAX_INSTANCE_NODES)]
 #: a GPU type's table by pool nodes: at least one entry (a type with no pool sizes gives no configuration)
 PhaseTable = Annotated[dict[Nodes, Seconds], Field(min_length=1)]
@@ -85,9 +88,9 @@ class PlacementJob(_Strict):
         default_factory=dict, description="warm-switch seconds of a rollout node by GPU type and rollout pool nodes (default 0)")
     train_switch_s: dict[str, dict[Nodes, Delay]] = Field(
         default_factory=dict, description="warm-switch seconds of a training node by GPU type and training pool nodes (default 0)")
-    dram_rollout_node_gb: float = Field(0.0, ge=0.0, le=MAX_GB, description="host DRAM the job keeps on each rollout node of its group")
-    train_state_gb: float = Field(0.0, ge=0.0, le=MAX_GB, description="host DRAM the job keeps on its training pool, spread over its nodes")
-    arrival_s: float = Field(0.0, ge=0.0, le=MAX_SECONDS, description="arrival time (the order of online admission)")
+    dram_rollout_node_gb: float = Field(0.0, ge=0.0, le=MAX_GB, strict=True, description="host DRAM the job keeps on each rollout node of its group")
+    train_state_gb: float = Field(0.0, ge=0.0, le=MAX_GB, strict=True, description="host DRAM the job keeps on its training pool, spread over its nodes")
+    arrival_s: float = Field(0.0, ge=0.0, le=MAX_SECONDS, strict=True, description="arrival time (the order of online admission)")
 
     def sync(self, rollout_type: str, train_type: str) -> float:
         return self.sync_s.get(rollout_type, {}).get(train_type, 0.0)
@@ -102,7 +105,7 @@ class PlacementInstance(_Strict):
     name: str = "placement"
     pool_types: dict[Annotated[str, Field(min_length=1, max_length=200)], PoolType] = Field(min_length=1)
     jobs: list[PlacementJob] = Field(default_factory=list)
-    move_price_per_job: NonNegativeFloat = Field(0.0, description="$/h charged per job a re-optimisation moves")
+    move_price_per_job: NonNegativeFloat = Field(0.0, le=MAX_MOVE_PRICE, strict=True, description="$/h charged per job a re-optimisation moves")
     pinned_members_max: int = Field(8, ge=0, le=64, description=(
         "most members of a group that each keep rollout nodes of their own and share the training pool "
         "(0: every member on the whole pools)"))

@@ -119,3 +119,11 @@ def test_a_json_scenario_cut_short_is_called_json_not_yaml(tmp_path):
     (tmp_path / "s.json").write_text(text[: len(text) // 2])
     rc, output, _cpu, rss = run_inprocess(["validate", str(tmp_path / "s.json")])
     _refused(rc, output, rss, "not valid JSON", "s.json")
+
+
+@pytest.mark.parametrize("field,value", [("slo_s", "926"), ("dram_rollout_node_gb", "15"), ("arrival_s", "0")])
+def test_an_instance_number_given_as_text_is_refused(field, value, tmp_path):
+    """``slo_s: '926'`` was read as 926 (a quoted number is text: the user's file says something else)."""
+    path = _instance(tmp_path, lambda d: d["jobs"][0].update({field: value}))
+    rc, output, _cpu, rss = run_inprocess(["plan", str(path), "--time-limit", "5", "-o", str(tmp_path / "p.yaml")])
+    _refused(rc, output, rss, field)
