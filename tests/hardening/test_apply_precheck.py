@@ -31,14 +31,6 @@ def run(argv: list[str]) -> tuple[int, str]:
     return rc, out.getvalue() + err.getvalue()
 
 
-@pytest.fixture(scope="module")
-def good_plan(tmp_path_factory) -> dict:
-    d = tmp_path_factory.mktemp("plan")
-    rc, out = run(["plan", TINY, "--out", str(d / "p.yaml")])
-    assert rc == 0, out
-    return yaml.safe_load((d / "p.yaml").read_text())
-
-
 def _drop_group(d):
     # the last group goes (the plan of the tiny scenario may be one pinned group of both jobs: then none is left)
     d["body"]["groups"] = d["body"]["groups"][:-1]

@@ -21,14 +21,6 @@ from tests.conftest import run_cli
 from tests.hardening.test_apply_precheck import TINY, run
 
 
-@pytest.fixture(scope="module")
-def good_plan(tmp_path_factory) -> dict:
-    d = tmp_path_factory.mktemp("plan")
-    rc, out = run(["plan", TINY, "--out", str(d / "p.yaml")])
-    assert rc == 0, out
-    return yaml.safe_load((d / "p.yaml").read_text())
-
-
 def _g0(d: dict) -> dict:
     return d["body"]["groups"][0]
 
