@@ -270,6 +270,35 @@ def test_a_coordinator_record_of_the_wrong_shape_is_refused_before_anything_acts
     _assert_refused_before_anything_acts(sim, corpus.BASE_PLAN, ("coordinator", expect))
 
 
+def _contents(folder: Path) -> dict[str, object]:
+    """What each file of ``folder`` holds: a SQLite database (with its write-ahead log) as its rows,
+    read from a copy; any other file as its bytes. SQLite's -wal and -shm files are not compared
+    themselves: a reader that closes the last connection checkpoints the log into the database
+    (the bytes change, the rows do not), which is no change of state."""
+    import shutil
+    import tempfile
+
+    out: dict[str, object] = {}
+    for p in sorted(folder.iterdir()):
+        if p.name.endswith(("-wal", "-shm")):
+            continue
+        data = p.read_bytes()
+        if not data.startswith(b"SQLite format 3\x00"):
+            out[p.name] = data
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / p.name
+            shutil.copyfile(p, copy)
+            if Path(f"{p}-wal").exists():
+                shutil.copyfile(f"{p}-wal", f"{copy}-wal")
+            con = sqlite3.connect(copy)
+            try:
+                out[p.name] = list(con.iterdump())
+            finally:
+                con.close()
+    return out
+
+
 def _assert_refused_before_anything_acts(sim: Path, plan: dict, expect: tuple[str, ...]) -> None:
     """``status``, an ``apply`` that would stop workers (and grant epochs) and ``apply --rollback`` of the
     crafted ``sim`` each exit 2 naming the file, ``expect`` and the way out, and no file changes."""
@@ -278,8 +307,8 @@ def _assert_refused_before_anything_acts(sim: Path, plan: dict, expect: tuple[st
     changed["body"]["components"][0]["placement"] = {"h20-0": 2}  # an apply that would stop workers (and grant epochs)
     plan2.write_bytes(corpus.dump(changed))
 
-    def files() -> dict[str, bytes]:  # (an -shm file is SQLite's shared-memory index, rewritten by any reader: its name is compared)
-        return {p.name: b"" if p.name.endswith("-shm") else p.read_bytes() for p in sim.parent.iterdir()}
+    def files() -> dict[str, object]:
+        return _contents(sim.parent)
 
     before = files()
     for argv in (["status", "--backend", "sim", "--sim-state", str(sim)], ["apply", str(plan2), "--backend", "sim", "--sim-state", str(sim)],
