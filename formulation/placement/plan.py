@@ -39,9 +39,10 @@ def _share(x: float) -> float:
 
 
 Share = Annotated[float, AfterValidator(_share)]
-Seconds = Annotated[float, Field(ge=0.0, le=MAX_PLAN_SECONDS)]
-CycleSeconds = Annotated[float, Field(ge=0.0, le=MAX_PLAN_CYCLE_S)]
-Cost = Annotated[float, Field(ge=0.0, le=MAX_PLAN_COST)]
+# strict: a number, not the text of one or a boolean (cost_per_hour: true was read as 1)
+Seconds = Annotated[float, Field(ge=0.0, le=MAX_PLAN_SECONDS, strict=True)]
+CycleSeconds = Annotated[float, Field(ge=0.0, le=MAX_PLAN_CYCLE_S, strict=True)]
+Cost = Annotated[float, Field(ge=0.0, le=MAX_PLAN_COST, strict=True)]
 NodeCount = Annotated[int, Field(ge=0, le=MAX_INSTANCE_NODES)]
 GpuCount = Annotated[int, Field(ge=0, le=MAX_PLAN_GPUS)]
 
@@ -70,8 +71,8 @@ class MemberPlan(_Body):
     train_switch_s: Seconds = Field(0.0, description="warm switch a training node pays to load this member (groups of two or "
                                                      "more, capped at its rollout)")
     cycle_time_s: CycleSeconds = Field(description="predicted seconds per iteration in this group (max cycle ratio, warm switches in)")
-    slo_s: float = Field(gt=0.0, le=MAX_PLAN_SECONDS, description="the job's SLO (the instance's)")
-    slack_s: float = Field(ge=-MAX_PLAN_CYCLE_S, le=MAX_PLAN_SECONDS, description="slo_s - cycle_time_s")
+    slo_s: float = Field(gt=0.0, le=MAX_PLAN_SECONDS, strict=True, description="the job's SLO (the instance's)")
+    slack_s: float = Field(ge=-MAX_PLAN_CYCLE_S, le=MAX_PLAN_SECONDS, strict=True, description="slo_s - cycle_time_s")
     moved: bool = Field(False, description="it was placed in another group (or on other nodes) in the current plan")
 
 

@@ -170,3 +170,14 @@ def test_the_audit_command_lines(good_plan, tmp_path):
     r = run_cli("simulate", TINY, "--plan", str(p), "--out", str(tmp_path / "sim"))
     assert r.returncode == 2 and "ghost" in r.stderr and "Traceback" not in r.stderr + r.stdout, r.stdout + r.stderr
     assert not (tmp_path / "sim").exists()
+
+
+@pytest.mark.parametrize("field,value", [("cost_per_hour", True), ("cycle_time_s", "16.8")])
+def test_a_plan_number_given_as_a_boolean_or_text_is_refused(good_plan, tmp_path, field, value):
+    """``cost_per_hour: true`` was read as 1 $/h, a quoted cycle time as its number."""
+    doc = copy.deepcopy(good_plan)
+    doc["body"]["groups"][0][field] = value
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    rc, out = run(["validate-plan", TINY, str(path)])
+    assert rc == 2 and f"groups.0.{field}" in out and "Traceback" not in out, out[-1500:]
