@@ -286,18 +286,13 @@ def check_coordinator(coord: Any) -> None:
         raise bad("commits", "is not a mapping of component -> list of {worker, epoch, step}")
     if not _int(st.get("restarts", 0), 0, MAX_EPOCH):
         raise bad("restarts", "is not a whole number from 0")
-    if type(st["registry"]) is not dict:
-        raise bad("registry", "is not a mapping of worker id -> record")
-    for wid, r in st["registry"].items():
-        why = _registry_record_problem(wid, r) if isinstance(wid, str) else "has a key that is not a worker id"
-        if why:
-            raise bad(f"registry[{str(wid)[:80]!r}]", why)
-    if type(st["requests"]) is not dict:
-        raise bad("requests", "is not a mapping of request id -> record")
-    for rid, r in st["requests"].items():
-        why = _request_problem(rid, r) if isinstance(rid, str) else "has a key that is not a request id"
-        if why:
-            raise bad(f"requests[{str(rid)[:80]!r}]", why)
+    for table, what, problem in (("registry", "worker", _registry_record_problem), ("requests", "request", _request_problem)):
+        if type(st[table]) is not dict:
+            raise bad(table, f"is not a mapping of {what} id -> record")
+        for key, r in st[table].items():
+            why = problem(key, r) if isinstance(key, str) else f"has a key that is not a {what} id"
+            if why:
+                raise bad(f"{table}[{str(key)[:80]!r}]", why)
 
 
 class _W:
