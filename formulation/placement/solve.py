@@ -75,6 +75,12 @@ FLEET_PHASES_CLASSES = 2000
 FLEET_FAST_SHARE = 1 / 15
 FLEET_PRIMAL_SHARE = 0.2
 FLEET_PRIMAL_MIN_S = 15.0
+#: ... of which column generation at the master's duals (:mod:`formulation.placement.primalcg`) gets
+#: FLEET_COLUMNS_SHARE of the limit first (:func:`fleet_columns_s`), the dive and its search the
+#: rest: 2,000 jobs, seed 3, in process (2026-12-06), from the groups of 30 s of rounds, 12-14 s of it
+#: then 12-15 s of dive and search gave distinct-loose 23,212-23,392 $/h and two-types 37,444 where
+#: the 26 s of dive and search alone gave 23,982 and 38,512
+FLEET_COLUMNS_SHARE = 0.2
 FLEET_DIVE_SHARE = 0.5
 FLEET_DIVE_FINISH_SHARE = 0.75
 FINISH_S_PER_JOB = 4.5e-5  # measured (2026-12-05, idle): the plan body of 2,000 jobs 0.05 s, of 10,000 0.38 s
@@ -189,13 +195,26 @@ def _jit_available() -> bool:
 
 
 def _dive_and_search(idx: Index, classes, columns: list, warm: Solution, deadline: float, seed: int, progress,
-                     bound: Optional[float]) -> tuple[Solution, str]:
+                     bound: Optional[float], columns_until: Optional[float] = None) -> tuple[Solution, str]:
     """The plan of the LP-guided dive over the bound phase's groups, improved by the local search
     until ``deadline`` (:mod:`formulation.placement.dive`), when it beats ``warm`` (the fast path's);
-    and the record's words for it."""
+    and the record's words for it. With ``columns_until``, column generation at the master's duals
+    (:mod:`formulation.placement.primalcg`) first goes on from those groups until then, and the dive
+    starts from its last LP's groups."""
     from formulation.placement.dive import dive
     from formulation.placement.lns import improve as lns_improve
 
+    cg_words = ""
+    if columns_until is not None and time.perf_counter() < columns_until:
+        from formulation.placement.primalcg import primal_columns
+
+        tc = time.perf_counter()
+        pc = primal_columns(idx, classes, columns, columns_until)
+        if pc.columns and pc.lp is not None:
+            cg_words = (f"; column generation at the master's duals ({time.perf_counter() - tc:.0f} s, {pc.solves} LP "
+                        f"solves, {pc.priced} groups priced" + (", converged" if pc.converged else "")
+                        + f"): LP {pc.first_lp:.6g} -> {pc.lp:.6g} $/h over {len(pc.columns)} groups")
+            columns = pc.columns
     t1 = time.perf_counter()
     # the LP over the rounds' groups alone: with the fast path's plan among its columns that integral
     # plan was often the LP's optimum (60 s, 2,000 distinct-loose jobs: the dive returned it, 25,884 $/h,
@@ -206,7 +225,7 @@ def _dive_and_search(idx: Index, classes, columns: list, warm: Solution, deadlin
     # to FLEET_DIVE_FINISH_SHARE of the time)
     dived = dive(idx, classes, columns, [], t1 + FLEET_DIVE_SHARE * span, finish_by=t1 + FLEET_DIVE_FINISH_SHARE * span)
     if dived is None:
-        return warm, "; LP-guided dive over the bound phase's groups: cut short by the time limit"
+        return warm, cg_words + "; LP-guided dive over the bound phase's groups: cut short by the time limit"
     dive_cost = dived.cost(idx)
     left = len(dived.unplaced)
     if left:
@@ -221,7 +240,8 @@ def _dive_and_search(idx: Index, classes, columns: list, warm: Solution, deadlin
         dived, _, _ = repair(idx, dived, t2 + 0.3 * max(0.0, deadline - t2), seed)
     found, _ = lns_improve(idx, dived, deadline, seed=seed, progress=progress, bound=bound)
     took = time.perf_counter() - t1
-    words = (f"; LP-guided dive over the bound phase's {len(columns)} groups ({dive_cost:.6g} $/h"
+    source = "those" if cg_words else "the bound phase's"
+    words = cg_words + (f"; LP-guided dive over {source} {len(columns)} groups ({dive_cost:.6g} $/h"
              + (f", {left} job(s) left for the repair" if left else "") + f"), then local search "
              f"({took:.0f} s in all): {found.cost(idx):.6g} $/h" + (f", {len(found.unplaced)} job(s) left out" if found.unplaced else ""))
     if _score(idx, found) < _score(idx, warm) - 1e-9:
@@ -236,9 +256,20 @@ def fleet_phases_min_s(n_classes: int) -> float:
 
 def fleet_shares(limit_s: float) -> tuple[float, float]:
     """The fleet-scale phases' split of a limit of ``limit_s`` (module constants): (the fast
-    path's seconds, the dive's and its search's seconds); the box rounds get what lies between."""
-    primal = min(max(FLEET_PRIMAL_MIN_S, FLEET_PRIMAL_SHARE * limit_s), 0.5 * limit_s)
-    return FLEET_FAST_SHARE * limit_s, primal
+    path's seconds, the seconds of the plan's phases: column generation at the master's duals,
+    :func:`fleet_columns_s`, then the dive and its search); the box rounds get what lies between."""
+    fast = FLEET_FAST_SHARE * limit_s
+    dive_s = min(max(FLEET_PRIMAL_MIN_S, FLEET_PRIMAL_SHARE * limit_s), 0.5 * limit_s)
+    return fast, dive_s + fleet_columns_s(limit_s)
+
+
+def fleet_columns_s(limit_s: float) -> float:
+    """The seconds of column generation at the master's duals (:mod:`formulation.placement.primalcg`)
+    within :func:`fleet_shares`' plan phases: FLEET_COLUMNS_SHARE of the limit, at most as long as
+    the box rounds get."""
+    fast = FLEET_FAST_SHARE * limit_s
+    dive_s = min(max(FLEET_PRIMAL_MIN_S, FLEET_PRIMAL_SHARE * limit_s), 0.5 * limit_s)
+    return max(0.0, min(FLEET_COLUMNS_SHARE * limit_s, 0.5 * (limit_s - fast - dive_s)))
 
 
 def _real(deadline: float) -> float:
@@ -382,8 +413,9 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
                              + f", bound {res.bound:.6g}")
                 if fast_lb is None or blb > fast_lb:
                     fast_lb = blb
+                cg_until = _real(deadline - (primal_s - fleet_columns_s(options.time_limit_s)))
                 warm, dive_words = _dive_and_search(idx, classes, res.columns, warm, _real(deadline), options.seed,
-                                                    progress, fast_lb)
+                                                    progress, fast_lb, columns_until=cg_until)
                 fast_msg += dive_words
         backend = "fast" if fast_only else "colgen"
     else:

@@ -128,7 +128,8 @@ def test_the_fast_path_bound_at_fleet_scale_holds_and_beats_the_load_bound(monke
         out = solve_mod.solve(inst, SolveOptions(time_limit_s=8.0))
         assert not out.solution.unplaced
         assert "box-stabilised bound" in out.record.message
-        assert "LP-guided dive over the bound phase's" in out.record.message  # (its plan is the one judged below when kept)
+        assert "column generation at the master's duals" in out.record.message
+        assert "LP-guided dive over those" in out.record.message  # (its plan is the one judged below when kept)
         assert out.record.best_bound is not None and out.record.best_bound <= best + 1e-6
         assert out.record.objective >= best - 1e-6
         monkeypatch.undo()
@@ -203,12 +204,14 @@ def test_a_60_s_command_leaves_the_solver_enough_for_the_fleet_phases_at_2000_jo
 
 def test_the_fleet_phases_split_the_limit_and_the_dive_starts_from_the_rounds_groups_alone(monkeypatch):
     """The fleet-scale phases in order: the fast path until FLEET_FAST_SHARE of the limit, the box
-    rounds until the last ``fleet_shares`` primal seconds, then the dive over the rounds' groups
-    *without* the fast path's plan among its columns (with it, that integral plan was often the
-    LP's optimum when the rounds had priced few groups, and the dive gave it back unchanged)."""
+    rounds until the last ``fleet_shares`` primal seconds, column generation at the master's duals
+    from the rounds' groups for ``fleet_columns_s``, then the dive over its groups *without* the fast
+    path's plan among its columns (with it, that integral plan was often the LP's optimum when the
+    rounds had priced few groups, and the dive gave it back unchanged)."""
     import formulation.placement.boxstab as boxstab
     import formulation.placement.dive as dive_mod
     import formulation.placement.fast as fast_mod
+    import formulation.placement.primalcg as primalcg
     import formulation.placement.solve as solve_mod
     from formulation.common import SolveOptions
     from formulation.placement.check import check
@@ -226,26 +229,42 @@ def test_the_fleet_phases_split_the_limit_and_the_dive_starts_from_the_rounds_gr
         return real_bound(idx, reps, demand, of_job, groups, deadline, **kw)
 
     def dive_spy(idx, classes, columns, seed_groups, deadline, **kw):
-        seen["seeds"] = list(seed_groups)
+        seen["seeds"], seen["dive columns"] = list(seed_groups), list(columns)
         return real_dive(idx, classes, columns, seed_groups, deadline, **kw)
+
+    real_cg = primalcg.primal_columns
+
+    def cg_spy(idx, classes, columns, deadline, **kw):
+        seen["cg"], seen["cg from"] = deadline, list(columns)
+        out = real_cg(idx, classes, columns, deadline, **kw)
+        seen["cg columns"] = list(out.columns)
+        return out
 
     monkeypatch.setattr(fast_mod, "fast_solve", fast_spy)
     monkeypatch.setattr(boxstab, "fleet_bound", bound_spy)
     monkeypatch.setattr(dive_mod, "dive", dive_spy)
+    monkeypatch.setattr(primalcg, "primal_columns", cg_spy)
     _fleet_phases_on_small_instances(monkeypatch)
     inst = _inst(10, 12, 8)
     limit = 6.0
     out = solve_mod.solve(inst, SolveOptions(time_limit_s=limit))
     fast_s, primal_s = solve_mod.fleet_shares(limit)
     assert 0 < fast_s < limit - primal_s < limit
-    assert {"fast", "bound", "seeds"} <= set(seen), f"a phase did not run: {sorted(seen)}"
+    assert {"fast", "bound", "cg", "seeds"} <= set(seen), f"a phase did not run: {sorted(seen)}"
     # the rounds end primal_s (less the finish, at most 0.3 s here) before the fast path's deadline
     # plus what lies between the two shares
     gap = float(seen["bound"]) - float(seen["fast"])  # type: ignore[arg-type]
     assert limit - fast_s - primal_s - 0.5 <= gap <= limit - fast_s - primal_s + 0.01, gap
     assert seen["plan groups"], "the box master was meant to start from the fast path's groups"
     assert seen["seeds"] == [], "the dive was given the fast path's plan"
-    assert "LP-guided dive over the bound phase's" in out.record.message
+    # column generation from the rounds' groups (not the fast path's plan) for fleet_columns_s, the
+    # dive from its groups
+    cg_s = float(seen["cg"]) - float(seen["bound"])  # type: ignore[arg-type]
+    assert 0 < solve_mod.fleet_columns_s(limit) < primal_s
+    assert solve_mod.fleet_columns_s(limit) - 0.5 <= cg_s <= solve_mod.fleet_columns_s(limit) + 0.5, cg_s
+    assert seen["cg from"] and len(seen["cg from"]) > 0
+    assert seen["dive columns"] == seen["cg columns"], "the dive did not start from column generation's groups"
+    assert "LP-guided dive over those" in out.record.message
     assert check(inst, out.plan) == []
 
 
