@@ -97,22 +97,7 @@ def primal_columns(idx: Index, classes: Classes, columns: list[tuple[int, dict[i
         stop_pricing = deadline - max(MIN_SOLVE_S, SOLVE_MARGIN * longest)
         if time.perf_counter() >= stop_pricing:
             break
-        fixed = idx.cost + idx.node_matrix @ mu
-        cheap = cheap_value_bounds(idx, classes.rep, classes.demand, pi)
-        order = np.argsort(-(cheap / fixed), kind="stable")
-        new = 0
-        whole = True  # every configuration whose cheap bound allows a group was priced
-        for k in order.tolist():
-            if cheap[k] <= fixed[k] * (1 + 1e-9):
-                break  # (descending: none further can hold a group worth its fixed price)
-            if new >= chunk or time.perf_counter() >= stop_pricing:
-                whole = False
-                break
-            res = price(pm._items(k, pi, False), float(fixed[k]), max_columns=COLUMNS_PER_CONFIG,
-                        node_budget=node_budget, deadline=stop_pricing)
-            for _v, counts in res.columns:
-                if master.add(Column(k, counts, float(idx.cost[k]))) is not None:
-                    new += 1
+        new, whole = price_chunk(pm, pi, mu, stop_pricing, chunk, node_budget)
         out.priced += new
         if not new:
             out.converged = whole
@@ -121,3 +106,26 @@ def primal_columns(idx: Index, classes: Classes, columns: list[tuple[int, dict[i
         cols = master.columns
         out.columns = [(c.config, dict(c.counts)) for i, c in enumerate(cols[: len(x)]) if c is not None and x[i] > 1e-6]
     return out
+
+
+def price_chunk(pm: PatternModel, pi: np.ndarray, mu: np.ndarray, deadline: float, chunk: int = CHUNK,
+                node_budget: int = NODE_BUDGET) -> tuple[int, bool]:
+    """One chunk (module docstring): the configurations in order of cheap bound over fixed price at
+    the duals ``(pi, mu)``, each priced, their groups joined to ``pm``'s master, until ``chunk`` new
+    groups or ``deadline``; (new groups, whether every configuration that could hold one was priced)."""
+    idx, classes, master = pm.idx, pm.cl, pm.master
+    fixed = idx.cost + idx.node_matrix @ mu
+    cheap = cheap_value_bounds(idx, classes.rep, classes.demand, pi)
+    order = np.argsort(-(cheap / fixed), kind="stable")
+    new = 0
+    for k in order.tolist():
+        if cheap[k] <= fixed[k] * (1 + 1e-9):
+            return new, True  # (descending: none further can hold a group worth its fixed price)
+        if new >= chunk or time.perf_counter() >= deadline:
+            return new, False
+        res = price(pm._items(k, pi, False), float(fixed[k]), max_columns=COLUMNS_PER_CONFIG,
+                    node_budget=node_budget, deadline=deadline)
+        for _v, counts in res.columns:
+            if master.add(Column(k, counts, float(idx.cost[k]))) is not None:
+                new += 1
+    return new, True

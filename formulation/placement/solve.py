@@ -74,13 +74,15 @@ FLEET_PHASES_MIN_S = 35.0
 FLEET_PHASES_CLASSES = 2000
 FLEET_FAST_SHARE = 1 / 15
 FLEET_PRIMAL_SHARE = 0.2
-FLEET_PRIMAL_MIN_S = 15.0
-#: ... of which column generation at the master's duals (:mod:`formulation.placement.primalcg`) gets
-#: FLEET_COLUMNS_SHARE of the limit first (:func:`fleet_columns_s`), the dive and its search the
-#: rest: 2,000 jobs, seed 3, in process (2026-12-06), from the groups of 30 s of rounds, 12-14 s of it
-#: then 12-15 s of dive and search gave distinct-loose 23,212-23,392 $/h and two-types 37,444 where
-#: the 26 s of dive and search alone gave 23,982 and 38,512
-FLEET_COLUMNS_SHARE = 0.2
+FLEET_PRIMAL_MIN_S = 10.0  # (15 until column generation took the first 15 s of 60 s: 12 s is what is left)
+#: ... and before them column generation at the master's duals (:mod:`formulation.placement.primalcg`)
+#: FLEET_COLUMNS_SHARE of the limit, at most FLEET_COLUMNS_MAX_S (:func:`fleet_columns_s`). 2,000 jobs,
+#: seed 3, in process (2026-12-06), from the groups of 30 s of rounds, seconds of column generation +
+#: dive and search, distinct-loose / two-types $/h: 0 + 26 (before) 23,982 / 38,512; 8 + 19 23,766 / -;
+#: 12 + 15 23,204-23,392 / 37,556; 15 + 12 23,116 / 37,324; 17 + 10 23,214 / 37,212; 21 + 6 26,018 /
+#: 37,188 (the search needs its seconds: the dive's plan is 29,000-31,000 before it)
+FLEET_COLUMNS_SHARE = 0.25
+FLEET_COLUMNS_MAX_S = 60.0
 FLEET_DIVE_SHARE = 0.5
 FLEET_DIVE_FINISH_SHARE = 0.75
 FINISH_S_PER_JOB = 4.5e-5  # measured (2026-12-05, idle): the plan body of 2,000 jobs 0.05 s, of 10,000 0.38 s
@@ -265,11 +267,11 @@ def fleet_shares(limit_s: float) -> tuple[float, float]:
 
 def fleet_columns_s(limit_s: float) -> float:
     """The seconds of column generation at the master's duals (:mod:`formulation.placement.primalcg`)
-    within :func:`fleet_shares`' plan phases: FLEET_COLUMNS_SHARE of the limit, at most as long as
-    the box rounds get."""
+    within :func:`fleet_shares`' plan phases: FLEET_COLUMNS_SHARE of the limit, at most
+    FLEET_COLUMNS_MAX_S and at most as long as the box rounds get."""
     fast = FLEET_FAST_SHARE * limit_s
     dive_s = min(max(FLEET_PRIMAL_MIN_S, FLEET_PRIMAL_SHARE * limit_s), 0.5 * limit_s)
-    return max(0.0, min(FLEET_COLUMNS_SHARE * limit_s, 0.5 * (limit_s - fast - dive_s)))
+    return max(0.0, min(FLEET_COLUMNS_SHARE * limit_s, FLEET_COLUMNS_MAX_S, 0.5 * (limit_s - fast - dive_s)))
 
 
 def _real(deadline: float) -> float:
