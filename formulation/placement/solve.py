@@ -51,11 +51,13 @@ LNS_SHARE_LONG = 0.3
 #: beyond FAST_ONLY_CLASSES, from FLEET_PHASES_MIN_S on and with the compiled pricing
 #: (:mod:`formulation.placement.pricing_jit`), the fleet-scale phases (:func:`fleet_shares`): the fast
 #: path FLEET_FAST_SHARE of the limit, then the box-stabilised bound
-#: (:func:`formulation.placement.boxstab.fleet_bound`), then, over the last FLEET_PRIMAL_SHARE of the
-#: limit (at least FLEET_PRIMAL_MIN_S), a plan from the rounds' groups
+#: (:func:`formulation.placement.boxstab.fleet_bound`), then column generation at the master's duals
+#: from the rounds' groups (:mod:`formulation.placement.primalcg`, :func:`fleet_columns_s`), then, over
+#: the last FLEET_PRIMAL_SHARE of the limit (at least FLEET_PRIMAL_MIN_S), a plan from its groups
 #: (:mod:`formulation.placement.dive`: the LP-guided dive, FLEET_DIVE_SHARE of that time at most, then
-#: the local search), kept when it beats the fast path's. The rounds' groups, not the search's time,
-#: make the plan: 2,000 distinct-loose jobs (2026-12-05, in process, seed 3), fast / rounds / dive and
+#: the local search), kept when it beats the fast path's. The groups, not the search's time, make the
+#: plan. Before column generation (session 40) the dive started from the rounds' groups:
+#: 2,000 distinct-loose jobs (2026-12-05, in process, seed 3), fast / rounds / dive and
 #: search in seconds: under 60 s the fast path alone 25,508 $/h, 8 / 37 / 15 24,230, 4 / 41 / 15 24,010,
 #: 8 / 27 / 25 24,520, 5 / 20 / 35 24,772, 4 / 36 / 20 24,122; under 300 s 90 / 165 / 45 (the split
 #: before) 23,406 $/h and bound 18,921, 20 / 220 / 60 23,202 and 19,208. A pricing node budget of
