@@ -76,7 +76,8 @@ FLEET_PHASES_MIN_S = 35.0
 FLEET_PHASES_CLASSES = 2000
 FLEET_FAST_SHARE = 1 / 15
 FLEET_PRIMAL_SHARE = 0.2
-FLEET_PRIMAL_MIN_S = 10.0  # (15 until column generation took the first 15 s of 60 s: 12 s is what is left)
+FLEET_PRIMAL_MIN_S = 10.0  # (after column generation: under 60 s 12 s are left for the dive and search)
+FLEET_DIVE_ALONE_MIN_S = 15.0  # (without it)
 #: ... and before them column generation at the master's duals (:mod:`formulation.placement.primalcg`)
 #: FLEET_COLUMNS_SHARE of the limit, at most FLEET_COLUMNS_MAX_S (:func:`fleet_columns_s`). 2,000 jobs,
 #: seed 3, in process (2026-12-06), from the groups of 30 s of rounds, seconds of column generation +
@@ -85,6 +86,10 @@ FLEET_PRIMAL_MIN_S = 10.0  # (15 until column generation took the first 15 s of 
 #: 37,188 (the search needs its seconds: the dive's plan is 29,000-31,000 before it)
 FLEET_COLUMNS_SHARE = 0.25
 FLEET_COLUMNS_MAX_S = 60.0
+#: ... from this limit on: under 40 s (rounds 17 s, one round) it started from too few groups (distinct-loose:
+#: LP 55,375 -> 47,864 in 10 s, 3 solves) and the fast path's plan was kept (26,360 $/h; the dive over the
+#: rounds' groups alone gave 24,450 there in session 38)
+FLEET_COLUMNS_MIN_LIMIT_S = 50.0
 FLEET_DIVE_SHARE = 0.5
 FLEET_DIVE_FINISH_SHARE = 0.75
 FINISH_S_PER_JOB = 4.5e-5  # measured (2026-12-05, idle): the plan body of 2,000 jobs 0.05 s, of 10,000 0.38 s
@@ -262,18 +267,26 @@ def fleet_shares(limit_s: float) -> tuple[float, float]:
     """The fleet-scale phases' split of a limit of ``limit_s`` (module constants): (the fast
     path's seconds, the seconds of the plan's phases: column generation at the master's duals,
     :func:`fleet_columns_s`, then the dive and its search); the box rounds get what lies between."""
-    fast = FLEET_FAST_SHARE * limit_s
-    dive_s = min(max(FLEET_PRIMAL_MIN_S, FLEET_PRIMAL_SHARE * limit_s), 0.5 * limit_s)
-    return fast, dive_s + fleet_columns_s(limit_s)
+    columns_s = fleet_columns_s(limit_s)
+    return FLEET_FAST_SHARE * limit_s, _fleet_dive_s(limit_s, columns_s > 0) + columns_s
+
+
+def _fleet_dive_s(limit_s: float, after_columns: bool) -> float:
+    """The dive's and its search's seconds: FLEET_PRIMAL_SHARE of the limit, at least FLEET_PRIMAL_MIN_S
+    after column generation (FLEET_DIVE_ALONE_MIN_S without it), at most half the limit."""
+    least = FLEET_PRIMAL_MIN_S if after_columns else FLEET_DIVE_ALONE_MIN_S
+    return min(max(least, FLEET_PRIMAL_SHARE * limit_s), 0.5 * limit_s)
 
 
 def fleet_columns_s(limit_s: float) -> float:
     """The seconds of column generation at the master's duals (:mod:`formulation.placement.primalcg`)
-    within :func:`fleet_shares`' plan phases: FLEET_COLUMNS_SHARE of the limit, at most
-    FLEET_COLUMNS_MAX_S and at most as long as the box rounds get."""
-    fast = FLEET_FAST_SHARE * limit_s
-    dive_s = min(max(FLEET_PRIMAL_MIN_S, FLEET_PRIMAL_SHARE * limit_s), 0.5 * limit_s)
-    return max(0.0, min(FLEET_COLUMNS_SHARE * limit_s, FLEET_COLUMNS_MAX_S, 0.5 * (limit_s - fast - dive_s)))
+    within :func:`fleet_shares`' plan phases: none under FLEET_COLUMNS_MIN_LIMIT_S, else
+    FLEET_COLUMNS_SHARE of the limit, at most FLEET_COLUMNS_MAX_S and at most as long as the box
+    rounds get."""
+    if limit_s < FLEET_COLUMNS_MIN_LIMIT_S:
+        return 0.0
+    rest = limit_s - FLEET_FAST_SHARE * limit_s - _fleet_dive_s(limit_s, True)
+    return max(0.0, min(FLEET_COLUMNS_SHARE * limit_s, FLEET_COLUMNS_MAX_S, 0.5 * rest))
 
 
 def _real(deadline: float) -> float:
@@ -417,7 +430,8 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
                              + f", bound {res.bound:.6g}")
                 if fast_lb is None or blb > fast_lb:
                     fast_lb = blb
-                cg_until = _real(deadline - (primal_s - fleet_columns_s(options.time_limit_s)))
+                columns_s = fleet_columns_s(options.time_limit_s)
+                cg_until = _real(deadline - (primal_s - columns_s)) if columns_s > 0 else None
                 warm, dive_words = _dive_and_search(idx, classes, res.columns, warm, _real(deadline), options.seed,
                                                     progress, fast_lb, columns_until=cg_until)
                 fast_msg += dive_words

@@ -33,6 +33,7 @@ def _fleet_phases_on_small_instances(monkeypatch) -> None:
     monkeypatch.setattr(solve_mod, "FAST_ONLY_CLASSES", 3)
     monkeypatch.setattr(solve_mod, "FLEET_PHASES_MIN_S", 1.0)
     monkeypatch.setattr(solve_mod, "FLEET_FAST_SHARE", 0.25)
+    monkeypatch.setattr(solve_mod, "FLEET_COLUMNS_MIN_LIMIT_S", 1.0)
 
 def price_jit(items, min_value, **kw) -> PricingResult:
     """The compiled search's result as pricing's."""
