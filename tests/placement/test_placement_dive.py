@@ -40,20 +40,25 @@ def _judge(inst, idx, sol) -> float:
     return cost
 
 
+def judge_against_optimum(inst, idx, sol) -> None:
+    """The plan ``sol`` is valid from outside (:func:`_judge`) and, leaving out as few jobs as the
+    exhaustive optimum, costs no less than it; it leaves out no fewer."""
+    assert sol is not None
+    cost = _judge(inst, idx, sol)
+    opt, opt_unplaced = distinct_oracle(inst)
+    assert len(sol.unplaced) >= opt_unplaced
+    if len(sol.unplaced) == opt_unplaced:
+        assert cost + idx.penalty * len(sol.unplaced) >= opt - 1e-6
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"n{c[0]}-seed{c[1]}-cap{c[2]}" for c in CASES])
 def test_the_dive_gives_a_valid_plan_never_below_the_optimum(case):
     inst = _inst(*case)
     idx = Index(inst)
     cl = job_classes(idx)
-    opt, opt_unplaced = distinct_oracle(inst)
     _lb, res = fleet_bound(idx, cl.rep, cl.demand, cl.of_job, [], float("inf"))
     assert res is not None and res.columns, "the box rounds found no groups to dive over"
-    sol = dive(idx, cl, res.columns, [], float("inf"))
-    assert sol is not None
-    cost = _judge(inst, idx, sol)
-    assert len(sol.unplaced) >= opt_unplaced
-    if len(sol.unplaced) == opt_unplaced:
-        assert cost + idx.penalty * len(sol.unplaced) >= opt - 1e-6
+    judge_against_optimum(inst, idx, dive(idx, cl, res.columns, [], float("inf")))
 
 
 def test_a_dive_past_its_deadline_returns_nothing():

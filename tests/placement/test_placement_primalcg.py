@@ -16,8 +16,8 @@ from formulation.placement.colgen import job_classes
 from formulation.placement.dive import dive
 from formulation.placement.evaluate import Index
 from formulation.placement.primalcg import primal_columns
-from tests.placement.placement_helpers import config_cost, config_use, distinct_oracle, group_feasible, penalty
-from tests.placement.test_placement_dive import _judge
+from tests.placement.placement_helpers import config_cost, config_use, group_feasible, penalty
+from tests.placement.test_placement_dive import judge_against_optimum
 from tests.placement.test_placement_farley import _groups, _inst
 
 CASES = [(8, 11, 3), (10, 12, 8), (10, 12, 2), (9, 21, 3), (8, 13, 2)]  # (jobs, seed, nodes per type)
@@ -77,13 +77,7 @@ def test_the_dive_over_its_groups_gives_a_valid_plan_never_below_the_optimum(cas
     idx = Index(inst)
     cl = job_classes(idx)
     pc = primal_columns(idx, cl, [], float("inf"))
-    sol = dive(idx, cl, pc.columns, [], float("inf"))
-    assert sol is not None
-    cost = _judge(inst, idx, sol)
-    opt, opt_unplaced = distinct_oracle(inst)
-    assert len(sol.unplaced) >= opt_unplaced
-    if len(sol.unplaced) == opt_unplaced:
-        assert cost + idx.penalty * len(sol.unplaced) >= opt - 1e-6
+    judge_against_optimum(inst, idx, dive(idx, cl, pc.columns, [], float("inf")))
 
 
 def test_past_its_deadline_it_returns_no_groups():
