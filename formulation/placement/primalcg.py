@@ -45,8 +45,10 @@ from formulation.placement.pricing import price
 CHUNK = 800
 #: branch-and-bound nodes per configuration (2,000 and 5,000 gave the same plans; 20,000 fewer chunks)
 NODE_BUDGET = 5000
-#: groups kept per configuration and chunk
-COLUMNS_PER_CONFIG = 5
+#: groups kept per configuration and chunk (2,000 jobs from 30 s of rounds, 15 s of this then 12 s of dive and search,
+#: in process: two-types 36,976-36,992 $/h with 10 or 15 against 37,288-37,360 with 5; distinct-loose 23,142-23,230
+#: with 10 against 23,116-23,250 with 5, 23,564 with 15; distinct 31,242 with 10, 31,178 with 5)
+COLUMNS_PER_CONFIG = 10
 #: the last solve needs this many times the longest solve so far, and at least MIN_SOLVE_S, before the deadline
 SOLVE_MARGIN = 2.0
 MIN_SOLVE_S = 0.5
