@@ -16,13 +16,14 @@ configurations in order of their cheap bound over their fixed price
 (:func:`formulation.placement.farley.cheap_value_bounds`; those whose cheap bound is below it hold no
 group of negative reduced cost and are skipped), each by the branch and bound of
 :func:`formulation.placement.pricing.price` with a small node budget (:data:`NODE_BUDGET`: it proves
-nothing here, the groups are what count), until :data:`CHUNK` new groups, then the master again.
+nothing here, the groups are what count; :data:`COLUMNS_PER_CONFIG` groups each), until :data:`CHUNK` new
+groups, then the master again.
 Whole passes over every configuration before each re-solve took the LP to 22,828 in the same 13 s;
 chunks of 400 to 22,485. It stops at its deadline, or when a whole pass finds nothing (the LP's
 optimum to the search's budget).
 
-What it returns is the support of the last LP solved to optimality (a basic solution: at most one
-group per row, ~1,900 at 2,000 classes), the groups the dive starts from; the dive over every
+What it returns is the support of the last LP solved to optimality (a basic solution: no more groups
+than rows, ~1,900 at 2,000 classes), the groups the dive starts from; the dive over every
 group priced (15,000) spent its time in LP re-solves and was stopped before it fixed most jobs.
 It proves nothing: the bound is the rounds'.
 """
