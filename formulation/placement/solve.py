@@ -233,8 +233,9 @@ def _dive_and_search(idx: Index, classes, columns: list, warm: Solution, deadlin
     # (cut short, the dive's fixed groups and the greedy's admission of the rest, which may run on
     # to FLEET_DIVE_FINISH_SHARE of the time)
     dived = dive(idx, classes, columns, [], t1 + FLEET_DIVE_SHARE * span, finish_by=t1 + FLEET_DIVE_FINISH_SHARE * span)
+    source = "those" if cg_words else "the bound phase's"
     if dived is None:
-        return warm, cg_words + "; LP-guided dive over the bound phase's groups: cut short by the time limit"
+        return warm, cg_words + f"; LP-guided dive over {source} groups: cut short by the time limit"
     dive_cost = dived.cost(idx)
     left = len(dived.unplaced)
     if left:
@@ -249,7 +250,6 @@ def _dive_and_search(idx: Index, classes, columns: list, warm: Solution, deadlin
         dived, _, _ = repair(idx, dived, t2 + 0.3 * max(0.0, deadline - t2), seed)
     found, _ = lns_improve(idx, dived, deadline, seed=seed, progress=progress, bound=bound)
     took = time.perf_counter() - t1
-    source = "those" if cg_words else "the bound phase's"
     words = cg_words + (f"; LP-guided dive over {source} {len(columns)} groups ({dive_cost:.6g} $/h"
              + (f", {left} job(s) left for the repair" if left else "") + f"), then local search "
              f"({took:.0f} s in all): {found.cost(idx):.6g} $/h" + (f", {len(found.unplaced)} job(s) left out" if found.unplaced else ""))

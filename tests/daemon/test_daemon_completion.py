@@ -21,7 +21,7 @@ import pytest
 from daemonproc import DaemonProc, query, wait_for
 
 from planner.instances.completion_io import context_to_data
-from tests.realloc.test_completion_paths import SCENARIO, _first_solve
+from tests.realloc.test_completion_paths import first_solve_in
 
 JOB = "math-small"
 TOKENS = {"admin": "admin-token-0123456789abcdef", "reader": "read-token-0123456789abcdef",
@@ -56,9 +56,8 @@ def _padded(data: dict, times: int) -> dict:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("completion")
-    scen = tmp / "small.yaml"
-    scen.write_text(SCENARIO)
-    fired = _first_solve(scen)
+    fired = first_solve_in(tmp)
+    scen = fired["scenario"]
     ctx = context_to_data(fired["ctx"])
     snaps = [s.model_dump(mode="json") for s in fired["snaps"]]
     out: dict = {"tmp": tmp, "fired": fired, "ctx": ctx, "snaps": snaps, "scenario": scen}

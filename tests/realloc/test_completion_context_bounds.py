@@ -13,8 +13,7 @@ import pytest
 
 from planner.cli import main as cli_main
 from planner.instances.completion_io import ContextError, check_against_setup, check_record, context_from_data, context_to_data
-from tests.realloc.helpers import SMALL_MATH_SCENARIO as SCENARIO
-from tests.realloc.test_completion_paths import _first_solve
+from tests.realloc.test_completion_paths import first_solve_in
 
 OUT_BEFORE = '{"kept": "an earlier decision"}\n'
 
@@ -22,9 +21,8 @@ OUT_BEFORE = '{"kept": "an earlier decision"}\n'
 @pytest.fixture(scope="module")
 def fired(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bounds")
-    scen = tmp / "small.yaml"
-    scen.write_text(SCENARIO)
-    seen = _first_solve(scen)
+    seen = first_solve_in(tmp)
+    scen = seen["scenario"]
     snaps = tmp / "snaps.jsonl"
     snaps.write_text("".join(json.dumps(s.model_dump(mode="json")) + "\n" for s in seen["snaps"]))
     return {"data": context_to_data(seen["ctx"]), "snaps": snaps, "scenario": scen}

@@ -49,11 +49,16 @@ def _first_solve(scen: Path):
     return seen
 
 
-@pytest.fixture(scope="module")
-def fired(tmp_path_factory):
-    scen = tmp_path_factory.mktemp("paths") / "small.yaml"
+def first_solve_in(tmp: Path) -> dict:
+    """:func:`_first_solve` on the small scenario written to ``tmp``/small.yaml (its path under "scenario")."""
+    scen = tmp / "small.yaml"
     scen.write_text(SCENARIO)
     return _first_solve(scen)
+
+
+@pytest.fixture(scope="module")
+def fired(tmp_path_factory):
+    return first_solve_in(tmp_path_factory.mktemp("paths"))
 
 
 def test_planner_realloc_makes_the_simulators_decision(fired, tmp_path, capsys):
