@@ -49,8 +49,10 @@ def _quoted(s: str) -> str:
 def scalar_str(s: str) -> str:
     got = _QUOTED.get(s)
     if got is None:
+        # (a plain "..." or "---" at the start of a line would end or start a document: a top-level
+        # scalar "..." read back as a parse error; PyYAML quotes both prefixes)
         plain = (_SAFE.match(s) is not None and not s.endswith(":") and ": " not in s and " :" not in s
-                 and _RESOLVER.resolve(ScalarNode, s, (True, False)) == _STR_TAG)
+                 and not s.startswith(("...", "---")) and _RESOLVER.resolve(ScalarNode, s, (True, False)) == _STR_TAG)
         got = s if plain else _quoted(s)
         if len(_QUOTED) < 100_000:
             _QUOTED[s] = got

@@ -41,7 +41,7 @@ def test_every_document_reads_back_as_its_data_and_as_pyyaml_reads_its_own(d):
 
 
 @pytest.mark.parametrize("s", ["yes", "null", "~", "", "=", "1:05", "0x1F", "1.5e+3", "1_000", "2026-12-05", " lead", "trail ", "a: b",
-                               "a #b", "-x", "? x", "multi\nline", "😀", "\x00", "ends:", "a :b"])
+                               "a #b", "-x", "? x", "multi\nline", "😀", "\x00", "ends:", "a :b", "...", "---", "... x"])
 def test_strings_yaml_would_read_otherwise_are_quoted(s):
     text = yamlemit.dumps({"k": s})
     assert text.startswith('k: "'), text
@@ -85,3 +85,10 @@ def test_a_plan_document_reads_back_as_pyyamls(tmp_path):
     assert text == yamlemit.dumps(d)  # the file is this writer's
     v = run_cli("validate-plan", "scenarios/weave-micro.yaml", str(out))
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+@pytest.mark.parametrize("d", ["...", "---", "... x", "--- x", {"... x": 1}, {"k": "..."}, ["---"]])
+def test_document_markers_read_back_at_the_top_level_and_inside(d):
+    """Regression (a hypothesis example under load): the top-level string "..." was written plain, which
+    PyYAML reads as the document's end (a parse error)."""
+    assert yaml.safe_load(yamlemit.dumps(d)) == d
