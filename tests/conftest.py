@@ -41,6 +41,7 @@ def cli():
     return run_cli
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marker into the node id
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (the default run: ``-n 2 --dist loadgroup`` in pyproject.toml) the tests of
     one module run in one worker, so that a module's fixtures (a Ray cluster, a daemon replay) start
