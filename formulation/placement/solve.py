@@ -296,7 +296,7 @@ def _real(deadline: float) -> float:
 
 
 def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto", current: Optional[PlacementPlan] = None,
-          progress=None) -> Result:
+          progress=None, idx: Optional[Index] = None) -> Result:
     """The plan for ``inst`` within ``options.time_limit_s`` of wall time.
 
     Jobs that fit nowhere alone (no configuration the fleet can hold meets their SLO with their
@@ -310,22 +310,23 @@ def solve(inst: PlacementInstance, options: SolveOptions, backend: str = "auto",
     ("cut short by the time limit: ...").
 
     ``progress(phase, incumbent, bound)``, when given, is called now and then during the fast path
-    (the CLI shows it as a status line on a terminal)."""
+    (the CLI shows it as a status line on a terminal). ``idx``: ``inst``'s index when the caller
+    built it already (e.g. to refuse jobs that fit nowhere alone before solving)."""
     t0 = clock()
     note = ""
     if options.time_limit_s <= SHORT_LIMIT_S and options.threads > 1:
         # a short limit is a CPU budget too: solver threads beyond one would spend it several times over
         note = f"; {options.threads} solver threads cut to 1 (a limit of {SHORT_LIMIT_S:g} s or less holds in CPU time too)"
         options = replace(options, threads=1)
-    res = _solve_all(inst, options, backend, current, t0, progress)
+    res = _solve_all(inst, options, backend, current, t0, progress, idx)
     res.record.message += note
     return res
 
 
 def _solve_all(inst: PlacementInstance, options: SolveOptions, backend: str, current: Optional[PlacementPlan], t0: float,
-               progress) -> Result:
+               progress, idx: Optional[Index] = None) -> Result:
     """:func:`solve` after the options are settled: the jobs that fit nowhere alone are left out."""
-    idx = Index(inst)
+    idx = Index(inst) if idx is None else idx
     alone = placeable_alone(idx)
     if alone.all() or idx.n == 0:
         return _solve(inst, options, backend, current, t0, idx, progress)

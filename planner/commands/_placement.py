@@ -121,5 +121,6 @@ def write_plan(body, record: dict, name: str, digest: str, out: Optional[str], a
     return out or "-"
 
 
-def unplaced_error(plan, title: str) -> UserError:
-    return UserError([Problem(f"job {u.job}", f"cannot be placed ({u.reason}): {u.message}", u.fix) for u in plan.unplaced], title=title)
+def unplaced_error(unplaced: list, title: str) -> UserError:
+    """Each unplaced job (``Unplaced``: job, reason, message, fix) as a problem naming it."""
+    return UserError([Problem(f"job {u.job}", f"cannot be placed ({u.reason}): {u.message}", u.fix) for u in unplaced], title=title)

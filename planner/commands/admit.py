@@ -107,7 +107,7 @@ def run(args) -> int:
     keep = {i: by_id[g.anchor] for (i, g), ok in zip(cands, same) if ok}
     plan = build_plan(idx, sol, others + [explain(idx, j) for j in sol.unplaced], cur.nodes, keep=keep)
     if sol.unplaced:
-        raise unplaced_error(plan, "some jobs cannot be admitted")
+        raise unplaced_error(plan.unplaced, "some jobs cannot be admitted")
     record = SolveRecord(backend="greedy-admit", status=SolveStatus.FEASIBLE, objective=plan.cost_per_hour,
                          wall_time_s=time.perf_counter() - t0, warm_start="previous-plan",
                          message="; ".join(lines) + f"; admission decisions took {1e3 * t_admit:.2f} ms").as_dict()

@@ -24,7 +24,8 @@ With --current PLAN the re-optimisation starts from that plan: its groups keep t
 each job it moves costs the move price ($/h per moved job; the scenario's
 solver.move_price_per_job or --move-price). Jobs that cannot be placed are explained (SLO below
 the solo time on every pool, no node with enough DRAM, fleet short by N nodes of a type) and the
-command exits 2 without writing a plan, unless --allow-unplaced."""
+command exits 2 without writing a plan, unless --allow-unplaced; jobs that fit nowhere alone are
+refused before any solve."""
 
 
 def add_arguments(p) -> None:
@@ -101,6 +102,21 @@ def solver_share(limit: float, loaded_s: float, n_jobs: int, json_out: bool) -> 
                          f"{MIN_SOLVE_S:g} s (its fastest plan)")
 
 
+def _refuse_jobs_alone_nowhere(idx, name: str) -> None:
+    """Exit 2 (a UserError naming each job, why and the fix) when some job fits nowhere alone
+    (:func:`formulation.placement.explain.placeable_alone`: no plan can place it)."""
+    import numpy as np
+
+    from formulation.placement.explain import explain, placeable_alone
+    from planner.commands._placement import unplaced_error
+
+    lost = np.flatnonzero(~placeable_alone(idx)).tolist()
+    if lost:
+        raise unplaced_error([explain(idx, j) for j in lost],
+                             f"{len(lost)} job(s) of '{name}' cannot be placed by any plan; nothing solved, no plan written "
+                             "(--allow-unplaced plans the others)")
+
+
 def run(args) -> int:
     import sys
 
@@ -121,6 +137,13 @@ def run(args) -> int:
         inst = inst.model_copy(update={"move_price_per_job": args.move_price})
     solver = sc.solver if sc is not None else None
     limit = args.time_limit or (solver.time_limit_s if solver else 60.0)
+    # jobs that fit nowhere alone are known before any solve: refused at once (the solve would spend
+    # its whole limit, 60 s by default, before the same refusal), unless --allow-unplaced
+    from formulation.placement.evaluate import Index
+
+    idx = Index(inst)
+    if not args.allow_unplaced:
+        _refuse_jobs_alone_nowhere(idx, name)
     # the limit is for the whole command: loading and writing come off the solver's share
     solve_limit, load_cut = solver_share(limit, _clock() - t_start, len(inst.jobs), str(args.out or "").endswith(".json"))
     opts = SolveOptions(
@@ -141,7 +164,7 @@ def run(args) -> int:
         write_atomic(Path(args.save_instance), dump_instance(inst, as_json=args.save_instance.lower().endswith(".json")),
                      where="--save-instance")
     progress = _status_line() if sys.stderr.isatty() else None
-    res = solve(inst, opts, backend, current, progress=progress)
+    res = solve(inst, opts, backend, current, progress=progress, idx=idx)
     if progress:
         progress.done()
     record = res.record.as_dict()
@@ -156,7 +179,7 @@ def run(args) -> int:
     if load_cut:
         record["message"] = (record.get("message") or "") + "; cut short by the time limit: " + load_cut
     if res.plan.unplaced and not args.allow_unplaced:
-        raise unplaced_error(res.plan, f"{len(res.plan.unplaced)} job(s) of '{name}' cannot be placed; no plan written "
+        raise unplaced_error(res.plan.unplaced, f"{len(res.plan.unplaced)} job(s) of '{name}' cannot be placed; no plan written "
                                        "(--allow-unplaced writes the plan for the others)")
     if args.plot:
         from planner.placement_plot import plot_plan
