@@ -15,6 +15,9 @@ when the rounds had priced few groups, and the dive then returned that plan):
 2. fix to one copy every group at ``x >= FIX_AT`` (at most ``TOP`` when none is), largest first,
    and drop every group that shares a job class with a fixed one (a job is placed once) or needs
    more nodes than the fixed ones leave (two groups at 0.8 may fit the fleet where two at 1 do not);
+   each group the LP used (``x > 0``) that shares a job class with a fixed one leaves a *shrunk*
+   copy: its other classes on its configuration at its price (a group with members removed is
+   still feasible), so the jobs it held keep partners in the next LP;
 3. repeat until no group is fractional or the deadline comes.
 
 The jobs no fixed group holds are admitted by the greedy
@@ -25,6 +28,15 @@ it fixes), and the local search (:func:`formulation.placement.lns.improve`) then
 into the others' slack: 23,466 $/h after 30 s of search on that instance (in process, by hand), 7.7%
 below the 15-minute search's plan. (A dive stopped after fixing 156 groups, the other 787 jobs
 admitted by the greedy: 32,030 $/h, then 25,118 after the same 30 s of search.)
+
+Shrunk copies (2026-12-06, in process, 2,000 jobs, from the groups of 30 s of rounds and 15 s of
+:mod:`formulation.placement.primalcg`, LP 22,919 / 36,627 $/h): without them the dive dropped the
+groups that shared a job with a fixed one, the jobs they held were left with few groups and the
+LP climbed to 29,704 $/h (distinct-loose; two-types 42,304); with them the dive ends at 25,224
+(39,040), and 6 s of search from it gave 23,292-23,304 against 23,524-23,634 (seeds 0-2;
+two-types 37,108-37,140 against 37,216-37,228). The dive takes 0.1-0.8 s longer (more groups).
+On the same configuration, not the cheapest that holds the rest: choosing that for ~2,000 copies
+cost the dive its deadline (distinct-loose 25,436 after the search).
 """
 
 from __future__ import annotations
@@ -45,13 +57,14 @@ TOP = 20
 
 
 def dive(idx: Index, classes: Classes, columns: list[tuple[int, dict[int, int]]], seed_groups: list[Group],
-         deadline: float, fix_at: float = FIX_AT, top: int = TOP, finish_by: Optional[float] = None) -> Optional[Solution]:
+         deadline: float, fix_at: float = FIX_AT, top: int = TOP, finish_by: Optional[float] = None,
+         shrink: bool = True) -> Optional[Solution]:
     """The plan of the dive in the module docstring over ``columns`` ((configuration, {class:
     copies}), e.g. the box rounds' groups) and ``seed_groups`` (a plan's), for the job classes
     ``classes`` of ``idx``. When ``deadline`` stops the dive after it fixed some groups, the plan
     is those groups and the greedy's admission of the other jobs; None when it stops the first
     LP. The greedy admits until ``finish_by`` (by default ``deadline``; the jobs left then open
-    groups of their own)."""
+    groups of their own). ``shrink``: the shrunk copies of step 2 (False: the groups are only dropped)."""
     pm = PatternModel(idx, classes)
     pm.add_groups(seed_groups, {})
     for k, counts in columns:
@@ -93,7 +106,25 @@ def dive(idx: Index, classes: Classes, columns: list[tuple[int, dict[int, int]]]
             master.h.changeColBounds(i, 1.0, 1.0)
             chosen.append(i)
             fixed += 1
+            if shrink:
+                _shrunk_copies(master, idx, live, i, cs, covered)
         if not fixed:
             break
     # the fixed groups (the LP's capacity rows hold them), then the greedy admits the jobs they leave
     return pm.round_and_repair(master.last_primal, {})
+
+
+def _shrunk_copies(master, idx: Index, live: list[int], fixed: int, classes_fixed: set[int], covered: set[int]) -> int:
+    """Step 2's shrunk copies: each LP group of ``live`` but ``fixed`` that shares a class with the
+    group just fixed, without the classes ``covered`` now, on its configuration at its price (a
+    subset of a feasible group is feasible); the copies added (``master.add`` skips duplicates)."""
+    cols = master.columns
+    added = 0
+    for o in live:
+        col = cols[o]
+        if o == fixed or col is None or not classes_fixed.intersection(col.counts):
+            continue
+        rest = {c: n for c, n in col.counts.items() if c not in covered}
+        if rest and master.add(Column(col.config, rest, float(idx.cost[col.config]))) is not None:
+            added += 1
+    return added

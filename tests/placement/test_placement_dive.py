@@ -106,3 +106,46 @@ def test_a_dive_cut_short_after_fixing_groups_keeps_them_and_admits_the_rest(cas
     held = [g for g in cut.groups
             if (int(g.config), tuple(sorted(Counter(int(cl.of_job[j]) for j in g.members).items()))) in priced]
     assert held, "none of the rounds' groups the dive fixed is in its plan"
+
+
+@pytest.mark.parametrize("case", FRACTIONAL, ids=[f"n{c[0]}-seed{c[1]}-cap{c[2]}" for c in FRACTIONAL])
+def test_the_dive_without_shrunk_copies_is_valid_too(case):
+    """``shrink=False`` (the groups sharing a class with a fixed one only dropped) still gives a
+    valid plan never below the exhaustive optimum."""
+    inst = _inst(*case)
+    idx = Index(inst)
+    cl = job_classes(idx)
+    _lb, res = fleet_bound(idx, cl.rep, cl.demand, cl.of_job, [], float("inf"))
+    assert res is not None and res.columns
+    judge_against_optimum(inst, idx, dive(idx, cl, res.columns, [], float("inf"), shrink=False))
+    judge_against_optimum(inst, idx, dive(idx, cl, res.columns, [], float("inf"), shrink=True))
+
+
+def test_a_fixed_group_leaves_shrunk_copies_of_the_groups_it_overlaps():
+    """Fixing a group adds, for each LP group sharing a class with it, that group without the
+    covered classes on its configuration at its price; each copy is a feasible group from outside."""
+    from formulation.placement.colgen import PatternModel
+    from formulation.placement.dive import _shrunk_copies
+    from formulation.placement.master import Column
+
+    inst = _inst(10, 12, 8)
+    idx = Index(inst)
+    cl = job_classes(idx)
+    _lb, res = fleet_bound(idx, cl.rep, cl.demand, cl.of_job, [], float("inf"))
+    assert res is not None
+    multi = [(int(k), c) for k, c in res.columns if len(c) >= 2]
+    pairs = [(a, b) for a in multi for b in multi if a is not b and set(a[1]) & set(b[1]) and set(b[1]) - set(a[1])]
+    assert pairs, "no two priced groups share a class: the case no longer tests the copies"
+    (ka, ca), (kb, cb) = pairs[0]
+    pm = PatternModel(idx, cl)
+    ia = pm.master.add(Column(ka, ca, float(idx.cost[ka])))
+    ib = pm.master.add(Column(kb, cb, float(idx.cost[kb])))
+    before = len(pm.master.columns)
+    covered = set(ca)
+    assert _shrunk_copies(pm.master, idx, [ia, ib], ia, set(ca), covered) == 1
+    copy = pm.master.columns[before]
+    assert copy.config == kb and copy.cost == float(idx.cost[kb])
+    assert copy.counts == {c: n for c, n in cb.items() if c not in covered}
+    members = tuple(j for c, n in copy.counts.items() for j in cl.jobs[c][:n])
+    assert group_feasible(inst, members, tuple(idx.configs[kb]))
+    assert _shrunk_copies(pm.master, idx, [ia, ib], ia, set(ca), covered) == 0, "a copy added twice"
