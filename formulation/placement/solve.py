@@ -76,15 +76,20 @@ FLEET_PHASES_MIN_S = 35.0
 FLEET_PHASES_CLASSES = 2000
 FLEET_FAST_SHARE = 1 / 15
 FLEET_PRIMAL_SHARE = 0.2
-FLEET_PRIMAL_MIN_S = 10.0  # (after column generation: under 60 s 12 s are left for the dive and search)
-FLEET_DIVE_ALONE_MIN_S = 15.0  # (without it)
+FLEET_DIVE_ALONE_MIN_S = 15.0  # (without column generation)
+#: after column generation: FLEET_PRIMAL_AFTER_COLUMNS_SHARE of the limit, at least FLEET_PRIMAL_MIN_S
+#: (under 60 s, 8 s for the dive and search; see FLEET_COLUMNS_SHARE)
+FLEET_PRIMAL_AFTER_COLUMNS_SHARE = 0.13
+FLEET_PRIMAL_MIN_S = 8.0
 #: ... and before them column generation at the master's duals (:mod:`formulation.placement.primalcg`)
 #: FLEET_COLUMNS_SHARE of the limit, at most FLEET_COLUMNS_MAX_S (:func:`fleet_columns_s`). 2,000 jobs,
 #: seed 3, in process (2026-12-06), from the groups of 30 s of rounds, seconds of column generation +
 #: dive and search, distinct-loose / two-types $/h: 0 + 26 (before) 23,982 / 38,512; 8 + 19 23,766 / -;
 #: 12 + 15 23,204-23,392 / 37,556; 15 + 12 23,116 / 37,324; 17 + 10 23,214 / 37,212; 21 + 6 26,018 /
-#: 37,188 (the search needs its seconds: the dive's plan is 29,000-31,000 before it)
-FLEET_COLUMNS_SHARE = 0.25
+#: 37,188 (the search needs its seconds: the dive's plan is 29,000-31,000 before it). With the dive's shrunk
+#: copies (session 42) its plan is 25,000-25,500 and the LP's value is what counts: 15 + 12 23,356 / 37,052,
+#: 18 + 9 23,136 / 36,796, 20 + 7 23,112 / 36,720
+FLEET_COLUMNS_SHARE = 0.32
 FLEET_COLUMNS_MAX_S = 60.0
 #: ... from this limit on: under 40 s (rounds 17 s, one round) it started from too few groups (distinct-loose:
 #: LP 55,375 -> 47,864 in 10 s, 3 solves) and the fast path's plan was kept (26,360 $/h; the dive over the
@@ -92,6 +97,11 @@ FLEET_COLUMNS_MAX_S = 60.0
 FLEET_COLUMNS_MIN_LIMIT_S = 50.0
 FLEET_DIVE_SHARE = 0.5
 FLEET_DIVE_FINISH_SHARE = 0.75
+#: ... after column generation: with the dive's shrunk copies (:mod:`formulation.placement.dive`) its plan is
+#: within 10% of the LP and 2 s of search from it come within 0.2% of 8 s (distinct-loose, in process), so the
+#: dive gets more of a shorter span and column generation the rest (FLEET_COLUMNS_SHARE)
+FLEET_DIVE_AFTER_COLUMNS_SHARE = 0.65
+FLEET_DIVE_AFTER_COLUMNS_FINISH_SHARE = 0.8
 FINISH_S_PER_JOB = 4.5e-5  # measured (2026-12-05, idle): the plan body of 2,000 jobs 0.05 s, of 10,000 0.38 s
 #: ... for the other backends, whose finish also runs the load bound past their deadline (at 4.5e-5
 #: colgen's 2 s command took 2.2 s at 2,000 jobs, 1.93 s with this)
@@ -232,7 +242,9 @@ def _dive_and_search(idx: Index, classes, columns: list, warm: Solution, deadlin
     span = max(0.0, deadline - t1)
     # (cut short, the dive's fixed groups and the greedy's admission of the rest, which may run on
     # to FLEET_DIVE_FINISH_SHARE of the time)
-    dived = dive(idx, classes, columns, [], t1 + FLEET_DIVE_SHARE * span, finish_by=t1 + FLEET_DIVE_FINISH_SHARE * span)
+    share, finish = ((FLEET_DIVE_AFTER_COLUMNS_SHARE, FLEET_DIVE_AFTER_COLUMNS_FINISH_SHARE) if cg_words
+                     else (FLEET_DIVE_SHARE, FLEET_DIVE_FINISH_SHARE))
+    dived = dive(idx, classes, columns, [], t1 + share * span, finish_by=t1 + finish * span)
     source = "those" if cg_words else "the bound phase's"
     if dived is None:
         return warm, cg_words + f"; LP-guided dive over {source} groups: cut short by the time limit"
@@ -272,10 +284,12 @@ def fleet_shares(limit_s: float) -> tuple[float, float]:
 
 
 def _fleet_dive_s(limit_s: float, after_columns: bool) -> float:
-    """The dive's and its search's seconds: FLEET_PRIMAL_SHARE of the limit, at least FLEET_PRIMAL_MIN_S
-    after column generation (FLEET_DIVE_ALONE_MIN_S without it), at most half the limit."""
-    least = FLEET_PRIMAL_MIN_S if after_columns else FLEET_DIVE_ALONE_MIN_S
-    return min(max(least, FLEET_PRIMAL_SHARE * limit_s), 0.5 * limit_s)
+    """The dive's and its search's seconds: after column generation FLEET_PRIMAL_AFTER_COLUMNS_SHARE of
+    the limit, at least FLEET_PRIMAL_MIN_S; without it FLEET_PRIMAL_SHARE, at least
+    FLEET_DIVE_ALONE_MIN_S; at most half the limit."""
+    least, share = ((FLEET_PRIMAL_MIN_S, FLEET_PRIMAL_AFTER_COLUMNS_SHARE) if after_columns
+                    else (FLEET_DIVE_ALONE_MIN_S, FLEET_PRIMAL_SHARE))
+    return min(max(least, share * limit_s), 0.5 * limit_s)
 
 
 def fleet_columns_s(limit_s: float) -> float:
