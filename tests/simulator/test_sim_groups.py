@@ -192,6 +192,11 @@ def test_joins_departures_and_pool_growth_never_deadlock(seed, n_jobs, consolida
 @given(st.lists(st.tuples(st.floats(5, 300), st.floats(5, 300), st.floats(0, 5), st.floats(0, 4), st.floats(0, 4),
                           st.sets(st.sampled_from(("r0", "r1", "r2")), min_size=1), st.sets(st.sampled_from(("t0", "t1")), min_size=1)),
                 min_size=2, max_size=4))
+# found by hypothesis under load (2026-12-06) when the runner ran 120 iterations: m1's own rollout ring (224 + 2 + 5 +
+# 4 = 235 s) is 1 s quicker than the period the shared training node sets (236 s), so m1 gained a second an iteration
+# on m2 until iteration 118, and its mean over iterations 60-120 was 235.02
+@example([(5.0, 109.0, 5.0, 0.0, 4.0, {"r1"}, {"t0"}), (224.0, 5.0, 0.0, 4.0, 0.0, {"r0"}, {"t1"}),
+          (5.0, 109.0, 5.0, 2.0, 4.0, {"r0"}, {"t0"})])
 def test_switches_on_partial_pins_run_at_the_cycle_models_period(members):
     """Members pinned to node subsets with a warm switch of their own on every node they share: the
     runner (node rings, the next member's state loaded as soon as a node is released) runs at the
@@ -204,6 +209,9 @@ def test_switches_on_partial_pins_run_at_the_cycle_models_period(members):
                   for i, (a, b, s, sr, sw, rn, tn) in enumerate(members))
     model = cycle_times([Member(m.name, m.rollout_s, m.train_s, m.sync_s, frozenset(m.rollout_nodes), frozenset(m.train_nodes),
                                 rollout_switch_s=m.rollout_switch_s, train_switch_s=m.train_switch_s) for m in specs])
-    run = run_group(GroupSpec("g", specs), iterations=120)
-    for name, ct in run.cycle_times(skip=60).items():
+    # the runner from its cold start has a max-plus transient: a member whose own ring is a little quicker than the
+    # period gains on the others for (slack / difference) iterations, hundreds when the difference is ~1 s; the mean
+    # is taken over iterations 1,100-1,500 (a run of 1,500 takes ~0.1 s)
+    run = run_group(GroupSpec("g", specs), iterations=1500)
+    for name, ct in run.cycle_times(skip=1100).items():
         assert ct == pytest.approx(model.of(name), rel=1e-3), name
