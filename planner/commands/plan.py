@@ -137,13 +137,9 @@ def run(args) -> int:
         inst = inst.model_copy(update={"move_price_per_job": args.move_price})
     solver = sc.solver if sc is not None else None
     limit = args.time_limit or (solver.time_limit_s if solver else 60.0)
-    # jobs that fit nowhere alone are known before any solve: refused at once (the solve would spend
-    # its whole limit, 60 s by default, before the same refusal), unless --allow-unplaced
     from formulation.placement.evaluate import Index
 
-    idx = Index(inst)
-    if not args.allow_unplaced:
-        _refuse_jobs_alone_nowhere(idx, name)
+    idx = Index(inst)  # (before the solver's share is set: its time is the command's, like loading)
     # the limit is for the whole command: loading and writing come off the solver's share
     solve_limit, load_cut = solver_share(limit, _clock() - t_start, len(inst.jobs), str(args.out or "").endswith(".json"))
     opts = SolveOptions(
@@ -163,6 +159,10 @@ def run(args) -> int:
 
         write_atomic(Path(args.save_instance), dump_instance(inst, as_json=args.save_instance.lower().endswith(".json")),
                      where="--save-instance")
+    # jobs that fit nowhere alone are known before any solve: refused at once (the solve would spend
+    # its whole limit, 60 s by default, before the same refusal), unless --allow-unplaced
+    if not args.allow_unplaced:
+        _refuse_jobs_alone_nowhere(idx, name)
     progress = _status_line() if sys.stderr.isatty() else None
     res = solve(inst, opts, backend, current, progress=progress, idx=idx)
     if progress:
