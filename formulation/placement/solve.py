@@ -53,8 +53,8 @@ LNS_SHARE_LONG = 0.3
 #: path FLEET_FAST_SHARE of the limit, then the box-stabilised bound
 #: (:func:`formulation.placement.boxstab.fleet_bound`), then column generation at the master's duals
 #: from the rounds' groups (:mod:`formulation.placement.primalcg`, :func:`fleet_columns_s`), then, over
-#: the last FLEET_PRIMAL_SHARE of the limit (at least FLEET_PRIMAL_MIN_S), a plan from its groups
-#: (:mod:`formulation.placement.dive`: the LP-guided dive, FLEET_DIVE_SHARE of that time at most, then
+#: the last FLEET_PRIMAL_AFTER_COLUMNS_SHARE of the limit (FLEET_PRIMAL_SHARE without column generation), a plan from its groups
+#: (:mod:`formulation.placement.dive`: the LP-guided dive, FLEET_DIVE_AFTER_COLUMNS_SHARE or FLEET_DIVE_SHARE of that time at most, then
 #: the local search), kept when it beats the fast path's. The groups, not the search's time, make the
 #: plan. Before column generation (session 40) the dive started from the rounds' groups:
 #: 2,000 distinct-loose jobs (2026-12-05, in process, seed 3), fast / rounds / dive and
