@@ -224,6 +224,7 @@ def _dive_and_search(idx: Index, classes, columns: list, warm: Solution, deadlin
     from formulation.placement.lns import improve as lns_improve
 
     cg_words = ""
+    from_columns = False  # the dive starts from column generation's groups (not the bound phase's)
     if columns_until is not None and time.perf_counter() < columns_until:
         from formulation.placement.primalcg import primal_columns
 
@@ -233,7 +234,7 @@ def _dive_and_search(idx: Index, classes, columns: list, warm: Solution, deadlin
             cg_words = (f"; column generation at the master's duals ({time.perf_counter() - tc:.0f} s, {pc.solves} LP "
                         f"solves, {pc.priced} groups priced" + (", converged" if pc.converged else "")
                         + f"): LP {pc.first_lp:.6g} -> {pc.lp:.6g} $/h over {len(pc.columns)} groups")
-            columns = pc.columns
+            columns, from_columns = pc.columns, True
     t1 = time.perf_counter()
     # the LP over the rounds' groups alone: with the fast path's plan among its columns that integral
     # plan was often the LP's optimum (60 s, 2,000 distinct-loose jobs: the dive returned it, 25,884 $/h,
@@ -242,10 +243,10 @@ def _dive_and_search(idx: Index, classes, columns: list, warm: Solution, deadlin
     span = max(0.0, deadline - t1)
     # (cut short, the dive's fixed groups and the greedy's admission of the rest, which may run on
     # to FLEET_DIVE_FINISH_SHARE of the time)
-    share, finish = ((FLEET_DIVE_AFTER_COLUMNS_SHARE, FLEET_DIVE_AFTER_COLUMNS_FINISH_SHARE) if cg_words
+    share, finish = ((FLEET_DIVE_AFTER_COLUMNS_SHARE, FLEET_DIVE_AFTER_COLUMNS_FINISH_SHARE) if from_columns
                      else (FLEET_DIVE_SHARE, FLEET_DIVE_FINISH_SHARE))
     dived = dive(idx, classes, columns, [], t1 + share * span, finish_by=t1 + finish * span)
-    source = "those" if cg_words else "the bound phase's"
+    source = "those" if from_columns else "the bound phase's"
     if dived is None:
         return warm, cg_words + f"; LP-guided dive over {source} groups: cut short by the time limit"
     dive_cost = dived.cost(idx)
