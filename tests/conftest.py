@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RL_PLANNER_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -15,6 +16,13 @@ SCENARIOS = ROOT / "scenarios"
 # the compiled-instance cache (planner/instances/cache.py) is off in tests: they patch the model at
 # run time, which its source digest cannot see; tests of the cache turn it on in a folder of their own
 os.environ["RL_PLANNER_CACHE"] = "0"
+
+# property tests draw the same examples on every run (CI and a reviewer's run see what the author saw;
+# a failure reproduces), with no example database written into the checkout; HYPOTHESIS_PROFILE=explore
+# draws fresh examples (and keeps a database) to look for new counterexamples
+settings.register_profile("repeatable", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 def shared_data(*parts: str) -> Path:
