@@ -371,3 +371,97 @@ def root_bounds(val, dem, A, B, W, S, tot, slo, capw, caps, tol, thetas, at_lo, 
             forced[t] = f
             kind[t] = 2
     return forced, ub, kind
+
+
+@njit(cache=True, nogil=True)
+def _knapsack_one(items, m, v, d, w, best, taken, rest):
+    """The fractional knapsack of capacity 1 over ``items[:m]`` (values ``v``, copies ``d``, sizes
+    ``w``; items of size 0 are free), as :func:`formulation.placement.pricing.fractional_fills`
+    fills it (best ratio first), stopped once its value reaches ``best`` (it cannot lower a
+    minimum then). The best items are taken one at a time, each by a pass over the items: a group
+    holds a few jobs, so a few passes fill the capacity; past 24 the rest are sorted instead."""
+    total = 0.0
+    for t in range(m):
+        i = items[t]
+        taken[i] = False
+        if w[i] <= 1e-12:
+            total += v[i] * d[i]
+    cap = 1.0
+    for _step in range(24):
+        if cap <= 0.0 or total >= best:
+            return total
+        top, ratio = -1, -1.0
+        for t in range(m):
+            i = items[t]
+            if not taken[i] and w[i] > 1e-12 and v[i] / w[i] > ratio:
+                top, ratio = i, v[i] / w[i]
+        if top < 0:
+            return total
+        taken[top] = True
+        if d[top] * w[top] <= cap:
+            total += v[top] * d[top]
+            cap -= d[top] * w[top]
+        else:
+            return total + v[top] * cap / w[top]
+    # many small items: the rest in ratio order
+    n_rest = 0
+    for t in range(m):
+        i = items[t]
+        if not taken[i] and w[i] > 1e-12:
+            rest[n_rest] = i
+            n_rest += 1
+    keys = np.empty(n_rest)
+    for t in range(n_rest):
+        keys[t] = -v[rest[t]] / w[rest[t]]
+    order = np.argsort(keys, kind="mergesort")
+    for t in range(n_rest):
+        if cap <= 0.0 or total >= best:
+            return total
+        i = rest[order[t]]
+        if d[i] * w[i] <= cap:
+            total += v[i] * d[i]
+            cap -= d[i] * w[i]
+        else:
+            return total + v[i] * cap / w[i]
+    return total
+
+
+@njit(cache=True, nogil=True)
+def cheap_bounds(ok, a, bs, pinned, dram_cap_r, dram_cap_t, reps, slo, dram_r, state_t, v, d):
+    """:func:`formulation.placement.farley.cheap_value_bounds` for every configuration ``k``: the
+    smallest of four fractional knapsacks of capacity 1 over the classes (a job ``reps[c]`` each,
+    value ``v[c]``, copies ``d[c]``) feasible on ``k`` (``ok[k, job]``), whose sizes are the job's
+    share of the SLO on either side (``a[k, job] / slo[c]``, ``bs[k, job] / slo[c]``) and of either
+    side's DRAM (``dram_r[job] / dram_cap_r[k]``, a member slot ``1 / dram_cap_r[k]`` where
+    ``pinned[k]``, and ``state_t[job] / dram_cap_t[k]``); 0 where no class is feasible."""
+    K = ok.shape[0]
+    n = len(reps)
+    out = np.zeros(K)
+    items = np.empty(n, dtype=np.int64)
+    rest = np.empty(n, dtype=np.int64)
+    taken = np.zeros(n, dtype=np.bool_)
+    w = np.zeros(n)
+    for k in range(K):
+        m = 0
+        for c in range(n):
+            if ok[k, reps[c]]:
+                items[m] = c
+                m += 1
+        if m == 0:
+            continue
+        best = np.inf
+        for r in range(4):
+            for t in range(m):
+                c = items[t]
+                j = reps[c]
+                if r == 0:
+                    w[c] = a[k, j] / slo[c]
+                elif r == 1:
+                    w[c] = bs[k, j] / slo[c]
+                elif r == 2:
+                    w[c] = (1.0 if pinned[k] else dram_r[j]) / dram_cap_r[k]
+                else:
+                    w[c] = state_t[j] / dram_cap_t[k]
+            best = min(best, _knapsack_one(items, m, v, d, w, best, taken, rest))
+        out[k] = best
+    return out

@@ -62,7 +62,20 @@ def case(request):
     return inst, idx, best, distinct_oracle(inst)[0]
 
 
-def test_value_bounds_cover_every_feasible_group(case):
+@pytest.fixture(params=["numpy", "compiled"])
+def cheap_path(request, monkeypatch):
+    """The cheap bounds in numpy, or on the compiled kernel (:func:`formulation.placement.farley._compiled`)."""
+    from formulation.placement import pricing_jit
+
+    if request.param == "compiled":
+        pytest.importorskip("numba")
+        assert pricing_jit._load() is not None
+    else:
+        monkeypatch.setattr(pricing_jit, "_KERNEL", None)
+    return request.param
+
+
+def test_value_bounds_cover_every_feasible_group(case, cheap_path):
     _inst_, idx, by_config, _ = case
     rng = np.random.default_rng(0)
     reps, demand = np.arange(idx.n), np.ones(idx.n)
@@ -131,3 +144,39 @@ def test_an_unconverged_lp_on_few_classes_still_gets_the_farley_bound_and_it_hol
     assert st.farley_bound <= best + 1e-6
     assert st.lower_bound is not None and st.lower_bound <= best + 1e-6
     assert st.lower_bound >= min(st.farley_bound, load_bound(idx)) - 1e-6
+
+
+def test_compiled_cheap_bounds_are_the_fractional_knapsacks():
+    """The compiled cheap bounds against :func:`formulation.placement.pricing.fractional_fills` (the
+    numpy knapsack) on synthetic configurations: many small items (more than the kernel's 24 passes
+    fill, so its sorted tail runs), free items, several copies, pinned and whole-pool rollout rows."""
+    pytest.importorskip("numba")
+    from formulation.placement.pricing import fractional_fills
+    from formulation.placement.pricing_kernel import cheap_bounds
+
+    rng = np.random.default_rng(7)
+    for trial in range(20):
+        K, n_jobs = 6, 300
+        small = trial % 2 == 0
+        a = rng.uniform(0, 3 if small else 60, (K, n_jobs))
+        bs = rng.uniform(0, 3 if small else 60, (K, n_jobs))
+        a[:, rng.integers(0, n_jobs, 20)] = 0.0  # free on one side
+        ok = rng.random((K, n_jobs)) < 0.7
+        pinned = np.array([True, False] * (K // 2))
+        cap_r = np.where(pinned, rng.integers(2, 200, K), rng.uniform(500, 4000, K)).astype(float)
+        cap_t = rng.uniform(500, 8000, K)
+        dram_r, state_t = rng.uniform(0, 40, n_jobs), rng.uniform(0, 80, n_jobs)
+        reps = rng.choice(n_jobs, 200, replace=False)
+        slo = rng.uniform(100, 400, len(reps))
+        v, d = rng.uniform(0.1, 20, len(reps)), rng.integers(1, 4, len(reps)).astype(float)
+        got = cheap_bounds(ok, a, bs, pinned, cap_r, cap_t, reps.astype(np.int64), slo, dram_r, state_t, v, d)
+        for k in range(K):
+            sel = ok[k, reps]
+            if not sel.any():
+                assert got[k] == 0.0
+                continue
+            r = reps[sel]
+            sizes = (a[k, r] / slo[sel], bs[k, r] / slo[sel],
+                     (np.ones(len(r)) if pinned[k] else dram_r[r]) / cap_r[k], state_t[r] / cap_t[k])
+            want = min(float(fractional_fills(v[sel], z, d[sel][None, :], np.ones(1))[0]) for z in sizes)
+            assert got[k] == pytest.approx(want, rel=1e-9, abs=1e-9), (trial, k)
