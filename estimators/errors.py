@@ -41,12 +41,19 @@ MAX_PROBLEMS = 50  # problems printed of one error
 MAX_FIELD = 500  # characters of a field path, a source or a fix
 
 
+def _unsafe(c: str) -> bool:
+    o = ord(c)
+    return o < 0x20 or 0x7F <= o <= 0x9F or 0xD800 <= o <= 0xDFFF
+
+
 def safe_text(s: object, limit: int = MAX_FIELD) -> str:
-    """Text for a terminal or a log: control characters (ESC, newlines, C1 codes) escaped, so a name
-    from an input file cannot move the cursor or forge lines; cut at ``limit`` characters."""
+    """Text for a terminal, a log or a JSON answer: control characters (ESC, newlines, C1 codes)
+    escaped, so a name from an input file cannot move the cursor or forge lines, and lone surrogates
+    (``"\\ud800"`` in a JSON key), which no UTF-8 output can encode, escaped too; cut at ``limit``
+    characters."""
     t = str(s)
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in t):
-        t = "".join(c if not (ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F) else repr(c)[1:-1] for c in t)
+    if any(_unsafe(c) for c in t):
+        t = "".join(c if not _unsafe(c) else (repr(c)[1:-1] if ord(c) < 0xD800 else f"\\u{ord(c):04x}") for c in t)
     if len(t) > limit:
         t = t[:limit] + f"... ({len(t) - limit:,} more characters)"
     return t

@@ -42,12 +42,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from formulation.realloc.telemetry import TelemetrySnapshot
 from planner import __version__
 from planner.daemon.lifecycle import JobState
 from planner.daemon.store import NotFound, StoreError
+from estimators.errors import MAX_FIELD, MAX_MESSAGE, MAX_PROBLEMS, safe_text
 from planner.errors import Problem, UserError
 from planner.schema.scenario import JobSpec
 
@@ -58,14 +59,43 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 # ------------------------------------------------------------------------------- responses
 class ProblemView(BaseModel):
+    """One problem of a refused request; its texts as docs/inputs.md promises: control characters and
+    lone surrogates escaped (a key of the body is echoed here), the message cut at 2,000 characters
+    and the field and fix at 500."""
+
     field: str = Field(description="path inside the request, e.g. rollout.max_response_tokens ('' for the whole body)")
     message: str
     fix: str = ""
 
+    @field_validator("field", "fix")
+    @classmethod
+    def _short(cls, v: str) -> str:
+        return safe_text(v, MAX_FIELD)
+
+    @field_validator("message")
+    @classmethod
+    def _message(cls, v: str) -> str:
+        return safe_text(v, MAX_MESSAGE)
+
 
 class ErrorBody(BaseModel):
+    """A refusal: at most 50 problems, then one that counts the rest."""
+
     error: str
     problems: list[ProblemView] = Field(default_factory=list)
+
+    @field_validator("error")
+    @classmethod
+    def _error(cls, v: str) -> str:
+        return safe_text(v, MAX_MESSAGE)
+
+    @field_validator("problems")
+    @classmethod
+    def _few(cls, v: list[ProblemView]) -> list[ProblemView]:
+        if len(v) <= MAX_PROBLEMS:
+            return v
+        return v[:MAX_PROBLEMS] + [ProblemView(field="", message=f"... and {len(v) - MAX_PROBLEMS} more problem(s) of the same request",
+                                               fix="fix the problems above and send it again")]
 
 
 class JobView(BaseModel):
@@ -207,7 +237,7 @@ def _resp(*codes: int) -> dict:
 
 
 def _problems(errors: list[dict], body: Any, root: type[BaseModel] | None) -> list[Problem]:
-    from planner.schema.errors import problems_from_errors
+    from planner.schema.errors import fix_for, problems_from_errors
     from planner.schema.loader import Document, _fmt
 
     body_errs = [dict(e, loc=tuple(e["loc"][1:])) for e in errors if e["loc"] and e["loc"][0] == "body"]
@@ -231,7 +261,8 @@ def _problems(errors: list[dict], body: Any, root: type[BaseModel] | None) -> li
     for e in other:  # query and path parameters: loc is ("query", name, index...)
         where = _fmt(tuple(e["loc"][1:])) or str(e["loc"][0])
         got = e.get("input")
-        out.append(Problem(where, e["msg"] + (f" (got {got!r})" if isinstance(got, (str, int, float)) else "")))
+        out.append(Problem(where, e["msg"] + (f" (got {got!r})" if isinstance(got, (str, int, float)) else ""),
+                           fix_for(e["type"], e.get("ctx") or {}) or "see the parameter's range in /docs"))
     for p in out:
         p.source = ""
     return out
@@ -260,36 +291,40 @@ class BodyLimit:
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data})
 
-    async def _strict(self, send, problem: str, fix: str) -> None:
-        body = ErrorBody(error="invalid request", problems=[ProblemView(field="", message=problem, fix=fix)])
+    async def _strict(self, send, problem: str, fix: str, field: str = "") -> None:
+        body = ErrorBody(error="invalid request", problems=[ProblemView(field=field, message=problem, fix=fix)])
         data = body.model_dump_json().encode()
         await send({"type": "http.response.start", "status": 422,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data})
 
     @staticmethod
-    def strict_json(whole: bytes) -> Optional[tuple[str, str]]:
-        """(problem, fix) when a JSON body is not what docs/inputs.md allows: UTF-8 only (JSON's
-        UTF-16/32 detection is not used), each key once per object, nesting bounded."""
-        from planner.safeload import check_depth, decode
+    def strict_json(whole: bytes) -> Optional[tuple[str, str, str]]:
+        """(problem, fix, field) when a JSON body is not what docs/inputs.md allows: UTF-8 only (JSON's
+        UTF-16/32 detection is not used), each key once per object, nesting bounded, no control
+        characters (ESC, NUL, C1 codes) in any string, nor line breaks or tabs in keys and names."""
+        from planner.safeload import Document, check_depth, check_text, decode, json_text_clean
 
         try:
             text = decode(whole, "the body")
         except UserError as exc:
             p = exc.problems[0]
-            return f"{p.message}", "send UTF-8 JSON"
+            return f"{p.message}", "send UTF-8 JSON", ""
         try:
             data = json.loads(text, object_pairs_hook=_strict_pairs)
         except RecursionError:
-            return "the body is nested too deeply", "send a JSON object with the documented fields"
+            return "the body is nested too deeply", "send a JSON object with the documented fields", ""
         except _DuplicateKey as exc:
-            return str(exc), "give each key once per object"
+            return str(exc), "give each key once per object", ""
         except ValueError:
             return None  # not JSON at all: the app's own parser says where
         try:
             check_depth(data, "the body")
+            if not json_text_clean(text):
+                check_text(Document(data, {}, "the body"))
         except UserError as exc:
-            return exc.problems[0].message, "send a JSON object with the documented fields"
+            p = exc.problems[0]
+            return p.message, p.fix or "send a JSON object with the documented fields", p.where
         return None
 
     async def __call__(self, scope, receive, send):
@@ -372,6 +407,11 @@ def create_app(service) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError):
         root = roots.get(request.url.path)
+        ctype = request.headers.get("content-type", "")
+        if request.method in ("POST", "PUT", "PATCH") and ctype and "json" not in ctype.lower() \
+                and any(e["loc"][:1] == ("body",) for e in exc.errors()):
+            return _err(422, "invalid request", [Problem("", f"the body was sent as {ctype[:80]!r}; the API reads JSON bodies only",
+                                                         "send it with the header Content-Type: application/json")])
         return _err(422, "invalid request", _problems(list(exc.errors()), getattr(exc, "body", None), root))
 
     @app.exception_handler(StarletteHTTPException)

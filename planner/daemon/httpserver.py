@@ -56,6 +56,7 @@ def protocol_class(limits: Limits) -> type:
         _rlp_timeout: float = limits.header_timeout_s
         _rlp_since: float = 0.0
         _rlp_head: int = 0  # bytes of the current request's line and headers so far
+        _rlp_tail: bytes = b""  # the last bytes of the chunk before (a blank line may span two reads)
         _rlp_in_body: bool = False
         _rlp_served: bool = False  # has delivered a request's headers (then it is not pending)
         _rlp_ended: bool = False  # a request ended in the chunk being read
@@ -103,21 +104,32 @@ def protocol_class(limits: Limits) -> type:
 
         def data_received(self, data: bytes) -> None:
             self._rlp_ended = False
+            if counts_head and not self._rlp_in_body and not self.transport.is_closing():
+                # the request line and headers so far: the earlier chunks, and this one up to the blank
+                # line that ends them (a read holds up to 64 KiB: headers that end in the second read
+                # are measured there, not only once a whole read stays incomplete)
+                seen = self._rlp_tail + data
+                end = seen.find(b"\r\n\r\n")
+                head = self._rlp_head + (end + 4 - len(self._rlp_tail) if end >= 0 else len(data))
+                if head > limits.max_header_bytes:
+                    self.transport.write(_BIG % (len(_BIG_BODY), _BIG_BODY))
+                    self.transport.close()
+                    return
             super().data_received(data)
             # bytes of a request whose headers are still incomplete after this chunk (a chunk that ended a
             # request or began a body is not counted: its header part is bounded by the chunk)
             if counts_head and not self._rlp_in_body and not self._rlp_ended and not self.transport.is_closing():
                 self._rlp_head += len(data)
-                if self._rlp_head > limits.max_header_bytes:
-                    self.transport.write(_BIG % (len(_BIG_BODY), _BIG_BODY))
-                    self.transport.close()
+                self._rlp_tail = data[-3:]
+            else:
+                self._rlp_tail = b""
 
         def on_headers_complete(self) -> None:
             self._rlp_in_body, self._rlp_served = True, True
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
-            self._rlp_in_body, self._rlp_head, self._rlp_ended = False, 0, True
+            self._rlp_in_body, self._rlp_head, self._rlp_ended, self._rlp_tail = False, 0, True, b""
             super().on_message_complete()
 
         def on_response_complete(self) -> None:

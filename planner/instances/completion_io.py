@@ -105,7 +105,7 @@ def context_from_data(d: Any, where: str = "context"):
 
     if not isinstance(d, dict):
         raise ContextError(where, f"expected a mapping, got {type(d).__name__}", "write the context as a JSON object")
-    if d.get("version", CONTEXT_VERSION) != CONTEXT_VERSION:
+    if isinstance(d.get("version"), bool) or d.get("version", CONTEXT_VERSION) != CONTEXT_VERSION:  # (True == 1)
         raise ContextError(f"{where}.version", f"{_show(d.get('version'))} is not a known context version", f"write {CONTEXT_VERSION}")
     extra = sorted(set(d) - {"version", "initial", "intake", "components", "at_boundary", "last_lengths", "last_groups", *_TOP})
     if extra:

@@ -19,6 +19,9 @@ def _clean_path(loc: tuple, data: Any) -> tuple[tuple, Any]:
     cur = data
     for i, part in enumerate(loc):
         last = i == len(loc) - 1
+        if (isinstance(cur, dict) and isinstance(part, str) and not last and loc[i + 1] in cur
+                and any(v == part for v in cur.values() if isinstance(v, str))):
+            continue  # a tagged union's tag (``source: quantiles``), also when a key has its name
         if isinstance(cur, dict) and part in cur:
             out.append(part)
             cur = cur[part]
@@ -33,7 +36,8 @@ def _clean_path(loc: tuple, data: Any) -> tuple[tuple, Any]:
 
 
 def _is_marker(part: str) -> bool:
-    return part[:1].isupper() or "[" in part or part in {"str", "int", "float", "bool", "list", "dict"}
+    return (part[:1].isupper() or "[" in part or part in {"str", "int", "float", "bool", "list", "dict"}
+            or part.startswith(("constrained-", "function-", "lax-or-strict", "json-or-python", "tagged-union", "nullable")))
 
 
 def _unwrap(tp):
@@ -144,9 +148,11 @@ def problems_from_errors(errors: Sequence[Mapping[str, Any]], doc: Document, roo
             elif kind == "model_type" and len(err["loc"]) > len(path):
                 union_types.setdefault(path, []).append("a mapping of dimensions")
                 continue
+            elif kind == "int_parsing_size":
+                text = f"{_short(value)} is too large for a whole number"
             elif not isinstance(value, (dict, list)):
                 text = f"{text} (got {_short(value)})"
-            p = Problem(where, text, _fix_for(kind, err.get("ctx") or {}), source=doc.where(path))
+            p = Problem(where, text, fix_for(kind, err.get("ctx") or {}), source=doc.where(path))
         # keep the first problem per path, but a concrete one beats a union summary
         by_path.setdefault(path, p)
     for path, kinds in union_types.items():
@@ -165,10 +171,12 @@ _FIXES = {
     "string_type": "write a text value", "list_type": "write a list", "dict_type": "write a mapping", "model_type": "write a mapping",
     "too_long": "shorten it (the limits keep every command within memory and time)",
     "string_too_long": "shorten it", "string_pattern_mismatch": "use letters, digits, '.', '_' and '-'",
+    "int_parsing_size": "write a whole number within the field's range", "string_too_short": "write a non-empty value",
+    "too_short": "add the missing items", "dict_type_size": "write a mapping",
 }
 
 
-def _fix_for(kind: str, ctx: dict) -> str:
+def fix_for(kind: str, ctx: dict) -> str:
     """A fix for a pydantic error type: the range that is allowed, or the kind of value."""
     if kind in ("less_than_equal", "less_than"):
         return f"use a value of at most {ctx.get('le', ctx.get('lt'))} (the supported maximum)"
@@ -176,6 +184,12 @@ def _fix_for(kind: str, ctx: dict) -> str:
         return f"use a value {'of at least' if kind == 'greater_than_equal' else 'above'} {ctx.get('ge', ctx.get('gt'))}"
     if kind == "value_error" and "is a boolean" in str(ctx.get("error", "")):
         return "write a number (true and false are not numbers)"
+    if kind in ("literal_error", "union_tag_invalid", "enum") and ctx.get("expected"):
+        return f"use {ctx['expected']}"
+    if kind == "string_too_short" and ctx.get("min_length", 1) > 1:
+        return f"write at least {ctx['min_length']} characters"
+    if kind == "too_short" and "min_length" in ctx:
+        return f"give at least {ctx['min_length']} item(s)"
     return _FIXES.get(kind, "")
 
 

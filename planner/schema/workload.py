@@ -47,6 +47,25 @@ class QuantileTable(_Strict):
         max_length=10000, description="quantile -> value, e.g. {0: 40, 0.5: 900, 0.99: 12000, 1: 16000}; must include 0 and 1, values non-decreasing")
     scale: PositiveFloat = Field(1.0, le=1e3, description="multiplies every value")
 
+    @field_validator("quantiles", mode="before")
+    @classmethod
+    def _distinct_keys(cls, v: Any) -> Any:
+        """Keys that are the same quantile (``"0"``, ``"0.0"``, ``"-0"`` in JSON) would merge silently."""
+        if isinstance(v, dict):
+            seen: dict[float, Any] = {}
+            for k in v:
+                try:
+                    q = float(k) if not isinstance(k, bool) else None
+                except (TypeError, ValueError):
+                    continue  # (the type check names it)
+                if q is None or q != q:
+                    continue
+                if q in seen:
+                    raise ValueError(f"the keys {str(seen[q])[:40]!r} and {str(k)[:40]!r} are the same quantile ({q:g}); "
+                                     "give each quantile once")
+                seen[q] = k
+        return v
+
     @field_validator("quantiles")
     @classmethod
     def _table(cls, v: dict[float, float]) -> dict[float, float]:

@@ -176,3 +176,48 @@ def test_a_rollout_tail_in_telemetry_triggers_a_reallocation_decision(http, daem
     assert d["solver"]["status"] in ("optimal", "feasible")
     m = http.get("/metrics").text
     assert 'planner_solve_seconds_count{kind="realloc"}' in m
+
+
+def test_hostile_bodies_get_bounded_escaped_422s(http, daemon):
+    """What an outside audit sent: each refusal is a 422 naming the field, its texts escaped and cut as
+    docs/inputs.md promises (50 problems, messages of 2,000 characters), and nothing is stored."""
+    before = query(daemon.state, "SELECT COUNT(*) AS n FROM jobs")[0]["n"]
+    assert http.post("/v1/jobs", json=job("hostile", trainer={"nodes": 1})).status_code == 201
+
+    def post(url: str, body: dict, **kw):
+        return http.post(url, content=json.dumps(body).encode(), headers={"content-type": "application/json"}, **kw)
+
+    # a lone surrogate in a key of a reallocation context: was a 500 (the key echoed could not be encoded)
+    r = post("/v1/jobs/hostile/realloc-context", {"version": 1, "\ud800": 1})
+    assert r.status_code == 422, r.text
+    assert "\\ud800" in r.text
+    # a boolean is not the context version (True == 1 in Python)
+    r = post("/v1/jobs/hostile/realloc-context", {"version": True})
+    assert r.status_code == 422 and "version" in fields(r), r.text
+    # a 500,000-character unknown key, and 20,000 unknown keys: bounded answers
+    r = post("/v1/jobs", {**job("hostile-2"), "k" * 500_000: 1})
+    assert r.status_code == 422 and len(r.content) < 10_000, len(r.content)
+    r = post("/v1/jobs", {**job("hostile-3"), **{f"x{i}": 1 for i in range(20_000)}})
+    assert r.status_code == 422 and len(r.json()["problems"]) == 51 and "19950 more" in r.json()["problems"][-1]["message"]
+    # control characters in a model's name and in a worker id (the CLI refuses both)
+    spec = job("hostile-4")
+    spec["model"] = {"name": "evil\u001b[2J", "hidden_size": 64, "num_layers": 1, "num_heads": 1, "num_kv_heads": 1,
+                     "intermediate_size": 64, "vocab_size": 100}
+    r = post("/v1/jobs", spec)
+    assert r.status_code == 422 and fields(r) == ["model.name"], r.text
+    snap = snapshot("hostile")
+    snap["workers"][0]["worker_id"] = "evil\u001b[31mRED\n2026 FAKE LOG LINE"
+    r = post("/v1/telemetry", snap)
+    assert r.status_code == 422 and fields(r) == ["workers[0].worker_id"], r.text
+    # quantile keys that are one number would merge silently
+    spec = job("hostile-5", rollout={"response_lengths": {"source": "quantiles", "quantiles": {"0": 100, "0.0": 3000, "1": 4000}}})
+    r = post("/v1/jobs", spec)
+    assert r.status_code == 422 and fields(r) == ["rollout.response_lengths.quantiles"], r.text
+    # a union's branch markers are not fields; a body sent as text says so; a query error has a fix
+    r = post("/v1/jobs", {**job("hostile-6"), "model": {}})
+    assert r.status_code == 422 and all("constrained" not in f for f in fields(r)), r.text
+    r = http.post("/v1/jobs", content=json.dumps(job("hostile-7")).encode(), headers={"content-type": "text/plain"})
+    assert r.status_code == 422 and "Content-Type: application/json" in r.json()["problems"][0]["fix"], r.text
+    r = http.get("/v1/jobs", params={"limit": 0})
+    assert r.status_code == 422 and r.json()["problems"][0]["fix"], r.text
+    assert query(daemon.state, "SELECT COUNT(*) AS n FROM jobs")[0]["n"] == before + 1
