@@ -49,7 +49,7 @@ def add_arguments(p) -> None:
     p.add_argument("--out", "-o", metavar="FILE", help="write the plan document here (.json: JSON, else YAML); default: "
                                                        "NAME.plan.yaml in the current folder (named in the summary); '-': stdout only")
     p.add_argument("--plot", metavar="PNG", help="write a timeline of one meta-iteration per group (rollout and training lanes)")
-    p.add_argument("--save-instance", metavar="FILE", help="also write the numbers-only instance the plan was computed from")
+    p.add_argument("--save-instance", metavar="FILE", help="also write the numbers-only instance the plan was computed from (with the plan; a refused command writes neither)")
     p.add_argument("--allow-unplaced", action="store_true", help="write the plan even when some jobs cannot be placed (exit 0)")
     p.add_argument("--slo-curve", action="store_true", help="scenarios: also plan on each phase-time estimate (sampled, p90, p99, "
                    "max), simulate each plan and print its $/h against its simulated SLO attainment (recorded in the plan)")
@@ -150,15 +150,6 @@ def run(args) -> int:
     )
     backend = args.backend or (solver.backend if solver else "auto")
     current = read_plan(args.current)[1] if args.current else None
-    if args.save_instance:
-        from pathlib import Path
-
-        from planner.instances.placement import dump_instance
-
-        from planner.safewrite import write_atomic
-
-        write_atomic(Path(args.save_instance), dump_instance(inst, as_json=args.save_instance.lower().endswith(".json")),
-                     where="--save-instance")
     # jobs that fit nowhere alone are known before any solve: refused at once (the solve would spend
     # its whole limit, 60 s by default, before the same refusal), unless --allow-unplaced
     if not args.allow_unplaced:
@@ -181,6 +172,14 @@ def run(args) -> int:
     if res.plan.unplaced and not args.allow_unplaced:
         raise unplaced_error(res.plan.unplaced, f"{len(res.plan.unplaced)} job(s) of '{name}' cannot be placed; no plan written "
                                        "(--allow-unplaced writes the plan for the others)")
+    if args.save_instance:  # with the plan: a refused command leaves an existing file as it was
+        from pathlib import Path
+
+        from planner.instances.placement import dump_instance
+        from planner.safewrite import write_atomic
+
+        write_atomic(Path(args.save_instance), dump_instance(inst, as_json=args.save_instance.lower().endswith(".json")),
+                     where="--save-instance")
     if args.plot:
         from planner.placement_plot import plot_plan
 

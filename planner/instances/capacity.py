@@ -28,7 +28,7 @@ from formulation.capacity.instance import CapacityInstance, ColocatedTimes
 from planner.errors import Problem, UserError
 from planner.instances.common import ClusterView, job_profile, resolve_gpu_types
 from planner.instances.placement import compile_scenario
-from planner.schema.scenario import NodeGroupSpec, Scenario
+from planner.schema.scenario import MAX_NODES, NodeGroupSpec, Scenario
 
 UNLIMITED_NODES_PER_JOB = 16  # a job never uses more than a rollout pool and a training pool of 8 nodes each
 
@@ -49,7 +49,9 @@ def fleet_limits(sc: Scenario) -> dict[str, tuple[int, int]]:
     out = {}
     for t, n in owned.items():
         known = sc.gpu_types.get(t)
-        extra = known.max_nodes if known is not None and known.max_nodes is not None else UNLIMITED_NODES_PER_JOB * max(1, len(sc.jobs))
+        # without a limit: what the jobs could use, at most the schema's largest node group (MAX_NODES)
+        extra = (known.max_nodes if known is not None and known.max_nodes is not None
+                 else min(MAX_NODES, UNLIMITED_NODES_PER_JOB * max(1, len(sc.jobs))))
         out[t] = (n, n + extra)
     return out
 

@@ -175,7 +175,13 @@ def scenario_for(sc: Scenario, values: dict[str, float]) -> Scenario:
 
 def compile_limits(sc: Scenario, sweeps: list[Sweep]) -> Scenario:
     """The scenario to compile once: every swept ``max_nodes`` at its largest value (a point then
-    lowers the limit on the compiled instance)."""
+    lowers the limit on the compiled instance); with a ``jobs`` sweep, every type without a limit
+    may grow by what the largest job mix could use (:func:`planner.instances.capacity.fleet_limits`
+    counts the scenario's own jobs: a 2-job scenario grown 64x was capped at 40 nodes a type and
+    reported infeasible)."""
+    from planner.instances.capacity import UNLIMITED_NODES_PER_JOB, fleet_limits
+    from planner.schema.scenario import MAX_NODES
+
     specs = dict(sc.gpu_types)
     for s in sweeps:
         if s.key.startswith("max_nodes."):
@@ -183,6 +189,13 @@ def compile_limits(sc: Scenario, sweeps: list[Sweep]) -> Scenario:
             base = specs.get(t)
             top = int(max(s.values))
             specs[t] = base.model_copy(update={"max_nodes": top}) if base is not None else GPUTypeSpec(max_nodes=top)
+    grow = max((max(s.values) for s in sweeps if s.key == "jobs"), default=1.0)
+    if grow > 1.0:
+        most = min(MAX_NODES, UNLIMITED_NODES_PER_JOB * max(1, round(grow * len(sc.jobs))))
+        for t in fleet_limits(sc):
+            base = specs.get(t)
+            if base is None or base.max_nodes is None:
+                specs[t] = base.model_copy(update={"max_nodes": most}) if base is not None else GPUTypeSpec(max_nodes=most)
     return sc.model_copy(update={"gpu_types": specs})
 
 

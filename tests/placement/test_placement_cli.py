@@ -155,12 +155,15 @@ def test_unplaceable_jobs_are_explained_exit_2_nothing_written(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(dump_instance(bad))
     out = tmp_path / "never.yaml"
+    saved = tmp_path / "saved.yaml"
+    saved.write_text("the user's own file\n")
     # refused before any solve: a 600 s limit is not spent (the subprocess is stopped at 300 s)
-    proc = run_cli("plan", str(path), "--out", str(out), "--time-limit", "600", timeout=300)
+    proc = run_cli("plan", str(path), "--out", str(out), "--save-instance", str(saved), "--time-limit", "600", timeout=300)
     assert proc.returncode == 2
     no_traceback(proc)
     assert "cannot be placed by any plan; nothing solved" in proc.stderr
     assert not out.exists()
+    assert saved.read_text() == "the user's own file\n"  # a refused command writes neither file
     assert "job qwen14b-math: cannot be placed (dram)" in proc.stderr or "job qwen14b-math: cannot be placed (slo)" in proc.stderr
     assert "job qwen14b-chat: cannot be placed (dram)" in proc.stderr and "29.5 GB" in proc.stderr
     assert "Fix:" in proc.stderr

@@ -95,3 +95,25 @@ def test_a_type_to_buy_needs_a_node_group_saying_what_its_nodes_are():
     assert "gpu_types.H200.max_nodes" in text and "add a node group with gpu_type: H200 and count: 0" in text
     limits = fleet_limits(load_scenario(SCENARIOS / "procurement.yaml"))
     assert limits == {"H20": (0, 32), "H800": (0, 32), "H100": (0, 32), "H200": (0, 16)}
+
+
+def test_unlimited_types_grow_with_the_job_mix_and_stay_within_the_schema():
+    """Without max_nodes a type may grow by what the jobs could use: at most MAX_NODES (257 jobs asked
+    for 4,112 new nodes and whatif failed with an internal error), and with a ``jobs`` sweep by what
+    the grown mix could use (a 2-job mix grown 64x was capped at its own 2 jobs' 32 new nodes)."""
+    from planner.instances.capacity import largest_fleet, fleet_limits
+    from planner.schema import load_scenario
+    from planner.schema.scenario import MAX_NODES
+    from tests.conftest import SCENARIOS
+
+    sc = load_scenario(SCENARIOS / "weave-micro.yaml")
+    many = sc.model_copy(update={"jobs": [sc.jobs[0].model_copy(update={"name": f"j{i}"}) for i in range(300)]})
+    limits = fleet_limits(many)
+    assert all(limit - owned == MAX_NODES for owned, limit in limits.values()), limits
+    big = largest_fleet(many)  # (built the node groups: was a ValidationError on count)
+    assert max(g.count for g in big.cluster.node_groups) <= MAX_NODES
+    two = sc.model_copy(update={"jobs": sc.jobs[:2]})
+    grown = sw.compile_limits(two, [sw.parse("jobs=64:64:1", sorted(fleet_limits(two)))])
+    for owned, limit in fleet_limits(grown).values():
+        assert limit - owned == 16 * 128, (owned, limit)
+    assert sw.compile_limits(two, [sw.parse("jobs=0.5:1:2", sorted(fleet_limits(two)))]).gpu_types == two.gpu_types
