@@ -34,7 +34,10 @@ class HFConfigError(ValueError):
 
 def config_path(path: Union[str, Path]) -> Path:
     p = Path(path).expanduser()
-    return p / "config.json" if p.is_dir() else p
+    try:
+        return p / "config.json" if p.is_dir() else p
+    except (OSError, ValueError):  # (a segment over the file system's limit: the read below names the error)
+        return p
 
 
 #: a config.json is a few KB (those with large label maps under 1 MB); more is not one
@@ -73,8 +76,13 @@ def _read_bounded(p: Path) -> str:
 
 def looks_like_path(name: str) -> bool:
     """A model given as a local config.json or model directory (rather than a preset or a hub id)."""
-    p = Path(name).expanduser()
-    return name.endswith(".json") or (p.is_dir() and (p / "config.json").is_file()) or name.startswith(("./", "../", "/", "~"))
+    if name.endswith(".json") or name.startswith(("./", "../", "/", "~")):
+        return True
+    try:
+        p = Path(name).expanduser()
+        return p.is_dir() and (p / "config.json").is_file()
+    except (OSError, ValueError, RuntimeError):  # a name no file system holds (a 300-character segment, a NUL): not a path here
+        return False
 
 
 def _int(cfg: dict, key: str, where: str, default: Any = None) -> int:

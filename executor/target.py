@@ -127,26 +127,30 @@ class EngineIn(_S):
 
 
 class ComponentIn(_S):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$",
-                      description="<job>/<component>")
+    name: str = Field(min_length=1, max_length=401, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$",
+                      description="<job>/<component> (each at most 200 characters)")
     role: Literal["rollout", "trainer", "service"]
-    gpu_type: str = ""
+    gpu_type: str = Field("", max_length=200)
     gpus_per_worker: Int = Field(1, ge=0, le=64)
     dram_gb_per_worker: Real = Field(0.0, ge=0, le=1e6)
     layout: Optional[LayoutIn] = None
-    placement: dict[str, Annotated[Int, Field(le=MAX_WORKERS_PER_NODE)]] = Field(min_length=1, description="node -> workers")
+    placement: dict[Annotated[str, Field(min_length=1, max_length=200)], Annotated[Int, Field(le=MAX_WORKERS_PER_NODE)]] = Field(
+        min_length=1, max_length=MAX_NODES, description="node -> workers")
     migration: Optional[Literal["workload", "p2p", "reboot"]] = None
     model: Optional[ModelIn] = None
     engine: Optional[EngineIn] = None
-    group: str = Field("", description="co-execution group this component is a member of: on nodes the group reserves, "
+    group: str = Field("", max_length=200, description="co-execution group this component is a member of: on nodes the group reserves, "
                                        "its workers run inside the reservation (members take turns on its GPUs)")
-    reserves: str = Field("", description="this component is the group's reservation of its nodes' GPUs")
-    keep: Optional[list[str]] = Field(None, description="engines: the running workers to keep (the rest are released)")
-    impl: str = Field("", description="worker implementation (executor.workers.registry: toy, tinylm, or one a framework "
+    reserves: str = Field("", max_length=200, description="this component is the group's reservation of its nodes' GPUs")
+    keep: Optional[list[Annotated[str, Field(max_length=200)]]] = Field(None, max_length=MAX_NODES * MAX_WORKERS_PER_NODE, description="engines: the running workers to keep (the rest are released)")
+    impl: str = Field("", max_length=200, description="worker implementation (executor.workers.registry: toy, tinylm, or one a framework "
                                       "registers); '' = toy")
 
     @model_validator(mode="after")
     def _shape(self):
+        job, comp = self.name.split("/", 1)
+        if len(job) > 200 or len(comp) > 200:
+            raise ValueError("a job's and a component's name are at most 200 characters each")
         if self.impl:
             from executor.workers import registry
 

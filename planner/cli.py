@@ -9,6 +9,7 @@ to fix it, never a traceback), 1 internal error.
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import importlib
 import os
@@ -159,15 +160,32 @@ def _run(args) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS or debug:
+            return _internal(exc, debug)
+        # (the files a command writes are named by its own check; what reaches here is standard output:
+        # `planner validate S > /dev/full`)
+        where = f"{exc.filename}" if exc.filename else "standard output"
+        print(f"error: cannot write {where}: {exc.strerror or exc}. Fix: free space there, or send the output elsewhere",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
     except Exception as exc:  # noqa: BLE001 - the top of the program
-        if debug:
-            raise
-        print(
-            f"internal error: {type(exc).__name__}: {exc}\n"
-            "This is a bug in rl-planner. Re-run with --debug for the traceback and report it.",
-            file=sys.stderr,
-        )
-        return EXIT_INTERNAL
+        return _internal(exc, debug)
+
+
+#: errors of a write that a user fixes (disk full, quota, file too large, read-only, I/O error)
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
+
+
+def _internal(exc: BaseException, debug: bool) -> int:
+    if debug:
+        raise exc
+    print(
+        f"internal error: {type(exc).__name__}: {exc}\n"
+        "This is a bug in rl-planner. Re-run with --debug for the traceback and report it.",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
 
 
 def entry() -> int:

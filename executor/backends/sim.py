@@ -337,6 +337,9 @@ class SimBackend:
         if self._conn is None:
             if self.state_path is None:
                 raise RuntimeError("the sim backend was asked for its state file but was made without a state_path")
+            if self.state_path.is_dir():  # (SQLite's own word for it is "disk I/O error")
+                raise UserError(Problem("--sim-state", f"{self.state_path} is a folder, not a simulated cluster's state file",
+                                        "pass a file path: a new one (it is created) or one an apply wrote"))
             if self.readonly:
                 return self._db_readonly()
             try:

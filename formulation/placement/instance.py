@@ -102,7 +102,7 @@ class PlacementJob(_Strict):
 
 
 class PlacementInstance(_Strict):
-    name: str = "placement"
+    name: str = Field("placement", max_length=MAX_NAME)
     pool_types: dict[Annotated[str, Field(min_length=1, max_length=200)], PoolType] = Field(min_length=1)
     jobs: list[PlacementJob] = Field(default_factory=list)
     move_price_per_job: NonNegativeFloat = Field(0.0, le=MAX_MOVE_PRICE, strict=True, description="$/h charged per job a re-optimisation moves")

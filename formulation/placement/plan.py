@@ -20,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from formulation.placement.cycle import Member, cycle_times, whole_pool_cycle_times
 from formulation.placement.evaluate import Config, Index, Solution
-from formulation.placement.instance import MAX_INSTANCE_NODES
+from formulation.placement.instance import MAX_INSTANCE_NODES, MAX_NAME
 
 # Bounds of a plan's numbers (a plan read from a file is a claim: an edited one may say anything).
 # The checker (formulation.placement.check) compares what it can recompute against the instance;
@@ -44,6 +44,12 @@ Seconds = Annotated[float, Field(ge=0.0, le=MAX_PLAN_SECONDS, strict=True)]
 CycleSeconds = Annotated[float, Field(ge=0.0, le=MAX_PLAN_CYCLE_S, strict=True)]
 Cost = Annotated[float, Field(ge=0.0, le=MAX_PLAN_COST, strict=True)]
 NodeCount = Annotated[int, Field(ge=0, le=MAX_INSTANCE_NODES)]
+# names as instances make them (a job's name, a node: its group's or type's name and a number; a
+# 100,000-character group id and 100,000-node pools were read and echoed back)
+Name = Annotated[str, Field(max_length=MAX_NAME)]
+NodeName = Annotated[str, Field(max_length=MAX_NAME + 56)]
+Event = Annotated[str, Field(max_length=MAX_NAME + 8)]
+Text = Annotated[str, Field(max_length=20_000)]
 GpuCount = Annotated[int, Field(ge=0, le=MAX_PLAN_GPUS)]
 
 
@@ -52,17 +58,17 @@ class _Body(BaseModel):
 
 
 class Pool(_Body):
-    gpu_type: str
-    nodes: list[str]
+    gpu_type: Name
+    nodes: list[NodeName] = Field(max_length=MAX_INSTANCE_NODES)
     size: int = Field(ge=1, le=MAX_INSTANCE_NODES, description="nodes in the pool")
     gpus_per_node: int = Field(ge=1, le=MAX_PLAN_GPUS_PER_NODE, description="GPUs of each node (the GPU type's)")
     gpus: GpuCount = Field(description="size x gpus_per_node")
 
 
 class MemberPlan(_Body):
-    job: str
-    rollout_nodes: list[str] = Field(description="nodes its rollout engines and resident weights are pinned to")
-    train_nodes: list[str] = Field(description="nodes its training ranks and resident optimizer state are pinned to")
+    job: Name
+    rollout_nodes: list[NodeName] = Field(max_length=MAX_INSTANCE_NODES, description="nodes its rollout engines and resident weights are pinned to")
+    train_nodes: list[NodeName] = Field(max_length=MAX_INSTANCE_NODES, description="nodes its training ranks and resident optimizer state are pinned to")
     rollout_s: Seconds
     train_s: Seconds
     sync_s: Seconds
@@ -77,36 +83,36 @@ class MemberPlan(_Body):
 
 
 class GroupPlan(_Body):
-    id: str
+    id: Name
     rollout_pool: Pool
     train_pool: Pool
-    order: list[str] = Field(description="round-robin order of the meta-iteration")
+    order: list[Name] = Field(description="round-robin order of the meta-iteration")
     members: list[MemberPlan]
     cycle_time_s: CycleSeconds
-    critical: list[str] = Field(description="events of the critical cycle (R:job = rollout start, T:job = training start)")
+    critical: list[Event] = Field(description="events of the critical cycle (R:job = rollout start, T:job = training start)")
     rollout_busy: Share = Field(description="share of the cycle the rollout pool is busy")
     train_busy: Share = Field(description="share of the cycle the training pool is busy (training + weight sync)")
     cost_per_hour: Cost
 
 
 class Unplaced(_Body):
-    job: str
-    reason: str = Field(description="no-pool | slo | dram | capacity | pending (admit: not admitted yet)")
-    message: str
-    fix: str
+    job: Name
+    reason: Name = Field(description="no-pool | slo | dram | capacity | pending (admit: not admitted yet)")
+    message: Text
+    fix: Text
 
 
 class PlacementPlan(_Body):
-    instance: str
+    instance: Name
     cost_per_hour: Cost
     move_cost_per_hour: Cost = 0.0
     lower_bound_per_hour: Optional[Cost] = Field(None, description="certified lower bound on cost_per_hour + move cost")
     greedy_cost_per_hour: Optional[Cost] = Field(None, description="cost of the greedy (Weave) plan on the same input")
-    nodes_used: dict[str, NodeCount]
-    gpus_used: dict[str, GpuCount]
+    nodes_used: dict[Name, NodeCount]
+    gpus_used: dict[Name, GpuCount]
     groups: list[GroupPlan]
     unplaced: list[Unplaced] = Field(default_factory=list)
-    moved_jobs: list[str] = Field(default_factory=list)
+    moved_jobs: list[Name] = Field(default_factory=list)
 
 
 def members_of(group: GroupPlan) -> list[Member]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 NAME = "validate-plan"
 QUICK_EXIT = True  # no thread or process; files written durably before run returns (cli.entry)
+MAX_VIOLATIONS = 200  # printed (a pool of 100,000 nodes named nowhere gave 100,004 lines); the count says how many in all
 HELP = "check a placement plan against its scenario or instance; list each violated constraint by name"
 DESCRIPTION = """Recompute everything a placement plan claims from the scenario (or the numbers-only
 instance) without any solver: every job placed exactly once, pools made of existing nodes of the
@@ -12,7 +13,7 @@ times from the tables, each member's cycle time (max cycle ratio of the round-ro
 within its SLO, host DRAM per node, and every claim that can be recomputed: cycle times, costs,
 SLOs and slack, GPUs per node and per pool, nodes and GPUs used per type, the lower bound and
 the solve record's gap. Each violation is printed as
-rule[where]: message. Exit status 0 when the plan is valid, 2 otherwise. A plan made for another
+rule[where]: message (the first 200, then how many more). Exit status 0 when the plan is valid, 2 otherwise. A plan made for another
 input (its recorded digest differs from INPUT's) is refused in one line unless --force."""
 
 
@@ -28,6 +29,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import sys
 
+    from estimators.errors import MAX_MESSAGE, safe_text
     from formulation.placement.check import check
     from planner.commands._placement import load_input, read_plan, same_input
 
@@ -52,12 +54,15 @@ def run(args) -> int:
 
         print(json.dumps({"plan": args.plan, "input": args.input, "ok": not violations, "groups": len(plan.groups),
                           "jobs": sum(len(g.members) for g in plan.groups), "unplaced": len(plan.unplaced),
-                          "cost_per_hour": plan.cost_per_hour, "violations": [str(v) for v in violations]}, indent=2))
+                          "cost_per_hour": plan.cost_per_hour, "violations": [safe_text(v, MAX_MESSAGE) for v in violations[:MAX_VIOLATIONS]],
+                          "violations_total": len(violations)}, indent=2))
         return 2 if violations else 0
     if violations:
         print(f"{args.plan}: {len(violations)} violated constraint(s):", file=sys.stderr)
-        for v in violations:
-            print(f"  {v}", file=sys.stderr)
+        for v in violations[:MAX_VIOLATIONS]:
+            print(f"  {safe_text(v, MAX_MESSAGE)}", file=sys.stderr)
+        if len(violations) > MAX_VIOLATIONS:
+            print(f"  ... and {len(violations) - MAX_VIOLATIONS} more (the first {MAX_VIOLATIONS} are shown)", file=sys.stderr)
         print("Fix: re-plan with `planner plan` (or edit the plan) so that each rule holds.", file=sys.stderr)
         return 2
     print(f"ok: {args.plan}: {len(plan.groups)} group(s), {sum(len(g.members) for g in plan.groups)} job(s), "

@@ -365,8 +365,10 @@ class Daemon:
         o = self.opts
         try:
             self.store = Store(o.state)
+            self.store.check_contents()
         except StateFileError as exc:
-            raise UserError(Problem("--state", str(exc), "pass another --state path")) from None
+            raise UserError(Problem("--state", str(exc), "restore the state file from a copy, or pass another --state path "
+                                                         "(a new one is created)")) from None
         except OSError as exc:
             raise UserError(Problem("--state", f"cannot open {o.state}: {exc}", "check the path and its permissions")) from None
         self.cluster, trace = load_cluster(self.store, o.scenario)

@@ -291,6 +291,56 @@ class Store(SQLiteFile):
                 raise StateFileError(f"{self.path} has state schema version {row['value']}, this rl-planner uses {SCHEMA_VERSION}; "
                                      "use a new --state file or the rl-planner release that wrote it")
 
+    # ------------------------------------------------------------------ contents
+    def check_contents(self) -> None:
+        """What the daemon reads back from the state file, checked once when it opens it: the meta
+        and kv values, every job's spec and state and every plan are strict JSON (no NaN), the cluster
+        a scenario, and the specs of jobs still live valid job specs. A file edited by hand (or
+        damaged) is refused here with what is wrong, not met as a traceback in every cycle
+        (StateFileError). Nothing it holds is ever executed: every value is JSON text."""
+        from pydantic import ValidationError
+
+        from planner.daemon.lifecycle import JobState
+        from planner.schema.scenario import JobSpec, Scenario
+
+        def strict(text: Any, what: str) -> Any:
+            def no_constant(name: str):
+                raise ValueError(f"{name} is not a number JSON allows")
+            try:
+                return json.loads(text, parse_constant=no_constant)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise StateFileError(f"{self.path}: {what} is not valid JSON ({str(exc)[:120]})") from None
+
+        def valid(model, data: Any, what: str) -> None:
+            try:
+                model.model_validate(data)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(x) for x in first["loc"])
+                raise StateFileError(f"{self.path}: {what} is not valid ({where}: {first['msg'][:160]})") from None
+
+        c = self.conn()
+        try:
+            for table in ("meta", "kv"):
+                for row in c.execute(f"SELECT key, value FROM {table}"):
+                    value = strict(row["value"], f"its {table} value '{str(row['key'])[:80]}'")
+                    if table == "meta" and row["key"] == "cluster":
+                        valid(Scenario, value, "its cluster")
+            for row in c.execute("SELECT name, spec, state FROM jobs"):
+                what = f"job '{str(row['name'])[:80]}'"
+                spec = strict(row["spec"], f"the spec of {what}")
+                try:
+                    state = JobState(row["state"])
+                except ValueError:
+                    raise StateFileError(f"{self.path}: {what} is in no known state ({str(row['state'])[:40]!r})") from None
+                if not state.terminal:
+                    valid(JobSpec, spec, f"the spec of {what}")
+            for row in c.execute("SELECT id, placement, doc FROM plans"):
+                strict(row["placement"], f"plan {row['id']}'s placement")
+                strict(row["doc"], f"plan {row['id']}'s document")
+        except sqlite3.DatabaseError as exc:
+            raise StateFileError(f"{self.path} is not a usable SQLite state file ({exc})") from None
+
     # ------------------------------------------------------------------ meta / kv
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self.conn().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
