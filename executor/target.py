@@ -142,7 +142,8 @@ class ComponentIn(_S):
     group: str = Field("", max_length=200, description="co-execution group this component is a member of: on nodes the group reserves, "
                                        "its workers run inside the reservation (members take turns on its GPUs)")
     reserves: str = Field("", max_length=200, description="this component is the group's reservation of its nodes' GPUs")
-    keep: Optional[list[Annotated[str, Field(max_length=200)]]] = Field(None, max_length=MAX_NODES * MAX_WORKERS_PER_NODE, description="engines: the running workers to keep (the rest are released)")
+    keep: Optional[list[Annotated[str, Field(max_length=200)]]] = Field(None, max_length=MAX_NODES * MAX_WORKERS_PER_NODE,
+                                                                         description="engines: the running workers to keep (the rest are released)")
     impl: str = Field("", max_length=200, description="worker implementation (executor.workers.registry: toy, tinylm, or one a framework "
                                       "registers); '' = toy")
 

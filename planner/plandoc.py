@@ -252,7 +252,7 @@ def loads(text: str, source: str = "<plan>", expect_kind: str | None = None) -> 
         try:
             body = model.model_validate(doc.body)
         except ValidationError as exc:
-            raise UserError(_problems(exc, "body.", source)) from None
+            raise UserError(_problems(exc, "body.", source, doc.kind)) from None
         if not _model_finite(body):  # the walk below names the bad value
             _refuse_non_finite(body.model_dump(), "body", source)
         doc._body_model = body  # validated once: read by body_as
@@ -305,15 +305,16 @@ def _refuse_non_finite(data: Any, where: str, source: str) -> None:
             stack.extend((x, f"{w}[{i}]") for i, x in enumerate(v))
 
 
-def _problems(exc: ValidationError, prefix: str, source: str) -> list[Problem]:
+def _problems(exc: ValidationError, prefix: str, source: str, kind: str = "") -> list[Problem]:
+    # an ExecutorTarget may be written by hand (docs/executor.md); the other kinds are planner outputs
+    fix = ("fix the field as docs/executor.md describes the target" if kind == "ExecutorTarget"
+           else "re-create the plan with the planner command that writes it (plans are outputs, not hand-written)")
     out = []
     for err in exc.errors(include_url=False)[:10]:
         loc = prefix + ".".join(str(x) for x in err["loc"])
         bad = err.get("input")
         shown = f" (got {bad!r:.60})" if bad is not None and not isinstance(bad, (dict, list)) else ""
-        out.append(Problem(loc.rstrip("."), err["msg"].removeprefix("Value error, ") + shown,
-                           "re-create the plan with the planner command that writes it (plans are outputs, not hand-written)",
-                           source=source))
+        out.append(Problem(loc.rstrip("."), err["msg"].removeprefix("Value error, ") + shown, fix, source=source))
     return out
 
 

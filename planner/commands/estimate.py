@@ -26,7 +26,8 @@ def job_estimates(sc, mode: str, only: list[str] | None = None):
     names = [j.name for j in sc.jobs]
     for n in only or []:
         if n not in names:
-            raise UserError(Problem("--job", f"no job '{n}' in the scenario.{did_you_mean(n, names)}"))
+            raise UserError(Problem("--job", f"no job '{n}' in the scenario.{did_you_mean(n, names)}",
+                                    f"give one of the scenario's jobs: {', '.join(names[:20])}" + (", ..." if len(names) > 20 else "")))
     from planner.statusline import status
 
     out = []

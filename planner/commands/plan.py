@@ -49,7 +49,8 @@ def add_arguments(p) -> None:
     p.add_argument("--out", "-o", metavar="FILE", help="write the plan document here (.json: JSON, else YAML); default: "
                                                        "NAME.plan.yaml in the current folder (named in the summary); '-': stdout only")
     p.add_argument("--plot", metavar="PNG", help="write a timeline of one meta-iteration per group (rollout and training lanes)")
-    p.add_argument("--save-instance", metavar="FILE", help="also write the numbers-only instance the plan was computed from (with the plan; a refused command writes neither)")
+    p.add_argument("--save-instance", metavar="FILE",
+                   help="also write the numbers-only instance the plan was computed from (with the plan; a refused command writes neither)")
     p.add_argument("--allow-unplaced", action="store_true", help="write the plan even when some jobs cannot be placed (exit 0)")
     p.add_argument("--slo-curve", action="store_true", help="scenarios: also plan on each phase-time estimate (sampled, p90, p99, "
                    "max), simulate each plan and print its $/h against its simulated SLO attainment (recorded in the plan)")

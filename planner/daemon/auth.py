@@ -147,6 +147,9 @@ def _parse(path: Path, text: str) -> list[tuple[str, frozenset, str]]:
                                     "e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'"))
         if any(name == o[0] for o in out):
             raise UserError(Problem(f"{path}:{n}", f"the name {name!r} appears twice", "give every token its own name"))
+        if any(token == o[2] for o in out):  # (which name and scopes would a request with it get?)
+            raise UserError(Problem(f"{path}:{n}", "this token is already given to another name",
+                                    "give every name its own token (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"))
         out.append((name, scopes, token))
     if not out:
         raise UserError(Problem(str(path), "the token file holds no token", "write one token per line: NAME SCOPES TOKEN"))

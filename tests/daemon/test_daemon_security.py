@@ -167,7 +167,8 @@ def test_token_file_checks_and_the_generated_default(tmp_path):
     bad = tmp_path / "bad"
     for text, says in (("ci read abc\n", "at least 16"), (f"ci read,root {TOKENS['admin']}\n", "root"),
                        (f"a b c {TOKENS['admin']}\n", "4 fields"), ("# nothing\n", "no token"),
-                       (f"x read {TOKENS['admin']}\nx submit {TOKENS['reader']}\n", "twice")):
+                       (f"x read {TOKENS['admin']}\nx submit {TOKENS['reader']}\n", "twice"),
+                       (f"x read {TOKENS['admin']}\ny admin {TOKENS['admin']}\n", "already given to another name")):
         bad.write_text(text)
         bad.chmod(0o600)
         with pytest.raises(UserError, match=says):
