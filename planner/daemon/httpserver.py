@@ -124,6 +124,18 @@ def protocol_class(limits: Limits) -> type:
             else:
                 self._rlp_tail = b""
 
+        def send_400_response(self, msg: str) -> None:
+            """A request the HTTP parser refuses (``Content-Length: -1``, a broken request line): the
+            API's JSON error, not uvicorn's plain text."""
+            import json
+
+            body = json.dumps({"error": "invalid HTTP request", "problems": [{
+                "field": "", "message": str(msg)[:200], "fix": "send a well-formed HTTP/1.1 request (request line, headers, a "
+                                                               "non-negative Content-Length)"}]}).encode()
+            self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                                 b"content-length: %d\r\n\r\n%s" % (len(body), body))
+            self.transport.close()
+
         def on_headers_complete(self) -> None:
             self._rlp_in_body, self._rlp_served = True, True
             super().on_headers_complete()

@@ -126,6 +126,16 @@ def test_huge_request_headers_are_refused(tmp_path):
                 assert r.status_code == want, (size, r.status_code)
             except httpx.HTTPError:
                 assert want == 431, size  # (closed before the client had sent it all: refused)
+        # a request the HTTP parser refuses gets the API's JSON error, not plain text
+        import socket
+
+        host, port = d.url.split("//", 1)[1].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n")
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400") and b"application/json" in answer and b'"fix"' in answer, answer[:500]
     except httpx.HTTPError:  # the server may close before the client has sent it all: refused either way
         assert httpx.get(f"{d.url}/healthz", timeout=30).status_code == 200
     finally:
