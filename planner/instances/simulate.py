@@ -257,8 +257,25 @@ class PlannerPlacer:
         self.starts: dict = {}  # job -> the start of its first rollout a timed join chose
         self.j_of = {n: i for i, n in enumerate(self.idx.names)}
         self.moves: list = []  # (job, move, configuration label, marginal $/h)
+        # the packing's version (every admission and removal changes it) and, per waiting job, the version
+        # it was last refused at: the trace retries every waiting job at each arrival and departure, and
+        # a refusal is a function of the packing alone (not where a timed join reads the running groups):
+        # 500 jobs queued behind a full fleet made 242,781 admission tests, 22 of 35 s
+        self._version = 0
+        self._refused: dict[str, int] = {}
+        self._memo = not timed
 
     def admit(self, job: str) -> bool:
+        if self._memo and self._refused.get(job) == self._version:
+            return False
+        if not self._admit(job):
+            self._refused[job] = self._version
+            return False
+        self._version += 1
+        self._refused.pop(job, None)
+        return True
+
+    def _admit(self, job: str) -> bool:
         j = self.j_of[job]
         if self.repack:  # the three moves or re-pack the joined group (its members may move: the trace moves them)
             adm = self.pk.admit_repack(j)
@@ -294,6 +311,7 @@ class PlannerPlacer:
         j = self.j_of[job]
         if j in self.pk.job_group:
             self.pk.remove_job(j)
+            self._version += 1
 
     def groups(self) -> dict:
         out = {}

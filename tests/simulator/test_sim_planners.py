@@ -160,3 +160,39 @@ def test_margin_is_explicit_headroom_on_the_same_model():
             assert all(b.rollout_s[t][n] == pytest.approx(1.1 * v) for n, v in row.items())
         for t, row in a.train_s.items():
             assert all(b.train_s[t][n] == pytest.approx(1.1 * v) for n, v in row.items())
+
+
+def test_refused_jobs_are_not_retried_until_the_packing_changes_and_the_trace_is_the_same():
+    """The trace retries every waiting job at each arrival and departure; the planner's placer answers a
+    job refused at the same packing from memory. Jobs queued behind a small fleet: the same trace (every
+    admission time, iteration and end) with and without the memory, and fewer admission tests with it."""
+    import dataclasses
+
+    from planner.instances import simulate as inst
+    from planner.schema import load_scenario
+    from simulator.trace import TraceSim
+
+    sc = load_scenario(SCENARIOS / "weave-micro.yaml")
+    groups = [g.model_copy(update={"count": 2}) for g in sc.cluster.node_groups]
+    specs = [j.model_copy(update={"name": f"{j.name}-{c}", "arrival_s": j.arrival_s + 5.0 * c}) for c in range(4) for j in sc.jobs]
+    sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"node_groups": groups}), "jobs": specs})
+    jobs = [dataclasses.replace(j, iterations=3) for j in inst.trace_jobs(sc)]
+    runs = {}
+    for memo in (True, False):
+        placer = inst.placement_placer(sc, jobs)
+        placer._memo = memo
+        calls = [0]
+        tried = placer._admit
+
+        def counted(job, tried=tried, calls=calls):
+            calls[0] += 1
+            return tried(job)
+
+        placer._admit = counted
+        res = TraceSim(jobs, placer, inst.prices(sc), inst.gpus_per_node(sc), node_dram_gb=inst.node_dram_gb(sc)).run()
+        runs[memo] = ({n: (r.admitted_s, tuple(r.iteration_s), r.done_s) for n, r in res.jobs.items()}, calls[0])
+    assert runs[True][0] == runs[False][0]
+    assert any(a > min(x[0] for x in runs[True][0].values()) for a, _, _ in runs[True][0].values())
+    waited = sum(1 for n, (a, _, _) in runs[True][0].items() if a is not None and a > next(j.arrival_s for j in jobs if j.name == n))
+    assert waited > 0, "no job waited: the fleet is not small enough to test the memory"
+    assert runs[True][1] < runs[False][1], (runs[True][1], runs[False][1])
