@@ -41,6 +41,19 @@ def test_within_the_limits_aliases_expand():
     assert doc.data["b"] == [[1, 2, 3], [1, 2, 3]]
 
 
+def test_a_large_document_that_pyyaml_wrote_with_anchors_is_read():
+    """PyYAML's dumper writes an anchor for every value shared in memory: 1,500 jobs sharing one rollout
+    mapping expand ~30,000 values (refused at the old 20,000-value alias budget)."""
+    import yaml
+
+    shared = {"batch_prompts": 128, "group_size": 8, "max_response_tokens": 8192, "tp": 1, "nodes": 1,
+              "gpu_types": ["H20"], "extra": {"a": 1, "b": [1, 2, 3]}}
+    text = yaml.safe_dump({"jobs": [{"name": f"j{i}", "rollout": shared} for i in range(1500)]})
+    assert "&id" in text and "*id" in text
+    doc = safeload.parse_yaml(text, "big.yaml")
+    assert len(doc.data["jobs"]) == 1500 and doc.data["jobs"][-1]["rollout"]["extra"]["b"] == [1, 2, 3]
+
+
 def test_read_is_bounded_even_when_the_size_lies(tmp_path):
     """A file that grows past the cap after the stat is still cut at the cap (read(max + 1))."""
     p = tmp_path / "big.yaml"
