@@ -585,6 +585,11 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         lb = obj if lb is None or lb > obj - 1e-6 * max(1.0, obj) or backend == "colgen" else lb
     lb, status, note = certify(idx, obj, lb, status, bool(sol.unplaced), options.mip_gap)
     message += note
+    if greedy_cost is not None and len(base_greedy.unplaced) > len(sol.unplaced):
+        # a greedy plan that leaves more jobs out is cheaper for it: its cost is no baseline for this plan
+        message += (f"; Weave's greedy admission leaves {len(base_greedy.unplaced) - len(sol.unplaced)} more job(s) out "
+                    f"({greedy_cost:.6g} $/h for the rest: no baseline)")
+        greedy_cost = None
     plan = build_plan(idx, sol, unplaced, cur.nodes if cur else None, greedy_cost=greedy_cost,
                       lower_bound=lb, moved=sol.moved)
     record = SolveRecord(backend=backend, status=status, objective=obj, best_bound=lb,

@@ -10,9 +10,25 @@ from planner.errors import Problem, UserError
 KIND = "PlacementPlan"
 
 
-def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, command: str = "plan", progress=None):
+ESTIMATES = ("conservative", "sampled", "p90", "p99", "max")
+
+
+def recorded_estimate(doc, mode: Optional[str] = None) -> tuple[Optional[str], float]:
+    """(phase-time estimate, margin) a plan document was made with (its solver record), the estimate
+    ``mode`` instead when the user gives one: what a plan is checked, admitted into and applied on (a
+    plan made with ``--mode sampled`` or ``--margin 0.1`` was refused against the scenario's default
+    estimate by validate-plan, admit and apply)."""
+    rec = doc.solver
+    recorded = rec.phase_time_estimate if rec.phase_time_estimate in ESTIMATES else None
+    margin = float(rec.margin or 0.0)
+    return (mode or recorded), (margin if 0.0 <= margin <= 1.0 else 0.0)
+
+
+def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, command: str = "plan", progress=None,
+               recorded_margin: float = 0.0):
     """(instance, name, digest, scenario or None) from a scenario YAML or a numbers-only instance file;
-    ``progress``: a :class:`planner.statusline.Status` told which job's phase times are being estimated."""
+    ``progress``: a :class:`planner.statusline.Status` told which job's phase times are being estimated;
+    ``recorded_margin``: a plan's margin, for a scenario only (an instance file holds its phase times)."""
     from planner.instances.placement_files import instance_data, load_instance, read_doc
 
     if not Path(path).exists():
@@ -37,6 +53,7 @@ def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, comma
     from planner.schema import load_scenario
 
     sc = load_scenario(path, parsed=found.doc)
+    margin = margin or recorded_margin
     on_job = None
     if progress is not None:
         est = mode or sc.solver.phase_time_estimate

@@ -35,7 +35,11 @@ def run_plan(args, sc, out, console, write_files) -> int:
     from planner.statusline import status
 
     with status(f"simulate: the plan's {len(plan.groups)} group(s), request by request"):
-        res = simulate_plan(sc, plan, seed=args.seed, iterations=max(8, args.iterations or 24))
+        res = simulate_plan(sc, plan, seed=args.seed, iterations=max(8, args.iterations or 24),
+                            replications=getattr(args, "replications", 1) or 1)
+    if res.groups and all(g.replications == 1 for g in res.groups):
+        notes.append(f"one replication per group (seed {args.seed}): a group's simulated cycle varies from seed to seed, most "
+                     "with multi-turn jobs and few requests; --replications 8 gives the mean and its standard error")
     d = res.to_dict()
     d.update(command="planner simulate " + " ".join(_argv(args)), plan=str(args.plan), notes=notes)
     if args.json:

@@ -19,7 +19,8 @@ def add_arguments(p) -> None:
     p.add_argument("input", metavar="INPUT", help="scenario YAML or placement instance that includes the arriving job(s)")
     p.add_argument("--current", metavar="PLAN", required=True, help="the current PlacementPlan")
     p.add_argument("--job", action="append", required=True, metavar="NAME", help="job to admit (repeatable, in arrival order)")
-    p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None, help="phase-time estimate (scenarios only)")
+    p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None,
+                   help="phase-time estimate (scenarios only; default: the one the current plan records, with its margin)")
     p.add_argument("--json", action="store_true", help="print the new plan document as JSON on stdout (also with --out)")
     p.add_argument("--out", "-o", metavar="FILE", help="write the new plan here (.json: JSON, else YAML); default: "
                                                        "NAME.admitted.yaml in the current folder (named in the summary); '-': stdout only")
@@ -39,16 +40,17 @@ def run(args) -> int:
     from formulation.placement.greedy import Packer
     from formulation.placement.plan import Unplaced, build_plan, reusable_groups
     from formulation.placement.solve import read_current
-    from planner.commands._placement import default_out, load_input, read_plan, unplaced_error, write_plan
+    from planner.commands._placement import default_out, load_input, read_plan, recorded_estimate, unplaced_error, write_plan
     from planner.commands._plan_summary import summary
     from planner.errors import Problem, UserError, did_you_mean
 
     t0 = time.perf_counter()
     from planner.statusline import status
 
+    cur_doc, current = read_plan(args.current, "admit")
+    mode, margin = recorded_estimate(cur_doc, args.mode)  # (the current plan's estimate unless --mode)
     with status("admit: reading the input and estimating every job's phase times") as st:
-        inst, name, digest, sc = load_input(args.input, args.mode, command="admit", progress=st)
-    _, current = read_plan(args.current, "admit")
+        inst, name, digest, sc = load_input(args.input, mode, command="admit", progress=st, recorded_margin=margin)
     idx = Index(inst)
     cur = read_current(idx, current)
     if cur.dropped:
@@ -112,7 +114,8 @@ def run(args) -> int:
                          wall_time_s=time.perf_counter() - t0, warm_start="previous-plan",
                          message="; ".join(lines) + f"; admission decisions took {1e3 * t_admit:.2f} ms").as_dict()
     if sc is not None:
-        record["phase_time_estimate"] = args.mode or sc.solver.phase_time_estimate
+        record["phase_time_estimate"] = mode or sc.solver.phase_time_estimate
+        record["margin"] = margin or None
     out = args.out or default_out(name, "admitted")
     if out != "-":
         write_plan(plan, record, name, digest, out)

@@ -35,8 +35,9 @@ def add_arguments(p) -> None:
                         "components needed first and restart them from their saved state once the others made room")
     p.add_argument("--allow-stop-all", action="store_true",
                    help="apply a target that runs nothing, or keeps none of the running components (it stops every worker)")
-    p.add_argument("--mode", choices=["conservative", "sampled"], default=None,
-                   help="PlacementPlan: the phase-time estimate the plan check uses (as in validate-plan)")
+    p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None,
+                   help="PlacementPlan: the phase-time estimate the plan check uses (as in validate-plan; default: the one the "
+                        "plan records, with its margin)")
     p.add_argument("--start-timeout", type=_args.seconds(_args.TIME_LIMIT_S), default=60.0, help="seconds a worker may take to be placed and ready")
     p.add_argument("--call-timeout", type=_args.seconds(_args.TIME_LIMIT_S), default=30.0, help="seconds any call to a worker may take")
 

@@ -171,6 +171,15 @@ def run(args) -> int:
     if load_cut:
         record["message"] = (record.get("message") or "") + "; cut short by the time limit: " + load_cut
     if res.plan.unplaced and not args.allow_unplaced:
+        if load_cut:  # the solve was cut short by the loading's time, not proven short of nodes
+            from planner.errors import Problem, UserError
+
+            err = unplaced_error(res.plan.unplaced, "")
+            raise UserError([Problem("--time-limit", f"{load_cut}: the jobs below were left out by that short solve, "
+                                                     "not proven unplaceable",
+                                     "give a longer --time-limit (a second run reads the phase times from the cache)")]
+                            + err.problems,
+                            title=f"{len(res.plan.unplaced)} job(s) of '{name}' were not placed in the time left; no plan written")
         raise unplaced_error(res.plan.unplaced, f"{len(res.plan.unplaced)} job(s) of '{name}' cannot be placed; no plan written "
                                        "(--allow-unplaced writes the plan for the others)")
     if args.save_instance:  # with the plan: a refused command leaves an existing file as it was

@@ -59,6 +59,9 @@ def add_arguments(p) -> None:
     p.add_argument("--job", help="the job to simulate request by request (scenarios with several jobs)")
     p.add_argument("--iterations", type=_args.count(1, 1000), default=None,
                    help="iterations of the job (default 2); with --plan: meta-iterations of each group (default 24)")
+    p.add_argument("--replications", type=_args.count(1, 64), default=1,
+                   help="with --plan: independent replications of each group (default 1); the tables show the mean "
+                        "simulated cycle and its standard error")
     p.add_argument("--queue", choices=["fifo", "priority"], default="fifo", help="rollout request order")
     p.add_argument("--max-wait-s", type=_args.number(hi=_args.SECONDS), default=30.0, help="age bound of the priority queue (s)")
     p.add_argument("--consolidate-at", type=_args.number(), default=None, metavar="F",

@@ -20,7 +20,8 @@ input (its recorded digest differs from INPUT's) is refused in one line unless -
 def add_arguments(p) -> None:
     p.add_argument("input", metavar="INPUT", help="scenario YAML, or a numbers-only placement instance")
     p.add_argument("plan", metavar="PLAN", help="a PlacementPlan document")
-    p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None, help="phase-time estimate (scenarios only)")
+    p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None,
+                   help="phase-time estimate (scenarios only; default: the one the plan records, with its margin)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout: ok, the plan's totals, each violation")
     p.add_argument("--force", action="store_true",
                    help="check the plan even when it was made for another input (its digest differs from INPUT's)")
@@ -31,13 +32,14 @@ def run(args) -> int:
 
     from estimators.errors import MAX_MESSAGE, safe_text
     from formulation.placement.check import check
-    from planner.commands._placement import load_input, read_plan, same_input
+    from planner.commands._placement import load_input, read_plan, recorded_estimate, same_input
 
     from planner.statusline import status
 
-    with status("validate-plan: reading the input and estimating every job's phase times") as st:
-        inst, name, digest, _ = load_input(args.input, args.mode, command="validate-plan", progress=st)
     doc, plan = read_plan(args.plan, "validate-plan")
+    mode, margin = recorded_estimate(doc, args.mode)  # (the plan's own estimate unless --mode)
+    with status("validate-plan: reading the input and estimating every job's phase times") as st:
+        inst, name, digest, sc = load_input(args.input, mode, command="validate-plan", progress=st, recorded_margin=margin)
     same = same_input(doc.scenario_digest, digest, inst)
     if not same and not args.force:
         from planner.errors import Problem, UserError
@@ -65,6 +67,10 @@ def run(args) -> int:
             print(f"  ... and {len(violations) - MAX_VIOLATIONS} more (the first {MAX_VIOLATIONS} are shown)", file=sys.stderr)
         print("Fix: re-plan with `planner plan` (or edit the plan) so that each rule holds.", file=sys.stderr)
         return 2
+    on = ""
+    if sc is not None:
+        est = mode or sc.solver.phase_time_estimate
+        on = f" on the {est} phase-time estimate" + (f" with a {margin:g} margin" if margin else "")
     print(f"ok: {args.plan}: {len(plan.groups)} group(s), {sum(len(g.members) for g in plan.groups)} job(s), "
-          f"{len(plan.unplaced)} unplaced, {plan.cost_per_hour:.2f} $/h; every constraint holds")
+          f"{len(plan.unplaced)} unplaced, {plan.cost_per_hour:.2f} $/h; every constraint holds{on}")
     return 0

@@ -227,7 +227,11 @@ def _rel_se(xs: list) -> float:
 
 def table_rows(res: PlanSimulation) -> tuple[list, list]:
     """(group rows, job rows) of strings for a table."""
-    grows = [(g.id, g.rollout_pool, g.train_pool, ", ".join(g.members), f"{g.planned_cycle_s:.1f}", f"{g.simulated_cycle_s:.1f}",
+    def sim(g) -> str:  # the mean of several replications with its standard error
+        se = g.simulated_se_s
+        return f"{g.simulated_cycle_s:.1f}" + (f" ± {se:.1f}" if g.replications > 1 and math.isfinite(se) else "")
+
+    grows = [(g.id, g.rollout_pool, g.train_pool, ", ".join(g.members), f"{g.planned_cycle_s:.1f}", sim(g),
               f"{100 * g.error:+.1f}%") for g in res.groups]
     jrows = [(j.job, j.group, f"{j.planned_cycle_s:.1f}", f"{j.simulated_cycle_s:.1f}", f"{j.slo_s:.1f}",
               f"{100 * j.slo_attainment:.0f}%", f"{j.margin_s:+.1f}") for j in res.jobs]

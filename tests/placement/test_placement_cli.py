@@ -183,6 +183,25 @@ def test_fleet_shortage_names_the_type_and_count(tmp_path):
     assert "short by" in proc.stderr and "of H800" in proc.stderr
 
 
+def test_jobs_left_out_by_a_solve_the_loading_cut_short_are_not_called_a_shortage(tmp_path, monkeypatch, capsys):
+    """When loading took the limit (a cold cache estimating phase times), the jobs the short solve left out
+    are reported as such, with a longer --time-limit as the fix, not only as a fleet shortage."""
+    import planner.commands.plan as plan_cmd
+    from planner.cli import main
+
+    inst = load_instance(SMALL)
+    short = inst.model_copy(deep=True)
+    short.pool_types["H800"].count = 1
+    path = tmp_path / "short.yaml"
+    path.write_text(dump_instance(short))
+    monkeypatch.setattr(plan_cmd, "solver_share", lambda limit, loaded, n, js: (plan_cmd.MIN_SOLVE_S, "loading the input took "
+                                                                                "8.38 s of the 5 s limit: the solver had 0.05 s"))
+    rc = main(["plan", str(path), "--out", str(tmp_path / "p.yaml")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "were not placed in the time left" in err and "--time-limit" in err and "longer --time-limit" in err, err
+    assert "not proven unplaceable" in err and not (tmp_path / "p.yaml").exists()
+
+
 @pytest.mark.parametrize("patch, field", [
     (lambda d: d["jobs"][0].pop("slo_s"), "jobs.0.slo_s"),
     (lambda d: d["jobs"][0]["rollout_s"].update({"H999": {1: 3.0}}), "H999"),
@@ -309,3 +328,48 @@ def test_admit_extends_a_rollout_pool_and_keeps_the_nodes(tmp_path):
     assert set(g_before.rollout_pool.nodes) < set(g_after.rollout_pool.nodes)
     assert g_after.train_pool.nodes == g_before.train_pool.nodes
     assert plan.cost_per_hour == pytest.approx(before.cost_per_hour + 1)
+
+
+def test_a_plan_is_checked_admitted_into_and_applied_on_the_estimate_it_records(tmp_path):
+    """validate-plan, admit and apply default to the phase-time estimate and margin the plan records (a plan
+    made with --mode sampled or --margin 0.1 was refused against the scenario's default estimate)."""
+    tiny = SCENARIOS / "ci" / "tiny-2jobs.yaml"
+    for extra, words in ((["--mode", "sampled"], "on the sampled phase-time estimate"), (["--margin", "0.1"], "with a 0.1 margin")):
+        out = tmp_path / f"p{len(words)}.yaml"
+        assert run_cli("plan", str(tiny), "--out", str(out), *extra).returncode == 0
+        proc = run_cli("validate-plan", str(tiny), str(out))
+        assert proc.returncode == 0 and words in proc.stdout, (extra, proc.stdout, proc.stderr[-2000:])
+        applied = run_cli("apply", str(out), "--scenario", str(tiny), "--backend", "sim", "--dry-run",
+                          "--sim-state", str(tmp_path / f"s{len(words)}.sqlite"), "--journal", str(tmp_path / f"j{len(words)}.db"))
+        assert applied.returncode == 0, (extra, applied.stderr[-2000:])
+    # the check is the estimate's: on the conservative one the sampled plan's claims do not hold
+    sampled = tmp_path / f"p{len('on the sampled phase-time estimate')}.yaml"
+    assert run_cli("validate-plan", str(tiny), str(sampled), "--mode", "conservative").returncode == 2
+    # admit into a plan of the first job made on the sampled estimate: the second job joins, the new plan records it
+    data = yaml.safe_load(tiny.read_text())
+    second = data["jobs"][1]["name"]
+    data["jobs"] = data["jobs"][:1]
+    one = tmp_path / "one.yaml"
+    one.write_text(yaml.safe_dump(data))
+    base = tmp_path / "base.yaml"
+    assert run_cli("plan", str(one), "--out", str(base), "--mode", "sampled").returncode == 0
+    after = tmp_path / "after.yaml"
+    proc = run_cli("admit", str(tiny), "--current", str(base), "--job", second, "--out", str(after))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert yaml.safe_load(after.read_text())["solver"]["phase_time_estimate"] == "sampled"
+    assert run_cli("validate-plan", str(tiny), str(after)).returncode == 0
+
+
+def test_the_summary_states_how_far_above_the_bound_the_plan_may_be(tmp_path):
+    """"at most X% above the cheapest possible (B $/h)" is (cost - B) / B, read back from the plan file (it
+    printed the solvers' gap, (cost - B) / cost: 75% for a plan at 4x its bound)."""
+    import re
+
+    out = tmp_path / "f.yaml"
+    proc = run_cli("plan", str(SCENARIOS / "ci" / "tiny-2jobs.yaml"), "--backend", "fast", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = yaml.safe_load(out.read_text())
+    cost, bound = doc["body"]["cost_per_hour"], doc["body"]["lower_bound_per_hour"]
+    m = re.search(r"at most ([0-9.]+)% above the cheapest possible \(([0-9.]+) \$/h", proc.stderr)
+    assert m is not None and bound > 0 and cost > bound, proc.stderr[-2000:]
+    assert float(m.group(1)) == pytest.approx(100 * (cost - bound) / bound, abs=0.1)

@@ -99,6 +99,13 @@ def test_simulate_plan_reports_planned_and_simulated_cycle_per_group(tmp_path):
     assert {j["job"] for j in doc["jobs"]} == {m["job"] for g in groups for m in g["members"]}
     assert all(0.0 <= j["slo_attainment"] <= 1.0 for j in doc["jobs"])
     assert json.loads((out / "summary.json").read_text())["groups"] == doc["groups"]
+    assert any("one replication per group" in n for n in doc["notes"])
+    # several replications: the mean and its standard error per group, no note
+    r = run_cli("simulate", sc, "--plan", str(plan), "--json", "--iterations", "10", "--replications", "3")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout, parse_constant=strict)
+    assert all(g["replications"] == 3 and g["simulated_se_s"] is not None and g["simulated_se_s"] >= 0 for g in doc["groups"])
+    assert not any("one replication" in n for n in doc["notes"])
 
 
 def test_simulate_plan_refuses_another_kind_or_scenario(tmp_path):
