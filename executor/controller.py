@@ -128,6 +128,13 @@ class Executor:
                 sts = [status[s.seq][0] for s in unit]
                 if all(x == "done" for x in sts) or all(x == "planned" for x in sts):
                     continue
+                commit = COMMIT_AFTER.get(unit[0].unit.rsplit("/", 1)[-1])
+                if commit and any(s.kind == commit and status[s.seq][0] == "done" for s in unit):
+                    # past its commit point the unit cannot be undone (an old rank stopped, a park's
+                    # engines stopped into their checkpoint): it rolls forward, as a failed step there does
+                    ok, msg = self._roll_forward(cur["id"], unit, status, commit)
+                    self.journal.finish(cur["id"], "rolled_back" if ok else "failed", msg)
+                    return ApplyResult(cur["id"], "rolled_back" if ok else "failed", True, msg, events=self.ctx.events)
                 msg = self._rollback(cur["id"], unit, status, "rolled back on request")
                 self.journal.finish(cur["id"], "rolled_back", msg)
                 return ApplyResult(cur["id"], "rolled_back", True, msg, events=self.ctx.events)
@@ -135,6 +142,34 @@ class Executor:
             return ApplyResult(cur["id"], "rolled_back", True, "nothing was in flight", events=self.ctx.events)
         finally:
             self.journal.release()
+
+    def _roll_forward(self, aid: int, unit: list[Step], status: dict, commit: str) -> tuple[bool, str]:
+        """A rollback's unit that passed its commit point: its remaining steps run, as a resume would
+        run them; (whether they all ran, what happened). The units after it are not started."""
+        self.ctx.unit = unit
+        self.ctx.journal_outcomes = {s.id: status[s.seq][1] for s in unit if status[s.seq][0] == "done"}
+        self.ctx.committed = True
+        name = unit[0].unit
+        for s in unit:
+            if status[s.seq][0] == "done":
+                continue
+            try:
+                out = self._step(aid, s)
+            except Exception as exc:  # noqa: BLE001 - as in _run past a commit point
+                why = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, WorkerLost):
+                    self.ctx.declare_dead(exc.worker_id, exc.why)
+                self.journal.failed(aid, s, why)
+                self._notify(s, "failed", why)
+                self._sweep(unit[0].component)
+                return False, (f"unit {name} had passed its commit point ({commit}) and cannot be undone; rolling it forward, "
+                               f"step {s.id} failed ({why}); the new placement stands. Fix: check 'planner status' and apply "
+                               "the plan again")
+            status[s.seq] = ("done", out)
+            self.ctx.journal_outcomes[s.id] = out
+        self._sweep(unit[0].component)
+        return True, (f"unit {name} had passed its commit point ({commit}) and cannot be undone (the old placement's state is "
+                      "gone): rolled forward to its new placement; the units after it were not started")
 
     def _run(self, aid: int, steps: list[Step], resumed: bool) -> ApplyResult:
         status = self.journal.status_of(aid)

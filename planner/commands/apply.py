@@ -69,6 +69,9 @@ def run(args) -> int:
             notes = settle(backend)
             print("nothing to roll back" if not notes else "no journaled apply; from the cluster itself:\n  " + "\n  ".join(notes))
             return 0
+        if res.status == "failed":  # (a unit past its commit point rolled forward, and a step of it failed)
+            print(f"error: apply #{res.apply_id} {res.status}: {res.message}", file=sys.stderr)
+            return 1
         print(f"apply #{res.apply_id}: {res.message}")
         return 0
     if not args.plan:

@@ -101,3 +101,32 @@ def test_bad_plan_files_and_arguments(tmp_path):
     assert r.returncode == 2 and "no simulated cluster" in r.stderr
     r = run_cli("apply", str(p), "--backend", "ray", "--address", "127.0.0.1:1", "--dry-run", *a)
     assert r.returncode == 2 and "--address" in r.stderr and "nothing answers" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_rollback_past_a_commit_point_rolls_the_unit_forward(tmp_path, capsys):
+    """An apply killed after the trainer's first old rank stopped (P2P's commit point: the old ranks no
+    longer hold the whole state) cannot be undone: `apply --rollback` rolls that unit forward and starts no
+    other. It used to discard the new ranks and leave the trainer with a rank of its old layout, every later
+    apply failing (found by an outside audit)."""
+    a = _args(tmp_path)
+    p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
+    assert run_cli("apply", str(p1), *a).returncode == 0
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    # steps: drain, handoff, stop, stop (rollout), create, create, reshard, switch, stop, stop (trainer):
+    # the third stop is the trainer's first, its commit point
+    r = run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "stop:after:3"})
+    assert r.returncode == 137, r.stderr[-2000:]
+    r = run_cli("apply", "--rollback", *a)
+    assert r.returncode == 0 and "rolled forward" in r.stdout, (r.stdout, r.stderr[-2000:])
+    assert main(["status", "--json", *a]) == 0
+    data = json.loads(capsys.readouterr().out)
+    comps = {c["name"]: c for c in data["state"]["components"]}
+    trainer = comps["job/trainer"]
+    assert trainer["layout"] == {"tp": 1, "pp": 1, "dp": 2}, trainer
+    assert sum(1 for w in trainer["workers"] if w["status"] == "running") == 2, trainer["workers"]
+    # the cluster is not wedged: the plan applies (what is left of it) and the state is its target
+    r = run_cli("apply", str(p2), *a)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert main(["status", "--json", *a]) == 0
+    comps = {c["name"]: c for c in json.loads(capsys.readouterr().out)["state"]["components"]}
+    assert len(comps["job/rollout"]["workers"]) == 2 and comps["job/trainer"]["layout"] == {"tp": 1, "pp": 1, "dp": 2}
