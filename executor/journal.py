@@ -189,6 +189,11 @@ class Journal:
         cur = self.unfinished()
         if cur is not None:
             if cur["plan_digest"] != digest:
+                row = self.db.execute("SELECT holder, pid FROM lock WHERE id = 1").fetchone()
+                if row and row[1] != os.getpid() and _pid_alive(row[1]):  # not interrupted: running (or stopped) now
+                    raise UserError(Problem("journal", f"apply #{cur['id']} of plan {cur['plan_name']!r} is running ({row[0]}, "
+                                                       f"pid {row[1]}) and holds {self.path}",
+                                            "wait for it to finish; only one apply runs at a time per journal"))
                 raise UserError(Problem("journal", f"apply #{cur['id']} of plan {cur['plan_name']!r} (digest {cur['plan_digest']}) "
                                         f"was interrupted and is not finished",
                                         "run 'planner apply' on that plan again to resume it, or 'planner apply --rollback' "

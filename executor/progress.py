@@ -62,8 +62,9 @@ class Progress:
     def __init__(self, steps: list, verbose: bool = False) -> None:
         self.verbose = verbose
         self.console = Console(stderr=True)
+        # the bar on a terminal only: piped or written to a file, stderr holds the failures and events alone
         self.bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                console=self.console, transient=False)
+                                console=self.console, transient=False, disable=not self.console.is_terminal)
         self.task = self.bar.add_task("applying", total=len(steps))
 
     def __enter__(self) -> "Progress":

@@ -47,10 +47,17 @@ def run(args) -> int:
     t0 = time.perf_counter()
     from planner.statusline import status
 
-    cur_doc, current = read_plan(args.current, "admit")
-    mode, margin = recorded_estimate(cur_doc, args.mode)  # (the current plan's estimate unless --mode)
+    try:  # the current plan first for its estimate; its own errors after the input's (which are named first)
+        cur_doc, current = read_plan(args.current, "admit")
+        plan_error = None
+    except UserError as exc:
+        cur_doc, current, plan_error = None, None, exc
+    mode, margin = recorded_estimate(cur_doc, args.mode) if cur_doc is not None else (args.mode, 0.0)
     with status("admit: reading the input and estimating every job's phase times") as st:
         inst, name, digest, sc = load_input(args.input, mode, command="admit", progress=st, recorded_margin=margin)
+    if plan_error is not None:
+        raise plan_error
+    assert current is not None
     idx = Index(inst)
     cur = read_current(idx, current)
     if cur.dropped:

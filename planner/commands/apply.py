@@ -60,8 +60,9 @@ def run(args) -> int:
             raise UserError(Problem(f"--{name.replace('_', '-')}", f"must be > 0, got {getattr(args, name)}", "give seconds, e.g. 30"))
     deadlines = Deadlines(start_s=args.start_timeout, call_s=args.call_timeout)
     if args.rollback:
-        backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, deadlines=deadlines)
         jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
+        _check_writable(args, jp)
+        backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, deadlines=deadlines)
         res = Executor(backend, Journal(jp)).rollback_unfinished()
         if res is None:  # no journaled apply: what the cluster itself says about an interrupted one
             from executor.recover import settle
@@ -106,6 +107,8 @@ def run(args) -> int:
 
         nodes = [Node(n["name"], n["gpu_type"], n["gpus"], n["dram_gb"], n.get("alive", True)) for n in listed]
     jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
+    if not args.dry_run:
+        _check_writable(args, jp)
     unfinished = Journal(jp).unfinished() if jp.exists() else None
     if unfinished and args.backend == "sim":
         from executor.session import sim_state_path
@@ -164,6 +167,14 @@ def run(args) -> int:
         backend.save()
     for r in reaped:
         print(f"reaped {r}")
+    from executor.session import sim_state_path
+
+    gone = [str(p) for p in ([jp] + ([sim_state_path(args.sim_state)] if args.backend == "sim" else [])) if not p.exists()]
+    if gone:  # written through descriptors of files removed meanwhile: nothing of the apply is kept
+        print(f"error: apply #{res.apply_id}: {', '.join(gone)} was removed while the apply ran: what it did is not kept "
+              "(the simulated cluster and the journal live in those files). Fix: restore them, or apply again to a new "
+              "--sim-state", file=sys.stderr)
+        return 1
     if args.json:
         import json
 
@@ -176,3 +187,26 @@ def run(args) -> int:
         return 0
     print(f"error: apply #{res.apply_id} {res.status}: {res.message}", file=sys.stderr)
     return 1
+
+
+def _check_writable(args, journal) -> None:
+    """Before the journal records anything: the journal and (on the sim backend) the simulated cluster's
+    file, and their folders (SQLite writes its -wal and -shm files there), are writable. A read-only
+    file was an internal error in the middle of an apply, with the journal left naming a running apply."""
+    import os
+    from pathlib import Path
+
+    from executor.session import sim_state_path
+    from planner.errors import Problem, UserError
+
+    paths = [("--journal", Path(journal))]
+    if args.backend == "sim":
+        paths.append(("--sim-state", sim_state_path(args.sim_state)))
+    for flag, p in paths:
+        folder = p.parent if str(p.parent) else Path(".")
+        if p.exists() and not os.access(p, os.W_OK):
+            raise UserError(Problem(flag, f"{p} is read-only: an apply records every step in it",
+                                    f"make it writable (chmod u+w {p}) or pass another {flag} path"))
+        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+            raise UserError(Problem(flag, f"the folder {folder} of {p} is not writable (SQLite keeps its -wal and -shm files "
+                                          "beside it)", f"make the folder writable or pass a {flag} path in a writable folder"))

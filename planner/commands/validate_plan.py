@@ -36,10 +36,19 @@ def run(args) -> int:
 
     from planner.statusline import status
 
-    doc, plan = read_plan(args.plan, "validate-plan")
-    mode, margin = recorded_estimate(doc, args.mode)  # (the plan's own estimate unless --mode)
+    from planner.errors import UserError
+
+    try:  # the plan first for its estimate; its own errors after the input's (which are named first)
+        doc, plan = read_plan(args.plan, "validate-plan")
+        plan_error = None
+    except UserError as exc:
+        doc, plan, plan_error = None, None, exc
+    mode, margin = recorded_estimate(doc, args.mode) if doc is not None else (args.mode, 0.0)  # (the plan's unless --mode)
     with status("validate-plan: reading the input and estimating every job's phase times") as st:
         inst, name, digest, sc = load_input(args.input, mode, command="validate-plan", progress=st, recorded_margin=margin)
+    if plan_error is not None:
+        raise plan_error
+    assert doc is not None and plan is not None
     same = same_input(doc.scenario_digest, digest, inst)
     if not same and not args.force:
         from planner.errors import Problem, UserError

@@ -130,3 +130,51 @@ def test_rollback_past_a_commit_point_rolls_the_unit_forward(tmp_path, capsys):
     assert main(["status", "--json", *a]) == 0
     comps = {c["name"]: c for c in json.loads(capsys.readouterr().out)["state"]["components"]}
     assert len(comps["job/rollout"]["workers"]) == 2 and comps["job/trainer"]["layout"] == {"tp": 1, "pp": 1, "dp": 2}
+
+
+def test_a_read_only_state_file_or_journal_is_refused_before_the_journal_records_anything(tmp_path, monkeypatch, capsys):
+    """A read-only sim state or journal (or their folder) is exit 2 naming it, the journal untouched; it was an
+    internal error mid-apply that left the journal naming a running apply. (Root writes read-only files, so
+    the test makes os.access say what a user without the permission would see.)"""
+    import os
+
+    a = _args(tmp_path)
+    p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
+    assert run_cli("apply", str(p1), *a).returncode == 0
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    journal = tmp_path / "j.db"
+    before = sqlite3.connect(journal).execute("SELECT id, status FROM applies ORDER BY id").fetchall()
+    real = os.access
+    for path, flag in ((tmp_path / "sim.pkl", "--sim-state"), (journal, "--journal"), (tmp_path, "--journal")):
+        monkeypatch.setattr(os, "access", lambda p, mode, path=path, real=real: False if os.fspath(p) == os.fspath(path) else real(p, mode))
+        for argv in (["apply", str(p2), *a], ["apply", "--rollback", *a]):
+            assert main(argv) == 2, (path, argv)
+            err = capsys.readouterr().err
+            assert flag in err and ("read-only" in err or "not writable" in err) and "internal error" not in err, err
+        monkeypatch.setattr(os, "access", real)
+    assert sqlite3.connect(journal).execute("SELECT id, status FROM applies ORDER BY id").fetchall() == before
+
+
+def test_an_apply_whose_files_were_removed_meanwhile_does_not_report_success(tmp_path, monkeypatch, capsys):
+    """The sim state's folder removed while an apply runs: its writes went to unlinked files, so it must not
+    say 'applied' (it did, exit 0)."""
+    import shutil
+
+    from executor.controller import Executor
+
+    d = tmp_path / "s"
+    d.mkdir()
+    a = ["--journal", str(d / "j.db"), "--sim-state", str(d / "sim.pkl")]
+    p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
+    assert run_cli("apply", str(p1), *a).returncode == 0
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    real = Executor.apply
+
+    def removing(self, *args, **kw):
+        shutil.rmtree(d)
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(Executor, "apply", removing)
+    assert main(["apply", str(p2), *a]) == 1
+    out = capsys.readouterr()
+    assert "was removed while the apply ran" in out.err and "applied" not in out.out, (out.out, out.err)
