@@ -24,6 +24,18 @@ def recorded_estimate(doc, mode: Optional[str] = None) -> tuple[Optional[str], f
     return (mode or recorded), (margin if 0.0 <= margin <= 1.0 else 0.0)
 
 
+def plan_and_estimate(path: str, command: str, mode: Optional[str] = None):
+    """(document, plan, estimate, margin, error) of the plan at ``path`` before its input is loaded: the
+    estimate and margin it records (:func:`recorded_estimate`), ``mode`` instead when given. A plan that
+    cannot be read gives ``mode`` and no margin, and its error for the caller to raise after the input's
+    own (which are named first)."""
+    try:
+        doc, plan = read_plan(path, command)
+    except UserError as exc:
+        return None, None, mode, 0.0, exc
+    return (doc, plan, *recorded_estimate(doc, mode), None)
+
+
 def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, command: str = "plan", progress=None,
                recorded_margin: float = 0.0):
     """(instance, name, digest, scenario or None) from a scenario YAML or a numbers-only instance file;

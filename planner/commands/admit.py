@@ -40,19 +40,14 @@ def run(args) -> int:
     from formulation.placement.greedy import Packer
     from formulation.placement.plan import Unplaced, build_plan, reusable_groups
     from formulation.placement.solve import read_current
-    from planner.commands._placement import default_out, load_input, read_plan, recorded_estimate, unplaced_error, write_plan
+    from planner.commands._placement import default_out, load_input, plan_and_estimate, unplaced_error, write_plan
     from planner.commands._plan_summary import summary
     from planner.errors import Problem, UserError, did_you_mean
 
     t0 = time.perf_counter()
     from planner.statusline import status
 
-    try:  # the current plan first for its estimate; its own errors after the input's (which are named first)
-        cur_doc, current = read_plan(args.current, "admit")
-        plan_error = None
-    except UserError as exc:
-        cur_doc, current, plan_error = None, None, exc
-    mode, margin = recorded_estimate(cur_doc, args.mode) if cur_doc is not None else (args.mode, 0.0)
+    _, current, mode, margin, plan_error = plan_and_estimate(args.current, "admit", args.mode)  # (the current plan's unless --mode)
     with status("admit: reading the input and estimating every job's phase times") as st:
         inst, name, digest, sc = load_input(args.input, mode, command="admit", progress=st, recorded_margin=margin)
     if plan_error is not None:

@@ -32,18 +32,11 @@ def run(args) -> int:
 
     from estimators.errors import MAX_MESSAGE, safe_text
     from formulation.placement.check import check
-    from planner.commands._placement import load_input, read_plan, recorded_estimate, same_input
+    from planner.commands._placement import load_input, plan_and_estimate, same_input
 
     from planner.statusline import status
 
-    from planner.errors import UserError
-
-    try:  # the plan first for its estimate; its own errors after the input's (which are named first)
-        doc, plan = read_plan(args.plan, "validate-plan")
-        plan_error = None
-    except UserError as exc:
-        doc, plan, plan_error = None, None, exc
-    mode, margin = recorded_estimate(doc, args.mode) if doc is not None else (args.mode, 0.0)  # (the plan's unless --mode)
+    doc, plan, mode, margin, plan_error = plan_and_estimate(args.plan, "validate-plan", args.mode)  # (the plan's unless --mode)
     with status("validate-plan: reading the input and estimating every job's phase times") as st:
         inst, name, digest, sc = load_input(args.input, mode, command="validate-plan", progress=st, recorded_margin=margin)
     if plan_error is not None:

@@ -303,13 +303,16 @@ class Store(SQLiteFile):
         from planner.daemon.lifecycle import JobState
         from planner.schema.scenario import JobSpec, Scenario
 
-        def strict(text: Any, what: str) -> Any:
-            def no_constant(name: str):
-                raise ValueError(f"{name} is not a number JSON allows")
+        from planner import safeload
+        from planner.errors import UserError
+
+        whole = safeload.with_limits(max_bytes=1 << 30)  # (a row's size is SQLite's: a plan of 20,000 jobs is tens of MB)
+
+        def strict(text: Any, what: str) -> Any:  # (the readers' strict JSON: no NaN, each key once, depth bounded)
             try:
-                return json.loads(text, parse_constant=no_constant)
-            except (TypeError, ValueError, RecursionError) as exc:
-                raise StateFileError(f"{self.path}: {what} is not valid JSON ({str(exc)[:120]})") from None
+                return safeload.parse_json(text if isinstance(text, str) else "", what, limits=whole)
+            except UserError as exc:
+                raise StateFileError(f"{self.path}: {what} is not valid JSON ({exc.problems[0].message[:120]})") from None
 
         def valid(model, data: Any, what: str) -> None:
             try:
