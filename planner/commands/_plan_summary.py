@@ -19,12 +19,14 @@ from typing import Optional
 
 ESTIMATES = {
     "conservative": ("conservative: every response at its max_response_tokens limit, tool calls at their 99th percentile",
-                     "the planned cycles are upper bounds; the simulator expects shorter ones "
+                     "the planned cycles bound the response lengths; the simulator expects shorter ones unless a phase's "
+                     "many tool calls meet slower ones than their 99th percentile "
                      "(--mode sampled plans on expected times: fewer GPUs, no headroom for long responses)"),
     "sampled": ("sampled: the mean over simulated iterations with response lengths drawn from the job's distribution",
                 "the planned cycles are expected values; an iteration with longer responses can run over"),
     "max": ("max: every response at its max_response_tokens limit (the same as conservative)",
-            "the planned cycles are upper bounds; the simulator expects shorter ones"),
+            "the planned cycles bound the response lengths; the simulator expects shorter ones unless a phase's many "
+            "tool calls meet slower ones than their 99th percentile"),
     "p90": ("p90: the 90th percentile of simulated iterations with response lengths drawn from the job's distribution",
             "one iteration in ten may run longer than planned"),
     "p99": ("p99: the 99th percentile of simulated iterations with response lengths drawn from the job's distribution",
@@ -44,6 +46,22 @@ def estimate_words(record: dict) -> tuple[str, str]:
     if margin:
         return words[0] + f", plus {100 * margin:g}% margin", words[1]
     return words
+
+
+def expected_over_slo(plan, expected: dict[str, float]) -> list[tuple[str, float, float]]:
+    """The members whose expected iteration runs over their SLO, worst first: (job, expected cycle s,
+    SLO s). A member's expected iteration is its planned one scaled as its group's cycle is by the
+    simulated expectation (``expected``: group id -> expected cycle s)."""
+    out = []
+    for g in plan.groups:
+        if g.id not in expected or not g.cycle_time_s > 0:
+            continue
+        scale = expected[g.id] / g.cycle_time_s
+        for m in g.members:
+            cyc = m.cycle_time_s * scale
+            if cyc > m.slo_s * (1 + 1e-9):
+                out.append((m.job, cyc, m.slo_s))
+    return sorted(out, key=lambda t: -(t[1] / t[2]))
 
 
 def abbreviate(names: list[str], width: int) -> dict[str, str]:
@@ -143,6 +161,11 @@ def summary(plan, record: dict, name: str, where: str, expected: Optional[dict[s
         tight = min(members, key=lambda m: m.slack_s)
         lines.append(f"  SLO margin: every job meets its SLO by at least {tight.slack_s:.1f} s on the planned cycle "
                      f"(tightest: {tight.job}, cycle {tight.cycle_time_s:.1f} s, SLO {tight.slo_s:.1f} s)")
+    over = expected_over_slo(plan, expected or {})
+    if over:
+        job, cyc, slo = over[0]
+        lines.append(f"  warning: on the simulated expectation {len(over)} job(s) run over their SLO (worst: {job}, "
+                     f"{cyc:.1f} s against {slo:.1f} s); plan with --mode p99 or a --margin to cover them")
     if plan.groups:
         short = abbreviate([m.job for m in members], NAME_WIDTH)
         exp_col = bool(expected)
