@@ -77,7 +77,7 @@ def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, comma
     digest = scenario_digest(sc)
     est_mode = mode or sc.solver.phase_time_estimate
     key = f"{digest}-{cache.referenced_digest(sc)}" if cache.enabled() else digest
-    inst = cache.instance(key, est_mode, margin, lambda: compile_scenario(sc, mode, margin, on_job=on_job))
+    inst = cache.instance(key, est_mode, margin, lambda: compile_scenario(sc, mode, margin, on_job=on_job, parallel=True))
     return inst, sc.name, digest, sc
 
 

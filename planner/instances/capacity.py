@@ -78,7 +78,7 @@ def largest_fleet(sc: Scenario) -> Scenario:
 def compile_capacity(sc: Scenario, mode: str | None = None) -> CapacityInstance:
     limits = fleet_limits(sc)
     big = largest_fleet(sc)
-    placement = compile_scenario(big, mode)
+    placement = compile_scenario(big, mode, parallel=True)
     view = ClusterView(big, resolve_gpu_types(big))
     colocated: dict[str, dict[str, dict[int, ColocatedTimes]]] = {}
     for spec, job in zip(big.jobs, placement.jobs):

@@ -80,8 +80,11 @@ def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0)
                         train_state_gb=state_gb, arrival_s=job.arrival_s)
 
 
-def compile_scenario(sc: Scenario, mode: str | None = None, margin: float = 0.0, on_job=None) -> PlacementInstance:
-    """``on_job(k, n, name)``: called before each job's phase times are estimated (status lines)."""
+def compile_scenario(sc: Scenario, mode: str | None = None, margin: float = 0.0, on_job=None,
+                     parallel: bool = False) -> PlacementInstance:
+    """``on_job(k, n, name)``: called before each job's phase times are estimated (status lines);
+    ``parallel``: the jobs estimated side by side in forked processes where that is safe
+    (:mod:`planner.instances.fanout`; the same numbers), ``on_job`` then called as each is in."""
     view = ClusterView(sc, resolve_gpu_types(sc))
     mode = mode or sc.solver.phase_time_estimate
     pools = {}
@@ -90,11 +93,17 @@ def compile_scenario(sc: Scenario, mode: str | None = None, margin: float = 0.0,
         price = spec.price_per_gpu_hour if spec and spec.price_per_gpu_hour else view.gpu_types[t].price_per_gpu_hour
         pools[t] = PoolType(gpus_per_node=view.gpus_per_node(t), price_per_gpu_hour=price, dram_gb=view.dram_gb(t),
                             count=view.nodes_of(t), node_names=view.node_names(t))
-    jobs = []
-    for k, j in enumerate(sc.jobs):
-        if on_job is not None:
-            on_job(k, len(sc.jobs), j.name)
-        jobs.append(compile_job(j, view, mode, margin))
+    if parallel:
+        from planner.instances.fanout import map_jobs
+
+        done = None if on_job is None else (lambda k, d: on_job(d - 1, len(sc.jobs), sc.jobs[k].name))
+        jobs = map_jobs(lambda j: compile_job(j, view, mode, margin), sc.jobs, on_done=done)
+    else:
+        jobs = []
+        for k, j in enumerate(sc.jobs):
+            if on_job is not None:
+                on_job(k, len(sc.jobs), j.name)
+            jobs.append(compile_job(j, view, mode, margin))
     return PlacementInstance(name=sc.name, pool_types=pools, jobs=jobs, move_price_per_job=sc.solver.move_price_per_job)
 
 

@@ -43,11 +43,11 @@ def curve(sc, estimates=ESTIMATES, time_limit_s: float = 10.0, backend: Optional
     from planner.instances.placement import compile_scenario
     from planner.sim.planrun import simulate_plan
 
-    base = compile_scenario(sc)
+    base = compile_scenario(sc, parallel=True)
     slo = {j.name: j.slo_s for j in base.jobs}
     out = []
     for e in estimates:
-        inst = base if e == sc.solver.phase_time_estimate else compile_scenario(sc, e)
+        inst = base if e == sc.solver.phase_time_estimate else compile_scenario(sc, e, parallel=True)
         inst = inst.model_copy(update={"jobs": [j.model_copy(update={"slo_s": slo[j.name]}) for j in inst.jobs]})
         res = solve(inst, SolveOptions(time_limit_s=time_limit_s, mip_gap=sc.solver.mip_gap, threads=1, seed=sc.solver.seed),
                     backend or sc.solver.backend)
