@@ -138,7 +138,7 @@ def fleet_lines(inst: CapacityInstance, fleet: dict[str, int], used: dict[str, i
 
 
 def style_line(res: StyleResult, inst: CapacityInstance) -> StyleLine:
-    served = not res.unplaced
+    served = res.served
     gpus = sum(n * inst.placement.pool_types[t].gpus_per_node for t, n in res.fleet.items())
     busy = None
     if served:

@@ -51,6 +51,12 @@ class StyleResult:
     note: str = ""  # why a style cannot serve the forecast, or which type it chose
     lp_duals: Optional[tuple] = None  # co-execution: (capacity, credit, budget) duals of the last LP
 
+    @property
+    def served(self) -> bool:
+        """Every job placed on a fleet within the limits and the budget. Not the same as no job
+        left out: with no jobs, owned nodes that alone cost more than the budget serve nothing."""
+        return not self.unplaced and self.status != SolveStatus.INFEASIBLE
+
 
 def cost_unit(inst: CapacityInstance) -> Optional[float]:
     """The greatest common divisor of the node prices: every fleet costs a multiple of it."""
@@ -116,11 +122,12 @@ def over_budget_result(inst: CapacityInstance, style: str, idx: Index) -> StyleR
 
 
 def start(inst: CapacityInstance, style: str):
-    """(index, budget for new nodes, an early result when there is nothing to solve)."""
+    """(index, budget for new nodes, an early result when there is nothing to solve). Owned nodes
+    that alone cost more than the budget come first: no fleet is within it, jobs or none."""
     idx = Index(inst.placement)
-    if idx.n == 0:
-        return idx, None, empty_result(inst, style, idx)
     left = budget_new(inst)
     if left is not None and left < -1e-9:
         return idx, left, over_budget_result(inst, style, idx)
+    if idx.n == 0:
+        return idx, None, empty_result(inst, style, idx)
     return idx, left, None

@@ -15,7 +15,7 @@ import numpy as np
 
 from formulation.capacity.instance import CapacityInstance
 from formulation.capacity.patterns import FleetPatternModel
-from formulation.capacity.result import Colocation, StyleResult, empty_result, group_result, start
+from formulation.capacity.result import Colocation, StyleResult, group_result, start
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
 from formulation.placement.colgen import job_classes
 from formulation.placement.evaluate import Index, Solution
@@ -76,9 +76,9 @@ def colocated_sizes(inst: CapacityInstance, t: str) -> list[Optional[int]]:
 
 
 def solve_colocated(inst: CapacityInstance, options: SolveOptions) -> StyleResult:
-    idx = Index(inst.placement)
-    if idx.n == 0:
-        return empty_result(inst, "colocated", idx)
+    idx, _, early = start(inst, "colocated")
+    if early is not None:
+        return early
     best: Optional[tuple[float, str, dict[str, int], list[int]]] = None
     why = []
     for t in inst.types:

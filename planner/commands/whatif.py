@@ -74,7 +74,7 @@ def run(args) -> int:
 
     _check_args(args)
     found = expect(args.scenario, [SCENARIO], "SCENARIO", "whatif")
-    sc = load_scenario(args.scenario, parsed=found.doc)
+    sc = load_scenario(args.scenario, parsed=found.doc, buys_nodes=True)  # no job is short of nodes: whatif buys them
     from planner.instances.capacity import fleet_limits
 
     types = sorted(fleet_limits(sc))
@@ -128,10 +128,11 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
         t1 = time.perf_counter()
         res = solve(inst, opts, "co-execution")
         first_s = time.perf_counter() - t1
-    if res.unplaced:
+    if not res.served:  # jobs left out, or owned nodes that alone cost more than the budget (with no jobs, none left out)
+        why = (f"{len(res.unplaced)} of {len(inst.placement.jobs)} jobs left out" if res.unplaced else
+               "the owned nodes alone are over the budget")
         raise UserError(infeasible.problems(sc, inst, res, opts, mode),
-                        title=f"{sc.name}: no fleet within the limits serves the forecast ({len(res.unplaced)} of "
-                              f"{len(inst.placement.jobs)} jobs left out); nothing written")
+                        title=f"{sc.name}: no fleet within the limits serves the forecast ({why}); nothing written")
     mins = []
     used = [t for t in inst.types if res.used.get(t, 0) > 0]
     if not args.no_minimums and used:

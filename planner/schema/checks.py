@@ -5,7 +5,10 @@
 * parallelism: a rollout TP that does not divide a node's GPUs; a trainer TP x PP that does not
   divide its GPUs; an explicit DP that disagrees with the nodes;
 * capacity: a job whose model fits no allowed pool (KV cache for one full-length sequence;
-  training state plus activations), or that needs more nodes than any allowed type has;
+  training state plus activations), or that needs more nodes than any allowed type has (not for
+  ``planner whatif``, which decides the nodes to buy: ``buys_nodes``; nor for a scenario that
+  states a capacity question, with ``max_nodes`` or ``budget_per_hour``: ``planner plan`` then
+  names the shortfall itself);
 * SLOs: an ``iteration_s`` below the job's solo iteration time on its best pool pair (by how much).
 """
 
@@ -22,7 +25,10 @@ from planner.safeload import Document
 from planner.schema.scenario import Scenario, ServegenLengths
 
 
-def check_scenario(sc: Scenario, doc: Document | None = None) -> None:
+def check_scenario(sc: Scenario, doc: Document | None = None, *, buys_nodes: bool = False) -> None:
+    """Raise a :class:`UserError` with every cross-field problem. ``buys_nodes``: the command
+    (``planner whatif``) chooses how many nodes of each type to buy, so the nodes the cluster has
+    today (``count``, possibly 0) do not bound what a job may need."""
     problems: list[Problem] = []
 
     def add(path: tuple, msg: str, fix: str = "") -> None:
@@ -126,9 +132,10 @@ def check_scenario(sc: Scenario, doc: Document | None = None) -> None:
             continue
         for key, nodes, types in (("rollout", job.rollout.nodes, r_types), ("trainer", job.trainer.nodes, t_types)):
             most = max((view.nodes_of(t) for t in types), default=0)
-            if nodes > most and sc.budget_per_hour is None and not _capacity_planning(sc):
+            if nodes > most and not buys_nodes and sc.budget_per_hour is None and not _capacity_planning(sc):
                 add(p + (key, "nodes"), f"needs {nodes} nodes but the most of any allowed type is {most}",
-                    "lower the nodes or add nodes to the cluster")
+                    "lower the nodes or add nodes to the cluster (or, to choose the nodes to buy, run planner whatif "
+                    "on this scenario)")
         est = estimate_job(job, view, sc.solver.phase_time_estimate, phase_times=job.slo.iteration_s is not None)
         if not est.rollout_types:
             add(p + ("model",), f"the model does not fit any allowed rollout GPU at tp={job.rollout.tp} "

@@ -86,9 +86,11 @@ def read_document(path: str | Path, _seen: tuple = (), _count: list | None = Non
     return doc
 
 
-def load_scenario(path: str | Path, *, check: bool = True, parsed: Document | None = None):
+def load_scenario(path: str | Path, *, check: bool = True, parsed: Document | None = None, buys_nodes: bool = False):
     """Read, validate and (by default) cross-check a scenario file. Raises :class:`UserError`.
-    ``parsed``: the file as :func:`planner.dockind.expect` parsed it (then it is not read again)."""
+    ``parsed``: the file as :func:`planner.dockind.expect` parsed it (then it is not read again).
+    ``buys_nodes``: the command decides the nodes to buy (``planner whatif``; see
+    :func:`planner.schema.checks.check_scenario`)."""
     from planner.schema.errors import problems_from_validation
     from planner.schema.scenario import Scenario
 
@@ -103,7 +105,7 @@ def load_scenario(path: str | Path, *, check: bool = True, parsed: Document | No
     if check:
         from planner.schema.checks import check_scenario
 
-        check_scenario(scenario, doc)
+        check_scenario(scenario, doc, buys_nodes=buys_nodes)
     return scenario
 
 

@@ -5,7 +5,8 @@ In order:
 1. jobs no fleet can serve whatever it holds (SLO below the solo time on every pool the job may
    use, no GPU type that fits it, not enough host DRAM on any node): from the placement
    explanation against the largest fleet allowed;
-2. the budget: the cheapest fleet that serves every job without it, by how much it is over, and
+2. the budget: owned nodes that alone cost more than it (no fleet is within it, jobs or none);
+   else the cheapest fleet that serves every job without it, by how much it is over, and
    how many jobs the budget can serve;
 3. availability: for each type with a limit, the fewest nodes of it that serve every job with
    the other types up to their limits (compiled again with that type's limit lifted, so that its
@@ -18,6 +19,7 @@ from __future__ import annotations
 from formulation.capacity.explain import minimum_for
 from formulation.capacity.instance import CapacityInstance
 from formulation.capacity.plan import default_unplaced
+from formulation.capacity.result import budget_new
 from formulation.capacity.solve import StyleResult, solve
 from formulation.common import SolveOptions
 from planner.errors import Problem
@@ -29,8 +31,11 @@ FLEET_INDEPENDENT = ("slo", "no-pool", "dram")
 def problems(sc: Scenario, inst: CapacityInstance, res: StyleResult, options: SolveOptions, mode: str) -> list[Problem]:
     unplaced = default_unplaced(inst, res)
     hard = [u for u in unplaced if u.reason in FLEET_INDEPENDENT]
+    owned = owned_over_budget(inst, options)
     if hard:
-        return [Problem(f"job {u.job}", f"no fleet can serve it ({u.reason}): {u.message}", u.fix) for u in hard]
+        return owned + [Problem(f"job {u.job}", f"no fleet can serve it ({u.reason}): {u.message}", u.fix) for u in hard]
+    if owned:
+        return owned
     out: list[Problem] = []
     if inst.budget_per_hour is not None:
         free = solve(inst.model_copy(update={"budget_per_hour": None}), options, "co-execution")
@@ -48,6 +53,28 @@ def problems(sc: Scenario, inst: CapacityInstance, res: StyleResult, options: So
         out = [Problem(f"job {u.job}", f"cannot be served within the availability limits ({u.reason}): {u.message}", u.fix)
                for u in unplaced]
     return out
+
+
+def owned_over_budget(inst: CapacityInstance, options: SolveOptions) -> list[Problem]:
+    """The owned nodes alone cost more than the budget (which caps the whole fleet, owned nodes
+    included: they are paid for whether they serve jobs or not), so no fleet is within it."""
+    budget, left = inst.budget_per_hour, budget_new(inst)
+    if budget is None or left is None or left >= -1e-9:  # the same test as the solve's (formulation.capacity.result.start)
+        return []
+    owned = inst.owned_cost()
+    nodes = " + ".join(f"{inst.owned_nodes(t)} {t}" for t in inst.types if inst.owned_nodes(t))
+    need, also = owned, ""
+    if inst.placement.jobs:
+        free = solve(inst.model_copy(update={"budget_per_hour": None}), options, "co-execution")
+        if free.served:
+            need = max(owned, free.cost_per_hour)
+            also = f"; the cheapest fleet that meets every SLO costs {free.cost_per_hour:.2f} $/h"
+    return [Problem("budget_per_hour",
+                    f"the owned nodes alone ({nodes}) cost {owned:.2f} $/h, {owned - budget:.2f} $/h over the budget of "
+                    f"{budget:.2f} $/h, which caps the whole fleet with the owned nodes counted (they are paid for used or "
+                    f"idle): no fleet is within it{also}",
+                    f"raise budget_per_hour to at least {need:.2f}, or lower the count of the owned node groups "
+                    "(cluster.node_groups[].count)")]
 
 
 def availability(sc: Scenario, inst: CapacityInstance, options: SolveOptions, mode: str) -> list[Problem]:

@@ -112,12 +112,12 @@ def _summarise(inst, res: StyleResult):
     from formulation.capacity.plan import build_capacity_plan
 
     body = build_capacity_plan(inst, res)
-    binds = binding(inst, res, body) if not res.unplaced else []
+    binds = binding(inst, res, body) if res.served else []
     body.binding = binds
     summary = StyleSummary(
-        style=res.style, status=res.status.value, served=not res.unplaced,
-        cost_per_hour=res.cost_per_hour if not res.unplaced else None, lower_bound_per_hour=res.lower_bound,
-        new_cost_per_hour=res.cost_per_hour - inst.owned_cost() if not res.unplaced else None,
+        style=res.style, status=res.status.value, served=res.served,
+        cost_per_hour=res.cost_per_hour if res.served else None, lower_bound_per_hour=res.lower_bound,
+        new_cost_per_hour=res.cost_per_hour - inst.owned_cost() if res.served else None,
         fleet=dict(res.fleet), used=dict(res.used), busy={f.gpu_type: f.busy for f in body.fleet}, gpus=body.gpus(),
         unplaced=[u.job for u in body.unplaced], binding=[f"{b.kind}:{b.where}" for b in binds],
         note=res.note or (body.unplaced[0].message if body.unplaced else ""), wall_s=_record(res).wall_time_s)

@@ -127,3 +127,77 @@ def test_an_unreachable_ray_address_fails_fast_with_exit_2(tmp_path):
                 "--out", str(tmp_path / "o"), timeout=60)
     assert r.returncode == 2 and "--ray-address" in r.stderr and "nothing answers" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "o" / "sweep.csv").exists()
+
+
+GREEN_FIELD = {  # no type sets max_nodes: every type can be bought without limit, nothing is owned
+    "name": "green-field",
+    "gpu_types": {"H20": {"price_per_gpu_hour": 1.0}, "H800": {"price_per_gpu_hour": 2.0}},
+    "cluster": {"node_groups": [{"name": "h20", "gpu_type": "H20", "count": 0, "gpus_per_node": 8, "host_dram_gb": 1024},
+                                {"name": "h800", "gpu_type": "H800", "count": 0, "gpus_per_node": 8, "host_dram_gb": 1024}]},
+    "jobs": [{"name": "a", "model": "qwen2.5-7b", "slo": {"ratio_to_solo": 1.0}, "trainer": {"tp": 2},
+              "rollout": {"batch_prompts": 64, "group_size": 8, "max_response_tokens": 4096}}],
+    "solver": {"time_limit_s": 5},
+}
+
+
+def test_a_green_field_question_with_no_max_nodes_buys_without_limit(tmp_path):
+    """docs/capacity.md: a type without max_nodes can be bought without limit. With no type setting
+    it (and nothing owned), whatif was refused by the scenario check ("the most of any allowed type
+    is 0 ... add nodes to the cluster"); plan and validate still refuse a fleet of zero nodes."""
+    p = tmp_path / "green.yaml"
+    p.write_text(yaml.safe_dump(GREEN_FIELD))
+    out = tmp_path / "out"
+    r = run_cli("whatif", str(p), "--no-minimums", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "buy or rent: 2 H20 + 1 H800 (32.00 $/h)" in r.stdout and "proven optimal" in r.stdout
+    doc = plandoc.read(out / "capacity-plan.yaml", expect_kind="CapacityPlan")
+    assert doc.body["cost_per_hour"] == 32 and doc.body["owned_cost_per_hour"] == 0
+    assert {f["gpu_type"]: f["limit"] for f in doc.body["fleet"]} == {"H20": 16, "H800": 16}  # fleet_limits' bound: 16 a job
+    for command in ("plan", "validate"):
+        r = run_cli(command, str(p))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (command, r.stderr)
+        assert "jobs[0].rollout.nodes: needs 1 nodes but the most of any allowed type is 0" in r.stderr
+        assert "run planner whatif on this scenario" in r.stderr
+
+
+OWNED_OVER_BUDGET = {  # 3 owned H20 nodes at 8 $/h each: 24 $/h, over a budget of 10 $/h
+    "name": "owned-over-budget", "budget_per_hour": 10.0,
+    "gpu_types": {"H20": {"price_per_gpu_hour": 1.0, "max_nodes": 4}, "H800": {"price_per_gpu_hour": 2.0, "max_nodes": 4}},
+    "cluster": {"node_groups": [{"name": "h20", "gpu_type": "H20", "count": 3, "gpus_per_node": 8, "host_dram_gb": 1024},
+                                {"name": "h800", "gpu_type": "H800", "count": 0, "gpus_per_node": 8, "host_dram_gb": 1024}]},
+    "jobs": [], "solver": {"time_limit_s": 5},
+}
+
+
+@pytest.mark.parametrize("jobs", [0, 1])
+def test_owned_nodes_alone_over_the_budget_exit_2_with_or_without_jobs(tmp_path, jobs):
+    """The budget caps the whole fleet, owned nodes included (docs/capacity.md). With no jobs the
+    answer was exit 0, "(proven optimal)", a budget "-14.00 $/h left"; with one job exit 2."""
+    doc = dict(OWNED_OVER_BUDGET, jobs=GREEN_FIELD["jobs"][:jobs])
+    p = tmp_path / "owned.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "never"
+    for extra in ([], ["--styles"], ["--json"]):
+        r = run_cli("whatif", str(p), "--no-minimums", "--out", str(out), *extra)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stdout == ""
+        assert ("budget_per_hour: the owned nodes alone (3 H20) cost 24.00 $/h, 14.00 $/h over the budget of 10.00 $/h"
+                in r.stderr), r.stderr
+        assert f"raise budget_per_hour to at least {24 if jobs == 0 else 40}.00" in r.stderr
+        assert not out.exists()
+
+
+def test_a_sweep_point_whose_owned_nodes_exceed_the_budget_serves_nothing(tmp_path):
+    p = tmp_path / "owned.yaml"
+    p.write_text(yaml.safe_dump(OWNED_OVER_BUDGET))
+    out = tmp_path / "sweep"
+    r = run_cli("whatif", str(p), "--sweep", "budget=10:30:2", "--workers", "1", "--styles", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = {(float(row["budget"]), row["style"]): row for row in csv.DictReader(open(out / "sweep.csv"))}
+    for style in ("co-execution", "solo-disaggregated", "colocated"):
+        over, within = rows[(10.0, style)], rows[(30.0, style)]
+        assert over["status"] == "infeasible" and over["cost_per_hour"] == "", over
+        assert "the owned nodes alone cost 24.00 $/h, over the budget of 10.00 $/h" in over["note"]
+        assert within["status"] == "optimal" and float(within["cost_per_hour"]) == 24.0
+    over = plandoc.read(out / "points" / "point-000.yaml", expect_kind="CapacityPlan")  # as any point no fleet serves
+    assert over.solver.status == "infeasible" and "the owned nodes alone cost 24.00 $/h" in (over.solver.message or "")

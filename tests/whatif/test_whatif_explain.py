@@ -97,3 +97,21 @@ def test_checker_names_what_a_tampered_plan_breaks():
     slow.colocated[0].slo_s = 1.0
     slow.colocated[0].iteration_s += 1.0
     assert "colocated-cycle-time" in rules(slow)
+
+
+@pytest.mark.parametrize("style", ["co-execution", "solo-disaggregated", "colocated"])
+@pytest.mark.parametrize("n_jobs", [0, 3])
+def test_owned_nodes_over_the_budget_serve_nothing_in_every_style(style, n_jobs):
+    """With no jobs the over-budget owned fleet was an optimal empty answer (nothing left out)."""
+    from formulation.capacity.plan import style_line
+
+    inst = capacity_instance(2, max(n_jobs, 1), limits=(6, 6), owned=(2, 0))
+    inst = inst.model_copy(update={"placement": inst.placement.model_copy(update={"jobs": inst.placement.jobs[:n_jobs]}),
+                                   "budget_per_hour": inst.owned_cost() - 1.0})
+    res = solve(inst, OPTS, style)
+    assert not res.served and res.status.value == "infeasible"
+    assert "the owned nodes alone cost" in res.note
+    assert style_line(res, inst).cost_per_hour is None
+    if n_jobs == 0:  # a budget of exactly the owned nodes' cost holds them
+        ok = solve(inst.model_copy(update={"budget_per_hour": inst.owned_cost()}), OPTS, style)
+        assert ok.served and ok.status.value == "optimal" and ok.cost_per_hour == inst.owned_cost()
