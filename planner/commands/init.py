@@ -54,6 +54,7 @@ def run(args) -> int:
 
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.name):
             raise UserError(Problem("--name", f"'{args.name}' is not a job name", "use letters, digits, '.', '_' and '-'"))
+    check_gpu_type(args.gpu_type)
     if args.price is not None and not (0 < args.price <= 1e4):
         raise UserError(Problem("--price", f"{args.price:g} $/GPU-hour is out of range", "give a price in (0, 10000]"))
     command = "planner init " + " ".join(shlex.quote(a) for a in ["--from", args.framework, args.config]
@@ -76,3 +77,15 @@ def run(args) -> int:
         print(f"wrote {args.out}: scenario '{job.name}' from the {args.framework} config {where} "
               f"({job.rollout_nodes.value} rollout + {job.trainer_nodes.value} training node(s) of {args.gpu_type})")
     return 0
+
+
+def check_gpu_type(gpu_type: str) -> None:
+    """Refuse a ``--gpu-type`` outside the catalogue (the written scenario prices it without a
+    ``base:``), with the message the scenario's check gives (``A100``, ``H100}``, ``[H100]``)."""
+    from estimators import gpus
+    from planner.errors import Problem, UserError, did_you_mean
+
+    if gpus.canonical_name(gpu_type) is None or gpu_type != gpu_type.strip():
+        catalogue = sorted(gpus.CATALOGUE)
+        raise UserError(Problem("--gpu-type", f"unknown GPU type '{gpu_type}'.{did_you_mean(gpu_type, catalogue)}",
+                                f"use one of {', '.join(catalogue)}"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -18,7 +19,7 @@ class Value:
 
     def comment(self) -> str:
         parts = [p for p in (self.source, self.note) if p]
-        return "  # " + "; ".join(parts) if parts else ""
+        return "  # " + _comment("; ".join(parts)) if parts else ""
 
 
 @dataclass
@@ -110,33 +111,47 @@ def _line(indent: int, key: str, v: Value) -> str:
 
 
 def _yaml_scalar(x: Any) -> str:
+    """``x`` as one line of YAML that reads back as ``x`` anywhere in the written scenario (also as
+    a key or an item of a flow mapping): quoted where YAML would read another type (``'2025'``,
+    ``'on'``, ``'null'``) or a flow indicator (``'H100}'``), double-quoted with escapes where it
+    holds a line break."""
+    import json
+
     import yaml
 
-    return yaml.safe_dump(x, default_flow_style=True).strip().removesuffix("...").strip()
+    text = yaml.safe_dump([x], default_flow_style=True, width=1 << 30).strip()[1:-1]  # a flow item: flow-safe
+    if "\n" in text or (isinstance(x, str) and not x.isprintable()):
+        return json.dumps(x)  # a JSON string is a YAML double-quoted scalar, on one line
+    return text
+
+
+def _comment(text: str) -> str:
+    """``text`` for a ``#`` comment: line breaks (YAML's include U+2028, U+0085) and other
+    unprintable characters escaped, so no value of a source config can end the comment."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def scenario_text(job: JobShape, *, gpu_type: str, price: Optional[float], command: str, host_dram_gb: float = 2048.0) -> str:
     """The commented scenario YAML."""
     price_v = price if price is not None else 1.0
-    lines = [f"# Written by `{command}`.",
-             f"# Source: {job.framework} job config {job.config_path}. Each value's comment names the field it came from.",
-             f"# {job.framework} configs do not name the GPU type or a price: gpu type {gpu_type} (--gpu-type)"
-             + (f", price {price_v:g} $/GPU-hour (--price)." if price is not None
-                else ", price 1 $/GPU-hour: a placeholder (--price): costs are then in GPU-hours."),
-             ]
-    lines += [f"# {n}" for n in job.notes]
-    lines += [f"name: {job.name}",
+    header = [f"Written by `{command}`.",
+              f"Source: {job.framework} job config {job.config_path}. Each value's comment names the field it came from.",
+              f"{job.framework} configs do not name the GPU type or a price: gpu type {gpu_type} (--gpu-type)"
+              + (f", price {price_v:g} $/GPU-hour (--price)." if price is not None
+                 else ", price 1 $/GPU-hour: a placeholder (--price): costs are then in GPU-hours."),
+              *job.notes]
+    lines = [f"# {_comment(h)}" for h in header]
+    gt, gpn = _yaml_scalar(gpu_type), _yaml_scalar(job.gpus_per_node.value)
+    lines += [f"name: {_yaml_scalar(job.name)}",
               "gpu_types:",
-              f"  {gpu_type}: {{price_per_gpu_hour: {price_v:g}}}",
+              f"  {gt}: {{price_per_gpu_hour: {price_v:g}}}",
               "cluster:",
               "  node_groups:"]
-    gpn = job.gpus_per_node
-    lines.append(f"    - {{name: rollout, gpu_type: {gpu_type}, count: {job.rollout_nodes.value}, gpus_per_node: {gpn.value}, "
-                 f"host_dram_gb: {host_dram_gb:g}}}{Value(None, job.rollout_nodes.source, job.rollout_nodes.note).comment()}")
-    lines.append(f"    - {{name: train, gpu_type: {gpu_type}, count: {job.trainer_nodes.value}, gpus_per_node: {gpn.value}, "
-                 f"host_dram_gb: {host_dram_gb:g}}}{Value(None, job.trainer_nodes.source, job.trainer_nodes.note).comment()}")
+    for group, nodes in (("rollout", job.rollout_nodes), ("train", job.trainer_nodes)):
+        lines.append(f"    - {{name: {group}, gpu_type: {gt}, count: {_yaml_scalar(nodes.value)}, gpus_per_node: {gpn}, "
+                     f"host_dram_gb: {host_dram_gb:g}}}{Value(None, nodes.source, nodes.note).comment()}")
     lines += ["jobs:",
-              f"  - name: {job.name}",
+              f"  - name: {_yaml_scalar(job.name)}",
               _line(4, "model", job.model),
               _line(4, "algorithm", job.algorithm),
               "    rollout:",
@@ -155,17 +170,33 @@ def scenario_text(job: JobShape, *, gpu_type: str, price: Optional[float], comma
     return "\n".join(lines) + "\n"
 
 
-def split_colocated(nodes: int, source: str) -> tuple[Value, Value, str]:
+def split_colocated(nodes: int, source: str, *, gpus_per_node: int, trainer_mp: int, rollout_tp: int) -> tuple[Value, Value, str]:
     """Rollout and training node counts for a colocated job of ``nodes`` nodes: the planner places
-    the phases in separate pools (which co-execution groups time-share across jobs)."""
-    if nodes == 1:
+    the phases in separate pools (which co-execution groups time-share across jobs). About half
+    the nodes train, rounded down to a whole number of the trainer's model-parallel groups
+    (``trainer_mp`` = tp x pp GPUs: a 16-way trainer on 8-GPU nodes takes 2 nodes at least); the
+    rollout keeps at least the nodes one engine of ``rollout_tp`` GPUs needs. Where the source's nodes do not hold both, the cluster
+    gets more nodes than the source, and the note says so."""
+    unit = trainer_mp // math.gcd(trainer_mp, gpus_per_node)  # training nodes come in multiples of this
+    r_min = max(1, math.ceil(rollout_tp / gpus_per_node))
+    t = max(unit, nodes // 2 // unit * unit)
+    r = max(r_min, nodes - t)
+    sim = "`planner simulate --policy colocated` models"
+    if t + r == nodes:
+        return (Value(r, source, f"{nodes} colocated nodes split: {r} rollout"),
+                Value(t, source, f"{nodes} colocated nodes split: {t} training"),
+                f"The source colocates rollout and training on {nodes} nodes (time-shared); the planner places them in "
+                f"separate pools, so its {nodes} nodes are split {r} rollout + {t} training. {sim} the time-shared original.")
+    if nodes == 1 and (r, t) == (1, 1):
         return (Value(1, source, "colocated on 1 node; the planner needs a node per phase"),
                 Value(1, source, "colocated on 1 node; the planner needs a node per phase"),
                 "The source colocates rollout and training on 1 node; the planner places them in separate pools, so "
-                "this cluster has 2 nodes (1 per phase). `planner simulate --policy colocated` models time-sharing.")
-    t = nodes // 2
-    return (Value(nodes - t, source, f"{nodes} colocated nodes split: {nodes - t} rollout"),
-            Value(t, source, f"{nodes} colocated nodes split: {t} training"),
-            f"The source colocates rollout and training on {nodes} nodes (time-shared); the planner places them in "
-            f"separate pools, so its {nodes} nodes are split {nodes - t} rollout + {t} training. "
-            f"`planner simulate --policy colocated` models the time-shared original.")
+                f"this cluster has 2 nodes (1 per phase). {sim} time-sharing.")
+    why = (f"the trainer's tp x pp = {trainer_mp} needs {t} node(s) of {gpus_per_node} GPUs" if t > 1 else "the trainer needs 1 node")
+    why += f" and the rollout {r}" + (f" (tp={rollout_tp})" if r > 1 else "")
+    more = t + r - nodes
+    note = f"colocated on {nodes} node(s): {r} rollout + {t} training, {more} node(s) added (see the note at the top)"
+    return (Value(r, source, note), Value(t, source, note),
+            f"The source colocates rollout and training on {nodes} node(s); the planner places them in separate pools "
+            f"and {why}, so this cluster has {t + r} nodes ({r} rollout + {t} training, {more} more than the source). "
+            f"{sim} the time-shared original.")

@@ -1,7 +1,9 @@
 """A slime job config as a :class:`JobShape`: slime's own argparse arguments
 (``slime/utils/arguments.py`` plus Megatron's), either as the shell-style argument lists of its
 example scripts (``--flag value`` tokens, ``# comments``, ``\\`` continuations, ``NAME=( ... )``
-arrays) or as a YAML mapping (``rollout-batch-size: 32`` or ``rollout_batch_size: 32``).
+arrays) or as a YAML mapping (``rollout-batch-size: 32`` or ``rollout_batch_size: 32``). An
+argument given twice is refused naming both (a YAML key repeated, or written both ways; a
+``--flag`` repeated with another value), not read as the last one.
 
 ==================================  ===========================================================
 slime argument                      scenario field
@@ -36,10 +38,14 @@ import yaml
 
 from planner.errors import Problem, UserError
 from planner.onramp.shape import JobShape, Value, model_value, positive_int, split_colocated
+from planner.safeload import parse_yaml
 
 
 def parse_args_text(text: str, where: str) -> dict[str, Any]:
-    """``--flag value`` pairs of a shell-style argument file (a flag without a value: True)."""
+    """``--flag value`` pairs of a shell-style argument file (a flag without a value: True). A flag
+    given twice with two values is refused naming both (slime's argparse would silently take the
+    last, so the scenario could describe another job than the one that runs); the same value twice
+    is read once."""
     text = text.replace("\\\n", " ")
     try:
         tokens = shlex.split(text, comments=True)
@@ -52,29 +58,63 @@ def parse_args_text(text: str, where: str) -> dict[str, Any]:
         t = tokens[i]
         if t.startswith("--") and len(t) > 2:
             key, _, inline = t[2:].partition("=")
+            value: Any = True
             if inline:
-                out[key] = inline
+                value = inline
             elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--") and tokens[i + 1] != ")":
-                out[key] = tokens[i + 1]
+                value = tokens[i + 1]
                 i += 1
-            else:
-                out[key] = True
+            if key in out and out[key] != value:
+                raise UserError(Problem(f"--{key}", f"given twice, as {_shown(key, out[key])} and as {_shown(key, value)} "
+                                        f"(slime would silently take the last)", f"keep one --{key} in {where}"),
+                                title=f"{where}: cannot write a scenario")
+            out[key] = value
         i += 1
     return out
 
 
+def _shown(key: str, value: Any) -> str:
+    return f"'--{key}'" if value is True else f"'--{key} {value}'"
+
+
 def load_args(text: str, where: str) -> dict[str, Any]:
+    """slime's arguments from ``text``: a YAML mapping (``rollout-batch-size: 32`` or
+    ``rollout_batch_size: 32``), read by :mod:`planner.safeload` (an alias bomb, a duplicate key or
+    another limit is refused, exit 2), or else (text that is not YAML, or YAML but not a mapping)
+    the shell-style argument format. Two keys that name one argument are refused naming both."""
+    if not _yaml_mapping(text):
+        return parse_args_text(text, where)
+    doc = parse_yaml(text, where)
+    out: dict[str, Any] = {}
+    keys: dict[str, Any] = {}
+    for k, v in doc.data.items():
+        flag = str(k).lstrip("-").replace("_", "-")
+        if flag in keys:
+            raise UserError(Problem(f"--{flag}", f"'{keys[flag]}' ({doc.where((keys[flag],))}) and '{k}' ({doc.where((k,))}) "
+                                    f"are both --{flag}", "keep one of them"), title=f"{where}: cannot write a scenario")
+        keys[flag], out[flag] = k, v
+    return out
+
+
+def _yaml_mapping(text: str) -> bool:
+    """Whether ``text`` is YAML whose document is a mapping. Only the syntax is read (libyaml's
+    events: no value is built and no alias expanded, so this is linear in the text's length)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    root = None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        data = None
-    if isinstance(data, dict):
-        return {str(k).lstrip("-").replace("_", "-"): v for k, v in data.items()}
-    return parse_args_text(text, where)
+        for event in yaml.parse(text, Loader=loader):
+            if root is None and isinstance(event, yaml.NodeEvent):
+                root = event
+    except (yaml.YAMLError, ValueError):  # not YAML (libyaml's reader raises ValueError on some characters)
+        return False
+    return isinstance(root, yaml.MappingStartEvent)
 
 
 def _arg(args: dict, key: str, where: str, default: Any = None, required: bool = False) -> Any:
     v = args.get(key, default)
+    if isinstance(v, (list, dict)):
+        raise UserError(Problem(f"--{key}", f"a {'list' if isinstance(v, list) else 'mapping'}, not one value",
+                                f"give --{key} a single value"), title=f"{where}: cannot write a scenario")
     if v is None and required:
         raise UserError(Problem(f"--{key}", f"no --{key} in the slime arguments", f"add --{key} to {where}"),
                         title=f"{where}: cannot write a scenario")
@@ -108,7 +148,8 @@ def read(args: dict, where: str, name: str = "") -> JobShape:
     notes = []
     colocate = bool(args.get("colocate")) and str(args.get("colocate")).lower() not in ("false", "0")
     if colocate:
-        rollout_nodes, trainer_nodes, note = split_colocated(anodes, "--actor-num-nodes")
+        rollout_nodes, trainer_nodes, note = split_colocated(anodes, "--actor-num-nodes", gpus_per_node=gpn,
+                                                             trainer_mp=ttp * tpp, rollout_tp=rtp)
         notes.append(note)
     else:
         rg = num("rollout-num-gpus", required=True)

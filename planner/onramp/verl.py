@@ -120,7 +120,8 @@ def read(cfg: dict, where: str, name: str = "") -> JobShape:
         rollout_nodes, trainer_nodes, colocated = (Value(rn, "actor_rollout_ref.rollout.nnodes"), Value(nnodes, "trainer.nnodes"),
                                                    False)
     else:
-        rollout_nodes, trainer_nodes, note = split_colocated(nnodes, "trainer.nnodes")
+        rollout_nodes, trainer_nodes, note = split_colocated(nnodes, "trainer.nnodes", gpus_per_node=gpn,
+                                                             trainer_mp=ttp * tpp, rollout_tp=rtp)
         notes.append(note)
         colocated = True
     if strategy != "megatron":

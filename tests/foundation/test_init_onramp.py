@@ -23,9 +23,9 @@ SLIME = EXAMPLES / "slime-grpo-qwen2.5-3b.sh"
 HF = Path(__file__).parent / "hf_configs"
 
 
-def _run(commands: list[list[str]]) -> list[dict]:
+def _run(commands: list[list[str]], timeout: float = 600) -> list[dict]:
     p = subprocess.run([sys.executable, str(ROOT / "tests" / "foundation" / "inprocess.py"), "--block-extras",
-                        json.dumps(commands)], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                        json.dumps(commands)], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLUMNS": "120"})
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -152,3 +152,121 @@ def test_interpolation_cycles_exit_2_naming_the_key_and_the_cycle(tmp_path):
         for e in expect:
             assert e in r["stderr"], (p.name, e, r["stderr"])
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+_SLIME_YAML = "hf-checkpoint: Qwen/Qwen2.5-3B-Instruct\nrollout-batch-size: 8\nrollout-max-response-len: 100\nrollout-num-gpus: 8\n"
+
+
+def test_slime_yaml_alias_bombs_and_arguments_given_twice_exit_2(tmp_path):
+    """slime's YAML form is read by safeload: a billion-laughs file is refused in well under a
+    second (it hung); a key repeated, or written both as a-b and a_b, is refused naming both (the
+    last one won silently); a shell-style --flag repeated with another value is refused naming both
+    values (the same value twice reads once); text that is not a YAML mapping is still read as
+    shell-style arguments."""
+    levels = ["a: &a [" + ", ".join(['"lol"'] * 9) + "]"]
+    levels += [f"{k}: &{k} [" + ", ".join([f"*{p}"] * 9) + "]" for p, k in zip("abcdefgh", "bcdefghi")]
+    (tmp_path / "bomb.yaml").write_text("\n".join(levels) + "\nhf-checkpoint: *i\nrollout-batch-size: 8\n"
+                                        "rollout-max-response-len: 100\nrollout-num-gpus: 8\n")
+    (tmp_path / "both.yaml").write_text(_SLIME_YAML + "rollout_batch_size: 64\n")
+    (tmp_path / "same.yaml").write_text(_SLIME_YAML + "rollout-batch-size: 8\n")
+    (tmp_path / "list.yaml").write_text(_SLIME_YAML.replace("Qwen/Qwen2.5-3B-Instruct", "[a, b]"))
+    shell = SLIME.read_text()
+    (tmp_path / "twice.sh").write_text(shell.replace("--rollout-batch-size 64", "--rollout-batch-size 64 --rollout-batch-size=32"))
+    (tmp_path / "again.sh").write_text(shell.replace("--rollout-batch-size 64", "--rollout-batch-size 64 --rollout-batch-size=64"))
+    (tmp_path / "ok.yaml").write_text(_SLIME_YAML.replace("rollout-num-gpus", "rollout_num_gpus"))
+    bad = {"bomb.yaml": ["bomb.yaml:", "alias"],
+           "both.yaml": ["--rollout-batch-size", "'rollout-batch-size' (", "both.yaml:2)", "'rollout_batch_size' (", "both.yaml:5)"],
+           "same.yaml": ["same.yaml:5", "duplicate key 'rollout-batch-size'"],
+           "list.yaml": ["--hf-checkpoint", "a list, not one value"],
+           "twice.sh": ["--rollout-batch-size", "'--rollout-batch-size 64'", "'--rollout-batch-size 32'"]}
+    good = ["again.sh", "ok.yaml"]
+    cmds = [["init", "--from", "slime", str(tmp_path / f), "-o", str(tmp_path / f"out-{f}")] for f in [*bad, *good]]
+    results = _run(cmds, timeout=120)
+    for (f, expect), r in zip(bad.items(), results):
+        assert r["rc"] == 2, (f, r)
+        assert "Traceback" not in r["stderr"] and "internal error" not in r["stderr"], (f, r["stderr"])
+        for e in expect:
+            assert e in r["stderr"], (f, e, r["stderr"])
+        assert not (tmp_path / f"out-{f}").exists()
+    for f, r in zip(good, results[len(bad):]):
+        assert r["rc"] == 0, (f, r["stderr"])
+    assert yaml.safe_load((tmp_path / "out-again.sh").read_text())["jobs"][0]["rollout"]["batch_prompts"] == 64
+    assert yaml.safe_load((tmp_path / "out-ok.yaml").read_text())["jobs"][0]["rollout"]["nodes"] == 1
+
+
+def test_gpu_types_that_are_not_plain_words_exit_2_naming_the_option(tmp_path):
+    """--gpu-type was pasted raw into the YAML: 'H100}', 'H100 #x', '[H100]' broke the document (an
+    internal error). Each is refused as A100 is: exit 2 naming --gpu-type, nothing written."""
+    cases = ["A100", "H100}", "H100 #x", "[H100]", "H100\nname: x", " H100"]
+    results = _run([["init", "--from", "verl", str(VERL), "--gpu-type", g, "-o", str(tmp_path / f"o{i}.yaml")]
+                    for i, g in enumerate(cases)])
+    for g, r in zip(cases, results):
+        assert r["rc"] == 2, (g, r)
+        assert "--gpu-type: unknown GPU type" in r["stderr"] and "Fix: use one of H100" in r["stderr"], (g, r["stderr"])
+        assert "internal error" not in r["stderr"] and "Traceback" not in r["stderr"], (g, r["stderr"])
+    assert not list(tmp_path.iterdir())
+
+
+def test_names_and_values_yaml_would_read_as_another_type_are_written_quoted(tmp_path):
+    """An experiment name YAML reads as a number, a boolean or null ('20250101', 'on', 'null',
+    '007', '0x1F'), or --name 2025, was written unquoted and the scenario refused ("name: Input
+    should be a valid string"); a source value with a line break ended its comment. Now each is
+    quoted, the scenario is written, and it loads back with the name as the same string."""
+    names = ["20250101", "on", "null", "007", "0x1F", "1e3"]
+    paths = [_bad_verl(tmp_path, f"n{i}", lambda c, n=n: c["trainer"].update(experiment_name=n)) for i, n in enumerate(names)]
+    odd = _bad_verl(tmp_path, "odd", lambda c: c["algorithm"].update(adv_estimator="grpo\nname: [\u2028x: }"))
+    cmds = [["init", "--from", "verl", str(p), "-o", str(tmp_path / f"out{i}.yaml")] for i, p in enumerate(paths)]
+    cmds += [["init", "--from", "verl", str(VERL), "--name", "2025", "-o", str(tmp_path / "named.yaml")],
+             ["init", "--from", "verl", str(odd), "-o", str(tmp_path / "odd-out.yaml")]]
+    results = _run(cmds)
+    for r in results:
+        assert r["rc"] == 0, (r["argv"], r["stderr"])
+    for i, n in enumerate([*names, "2025"]):
+        out = tmp_path / (f"out{i}.yaml" if i < len(names) else "named.yaml")
+        sc = yaml.safe_load(out.read_text())
+        assert sc["name"] == n and sc["jobs"][0]["name"] == n, (n, out.read_text()[:600])
+    sc = yaml.safe_load((tmp_path / "odd-out.yaml").read_text())
+    assert sc["jobs"][0]["algorithm"] == "grpo" and sc["name"] == "qwen2.5-7b-grpo"
+
+
+def test_yaml_scalars_and_comments_cannot_break_the_written_document():
+    from planner.onramp.shape import _comment, _yaml_scalar
+
+    for x in ["H100}", "[H100]", "H100 #x", "a: b", "a\nb", "a\u2028b", "\x85", "it's", '"', "on", "null", "007", "0x1F",
+              "x" * 300 + " y" * 100, "", 3, 1.5, True, None]:
+        text = f"k: {_yaml_scalar(x)}  # {_comment(str(x))}\nf: {{a: {_yaml_scalar(x)}, b: 1}}\n{_yaml_scalar(x)}: 2\n"
+        assert "\n" not in _yaml_scalar(x) and "\n" not in _comment(str(x))
+        data = yaml.safe_load(text)
+        assert data["k"] == x and data["f"] == {"a": x, "b": 1} and data[x] == 2, (x, text)
+
+
+def test_colocated_nodes_split_by_the_trainers_model_parallelism(tmp_path):
+    """verl trainer.nnodes 2 with Megatron tp 8 x pp 2 on 8-GPU nodes (valid in verl) was split 1 +
+    1 and then refused ("tp x pp = 16 does not divide the 8 GPUs of 1 node"): the trainer now gets
+    the 2 nodes its 16 GPUs need and the rollout 1, a node more than the source, which the header
+    says. The same for a 1-node source and for slime's --colocate; splits that fit are unchanged."""
+    def megatron(nodes, tp, pp):
+        return lambda c: (c["trainer"].update(nnodes=nodes), c["actor_rollout_ref"]["actor"]["megatron"].update(
+            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp))
+
+    verl_cases = {"v2": (megatron(2, 8, 2), (1, 2), "1 more than the source"),
+                  "v1": (megatron(1, 4, 4), (1, 2), "2 more than the source"),
+                  "v6": (megatron(6, 8, 4), (2, 4), "split 2 rollout + 4 training"),
+                  "v4": (megatron(4, 4, 1), (2, 2), "split 2 rollout + 2 training")}
+    paths = {k: _bad_verl(tmp_path, k, edit) for k, (edit, _, _) in verl_cases.items()}
+    shell = SLIME.read_text()
+    assert "--actor-num-nodes 1" in shell and "--pipeline-model-parallel-size 1" in shell
+    (tmp_path / "s2.sh").write_text(shell.replace("--actor-num-nodes 1", "--actor-num-nodes 2 --colocate")
+                                    .replace("--tensor-model-parallel-size 2", "--tensor-model-parallel-size 8")
+                                    .replace("--pipeline-model-parallel-size 1", "--pipeline-model-parallel-size 2"))
+    cmds = [["init", "--from", "verl", str(p), "-o", str(tmp_path / f"out-{k}.yaml")] for k, p in paths.items()]
+    cmds.append(["init", "--from", "slime", str(tmp_path / "s2.sh"), "-o", str(tmp_path / "out-s2.yaml")])
+    cmds.append(["validate", str(tmp_path / "out-v2.yaml")])
+    results = _run(cmds)
+    for r in results:
+        assert r["rc"] == 0, (r["argv"], r["stderr"])
+    for k, (_, want, note) in [*verl_cases.items(), ("s2", (None, (1, 2), "1 more than the source"))]:
+        text = (tmp_path / f"out-{k}.yaml").read_text()
+        job = yaml.safe_load(text)["jobs"][0]
+        assert (job["rollout"]["nodes"], job["trainer"]["nodes"]) == want, (k, text[:800])
+        assert note in text, (k, text[:800])
