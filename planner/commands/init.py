@@ -42,9 +42,11 @@ def run(args) -> int:
     text = read_text(args.config, what="job config", where="CONFIG")
     if args.framework == "verl":
         from planner.onramp import verl
-        from planner.safeload import parse
+        from planner.safeload import check_text, parse
 
-        job = verl.read(parse(text, args.config).data, where, args.name)
+        doc = parse(text, args.config)
+        check_text(doc)  # no control characters (ESC, NUL) in what the scenario's comments will echo
+        job = verl.read(doc.data, where, args.name)
     else:
         from planner.onramp import slime
 

@@ -38,7 +38,7 @@ import yaml
 
 from planner.errors import Problem, UserError
 from planner.onramp.shape import JobShape, Value, model_value, positive_int, split_colocated
-from planner.safeload import parse_yaml
+from planner.safeload import check_text, parse_yaml
 
 
 def parse_args_text(text: str, where: str) -> dict[str, Any]:
@@ -85,6 +85,7 @@ def load_args(text: str, where: str) -> dict[str, Any]:
     if not _yaml_mapping(text):
         return parse_args_text(text, where)
     doc = parse_yaml(text, where)
+    check_text(doc)  # no control characters (ESC, NUL) in what the scenario's comments will echo
     out: dict[str, Any] = {}
     keys: dict[str, Any] = {}
     for k, v in doc.data.items():

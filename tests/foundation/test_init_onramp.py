@@ -270,3 +270,19 @@ def test_colocated_nodes_split_by_the_trainers_model_parallelism(tmp_path):
         job = yaml.safe_load(text)["jobs"][0]
         assert (job["rollout"]["nodes"], job["trainer"]["nodes"]) == want, (k, text[:800])
         assert note in text, (k, text[:800])
+
+
+def test_control_characters_in_a_config_exit_2_naming_the_field(tmp_path):
+    """An ESC sequence in a verl or slime (YAML) config would be echoed into the written scenario's
+    comments and a terminal: refused, exit 2 naming the field, nothing written."""
+    verl = yaml.safe_load(VERL.read_text())
+    verl["trainer"]["experiment_name"] = "grpo\x1b[2Jx"
+    (tmp_path / "esc-verl.yaml").write_text(yaml.safe_dump(verl))
+    (tmp_path / "esc-slime.yaml").write_text(_SLIME_YAML.replace("rollout-num-gpus: 8", 'rollout-num-gpus: 8\nadvantage-estimator: "grpo\\x1b[31m"'))
+    files = ["esc-verl.yaml", "esc-slime.yaml"]
+    fw = {"esc-verl.yaml": "verl", "esc-slime.yaml": "slime"}
+    results = _run([["init", "--from", fw[f], str(tmp_path / f), "-o", str(tmp_path / f"out-{f}")] for f in files], timeout=120)
+    for f, r in zip(files, results):
+        assert r["rc"] == 2, (f, r)
+        assert "control character" in r["stderr"] or "escape" in r["stderr"].lower(), (f, r["stderr"])
+        assert "\x1b" not in r["stderr"] and not (tmp_path / f"out-{f}").exists()
