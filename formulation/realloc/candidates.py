@@ -363,8 +363,12 @@ GENERATORS = ("numpy", "python")
 
 
 def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Iterable[str], *,
-                   max_candidates: int = DEFAULT_MAX_CANDIDATES, margin: float = 0.05, generator: str = "numpy") -> ReallocInstance:
+                   max_candidates: int = DEFAULT_MAX_CANDIDATES, margin: float = 0.05, generator: str = "numpy",
+                   finished: bool = False) -> ReallocInstance:
     """Candidates for every component of ``graph`` and the numbers-only instance they make.
+
+    ``finished``: no component has work left this iteration; the instance holds the current allocations only
+    (:attr:`ReallocInstance.finished`: nothing to decide).
 
     ``generator``: ``numpy`` (default) builds the allocations as rows of GPUs per pool and costs
     all of a component's migrations at once (:meth:`MigrationPlanner.costs`), planning the steps
@@ -373,6 +377,8 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
     """
     if max_candidates < 1:
         raise ValueError("max_candidates must be at least 1 (the current allocation)")
+    if finished:
+        max_candidates = 1
     if generator not in GENERATORS:
         raise ValueError(f"unknown candidate generator {generator!r}: use one of {', '.join(GENERATORS)}")
     donors = set(donors)
@@ -439,7 +445,9 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
             raise ValueError(f"component {node.name} runs on {', '.join(missing)} but has no throughput curve for it")
         cur.append(sum(ctx.curves[t](g) for t, g in sorted(by_type.items())))
     t_now = min((v for v, (_, ctx, _) in zip(cur, raw) if ctx.pipeline), default=0.0)
-    if context.horizon_s is not None:
+    if finished:
+        horizon = 0.0  # no work left: no time over which to spread a migration (none is made)
+    elif context.horizon_s is not None:
         horizon = max(1e-6, context.horizon_s)
     else:
         horizon = 1.0 / t_now if t_now > 0 else 60.0
@@ -482,7 +490,7 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
                             unit_gpus=max(1, ctx.unit_gpus), single_type=node.kind in SYNCHRONOUS_KINDS, donor=node.name in donors,
                             pipeline=ctx.pipeline, curve_source=ctx.curve_source))
     inst = ReallocInstance(list(context.pools), stages, margin=margin, horizon_s=horizon, job=graph.job, time_s=graph.time_s,
-                           notes=list(context.notes), unit=context.unit, validated=False)
+                           notes=list(context.notes), unit=context.unit, finished=finished, validated=False)
     if cols is not None:
         inst._arrays = Arrays.of(inst, matrices)  # the rows the candidates were made from
     inst.validated = True

@@ -222,6 +222,11 @@ def _print(dec, doc, args) -> None:
     unit = body["throughput_unit"]
     con.print(f"[bold]{dec.job}[/bold] at t={dec.time_s:g} s (iteration {dec.iteration}), backend {dec.record.backend}, "
               f"status {dec.record.status.value}, {dec.timings_ms.get('total', 0):.1f} ms")
+    if not any(st["pipeline"] for st in body["stages"]):  # every component has finished: no bottleneck, no candidates
+        con.print(f"[bold]NOT COMMITTED[/bold]: {body['reason']}")
+        if args.out:
+            con.print(f"plan written to {args.out}")
+        return
     verbose = getattr(args, "verbose", False)
     shown = [d for d in body["donors"] if verbose or d["donor"]]
     t = Table(title="donors" + ("" if verbose else f" ({len(shown)} of {len(body['donors'])} components; --verbose: all, with evidence)"),

@@ -448,6 +448,20 @@ def _component_curves(comp, workers, facts, specs, types, gpus_of_type, predicto
     return curves, "+".join(sorted(sources)), timed
 
 
+def _span(values) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:g}" if lo == hi else f"{lo:g} to {hi:g}"
+
+
+def _reported(comp, workers) -> str:
+    """What the component's workers reported, for the message that no curve can be made from it."""
+    tps = _span([w.tokens_per_s for w in workers])
+    if comp.kind in DYNAMIC_KINDS:
+        return ("no worker reports both tokens_per_s > 0 and requests_in_flight > 0 (its workers report tokens_per_s "
+                f"{tps} and requests_in_flight {_span([w.requests_in_flight for w in workers])})")
+    return f"its workers report tokens_per_s {tps} and the component no throughput"
+
+
 def _remaining_work(comp, workers, facts: Optional[_JobFacts], n_requests: int) -> Optional[float]:
     """Tokens of work ``comp`` has left this iteration (see the module docstring); None when unknown."""
     if comp.remaining_tokens is not None:
@@ -545,11 +559,15 @@ def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, hor
         types = [t for t in sorted(gpus_of_type) if allowed is None or t in allowed or t in {w.gpu_type for w in workers}]
         curves, source, timed = _component_curves(comp, workers, facts, specs, types, gpus_of_type, predictor)
         missing = sorted({w.gpu_type for w in workers} - set(curves))
+        if missing and (comp.progress >= 1.0 or work[comp.name] == 0.0):
+            # no work left this iteration: it only holds GPUs (not in the bottleneck), at no throughput
+            curves.update({t: Curve((float(max(1, gpus_of_type[t])),), (0.0,)) for t in missing})
+            source = "+".join(sorted(set(filter(None, source.split("+"))) | {"done"}))
+            missing = []
         if missing:
             raise UserError(Problem(f"components[{i}] ({comp.name})",
-                                    f"no throughput for its {', '.join(missing)} workers: they report tokens_per_s 0"
-                                    + (" and requests_in_flight 0" if comp.kind in DYNAMIC_KINDS else "")
-                                    + ", and no scenario or predictor state gives a curve",
+                                    f"no throughput for its {', '.join(missing)} workers: {_reported(comp, workers)}, and no "
+                                    "scenario or predictor state gives a curve",
                                     "report tokens_per_s (and requests_in_flight) per worker, set the component's throughput, "
                                     "or pass --scenario so the estimators can predict it"))
         if timed and (not normalise or len(timed) < len(curves)):
