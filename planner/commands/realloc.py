@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+PLANNER_HOLD_S = 5.0  # --decision planner's T: formulation.realloc.donors.DonorConfig's default (the daemon's)
+
 NAME = "realloc"
 HELP = "decide an in-iteration GPU reallocation (DynaRL) from a telemetry snapshot and write it as a plan"
 DESCRIPTION = """Read a telemetry snapshot file (one snapshot, a list of them in time order, or JSON
@@ -17,6 +19,7 @@ or --force to plan without a donor."""
 
 def add_arguments(p) -> None:
     from planner.commands import _args
+    from simulator.defaults import WINDOW_S
 
     p.add_argument("snapshot", metavar="SNAPSHOT", help="YAML/JSON snapshot, a list of snapshots, or .jsonl")
     p.add_argument("--scenario", help="scenario YAML for model sizes, GPU types and node groups")
@@ -31,7 +34,9 @@ def add_arguments(p) -> None:
     p.add_argument("--theta", type=_args.number(), default=0.5, help="donor: fraction of engines that must stay low (default 0.5)")
     p.add_argument("--u-low", type=_args.number(), default=0.2, help="donor: KV utilisation threshold (default 0.2)")
     p.add_argument("--u-low-percentile", type=_args.number(), default=None, help="donor: U_low as this percentile of the component's history")
-    p.add_argument("--hold-s", type=_args.number(hi=_args.SECONDS), default=5.0, help="donor: seconds the engines must stay low (T, default 5)")
+    p.add_argument("--hold-s", type=_args.number(hi=_args.SECONDS), default=None,
+                   help=f"donor: seconds the engines must stay low (T; default {WINDOW_S:g} with --decision completion, as "
+                        f"simulate --window-s; {PLANNER_HOLD_S:g} with --decision planner, the donor detector's)")
     p.add_argument("--force", action="store_true", help="plan even when no donor is detected")
     p.add_argument("--horizon-s", type=_args.number(hi=_args.SECONDS), default=None, help="seconds left in the iteration (default: from progress)")
     p.add_argument("--time-limit-s", type=_args.number(hi=_args.TIME_LIMIT_S), default=5.0, help="solver time limit (default 5)")
@@ -53,6 +58,10 @@ def _options(args):
     from formulation.realloc.donors import DonorConfig
     from planner.errors import Problem, UserError
 
+    if args.hold_s is None:
+        from simulator.defaults import WINDOW_S
+
+        args.hold_s = WINDOW_S if getattr(args, "decision", "planner") == "completion" else PLANNER_HOLD_S
     checks = [
         ("--margin", args.margin >= 0, "use a fraction >= 0, e.g. 0.05"),
         ("--candidates", args.candidates >= 1, "use at least 1 (the current allocation)"),

@@ -37,6 +37,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from simulator.defaults import WINDOW_S
+
 PLAN_SEED_BASE = 20_000  # the planner's own iterations for the start split (runs use seeds 0, 1, ...)
 
 
@@ -44,7 +46,7 @@ PLAN_SEED_BASE = 20_000  # the planner's own iterations for the start split (run
 class TailDetector:
     theta: float = 0.5
     u_low: float = 0.2
-    hold_s: float = 4.0
+    hold_s: float = WINDOW_S
     min_done: float = 0.5  # the tail starts once this fraction of the iteration's requests is done
     _iteration: int = -1
     _peak: dict = field(default_factory=dict)
@@ -212,7 +214,7 @@ def search_dynamic_start(setup, make, make_full, seeds: int = 1) -> tuple[dict, 
 class CompletionPlannerDecision:
     wants_remaining_tokens = True
 
-    def __init__(self, sc=None, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, margin: float = 0.05,
+    def __init__(self, sc=None, u_low: float = 0.2, window_s: float = WINDOW_S, theta: float = 0.5, margin: float = 0.05,
                  choose_start: bool = True, setup=None, log_every_s: float = 0.0, request_level: bool = True,
                  draws: int = 3, resolve_s: float = 5.0, start_search: str = "auto", trainer_cap: bool = False,
                  refit: bool = True, declared_lengths=None) -> None:
