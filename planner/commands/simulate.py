@@ -210,7 +210,9 @@ def run_job(args, sc):
     try:
         sim = JobSim(setup, policy, seed=args.seed, iterations=iterations)
     except ValueError as exc:
-        raise UserError(Problem(f"jobs[{idx}] ({job.name})", str(exc), "pick a larger GPU type or more tensor parallelism")) from None
+        # (a message that carries its own fix, e.g. an infeasible split's, keeps that one)
+        msg, _, fix = str(exc).partition(". Fix: ")
+        raise UserError(Problem(f"jobs[{idx}] ({job.name})", msg, fix or "pick a larger GPU type or more tensor parallelism")) from None
     return sim.run()
 
 
