@@ -142,8 +142,8 @@ def _run_completion(args) -> int:
     from planner import safeload
     from planner.dockind import SCENARIO, SNAPSHOT, expect
     from planner.errors import Problem, UserError
-    from planner.instances.completion_io import (ContextError, check_against_setup, check_record, context_from_data,
-                                                 decide_stream, make_decision)
+    from planner.instances.completion_io import (ContextError, check_against_setup, check_against_snapshot, check_record,
+                                                 context_from_data, decide_stream, make_decision)
     from planner.instances.realloc import load_snapshots
     from planner.instances.simulate import cluster_view, job_setup
     from planner.schema import load_scenario
@@ -179,6 +179,10 @@ def _run_completion(args) -> int:
     if ctx.iteration != snaps[-1].iteration:
         raise UserError(Problem("--context iteration", f"{ctx.iteration}, the last snapshot's is {snaps[-1].iteration}",
                                 "give the context taken at the last snapshot"))
+    try:
+        check_against_snapshot(ctx, snaps[-1])
+    except ContextError as exc:
+        raise UserError(Problem(f"--context {exc.field}", exc.message, exc.fix)) from None
     dec = make_decision(setup, sc, u_low=args.u_low, window_s=args.hold_s, theta=args.theta, margin=args.margin)
     out, rec = decide_stream(dec, snaps, ctx)
     try:
