@@ -66,7 +66,7 @@ def _options(args):
         ("--margin", args.margin >= 0, "use a fraction >= 0, e.g. 0.05"),
         ("--candidates", args.candidates >= 1, "use at least 1 (the current allocation)"),
         ("--theta", 0 <= args.theta < 1, "use a fraction in [0, 1)"),
-        ("--u-low", 0 < args.u_low <= 1, "use a KV utilisation in (0, 1]"),
+        ("--u-low", 0 < args.u_low < 1, "use a KV utilisation strictly between 0 and 1 (as simulate --u-low), e.g. 0.2"),
         ("--hold-s", args.hold_s >= 0, "use seconds >= 0"),
         ("--time-limit-s", args.time_limit_s > 0, "use seconds > 0"),
         ("--horizon-s", args.horizon_s is None or args.horizon_s > 0, "use seconds > 0"),

@@ -69,6 +69,7 @@ from formulation.realloc.context import ComponentContext, Links, ReallocContext,
 from formulation.realloc.graph import STATEFUL_KINDS
 from formulation.realloc.instance import Curve
 from formulation.realloc.telemetry import DYNAMIC_KINDS, TelemetrySnapshot
+from formulation.realloc.telemetry import MAX_GPUS as MAX_NODE_GPUS
 from planner.errors import Problem, UserError, did_you_mean
 
 MIN_HORIZON_S = 10.0
@@ -138,10 +139,9 @@ def _job_facts(snap: TelemetrySnapshot, scenario) -> Optional[_JobFacts]:
         return None
     names = [j.name for j in scenario.jobs]
     job = next((j for j in scenario.jobs if j.name == snap.job), None)
-    if job is None and len(scenario.jobs) == 1:
-        job = scenario.jobs[0]
-    if job is None:
-        raise UserError(Problem("job", f"the snapshot's job '{snap.job}' is not in the scenario{did_you_mean(snap.job, names)}",
+    if job is None:  # (a one-job scenario too: planning with another job's model and cluster is planning wrong)
+        raise UserError(Problem("job", f"the snapshot's job '{snap.job}' is not in the scenario (its jobs: {', '.join(names)})."
+                                       f"{did_you_mean(snap.job, names)}",
                                 f"name one of its jobs ({', '.join(names)}) in the snapshot, or pass the scenario that runs it"))
     from planner.instances.common import job_profile
 
@@ -522,7 +522,7 @@ def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, hor
     facts = _job_facts(snap, scenario)
     n_requests = 0
     if facts is not None:
-        job = next((j for j in scenario.jobs if j.name == snap.job), scenario.jobs[0])
+        job = next(j for j in scenario.jobs if j.name == snap.job)  # (_job_facts refused any other)
         n_requests = job.rollout.batch_prompts * job.rollout.group_size
     gpus_per_node, cluster_of = {}, {}
     if scenario is not None:
@@ -719,6 +719,10 @@ def _fix_for(err: ErrorDetails) -> str:
         return "report each worker's GPU type as its node's (declared under nodes)"
     if "duplicate" in msg:
         return "give every worker and component a unique name"
+    if "not a number" in msg:
+        return "write the number itself: no quotes, not true or false"
+    if "than any node has" in msg:
+        return f"fix the workers' node names or gpus: a node has at most {MAX_NODE_GPUS} GPUs"
     if "more GPUs than the node has" in msg:
         return "fix the workers' gpus or the node's capacity under nodes"
     if t.startswith("literal_error"):

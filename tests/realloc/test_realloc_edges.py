@@ -88,3 +88,51 @@ def test_decide_on_a_finished_snapshot_keeps_everything():
     assert not dec.committed and dec.reason == FINISHED_REASON and dec.changed() == []
     assert dec.instance is not None and dec.instance.finished
     ReallocPlan.model_validate(dec.body())
+
+
+TAIL = ROOT / "scenarios" / "realloc" / "tail-h100-16node.json"  # job math-7b
+
+
+def test_a_one_job_scenario_of_another_job_is_refused(tmp_path, capsys):
+    """It planned with math-32b's model and cluster for math-7b's snapshot; a multi-job scenario was refused already."""
+    capsys.readouterr()
+    rc = cli_main(["realloc", str(TAIL), "--scenario", str(ROOT / "scenarios/dynarl/math-32b-64gpu.yaml"), "--json"])
+    cap = capsys.readouterr()
+    assert rc == 2 and cap.out == ""
+    assert "error: job: the snapshot's job 'math-7b' is not in the scenario (its jobs: math-32b)" in cap.err, cap.err
+    assert "Fix:" in cap.err and "Traceback" not in cap.err
+
+
+def test_a_node_fuller_than_any_node_is_refused_without_a_nodes_list(tmp_path, capsys):
+    snap = _snapshot({"progress": 0.5}, {"progress": 0.1},
+                     [_worker(f"r{i}", "rollout", reqs=1) for i in range(100)] + [_worker("t0", "actor", node="n1")], nodes=False)
+    out = tmp_path / "plan.json"
+    rc, stdout, err = _run(tmp_path, capsys, snap, "--force", "--out", str(out))
+    assert rc == 2 and stdout == "" and not out.exists()
+    assert "more GPUs on one node than any node has (at most 64): n0 (100)" in err, err
+    assert "Fix:" in err and "Traceback" not in err
+    snap["workers"] = snap["workers"][:64] + snap["workers"][100:]  # 64 on n0: a full node, accepted
+    rc, _, err = _run(tmp_path, capsys, snap, "--force", "--json")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("field,value,said", [("gpus", "2", "'2' is a string, not a number"),
+                                              ("tokens_per_s", "100", "'100' is a string, not a number"),
+                                              ("requests_in_flight", True, "true is a boolean, not a number")])
+def test_a_number_written_as_a_string_is_refused(tmp_path, capsys, field, value, said):
+    snap = _snapshot({"progress": 0.5}, {"progress": 0.1}, [_worker("r0", "rollout", reqs=1), _worker("t0", "actor")])
+    snap["workers"][0][field] = value
+    rc, out, err = _run(tmp_path, capsys, snap, "--force")
+    assert rc == 2 and out == ""
+    assert f"workers.0.{field}: {said}" in err and "Fix: write the number itself" in err, err
+
+
+def test_u_low_is_strictly_below_1_as_simulate_says(tmp_path, capsys):
+    snap = _snapshot({"progress": 0.5}, {"progress": 0.1}, [_worker("r0", "rollout", reqs=1), _worker("t0", "actor")])
+    for cmd in (["realloc", "SNAP"], ["simulate", str(ROOT / "scenarios/dynarl/math-7b-128gpu.yaml"), "--policy", "dynamic"]):
+        f = tmp_path / "snap.json"
+        f.write_text(json.dumps(snap))
+        capsys.readouterr()
+        rc = cli_main([c if c != "SNAP" else str(f) for c in cmd] + ["--u-low", "1.0"])
+        err = capsys.readouterr().err
+        assert rc == 2 and "--u-low" in err and "Traceback" not in err, (cmd, err)
