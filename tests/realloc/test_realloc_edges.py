@@ -136,3 +136,37 @@ def test_u_low_is_strictly_below_1_as_simulate_says(tmp_path, capsys):
         rc = cli_main([c if c != "SNAP" else str(f) for c in cmd] + ["--u-low", "1.0"])
         err = capsys.readouterr().err
         assert rc == 2 and "--u-low" in err and "Traceback" not in err, (cmd, err)
+
+
+def _chosen(body: dict) -> dict:
+    return {st["name"]: next(c for c in st["candidates"] if c["chosen"]) for st in body["stages"]}
+
+
+@pytest.mark.parametrize("finished_rollout", [False, True])
+def test_freed_gpus_reach_the_bottleneck(tmp_path, capsys, finished_rollout):
+    """Two receivers (log-prob inference and the trainer) whose grows all filled the same nodes first could only be
+    combined small: 12 of 128 GPUs stayed unowned and the bottleneck trainer got 2 more (slowest 260 s), and with
+    the rollout done, 86 stayed unowned (slowest 284 s). Balanced grows share what each shrink frees between them."""
+    data = json.loads(TAIL.read_text())
+    if finished_rollout:
+        for s in data["snapshots"]:
+            for c in s["components"]:
+                if c["kind"] == "rollout":
+                    c["progress"] = 1.0
+    f = tmp_path / "tail.json"
+    f.write_text(json.dumps(data))
+    capsys.readouterr()
+    rc = cli_main(["realloc", str(f), "--scenario", str(ROOT / "scenarios/dynarl/math-7b-128gpu.yaml"), "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    body = json.loads(cap.out)["body"]
+    chosen = _chosen(body)
+    assert body["committed"]
+    assert sum(sum(c["gpus"].values()) for c in chosen.values()) == 128, "every GPU the rollout frees is owned"
+    assert 1.0 / body["predicted_throughput"] < 150.0  # the slowest component's predicted finish (was 260 s / 284 s)
+    assert "/balanced@" in chosen["actor"]["name"] and "/balanced@" in chosen["ref"]["name"]
+    per_node: dict = {}
+    for c in chosen.values():
+        for p, g in c["gpus"].items():
+            per_node[p] = per_node.get(p, 0) + g
+    assert set(per_node.values()) == {8}, "the grows share the freed nodes' GPUs, none twice"
