@@ -19,5 +19,16 @@ def not_a_bool(v: Any) -> Any:
     return v
 
 
+def a_number(v: Any) -> Any:
+    """``v`` unchanged unless it is a boolean or a string (then a ValueError for pydantic to report): for inputs that
+    are machine-written JSON (telemetry), where a quoted number is a writer's bug, not a number."""
+    v = not_a_bool(v)
+    if isinstance(v, (str, bytes)):
+        raise ValueError(f"{v!r} is a string, not a number: write the number without quotes")
+    return v
+
+
 Int = Annotated[int, BeforeValidator(not_a_bool)]
 Real = Annotated[float, BeforeValidator(not_a_bool)]
+NumInt = Annotated[int, BeforeValidator(a_number)]  # neither a boolean nor a string
+NumReal = Annotated[float, BeforeValidator(a_number)]

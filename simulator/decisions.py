@@ -27,11 +27,12 @@ import math
 from typing import Optional
 
 from formulation.realloc.telemetry import TelemetrySnapshot
+from simulator.defaults import WINDOW_S
 from simulator.policies import ReallocContext, Reallocation
 
 
 class ThresholdDecision:
-    def __init__(self, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, keep_batch: int = 32) -> None:
+    def __init__(self, u_low: float = 0.2, window_s: float = WINDOW_S, theta: float = 0.5, keep_batch: int = 32) -> None:
         if not 0.0 < u_low < 1.0:
             raise ValueError(f"u_low must lie in (0, 1), got {u_low}")
         if window_s < 0:

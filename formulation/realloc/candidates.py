@@ -12,7 +12,9 @@ interruptible point gets nothing else. Otherwise (up to ``max_candidates`` per c
   inside one node (TP granularity and node locality). Several fill orders are tried, so that two
   receivers need not compete for the same GPUs: *affinity* (nodes it already uses, then nodes
   of its dataflow neighbours, then the rest), *donor-first* (the donors' release order) and
-  *free-first*; and several GPU types: per allowed type, plus all types together for components
+  *free-first*; with two or more receivers, *balanced* grows (:func:`_balanced`: per donor shrink level, the GPUs
+  it frees shared out between the receivers by max-min water filling, so that their grows fit together and the
+  freed GPUs reach the bottleneck); and several GPU types: per allowed type, plus all types together for components
   whose engines may mix types; and *relocate* candidates that move the whole component onto
   another allowed type (Weave-style pools such as H100 for the trainer and H20 for rollout, with
   the cost of the move between them; e.g. log-prob inference onto H20 so the trainer can grow on
@@ -155,6 +157,90 @@ def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGrap
                 verb = "relocate" if relocate else "grow"
                 group.append((f"{verb}-{k * unit}{label}/{oname}", {p: v for p, v in alloc.items() if v > 0}))
             out.append(group)
+    return out
+
+
+def _balanced(graph: ComponentGraph, context: ReallocContext, pools: dict, free: dict, release: dict, receivers: list[str],
+              count: int) -> dict[str, list[tuple[str, dict]]]:
+    """Grows of several receivers that fit together, per receiver one candidate per shrink level of each donor.
+
+    The other fill orders give every receiver its grows in the same node order, so two receivers' grows start on
+    the same first nodes and the solver can combine only small ones (GPUs a donor frees stay unowned). Here, for
+    each shrink the donor is offered (its first ``k`` engines in release order, the same levels as its shrink
+    candidates; no donor: the free GPUs alone), the GPUs it frees and the free ones are shared out between the
+    receivers (the pipeline components that may grow) one unit at a time, always to the slowest receiver a unit
+    still speeds up (max-min water filling on their curves), on the node it was last given a unit on while that
+    has room, else the first freed node with room (free GPUs first, then the donor's in release order). The
+    receivers' candidates of one level use disjoint GPUs, all of them free or freed by that shrink.
+    Levels are nested (one pass over the release order), so the cost is the units shared times the receivers."""
+    levels: list[tuple[str, int, list]] = []  # (donor, released GPUs, [(pool, gpus) released by this level's step])
+    for d in sorted(release):
+        order = release[d]
+        done, released = 0, 0
+        for k in _levels(len(order) - 1, count):
+            step = [(w.node, w.gpus) for w in order[done:k]]
+            released += sum(g for _, g in step)
+            levels.append((d, released, step))
+            done = k
+    if not levels and not any(free.values()):
+        return {}
+    specs = {}
+    for r in receivers:
+        node, ctx = graph.nodes[r], context.components[r]
+        current = node.gpus_by_node()
+        cur_types = sorted({pools[p].gpu_type for p in current})
+        allowed = [t for t in ctx.types() if node.kind not in SYNCHRONOUS_KINDS or t in cur_types]
+        by_type = {t: sum(v for p, v in current.items() if pools[p].gpu_type == t) for t in allowed}
+        cap = {t: sum(pools[p].gpus for p in pools if pools[p].gpu_type == t) for t in allowed}
+        vals = {t: ctx.curves[t].values(np.arange(cap[t] + 1, dtype=float)).tolist() for t in allowed}
+        specs[r] = (max(1, ctx.unit_gpus), set(allowed), current, by_type, vals)
+    out: dict[str, list[tuple[str, dict]]] = {r: [] for r in receivers}
+
+    def rate(r: str, gpus: dict) -> float:
+        return sum(v[gpus.get(t, 0)] for t, v in specs[r][4].items())
+
+    runs: dict = {}  # donor -> its pass: supply per pool, pools in the order freed, GPUs added and held per receiver
+    for d, released, step in levels or [("", 0, [])]:
+        if d not in runs:
+            sup = {p: v for p, v in free.items() if v > 0}
+            held = {r: dict(specs[r][3]) for r in receivers}
+            runs[d] = (sup, sorted(sup, key=lambda p: (-sup[p], p)), {r: {} for r in receivers}, held,
+                       {r: rate(r, held[r]) for r in receivers}, dict.fromkeys(receivers))
+        sup, order, added, gpus, thr, last = runs[d]
+        for p, g in step:
+            if p not in sup:
+                order.append(p)
+            sup[p] = sup.get(p, 0) + g
+        cursor = dict.fromkeys(receivers, 0)  # before it, no pool has room for the receiver's unit (supply only falls)
+        live = list(receivers)  # (sorted by name: the first of equally slow ones)
+        while live:
+            r = min(live, key=thr.__getitem__)  # the slowest
+            unit, types, _, _, vals = specs[r]
+            p = last[r]
+            if p is None or sup[p] < unit:  # the node it filled last first, else the first freed node with room
+                i = cursor[r]
+                while i < len(order) and not (sup[order[i]] >= unit and pools[order[i]].gpu_type in types):
+                    i += 1
+                cursor[r] = i
+                p = order[i] if i < len(order) else None
+            t = pools[p].gpu_type if p is not None else ""
+            g = gpus[r].get(t, 0)
+            if p is None or g + unit >= len(vals[t]) or vals[t][g + unit] <= vals[t][g]:
+                live.remove(r)  # no room, or a unit more does not speed it up
+                continue
+            sup[p] -= unit
+            added[r][p] = added[r].get(p, 0) + unit
+            gpus[r][t] = g + unit
+            thr[r] += vals[t][g + unit] - vals[t][g]
+            last[r] = p
+        for r in receivers:
+            if added[r]:
+                current = specs[r][2]
+                alloc = dict(current)
+                for p, v in added[r].items():
+                    alloc[p] = alloc.get(p, 0) + v
+                tag = f"{d}-{released}" if d else "free"
+                out[r].append((f"grow-{sum(added[r].values())}/balanced@{tag}", alloc))
     return out
 
 
@@ -363,8 +449,12 @@ GENERATORS = ("numpy", "python")
 
 
 def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Iterable[str], *,
-                   max_candidates: int = DEFAULT_MAX_CANDIDATES, margin: float = 0.05, generator: str = "numpy") -> ReallocInstance:
+                   max_candidates: int = DEFAULT_MAX_CANDIDATES, margin: float = 0.05, generator: str = "numpy",
+                   finished: bool = False) -> ReallocInstance:
     """Candidates for every component of ``graph`` and the numbers-only instance they make.
+
+    ``finished``: no component has work left this iteration; the instance holds the current allocations only
+    (:attr:`ReallocInstance.finished`: nothing to decide).
 
     ``generator``: ``numpy`` (default) builds the allocations as rows of GPUs per pool and costs
     all of a component's migrations at once (:meth:`MigrationPlanner.costs`), planning the steps
@@ -373,6 +463,8 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
     """
     if max_candidates < 1:
         raise ValueError("max_candidates must be at least 1 (the current allocation)")
+    if finished:
+        max_candidates = 1
     if generator not in GENERATORS:
         raise ValueError(f"unknown candidate generator {generator!r}: use one of {', '.join(GENERATORS)}")
     donors = set(donors)
@@ -405,6 +497,11 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
     if cols is not None:
         free_v = cols.vector(free)
         givers = _Givers(donor_order, cols, free_v)
+    # the components that get grow candidates and count in the bottleneck: with two or more, grows that fit together
+    receivers = sorted(n.name for n in graph.nodes.values() if n.interruptible and n.name not in donors
+                       and n.name in context.components and context.components[n.name].pipeline)
+    balanced = (_balanced(graph, context, pools, free, release, receivers, max_candidates - 1)
+                if len(receivers) > 1 and max_candidates > 1 else {})
     raw: list[tuple[ComponentNode, ComponentContext, Any]] = []  # (node, context, named candidates: list or (names, rows))
     for node in graph.nodes.values():
         ctx = context.components.get(node.name)
@@ -424,6 +521,10 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
                     groups = _grows_with(node, ctx, graph, pools, free, slots, [p for p, _ in others], max_candidates - 1)
                 else:
                     groups = _grow_rows(node, ctx, graph, pools, cols, free_v, *givers.slots_and_rank(node.name), max_candidates - 1)
+                both = balanced.get(node.name)
+                if both:  # first: the round robin over the groups hands its leftover to the first ones
+                    groups = [both, *groups] if cols is None else [(np.stack([cols.vector(a) for _, a in both]),
+                                                                     [n for n, _ in both]), *groups]
         if cols is None:
             raw.append((node, ctx, _select(groups, node.gpus_by_node(), max_candidates - 1)))
         else:
@@ -439,7 +540,9 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
             raise ValueError(f"component {node.name} runs on {', '.join(missing)} but has no throughput curve for it")
         cur.append(sum(ctx.curves[t](g) for t, g in sorted(by_type.items())))
     t_now = min((v for v, (_, ctx, _) in zip(cur, raw) if ctx.pipeline), default=0.0)
-    if context.horizon_s is not None:
+    if finished:
+        horizon = 0.0  # no work left: no time over which to spread a migration (none is made)
+    elif context.horizon_s is not None:
         horizon = max(1e-6, context.horizon_s)
     else:
         horizon = 1.0 / t_now if t_now > 0 else 60.0
@@ -482,7 +585,7 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
                             unit_gpus=max(1, ctx.unit_gpus), single_type=node.kind in SYNCHRONOUS_KINDS, donor=node.name in donors,
                             pipeline=ctx.pipeline, curve_source=ctx.curve_source))
     inst = ReallocInstance(list(context.pools), stages, margin=margin, horizon_s=horizon, job=graph.job, time_s=graph.time_s,
-                           notes=list(context.notes), unit=context.unit, validated=False)
+                           notes=list(context.notes), unit=context.unit, finished=finished, validated=False)
     if cols is not None:
         inst._arrays = Arrays.of(inst, matrices)  # the rows the candidates were made from
     inst.validated = True

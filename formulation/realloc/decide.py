@@ -29,6 +29,8 @@ from formulation.realloc.migrations import drain_order
 from formulation.realloc.telemetry import TelemetrySnapshot
 
 BACKENDS = ("bnb", "highs", "cpsat", "dp", "pyomo")
+FINISHED_REASON = ("nothing to reallocate: every component has finished its work this iteration (progress 1 or no "
+                   "remaining work); the allocation is kept")
 
 
 def solve_instance(inst: ReallocInstance, backend: str = "highs", options: SolveOptions | None = None,
@@ -141,6 +143,16 @@ def decide(snapshot: TelemetrySnapshot | dict, context: ReallocContext, options:
     donors = [e.component for e in evidence if e.donor and graph.nodes[e.component].interruptible]
     t1 = time.perf_counter()
     timings["graph_and_donors"] = (t1 - t0) * 1e3
+    comps = [context.components.get(n) for n in graph.nodes]
+    if comps and all(c is not None and not c.pipeline for c in comps):
+        # every component's work this iteration is done: there is no bottleneck to relieve
+        inst = build_instance(graph, context, [], max_candidates=1, margin=opts.margin, generator=opts.generator, finished=True)
+        rec = SolveRecord("none", SolveStatus.NOT_SOLVED, None, None, 0.0, None, None,
+                          "nothing to decide: every component has finished")
+        timings["total"] = (time.perf_counter() - t0) * 1e3
+        thr = [inst.stage_throughput(s, 0) for s in range(len(inst.stages))]
+        return Decision(graph.job, graph.time_s, graph.iteration, evidence, graph, inst, [0] * len(inst.stages), rec, 0.0, 0.0,
+                        0.0, thr, False, FINISHED_REASON, [], timings)
     if opts.require_donor and not donors:
         inst = build_instance(graph, context, [], max_candidates=1, margin=opts.margin, generator=opts.generator)
         why = "; ".join(e.cause for e in evidence) or "no component of a judged kind"
@@ -190,4 +202,4 @@ def _keep(graph, evidence, inst, rec, reason, t0, timings) -> Decision:
                     current, thr, False, reason, [], timings)
 
 
-__all__ = ["BACKENDS", "Decision", "ReallocOptions", "decide", "drain_order", "solve_instance"]
+__all__ = ["BACKENDS", "FINISHED_REASON", "Decision", "ReallocOptions", "decide", "drain_order", "solve_instance"]

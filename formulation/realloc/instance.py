@@ -256,6 +256,7 @@ class ReallocInstance:
     time_s: float = 0.0
     notes: list = field(default_factory=list)
     unit: str = "tokens/s"  # throughput unit of the curves (see ReallocContext.unit)
+    finished: bool = False  # no stage has work left: every stage keeps its current allocation, nothing to decide
     validated: bool = field(default=True, repr=False)  # False only for instances derived from a validated one
 
     def __post_init__(self) -> None:
@@ -272,7 +273,10 @@ class ReallocInstance:
         if len(set(names)) != len(names):
             raise ValueError("pool names must be unique")
         known = set(names)
-        if not any(s.pipeline for s in self.stages):
+        if self.finished:
+            if any(s.pipeline or len(s.candidates) != 1 for s in self.stages):
+                raise ValueError("a finished instance has no pipeline stage and only the current allocations")
+        elif not any(s.pipeline for s in self.stages):
             raise ValueError("an instance needs at least one pipeline stage (a component with work left)")
         for s in self.stages:
             if not s.candidates:

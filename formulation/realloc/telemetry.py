@@ -31,7 +31,8 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from estimators.fields import Int, Real  # numbers that refuse booleans (true/false), shared
+from estimators.fields import NumInt as Int  # numbers that refuse booleans (true/false) and strings ("2"), shared
+from estimators.fields import NumReal as Real
 
 ComponentKind = Literal["rollout", "reference", "critic", "reward", "tool_agent", "trainer"]
 
@@ -136,9 +137,14 @@ class TelemetrySnapshot(_Strict):
         if missing:
             raise ValueError(f"component(s) without workers: {', '.join(missing)}; every component needs at least one worker")
         node_type: dict[str, str] = {}
+        held: dict[str, int] = {}
         for w in self.workers:
             if node_type.setdefault(w.node, w.gpu_type) != w.gpu_type:
                 raise ValueError(f"node {w.node} reports GPU types {node_type[w.node]} and {w.gpu_type}; a node has one GPU type")
+            held[w.node] = held.get(w.node, 0) + w.gpus
+        full = [f"{k} ({v})" for k, v in held.items() if v > MAX_GPUS]
+        if full:  # (with nodes declared, each at most MAX_GPUS, the check below says it too)
+            raise ValueError(f"workers hold more GPUs on one node than any node has (at most {MAX_GPUS}): {', '.join(full)}")
         if self.nodes is not None:
             declared = {n.node: n for n in self.nodes}
             if len(declared) != len(self.nodes):

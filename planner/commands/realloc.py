@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+PLANNER_HOLD_S = 5.0  # --decision planner's T: formulation.realloc.donors.DonorConfig's default (the daemon's)
+
 NAME = "realloc"
 HELP = "decide an in-iteration GPU reallocation (DynaRL) from a telemetry snapshot and write it as a plan"
 DESCRIPTION = """Read a telemetry snapshot file (one snapshot, a list of them in time order, or JSON
@@ -17,6 +19,7 @@ or --force to plan without a donor."""
 
 def add_arguments(p) -> None:
     from planner.commands import _args
+    from simulator.defaults import WINDOW_S
 
     p.add_argument("snapshot", metavar="SNAPSHOT", help="YAML/JSON snapshot, a list of snapshots, or .jsonl")
     p.add_argument("--scenario", help="scenario YAML for model sizes, GPU types and node groups")
@@ -31,7 +34,9 @@ def add_arguments(p) -> None:
     p.add_argument("--theta", type=_args.number(), default=0.5, help="donor: fraction of engines that must stay low (default 0.5)")
     p.add_argument("--u-low", type=_args.number(), default=0.2, help="donor: KV utilisation threshold (default 0.2)")
     p.add_argument("--u-low-percentile", type=_args.number(), default=None, help="donor: U_low as this percentile of the component's history")
-    p.add_argument("--hold-s", type=_args.number(hi=_args.SECONDS), default=5.0, help="donor: seconds the engines must stay low (T, default 5)")
+    p.add_argument("--hold-s", type=_args.number(hi=_args.SECONDS), default=None,
+                   help=f"donor: seconds the engines must stay low (T; default {WINDOW_S:g} with --decision completion, as "
+                        f"simulate --window-s; {PLANNER_HOLD_S:g} with --decision planner, the donor detector's)")
     p.add_argument("--force", action="store_true", help="plan even when no donor is detected")
     p.add_argument("--horizon-s", type=_args.number(hi=_args.SECONDS), default=None, help="seconds left in the iteration (default: from progress)")
     p.add_argument("--time-limit-s", type=_args.number(hi=_args.TIME_LIMIT_S), default=5.0, help="solver time limit (default 5)")
@@ -53,11 +58,15 @@ def _options(args):
     from formulation.realloc.donors import DonorConfig
     from planner.errors import Problem, UserError
 
+    if args.hold_s is None:
+        from simulator.defaults import WINDOW_S
+
+        args.hold_s = WINDOW_S if getattr(args, "decision", "planner") == "completion" else PLANNER_HOLD_S
     checks = [
         ("--margin", args.margin >= 0, "use a fraction >= 0, e.g. 0.05"),
         ("--candidates", args.candidates >= 1, "use at least 1 (the current allocation)"),
         ("--theta", 0 <= args.theta < 1, "use a fraction in [0, 1)"),
-        ("--u-low", 0 < args.u_low <= 1, "use a KV utilisation in (0, 1]"),
+        ("--u-low", 0 < args.u_low < 1, "use a KV utilisation strictly between 0 and 1 (as simulate --u-low), e.g. 0.2"),
         ("--hold-s", args.hold_s >= 0, "use seconds >= 0"),
         ("--time-limit-s", args.time_limit_s > 0, "use seconds > 0"),
         ("--horizon-s", args.horizon_s is None or args.horizon_s > 0, "use seconds > 0"),
@@ -133,8 +142,8 @@ def _run_completion(args) -> int:
     from planner import safeload
     from planner.dockind import SCENARIO, SNAPSHOT, expect
     from planner.errors import Problem, UserError
-    from planner.instances.completion_io import (ContextError, check_against_setup, check_record, context_from_data,
-                                                 decide_stream, make_decision)
+    from planner.instances.completion_io import (ContextError, check_against_setup, check_against_snapshot, check_record,
+                                                 context_from_data, decide_stream, make_decision)
     from planner.instances.realloc import load_snapshots
     from planner.instances.simulate import cluster_view, job_setup
     from planner.schema import load_scenario
@@ -170,6 +179,10 @@ def _run_completion(args) -> int:
     if ctx.iteration != snaps[-1].iteration:
         raise UserError(Problem("--context iteration", f"{ctx.iteration}, the last snapshot's is {snaps[-1].iteration}",
                                 "give the context taken at the last snapshot"))
+    try:
+        check_against_snapshot(ctx, snaps[-1])
+    except ContextError as exc:
+        raise UserError(Problem(f"--context {exc.field}", exc.message, exc.fix)) from None
     dec = make_decision(setup, sc, u_low=args.u_low, window_s=args.hold_s, theta=args.theta, margin=args.margin)
     out, rec = decide_stream(dec, snaps, ctx)
     try:
@@ -222,6 +235,11 @@ def _print(dec, doc, args) -> None:
     unit = body["throughput_unit"]
     con.print(f"[bold]{dec.job}[/bold] at t={dec.time_s:g} s (iteration {dec.iteration}), backend {dec.record.backend}, "
               f"status {dec.record.status.value}, {dec.timings_ms.get('total', 0):.1f} ms")
+    if not any(st["pipeline"] for st in body["stages"]):  # every component has finished: no bottleneck, no candidates
+        con.print(f"[bold]NOT COMMITTED[/bold]: {body['reason']}")
+        if args.out:
+            con.print(f"plan written to {args.out}")
+        return
     verbose = getattr(args, "verbose", False)
     shown = [d for d in body["donors"] if verbose or d["donor"]]
     t = Table(title="donors" + ("" if verbose else f" ({len(shown)} of {len(body['donors'])} components; --verbose: all, with evidence)"),

@@ -48,6 +48,7 @@ component over time, as DynaRL's Figure 13) for one job, gantt.png (groups) for 
 
 def add_arguments(p) -> None:
     from planner.commands import _args
+    from simulator.defaults import WINDOW_S
 
     p.add_argument("scenario", metavar="SCENARIO")
     p.add_argument("--policy", metavar="P", help=f"one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}")
@@ -77,7 +78,8 @@ def add_arguments(p) -> None:
                         "seeds, minutes on a 64-GPU set-up; the best static split on multi-turn ones; static: the best static "
                         "split always, faster)")
     p.add_argument("--u-low", type=_args.number(), default=0.2, help="dynamic: KV utilisation below which an engine is a donor")
-    p.add_argument("--window-s", type=_args.number(hi=_args.SECONDS), default=4.0, help="dynamic: seconds an engine must stay under U_low (T)")
+    p.add_argument("--window-s", type=_args.number(hi=_args.SECONDS), default=WINDOW_S,
+                   help=f"dynamic: seconds an engine must stay under U_low (T, default {WINDOW_S:g})")
     p.add_argument("--theta", type=_args.number(), default=0.5, help="dynamic: fraction of engines that must be donors")
     p.add_argument("--horizon-s", type=_args.number(hi=_args.SECONDS), default=None, help="many jobs: stop the trace at this time (s)")
     p.add_argument("--oracle", action="store_true", help="one job: also search the hindsight oracle of each iteration "
@@ -208,7 +210,9 @@ def run_job(args, sc):
     try:
         sim = JobSim(setup, policy, seed=args.seed, iterations=iterations)
     except ValueError as exc:
-        raise UserError(Problem(f"jobs[{idx}] ({job.name})", str(exc), "pick a larger GPU type or more tensor parallelism")) from None
+        # (a message that carries its own fix, e.g. an infeasible split's, keeps that one)
+        msg, _, fix = str(exc).partition(". Fix: ")
+        raise UserError(Problem(f"jobs[{idx}] ({job.name})", msg, fix or "pick a larger GPU type or more tensor parallelism")) from None
     return sim.run()
 
 

@@ -37,6 +37,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from simulator.defaults import WINDOW_S
+
 PLAN_SEED_BASE = 20_000  # the planner's own iterations for the start split (runs use seeds 0, 1, ...)
 
 
@@ -44,7 +46,7 @@ PLAN_SEED_BASE = 20_000  # the planner's own iterations for the start split (run
 class TailDetector:
     theta: float = 0.5
     u_low: float = 0.2
-    hold_s: float = 4.0
+    hold_s: float = WINDOW_S
     min_done: float = 0.5  # the tail starts once this fraction of the iteration's requests is done
     _iteration: int = -1
     _peak: dict = field(default_factory=dict)
@@ -128,12 +130,26 @@ def _static_time(setup, a: tuple, seeds: int) -> Optional[float]:
     return float(np.mean(ts))
 
 
+def _no_start(setup) -> None:
+    """No candidate start could be simulated: the ValueError the static policy gives on the job's own split (it names
+    the split and the fix), else one that says so."""
+    from simulator.job import partition
+    from simulator.policies import Policy
+
+    partition(setup, Policy("static"))  # raises when the job's own split is infeasible (e.g. too few training GPUs)
+    raise ValueError(f"job {setup.name}: no split of its {setup.total_gpus} GPUs into rollout engines of "
+                     f"{setup.rollout_tp} GPU(s), log-prob inference and trainer replicas of {setup.train_unit} GPU(s) "
+                     "could be simulated. Fix: give the job more GPUs, or smaller rollout TP or trainer TP x PP")
+
+
 def search_start_split(setup, seeds: int = 1) -> tuple[dict, list]:
     """The static split of least simulated iteration time on the planner's seeds: (split, [(split, seconds)])."""
     key = ("static", repr(setup), seeds)
     if key in _START_CACHE:
         return _START_CACHE[key]
     seen = _candidate_starts(setup, lambda a: _static_time(setup, a, seeds))
+    if not seen:
+        _no_start(setup)
     best = min(seen, key=lambda a: seen[a])
     out = ({"rollout": best[0], "reference": best[1], "trainer": best[2]}, sorted(seen.items(), key=lambda kv: kv[1]))
     _START_CACHE[key] = out
@@ -202,6 +218,8 @@ def search_dynamic_start(setup, make, make_full, seeds: int = 1) -> tuple[dict, 
     finalists = list(dict.fromkeys([(st["rollout"], st["reference"], st["trainer"]),
                                     *sorted(screen, key=lambda a: screen[a])[:FINALISTS]]))
     full = {a: v for a in finalists if (v := _full_time(setup, a, seeds, make_full)) is not None}
+    if not full:
+        _no_start(setup)
     best = min(full, key=lambda a: full[a])
     table = {**screen, **full}
     out = ({"rollout": best[0], "reference": best[1], "trainer": best[2]}, sorted(table.items(), key=lambda kv: kv[1]))
@@ -212,7 +230,7 @@ def search_dynamic_start(setup, make, make_full, seeds: int = 1) -> tuple[dict, 
 class CompletionPlannerDecision:
     wants_remaining_tokens = True
 
-    def __init__(self, sc=None, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, margin: float = 0.05,
+    def __init__(self, sc=None, u_low: float = 0.2, window_s: float = WINDOW_S, theta: float = 0.5, margin: float = 0.05,
                  choose_start: bool = True, setup=None, log_every_s: float = 0.0, request_level: bool = True,
                  draws: int = 3, resolve_s: float = 5.0, start_search: str = "auto", trainer_cap: bool = False,
                  refit: bool = True, declared_lengths=None) -> None:

@@ -139,13 +139,23 @@ def context_from_data(d: Any, where: str = "context"):
     if held > total:
         raise ContextError(f"{where}.components", f"the components hold {held} GPUs, more than total_gpus ({total})",
                            "give each component the GPUs it holds, together at most total_gpus")
+    if held + top["free_gpus"] != total:  # every GPU of the job is held by a component or free
+        raise ContextError(f"{where}.free_gpus", f"{top['free_gpus']}, but the components hold {held} of total_gpus ({total}): "
+                                                 f"together {held + top['free_gpus']}",
+                           f"write free_gpus = total_gpus - the components' GPUs ({total - held}), or the GPUs each "
+                           "component holds")
     initial = d.get("initial", {})
     if not isinstance(initial, dict):
         raise ContextError(f"{where}.initial", "expected a mapping of component name to GPUs", "write {rollout: GPUs, ...}")
     for k, v in initial.items():
         if k not in COMPONENTS:
             raise ContextError(f"{where}.initial.{k}", "unknown component", f"use {', '.join(COMPONENTS)}")
-        _num(v, f"{where}.initial.{k}", int, 0, total, "GPUs of the starting partition, at most total_gpus")
+        _num(v, f"{where}.initial.{k}", int, 1, total, "GPUs of the starting partition: at least 1, at most total_gpus")
+    if initial:  # the starting partition names every component (an iteration boundary returns to it)
+        for k in COMPONENTS:
+            if k not in initial:
+                raise ContextError(f"{where}.initial.{k}", "missing (the starting partition names every component)",
+                                   f"write the GPUs of each of {', '.join(COMPONENTS)} at the iteration's start, or drop initial")
     if sum(initial.values()) > total:
         raise ContextError(f"{where}.initial", f"the starting partition holds {sum(initial.values())} GPUs, more than "
                                                f"total_gpus ({total})", "give the job's starting partition")
@@ -293,8 +303,9 @@ def _requests(v: Any, path: str, total: int) -> dict:
 
 
 def check_against_setup(ctx, setup, where: str = "context") -> None:
-    """The context fits the job's set-up: the GPUs in all, the rollout's GPUs whole engines (``rollout_tp``) and the
-    trainer's whole replicas (``train_unit``), as the decision's tables are indexed."""
+    """The context fits the job's set-up: the GPUs in all, the rollout's GPUs (now and at the start) whole engines
+    (``rollout_tp``) and the trainer's whole replicas (``train_unit``), as the decision's tables are indexed, and the
+    units it reports the job's."""
     if ctx.total_gpus != setup.total_gpus:
         raise ContextError(f"{where}.total_gpus", f"{ctx.total_gpus}, the scenario's job has {setup.total_gpus}",
                            "give the context of this scenario's job")
@@ -303,6 +314,31 @@ def check_against_setup(ctx, setup, where: str = "context") -> None:
         if g % unit:
             raise ContextError(f"{where}.components.{name}.gpus", f"{g} is not a multiple of the job's {what} ({unit})",
                                f"write the GPUs the {name} holds: whole multiples of {unit}")
+        if ctx.components[name].unit_gpus != unit:
+            raise ContextError(f"{where}.components.{name}.unit_gpus", f"{ctx.components[name].unit_gpus}, the job's {what} is "
+                                                                       f"{unit}", f"write {unit} (the decision sizes the {name} "
+                                                                                  "in the job's units)")
+        g = ctx.initial.get(name)
+        if g is not None and g % unit:
+            raise ContextError(f"{where}.initial.{name}", f"{g} is not a multiple of the job's {what} ({unit})",
+                               f"write the GPUs the {name} started the iteration on: whole multiples of {unit}")
+
+
+def check_against_snapshot(ctx, snap, where: str = "context") -> None:
+    """The context is the one taken with ``snap`` (the last snapshot, mid-iteration, as ``planner realloc`` decides
+    on it): not an iteration boundary, at the snapshot's time, the rollout on the GPUs its workers report."""
+    if ctx.at_boundary:
+        raise ContextError(f"{where}.at_boundary", "true: an iteration boundary, where the decision only returns to the "
+                                                   "starting split; the snapshots are of a running iteration",
+                           "write false (or drop it): give the context taken at the last snapshot")
+    if abs(ctx.time_s - snap.time_s) > 1e-6 * max(1.0, abs(snap.time_s)):
+        raise ContextError(f"{where}.time_s", f"{ctx.time_s:g}, the last snapshot's is {snap.time_s:g}",
+                           "give the context taken at the last snapshot (the same time_s)")
+    held = sum(w.gpus for w in snap.workers if w.component == "rollout")
+    if ctx.components["rollout"].gpus != held:
+        raise ContextError(f"{where}.components.rollout.gpus", f"{ctx.components['rollout'].gpus}, the last snapshot's "
+                                                               f"rollout workers hold {held}",
+                           "give the context taken at the last snapshot (the GPUs its rollout workers hold)")
 
 
 MAX_COMPLETION_S = MAX_SECONDS  # a predicted completion past this is no prediction: the context is refused

@@ -69,6 +69,7 @@ from formulation.realloc.context import ComponentContext, Links, ReallocContext,
 from formulation.realloc.graph import STATEFUL_KINDS
 from formulation.realloc.instance import Curve
 from formulation.realloc.telemetry import DYNAMIC_KINDS, TelemetrySnapshot
+from formulation.realloc.telemetry import MAX_GPUS as MAX_NODE_GPUS
 from planner.errors import Problem, UserError, did_you_mean
 
 MIN_HORIZON_S = 10.0
@@ -138,10 +139,9 @@ def _job_facts(snap: TelemetrySnapshot, scenario) -> Optional[_JobFacts]:
         return None
     names = [j.name for j in scenario.jobs]
     job = next((j for j in scenario.jobs if j.name == snap.job), None)
-    if job is None and len(scenario.jobs) == 1:
-        job = scenario.jobs[0]
-    if job is None:
-        raise UserError(Problem("job", f"the snapshot's job '{snap.job}' is not in the scenario{did_you_mean(snap.job, names)}",
+    if job is None:  # (a one-job scenario too: planning with another job's model and cluster is planning wrong)
+        raise UserError(Problem("job", f"the snapshot's job '{snap.job}' is not in the scenario (its jobs: {', '.join(names)})."
+                                       f"{did_you_mean(snap.job, names)}",
                                 f"name one of its jobs ({', '.join(names)}) in the snapshot, or pass the scenario that runs it"))
     from planner.instances.common import job_profile
 
@@ -448,6 +448,20 @@ def _component_curves(comp, workers, facts, specs, types, gpus_of_type, predicto
     return curves, "+".join(sorted(sources)), timed
 
 
+def _span(values) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:g}" if lo == hi else f"{lo:g} to {hi:g}"
+
+
+def _reported(comp, workers) -> str:
+    """What the component's workers reported, for the message that no curve can be made from it."""
+    tps = _span([w.tokens_per_s for w in workers])
+    if comp.kind in DYNAMIC_KINDS:
+        return ("no worker reports both tokens_per_s > 0 and requests_in_flight > 0 (its workers report tokens_per_s "
+                f"{tps} and requests_in_flight {_span([w.requests_in_flight for w in workers])})")
+    return f"its workers report tokens_per_s {tps} and the component no throughput"
+
+
 def _remaining_work(comp, workers, facts: Optional[_JobFacts], n_requests: int) -> Optional[float]:
     """Tokens of work ``comp`` has left this iteration (see the module docstring); None when unknown."""
     if comp.remaining_tokens is not None:
@@ -508,7 +522,7 @@ def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, hor
     facts = _job_facts(snap, scenario)
     n_requests = 0
     if facts is not None:
-        job = next((j for j in scenario.jobs if j.name == snap.job), scenario.jobs[0])
+        job = next(j for j in scenario.jobs if j.name == snap.job)  # (_job_facts refused any other)
         n_requests = job.rollout.batch_prompts * job.rollout.group_size
     gpus_per_node, cluster_of = {}, {}
     if scenario is not None:
@@ -545,11 +559,15 @@ def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, hor
         types = [t for t in sorted(gpus_of_type) if allowed is None or t in allowed or t in {w.gpu_type for w in workers}]
         curves, source, timed = _component_curves(comp, workers, facts, specs, types, gpus_of_type, predictor)
         missing = sorted({w.gpu_type for w in workers} - set(curves))
+        if missing and (comp.progress >= 1.0 or work[comp.name] == 0.0):
+            # no work left this iteration: it only holds GPUs (not in the bottleneck), at no throughput
+            curves.update({t: Curve((float(max(1, gpus_of_type[t])),), (0.0,)) for t in missing})
+            source = "+".join(sorted(set(filter(None, source.split("+"))) | {"done"}))
+            missing = []
         if missing:
             raise UserError(Problem(f"components[{i}] ({comp.name})",
-                                    f"no throughput for its {', '.join(missing)} workers: they report tokens_per_s 0"
-                                    + (" and requests_in_flight 0" if comp.kind in DYNAMIC_KINDS else "")
-                                    + ", and no scenario or predictor state gives a curve",
+                                    f"no throughput for its {', '.join(missing)} workers: {_reported(comp, workers)}, and no "
+                                    "scenario or predictor state gives a curve",
                                     "report tokens_per_s (and requests_in_flight) per worker, set the component's throughput, "
                                     "or pass --scenario so the estimators can predict it"))
         if timed and (not normalise or len(timed) < len(curves)):
@@ -701,6 +719,10 @@ def _fix_for(err: ErrorDetails) -> str:
         return "report each worker's GPU type as its node's (declared under nodes)"
     if "duplicate" in msg:
         return "give every worker and component a unique name"
+    if "not a number" in msg:
+        return "write the number itself: no quotes, not true or false"
+    if "than any node has" in msg:
+        return f"fix the workers' node names or gpus: a node has at most {MAX_NODE_GPUS} GPUs"
     if "more GPUs than the node has" in msg:
         return "fix the workers' gpus or the node's capacity under nodes"
     if t.startswith("literal_error"):

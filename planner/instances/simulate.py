@@ -14,6 +14,7 @@ import numpy as np
 
 from planner.errors import Problem, UserError, did_you_mean
 from planner.instances.common import ClusterView, estimate_job, job_profile, resolve_gpu_types
+from simulator.defaults import WINDOW_S
 
 
 def cluster_view(sc) -> ClusterView:
@@ -350,7 +351,7 @@ class PlannerDecision:
 
     wants_remaining_tokens = True  # the snapshots carry the rollout's remaining-work estimate
 
-    def __init__(self, sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, backend: str = "highs",
+    def __init__(self, sc, u_low: float = 0.2, window_s: float = WINDOW_S, theta: float = 0.5, backend: str = "highs",
                  margin: float = 0.05, resplit: bool = False, cache: bool = True, cache_step: float = 0.02) -> None:
         from formulation.realloc.decide import ReallocOptions
         from formulation.realloc.donors import DonorConfig, DonorDetector
@@ -485,5 +486,5 @@ def _close(a: tuple, b: tuple, step: float) -> bool:
     return True
 
 
-def planner_decision(sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5, resplit: bool = False) -> PlannerDecision:
+def planner_decision(sc, u_low: float = 0.2, window_s: float = WINDOW_S, theta: float = 0.5, resplit: bool = False) -> PlannerDecision:
     return PlannerDecision(sc, u_low, window_s, theta, resplit=resplit)

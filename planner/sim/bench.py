@@ -38,6 +38,7 @@ def _job_iteration(scenario: str, policy: str, seed: int = 0, decision: str = "t
     from planner.commands.simulate import decision_function
     from planner.instances.simulate import cluster_view, job_setup, pick_job
     from planner.schema import load_scenario
+    from simulator.defaults import WINDOW_S
     from simulator.job import JobSim
     from simulator.policies import Policy
 
@@ -46,7 +47,7 @@ def _job_iteration(scenario: str, policy: str, seed: int = 0, decision: str = "t
     setup = job_setup(sc, idx, job, cluster_view(sc), seed)
     dec = None
     if policy == "dynamic":
-        dec = decision_function(argparse.Namespace(decision=decision, u_low=0.2, window_s=4.0, theta=0.5), sc)
+        dec = decision_function(argparse.Namespace(decision=decision, u_low=0.2, window_s=WINDOW_S, theta=0.5), sc)
     t0 = time.perf_counter()
     sim = JobSim(setup, Policy(policy, decision=dec), seed=seed, iterations=1)
     res = sim.run()

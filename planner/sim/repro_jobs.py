@@ -18,9 +18,10 @@ import numpy as np
 
 from planner.sim.parallel import Task
 from planner.sim.repro_common import SC
+from simulator.defaults import WINDOW_S
 
 
-def _decision(kind: str, sc, u_low: float = 0.2, window_s: float = 4.0, theta: float = 0.5):
+def _decision(kind: str, sc, u_low: float = 0.2, window_s: float = WINDOW_S, theta: float = 0.5):
     from planner.commands.simulate import decision_function
 
     return decision_function(argparse.Namespace(decision=kind, u_low=u_low, window_s=window_s, theta=theta), sc)

@@ -75,6 +75,17 @@ HOSTILE = {
     "kind-mismatch": ({f"{R}.kind": "trainer"}, "context.components.rollout.kind"),
     "initial-over-total": ({"initial.rollout": 1000}, "context.initial.rollout"),
     "at-boundary-not-bool": ({"at_boundary": "yes"}, "context.at_boundary"),
+    # contradictions (a second audit): an iteration boundary for a running iteration's snapshots, GPUs that do not
+    # add up, a rollout the snapshot does not show, a context from before the snapshot, a partial starting partition
+    "at-boundary-mid-iteration": ({"at_boundary": True}, "context.at_boundary"),
+    "gpus-held-plus-free-under-total": ({f"{R}.gpus": 10}, "context.free_gpus"),
+    "free-while-every-gpu-is-held": ({"free_gpus": 20}, "context.free_gpus"),
+    "rollout-gpus-not-the-snapshots": ({f"{R}.gpus": 20, "free_gpus": 8}, "context.components.rollout.gpus"),
+    "time-before-the-snapshot": ({"time_s": 1.0}, "context.time_s"),
+    "time-after-the-snapshot": ({"time_s": 1000.0}, "context.time_s"),
+    "initial-missing-a-component": ({"initial": {"rollout": 28}}, "context.initial.reference"),
+    "initial-zero": ({"initial.reference": 0}, "context.initial.reference"),
+    "unit-not-the-jobs": ({"components.trainer.unit_gpus": 2}, "context.components.trainer.unit_gpus"),
 }
 
 

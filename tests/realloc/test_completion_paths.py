@@ -81,6 +81,51 @@ def test_planner_realloc_makes_the_simulators_decision(fired, tmp_path, capsys):
         assert doc["target"] == fired["out"].target
 
 
+def test_planner_realloc_with_its_defaults_makes_the_simulators_decision(fired, tmp_path, capsys):
+    """No --hold-s: the trigger's window is the simulator's (simulator.defaults.WINDOW_S), so the trigger fires on the
+    snapshot the simulator's fired on, with the same decision (a window of 5 s fired a second later, or not at all)."""
+    from planner.instances.completion import CompletionPlannerDecision, TailDetector
+    from simulator.defaults import WINDOW_S
+
+    assert TailDetector().hold_s == WINDOW_S
+    assert CompletionPlannerDecision(choose_start=False).detector.hold_s == WINDOW_S
+    snaps = tmp_path / "snaps.jsonl"
+    snaps.write_text("".join(json.dumps(s.model_dump(mode="json")) + "\n" for s in fired["snaps"]))
+    ctx = tmp_path / "ctx.json"
+    ctx.write_text(json.dumps(context_to_data(fired["ctx"])))
+    rc = cli_main(["realloc", str(snaps), "--decision", "completion", "--scenario", str(fired["scenario"]), "--context", str(ctx),
+                   "--json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    sim = fired["record"]
+    assert doc["fired"], "the trigger fired in the simulator on the same snapshots, with its default window"
+    assert doc["record"]["target"] == list(sim["target"]) and doc["record"]["committed"] == sim["committed"]
+    assert doc["committed"] == (fired["out"] is not None)
+
+
+def test_simulate_and_realloc_share_the_window_default():
+    import argparse
+
+    from planner.commands import realloc, simulate
+    from simulator.defaults import WINDOW_S
+
+    for mod, flag, says in ((simulate, "--window-s", f"default {WINDOW_S:g})"),
+                            (realloc, "--hold-s", f"default {WINDOW_S:g} with --decision completion")):
+        p = argparse.ArgumentParser()
+        mod.add_arguments(p)
+        action = next(a for a in p._actions if flag in a.option_strings)
+        assert says in action.help and action.default in (WINDOW_S, None)
+    args = argparse.Namespace(decision="completion", hold_s=None, margin=0.05, candidates=8, theta=0.5, u_low=0.2,
+                              u_low_percentile=None, time_limit_s=5.0, horizon_s=None, backend="bnb", force=False)
+    realloc._options(args)
+    assert args.hold_s == WINDOW_S
+    from formulation.realloc.donors import DonorConfig
+
+    args.decision, args.hold_s = "planner", None
+    realloc._options(args)
+    assert args.hold_s == realloc.PLANNER_HOLD_S == DonorConfig().hold_s  # the planner keeps the donor detector's T
+
+
 def test_the_context_round_trips(fired):
     back = context_from_data(json.loads(json.dumps(context_to_data(fired["ctx"]))))
     a, b = fired["ctx"].components["rollout"], back.components["rollout"]

@@ -123,3 +123,35 @@ def test_simulate_plan_refuses_another_kind_or_scenario(tmp_path):
     r = run_cli("simulate", str(SCENARIOS / "ci" / "tiny-2jobs.yaml"), "--plan", str(plan), "--policy", "groups", "--out", str(out))
     assert r.returncode == 2 and "--plan" in r.stderr
     assert not out.exists()
+
+
+ONE_GPU_NODES = """name: onegpu
+gpu_types:
+  H100: {price_per_gpu_hour: 2.5}
+cluster:
+  node_groups:
+    - {name: h100, gpu_type: H100, count: 2, gpus_per_node: 1, host_dram_gb: 2048}
+jobs:
+  - name: small
+    model: qwen2.5-1.5b
+    rollout: {batch_prompts: 8, group_size: 2, max_response_tokens: 512, tp: 1, nodes: 1}
+    trainer: {tp: 1, pp: 1, nodes: 1}
+"""
+
+
+@pytest.mark.parametrize("extra", [[], ["--start-search", "static"]])
+def test_dynamic_on_a_split_no_start_fits_says_what_static_says(tmp_path, capsys, extra):
+    """Two one-GPU nodes hold no rollout + log-prob + trainer split: the dynamic policy's start search finds no start
+    and says why as the static policy does (it said 'min() arg is an empty sequence')."""
+    from planner.cli import main as cli_main
+
+    scen = tmp_path / "onegpu.yaml"
+    scen.write_text(ONE_GPU_NODES)
+    capsys.readouterr()
+    assert cli_main(["simulate", str(scen), "--policy", "static"]) == 2
+    static = capsys.readouterr().err
+    assert "infeasible split" in static and "at least 2 training node(s)" in static
+    assert static.count("Fix:") == 1, static  # the split's own fix, not a second one appended
+    assert cli_main(["simulate", str(scen), "--policy", "dynamic", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err == static and "min()" not in err

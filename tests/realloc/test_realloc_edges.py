@@ -1,0 +1,172 @@
+"""planner realloc at the edges an outside audit found: a snapshot whose every component has finished, a rollout
+whose workers give no curve, a scenario that does not run the snapshot's job, a node fuller than any node, numbers
+written as strings, and the options it shares with ``planner simulate``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.cli import main as cli_main
+from tests.conftest import ROOT
+
+
+def _worker(wid, comp, gpus=1, tps=100.0, reqs=0, node="n0"):
+    return {"worker_id": wid, "component": comp, "node": node, "gpu_type": "H100", "gpus": gpus, "tokens_per_s": tps,
+            "requests_in_flight": reqs}
+
+
+def _snapshot(rollout: dict, trainer: dict, workers: list, job: str = "math-7b", nodes=True) -> dict:
+    d = {"version": 1, "job": job, "time_s": 10.0, "iteration": 1,
+         "components": [{"name": "rollout", "kind": "rollout", **rollout}, {"name": "actor", "kind": "trainer", **trainer}],
+         "workers": workers}
+    if nodes:
+        d["nodes"] = [{"node": "n0", "gpu_type": "H100", "gpus": 8}]
+    return d
+
+
+def _run(tmp_path, capsys, snap: dict, *args: str) -> tuple[int, str, str]:
+    f = tmp_path / "snap.json"
+    f.write_text(json.dumps(snap))
+    capsys.readouterr()
+    rc = cli_main(["realloc", str(f), *args])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+ALL_DONE = _snapshot({"progress": 1.0}, {"progress": 1.0},
+                     [_worker(f"r{i}", "rollout", reqs=1) for i in range(6)] + [_worker("t0", "actor", gpus=2)])
+
+
+@pytest.mark.parametrize("args", [[], ["--force"], ["--hold-s", "0"],
+                                  ["--force", "--scenario", str(ROOT / "scenarios/dynarl/math-7b-128gpu.yaml")]])
+def test_every_component_finished_is_nothing_to_reallocate(tmp_path, capsys, args):
+    rc, out, err = _run(tmp_path, capsys, ALL_DONE, *args, "--json")
+    assert rc == 0, err
+    body = json.loads(out)["body"]
+    assert not body["committed"] and body["reason"].startswith("nothing to reallocate: every component has finished")
+    assert body["allocation"] == [] and body["steps"] == []
+    assert not any(st["pipeline"] for st in body["stages"])
+    assert [len(st["candidates"]) for st in body["stages"]] == [1, 1]
+    rc, out, err = _run(tmp_path, capsys, ALL_DONE, *args)
+    assert rc == 0, err
+    assert "NOT COMMITTED: nothing to reallocate: every component has finished" in " ".join(out.split())
+    assert "internal error" not in err + out and "Traceback" not in err + out
+
+
+def test_a_finished_rollout_without_a_curve_holds_its_gpus(tmp_path, capsys):
+    """A rollout done (no work left, nothing in flight) gives no step model; it is not in the bottleneck, so it
+    needs none: every component finished here."""
+    snap = _snapshot({"progress": 1.0, "remaining_tokens": 0}, {"progress": 0.4, "remaining_tokens": 0},
+                     [_worker("r0", "rollout"), _worker("t0", "actor")], job="j", nodes=False)
+    rc, out, err = _run(tmp_path, capsys, snap, "--json")
+    assert rc == 0, err
+    assert json.loads(out)["body"]["reason"].startswith("nothing to reallocate")
+
+
+def test_no_curve_message_says_what_the_workers_reported(tmp_path, capsys):
+    snap = _snapshot({"progress": 0.5}, {"progress": 0.4, "remaining_tokens": 1000},
+                     [_worker("r0", "rollout", tps=0.0, reqs=3), _worker("r1", "rollout", tps=50.0, reqs=0),
+                      _worker("t0", "actor")], job="j", nodes=False)
+    rc, out, err = _run(tmp_path, capsys, snap)
+    assert rc == 2 and out == ""
+    assert ("no worker reports both tokens_per_s > 0 and requests_in_flight > 0 (its workers report tokens_per_s 0 to 50 "
+            "and requests_in_flight 0 to 3)") in err, err
+    assert "Fix:" in err and "Traceback" not in err
+
+
+def test_decide_on_a_finished_snapshot_keeps_everything():
+    """The in-process call (the daemon's and the simulator's) says the same, with a valid ReallocPlan body."""
+    from formulation.realloc.decide import FINISHED_REASON, ReallocOptions, decide
+    from formulation.realloc.plan import ReallocPlan
+    from formulation.realloc.telemetry import TelemetrySnapshot
+    from planner.instances.realloc import build_context
+
+    snap = TelemetrySnapshot.model_validate(ALL_DONE)
+    dec = decide(snap, build_context(snap), ReallocOptions(require_donor=False))
+    assert not dec.committed and dec.reason == FINISHED_REASON and dec.changed() == []
+    assert dec.instance is not None and dec.instance.finished
+    ReallocPlan.model_validate(dec.body())
+
+
+TAIL = ROOT / "scenarios" / "realloc" / "tail-h100-16node.json"  # job math-7b
+
+
+def test_a_one_job_scenario_of_another_job_is_refused(tmp_path, capsys):
+    """It planned with math-32b's model and cluster for math-7b's snapshot; a multi-job scenario was refused already."""
+    capsys.readouterr()
+    rc = cli_main(["realloc", str(TAIL), "--scenario", str(ROOT / "scenarios/dynarl/math-32b-64gpu.yaml"), "--json"])
+    cap = capsys.readouterr()
+    assert rc == 2 and cap.out == ""
+    assert "error: job: the snapshot's job 'math-7b' is not in the scenario (its jobs: math-32b)" in cap.err, cap.err
+    assert "Fix:" in cap.err and "Traceback" not in cap.err
+
+
+def test_a_node_fuller_than_any_node_is_refused_without_a_nodes_list(tmp_path, capsys):
+    snap = _snapshot({"progress": 0.5}, {"progress": 0.1},
+                     [_worker(f"r{i}", "rollout", reqs=1) for i in range(100)] + [_worker("t0", "actor", node="n1")], nodes=False)
+    out = tmp_path / "plan.json"
+    rc, stdout, err = _run(tmp_path, capsys, snap, "--force", "--out", str(out))
+    assert rc == 2 and stdout == "" and not out.exists()
+    assert "more GPUs on one node than any node has (at most 64): n0 (100)" in err, err
+    assert "Fix:" in err and "Traceback" not in err
+    snap["workers"] = snap["workers"][:64] + snap["workers"][100:]  # 64 on n0: a full node, accepted
+    rc, _, err = _run(tmp_path, capsys, snap, "--force", "--json")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("field,value,said", [("gpus", "2", "'2' is a string, not a number"),
+                                              ("tokens_per_s", "100", "'100' is a string, not a number"),
+                                              ("requests_in_flight", True, "true is a boolean, not a number")])
+def test_a_number_written_as_a_string_is_refused(tmp_path, capsys, field, value, said):
+    snap = _snapshot({"progress": 0.5}, {"progress": 0.1}, [_worker("r0", "rollout", reqs=1), _worker("t0", "actor")])
+    snap["workers"][0][field] = value
+    rc, out, err = _run(tmp_path, capsys, snap, "--force")
+    assert rc == 2 and out == ""
+    assert f"workers.0.{field}: {said}" in err and "Fix: write the number itself" in err, err
+
+
+def test_u_low_is_strictly_below_1_as_simulate_says(tmp_path, capsys):
+    snap = _snapshot({"progress": 0.5}, {"progress": 0.1}, [_worker("r0", "rollout", reqs=1), _worker("t0", "actor")])
+    for cmd in (["realloc", "SNAP"], ["simulate", str(ROOT / "scenarios/dynarl/math-7b-128gpu.yaml"), "--policy", "dynamic"]):
+        f = tmp_path / "snap.json"
+        f.write_text(json.dumps(snap))
+        capsys.readouterr()
+        rc = cli_main([c if c != "SNAP" else str(f) for c in cmd] + ["--u-low", "1.0"])
+        err = capsys.readouterr().err
+        assert rc == 2 and "--u-low" in err and "Traceback" not in err, (cmd, err)
+
+
+def _chosen(body: dict) -> dict:
+    return {st["name"]: next(c for c in st["candidates"] if c["chosen"]) for st in body["stages"]}
+
+
+@pytest.mark.parametrize("finished_rollout", [False, True])
+def test_freed_gpus_reach_the_bottleneck(tmp_path, capsys, finished_rollout):
+    """Two receivers (log-prob inference and the trainer) whose grows all filled the same nodes first could only be
+    combined small: 12 of 128 GPUs stayed unowned and the bottleneck trainer got 2 more (slowest 260 s), and with
+    the rollout done, 86 stayed unowned (slowest 284 s). Balanced grows share what each shrink frees between them."""
+    data = json.loads(TAIL.read_text())
+    if finished_rollout:
+        for s in data["snapshots"]:
+            for c in s["components"]:
+                if c["kind"] == "rollout":
+                    c["progress"] = 1.0
+    f = tmp_path / "tail.json"
+    f.write_text(json.dumps(data))
+    capsys.readouterr()
+    rc = cli_main(["realloc", str(f), "--scenario", str(ROOT / "scenarios/dynarl/math-7b-128gpu.yaml"), "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    body = json.loads(cap.out)["body"]
+    chosen = _chosen(body)
+    assert body["committed"]
+    assert sum(sum(c["gpus"].values()) for c in chosen.values()) == 128, "every GPU the rollout frees is owned"
+    assert 1.0 / body["predicted_throughput"] < 150.0  # the slowest component's predicted finish (was 260 s / 284 s)
+    assert "/balanced@" in chosen["actor"]["name"] and "/balanced@" in chosen["ref"]["name"]
+    per_node: dict = {}
+    for c in chosen.values():
+        for p, g in c["gpus"].items():
+            per_node[p] = per_node.get(p, 0) + g
+    assert set(per_node.values()) == {8}, "the grows share the freed nodes' GPUs, none twice"
