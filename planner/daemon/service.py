@@ -542,7 +542,7 @@ class Daemon:
     def _run_loop(self) -> int:
         loop = self._new_loop()
         for msg in loop.recover():
-            print(f"planner daemon: resumed {msg}", flush=True)
+            print(f"planner daemon: {msg}", flush=True)
         period = self.cfg.period_s
         next_t = self.clock.now() if loop.last_at is None else loop.last_at + period
         cycles = failures = 0
@@ -569,7 +569,7 @@ class Daemon:
                 loop = self._new_loop()
                 try:  # an apply the failure interrupted is finished before the next cycle
                     for msg in loop.recover():
-                        print(f"planner daemon: resumed {msg}", flush=True)
+                        print(f"planner daemon: {msg}", flush=True)
                 except LeaseLost:
                     raise
                 except Exception:  # noqa: BLE001 - counted as the same failure; the next round retries

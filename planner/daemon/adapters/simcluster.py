@@ -330,7 +330,7 @@ class SimCluster:
         return ApplyResult(True, total, total, f"{len(steps)} step(s) carried out" + (f", {done_before} already done before" if done_before else ""),
                            running=running)
 
-    def apply_realloc(self, job: str, body: dict, *, now: float) -> ApplyResult:
+    def apply_realloc(self, job: str, body: dict, *, now: float, decision_id: Optional[int] = None) -> ApplyResult:
         with self._tx() as c:
             c.execute("INSERT INTO sim_realloc(job, at, body) VALUES (?,?,?)", (job, now, json.dumps(body, sort_keys=True, default=str)))
         return ApplyResult(True, 1, 1, "reallocation recorded by the simulated cluster")
