@@ -3,8 +3,8 @@
 Threads: the **main thread** runs the loop (cycles at the period on the injected clock) and owns
 the signal handlers; the **HTTP server** (uvicorn) runs in a thread of its own, its handlers in
 a thread pool, each with its own SQLite connection; the **heartbeat** renews the applier lease
-every third of its TTL while the loop keeps making progress (a wedged loop lets the lease lapse,
-so a standby can take over).
+every third of its TTL while the loop keeps making progress (a cycle ends, its wait ticks, an
+executor step completes; a wedged loop lets the lease lapse, so a standby can take over).
 
 SIGTERM or SIGINT: the loop stops starting cycles; a cycle in progress finishes its current
 step (the executor checks between steps; an apply stopped there stays journaled and ``applying``,
@@ -419,7 +419,13 @@ class Daemon:
         if isinstance(ex, ExecutorApplier):  # every executor step checks that this daemon still holds the lease (epoch fencing)
             ex.fence = self.lease.lost
             ex.fence_epoch = lambda: self.lease.epoch
+        if hasattr(ex, "on_progress"):  # every step an apply completes (or resumes, or undoes) is the loop's progress
+            ex.on_progress = self._progress
         return ex
+
+    def _progress(self) -> None:
+        """The loop moved on (a cycle ended, a wait ticked, an executor step completed): the heartbeat keeps renewing the lease."""
+        self.service.beat = time.monotonic()
 
     # ------------------------------------------------------------------ threads
     def _start_http(self) -> None:
@@ -524,6 +530,7 @@ class Daemon:
             taken, _ = self.lease.try_acquire()
             if taken:
                 self.executor = self._make_executor()  # the world as it is now, loaded after taking the lease
+                self._progress()  # the loop starts now: the time spent waiting as a standby is no stall
                 self.service.role = "dry-run" if self.cfg.dry_run else "applier"
                 self.metrics.lease_held.set(1)
                 print(f"planner daemon: took the applier lease (epoch {self.lease.epoch})", flush=True)
@@ -579,7 +586,7 @@ class Daemon:
             failures = 0
             self.service.last_error = None
             cycles += 1
-            self.service.beat = time.monotonic()
+            self._progress()
             self.service.last_cycle_wall = time.time()
             if rep.decisions or rep.apply:
                 log.info("cycle %d at %.0f: %s; %d decision(s), apply %s, %.3f s", rep.cycle, rep.at, ", ".join(rep.triggers) or "-",
@@ -603,7 +610,7 @@ class Daemon:
                 return not stop.is_set()
             if stop.wait(min(left, 1.0)):
                 return False
-            self.service.beat = time.monotonic()
+            self._progress()
 
     def _shutdown(self) -> None:
         held = self.lease.held and self.lease.lost() is None  # only the lease holder may save its view of the cluster
