@@ -97,9 +97,15 @@ def load_cluster(store: Store, scenario_path: Optional[Path]) -> tuple[Scenario,
                                 "pass the same cluster (fleet, prices, solver options), or use a new --state file"))
     if stored is None:
         with store.tx() as c:
-            store.set_meta(c, "cluster", cluster.model_dump(mode="json"))
-            store.set_meta(c, "cluster_digest", digest)
-            store.set_meta(c, "created_at", time.time())
+            row = c.execute("SELECT value FROM meta WHERE key='cluster_digest'").fetchone()  # a daemon started beside this one
+            if row is None:
+                store.set_meta(c, "cluster", cluster.model_dump(mode="json"))
+                store.set_meta(c, "cluster_digest", digest)
+                store.set_meta(c, "created_at", time.time())
+        if store.get_meta("cluster_digest") != digest:
+            raise UserError(Problem("--scenario", f"{scenario_path} describes a different cluster (digest {digest}) from the one a daemon "
+                                    f"started at the same time wrote into the new state file {store.path} (digest "
+                                    f"{store.get_meta('cluster_digest')})", "pass the same cluster, or use another --state file"))
     return cluster, list(sc.jobs)
 
 
@@ -394,9 +400,12 @@ class Daemon:
                                     "stop that daemon first, use another --state, or pass --standby to wait for the lease"))
         self.service.role = ("dry-run" if self.cfg.dry_run else "applier") if taken else "standby"
         self.metrics.lease_held.set(1 if taken else 0)
-        for job in trace:
+        for job in trace:  # submitted once: a job that exists (an earlier start, or a daemon started beside this one) is skipped
             if self.store.job_state(job.name) is None:
-                self.service.submit(job, arrives_at=job.arrival_s if self.cfg.clock == "virtual" else None)
+                try:
+                    self.service.submit(job, arrives_at=job.arrival_s if self.cfg.clock == "virtual" else None)
+                except Conflict:  # the other daemon submitted it between the check and the insert
+                    pass
         self.placer = _placer(o.placer, self.cluster)
         self.service.placer_name = o.placer = self.placer.name
         # A standby builds its executor (and loads the cluster files) only when it takes the lease: what it
