@@ -403,7 +403,7 @@ class Loop:
         """7. Reallocations inside iterations, metrics, what the executor runs, housekeeping."""
         if self.reallocator is not None and self.cfg.realloc and not self.stop.is_set():
             self._reallocate(cy.context, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
-        self._export(cy.jobs, cy.target, cy.per_job)
+        self._export(cy.jobs, cy.per_job)
         cluster = self.executor.describe() if hasattr(self.executor, "describe") and not self.cfg.dry_run else None
         with self.store.tx() as c:
             if cluster is not None and cluster != self._described:  # GET /v1/cluster reads it (only the loop writes the state)
@@ -535,11 +535,12 @@ class Loop:
             self.metrics.decisions.labels("realloc", outcome).inc()
 
     # ------------------------------------------------------------------ metrics
-    def _export(self, jobs: dict[str, JobRecord], target: Placement, per_job: dict[str, list[IterationSample]]) -> None:
+    def _export(self, jobs: dict[str, JobRecord], per_job: dict[str, list[IterationSample]]) -> None:
         m = self.metrics
         for state, n in self.store.count_jobs().items():
             m.jobs.labels(state).set(n)
-        m.plan_cost.set(target.cost_per_hour)
+        p = self.store.current_plan()  # the plan in force, as GET /v1/plan and /v1/health say: a failed target is not
+        m.plan_cost.set(p.cost_per_hour if p else 0.0)
         m.cost_total.set(self.cost_usd)
         for phase, err in self.estimates.predictor_error().items():
             m.predictor_error.labels(phase).set(err)

@@ -206,6 +206,17 @@ class Service:
                 "lease_holder": holder.describe() if holder else "nobody", "plan_id": p.id if p else None,
                 "plan_cost_per_hour": p.cost_per_hour if p else 0.0, "jobs": self.store.count_jobs(), "problems": problems}
 
+    def refresh_metrics(self) -> None:
+        """The gauges that describe the shared state, set from the store (what /v1/health and /v1/plan read):
+        the plan in force and its cost, jobs per state, the cost so far. Every scrape sets them, on a
+        standby and on a daemon whose first cycle has not ended as well, so /metrics never contradicts the API."""
+        m = self.metrics
+        p = self.store.current_plan()
+        m.plan_cost.set(p.cost_per_hour if p else 0.0)
+        for state, n in self.store.count_jobs().items():
+            m.jobs.labels(state).set(n)
+        m.cost_total.set(float(self.store.get_kv("cost_usd", 0.0)))
+
     def stall_s(self) -> float:
         per = self.cfg.period_s if self.clock.kind == "wall" else max(self.opts.wall_s_per_cycle, 1.0)
         return max(3 * per, 3 * self.cfg.reoptimise_time_limit_s + 30.0)
@@ -400,6 +411,7 @@ class Daemon:
                                     "stop that daemon first, use another --state, or pass --standby to wait for the lease"))
         self.service.role = ("dry-run" if self.cfg.dry_run else "applier") if taken else "standby"
         self.metrics.lease_held.set(1 if taken else 0)
+        self.service.refresh_metrics()
         for job in trace:  # submitted once: a job that exists (an earlier start, or a daemon started beside this one) is skipped
             if self.store.job_state(job.name) is None:
                 try:

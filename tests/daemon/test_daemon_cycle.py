@@ -381,6 +381,25 @@ def test_after_a_refused_plan_ended_jobs_still_leave_and_reshuffles_wait(tmp_pat
     assert [d for d in w.decisions("reoptimise") if d["cycle"] == 4]
 
 
+def test_after_a_failed_apply_the_cost_metric_is_the_plan_in_force(tmp_path):
+    """planner_plan_cost_per_hour_usd says what GET /v1/plan and /v1/health say: the plan in force,
+    not the target whose apply failed (it said the failed target's cost)."""
+    w = World(tmp_path)
+    w.sim = RefusingOnce(tmp_path / "r.sim", w.cluster, w.spec, after=1)
+    w.loop = Loop(w.store, w.cluster, w.placer, w.sim, w.clock, w.cfg, w.lease, w.metrics)
+    w.submit("a")
+    w.cycle(0.0)
+    in_force = w.store.current_plan()
+    assert in_force.status == "applied" and w.metrics.plan_cost._value.get() == pytest.approx(in_force.cost_per_hour)
+    w.submit("b", at=60.0)
+    w.cycle(60.0)  # b's admission is refused by the executor: the plan with it failed
+    failed = w.store.plans_with_status("failed")
+    assert len(failed) == 1 and failed[0].cost_per_hour > in_force.cost_per_hour
+    assert w.store.current_plan().id == in_force.id
+    assert w.metrics.plan_cost._value.get() == pytest.approx(in_force.cost_per_hour)
+    assert w.metrics.jobs.labels("pending")._value.get() == 1 and w.metrics.jobs.labels("running")._value.get() == 1
+
+
 def test_a_plan_the_checker_refuses_is_not_applied(tmp_path):
     """The daemon's apply runs the plan check first (planner.apply.precheck): a structural violation
     (here a node in two pools) keeps the executor from being called; the apply counts as failed and
