@@ -116,12 +116,14 @@ class Executor:
         finally:
             self.journal.release()
 
-    def rollback_unfinished(self) -> Optional[ApplyResult]:
-        """Undo the unfinished unit of an interrupted apply and close it as rolled back."""
+    def rollback_unfinished(self, fence_epoch: Optional[int] = None) -> Optional[ApplyResult]:
+        """Undo the unfinished unit of an interrupted apply and close it as rolled back.
+        ``fence_epoch``: as for :meth:`apply` (a daemon taking over from a superseded one)."""
         cur = self.journal.unfinished()
         if cur is None:
             return None
-        self.journal.acquire("rollback")
+        self._fenced()
+        self.journal.acquire("rollback", fence_epoch)
         try:
             status = self.journal.status_of(cur["id"])
             for unit in _units(cur["steps"]):

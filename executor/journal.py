@@ -249,6 +249,15 @@ class Journal:
         row = self.db.execute("SELECT attempts FROM steps WHERE apply_id = ? AND seq = ?", (apply_id, seq)).fetchone()
         return row[0] if row else 0
 
+    def last_of(self, digest: str) -> Optional[dict]:
+        """The newest apply of the plan ``digest`` (id, name, status, message), or None when none was journaled."""
+        try:
+            row = self.db.execute("SELECT id, plan_name, status, message FROM applies WHERE plan_digest = ? ORDER BY id DESC LIMIT 1",
+                                  (digest,)).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+        return dict(zip(["id", "plan", "status", "message"], row)) if row else None
+
     # ------------------------------------------------------------------ epochs and history
     def history(self, limit: int = 10) -> list[dict]:
         try:

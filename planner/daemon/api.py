@@ -382,10 +382,33 @@ def _strict_pairs(pairs: list) -> dict:
 CONTEXT_PATH = r"/v1/jobs/[^/]+/realloc-context"
 
 
+class TelemetryRefusals:
+    """Pure ASGI: count the telemetry posts refused before the ingest sees them, by the answer's status
+    (``planner_telemetry_rejected_total``: 422 ``invalid``, 413 ``too-large``; the ingest counts its own
+    404 ``unknown-job`` and 409 ``not-placed``). Whichever layer refuses (the body limit, the strict
+    JSON reader, the schema), the count follows the status the client got."""
+
+    REASONS = {422: "invalid", 413: "too-large"}
+
+    def __init__(self, app, metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("path") != "/v1/telemetry" or scope.get("method") != "POST" or self.metrics is None:
+            return await self.app(scope, receive, send)
+
+        async def counting(msg):
+            if msg["type"] == "http.response.start" and msg["status"] in self.REASONS:
+                self.metrics.telemetry_rejected.labels(self.REASONS[msg["status"]]).inc()
+            await send(msg)
+
+        return await self.app(scope, receive, counting)
+
+
 def asgi_app(service, *, max_body_bytes: int = 1 << 20, max_context_bytes: int = 16 << 20, guard: Optional[dict] = None):
     """What the server runs: the app behind the body limit (``max_context_bytes`` for a reallocation context), behind
     the gate (:class:`planner.daemon.guard.Guard`: Host, token, rate, scope, audit) when ``guard`` gives its arguments."""
-    app = BodyLimit(create_app(service), max_body_bytes, routes=((CONTEXT_PATH, max_context_bytes),))
+    app = TelemetryRefusals(BodyLimit(create_app(service), max_body_bytes, routes=((CONTEXT_PATH, max_context_bytes),)), service.metrics)
     if guard is None:
         return app
     from planner.daemon.guard import Guard
@@ -556,6 +579,7 @@ def create_app(service) -> FastAPI:
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics", response_class=Response,
              responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}})
     def prom() -> Response:
+        service.refresh_metrics()
         return Response(metrics.render(), media_type=metrics.content_type)
 
     return app

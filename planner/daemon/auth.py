@@ -110,17 +110,32 @@ def _digest(token: str | bytes) -> str:
 
 
 def generate_token_file(path: Path) -> str:
-    """Create ``path`` (mode 0600, never over an existing file) with one admin token; the token."""
+    """Create ``path`` (mode 0600, never over an existing file) with one admin token; the token.
+    Written whole beside it first and linked into place, so that a daemon started at the same time
+    never reads it half-written (it finds the file there and reads it: ``FileExistsError`` here)."""
     token = secrets.token_urlsafe(32)
     text = ("# rl-planner daemon API tokens, one per line: NAME SCOPES TOKEN (scopes, comma-separated: "
             f"{', '.join(SCOPES)}); keep this file mode 0600\nadmin admin {token}\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    _write_new(tmp, text)
+    try:
+        os.link(tmp, path)  # atomic, and never over an existing file
+    except FileExistsError:
+        raise
+    except OSError:  # a file system without hard links: created in place (O_EXCL: still never over an existing file)
+        _write_new(path, text)
+    finally:
+        os.unlink(tmp)
+    return token
+
+
+def _write_new(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, text.encode())
         os.fsync(fd)
     finally:
         os.close(fd)
-    return token
 
 
 def _parse(path: Path, text: str) -> list[tuple[str, frozenset, str]]:
@@ -205,6 +220,8 @@ def load_tokens(token_file: Optional[Path], state: Path, insecure: bool) -> tupl
     if token_file is None and not os.path.lexists(path):
         try:
             created = generate_token_file(path)
+        except FileExistsError:  # a daemon started at the same time on the same state made it: read it
+            created = None
         except OSError as exc:
             raise UserError(Problem("--token-file", f"cannot create {path}: {exc.strerror}",
                                     "pass --token-file in a writable folder")) from None

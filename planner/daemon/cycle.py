@@ -21,7 +21,10 @@
 
 A crash between the two transactions leaves the plan ``applying``: :meth:`Loop.recover` hands it
 to the executor's ``resume`` on restart (its journal skips the steps already done) before any new
-cycle. Everything the next cycle depends on (the virtual clock, the telemetry cursor, the estimates,
+cycle. A reallocation inside an iteration that a crash (or a lost lease) left unfinished is not
+resumed (the iteration it was for is gone): recover first has the executor settle it from its
+journal (the unit in flight rolled back, or forward past its commit point) and records how its
+decision ended, so that the journal is free for the next apply. Everything the next cycle depends on (the virtual clock, the telemetry cursor, the estimates,
 the churn budget, the cost integral) is saved in the same transaction as the decisions, so a
 restarted daemon continues exactly where the last committed cycle ended.
 """
@@ -155,8 +158,9 @@ class Loop:
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> list[str]:
-        """Finish applies a crash interrupted (plans left ``applying``), through the executor's journal."""
-        done = []
+        """Settle what a crash or a lost lease interrupted, through the executor's journal: first a
+        reallocation's apply (ended, never resumed), then placement applies (plans left ``applying``: resumed)."""
+        done = self._recover_reallocs()
         for p in self.store.plans_with_status("applying"):
             if self.cfg.dry_run:
                 log.warning("plan %d was being applied when the last daemon stopped; dry-run leaves it to an applying daemon", p.id)
@@ -168,8 +172,53 @@ class Loop:
             res = self.executor.resume(p.id, target, now=now, should_stop=self.stop.is_set)
             jobs = {r.name: r for r in self.store.live_jobs()}
             self._finish_apply(p.id, prev, target, res, now, self.context(jobs, now), resumed=True)
-            done.append(f"plan {p.id}: {res.message}")
+            done.append(f"resumed plan {p.id}: {res.message}")
         return done
+
+    def _recover_reallocs(self) -> list[str]:
+        """End the reallocation applies the last leader left unfinished and give every realloc
+        decision still ``applying`` its final outcome (from the executor's journal)."""
+        pending = self.store.decisions_with_outcome("realloc", "applying")
+        if self.cfg.dry_run:
+            if pending:
+                log.warning("%d reallocation(s) were being applied when the last daemon stopped; dry-run leaves them to an applying "
+                            "daemon", len(pending))
+            return []
+        done = []
+        settle = getattr(self.executor, "settle_realloc", None)
+        s = settle() if settle is not None else None
+        if s is not None:
+            if s.outcome == "interrupted":
+                raise LeaseLost(f"the applier lease was lost while settling a reallocation: {s.message}")
+            did = s.decision_id
+            if did is None:  # journaled before applies named their decision: the newest unfinished one of the job
+                did = next((d["id"] for d in reversed(pending) if d["jobs"] == [s.job]), None)
+            if s.outcome == "unsettled":
+                log.error("the unfinished reallocation of %s (decision %s) in the executor's journal %s; later applies wait for it",
+                          s.job, did if did is not None else "-", s.message)
+                return [f"could not settle the unfinished reallocation of {s.job}: {s.message}"]
+            note = f"interrupted (the daemon applying it stopped); settled from the executor's journal by the next leader: {s.message}"
+            log.warning("reallocation of %s (decision %s) %s", s.job, did if did is not None else "-", note)
+            if did is not None:
+                self._end_realloc(did, s.outcome, note)
+            done.append(f"settled the unfinished reallocation of {s.job} (decision {did if did is not None else '-'}): {s.outcome}: "
+                        f"{s.message}")
+        status_of = getattr(self.executor, "realloc_status", None)
+        for d in self.store.decisions_with_outcome("realloc", "applying"):  # the executor's journal holds nothing unfinished of these
+            st = status_of(d["id"]) if status_of is not None else None
+            outcome = {"done": "applied", "rolled_back": "rolled-back"}.get(st or "", "failed")
+            note = ("interrupted (the daemon applying it stopped); the executor's journal " +
+                    (f"says its apply ended {st}" if st else "holds no apply of it: it was not applied"))
+            self._end_realloc(d["id"], outcome, note)
+            done.append(f"recorded how the reallocation of {', '.join(d['jobs'])} (decision {d['id']}) ended: {outcome}")
+        return done
+
+    def _end_realloc(self, decision_id: int, outcome: str, note: str) -> None:
+        with self.store.tx() as c:
+            if not self.lease.verify(c):
+                raise LeaseLost("the applier lease is held by another daemon now")
+            self.store.update_decision(c, decision_id, outcome=outcome, add_reason=note)
+        self.metrics.decisions.labels("realloc", outcome).inc()
 
     def _previous_applied(self, plan_id: int) -> Placement:
         row = self.store.conn().execute("SELECT placement FROM plans WHERE status IN ('applied', 'superseded') AND id < ? "
@@ -354,7 +403,7 @@ class Loop:
         """7. Reallocations inside iterations, metrics, what the executor runs, housekeeping."""
         if self.reallocator is not None and self.cfg.realloc and not self.stop.is_set():
             self._reallocate(cy.context, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
-        self._export(cy.jobs, cy.target, cy.per_job)
+        self._export(cy.jobs, cy.per_job)
         cluster = self.executor.describe() if hasattr(self.executor, "describe") and not self.cfg.dry_run else None
         with self.store.tx() as c:
             if cluster is not None and cluster != self._described:  # GET /v1/cluster reads it (only the loop writes the state)
@@ -473,18 +522,25 @@ class Loop:
                     self.realloc_at[job] = now
                     self.store.set_kv(c, "realloc_at", self.realloc_at)
             if outcome == "applying":
-                res = self.executor.apply_realloc(job, out.body, now=now)
+                res = self.executor.apply_realloc(job, out.body, now=now, decision_id=did)
+                if res.interrupted:  # fenced: the decision stays applying; the new leader settles it from the journal
+                    raise LeaseLost(f"the applier lease was lost during the reallocation of {job} (decision {did}); "
+                                    f"its new holder settles it: {res.message}")
                 with self.store.tx() as c:
+                    if not self.lease.verify(c):
+                        raise LeaseLost(f"the applier lease was lost during the reallocation of {job} (decision {did}); "
+                                        "its new holder records how it ended")
                     self.store.update_decision(c, did, outcome="applied" if res.ok else "failed", add_reason=f"apply: {res.message}")
                 outcome = "applied" if res.ok else "failed"
             self.metrics.decisions.labels("realloc", outcome).inc()
 
     # ------------------------------------------------------------------ metrics
-    def _export(self, jobs: dict[str, JobRecord], target: Placement, per_job: dict[str, list[IterationSample]]) -> None:
+    def _export(self, jobs: dict[str, JobRecord], per_job: dict[str, list[IterationSample]]) -> None:
         m = self.metrics
         for state, n in self.store.count_jobs().items():
             m.jobs.labels(state).set(n)
-        m.plan_cost.set(target.cost_per_hour)
+        p = self.store.current_plan()  # the plan in force, as GET /v1/plan and /v1/health say: a failed target is not
+        m.plan_cost.set(p.cost_per_hour if p else 0.0)
         m.cost_total.set(self.cost_usd)
         for phase, err in self.estimates.predictor_error().items():
             m.predictor_error.labels(phase).set(err)

@@ -16,7 +16,11 @@ are the unauthenticated ones, and it is their time that the limits shorten:
 * **idle time**: uvicorn's keep-alive timeout (``idle_timeout_s``) closes idle connections after
   a request; they are re-armed with the same pre-request timeout as when they came;
 * **header size**: a request line and headers over ``max_header_bytes`` (64 KiB) are answered
-  431 and the connection closed (httptools sets no limit of its own).
+  431 and the connection closed (httptools sets no limit of its own);
+* **shutdown** (SIGTERM): a request whose body is still arriving cannot be served any more; it is
+  answered 503 (JSON, ``connection: close``) and closed at once, its handler told the client is
+  gone, rather than waited for until uvicorn's graceful timeout cancels it (a 500 and a
+  ``CancelledError`` traceback in the log). Requests whose body has arrived are finished.
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ _BIG = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: applicat
         b"content-length: %d\r\n\r\n%s")
 _BIG_BODY = (b'{"error": "request headers too large", "problems": [{"field": "", "message": "the request line and headers '
              b'exceed the limit", "fix": "send shorter headers"}]}')
+_STOPPING = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+             b"content-length: %d\r\n\r\n%s")
+_STOPPING_BODY = (b'{"error": "the daemon is stopping", "problems": [{"field": "", "message": "the daemon stopped while the request '
+                  b'body was still arriving; nothing of it was stored", "fix": "send the request again (to this daemon once it is '
+                  b'back, or to the one that takes over)"}]}')
 
 
 def protocol_class(limits: Limits) -> type:
@@ -148,6 +157,18 @@ def protocol_class(limits: Limits) -> type:
             super().on_response_complete()
             if not self.transport.is_closing():
                 self._rlp_arm()
+
+        def shutdown(self) -> None:
+            """Graceful shutdown: a request still receiving its body is answered 503 and closed now (above)."""
+            c = self.cycle
+            if c is not None and not c.response_started and not c.response_complete and getattr(c, "more_body", False) \
+                    and not self.transport.is_closing():
+                self.transport.write(_STOPPING % (len(_STOPPING_BODY), _STOPPING_BODY))
+                c.disconnected = True  # the handler's next receive() says the client is gone; its send() does nothing
+                c.message_event.set()
+                self.transport.close()
+                return
+            super().shutdown()
 
         def connection_lost(self, exc) -> None:
             if self._rlp_timer is not None:

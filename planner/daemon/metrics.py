@@ -20,11 +20,13 @@ planner_cycle_errors_total                 cycles that failed (logged; the loop 
 planner_cycle_lateness_seconds             how late a cycle started after its scheduled time (wall clock, histogram)
 planner_cycle_lateness_max_seconds         the latest a cycle has started (wall clock)
 planner_last_cycle_timestamp_seconds       wall time the last cycle ended
-planner_plan_cost_per_hour_usd             $/h of the plan in force
+planner_plan_cost_per_hour_usd             $/h of the plan in force (GET /v1/plan's; a target whose apply failed is not)
 planner_cost_usd_total                     $ of the plans in force integrated over the daemon's clock
 planner_jobs{state}                        jobs per lifecycle state
+                                           (these three from the state file at every scrape: a standby's agree with the API too)
 planner_telemetry_received_total           telemetry snapshots accepted
-planner_telemetry_rejected_total{reason}   telemetry snapshots refused (invalid, unknown-job, not-running)
+planner_telemetry_rejected_total{reason}   telemetry snapshots refused: invalid (422), too-large (413), unknown-job (404),
+                                           not-placed (409: the job is not admitted or running)
 planner_applies_total{result}              executor applies (ok, failed, interrupted)
 planner_lease_held                         1 while this daemon holds the applier lease
 =========================================  ==========================================================

@@ -277,6 +277,20 @@ class ApplyResult:
     running: frozenset = frozenset()  # jobs the backend runs after the apply
 
 
+@dataclass(frozen=True)
+class ReallocSettlement:
+    """How the next leader ended a reallocation apply that a crash or a lost lease left unfinished
+    (:meth:`planner.daemon.adapters.executor.ExecutorApplier.settle_realloc`)."""
+
+    job: str
+    apply_id: int  # the executor's journal
+    decision_id: Optional[int]  # the realloc decision it applied (None: journaled before applies named their decision)
+    # rolled-back | applied (nothing was left to undo or do) | failed (rolling forward failed) | interrupted (fenced) |
+    # unsettled (the journal could not be taken: left unfinished, its decision stays applying)
+    outcome: str
+    message: str  # what the executor did, and which units stand
+
+
 class Executor(Protocol):
     name: str
 
@@ -288,6 +302,8 @@ class Executor(Protocol):
         """Finish (or roll back) a journaled apply a crash interrupted; never repeats a done step."""
         ...
 
-    def apply_realloc(self, job: str, body: dict, *, now: float) -> ApplyResult: ...
+    def apply_realloc(self, job: str, body: dict, *, now: float, decision_id: Optional[int] = None) -> ApplyResult:
+        """Apply a committed reallocation (journaled under ``decision_id``, so that a restart can settle it)."""
+        ...
 
     def close(self) -> None: ...

@@ -3,8 +3,8 @@
 Threads: the **main thread** runs the loop (cycles at the period on the injected clock) and owns
 the signal handlers; the **HTTP server** (uvicorn) runs in a thread of its own, its handlers in
 a thread pool, each with its own SQLite connection; the **heartbeat** renews the applier lease
-every third of its TTL while the loop keeps making progress (a wedged loop lets the lease lapse,
-so a standby can take over).
+every third of its TTL while the loop keeps making progress (a cycle ends, its wait ticks, an
+executor step completes; a wedged loop lets the lease lapse, so a standby can take over).
 
 SIGTERM or SIGINT: the loop stops starting cycles; a cycle in progress finishes its current
 step (the executor checks between steps; an apply stopped there stays journaled and ``applying``,
@@ -97,9 +97,15 @@ def load_cluster(store: Store, scenario_path: Optional[Path]) -> tuple[Scenario,
                                 "pass the same cluster (fleet, prices, solver options), or use a new --state file"))
     if stored is None:
         with store.tx() as c:
-            store.set_meta(c, "cluster", cluster.model_dump(mode="json"))
-            store.set_meta(c, "cluster_digest", digest)
-            store.set_meta(c, "created_at", time.time())
+            row = c.execute("SELECT value FROM meta WHERE key='cluster_digest'").fetchone()  # a daemon started beside this one
+            if row is None:
+                store.set_meta(c, "cluster", cluster.model_dump(mode="json"))
+                store.set_meta(c, "cluster_digest", digest)
+                store.set_meta(c, "created_at", time.time())
+        if store.get_meta("cluster_digest") != digest:
+            raise UserError(Problem("--scenario", f"{scenario_path} describes a different cluster (digest {digest}) from the one a daemon "
+                                    f"started at the same time wrote into the new state file {store.path} (digest "
+                                    f"{store.get_meta('cluster_digest')})", "pass the same cluster, or use another --state file"))
     return cluster, list(sc.jobs)
 
 
@@ -199,6 +205,17 @@ class Service:
                 "loop_lag_s": lag, "lease": holder.as_dict() if holder else None,
                 "lease_holder": holder.describe() if holder else "nobody", "plan_id": p.id if p else None,
                 "plan_cost_per_hour": p.cost_per_hour if p else 0.0, "jobs": self.store.count_jobs(), "problems": problems}
+
+    def refresh_metrics(self) -> None:
+        """The gauges that describe the shared state, set from the store (what /v1/health and /v1/plan read):
+        the plan in force and its cost, jobs per state, the cost so far. Every scrape sets them, on a
+        standby and on a daemon whose first cycle has not ended as well, so /metrics never contradicts the API."""
+        m = self.metrics
+        p = self.store.current_plan()
+        m.plan_cost.set(p.cost_per_hour if p else 0.0)
+        for state, n in self.store.count_jobs().items():
+            m.jobs.labels(state).set(n)
+        m.cost_total.set(float(self.store.get_kv("cost_usd", 0.0)))
 
     def stall_s(self) -> float:
         per = self.cfg.period_s if self.clock.kind == "wall" else max(self.opts.wall_s_per_cycle, 1.0)
@@ -394,9 +411,13 @@ class Daemon:
                                     "stop that daemon first, use another --state, or pass --standby to wait for the lease"))
         self.service.role = ("dry-run" if self.cfg.dry_run else "applier") if taken else "standby"
         self.metrics.lease_held.set(1 if taken else 0)
-        for job in trace:
+        self.service.refresh_metrics()
+        for job in trace:  # submitted once: a job that exists (an earlier start, or a daemon started beside this one) is skipped
             if self.store.job_state(job.name) is None:
-                self.service.submit(job, arrives_at=job.arrival_s if self.cfg.clock == "virtual" else None)
+                try:
+                    self.service.submit(job, arrives_at=job.arrival_s if self.cfg.clock == "virtual" else None)
+                except Conflict:  # the other daemon submitted it between the check and the insert
+                    pass
         self.placer = _placer(o.placer, self.cluster)
         self.service.placer_name = o.placer = self.placer.name
         # A standby builds its executor (and loads the cluster files) only when it takes the lease: what it
@@ -419,7 +440,13 @@ class Daemon:
         if isinstance(ex, ExecutorApplier):  # every executor step checks that this daemon still holds the lease (epoch fencing)
             ex.fence = self.lease.lost
             ex.fence_epoch = lambda: self.lease.epoch
+        if hasattr(ex, "on_progress"):  # every step an apply completes (or resumes, or undoes) is the loop's progress
+            ex.on_progress = self._progress
         return ex
+
+    def _progress(self) -> None:
+        """The loop moved on (a cycle ended, a wait ticked, an executor step completed): the heartbeat keeps renewing the lease."""
+        self.service.beat = time.monotonic()
 
     # ------------------------------------------------------------------ threads
     def _start_http(self) -> None:
@@ -524,6 +551,7 @@ class Daemon:
             taken, _ = self.lease.try_acquire()
             if taken:
                 self.executor = self._make_executor()  # the world as it is now, loaded after taking the lease
+                self._progress()  # the loop starts now: the time spent waiting as a standby is no stall
                 self.service.role = "dry-run" if self.cfg.dry_run else "applier"
                 self.metrics.lease_held.set(1)
                 print(f"planner daemon: took the applier lease (epoch {self.lease.epoch})", flush=True)
@@ -542,7 +570,7 @@ class Daemon:
     def _run_loop(self) -> int:
         loop = self._new_loop()
         for msg in loop.recover():
-            print(f"planner daemon: resumed {msg}", flush=True)
+            print(f"planner daemon: {msg}", flush=True)
         period = self.cfg.period_s
         next_t = self.clock.now() if loop.last_at is None else loop.last_at + period
         cycles = failures = 0
@@ -569,7 +597,7 @@ class Daemon:
                 loop = self._new_loop()
                 try:  # an apply the failure interrupted is finished before the next cycle
                     for msg in loop.recover():
-                        print(f"planner daemon: resumed {msg}", flush=True)
+                        print(f"planner daemon: {msg}", flush=True)
                 except LeaseLost:
                     raise
                 except Exception:  # noqa: BLE001 - counted as the same failure; the next round retries
@@ -579,7 +607,7 @@ class Daemon:
             failures = 0
             self.service.last_error = None
             cycles += 1
-            self.service.beat = time.monotonic()
+            self._progress()
             self.service.last_cycle_wall = time.time()
             if rep.decisions or rep.apply:
                 log.info("cycle %d at %.0f: %s; %d decision(s), apply %s, %.3f s", rep.cycle, rep.at, ", ".join(rep.triggers) or "-",
@@ -603,7 +631,7 @@ class Daemon:
                 return not stop.is_set()
             if stop.wait(min(left, 1.0)):
                 return False
-            self.service.beat = time.monotonic()
+            self._progress()
 
     def _shutdown(self) -> None:
         held = self.lease.held and self.lease.lost() is None  # only the lease holder may save its view of the cluster

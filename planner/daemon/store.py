@@ -573,6 +573,11 @@ class Store(SQLiteFile):
             reasons = json.loads(row["reasons"]) + [add_reason]
             c.execute("UPDATE decisions SET reasons=? WHERE id=?", (_dumps(reasons), decision_id))
 
+    def decisions_with_outcome(self, kind: str, outcome: str) -> list[dict]:
+        """Every decision of ``kind`` whose outcome is ``outcome``, oldest first (id, cycle, jobs)."""
+        return [{"id": r["id"], "cycle": r["cycle"], "jobs": json.loads(r["jobs"])} for r in self.conn().execute(
+            "SELECT id, cycle, jobs FROM decisions WHERE kind=? AND outcome=? ORDER BY id", (kind, outcome))]
+
     def decisions(self, since_id: int = 0, limit: int = 100, kind: str | None = None) -> list[dict]:
         q, args = "SELECT * FROM decisions WHERE id > ?", list[Any]([since_id])
         if kind:

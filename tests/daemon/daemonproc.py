@@ -68,15 +68,19 @@ def env() -> dict:
 class DaemonProc:
     """``python -m planner daemon ...`` as a real process, serving on a free loopback port."""
 
-    def __init__(self, tmp: Path, *args: str, state: Path | None = None, wait: bool = True, name: str = "d") -> None:
+    def __init__(self, tmp: Path, *args: str, state: Path | None = None, wait: bool = True, name: str = "d",
+                 launcher: tuple[str, ...] = ("-m", "planner"), extra_env: dict | None = None) -> None:
+        """``launcher``: what the interpreter runs instead of ``-m planner`` (a script that patches the
+        daemon before running the CLI, e.g. to kill it at a chosen point); ``extra_env``: for that script."""
         self.tmp = tmp
         self.state = state or tmp / "state.sqlite"
         self.ready = tmp / f"{name}.url"
         self.ready.unlink(missing_ok=True)
         self.log = open(tmp / f"{name}.log", "a+")
-        cmd = [sys.executable, "-m", "planner", "daemon", "--state", str(self.state), "--listen", "127.0.0.1:0",
+        cmd = [sys.executable, *launcher, "daemon", "--state", str(self.state), "--listen", "127.0.0.1:0",
                "--ready-file", str(self.ready), "--log-level", "warning", *args]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**env(), **(extra_env or {})}, stdout=self.log, stderr=subprocess.STDOUT,
+                                     text=True)
         STARTED.append(self)
         self.url = ""
         self.insecure = "--insecure" in args

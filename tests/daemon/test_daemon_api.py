@@ -120,18 +120,36 @@ def test_bad_telemetry_gets_422_and_is_not_stored(http, daemon):
         (unknown_component, ""),
         (snapshot("tel", extra=1), "extra"),
     ]
+    refused0 = rejected(http)
     for snap, field in cases:
         r = http.post("/v1/telemetry", json=snap)
         assert r.status_code == 422, (field, r.text)
         assert any(f == field or f.startswith(field) for f in fields(r)), (field, r.json())
     r = http.post("/v1/telemetry", json=unknown_component)
     assert "Did you mean 'actor'" in r.text
+    r = http.post("/v1/telemetry", content=b'{"job": "tel", "job": "tel"}', headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text  # refused by the strict JSON reader, before the schema
     r = http.post("/v1/telemetry", json=snapshot("ghost"))
     assert r.status_code == 404 and fields(r) == ["job"]
+    r = http.post("/v1/telemetry", content=b"{" + b" " * (2 << 20) + b"}", headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    # every refusal is counted under a reason docs/daemon.md's metrics list names (422s as invalid)
+    refused = rejected(http)
+    assert {k: refused.get(k, 0) - refused0.get(k, 0) for k in refused} == \
+        {"invalid": len(cases) + 2, "unknown-job": 1, "too-large": 1, "not-placed": 0}, (refused0, refused)
     assert query(daemon.state, "SELECT COUNT(*) AS n FROM telemetry WHERE job='tel'")[0]["n"] == before
     # Every stored snapshot validates: nothing malformed reached the state.
     for row in query(daemon.state, "SELECT body FROM telemetry"):
         TelemetrySnapshot.model_validate(json.loads(row["body"]))
+
+
+def rejected(http) -> dict:
+    """planner_telemetry_rejected_total by reason, as /metrics says."""
+    out = {"invalid": 0.0, "unknown-job": 0.0, "too-large": 0.0, "not-placed": 0.0}
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith("planner_telemetry_rejected_total{"):
+            out[line.split('reason="', 1)[1].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def test_health_metrics_and_openapi(http, daemon):

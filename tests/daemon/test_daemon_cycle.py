@@ -285,7 +285,7 @@ class FailingExecutor:
 
     resume = apply
 
-    def apply_realloc(self, job, body, *, now):
+    def apply_realloc(self, job, body, *, now, decision_id=None):
         return ApplyResult(False, 0, 1, "n/a")
 
     def close(self):
@@ -381,6 +381,25 @@ def test_after_a_refused_plan_ended_jobs_still_leave_and_reshuffles_wait(tmp_pat
     assert [d for d in w.decisions("reoptimise") if d["cycle"] == 4]
 
 
+def test_after_a_failed_apply_the_cost_metric_is_the_plan_in_force(tmp_path):
+    """planner_plan_cost_per_hour_usd says what GET /v1/plan and /v1/health say: the plan in force,
+    not the target whose apply failed (it said the failed target's cost)."""
+    w = World(tmp_path)
+    w.sim = RefusingOnce(tmp_path / "r.sim", w.cluster, w.spec, after=1)
+    w.loop = Loop(w.store, w.cluster, w.placer, w.sim, w.clock, w.cfg, w.lease, w.metrics)
+    w.submit("a")
+    w.cycle(0.0)
+    in_force = w.store.current_plan()
+    assert in_force.status == "applied" and w.metrics.plan_cost._value.get() == pytest.approx(in_force.cost_per_hour)
+    w.submit("b", at=60.0)
+    w.cycle(60.0)  # b's admission is refused by the executor: the plan with it failed
+    failed = w.store.plans_with_status("failed")
+    assert len(failed) == 1 and failed[0].cost_per_hour > in_force.cost_per_hour
+    assert w.store.current_plan().id == in_force.id
+    assert w.metrics.plan_cost._value.get() == pytest.approx(in_force.cost_per_hour)
+    assert w.metrics.jobs.labels("pending")._value.get() == 1 and w.metrics.jobs.labels("running")._value.get() == 1
+
+
 def test_a_plan_the_checker_refuses_is_not_applied(tmp_path):
     """The daemon's apply runs the plan check first (planner.apply.precheck): a structural violation
     (here a node in two pools) keeps the executor from being called; the apply counts as failed and
@@ -399,3 +418,80 @@ def test_a_plan_the_checker_refuses_is_not_applied(tmp_path):
     w.placer.evaluate = lambda ctx, p: (real(ctx, p)[0], [Violation("slo", "a", "a: predicted iteration over its SLO")])
     w.cycle(60.0)
     assert ex.applies == 1
+
+
+class Committing:
+    """A reallocation decision that commits on any telemetry (the loop's handling of the apply is under test)."""
+
+    def decide(self, ctx, job, snapshots):
+        from planner.daemon.ports import ReallocOutcome
+
+        return ReallocOutcome(job, True, "committed (test)", ["rollout"], 1.0, 2.0, {"job": job, "iteration": 3}, {}, 0.0)
+
+    def forget(self, job):
+        pass
+
+    def predictor_error(self):
+        return None
+
+
+class FencedRealloc(SimCluster):
+    """The simulated cluster whose reallocation applies are cut short by a lost lease (the executor's fence), and
+    which, like the executor's journal, says how an unfinished one was settled."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.realloc_decisions: list = []
+        self.unfinished = None  # what settle_realloc reports once
+        self.journaled: dict = {}  # decision id -> the journal's status of its apply
+
+    def apply_realloc(self, job, body, *, now, decision_id=None):
+        self.realloc_decisions.append(decision_id)
+        return ApplyResult(False, 0, 0, "fenced: the applier lease (epoch 1) was taken over", interrupted=True)
+
+    def settle_realloc(self):
+        s, self.unfinished = self.unfinished, None
+        return s
+
+    def realloc_status(self, decision_id):
+        return self.journaled.get(decision_id)
+
+
+def _telemetry(store, name, t):
+    snap = {"job": name, "time_s": t, "iteration": 1,
+            "components": [{"name": "rollout", "kind": "rollout", "progress": 0.9}, {"name": "trainer", "kind": "trainer", "progress": 0.0}],
+            "workers": [{"worker_id": "w0", "component": "rollout", "node": "h20-0", "gpu_type": "H20"},
+                        {"worker_id": "w1", "component": "trainer", "node": "h800-0", "gpu_type": "H800"}]}
+    store.add_telemetry(name, 0.0, t, 1, snap)
+
+
+def test_a_reallocation_cut_short_by_a_lost_lease_is_left_to_the_new_leader_which_settles_it(tmp_path):
+    from planner.daemon.ports import ReallocSettlement
+
+    ex = FencedRealloc(tmp_path / "s.sim", load_scenario(write_cluster(tmp_path)), lambda n: w.spec(n))
+    w = World(tmp_path, executor=ex)
+    w.loop.reallocator = Committing()
+    w.submit("a")
+    w.cycle(0.0)
+    assert w.state("a") is JobState.RUNNING
+    _telemetry(w.store, "a", 10.0)
+    with pytest.raises(LeaseLost):  # the fenced daemon stops; it does not record an outcome it does not know
+        w.cycle(60.0)
+    (d,) = w.decisions("realloc")
+    assert d["outcome"] == "applying" and ex.realloc_decisions == [d["id"]], (d, ex.realloc_decisions)
+    # a second reallocation left applying that the journal never saw (cut before the executor began it)
+    with w.store.tx() as c:
+        lost = w.store.insert_decision(c, {"cycle": 3, "at": 61.0, "kind": "realloc", "triggers": ["telemetry"], "outcome": "applying",
+                                           "jobs": ["a"], "reasons": ["committed (test)"], "solver": {}})
+    # The new leader settles the unfinished apply from the journal before its first cycle.
+    ex.unfinished = ReallocSettlement("a", 7, d["id"], "rolled-back", "executor apply #7 rolled_back: unit a/rollout/workload rolled back")
+    metrics = DaemonMetrics()
+    loop = Loop(w.store, w.cluster, w.placer, ex, w.clock, w.cfg, w.lease, metrics)
+    msgs = loop.recover()
+    assert len(msgs) == 2 and "settled the unfinished reallocation of a" in msgs[0], msgs
+    by_id = {x["id"]: x for x in w.decisions("realloc")}
+    assert by_id[d["id"]]["outcome"] == "rolled-back" and "a/rollout/workload rolled back" in by_id[d["id"]]["reasons"][-1]
+    assert by_id[lost]["outcome"] == "failed" and "holds no apply of it" in by_id[lost]["reasons"][-1]
+    assert metrics.decisions.labels("realloc", "rolled-back")._value.get() == 1
+    assert not [x for x in w.decisions() if x["outcome"] == "applying"]
+    assert loop.recover() == [], "nothing is left to settle"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 from daemonproc import DaemonProc, applied_steps, job, query, step_delay, wait_for, write_cluster
 
@@ -71,3 +72,58 @@ def test_a_restart_whose_cluster_file_is_gone_under_a_running_journal_is_refused
     out = again.output()
     assert "is gone" in out and "interrupted apply" in out and "Traceback" not in out, out
     assert not sim.exists(), "no empty cluster was started in its place"
+
+
+
+STALL_S, TTL_S = 3 * 0.1 + 30.0, 3.0  # the stall limit at a 0.1 s re-optimisation limit (3 x 0.1 + 30 s); the lease TTL
+COMMON = ("--period-s", "0.2", "--placer", "solo", "--lease-ttl-s", str(TTL_S), "--reoptimise-time-limit-s", "0.1")
+
+
+def test_an_apply_longer_than_the_stall_limit_keeps_the_lease(tmp_path):
+    """Each executor step that completes is the loop's progress: a leader whose apply lasts longer than the
+    stall limit (each step well within it) keeps renewing its lease. Before, only a cycle's end or its wait
+    counted: past the stall limit the leader stopped renewing mid-apply and a standby took the lease."""
+    trace = write_cluster(tmp_path, jobs=[job("a")])  # one solo job: 29 executor steps, 1.5 s each (43.5 s in all)
+    leader = DaemonProc(tmp_path, "--scenario", str(trace), *COMMON, "--sim-step-delay-s", "1.5", name="leader")
+    standby = DaemonProc(tmp_path, *COMMON, "--standby", name="standby")
+    journal = leader.state.with_name(leader.state.name + ".journal")
+
+    def apply_age():  # seconds since the leader's apply began, while it runs
+        rows = query(journal, "SELECT started FROM applies WHERE status='running'") if journal.exists() else []
+        return time.time() - rows[0]["started"] if rows else 0.0
+
+    wait_for(lambda: apply_age() > STALL_S + TTL_S + 2, what="the leader's apply running past the stall limit and a lease TTL")
+    assert query(leader.state, "SELECT pid, epoch FROM lease") == [{"pid": leader.proc.pid, "epoch": 1}]
+    with leader.client() as c:
+        wait_for(lambda: c.get("/v1/jobs/a").json()["state"] == "running", what="the leader finishing its apply")
+        assert c.get("/v1/health").json()["role"] == "applier"
+    with standby.client() as c:
+        assert c.get("/v1/health").json()["role"] == "standby"
+    assert query(leader.state, "SELECT pid, epoch FROM lease") == [{"pid": leader.proc.pid, "epoch": 1}]
+    assert "made no progress" not in leader.output(), leader.output()
+    assert leader.stop() == 0 and standby.stop() == 0, (leader.output(), standby.output())
+
+
+def test_a_standby_counts_progress_from_when_it_takes_the_lease(tmp_path):
+    """A standby that has waited longer than the stall limit takes the lease (its leader SIGKILLed in the first
+    step of an apply) and resumes that apply: its loop's progress counts from the takeover, so it renews the
+    lease during the first resumed step. Before, its last progress was its own start: it logged 'made no
+    progress' and did not renew until a step completed (the lease could lapse to a third daemon)."""
+    leader = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), *COMMON, "--sim-step-delay-s", "600", name="leader")
+    standby = DaemonProc(tmp_path, *COMMON, "--standby", "--sim-step-delay-s", "2", name="standby")
+    since = time.monotonic()
+    wait_for(lambda: time.monotonic() - since > STALL_S + 2, every=0.5, what="the standby waiting longer than the stall limit")
+    with leader.client() as c:
+        assert c.post("/v1/jobs", json=job("a")).status_code == 201
+    journal = leader.state.with_name(leader.state.name + ".journal")
+    wait_for(lambda: journal.exists() and query(journal, "SELECT id FROM applies WHERE status='running'"),
+             what="the leader's apply begun (its first step takes 600 s)")
+    assert applied_steps(leader.state) == []
+    leader.kill()
+    with standby.client() as c:
+        wait_for(lambda: c.get("/v1/health").json()["role"] == "applier", what="the standby taking the lease")
+    wait_for(lambda: len(applied_steps(leader.state)) >= 2, what="the promoted standby resuming the apply, 2 s a step")
+    assert query(leader.state, "SELECT pid, epoch FROM lease") == [{"pid": standby.proc.pid, "epoch": 2}]
+    out = standby.output()
+    assert "made no progress" not in out and "Traceback" not in out, out
+    assert standby.stop() == 0, standby.output()

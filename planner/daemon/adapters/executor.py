@@ -18,6 +18,13 @@ component, with the request ledger: the loop stores it for ``GET /v1/cluster``.
 * The journal key of a daemon plan is ``daemon-plan-<id>``: after a crash, applying the same
   plan again resumes the journaled steps (done ones are skipped), whatever the cluster looks like
   by then.
+* The journal key of a reallocation is ``daemon-realloc-<decision id>``. One a crash (or a lost
+  lease) left unfinished is not resumed: the iteration it was decided for is gone. The next leader
+  settles it before anything else (:meth:`settle_realloc`) the way ``planner apply --rollback``
+  does: the unit in flight is rolled back, or forward when it had passed its commit point; units
+  done before stand, units after it are not started.
+* Every step that completes (done, skipped on a resume, compensated) calls ``on_progress``: the
+  daemon counts it as the loop's progress, so a long apply keeps the lease.
 * SIGTERM: the step in progress finishes (its outcome is journaled), then the apply stops
   (:class:`StopApply` is raised from the executor's step callback, outside its error handling,
   so nothing is rolled back or marked failed) and is resumed by the next start.
@@ -35,11 +42,14 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from planner.daemon.ports import ApplyResult, Observation, Placement
+from planner.daemon.ports import ApplyResult, Observation, Placement, ReallocSettlement
 from planner.schema.scenario import Scenario
 
 
 log = logging.getLogger("planner.daemon.executor")
+
+REALLOC_DIGEST = "daemon-realloc-"  # + the decision id: the journal key of a reallocation's apply
+REALLOC_NAME = "daemon realloc "  # how every reallocation's apply is named (also those journaled before they had a key of their own)
 
 
 class StopApply(BaseException):
@@ -99,6 +109,8 @@ class ExecutorApplier:
         # Set by the daemon: why this process may no longer act (its lease epoch moved on), and its epoch.
         self.fence: Optional[Callable[[], Optional[str]]] = None
         self.fence_epoch: Callable[[], Optional[int]] = lambda: None
+        # Set by the daemon: called after every step that completes (the loop's progress: it keeps the lease).
+        self.on_progress: Callable[[], None] = lambda: None
 
     # ------------------------------------------------------------------ helpers
     def _target_state(self, target: Placement):
@@ -125,6 +137,18 @@ class ExecutorApplier:
     def _save(self) -> None:
         if hasattr(self.backend, "save") and not (self.fence is not None and self.fence()):
             self.backend.save()
+
+    def _on_step(self, should_stop: Optional[Callable[[], bool]] = None) -> Callable:
+        def on_step(step, status, data) -> None:  # (the controller has the sim backend save each step before journaling it done)
+            if status == "running":
+                if self.step_delay_s > 0:
+                    time.sleep(self.step_delay_s)
+                return
+            self.on_progress()  # done, skipped (done before), compensated, failed: the apply moves on
+            if status == "done" and should_stop is not None and should_stop():
+                raise StopApply()
+
+        return on_step
 
     def _refresh(self) -> None:
         """Before each apply: the cluster as the file says now (another daemon may have applied since we loaded it)."""
@@ -201,13 +225,7 @@ class ExecutorApplier:
         except UserError as exc:
             return ApplyResult(False, 0, 0, f"the executor refuses the target: {exc.render()}")
 
-        def on_step(step, status, data) -> None:  # (the controller has the sim backend save each step before journaling it done)
-            if status == "running" and self.step_delay_s > 0:
-                time.sleep(self.step_delay_s)
-            if status == "done" and should_stop():
-                raise StopApply()
-
-        ex = Executor(self.backend, self.journal, on_step=on_step, fence=self.fence)
+        ex = Executor(self.backend, self.journal, on_step=self._on_step(should_stop), fence=self.fence)
         total = len(plan.steps)
         try:
             res = ex.apply(plan.steps, name=f"daemon plan {plan_id}", digest=f"daemon-plan-{plan_id}", fence_epoch=self.fence_epoch())
@@ -240,7 +258,7 @@ class ExecutorApplier:
     def resume(self, plan_id: int, target: Placement, *, now: float, should_stop: Callable[[], bool]) -> ApplyResult:
         return self.apply(target, plan_id=plan_id, now=now, should_stop=should_stop)
 
-    def apply_realloc(self, job: str, body: dict, *, now: float) -> ApplyResult:
+    def apply_realloc(self, job: str, body: dict, *, now: float, decision_id: Optional[int] = None) -> ApplyResult:
         from executor.adapters.plans import from_realloc
         from executor.backends.base import observe
         from executor.controller import Executor
@@ -253,8 +271,9 @@ class ExecutorApplier:
         try:
             observed = observe(self.backend)
             plan = diff(observed, to_state(from_realloc(body, observed)), stage=True)
-            res = Executor(self.backend, self.journal, fence=self.fence).apply(
-                plan.steps, name=f"daemon realloc {job} (iteration {body.get('iteration')})", fence_epoch=self.fence_epoch())
+            name = f"{REALLOC_NAME}{job} (iteration {body.get('iteration')}" + (f", decision {decision_id})" if decision_id else ")")
+            res = Executor(self.backend, self.journal, on_step=self._on_step(), fence=self.fence).apply(
+                plan.steps, name=name, digest=f"{REALLOC_DIGEST}{decision_id}" if decision_id else None, fence_epoch=self.fence_epoch())
         except Fenced as exc:
             return ApplyResult(False, 0, 0, f"fenced: {exc}", interrupted=True)
         except UserError as exc:
@@ -266,6 +285,49 @@ class ExecutorApplier:
         return ApplyResult(res.status == "done", res.steps_run, len(plan.steps),
                            f"executor apply #{res.apply_id} {res.status}: {len(plan.steps)} step(s) ({kinds}){notes}"
                            + (f"; {res.message}" if res.status != "done" else ""))
+
+    def settle_realloc(self) -> Optional[ReallocSettlement]:
+        """End a reallocation's apply that the journal holds unfinished (a crash or a lost lease cut it
+        short); None when it holds none. The executor's rollback does it (as ``planner apply
+        --rollback``): the unit in flight is undone, or finished when it had passed its commit point."""
+        from executor.controller import Executor
+        from executor.journal import Fenced
+        from planner.errors import UserError
+
+        cur = self.journal.unfinished()
+        if cur is None or not (str(cur["plan_digest"]).startswith(REALLOC_DIGEST) or str(cur["plan_name"] or "").startswith(REALLOC_NAME)):
+            return None
+        did = cur["plan_digest"][len(REALLOC_DIGEST):] if str(cur["plan_digest"]).startswith(REALLOC_DIGEST) else ""
+        job = cur["steps"][0].component.split("/", 1)[0] if cur["steps"] else str(cur["plan_name"])[len(REALLOC_NAME):].split(" ", 1)[0]
+        settlement = dict(job=job, apply_id=cur["id"], decision_id=int(did) if did.isdigit() else None)
+        self._refresh()
+        try:
+            res = Executor(self.backend, self.journal, on_step=self._on_step(), fence=self.fence).rollback_unfinished(
+                fence_epoch=self.fence_epoch())
+        except Fenced as exc:
+            return ReallocSettlement(**settlement, outcome="interrupted", message=f"fenced: {exc}")
+        except UserError as exc:  # e.g. the journal is locked by a live apply of another process: left as it is
+            return ReallocSettlement(**settlement, outcome="unsettled", message=f"could not settle it: {exc.render()}")
+        self._save()
+        if res is None:  # (another process settled it meanwhile)
+            return None
+        unit_of = {s.seq: s.unit for s in cur["steps"]}
+        units: dict[str, list[str]] = {}
+        for r in self.journal.step_rows(cur["id"]):
+            units.setdefault(unit_of[r["seq"]], []).append(r["status"])
+        done = [u for u, sts in units.items() if all(x == "done" for x in sts)]
+        undone = [u for u, sts in units.items() if any(x == "compensated" for x in sts)]
+        left = [u for u, sts in units.items() if u not in done and u not in undone]
+        outcome = "failed" if res.status == "failed" else ("applied" if len(done) == len(units) else "rolled-back")
+        stands = (f"; done and standing: {', '.join(done)}" if done else "") + (f"; undone: {', '.join(undone)}" if undone else "") \
+            + (f"; not carried out: {', '.join(left)}" if left else "")
+        return ReallocSettlement(**settlement, outcome=outcome,
+                                 message=f"executor apply #{cur['id']} ({cur['plan_name']}) {res.status}: {res.message}{stands}")
+
+    def realloc_status(self, decision_id: int) -> Optional[str]:
+        """How the journal says the reallocation of ``decision_id`` ended: done, rolled_back, failed, running; None: never journaled."""
+        row = self.journal.last_of(f"{REALLOC_DIGEST}{decision_id}")
+        return row["status"] if row else None
 
     def close(self, save: bool = True) -> None:
         """``save=False``: a daemon that lost the lease (or never held it) leaves the cluster file as it is."""

@@ -148,6 +148,7 @@ class SimCluster:
                  step_delay_s: float = 0.0) -> None:
         self.path = Path(path)
         self.step_delay_s = step_delay_s  # wall seconds each step takes (a real start takes minutes; tests need a window)
+        self.on_progress: Callable[[], None] = lambda: None  # set by the daemon: called after each step (the loop's progress)
         self.cluster = cluster
         self.view = ClusterView(cluster, resolve_gpu_types(cluster))
         self.spec_of = spec_of
@@ -319,6 +320,7 @@ class SimCluster:
                               "grp=excluded.grp, last_obs=excluded.last_obs, state='running'", (st.job, g.id, now))
                 c.execute("INSERT INTO sim_journal(plan_id, step, action, job, grp, at) VALUES (?,?,?,?,?,?)",
                           (plan_id, step_no, st.action, st.job, st.group, now))
+            self.on_progress()
         with self._tx() as c:  # groups now: what the target says (pools resized, emptied groups gone)
             self._settle(c, now)
             live = {r["grp"] for r in c.execute("SELECT DISTINCT grp FROM sim_jobs WHERE state='running'")}
@@ -330,7 +332,7 @@ class SimCluster:
         return ApplyResult(True, total, total, f"{len(steps)} step(s) carried out" + (f", {done_before} already done before" if done_before else ""),
                            running=running)
 
-    def apply_realloc(self, job: str, body: dict, *, now: float) -> ApplyResult:
+    def apply_realloc(self, job: str, body: dict, *, now: float, decision_id: Optional[int] = None) -> ApplyResult:
         with self._tx() as c:
             c.execute("INSERT INTO sim_realloc(job, at, body) VALUES (?,?,?)", (job, now, json.dumps(body, sort_keys=True, default=str)))
         return ApplyResult(True, 1, 1, "reallocation recorded by the simulated cluster")
