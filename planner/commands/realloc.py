@@ -278,11 +278,12 @@ def _print(dec, doc, args) -> None:
               f"with migration cost {_thr(body['objective'], unit)} ({body['improvement']:.3f}x)")
     con.print(f"[bold]{'COMMITTED' if body['committed'] else 'NOT COMMITTED'}[/bold]: {body['reason']}")
     if body["allocation"]:
-        t = Table(title="chosen allocation", title_justify="left")
+        t = Table(title="chosen allocation" + ("" if verbose else " (--verbose: GPUs per node)"), title_justify="left")
         for col in ("component", "migration", "from", "to", "finishes in" if unit == "1/s" else "predicted"):
             t.add_column(col, overflow="fold")
+        where = _workers if verbose else _workers_by_type
         for a in body["allocation"]:
-            t.add_row(a["component"], a["migration_kind"], _workers(a["from_workers"]), _workers(a["to_workers"]),
+            t.add_row(a["component"], a["migration_kind"], where(a["from_workers"]), where(a["to_workers"]),
                       f"{_thr(a['predicted_throughput_before'], unit)} → {_thr(a['predicted_throughput_after'], unit)}")
         con.print(t)
     if body["steps"] and not verbose:
@@ -304,6 +305,16 @@ def _print(dec, doc, args) -> None:
         con.print(f"note: {n}")
     if args.out:
         con.print(f"plan written to {args.out}")
+
+
+def _workers_by_type(ws: list) -> str:
+    """GPUs per type and on how many nodes (the terse allocation; --verbose lists each node)."""
+    gpus: dict[str, int] = {}
+    nodes: dict[str, set] = {}
+    for w in ws:
+        gpus[w["gpu_type"]] = gpus.get(w["gpu_type"], 0) + w["gpus"]
+        nodes.setdefault(w["gpu_type"], set()).add(w["node"])
+    return ", ".join(f"{t}: {g} on {len(nodes[t])} node{'s' if len(nodes[t]) != 1 else ''}" for t, g in sorted(gpus.items())) or "-"
 
 
 def _workers(ws: list) -> str:
