@@ -13,6 +13,7 @@ def run_plan(args, sc, out, console, write_files) -> int:
     from planner import plandoc
     from planner.errors import Problem, UserError
     from planner.sim.planrun import GROUP_HEADER, JOB_HEADER, simulate_plan, table_rows
+    from simulator.defaults import PLAN_ITERATIONS
 
     kind = plandoc.peek_kind(args.plan)
     if kind is not None and kind != "PlacementPlan":
@@ -35,8 +36,8 @@ def run_plan(args, sc, out, console, write_files) -> int:
     from planner.statusline import status
 
     with status(f"simulate: the plan's {len(plan.groups)} group(s), request by request"):
-        res = simulate_plan(sc, plan, seed=args.seed, iterations=max(8, args.iterations or 24),
-                            replications=getattr(args, "replications", 1) or 1)
+        res = simulate_plan(sc, plan, seed=args.seed, iterations=args.iterations or PLAN_ITERATIONS,
+                            replications=getattr(args, "replications", None) or 1)
     if res.groups and all(g.replications == 1 for g in res.groups):
         notes.append(f"one replication per group (seed {args.seed}): a group's simulated cycle varies from seed to seed, most "
                      "with multi-turn jobs and few requests; --replications 8 gives the mean and its standard error")

@@ -27,6 +27,9 @@ from typing import Optional
 import numpy as np
 
 from planner.errors import Problem, UserError
+from simulator.defaults import PLAN_MAX_DRAWS as MAX_DRAWS
+from simulator.defaults import PLAN_SAMPLES as SAMPLES
+from simulator.defaults import PLAN_SKIP as SKIP
 
 
 @dataclass
@@ -127,8 +130,8 @@ def member_samples(setup, samples: int, seed: int = 0, *, member: int = 0, first
     iterations, also when two members have the same job shape: two jobs do not share their data)."""
     from simulator.phasetimes import CHECK_SEED_BASE
 
-    if first + samples > 100:
-        raise ValueError(f"at most 100 draws per member ({first} + {samples} asked)")
+    if first + samples > MAX_DRAWS:
+        raise ValueError(f"at most {MAX_DRAWS} draws per member ({first} + {samples} asked)")
     r, t = [], []
     for k in range(samples):
         a, b = _check_draw(setup, CHECK_SEED_BASE + 1000 * seed + 100 * member + first + k)
@@ -145,7 +148,7 @@ def _check_draw(setup, seed: int) -> tuple[float, float]:
     return float(makespan), float(train_time_s(setup, reqs))
 
 
-def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 4, samples: int = 6,
+def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = SKIP, samples: int = SAMPLES,
                   replications: int = 1, max_replications: Optional[int] = None, rel_se: float = 0.01) -> PlanSimulation:
     """Simulate every group of ``plan`` (a :class:`formulation.placement.plan.PlacementPlan`) on the
     cluster of ``sc`` (the scenario it was made from).
@@ -162,8 +165,8 @@ def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 
 
     rmin = max(1, int(replications))
     rmax = max(rmin, int(max_replications) if max_replications is not None else rmin)
-    if rmax * samples > 100:
-        raise ValueError(f"replications x samples must be at most 100 ({rmax} x {samples})")
+    if rmax * samples > MAX_DRAWS:
+        raise ValueError(f"replications x samples must be at most {MAX_DRAWS} ({rmax} x {samples})")
     view = cluster_view(sc)
     out = PlanSimulation(scenario=sc.name, seed=seed, iterations=iterations, samples=samples)
     for g in plan.groups:

@@ -1,0 +1,52 @@
+"""planner simulate --plan and the multi-job policies on the inputs of an outside audit: option ranges that
+match what runs, plans the checker must refuse, the SLO a plan is scored against, jobs a trace never
+admits, strict JSON. Each test builds its own inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import SCENARIOS, run_cli
+
+TINY = str(SCENARIOS / "ci" / "tiny-2jobs.yaml")
+
+
+def _strict(const):
+    raise AssertionError(f"printed {const}: not JSON (an unknown figure must be null)")
+
+
+@pytest.fixture(scope="module")
+def tiny_plan(tmp_path_factory):
+    plan = tmp_path_factory.mktemp("plan") / "tiny2.plan.yaml"
+    r = run_cli("plan", TINY, "--out", str(plan))
+    assert r.returncode == 0, r.stderr
+    return plan
+
+
+def _refused(r, needle, out=None):
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert needle in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    if out is not None:
+        assert not out.exists()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--replications", "17"], "--replications"),  # argparse allowed 64; planrun ran out of seeds past 16: internal error
+    (["--replications", "64"], "--replications"),
+    (["--iterations", "7"], "--iterations"),  # was raised to 8 in silence
+    (["--iterations", "2"], "--iterations"),
+])
+def test_plan_options_out_of_what_runs_are_refused(tmp_path, tiny_plan, args, needle):
+    out = tmp_path / "o"
+    _refused(run_cli("simulate", TINY, "--plan", str(tiny_plan), *args, "--out", str(out)), needle, out)
+
+
+def test_plan_runs_at_the_bounds_of_its_options(tiny_plan):
+    r = run_cli("simulate", TINY, "--plan", str(tiny_plan), "--json", "--iterations", "8", "--replications", "16")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout, parse_constant=_strict)
+    assert doc["iterations"] == 8
+    assert all(1 <= g["replications"] <= 16 for g in doc["groups"])
