@@ -69,7 +69,7 @@ def run_plan(args, sc, out, console, write_files) -> int:
 
 # what a plan of a changed scenario is still checked for (its phase times, cycles, SLOs and costs
 # are yesterday's, and the simulation uses today's): the structure the simulator walks
-STRUCTURE = frozenset({"placed-once", "unknown-job", "pool-nodes", "node-exclusive", "capacity", "pins", "job-pool", "dram",
+STRUCTURE = frozenset({"placed-once", "group-id", "unknown-job", "pool-nodes", "node-exclusive", "capacity", "pins", "job-pool", "dram",
                        "pool-gpus", "totals"})
 
 

@@ -50,3 +50,34 @@ def test_plan_runs_at_the_bounds_of_its_options(tiny_plan):
     doc = json.loads(r.stdout, parse_constant=_strict)
     assert doc["iterations"] == 8
     assert all(1 <= g["replications"] <= 16 for g in doc["groups"])
+
+
+def test_a_member_listed_twice_or_a_repeated_group_id_is_refused_by_rule(tmp_path, tiny_plan):
+    """validate-plan and simulate --plan refuse a job listed twice in one group (it was 'internal error: member names
+    must be unique') and two groups of one id (accepted: per-job results were ambiguous), each by its rule."""
+    import copy
+
+    import yaml
+
+    d = yaml.safe_load(tiny_plan.read_text())
+    g = d["body"]["groups"][0]
+    g["members"].append(copy.deepcopy(g["members"][0]))
+    g["order"].append(g["members"][0]["job"])
+    dup = tmp_path / "dup_member.yaml"
+    dup.write_text(yaml.safe_dump(d, sort_keys=False))
+    job = g["members"][0]["job"]
+    out = tmp_path / "o"
+    _refused(run_cli("simulate", TINY, "--plan", str(dup), "--out", str(out)), f"placed-once[job={job}]", out)
+    _refused(run_cli("validate-plan", TINY, str(dup)), f"placed-once[job={job}]")
+
+    mixed = str(SCENARIOS / "ci" / "tiny-mixed.yaml")
+    plan = tmp_path / "mixed.yaml"
+    assert run_cli("plan", mixed, "--out", str(plan)).returncode == 0
+    d = yaml.safe_load(plan.read_text())
+    assert len(d["body"]["groups"]) >= 2
+    gid = d["body"]["groups"][0]["id"]
+    d["body"]["groups"][1]["id"] = gid
+    dup = tmp_path / "dup_gid.yaml"
+    dup.write_text(yaml.safe_dump(d, sort_keys=False))
+    _refused(run_cli("simulate", mixed, "--plan", str(dup), "--out", str(out)), f"group-id[group={gid}]", out)
+    _refused(run_cli("validate-plan", mixed, str(dup)), f"group-id[group={gid}]")
