@@ -38,11 +38,17 @@ class JobResult:
     group: str
     planned_cycle_s: float
     simulated_cycle_s: float
-    slo_s: float
+    slo_s: float  # the SLO attainment and margin are measured against (the scenario's, where given)
     slo_attainment: float
     iterations: int
     worst_iteration_s: float
     mean_iteration_s: float
+    plan_slo_s: float = math.nan  # the SLO the plan records for the job (its claim; may be another scenario's)
+
+    @property
+    def slo_differs(self) -> bool:
+        """Whether the plan records another SLO than the one the job was scored against."""
+        return math.isfinite(self.plan_slo_s) and abs(self.plan_slo_s - self.slo_s) > 1e-6 * max(1.0, abs(self.slo_s))
 
     @property
     def margin_s(self) -> float:
@@ -83,7 +89,7 @@ class PlanSimulation:
         return _finite({
             "scenario": self.scenario, "seed": self.seed, "iterations": self.iterations, "samples_per_member": self.samples,
             "groups": [{**asdict(g), "error": g.error} for g in self.groups],
-            "jobs": [{**asdict(j), "margin_s": j.margin_s} for j in self.jobs],
+            "jobs": [{**asdict(j), "margin_s": j.margin_s, "slo_differs_from_plan": j.slo_differs} for j in self.jobs],
             "max_abs_error": max((abs(g.error) for g in self.groups), default=0.0),
             "slo_attainment_mean": float(np.mean([j.slo_attainment for j in self.jobs])) if self.jobs else math.nan,
         })
@@ -149,7 +155,8 @@ def _check_draw(setup, seed: int) -> tuple[float, float]:
 
 
 def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = SKIP, samples: int = SAMPLES,
-                  replications: int = 1, max_replications: Optional[int] = None, rel_se: float = 0.01) -> PlanSimulation:
+                  replications: int = 1, max_replications: Optional[int] = None, rel_se: float = 0.01,
+                  slo_s: Optional[dict] = None) -> PlanSimulation:
     """Simulate every group of ``plan`` (a :class:`formulation.placement.plan.PlacementPlan`) on the
     cluster of ``sc`` (the scenario it was made from).
 
@@ -158,7 +165,12 @@ def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 
     meta-iterations on them; its cycle ``c_r`` is the mean gap after ``skip`` warm-up iterations.
     The group's simulated cycle is ``mean(c_r)`` and its standard error ``std(c_r) / sqrt(R)``;
     replications are added (``replications`` up to ``max_replications``) while that standard error
-    exceeds ``rel_se`` of the mean. With one replication the standard error is not known (NaN)."""
+    exceeds ``rel_se`` of the mean. With one replication the standard error is not known (NaN).
+
+    ``slo_s``: each job's SLO (job name -> seconds) that its attainment and margin are measured
+    against: the SLO of the scenario being simulated, compiled as the planner compiles it (``planner
+    simulate --plan`` passes the checked instance's). A job it leaves out is held to the plan's own
+    ``slo_s``; each result keeps the plan's figure (``plan_slo_s``) beside it."""
     from planner.instances.simulate import cluster_view
     from simulator.groups import GroupSpec, MemberSpec, run_group
     from simulator.phasetimes import switch_times_s, sync_time_s
@@ -175,6 +187,7 @@ def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 
         setups = {name: member_setup(sc, view, name, rt, len(by[name].rollout_nodes), tt, len(by[name].train_nodes))
                   for name in g.order}
         sw_rings = [0.0, 0.0]
+        slo_of = {name: float((slo_s or {}).get(name, by[name].slo_s)) for name in g.order}
         for name in g.order:
             sw_r, sw_t = switch_times_s(setups[name])
             sw_rings[0] += sw_r
@@ -191,7 +204,7 @@ def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 
                 sw_r, sw_t = switch_times_s(setup)
                 specs.append(MemberSpec(name=name, rollout_s=r, train_s=t, sync_s=sync_time_s(setup),
                                         rollout_nodes=tuple(m.rollout_nodes), train_nodes=tuple(m.train_nodes),
-                                        rollout_switch_s=sw_r, train_switch_s=sw_t, slo_s=float(m.slo_s)))
+                                        rollout_switch_s=sw_r, train_switch_s=sw_t, slo_s=slo_of[name]))
             spec = GroupSpec(name=g.id, members=tuple(specs), gpus_per_node=g.rollout_pool.gpus_per_node,
                              rollout_nodes=tuple(g.rollout_pool.nodes), train_nodes=tuple(g.train_pool.nodes))
             run = run_group(spec, iterations=iterations, seed=1000 * seed + rep)
@@ -205,12 +218,12 @@ def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 
                 break
         for name in g.order:
             gaps = np.asarray(gaps_of[name], dtype=float)
-            m = by[name]
+            m, slo = by[name], slo_of[name]
             out.jobs.append(JobResult(job=name, group=g.id, planned_cycle_s=float(m.cycle_time_s),
-                                      simulated_cycle_s=float(np.mean(cyc_of[name])), slo_s=float(m.slo_s),
-                                      slo_attainment=float(np.mean(gaps <= m.slo_s * (1 + 1e-9))) if gaps.size else math.nan,
+                                      simulated_cycle_s=float(np.mean(cyc_of[name])), slo_s=slo,
+                                      slo_attainment=float(np.mean(gaps <= slo * (1 + 1e-9))) if gaps.size else math.nan,
                                       iterations=int(gaps.size), worst_iteration_s=float(gaps.max()) if gaps.size else math.nan,
-                                      mean_iteration_s=float(gaps.mean()) if gaps.size else math.nan))
+                                      mean_iteration_s=float(gaps.mean()) if gaps.size else math.nan, plan_slo_s=float(m.slo_s)))
         mean = float(np.mean(cycles))
         se = float(np.std(cycles, ddof=1) / math.sqrt(len(cycles))) if len(cycles) > 1 else math.nan
         out.groups.append(GroupResult(id=g.id, rollout_pool=f"{g.rollout_pool.size}x{rt}", train_pool=f"{g.train_pool.size}x{tt}",
@@ -236,7 +249,8 @@ def table_rows(res: PlanSimulation) -> tuple[list, list]:
 
     grows = [(g.id, g.rollout_pool, g.train_pool, ", ".join(g.members), f"{g.planned_cycle_s:.1f}", sim(g),
               f"{100 * g.error:+.1f}%") for g in res.groups]
-    jrows = [(j.job, j.group, f"{j.planned_cycle_s:.1f}", f"{j.simulated_cycle_s:.1f}", f"{j.slo_s:.1f}",
+    jrows = [(j.job, j.group, f"{j.planned_cycle_s:.1f}", f"{j.simulated_cycle_s:.1f}",
+              f"{j.slo_s:.1f}" + (f" (plan {j.plan_slo_s:.1f})" if j.slo_differs else ""),
               f"{100 * j.slo_attainment:.0f}%", f"{j.margin_s:+.1f}") for j in res.jobs]
     return grows, jrows
 
