@@ -86,7 +86,7 @@ class PlanSimulation:
     def to_dict(self) -> dict:
         """Plain data for JSON: a figure that is not known (a standard error from one replication,
         the attainment of no jobs) is null, never NaN (which strict JSON readers refuse)."""
-        return _finite({
+        return finite({
             "scenario": self.scenario, "seed": self.seed, "iterations": self.iterations, "samples_per_member": self.samples,
             "groups": [{**asdict(g), "error": g.error} for g in self.groups],
             "jobs": [{**asdict(j), "margin_s": j.margin_s, "slo_differs_from_plan": j.slo_differs} for j in self.jobs],
@@ -95,14 +95,19 @@ class PlanSimulation:
         })
 
 
-def _finite(v):
-    """``v`` with every non-finite float replaced by None (recursively through dicts and lists)."""
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
+def finite(v):
+    """``v`` as plain JSON data: every non-finite float replaced by None, numpy scalars by Python
+    numbers (recursively through dicts, lists and tuples)."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
     if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
+        return {k: finite(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
+        return [finite(x) for x in v]
     return v
 
 

@@ -108,3 +108,65 @@ def test_plan_is_scored_against_the_scenarios_slo_not_the_plans(tmp_path, tiny_p
     r = run_cli("simulate", TINY, "--plan", str(tiny_plan), "--json")
     doc = json.loads(r.stdout, parse_constant=_strict)
     assert not any(j["slo_differs_from_plan"] for j in doc["jobs"]) and not any("in the plan:" in n for n in doc["notes"])
+
+
+def _trace(dram_gb: int) -> str:
+    """Three jobs on one H20 and one H800 node of ``dram_gb`` GB of host DRAM: a 7B job whose training state
+    (about 107 GB) fits no H800 node below that, and two 1.5B jobs (about 22 GB)."""
+    job = ("  - {{name: {n}, model: {m}, rollout: {{batch_prompts: 32, group_size: 4, max_response_tokens: 2048, "
+           "gpu_types: [H20]}}, trainer: {{{tp}gpu_types: [H800]}}, slo: {{ratio_to_solo: {r}}}, arrival_s: {a}, duration_s: 600}}\n")
+    return (f"name: trace-{dram_gb}\ngpu_types:\n  H20: {{price_per_gpu_hour: 1.0}}\n  H800: {{price_per_gpu_hour: 2.0}}\n"
+            "cluster:\n  node_groups:\n"
+            f"    - {{name: h20, gpu_type: H20, count: 1, gpus_per_node: 8, host_dram_gb: {dram_gb}}}\n"
+            f"    - {{name: h800, gpu_type: H800, count: 1, gpus_per_node: 8, host_dram_gb: {dram_gb}}}\n"
+            "jobs:\n" + job.format(n="big", m="qwen2.5-7b", tp="tp: 2, ", r=2.0, a=0)
+            + job.format(n="ok", m="qwen2.5-1.5b", tp="", r=1.0, a=5) + job.format(n="ok2", m="qwen2.5-1.5b", tp="", r=1.0, a=5))
+
+
+@pytest.mark.parametrize("policy,reason", [("groups", "(dram)"), ("colocated-jobs", "(capacity)")])
+def test_a_trace_no_job_of_which_can_ever_run_is_exit_2_with_each_reason(tmp_path, policy, reason):
+    """16 GB of host DRAM per node (groups) or one training node for a colocated pool of two (colocated-jobs): no job
+    is ever admitted; it printed 'jobs 0 / 3', nan tokens per $ and nan% SLO attainment, exit 0."""
+    sc = tmp_path / "small.yaml"
+    sc.write_text(_trace(16))
+    out = tmp_path / "o"
+    r = run_cli("simulate", str(sc), "--policy", policy, "--out", str(out))
+    _refused(r, "can ever be admitted", out)
+    for job in ("big", "ok", "ok2"):
+        assert f"job {job}: cannot be placed {reason}" in r.stderr, r.stderr
+    assert r.stderr.count("Fix:") == 3
+
+
+def test_a_trace_lists_the_job_it_never_admits_and_scores_the_others_over_their_count(tmp_path):
+    """64 GB: the 7B job fits no node, the others run. It said 'SLO attainment 100%' over the two that ran, and
+    nothing of the third; the JSON held NaN."""
+    sc = tmp_path / "part.yaml"
+    sc.write_text(_trace(64))
+    out = tmp_path / "o"
+    r = run_cli("simulate", str(sc), "--policy", "groups", "--json", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout, parse_constant=_strict)
+    assert json.loads((out / "summary.json").read_text(), parse_constant=_strict) == doc
+    s = doc["summary"]
+    assert (s["jobs"], s["jobs_ran"], s["jobs_not_admitted"]) == (3, 2, 1)
+    [u] = doc["not_admitted"]
+    assert u["job"] == "big" and u["reason"] == "dram" and "64.0 GB" in u["message"] and u["fix"]
+    assert next(j for j in doc["jobs"] if j["job"] == "big")["slo_attainment"] is None
+    r = run_cli("simulate", str(sc), "--policy", "groups")
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "jobs that ran: 2 of 3" in text and "job big: never admitted (dram)" in text and "Fix:" in text
+    assert "nan" not in text
+
+
+def test_a_trace_stopped_at_its_horizon_scores_the_jobs_that_ran(tmp_path):
+    """At --horizon-s 300 no job is done but one ran iterations: attainment is over it (it was NaN, the mean over
+    finished jobs only), and the jobs not started say why."""
+    sc = tmp_path / "part.yaml"
+    sc.write_text(_trace(64))
+    r = run_cli("simulate", str(sc), "--policy", "solo-d", "--horizon-s", "300", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout, parse_constant=_strict)
+    s = doc["summary"]
+    assert s["jobs_done"] == 0 and s["jobs_ran"] >= 1 and s["slo_attainment_mean"] is not None
+    assert {u["reason"] for u in doc["not_admitted"]} <= {"waiting", "not-arrived"} and len(doc["not_admitted"]) == s["jobs_not_admitted"]
