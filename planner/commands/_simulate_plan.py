@@ -45,13 +45,17 @@ def run_plan(args, sc, out, console, write_files) -> int:
         if j.slo_differs:
             notes.append(f"{j.job}: SLO {j.slo_s:.1f} s in the scenario today, {j.plan_slo_s:.1f} s in the plan: its attainment "
                          "and margin are against today's SLO")
+    if plan.unplaced:
+        names = ", ".join(f"{u.job} ({u.reason})" for u in plan.unplaced[:10]) + (" ..." if len(plan.unplaced) > 10 else "")
+        notes.append(f"{len(plan.unplaced)} job(s) the plan leaves unplaced, not simulated: {names}")
     if res.groups and all(g.replications == 1 for g in res.groups):
         notes.append(f"one replication per group (seed {args.seed}): a group's simulated cycle varies from seed to seed, most "
                      "with multi-turn jobs and few requests; --replications 8 gives the mean and its standard error")
     d = res.to_dict()
-    d.update(command="planner simulate " + " ".join(_argv(args)), plan=str(args.plan), notes=notes)
+    d.update(command="planner simulate " + " ".join(_argv(args)), plan=str(args.plan), notes=notes,
+             unplaced=[{"job": u.job, "reason": u.reason, "message": u.message, "fix": u.fix} for u in plan.unplaced])
     if args.json:
-        print(json.dumps(d, indent=2, default=float))
+        print(json.dumps(d, indent=2, default=float, allow_nan=False))
     else:
         from rich.table import Table
 
@@ -68,7 +72,7 @@ def run_plan(args, sc, out, console, write_files) -> int:
         for n in notes:
             console.print(f"note: {n}")
     if out is not None:
-        write_files(out, {"summary.json": lambda p: Path(p).write_text(json.dumps(d, indent=2, default=float) + "\n")})
+        write_files(out, {"summary.json": lambda p: Path(p).write_text(json.dumps(d, indent=2, default=float, allow_nan=False) + "\n")})
         if not args.json:
             console.print(f"wrote {out / 'summary.json'}")
     return 0

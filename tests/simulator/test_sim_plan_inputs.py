@@ -170,3 +170,38 @@ def test_a_trace_stopped_at_its_horizon_scores_the_jobs_that_ran(tmp_path):
     s = doc["summary"]
     assert s["jobs_done"] == 0 and s["jobs_ran"] >= 1 and s["slo_attainment_mean"] is not None
     assert {u["reason"] for u in doc["not_admitted"]} <= {"waiting", "not-arrived"} and len(doc["not_admitted"]) == s["jobs_not_admitted"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--plan", "PLAN", "--horizon-s", "100"], "--horizon-s"),
+    (["--plan", "PLAN", "--queue", "priority"], "--queue"),
+    (["--plan", "PLAN", "--consolidate-at", "0.8"], "--consolidate-at"),
+    (["--plan", "PLAN", "--oracle"], "--oracle"),
+    (["--policy", "groups", "--iterations", "3"], "--iterations"),
+    (["--policy", "solo-d", "--replications", "2"], "--replications"),
+    (["--policy", "colocated-jobs", "--queue", "fifo"], "--queue"),
+    (["--policy", "static", "--job", "small-a", "--replications", "2"], "--replications"),
+    (["--policy", "static", "--job", "small-a", "--horizon-s", "100"], "--horizon-s"),
+])
+def test_options_that_do_nothing_in_a_mode_are_refused(tmp_path, tiny_plan, args, needle):
+    """They were ignored in silence; --policy and --job with --plan already were refused."""
+    out = tmp_path / "o"
+    args = [str(tiny_plan) if a == "PLAN" else a for a in args]
+    r = run_cli("simulate", TINY, *args, "--out", str(out))
+    _refused(r, f"{needle}: does nothing", out)
+
+
+def test_a_plan_with_unplaced_jobs_says_them(tmp_path):
+    """A plan written with --allow-unplaced was simulated without a word of the jobs it leaves out."""
+    sc = tmp_path / "part.yaml"
+    sc.write_text(_trace(64))  # big fits no node's DRAM; one node of each type holds one 1.5B job alone
+    plan = tmp_path / "plan.yaml"
+    r = run_cli("plan", str(sc), "--allow-unplaced", "--out", str(plan))
+    assert r.returncode == 0, r.stderr
+    r = run_cli("simulate", str(sc), "--plan", str(plan), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout, parse_constant=_strict)
+    unplaced = {u["job"]: u for u in doc["unplaced"]}
+    assert "big" in unplaced and unplaced["big"]["reason"] == "dram" and unplaced["big"]["fix"]
+    assert any("leaves unplaced, not simulated:" in n and "big (dram)" in n for n in doc["notes"])
+    assert not set(unplaced) & {j["job"] for j in doc["jobs"]}
