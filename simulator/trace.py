@@ -101,6 +101,7 @@ class SoloPlacer:
     def __init__(self, jobs: dict, capacity: dict, colocated: bool = False) -> None:
         self.jobs = jobs
         self.free = dict(capacity)
+        self.capacity = dict(capacity)
         self.colocated = colocated
         self._groups: dict = {}
 
@@ -124,6 +125,12 @@ class SoloPlacer:
             self.free[t] -= n
         self._groups[f"solo-{job}"] = (c, [job])
         return True
+
+    def shortage(self, job: str) -> dict:
+        """Nodes per GPU type the job's own pool(s) need beyond the whole fleet (empty: it fits once
+        enough others leave; otherwise it is never admitted)."""
+        cap = self.capacity
+        return {t: n - cap.get(t, 0) for t, n in self._need(self._config(job)).items() if n > cap.get(t, 0)}
 
     def remove(self, job: str) -> None:
         c, _ = self._groups.pop(f"solo-{job}")
@@ -168,14 +175,19 @@ class TraceResult:
     migrations: int = 0  # running members the placer moved to another group (re-pack)
 
     def summary(self) -> dict:
+        """Totals of the run. SLO attainment (``slo_attainment_mean``, ``jobs_meeting_slo``) is over the
+        jobs that ran at least one iteration (``jobs_ran``; a trace stopped at its horizon counts the
+        iterations so far), NaN when none did; ``jobs_not_admitted``: jobs that never started."""
         done = [j for j in self.jobs.values() if j.done_s is not None]
-        att = [j.slo_attainment for j in done if j.iteration_s]
+        att = [j.slo_attainment for j in self.jobs.values() if j.iteration_s]
         waits = [j.admitted_s - j.arrival_s for j in self.jobs.values() if j.admitted_s is not None]
         tokens = sum(j.tokens for j in self.jobs.values())
         return {
             "policy": self.policy,
             "jobs": len(self.jobs),
             "jobs_done": len(done),
+            "jobs_ran": len(att),
+            "jobs_not_admitted": sum(1 for j in self.jobs.values() if j.admitted_s is None),
             "end_s": self.end_s,
             "cost": self.cost,
             "gpu_hours": dict(self.gpu_hours),

@@ -9,7 +9,9 @@ Each violation names its rule and where it is:
 ==================  ========================================================================
 rule                meaning
 ==================  ========================================================================
-placed-once         every job of the instance is in exactly one group or listed unplaced
+placed-once         every job of the instance is in exactly one group or listed unplaced, once
+                    (a job listed twice in one group's members too)
+group-id            group ids are unique
 unknown-job         a plan member that the instance does not have
 pool-nodes          a pool's nodes exist, are of its GPU type, and number its size
 node-exclusive      a node serves at most one pool
@@ -64,19 +66,27 @@ def check(inst: PlacementInstance, plan: PlacementPlan, record: Optional[Any] = 
     jobs = {j.name: j for j in inst.jobs}
     node_type = {n: t for t in inst.pool_types for n in inst.node_names(t)}
     seen: dict[str, int] = {}
+    places: dict[str, Counter] = {}  # job -> where it is listed ("members of group g0", "unplaced") -> times
     for g in plan.groups:
         for m in g.members:
             seen[m.job] = seen.get(m.job, 0) + 1
+            places.setdefault(m.job, Counter())[f"members of group {g.id}"] += 1
     for u in plan.unplaced:
         seen[u.job] = seen.get(u.job, 0) + 1
+        places.setdefault(u.job, Counter())["unplaced"] += 1
     for name in jobs:
         if seen.get(name, 0) == 0:
             add("placed-once", f"job={name}", "the job is neither in a group nor listed unplaced")
         elif seen[name] > 1:
-            add("placed-once", f"job={name}", f"the job appears {seen[name]} times (groups and unplaced list)")
+            at = ", ".join(f"{k} times in {p}" if k > 1 else p for p, k in places[name].items())
+            add("placed-once", f"job={name}", f"the job appears {seen[name]} times ({at}): keep it once, in one group's "
+                                              "members (and order) or the unplaced list, or re-plan")
     for name in seen:
         if name not in jobs:
             add("unknown-job", f"job={name}", "the instance has no such job")
+    for gid, k in Counter(g.id for g in plan.groups).items():
+        if k > 1:
+            add("group-id", f"group={gid}", f"{k} groups have this id: give each group its own id, or re-plan")
 
     owner: dict[str, str] = {}
     used: dict[str, int] = {}
@@ -124,6 +134,8 @@ def check(inst: PlacementInstance, plan: PlacementPlan, record: Optional[Any] = 
             diff += [f"{n} is listed {k} times in the order" for n, k in listed.items() if k > 1]
             add("pins", f"group={g.id}", "the round-robin order does not list exactly the group's members"
                 + (f" ({'; '.join(diff[:6])})" if diff else ""))
+            continue
+        if len(set(g.order)) != len(g.order):  # a member listed twice (placed-once names it): no schedule to recompute
             continue
         members: list[Member] = []
         by = {m.job: m for m in g.members}

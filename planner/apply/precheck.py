@@ -86,7 +86,7 @@ def check_not_all_stopping(observed, target) -> None:
 # The checker's rules that refuse an apply in the daemon (planner.daemon.cycle): the placement is
 # not what can run. The claims (phase-times, cycle-time, cost) are recomputed by the daemon's own
 # evaluation, and an SLO it cannot keep is reported by the loop, not a reason to leave jobs unplaced.
-BLOCKING = frozenset({"placed-once", "unknown-job", "pool-nodes", "node-exclusive", "capacity", "pins", "job-pool", "dram"})
+BLOCKING = frozenset({"placed-once", "group-id", "unknown-job", "pool-nodes", "node-exclusive", "capacity", "pins", "job-pool", "dram"})
 
 
 def blocking(violations: list) -> list:

@@ -13,6 +13,7 @@ def run_plan(args, sc, out, console, write_files) -> int:
     from planner import plandoc
     from planner.errors import Problem, UserError
     from planner.sim.planrun import GROUP_HEADER, JOB_HEADER, simulate_plan, table_rows
+    from simulator.defaults import PLAN_ITERATIONS
 
     kind = plandoc.peek_kind(args.plan)
     if kind is not None and kind != "PlacementPlan":
@@ -31,19 +32,30 @@ def run_plan(args, sc, out, console, write_files) -> int:
         notes.append("the scenario changed since the plan was made (digest differs): phase times are today's")
     if not plan.groups:
         raise UserError(Problem("--plan", "the plan has no groups to simulate", "plan at least one job"))
-    check_plan(args, doc, plan, changed)
+    inst = check_plan(args, doc, plan, changed)
+    # each job is scored against the SLO of the scenario simulated (compiled as the planner does, on the plan's
+    # estimate), not the plan's claim: a plan of a changed scenario (or an edited instance file) may record another
+    slo_now = {j.name: float(j.slo_s) for j in inst.jobs}
     from planner.statusline import status
 
     with status(f"simulate: the plan's {len(plan.groups)} group(s), request by request"):
-        res = simulate_plan(sc, plan, seed=args.seed, iterations=max(8, args.iterations or 24),
-                            replications=getattr(args, "replications", 1) or 1)
+        res = simulate_plan(sc, plan, seed=args.seed, iterations=args.iterations or PLAN_ITERATIONS,
+                            replications=getattr(args, "replications", None) or 1, slo_s=slo_now)
+    for j in res.jobs:
+        if j.slo_differs:
+            notes.append(f"{j.job}: SLO {j.slo_s:.1f} s in the scenario today, {j.plan_slo_s:.1f} s in the plan: its attainment "
+                         "and margin are against today's SLO")
+    if plan.unplaced:
+        names = ", ".join(f"{u.job} ({u.reason})" for u in plan.unplaced[:10]) + (" ..." if len(plan.unplaced) > 10 else "")
+        notes.append(f"{len(plan.unplaced)} job(s) the plan leaves unplaced, not simulated: {names}")
     if res.groups and all(g.replications == 1 for g in res.groups):
         notes.append(f"one replication per group (seed {args.seed}): a group's simulated cycle varies from seed to seed, most "
                      "with multi-turn jobs and few requests; --replications 8 gives the mean and its standard error")
     d = res.to_dict()
-    d.update(command="planner simulate " + " ".join(_argv(args)), plan=str(args.plan), notes=notes)
+    d.update(command="planner simulate " + " ".join(_argv(args)), plan=str(args.plan), notes=notes,
+             unplaced=[{"job": u.job, "reason": u.reason, "message": u.message, "fix": u.fix} for u in plan.unplaced])
     if args.json:
-        print(json.dumps(d, indent=2, default=float))
+        print(json.dumps(d, indent=2, default=float, allow_nan=False))
     else:
         from rich.table import Table
 
@@ -60,7 +72,7 @@ def run_plan(args, sc, out, console, write_files) -> int:
         for n in notes:
             console.print(f"note: {n}")
     if out is not None:
-        write_files(out, {"summary.json": lambda p: Path(p).write_text(json.dumps(d, indent=2, default=float) + "\n")})
+        write_files(out, {"summary.json": lambda p: Path(p).write_text(json.dumps(d, indent=2, default=float, allow_nan=False) + "\n")})
         if not args.json:
             console.print(f"wrote {out / 'summary.json'}")
     return 0
@@ -68,14 +80,16 @@ def run_plan(args, sc, out, console, write_files) -> int:
 
 # what a plan of a changed scenario is still checked for (its phase times, cycles, SLOs and costs
 # are yesterday's, and the simulation uses today's): the structure the simulator walks
-STRUCTURE = frozenset({"placed-once", "unknown-job", "pool-nodes", "node-exclusive", "capacity", "pins", "job-pool", "dram",
+STRUCTURE = frozenset({"placed-once", "group-id", "unknown-job", "pool-nodes", "node-exclusive", "capacity", "pins", "job-pool", "dram",
                        "pool-gpus", "totals"})
 
 
-def check_plan(args, doc, plan, changed: bool) -> None:
+def check_plan(args, doc, plan, changed: bool):
     """The solver-free plan check (as ``planner validate-plan``) before a single request is
     simulated: a plan that fails it is refused (exit 2), each violated rule named with where it
-    is. A plan of a changed scenario (another digest) is held to its structure only."""
+    is. A plan of a changed scenario (another digest) is held to its structure only. Returns the
+    scenario's placement instance (on the plan's phase-time estimate and margin): its SLOs are
+    the ones the simulation is scored against."""
     from formulation.placement.check import check
     from planner.apply.precheck import refusal
     from planner.commands._placement import load_input
@@ -91,6 +105,7 @@ def check_plan(args, doc, plan, changed: bool) -> None:
     if violations:
         raise refusal("--plan", violations, args.plan, args.scenario,
                       "re-plan with `planner plan` (or edit the fields named)")
+    return inst
 
 
 def _argv(args) -> list[str]:

@@ -48,7 +48,7 @@ component over time, as DynaRL's Figure 13) for one job, gantt.png (groups) for 
 
 def add_arguments(p) -> None:
     from planner.commands import _args
-    from simulator.defaults import WINDOW_S
+    from simulator.defaults import PLAN_ITERATIONS, PLAN_MAX_REPLICATIONS, PLAN_MIN_ITERATIONS, PLAN_SAMPLES, WINDOW_S
 
     p.add_argument("scenario", metavar="SCENARIO")
     p.add_argument("--policy", metavar="P", help=f"one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}")
@@ -59,11 +59,12 @@ def add_arguments(p) -> None:
     p.add_argument("--out", metavar="DIR", help="write summary.json and PNG plots into DIR")
     p.add_argument("--job", help="the job to simulate request by request (scenarios with several jobs)")
     p.add_argument("--iterations", type=_args.count(1, 1000), default=None,
-                   help="iterations of the job (default 2); with --plan: meta-iterations of each group (default 24)")
-    p.add_argument("--replications", type=_args.count(1, 64), default=1,
-                   help="with --plan: independent replications of each group (default 1); the tables show the mean "
-                        "simulated cycle and its standard error")
-    p.add_argument("--queue", choices=["fifo", "priority"], default="fifo", help="rollout request order")
+                   help=f"iterations of the job (default 2); with --plan: meta-iterations of each group "
+                        f"({PLAN_MIN_ITERATIONS}..1000, default {PLAN_ITERATIONS}: the first {PLAN_MIN_ITERATIONS // 2} are warm-up)")
+    p.add_argument("--replications", type=_args.count(1, PLAN_MAX_REPLICATIONS), default=None,
+                   help=f"with --plan: independent replications of each group (1..{PLAN_MAX_REPLICATIONS}, default 1: each draws "
+                        f"{PLAN_SAMPLES} fresh rollouts per member); the tables show the mean simulated cycle and its standard error")
+    p.add_argument("--queue", choices=["fifo", "priority"], default=None, help="one job: rollout request order (default fifo)")
     p.add_argument("--max-wait-s", type=_args.number(hi=_args.SECONDS), default=30.0, help="age bound of the priority queue (s)")
     p.add_argument("--consolidate-at", type=_args.number(), default=None, metavar="F",
                    help="pack the long tail when this fraction of requests is done (0 < F < 1; consolidate policy: 0.8)")
@@ -88,15 +89,48 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
+# options that do nothing in a mode, refused there (exit 2 naming the option) rather than ignored
+PLAN_IGNORES = ("--horizon-s", "--consolidate-at", "--queue", "--oracle", "--snapshots")
+TRACE_IGNORES = ("--iterations", "--replications", "--queue", "--oracle", "--snapshots")
+JOB_IGNORES = ("--replications", "--horizon-s")
+
+
+def _given(args, option: str) -> bool:
+    """Whether ``option`` was given (its value is not the unset default)."""
+    v = getattr(args, option.lstrip("-").replace("-", "_"), None)
+    return v is not None and v is not False
+
+
+APPLIES = {"--horizon-s": "a multi-job policy (" + ", ".join(TRACE_POLICIES) + ")", "--consolidate-at": "--policy",
+           "--queue": "a one-job policy", "--oracle": "a one-job policy", "--snapshots": "a one-job policy",
+           "--iterations": "a one-job policy or --plan", "--replications": "--plan"}
+
+
+def _refuse_ignored(args, options: tuple, mode: str) -> None:
+    from planner.errors import Problem, UserError
+
+    for opt in options:
+        if _given(args, opt):
+            raise UserError(Problem(opt, f"does nothing {mode}", f"drop {opt} (it is for {APPLIES[opt]})"))
+
+
 def _check_args(args) -> None:
     from planner.errors import Problem, UserError, did_you_mean
 
     if args.iterations is not None and (args.iterations < 1 or args.iterations > 1000):
         raise UserError(Problem("--iterations", f"must be between 1 and 1000, got {args.iterations}", "e.g. --iterations 2"))
     if args.plan is not None:
+        from simulator.defaults import PLAN_MIN_ITERATIONS
+
         if args.policy is not None or args.job is not None:
             raise UserError(Problem("--plan", "--plan simulates the plan's groups; it takes no --policy or --job",
                                     "drop --policy/--job, or drop --plan"))
+        _refuse_ignored(args, PLAN_IGNORES, "with --plan (the plan's groups are simulated as written)")
+        if args.iterations is not None and args.iterations < PLAN_MIN_ITERATIONS:
+            raise UserError(Problem("--iterations", f"with --plan: meta-iterations of each group, at least {PLAN_MIN_ITERATIONS} "
+                                    f"(the first {PLAN_MIN_ITERATIONS // 2} are warm-up, left out of the cycle time), got "
+                                    f"{args.iterations}", f"give --iterations {PLAN_MIN_ITERATIONS} or more, or leave it out "
+                                    "(24)"))
         return
     if args.policy is None:
         raise UserError(Problem("--policy", "say what to simulate", f"give --policy (one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}) "
@@ -118,6 +152,11 @@ def _check_args(args) -> None:
     if args.job is not None and args.policy in TRACE_POLICIES:
         raise UserError(Problem("--job", f"'{args.policy}' simulates every job of the scenario (phase level)",
                                 f"drop --job, or pick a one-job policy ({', '.join(JOB_POLICIES)})"))
+    if args.policy in TRACE_POLICIES:
+        _refuse_ignored(args, TRACE_IGNORES, f"with --policy {args.policy} (every job of the scenario, phase by phase, for its "
+                        "duration_s)")
+    else:
+        _refuse_ignored(args, JOB_IGNORES, f"with --policy {args.policy} (one job, request by request)")
     if args.horizon_s is not None and args.horizon_s <= 0:
         raise UserError(Problem("--horizon-s", f"must be positive, got {args.horizon_s:g}", "e.g. --horizon-s 86400"))
 
@@ -205,7 +244,7 @@ def run_job(args, sc):
                                 f"the dynamic policy needs one GPU type for rollout and training; this job uses "
                                 f"{setup.rollout_gpu.name} and {setup.train_gpu.name}",
                                 "restrict rollout.gpu_types and trainer.gpu_types to one type"))
-    policy = Policy(name=name, streaming=args.policy != "static-batch", queue=args.queue, max_wait_s=args.max_wait_s,
+    policy = Policy(name=name, streaming=args.policy != "static-batch", queue=args.queue or "fifo", max_wait_s=args.max_wait_s,
                     consolidate_at=cons, decision=decision, record_snapshots=args.snapshots)
     try:
         sim = JobSim(setup, policy, seed=args.seed, iterations=iterations)

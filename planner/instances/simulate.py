@@ -295,6 +295,15 @@ class PlannerPlacer:
         self.moves.append((job, adm.move, self.idx.configs[k].label() if k is not None else "", adm.marginal_cost))
         return True
 
+    def never_placeable(self) -> list:
+        """The jobs no admission can ever place, each explained as ``planner plan`` explains an unplaced
+        job (:func:`formulation.placement.explain.explain`: reason, message, fix): no configuration the
+        fleet can hold meets its SLO and fits its host DRAM with the job alone."""
+        from formulation.placement.explain import explain, placeable_alone
+
+        ok = placeable_alone(self.idx)
+        return [explain(self.idx, j) for j in range(self.idx.n) if not ok[j]]
+
     def bind(self, trace) -> None:
         """The trace whose running groups' state a timed join reads (:class:`simulator.trace.TraceSim`)."""
         self.trace = trace

@@ -27,6 +27,9 @@ from typing import Optional
 import numpy as np
 
 from planner.errors import Problem, UserError
+from simulator.defaults import PLAN_MAX_DRAWS as MAX_DRAWS
+from simulator.defaults import PLAN_SAMPLES as SAMPLES
+from simulator.defaults import PLAN_SKIP as SKIP
 
 
 @dataclass
@@ -35,11 +38,17 @@ class JobResult:
     group: str
     planned_cycle_s: float
     simulated_cycle_s: float
-    slo_s: float
+    slo_s: float  # the SLO attainment and margin are measured against (the scenario's, where given)
     slo_attainment: float
     iterations: int
     worst_iteration_s: float
     mean_iteration_s: float
+    plan_slo_s: float = math.nan  # the SLO the plan records for the job (its claim; may be another scenario's)
+
+    @property
+    def slo_differs(self) -> bool:
+        """Whether the plan records another SLO than the one the job was scored against."""
+        return math.isfinite(self.plan_slo_s) and abs(self.plan_slo_s - self.slo_s) > 1e-6 * max(1.0, abs(self.slo_s))
 
     @property
     def margin_s(self) -> float:
@@ -77,23 +86,28 @@ class PlanSimulation:
     def to_dict(self) -> dict:
         """Plain data for JSON: a figure that is not known (a standard error from one replication,
         the attainment of no jobs) is null, never NaN (which strict JSON readers refuse)."""
-        return _finite({
+        return finite({
             "scenario": self.scenario, "seed": self.seed, "iterations": self.iterations, "samples_per_member": self.samples,
             "groups": [{**asdict(g), "error": g.error} for g in self.groups],
-            "jobs": [{**asdict(j), "margin_s": j.margin_s} for j in self.jobs],
+            "jobs": [{**asdict(j), "margin_s": j.margin_s, "slo_differs_from_plan": j.slo_differs} for j in self.jobs],
             "max_abs_error": max((abs(g.error) for g in self.groups), default=0.0),
             "slo_attainment_mean": float(np.mean([j.slo_attainment for j in self.jobs])) if self.jobs else math.nan,
         })
 
 
-def _finite(v):
-    """``v`` with every non-finite float replaced by None (recursively through dicts and lists)."""
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
+def finite(v):
+    """``v`` as plain JSON data: every non-finite float replaced by None, numpy scalars by Python
+    numbers (recursively through dicts, lists and tuples)."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
     if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
+        return {k: finite(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
+        return [finite(x) for x in v]
     return v
 
 
@@ -127,8 +141,8 @@ def member_samples(setup, samples: int, seed: int = 0, *, member: int = 0, first
     iterations, also when two members have the same job shape: two jobs do not share their data)."""
     from simulator.phasetimes import CHECK_SEED_BASE
 
-    if first + samples > 100:
-        raise ValueError(f"at most 100 draws per member ({first} + {samples} asked)")
+    if first + samples > MAX_DRAWS:
+        raise ValueError(f"at most {MAX_DRAWS} draws per member ({first} + {samples} asked)")
     r, t = [], []
     for k in range(samples):
         a, b = _check_draw(setup, CHECK_SEED_BASE + 1000 * seed + 100 * member + first + k)
@@ -145,8 +159,9 @@ def _check_draw(setup, seed: int) -> tuple[float, float]:
     return float(makespan), float(train_time_s(setup, reqs))
 
 
-def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 4, samples: int = 6,
-                  replications: int = 1, max_replications: Optional[int] = None, rel_se: float = 0.01) -> PlanSimulation:
+def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = SKIP, samples: int = SAMPLES,
+                  replications: int = 1, max_replications: Optional[int] = None, rel_se: float = 0.01,
+                  slo_s: Optional[dict] = None) -> PlanSimulation:
     """Simulate every group of ``plan`` (a :class:`formulation.placement.plan.PlacementPlan`) on the
     cluster of ``sc`` (the scenario it was made from).
 
@@ -155,15 +170,20 @@ def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 
     meta-iterations on them; its cycle ``c_r`` is the mean gap after ``skip`` warm-up iterations.
     The group's simulated cycle is ``mean(c_r)`` and its standard error ``std(c_r) / sqrt(R)``;
     replications are added (``replications`` up to ``max_replications``) while that standard error
-    exceeds ``rel_se`` of the mean. With one replication the standard error is not known (NaN)."""
+    exceeds ``rel_se`` of the mean. With one replication the standard error is not known (NaN).
+
+    ``slo_s``: each job's SLO (job name -> seconds) that its attainment and margin are measured
+    against: the SLO of the scenario being simulated, compiled as the planner compiles it (``planner
+    simulate --plan`` passes the checked instance's). A job it leaves out is held to the plan's own
+    ``slo_s``; each result keeps the plan's figure (``plan_slo_s``) beside it."""
     from planner.instances.simulate import cluster_view
     from simulator.groups import GroupSpec, MemberSpec, run_group
     from simulator.phasetimes import switch_times_s, sync_time_s
 
     rmin = max(1, int(replications))
     rmax = max(rmin, int(max_replications) if max_replications is not None else rmin)
-    if rmax * samples > 100:
-        raise ValueError(f"replications x samples must be at most 100 ({rmax} x {samples})")
+    if rmax * samples > MAX_DRAWS:
+        raise ValueError(f"replications x samples must be at most {MAX_DRAWS} ({rmax} x {samples})")
     view = cluster_view(sc)
     out = PlanSimulation(scenario=sc.name, seed=seed, iterations=iterations, samples=samples)
     for g in plan.groups:
@@ -172,6 +192,7 @@ def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 
         setups = {name: member_setup(sc, view, name, rt, len(by[name].rollout_nodes), tt, len(by[name].train_nodes))
                   for name in g.order}
         sw_rings = [0.0, 0.0]
+        slo_of = {name: float((slo_s or {}).get(name, by[name].slo_s)) for name in g.order}
         for name in g.order:
             sw_r, sw_t = switch_times_s(setups[name])
             sw_rings[0] += sw_r
@@ -188,7 +209,7 @@ def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 
                 sw_r, sw_t = switch_times_s(setup)
                 specs.append(MemberSpec(name=name, rollout_s=r, train_s=t, sync_s=sync_time_s(setup),
                                         rollout_nodes=tuple(m.rollout_nodes), train_nodes=tuple(m.train_nodes),
-                                        rollout_switch_s=sw_r, train_switch_s=sw_t, slo_s=float(m.slo_s)))
+                                        rollout_switch_s=sw_r, train_switch_s=sw_t, slo_s=slo_of[name]))
             spec = GroupSpec(name=g.id, members=tuple(specs), gpus_per_node=g.rollout_pool.gpus_per_node,
                              rollout_nodes=tuple(g.rollout_pool.nodes), train_nodes=tuple(g.train_pool.nodes))
             run = run_group(spec, iterations=iterations, seed=1000 * seed + rep)
@@ -202,12 +223,12 @@ def simulate_plan(sc, plan, *, seed: int = 0, iterations: int = 24, skip: int = 
                 break
         for name in g.order:
             gaps = np.asarray(gaps_of[name], dtype=float)
-            m = by[name]
+            m, slo = by[name], slo_of[name]
             out.jobs.append(JobResult(job=name, group=g.id, planned_cycle_s=float(m.cycle_time_s),
-                                      simulated_cycle_s=float(np.mean(cyc_of[name])), slo_s=float(m.slo_s),
-                                      slo_attainment=float(np.mean(gaps <= m.slo_s * (1 + 1e-9))) if gaps.size else math.nan,
+                                      simulated_cycle_s=float(np.mean(cyc_of[name])), slo_s=slo,
+                                      slo_attainment=float(np.mean(gaps <= slo * (1 + 1e-9))) if gaps.size else math.nan,
                                       iterations=int(gaps.size), worst_iteration_s=float(gaps.max()) if gaps.size else math.nan,
-                                      mean_iteration_s=float(gaps.mean()) if gaps.size else math.nan))
+                                      mean_iteration_s=float(gaps.mean()) if gaps.size else math.nan, plan_slo_s=float(m.slo_s)))
         mean = float(np.mean(cycles))
         se = float(np.std(cycles, ddof=1) / math.sqrt(len(cycles))) if len(cycles) > 1 else math.nan
         out.groups.append(GroupResult(id=g.id, rollout_pool=f"{g.rollout_pool.size}x{rt}", train_pool=f"{g.train_pool.size}x{tt}",
@@ -233,7 +254,8 @@ def table_rows(res: PlanSimulation) -> tuple[list, list]:
 
     grows = [(g.id, g.rollout_pool, g.train_pool, ", ".join(g.members), f"{g.planned_cycle_s:.1f}", sim(g),
               f"{100 * g.error:+.1f}%") for g in res.groups]
-    jrows = [(j.job, j.group, f"{j.planned_cycle_s:.1f}", f"{j.simulated_cycle_s:.1f}", f"{j.slo_s:.1f}",
+    jrows = [(j.job, j.group, f"{j.planned_cycle_s:.1f}", f"{j.simulated_cycle_s:.1f}",
+              f"{j.slo_s:.1f}" + (f" (plan {j.plan_slo_s:.1f})" if j.slo_differs else ""),
               f"{100 * j.slo_attainment:.0f}%", f"{j.margin_s:+.1f}") for j in res.jobs]
     return grows, jrows
 

@@ -86,6 +86,28 @@ def test_checker_names_a_job_placed_twice_or_not_at_all(good):
     assert "placed-once" in _rules(inst, dup)
 
 
+def test_checker_names_a_job_listed_twice_in_one_group_without_raising(good):
+    """A member listed twice in one group's members and order is placed-once[job=...] (it raised 'member names must
+    be unique' from the cycle computation: validate-plan and simulate --plan ended in an internal error)."""
+    inst, plan = good
+    p = copy.deepcopy(plan)
+    g = p.groups[0]
+    g.members.append(copy.deepcopy(g.members[0]))
+    g.order.append(g.members[0].job)
+    vs = check(inst, p)
+    assert [(v.rule, v.where) for v in vs if v.rule == "placed-once"] == [("placed-once", f"job={g.members[0].job}")]
+    assert any(f"members of group {g.id}" in v.message for v in vs if v.rule == "placed-once")
+
+
+def test_checker_names_a_repeated_group_id(good):
+    inst, plan = good
+    p = copy.deepcopy(plan)
+    p.groups[1].id = p.groups[0].id
+    vs = check(inst, p)
+    assert [(v.rule, v.where) for v in vs] == [("group-id", f"group={p.groups[0].id}")]
+    assert check(inst, plan) == []
+
+
 def test_checker_names_a_node_in_two_pools(good):
     inst, plan = good
     p = copy.deepcopy(plan)
