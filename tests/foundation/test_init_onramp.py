@@ -40,7 +40,7 @@ def test_examples_give_scenarios_that_validate_plan_and_simulate(tmp_path):
     for sc in (v, s):
         plan = str(sc.with_suffix(".plan.yaml"))
         cmds += [["validate", str(sc)], ["plan", str(sc), "--time-limit", "5", "--out", plan],
-                 ["simulate", str(sc), "--plan", plan, "--iterations", "1"]]
+                 ["simulate", str(sc), "--plan", plan, "--iterations", "8"]]
     cmds.append(["simulate", str(v), "--policy", "colocated", "--iterations", "1"])  # verl's time-shared original
     for r in _run(cmds):
         assert r["rc"] == 0, (r["argv"], r["stderr"])
