@@ -552,7 +552,11 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
     if extra:
         message += "; cut short by the time limit: " + "; ".join(extra)
     if sol.unplaced:
-        sol = place_leftovers(idx, sol)
+        from formulation.placement.fast import LEFTOVER_S_PER_JOB
+
+        # the three moves while the solver's time lasts, less what opening groups and explaining the
+        # jobs then left out take (reserved by the fast path too)
+        sol = place_leftovers(idx, sol, _real(deadline - LEFTOVER_S_PER_JOB * len(sol.unplaced)))
     sol.moved = moved_jobs(sol, cur)
     free = dict(idx.capacity)
     for t, n in idx.nodes_used(sol.groups).items():
@@ -655,15 +659,21 @@ def _cheapest_construction(idx: Index, warm: Solution, warm_name: str, deadline:
     return best, name
 
 
-def place_leftovers(idx: Index, sol: Solution) -> Solution:
+def place_leftovers(idx: Index, sol: Solution, deadline: float = float("inf")) -> Solution:
     """Try every job a solver left out in what its plan leaves: the three admission moves against
-    its groups and the free nodes (a job that fits alone in the free nodes is always placed).
-    Only then are the jobs still left out explained, so no explanation is a shortage of nothing."""
+    its groups and the free nodes, until ``deadline`` (``time.perf_counter``); past it only the
+    third, a new group on the free nodes, so a job that fits alone in the free nodes is always
+    placed. Only then are the jobs still left out explained, so no explanation is a shortage of
+    nothing. (The three moves cost ~0.7 ms a job at 2,000 jobs and ~0.8 ms at 10,000, and placed 12
+    of 182 and 6 of 736 jobs a tight fleet's fast path left out (2026-12-06): after the deadline
+    they took the whole command past its limit.)"""
     pk = Packer(idx)
-    for g in sol.groups:
-        pk.add_group(g.config, list(g.members), g.anchor)
+    pk.add_groups(sol.groups)
     for j in sol.unplaced:
-        pk.admit(j)
+        if time.perf_counter() < deadline:
+            pk.admit(j)
+        else:
+            pk.open_alone(j)
     out = pk.solution()
     return Solution(out.groups, out.unplaced, sol.lower_bound, sol.moved)
 
