@@ -160,6 +160,10 @@ def _grows_with(node: ComponentNode, ctx: ComponentContext, graph: ComponentGrap
     return out
 
 
+#: donor shrink levels the balanced grows are built for, at most (1,024 GPUs, 64 candidates a component: 63 levels
+#: cost ~4 ms of a ~20 ms decision; see :func:`_balanced`)
+BALANCED_LEVELS = 16
+
 def _balanced(graph: ComponentGraph, context: ReallocContext, pools: dict, free: dict, release: dict, receivers: list[str],
               count: int) -> dict[str, list[tuple[str, dict]]]:
     """Grows of several receivers that fit together, per receiver one candidate per shrink level of each donor.
@@ -204,14 +208,21 @@ def _balanced(graph: ComponentGraph, context: ReallocContext, pools: dict, free:
         if d not in runs:
             sup = {p: v for p, v in free.items() if v > 0}
             held = {r: dict(specs[r][3]) for r in receivers}
-            runs[d] = (sup, sorted(sup, key=lambda p: (-sup[p], p)), {r: {} for r in receivers}, held,
-                       {r: rate(r, held[r]) for r in receivers}, dict.fromkeys(receivers))
-        sup, order, added, gpus, thr, last = runs[d]
+            first = sorted(sup, key=lambda p: (-sup[p], p))
+            runs[d] = (sup, first, {r: {} for r in receivers}, held, {r: rate(r, held[r]) for r in receivers},
+                       dict.fromkeys(receivers), dict.fromkeys(receivers, 0), {p: i for i, p in enumerate(first)})
+        sup, order, added, gpus, thr, last, cursor, pos = runs[d]
+        # cursor[r]: before it, no pool has room for the receiver's unit. Supply only falls within a level
+        # and a level's step adds to the pools it frees, so a cursor moves back only to such a pool (the
+        # whole pass costs the units shared plus the pools, not levels x pools)
         for p, g in step:
             if p not in sup:
+                pos[p] = len(order)
                 order.append(p)
             sup[p] = sup.get(p, 0) + g
-        cursor = dict.fromkeys(receivers, 0)  # before it, no pool has room for the receiver's unit (supply only falls)
+            for r in receivers:
+                if cursor[r] > pos[p]:
+                    cursor[r] = pos[p]
         live = list(receivers)  # (sorted by name: the first of equally slow ones)
         while live:
             r = min(live, key=thr.__getitem__)  # the slowest
@@ -500,7 +511,7 @@ def build_instance(graph: ComponentGraph, context: ReallocContext, donors: Itera
     # the components that get grow candidates and count in the bottleneck: with two or more, grows that fit together
     receivers = sorted(n.name for n in graph.nodes.values() if n.interruptible and n.name not in donors
                        and n.name in context.components and context.components[n.name].pipeline)
-    balanced = (_balanced(graph, context, pools, free, release, receivers, max_candidates - 1)
+    balanced = (_balanced(graph, context, pools, free, release, receivers, min(max_candidates - 1, BALANCED_LEVELS))
                 if len(receivers) > 1 and max_candidates > 1 else {})
     raw: list[tuple[ComponentNode, ComponentContext, Any]] = []  # (node, context, named candidates: list or (names, rows))
     for node in graph.nodes.values():
