@@ -42,6 +42,7 @@ def trace_bounds(scenario: str) -> dict:
     from planner.instances import simulate as inst
     from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
     from planner.schema import load_scenario
+    from planner.sim.trace_analysis import solo_costs
     from planner.sim.trace_baselines import SC
     from simulator.phasetimes import rollout_s
 
@@ -55,10 +56,7 @@ def trace_bounds(scenario: str) -> dict:
     n_half = n_able = 0
     slow_p90, slow_mean = [], []
     for j in jobs:
-        p = j.profile(j.solo)
-        a, bs = float(np.mean(p.rollout_s)), float(np.mean(p.train_s)) + p.sync_s
-        cr = j.solo.rollout_nodes * gpn * prices[j.solo.rollout_type] / 3600.0
-        ct = j.solo.train_nodes * gpn * prices[j.solo.train_type] / 3600.0
+        p, a, bs, cr, ct = solo_costs(j, prices, gpn)
         solo += j.iterations * (a + bs) * (cr + ct)
         own += j.iterations * ((a + bs) * cr + bs * ct)
         best = (a + bs) * cr

@@ -72,6 +72,16 @@ def misses_task(scenario: str, admission: str = "weave", seed: int = 0) -> dict:
             "count": count, "worst": worst, "jobs": {c: len(v) for c, v in jobs_by.items()}}
 
 
+def solo_costs(job, prices: dict, gpn: int):
+    """A trace job on its Solo-D pools: (its phase profile there, mean rollout s, mean training + sync s,
+    $/s of its rollout pool, $/s of its training pool)."""
+    p = job.profile(job.solo)
+    a, bs = float(np.mean(p.rollout_s)), float(np.mean(p.train_s)) + p.sync_s
+    cr = job.solo.rollout_nodes * gpn * prices[job.solo.rollout_type] / 3600.0
+    ct = job.solo.train_nodes * gpn * prices[job.solo.train_type] / 3600.0
+    return p, a, bs, cr, ct
+
+
 def ceiling_task(scenario: str) -> dict:
     """Lower bounds on any group plan's cost against Solo-D for the trace's jobs (module docstring)."""
     from planner.instances import simulate as inst
@@ -88,10 +98,7 @@ def ceiling_task(scenario: str) -> dict:
     ratio_one = 0
     spec = {j.name: j for j in sc.jobs}
     for j in jobs:
-        p = j.profile(j.solo)
-        a, bs = float(np.mean(p.rollout_s)), float(np.mean(p.train_s)) + p.sync_s
-        cr = j.solo.rollout_nodes * gpn * prices[j.solo.rollout_type] / 3600.0
-        ct = j.solo.train_nodes * gpn * prices[j.solo.train_type] / 3600.0
+        p, a, bs, cr, ct = solo_costs(j, prices, gpn)
         solo += j.iterations * (a + bs) * (cr + ct)
         busy += j.iterations * (a * cr + bs * ct)
         own += j.iterations * ((a + bs) * cr + bs * ct)
