@@ -218,8 +218,23 @@ class Service:
         m.cost_total.set(float(self.store.get_kv("cost_usd", 0.0)))
 
     def stall_s(self) -> float:
+        """Seconds the loop may go without progress (a cycle's end or wait, an executor step) before the
+        applier lets its lease lapse: three periods, or three re-optimisations and STALL_FLOOR_S."""
         per = self.cfg.period_s if self.clock.kind == "wall" else max(self.opts.wall_s_per_cycle, 1.0)
-        return max(3 * per, 3 * self.cfg.reoptimise_time_limit_s + 30.0)
+        return max(3 * per, 3 * self.cfg.reoptimise_time_limit_s + stall_floor_s())
+
+
+STALL_FLOOR_S = 30.0
+
+
+def stall_floor_s() -> float:
+    """:data:`STALL_FLOOR_S`, or ``$RL_PLANNER_STALL_FLOOR_S`` when it is a number in [1, 3600] (the tests of
+    the lease under long applies use a few seconds; any other value is ignored)."""
+    try:
+        v = float(os.environ.get("RL_PLANNER_STALL_FLOOR_S", ""))
+    except ValueError:
+        return STALL_FLOOR_S
+    return v if 1.0 <= v <= 3600.0 else STALL_FLOOR_S
 
 
 # ---------------------------------------------------------------------------- construction

@@ -75,7 +75,11 @@ def test_a_restart_whose_cluster_file_is_gone_under_a_running_journal_is_refused
 
 
 
-STALL_S, TTL_S = 3 * 0.1 + 30.0, 3.0  # the stall limit at a 0.1 s re-optimisation limit (3 x 0.1 + 30 s); the lease TTL
+# the stall limit at a 0.1 s re-optimisation limit (3 x 0.1 s + a floor of 8 s where the daemon's default is 30 s:
+# $RL_PLANNER_STALL_FLOOR_S, given to the daemons of the two tests below); the lease TTL
+STALL_FLOOR_S = 8.0
+STALL_S, TTL_S = 3 * 0.1 + STALL_FLOOR_S, 3.0
+FLOOR_ENV = {"RL_PLANNER_STALL_FLOOR_S": str(STALL_FLOOR_S)}
 COMMON = ("--period-s", "0.2", "--placer", "solo", "--lease-ttl-s", str(TTL_S), "--reoptimise-time-limit-s", "0.1")
 
 
@@ -83,9 +87,9 @@ def test_an_apply_longer_than_the_stall_limit_keeps_the_lease(tmp_path):
     """Each executor step that completes is the loop's progress: a leader whose apply lasts longer than the
     stall limit (each step well within it) keeps renewing its lease. Before, only a cycle's end or its wait
     counted: past the stall limit the leader stopped renewing mid-apply and a standby took the lease."""
-    trace = write_cluster(tmp_path, jobs=[job("a")])  # one solo job: 29 executor steps, 1.5 s each (43.5 s in all)
-    leader = DaemonProc(tmp_path, "--scenario", str(trace), *COMMON, "--sim-step-delay-s", "1.5", name="leader")
-    standby = DaemonProc(tmp_path, *COMMON, "--standby", name="standby")
+    trace = write_cluster(tmp_path, jobs=[job("a")])  # one solo job: 29 executor steps, 0.7 s each (20.3 s in all)
+    leader = DaemonProc(tmp_path, "--scenario", str(trace), *COMMON, "--sim-step-delay-s", "0.7", name="leader", extra_env=FLOOR_ENV)
+    standby = DaemonProc(tmp_path, *COMMON, "--standby", name="standby", extra_env=FLOOR_ENV)
     journal = leader.state.with_name(leader.state.name + ".journal")
 
     def apply_age():  # seconds since the leader's apply began, while it runs
@@ -109,8 +113,9 @@ def test_a_standby_counts_progress_from_when_it_takes_the_lease(tmp_path):
     step of an apply) and resumes that apply: its loop's progress counts from the takeover, so it renews the
     lease during the first resumed step. Before, its last progress was its own start: it logged 'made no
     progress' and did not renew until a step completed (the lease could lapse to a third daemon)."""
-    leader = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), *COMMON, "--sim-step-delay-s", "600", name="leader")
-    standby = DaemonProc(tmp_path, *COMMON, "--standby", "--sim-step-delay-s", "2", name="standby")
+    leader = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), *COMMON, "--sim-step-delay-s", "600", name="leader",
+                        extra_env=FLOOR_ENV)
+    standby = DaemonProc(tmp_path, *COMMON, "--standby", "--sim-step-delay-s", "2", name="standby", extra_env=FLOOR_ENV)
     since = time.monotonic()
     wait_for(lambda: time.monotonic() - since > STALL_S + 2, every=0.5, what="the standby waiting longer than the stall limit")
     with leader.client() as c:
