@@ -158,11 +158,7 @@ class Executor:
             try:
                 out = self._step(aid, s)
             except Exception as exc:  # noqa: BLE001 - as in _run past a commit point
-                why = f"{type(exc).__name__}: {exc}"
-                if isinstance(exc, WorkerLost):
-                    self.ctx.declare_dead(exc.worker_id, exc.why)
-                self.journal.failed(aid, s, why)
-                self._notify(s, "failed", why)
+                why = self._step_failed(aid, s, exc)
                 self._sweep(unit[0].component)
                 return False, (f"unit {name} had passed its commit point ({commit}) and cannot be undone; rolling it forward, "
                                f"step {s.id} failed ({why}); the new placement stands. Fix: check 'planner status' and apply "
@@ -196,12 +192,8 @@ class Executor:
                 try:
                     out = self._step(aid, s)
                 except Exception as exc:  # noqa: BLE001 - every failure of a step is handled the same way
-                    why = f"{type(exc).__name__}: {exc}"
-                    if isinstance(exc, WorkerLost):
-                        self.ctx.declare_dead(exc.worker_id, exc.why)
-                    self.journal.failed(aid, s, why)
+                    why = self._step_failed(aid, s, exc)
                     status = self.journal.status_of(aid)
-                    self._notify(s, "failed", why)
                     if committed:
                         msg = (f"step {s.id} failed after unit {s.unit} passed its commit point ({why}); the new placement "
                                f"stands, the step was not retried. Fix: check 'planner status' and apply the plan again")
@@ -222,6 +214,15 @@ class Executor:
             self._sweep(unit[0].component)
         self.journal.finish(aid, "done", f"{len(steps)} step(s)")
         return res
+
+    def _step_failed(self, aid: int, s: Step, exc: Exception) -> str:
+        """A step raised: a lost worker is declared dead, the failure journaled and told; what failed."""
+        why = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, WorkerLost):
+            self.ctx.declare_dead(exc.worker_id, exc.why)
+        self.journal.failed(aid, s, why)
+        self._notify(s, "failed", why)
+        return why
 
     def _step(self, aid: int, s: Step) -> Any:
         self._fenced()
