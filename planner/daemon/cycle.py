@@ -537,11 +537,7 @@ class Loop:
     # ------------------------------------------------------------------ metrics
     def _export(self, jobs: dict[str, JobRecord], per_job: dict[str, list[IterationSample]]) -> None:
         m = self.metrics
-        for state, n in self.store.count_jobs().items():
-            m.jobs.labels(state).set(n)
-        p = self.store.current_plan()  # the plan in force, as GET /v1/plan and /v1/health say: a failed target is not
-        m.plan_cost.set(p.cost_per_hour if p else 0.0)
-        m.cost_total.set(self.cost_usd)
+        m.export_state(self.store)  # the plan in force (a failed target is not), jobs, cost: saved in this cycle's phase 6
         for phase, err in self.estimates.predictor_error().items():
             m.predictor_error.labels(phase).set(err)
         if self.reallocator is not None:

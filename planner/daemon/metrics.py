@@ -72,5 +72,14 @@ class DaemonMetrics:
         self.applies = Counter("planner_applies", "executor applies", ["result"], registry=r)
         self.lease_held = Gauge("planner_lease_held", "1 while this daemon holds the applier lease", registry=r)
 
+    def export_state(self, store) -> None:
+        """The gauges that describe the shared state, from ``store`` (what /v1/health and /v1/plan read): the
+        plan in force and its cost, jobs per state, the cost so far."""
+        p = store.current_plan()
+        self.plan_cost.set(p.cost_per_hour if p else 0.0)
+        for state, n in store.count_jobs().items():
+            self.jobs.labels(state).set(n)
+        self.cost_total.set(float(store.get_kv("cost_usd", 0.0)))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

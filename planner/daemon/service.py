@@ -210,12 +210,7 @@ class Service:
         """The gauges that describe the shared state, set from the store (what /v1/health and /v1/plan read):
         the plan in force and its cost, jobs per state, the cost so far. Every scrape sets them, on a
         standby and on a daemon whose first cycle has not ended as well, so /metrics never contradicts the API."""
-        m = self.metrics
-        p = self.store.current_plan()
-        m.plan_cost.set(p.cost_per_hour if p else 0.0)
-        for state, n in self.store.count_jobs().items():
-            m.jobs.labels(state).set(n)
-        m.cost_total.set(float(self.store.get_kv("cost_usd", 0.0)))
+        self.metrics.export_state(self.store)
 
     def stall_s(self) -> float:
         """Seconds the loop may go without progress (a cycle's end or wait, an executor step) before the
