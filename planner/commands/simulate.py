@@ -48,7 +48,7 @@ component over time, as DynaRL's Figure 13) for one job, gantt.png (groups) for 
 
 def add_arguments(p) -> None:
     from planner.commands import _args
-    from simulator.defaults import PLAN_ITERATIONS, PLAN_MAX_REPLICATIONS, PLAN_MIN_ITERATIONS, PLAN_SAMPLES, WINDOW_S
+    from simulator.defaults import PLAN_ITERATIONS, PLAN_MAX_REPLICATIONS, PLAN_MIN_ITERATIONS, PLAN_SAMPLES, PLAN_SKIP, WINDOW_S
 
     p.add_argument("scenario", metavar="SCENARIO")
     p.add_argument("--policy", metavar="P", help=f"one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}")
@@ -60,7 +60,7 @@ def add_arguments(p) -> None:
     p.add_argument("--job", help="the job to simulate request by request (scenarios with several jobs)")
     p.add_argument("--iterations", type=_args.count(1, 1000), default=None,
                    help=f"iterations of the job (default 2); with --plan: meta-iterations of each group "
-                        f"({PLAN_MIN_ITERATIONS}..1000, default {PLAN_ITERATIONS}: the first {PLAN_MIN_ITERATIONS // 2} are warm-up)")
+                        f"({PLAN_MIN_ITERATIONS}..1000, default {PLAN_ITERATIONS}: the first {PLAN_SKIP} are warm-up)")
     p.add_argument("--replications", type=_args.count(1, PLAN_MAX_REPLICATIONS), default=None,
                    help=f"with --plan: independent replications of each group (1..{PLAN_MAX_REPLICATIONS}, default 1: each draws "
                         f"{PLAN_SAMPLES} fresh rollouts per member); the tables show the mean simulated cycle and its standard error")
@@ -120,7 +120,7 @@ def _check_args(args) -> None:
     if args.iterations is not None and (args.iterations < 1 or args.iterations > 1000):
         raise UserError(Problem("--iterations", f"must be between 1 and 1000, got {args.iterations}", "e.g. --iterations 2"))
     if args.plan is not None:
-        from simulator.defaults import PLAN_MIN_ITERATIONS
+        from simulator.defaults import PLAN_ITERATIONS, PLAN_MIN_ITERATIONS, PLAN_SKIP
 
         if args.policy is not None or args.job is not None:
             raise UserError(Problem("--plan", "--plan simulates the plan's groups; it takes no --policy or --job",
@@ -128,9 +128,9 @@ def _check_args(args) -> None:
         _refuse_ignored(args, PLAN_IGNORES, "with --plan (the plan's groups are simulated as written)")
         if args.iterations is not None and args.iterations < PLAN_MIN_ITERATIONS:
             raise UserError(Problem("--iterations", f"with --plan: meta-iterations of each group, at least {PLAN_MIN_ITERATIONS} "
-                                    f"(the first {PLAN_MIN_ITERATIONS // 2} are warm-up, left out of the cycle time), got "
+                                    f"(the first {PLAN_SKIP} are warm-up, left out of the cycle time), got "
                                     f"{args.iterations}", f"give --iterations {PLAN_MIN_ITERATIONS} or more, or leave it out "
-                                    "(24)"))
+                                    f"({PLAN_ITERATIONS})"))
         return
     if args.policy is None:
         raise UserError(Problem("--policy", "say what to simulate", f"give --policy (one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}) "
