@@ -197,12 +197,12 @@ def with_simulated_slos(jobs, inst):
 
 def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = False, repack: bool = False,
                      sampled: Optional[float] = None, sampled_join: bool = True, timed: bool = False,
-                     upper_end: bool = False):
+                     upper_end: bool = False, objective: str = "rate"):
     """The placement planner's online admission as a :class:`simulator.trace.Placer` (``join_delay``:
     joins keep the iteration they delay within the SLOs; ``repack``: the fourth move, re-pack the joined
     group; :class:`formulation.placement.greedy.Packer`)."""
     return PlannerPlacer(sc, jobs, tables, join_delay=join_delay, repack=repack, sampled=sampled, sampled_join=sampled_join, timed=timed,
-                         upper_end=upper_end)
+                         upper_end=upper_end, objective=objective)
 
 
 class PlannerPlacer:
@@ -217,7 +217,7 @@ class PlannerPlacer:
 
     def __init__(self, sc, jobs=None, tables: str = "estimators", join_delay: bool = False, repack: bool = False,
                  sampled: Optional[float] = None, sampled_join: bool = True, timed: bool = False,
-                 upper_end: bool = False) -> None:
+                 upper_end: bool = False, objective: str = "rate") -> None:
         """``tables``: ``estimators`` (the planner's own compilation on the scenario's estimate), an
         estimate (``sampled``, ``p90``, ``p99``, ``max``: the same compilation on that estimate, the
         SLOs on the scenario's terms for the quantiles), ``simulator`` (:func:`simulated_instance`:
@@ -230,7 +230,9 @@ class PlannerPlacer:
         sampled phase times within its SLO, the join's own iteration included (``sampled_join``;
         :mod:`planner.instances.sampled_admission`); ``timed`` (with ``sampled``): a join into a running
         pinned group is judged on the group's state now and the newcomer's first rollout is timed
-        (:meth:`planner.instances.sampled_admission.SampledAcceptance.timed_join`; the trace binds itself)."""
+        (:meth:`planner.instances.sampled_admission.SampledAcceptance.timed_join`; the trace binds itself).
+        ``objective``: what a move costs (:class:`formulation.placement.greedy.Packer`); with ``life`` each
+        job's iterations left are read from the bound trace (its records), else from ``jobs``."""
         from formulation.placement.evaluate import Index
         from formulation.placement.greedy import Packer
         from planner.instances.placement import compile_scenario
@@ -244,7 +246,10 @@ class PlannerPlacer:
         else:
             self.inst = simulated_instance(sc, jobs)
         self.idx = Index(self.inst)
-        self.pk = Packer(self.idx, join_delay=join_delay)
+        self.pk = Packer(self.idx, join_delay=join_delay, objective=objective)
+        self.iterations = {j.name: int(j.iterations) for j in jobs} if jobs is not None else {}
+        if objective == "life" and not self.iterations:
+            raise ValueError("the 'life' objective needs the trace jobs (their iterations)")
         self.repack = repack
         self.acceptance = None
         if sampled is not None:
@@ -278,6 +283,8 @@ class PlannerPlacer:
 
     def _admit(self, job: str) -> bool:
         j = self.j_of[job]
+        if self.pk.objective == "life":
+            self.pk.rounds_left = {i: self._left(self.idx.names[i]) for i in [*self.pk.job_group, j]}
         if self.repack:  # the three moves or re-pack the joined group (its members may move: the trace moves them)
             adm = self.pk.admit_repack(j)
             if adm.move is None:
@@ -294,6 +301,11 @@ class PlannerPlacer:
                 self.starts[job] = t
         self.moves.append((job, adm.move, self.idx.configs[k].label() if k is not None else "", adm.marginal_cost))
         return True
+
+    def _left(self, name: str) -> float:
+        """The iterations ``name`` has still to run (at least 1): its count less those the bound trace recorded."""
+        done = len(self.trace.records[name].iteration_s) if self.trace is not None and name in self.trace.records else 0
+        return float(max(1, self.iterations.get(name, 1) - done))
 
     def never_placeable(self) -> list:
         """The jobs no admission can ever place, each explained as ``planner plan`` explains an unplaced

@@ -47,13 +47,15 @@ POLICIES = (("solo-d", "-"), ("verl", "-"), ("verl", "simulator"), ("gavel", "-"
 #: slowest sample (every simulated phase within them), the SLOs those of ``simulator``
 EXTRA = (("solo-d", "simulator", "weave"), ("groups", "simulator", "join-aware"), ("groups", "simulator", "re-pack"),
          ("groups", "simulator-max", "weave"), ("groups", "simulator-max", "join-aware"),
-         ("groups", "simulator", "sampled-steady"), ("groups", "simulator", "sampled"), ("groups", "simulator", "timed"))
+         ("groups", "simulator", "sampled-steady"), ("groups", "simulator", "sampled"), ("groups", "simulator", "timed"),
+         ("groups", "simulator", "lifetime"))
 #: ``sampled-steady``: a join must keep every member's slowest iteration of the event graph with phase times drawn
 #: from its measured samples within its SLO (:mod:`formulation.placement.sampled`); ``sampled``: the same and the
 #: join's own iteration on the slowest samples (:mod:`planner.instances.sampled_admission`); ``timed``: ``sampled`` with
 #: a join into a running pinned group judged on the group's state now and the newcomer's first rollout timed
-#: (``SampledAcceptance.timed_join``)
-ADMISSIONS = ("weave", "join-aware", "re-pack", "sampled-steady", "sampled", "timed")
+#: (``SampledAcceptance.timed_join``); ``lifetime``: ``timed`` with each move judged by the $ it adds until the members
+#: are done, their iterations left read from the trace (``Packer(objective="life")``), not by the $/h it adds
+ADMISSIONS = ("weave", "join-aware", "re-pack", "sampled-steady", "sampled", "timed", "lifetime")
 #: admissions whose strict misses are broken down by what happened around them (:mod:`planner.sim.trace_analysis`)
 MISS_ADMISSIONS = ("weave", "sampled-steady", "timed")
 #: what happened around a missed iteration (:func:`planner.sim.trace_analysis.misses_task`), in the table's order
@@ -64,7 +66,7 @@ MISS_CATEGORIES = ("first", "join", "after-join", "after-departure", "steady")
 HELD_OUT_SEED = 1
 HELD_OUT_TRACES = TRACES + (("trace-200-2w.yaml", "Pollux-derived, 200 jobs"), ("weave-like-200-2w.yaml", "Weave-like, 200 jobs"))
 HELD_OUT = (("solo-d", "simulator", "weave"), ("groups", "simulator", "weave"), ("groups", "simulator", "join-aware"),
-            ("groups", "simulator", "timed"))
+            ("groups", "simulator", "timed"), ("groups", "simulator", "lifetime"))
 PUBLISHED_SOLO_D_KH, PUBLISHED_VERL_KH = 0.94, 0.71
 VERL_QUANTILE = 0.9
 UNSEEN_FIRST_SEED = 3  # the held-out rows draw phase times from rollouts on seeds 3-5 (the planner's samples: 0-2)
@@ -127,11 +129,12 @@ class GavelPlacer:
 
 def run_policy(scenario: str, policy: str, tables: str = "estimators", consolidate: bool = False, seed: int = 0,
                join_delay: bool = False, repack: bool = False, sampled: bool = False, sampled_join: bool = True,
-               timed: bool = False, unseen: bool = False, upper_end: bool = False):
+               timed: bool = False, unseen: bool = False, upper_end: bool = False, objective: str = "rate"):
     """One trace under one policy: the :class:`simulator.trace.TraceResult` (``moves`` set); ``join_delay``
     (``groups``): admission keeps the iteration a join delays within the SLOs; ``repack``: it may re-pack the joined
     group; ``sampled``: joins keep the members' slowest sampled iteration within the SLOs (and the join's own with
     ``sampled_join``); ``timed``: joins into running pinned groups judged on their state, first rollouts timed;
+    ``objective``: what an admission move costs (``rate``, ``round`` or ``life``: :class:`formulation.placement.greedy.Packer`);
     ``unseen``: the trace draws its phase times from samples on rollout seeds the policy never saw
     (:data:`UNSEEN_FIRST_SEED` on), the policy plans on the usual ones (tables, SLOs, samples)."""
     from planner.instances import simulate as inst
@@ -146,7 +149,7 @@ def run_policy(scenario: str, policy: str, tables: str = "estimators", consolida
     if policy == "groups":
         placer = inst.placement_placer(sc, jobs, tables, join_delay=join_delay, repack=repack,
                                        sampled=1.0 if sampled else None, sampled_join=sampled_join, timed=timed,
-                                       upper_end=upper_end)
+                                       upper_end=upper_end, objective=objective)
         if tables in ("simulator", "simulator-max"):  # the SLOs of the simulator tables (p90 solo iteration)
             run_jobs = inst.with_simulated_slos(run_jobs, placer.inst)  # type: ignore[attr-defined]
     elif policy == "gavel":
@@ -177,8 +180,9 @@ def run_policy(scenario: str, policy: str, tables: str = "estimators", consolida
 
 def admission_options(admission: str) -> dict:
     """:func:`run_policy`'s options of a sampled admission (``sampled-steady``, ``sampled``, ``timed``)."""
-    return {"sampled": admission in ("sampled-steady", "sampled", "timed"), "sampled_join": admission in ("sampled", "timed"),
-            "timed": admission == "timed", "upper_end": admission == "timed"}
+    timed = admission in ("timed", "lifetime")
+    return {"sampled": admission in ("sampled-steady", "sampled") or timed, "sampled_join": admission == "sampled" or timed,
+            "timed": timed, "upper_end": timed, "objective": "life" if admission == "lifetime" else "rate"}
 
 
 def policy_task(scenario: str, policy: str, tables: str, admission: str = "weave", seed: int = 0, unseen: bool = False) -> dict:
@@ -201,7 +205,7 @@ def policy_task(scenario: str, policy: str, tables: str, admission: str = "weave
     r["consolidated_members"] = res.consolidated
     if admission != "weave":
         r["migrations"] = res.migrations  # running members the placer moved (re-pack)
-    if admission.startswith("sampled") or admission == "timed":
+    if admission.startswith("sampled") or admission in ("timed", "lifetime"):
         acc = getattr(res, "placer_acceptance", None)
         r["joins_refused"] = acc.refused if acc is not None else 0
         r["timed_joins"] = len(acc.start_at) if acc is not None else 0
@@ -351,7 +355,7 @@ def report(args, cmd, R):
               f"(`simulator-max`, the same SLOs): {solo / mx['cost']:.2f}x cheaper than Solo-D at {100 * mx['jobs_meeting_slo']:.0f}%, "
               f"and with join-aware admission {solo / mxj['cost']:.2f}x at {100 * mxj['jobs_meeting_slo']:.0f}%.", ""]
         st, sa = got[("groups", "simulator", "sampled-steady")], got[("groups", "simulator", "sampled")]
-        tm = got[("groups", "simulator", "timed")]
+        tm, lt = got[("groups", "simulator", "timed")], got[("groups", "simulator", "lifetime")]
         L += [f"Admission on the members' sampled iteration times (slowest of the event graph with phase times drawn from each "
               f"member's measured samples, {RUNS} runs x {ITERATIONS} meta-iterations): steady state only (`sampled-steady`) "
               f"{solo / st['cost']:.2f}x cheaper than Solo-D at {100 * st['jobs_meeting_slo']:.0f}% "
@@ -363,7 +367,13 @@ def report(args, cmd, R):
               f"{100 * solo_sim['jobs_meeting_slo']:.0f}%), mean wait {tm['mean_wait_s']:.0f} s (longest "
               f"{tm['max_wait_s']:.0f} s). `timed` also gives each phase's samples the estimated upper end of their range "
               "(max + (max - min) / (n - 1)); where the group runs whole pools or a member is still joining, the join's "
-              "iteration is bounded on the slowest samples as in `sampled`.", ""]
+              "iteration is bounded on the slowest samples as in `sampled`. "
+              f"The same admission with each move judged by the $ it adds until the members are done (`lifetime`: a join "
+              f"that slows the group's ring keeps every member's nodes longer; `Packer(objective=\"life\")`): "
+              f"{solo / lt['cost']:.2f}x cheaper than Solo-D and {verl_of['simulator'] / lt['cost']:.2f}x than veRL at "
+              f"{100 * lt['jobs_meeting_slo']:.0f}% ({tm['cost'] / lt['cost']:.3f}x cheaper than `timed`; H20 "
+              f"{lt['gpu_hours'].get('H20', 0):,.0f} against {tm['gpu_hours'].get('H20', 0):,.0f} GPU-h, H800 "
+              f"{lt['gpu_hours'].get('H800', 0):,.0f} against {tm['gpu_hours'].get('H800', 0):,.0f}).", ""]
     L += held_out(R)
     L += miss_table(R)
     L += ceiling_table(R)
@@ -497,10 +507,10 @@ def readme_rows(rows) -> list[str]:
         best = max((solo / r["cost"], verl_of[t] / r["cost"], r["jobs_meeting_slo"], t) for (p, t), r in by.items() if p == "groups")
         out.append(f"| Weave groups vs Solo-D / veRL ({kind} trace) | 1.84x / 1.38x lower at 100% SLO | {best[0]:.2f}x / {best[1]:.2f}x "
                    f"lower, {100 * best[2]:.0f}% of jobs meeting their SLO ({best[3]} tables) | `trace-baselines.md` |")
-        tm = [r for r in rows if r["scenario"] == sc and r.get("policy") == "groups" and r.get("admission") == "timed"]
+        tm = [r for r in rows if r["scenario"] == sc and r.get("policy") == "groups" and r.get("admission") == "lifetime"]
         if tm:
             t = tm[0]
-            out.append(f"| Weave groups vs Solo-D / veRL, every iteration within its SLO ({kind} trace, timed joins) | "
+            out.append(f"| Weave groups vs Solo-D / veRL, every iteration within its SLO ({kind} trace, timed joins, lifetime cost) | "
                        f"1.84x / 1.38x lower at 100% SLO | {solo / t['cost']:.2f}x / {verl_of['simulator'] / t['cost']:.2f}x lower, "
                        f"{100 * t['jobs_meeting_slo']:.0f}% of jobs meeting every iteration's SLO | `trace-baselines.md` |")
         out.append(f"| Solo-D / veRL cost ({kind} trace) | {PUBLISHED_SOLO_D_KH / PUBLISHED_VERL_KH:.2f} (0.94 / 0.71 K$/h) | "
