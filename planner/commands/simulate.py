@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from simulator.defaults import WINDOW_S as _WINDOW_S
+
 NAME = "simulate"
 HELP = "simulate a policy on a scenario: throughput, GPU-seconds busy vs held, cost, SLO, timeline"
 JOB_POLICIES = ("static", "static-batch", "colocated", "dynamic", "consolidate", "rlhfuse")
@@ -65,23 +67,26 @@ def add_arguments(p) -> None:
                    help=f"with --plan: independent replications of each group (1..{PLAN_MAX_REPLICATIONS}, default 1: each draws "
                         f"{PLAN_SAMPLES} fresh rollouts per member); the tables show the mean simulated cycle and its standard error")
     p.add_argument("--queue", choices=["fifo", "priority"], default=None, help="one job: rollout request order (default fifo)")
-    p.add_argument("--max-wait-s", type=_args.number(hi=_args.SECONDS), default=30.0, help="age bound of the priority queue (s)")
+    p.add_argument("--max-wait-s", type=_args.number(hi=_args.SECONDS), default=None,
+                   help=f"--queue priority: age bound of the queue (s, default {DEFAULTS['max_wait_s']:g})")
     p.add_argument("--consolidate-at", type=_args.number(), default=None, metavar="F",
                    help="pack the long tail when this fraction of requests is done (0 < F < 1; consolidate policy: 0.8)")
-    p.add_argument("--decision", choices=["planner", "threshold", "completion"], default="completion",
+    p.add_argument("--decision", choices=["planner", "threshold", "completion"], default=None,
                    help="decision function of the dynamic policy: completion (default: the planner's start split and moves "
                         "judged on the iteration's predicted completion time, request by request, every GPU owned), planner "
                         "(the reallocation planner's min-over-stages throughput, the previous default) or the simulator's "
                         "threshold baseline")
-    p.add_argument("--start-search", choices=["auto", "dynamic", "static"], default="auto",
+    p.add_argument("--start-search", choices=["auto", "dynamic", "static"], default=None,
                    help="dynamic --decision completion: how the starting split is chosen (auto, the default: searched for the "
                         "dynamic policy itself on single-turn rollouts, every candidate start simulated on the planner's own "
                         "seeds, minutes on a 64-GPU set-up; the best static split on multi-turn ones; static: the best static "
                         "split always, faster)")
-    p.add_argument("--u-low", type=_args.number(), default=0.2, help="dynamic: KV utilisation below which an engine is a donor")
-    p.add_argument("--window-s", type=_args.number(hi=_args.SECONDS), default=WINDOW_S,
+    p.add_argument("--u-low", type=_args.number(), default=None,
+                   help=f"dynamic: KV utilisation below which an engine is a donor (default {DEFAULTS['u_low']:g})")
+    p.add_argument("--window-s", type=_args.number(hi=_args.SECONDS), default=None,
                    help=f"dynamic: seconds an engine must stay under U_low (T, default {WINDOW_S:g})")
-    p.add_argument("--theta", type=_args.number(), default=0.5, help="dynamic: fraction of engines that must be donors")
+    p.add_argument("--theta", type=_args.number(), default=None,
+                   help=f"dynamic: fraction of engines that must be donors (default {DEFAULTS['theta']:g})")
     p.add_argument("--horizon-s", type=_args.number(hi=_args.SECONDS), default=None, help="many jobs: stop the trace at this time (s)")
     p.add_argument("--oracle", action="store_true", help="one job: also search the hindsight oracle of each iteration "
                    "(the best schedule found, every candidate simulated; minutes) beside the work-conservation bound")
@@ -90,9 +95,21 @@ def add_arguments(p) -> None:
 
 
 # options that do nothing in a mode, refused there (exit 2 naming the option) rather than ignored
-PLAN_IGNORES = ("--horizon-s", "--consolidate-at", "--queue", "--oracle", "--snapshots")
-TRACE_IGNORES = ("--iterations", "--replications", "--queue", "--oracle", "--snapshots")
+DYNAMIC_ONLY = ("--decision", "--start-search", "--u-low", "--window-s", "--theta")  # the dynamic policy's decision function
+PLAN_IGNORES = ("--horizon-s", "--consolidate-at", "--queue", "--max-wait-s", "--oracle", "--snapshots") + DYNAMIC_ONLY
+TRACE_IGNORES = ("--iterations", "--replications", "--queue", "--max-wait-s", "--oracle", "--snapshots") + DYNAMIC_ONLY
 JOB_IGNORES = ("--replications", "--horizon-s")
+
+
+#: the values the options above take when not given
+DEFAULTS = {"decision": "completion", "start_search": "auto", "u_low": 0.2, "window_s": _WINDOW_S, "theta": 0.5, "max_wait_s": 30.0}
+
+
+def _fill_defaults(args) -> None:
+    """What was not given takes its default (after the checks that refuse options a mode ignores)."""
+    for name, value in DEFAULTS.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
 
 
 def _given(args, option: str) -> bool:
@@ -103,7 +120,8 @@ def _given(args, option: str) -> bool:
 
 APPLIES = {"--horizon-s": "a multi-job policy (" + ", ".join(TRACE_POLICIES) + ")", "--consolidate-at": "--policy",
            "--queue": "a one-job policy", "--oracle": "a one-job policy", "--snapshots": "a one-job policy",
-           "--iterations": "a one-job policy or --plan", "--replications": "--plan"}
+           "--iterations": "a one-job policy or --plan", "--replications": "--plan", "--max-wait-s": "--queue priority",
+           **{o: "--policy dynamic" for o in DYNAMIC_ONLY}, "--start-search": "--policy dynamic with --decision completion"}
 
 
 def _refuse_ignored(args, options: tuple, mode: str) -> None:
@@ -131,6 +149,7 @@ def _check_args(args) -> None:
                                     f"(the first {PLAN_SKIP} are warm-up, left out of the cycle time), got "
                                     f"{args.iterations}", f"give --iterations {PLAN_MIN_ITERATIONS} or more, or leave it out "
                                     f"({PLAN_ITERATIONS})"))
+        _fill_defaults(args)
         return
     if args.policy is None:
         raise UserError(Problem("--policy", "say what to simulate", f"give --policy (one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}) "
@@ -138,16 +157,23 @@ def _check_args(args) -> None:
     if args.policy not in JOB_POLICIES + TRACE_POLICIES:
         raise UserError(Problem("--policy", f"unknown policy '{args.policy}'.{did_you_mean(args.policy, JOB_POLICIES + TRACE_POLICIES)}",
                                 f"use one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}"))
+    if args.policy in JOB_POLICIES:
+        if args.policy != "dynamic":
+            _refuse_ignored(args, DYNAMIC_ONLY, f"with --policy {args.policy} (no decision function: only dynamic reallocates)")
+        elif args.decision not in (None, "completion"):
+            _refuse_ignored(args, ("--start-search",), f"with --decision {args.decision} (it starts from the scenario's split)")
+        if args.queue != "priority":
+            _refuse_ignored(args, ("--max-wait-s",), f"with --queue {args.queue or 'fifo'} (no age bound to keep)")
     if args.consolidate_at is not None and not 0.0 < args.consolidate_at < 1.0:
         raise UserError(Problem("--consolidate-at", f"must lie strictly between 0 and 1, got {args.consolidate_at:g}",
                                 "give the fraction of requests done, e.g. 0.8"))
-    if not 0.0 < args.u_low < 1.0:
+    if args.u_low is not None and not 0.0 < args.u_low < 1.0:
         raise UserError(Problem("--u-low", f"must lie strictly between 0 and 1, got {args.u_low:g}", "e.g. --u-low 0.2"))
-    if args.window_s < 0:
+    if args.window_s is not None and args.window_s < 0:
         raise UserError(Problem("--window-s", f"must be >= 0, got {args.window_s:g}", "e.g. --window-s 4"))
-    if not 0.0 <= args.theta < 1.0:
+    if args.theta is not None and not 0.0 <= args.theta < 1.0:
         raise UserError(Problem("--theta", f"must lie in [0, 1), got {args.theta:g}", "e.g. --theta 0.5"))
-    if args.max_wait_s <= 0:
+    if args.max_wait_s is not None and args.max_wait_s <= 0:
         raise UserError(Problem("--max-wait-s", f"must be positive, got {args.max_wait_s:g}", "e.g. --max-wait-s 30"))
     if args.job is not None and args.policy in TRACE_POLICIES:
         raise UserError(Problem("--job", f"'{args.policy}' simulates every job of the scenario (phase level)",
@@ -159,6 +185,7 @@ def _check_args(args) -> None:
         _refuse_ignored(args, JOB_IGNORES, f"with --policy {args.policy} (one job, request by request)")
     if args.horizon_s is not None and args.horizon_s <= 0:
         raise UserError(Problem("--horizon-s", f"must be positive, got {args.horizon_s:g}", "e.g. --horizon-s 86400"))
+    _fill_defaults(args)
 
 
 def _prepare_out(path):

@@ -182,6 +182,17 @@ def test_a_trace_stopped_at_its_horizon_scores_the_jobs_that_ran(tmp_path):
     (["--policy", "colocated-jobs", "--queue", "fifo"], "--queue"),
     (["--policy", "static", "--job", "small-a", "--replications", "2"], "--replications"),
     (["--policy", "static", "--job", "small-a", "--horizon-s", "100"], "--horizon-s"),
+    # the dynamic policy's decision options (session 45: ignored in silence elsewhere)
+    (["--plan", "PLAN", "--decision", "planner"], "--decision"),
+    (["--policy", "groups", "--u-low", "0.3"], "--u-low"),
+    (["--policy", "solo-d", "--theta", "0.3"], "--theta"),
+    (["--policy", "colocated-jobs", "--window-s", "2"], "--window-s"),
+    (["--policy", "groups", "--max-wait-s", "5"], "--max-wait-s"),
+    (["--policy", "static", "--job", "small-a", "--decision", "threshold"], "--decision"),
+    (["--policy", "consolidate", "--job", "small-a", "--start-search", "static"], "--start-search"),
+    (["--policy", "dynamic", "--job", "small-a", "--decision", "threshold", "--start-search", "static"], "--start-search"),
+    (["--policy", "static", "--job", "small-a", "--max-wait-s", "5"], "--max-wait-s"),
+    (["--policy", "static", "--job", "small-a", "--queue", "fifo", "--max-wait-s", "5"], "--max-wait-s"),
 ])
 def test_options_that_do_nothing_in_a_mode_are_refused(tmp_path, tiny_plan, args, needle):
     """They were ignored in silence; --policy and --job with --plan already were refused."""
@@ -189,6 +200,21 @@ def test_options_that_do_nothing_in_a_mode_are_refused(tmp_path, tiny_plan, args
     args = [str(tiny_plan) if a == "PLAN" else a for a in args]
     r = run_cli("simulate", TINY, *args, "--out", str(out))
     _refused(r, f"{needle}: does nothing", out)
+
+
+def test_the_options_a_mode_uses_still_run_and_unset_ones_take_their_defaults():
+    import argparse
+
+    from planner.commands import simulate
+
+    p = argparse.ArgumentParser()
+    simulate.add_arguments(p)
+    args = p.parse_args([TINY, "--policy", "static", "--job", "small-a", "--queue", "priority", "--max-wait-s", "5"])
+    simulate._check_args(args)
+    assert args.max_wait_s == 5 and args.decision == "completion" and args.u_low == 0.2 and args.start_search == "auto"
+    args = p.parse_args([TINY, "--policy", "dynamic", "--job", "small-a", "--decision", "threshold", "--u-low", "0.3"])
+    simulate._check_args(args)
+    assert args.decision == "threshold" and args.u_low == 0.3 and args.theta == 0.5 and args.max_wait_s == 30.0
 
 
 def test_a_plan_with_unplaced_jobs_says_them(tmp_path):
