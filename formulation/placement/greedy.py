@@ -54,8 +54,9 @@ whole pools) and ``S`` the rest of the configuration's $/h, held until the last 
     future(group) = period x (u x sum_i n_i + S x max_i n_i)
 
 a join costs ``future`` after it minus before (the newcomer's ``n_j`` included), a new group
-``cost x tot_j x n_j``. On the held-out traces of ``results/reproductions/trace-baselines.md`` it
-cuts the timed admission's cost by 0-4% at the same 100% of jobs meeting every iteration's SLO.
+``cost x tot_j x n_j``. On the traces of ``results/reproductions/trace-baselines.md`` it cuts the
+timed admission's cost by 0-4.5% at the same 100% of jobs meeting every iteration's SLO; on two
+freshly drawn Weave-like traces by -0.2% and 0.06% (``docs/placement.md``).
 """
 
 from __future__ import annotations
