@@ -7,8 +7,9 @@ opt-out (an authenticating proxy in front). See docs/security.md for the threat 
 **Token file** (``--token-file``, default ``STATE.token`` beside the state file, generated with
 one admin token at the first start, mode 0600, and printed once): one token per line, ``NAME
 SCOPES TOKEN`` (scopes comma-separated) or a bare ``TOKEN`` (name ``admin``, scope ``admin``);
-``#`` starts a comment. A file that others may read or write, or that another user owns, is
-refused. Tokens have at least 16 characters; the daemon keeps only their SHA-256.
+``#`` at the start of a line or after a space starts a comment; a token holding ``#`` is refused.
+A file that others may read or write, or that another user owns, is refused. Tokens have at least
+16 characters; the daemon keeps only their SHA-256.
 
 ==========  ======================================================================
 scope       allows
@@ -33,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+import re
 import secrets
 import socket
 import stat
@@ -141,10 +143,14 @@ def _write_new(path: Path, text: str) -> None:
 def _parse(path: Path, text: str) -> list[tuple[str, frozenset, str]]:
     out: list[tuple[str, frozenset, str]] = []
     for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
+        line = re.split(r"(?:^|\s)#", raw, maxsplit=1)[0].strip()  # a comment: '#' at the start or after a space
         if not line:
             continue
         parts = line.split()
+        if "#" in parts[-1]:  # 'tok#en' was read as 'tok' before: a token weaker than written
+            raise UserError(Problem(f"{path}:{n}", "a '#' inside the token (it starts a comment only at the start of a line "
+                                    "or after a space)", "use a token without '#', e.g. python -c 'import secrets; "
+                                    "print(secrets.token_urlsafe(32))'"))
         if len(parts) == 1:
             name, scopes, token = "admin", frozenset({"admin"}), parts[0]
         elif len(parts) == 3:

@@ -12,6 +12,13 @@ files (and, before, echo their values). So:
 
 The trace is then read by the bounded reader (:mod:`estimators.boundedio`), whose messages name
 the file, line and column but never a value of the file.
+
+The job's ``model`` is the same kind of input: a string that is no preset name is a path to a
+Hugging Face ``config.json`` (or its folder). Over the API it obeys the same rule (refused without
+``--data-dir``; relative and inside it with one), and it is read *once*, at submission: the job is
+stored with the dimensions it gave (``model`` becomes the explicit mapping), so the daemon never
+reads the file again and a file removed later cannot fail a cycle. A file that gives no dimensions is
+refused naming the field, never with a value of the file.
 """
 
 from __future__ import annotations
@@ -33,25 +40,72 @@ def _fields(job: JobSpec):
         yield "rollout.tools.latency", r.tools, "latency"
 
 
+def _inside(field: str, path: str, data_dir: Optional[Path], send: str) -> Path:
+    """``path`` (a client's) resolved to a regular file or folder inside ``data_dir``; UserError naming ``field``."""
+    if data_dir is None:
+        raise UserError(Problem(field, "this daemon reads no file named in a request",
+                                f"{send}, or ask the operator to start the daemon with --data-dir DIR and name a file inside DIR"))
+    rel = PurePosixPath(path)
+    if rel.is_absolute() or ".." in rel.parts or "\\" in path or "\x00" in path or path.startswith("~"):
+        raise UserError(Problem(field, "must be a relative path inside the daemon's data folder (no '..', not absolute)",
+                                "name the file relative to the data folder, e.g. traces/lengths.csv"))
+    root = Path(os.path.realpath(data_dir))
+    full = Path(os.path.realpath(root / rel))
+    if root not in full.parents or not (full.is_file() or full.is_dir()):
+        raise UserError(Problem(field, "no such file inside the daemon's data folder",
+                                "name a file the operator put in the data folder (links that lead outside it are refused)"))
+    return full
+
+
+def _model(job: JobSpec, data_dir: Optional[Path]) -> None:
+    """A ``model`` that names no preset: read once from inside ``data_dir``, kept as its dimensions."""
+    from estimators import hfconfig
+    from estimators.models import preset, preset_names
+    from planner.schema.scenario import ModelSpec
+
+    if not isinstance(job.model, str):
+        return
+    try:
+        preset(job.model)
+        return
+    except KeyError:
+        pass
+    send = (f"use a preset ({', '.join(preset_names())}) or give the dimensions as a mapping (hidden_size, num_layers, "
+            "num_heads, num_kv_heads, intermediate_size, vocab_size)")
+    full = _inside("model", job.model, data_dir, send)
+    if full.is_dir():
+        full = full / "config.json"
+        if not full.is_file():
+            raise UserError(Problem("model", "the folder inside the daemon's data folder holds no config.json",
+                                    "name a model folder with a config.json, or the config.json itself"))
+    try:
+        d = hfconfig.load(full)
+    except (hfconfig.HFConfigError, OSError):
+        raise UserError(Problem("model", "the file inside the daemon's data folder gives no model dimensions "
+                                "(not a dense decoder's Hugging Face config.json)", send)) from None
+    rel = PurePosixPath(job.model)
+    label = (rel.parent.name if rel.name == "config.json" else rel.name) or "custom"  # the client's own words, not the file's
+    try:
+        job.model = ModelSpec(name=label[:64], hidden_size=d.hidden_size, num_layers=d.num_layers, num_heads=d.num_heads,
+                              num_kv_heads=d.num_kv_heads, intermediate_size=d.intermediate_size, vocab_size=d.vocab_size,
+                              head_dim=d.head_dim or None, tie_embeddings=d.tie_embeddings, qkv_bias=d.qkv_bias)
+    except ValueError:
+        raise UserError(Problem("model", "the config.json inside the daemon's data folder gives dimensions out of the "
+                                "supported range", send)) from None
+
+
 def confine(job: JobSpec, data_dir: Optional[Path]) -> JobSpec:
-    """``job`` with every trace path resolved inside ``data_dir``; UserError naming the field otherwise."""
+    """``job`` with every trace path resolved inside ``data_dir`` and a model file read into its dimensions;
+    UserError naming the field otherwise."""
     job = job.model_copy(deep=True)
+    _model(job, data_dir)
     for where, owner, attr in _fields(job):
         spec = getattr(owner, attr)
         if not isinstance(spec, TraceColumn):
             continue
         field = f"{where}.path"
-        if data_dir is None:
-            raise UserError(Problem(field, "this daemon reads no file named in a request",
-                                    "send the distribution as {source: quantiles, quantiles: {0: ..., 1: ...}}, or ask the operator to "
-                                    "start the daemon with --data-dir DIR and name a file inside DIR"))
-        rel = PurePosixPath(spec.path)
-        if rel.is_absolute() or ".." in rel.parts or "\\" in spec.path or "\x00" in spec.path:
-            raise UserError(Problem(field, "must be a relative path inside the daemon's data folder (no '..', not absolute)",
-                                    "name the file relative to the data folder, e.g. traces/lengths.csv"))
-        root = Path(os.path.realpath(data_dir))
-        full = Path(os.path.realpath(root / rel))
-        if root not in full.parents or not full.is_file():
+        full = _inside(field, spec.path, data_dir, "send the distribution as {source: quantiles, quantiles: {0: ..., 1: ...}}")
+        if not full.is_file():
             raise UserError(Problem(field, "no such regular file inside the daemon's data folder",
                                     "name a file the operator put in the data folder (links that lead outside it are refused)"))
         setattr(owner, attr, spec.model_copy(update={"path": str(full)}))

@@ -176,6 +176,9 @@ _FIXES = {
 }
 
 
+_PATTERN_FIXES = {r"^[a-z-]+$": "use lowercase letters and '-' (e.g. placement or realloc)"}
+
+
 def fix_for(kind: str, ctx: dict) -> str:
     """A fix for a pydantic error type: the range that is allowed, or the kind of value."""
     if kind in ("less_than_equal", "less_than"):
@@ -186,6 +189,10 @@ def fix_for(kind: str, ctx: dict) -> str:
         return "write a number (true and false are not numbers)"
     if kind in ("literal_error", "union_tag_invalid", "enum") and ctx.get("expected"):
         return f"use {ctx['expected']}"
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERN_FIXES:
+        return _PATTERN_FIXES[ctx["pattern"]]
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") and "._-" not in str(ctx["pattern"]):
+        return f"write a value matching {ctx['pattern']}"
     if kind == "string_too_short" and ctx.get("min_length", 1) > 1:
         return f"write at least {ctx['min_length']} characters"
     if kind == "too_short" and "min_length" in ctx:

@@ -168,11 +168,15 @@ def test_token_file_checks_and_the_generated_default(tmp_path):
     for text, says in (("ci read abc\n", "at least 16"), (f"ci read,root {TOKENS['admin']}\n", "root"),
                        (f"a b c {TOKENS['admin']}\n", "4 fields"), ("# nothing\n", "no token"),
                        (f"x read {TOKENS['admin']}\nx submit {TOKENS['reader']}\n", "twice"),
-                       (f"x read {TOKENS['admin']}\ny admin {TOKENS['admin']}\n", "already given to another name")):
+                       (f"x read {TOKENS['admin']}\ny admin {TOKENS['admin']}\n", "already given to another name"),
+                       (f"ci submit,read {TOKENS['admin']}#q9x8c7v6b5n4m3\n", "inside the token")):
         bad.write_text(text)
         bad.chmod(0o600)
         with pytest.raises(UserError, match=says):
             read_token_file(bad)
+    bad.write_text(f"# a comment line\nci read {TOKENS['admin']}  # a comment after a space\n")
+    bad.chmod(0o600)
+    assert len(read_token_file(bad)) == 1
     bad.unlink()
     bad.symlink_to(token_file(tmp_path))
     with pytest.raises(UserError, match="cannot read"):

@@ -110,3 +110,54 @@ def test_api_bodies_are_strict_json(make_client, body, field):
     r = c.post("/v1/jobs", content=body, headers={"content-type": "application/json"})
     assert r.status_code in (400, 413, 415, 422), (r.status_code, r.text[:300])
     assert field in r.text, r.text[:300]
+
+
+def _model_job(name: str, model) -> dict:
+    j = copy.deepcopy(corpus.BASE_SCENARIO["jobs"][0])
+    j["name"] = name
+    j["model"] = model
+    return j
+
+
+CONFIG = {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+          "intermediate_size": 18944, "vocab_size": 152064, "_name_or_path": SECRET}
+
+
+def test_a_model_path_reads_no_server_file_without_a_data_dir(make_client, tmp_path, caplog):
+    """The audit of session 45: ``model`` was read as a local config.json from anywhere, its values echoed."""
+    c = make_client()
+    bad = dict(CONFIG, num_attention_heads=SECRET)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(bad))
+    for path in ("/etc/passwd", str(tmp_path / "m" / "config.json"), str(tmp_path / "m"), "m/config.json", "../x.json"):
+        with caplog.at_level(logging.DEBUG):
+            r = c.post("/v1/jobs", json=_model_job("a", path))
+        _refused(r, "model")
+    assert SECRET not in caplog.text
+    assert c.post("/v1/jobs", json=_model_job("p", "qwen2.5-7b")).status_code == 201  # a preset is no file
+
+
+def test_a_model_file_inside_the_data_dir_is_read_once_and_kept_as_its_dimensions(make_client, tmp_path):
+    data = tmp_path / "data"
+    (data / "m7b").mkdir(parents=True)
+    (data / "m7b" / "config.json").write_text(json.dumps(CONFIG))
+    (data / "bad.json").write_text(json.dumps(dict(CONFIG, num_attention_heads=SECRET)))
+    (tmp_path / "outside.json").write_text(json.dumps(CONFIG))
+    (data / "link.json").symlink_to(tmp_path / "outside.json")
+    c = make_client(data_dir=data)
+    for path in ("bad.json", "link.json", "../outside.json", str(tmp_path / "outside.json"), "nope/config.json"):
+        _refused(c.post("/v1/jobs", json=_model_job("a", path)), "model")
+    r = c.post("/v1/jobs", json=_model_job("ok", "m7b"))
+    assert r.status_code == 201, r.text[:500]
+    (data / "m7b" / "config.json").unlink()  # read at submission: the stored job no longer names the file
+    got = c.get("/v1/jobs/ok")
+    assert got.status_code == 200, got.text[:300]
+    model = got.json()["spec"]["model"] if "spec" in got.json() else got.json()["job"]["model"]
+    assert model["hidden_size"] == 3584 and model["num_kv_heads"] == 4 and model["name"] == "m7b"
+    assert SECRET not in got.text
+
+
+def test_a_pattern_error_names_the_pattern_it_breaks(make_client):
+    """``GET /v1/decisions?kind=../x`` advised names' letters, digits, '.', '_' and '-', which the kind refuses."""
+    r = make_client().get("/v1/decisions", params={"kind": "../x"})
+    assert r.status_code == 422 and "kind" in r.text and "lowercase letters" in r.text, r.text[:400]
