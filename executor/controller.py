@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from estimators.errors import Problem, UserError
 from executor.backends.base import StartFailed, WorkerLost
 from executor.context import Ctx
 from executor.faults import FaultPlan
@@ -81,6 +82,7 @@ class Executor:
         self.backend, self.journal, self.faults, self.on_step = backend, journal, faults, on_step
         self.fence = fence
         self.ctx = Ctx(backend, faults or FaultPlan(), on_event=on_event)
+        self._writer = ""  # this apply's mark on the cluster (_claim)
 
     def _notify(self, step: Step, status: str, data: Any = None) -> None:
         if self.on_step:
@@ -112,9 +114,25 @@ class Executor:
                 self._fenced()
                 ensure_saved()
             aid, steps, resumed = self.journal.open_apply(digest, name, self.backend.name, steps)
+            self._claim(aid, resumed)
             return self._run(aid, steps, resumed)
         finally:
             self.journal.release()
+
+    def _claim(self, aid: int, resumed: bool) -> None:
+        """Mark the cluster as this apply's; an interrupted apply whose cluster another apply has changed
+        since (its mark is another's: e.g. the plan was applied with another --journal) is stale: its
+        steps and their compensations no longer fit, and are refused before anything is done (they
+        stopped the other apply's new workers, by name, as if they were its own)."""
+        tag = self.journal.writer_tag(aid)
+        if resumed:
+            last = self.backend.coord("last_writer")
+            if last and last != tag:
+                raise UserError(Problem("--journal", f"apply #{aid} in {self.journal.path} was interrupted, and another apply "
+                                        f"({last}) has changed the cluster since: its journaled steps no longer fit it",
+                                        f"check 'planner status'; then move this journal aside (mv {self.journal.path} "
+                                        f"{self.journal.path}.stale) and apply the plan again"))
+        self._writer = tag
 
     def rollback_unfinished(self, fence_epoch: Optional[int] = None) -> Optional[ApplyResult]:
         """Undo the unfinished unit of an interrupted apply and close it as rolled back.
@@ -125,6 +143,8 @@ class Executor:
         self._fenced()
         self.journal.acquire("rollback", fence_epoch)
         try:
+            self._claim(cur["id"], True)
+            self.backend.coord("claim_writer", self._writer)
             status = self.journal.status_of(cur["id"])
             for unit in _units(cur["steps"]):
                 sts = [status[s.seq][0] for s in unit]
@@ -227,6 +247,8 @@ class Executor:
     def _step(self, aid: int, s: Step) -> Any:
         self._fenced()
         self.journal.intent(aid, s)
+        if self._writer:
+            self.backend.coord("claim_writer", self._writer)
         self._notify(s, "running")
         self._fenced()  # checked again right before acting: the caller may have been frozen in between
         self.ctx.step = s

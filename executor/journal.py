@@ -171,6 +171,12 @@ class Journal:
         except (sqlite3.DatabaseError, ValueError, TypeError, KeyError, RecursionError, AttributeError) as exc:
             raise self._damaged(exc) from None
 
+    def writer_tag(self, apply_id: int) -> str:
+        """Who an apply is, as it marks the cluster it changes (``Coordinator.claim_writer``): this journal's
+        file, the apply's id and its start (a journal made afresh at the same path restarts the ids)."""
+        row = self.db.execute("SELECT started FROM applies WHERE id = ?", (apply_id,)).fetchone()
+        return f"{self.path}#{apply_id}@{row[0] if row else 0!r}"
+
     def _unfinished(self) -> Optional[dict]:
         row = self.db.execute("SELECT id, plan_digest, plan_name, backend, steps_json FROM applies WHERE status = 'running' "
                               "ORDER BY id DESC LIMIT 1").fetchone()

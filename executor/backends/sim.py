@@ -96,10 +96,11 @@ def check_worker(wid: Any, rec: Any, nodes: dict, lenient: bool = False) -> None
 
 
 MAX_EPOCH = 1 << 62  # lease epochs and counters a saved coordinator may hold
-# A saved coordinator's attributes (executor.workers.coordinator.Coordinator.__getstate__); the last four may be absent (older saves).
+# A saved coordinator's attributes (executor.workers.coordinator.Coordinator.__getstate__); those in COORD_OPTIONAL may be
+# absent (older saves).
 COORD_FIELDS = ("next_epoch", "leases", "active", "registry", "requests", "rejected", "checkpoints", "commits", "generation",
-                "dead_nodes", "illegal", "parked", "pgs", "restarts", "_store")
-COORD_OPTIONAL = ("parked", "pgs", "restarts", "_store")
+                "dead_nodes", "illegal", "parked", "pgs", "restarts", "_store", "writer")
+COORD_OPTIONAL = ("parked", "pgs", "restarts", "_store", "writer")
 _REC_STR = ("job", "gpu_type", "migration", "group", "reserves", "impl", "share", "revoked_because")
 
 
@@ -269,6 +270,8 @@ def check_coordinator(coord: Any) -> None:
         raise bad("active", "is not a mapping of component -> list of worker ids")
     if not _str_map(st["generation"], lambda g: _int(g, 0, MAX_EPOCH)):
         raise bad("generation", "is not a mapping of component -> generation number")
+    if not (isinstance(st.get("writer", ""), str) and len(st.get("writer", "")) <= 512):
+        raise bad("writer", "is not a text of at most 512 characters")
     if not _str_map(st["dead_nodes"], lambda v: isinstance(v, str)):
         raise bad("dead_nodes", "is not a mapping of node -> reason")
     for name in ("parked", "pgs"):

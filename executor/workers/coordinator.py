@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Optional
 if TYPE_CHECKING:
     from executor.workers.coordinator_store import CoordinatorStore
 
-KV = ("next_epoch", "leases", "active", "registry", "generation", "dead_nodes", "parked", "pgs")
+KV = ("next_epoch", "leases", "active", "registry", "generation", "dead_nodes", "parked", "pgs", "writer")
 
 
 class Coordinator:
@@ -53,6 +53,7 @@ class Coordinator:
         self.parked: dict[str, dict] = {}  # component -> its checkpoint while it is stopped between a park and a restore
         self.pgs: dict[str, dict] = {}  # the Ray backend's reservations (name -> bundles and slots)
         self.restarts = 0  # how many times this state was loaded by a new coordinator process
+        self.writer = ""  # the apply whose step last changed the cluster (its journal and id: Controller's stale-journal check)
         if state_dir:
             self._open(state_dir)
 
@@ -348,6 +349,17 @@ class Coordinator:
     def parked_components(self) -> dict[str, dict]:
         return {k: dict(v) for k, v in self.parked.items()}
 
+    def claim_writer(self, tag: str) -> str:
+        """Mark the cluster as changed by the apply ``tag`` from now on; the mark it held before."""
+        with self._lock:
+            before, self.writer = self.writer, str(tag)[:512]
+            if before != self.writer:
+                self._save("writer")
+            return before
+
+    def last_writer(self) -> str:
+        return self.writer
+
     def generations(self) -> dict[str, int]:
         return dict(self.generation)
 
@@ -390,6 +402,7 @@ class Coordinator:
         self.__dict__.setdefault("parked", {})
         self.__dict__.setdefault("pgs", {})
         self.__dict__.setdefault("restarts", 0)
+        self.__dict__.setdefault("writer", "")
         self.__dict__.setdefault("_store", None)
         self.checkpoints = {k: rawtensor.decode(v) for k, v in d.get("checkpoints", {}).items()}
         self._lock = threading.RLock()

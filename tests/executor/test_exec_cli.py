@@ -178,3 +178,32 @@ def test_an_apply_whose_files_were_removed_meanwhile_does_not_report_success(tmp
     assert main(["apply", str(p2), *a]) == 1
     out = capsys.readouterr()
     assert "was removed while the apply ran" in out.err and "applied" not in out.out, (out.out, out.err)
+
+
+def test_a_stale_journal_is_refused_and_never_undoes_another_applys_workers(tmp_path, capsys):
+    """An apply killed mid-reshard, then the same plan applied with another --journal (it finishes it), then the
+    first journal resumed or rolled back: its steps' compensations stopped the other apply's new trainer ranks
+    by name (they reuse the generation's names) and the trainer was gone (an outside audit, session 45). The
+    cluster now carries the mark of the apply that last changed it; another's is refused, nothing touched."""
+    a = _args(tmp_path)
+    p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
+    assert run_cli("apply", str(p1), *a).returncode == 0
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    r = run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:after"})
+    assert r.returncode == 137
+    other = ["--journal", str(tmp_path / "other.db"), "--sim-state", str(tmp_path / "sim.pkl")]
+    r = run_cli("apply", str(p2), *other)
+    assert r.returncode == 0, r.stderr[-2000:]
+    state = (tmp_path / "sim.pkl").read_bytes()
+    for extra in ([str(p2)], ["--rollback"]):
+        r = run_cli("apply", *extra, *a)
+        assert r.returncode == 2 and "another apply" in r.stderr and "mv " in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert (tmp_path / "sim.pkl").read_bytes() == state, "a refused stale journal changes nothing"
+    assert main(["status", "--json", *a]) == 0
+    comps = {c["name"]: c for c in json.loads(capsys.readouterr().out)["state"]["components"]}
+    trainer = comps["job/trainer"]
+    assert trainer["layout"] == {"tp": 1, "pp": 1, "dp": 2}
+    assert sum(1 for w in trainer["workers"] if w["status"] == "running") == 2, trainer["workers"]
+    (tmp_path / "j.db").rename(tmp_path / "j.db.stale")  # the fix the message gives
+    r = run_cli("apply", str(p2), *a)
+    assert r.returncode == 0 and "nothing to do" in r.stdout, (r.stdout, r.stderr[-2000:])
