@@ -90,13 +90,14 @@ def _shipped(name: str) -> dict:
     return json.loads(resources.files("estimators").joinpath("data").joinpath(name).read_text())
 
 
-def _number(v, where: str, path: Path, *, positive: bool = False, hi: float = MAX_VALUE) -> float:
+def _number(v, where: str, path: Path, *, positive: bool = False, hi: float = MAX_VALUE, lo: float = 0.0) -> float:
     import math
 
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ValueError(f"calibration file {path}: {where} must be a finite number")
-    if (v <= 0 if positive else v < 0) or v > hi:
-        raise ValueError(f"calibration file {path}: {where} must be {'> 0' if positive else '>= 0'} and <= {hi:g}")
+    if (v <= 0 if positive else v < 0) or v > hi or v < lo:
+        low = f">= {lo:g}" if lo > 0 else ("> 0" if positive else ">= 0")
+        raise ValueError(f"calibration file {path}: {where} must be {low} and <= {hi:g}")
     return float(v)
 
 
@@ -121,6 +122,9 @@ def _quantiles(v, where: str, path: Path) -> None:
 KERNEL_FIELDS = {"gemm": (("eff_compute", "eff_memory", "p"), ("c0_ms",)),
                  "decode_attention": ((), ("c0_ms", "kv_coef", "bh_coef")),
                  "prefill_attention": ((), ("c0_ms", "flops_coef", "bytes_coef"))}
+# (low, high) where a fit outside is no measurement: an efficiency is a share of the datasheet peak (a boost
+# clock may pass it a little; 1e-300 made a rollout phase 2e300 s), a kernel's fixed cost is under a second
+KERNEL_RANGES = {"eff_compute": (1e-4, 1.5), "eff_memory": (1e-4, 1.5), "p": (0.0, 64.0), "c0_ms": (0.0, 1000.0)}
 
 
 def check_calibration(doc: dict, path: Path) -> None:
@@ -134,7 +138,8 @@ def check_calibration(doc: dict, path: Path) -> None:
             for k in pos + nonneg:
                 if k not in f:
                     raise ValueError(f"calibration file {path}: {where}.{k} is missing")
-                _number(f[k], f"{where}.{k}", path, positive=k in pos, hi=64.0 if k == "p" else MAX_VALUE)
+                lo, hi = KERNEL_RANGES.get(k, (0.0, MAX_VALUE))
+                _number(f[k], f"{where}.{k}", path, positive=k in pos, hi=hi, lo=lo)
             for k, v in f.items():
                 if k.startswith("fit_"):
                     _number(v, f"{where}.{k}", path)

@@ -38,13 +38,18 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _threads() -> int:
+    """Threads alive in this process (a fork copies only the calling one, with any lock another holds)."""
+    return threading.active_count()
+
+
 def planned_workers(n_jobs: int) -> int:
     """Worker processes for ``n_jobs`` independent estimates (1: in process); see the module docstring."""
     import multiprocessing as mp
 
     if n_jobs < MIN_JOBS or "fork" not in mp.get_all_start_methods() or mp.parent_process() is not None:
         return 1
-    if threading.active_count() > 1:
+    if _threads() > 1:
         return 1
     cap = usable_cpus()
     env = os.environ.get("RL_PLANNER_WORKERS", "").strip()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 
 from estimators.phases import fits_training
-from formulation.placement.instance import PlacementInstance, PlacementJob, PoolType
+from formulation.placement.instance import MAX_SECONDS, PlacementInstance, PlacementJob, PoolType
 from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
 from planner.schema.scenario import JobSpec, Scenario
 from simulator.phasetimes import rollout_s, switch_s, sync_s, train_s  # the one phase-time model (the simulator's)
@@ -38,6 +38,20 @@ def _sizes(least: int, most: int) -> list[int]:
     """Pool sizes from the job's own node count up to the fleet's; the job's own count is always
     there (a fleet too small for it then shows up as a capacity shortage, with the number)."""
     return [n for n in sorted(set(POOL_SIZES) | {least}) if least <= n <= max(most, least)]
+
+
+def _bounded(job: JobSpec, what: str, v: float) -> None:
+    """A phase-time figure the placement model holds (finite, at most MAX_SECONDS), else the job's error:
+    a scenario within every field's limits (a huge batch of long responses, GPU figures or a calibration
+    at their floor) could estimate phases of centuries, and failed deep in the model as an internal error."""
+    import math
+
+    if not (math.isfinite(v) and v <= MAX_SECONDS):
+        from planner.errors import Problem, UserError
+
+        raise UserError(Problem(f"jobs.{job.name}", f"its {what} estimate is {v:.3g} s, beyond the supported {MAX_SECONDS:.0e} s",
+                                "lower rollout.max_response_tokens, batch_prompts or group_size, or check the GPU figures "
+                                "(gpu_types) and the calibration the scenario uses"))
 
 
 def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0) -> PlacementJob:
@@ -75,6 +89,11 @@ def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0)
         for t, row in t_tab.items():
             st_tab[t] = {n: switch_s(prof, view.pool(p0, job.rollout.nodes), view.pool(t, n))[1] for n in row}
     state_gb = est.dram_train_node_gb * job.trainer.nodes
+    _bounded(job, "SLO", est.slo_s if est.slo_s != float("inf") else 0.0)
+    for what, tab in (("rollout phase", r_tab), ("training phase", t_tab), ("weight sync", s_tab)):
+        for row in tab.values():
+            for v in row.values():
+                _bounded(job, what, v)
     return PlacementJob(name=job.name, slo_s=est.slo_s if est.slo_s != float("inf") else 1e12, rollout_s=r_tab, train_s=t_tab,
                         sync_s=s_tab, rollout_switch_s=sr_tab, train_switch_s=st_tab, dram_rollout_node_gb=est.dram_rollout_node_gb,
                         train_state_gb=state_gb, arrival_s=job.arrival_s)

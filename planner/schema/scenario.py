@@ -51,6 +51,7 @@ MAX_TURNS = 256
 MAX_REQUEST_TURNS = 1 << 21  # requests x turns of one job
 MAX_SAMPLED_REQUEST_TURNS = 1 << 17  # phase_time_estimate 'sampled': requests x turns of all jobs (each is simulated)
 MAX_TOKENS = 1 << 22        # prompt / response / observation tokens of one request
+MAX_ITERATION_TOKENS = 1 << 33  # requests x max_response_tokens: e.g. 262,144 responses of 32K (more took minutes to estimate)
 MAX_PARALLEL = 64           # tp, and GPUs one tensor-parallel group spans
 MAX_PP = 256
 MAX_DP = 65536
@@ -198,6 +199,9 @@ class RolloutSpec(Strict):
             raise ValueError(f"batch_prompts x group_size = {requests} requests per iteration; at most {MAX_REQUESTS} are supported")
         if requests * self.turns > MAX_REQUEST_TURNS:
             raise ValueError(f"batch_prompts x group_size x turns = {requests * self.turns}; at most {MAX_REQUEST_TURNS} are supported")
+        if requests * self.max_response_tokens > MAX_ITERATION_TOKENS:
+            raise ValueError(f"batch_prompts x group_size x max_response_tokens = {requests * self.max_response_tokens:,} response "
+                             f"tokens per iteration; at most {MAX_ITERATION_TOKENS:,} are supported (lower one of them)")
         return self
 
     @model_validator(mode="after")

@@ -13,10 +13,18 @@ from planner.schema import load_scenario
 from tests.conftest import SCENARIOS
 
 
+def _own_threads(monkeypatch):
+    """Count only the threads started after now: a test run before these in the same process may leave
+    an idle one (a finished test client's), which is not what these tests are about."""
+    base = threading.active_count()
+    monkeypatch.setattr(fanout, "_threads", lambda: 1 + max(0, threading.active_count() - base))
+
+
 @pytest.fixture
 def two_workers(monkeypatch):
     monkeypatch.setenv("RL_PLANNER_WORKERS", "2")
     monkeypatch.setattr(fanout, "usable_cpus", lambda: 2)
+    _own_threads(monkeypatch)
 
 
 def test_parallel_compile_gives_the_serial_instance(two_workers):
@@ -46,6 +54,7 @@ def test_no_fork_beside_another_thread_or_for_few_jobs(two_workers):
 def test_the_worker_cap(monkeypatch, value, expected):
     monkeypatch.setenv("RL_PLANNER_WORKERS", value)
     monkeypatch.setattr(fanout, "usable_cpus", lambda: 2)
+    _own_threads(monkeypatch)
     assert fanout.planned_workers(100) == expected
 
 

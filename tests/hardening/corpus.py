@@ -477,6 +477,13 @@ CALIBRATION: list[tuple[str, str, Content, str]] = [
                                                        "clients": {"7": "x"}}).encode(), "clients.7"),
     ("tool-latency-str", "tool_latency.json", b'{"seconds": "fast"}', "seconds"),
     ("tool-latency-dir", "tool_latency.json", _dir, "holds none"),
+    # session 45's audit: fits in their types' range but no measurement (a rollout phase of 2e300 s, or 1e12x the peak)
+    ("eff-compute-1e-300", "calibration.json", json.dumps({"kernels": {"H100": {"gemm": {"eff_compute": 1e-300, "eff_memory": 1e-300,
+                                                                                          "p": 1, "c0_ms": 0}}}}).encode(), "eff_compute"),
+    ("eff-compute-1e12", "calibration.json", json.dumps({"kernels": {"H100": {"gemm": {"eff_compute": 1e12, "eff_memory": 0.8,
+                                                                                         "p": 1, "c0_ms": 0}}}}).encode(), "eff_compute"),
+    ("c0-a-day", "calibration.json", json.dumps({"kernels": {"H100": {"gemm": {"eff_compute": 0.5, "eff_memory": 0.8, "p": 1,
+                                                                                 "c0_ms": 8.64e7}}}}).encode(), "c0_ms"),
 ]
 
 TRACES: list[tuple[str, str, Content, str]] = [
@@ -555,6 +562,15 @@ def smaller_cases() -> list[Case]:
         Case("newline-group-name", scen["plan"], {"x.yaml": _scenario_with(_set("cluster.node_groups[0].name", "g\nFAKE: ok"))},
              "control"),
         Case("esc-key", scen["validate"], {"x.yaml": _scenario_with(lambda d: d.update({"\x1b[2J": 1}))}, "control"),
+        # session 45's audit: every field within its limit, together a rollout of 1.4e11 tokens (346 s, then an internal
+        # error); GPU figures at their floors estimate an SLO of 2.6e8 s (an internal error deep in the model)
+        Case("tokens-per-iteration", scen["validate"], {"x.yaml": _scenario_with(lambda d: d["jobs"][0]["rollout"].update(
+            batch_prompts=4096, group_size=64, max_response_tokens=524288))}, "max_response_tokens"),
+        Case("gpu-figures-at-floor", scen["plan"], {"x.yaml": _scenario_with(lambda d: [v.update(
+            bf16_tflops=0.1, hbm_bw_tb_per_s=0.01, nvlink_gb_per_s=0.1, pcie_gb_per_s=0.01, inter_node_bw_gb_per_s=0.01)
+            for v in d["gpu_types"].values()] + [d["jobs"][0]["slo"].update(ratio_to_solo=10.0),
+                                                  d["jobs"][0]["rollout"].update(batch_prompts=512, group_size=16,
+                                                                                 max_response_tokens=32768)])}, "beyond the supported"),
         Case("instance-price-1e308", ["plan", "{d}/x.yaml", "--out", "{d}/out.yaml"],
              {"x.yaml": _instance_with(lambda d: next(iter(d["pool_types"].values())).update(price_per_gpu_hour=1e308))},
              "price_per_gpu_hour"),
