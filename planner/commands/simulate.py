@@ -194,6 +194,8 @@ def _prepare_out(path):
     from planner.errors import Problem, UserError
 
     out = Path(path)
+    if out.is_symlink() and not out.exists():  # (mkdir on it failed with FileExistsError, after the whole run)
+        raise UserError(Problem("--out", f"{out} is a dangling symbolic link", "give a directory path (remove the link first)"))
     if out.exists() and not out.is_dir():
         raise UserError(Problem("--out", f"{out} exists and is not a directory", "give a directory path"))
     parent = out if out.exists() else out.parent

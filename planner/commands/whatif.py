@@ -58,6 +58,8 @@ def _check_args(args) -> None:
         raise UserError(Problem("--workers", f"must be at least 1, got {args.workers}", "pass e.g. --workers 2"))
     if args.out:
         out = Path(args.out)
+        if out.is_symlink() and not out.exists():  # (its mkdir failed with FileExistsError after the whole search)
+            raise UserError(Problem("--out", f"{out} is a dangling symbolic link", "pass a folder (remove the link first)"))
         if out.exists() and not out.is_dir():
             raise UserError(Problem("--out", f"{out} exists and is not a folder", "pass a folder (it is created if missing)"))
         if not out.exists() and not out.resolve().parent.is_dir():

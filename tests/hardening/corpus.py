@@ -564,6 +564,9 @@ def smaller_cases() -> list[Case]:
         Case("esc-key", scen["validate"], {"x.yaml": _scenario_with(lambda d: d.update({"\x1b[2J": 1}))}, "control"),
         # session 45's audit: every field within its limit, together a rollout of 1.4e11 tokens (346 s, then an internal
         # error); GPU figures at their floors estimate an SLO of 2.6e8 s (an internal error deep in the model)
+        Case("simulate-out-dangling", ["simulate", TINY, "--policy", "solo-d", "--out", "{d}/dl"],
+             {"dl": _link_to("/nonexistent-session45/out")}, "dangling"),
+        Case("whatif-out-dangling", ["whatif", TINY, "--out", "{d}/dl"], {"dl": _link_to("/nonexistent-session45/out")}, "dangling"),
         Case("tokens-per-iteration", scen["validate"], {"x.yaml": _scenario_with(lambda d: d["jobs"][0]["rollout"].update(
             batch_prompts=4096, group_size=64, max_response_tokens=524288))}, "max_response_tokens"),
         Case("gpu-figures-at-floor", scen["plan"], {"x.yaml": _scenario_with(lambda d: [v.update(
