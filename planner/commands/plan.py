@@ -129,6 +129,7 @@ def run(args) -> int:
     from formulation.placement.solve import solve
     from planner.commands._placement import default_out, load_input, read_plan, unplaced_error, write_plan
     from planner.commands._plan_summary import expected_cycles, summary
+    from planner.errors import Problem, UserError
     from planner.statusline import status
 
     _check_args(args)
@@ -151,6 +152,18 @@ def run(args) -> int:
     )
     backend = args.backend or (solver.backend if solver else "auto")
     current = read_plan(args.current)[1] if args.current else None
+    if current is not None:
+        from planner.commands.admit import _same_fleet
+
+        _same_fleet(args.current, args.input, current, inst)
+        cur_jobs = {m.job for g in current.groups for m in g.members}
+        gone = sorted(cur_jobs - {j.name for j in inst.jobs})
+        if cur_jobs and len(gone) == len(cur_jobs):
+            raise UserError(Problem(args.current, f"the current plan places none of {args.input}'s jobs (a plan made for another "
+                                    "input?)", "pass the plan made for this input, or leave --current out"))
+        if gone:
+            print(f"note: the current plan's job(s) {', '.join(gone[:5])}{' ...' if len(gone) > 5 else ''} are not in "
+                  f"{args.input}: their groups are re-planned without them", file=sys.stderr)
     # jobs that fit nowhere alone are known before any solve: refused at once (the solve would spend
     # its whole limit, 60 s by default, before the same refusal), unless --allow-unplaced
     if not args.allow_unplaced:
@@ -172,7 +185,6 @@ def run(args) -> int:
         record["message"] = (record.get("message") or "") + "; cut short by the time limit: " + load_cut
     if res.plan.unplaced and not args.allow_unplaced:
         if load_cut:  # the solve was cut short by the loading's time, not proven short of nodes
-            from planner.errors import Problem, UserError
 
             err = unplaced_error(res.plan.unplaced, "")
             raise UserError([Problem("--time-limit", f"{load_cut}: the jobs below were left out by that short solve, "
