@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -195,6 +196,13 @@ else:  # pragma: no cover
             return _compose_node(self, parent, index)
 
 
+# YAML 1.2's floats without a dot or an exponent sign (1e3, 1.5e-3, 2E+6): YAML 1.1 reads them as text, and a
+# number field then said "Input should be a valid number (got '1e3')" of a valid number
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                              list("-+0123456789"))
+_OCTAL = re.compile(r"^[-+]?0[0-9_]+$")  # YAML 1.1 reads 010 as 8 (octal)
+
+
 def _compose_node(self, parent, index):
     self._nodes += 1
     if self._nodes > self._limits.max_nodes:
@@ -243,6 +251,9 @@ class _Builder:
             if node.tag in _NUMBER_TAGS and ":" in node.value:
                 raise _bad(f"{node.value[:40]!r} is a YAML 1.1 base-60 number (1:05 would be read as 65)",
                            "write the number in base 10, or quote the text", self.src(node), fmt_path(path))
+            if node.tag in _NUMBER_TAGS and _OCTAL.match(node.value) and not node.style:  # (plain: None, or "" from libyaml)
+                raise _bad(f"{node.value[:40]!r} has a leading zero: YAML 1.1 reads it as an octal number (010 would be 8)",
+                           "write the number without the leading zero, or quote the text", self.src(node), fmt_path(path))
             try:
                 return self.scalar.construct_object(node)
             except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:

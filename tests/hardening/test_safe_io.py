@@ -192,3 +192,18 @@ def test_a_new_journal_is_private(tmp_path):
     finally:
         j.close()
     assert stat.S_IMODE(os.stat(tmp_path / "sub" / "journal.db").st_mode) == 0o600
+
+
+def test_yaml_numbers_read_as_a_reader_means_them():
+    """An outside audit (session 45): ``count: 010`` was read as 8 (YAML 1.1 octal) and ``slo_s: 1e3`` as the
+    text '1e3' (YAML 1.1 floats need a dot and an exponent sign), then refused as "not a valid number"."""
+    from planner.errors import UserError
+    from planner.safeload import parse_yaml
+
+    for text, want in (("a: 1e3", 1000.0), ("a: 1.5e-3", 0.0015), ("a: 2E+6", 2e6), ("a: 0", 0), ("a: '010'", "010"),
+                       ("a: 1_000", 1000), ("a: e3", "e3")):
+        got = parse_yaml(text).data["a"]
+        assert got == want and type(got) is type(want), (text, got)
+    for text in ("a: 010", "a: -07", "b: [1, 010]"):
+        with pytest.raises(UserError, match="leading zero"):
+            parse_yaml(text)
