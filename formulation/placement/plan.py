@@ -43,14 +43,14 @@ Share = Annotated[float, AfterValidator(_share)]
 Seconds = Annotated[float, Field(ge=0.0, le=MAX_PLAN_SECONDS, strict=True)]
 CycleSeconds = Annotated[float, Field(ge=0.0, le=MAX_PLAN_CYCLE_S, strict=True)]
 Cost = Annotated[float, Field(ge=0.0, le=MAX_PLAN_COST, strict=True)]
-NodeCount = Annotated[int, Field(ge=0, le=MAX_INSTANCE_NODES)]
+NodeCount = Annotated[int, Field(ge=0, le=MAX_INSTANCE_NODES, strict=True)]
 # names as instances make them (a job's name, a node: its group's or type's name and a number; a
 # 100,000-character group id and 100,000-node pools were read and echoed back)
 Name = Annotated[str, Field(max_length=MAX_NAME)]
 NodeName = Annotated[str, Field(max_length=MAX_NAME + 56)]
 Event = Annotated[str, Field(max_length=MAX_NAME + 8)]
 Text = Annotated[str, Field(max_length=20_000)]
-GpuCount = Annotated[int, Field(ge=0, le=MAX_PLAN_GPUS)]
+GpuCount = Annotated[int, Field(ge=0, le=MAX_PLAN_GPUS, strict=True)]  # (strict: size: true or '1' was read as 1)
 
 
 class _Body(BaseModel):
@@ -60,8 +60,8 @@ class _Body(BaseModel):
 class Pool(_Body):
     gpu_type: Name
     nodes: list[NodeName] = Field(max_length=MAX_INSTANCE_NODES)
-    size: int = Field(ge=1, le=MAX_INSTANCE_NODES, description="nodes in the pool")
-    gpus_per_node: int = Field(ge=1, le=MAX_PLAN_GPUS_PER_NODE, description="GPUs of each node (the GPU type's)")
+    size: int = Field(ge=1, le=MAX_INSTANCE_NODES, strict=True, description="nodes in the pool")
+    gpus_per_node: int = Field(ge=1, le=MAX_PLAN_GPUS_PER_NODE, strict=True, description="GPUs of each node (the GPU type's)")
     gpus: GpuCount = Field(description="size x gpus_per_node")
 
 
@@ -79,7 +79,7 @@ class MemberPlan(_Body):
     cycle_time_s: CycleSeconds = Field(description="predicted seconds per iteration in this group (max cycle ratio, warm switches in)")
     slo_s: float = Field(gt=0.0, le=MAX_PLAN_SECONDS, strict=True, description="the job's SLO (the instance's)")
     slack_s: float = Field(ge=-MAX_PLAN_CYCLE_S, le=MAX_PLAN_SECONDS, strict=True, description="slo_s - cycle_time_s")
-    moved: bool = Field(False, description="it was placed in another group (or on other nodes) in the current plan")
+    moved: bool = Field(False, strict=True, description="it was placed in another group (or on other nodes) in the current plan")
 
 
 class GroupPlan(_Body):

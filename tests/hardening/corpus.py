@@ -587,6 +587,13 @@ def smaller_cases() -> list[Case]:
         Case("plan-group-dropped", apply, {"x.yaml": _made_plan(lambda d: d["body"].update(groups=d["body"]["groups"][:-1]))},
              "placed-once"),
         Case("plan-false-cost", apply, {"x.yaml": _made_plan(lambda d: d["body"].update(cost_per_hour=1.0))}, "cost"),
+        # session 45's audit: read as 1 / True before (the floats of a plan already were strict)
+        Case("plan-size-bool", ["validate-plan", TINY, "{d}/x.yaml"],
+             {"x.yaml": _made_plan(lambda d: first(d)["train_pool"].update(size=True))}, "train_pool.size"),
+        Case("plan-size-text", ["validate-plan", TINY, "{d}/x.yaml"],
+             {"x.yaml": _made_plan(lambda d: first(d)["train_pool"].update(size="1"))}, "train_pool.size"),
+        Case("plan-moved-text", ["validate-plan", TINY, "{d}/x.yaml"],
+             {"x.yaml": _made_plan(lambda d: first(d)["members"][0].update(moved="yes"))}, "moved"),
         Case("target-empty", ["apply", "{d}/x.yaml", "--sim-state", "{d}/s.db"], {"x.yaml": _plan_with(body={
             "nodes": BASE_PLAN["body"]["nodes"], "components": []})}, "--allow-stop-all"),
         Case("whatif-out-symlink", ["whatif", TINY, "--out", "{d}/w"], {"w": _dir, "w/fleet.png": _link_to("/nonexistent/fleet.png")},
