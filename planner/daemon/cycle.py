@@ -27,6 +27,15 @@ journal (the unit in flight rolled back, or forward past its commit point) and r
 decision ended, so that the journal is free for the next apply. Everything the next cycle depends on (the virtual clock, the telemetry cursor, the estimates,
 the churn budget, the cost integral) is saved in the same transaction as the decisions, so a
 restarted daemon continues exactly where the last committed cycle ended.
+
+A resume (or an apply) that raises leaves its plan ``applying``: every later cycle first retries
+the resume (with backoff, on an executor built again from its files) and decides nothing new on
+top of it until it finishes; :meth:`Loop.problems` says why meanwhile (``/v1/health``, ``/readyz``).
+
+A live job whose spec names a file that can no longer be read (a trace under ``--data-dir``, a
+model's config.json, deleted or damaged after it was accepted) is set aside in phase 1 and fails
+alone in phase 4 (cancelled instead when a cancel was requested), the field named in its reason;
+the cycle goes on for the other jobs.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from pydantic import ValidationError
 
@@ -44,6 +53,7 @@ from planner.apply.precheck import blocking
 from planner.daemon import gate, solve
 from planner.daemon.clock import Clock
 from planner.daemon.config import DaemonConfig
+from planner.daemon.datafiles import unreadable
 from planner.daemon.estimates import Drift, Estimates
 from planner.daemon.lease import Lease
 from planner.daemon.lifecycle import JobState
@@ -57,6 +67,8 @@ from planner.errors import UserError
 from planner.schema.scenario import JobSpec, Scenario
 
 log = logging.getLogger("planner.daemon")
+
+RESUME_BACKOFF_MAX_PERIODS = 16  # a stuck apply's resume is retried after 1, 2, 4, ... periods, at most this many apart
 
 
 class LeaseLost(Exception):
@@ -77,7 +89,7 @@ class CycleReport:
     triggers: list[str] = field(default_factory=list)
     decisions: int = 0
     plan_id: Optional[int] = None
-    apply: Optional[str] = None  # ok | failed | interrupted | dry-run | None (nothing to apply)
+    apply: Optional[str] = None  # ok | failed | interrupted | dry-run | stuck (a resume retried and failed) | None (nothing to apply)
     wall_s: float = 0.0
 
 
@@ -88,6 +100,8 @@ class _Cycle:
     cycle: int
     now: float
     jobs: dict[str, JobRecord] = field(default_factory=dict)
+    set_aside: dict[str, JobRecord] = field(default_factory=dict)  # live jobs whose files can no longer be read (not in jobs)
+    unreadable: dict[str, str] = field(default_factory=dict)  # job -> why (the field and the file, never a value of it)
     plan: Placement = field(default_factory=Placement)
     obs: Observation = field(default_factory=Observation)
     cursor: int = 0
@@ -115,10 +129,19 @@ class _Cycle:
 class Loop:
     def __init__(self, store: Store, cluster: Scenario, placer: PlacementPlanner, executor: Executor, clock: Clock, cfg: DaemonConfig,
                  lease: Lease, metrics: DaemonMetrics, reallocator: Optional[Reallocator] = None,
-                 stop: Optional[threading.Event] = None) -> None:
+                 stop: Optional[threading.Event] = None, reopen: Optional[Callable[[], Executor]] = None) -> None:
+        """``reopen``: the executor built again from its files, as a restart builds it (the daemon's;
+        used before a stuck apply's resume is retried, since the failed attempt may have left the
+        executor's memory ahead of its files)."""
         self.store, self.cluster, self.placer, self.executor = store, cluster, placer, executor
         self.clock, self.cfg, self.lease, self.metrics, self.reallocator = clock, cfg, lease, metrics, reallocator
         self.stop = stop if stop is not None else threading.Event()
+        self.reopen = reopen
+        self.stuck: Optional[str] = None  # why a plan is still applying after its resume raised (None: none is)
+        self._resume_tries = 0
+        self._resume_at: Optional[float] = None  # the clock time of the next retry
+        self._inputs_read: set[tuple[str, int]] = set()  # (job, seq) whose files this process has read
+        self._input_problems: dict[str, str] = {}  # job failed for unreadable files -> the line health shows until it has left the plan
         self._realloc_errors: dict[str, str] = {}
         self._described: Optional[dict] = None  # what the executor ran when last recorded
         self._specs: dict[tuple[str, int], JobSpec] = {}
@@ -161,6 +184,13 @@ class Loop:
         """Settle what a crash or a lost lease interrupted, through the executor's journal: first a
         reallocation's apply (ended, never resumed), then placement applies (plans left ``applying``: resumed)."""
         done = self._recover_reallocs()
+        return done + self._resume_applying()
+
+    def _resume_applying(self, reopen: bool = False) -> list[str]:
+        """Resume the plans left ``applying`` through the executor's journal (``reopen``: on an executor
+        built again from its files first). One whose resume raises stays ``applying``: :attr:`stuck`
+        says why, and :meth:`run_cycle` retries it (after 1, 2, 4, ... periods) before anything new."""
+        done = []
         for p in self.store.plans_with_status("applying"):
             if self.cfg.dry_run:
                 log.warning("plan %d was being applied when the last daemon stopped; dry-run leaves it to an applying daemon", p.id)
@@ -169,11 +199,33 @@ class Loop:
             prev = self._previous_applied(p.id)
             now = self.clock.now()
             log.info("resuming the apply of plan %d from the executor's journal", p.id)
-            res = self.executor.resume(p.id, target, now=now, should_stop=self.stop.is_set)
+            try:
+                if reopen and self.reopen is not None:
+                    self.executor = self.reopen()
+                res = self.executor.resume(p.id, target, now=now, should_stop=self.stop.is_set)
+            except LeaseLost:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the plan stays applying; retried first by the next cycles
+                self._resume_tries += 1
+                wait = self.cfg.period_s * min(2 ** (self._resume_tries - 1), RESUME_BACKOFF_MAX_PERIODS)
+                self._resume_at = now + wait
+                self.stuck = (f"plan {p.id} is stuck applying: its resume failed ({self._resume_tries} attempt(s)), the last with "
+                              f"{type(exc).__name__}: {exc}; retried in {wait:g} s of the daemon's clock, and no new plan is made "
+                              "until it finishes")
+                log.error("%s", self.stuck)
+                return done
             jobs = {r.name: r for r in self.store.live_jobs()}
             self._finish_apply(p.id, prev, target, res, now, self.context(jobs, now), resumed=True)
             done.append(f"resumed plan {p.id}: {res.message}")
+            if res.interrupted:  # stopped (SIGTERM) again: the next start resumes it
+                return done
+        self.stuck, self._resume_tries, self._resume_at = None, 0, None
         return done
+
+    def problems(self) -> list[str]:
+        """What health reports of the loop: a stuck apply; jobs failed for files that can no longer be
+        read, until the plan that removes them is applied."""
+        return ([self.stuck] if self.stuck else []) + list(self._input_problems.values())
 
     def _recover_reallocs(self) -> list[str]:
         """End the reallocation applies the last leader left unfinished and give every realloc
@@ -231,6 +283,8 @@ class Loop:
     def run_cycle(self) -> CycleReport:
         t_wall = time.perf_counter()
         cy = _Cycle(self.cycle_no + 1, self.clock.now())
+        if not self.cfg.dry_run and self._stuck_apply(cy):
+            return cy.report
         self._observe(cy)  # 1
         self._estimate(cy)  # 2
         self._triggers(cy)  # 3
@@ -245,9 +299,23 @@ class Loop:
         self.metrics.last_cycle.set(time.time())
         return cy.report
 
+    def _stuck_apply(self, cy: "_Cycle") -> bool:
+        """A plan still ``applying`` (its apply or resume raised) is resumed first, when its retry is
+        due; True while it stays unfinished: no new plan or decision is made on top of it."""
+        if not self.store.plans_with_status("applying"):
+            return False
+        if self._resume_at is None or cy.now >= self._resume_at:
+            self._resume_applying(reopen=True)
+            cy.report.apply = "stuck" if self.stuck else None
+        if not self.store.plans_with_status("applying"):
+            return False
+        cy.report.triggers.append("stuck-apply")
+        return True
+
     def _observe(self, cy: "_Cycle") -> None:
         """1. The state (live jobs, plan in force, new telemetry) and the backend, at one instant."""
         cy.jobs = {r.name: r for r in self.store.live_jobs()}
+        self._set_aside_unreadable(cy)
         _, cy.plan = self.current()
         cy.obs = self.executor.observe(cy.now)
         rows = self.store.telemetry_after(self.cursor, self.cfg.telemetry_max_per_cycle)
@@ -259,6 +327,23 @@ class Loop:
                 log.warning("skipping a stored telemetry snapshot of %s that no longer validates", job)
         for snap in cy.obs.telemetry:
             cy.snapshots.setdefault(snap.job, []).append(snap)
+
+    def _set_aside_unreadable(self, cy: "_Cycle") -> None:
+        """Take out of the snapshot the live jobs whose files (a trace, a model's config.json) can no
+        longer be read: phase 4 fails them (cancels them, when a cancel was requested) and takes them
+        out of the plan, and no other phase reads their specs. A job's files are read once per process
+        (as the placers read them); a job that reads stays in."""
+        for name, r in list(cy.jobs.items()):
+            if (name, r.seq) in self._inputs_read:
+                continue
+            why = unreadable(self.spec(r))
+            if why is None:
+                self._inputs_read.add((name, r.seq))
+                continue
+            cy.set_aside[name] = cy.jobs.pop(name)
+            cy.unreadable[name] = why
+            self._input_problems[name] = f"job '{name}' failed in cycle {cy.cycle}: a file its spec names can no longer be read: {why}"
+            log.error("job %s: a file its spec names can no longer be read (%s); it leaves the plan, the other jobs go on", name, why)
 
     def _estimate(self, cy: "_Cycle") -> None:
         """2. Fold measured iterations (the backend's, else derived from telemetry) into the estimates."""
@@ -290,7 +375,7 @@ class Loop:
         due = [r for r in jobs.values() if r.state is JobState.PENDING and r.arrives_at <= cy.now]
         if due:
             t.append(f"arrival({len(due)})")
-        if cy.obs.finished or cy.obs.failed or any(r.cancel_requested_at is not None or r.state is JobState.CANCELLING
+        if cy.obs.finished or cy.obs.failed or cy.unreadable or any(r.cancel_requested_at is not None or r.state is JobState.CANCELLING
                                                    for r in jobs.values()):
             t.append("departure")
         if cy.drifts:
@@ -303,7 +388,8 @@ class Loop:
 
     def _solve(self, cy: "_Cycle") -> None:
         """4-5. Departures, repair, admissions (mandatory); re-optimisation (optional, gated)."""
-        steps = [solve.departures(cy.jobs, cy.plan, cy.obs, reprice=lambda p: self.placer.evaluate(cy.context, p)[0])]
+        steps = [solve.departures({**cy.jobs, **cy.set_aside}, cy.plan, cy.obs, reprice=lambda p: self.placer.evaluate(cy.context, p)[0],
+                                  unreadable=cy.unreadable)]
         departed = bool(steps[0].decisions)
         blocked = self.reopt_blocked_until is not None and cy.now < self.reopt_blocked_until
         steps.append(solve.repair(cy.context, self.placer, steps[-1].target, cy.drifts, cy.jobs, self.cfg, allow_reoptimise=not blocked))
@@ -370,7 +456,7 @@ class Loop:
                                                      doc=self.placer.plan_document(cy.context, target, solver))
                 if self.cfg.dry_run:
                     placed = set(target.jobs())
-                    for name, r in jobs.items():
+                    for name, r in {**jobs, **cy.set_aside}.items():
                         m_to = next((m.to for m in cy.moves if m.job == name), r.state)
                         if m_to is JobState.CANCELLING and name not in placed:
                             self.store.transition(c, name, JobState.CANCELLED, "removed from the recorded plan (dry-run)", now)
@@ -404,6 +490,11 @@ class Loop:
         if self.reallocator is not None and self.cfg.realloc and not self.stop.is_set():
             self._reallocate(cy.context, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
         self._export(cy.jobs, cy.per_job)
+        if self._input_problems:  # shown until the plan in force no longer holds the job
+            _, in_force = self.current()
+            placed = set(in_force.jobs())
+            for name in [n for n in self._input_problems if n not in placed]:
+                del self._input_problems[name]
         cluster = self.executor.describe() if hasattr(self.executor, "describe") and not self.cfg.dry_run else None
         with self.store.tx() as c:
             if cluster is not None and cluster != self._described:  # GET /v1/cluster reads it (only the loop writes the state)
@@ -443,7 +534,7 @@ class Loop:
             if not res.interrupted:
                 for r in rows:
                     self.metrics.decisions.labels(r["kind"], "applied" if res.ok else "failed").inc()
-            note = ("resumed after a restart: " if resumed else "") + f"apply: {res.message} ({res.steps_done}/{res.steps_total} steps)"
+            note = ("resumed: " if resumed else "") + f"apply: {res.message} ({res.steps_done}/{res.steps_total} steps)"
             if res.ok:
                 c.execute("UPDATE plans SET status='superseded' WHERE status='applied' AND id != ?", (plan_id,))
                 self.store.set_plan_status(c, plan_id, "applied")

@@ -19,6 +19,11 @@ Hugging Face ``config.json`` (or its folder). Over the API it obeys the same rul
 stored with the dimensions it gave (``model`` becomes the explicit mapping), so the daemon never
 reads the file again and a file removed later cannot fail a cycle. A file that gives no dimensions is
 refused naming the field, never with a value of the file.
+
+A trace file accepted at submission may be deleted or damaged later (and a job stored before
+models were kept as their dimensions may still name a config.json): each cycle the daemon reads a
+live job's files once per process (:func:`unreadable`) and fails that job alone, with the field,
+when they no longer read (``planner.daemon.cycle``).
 """
 
 from __future__ import annotations
@@ -110,6 +115,28 @@ def confine(job: JobSpec, data_dir: Optional[Path]) -> JobSpec:
                                     "name a file the operator put in the data folder (links that lead outside it are refused)"))
         setattr(owner, attr, spec.model_copy(update={"path": str(full)}))
     return job
+
+
+def unreadable(job: JobSpec) -> Optional[str]:
+    """Why a file ``job`` names (a trace column, a model's local config.json) cannot be read now: the
+    field and the file, never a value of the file; None when every one reads (or it names none)."""
+    from estimators import hfconfig
+    from estimators.traces import TraceError
+    from planner.schema.workload import table_of
+
+    for where, owner, attr in _fields(job):
+        spec = getattr(owner, attr)
+        if isinstance(spec, TraceColumn):
+            try:
+                table_of(spec)
+            except TraceError as exc:  # its message names the file, line and column, never a value
+                return f"{where}.path: {exc.message}"
+    if isinstance(job.model, str):
+        try:
+            hfconfig.resolve(job.model)  # a preset: a lookup; a local path: its config.json, read bounded
+        except (ValueError, KeyError):  # (an HFConfigError may quote a value of the file: not repeated here)
+            return f"model: {job.model} is no longer a readable config.json of a dense decoder model"
+    return None
 
 
 def check_data_dir(path: Optional[Path]) -> Optional[Path]:

@@ -18,8 +18,10 @@ state. The table is the whole contract; nothing else decides what may follow wha
 * ``cancelling``: a cancel was requested for a placed job; the next plan drops it and, once the
   executor has removed it (or, in dry-run, once that plan is recorded), it is ``cancelled``;
 * terminal: ``completed`` (the backend reports it finished), ``failed`` (the backend reports it
-  failed, or its placement could not be applied), ``rejected`` (no placement can ever meet its
-  SLO, or it waited for room longer than the admission deadline), ``cancelled``.
+  failed, its placement could not be applied, or a file its spec names -- a trace, a model's
+  config.json -- can no longer be read: from pending, admitted or running), ``rejected`` (no
+  placement can ever meet its SLO, or it waited for room longer than the admission deadline),
+  ``cancelled``.
 """
 
 from __future__ import annotations
@@ -55,12 +57,13 @@ TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (S.PENDING, S.ADMITTED): "placed in the target plan",
     (S.PENDING, S.REJECTED): "cannot be placed within its SLO, or waited past the admission deadline",
     (S.PENDING, S.CANCELLED): "cancelled before admission",
+    (S.PENDING, S.FAILED): "a file its spec names can no longer be read",
     (S.ADMITTED, S.RUNNING): "the executor applied a plan that runs it",
     (S.ADMITTED, S.CANCELLING): "cancel requested after admission",
-    (S.ADMITTED, S.FAILED): "its placement could not be applied",
+    (S.ADMITTED, S.FAILED): "its placement could not be applied, or a file its spec names can no longer be read",
     (S.ADMITTED, S.PENDING): "displaced from the target plan (an apply failed); waits for admission again",
     (S.RUNNING, S.COMPLETED): "the backend reports it finished",
-    (S.RUNNING, S.FAILED): "the backend reports it failed",
+    (S.RUNNING, S.FAILED): "the backend reports it failed, or a file its spec names can no longer be read",
     (S.RUNNING, S.CANCELLING): "cancel requested while running",
     (S.CANCELLING, S.CANCELLED): "removed from the cluster (or, in dry-run, from the recorded plan)",
     (S.CANCELLING, S.COMPLETED): "finished before the cancel was carried out",

@@ -197,6 +197,8 @@ class Service:
             problems.append("standby: another daemon holds the applier lease")
         if self.last_error:
             problems.append(self.last_error)
+        if self.loop is not None and self.role in ("applier", "dry-run"):
+            problems += self.loop.problems()  # a stuck apply; jobs failed for files that no longer read
         p = self.store.current_plan()
         status = "stopping" if self.stopping else ("degraded" if problems else "ok")
         return {"status": status, "version": __version__, "role": self.role, "backend": self.opts.backend, "placer": self.placer_name,
@@ -454,6 +456,26 @@ class Daemon:
             ex.on_progress = self._progress
         return ex
 
+    def _reopen_executor(self) -> Executor:
+        """The executor built again from its files, as a restart builds it: after an apply or resume
+        raised, the simulated backend's memory may be ahead of its file (or its file was opened
+        read-only). With --backend ray the cluster itself is the state: the executor is kept."""
+        if self.executor is None:
+            raise RuntimeError("the executor is built again only by a daemon that has built it (it holds the applier lease)")
+        if self.opts.backend != "sim":
+            return self.executor
+        from planner.daemon.adapters.executor import ExecutorApplier
+
+        try:
+            if isinstance(self.executor, ExecutorApplier):
+                self.executor.close(save=False)  # what it holds unsaved is what the journal redoes
+            else:
+                self.executor.close()
+        except Exception as exc:  # noqa: BLE001 - the new one reads the files whatever the old one left
+            log.warning("closing the executor before building it again: %s: %s", type(exc).__name__, exc)
+        self.executor = self._make_executor()
+        return self.executor
+
     def _progress(self) -> None:
         """The loop moved on (a cycle ended, a wait ticked, an executor step completed): the heartbeat keeps renewing the lease."""
         self.service.beat = time.monotonic()
@@ -573,7 +595,7 @@ class Daemon:
         if self.executor is None:
             raise RuntimeError("the loop needs the executor, which a daemon builds when it takes the applier lease")
         loop = Loop(self.store, self.cluster, self.placer, self.executor, self.clock, self.cfg, self.lease, self.metrics,
-                    self.reallocator, stop=self._loop_stop)
+                    self.reallocator, stop=self._loop_stop, reopen=self._reopen_executor)
         self.service.loop = loop
         return loop
 
@@ -604,8 +626,12 @@ class Daemon:
                 if failures >= MAX_FAILED_CYCLES:
                     self.exit_message = f"{failures} cycles in a row failed; the last: {self.service.last_error}"
                     return 1
+                try:  # from the executor's files, as a restart would: the failure may have left its memory ahead of them
+                    self._reopen_executor()
+                except Exception:  # noqa: BLE001 - counted as the same failure; the next round retries
+                    log.exception("building the executor again after the failed cycle failed")
                 loop = self._new_loop()
-                try:  # an apply the failure interrupted is finished before the next cycle
+                try:  # an apply the failure interrupted is finished before the next cycle (one that fails again: retried by each cycle)
                     for msg in loop.recover():
                         print(f"planner daemon: {msg}", flush=True)
                 except LeaseLost:

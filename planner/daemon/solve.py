@@ -72,10 +72,12 @@ class Outcome:
 
 # ---------------------------------------------------------------------------- a. departures
 def departures(jobs: dict[str, JobRecord], plan: Placement, obs: Observation,
-               reprice: Optional[Callable[[Placement], Placement]] = None) -> Outcome:
+               reprice: Optional[Callable[[Placement], Placement]] = None, unreadable: Optional[dict[str, str]] = None) -> Outcome:
     """The jobs that finished, failed or are cancelled leave the plan. ``reprice`` (the placer's
     evaluation) gives the plan without them its costs and cycles: a pinned group releases a
-    leaver's own rollout nodes and gets cheaper, which the decision's cost after should say."""
+    leaver's own rollout nodes and gets cheaper, which the decision's cost after should say.
+    ``unreadable``: job -> why a file its spec names can no longer be read; such a job fails (one
+    being cancelled is cancelled instead) and leaves the plan."""
     out = Outcome(plan)
     leaving: dict[str, str] = {}
     for name, why in sorted(obs.finished.items()):
@@ -83,6 +85,11 @@ def departures(jobs: dict[str, JobRecord], plan: Placement, obs: Observation,
         if r and r.state in (JobState.RUNNING, JobState.CANCELLING):
             out.moves.append(Move(name, JobState.COMPLETED, f"completed: {why}"))
             leaving[name] = f"{name} completed ({why})"
+    for name, why in sorted((unreadable or {}).items()):
+        r = jobs.get(name)
+        if r and name not in leaving and r.state is not JobState.CANCELLING and r.cancel_requested_at is None:
+            out.moves.append(Move(name, JobState.FAILED, f"failed: its inputs can no longer be read: {why}"))
+            leaving[name] = f"{name} failed (its inputs can no longer be read: {why})"
     for name, why in sorted(obs.failed.items()):
         r = jobs.get(name)
         if r and r.state in (JobState.RUNNING, JobState.CANCELLING) and name not in leaving:

@@ -495,3 +495,143 @@ def test_a_reallocation_cut_short_by_a_lost_lease_is_left_to_the_new_leader_whic
     assert metrics.decisions.labels("realloc", "rolled-back")._value.get() == 1
     assert not [x for x in w.decisions() if x["outcome"] == "applying"]
     assert loop.recover() == [], "nothing is left to settle"
+
+
+# ----------------------------------------------------------------- files a job names, deleted or damaged later
+def _trace_world(tmp_path, executor=None):
+    """A world whose jobs 'gone' (a trace file, deleted later), 'bad' (damaged later) and 'ok' (no file) run."""
+    w = World(tmp_path, executor=executor)
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in ("gone.csv", "bad.csv"):
+        (data / f).write_text("n\n" + "\n".join(str(100 + i) for i in range(50)) + "\n")
+
+    def submit(name, path):
+        spec = JobSpec.model_validate(job(name, rollout={"response_lengths": {"source": "trace", "path": str(path), "column": "n"}}))
+        w.store.submit_job(name, spec.model_dump(mode="json"), w.clock.now(), 0.0, check_job(w.cluster, spec))
+
+    submit("gone", data / "gone.csv")
+    submit("bad", data / "bad.csv")
+    w.submit("ok")
+    return w, data
+
+
+def _restart(w):
+    """A new loop on the same files (what a restarted daemon builds: nothing read yet)."""
+    w.sim = SimCluster(w.sim.path, w.cluster, w.spec, Truth()) if isinstance(w.sim, SimCluster) else w.sim
+    w.loop = Loop(w.store, w.cluster, SoloPlacer(w.cluster), w.sim, w.clock, w.cfg, w.lease, w.metrics)
+
+
+def test_a_job_whose_trace_file_is_deleted_or_damaged_fails_alone_naming_the_field(tmp_path):
+    w, data = _trace_world(tmp_path)
+    w.cycle(0.0)
+    assert {w.state(n) for n in ("gone", "bad", "ok")} == {JobState.RUNNING}
+    (data / "gone.csv").unlink()
+    (data / "bad.csv").write_text("n\nSECRET-VALUE-7\n")
+    _restart(w)  # the restart used to fail every cycle reading them (exit 1, and again at each restart)
+    w.submit("late", at=60.0)
+    rep = w.cycle(60.0)
+    assert rep.apply == "ok", rep
+    for name in ("gone", "bad"):
+        r = w.store.get_job(name)
+        assert r.state is JobState.FAILED and "rollout.response_lengths.path" in r.reason, (name, r.reason)
+        assert "SECRET" not in r.reason
+    assert w.state("ok") is JobState.RUNNING and w.state("late") is JobState.RUNNING, "the other jobs go on"
+    assert set(Placement.from_dict(w.store.current_plan().placement).jobs()) == {"ok", "late"}
+    dep = w.decisions("departure")[-1]
+    assert dep["jobs"] == ["bad", "gone"] and dep["outcome"] == "applied" and all("can no longer be read" in x for x in dep["reasons"][:2])
+    assert w.loop.problems() == [], "handled: the plan without them is applied"
+    w.store.request_cancel("ok", w.clock.now())
+    w.cycle(120.0)
+    assert w.state("ok") is JobState.CANCELLED, "cancels still work"
+
+
+def test_an_unreadable_pending_job_fails_and_one_being_cancelled_is_cancelled(tmp_path):
+    w, data = _trace_world(tmp_path)
+    for f in ("gone.csv", "bad.csv"):
+        (data / f).unlink()
+    w.store.request_cancel("bad", 0.0)
+    w.cycle(0.0)
+    assert w.state("gone") is JobState.FAILED and "rollout.response_lengths.path" in w.store.get_job("gone").reason
+    assert w.state("bad") is JobState.CANCELLED
+    assert w.state("ok") is JobState.RUNNING
+
+
+def test_a_job_failed_for_an_unreadable_file_is_a_health_problem_until_a_plan_without_it_applies(tmp_path):
+    w, data = _trace_world(tmp_path)
+    w.cycle(0.0)
+    (data / "gone.csv").unlink()
+    w.sim = RefusingOnce(tmp_path / "s.sim", w.cluster, w.spec, after=0)  # a restart whose first apply is refused
+    w.loop = Loop(w.store, w.cluster, SoloPlacer(w.cluster), w.sim, w.clock, w.cfg, w.lease, w.metrics)
+    rep = w.cycle(60.0)  # the plan without 'gone' is refused: the plan in force still holds it
+    assert rep.apply == "failed" and w.state("gone") is JobState.FAILED
+    probs = w.loop.problems()
+    assert len(probs) == 1 and "'gone'" in probs[0] and "rollout.response_lengths.path" in probs[0], probs
+    w.cycle(120.0)
+    assert "gone" not in Placement.from_dict(w.store.current_plan().placement).jobs()
+    assert w.loop.problems() == []
+
+
+# ------------------------------------------------------------------------- an apply that raises: resumed first
+class RaisingWhileFlagged(SimCluster):
+    """The simulated cluster, whose applies and resumes raise while ``broken`` (a state file that cannot be written)."""
+
+    broken = False
+    opened = 0
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        type(self).opened += 1
+
+    def apply(self, target, *, plan_id, now, should_stop):
+        if type(self).broken:
+            import sqlite3
+
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        return super().apply(target, plan_id=plan_id, now=now, should_stop=should_stop)
+
+    def resume(self, plan_id, target, *, now, should_stop):
+        return self.apply(target, plan_id=plan_id, now=now, should_stop=should_stop)
+
+
+def test_a_plan_whose_apply_raised_is_resumed_first_and_blocks_new_plans_until_it_finishes(tmp_path):
+    import sqlite3
+
+    w = World(tmp_path)
+    cluster = w.cluster
+    RaisingWhileFlagged.broken, RaisingWhileFlagged.opened = False, 0
+    reopen = lambda: RaisingWhileFlagged(tmp_path / "s2.sim", cluster, w.spec)  # noqa: E731 - a restart's executor
+    w.sim = reopen()
+    w.loop = Loop(w.store, w.cluster, w.placer, w.sim, w.clock, w.cfg, w.lease, w.metrics, reopen=reopen)
+    w.submit("a")
+    w.cycle(0.0)
+    assert w.state("a") is JobState.RUNNING
+    RaisingWhileFlagged.broken = True
+    w.submit("b", at=60.0)
+    with pytest.raises(sqlite3.OperationalError):
+        w.cycle(60.0)  # the daemon counts it as a failed cycle
+    stuck = w.store.current_plan()
+    assert stuck.status == "applying"
+    plans = len(w.store.conn().execute("SELECT id FROM plans").fetchall())
+    decisions = len(w.decisions())
+    w.submit("c", at=60.0)
+    for t in (120.0, 180.0, 240.0, 300.0, 360.0):
+        rep = w.cycle(t)
+        assert rep.decisions == 0 and rep.plan_id is None and "stuck-apply" in rep.triggers, rep
+    assert len(w.store.conn().execute("SELECT id FROM plans").fetchall()) == plans, "no new plan on top of the stuck one"
+    assert len(w.decisions()) == decisions, "no new decision either"
+    probs = w.loop.problems()
+    assert len(probs) == 1 and f"plan {stuck.id} is stuck applying" in probs[0] and "readonly database" in probs[0], probs
+    tries = RaisingWhileFlagged.opened
+    assert 3 <= tries <= 5, f"retried with backoff (1, 2, 4 periods): {tries} executors built"
+    RaisingWhileFlagged.broken = False
+    t, rep = 360.0, None
+    for _ in range(20):  # the next retry that is due finishes it, without a restart
+        t += 60.0
+        rep = w.cycle(t)
+        if w.store.plan(stuck.id).status != "applying":
+            break
+    assert w.store.plan(stuck.id).status in ("applied", "superseded"), rep  # (the same cycle goes on: 'c' is admitted)
+    assert all(d["outcome"] == "applied" for d in w.decisions() if d["plan_id"] == stuck.id)
+    assert w.loop.problems() == [] and w.state("b") is JobState.RUNNING
+    assert w.state("c") is JobState.RUNNING, "new plans again once it finished"

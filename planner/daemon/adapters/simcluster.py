@@ -15,7 +15,8 @@ What it models (enough to close the loop, nothing more):
   (the cycle time of :doc:`DESIGN.md §4`); ``observe`` reports the last few iterations of each
   job with their measured phase times;
 * **departures**: a job finishes after ``duration_s`` seconds of running (jobs without one run
-  until cancelled).
+  until cancelled); a job whose true times cannot be computed any more (a file its spec names was
+  deleted or damaged) is reported failed, and its group's other members run without it.
 """
 
 from __future__ import annotations
@@ -228,20 +229,31 @@ class SimCluster:
         finished = spec is not None and spec.duration_s is not None and run_s >= spec.duration_s - 1e-9
         return run_s, progress, finished
 
-    def _members(self, c: sqlite3.Connection) -> tuple[dict[str, Group], dict[str, list[str]], list[sqlite3.Row]]:
+    def _members(self, c: sqlite3.Connection) -> tuple[dict[str, Group], dict[str, list[str]], list[sqlite3.Row], dict[str, str]]:
+        """Groups, running members per group, their rows, and the running jobs left out because
+        their true times cannot be computed (job -> why: a file their spec names no longer reads)."""
         groups = {r["id"]: Group.from_dict(json.loads(r["data"])) for r in c.execute("SELECT * FROM sim_groups")}
         rows = list(c.execute("SELECT * FROM sim_jobs WHERE state='running' ORDER BY job"))
         members: dict[str, list[str]] = {}
+        broken: dict[str, str] = {}
         for r in rows:
+            g = groups.get(r["grp"])
+            if g is not None:
+                try:
+                    self._true_times(r["job"], g)
+                except ValueError as exc:  # TraceError, HFConfigError: the spec's files no longer read
+                    broken[r["job"]] = f"the simulated cluster cannot time it any more: {type(exc).__name__}"
+                    continue
             members.setdefault(r["grp"], []).append(r["job"])
-        return groups, members, rows
+        return groups, members, [r for r in rows if r["job"] not in broken], broken
 
     def observe(self, now: float) -> Observation:
         """What runs, what finished, the last few iterations: a pure read (observing twice at the same
         time gives the same answer, so a daemon that crashes after observing loses nothing)."""
         obs = Observation()
         c = self._conn()
-        groups, members, rows = self._members(c)
+        groups, members, rows, broken = self._members(c)
+        obs.failed.update(broken)
         for r in rows:
             job, g = r["job"], groups.get(r["grp"])
             if g is None:
@@ -266,7 +278,7 @@ class SimCluster:
         """Where a running job is in its iteration at ``now``: (iteration, fraction of it done, share
         of the iteration its rollout takes, iteration seconds); None when it does not run here."""
         c = self._conn()
-        groups, members, rows = self._members(c)
+        groups, members, rows, _ = self._members(c)
         r = next((r for r in rows if r["job"] == job), None)
         if r is None:
             return None
@@ -280,7 +292,7 @@ class SimCluster:
 
     def _settle(self, c: sqlite3.Connection, now: float) -> None:
         """Bring every running job's progress up to ``now`` before the groups change (idempotent at one time)."""
-        groups, members, rows = self._members(c)
+        groups, members, rows, _ = self._members(c)
         for r in rows:
             g = groups.get(r["grp"])
             if g is None or r["last_obs"] >= now:
