@@ -127,7 +127,7 @@ class Executor:
         tag = self.journal.writer_tag(aid)
         if resumed:
             last = self.backend.coord("last_writer")
-            if last and last != tag:
+            if last and last != tag and not self.journal.earlier_own(last, aid):  # (its first step may not have been saved)
                 raise UserError(Problem("--journal", f"apply #{aid} in {self.journal.path} was interrupted, and another apply "
                                         f"({last}) has changed the cluster since: its journaled steps no longer fit it",
                                         f"check 'planner status'; then move this journal aside (mv {self.journal.path} "

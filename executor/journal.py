@@ -177,6 +177,15 @@ class Journal:
         row = self.db.execute("SELECT started FROM applies WHERE id = ?", (apply_id,)).fetchone()
         return f"{self.path}#{apply_id}@{row[0] if row else 0!r}"
 
+    def earlier_own(self, tag: str, apply_id: int) -> bool:
+        """Whether ``tag`` (a cluster's writer mark) is an apply of this journal before ``apply_id``: the cluster
+        as that one left it is the one ``apply_id`` started from (no other journal's apply changed it since)."""
+        head, sep, _ = tag.rpartition("@")
+        path, sep2, num = head.rpartition("#")
+        if not (sep and sep2 and num.isdigit()) or path != str(self.path) or int(num) >= apply_id:
+            return False
+        return self.writer_tag(int(num)) == tag
+
     def _unfinished(self) -> Optional[dict]:
         row = self.db.execute("SELECT id, plan_digest, plan_name, backend, steps_json FROM applies WHERE status = 'running' "
                               "ORDER BY id DESC LIMIT 1").fetchone()

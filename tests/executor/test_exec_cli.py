@@ -207,3 +207,17 @@ def test_a_stale_journal_is_refused_and_never_undoes_another_applys_workers(tmp_
     (tmp_path / "j.db").rename(tmp_path / "j.db.stale")  # the fix the message gives
     r = run_cli("apply", str(p2), *a)
     assert r.returncode == 0 and "nothing to do" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+def test_an_apply_killed_before_its_first_step_was_saved_resumes(tmp_path):
+    """The cluster's writer mark is saved with a step's effect: killed before the first one was, the cluster
+    still carries the mark of the journal's previous apply, which is no other journal's (the daemon's
+    read-only-file test found the stale-journal check refusing this resume)."""
+    a = _args(tmp_path)
+    p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
+    assert run_cli("apply", str(p1), *a).returncode == 0
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    r = run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "drain:before"})
+    assert r.returncode == 137
+    r = run_cli("apply", str(p2), *a)
+    assert r.returncode == 0 and "(resumed)" in r.stdout, (r.stdout, r.stderr[-2000:])
