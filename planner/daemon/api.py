@@ -47,6 +47,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from formulation.realloc.telemetry import TelemetrySnapshot
 from planner import __version__
+from planner.daemon.guard import LOCKED_RETRY_S
 from planner.daemon.lifecycle import JobState
 from planner.daemon.sqlitedb import busy_timeout_s, is_locked
 from planner.daemon.store import NotFound, StoreError
@@ -416,9 +417,6 @@ def asgi_app(service, *, max_body_bytes: int = 1 << 20, max_context_bytes: int =
     from planner.daemon.guard import Guard
 
     return Guard(app, **guard)
-
-
-LOCKED_RETRY_S = 5
 
 
 def locked_body() -> dict:

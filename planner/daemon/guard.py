@@ -21,7 +21,7 @@ from planner.daemon.auth import ANONYMOUS_ADMIN, MUTATING, PROBES, Principal, Ra
 from planner.daemon.sqlitedb import busy_timeout_s, is_locked
 
 log = logging.getLogger("planner.daemon.guard")
-LOCKED_RETRY_S = 5
+LOCKED_RETRY_S = 5  # the Retry-After of a request that met a state file locked by another process (503)
 
 
 def _body(error: str, field: str, message: str, fix: str) -> bytes:
