@@ -405,12 +405,14 @@ class Daemon:
         try:
             return self._open()
         except sqlite3.OperationalError as exc:
+            self._hb_stop.set()
             if self.sock is not None:
                 self.sock.close()
             if is_locked(exc):
                 raise UserError(_locked_problem(self.opts.state, "starting", exc)) from None
             raise
         except BaseException:
+            self._hb_stop.set()
             if self.sock is not None:
                 self.sock.close()
             raise
@@ -474,6 +476,10 @@ class Daemon:
             raise UserError(Problem("--state", f"another daemon applies to {o.state}: {holder.describe() if holder else 'unknown'}",
                                     "stop that daemon first, use another --state, or pass --standby to wait for the lease"))
         self.service.role = ("dry-run" if self.cfg.dry_run else "applier") if taken else "standby"
+        # renewing from now on: the rest of the start (executor, the trace's jobs, the HTTP server) can outlast a short TTL
+        hb = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
+        hb.start()
+        self._threads.append(hb)
         self.metrics.lease_held.set(1 if taken else 0)
         self.service.refresh_metrics()
         for job in trace:  # submitted once: a job that exists (an earlier start, or a daemon started beside this one) is skipped
@@ -613,9 +619,6 @@ class Daemon:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         self._start_http()
-        hb = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
-        hb.start()
-        self._threads.append(hb)
         self._announce()
         rc = 0
         try:
