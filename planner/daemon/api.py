@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sqlite3
 from typing import Any, Literal, Optional
 
 from fastapi import Body, FastAPI, Path, Query, Request
@@ -46,7 +47,9 @@ from pydantic import BaseModel, Field, field_validator
 
 from formulation.realloc.telemetry import TelemetrySnapshot
 from planner import __version__
+from planner.daemon.guard import LOCKED_RETRY_S
 from planner.daemon.lifecycle import JobState
+from planner.daemon.sqlitedb import busy_timeout_s, is_locked
 from planner.daemon.store import NotFound, StoreError
 from estimators.errors import MAX_FIELD, MAX_MESSAGE, MAX_PROBLEMS, safe_text
 from planner.errors import Problem, UserError
@@ -416,6 +419,19 @@ def asgi_app(service, *, max_body_bytes: int = 1 << 20, max_context_bytes: int =
     return Guard(app, **guard)
 
 
+def locked_body() -> dict:
+    """What a request that met a locked state file is answered (503, ``Retry-After``): nothing of it was stored."""
+    return {"error": "service unavailable: the state database is locked",
+            "problems": [{"field": "", "message": f"another process held the daemon's state file locked for over {busy_timeout_s():.0f} s "
+                                                  "(database is locked); this request was not carried out",
+                          "fix": f"retry in {LOCKED_RETRY_S} s; if it persists, the operator stops the process that holds the state "
+                                 "file in a write transaction (an sqlite3 shell, a backup)"}]}
+
+
+def locked_response() -> JSONResponse:
+    return JSONResponse(locked_body(), status_code=503, headers={"retry-after": str(LOCKED_RETRY_S)})
+
+
 # ------------------------------------------------------------------------------------- app
 def create_app(service) -> FastAPI:
     """The app around a :class:`planner.daemon.service.Service` (its store, metrics and status)."""
@@ -457,6 +473,14 @@ def create_app(service) -> FastAPI:
     @app.exception_handler(UserError)
     async def on_user(request: Request, exc: UserError):
         return _err(422, exc.title or "invalid request", exc.problems)
+
+    @app.exception_handler(sqlite3.OperationalError)
+    async def on_sqlite(request: Request, exc: sqlite3.OperationalError):
+        if not is_locked(exc):
+            return await on_internal(request, exc)
+        log.warning("%s %s: the state file is locked by another process (%s): answered 503", request.method, request.url.path, exc)
+        request.scope["rlp.locked"] = True  # (the gate sends this answer even when its audit row cannot be written either)
+        return locked_response()
 
     @app.exception_handler(Exception)
     async def on_internal(request: Request, exc: Exception):  # pragma: no cover - the fuzz test asserts it never happens

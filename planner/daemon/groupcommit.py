@@ -60,7 +60,12 @@ class GroupCommit(Generic[T]):
             try:
                 outcomes = self.write([item for item, _, _ in batch])
             except Exception as exc:  # noqa: BLE001 - every waiting request must get an answer
-                self.log.exception("%s batch of %d failed", self.name, len(batch))
+                from planner.daemon.sqlitedb import is_locked
+
+                if is_locked(exc):  # (another process holds the state file: the requests are answered 503)
+                    self.log.warning("%s batch of %d not written: %s", self.name, len(batch), exc)
+                else:
+                    self.log.exception("%s batch of %d failed", self.name, len(batch))
                 outcomes = [exc] * len(batch)
             for (_, loop, fut), out in zip(batch, outcomes):
                 loop.call_soon_threadsafe(_resolve, fut, out)

@@ -11,11 +11,17 @@ handlers put the job a call names in ``scope["rlp.job"]`` for the audit row.
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 import time
 from typing import Optional
 
 from planner.daemon.audit import AuditEntry, AuditLog
 from planner.daemon.auth import ANONYMOUS_ADMIN, MUTATING, PROBES, Principal, RateLimiter, _digest, host_name, required_scope
+from planner.daemon.sqlitedb import busy_timeout_s, is_locked
+
+log = logging.getLogger("planner.daemon.guard")
+LOCKED_RETRY_S = 5  # the Retry-After of a request that met a state file locked by another process (503)
 
 
 def _body(error: str, field: str, message: str, fix: str) -> bytes:
@@ -76,15 +82,40 @@ class Guard:
 
     def _audited(self, scope, send, method: str, path: str, addr: str):
         audit = self.audit
+        replaced = False
 
         async def wrapped(message):
+            nonlocal replaced
+            if replaced:  # the original answer's body: a 503 went out in its place
+                return
             if message["type"] == "http.response.start":
                 p = scope.get("rlp.principal")
                 job = scope.get("rlp.job")
                 if job is None and method == "DELETE" and path.startswith("/v1/jobs/"):
                     job = path[len("/v1/jobs/"):]
-                await audit.record(AuditEntry(time.time(), p.name if p else "-", addr, method, path[:500], int(message["status"]),
-                                              job[:200] if isinstance(job, str) else None))
+                status = int(message["status"])
+                try:
+                    await audit.record(AuditEntry(time.time(), p.name if p else "-", addr, method, path[:500], status,
+                                                  job[:200] if isinstance(job, str) else None))
+                except sqlite3.OperationalError as exc:
+                    if not is_locked(exc):
+                        raise
+                    if scope.get("rlp.locked"):  # the call met the lock itself: its 503 says so (nothing was done)
+                        log.warning("%s %s: no audit row (the state file is locked); answered 503", method, path[:200])
+                        await send(message)
+                        return
+                    # no answer goes out without its audit row: a locked state file is a 503 that says what happened
+                    replaced = True
+                    log.warning("%s %s answered %d: its audit row could not be written (the state file is locked): answered 503",
+                                method, path[:200], status)
+                    took = ("the call itself took effect (check it with a GET before sending it again)" if status < 400 else
+                            "the call itself was not carried out")
+                    await self._refuse(send, 503, "service unavailable: the state database is locked", "",
+                                       f"the call's audit row could not be written: another process held the daemon's state file "
+                                       f"locked for over {busy_timeout_s():.0f} s (database is locked); {took}",
+                                       f"retry in {LOCKED_RETRY_S} s; if it persists, the operator stops the process that holds the "
+                                       "state file in a write transaction (an sqlite3 shell, a backup)", retry=LOCKED_RETRY_S)
+                    return
             await send(message)
 
         return wrapped

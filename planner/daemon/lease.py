@@ -67,6 +67,7 @@ class Lease:
         self.pid = os.getpid()
         self.id = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:8]}"
         self.epoch: Optional[int] = None
+        self.expires_at = 0.0  # wall time the lease lapses unless renewed (as this daemon last wrote it)
 
     @property
     def held(self) -> bool:
@@ -93,6 +94,7 @@ class Lease:
                       "expires_at=excluded.expires_at, listen=excluded.listen",
                       (LEASE_NAME, self.id, self.pid, self.host, epoch, now, now, now + self.ttl_s, self.listen))
             self.epoch = epoch
+        self.expires_at = now + self.ttl_s
         return True, self.holder()
 
     def renew(self, now: float | None = None) -> bool:
@@ -105,6 +107,8 @@ class Lease:
                           (now, now + self.ttl_s, self.listen, LEASE_NAME, self.id, self.epoch)).rowcount
         if n != 1:
             self.epoch = None
+        else:
+            self.expires_at = now + self.ttl_s
         return n == 1
 
     def verify(self, c: sqlite3.Connection) -> bool:

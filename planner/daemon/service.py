@@ -18,6 +18,8 @@ import logging
 import os
 import signal
 import socket
+import sqlite3
+import stat
 import sys
 import threading
 import time
@@ -32,6 +34,7 @@ from planner.daemon.config import DaemonConfig
 from planner.daemon.cycle import LeaseLost, Loop
 from planner.daemon.lease import Lease
 from planner.daemon.metrics import DaemonMetrics
+from planner.daemon.sqlitedb import busy_timeout_s, is_locked
 from planner.daemon.ports import Executor, Placement, Reallocator
 from planner.daemon.store import Conflict, JobRecord, NotFound, StateFileError, Store
 from planner.errors import Problem, UserError
@@ -157,6 +160,7 @@ class Service:
         self.ingest = TelemetryIngest(store, metrics)
         self.lateness_max = 0.0
         self.last_error: Optional[str] = None
+        self.heartbeat_error: Optional[str] = None  # the heartbeat's last renewal failed (a locked state file): why
 
     # ---- API side
     def now(self) -> float:
@@ -195,6 +199,11 @@ class Service:
             problems.append("this daemon no longer holds the applier lease")
         if self.role == "standby":
             problems.append("standby: another daemon holds the applier lease")
+        if self.heartbeat_error:
+            problems.append(self.heartbeat_error)
+        if (self.role in ("applier", "dry-run") and holder is not None and holder.holder == self.lease.id
+                and holder.expires_at < time.time()):
+            problems.append(f"this daemon's applier lease expired {time.time() - holder.expires_at:.0f} s ago without being renewed")
         if self.last_error:
             problems.append(self.last_error)
         if self.loop is not None and self.role in ("applier", "dry-run"):
@@ -315,6 +324,38 @@ def _tls(o: Options):
                                 "pass a PEM certificate (chain) and its unencrypted PEM key")) from None
 
 
+def _writable(path: Path, folder: bool = False) -> bool:
+    """Can this process write ``path`` (and search it, a folder)? Its effective ids and capabilities decide."""
+    mode = os.W_OK | (os.X_OK if folder else os.R_OK)
+    if os.access in os.supports_effective_ids:
+        return os.access(path, mode, effective_ids=True)
+    return os.access(path, mode)
+
+
+def check_state_writable(state: Path) -> None:
+    """Before SQLite opens it: the state file, its folder and its -wal and -shm files (when there) are
+    writable. SQLite would open a read-only file read-only, make its -wal and -shm with the file's
+    mode (0400: every later start fails, the file intact) and fail at the first write."""
+    folder = state.parent if str(state.parent) else Path(".")
+    fix = "make it readable and writable by the user the daemon runs as (e.g. chmod u+rw), or pass another --state path"
+    if os.path.exists(state) and not _writable(state):
+        raise UserError(Problem("--state", f"state file not writable: {state}; check its permissions", fix))
+    if not _writable(folder, folder=True):
+        raise UserError(Problem("--state", f"state folder not writable: {os.path.abspath(folder)}; check its permissions (SQLite creates "
+                                f"{state.name}-wal and {state.name}-shm beside the state file)",
+                                "make the folder writable by the user the daemon runs as (e.g. chmod u+rwx), or pass a "
+                                "--state path in another folder"))
+    bad = [side for side in (state.with_name(state.name + "-wal"), state.with_name(state.name + "-shm"))
+           if os.path.lexists(side) and not (stat.S_ISREG(os.lstat(side).st_mode) and _writable(side))]
+    if bad:
+        which = " and ".join(f"{side} (mode {stat.S_IMODE(os.lstat(side).st_mode):04o})" for side in bad)
+        raise UserError(Problem("--state", f"the state file's sidecar {which} {'is' if len(bad) == 1 else 'are'} not writable; "
+                                f"check {'its' if len(bad) == 1 else 'their'} permissions: the state file itself is not damaged",
+                                f"make {'it' if len(bad) == 1 else 'them'} readable and writable by the user the daemon runs as "
+                                f"(chmod u+rw {' '.join(str(b) for b in bad)}); never delete a -wal file: it holds committed "
+                                "transactions"))
+
+
 def _bind(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -334,6 +375,12 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+def _locked_problem(state: Path, doing: str, exc: BaseException) -> Problem:
+    return Problem("--state", f"the state file {state} stayed locked by another process for over {busy_timeout_s():.0f} s while "
+                              f"{doing} ({exc})",
+                   "stop the process that holds it in a write transaction (an sqlite3 shell, a backup), then start the daemon again")
 
 
 class Daemon:
@@ -359,7 +406,15 @@ class Daemon:
         self._check_inputs()
         try:
             return self._open()
+        except sqlite3.OperationalError as exc:
+            self._hb_stop.set()
+            if self.sock is not None:
+                self.sock.close()
+            if is_locked(exc):
+                raise UserError(_locked_problem(self.opts.state, "starting", exc)) from None
+            raise
         except BaseException:
+            self._hb_stop.set()
             if self.sock is not None:
                 self.sock.close()
             raise
@@ -376,6 +431,7 @@ class Daemon:
             raise UserError(Problem("--scenario", f"the state file {o.state} is new and knows no cluster",
                                     "pass --scenario CLUSTER.yaml (a scenario: gpu_types, cluster, solver; its jobs, if any, are submitted)"))
         check_sqlite_path(o.state, "--state", "a daemon's state file", "pass another --state path (a new one is created)")
+        check_state_writable(o.state)
         if o.backend == "sim":
             check_state_file(o.sim_state or o.state.with_name(o.state.name + ".sim"), "--sim-state")
         for suffix in (".executor-sim", ".journal"):  # the executor's files next to the state, if there
@@ -396,8 +452,8 @@ class Daemon:
             self.store = Store(o.state)
             self.store.check_contents()
         except StateFileError as exc:
-            raise UserError(Problem("--state", str(exc), "restore the state file from a copy, or pass another --state path "
-                                                         "(a new one is created)")) from None
+            raise UserError(Problem("--state", str(exc), exc.fix or "restore the state file from a copy, or pass another --state "
+                                                                    "path (a new one is created)")) from None
         except OSError as exc:
             raise UserError(Problem("--state", f"cannot open {o.state}: {exc}", "check the path and its permissions")) from None
         self.cluster, trace = load_cluster(self.store, o.scenario)
@@ -422,6 +478,10 @@ class Daemon:
             raise UserError(Problem("--state", f"another daemon applies to {o.state}: {holder.describe() if holder else 'unknown'}",
                                     "stop that daemon first, use another --state, or pass --standby to wait for the lease"))
         self.service.role = ("dry-run" if self.cfg.dry_run else "applier") if taken else "standby"
+        # renewing from now on: the rest of the start (executor, the trace's jobs, the HTTP server) can outlast a short TTL
+        hb = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
+        hb.start()
+        self._threads.append(hb)
         self.metrics.lease_held.set(1 if taken else 0)
         self.service.refresh_metrics()
         for job in trace:  # submitted once: a job that exists (an earlier start, or a daemon started beside this one) is skipped
@@ -509,15 +569,57 @@ class Daemon:
             time.sleep(0.01)
 
     def _heartbeat(self) -> None:
-        while not self._hb_stop.wait(self.cfg.lease_ttl_s / 3.0):
+        """Renew the lease every third of its TTL. A renewal that fails (the state file locked by another
+        process past the heartbeat's busy timeout, a sixth of the TTL) is retried at once, reported by
+        /v1/health meanwhile; one that has not succeeded when the lease expires steps down: the loop
+        stops, the lease is not used again (epoch fencing), exit 1 with the reason."""
+        every = self.cfg.lease_ttl_s / 3.0
+        wait = every
+        try:
+            self.store.set_busy_timeout(min(busy_timeout_s(), self.cfg.lease_ttl_s / 6.0))
+        except sqlite3.Error as exc:  # (setting it needs no lock; a failure is the renewal's, next)
+            log.warning("heartbeat: %s", exc)
+        failing_since: Optional[float] = None
+        while not self._hb_stop.wait(wait):
+            wait = every
             if self.service.role == "standby":
                 continue
             if time.monotonic() - self.service.beat > self.service.stall_s():
                 log.warning("the loop made no progress for %.0f s: not renewing the lease", time.monotonic() - self.service.beat)
                 continue
-            if not self.lease.renew():
-                h = self.lease.holder()
-                self.exit_message = f"lost the applier lease to {h.describe() if h else 'nobody'}"
+            try:
+                renewed = self.lease.renew()
+            except Exception as exc:  # noqa: BLE001 - the heartbeat never dies: it retries until the lease expires
+                now = time.time()
+                failing_since = failing_since or now
+                why = (f"the state file {self.opts.state} is locked by another process" if is_locked(exc)
+                       else f"{type(exc).__name__}: {exc}")
+                left = self.lease.expires_at - now
+                if left <= 0 or self.lease.epoch is None:
+                    self.exit_message = (f"stepping down: the applier lease expired before the heartbeat could renew it ({why}; "
+                                         f"failing for {now - failing_since:.0f} s); the loop stopped, a standby or a restart takes over")
+                    log.error(self.exit_message)
+                    self.service.heartbeat_error = self.exit_message
+                    self.lease.epoch = None  # fenced: no executor step or loop write uses the lapsed lease again
+                    self.metrics.lease_held.set(0)
+                    self._loop_stop.set()
+                    return
+                self.service.heartbeat_error = (f"the heartbeat cannot renew the applier lease ({why}), failing for "
+                                                f"{now - failing_since:.0f} s; it expires in {left:.0f} s")
+                log.warning("%s; retrying", self.service.heartbeat_error)
+                wait = min(every, 0.5)
+                continue
+            if failing_since is not None:
+                log.warning("the heartbeat renewed the applier lease again after %.0f s of failures", time.time() - failing_since)
+            failing_since = None
+            self.service.heartbeat_error = None
+            if not renewed:
+                try:
+                    h = self.lease.holder()
+                    who = h.describe() if h else "nobody"
+                except Exception:  # noqa: BLE001 - the exit reason names the holder when it can be read
+                    who = "another daemon"
+                self.exit_message = f"lost the applier lease to {who}"
                 log.error(self.exit_message)
                 self.metrics.lease_held.set(0)
                 self._loop_stop.set()
@@ -539,9 +641,6 @@ class Daemon:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         self._start_http()
-        hb = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
-        hb.start()
-        self._threads.append(hb)
         self._announce()
         rc = 0
         try:
@@ -549,7 +648,7 @@ class Daemon:
                 return 0
             rc = self._run_loop()
         except LeaseLost as exc:
-            self.exit_message = str(exc)
+            self.exit_message = self.exit_message or str(exc)  # (the heartbeat's step-down says why the lease was let go)
             rc = 1
         finally:
             self._shutdown()
@@ -580,7 +679,13 @@ class Daemon:
         holder = self.lease.holder()
         print(f"planner daemon: standby: {holder.describe() if holder else 'nobody'} holds the applier lease", flush=True)
         while not self._stop.wait(self.cfg.lease_ttl_s / 3.0):
-            taken, _ = self.lease.try_acquire()
+            try:
+                taken, _ = self.lease.try_acquire()
+            except sqlite3.OperationalError as exc:
+                if not is_locked(exc):
+                    raise
+                log.warning("standby: the state file %s is locked by another process; trying again", self.opts.state)
+                continue
             if taken:
                 self.executor = self._make_executor()  # the world as it is now, loaded after taking the lease
                 self._progress()  # the loop starts now: the time spent waiting as a standby is no stall
@@ -601,7 +706,13 @@ class Daemon:
 
     def _run_loop(self) -> int:
         loop = self._new_loop()
-        for msg in loop.recover():
+        try:
+            resumed = loop.recover()
+        except sqlite3.OperationalError as exc:
+            if not is_locked(exc):
+                raise
+            raise UserError(_locked_problem(self.opts.state, "resuming what the last daemon left unfinished", exc)) from None
+        for msg in resumed:
             print(f"planner daemon: {msg}", flush=True)
         period = self.cfg.period_s
         next_t = self.clock.now() if loop.last_at is None else loop.last_at + period
@@ -622,7 +733,11 @@ class Daemon:
                 failures += 1
                 self.metrics.cycle_errors.inc()
                 self.service.last_error = f"cycle {loop.cycle_no + 1} failed: {type(exc).__name__}: {exc}"
-                log.exception("%s (%d in a row)", self.service.last_error, failures)
+                if is_locked(exc):  # another process holds the state file's write lock: said, without a traceback
+                    self.service.last_error += f" (the state file {self.opts.state} is locked by another process)"
+                    log.error("%s (%d in a row)", self.service.last_error, failures)
+                else:
+                    log.exception("%s (%d in a row)", self.service.last_error, failures)
                 if failures >= MAX_FAILED_CYCLES:
                     self.exit_message = f"{failures} cycles in a row failed; the last: {self.service.last_error}"
                     return 1

@@ -175,7 +175,28 @@ class TooMany(StoreError):
 
 
 class StateFileError(Exception):
-    """The state file cannot be used (wrong schema version, not a state file, unreadable)."""
+    """The state file cannot be used (wrong schema version, not a state file, unreadable); ``fix``: what
+    to do when it is not "restore it from a copy" (a file locked by another process, or not writable)."""
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+def _open_error(path: Path, exc: sqlite3.DatabaseError) -> StateFileError:
+    """What opening the state file met: a lock or a permission is said as such, with its fix (the file is
+    fine); anything else is a file SQLite cannot use."""
+    from planner.daemon.sqlitedb import busy_timeout_s, is_locked, is_unwritable
+
+    if is_locked(exc):
+        return StateFileError(f"the state file {path} stayed locked by another process for over {busy_timeout_s():.0f} s ({exc})",
+                              "stop the process that holds it in a write transaction (an sqlite3 shell, a backup), then start again")
+    if is_unwritable(exc):
+        side = ", ".join(f"{path}{s}" for s in ("-wal", "-shm"))
+        return StateFileError(f"the state file {path} or its folder or sidecar files ({side}) are not writable ({exc})",
+                              "check their permissions: the daemon's user must read and write the file, its -wal and -shm, "
+                              "and the folder (never delete a -wal file: it holds committed transactions)")
+    return StateFileError(f"{path} is not a usable SQLite state file ({exc})")
 
 
 @dataclass(frozen=True)
@@ -269,15 +290,17 @@ class Store(SQLiteFile):
         from executor.dbschema import verify
 
         try:
-            verify(self.conn(), self.path, _schema_names(), "--state", "pass another --state file (a new one is created)")
+            c = self.conn()
+            c.execute("SELECT count(*) FROM sqlite_master").fetchone()  # (a lock or an unwritable -shm shows here, said as such)
+            verify(c, self.path, _schema_names(), "--state", "pass another --state file (a new one is created)")
         except UserError as exc:
             raise StateFileError(exc.problems[0].message) from None
         except sqlite3.DatabaseError as exc:
-            raise StateFileError(f"{self.path} is not a usable SQLite state file ({exc})") from None
+            raise _open_error(self.path, exc) from None
         try:
             self._init_schema()
         except sqlite3.DatabaseError as exc:
-            raise StateFileError(f"{self.path} is not a usable SQLite state file ({exc})") from None
+            raise _open_error(self.path, exc) from None
 
     def _init_schema(self) -> None:
         with self.tx() as c:
