@@ -197,9 +197,25 @@ else:  # pragma: no cover
 
 
 # YAML 1.2's floats without a dot or an exponent sign (1e3, 1.5e-3, 2E+6): YAML 1.1 reads them as text, and a
-# number field then said "Input should be a valid number (got '1e3')" of a valid number
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-                              list("-+0123456789"))
+# number field then said "Input should be a valid number (got '1e3')" of a valid number. Every writer of YAML
+# this reader reads back registers it too (:func:`reads_exponent_floats`), so that the text '1e3' is quoted.
+FLOAT_EXPONENT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+
+
+def reads_exponent_floats(cls):
+    """Register :data:`FLOAT_EXPONENT` as a float on a PyYAML resolver, loader or dumper class (returned)."""
+    cls.add_implicit_resolver("tag:yaml.org,2002:float", FLOAT_EXPONENT, list("-+0123456789"))
+    return cls
+
+
+reads_exponent_floats(_Loader)
+
+
+class SafeDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """PyYAML's safe dumper (libyaml's emitter where there is one) quoting what this module reads as a number."""
+
+
+reads_exponent_floats(SafeDumper)
 _OCTAL = re.compile(r"^[-+]?0[0-9_]+$")  # YAML 1.1 reads 010 as 8 (octal)
 
 

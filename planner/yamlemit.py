@@ -34,15 +34,22 @@ import yaml
 from yaml.nodes import ScalarNode
 from yaml.resolver import Resolver
 
+from planner.safeload import reads_exponent_floats
+
 _STR_TAG = "tag:yaml.org,2002:str"
 _SAFE = re.compile(r"[A-Za-z0-9_./](?:[A-Za-z0-9_./+@:,()$%;=-]| (?=[^ ]))*\Z")  # one space at a time, not last
-_RESOLVER = Resolver()
+class _Resolver(Resolver):
+    pass
+
+
+_RESOLVER = _Resolver()
+reads_exponent_floats(_Resolver)  # (a name '1e3' written plain was read back as 1000.0)
 _QUOTED: dict[str, str] = {}  # string -> its text (plain or double-quoted), for repeated keys and names
 
 
 def _quoted(s: str) -> str:
     """PyYAML's double-quoted form of ``s`` on one line."""
-    text = yaml.dump(s, Dumper=yaml.SafeDumper, default_style='"', width=float("inf"), allow_unicode=False)
+    text = yaml.dump(s, Dumper=yaml.SafeDumper, default_style='"', width=float("inf"), allow_unicode=False)  # (all quoted)
     return text.rstrip("\n").removesuffix("\n...")
 
 

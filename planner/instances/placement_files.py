@@ -117,8 +117,10 @@ def dump_instance(inst: PlacementInstance, as_json: bool = False) -> str:
 
     import yaml
 
+    from planner.safeload import SafeDumper
+
     data = {"kind": "PlacementInstance", **inst.model_dump(mode="json", exclude_defaults=False)}
-    text = json.dumps(data, indent=1) + "\n" if as_json else yaml.safe_dump(data, sort_keys=False, width=120)
+    text = json.dumps(data, indent=1) + "\n" if as_json else yaml.dump(data, Dumper=SafeDumper, sort_keys=False, width=120)
     _reads_back(text, inst, as_json)
     return text
 

@@ -119,7 +119,9 @@ def _yaml_scalar(x: Any) -> str:
 
     import yaml
 
-    text = yaml.safe_dump([x], default_flow_style=True, width=1 << 30).strip()[1:-1]  # a flow item: flow-safe
+    from planner.safeload import SafeDumper
+
+    text = yaml.dump([x], Dumper=SafeDumper, default_flow_style=True, width=1 << 30).strip()[1:-1]  # a flow item: flow-safe
     if "\n" in text or (isinstance(x, str) and not x.isprintable()):
         return json.dumps(x)  # a JSON string is a YAML double-quoted scalar, on one line
     return text

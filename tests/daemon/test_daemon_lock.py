@@ -20,6 +20,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
 from daemonproc import DEADLINE_S, ROOT, DaemonProc, env, job, query, wait_for, write_cluster
@@ -27,11 +28,16 @@ from daemonproc import DEADLINE_S, ROOT, DaemonProc, env, job, query, wait_for, 
 BUSY = {"RL_PLANNER_SQLITE_BUSY_S": "1"}
 
 
-def _lock(state) -> sqlite3.Connection:
-    """Another process's write transaction on the state file (held until rolled back)."""
+@contextmanager
+def _locked(state):
+    """Another process's write transaction on the state file, held for the block (rolled back after it)."""
     c = sqlite3.connect(state, timeout=DEADLINE_S, isolation_level=None)
     c.execute("BEGIN IMMEDIATE")
-    return c
+    try:
+        yield c
+    finally:
+        c.rollback()
+        c.close()
 
 
 def _health(c) -> dict:
@@ -46,8 +52,7 @@ def test_a_locked_state_file_answers_503_the_heartbeat_reports_it_and_renews_aft
     d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "10", "--lease-ttl-s", "30", extra_env=BUSY)
     with d.client() as c:
         wait_for(lambda: _health(c)["status"] == "ok", what="the daemon healthy before the lock")
-        lock = _lock(d.state)
-        try:
+        with _locked(d.state):
             r = c.post("/v1/jobs", json=job("a"))
             assert r.status_code == 503, r.text
             assert r.headers.get("retry-after", "").isdigit(), r.headers
@@ -58,9 +63,6 @@ def test_a_locked_state_file_answers_503_the_heartbeat_reports_it_and_renews_aft
                          what="/v1/health to report the heartbeat failing")
             assert h["status"] == "degraded" and h["role"] == "applier", h
             assert h["lease"]["pid"] == d.proc.pid, h
-        finally:
-            lock.rollback()
-            lock.close()
         wait_for(lambda: _health(c)["status"] == "ok", what="/v1/health ok again once the lock is gone (the lease renewed)")
         assert d.running(), d.output()
         r = c.post("/v1/jobs", json=job("a"))
@@ -74,12 +76,8 @@ def test_a_locked_state_file_answers_503_the_heartbeat_reports_it_and_renews_aft
 
 def test_a_lock_held_past_the_lease_makes_the_daemon_step_down_and_say_why(tmp_path):
     d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "10", "--lease-ttl-s", "3", extra_env=BUSY)
-    lock = _lock(d.state)
-    try:
+    with _locked(d.state):
         rc = d.wait(what="the daemon to step down when its lease expired under the lock")
-    finally:
-        lock.rollback()
-        lock.close()
     out = d.output()
     assert rc == 1, out
     assert "stepping down: the applier lease expired before the heartbeat could renew it" in out and "locked by another process" in out, out
@@ -93,13 +91,9 @@ def test_a_lock_held_past_the_lease_makes_the_daemon_step_down_and_say_why(tmp_p
 def test_a_start_under_a_lock_exits_2_naming_the_state_file(tmp_path):
     d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path)), "--period-s", "10")
     assert d.stop() == 0, d.output()
-    lock = _lock(d.state)
-    try:
+    with _locked(d.state):
         again = DaemonProc(tmp_path, "--period-s", "10", name="again", wait=False, extra_env=BUSY)
         rc = again.wait(what="the start under the lock to give up")
-    finally:
-        lock.rollback()
-        lock.close()
     out = again.output()
     assert rc == 2, out
     assert f"the state file {d.state} stayed locked by another process" in out, out

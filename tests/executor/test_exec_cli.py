@@ -180,17 +180,23 @@ def test_an_apply_whose_files_were_removed_meanwhile_does_not_report_success(tmp
     assert "was removed while the apply ran" in out.err and "applied" not in out.out, (out.out, out.err)
 
 
+def _p2_killed_at(tmp_path, crash_at: str):
+    """p1 applied, then p2 (the rollout shrunk, the trainer resharded) killed at ``crash_at``: (args, p2)."""
+    a = _args(tmp_path)
+    p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
+    assert run_cli("apply", str(p1), *a).returncode == 0
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    r = run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": crash_at})
+    assert r.returncode == 137
+    return a, p2
+
+
 def test_a_stale_journal_is_refused_and_never_undoes_another_applys_workers(tmp_path, capsys):
     """An apply killed mid-reshard, then the same plan applied with another --journal (it finishes it), then the
     first journal resumed or rolled back: its steps' compensations stopped the other apply's new trainer ranks
     by name (they reuse the generation's names) and the trainer was gone (an outside audit, session 45). The
     cluster now carries the mark of the apply that last changed it; another's is refused, nothing touched."""
-    a = _args(tmp_path)
-    p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
-    assert run_cli("apply", str(p1), *a).returncode == 0
-    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
-    r = run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:after"})
-    assert r.returncode == 137
+    a, p2 = _p2_killed_at(tmp_path, "reshard:after")
     other = ["--journal", str(tmp_path / "other.db"), "--sim-state", str(tmp_path / "sim.pkl")]
     r = run_cli("apply", str(p2), *other)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -213,11 +219,6 @@ def test_an_apply_killed_before_its_first_step_was_saved_resumes(tmp_path):
     """The cluster's writer mark is saved with a step's effect: killed before the first one was, the cluster
     still carries the mark of the journal's previous apply, which is no other journal's (the daemon's
     read-only-file test found the stale-journal check refusing this resume)."""
-    a = _args(tmp_path)
-    p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
-    assert run_cli("apply", str(p1), *a).returncode == 0
-    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
-    r = run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "drain:before"})
-    assert r.returncode == 137
+    a, p2 = _p2_killed_at(tmp_path, "drain:before")
     r = run_cli("apply", str(p2), *a)
     assert r.returncode == 0 and "(resumed)" in r.stdout, (r.stdout, r.stderr[-2000:])
