@@ -190,7 +190,7 @@ class Loop:
         """Resume the plans left ``applying`` through the executor's journal (``reopen``: on an executor
         built again from its files first). One whose resume raises stays ``applying``: :attr:`stuck`
         says why, and :meth:`run_cycle` retries it (after 1, 2, 4, ... periods) before anything new."""
-        done = []
+        done: list[str] = []
         for p in self.store.plans_with_status("applying"):
             if self.cfg.dry_run:
                 log.warning("plan %d was being applied when the last daemon stopped; dry-run leaves it to an applying daemon", p.id)

@@ -24,6 +24,7 @@ Node names come from :meth:`planner.instances.common.ClusterView.node_names`.
 
 from __future__ import annotations
 
+from typing import Any
 
 from estimators.phases import fits_training
 from formulation.placement.instance import MAX_SECONDS, PlacementInstance, PlacementJob, PoolType
@@ -90,7 +91,9 @@ def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0)
             st_tab[t] = {n: switch_s(prof, view.pool(p0, job.rollout.nodes), view.pool(t, n))[1] for n in row}
     state_gb = est.dram_train_node_gb * job.trainer.nodes
     _bounded(job, "SLO", est.slo_s if est.slo_s != float("inf") else 0.0)
-    for what, tab in (("rollout phase", r_tab), ("training phase", t_tab), ("weight sync", s_tab)):
+    tables: tuple[tuple[str, dict[str, dict[Any, float]]], ...] = (("rollout phase", r_tab), ("training phase", t_tab),
+                                                                   ("weight sync", s_tab))
+    for what, tab in tables:
         for row in tab.values():
             for v in row.values():
                 _bounded(job, what, v)
