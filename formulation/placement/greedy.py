@@ -454,8 +454,10 @@ class Packer:
         if len(alone):
             free = np.array([self.free.get(t, 0) for t in idx.types])
             fits = (idx.node_matrix[alone] <= free[None, :]).all(axis=1)
-            scale = 1.0 if self.objective == "rate" else tot_j[alone] * (self.rounds_left.get(j, 1.0) if self.objective == "life" else 1.0)
-            costs = np.where(fits, idx.cost[alone] * scale, np.inf)
+            costs = idx.cost[alone]
+            if self.objective != "rate":  # a group of its own: cost x its iteration (x its iterations left, life)
+                costs = costs * tot_j[alone] * (self.rounds_left.get(j, 1.0) if self.objective == "life" else 1.0)
+            costs = np.where(fits, costs, np.inf)
             i = int(np.argmin(costs))
             if self.accept_alone is not None and np.isfinite(costs[i]):
                 passing = None
@@ -486,8 +488,7 @@ class Packer:
                 if c.pinned:
                     pr = idx.inst.pool_types[c.rollout_type]
                     own[r] = c.rollout_nodes * pr.gpus_per_node * pr.price_per_gpu_hour
-            m = np.maximum(1, idx.pinned_m[fam.configs])
-            got = fam._split = (own, fam.cost - own * np.where(idx.pinned_m[fam.configs] > 0, m, 0))
+            got = fam._split = (own, fam.cost - own * idx.pinned_m[fam.configs])  # (members: 0 on whole pools)
         return got
 
     def _join_ok(self, fam: _Family, rows: np.ndarray, j: int, a_j: np.ndarray, bs_j: np.ndarray, tot_j: np.ndarray) -> np.ndarray:

@@ -153,3 +153,16 @@ def write_plan(body, record: dict, name: str, digest: str, out: Optional[str], a
 def unplaced_error(unplaced: list, title: str) -> UserError:
     """Each unplaced job (``Unplaced``: job, reason, message, fix) as a problem naming it."""
     return UserError([Problem(f"job {u.job}", f"cannot be placed ({u.reason}): {u.message}", u.fix) for u in unplaced], title=title)
+
+
+def same_fleet(plan_path: str, input_path: str, current, inst) -> None:
+    """The current plan's nodes are the input's: a plan made for another cluster (its node groups named
+    otherwise) had its pins renamed onto this one's in silence (an outside audit, session 45)."""
+    have = {n for t in inst.pool_types for n in inst.node_names(t)}
+    pinned = {n for g in current.groups for n in (*g.rollout_pool.nodes, *g.train_pool.nodes)}
+    missing = sorted(pinned - have)
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise UserError(Problem(plan_path, f"the current plan pins node(s) {shown} that {input_path}'s cluster does not have "
+                                f"(a plan made for another cluster?)", "pass the plan made for this input's cluster, or "
+                                "re-plan with `planner plan INPUT`"))

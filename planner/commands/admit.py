@@ -40,7 +40,7 @@ def run(args) -> int:
     from formulation.placement.greedy import Packer
     from formulation.placement.plan import Unplaced, build_plan, reusable_groups
     from formulation.placement.solve import read_current
-    from planner.commands._placement import default_out, load_input, plan_and_estimate, unplaced_error, write_plan
+    from planner.commands._placement import default_out, load_input, plan_and_estimate, same_fleet, unplaced_error, write_plan
     from planner.commands._plan_summary import summary
     from planner.errors import Problem, UserError, did_you_mean
 
@@ -54,7 +54,7 @@ def run(args) -> int:
         raise plan_error
     assert current is not None
     idx = Index(inst)
-    _same_fleet(args.current, args.input, current, inst)
+    same_fleet(args.current, args.input, current, inst)
     cur = read_current(idx, current)
     if cur.dropped:
         raise UserError(Problem(args.current, f"group(s) {', '.join(cur.dropped)} of the current plan no longer fit this input "
@@ -135,17 +135,3 @@ def run(args) -> int:
         write_plan(plan, record, name, digest, "-", args.json)
     return 0
 
-
-def _same_fleet(plan_path: str, input_path: str, current, inst) -> None:
-    """The current plan's nodes are the input's: a plan made for another cluster (its node groups named
-    otherwise) had its pins renamed onto this one's in silence (an outside audit, session 45)."""
-    from planner.errors import Problem, UserError
-
-    have = {n for t in inst.pool_types for n in inst.node_names(t)}
-    pinned = {n for g in current.groups for n in (*g.rollout_pool.nodes, *g.train_pool.nodes)}
-    missing = sorted(pinned - have)
-    if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise UserError(Problem(plan_path, f"the current plan pins node(s) {shown} that {input_path}'s cluster does not have "
-                                f"(a plan made for another cluster?)", "pass the plan made for this input's cluster, or "
-                                "re-plan with `planner plan INPUT`"))

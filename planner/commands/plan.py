@@ -127,7 +127,7 @@ def run(args) -> int:
 
     from formulation.common import SolveOptions
     from formulation.placement.solve import solve
-    from planner.commands._placement import default_out, load_input, read_plan, unplaced_error, write_plan
+    from planner.commands._placement import default_out, load_input, read_plan, same_fleet, unplaced_error, write_plan
     from planner.commands._plan_summary import expected_cycles, summary
     from planner.errors import Problem, UserError
     from planner.statusline import status
@@ -153,9 +153,7 @@ def run(args) -> int:
     backend = args.backend or (solver.backend if solver else "auto")
     current = read_plan(args.current)[1] if args.current else None
     if current is not None:
-        from planner.commands.admit import _same_fleet
-
-        _same_fleet(args.current, args.input, current, inst)
+        same_fleet(args.current, args.input, current, inst)
         cur_jobs = {m.job for g in current.groups for m in g.members}
         gone = sorted(cur_jobs - {j.name for j in inst.jobs})
         if cur_jobs and len(gone) == len(cur_jobs):
