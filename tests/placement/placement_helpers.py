@@ -148,25 +148,7 @@ def oracle(inst: PlacementInstance) -> tuple[float, int]:
     for members, _c, cost, use in feasible_groups(inst):
         groups[members[0]].append((sum(1 << i for i in members), cost, use))
 
-    @lru_cache(maxsize=None)
-    def best(remaining: int, left: tuple) -> tuple[float, int]:
-        if remaining == 0:
-            return (0.0, 0)
-        low = (remaining & -remaining).bit_length() - 1
-        cost, unpl = best(remaining & ~(1 << low), left)
-        out = (cost + P, unpl + 1)
-        for mask, c, use in groups[low]:
-            if mask & ~remaining:
-                continue
-            if any(u > lim for u, lim in zip(use, left)):
-                continue
-            sub = best(remaining & ~mask, tuple(lim - u for lim, u in zip(left, use)))
-            cand = (sub[0] + c, sub[1])
-            if cand[0] < out[0] - 1e-9:
-                out = cand
-        return out
-
-    return best((1 << n) - 1, tuple(inst.pool_types[t].count for t in types))
+    return _subset_dp(n, {i: undominated(g) for i, g in groups.items()}, P, tuple(inst.pool_types[t].count for t in types))
 
 
 def distinct_oracle(inst: PlacementInstance) -> tuple[float, int]:
@@ -213,6 +195,28 @@ def distinct_oracle(inst: PlacementInstance) -> tuple[float, int]:
             if keep:
                 stack.append((more, keep))
 
+    return _subset_dp(n, {i: undominated(g) for i, g in groups.items()}, P, tuple(inst.pool_types[t].count for t in types))
+
+
+def undominated(groups: list[tuple[int, float, tuple]]) -> list[tuple[int, float, tuple]]:
+    """``groups`` without those another group of the same members makes redundant (no dearer, no more
+    nodes of any type): an optimum using a dropped one uses the other instead at no higher cost."""
+    out: list[tuple[int, float, tuple]] = []
+    for mask, c, use in sorted(set(groups), key=lambda g: (g[0], g[1], g[2])):
+        if not any(m == mask and oc <= c and all(a <= b for a, b in zip(ou, use)) for m, oc, ou in out):
+            out.append((mask, c, use))
+    return out
+
+
+def _subset_dp(n: int, groups: dict, P: float, fleet: tuple) -> tuple[float, int]:
+    """The DP of :func:`distinct_oracle`: the cheapest cover of the jobs by ``groups`` (lowest member ->
+    ``(mask, $/h, nodes per type)``) within ``fleet``, a job left out costing ``P``; each state's candidate
+    groups are filtered as arrays (members still to place, nodes still left), then recursed into one by one."""
+    arrs = {}
+    for low, gs in groups.items():
+        arrs[low] = (np.array([g[0] for g in gs], dtype=object), np.array([g[1] for g in gs], dtype=float),
+                     np.array([g[2] for g in gs], dtype=np.int64).reshape(len(gs), len(fleet)))
+
     @lru_cache(maxsize=None)
     def best(remaining: int, left: tuple) -> tuple[float, int]:
         if remaining == 0:
@@ -220,15 +224,20 @@ def distinct_oracle(inst: PlacementInstance) -> tuple[float, int]:
         low = (remaining & -remaining).bit_length() - 1
         cost, unpl = best(remaining & ~(1 << low), left)
         out = (cost + P, unpl + 1)
-        for mask, c, use in groups[low]:
-            if mask & ~remaining or any(u > lim for u, lim in zip(use, left)):
+        masks, costs, uses = arrs[low]
+        if not len(costs):
+            return out
+        fits = (uses <= np.array(left)).all(axis=1)
+        for i in np.flatnonzero(fits).tolist():
+            mask = masks[i]
+            if mask & ~remaining:
                 continue
-            sub = best(remaining & ~mask, tuple(lim - u for lim, u in zip(left, use)))
-            if sub[0] + c < out[0] - 1e-9:
-                out = (sub[0] + c, sub[1])
+            sub = best(remaining & ~mask, tuple(lim - int(u) for lim, u in zip(left, uses[i])))
+            if sub[0] + costs[i] < out[0] - 1e-9:
+                out = (sub[0] + float(costs[i]), sub[1])
         return out
 
-    return best((1 << n) - 1, tuple(inst.pool_types[t].count for t in types))
+    return best((1 << n) - 1, fleet)
 
 
 def placeable_sub(inst: PlacementInstance):
