@@ -9,6 +9,9 @@
   executor's unfinished journal entry until a restart. Now each cycle retries the resume first,
   makes no new plan on top of it, health and readiness name the plan and the error, and the resume
   completes once the file can be written again, without a restart.
+
+Both run in process in ``tests/daemon/test_daemon_cycle.py`` (the same cycle code, no subprocess);
+these real-daemon reproductions (about 30 s) run with ``RL_PLANNER_SLOW=1``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ import shutil
 import httpx
 import pytest
 from daemonproc import DaemonProc, job, query, wait_for, write_cluster
+
+pytestmark = pytest.mark.skipif(os.environ.get("RL_PLANNER_SLOW") != "1",
+                                reason="real daemons, about 30 s; test_daemon_cycle.py runs the same cases in process: set RL_PLANNER_SLOW=1")
 
 COMMON = ("--placer", "solo", "--period-s", "0.2")
 
