@@ -123,3 +123,54 @@ def write_atomic(path: Union[str, Path], data: Union[str, bytes], *, private: bo
 
 
 __all__ = ["replacing", "target_kind", "write_atomic"]
+
+
+# ------------------------------------------------------------------ SQLite files a command will write
+def can_write(path: Union[str, Path], folder: bool = False) -> bool:
+    """Can this process write ``path`` (and search it, a folder; read it, a file)? Its effective ids
+    and capabilities decide (root without CAP_DAC_OVERRIDE is refused as a user is)."""
+    mode = os.W_OK | (os.X_OK if folder else os.R_OK)
+    if os.access in os.supports_effective_ids:
+        return os.access(path, mode, effective_ids=True)
+    return os.access(path, mode)
+
+
+def check_sqlite_writable(path: Path, where: str, what: str, *, who: str, make_folder: bool = False) -> None:
+    """Before SQLite opens ``path`` to write it (WAL): the file (when there), its folder and its
+    ``-wal`` and ``-shm`` files (when there, e.g. left by a killed process) are writable, else
+    :class:`UserError` naming the path and the ``chmod``. SQLite would open a read-only file
+    read-only (or make its sidecars with the file's mode) and fail at the first write, in the
+    middle of whatever the command does. ``what`` names the file ("state": "state file not
+    writable: PATH"); ``who`` the user it must be writable by; ``make_folder``: a missing folder is
+    created by the caller, so the nearest existing folder above it must be writable instead."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if os.path.exists(path) and not can_write(path):
+        raise UserError(Problem(where, f"{what} file not writable: {path}; check its permissions",
+                                f"make it readable and writable by {who} (chmod u+rw {path}), or pass another {where} path"))
+    if make_folder and not folder.exists():
+        above = folder
+        while not above.exists() and above != above.parent:
+            above = above.parent
+        if not above.is_dir():
+            raise UserError(Problem(where, f"cannot create the folder {folder} of the {what} file {path}: {above} is not a folder",
+                                    f"pass a {where} path in a folder"))
+        if not can_write(above, folder=True):
+            raise UserError(Problem(where, f"cannot create the folder {folder} of the {what} file {path}: {os.path.abspath(above)} "
+                                    "is not writable; check its permissions",
+                                    f"make it writable by {who} (chmod u+rwx {above}), create {folder} yourself, or pass a "
+                                    f"{where} path in another folder"))
+        return
+    if not can_write(folder, folder=True):
+        raise UserError(Problem(where, f"{what} folder not writable: {os.path.abspath(folder)}; check its permissions (SQLite "
+                                f"creates {path.name}-wal and {path.name}-shm beside the {what} file)",
+                                f"make the folder writable by {who} (chmod u+rwx {folder}), or pass a {where} path in "
+                                "another folder"))
+    bad = [side for side in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
+           if os.path.lexists(side) and not (stat.S_ISREG(os.lstat(side).st_mode) and can_write(side))]
+    if bad:
+        which = " and ".join(f"{side} (mode {stat.S_IMODE(os.lstat(side).st_mode):04o})" for side in bad)
+        raise UserError(Problem(where, f"the {what} file's sidecar {which} {'is' if len(bad) == 1 else 'are'} not writable; "
+                                f"check {'its' if len(bad) == 1 else 'their'} permissions: the {what} file itself is not damaged",
+                                f"make {'it' if len(bad) == 1 else 'them'} readable and writable by {who} "
+                                f"(chmod u+rw {' '.join(str(b) for b in bad)}); never delete a -wal file: it holds committed "
+                                "transactions"))

@@ -190,23 +190,17 @@ def run(args) -> int:
 
 
 def _check_writable(args, journal) -> None:
-    """Before the journal records anything: the journal and (on the sim backend) the simulated cluster's
-    file, and their folders (SQLite writes its -wal and -shm files there), are writable. A read-only
-    file was an internal error in the middle of an apply, with the journal left naming a running apply."""
-    import os
+    """Before the journal records anything (apply, resume, rollback): the journal and (on the sim
+    backend) the simulated cluster's file, their folders (SQLite writes its -wal and -shm files there;
+    a missing one is created, so the folder above must be writable) and their -wal and -shm files
+    (left by a killed apply) are writable. A read-only one was an internal error in the middle of an
+    apply, with the journal left naming a running apply."""
     from pathlib import Path
 
     from executor.session import sim_state_path
-    from planner.errors import Problem, UserError
+    from planner.safewrite import check_sqlite_writable
 
-    paths = [("--journal", Path(journal))]
+    who = "the user running planner apply"
+    check_sqlite_writable(Path(journal), "--journal", "apply journal", who=who, make_folder=True)
     if args.backend == "sim":
-        paths.append(("--sim-state", sim_state_path(args.sim_state)))
-    for flag, p in paths:
-        folder = p.parent if str(p.parent) else Path(".")
-        if p.exists() and not os.access(p, os.W_OK):
-            raise UserError(Problem(flag, f"{p} is read-only: an apply records every step in it",
-                                    f"make it writable (chmod u+w {p}) or pass another {flag} path"))
-        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
-            raise UserError(Problem(flag, f"the folder {folder} of {p} is not writable (SQLite keeps its -wal and -shm files "
-                                          "beside it)", f"make the folder writable or pass a {flag} path in a writable folder"))
+        check_sqlite_writable(sim_state_path(args.sim_state), "--sim-state", "simulated cluster's state", who=who, make_folder=True)

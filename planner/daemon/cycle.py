@@ -558,6 +558,10 @@ class Loop:
                 for i in ids:
                     self.store.update_decision(c, i, add_reason=note + "; a restarted daemon resumes it from the journal")
             else:
+                # a file a member's spec names may have gone since this process read it (the executor's
+                # target reads them again): the next cycle reads them again, to fail that job alone
+                members = set(target.jobs())
+                self._inputs_read = {k for k in self._inputs_read if k[0] not in members}
                 self.store.set_plan_status(c, plan_id, "failed")
                 self.reopt_blocked_until = now + self.cfg.reoptimise_min_interval_s
                 self.store.set_kv(c, "reopt_blocked_until", self.reopt_blocked_until)

@@ -22,8 +22,9 @@ refused naming the field, never with a value of the file.
 
 A trace file accepted at submission may be deleted or damaged later (and a job stored before
 models were kept as their dimensions may still name a config.json): each cycle the daemon reads a
-live job's files once per process (:func:`unreadable`) and fails that job alone, with the field,
-when they no longer read (``planner.daemon.cycle``).
+live job's files once per process (:func:`unreadable`), and again after an apply of a plan holding it
+failed (the executor's target reads them: a file gone meanwhile fails that apply), and fails that job
+alone, with the field, when they no longer read (``planner.daemon.cycle``).
 """
 
 from __future__ import annotations

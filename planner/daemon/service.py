@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import sqlite3
-import stat
 import sys
 import threading
 import time
@@ -324,36 +323,13 @@ def _tls(o: Options):
                                 "pass a PEM certificate (chain) and its unencrypted PEM key")) from None
 
 
-def _writable(path: Path, folder: bool = False) -> bool:
-    """Can this process write ``path`` (and search it, a folder)? Its effective ids and capabilities decide."""
-    mode = os.W_OK | (os.X_OK if folder else os.R_OK)
-    if os.access in os.supports_effective_ids:
-        return os.access(path, mode, effective_ids=True)
-    return os.access(path, mode)
-
-
 def check_state_writable(state: Path) -> None:
     """Before SQLite opens it: the state file, its folder and its -wal and -shm files (when there) are
     writable. SQLite would open a read-only file read-only, make its -wal and -shm with the file's
     mode (0400: every later start fails, the file intact) and fail at the first write."""
-    folder = state.parent if str(state.parent) else Path(".")
-    fix = "make it readable and writable by the user the daemon runs as (e.g. chmod u+rw), or pass another --state path"
-    if os.path.exists(state) and not _writable(state):
-        raise UserError(Problem("--state", f"state file not writable: {state}; check its permissions", fix))
-    if not _writable(folder, folder=True):
-        raise UserError(Problem("--state", f"state folder not writable: {os.path.abspath(folder)}; check its permissions (SQLite creates "
-                                f"{state.name}-wal and {state.name}-shm beside the state file)",
-                                "make the folder writable by the user the daemon runs as (e.g. chmod u+rwx), or pass a "
-                                "--state path in another folder"))
-    bad = [side for side in (state.with_name(state.name + "-wal"), state.with_name(state.name + "-shm"))
-           if os.path.lexists(side) and not (stat.S_ISREG(os.lstat(side).st_mode) and _writable(side))]
-    if bad:
-        which = " and ".join(f"{side} (mode {stat.S_IMODE(os.lstat(side).st_mode):04o})" for side in bad)
-        raise UserError(Problem("--state", f"the state file's sidecar {which} {'is' if len(bad) == 1 else 'are'} not writable; "
-                                f"check {'its' if len(bad) == 1 else 'their'} permissions: the state file itself is not damaged",
-                                f"make {'it' if len(bad) == 1 else 'them'} readable and writable by the user the daemon runs as "
-                                f"(chmod u+rw {' '.join(str(b) for b in bad)}); never delete a -wal file: it holds committed "
-                                "transactions"))
+    from planner.safewrite import check_sqlite_writable
+
+    check_sqlite_writable(state, "--state", "state", who="the user the daemon runs as")
 
 
 def _bind(host: str, port: int) -> socket.socket:

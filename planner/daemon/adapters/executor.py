@@ -134,6 +134,18 @@ class ExecutorApplier:
         dram = {j: self.dram_of(j) for g in target.groups for j in g.members}
         return to_state(from_placement({"groups": groups}, self.cluster, dram, self.spec_of))
 
+    def _unreadable(self, target: Placement) -> list[str]:
+        """The target's members whose files (a trace, a model's config.json) no longer read: job and field, never a value."""
+        from planner.daemon.datafiles import unreadable
+
+        out = []
+        for job in sorted(target.jobs()):
+            spec = self.spec_of(job) if self.spec_of is not None else None
+            why = unreadable(spec) if spec is not None else None
+            if why is not None:
+                out.append(f"job '{job}': {why}")
+        return out
+
     def _save(self) -> None:
         if hasattr(self.backend, "save") and not (self.fence is not None and self.fence()):
             self.backend.save()
@@ -213,22 +225,39 @@ class ExecutorApplier:
         if self.fence is not None and self.fence():
             return ApplyResult(False, 0, 0, f"not applied: {self.fence()}", interrupted=True)
         self._refresh()
+        digest = f"daemon-plan-{plan_id}"
+        steps, units, notes, order_ms = [], 0, [], 0.0
         try:
-            if self.journal.unfinished() is None:  # nothing journaled: settle what the cluster itself shows half migrated
+            cur = self.journal.unfinished()
+            if cur is None:  # nothing journaled: settle what the cluster itself shows half migrated
                 from executor.recover import settle
 
                 for note in settle(self.backend):
                     log.warning("recovered without a journal: %s", note)
-            t0 = time.perf_counter()
-            plan = diff(observe(self.backend), self._target_state(target), stage=True)
-            order_ms = (time.perf_counter() - t0) * 1e3
+            journaled = cur["steps"] if cur is not None and cur["plan_digest"] == digest else None
+            if journaled is not None:
+                # this plan's interrupted apply: the journaled steps are carried out (a new diff would be
+                # dropped), so the target, whose DRAM estimate reads every member's files, is not built
+                units = len({s.unit for s in journaled})
+            else:
+                t0 = time.perf_counter()
+                try:
+                    state = self._target_state(target)
+                except ValueError:  # (TraceError, HFConfigError) a file a member's spec names may no longer read
+                    gone = self._unreadable(target)
+                    if not gone:
+                        raise
+                    return ApplyResult(False, 0, 0, "not applied: a file a job's spec names can no longer be read: " + "; ".join(gone))
+                plan = diff(observe(self.backend), state, stage=True)
+                order_ms = (time.perf_counter() - t0) * 1e3
+                steps, units, notes = plan.steps, len(plan.units), plan.notes
         except UserError as exc:
             return ApplyResult(False, 0, 0, f"the executor refuses the target: {exc.render()}")
 
         ex = Executor(self.backend, self.journal, on_step=self._on_step(should_stop), fence=self.fence)
-        total = len(plan.steps)
+        total = len(journaled) if journaled is not None else len(steps)
         try:
-            res = ex.apply(plan.steps, name=f"daemon plan {plan_id}", digest=f"daemon-plan-{plan_id}", fence_epoch=self.fence_epoch())
+            res = ex.apply(steps, name=f"daemon plan {plan_id}", digest=digest, fence_epoch=self.fence_epoch())
         except Fenced as exc:  # superseded: nothing more is done or saved; the new holder resumes the apply
             log.error("fenced: %s", exc)
             return ApplyResult(False, 0, total, f"fenced: {exc}", interrupted=True)
@@ -250,9 +279,9 @@ class ExecutorApplier:
             for job in sorted(running):
                 submit_requests(self.backend, job, self.requests_per_job)
             self._save()
-        notes = "".join(f"; {n}" for n in plan.notes)
-        return ApplyResult(True, res.steps_run, total, f"executor apply #{res.apply_id}: {res.steps_run} step(s) in "
-                           f"{len(plan.units)} unit(s), ordered in {order_ms:.1f} ms" + (" (resumed)" if res.resumed else "") + notes,
+        said = ("" if journaled is not None else f", ordered in {order_ms:.1f} ms") + (" (resumed)" if res.resumed else "") \
+            + "".join(f"; {n}" for n in notes)
+        return ApplyResult(True, res.steps_run, total, f"executor apply #{res.apply_id}: {res.steps_run} step(s) in {units} unit(s)" + said,
                            running=running)
 
     def resume(self, plan_id: int, target: Placement, *, now: float, should_stop: Callable[[], bool]) -> ApplyResult:
