@@ -20,6 +20,12 @@ from tests.conftest import ROOT
 from tests.executor.test_exec_cli import _plan
 
 DEADLINE_S = 300.0  # a sim apply takes seconds; this only bounds a hung one
+#: each case runs real applies (4-6 s): the default suite takes the first of each list, RL_PLANNER_SLOW=1 all
+SLOW = os.environ.get("RL_PLANNER_SLOW") == "1"
+
+
+def _cases(*cases: str) -> list[str]:
+    return list(cases) if SLOW else list(cases[:1])
 
 
 def _unprivileged() -> list[str]:
@@ -54,7 +60,7 @@ def _refused(r: subprocess.CompletedProcess, *needles: str) -> None:
         assert n in r.stderr, (n, r.stderr)
 
 
-@pytest.mark.parametrize("which", ["j.db", "sim.db"])
+@pytest.mark.parametrize("which", _cases("j.db", "sim.db"))
 def test_read_only_wal_and_shm_left_by_a_killed_apply_are_refused_before_the_resume_or_rollback(tmp_path, which):
     _unprivileged()
     d = tmp_path / "s"
@@ -82,7 +88,7 @@ def test_read_only_wal_and_shm_left_by_a_killed_apply_are_refused_before_the_res
     assert r.returncode == 0 and "(resumed)" in r.stdout, (r.stdout, r.stderr[-3000:])
 
 
-@pytest.mark.parametrize("flag", ["--journal", "--sim-state"])
+@pytest.mark.parametrize("flag", _cases("--journal", "--sim-state"))
 def test_a_missing_folder_under_a_read_only_one_is_refused_naming_it(tmp_path, flag):
     _unprivileged()
     ro = tmp_path / "ro"
@@ -104,7 +110,7 @@ def test_a_missing_folder_under_a_read_only_one_is_refused_naming_it(tmp_path, f
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-@pytest.mark.parametrize("what", ["sim.db", "j.db", "folder"])
+@pytest.mark.parametrize("what", _cases("folder", "sim.db", "j.db"))
 def test_a_read_only_file_or_folder_is_refused_with_the_chmod_and_nothing_touched(tmp_path, what):
     """The same check as test_exec_cli's (which fakes os.access), under real permissions."""
     _unprivileged()
