@@ -38,6 +38,10 @@ def run(args) -> int:
     from planner.safeload import read_text
     from planner.schema.loader import load_scenario_data
 
+    if args.out != "-":  # an output it cannot write is refused before the config is read
+        from planner.commands._args import check_outputs
+
+        check_outputs(args, "out")
     where = args.config
     text = read_text(args.config, what="job config", where="CONFIG")
     if args.framework == "verl":

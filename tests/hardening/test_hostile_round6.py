@@ -1,0 +1,48 @@
+"""Low-severity gaps left by the session-45 audits (docs/security.md, Round 6): an output path ending
+in '/' written as a file named like the folder, empty paths taken for "not given", a flow-style YAML
+plan reported as bad JSON, and a trace CSV row missing a field skipped. Each: exit 2, the option,
+field or line named, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.hardening.test_hostile_inputs import run_inprocess
+from tests.hardening.test_hostile_round3 import SCENARIO, _refused
+
+NEW = "{d}/new/"  # a folder that does not exist, written with a trailing slash
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["plan", str(SCENARIO), "-o", NEW], "--out"),
+    (["plan", str(SCENARIO), "-o", "{d}/p.yaml", "--plot", NEW], "--plot"),
+    (["plan", str(SCENARIO), "-o", "{d}/p.yaml", "--save-instance", NEW], "--save-instance"),
+    (["admit", str(SCENARIO), "--current", "{d}/missing.yaml", "--job", "small-a", "-o", NEW], "--out"),
+    (["realloc", "{d}/missing.json", "--out", NEW], "--out"),
+    (["init", "--from", "verl", "{d}/missing.yaml", "-o", NEW], "--out"),
+], ids=["plan-o", "plan-plot", "plan-save-instance", "admit-o", "realloc-out", "init-o"])
+def test_an_output_file_path_ending_in_a_slash_is_refused_not_written_as_a_file(argv, option, tmp_path):
+    """``-o results/`` (no such folder) wrote a file named ``results``, after the whole solve."""
+    rc, output, _cpu, rss = run_inprocess([a.format(d=tmp_path) for a in argv])
+    _refused(rc, output, rss, option, "ends in '/'", "give a file's path")
+    assert not list(tmp_path.iterdir()), "something was written"
+
+
+def test_an_output_file_path_naming_a_folder_or_under_a_file_is_refused(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "f").write_text("x")
+    for out, words in ((f"{tmp_path}", "is a directory"), (f"{tmp_path}/sub/", "is a directory"),
+                       (f"{tmp_path}/f/", "ends in '/'"), (f"{tmp_path}/f/p.yaml", "is a file, not a folder")):
+        rc, output, _cpu, rss = run_inprocess(["plan", str(SCENARIO), "-o", out])
+        _refused(rc, output, rss, "--out", words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "sub"] and not list((tmp_path / "sub").iterdir())
+    assert (tmp_path / "f").read_text() == "x"
+
+
+@pytest.mark.parametrize("command", ["simulate", "whatif"])
+def test_a_folder_output_ending_in_a_slash_is_that_folder(command, tmp_path):
+    """``simulate``/``whatif --out`` name a folder: ``--out new/`` creates it and writes inside."""
+    argv = [command, str(SCENARIO), "--out", f"{tmp_path}/new/"] + (["--policy", "solo-d"] if command == "simulate" else [])
+    rc, output, _cpu, _rss = run_inprocess(argv)
+    assert rc == 0, output[-2000:]
+    assert (tmp_path / "new").is_dir() and len(list((tmp_path / "new").iterdir())) >= 2
