@@ -46,3 +46,36 @@ def test_a_folder_output_ending_in_a_slash_is_that_folder(command, tmp_path):
     rc, output, _cpu, _rss = run_inprocess(argv)
     assert rc == 0, output[-2000:]
     assert (tmp_path / "new").is_dir() and len(list((tmp_path / "new").iterdir())) >= 2
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", str(SCENARIO), "-o", "{d}/p.yaml", "--plot", ""],
+    ["plan", str(SCENARIO), "-o", "{d}/p.yaml", "--current", ""],
+    ["plan", str(SCENARIO), "-o", "{d}/p.yaml", "--slo-curve", "--slo-curve-plot", " "],
+    ["admit", str(SCENARIO), "--current", "", "--job", "small-a"],
+    ["simulate", str(SCENARIO), "--plan", ""],
+    ["validate-plan", str(SCENARIO), ""],
+    ["validate", ""],
+    ["status", "--sim-state", ""],
+    ["status", "--journal", ""],
+    ["apply", "{d}/p.yaml", "--dry-run", "--sim-state", ""],
+    ["apply", "{d}/p.yaml", "--dry-run", "--journal", ""],
+    ["apply", "{d}/p.yaml", "--dry-run", "--scenario", ""],
+    ["realloc", "{d}/s.json", "--decision", "completion", "--context", ""],
+    ["daemon", "--state", ""],
+    ["daemon", "--ready-file", ""],
+], ids=["plan-plot", "plan-current", "plan-slo-curve-plot", "admit-current", "simulate-plan", "validate-plan-plan",
+        "validate-scenario", "status-sim-state", "status-journal", "apply-sim-state", "apply-journal", "apply-scenario",
+        "realloc-context", "daemon-state", "daemon-ready-file"])
+def test_an_empty_path_is_refused_naming_the_option(argv, tmp_path, monkeypatch):
+    """``--plot ''`` drew nothing and ``--current ''`` planned from scratch, without a word; an empty
+    ``--sim-state``/``--journal`` took the default file."""
+    monkeypatch.chdir(tmp_path)
+    argv = [a.format(d=tmp_path) for a in argv]
+    option = argv[argv.index("") - 1] if "" in argv else argv[-2]
+    rc, output, _cpu, rss = run_inprocess(argv)
+    _refused(rc, output, rss, "is empty, not a path")
+    if option.startswith("-"):
+        assert f"argument {option}" in output or f"argument {option}/" in output, output[-2000:]
+    assert not list(tmp_path.iterdir()), "something was written"
+
