@@ -5,10 +5,13 @@ field or line named, no traceback, nothing written."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from tests.hardening.test_hostile_inputs import run_inprocess
-from tests.hardening.test_hostile_round3 import SCENARIO, _refused
+from tests.hardening.test_hostile_round3 import ROOT, SCENARIO, _refused
 
 NEW = "{d}/new/"  # a folder that does not exist, written with a trailing slash
 
@@ -79,3 +82,53 @@ def test_an_empty_path_is_refused_naming_the_option(argv, tmp_path, monkeypatch)
         assert f"argument {option}" in output or f"argument {option}/" in output, output[-2000:]
     assert not list(tmp_path.iterdir()), "something was written"
 
+
+
+MICRO = ROOT / "scenarios" / "weave-micro.yaml"
+
+
+def _block_and_flow_plans(tmp_path: Path) -> tuple[Path, Path]:
+    block = tmp_path / "p.yaml"
+    rc, output, _cpu, _rss = run_inprocess(["plan", str(MICRO), "-o", str(block), "--time-limit", "20"])
+    assert rc == 0, output[-2000:]
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(yaml.safe_dump(yaml.safe_load(block.read_text()), default_flow_style=True))
+    assert flow.read_text().startswith("{") and "\n" in flow.read_text().strip()
+    return block, flow
+
+
+def test_a_flow_style_yaml_plan_is_read_as_yaml_and_judged_as_the_block_style_one(tmp_path):
+    """``{kind: PlacementPlan, ...}`` (YAML, starting with '{') was refused as bad JSON."""
+    block, flow = _block_and_flow_plans(tmp_path)
+    for argv in (["validate-plan", str(MICRO), "{p}"], ["simulate", str(MICRO), "--plan", "{p}"],
+                 ["apply", "{p}", "--scenario", str(MICRO), "--dry-run", "--sim-state", str(tmp_path / "s.sqlite")]):
+        seen = []
+        for p in (block, flow):
+            rc, output, _cpu, _rss = run_inprocess([a.format(p=p) for a in argv])
+            assert rc == 0, output[-2000:]
+            seen.append("".join(output.split()).replace(str(p), "PLAN"))  # (the tables wrap a long path)
+        assert seen[0] == seen[1], argv[0]
+    # the same wrong value in either style: the same refusal
+    for p in (block, flow):
+        doc = yaml.safe_load(p.read_text())
+        doc["body"]["groups"][0]["members"][0]["moved"] = "yes"
+        p.write_text(yaml.safe_dump(doc, default_flow_style=p is flow))
+        rc, output, _cpu, rss = run_inprocess(["validate-plan", str(MICRO), str(p)])
+        _refused(rc, output, rss, "body.groups.0.members.0.moved")
+        assert "JSON" not in output, output[-2000:]
+
+
+def test_a_broken_flow_style_plan_is_a_yaml_problem_at_its_line(tmp_path):
+    (tmp_path / "flow.yaml").write_text("{kind: PlacementPlan,\n version: 1,\n body: {groups: [}\n")
+    for argv in (["validate-plan", str(MICRO), "{d}/flow.yaml"], ["simulate", str(MICRO), "--plan", "{d}/flow.yaml"],
+                 ["apply", "{d}/flow.yaml", "--dry-run", "--sim-state", "{d}/s.sqlite"]):
+        rc, output, _cpu, rss = run_inprocess([a.format(d=tmp_path) for a in argv])
+        _refused(rc, output, rss, f"{tmp_path}/flow.yaml:3", "not valid YAML")
+        assert "JSON" not in output, output[-2000:]
+    (tmp_path / "flow.yaml").write_text("{version: 1, groups: []}\n")
+    rc, output, _cpu, rss = run_inprocess(["validate-plan", str(MICRO), str(tmp_path / "flow.yaml")])
+    _refused(rc, output, rss, "not a plan document: no 'kind' field")
+    # a file named .json is JSON: not JSON there is still a JSON problem
+    (tmp_path / "flow.json").write_text("{kind: PlacementPlan, version: 1}\n")
+    rc, output, _cpu, rss = run_inprocess(["validate-plan", str(MICRO), str(tmp_path / "flow.json")])
+    _refused(rc, output, rss, "flow.json:1", "cannot parse as JSON")
