@@ -132,3 +132,32 @@ def test_a_broken_flow_style_plan_is_a_yaml_problem_at_its_line(tmp_path):
     (tmp_path / "flow.json").write_text("{kind: PlacementPlan, version: 1}\n")
     rc, output, _cpu, rss = run_inprocess(["validate-plan", str(MICRO), str(tmp_path / "flow.json")])
     _refused(rc, output, rss, "flow.json:1", "cannot parse as JSON")
+
+
+def _own_trace(tmp_path: Path, csv_text: str) -> Path:
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "own-trace.csv").write_text(csv_text)
+    scenario = tmp_path / "own-trace.yaml"
+    scenario.write_text((ROOT / "scenarios" / "own-trace.yaml").read_text())
+    return scenario
+
+
+def test_a_trace_csv_row_missing_a_field_is_refused_naming_the_file_line_and_field(tmp_path):
+    """A row shorter than the header was skipped in silence (its value for the column read as an empty cell)."""
+    rows = (ROOT / "scenarios" / "traces" / "own-trace.csv").read_text().splitlines()
+    text = "\n".join(rows[:5] + ["", "5,300,,0.5", "6,700"] + rows[5:]) + "\n"  # line 6 blank, line 7 an empty cell, line 8 short
+    scenario = _own_trace(tmp_path, text)
+    for argv in (["validate", str(scenario)], ["plan", str(scenario), "-o", str(tmp_path / "p.yaml")]):
+        rc, output, _cpu, rss = run_inprocess(argv)
+        _refused(rc, output, rss, f"{tmp_path}/traces/own-trace.csv:8", "2 of the header's 4 fields", "no 'response_tokens', 'tool_s'",
+                 "jobs[0].rollout.response_lengths")
+        assert ":7:" not in output and ":6:" not in output, output[-2000:]
+    assert not (tmp_path / "p.yaml").exists()
+
+
+def test_a_trace_csv_with_empty_cells_and_blank_lines_still_reads(tmp_path):
+    """Empty cells are skipped as docs/workloads.md says; a blank line is no row."""
+    rows = (ROOT / "scenarios" / "traces" / "own-trace.csv").read_text().splitlines()
+    scenario = _own_trace(tmp_path, "\n".join(rows[:5] + ["", "5,300,,", ",,,"] + rows[5:]) + "\n\n")
+    rc, output, _cpu, _rss = run_inprocess(["validate", str(scenario)])
+    assert rc == 0, output[-2000:]
