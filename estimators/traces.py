@@ -71,7 +71,8 @@ MAX_TRACE_VALUE = 1e9        # tokens or seconds
 
 
 def read_column(path: str | Path, column: str) -> np.ndarray:
-    """The numeric values of ``column`` in a CSV or JSONL trace file (empty cells are skipped)."""
+    """The numeric values of ``column`` in a CSV or JSONL trace file (empty cells are skipped; a CSV
+    row with fewer fields than the header is refused, naming its line and the missing fields)."""
     p = Path(path)
     if not p.is_file():  # also refuses directories, devices and FIFOs (/dev/zero)
         raise TraceError(f"trace file {p} not found or not a regular file",
@@ -101,8 +102,17 @@ def _read_column_cached(path: str, column: str, _mtime_ns: int) -> np.ndarray:
                 raise TraceError(f"{p}: no column '{column}' in the header row ({len(header)} column(s))",
                                  "name one of the header's columns in 'column'")
             at = header.index(column)
-            for i, row in enumerate(reader, start=2):
-                raw = (row[at] if at < len(row) else "").strip()
+            for row in reader:
+                i = reader.line_num  # the file's line (a quoted field may span lines)
+                if len(row) < len(header):
+                    if not any(f.strip() for f in row):
+                        continue  # a blank line
+                    missing = header[len(row):]
+                    raise TraceError(f"{p}:{i}: the row has {len(row)} of the header's {len(header)} fields: no "
+                                     + ", ".join(f"'{m}'" for m in missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""),
+                                     "give every row a field for each header column (an empty field between the separators "
+                                     "is skipped), or remove that row")
+                raw = row[at].strip()
                 if raw:
                     vals.append(_number(raw, p, i, column))
                 if i > MAX_TRACE_ROWS:

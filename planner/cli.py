@@ -131,25 +131,9 @@ def one_blas_thread() -> None:
         os.environ.setdefault(var, "1")
 
 
-#: options that name a file or folder to write: an empty value was taken for "not given" (the
-#: default path, or nothing written at all) where the user meant some path
-OUTPUT_OPTIONS = ("out", "save_instance")
-
-
-def _check_outputs(args) -> None:
-    from planner.errors import Problem
-
-    for name in OUTPUT_OPTIONS:
-        value = getattr(args, name, None)
-        if isinstance(value, str) and not value.strip():
-            flag = "--" + name.replace("_", "-")
-            raise UserError(Problem(flag, f"{flag} is empty", f"give a path, or leave {flag} out for the default"))
-
-
 def _run(args) -> int:
     debug = args.debug or os.environ.get("RL_PLANNER_DEBUG") == "1"
     try:
-        _check_outputs(args)
         rc = args._run(args)
         return int(rc or 0)
     except UserError as exc:

@@ -222,8 +222,13 @@ def write(doc: PlanDocument, path: str | Path, where: str = "--out") -> None:
 def _parse(text: str, source: str) -> Any:
     from planner import safeload
 
-    is_json = text.lstrip().startswith("{")
-    return safeload.parse(text, source, fmt="json" if is_json else "yaml", limits=_limits(is_json)).data
+    if text.lstrip().startswith("{"):  # JSON, parsed in C; or flow-style YAML, which starts with '{' too
+        try:
+            return safeload.parse(text, source, fmt="json", limits=_limits(True)).data
+        except safeload.NotJSON:
+            if source.lower().endswith(".json"):
+                raise
+    return safeload.parse(text, source, fmt="yaml", limits=_limits(False)).data
 
 
 def loads(text: str, source: str = "<plan>", expect_kind: str | None = None) -> PlanDocument:

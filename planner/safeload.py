@@ -367,6 +367,11 @@ def _no_duplicates(pairs: list) -> dict:
     return out
 
 
+class NotJSON(UserError):
+    """The text is not JSON syntax (a reader that takes YAML too may parse it as that: flow-style
+    YAML starts with ``{`` as JSON does)."""
+
+
 def parse_json(text: str, filename: str = "<input>", *, limits: Limits = LIMITS) -> Any:
     """Strict JSON (no NaN/Infinity), at most ``limits.max_depth`` levels deep."""
     return _parse_json(text, filename, limits)[0]
@@ -379,8 +384,8 @@ def _parse_json(text: str, filename: str, limits: Limits) -> tuple[Any, tuple[bo
     try:
         data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
-        raise _bad(f"cannot parse as JSON: {exc.msg} (column {exc.colno})", "check the brackets, commas and quotes near that line",
-                   f"{filename}:{exc.lineno}") from None
+        raise NotJSON(Problem("", f"cannot parse as JSON: {exc.msg} (column {exc.colno})", "check the brackets, commas and quotes near that line",
+                              source=f"{filename}:{exc.lineno}")) from None
     except ValueError as exc:
         raise _bad(f"cannot parse as JSON: {exc}", "write finite numbers (JSON has no NaN or Infinity) and each key once",
                    filename) from None
@@ -599,5 +604,5 @@ def with_limits(**kw) -> Limits:
     return replace(LIMITS, **kw)
 
 
-__all__ = ["Document", "LIMITS", "Limits", "check_depth", "check_numbers", "decode", "fmt_path", "load", "parse", "parse_json", "parse_yaml",
+__all__ = ["Document", "LIMITS", "Limits", "NotJSON", "check_depth", "check_numbers", "decode", "fmt_path", "load", "parse", "parse_json", "parse_yaml",
            "read_bytes", "read_text", "try_load", "with_limits"]

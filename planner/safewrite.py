@@ -31,14 +31,23 @@ def _refuse(p: Path, why: str, where: str) -> UserError:
 
 def target_kind(path: Union[str, Path], where: str = "") -> str:
     """``"replace"`` (missing or regular: atomic rename) or ``"stream"`` (a character device or a
-    FIFO: written in place); anything else is refused."""
+    FIFO: written in place); anything else is refused. A path given as text that ends in a slash
+    names a folder (``Path`` drops the slash: ``out/`` was written as a file ``out``): refused."""
     p = Path(path)
+    text = os.fspath(path)
+    if text.endswith(("/", os.sep)) and not p.is_dir():
+        stem = text.rstrip("/" + os.sep)
+        raise UserError(Problem(where, f"refusing to write {text}: it ends in '/', so it names a folder, and this output is a file",
+                                f"give a file's path: {stem}/FILE once the folder {stem} exists, or {stem} without the '/'"))
     try:
         st = os.lstat(p)
     except FileNotFoundError:
         if not p.parent.is_dir():
             raise UserError(Problem(where, f"cannot write {p}: the folder {p.parent} does not exist", "create the folder first")) from None
         return "replace"
+    except NotADirectoryError:
+        raise UserError(Problem(where, f"cannot write {p}: a part of the path above it is a file, not a folder",
+                                "give the path of a file in an existing folder")) from None
     mode = st.st_mode
     if stat.S_ISLNK(mode):
         try:
@@ -81,7 +90,7 @@ def _stream(p: Path, data: bytes, where: str) -> None:
 def replacing(path: Union[str, Path], *, private: bool = False, where: str = "", suffix: str = "") -> Iterator[Path]:
     """A temporary path to fill; on a clean exit it becomes ``path`` (see the module's rules)."""
     p = Path(path)
-    kind = target_kind(p, where)
+    kind = target_kind(path, where)  # (the text as given: Path drops a trailing slash)
     folder = p.parent if kind == "replace" else None
     try:
         fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=f".tmp{suffix}", dir=folder)

@@ -1,9 +1,11 @@
-"""Checks of the options several commands share (exit 2 with the option named), and the one
-argparse type for numeric options: :func:`number` (finite, in a range, never NaN or inf)."""
+"""Checks of the options several commands share (exit 2 with the option named), the one argparse
+type for numeric options: :func:`number` (finite, in a range, never NaN or inf), and the one for
+options and arguments that name a file or folder: :func:`path` (never empty)."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Callable, Optional, overload
 
 SECONDS = 1e8           # about 3 years: the most any duration/horizon option takes
@@ -48,6 +50,24 @@ def number(lo: Optional[float] = None, hi: Optional[float] = None, *, kind: type
 
     parse.__name__ = "int" if kind is int else "number"
     return parse
+
+
+def path(text: str) -> str:
+    """An argparse ``type=`` for every option or argument that names a file or folder: the text as
+    given (a trailing ``/`` kept, :func:`planner.safewrite.target_kind` reads it), refused when
+    empty or blank (``--plot ''`` drew nothing, ``--current ''`` planned from scratch and
+    ``--sim-state ''`` took the default file, all without a word). argparse turns the refusal into
+    ``argument --flag: ...`` and exit status 2."""
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is empty, not a path: give a path, or leave the option out (its default)")
+    return text
+
+
+def file_path(text: str) -> Path:
+    """:func:`path` as a :class:`pathlib.Path` (the options whose code takes one)."""
+    return Path(path(text))
 
 
 def seconds(hi: float = SECONDS, *, zero: bool = False) -> Callable[[str], float]:

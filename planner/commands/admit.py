@@ -16,13 +16,15 @@ explained and the command exits 2 without writing anything. For a global re-opti
 
 
 def add_arguments(p) -> None:
-    p.add_argument("input", metavar="INPUT", help="scenario YAML or placement instance that includes the arriving job(s)")
-    p.add_argument("--current", metavar="PLAN", required=True, help="the current PlacementPlan")
+    from planner.commands import _args
+
+    p.add_argument("input", type=_args.path, metavar="INPUT", help="scenario YAML or placement instance that includes the arriving job(s)")
+    p.add_argument("--current", type=_args.path, metavar="PLAN", required=True, help="the current PlacementPlan")
     p.add_argument("--job", action="append", required=True, metavar="NAME", help="job to admit (repeatable, in arrival order)")
     p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None,
                    help="phase-time estimate (scenarios only; default: the one the current plan records, with its margin)")
     p.add_argument("--json", action="store_true", help="print the new plan document as JSON on stdout (also with --out)")
-    p.add_argument("--out", "-o", metavar="FILE", help="write the new plan here (.json: JSON, else YAML); default: "
+    p.add_argument("--out", "-o", type=_args.path, metavar="FILE", help="write the new plan here (.json: JSON, else YAML); default: "
                                                        "NAME.admitted.yaml in the current folder (named in the summary); '-': stdout only")
 
 

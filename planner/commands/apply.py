@@ -19,16 +19,16 @@ or a plan that cannot be reached safely (the reason is printed)."""
 def add_arguments(p) -> None:
     from planner.commands import _args
 
-    p.add_argument("plan", metavar="PLAN", nargs="?", help="plan document (YAML or JSON)")
+    p.add_argument("plan", type=_args.path, metavar="PLAN", nargs="?", help="plan document (YAML or JSON)")
     p.add_argument("--backend", choices=["ray", "sim"], default="sim", help="where workers run (default: sim)")
     p.add_argument("--address", help="Ray cluster address (default: auto); 'local' starts one from the plan's nodes")
     p.add_argument("--dry-run", action="store_true", help="print the steps with their causes; change nothing")
     p.add_argument("--json", action="store_true", help="print the diff (--dry-run) or the outcome as JSON on stdout")
     p.add_argument("--verbose", "-v", action="store_true", help="a line per step outcome (default: only failed or compensated steps)")
-    p.add_argument("--journal", help="SQLite journal (default: beside the sim state, SIM_STATE.journal; with Ray, one per cluster "
+    p.add_argument("--journal", type=_args.path, help="SQLite journal (default: beside the sim state, SIM_STATE.journal; with Ray, one per cluster "
                                      "address under ~/.rl-planner/journals)")
-    p.add_argument("--sim-state", help="sim backend: the saved cluster (default: .rl-planner/sim-state.sqlite)")
-    p.add_argument("--scenario", help="the scenario a PlacementPlan was made from")
+    p.add_argument("--sim-state", type=_args.path, help="sim backend: the saved cluster (default: .rl-planner/sim-state.sqlite)")
+    p.add_argument("--scenario", type=_args.path, help="the scenario a PlacementPlan was made from")
     p.add_argument("--rollback", action="store_true", help="undo the unfinished migration of an interrupted apply")
     p.add_argument("--stage", action="store_true",
                    help="when no capacity-safe order of the migrations exists (e.g. groups that swap nodes), stop the fewest "

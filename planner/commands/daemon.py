@@ -56,8 +56,8 @@ def add_arguments(p) -> None:
 
     from planner.commands import _args
 
-    p.add_argument("--state", type=Path, default=Path("planner-state.sqlite"), help="SQLite state file (default ./planner-state.sqlite)")
-    p.add_argument("--scenario", type=Path, help="cluster scenario (required the first time; its jobs are submitted as a trace)")
+    p.add_argument("--state", type=_args.file_path, default=Path("planner-state.sqlite"), help="SQLite state file (default ./planner-state.sqlite)")
+    p.add_argument("--scenario", type=_args.file_path, help="cluster scenario (required the first time; its jobs are submitted as a trace)")
     p.add_argument("--backend", choices=["sim", "ray"], default="sim", help="where plans are applied (default sim)")
     p.add_argument("--ray-address", help="--backend ray: the Ray cluster (default: auto; 'local' starts one from the cluster's nodes)")
     p.add_argument("--placer", choices=["auto", "weave", "solo"], default="auto",
@@ -71,7 +71,7 @@ def add_arguments(p) -> None:
     p.add_argument("--pace-s", type=_args.seconds(3600.0, zero=True), default=0.0,
         help="virtual clock: wall seconds to wait per cycle (default 0: as fast as possible)")
     s = p.add_argument_group("security (docs/security.md)")
-    s.add_argument("--token-file", type=Path,
+    s.add_argument("--token-file", type=_args.file_path,
                    help="API tokens, one per line: NAME SCOPES TOKEN (scopes read, submit, cancel, telemetry, admin) or a bare admin "
                         "TOKEN; mode 0600. Default STATE.token, created with one admin token at the first start. Every request "
                         "but /healthz and /readyz needs 'Authorization: Bearer <token>'")
@@ -79,8 +79,8 @@ def add_arguments(p) -> None:
     s.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="a Host name the API answers to besides loopback and the listen address (repeatable; '*': any); "
                         "others get 421 (DNS rebinding)")
-    s.add_argument("--tls-cert", type=Path, help="serve HTTPS with this PEM certificate (chain); needs --tls-key")
-    s.add_argument("--tls-key", type=Path, help="the certificate's PEM key")
+    s.add_argument("--tls-cert", type=_args.file_path, help="serve HTTPS with this PEM certificate (chain); needs --tls-key")
+    s.add_argument("--tls-key", type=_args.file_path, help="the certificate's PEM key")
     s.add_argument("--max-connections", type=_args.count(1, 65536), default=256,
                    help="connections served with the normal timeouts; as many more get --busy-timeout-s to send their request; "
                         "beyond twice this the oldest silent one is closed, or 503 (default 256)")
@@ -93,7 +93,7 @@ def add_arguments(p) -> None:
     s.add_argument("--idle-timeout-s", type=_args.seconds(3600.0), default=5.0, help="an idle keep-alive connection is closed after this (default 5)")
     s.add_argument("--rate-limit", type=_args.number(0.0, 1e6), default=200.0, help="requests per second per token, 429 beyond (0: none; default 200)")
     s.add_argument("--rate-burst", type=_args.number(1.0, 1e7), default=400.0, help="requests a token may send at once (default 400)")
-    s.add_argument("--data-dir", type=Path, metavar="DIR",
+    s.add_argument("--data-dir", type=_args.file_path, metavar="DIR",
                    help="trace files a submitted job may name (relative paths inside DIR); without it a job naming a file is refused")
     s.add_argument("--max-context-bytes", type=_args.count(1, 1 << 30), default=16 << 20,
                    help="largest POST /v1/jobs/{name}/realloc-context body (it lists the rollout's unfinished requests; "
@@ -124,8 +124,8 @@ def add_arguments(p) -> None:
     h.add_argument("--lease-ttl-s", type=_args.seconds(3600.0), default=15.0, help="applier lease TTL in wall seconds (default 15)")
     h.add_argument("--until-idle", action="store_true", help="exit once every job has ended")
     h.add_argument("--max-cycles", type=_args.count(1, 10**9), default=None, help="exit after this many cycles")
-    h.add_argument("--ready-file", type=Path, help="write the served URL here once listening")
-    h.add_argument("--sim-state", type=Path, help="simulated cluster's own state file (default STATE.sim)")
+    h.add_argument("--ready-file", type=_args.path, help="write the served URL here once listening")
+    h.add_argument("--sim-state", type=_args.file_path, help="simulated cluster's own state file (default STATE.sim)")
     h.add_argument("--sim-slowdown", type=_range, default=(1.0, 1.0), metavar="LO:HI",
                    help="simulated cluster: each job's true phase times are the estimates x a factor drawn from [LO, HI] (default 1:1)")
     h.add_argument("--sim-noise", type=_args.number(0.0, 1.0), default=0.0, help="simulated cluster: per-iteration noise, e.g. 0.03 for +-3%% (default 0)")
@@ -143,6 +143,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     import logging
+    from pathlib import Path
 
     from planner.daemon.auth import Limits
     from planner.daemon.config import DaemonConfig
@@ -180,7 +181,8 @@ def run(args) -> int:
     host, port = args.listen
     truth = {"slow_lo": args.sim_slowdown[0], "slow_hi": args.sim_slowdown[1], "noise": args.sim_noise, "seed": args.sim_seed}
     opts = Options(state=args.state, scenario=args.scenario, backend=args.backend, placer=args.placer, host=host, port=port, cfg=cfg,
-                   standby=args.standby, wall_s_per_cycle=args.pace_s, sim_state=args.sim_state, sim_truth=truth, ready_file=args.ready_file,
+                   standby=args.standby, wall_s_per_cycle=args.pace_s, sim_state=args.sim_state, sim_truth=truth,
+                   ready_file=Path(args.ready_file) if args.ready_file else None,
                    sim_step_delay_s=args.sim_step_delay_s, sim_requests=args.sim_requests, sim_telemetry=args.sim_telemetry,
                    token_file=args.token_file, insecure=args.insecure, allow_hosts=tuple(args.allow_host), tls_cert=args.tls_cert,
                    tls_key=args.tls_key,

@@ -11,7 +11,9 @@ the solo iteration time on the best pool pair (the reference for ratio SLOs)."""
 
 
 def add_arguments(p) -> None:
-    p.add_argument("scenario", metavar="SCENARIO")
+    from planner.commands import _args
+
+    p.add_argument("scenario", type=_args.path, metavar="SCENARIO")
     p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None,
                    help="rollout time from the maximum response length (default: the scenario's solver.phase_time_estimate) or sampled lengths")
     p.add_argument("--job", action="append", help="only these jobs (repeatable)")

@@ -21,9 +21,11 @@ the field). docs/integration.md has the verl and slime recipes."""
 
 
 def add_arguments(p) -> None:
-    p.add_argument("config", metavar="CONFIG", help="the framework's job config file")
+    from planner.commands import _args
+
+    p.add_argument("config", type=_args.path, metavar="CONFIG", help="the framework's job config file")
     p.add_argument("--from", dest="framework", choices=("verl", "slime"), required=True, help="the framework that wrote CONFIG")
-    p.add_argument("--out", "-o", default="-", help="where to write the scenario (default: standard output)")
+    p.add_argument("--out", "-o", type=_args.path, default="-", help="where to write the scenario (default: standard output)")
     p.add_argument("--gpu-type", default="H100", help="the GPU type of the nodes (a catalogue type; default H100)")
     p.add_argument("--price", type=float, default=None, help="$ per GPU-hour (default: 1, a placeholder)")
     p.add_argument("--name", default="", help="the scenario's and the job's name (default: the experiment's)")
@@ -38,6 +40,10 @@ def run(args) -> int:
     from planner.safeload import read_text
     from planner.schema.loader import load_scenario_data
 
+    if args.out != "-":  # an output it cannot write is refused before the config is read
+        from planner.commands._args import check_outputs
+
+        check_outputs(args, "out")
     where = args.config
     text = read_text(args.config, what="job config", where="CONFIG")
     if args.framework == "verl":

@@ -31,7 +31,7 @@ refused before any solve."""
 def add_arguments(p) -> None:
     from planner.commands import _args
 
-    p.add_argument("input", metavar="INPUT", help="scenario YAML, or a numbers-only placement instance (YAML/JSON)")
+    p.add_argument("input", type=_args.path, metavar="INPUT", help="scenario YAML, or a numbers-only placement instance (YAML/JSON)")
     p.add_argument("--backend", choices=["auto", "fast", "colgen", "highs", "cpsat", "greedy"], default=None,
                    help="solver (default: the scenario's solver.backend, else auto)")
     p.add_argument("--time-limit", type=_args.number(hi=_args.TIME_LIMIT_S), default=None, metavar="S",
@@ -39,22 +39,22 @@ def add_arguments(p) -> None:
                         "scenario's solver.time_limit_s, else 60)")
     p.add_argument("--mip-gap", type=_args.number(hi=1.0), default=None, help="relative gap at which a solve may stop (default 1e-4)")
     p.add_argument("--threads", type=_args.number(1, _args.MAX_THREADS, kind=int), default=None, help="solver threads (default: the scenario's, else 1)")
-    p.add_argument("--current", metavar="CURRENT_PLAN",
+    p.add_argument("--current", type=_args.path, metavar="CURRENT_PLAN",
                    help="the current PlacementPlan (a plan file, not a scenario): warm start, keep its groups' nodes, price moves")
     p.add_argument("--move-price", type=_args.number(0.0, 1e4), default=None, metavar="USD_PER_H", help="$/h charged per moved job")
     p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None, help="phase-time estimate (scenarios only)")
     p.add_argument("--json", action="store_true", help="print the plan document as JSON on stdout (also with --out)")
     p.add_argument("--margin", type=_args.number(0.0, 1.0), default=0.0, metavar="F",
                    help="explicit headroom: every phase time x (1 + F) on the same model, SLOs unchanged (scenarios only)")
-    p.add_argument("--out", "-o", metavar="FILE", help="write the plan document here (.json: JSON, else YAML); default: "
+    p.add_argument("--out", "-o", type=_args.path, metavar="FILE", help="write the plan document here (.json: JSON, else YAML); default: "
                                                        "NAME.plan.yaml in the current folder (named in the summary); '-': stdout only")
-    p.add_argument("--plot", metavar="PNG", help="write a timeline of one meta-iteration per group (rollout and training lanes)")
-    p.add_argument("--save-instance", metavar="FILE",
+    p.add_argument("--plot", type=_args.path, metavar="PNG", help="write a timeline of one meta-iteration per group (rollout and training lanes)")
+    p.add_argument("--save-instance", type=_args.path, metavar="FILE",
                    help="also write the numbers-only instance the plan was computed from (with the plan; a refused command writes neither)")
     p.add_argument("--allow-unplaced", action="store_true", help="write the plan even when some jobs cannot be placed (exit 0)")
     p.add_argument("--slo-curve", action="store_true", help="scenarios: also plan on each phase-time estimate (sampled, p90, p99, "
                    "max), simulate each plan and print its $/h against its simulated SLO attainment (recorded in the plan)")
-    p.add_argument("--slo-curve-plot", metavar="PNG", help="with --slo-curve: draw the curve")
+    p.add_argument("--slo-curve-plot", type=_args.path, metavar="PNG", help="with --slo-curve: draw the curve")
 
 
 def _check_args(args) -> None:

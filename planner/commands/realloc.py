@@ -21,12 +21,12 @@ def add_arguments(p) -> None:
     from planner.commands import _args
     from simulator.defaults import WINDOW_S
 
-    p.add_argument("snapshot", metavar="SNAPSHOT", help="YAML/JSON snapshot, a list of snapshots, or .jsonl")
-    p.add_argument("--scenario", help="scenario YAML for model sizes, GPU types and node groups")
+    p.add_argument("snapshot", type=_args.path, metavar="SNAPSHOT", help="YAML/JSON snapshot, a list of snapshots, or .jsonl")
+    p.add_argument("--scenario", type=_args.path, help="scenario YAML for model sizes, GPU types and node groups")
     p.add_argument("--backend", choices=["bnb", "highs", "cpsat", "dp", "pyomo"], default="bnb",
                    help="bnb (exact branch and bound, default), highs (highspy), cpsat, dp (exact, single pool only), "
                         "pyomo (Pyomo + HiGHS reference)")
-    p.add_argument("--out", help="write the plan document here (.json: JSON, else YAML)")
+    p.add_argument("--out", type=_args.path, help="write the plan document here (.json: JSON, else YAML)")
     p.add_argument("--margin", type=_args.number(hi=1e3), default=0.05,
         help="commit only when the objective beats the current throughput by this fraction (default 0.05)")
     p.add_argument("--candidates", type=_args.number(hi=1024, kind=int), default=8,
@@ -45,7 +45,7 @@ def add_arguments(p) -> None:
                    help="planner (default: the min-over-stages throughput planner, a ReallocPlan with steps) or completion "
                         "(the decision `planner simulate --policy dynamic` makes: moves judged on the iteration's predicted "
                         "completion time; needs --scenario and --context; prints or writes the decision record)")
-    p.add_argument("--context", help="with --decision completion: the job's reallocation context at the last snapshot (JSON: "
+    p.add_argument("--context", type=_args.path, help="with --decision completion: the job's reallocation context at the last snapshot (JSON: "
                                      "components' GPUs, rates, queued work and the rollout's unfinished requests; "
                                      "planner.instances.completion_io)")
     p.add_argument("--verbose", "-v", action="store_true",

@@ -52,13 +52,13 @@ def add_arguments(p) -> None:
     from planner.commands import _args
     from simulator.defaults import PLAN_ITERATIONS, PLAN_MAX_REPLICATIONS, PLAN_MIN_ITERATIONS, PLAN_SAMPLES, PLAN_SKIP, WINDOW_S
 
-    p.add_argument("scenario", metavar="SCENARIO")
+    p.add_argument("scenario", type=_args.path, metavar="SCENARIO")
     p.add_argument("--policy", metavar="P", help=f"one of: {', '.join(JOB_POLICIES + TRACE_POLICIES)}")
-    p.add_argument("--plan", metavar="PLAN", help="simulate this PlacementPlan as written (its groups, pools, pins and orders) "
+    p.add_argument("--plan", type=_args.path, metavar="PLAN", help="simulate this PlacementPlan as written (its groups, pools, pins and orders) "
                                                    "on the scenario's cluster: planned vs simulated cycle per group, SLO "
                                                    "attainment per job (instead of --policy)")
     p.add_argument("--seed", type=_args.number(0, 2**31 - 1, kind=int), default=0, help="random seed (same seed, same result)")
-    p.add_argument("--out", metavar="DIR", help="write summary.json and PNG plots into DIR")
+    p.add_argument("--out", type=_args.path, metavar="DIR", help="write summary.json and PNG plots into DIR")
     p.add_argument("--job", help="the job to simulate request by request (scenarios with several jobs)")
     p.add_argument("--iterations", type=_args.count(1, 1000), default=None,
                    help=f"iterations of the job (default 2); with --plan: meta-iterations of each group "

@@ -10,10 +10,12 @@ epoch); the request ledger; and the last applies in the journal. --json prints t
 
 
 def add_arguments(p) -> None:
+    from planner.commands import _args
+
     p.add_argument("--backend", choices=["ray", "sim"], default="sim")
     p.add_argument("--address", help="Ray cluster address (default: auto)")
-    p.add_argument("--sim-state", help="sim backend: the saved cluster (default: .rl-planner/sim-state.sqlite)")
-    p.add_argument("--journal", help="SQLite journal (default: beside the sim state; with Ray, one per cluster address)")
+    p.add_argument("--sim-state", type=_args.path, help="sim backend: the saved cluster (default: .rl-planner/sim-state.sqlite)")
+    p.add_argument("--journal", type=_args.path, help="SQLite journal (default: beside the sim state; with Ray, one per cluster address)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 

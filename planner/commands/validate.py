@@ -12,7 +12,9 @@ every file is valid, 2 otherwise."""
 
 
 def add_arguments(p) -> None:
-    p.add_argument("scenarios", nargs="+", metavar="SCENARIO", help="scenario YAML file(s)")
+    from planner.commands import _args
+
+    p.add_argument("scenarios", nargs="+", type=_args.path, metavar="SCENARIO", help="scenario YAML file(s)")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
     p.add_argument("--json", action="store_true", help="print one JSON object per file: ok, name, jobs, nodes or the problems")
 

@@ -18,8 +18,10 @@ input (its recorded digest differs from INPUT's) is refused in one line unless -
 
 
 def add_arguments(p) -> None:
-    p.add_argument("input", metavar="INPUT", help="scenario YAML, or a numbers-only placement instance")
-    p.add_argument("plan", metavar="PLAN", help="a PlacementPlan document")
+    from planner.commands import _args
+
+    p.add_argument("input", type=_args.path, metavar="INPUT", help="scenario YAML, or a numbers-only placement instance")
+    p.add_argument("plan", type=_args.path, metavar="PLAN", help="a PlacementPlan document")
     p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None,
                    help="phase-time estimate (scenarios only; default: the one the plan records, with its margin)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout: ok, the plan's totals, each violation")

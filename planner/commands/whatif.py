@@ -29,7 +29,7 @@ command explains why and exits 2 without writing anything."""
 def add_arguments(p) -> None:
     from planner.commands import _args
 
-    p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML (node groups = owned nodes, gpu_types.<T>.max_nodes, prices)")
+    p.add_argument("scenario", type=_args.path, metavar="SCENARIO", help="scenario YAML (node groups = owned nodes, gpu_types.<T>.max_nodes, prices)")
     p.add_argument("--sweep", action="append", default=[], metavar="KEY=START:STOP:STEPS",
                    help="sweep a key over STEPS values from START to STOP (repeat for a grid)")
     p.add_argument("--styles", action="store_true", help="also solve Solo-D and colocated deployments for comparison")
@@ -37,7 +37,7 @@ def add_arguments(p) -> None:
     par.add_argument("--workers", type=_args.number(1, _args.MAX_WORKERS, kind=int), default=None, metavar="N",
         help="local worker processes for a sweep (default: CPU count)")
     par.add_argument("--ray-address", metavar="ADDR", help="run the sweep's points as tasks on this Ray cluster ('local': start one here)")
-    p.add_argument("--out", "-o", metavar="DIR", help="write the plan, table, CSV and plots into this folder")
+    p.add_argument("--out", "-o", type=_args.path, metavar="DIR", help="write the plan, table, CSV and plots into this folder")
     p.add_argument("--time-limit", type=_args.number(hi=_args.TIME_LIMIT_S), default=None, metavar="S",
                    help="wall-clock limit per solve (default: the scenario's solver.time_limit_s)")
     p.add_argument("--mip-gap", type=_args.number(hi=1.0), default=None, help="relative gap at which a solve may stop (default: the scenario's)")
