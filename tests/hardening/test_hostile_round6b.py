@@ -8,12 +8,13 @@ the field, key or job named with its fix, no traceback, nothing written."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 from tests.hardening.test_hostile_inputs import run_inprocess
 from tests.hardening.test_hostile_round3 import _refused
 
@@ -71,3 +72,78 @@ def test_the_switch_tables_keys_are_checked_too_and_plain_keys_still_plan(tmp_pa
     (tmp_path / "ok.json").write_text(json.dumps(yaml.safe_load(INSTANCE.read_text())))
     rc, output, _cpu, _rss = run_inprocess(["plan", str(tmp_path / "ok.json"), "--time-limit", "5", "-o", str(tmp_path / "p.yaml")])
     assert rc == 0, output[-2000:]
+
+
+# ------------------------------------------------------------------ 2. daemon state values of the wrong JSON type
+SCENARIO = ROOT / "scenarios" / "ci" / "tiny-2jobs.yaml"
+
+KV_EDITS = [
+    ("cycle", '"abc"', "a whole number >= 0"),
+    ("cycle", "true", "a whole number >= 0"),
+    ("telemetry_cursor", "-3", "a whole number >= 0"),
+    ("clock_s", '"x"', "a number or null"),
+    ("last_cycle_at", "[1]", "a number or null"),
+    ("cost_usd", "true", "a number"),
+    ("migration_usd", "null", "a number"),
+    ("realloc_at", '{"a": "soon"}', "job name -> clock seconds"),
+    ("sample_mark", '{"a": 1.5}', "job name -> iteration"),
+    ("estimates", '{"ratios": {"a": {"rollout": ["x"]}}}', "ratios, factor and errors"),
+    ("phase_timer", "[1]", "job name -> {iteration, rollout_end, last_time}"),
+    ("phase_timer", '{"a": {"rollout_end": 1}}', "job name -> {iteration, rollout_end, last_time}"),
+    ("move_budget", '"x"', "{tokens, updated_at}"),
+    ("cluster", '{"at": 0}', "at, backend, nodes and components"),
+]
+
+
+@pytest.fixture(scope="module")
+def daemon_state(tmp_path_factory) -> Path:
+    """A state file the daemon wrote in two virtual cycles (every kv key the loop keeps is in it)."""
+    state = tmp_path_factory.mktemp("state") / "ok.sqlite"
+    proc = run_cli("daemon", "--scenario", str(SCENARIO), "--state", str(state), "--clock", "virtual", "--max-cycles", "2",
+                   "--listen", "127.0.0.1:0", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    keys = {k for (k,) in sqlite3.connect(state).execute("SELECT key FROM kv")}
+    assert {k for k, _v, _w in KV_EDITS} <= keys, keys
+    return state
+
+
+def _edited(state: Path, copy_path: Path, key: str, value: str | None) -> Path:
+    src, dst = sqlite3.connect(state), sqlite3.connect(copy_path)
+    src.backup(dst)
+    src.close()
+    if value is None:
+        dst.execute("DELETE FROM kv WHERE key=?", (key,))
+    else:
+        dst.execute("UPDATE kv SET value=? WHERE key=?", (value, key))
+    dst.commit()
+    dst.close()
+    return copy_path
+
+
+@pytest.mark.parametrize("key,value,expected", KV_EDITS, ids=[f"{k}={v}" for k, v, _ in KV_EDITS])
+def test_a_state_value_of_the_wrong_json_type_is_refused_when_the_file_is_opened(daemon_state, tmp_path, key, value, expected):
+    """What the daemon's start runs on the state file (``Store.check_contents``): the file, the key,
+    the expected type and the fix, not an internal error in the first cycle or a 500 from the API."""
+    from planner.daemon.store import StateFileError, Store
+
+    path = _edited(daemon_state, tmp_path / "s.sqlite", key, value)
+    store = Store(path)
+    with pytest.raises(StateFileError) as exc:
+        store.check_contents()
+    text = f"{exc.value} {exc.value.fix}"
+    assert str(path) in text and f"kv value '{key}'" in text and expected in text, text
+    assert "restore the state file from a copy" in text and f"DELETE FROM kv WHERE key='{key}'" in text, text
+
+
+def test_the_daemon_refuses_a_hand_edited_cycle_and_starts_once_the_value_is_deleted(daemon_state, tmp_path):
+    bad = _edited(daemon_state, tmp_path / "bad.sqlite", "cycle", '"abc"')
+    args = ["--clock", "virtual", "--max-cycles", "3", "--listen", "127.0.0.1:0"]
+    proc = run_cli("daemon", "--state", str(bad), *args, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    for words in ("--state", str(bad), "kv value 'cycle'", "a whole number >= 0", "DELETE FROM kv WHERE key='cycle'"):
+        assert words in proc.stderr, (words, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr[-3000:]
+    # the fix it names works: without the value the loop starts it afresh
+    fixed = _edited(daemon_state, tmp_path / "fixed.sqlite", "cycle", None)
+    proc = run_cli("daemon", "--state", str(fixed), *args, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
