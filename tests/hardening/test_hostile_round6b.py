@@ -7,6 +7,7 @@ the field, key or job named with its fix, no traceback, nothing written."""
 
 from __future__ import annotations
 
+import copy
 import json
 import sqlite3
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, run_cli
+from tests.hardening.test_apply_precheck import TINY, run
 from tests.hardening.test_hostile_inputs import run_inprocess
 from tests.hardening.test_hostile_round3 import _refused
 
@@ -147,3 +149,32 @@ def test_the_daemon_refuses_a_hand_edited_cycle_and_starts_once_the_value_is_del
     fixed = _edited(daemon_state, tmp_path / "fixed.sqlite", "cycle", None)
     proc = run_cli("daemon", "--state", str(fixed), *args, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ 3. an empty or malformed scenario_digest
+DIGESTS = {"empty": "", "short": "3f2a", "not-hex": "z" * 16, "upper": "ABCDEF0123456789", "too-long": "0" * 17}
+
+
+@pytest.mark.parametrize("case", sorted(DIGESTS))
+def test_validate_plan_and_apply_refuse_an_empty_or_malformed_digest(good_plan, tmp_path, case):
+    d = copy.deepcopy(good_plan)
+    d["scenario_digest"] = DIGESTS[case]
+    plan = tmp_path / "x.yaml"
+    plan.write_text(yaml.safe_dump(d, sort_keys=False))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc, out = run(["validate-plan", TINY, str(plan)])
+    assert rc == 2, out
+    assert "scenario_digest" in out and "planner plan" in out and "Traceback" not in out, out
+    # checked against this input only when asked for, and said
+    rc, out = run(["validate-plan", TINY, str(plan), "--force"])
+    assert rc == 0 and "note:" in out and "scenario digest" in out, out
+    for dry in ([], ["--dry-run"]):
+        rc, out = run(["apply", str(plan), "--scenario", TINY, "--sim-state", str(tmp_path / "s.db"), *dry])
+        assert rc == 2 and "scenario_digest" in out and "planner plan" in out and "Traceback" not in out, out
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "nothing written"
+
+
+def test_a_plan_with_its_own_digest_still_validates(good_plan, tmp_path):
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(good_plan, sort_keys=False))
+    rc, out = run(["validate-plan", TINY, str(tmp_path / "p.yaml")])
+    assert rc == 0 and "note:" not in out, out
