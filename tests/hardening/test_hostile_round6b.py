@@ -178,3 +178,19 @@ def test_a_plan_with_its_own_digest_still_validates(good_plan, tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(good_plan, sort_keys=False))
     rc, out = run(["validate-plan", TINY, str(tmp_path / "p.yaml")])
     assert rc == 0 and "note:" not in out, out
+
+
+# ------------------------------------------------------------------ 4. whatif's limit of a type without max_nodes
+def test_whatif_says_no_limit_for_a_type_without_max_nodes(tmp_path):
+    from tests.whatif.test_whatif_cli import TINY as FORECAST
+
+    doc = copy.deepcopy(FORECAST)
+    del doc["gpu_types"]["H800"]["max_nodes"]  # bought without limit: the compiler bounds it by 16 nodes a job
+    doc["cluster"]["node_groups"][1]["count"] = 2
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump(doc))
+    proc = run_cli("whatif", str(tmp_path / "f.yaml"), "--no-minimums", "--out", str(tmp_path / "out"), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = {line.split(":")[0].strip(): line for line in proc.stdout.splitlines() if "node(s) (" in line}
+    assert "no limit" in lines["H800"] and "limit 5" not in lines["H800"], proc.stdout  # was "limit 50" (2 owned + 3 x 16)
+    assert "limit 8" in lines["H20"], proc.stdout  # a stated max_nodes is still its limit
+    assert "no limit" in (tmp_path / "out" / "answer.md").read_text()
