@@ -32,15 +32,15 @@ def check_placement_doc(doc, plan_path: str, scenario_path: str, mode: Optional[
     """Refuse a PlacementPlan that is not valid for the scenario at ``scenario_path``."""
     from formulation.placement.check import check
     from formulation.placement.plan import PlacementPlan
-    from planner.commands._placement import load_input, recorded_estimate, same_input
+    from planner.commands._placement import digest_problem, load_input, recorded_estimate, same_input
 
     mode, margin = recorded_estimate(doc, mode)  # (the plan's own estimate and margin unless --mode)
     inst, _name, digest, _sc = load_input(scenario_path, mode, command="apply", recorded_margin=margin)
     recorded = doc.scenario_digest or ""
-    if not recorded:
-        raise UserError(Problem("scenario_digest", f"{plan_path} records no scenario digest: nothing says it was made for "
-                                                   f"{scenario_path}",
-                                "re-plan with `planner plan SCENARIO --out PLAN` (a plan records the digest of its input)"))
+    bad = digest_problem(recorded, plan_path, scenario_path,
+                         "re-plan with `planner plan SCENARIO --out PLAN` (a plan records the digest of its input)")
+    if bad is not None:
+        raise UserError(bad)
     if not same_input(recorded, digest, inst):
         raise UserError(Problem("scenario_digest", f"{plan_path} was made for {doc.scenario or 'another input'} (digest "
                                                    f"{recorded}), not for {scenario_path} (digest {digest})",

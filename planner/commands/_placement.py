@@ -89,11 +89,31 @@ def instance_digest(inst) -> str:
     return hashlib.sha256(inst.model_dump_json().encode()).hexdigest()[:16]
 
 
+def digest_problem(recorded: str, plan_path: str, input_path: str, fix: str = "") -> Optional[Problem]:
+    """Why a plan's ``scenario_digest`` cannot say which input it was made for (empty: nothing says
+    it; not the 16 hexadecimal digits every plan records: edited), or None when it is one."""
+    import re
+
+    from estimators.errors import safe_text
+
+    if not recorded:
+        message = f"{plan_path} records no scenario digest: nothing says it was made for {input_path}"
+    elif not re.fullmatch(r"[0-9a-f]{16}", recorded):
+        message = (f"{plan_path} records a malformed scenario digest ({safe_text(recorded, 40)!r}); a plan records 16 "
+                   f"hexadecimal digits of its input's digest, so nothing says it was made for {input_path}")
+    else:
+        return None
+    return Problem("scenario_digest", message,
+                   fix or "re-run `planner plan INPUT --out PLAN` (a plan records the digest of its input)")
+
+
 def same_input(recorded: str, digest: str, inst) -> bool:
     """Whether a plan's recorded digest names this input: the digest, or the one plans made from
     instance files before the digest was computed by pydantic's serializer (SHA-256 of the
-    sorted-key ``json.dumps``; computed only on a mismatch)."""
-    if not recorded or recorded == digest:
+    sorted-key ``json.dumps``; computed only on a mismatch). An empty digest names no input."""
+    if not recorded:
+        return False
+    if recorded == digest:
         return True
     import hashlib
     import json

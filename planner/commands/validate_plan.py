@@ -14,7 +14,8 @@ within its SLO, host DRAM per node, and every claim that can be recomputed: cycl
 SLOs and slack, GPUs per node and per pool, nodes and GPUs used per type, the lower bound and
 the solve record's gap. Each violation is printed as
 rule[where]: message (the first 200, then how many more). Exit status 0 when the plan is valid, 2 otherwise. A plan made for another
-input (its recorded digest differs from INPUT's) is refused in one line unless --force."""
+input (its recorded digest differs from INPUT's), or recording no digest or a malformed one, is
+refused in one line unless --force."""
 
 
 def add_arguments(p) -> None:
@@ -34,7 +35,7 @@ def run(args) -> int:
 
     from estimators.errors import MAX_MESSAGE, safe_text
     from formulation.placement.check import check
-    from planner.commands._placement import load_input, plan_and_estimate, same_input
+    from planner.commands._placement import digest_problem, load_input, plan_and_estimate, same_input
 
     from planner.statusline import status
 
@@ -44,15 +45,23 @@ def run(args) -> int:
     if plan_error is not None:
         raise plan_error
     assert doc is not None and plan is not None
-    same = same_input(doc.scenario_digest, digest, inst)
-    if not same and not args.force:
-        from planner.errors import Problem, UserError
+    from planner.errors import Problem, UserError
 
+    # an empty or edited digest says nothing about the input (an empty one used to skip the check)
+    bad = digest_problem(doc.scenario_digest, args.plan, args.input,
+                         "re-run `planner plan INPUT --out PLAN` (a plan records the digest of its input), "
+                         "or --force to check it against this input anyway")
+    if bad is not None and not args.force:
+        raise UserError(bad)
+    same = bad is None and same_input(doc.scenario_digest, digest, inst)
+    if not same and not args.force:
         raise UserError(Problem("PLAN", f"{args.plan} was made for {doc.scenario or 'another input'} (digest {doc.scenario_digest}), "
                                         f"not for {args.input} (digest {digest}): its violations here would say nothing about it",
                                 "give the input the plan was made from, or --force to check it against this one anyway"))
     violations = check(inst, plan, doc.solver, slo_claims=True)
-    if not same:
+    if bad is not None:
+        print(f"note: {bad.message}; checking it against this input (--force)", file=sys.stderr)
+    elif not same:
         print(f"note: the plan was made for {doc.scenario or 'another input'} (digest {doc.scenario_digest}), "
               f"not this input's content (digest {digest}); checking it against this input", file=sys.stderr)
     if args.json:

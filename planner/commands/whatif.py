@@ -164,7 +164,9 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
     assert res.record is not None
     record = res.record.as_dict()
     record["wall_time_s"] = time.perf_counter() - t0
-    lines = report.answer_lines(plan, record, plan.styles)
+    from planner.instances.capacity import unlimited_types
+
+    lines = report.answer_lines(plan, record, plan.styles, unlimited_types(sc))
     if args.json:
         from planner import plandoc
 

@@ -183,6 +183,61 @@ class StateFileError(Exception):
         self.fix = fix
 
 
+_KV_SHAPES: dict[str, tuple[Any, str]] = {}
+
+
+def _kv_shapes() -> dict[str, tuple[Any, str]]:
+    """key -> (a pydantic TypeAdapter, the type in words) of each kv value the daemon reads back
+    (what :meth:`planner.daemon.cycle.Loop` and the API write; numbers strict: no text, no booleans)."""
+    if _KV_SHAPES:
+        return _KV_SHAPES
+    from typing import Annotated
+
+    from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+    count = Annotated[int, Field(ge=0, strict=True)]
+    number = Annotated[float, Field(strict=True)]
+
+    class _Obj(BaseModel):
+        model_config = ConfigDict(extra="allow")
+
+    class Estimates(_Obj):
+        ratios: dict[str, dict[str, list[number]]] = {}
+        factor: dict[str, dict[str, number]] = {}
+        errors: dict[str, list[number]] = {}
+
+    class Track(_Obj):
+        iteration: count
+        rollout_end: Optional[number] = None
+        last_time: number = 0.0
+
+    class Bucket(_Obj):
+        tokens: number = 0.0
+        updated_at: number = 0.0
+
+    class Cluster(_Obj):  # (what GET /v1/cluster answers with: planner.daemon.api.ClusterView)
+        at: number
+        backend: Annotated[str, Field(strict=True)]
+        nodes: list[dict[str, Any]]
+        components: list[dict[str, Any]]
+        parked: dict[str, Any] = {}
+        ledger: dict[str, Any] = {}
+
+    shapes: dict[str, tuple[Any, str]] = {
+        "cycle": (count, "a whole number >= 0"), "telemetry_cursor": (count, "a whole number >= 0"),
+        "cost_usd": (number, "a number"), "migration_usd": (number, "a number"),
+        "realloc_at": (dict[str, number], "an object of job name -> clock seconds"),
+        "sample_mark": (dict[str, count], "an object of job name -> iteration (a whole number)"),
+        "estimates": (Optional[Estimates], "an object of ratios, factor and errors (or null)"),
+        "phase_timer": (Optional[dict[str, Track]], "an object of job name -> {iteration, rollout_end, last_time} (or null)"),
+        "move_budget": (Optional[Bucket], "an object {tokens, updated_at} (or null)"),
+        "cluster": (Cluster, "an object of at, backend, nodes and components"),
+        **{k: (Optional[number], "a number or null") for k in ("last_cycle_at", "last_reopt_at", "clock_s", "reopt_blocked_until")},
+    }
+    _KV_SHAPES.update({k: (TypeAdapter(tp), words) for k, (tp, words) in shapes.items()})
+    return _KV_SHAPES
+
+
 def _open_error(path: Path, exc: sqlite3.DatabaseError) -> StateFileError:
     """What opening the state file met: a lock or a permission is said as such, with its fix (the file is
     fine); anything else is a file SQLite cannot use."""
@@ -352,6 +407,8 @@ class Store(SQLiteFile):
                     value = strict(row["value"], f"its {table} value '{str(row['key'])[:80]}'")
                     if table == "meta" and row["key"] == "cluster":
                         valid(Scenario, value, "its cluster")
+                    if table == "kv":
+                        self._check_kv(row["key"], value)
             for row in c.execute("SELECT name, spec, state FROM jobs"):
                 what = f"job '{str(row['name'])[:80]}'"
                 spec = strict(row["spec"], f"the spec of {what}")
@@ -366,6 +423,27 @@ class Store(SQLiteFile):
                 strict(row["doc"], f"plan {row['id']}'s document")
         except sqlite3.DatabaseError as exc:
             raise StateFileError(f"{self.path} is not a usable SQLite state file ({exc})") from None
+
+    def _check_kv(self, key: Any, value: Any) -> None:
+        """A kv value the loop reads back is of the JSON type it wrote (``cycle: "abc"`` was an internal
+        error in the first cycle); keys it does not know are left alone."""
+        import shlex
+
+        from pydantic import ValidationError
+
+        shape = _kv_shapes().get(key) if isinstance(key, str) else None
+        if shape is None:
+            return
+        adapter, expected = shape
+        try:
+            adapter.validate_python(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise StateFileError(f"{self.path}: its kv value '{key}' is not {expected}"
+                                 f" ({where + ': ' if where else ''}{first['msg'][:160]})",
+                                 f"restore the state file from a copy, or delete that value (sqlite3 {shlex.quote(str(self.path))} "
+                                 f"\"DELETE FROM kv WHERE key='{key}'\"; the daemon then starts it afresh)") from None
 
     # ------------------------------------------------------------------ meta / kv
     def get_meta(self, key: str, default: Any = None) -> Any:

@@ -56,6 +56,12 @@ def fleet_limits(sc: Scenario) -> dict[str, tuple[int, int]]:
     return out
 
 
+def unlimited_types(sc: Scenario) -> set[str]:
+    """The fleet's GPU types with no ``max_nodes``: bought without limit (their availability in the
+    compiled instance is only :func:`fleet_limits`' bound on what the forecast could use, no limit to report)."""
+    return {t for t in fleet_limits(sc) if sc.gpu_types.get(t) is None or sc.gpu_types[t].max_nodes is None}
+
+
 def largest_fleet(sc: Scenario) -> Scenario:
     """The scenario with every type at its availability: a ``<group>-new`` node group per type."""
     limits = fleet_limits(sc)

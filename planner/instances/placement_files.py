@@ -67,6 +67,7 @@ def load_instance(path: str | Path, data: Optional[dict] = None, doc=None) -> Pl
                                 "see docs/placement.md for the format", source=str(p)))
     data = {k: v for k, v in data.items() if k != "kind"}
     safeload.check_numbers(data, doc, bools=False, where=str(p))  # an instance has no boolean field
+    _check_node_keys(data, doc, str(p))
     try:
         inst = PlacementInstance.model_validate(data)
     except ValidationError as exc:
@@ -79,6 +80,60 @@ def load_instance(path: str | Path, data: Optional[dict] = None, doc=None) -> Pl
         raise UserError(problems, title=f"{p}: invalid placement instance") from None
     _check_sizes(inst, str(p))
     return inst
+
+
+#: the tables keyed by pool node counts (GPU type -> nodes -> seconds)
+NODE_TABLES = ("rollout_s", "train_s", "rollout_switch_s", "train_switch_s")
+
+
+def _node_count(key: Any) -> Optional[int]:
+    """A table key as a node count: a whole number, or (JSON's keys are text) its plain digits; None
+    for anything else (``true``, ``1.0``, ``" 1"``, ``"01"``: the model's lax keys read them all as 1)."""
+    if type(key) is int:
+        return key
+    if type(key) is str and 0 < len(key) <= 18 and key.isascii() and key.isdigit() and (key == "0" or key[0] != "0"):
+        return int(key)
+    return None
+
+
+def _check_node_keys(data: dict, doc, source: str) -> None:
+    """Every node-count key of a job's tables a whole number, each count once: YAML's ``true`` was
+    read as 1 nodes, and ``1`` beside ``"1"`` made one entry whose seconds were the last one's."""
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list):
+        return
+    for i, job in enumerate(jobs):
+        if not isinstance(job, dict):
+            continue
+        name = job.get("name")
+        who = f"job '{name[:200]}'" if isinstance(name, str) else f"jobs[{i}]"
+        for table in NODE_TABLES:
+            rows = job.get(table)
+            if not isinstance(rows, dict):
+                continue
+            for t, row in rows.items():
+                if not isinstance(row, dict):
+                    continue
+                seen: dict[int, Any] = {}
+                for key in row:
+                    n = _node_count(key)
+                    path = ("jobs", i, table, t)
+                    where = doc.where(path) if doc is not None else source
+                    field = f"jobs[{i}].{table}.{str(t)[:200]}"
+                    if n is None:
+                        raise UserError(Problem(field, f"{who}: the key {_shown(key)} of its {table} table for {str(t)[:200]} is "
+                                                       "not a node count", "write node counts as whole numbers (1, 2, 4)",
+                                                source=where))
+                    if n in seen:
+                        raise UserError(Problem(field, f"{who}: its {table} table for {str(t)[:200]} gives {n} node(s) twice (keys "
+                                                       f"{_shown(seen[n])} and {_shown(key)}); only one would be kept",
+                                                "keep one entry per node count", source=where))
+                    seen[n] = key
+
+
+def _shown(key: Any) -> str:
+    text = repr(key) if isinstance(key, str) else str(key).lower() if isinstance(key, bool) else str(key)
+    return text if len(text) <= 40 else text[:40] + "..."
 
 
 def _check_sizes(inst: PlacementInstance, source: str) -> None:
