@@ -49,6 +49,19 @@ def _apply(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         raise TimeoutError(f"planner apply {' '.join(args)} did not end within {DEADLINE_S} s: {exc.stdout} {exc.stderr}") from None
 
 
+def _applied_once(tmp_path: Path) -> tuple[Path, list[str], Path]:
+    """A first plan applied with the journal and the simulated cluster in ``tmp_path/s``: (that folder, the
+    apply's file options, a second plan that changes the layout)."""
+    _unprivileged()
+    d = tmp_path / "s"
+    d.mkdir()
+    a = ["--journal", str(d / "j.db"), "--sim-state", str(d / "sim.db")]
+    p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
+    r = _apply(str(p1), *a)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return d, a, _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+
+
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
@@ -62,14 +75,7 @@ def _refused(r: subprocess.CompletedProcess, *needles: str) -> None:
 
 @pytest.mark.parametrize("which", _cases("j.db", "sim.db"))
 def test_read_only_wal_and_shm_left_by_a_killed_apply_are_refused_before_the_resume_or_rollback(tmp_path, which):
-    _unprivileged()
-    d = tmp_path / "s"
-    d.mkdir()
-    a = ["--journal", str(d / "j.db"), "--sim-state", str(d / "sim.db")]
-    p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
-    r = _apply(str(p1), *a)
-    assert r.returncode == 0, r.stderr[-3000:]
-    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    d, a, p2 = _applied_once(tmp_path)
     r = _apply(str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:after"})
     assert r.returncode == 137, (r.returncode, r.stderr[-3000:])
     wal, shm = d / f"{which}-wal", d / f"{which}-shm"
@@ -113,13 +119,7 @@ def test_a_missing_folder_under_a_read_only_one_is_refused_naming_it(tmp_path, f
 @pytest.mark.parametrize("what", _cases("folder", "sim.db", "j.db"))
 def test_a_read_only_file_or_folder_is_refused_with_the_chmod_and_nothing_touched(tmp_path, what):
     """The same check as test_exec_cli's (which fakes os.access), under real permissions."""
-    _unprivileged()
-    d = tmp_path / "s"
-    d.mkdir()
-    a = ["--journal", str(d / "j.db"), "--sim-state", str(d / "sim.db")]
-    p1 = _plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})
-    assert _apply(str(p1), *a).returncode == 0
-    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    d, a, p2 = _applied_once(tmp_path)
     target = d if what == "folder" else d / what
     mode = 0o555 if what == "folder" else 0o444
     before = _snapshot(d)
