@@ -7,7 +7,10 @@ or field named with the fix, no traceback, nothing written."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +77,46 @@ def test_safeload_auto_is_yaml_as_its_docstring_says():
     assert safeload.parse_json_or_yaml("{a: [1, 2]}", "x.yaml").data == {"a": [1, 2]}
     with pytest.raises(UserError, match="cannot parse as JSON"):
         safeload.parse_json_or_yaml("{a: [1, 2]}", "x.JSON")
+
+
+# ------------------------------------------------------------------ 3. read-only executor files at the daemon's start
+def _unprivileged() -> list[str]:
+    """A command prefix under which file permissions apply (root: setpriv without the capabilities that bypass them)."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: file permissions cannot be made to apply to the daemon")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-all"]
+
+
+def test_the_daemon_refuses_a_read_only_executor_file_at_start_naming_it_and_the_chmod(tmp_path):
+    """A read-only STATE.journal, STATE.executor-sim or STATE.sim was opened read-only: every apply
+    raised and was retried each cycle. Now the start is refused, before the state file is created."""
+    from planner.daemon.adapters import executor as ex
+    from tests.daemon.daemonproc import DEADLINE_S, env, write_cluster
+
+    prefix = _unprivileged()
+    cluster = write_cluster(tmp_path)
+    state = tmp_path / "st.sqlite"
+    files = [(".sim", "simulated cluster's state")]
+    if ex.available() is None:
+        files += [(".journal", "executor's journal"), (".executor-sim", "executor's simulated cluster")]
+    for suffix, what in files:
+        f = state.with_name(state.name + suffix)
+        f.write_bytes(b"")  # an empty file is one the daemon would take (and fill)
+        f.chmod(0o400)
+        try:
+            r = subprocess.run([*prefix, sys.executable, "-m", "planner", "daemon", "--state", str(state), "--scenario", str(cluster),
+                                "--listen", "127.0.0.1:0", "--period-s", "0.2", "--max-cycles", "1"],
+                               cwd=ROOT, env=env(), capture_output=True, text=True, timeout=DEADLINE_S)
+        finally:
+            f.chmod(0o600)
+        assert r.returncode == 2, (suffix, r.stdout + r.stderr)
+        assert f"--state: {what} file not writable: {f}; check its permissions" in r.stderr, r.stderr
+        assert f"chmod u+rw {f}" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([cluster.name, f.name]), "something was created"
+        assert f.read_bytes() == b""
+        f.unlink()
