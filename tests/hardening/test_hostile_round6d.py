@@ -6,6 +6,7 @@ or field named with the fix, no traceback, nothing written."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -120,3 +121,109 @@ def test_the_daemon_refuses_a_read_only_executor_file_at_start_naming_it_and_the
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted([cluster.name, f.name]), "something was created"
         assert f.read_bytes() == b""
         f.unlink()
+
+
+# ------------------------------------------------------------------ 4. validate-plan: moved_jobs, critical, phase_time_estimate
+@pytest.fixture(scope="module")
+def micro_plan(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("micro")
+    rc, output, _cpu, _rss = run_inprocess(["plan", str(MICRO), "-o", str(d / "p.yaml")])
+    assert rc == 0, output[-2000:]
+    return yaml.safe_load((d / "p.yaml").read_text())
+
+
+def _validate(doc: dict, tmp_path: Path, *extra: str) -> tuple[int, str]:
+    plan = tmp_path / "x.yaml"
+    plan.write_text(yaml.safe_dump(doc, sort_keys=False))
+    rc, output, _cpu, rss = run_inprocess(["validate-plan", str(MICRO), str(plan), *extra])
+    assert rss < 1 << 20
+    return rc, output
+
+
+def _violations(output: str) -> list[str]:
+    return [line.strip() for line in output.splitlines() if line.startswith("  ") and "[" in line]
+
+
+def test_validate_plan_holds_moved_jobs_to_the_members_moved_flags(micro_plan, tmp_path):
+    doc = copy.deepcopy(micro_plan)
+    body = doc["body"]
+    g0, g2 = body["groups"][0], body["groups"][2]
+    listed_only, flagged_only = g0["members"][0]["job"], g2["members"][0]["job"]
+    g2["members"][0]["moved"] = True  # flagged, not listed
+    g2["members"][1]["moved"] = True  # flagged and listed twice
+    body["moved_jobs"] = [listed_only, g2["members"][1]["job"], g2["members"][1]["job"], "no-such-job"]
+    body["move_cost_per_hour"] = 0.0  # (instance price per moved job: 0 on weave-micro)
+    rc, output = _validate(doc, tmp_path)
+    _refused(rc, output, 0)
+    moved = sorted(v for v in _violations(output) if v.startswith("moved["))
+    assert moved == sorted([
+        f"moved[job={g2['members'][1]['job']}]: moved_jobs lists it 2 times (list each moved job once, or re-plan)",
+        f"moved[job={listed_only},group={g0['id']}]: moved_jobs lists it but its member says moved: false (set moved: true or "
+        "drop it from moved_jobs, or re-plan)",
+        "moved[job=no-such-job]: moved_jobs lists it but no group has it as a member: only a placed job moves (drop it from "
+        "moved_jobs, or re-plan)",
+        f"moved[job={flagged_only},group={g2['id']}]: its member says moved: true but moved_jobs does not list it (add it to "
+        "moved_jobs or set moved: false, or re-plan)",
+    ]), output
+    # consistent flags and list: no moved violation (weave-micro charges nothing for a move)
+    body["moved_jobs"] = sorted([flagged_only, g2["members"][1]["job"]])
+    rc, output = _validate(doc, tmp_path)
+    assert rc == 0 and "moved[" not in output, output[-2000:]
+
+
+def test_validate_plan_holds_critical_to_a_critical_cycle_of_the_recomputed_schedule(micro_plan, tmp_path):
+    doc = copy.deepcopy(micro_plan)
+    g0, g1, g2 = doc["body"]["groups"]
+    assert len(g0["critical"]) >= 2 and len(g2["critical"]) >= 2
+    g0["critical"] = g0["critical"][1:] + g0["critical"][:1]  # the same cycle from another event: still critical
+    g1["critical"] = [f"R:{g0['members'][0]['job']}"]  # an event of another group
+    wrong = [e for e in (f"{s}:{m}" for m in g2["order"] for s in "RT") if e not in g2["critical"]]
+    kept = g2["critical"]
+    g2["critical"] = wrong  # a cycle of the group's events, not the one that sets its cycle time
+    rc, output = _validate(doc, tmp_path)
+    _refused(rc, output, 0)
+    found = _violations(output)
+    assert [v for v in found if not v.startswith("critical[")] == [], output
+    assert not [v for v in found if v.startswith(f"critical[group={g0['id']}]")], output
+    one = [v for v in found if v.startswith(f"critical[group={g1['id']}]")]
+    assert len(one) == 1 and f"names 'R:{g0['members'][0]['job']}', not an event of the group" in one[0], output
+    two = [v for v in found if v.startswith(f"critical[group={g2['id']}]")]
+    assert len(two) == 1 and ("is no step of the group's schedule" in two[0] or "it is not the critical cycle" in two[0]), output
+    assert "set it to [" in two[0], output
+    own = micro_plan["body"]["groups"][1]["critical"]
+    g0["critical"], g1["critical"] = [], own + own[:1]
+    g2["critical"] = kept[::-1] if len(kept) > 2 else kept  # the critical cycle backwards is no cycle of the schedule
+    rc, output = _validate(doc, tmp_path)
+    _refused(rc, output, 0, f"critical[group={g0['id']}]: is empty", f"critical[group={g1['id']}]: lists {own[0]} twice",
+             *([f"critical[group={g2['id']}]: {kept[-1]} -> {kept[-2]} is no step"] if len(kept) > 2 else []))
+
+
+def test_validate_plan_holds_the_recorded_estimate_to_the_estimates_and_the_mode(micro_plan, tmp_path):
+    doc = copy.deepcopy(micro_plan)
+    doc["solver"]["phase_time_estimate"] = "optimistic"  # was taken for "none recorded": checked on the scenario's default
+    rc, output = _validate(doc, tmp_path)
+    _refused(rc, output, 0, "solver[solver.phase_time_estimate]: is 'optimistic', not a phase-time estimate "
+                            "(conservative, sampled, p90, p99 or max)")
+    del doc["solver"]["phase_time_estimate"]
+    rc, output = _validate(doc, tmp_path)
+    _refused(rc, output, 0, "solver[solver.phase_time_estimate]: is missing, but a plan made from a scenario records")
+    doc["solver"]["phase_time_estimate"] = "max"  # the conservative bound under its quantile name
+    rc, output = _validate(doc, tmp_path, "--mode", "conservative")
+    assert rc == 0, output[-2000:]
+
+
+def test_the_estimate_rule_against_mode_and_input():
+    """(In process: checking on another estimate compiles it, seconds of simulation.)"""
+    from planner.commands.validate_plan import estimate_violations
+
+    assert estimate_violations("conservative", None, scenario=True, same=True) == []
+    assert estimate_violations("max", "conservative", scenario=True, same=True) == []
+    [v] = estimate_violations("conservative", "sampled", scenario=True, same=True)
+    assert str(v).startswith("solver[solver.phase_time_estimate]: is 'conservative', but the plan is checked on the 'sampled' "
+                             "estimate (--mode)"), v
+    assert "drop --mode" in str(v) and "--mode sampled" in str(v)
+    assert estimate_violations(None, None, scenario=True, same=False) == []  # another input's plan (--force): noted, not judged
+    assert estimate_violations(None, "p90", scenario=False, same=True) == []  # an instance file's own times
+    assert estimate_violations("conservative", None, scenario=False, same=True) == []  # plan --save-instance's pair
+    [v] = estimate_violations("p95", None, scenario=False, same=True)
+    assert "'p95', not a phase-time estimate" in str(v)
