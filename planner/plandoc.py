@@ -222,13 +222,8 @@ def write(doc: PlanDocument, path: str | Path, where: str = "--out") -> None:
 def _parse(text: str, source: str) -> Any:
     from planner import safeload
 
-    if text.lstrip().startswith("{"):  # JSON, parsed in C; or flow-style YAML, which starts with '{' too
-        try:
-            return safeload.parse(text, source, fmt="json", limits=_limits(True)).data
-        except safeload.NotJSON:
-            if source.lower().endswith(".json"):
-                raise
-    return safeload.parse(text, source, fmt="yaml", limits=_limits(False)).data
+    # JSON, parsed in C; or flow-style YAML, which starts with '{' too
+    return safeload.parse_json_or_yaml(text, source, limits=_limits(False), json_limits=_limits(True), starts=("{",)).data
 
 
 def loads(text: str, source: str = "<plan>", expect_kind: str | None = None) -> PlanDocument:

@@ -564,8 +564,9 @@ def _text_error(doc: Document, path: PathKey, what: str) -> None:
 
 
 def parse(text: str, filename: str = "<input>", *, fmt: str = "auto", limits: Limits = LIMITS) -> Document:
-    """``fmt``: ``yaml``, ``json``, or ``auto`` (JSON when the file name ends in .json/.jsonl or the
-    text starts with ``{``/``[`` and parses as JSON; YAML otherwise, which has line numbers)."""
+    """``fmt``: ``json`` (strict), ``jsonl`` (one JSON value a line), ``yaml``, or ``auto``, which
+    is YAML whatever the text or the file name (YAML reads JSON text too, with line numbers).
+    :func:`load` picks the format by the file's name; :func:`parse_json_or_yaml` by the text."""
     if fmt == "json":
         data, numbers = _parse_json(text, filename, limits)
         doc = Document(data, {}, filename)
@@ -578,6 +579,22 @@ def parse(text: str, filename: str = "<input>", *, fmt: str = "auto", limits: Li
                 out.append(parse_json(line, f"{filename}:{n}", limits=limits))
         return Document(out, {}, filename)
     return parse_yaml(text, filename, limits=limits)
+
+
+def parse_json_or_yaml(text: str, filename: str = "<input>", *, limits: Limits = LIMITS,
+                       json_limits: Optional[Limits] = None, starts: tuple[str, ...] = ("{", "[")) -> Document:
+    """A text that starts with one of ``starts`` (after blanks) and is JSON syntax parsed as JSON
+    (in C, under ``json_limits``, default ``limits``); any other text as YAML, including flow-style
+    YAML (``{kind: ..., body: {...}}``, as ``yaml.safe_dump(default_flow_style=True)`` writes it),
+    which starts with ``{`` as JSON does and is reported with its line as YAML. A file named
+    ``.json`` (``filename``, any case) stays JSON: its JSON syntax errors are reported as such."""
+    if text.lstrip().startswith(starts):
+        try:
+            return parse(text, filename, fmt="json", limits=json_limits or limits)
+        except NotJSON:
+            if filename.lower().endswith(".json"):
+                raise
+    return parse(text, filename, fmt="yaml", limits=limits)
 
 
 def load(path: str | Path, *, what: str = "file", fmt: str = "auto", limits: Limits = LIMITS, where: str = "") -> Document:
@@ -604,5 +621,5 @@ def with_limits(**kw) -> Limits:
     return replace(LIMITS, **kw)
 
 
-__all__ = ["Document", "LIMITS", "Limits", "NotJSON", "check_depth", "check_numbers", "decode", "fmt_path", "load", "parse", "parse_json", "parse_yaml",
-           "read_bytes", "read_text", "try_load", "with_limits"]
+__all__ = ["Document", "LIMITS", "Limits", "NotJSON", "check_depth", "check_numbers", "decode", "fmt_path", "load", "parse", "parse_json",
+           "parse_json_or_yaml", "parse_yaml", "read_bytes", "read_text", "try_load", "with_limits"]

@@ -25,12 +25,16 @@ phase-times         the plan's phase and warm-switch seconds match the instance'
 slo                 each member's cycle time within its SLO
 dram                per node, the resident footprints of the members pinned there fit its DRAM
 cycle-time          the plan's reported cycle time matches the recomputed one
+critical            a group's ``critical`` lists, in order, the events of a cycle of its
+                    schedule's event graph whose ratio is the recomputed cycle time (a critical
+                    cycle: any one of several that tie)
 cost                the plan's reported $/h match the pools' prices (and its move cost the
                     instance's price per moved job)
 pool-gpus           a pool's gpus_per_node is its GPU type's, and gpus = size x gpus_per_node
 totals              nodes_used and gpus_used per GPU type are what the groups' pools hold
 slo-claim           (``slo_claims``: a plan document) a member's slo_s is its job's SLO, and
                     slack_s = slo_s - cycle_time_s
+moved               ``moved_jobs`` lists, once each, exactly the members whose ``moved`` is true
 bound               the lower bound is not above the plan's cost (+ move cost)
 solver              (with the solve record) the gap lies in [0, 1] and is |objective -
                     best_bound| / objective, the bound not above the objective
@@ -43,7 +47,7 @@ from collections import Counter
 from typing import Any, Optional
 
 from formulation.common.violation import Violation
-from formulation.placement.cycle import Member, cycle_times
+from formulation.placement.cycle import Member, cycle_times, event_graph
 from formulation.placement.instance import PlacementInstance
 from formulation.placement.plan import PlacementPlan
 
@@ -187,6 +191,9 @@ def check(inst: PlacementInstance, plan: PlacementPlan, record: Optional[Any] = 
                                         f"(set it to {slo - lam:.9g}, or re-plan)")
         if not _close(g.cycle_time_s, res.period):
             add("cycle-time", f"group={g.id}", f"reports {g.cycle_time_s:.6g} s but the schedule gives {res.period:.6g} s")
+        bad = _critical_problem(g.critical, members, res.period, res.critical)
+        if bad:
+            add("critical", f"group={g.id}", bad)
         # DRAM per node
         load: dict[str, float] = {}
         for name in g.order:
@@ -214,6 +221,7 @@ def check(inst: PlacementInstance, plan: PlacementPlan, record: Optional[Any] = 
         add("cost", "plan", f"move_cost_per_hour is {plan.move_cost_per_hour:.6g} but {len(plan.moved_jobs)} moved job(s) at "
                             f"{inst.move_price_per_job:.6g} $/h each cost {move:.6g} $/h (re-plan)")
     _totals(inst, plan, used, add)
+    _moved(plan, add)
     if plan.lower_bound_per_hour is not None and plan.lower_bound_per_hour > (plan.cost_per_hour + plan.move_cost_per_hour) * (1 + TOL) + TOL:
         add("bound", "plan", f"lower_bound_per_hour {plan.lower_bound_per_hour:.6g} is above the plan's own cost "
                              f"{plan.cost_per_hour + plan.move_cost_per_hour:.6g} $/h (a bound never is: re-plan)")
@@ -232,6 +240,62 @@ def _totals(inst: PlacementInstance, plan: PlacementPlan, used: dict[str, int], 
             if have != want:
                 add("totals", f"type={t}", f"{field}.{t} is {have} but the groups' pools hold {want} "
                                            f"({f'set it to {want}' if want else 'remove it'}, or re-plan)")
+
+
+def _critical_problem(critical: list[str], members: list[Member], period: float, found: list[str]) -> Optional[str]:
+    """What is wrong with a group's ``critical`` (None: nothing): it must list, in order, the events
+    of a cycle of the group's event graph (``R:job``, ``T:job``; the last one leads back to the
+    first) whose ratio, weight over delay with the arcs that make it largest, is the recomputed
+    cycle time ``period``. Any critical cycle passes (the plan's writer breaks ties its own way);
+    ``found`` is the checker's own, suggested in the fix."""
+    index = {f"{side}:{m.name}": 2 * i + k for i, m in enumerate(members) for k, side in enumerate(("R", "T"))}
+    fix = f"set it to {found} (a critical cycle of the recomputed schedule), or re-plan"
+    if not critical:
+        return f"is empty, but the group's cycle time {period:.6g} s is set by a cycle of its events ({fix})"
+    unknown = [e for e in critical if e not in index]
+    if unknown:
+        return f"names {unknown[0]!r}, not an event of the group (R:job or T:job of one of its members) ({fix})"
+    if len(set(critical)) != len(critical):
+        twice = next(e for e in critical if critical.count(e) > 1)
+        return f"lists {twice} twice, but a critical cycle passes each event once ({fix})"
+    arcs: dict[tuple[int, int], list] = {}
+    for a in event_graph(members):
+        arcs.setdefault((a.src, a.dst), []).append(a)
+    ev = [index[e] for e in critical]
+    weight, delay = 0.0, 0
+    for k, (u, v) in enumerate(zip(ev, ev[1:] + ev[:1])):
+        options = arcs.get((u, v))
+        if not options:
+            return (f"{critical[k]} -> {critical[(k + 1) % len(critical)]} is no step of the group's schedule, so "
+                    f"{critical} is not a cycle of its events ({fix})")
+        best = max(options, key=lambda a: a.weight - period * a.delay)
+        weight, delay = weight + best.weight, delay + best.delay
+    ratio = weight / delay if delay else float("inf")
+    if not _close(ratio, period):
+        return (f"{critical} is a cycle of {ratio:.6g} s a meta-iteration ({weight:.6g} s over {delay}), not the group's "
+                f"cycle time {period:.6g} s: it is not the critical cycle ({fix})")
+    return None
+
+
+def _moved(plan: PlacementPlan, add) -> None:
+    """``moved_jobs`` against the members' ``moved`` flags (the plan writer sets both from one list):
+    each moved job listed once, every listed one a member marked moved, every marked one listed."""
+    flagged = {m.job: g.id for g in plan.groups for m in g.members if m.moved}
+    members = {m.job: g.id for g in plan.groups for m in g.members}
+    for name, k in sorted(Counter(plan.moved_jobs).items()):
+        if k > 1:
+            add("moved", f"job={name}", f"moved_jobs lists it {k} times (list each moved job once, or re-plan)")
+    listed = set(plan.moved_jobs)
+    for name in sorted(listed - set(flagged)):
+        if name in members:
+            add("moved", f"job={name},group={members[name]}", "moved_jobs lists it but its member says moved: false "
+                                                              "(set moved: true or drop it from moved_jobs, or re-plan)")
+        else:
+            add("moved", f"job={name}", "moved_jobs lists it but no group has it as a member: only a placed job moves "
+                                        "(drop it from moved_jobs, or re-plan)")
+    for name in sorted(set(flagged) - listed):
+        add("moved", f"job={name},group={flagged[name]}", "its member says moved: true but moved_jobs does not list it "
+                                                          "(add it to moved_jobs or set moved: false, or re-plan)")
 
 
 def check_record(record: Any, add) -> None:

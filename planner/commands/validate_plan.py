@@ -11,8 +11,9 @@ instance) without any solver: every job placed exactly once, pools made of exist
 right type, no node in two pools, capacity per GPU type, pins inside the group's pools, phase
 times from the tables, each member's cycle time (max cycle ratio of the round-robin schedule)
 within its SLO, host DRAM per node, and every claim that can be recomputed: cycle times, costs,
-SLOs and slack, GPUs per node and per pool, nodes and GPUs used per type, the lower bound and
-the solve record's gap. Each violation is printed as
+SLOs and slack, GPUs per node and per pool, nodes and GPUs used per type, each group's critical
+cycle, the moved jobs against the members' moved flags, the lower bound, the solve record's gap
+and its phase-time estimate (one of the estimates, the --mode given). Each violation is printed as
 rule[where]: message (the first 200, then how many more). Exit status 0 when the plan is valid, 2 otherwise. A plan made for another
 input (its recorded digest differs from INPUT's), or recording no digest or a malformed one, is
 refused in one line unless --force."""
@@ -28,6 +29,32 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout: ok, the plan's totals, each violation")
     p.add_argument("--force", action="store_true",
                    help="check the plan even when it was made for another input (its digest differs from INPUT's)")
+
+
+def estimate_violations(recorded, mode, *, scenario: bool, same: bool) -> list:
+    """The solve record's ``phase_time_estimate`` (the estimate the plan's phase times come from)
+    against what the check runs on: one of the estimates; with a scenario, the one ``--mode``
+    names when given (``conservative`` and ``max`` are one estimate); and recorded, when the plan
+    was made from this scenario (a plan made from an instance file records none: its times are
+    the file's)."""
+    from formulation.common.violation import Violation
+    from planner.commands._placement import ESTIMATES
+    from simulator.phasetimes import is_bound
+
+    where, names = "solver.phase_time_estimate", ", ".join(ESTIMATES[:-1]) + f" or {ESTIMATES[-1]}"
+    if recorded is not None and recorded not in ESTIMATES:
+        return [Violation("solver", where, f"is {recorded!r}, not a phase-time estimate ({names}): the plan's phase times come "
+                                           "from no estimate this planner knows (re-plan with `planner plan`)")]
+    if not scenario:
+        return []  # an instance file holds its own phase times
+    if recorded is None:
+        return [Violation("solver", where, "is missing, but a plan made from a scenario records the estimate its phase times "
+                                           f"come from ({names}) (re-plan with `planner plan`)")] if same else []
+    if mode is not None and mode != recorded and not (is_bound(mode) and is_bound(recorded)):
+        return [Violation("solver", where, f"is {recorded!r}, but the plan is checked on the {mode!r} estimate (--mode): its phase "
+                                           f"times are {recorded!r} ones (drop --mode to check it on its own estimate, or re-plan "
+                                           f"with --mode {mode})")]
+    return []
 
 
 def run(args) -> int:
@@ -58,7 +85,8 @@ def run(args) -> int:
         raise UserError(Problem("PLAN", f"{args.plan} was made for {doc.scenario or 'another input'} (digest {doc.scenario_digest}), "
                                         f"not for {args.input} (digest {digest}): its violations here would say nothing about it",
                                 "give the input the plan was made from, or --force to check it against this one anyway"))
-    violations = check(inst, plan, doc.solver, slo_claims=True)
+    violations = check(inst, plan, doc.solver, slo_claims=True) + estimate_violations(doc.solver.phase_time_estimate, args.mode,
+                                                                                     scenario=sc is not None, same=same)
     if bad is not None:
         print(f"note: {bad.message}; checking it against this input (--force)", file=sys.stderr)
     elif not same:

@@ -332,6 +332,28 @@ def check_state_writable(state: Path) -> None:
     check_sqlite_writable(state, "--state", "state", who="the user the daemon runs as")
 
 
+def check_cluster_files_writable(o: Options) -> None:
+    """Before the daemon creates anything: the files it keeps beside the state and writes at each
+    apply -- the executor's journal (``STATE.journal``), its simulated cluster
+    (``STATE.executor-sim``) and the simulated cluster's own file (``--sim-state``, by default
+    ``STATE.sim``) -- each with its folder and its ``-wal`` and ``-shm`` files, are writable
+    (:func:`planner.safewrite.check_sqlite_writable`, as the state file and ``planner apply``).
+    SQLite would open a read-only one read-only, and every apply would raise at its first step and
+    be retried each cycle. A file that turns read-only after this check is still met that way."""
+    from planner.daemon.adapters import executor as ex
+    from planner.safewrite import check_sqlite_writable
+
+    who = "the user the daemon runs as"
+    if o.backend == "sim":
+        sim = o.sim_state or o.state.with_name(o.state.name + ".sim")
+        check_sqlite_writable(sim, "--sim-state" if o.sim_state else "--state", "simulated cluster's state", who=who)
+    if ex.available() is None:  # the executor applies: its journal, and with the simulated backend its cluster file
+        check_sqlite_writable(o.state.with_name(o.state.name + ".journal"), "--state", "executor's journal", who=who)
+        if o.backend == "sim":
+            check_sqlite_writable(o.state.with_name(o.state.name + ".executor-sim"), "--state", "executor's simulated cluster",
+                                  who=who)
+
+
 def _bind(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -415,6 +437,7 @@ class Daemon:
             if os.path.lexists(f):
                 check_sqlite_path(f, "--state", f"the executor's {suffix[1:]} file of {o.state}",
                                   f"move {f} away (it is not one), or pass another --state path")
+        check_cluster_files_writable(o)
         o.limits.check()
         _tls(o)
         self._tokens: Optional[tuple] = None

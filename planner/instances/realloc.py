@@ -674,7 +674,7 @@ def load_snapshots(path) -> list[TelemetrySnapshot]:
     if p.suffix == ".jsonl":
         doc = safeload.parse(text, str(p), fmt="jsonl")
     else:
-        doc = safeload.parse(text, str(p), fmt="json" if text.lstrip().startswith(("{", "[")) else "yaml")
+        doc = safeload.parse_json_or_yaml(text, str(p))  # flow-style YAML starts with '{' too
     safeload.check_text(doc)  # names (job, component, worker ids) are printed
     data = doc.data
     docs = data.get("snapshots") if isinstance(data, dict) and "snapshots" in data else data

@@ -4,7 +4,8 @@
   was accepted: every cycle failed reading it, five in a row exited 1, and each restart did the
   same (a crash loop; a cancel never took effect). Now that job fails alone, its reason naming the
   field, and the other jobs, submissions and cancels go on.
-* An apply that raised (the executor's simulated backend file could not be written): the plan
+* An apply that raised (the executor's simulated backend file could not be written, e.g. made
+  read-only after the daemon's start-up check, which refuses one read-only at start): the plan
   stayed ``applying`` for ever while health said ok, and every later admission failed on the
   executor's unfinished journal entry until a restart. Now each cycle retries the resume first,
   makes no new plan on top of it, health and readiness name the plan and the error, and the resume
@@ -88,10 +89,18 @@ def test_a_job_whose_trace_file_is_deleted_or_damaged_fails_alone_and_the_restar
 DROP_CAPS = """\
 import os, sys
 
-argv = [sys.executable, "-m", "planner", *sys.argv[1:]]
-if os.geteuid() == 0:  # root writes a mode-0400 file anyway: drop the capabilities that let it
-    os.execvp("setpriv", ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-all", *argv])
-os.execv(sys.executable, argv)
+if os.geteuid() == 0 and not os.environ.get("RL_TEST_CAPS_DROPPED"):  # root writes a mode-0400 file anyway: drop the capabilities that let it
+    os.environ["RL_TEST_CAPS_DROPPED"] = "1"
+    os.execvp("setpriv", ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-all", sys.executable, *sys.argv])
+# The daemon refuses a read-only executor file at start (check_cluster_files_writable); this one stands
+# for a file that turned read-only after that check: the check passes, and the file is read-only when opened.
+import planner.daemon.service as service
+
+service.check_cluster_files_writable = lambda o: None
+from planner.cli import entry
+
+sys.argv = ["planner", *sys.argv[1:]]
+raise SystemExit(entry())
 """
 
 
@@ -116,7 +125,7 @@ def test_an_apply_that_raised_is_retried_first_reported_and_finishes_once_the_fi
         pytest.skip("the executor is not in this build (the simulated cluster applies by itself)")
     launcher = tmp_path / "dropcaps.py"
     launcher.write_text(DROP_CAPS)
-    sim.chmod(0o400)  # opened read-only at the restart: the next apply cannot save a step
+    sim.chmod(0o400)  # read-only after the start-up check (the launcher skips it): the next apply cannot save a step
     try:
         again = DaemonProc(tmp_path, *COMMON, name="again", launcher=(str(launcher),))
         with again.client() as c:
