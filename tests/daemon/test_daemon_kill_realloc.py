@@ -14,6 +14,8 @@ the same files. Virtual clock: the replay runs as fast as it computes.
 
 from __future__ import annotations
 
+import os
+
 import json
 import signal
 
@@ -56,7 +58,11 @@ def tail_job() -> dict:
                                                     "gpu_types": ["H800"]}, trainer={"tp": 2})
 
 
-@pytest.mark.parametrize("kill_after, way", [("drain", "back"), ("handoff", "forward")])
+@pytest.mark.parametrize("kill_after, way", [
+    ("drain", "back"),
+    pytest.param("handoff", "forward", marks=pytest.mark.skipif(
+        os.environ.get("RL_PLANNER_SLOW") != "1", reason="a second real daemon killed mid-reallocation, about 15 s: set RL_PLANNER_SLOW=1")),
+])
 def test_sigkill_mid_reallocation_is_settled_at_restart_and_later_applies_proceed(tmp_path, kill_after, way):
     from executor.backends.sim import SimBackend
     from executor.workers.engine import expected_output
