@@ -33,6 +33,19 @@ def shared_data(*parts: str) -> Path:
     return p
 
 
+def unprivileged(what: str) -> list[str]:
+    """A command prefix under which file permissions apply to ``what`` (a test's subprocess): none for a
+    normal user; as root, ``setpriv`` without the capabilities that bypass them (skips when there is none)."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip(f"running as root without setpriv: file permissions cannot be made to apply to {what}")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-all"]
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600.0, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m planner ARGS`` in a subprocess (the real entry point), capturing output."""
     e = dict(os.environ)

@@ -15,15 +15,13 @@ bypass file permissions.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sqlite3
 import subprocess
 import sys
 from contextlib import contextmanager
 
-import pytest
 from daemonproc import DEADLINE_S, ROOT, DaemonProc, env, job, query, wait_for, write_cluster
+from tests.conftest import unprivileged
 
 BUSY = {"RL_PLANNER_SQLITE_BUSY_S": "1"}
 
@@ -146,14 +144,9 @@ def test_resuming_an_apply_under_a_lock_exits_2_naming_the_state_file(tmp_path):
 
 
 # ------------------------------------------------------------------------------ permissions
+
 def _unprivileged() -> list[str]:
-    """A command prefix under which file permissions apply (root: setpriv without the capabilities that bypass them)."""
-    if os.geteuid() != 0:
-        return []
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("running as root without setpriv: file permissions cannot be made to apply to the daemon")
-    return [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+    return unprivileged('the daemon')
 
 
 def _start(state, *args: str) -> subprocess.CompletedProcess:

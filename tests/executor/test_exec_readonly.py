@@ -9,14 +9,13 @@ after the read-only-file check of session 45)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, unprivileged
 from tests.executor.test_exec_cli import _plan
 
 DEADLINE_S = 300.0  # a sim apply takes seconds; this only bounds a hung one
@@ -28,14 +27,9 @@ def _cases(*cases: str) -> list[str]:
     return list(cases) if SLOW else list(cases[:1])
 
 
+
 def _unprivileged() -> list[str]:
-    """A command prefix under which file permissions apply (root: setpriv without the capabilities that bypass them)."""
-    if os.geteuid() != 0:
-        return []
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("running as root without setpriv: file permissions cannot be made to apply to planner apply")
-    return [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-all"]
+    return unprivileged('planner apply')
 
 
 def _apply(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

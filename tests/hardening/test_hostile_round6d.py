@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import yaml
 
 from tests.hardening.test_hostile_inputs import run_inprocess
 from tests.hardening.test_hostile_round3 import ROOT, _refused
+from tests.conftest import unprivileged
 
 MICRO = ROOT / "scenarios" / "weave-micro.yaml"
 HETERO = ROOT / "scenarios" / "realloc" / "hetero-h20-h100.json"  # the snapshots tests/realloc/test_cli.py plans on
@@ -81,16 +81,9 @@ def test_safeload_auto_is_yaml_as_its_docstring_says():
 
 
 # ------------------------------------------------------------------ 3. read-only executor files at the daemon's start
-def _unprivileged() -> list[str]:
-    """A command prefix under which file permissions apply (root: setpriv without the capabilities that bypass them)."""
-    import shutil
 
-    if os.geteuid() != 0:
-        return []
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("running as root without setpriv: file permissions cannot be made to apply to the daemon")
-    return [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-all"]
+def _unprivileged() -> list[str]:
+    return unprivileged('the daemon')
 
 
 def test_the_daemon_refuses_a_read_only_executor_file_at_start_naming_it_and_the_chmod(tmp_path):
