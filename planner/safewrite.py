@@ -131,9 +131,6 @@ def write_atomic(path: Union[str, Path], data: Union[str, bytes], *, private: bo
         tmp.write_bytes(raw)
 
 
-__all__ = ["replacing", "target_kind", "write_atomic"]
-
-
 # ------------------------------------------------------------------ SQLite files a command will write
 def can_write(path: Union[str, Path], folder: bool = False) -> bool:
     """Can this process write ``path`` (and search it, a folder; read it, a file)? Its effective ids
@@ -183,3 +180,6 @@ def check_sqlite_writable(path: Path, where: str, what: str, *, who: str, make_f
                                 f"make {'it' if len(bad) == 1 else 'them'} readable and writable by {who} "
                                 f"(chmod u+rw {' '.join(str(b) for b in bad)}); never delete a -wal file: it holds committed "
                                 "transactions"))
+
+
+__all__ = ["can_write", "check_sqlite_writable", "replacing", "target_kind", "write_atomic"]

@@ -73,6 +73,16 @@ class Options:
     limits: Limits = field(default_factory=Limits)
     data_dir: Optional[Path] = None  # trace files a submitted job may name (planner.daemon.datafiles); None: none
 
+    def beside(self, suffix: str) -> Path:
+        """A file the daemon keeps next to its state: ``STATE.journal`` and ``STATE.executor-sim`` (the
+        executor's journal and simulated cluster), ``STATE.sim``."""
+        return self.state.with_name(self.state.name + suffix)
+
+    @property
+    def sim_file(self) -> Path:
+        """The simulated cluster's own file: ``--sim-state``, by default ``STATE.sim``."""
+        return self.sim_state or self.beside(".sim")
+
 
 # --------------------------------------------------------------------------------- cluster
 def _cluster_of(sc: Scenario) -> Scenario:
@@ -278,8 +288,7 @@ def _executor(opts: Options, cluster: Scenario, store: Store) -> Executor:
     world = None
     executor_here = ex.available() is None
     if opts.backend == "sim":
-        path = opts.sim_state or opts.state.with_name(opts.state.name + ".sim")
-        world = SimCluster(path, cluster, spec_of, Truth(**(opts.sim_truth or {})),
+        world = SimCluster(opts.sim_file, cluster, spec_of, Truth(**(opts.sim_truth or {})),
                            step_delay_s=0.0 if executor_here else opts.sim_step_delay_s)
     if executor_here:
         from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
@@ -296,8 +305,8 @@ def _executor(opts: Options, cluster: Scenario, store: Store) -> Executor:
                 dram[name] = (est.dram_rollout_node_gb, est.dram_train_node_gb)
             return dram[name]
 
-        return ex.ExecutorApplier(opts.backend, cluster, opts.state.with_name(opts.state.name + ".journal"), dram_of,
-                                  sim_state=opts.state.with_name(opts.state.name + ".executor-sim"), address=opts.ray_address,
+        return ex.ExecutorApplier(opts.backend, cluster, opts.beside(".journal"), dram_of,
+                                  sim_state=opts.beside(".executor-sim"), address=opts.ray_address,
                                   world=world, step_delay_s=opts.sim_step_delay_s, spec_of=spec_of,
                                   requests_per_job=opts.sim_requests if opts.backend == "sim" else 0,
                                   telemetry=opts.sim_telemetry and world is not None)
@@ -345,12 +354,11 @@ def check_cluster_files_writable(o: Options) -> None:
 
     who = "the user the daemon runs as"
     if o.backend == "sim":
-        sim = o.sim_state or o.state.with_name(o.state.name + ".sim")
-        check_sqlite_writable(sim, "--sim-state" if o.sim_state else "--state", "simulated cluster's state", who=who)
+        check_sqlite_writable(o.sim_file, "--sim-state" if o.sim_state else "--state", "simulated cluster's state", who=who)
     if ex.available() is None:  # the executor applies: its journal, and with the simulated backend its cluster file
-        check_sqlite_writable(o.state.with_name(o.state.name + ".journal"), "--state", "executor's journal", who=who)
+        check_sqlite_writable(o.beside(".journal"), "--state", "executor's journal", who=who)
         if o.backend == "sim":
-            check_sqlite_writable(o.state.with_name(o.state.name + ".executor-sim"), "--state", "executor's simulated cluster",
+            check_sqlite_writable(o.beside(".executor-sim"), "--state", "executor's simulated cluster",
                                   who=who)
 
 
@@ -431,9 +439,9 @@ class Daemon:
         check_sqlite_path(o.state, "--state", "a daemon's state file", "pass another --state path (a new one is created)")
         check_state_writable(o.state)
         if o.backend == "sim":
-            check_state_file(o.sim_state or o.state.with_name(o.state.name + ".sim"), "--sim-state")
+            check_state_file(o.sim_file, "--sim-state")
         for suffix in (".executor-sim", ".journal"):  # the executor's files next to the state, if there
-            f = o.state.with_name(o.state.name + suffix)
+            f = o.beside(suffix)
             if os.path.lexists(f):
                 check_sqlite_path(f, "--state", f"the executor's {suffix[1:]} file of {o.state}",
                                   f"move {f} away (it is not one), or pass another --state path")

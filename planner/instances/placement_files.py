@@ -117,18 +117,18 @@ def _check_node_keys(data: dict, doc, source: str) -> None:
                 seen: dict[int, Any] = {}
                 for key in row:
                     n = _node_count(key)
-                    path = ("jobs", i, table, t)
-                    where = doc.where(path) if doc is not None else source
+                    if n is not None and n not in seen:
+                        seen[n] = key
+                        continue
+                    where = doc.where(("jobs", i, table, t)) if doc is not None else source
                     field = f"jobs[{i}].{table}.{str(t)[:200]}"
                     if n is None:
                         raise UserError(Problem(field, f"{who}: the key {_shown(key)} of its {table} table for {str(t)[:200]} is "
                                                        "not a node count", "write node counts as whole numbers (1, 2, 4)",
                                                 source=where))
-                    if n in seen:
-                        raise UserError(Problem(field, f"{who}: its {table} table for {str(t)[:200]} gives {n} node(s) twice (keys "
-                                                       f"{_shown(seen[n])} and {_shown(key)}); only one would be kept",
-                                                "keep one entry per node count", source=where))
-                    seen[n] = key
+                    raise UserError(Problem(field, f"{who}: its {table} table for {str(t)[:200]} gives {n} node(s) twice (keys "
+                                                   f"{_shown(seen[n])} and {_shown(key)}); only one would be kept",
+                                            "keep one entry per node count", source=where))
 
 
 def _shown(key: Any) -> str:
