@@ -270,8 +270,12 @@ def expected(impl: str) -> Callable[[dict], tuple[list[int], Any]]:
 
 
 def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60, settle_s: float = 60.0,
-             prompt_len: int = 64, expect: Callable[[dict], tuple[list[int], Any]] | None = None) -> Outcome:
-    """``expect``: request record -> (output, logprobs or None) uninterrupted (default: :func:`expected`)."""
+             prompt_len: int = 64, expect: Callable[[dict], tuple[list[int], Any]] | None = None,
+             after_apply: Callable[[], None] | None = None) -> Outcome:
+    """``expect``: request record -> (output, logprobs or None) uninterrupted (default: :func:`expected`);
+    ``after_apply``: called once the migration's apply has returned, before the rollout is let finish
+    (e.g. to let engines that were held mid-request decode on: the move then always finds requests in
+    flight, however fast the machine)."""
     t0 = time.time()
     out = Outcome(case)
     b = make_backend()
@@ -328,6 +332,8 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
         res = Executor(b, j).apply(steps, case.migration)  # a new controller resumes from the journal
     out.status = res.status
     out.fired = all(f.fired for f in plan.faults)
+    if after_apply is not None:
+        after_apply()
     b.fail_starts.clear()
 
     # Stale workers wake up and try to act with the epoch they hold.

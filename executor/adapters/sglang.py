@@ -182,11 +182,13 @@ class SGLangEngine:
             await asyncio.gather(*pending, return_exceptions=True)
             await self.http.aclose()
 
-        try:
-            self._sync(shut(), 5)
+        try:  # best effort: a loaded machine may take a while to end the calls; the loop stops regardless
+            self._sync(shut(), 30)
+        except SGLangError:
+            pass
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5)
+            self._thread.join(30)
 
     # ------------------------------------------------------------------ plumbing
     async def _apost(self, path: str, body: Optional[dict] = None, ok=(200,), timeout: Optional[float] = None) -> httpx.Response:

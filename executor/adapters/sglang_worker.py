@@ -55,6 +55,7 @@ class SGLangRolloutWorker:
         self.draining = False
         self.finished: list[str] = []
         self.refused: list[str] = []
+        self._accepted: set[str] = set()  # completions the ledger took: offering them again must not rerun them
         self._meta: dict[str, dict] = {}  # request id -> the ledger record's other fields (component, seed, ...)
         self._lock = threading.Lock()
 
@@ -63,8 +64,10 @@ class SGLangRolloutWorker:
         n = 0
         for d in requests:
             t = self.engine.requests.get(d["id"])
-            if t is not None and t.state in ("running", "done", "pending"):
+            if t is not None and (t.state in ("running", "pending") or (t.state == "done" and d["id"] in self._accepted)):
                 continue  # idempotent: a resumed handoff may offer the same request twice
+            # (one that ended here but whose completion the ledger refused, e.g. it arrived after a handoff
+            # moved the request away, runs again from the ledger's resume point: skipping it would lose it)
             sp = sampling.sglang_params(d)  # `sampling` and `sampling_params` alike (executor.workers.sampling)
             with self._lock:
                 self._meta[d["id"]] = {k: v for k, v in d.items() if k not in ("output", "logprobs")}
@@ -78,6 +81,8 @@ class SGLangRolloutWorker:
         ok = self._coord("complete", self.id, self.epoch, rid, output, meta)
         with self._lock:
             (self.finished if ok else self.refused).append(rid)
+            if ok:
+                self._accepted.add(rid)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

@@ -36,12 +36,16 @@ def test_fault_megatron(case):
 
 @pytest.fixture
 def sglang_backend(monkeypatch):
-    """Sim backends whose rollout workers are ``sglang`` workers, each on its own stand-in."""
+    """Sim backends whose rollout workers are ``sglang`` workers, each on its own stand-in; and a
+    function that lets the stand-ins decode on. Each stand-in holds its requests after 2 tokens
+    until then, so the migration always finds requests in flight, however fast the machine (without
+    the hold they usually ended before the handoff, and the path that moves them ran only under load)."""
     from executor.workers import sglang_worker
 
     with contextlib.ExitStack() as stack:
         free: list = []
         made: list = []
+        servers: list = []
         real = sim.make_worker
 
         def make_worker(args, epoch, coord, fail_start=False):
@@ -49,16 +53,24 @@ def sglang_backend(monkeypatch):
                 return real(args, epoch, coord, fail_start=fail_start)
             if not free:
                 free.append(stack.enter_context(StandIn()))
+                free[-1].hold(2)
+                servers.append(free[-1])
             srv = free.pop(0)
             args = {**args, "engine": {**(args.get("engine") or {}), "url": srv.url, "drain_grace_s": 0.5}}
             w = sglang_worker.make(args, epoch, coord, fail_start)
             made.append(w)
             return w
 
+        def release() -> None:
+            for srv in servers:
+                srv.hold(None)
+
         monkeypatch.setattr(sim, "make_worker", make_worker)
-        yield lambda: sim.SimBackend(faultlib.NODES, ticks_per_call=1)
-        for w in made:
-            w.close()
+        try:
+            yield (lambda: sim.SimBackend(faultlib.NODES, ticks_per_call=1)), release
+        finally:
+            for w in made:
+                w.close()
 
 
 def _expect(r: dict):
@@ -67,7 +79,8 @@ def _expect(r: dict):
 
 @pytest.mark.parametrize("case", SGLANG, ids=[c.id for c in SGLANG])
 def test_fault_sglang(case, sglang_backend):
-    out = run_case(case, sglang_backend, requests=24, prompt_len=8, expect=_expect)
+    make, release = sglang_backend
+    out = run_case(case, make, requests=24, prompt_len=8, expect=_expect, after_apply=release)
     assert out.fired, f"the fault never fired: {case.id}"
     assert out.problems == [], out
     if case.fault == "kill_controller":

@@ -153,6 +153,38 @@ def test_a_withdrawn_request_is_aborted_and_confirmed_before_it_is_resubmitted(w
         assert a.stats()["duplicates"] == 0 and w.engine.requests["late"].wire != first
 
 
+class RefuseFirst(Coord):
+    """Refuses the first completion of each request (it arrived after a handoff moved the request
+    away, as on a loaded machine), accepts the next."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused: list[str] = []
+
+    def __call__(self, method, wid, epoch, *a):
+        if method == "complete" and a[0] not in self.refused:
+            self.refused.append(a[0])
+            return False
+        return super().__call__(method, wid, epoch, *a)
+
+
+def test_a_request_whose_completion_was_refused_runs_again_when_the_ledger_gives_it_back(workers):
+    """A request that ended on an engine just after the ledger moved it away (its completion refused)
+    and that the ledger then gives back to the same engine (a handoff rolled back, rehomed by cache
+    affinity) must run again: skipping it as 'done here' lost it (seen once in CI)."""
+    with StandIn() as a:
+        coord = RefuseFirst()
+        w = workers(a.url, coord)
+        req = {"id": "r", "prompt": [2, 3], "target_len": 6}
+        w.admit([req])
+        w.engine.wait(timeout_s=120)
+        assert coord.refused == ["r"] and coord.done == {} and w.refused == ["r"]
+        assert w.admit([req]) == 1  # offered again by the ledger: resumed from its record, not skipped
+        w.engine.wait(timeout_s=120)
+        assert coord.done == {"r": reference([2, 3], 6)}
+        assert w.admit([req]) == 0  # accepted now: offering it again does not run it twice
+
+
 def test_release_while_busy_is_refused_by_the_worker_before_it_takes_the_server_down(workers):
     with StandIn() as a:
         w = workers(a.url)
