@@ -359,7 +359,7 @@ def run_case(case: Case, make_backend: Callable[[], Any], *, requests: int = 60,
         still = still + 1 if summ["done"] == last else 0
         if still == 0:
             changed = time.time()
-        elif still > 50 and time.time() - changed > 5.0:
+        elif still > 50 and time.time() - changed > min(30.0, settle_s / 2):
             break  # no progress: something is stuck (reported below)
         else:  # engines that decode on their own (an SGLang server) need time, not ticks
             time.sleep(0.002)
