@@ -37,10 +37,11 @@ def plan_and_estimate(path: str, command: str, mode: Optional[str] = None):
 
 
 def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, command: str = "plan", progress=None,
-               recorded_margin: float = 0.0):
+               recorded_margin: float = 0.0, asked_mode: Optional[str] = None):
     """(instance, name, digest, scenario or None) from a scenario YAML or a numbers-only instance file;
     ``progress``: a :class:`planner.statusline.Status` told which job's phase times are being estimated;
-    ``recorded_margin``: a plan's margin, for a scenario only (an instance file holds its phase times)."""
+    ``recorded_margin``: a plan's margin, for a scenario only (an instance file holds its phase times);
+    ``asked_mode``: the ``--mode`` the user gave, refused for an instance file (it was ignored there)."""
     from planner.instances.placement_files import instance_data, load_instance, read_doc
 
     if not Path(path).exists():
@@ -58,6 +59,10 @@ def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, comma
         if margin:
             raise UserError(Problem("--margin", "an instance file holds phase times already",
                                     "plan the scenario with --margin, or drop --margin"))
+        if asked_mode is not None:
+            raise UserError(Problem("--mode", f"{path} is a numbers-only instance file: its phase times are written in it, "
+                                              f"so no estimate ({asked_mode}) applies",
+                                    "drop --mode (it picks how a scenario's phase times are estimated)"))
         inst = load_instance(path, data, doc)
         return inst, inst.name, instance_digest(inst), None
     from planner.instances.placement import compile_scenario

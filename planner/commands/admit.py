@@ -51,7 +51,8 @@ def run(args) -> int:
 
     _, current, mode, margin, plan_error = plan_and_estimate(args.current, "admit", args.mode)  # (the current plan's unless --mode)
     with status("admit: reading the input and estimating every job's phase times") as st:
-        inst, name, digest, sc = load_input(args.input, mode, command="admit", progress=st, recorded_margin=margin)
+        inst, name, digest, sc = load_input(args.input, mode, command="admit", progress=st, recorded_margin=margin,
+                                            asked_mode=args.mode)
     if plan_error is not None:
         raise plan_error
     assert current is not None

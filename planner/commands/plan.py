@@ -134,7 +134,7 @@ def run(args) -> int:
 
     _check_args(args)
     with status("plan: reading the input and estimating every job's phase times") as st:
-        inst, name, digest, sc = load_input(args.input, args.mode, args.margin, progress=st)
+        inst, name, digest, sc = load_input(args.input, args.mode, args.margin, progress=st, asked_mode=args.mode)
     if args.move_price is not None:
         inst = inst.model_copy(update={"move_price_per_job": args.move_price})
     solver = sc.solver if sc is not None else None

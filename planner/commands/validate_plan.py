@@ -68,7 +68,8 @@ def run(args) -> int:
 
     doc, plan, mode, margin, plan_error = plan_and_estimate(args.plan, "validate-plan", args.mode)  # (the plan's unless --mode)
     with status("validate-plan: reading the input and estimating every job's phase times") as st:
-        inst, name, digest, sc = load_input(args.input, mode, command="validate-plan", progress=st, recorded_margin=margin)
+        inst, name, digest, sc = load_input(args.input, mode, command="validate-plan", progress=st, recorded_margin=margin,
+                                            asked_mode=args.mode)
     if plan_error is not None:
         raise plan_error
     assert doc is not None and plan is not None

@@ -194,3 +194,23 @@ def test_whatif_says_no_limit_for_a_type_without_max_nodes(tmp_path):
     assert "no limit" in lines["H800"] and "limit 5" not in lines["H800"], proc.stdout  # was "limit 50" (2 owned + 3 x 16)
     assert "limit 8" in lines["H20"], proc.stdout  # a stated max_nodes is still its limit
     assert "no limit" in (tmp_path / "out" / "answer.md").read_text()
+
+
+# ------------------------------------------------------------------ --mode on an instance file (session 47)
+def test_mode_on_an_instance_file_is_refused_not_ignored(tmp_path):
+    """An instance file holds its own phase times: `--mode p90` was silently ignored by plan,
+    validate-plan and admit (a user could believe the plan was made on p90 estimates)."""
+    out = tmp_path / "plan.yaml"
+    rc, text, _, rss = run_inprocess(["plan", str(INSTANCE), "--mode", "p90", "--out", str(out)])
+    _refused(rc, text, rss, "--mode", "instance file", "drop --mode")
+    assert not out.exists()
+    rc, text, _, _ = run_inprocess(["plan", str(INSTANCE), "--out", str(out)])
+    assert rc == 0 and out.exists(), text[-2000:]
+    for argv in (["validate-plan", str(INSTANCE), str(out), "--mode", "max"],
+                 ["admit", str(INSTANCE), "--current", str(out), "--job", "qwen7b-math", "--mode", "sampled",
+                  "--out", str(tmp_path / "admitted.yaml")]):
+        rc, text, _, rss = run_inprocess(argv)
+        _refused(rc, text, rss, "--mode", "drop --mode")
+    assert not (tmp_path / "admitted.yaml").exists()
+    rc, text, _, _ = run_inprocess(["validate-plan", str(INSTANCE), str(out)])
+    assert rc == 0, text[-2000:]

@@ -128,6 +128,21 @@ def test_the_instant_optimum_is_at_most_what_the_online_groups_and_solo_d_hold(m
         assert s["offline_unplaced"] == 0 and s["jobs"] >= 1
         assert s["offline"] <= s["online"] + 1e-6
         assert s["offline"] <= s["solo_d"] + 1e-6
+        assert s["verl"] > 0
+
+
+def test_a_trace_repriced_bills_the_same_gpu_hours_at_the_new_prices(monkeypatch):
+    from planner.sim import trace_baselines as tb
+
+    monkeypatch.setattr(tb, "SC", ROOT / "scenarios" / "ci")
+    base = tb.policy_task("tiny-2jobs.yaml", "solo-d", "-")
+    dear = tb.policy_task("tiny-2jobs.yaml", "solo-d", "-", prices={"H800": 5.0})
+    assert dear["gpu_hours"] == pytest.approx(base["gpu_hours"])  # Solo-D's pools do not depend on prices
+    assert dear["cost"] == pytest.approx(base["gpu_hours"]["H20"] * 1.0 + base["gpu_hours"]["H800"] * 5.0, rel=1e-6)
+    with pytest.raises(ValueError, match="H900"):
+        tb.policy_task("tiny-2jobs.yaml", "solo-d", "-", prices={"H900": 1.0})
+    pr = tb.published_prices()  # equal pools, equal time: Solo-D / veRL = (p20 + p800) / p800, the published 0.94 / 0.71
+    assert (pr["H20"] + pr["H800"]) / pr["H800"] == pytest.approx(tb.PUBLISHED_SOLO_D_KH / tb.PUBLISHED_VERL_KH, rel=1e-3)
 
 
 def test_policy_task_runs_the_join_aware_and_re_pack_admissions(monkeypatch):
