@@ -352,10 +352,13 @@ def price_table(R, rows) -> list[str]:
                    f"{verl / r['cost']:.2f}x |")
         rows.append({**r, "scenario": PRICE_TRACE, "policy": p, "tables": t, "admission": a, "prices": pr})
     best = max((solo / r["cost"], verl / r["cost"], a) for (p, t, a), r in got.items() if p == "groups")
+    g = got[("groups", "simulator", best[2])]["gpu_hours"]
+    v = got[("verl", "simulator", "weave")]["gpu_hours"]
     out += ["", f"Solo-D / veRL here: {solo / verl:.2f} (published {PUBLISHED_SOLO_D_KH / PUBLISHED_VERL_KH:.2f}). Groups: "
-            f"{best[0]:.2f}x cheaper than Solo-D and {best[1]:.2f}x than veRL at best ({best[2]}). The dearer H800 widens the "
-            "gap to Solo-D and to veRL alike only where groups hold fewer H800 GPU-hours than veRL does; they hold more H20 "
-            "and, where SLOs keep members apart, most of the H800 Solo-D holds (the ceiling table above).", ""]
+            f"{best[0]:.2f}x cheaper than Solo-D and {best[1]:.2f}x than veRL at best ({best[2]}), holding "
+            f"{g.get('H800', 0):,.0f} H800 GPU-hours against veRL's {v.get('H800', 0):,.0f} and {g.get('H20', 0):,.0f} H20 "
+            "GPU-hours against none: the dearer the H800 against the H20, the more that trade pays; at this price the groups "
+            + ("meet" if best[0] >= 1.6 and best[1] >= 1.2 else "stay below") + " issue 22's 1.6x and 1.2x.", ""]
     return out
 
 
