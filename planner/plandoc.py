@@ -41,6 +41,11 @@ from planner import __version__, safeload, yamlemit
 from planner.errors import Problem, UserError
 
 PLAN_VERSION = 1
+#: free text a plan carries, in characters: names (a scenario or instance name is at most 200; backend,
+#: status, the generator, the digest) and the solver's message (a few KB at fleet scale); a hand-edited
+#: plan with megabytes there is refused, naming the field, rather than printed back
+MAX_TEXT_NAME = 256
+MAX_SOLVER_MESSAGE = 65536
 
 
 # a plan of 20,000 jobs (the largest instance) is about 12 MB of JSON: JSON plan files may be
@@ -69,16 +74,16 @@ def register_body(kind: str, target: str) -> None:
 class SolverRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: str
-    status: str
+    backend: str = Field(max_length=MAX_TEXT_NAME)
+    status: str = Field(max_length=MAX_TEXT_NAME)
     objective: Optional[float] = None
     best_bound: Optional[float] = None
     gap: Optional[float] = Field(None, ge=0.0, description="relative gap |objective - best_bound| / |objective| "
                                  "(formulation.common.SolveRecord.gap): never negative")
     wall_time_s: float = Field(0.0, ge=0.0)
     time_limit_s: Optional[float] = Field(None, ge=0.0)
-    warm_start: Optional[str] = None
-    message: str = ""
+    warm_start: Optional[str] = Field(None, max_length=MAX_TEXT_NAME)
+    message: str = Field("", max_length=MAX_SOLVER_MESSAGE)
     phase_time_estimate: Optional[str] = Field(None, description="the phase-time estimate the plan was made on (scenarios): "
                                                "conservative/max, sampled (the mean), p90 or p99; None: an instance file's own times")
     margin: Optional[float] = Field(None, ge=0.0, le=1.0, description="explicit headroom on every phase time (a fraction), when given")
@@ -89,11 +94,11 @@ class SolverRecord(BaseModel):
 class PlanDocument(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kind: str
+    kind: str = Field(max_length=MAX_TEXT_NAME)
     version: int = PLAN_VERSION
-    generator: str = f"rl-planner {__version__}"
-    scenario: str = ""
-    scenario_digest: str = ""
+    generator: str = Field(f"rl-planner {__version__}", max_length=MAX_TEXT_NAME)
+    scenario: str = Field("", max_length=MAX_TEXT_NAME)
+    scenario_digest: str = Field("", max_length=MAX_TEXT_NAME)
     solver: SolverRecord
     body: dict[str, Any] = Field(default_factory=dict)
 

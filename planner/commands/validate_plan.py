@@ -91,7 +91,7 @@ def run(args) -> int:
     if bad is not None:
         print(f"note: {bad.message}; checking it against this input (--force)", file=sys.stderr)
     elif not same:
-        print(f"note: the plan was made for {doc.scenario or 'another input'} (digest {doc.scenario_digest}), "
+        print(f"note: the plan was made for {safe_text(doc.scenario or 'another input')} (digest {safe_text(doc.scenario_digest)}), "
               f"not this input's content (digest {digest}); checking it against this input", file=sys.stderr)
     if args.json:
         import json

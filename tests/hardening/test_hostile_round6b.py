@@ -214,3 +214,30 @@ def test_mode_on_an_instance_file_is_refused_not_ignored(tmp_path):
     assert not (tmp_path / "admitted.yaml").exists()
     rc, text, _, _ = run_inprocess(["validate-plan", str(INSTANCE), str(out)])
     assert rc == 0, text[-2000:]
+
+
+# ------------------------------------------------------------------ a plan's free text (session 47)
+def test_a_plans_free_text_is_bounded_and_never_printed_raw(tmp_path):
+    """A hand-edited plan's scenario name and solver message: megabytes were printed back whole by
+    `validate-plan --force` (and escape sequences raw, to the terminal); now an oversized field is
+    refused naming it, and a short one is printed escaped."""
+    plan = tmp_path / "plan.yaml"
+    rc, text, _, _ = run_inprocess(["plan", str(INSTANCE), "--out", str(plan)])
+    assert rc == 0, text[-2000:]
+    doc = yaml.safe_load(plan.read_text())
+    other = tmp_path / "other.yaml"  # another input (one job fewer): validate-plan needs --force, and says so in a note
+    inst = yaml.safe_load(INSTANCE.read_text())
+    inst["jobs"] = inst["jobs"][:-1]
+    other.write_text(yaml.safe_dump(inst))
+    short = tmp_path / "short.yaml"
+    short.write_text(yaml.safe_dump({**doc, "scenario": "\x1b[31mred\x1b]0;title\x07"}))
+    rc, text, _, _ = run_inprocess(["validate-plan", str(other), str(short), "--force"])
+    assert "\x1b" not in text and "\x07" not in text and "\\x1b[31mred" in text, text[-2000:]
+    for field, edit in (("scenario", {"scenario": "A" * 100_000}),
+                        ("solver.message", {"solver": {**doc["solver"], "message": "B" * 1_000_000}})):
+        big = tmp_path / f"big-{field}.yaml"
+        big.write_text(yaml.safe_dump({**doc, **edit}))
+        for argv in (["validate-plan", str(INSTANCE), str(big)], ["validate-plan", str(other), str(big), "--force"]):
+            rc, text, _, rss = run_inprocess(argv)
+            _refused(rc, text, rss, field, "at most")
+            assert len(text) < 5000, len(text)
