@@ -27,9 +27,14 @@ def run_plan(args, sc, out, console, write_files) -> int:
     if doc.scenario and doc.scenario != sc.name:
         raise UserError(Problem("--plan", f"the plan was made from scenario '{doc.scenario}', not '{sc.name}'",
                                 "pass the scenario the plan was made from"))
-    changed = bool(doc.scenario_digest) and doc.scenario_digest != plandoc.scenario_digest(sc)
+    from planner.commands._placement import digest_problem
+
+    unknown = digest_problem(doc.scenario_digest, args.plan, args.scenario)
+    changed = unknown is None and doc.scenario_digest != plandoc.scenario_digest(sc)
     if changed:
         notes.append("the scenario changed since the plan was made (digest differs): phase times are today's")
+    elif unknown is not None:  # nothing says which input it was made for: held to every rule on today's scenario
+        notes.append(f"{unknown.message}: it is checked in full against today's scenario and simulated on today's phase times")
     if not plan.groups:
         raise UserError(Problem("--plan", "the plan has no groups to simulate", "plan at least one job"))
     inst = check_plan(args, doc, plan, changed)

@@ -241,3 +241,20 @@ def test_a_plans_free_text_is_bounded_and_never_printed_raw(tmp_path):
             rc, text, _, rss = run_inprocess(argv)
             _refused(rc, text, rss, field, "at most")
             assert len(text) < 5000, len(text)
+
+
+def test_simulate_says_when_a_plan_records_no_digest(tmp_path):
+    """`simulate --plan` took an empty digest as 'the scenario did not change' without a word."""
+    tiny = ROOT / "scenarios" / "ci" / "tiny-2jobs.yaml"
+    plan = tmp_path / "plan.yaml"
+    rc, text, _, _ = run_inprocess(["plan", str(tiny), "--out", str(plan)])
+    assert rc == 0, text[-2000:]
+    doc = yaml.safe_load(plan.read_text())
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump({**doc, "scenario_digest": ""}))
+    rc, text, _, _ = run_inprocess(["simulate", "--plan", str(bare), str(tiny), "--json"])
+    assert rc == 0, text[-2000:]
+    notes = json.loads(text[text.index("{"):])["notes"]
+    assert any("records no scenario digest" in n and "checked in full" in n for n in notes), notes
+    rc, text, _, _ = run_inprocess(["simulate", "--plan", str(plan), str(tiny), "--json"])
+    assert rc == 0 and not any("digest" in n for n in json.loads(text[text.index("{"):])["notes"])
