@@ -129,6 +129,9 @@ def test_the_instant_optimum_is_at_most_what_the_online_groups_and_solo_d_hold(m
         assert s["offline"] <= s["online"] + 1e-6
         assert s["offline"] <= s["solo_d"] + 1e-6
         assert s["verl"] > 0
+        # the optimum's GPUs, read from its plan's pools, priced: its $/h (the solver's own sum, computed apart)
+        assert sum(n * {"H20": 1.0, "H800": 2.0}[t] for t, n in s["offline_gpus"].items()) == pytest.approx(s["offline"])
+        assert set(s["online_gpus"]) <= {"H20", "H800"} and all(v >= 0 for v in s["online_gpus"].values())
 
 
 def test_a_trace_repriced_bills_the_same_gpu_hours_at_the_new_prices(monkeypatch):
