@@ -22,11 +22,7 @@ ratio of the two columns is the evidence, each column a lower bound on what its 
 
 from __future__ import annotations
 
-import argparse
-import platform
-import os
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -110,25 +106,20 @@ def measure(scenario: str, stat: str, moments: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--moments", type=int, default=30)
-    ap.add_argument("--out", default="results/placement/rollout-sharing.md")
-    args = ap.parse_args(argv)
-    lines = ["# Rollout-node sharing: what it adds to the trace ceiling (a packing estimate)", "",
-             f"Command: `python -m benchmarks.placement.rollout_sharing --moments {args.moments}`  ",
-             f"Machine: `{' '.join(platform.uname())}`, {os.cpu_count()} CPUs (the figures do not depend on it).", "",
-             (__doc__ or "").split("\n\n", 1)[1].strip(), "",
-             "| trace | phase times | moments | mean jobs | Solo-D / own | Solo-D / shared | shared / own |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    from benchmarks.placement import moment_report
+
+    args = moment_report.parse(__doc__ or "", "results/placement/rollout-sharing.md", argv)
+    lines = moment_report.head("Rollout-node sharing: what it adds to the trace ceiling (a packing estimate)",
+                               "benchmarks.placement.rollout_sharing", args.moments, __doc__ or "",
+                               ["trace", "phase times", "moments", "mean jobs", "Solo-D / own", "Solo-D / shared", "shared / own"],
+                               ["---", "---", "---:", "---:", "---:", "---:", "---:"])
     for sc in TRACES:
         for stat in ("p90", "mean"):
             r = measure(sc, stat, args.moments)
             lines.append(f"| {sc} | {stat} | {r['moments']} | {r['jobs']:.1f} | {r['solo'] / r['own']:.3f}x | "
                          f"{r['solo'] / r['shared']:.3f}x | {r['own'] / r['shared']:.3f}x |")
             print(lines[-1], flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
+    moment_report.write(args.out, lines)
     return 0
 
 

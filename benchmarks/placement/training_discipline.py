@@ -25,11 +25,7 @@ per job.
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
@@ -102,25 +98,20 @@ def measure(scenario: str, moments: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--moments", type=int, default=30)
-    ap.add_argument("--out", default="results/placement/training-discipline.md")
-    args = ap.parse_args(argv)
-    lines = ["# The training node's discipline: ring against first-come-first-served (an exact packing per moment)", "",
-             f"Command: `python -m benchmarks.placement.training_discipline --moments {args.moments}`  ",
-             f"Machine: `{' '.join(platform.uname())}`, {os.cpu_count()} CPUs (the figures do not depend on it).", "",
-             (__doc__ or "").split("\n\n", 1)[1].strip(), "",
-             "| trace | moments | mean jobs | Solo-D training nodes | ring | FCFS | **ring / Solo-D** | **FCFS / Solo-D** |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    from benchmarks.placement import moment_report
+
+    args = moment_report.parse(__doc__ or "", "results/placement/training-discipline.md", argv)
+    lines = moment_report.head("The training node's discipline: ring against first-come-first-served (an exact packing per moment)",
+                               "benchmarks.placement.training_discipline", args.moments, __doc__ or "",
+                               ["trace", "moments", "mean jobs", "Solo-D training nodes", "ring", "FCFS", "**ring / Solo-D**",
+                                "**FCFS / Solo-D**"], ["---"] + ["---:"] * 7)
     for sc in TRACES:
         r = measure(sc, args.moments)
         lines.append(f"| {sc} | {r['moments']} | {r['jobs'] / max(1, r['moments']):.1f} | {r['solo']} | {r['ring']} | {r['fcfs']} | "
                      f"{r['ring'] / r['solo']:.2f} | {r['fcfs'] / r['solo']:.2f} |"
                      + (f" ({r['skipped']} jobs in shapes over {MAX_SHAPE_JOBS} left out)" if r["skipped"] else ""))
         print(lines[-1], flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
+    moment_report.write(args.out, lines)
     return 0
 
 
