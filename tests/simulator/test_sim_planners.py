@@ -116,11 +116,11 @@ def test_reallocation_planner_drives_the_dynamic_policy():
     from dataclasses import replace
 
 
-    setup = replace(setup, workload=replace(setup.workload, n_prompts=128))  # a quarter of the batch: fast
+    setup = replace(setup, workload=replace(setup.workload, n_prompts=64))  # an eighth of the batch: fast
     dec = PlannerDecision(sc)
     res = JobSim(setup, Policy("dynamic", decision=dec, record_snapshots=True, telemetry_interval_s=2.0), seed=0,
                  iterations=2).run()
-    assert dec.calls > 0
+    assert dec.calls > 0 and dec.committed > 0  # the planner moved GPUs (64 prompts: 2 committed, as with 128)
     assert all(r.finishes == 1 for r in res.requests)
     # every committed decision was carried out; iteration starts go back to the planned partition
     assert dec.committed <= len(res.decisions) <= dec.committed + dec.restores
