@@ -56,7 +56,7 @@ import sys
 import time
 from pathlib import Path
 
-from planner.sim import slo_curve, trace_analysis, trace_baselines
+from planner.sim import slo_curve, trace_analysis, trace_baselines, trace_optimum
 from planner.sim.parallel import Task, normalise, run_tasks
 from planner.sim.repro_agentic import PRIORITY_SCENARIO, agentic, agentic_tasks
 from planner.sim.repro_common import OUT, ROOT
@@ -92,7 +92,7 @@ def dynarl_math_report(args, cmd, R) -> tuple[list[str], list[dict]]:
 
 
 TASKS = {"job": job_task, "pair": pair, "trace": trace_task, "policy": trace_baselines.policy_task, "curve": slo_curve.curve_task,
-         "online": trace_baselines.online_task, "instant": trace_baselines.instant_task}
+         "online": trace_optimum.online_task, "instant": trace_optimum.instant_task}
 TASKS["misses"] = trace_analysis.misses_task
 TASKS["ceiling"] = trace_analysis.ceiling_task
 TASKS["sync"] = sync_task

@@ -122,7 +122,9 @@ def test_the_instant_optimum_is_at_most_what_the_online_groups_and_solo_d_hold(m
     from planner.sim import trace_baselines as tb
 
     monkeypatch.setattr(tb, "SC", ROOT / "scenarios" / "ci")
-    got = tb.instant_task("tiny-2jobs.yaml", samples=6)["samples"]
+    from planner.sim.trace_optimum import instant_task
+
+    got = instant_task("tiny-2jobs.yaml", samples=6)["samples"]
     assert got
     for s in got:
         assert s["offline_unplaced"] == 0 and s["jobs"] >= 1
