@@ -1,7 +1,7 @@
 """What re-packing would cost: the offline optimum of the jobs present, against the online groups.
 
-Two analyses of the trace reproduction (:mod:`planner.sim.trace_baselines`, whose ``report`` renders their
-tables):
+Two tasks of the trace reproduction (:mod:`planner.sim.trace_baselines` renders their tables; its
+constants set their sizes):
 
 * ``instant``: at evenly spaced moments of a ``groups`` / ``simulator`` trace, the $/h the online groups
   hold, the offline optimum of the jobs running then (column generation, every job free to move) and
@@ -16,10 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.sim import trace_baselines as tb
-from planner.sim.trace_baselines import TRACES, admission_options, run_policy, verl_jobs
+from planner.sim.trace_baselines import INSTANT_SAMPLES, ONLINE_JOBS, ONLINE_WINDOWS, admission_options, run_policy, verl_jobs
 
-ONLINE_JOBS = 13  # jobs per window: the offline optimum is proven (colgen's ladder), the exhaustive size of the issue
-ONLINE_WINDOWS = 4
 
 
 def online_task(scenario: str, jobs: int = ONLINE_JOBS, windows: int = ONLINE_WINDOWS) -> dict:
@@ -56,8 +54,6 @@ def online_task(scenario: str, jobs: int = ONLINE_JOBS, windows: int = ONLINE_WI
     return {"windows": out}
 
 
-INSTANT_SAMPLES = 30  # moments of the trace at which the jobs present are packed offline
-INSTANT_STRICT = "lifetime"  # ... also under this admission (every iteration within its SLO)
 
 
 def instant_task(scenario: str, samples: int = INSTANT_SAMPLES, admission: str = "weave") -> dict:
@@ -103,88 +99,3 @@ def instant_task(scenario: str, samples: int = INSTANT_SAMPLES, admission: str =
                     "offline_status": r.record.status.value, "offline_unplaced": len(r.plan.unplaced), "solo_d": solo,
                     "verl": colo, "online_gpus": {k: int(v) for k, v in level.items()}, "offline_gpus": opt_gpus})
     return {"samples": out}
-
-
-def instant_table(R, rows: list) -> list[str]:
-    """The per-moment table and its prose; appends a row per (trace, admission) to ``rows``."""
-    L: list[str] = []
-    L += ["### What re-packing for free at every moment would cost", "",
-          f"At {INSTANT_SAMPLES} evenly spaced moments of each `groups` / `simulator` trace (admission `weave`, and "
-          f"`{INSTANT_STRICT}`, whose members meet every iteration's SLO): the $/h the online groups have "
-          "provisioned, the offline optimum of the jobs running at that moment (column generation on the same simulator tables "
-          "and SLOs, every job free to move, proven optimal unless said) and the same jobs on their Solo-D pools; means over "
-          "the moments.", "",
-          "| trace | admission | moments | mean jobs | online $/h | offline optimum $/h | Solo-D $/h | veRL $/h | "
-          "GPUs online / optimum (mean) | **Solo-D / optimum** | **veRL / optimum** | **online / optimum** |",
-          "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
-    for adm in ("weave", INSTANT_STRICT):
-        for sc, kind in TRACES:
-            smp = R(_fn="instant", scenario=sc, **({} if adm == "weave" else {"admission": adm}))["samples"]
-            on, off, so, vr = (float(np.mean([x[k] for x in smp])) for k in ("online", "offline", "solo_d", "verl"))
-            unproven = sum(1 for x in smp if x["offline_status"] != "optimal")
-            types = sorted({k for x in smp for k in (*x["online_gpus"], *x["offline_gpus"])})
-            gpus = ", ".join(f"{t} {np.mean([x['online_gpus'].get(t, 0) for x in smp]):.0f} / "
-                             f"{np.mean([x['offline_gpus'].get(t, 0) for x in smp]):.0f}" for t in types)
-            L.append(f"| {kind} | {adm} | {len(smp)} | {np.mean([x['jobs'] for x in smp]):.1f} | {on:,.1f} | {off:,.1f}"
-                     + (f" ({unproven} not proven)" if unproven else "")
-                     + f" | {so:,.1f} | {vr:,.1f} | {gpus} | {so / off:.2f}x | {vr / off:.2f}x | {on / off:.2f}x |")
-            gap = {t: float(np.mean([x["online_gpus"].get(t, 0) - x["offline_gpus"].get(t, 0) for x in smp])) for t in types}
-            rows.append({"scenario": sc, "policy": "instant", "admission": adm, "online": on, "offline": off, "solo_d": so,
-                         "verl": vr, "moments": len(smp), "gpu_gap": gap})
-    L += ["", "Every member keeps rollout nodes of its own, as many as its Solo-D pools (the node is the unit, and these jobs' "
-          "rollouts fill their SLOs), so groups save only on the training side: the Solo-D / optimum column is what the jobs "
-          "present allow even with free re-packing at every moment; the trace's own ratio is lower also because members of a "
-          "group iterate slower than alone and hold their nodes longer. A moment whose optimum is not proven (column "
-          "generation stopped at 20 s) counts the best plan it found, at least the optimum (the Solo-D / optimum ratio is then "
-          "a lower bound), and may differ on a slower machine.", "",
-          "The veRL / optimum column bounds what any plan of this plan space (members on rings at node granularity, "
-          "re-packed for free at every moment, before their iterations stretch) could save against veRL sizing the same "
-          "jobs under the same SLOs: " + "; ".join(
-              f"{r_kind} {r['verl'] / r['offline']:.2f}x against Solo-D's {r['solo_d'] / r['offline']:.2f}x"
-              for (_, r_kind), r in zip(TRACES, [x for x in rows if x.get("policy") == "instant" and x["admission"] == "weave"]))
-          + " (issue 22 asks 1.2x against veRL and 1.6x against Solo-D on the Weave-like trace).", "",
-          f"Where the online policy loses under `{INSTANT_STRICT}`: " + "; ".join(_gap_words(r, r_kind) for (_, r_kind), r in zip(
-              TRACES, [x for x in rows if x.get("policy") == "instant" and x["admission"] == INSTANT_STRICT])) + ".", ""]
-    return L
-
-
-def online_table(R, rows: list) -> list[str]:
-    """The online-window table and its prose; appends a row per window to ``rows``."""
-    L: list[str] = []
-    L += ["### Online admission against the offline optimum", "",
-          f"Windows of {ONLINE_JOBS} consecutive arrivals, all present at once, on the planner's own tables: Weave's three moves "
-          "in arrival order (online), and the same with the re-pack move (each arrival may re-partition the group it joins "
-          "with it exactly: that group's members may move), against column generation's proven optimum (offline) of the "
-          "same jobs. Weave reports its online cost within 1.12x of the offline optimum.", "",
-          "| trace | window | jobs | online $/h | online with re-pack $/h | offline $/h | offline status | **online / offline** | "
-          "**with re-pack / offline** |", "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
-    ratios, rp_ratios = [], []
-    for sc, kind in TRACES:
-        for w in R(_fn="online", scenario=sc)["windows"]:
-            ratio = w["online"] / w["offline"] if w["offline"] > 0 else float("nan")
-            rp = w["online_repack"] / w["offline"] if w["offline"] > 0 else float("nan")
-            ok = w["online_unplaced"] == w["offline_unplaced"] == w["online_repack_unplaced"] == 0
-            ratios.append((ratio, ok, w["offline_status"] == "optimal"))
-            rp_ratios.append(rp)
-            L.append(f"| {kind} | {w['window']} | {w['jobs']} | {w['online']:,.0f} | {w['online_repack']:,.0f} | {w['offline']:,.0f} | "
-                     f"{w['offline_status']} | {ratio:.3f}x | {rp:.3f}x |" + ("" if ok else " (jobs unplaced)"))
-            rows.append({**w, "scenario": sc, "policy": "online-window"})
-    worst = max(r for r, _, _ in ratios)
-    L += ["", f"Ours: online within {worst:.3f}x of the offline optimum at worst, {max(rp_ratios):.3f}x with the re-pack move "
-          f"(published 1.12x); {sum(1 for _, _, opt in ratios if opt)} of {len(ratios)} offline optima proven. In the trace "
-          "(rows `re-pack` above) the moves re-pack for the jobs present at an arrival only, and the members they move hold "
-          "both groups' pools until they leave the old one.", ""]
-    return L
-
-
-def _gap_words(r: dict, kind: str) -> str:
-    """Which GPU type's excess over the optimum makes the online $/h gap of one per-moment row."""
-    from planner.instances import simulate as inst
-    from planner.schema import load_scenario
-
-    prices = inst.prices(load_scenario(tb.SC / r["scenario"]))
-    dollars = {t: g * prices.get(t, 0.0) for t, g in r["gpu_gap"].items()}
-    total = sum(dollars.values())
-    parts = ", ".join(f"{t} {g:+.0f} GPUs ({100 * dollars[t] / total:.0f}% of it)" for t, g in sorted(r["gpu_gap"].items())) \
-        if total > 0 else "no gap"
-    return f"{kind} {r['online'] - r['offline']:,.1f} $/h above the optimum: {parts}"
