@@ -382,7 +382,8 @@ def instant_table(R, rows: list) -> list[str]:
           "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
     for adm in ("weave", INSTANT_STRICT):
         for sc, kind in TRACES:
-            smp = R(_fn="instant", scenario=sc, **({} if adm == "weave" else {"admission": adm}))["samples"]
+            got = R(_fn="instant", scenario=sc, **({} if adm == "weave" else {"admission": adm}))
+            smp = got["samples"]
             on, off, so, vr = (float(np.mean([x[k] for x in smp])) for k in ("online", "offline", "solo_d", "verl"))
             unproven = sum(1 for x in smp if x["offline_status"] != "optimal")
             types = sorted({k for x in smp for k in (*x["online_gpus"], *x["offline_gpus"])})
@@ -393,7 +394,8 @@ def instant_table(R, rows: list) -> list[str]:
                      + f" | {so:,.1f} | {vr:,.1f} | {gpus} | {so / off:.2f}x | {vr / off:.2f}x | {on / off:.2f}x |")
             gap = {t: float(np.mean([x["online_gpus"].get(t, 0) - x["offline_gpus"].get(t, 0) for x in smp])) for t in types}
             rows.append({"scenario": sc, "policy": "instant", "admission": adm, "online": on, "offline": off, "solo_d": so,
-                         "verl": vr, "moments": len(smp), "gpu_gap": gap})
+                         "verl": vr, "moments": len(smp), "gpu_gap": gap,
+                         "gap_dollars": {t: g * got["prices"].get(t, 0.0) for t, g in gap.items()}})
     L += ["", "Every member keeps rollout nodes of its own, as many as its Solo-D pools (the node is the unit, and these jobs' "
           "rollouts fill their SLOs), so groups save only on the training side: the Solo-D / optimum column is what the jobs "
           "present allow even with free re-packing at every moment; the trace's own ratio is lower also because members of a "
@@ -442,11 +444,7 @@ def online_table(R, rows: list) -> list[str]:
 
 def _gap_words(r: dict, kind: str) -> str:
     """Which GPU type's excess over the optimum makes the online $/h gap of one per-moment row."""
-    from planner.instances import simulate as inst
-    from planner.schema import load_scenario
-
-    prices = inst.prices(load_scenario(SC / r["scenario"]))
-    dollars = {t: g * prices.get(t, 0.0) for t, g in r["gpu_gap"].items()}
+    dollars = r["gap_dollars"]
     total = sum(dollars.values())
     parts = ", ".join(f"{t} {g:+.0f} GPUs ({100 * dollars[t] / total:.0f}% of it)" for t, g in sorted(r["gpu_gap"].items())) \
         if total > 0 else "no gap"
@@ -556,8 +554,7 @@ def readme_rows(rows) -> list[str]:
                    f"{solo / g['cost']:.2f}x / {colo / g['cost']:.2f}x lower, {100 * g['jobs_meeting_slo']:.0f}% of jobs meeting "
                    f"every iteration's SLO; Solo-D / veRL {solo / colo:.2f} | `trace-baselines.md` |")
     for sc, kind in TRACES:
-        inst_rows = [r for r in rows if r.get("policy") == "instant" and r["scenario"] == sc and "verl" in r
-                     and r.get("admission", "weave") == "weave"]
+        inst_rows = [r for r in rows if r.get("policy") == "instant" and r["scenario"] == sc and r["admission"] == "weave"]
         if inst_rows:
             r = inst_rows[0]
             out.append(f"| Offline optimum of the jobs present, free re-packing at every moment, vs Solo-D / veRL ({kind} trace) | "

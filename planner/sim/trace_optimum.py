@@ -62,7 +62,7 @@ def instant_task(scenario: str, samples: int = INSTANT_SAMPLES, admission: str =
     $/h it has provisioned, the offline optimum of the jobs running then (column generation on the same
     simulator tables and SLOs, every job free to move) and what those jobs cost on their Solo-D pools and
     colocated as veRL (sized as :func:`verl_jobs` under the same SLOs); the GPUs of each type online and
-    in the optimum."""
+    in the optimum; and the prices they are billed at."""
     from formulation.common import SolveOptions
     from formulation.placement.solve import solve
     from planner.instances import simulate as inst
@@ -98,4 +98,4 @@ def instant_task(scenario: str, samples: int = INSTANT_SAMPLES, admission: str =
         out.append({"t": float(t), "jobs": len(present), "online": online, "offline": r.plan.cost_per_hour,
                     "offline_status": r.record.status.value, "offline_unplaced": len(r.plan.unplaced), "solo_d": solo,
                     "verl": colo, "online_gpus": {k: int(v) for k, v in level.items()}, "offline_gpus": opt_gpus})
-    return {"samples": out}
+    return {"samples": out, "prices": prices}
