@@ -84,6 +84,15 @@ def consolidation_gain(tail, rollout_s: float, pinned_gpus: int, shared: bool) -
     return freed - max(0.0, tail.tail_stretch - 1.0) * tail_s * pinned_gpus
 
 
+def move_s(job: TraceJob, c) -> float:
+    """Seconds before a member that leaves its group for another can start there: its state loaded on
+    the new group's pools from scratch (the cold start of each side, the longer one), an upper bound
+    on copying it from the nodes it leaves."""
+    w = c.whole()
+    r, t = job.cold_switch_s(w) if job.cold_switch_s is not None else job.switch_s(w)
+    return float(max(r, t))
+
+
 class Placer(Protocol):
     """Where jobs run. ``admit`` returns False when the job cannot be placed now."""
 
@@ -228,6 +237,7 @@ class TraceSim:
         self.consolidated: set[str] = set()  # members whose tail was consolidated (predicted gain > 0)
         self.migrating: set[str] = set()  # members leaving their run for another group (the placer moved them)
         self.moved_from: dict[str, float] = {}  # a moved member -> the end of its last iteration in its old run
+        self.ready_at: dict[str, float] = {}  # a moved member -> when its state is on its new group's pools (move_s)
         self.migrations = 0
         self.provisioned: list = []
         self._level: dict = {}
@@ -316,6 +326,11 @@ class TraceSim:
         rec = self.records[name]
         rec.iteration_s.append(end - start)
         rec.tokens += tokens
+        # the placer may move a member at its iteration boundary (draining its group): it leaves now
+        at_boundary = getattr(self.placer, "at_boundary", None)
+        if (at_boundary is not None and rec.done_s is None and len(rec.iteration_s) < self.jobs[name].iterations
+                and at_boundary(name)):
+            self._reconcile()
 
     def _on_member_done(self, gid: str, name: str, now: float) -> None:
         finished = len(self.records[name].iteration_s) >= self.jobs[name].iterations
@@ -325,7 +340,10 @@ class TraceSim:
             last = self.runs[gid].finished[name].last_end
             if last is not None:
                 self.moved_from[name] = last
-            self.loop.after(0.0, self._reconcile)
+            placed = {m: c for c, ms in self.placer.groups().values() for m in ms}
+            delay = move_s(self.jobs[name], placed[name]) if name in placed else 0.0
+            self.ready_at[name] = now + delay
+            self.loop.after(delay, self._reconcile)
             return
         rec = self.records[name]
         if rec.done_s is None and len(rec.iteration_s) >= self.jobs[name].iterations:
@@ -373,7 +391,7 @@ class TraceSim:
         busy = {m for r in self.runs.values() if r.active() for m in r.members}  # still running elsewhere (moving)
         for gid, (c, members) in placed.items():
             run = self.runs.get(gid)
-            members = [m for m in members if self.records[m].done_s is None
+            members = [m for m in members if self.records[m].done_s is None and self.ready_at.get(m, now) <= now + 1e-9
                        and not (m in busy and (run is None or m not in run.members))]
             if not members:
                 continue

@@ -170,6 +170,7 @@ class Packer:
                 if kw is not None:
                     self.fam_of[kw] = self.fam_of.get(kw, []) + self.fam_of[k]
         self.job_group: dict[int, int] = {}
+        self.closed: set[int] = set()  # groups no move joins (being drained: :mod:`formulation.placement.drain`)
 
     # ------------------------------------------------------------------ bookkeeping
     def _refresh(self, g: int) -> None:
@@ -229,6 +230,8 @@ class Packer:
         lim = fam.min_slo[row] * (1 + REL_TOL)
         rollout_room = fam.sum_a[row, fam.rpos[row]:] + fam.min_a[fam.rpos[row]:]
         fam.open[row] = bool(fam.sum_bs[row] + fam.min_bs <= lim and rollout_room.size and rollout_room.min() <= lim)
+        if g in self.closed:
+            fam.open[row] = False
         if fam.pinned and fam.rpos[row] == 0 and len(m) >= 2:
             # members sharing a whole rollout pool are not split onto nodes of their own (a running
             # member keeps its nodes): only a lone member's group becomes pinned
@@ -293,10 +296,13 @@ class Packer:
             fam.sum_s[r], fam.open[r] = sum_s[i:e], is_open[i:e]
             i = e
 
-    def _new_slots(self, g: int, k: int) -> list[tuple[int, int]]:
-        """Rows for group ``g`` (configuration ``k``) in the families that hold ``k``."""
+    def _new_slots(self, g: int, k: int, only: Optional[Iterable[int]] = None) -> list[tuple[int, int]]:
+        """Rows for group ``g`` (configuration ``k``) in the families that hold ``k`` (of ``only``, if given)."""
         slots = []
+        keep = None if only is None else set(only)
         for f, r in self.fam_of[k]:
+            if keep is not None and f not in keep:
+                continue
             fam = self.families[f]
             if fam.size == len(fam.gid):  # grow
                 for name in ("gid", "rpos", "sum_bs", "min_slo", "sum_w", "sum_s", "open", "sum_a", "max_tot", "max_a", "max_bs"):
@@ -322,6 +328,37 @@ class Packer:
             for t, n in self.idx.config_nodes(k).items():
                 self.free[t] -= n
         return g
+
+    def families_of(self, g: int) -> frozenset[int]:
+        """The families group ``g`` has rows in (what :meth:`restore_group` puts back)."""
+        return frozenset(f for f, _ in self.slots[g])
+
+    def restore_group(self, g: int, k: int, members: Sequence[int], families: Optional[Iterable[int]] = None) -> None:
+        """Put group ``g`` back as it was: configuration ``k``, ``members`` in this order (its
+        current members, if any, are replaced; none of ``members`` may be in another group), with
+        rows in ``families`` (:meth:`families_of` before it changed; default: every family holding
+        ``k``). The group keeps its position, so a caller's ids for it stay valid."""
+        for j in self.groups[g]:
+            self.job_group.pop(j, None)
+        if self.groups[g]:
+            for t, n in self.idx.config_nodes(self.group_config[g]).items():
+                self.free[t] += n
+        for f, row in self.slots[g]:
+            self._close_row(f, row)
+        self.groups[g] = list(members)
+        self.group_config[g] = k
+        self.slots[g] = self._new_slots(g, k, families)
+        for j in members:
+            self.job_group[j] = g
+        if members:
+            for t, n in self.idx.config_nodes(k).items():
+                self.free[t] -= n
+        self._refresh(g)
+
+    def set_closed(self, g: int, closed: bool) -> None:
+        """Close group ``g`` to every move (no job joins it), or open it again."""
+        (self.closed.add if closed else self.closed.discard)(g)
+        self._refresh(g)
 
     def add_groups(self, groups: Iterable[Group]) -> list[int]:
         """:meth:`add_group` of each group (configuration, members, anchor), in order, with the

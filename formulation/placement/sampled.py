@@ -170,7 +170,7 @@ class RingState:
 
 
 def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, start_s: float, rounds: int, reps: int = 16,
-                 seed: int = 0) -> tuple[np.ndarray, float]:
+                 seed: int = 0, counted_from: Optional[float] = None) -> tuple[np.ndarray, float]:
     """Members on rollout nodes of their own sharing one training ring, run forward from ``now`` with
     durations drawn from their samples (a phase under way: at least what has elapsed), the newcomer
     starting its first rollout at ``start_s`` and taking the training ring's turn when that rollout is
@@ -178,7 +178,9 @@ def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, sta
     :meth:`simulator.groups.GroupRun.add_member` does). ``ring`` is in ring order from the member
     whose turn it is (the owner first, if the ring is busy). Returns each ring member's slowest
     iteration over ``rounds`` rounds and ``reps`` runs (the one under way included, from its last
-    end) and the newcomer's slowest (its first from ``start_s``; ``inf`` if it got no turn)."""
+    end) and the newcomer's slowest (its first from ``start_s``, or from ``counted_from`` where it
+    counts from earlier: a member moved from another group, from the end of its last iteration there;
+    ``inf`` if it got no turn)."""
     rng = np.random.default_rng(seed)
     m = len(ring)
     worst = np.zeros(m)
@@ -204,7 +206,7 @@ def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, sta
                 ready[i] = max(now, r.rollout_start + draw(r.rollout_s))
         if ring and ring[0].training_start is not None:
             order = order[1:] + order[:1]  # the owner trains again after everyone else
-        last[m] = start_s
+        last[m] = start_s if counted_from is None else min(start_s, counted_from)
         ready[m] = start_s + draw(newcomer.rollout_s)
         inserted = False
         for _round in range(rounds):

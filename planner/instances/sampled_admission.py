@@ -59,6 +59,9 @@ class SampledAcceptance:
         self.timed, self.live, self.starts = timed, live, starts  # live(g): (now, the group's run) or None
         self.upper_end = upper_end  # each phase's samples gain the estimated upper end of its range (with_upper_end)
         self.start_at: dict = {}  # (group, configuration, job) -> the start of its first rollout a timed join chose
+        # a running member moving to another group (draining its own): the seconds before it can start
+        # there, per (configuration, job); set, a join is accepted only when timed (never untimed)
+        self.moving: Optional[Callable[[int, int], float]] = None
         self.j_of = {n: i for i, n in enumerate(idx.names)}
         self.calls = 0
         self.refused = 0
@@ -157,13 +160,17 @@ class SampledAcceptance:
         if ring is None or {r.name for r in ring} != {self.idx.names[i] for i in old}:
             return None  # a member admitted but not started yet (its first rollout timed later): not on the ring
         new = self.members(k, [j])[0]
+        # its first iteration counts from now (a moving member's last iteration ended now), its start
+        # no earlier than its state can be on the new pools
         mine = RingState(new.name, new.rollout_s, new.train_s, new.sync_s, new.train_switch_s, float(self.idx.slo[j]), now)
+        earliest = now + (self.moving(k, j) if self.moving is not None else 0.0)
         period = float(self.slowest(k, old).max())
         rounds = 3 * (len(ring) + 1) + 4
         tol = 1 + REL_TOL
         for step in range(self.starts + 1):
-            start = now + period * step / self.starts
-            worst, worst_new = join_forward(ring, mine, now, start, rounds, self.reps, self.seed)
+            start = earliest + period * step / self.starts
+            worst, worst_new = join_forward(ring, mine, now, start, rounds, self.reps, self.seed,
+                                            counted_from=now if self.moving is not None else None)
             slo = np.array([r.slo_s for r in ring])
             if np.all(worst <= slo * tol) and worst_new <= mine.slo_s * tol:
                 self.start_at[(g, k, j)] = start
@@ -187,7 +194,10 @@ class SampledAcceptance:
         ok = bool(np.all(self.slowest(k, js) <= self.idx.slo[js] * (1 + REL_TOL)))
         if ok and self.join and old:
             timed = self.timed_join(g, old, k, j) if self.timed else None
-            ok = self.join_ok(old, k, j) if timed is None else timed
+            if timed is None and self.moving is not None:
+                ok = False  # a move is only ever timed
+            else:
+                ok = self.join_ok(old, k, j) if timed is None else timed
         if not ok:
             self.refused += 1
         return ok

@@ -197,12 +197,12 @@ def with_simulated_slos(jobs, inst):
 
 def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = False, repack: bool = False,
                      sampled: Optional[float] = None, sampled_join: bool = True, timed: bool = False,
-                     upper_end: bool = False, objective: str = "rate"):
+                     upper_end: bool = False, objective: str = "rate", drain: bool = False):
     """The placement planner's online admission as a :class:`simulator.trace.Placer` (``join_delay``:
     joins keep the iteration they delay within the SLOs; ``repack``: the fourth move, re-pack the joined
     group; :class:`formulation.placement.greedy.Packer`)."""
     return PlannerPlacer(sc, jobs, tables, join_delay=join_delay, repack=repack, sampled=sampled, sampled_join=sampled_join, timed=timed,
-                         upper_end=upper_end, objective=objective)
+                         upper_end=upper_end, objective=objective, drain=drain)
 
 
 class PlannerPlacer:
@@ -217,7 +217,7 @@ class PlannerPlacer:
 
     def __init__(self, sc, jobs=None, tables: str = "estimators", join_delay: bool = False, repack: bool = False,
                  sampled: Optional[float] = None, sampled_join: bool = True, timed: bool = False,
-                 upper_end: bool = False, objective: str = "rate") -> None:
+                 upper_end: bool = False, objective: str = "rate", drain: bool = False) -> None:
         """``tables``: ``estimators`` (the planner's own compilation on the scenario's estimate), an
         estimate (``sampled``, ``p90``, ``p99``, ``max``: the same compilation on that estimate, the
         SLOs on the scenario's terms for the quantiles), ``simulator`` (:func:`simulated_instance`:
@@ -232,7 +232,11 @@ class PlannerPlacer:
         pinned group is judged on the group's state now and the newcomer's first rollout is timed
         (:meth:`planner.instances.sampled_admission.SampledAcceptance.timed_join`; the trace binds itself).
         ``objective``: what a move costs (:class:`formulation.placement.greedy.Packer`); with ``life`` each
-        job's iterations left are read from the bound trace (its records), else from ``jobs``."""
+        job's iterations left are read from the bound trace (its records), else from ``jobs``.
+        ``drain`` (with ``timed``): at each departure, groups whose members would all join other
+        groups for less $/h (on their slowest sampled iterations) are drained, each member moving at
+        one of its iteration boundaries by a timed join that starts it once its state is loaded
+        there (:mod:`formulation.placement.drain`, :func:`simulator.trace.move_s`)."""
         from formulation.placement.evaluate import Index
         from formulation.placement.greedy import Packer
         from planner.instances.placement import compile_scenario
@@ -270,6 +274,11 @@ class PlannerPlacer:
         self._version = 0
         self._refused: dict[str, int] = {}
         self._memo = not timed
+        if drain and not (timed and self.acceptance is not None):
+            raise ValueError("draining groups needs timed admission (its moves are timed joins)")
+        self.drain = drain
+        self.draining: dict[int, int] = {}  # group being drained -> its members' boundaries that moved nobody
+        self.trace_jobs = {j.name: j for j in jobs} if jobs is not None else {}
 
     def admit(self, job: str) -> bool:
         if self._memo and self._refused.get(job) == self._version:
@@ -334,6 +343,84 @@ class PlannerPlacer:
         if j in self.pk.job_group:
             self.pk.remove_job(j)
             self._version += 1
+        if self.drain:
+            self._plan_drains()
+
+    def _running(self, g: int) -> bool:
+        """Every member of group ``g`` is running in the bound trace (none waiting for a timed start or moving)."""
+        tr = self.trace
+        if tr is None:
+            return False
+        run = tr.runs.get(f"g{g}")
+        names = [self.idx.names[m] for m in self.pk.groups[g]]
+        return (run is not None and run.active() and all(n in run.members for n in names)
+                and not any(n in tr.pending or n in tr.migrating or n in tr.ready_at and tr.ready_at[n] > tr.loop.now for n in names))
+
+    def _plan_drains(self) -> None:
+        """Close to joins each group worth draining (:func:`formulation.placement.drain.drain_gain`
+        on the members' slowest sampled iterations, steady state: the moves themselves are timed)."""
+        from formulation.placement.drain import drain_gain
+
+        acc = self.acceptance
+        assert acc is not None
+        if self.pk.objective == "life":
+            self.pk.rounds_left = {i: self._left(self.idx.names[i]) for i in self.pk.job_group}
+        acc.timed, acc.join = False, False
+        try:
+            for g in sorted(range(len(self.pk.groups)), key=lambda g: (len(self.pk.groups[g]), g)):
+                if not self.pk.groups[g] or g in self.draining or not self._running(g):
+                    continue
+                # a quick filter on the tables first (every join the samples accept, the tables accept)
+                self.pk.accept = None
+                try:
+                    gain = drain_gain(self.pk, g)
+                finally:
+                    self.pk.accept = acc
+                if gain is not None and gain > 1e-6:
+                    gain = drain_gain(self.pk, g)
+                if gain is not None and gain > 1e-6:
+                    self.draining[g] = 0
+                    self.pk.set_closed(g, True)
+                    self._version += 1
+        finally:
+            acc.timed, acc.join = True, True
+
+    def at_boundary(self, job: str) -> bool:
+        """``job`` ended an iteration: where its group is being drained, move it by a timed join into
+        another group (True: the placement changed, the trace moves it now)."""
+        from formulation.placement.drain import move_member
+        from simulator.trace import move_s
+
+        j = self.j_of[job]
+        g = self.pk.job_group.get(j)
+        if g is None or g not in self.draining:
+            return False
+        acc = self.acceptance
+        assert acc is not None
+        if self.pk.objective == "life":
+            self.pk.rounds_left = {i: self._left(self.idx.names[i]) for i in self.pk.job_group}
+        acc.moving = lambda k, i: move_s(self.trace_jobs[self.idx.names[i]], self.idx.configs[k])
+        try:
+            adm = move_member(self.pk, j)
+        finally:
+            acc.moving = None
+        if adm is None:
+            self.draining[g] += 1
+            if self.draining[g] > 2 * (len(self.pk.groups[g]) + 1):  # nobody moves: give the drain up
+                del self.draining[g]
+                self.pk.set_closed(g, False)
+                self._version += 1
+            return False
+        self._version += 1
+        t = acc.start_at.get((adm.group, adm.config, j))
+        if t is not None:
+            self.starts[job] = t
+        k = adm.config
+        self.moves.append((job, "drain", self.idx.configs[k].label() if k is not None else "", adm.marginal_cost))
+        if not self.pk.groups[g]:  # drained: its nodes are free
+            del self.draining[g]
+            self.pk.set_closed(g, False)
+        return True
 
     def groups(self) -> dict:
         out = {}

@@ -55,8 +55,12 @@ EXTRA = (("solo-d", "simulator", "weave"), ("groups", "simulator", "join-aware")
 #: join's own iteration on the slowest samples (:mod:`planner.instances.sampled_admission`); ``timed``: ``sampled`` with
 #: a join into a running pinned group judged on the group's state now and the newcomer's first rollout timed
 #: (``SampledAcceptance.timed_join``); ``lifetime``: ``timed`` with each move judged by the $ it adds until the members
-#: are done, their iterations left read from the trace (``Packer(objective="life")``), not by the $/h it adds
-ADMISSIONS = ("weave", "join-aware", "re-pack", "sampled-steady", "sampled", "timed", "lifetime")
+#: are done, their iterations left read from the trace (``Packer(objective="life")``), not by the $/h it adds;
+#: ``draining``: ``lifetime`` that also drains groups at departures (:mod:`formulation.placement.drain`: members
+#: move by timed joins at their iteration boundaries, each after its state is loaded on the new pools)
+ADMISSIONS = ("weave", "join-aware", "re-pack", "sampled-steady", "sampled", "timed", "lifetime", "draining")
+#: the admissions whose moves are timed joins on the running groups (``timed``), judged on a lifetime's $ (``life``)
+TIMED, LIFE = ("timed", "lifetime", "draining"), ("lifetime", "draining")
 #: admissions whose strict misses are broken down by what happened around them (:mod:`planner.sim.trace_analysis`)
 MISS_ADMISSIONS = ("weave", "sampled-steady", "timed")
 #: what happened around a missed iteration (:func:`planner.sim.trace_analysis.misses_task`), in the table's order
@@ -141,12 +145,13 @@ class GavelPlacer:
 def run_policy(scenario: str, policy: str, tables: str = "estimators", consolidate: bool = False, seed: int = 0,
                join_delay: bool = False, repack: bool = False, sampled: bool = False, sampled_join: bool = True,
                timed: bool = False, unseen: bool = False, upper_end: bool = False, objective: str = "rate",
-               prices: Optional[dict] = None):
+               prices: Optional[dict] = None, drain: bool = False):
     """One trace under one policy: the :class:`simulator.trace.TraceResult` (``moves`` set); ``join_delay``
     (``groups``): admission keeps the iteration a join delays within the SLOs; ``repack``: it may re-pack the joined
     group; ``sampled``: joins keep the members' slowest sampled iteration within the SLOs (and the join's own with
     ``sampled_join``); ``timed``: joins into running pinned groups judged on their state, first rollouts timed;
     ``objective``: what an admission move costs (``rate``, ``round`` or ``life``: :class:`formulation.placement.greedy.Packer`);
+    ``drain`` (with ``timed``): groups are drained at departures (:mod:`formulation.placement.drain`);
     ``unseen``: the trace draws its phase times from samples on rollout seeds the policy never saw
     (:data:`UNSEEN_FIRST_SEED` on), the policy plans on the usual ones (tables, SLOs, samples); ``prices``:
     GPU type -> $ per GPU-hour replacing the scenario's (for planning and for the bill alike)."""
@@ -162,7 +167,7 @@ def run_policy(scenario: str, policy: str, tables: str = "estimators", consolida
     if policy == "groups":
         placer = inst.placement_placer(sc, jobs, tables, join_delay=join_delay, repack=repack,
                                        sampled=1.0 if sampled else None, sampled_join=sampled_join, timed=timed,
-                                       upper_end=upper_end, objective=objective)
+                                       upper_end=upper_end, objective=objective, drain=drain)
         if tables in ("simulator", "simulator-max"):  # the SLOs of the simulator tables (p90 solo iteration)
             run_jobs = inst.with_simulated_slos(run_jobs, placer.inst)  # type: ignore[attr-defined]
     elif policy == "gavel":
@@ -204,9 +209,10 @@ def repriced(sc, prices: Optional[dict]):
 
 def admission_options(admission: str) -> dict:
     """:func:`run_policy`'s options of a sampled admission (``sampled-steady``, ``sampled``, ``timed``)."""
-    timed = admission in ("timed", "lifetime")
+    timed = admission in TIMED
     return {"sampled": admission in ("sampled-steady", "sampled") or timed, "sampled_join": admission == "sampled" or timed,
-            "timed": timed, "upper_end": timed, "objective": "life" if admission == "lifetime" else "rate"}
+            "timed": timed, "upper_end": timed, "objective": "life" if admission in LIFE else "rate",
+            "drain": admission == "draining"}
 
 
 def policy_task(scenario: str, policy: str, tables: str, admission: str = "weave", seed: int = 0, unseen: bool = False,
@@ -230,7 +236,7 @@ def policy_task(scenario: str, policy: str, tables: str, admission: str = "weave
     r["consolidated_members"] = res.consolidated
     if admission != "weave":
         r["migrations"] = res.migrations  # running members the placer moved (re-pack)
-    if admission.startswith("sampled") or admission in ("timed", "lifetime"):
+    if admission.startswith("sampled") or admission in TIMED:
         acc = getattr(res, "placer_acceptance", None)
         r["joins_refused"] = acc.refused if acc is not None else 0
         r["timed_joins"] = len(acc.start_at) if acc is not None else 0
