@@ -16,6 +16,12 @@ SCENARIOS = ROOT / "scenarios"
 # the compiled-instance cache (planner/instances/cache.py) is off in tests: they patch the model at
 # run time, which its source digest cannot see; tests of the cache turn it on in a folder of their own
 os.environ["RL_PLANNER_CACHE"] = "0"
+# one OpenMP / BLAS thread in the test processes and every process they start (daemons, Ray workers,
+# CLI runs), unless the caller set them: the suite runs two workers beside Ray clusters and daemons on
+# two cores, where thread pools that spin between tiny ops slow each other down many times over
+# (the reshard property test: 2-3 s alone, 35-57 s in the suite). Read by torch at its import.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 # property tests draw the same examples on every run (CI and a reviewer's run see what the author saw;
 # a failure reproduces), with no example database written into the checkout; HYPOTHESIS_PROFILE=explore
