@@ -185,11 +185,11 @@ def test_policy_task_runs_the_sampled_admissions_and_meets_every_iteration_where
 
     monkeypatch.setattr(tb, "SC", ROOT / "scenarios" / "ci")
     solo = tb.policy_task("tiny-2jobs.yaml", "solo-d", "simulator", "weave")
-    for adm in ("sampled-steady", "sampled", "timed", "lifetime"):
+    for adm in ("sampled-steady", "sampled", "timed", "lifetime", "draining"):
         r = tb.policy_task("tiny-2jobs.yaml", "groups", "simulator", adm)
         assert r["jobs_done"] == 2 and r["cost"] > 0 and "joins_refused" in r
         assert r["cost"] <= solo["cost"] * (1 + 1e-9)
-    for adm in ("sampled", "timed", "lifetime"):
+    for adm in ("sampled", "timed", "lifetime", "draining"):
         r = tb.policy_task("tiny-2jobs.yaml", "groups", "simulator", adm)
         assert r["jobs_meeting_slo"] >= solo["jobs_meeting_slo"] - 1e-9
     held = tb.policy_task("tiny-2jobs.yaml", "groups", "simulator", "timed", seed=1, unseen=True)
