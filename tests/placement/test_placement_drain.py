@@ -61,16 +61,22 @@ def test_draining_a_lone_member_saves_its_training_node():
     assert group_feasible(inst, (0, 1), tuple(idx.configs[pk.group_config[g0]]))
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_a_trial_leaves_the_packing_as_it_was_and_its_moves_are_real(seed):
+def _after_departures(seed: int) -> tuple[PlacementInstance, Index, Packer]:
+    """9 random jobs admitted online, then half of them gone."""
     inst = small_instance(seed, 9, capacity=(12, 12), rollout_heavy=0.3 if seed % 2 else 0.0)
     idx = Index(inst)
     pk = Packer(idx)
     for j in arrival_order(idx):
         pk.admit(j)
     rng = np.random.default_rng(seed)
-    for j in rng.permutation(sorted(pk.job_group))[: len(pk.job_group) // 2]:  # departures
+    for j in rng.permutation(sorted(pk.job_group))[: len(pk.job_group) // 2]:
         pk.remove_job(int(j))
+    return inst, idx, pk
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_trial_leaves_the_packing_as_it_was_and_its_moves_are_real(seed):
+    inst, idx, pk = _after_departures(seed)
     probe = [j for j in range(idx.n) if j not in pk.job_group]
     for g in range(len(pk.groups)):
         if not pk.groups[g]:
@@ -106,14 +112,7 @@ def test_a_trial_leaves_the_packing_as_it_was_and_its_moves_are_real(seed):
 def test_some_random_packings_are_worth_draining():
     worth = 0
     for seed in range(12):
-        inst = small_instance(seed, 9, capacity=(12, 12), rollout_heavy=0.3 if seed % 2 else 0.0)
-        idx = Index(inst)
-        pk = Packer(idx)
-        for j in arrival_order(idx):
-            pk.admit(j)
-        rng = np.random.default_rng(seed)
-        for j in rng.permutation(sorted(pk.job_group))[: len(pk.job_group) // 2]:
-            pk.remove_job(int(j))
+        _, _, pk = _after_departures(seed)
         worth += any(pk.groups[g] and (drain_gain(pk, g) or 0.0) > 1e-9 for g in range(len(pk.groups)))
     assert worth >= 2, "the random departures left nothing to drain: the property test above checks no move"
 
