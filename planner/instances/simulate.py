@@ -365,6 +365,7 @@ class PlannerPlacer:
         assert acc is not None
         if self.pk.objective == "life":
             self.pk.rounds_left = {i: self._left(self.idx.names[i]) for i in self.pk.job_group}
+        timed, join = acc.timed, acc.join
         acc.timed, acc.join = False, False
         try:
             for g in sorted(range(len(self.pk.groups)), key=lambda g: (len(self.pk.groups[g]), g)):
@@ -383,7 +384,7 @@ class PlannerPlacer:
                     self.pk.set_closed(g, True)
                     self._version += 1
         finally:
-            acc.timed, acc.join = True, True
+            acc.timed, acc.join = timed, join
 
     def at_boundary(self, job: str) -> bool:
         """``job`` ended an iteration: where its group is being drained, move it by a timed join into
