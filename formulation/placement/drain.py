@@ -54,13 +54,11 @@ def drain_gain(pk: Packer, g: int) -> Optional[float]:
     k0, fams = pk.group_config[g], pk.families_of(g)
     before = rate(pk)
     touched: dict[int, tuple[int, list[int], frozenset[int]]] = {}
-    was_closed = g in pk.closed
     moved: list[int] = []
     ok = True
     try:
-        for j in members:
+        for j in members:  # the group is empty now: it admits nothing
             pk.remove_job(j)
-        pk.set_closed(g, True)
         order = sorted(members, key=lambda j: (-float(pk.idx.tot[:, j].min()), j))
         for j in order:
             adm = _join_elsewhere(pk, j, g)
@@ -79,7 +77,6 @@ def drain_gain(pk: Packer, g: int) -> Optional[float]:
         for h, (k, ms, fs) in touched.items():
             pk.restore_group(h, k, ms, fs)
         pk.restore_group(g, k0, members, fams)
-        pk.set_closed(g, was_closed)
     return before - after if ok else None
 
 

@@ -292,8 +292,7 @@ class PlannerPlacer:
 
     def _admit(self, job: str) -> bool:
         j = self.j_of[job]
-        if self.pk.objective == "life":
-            self.pk.rounds_left = {i: self._left(self.idx.names[i]) for i in [*self.pk.job_group, j]}
+        self._rounds_left(j)
         if self.repack:  # the three moves or re-pack the joined group (its members may move: the trace moves them)
             adm = self.pk.admit_repack(j)
             if adm.move is None:
@@ -310,6 +309,12 @@ class PlannerPlacer:
                 self.starts[job] = t
         self.moves.append((job, adm.move, self.idx.configs[k].label() if k is not None else "", adm.marginal_cost))
         return True
+
+    def _rounds_left(self, newcomer: Optional[int] = None) -> None:
+        """Under the ``life`` objective, tell the packer the iterations each placed job (and ``newcomer``) has left."""
+        if self.pk.objective == "life":
+            js = [*self.pk.job_group] + ([newcomer] if newcomer is not None else [])
+            self.pk.rounds_left = {i: self._left(self.idx.names[i]) for i in js}
 
     def _left(self, name: str) -> float:
         """The iterations ``name`` has still to run (at least 1): its count less those the bound trace recorded."""
@@ -363,8 +368,7 @@ class PlannerPlacer:
 
         acc = self.acceptance
         assert acc is not None
-        if self.pk.objective == "life":
-            self.pk.rounds_left = {i: self._left(self.idx.names[i]) for i in self.pk.job_group}
+        self._rounds_left()
         timed, join = acc.timed, acc.join
         acc.timed, acc.join = False, False
         try:
@@ -398,8 +402,7 @@ class PlannerPlacer:
             return False
         acc = self.acceptance
         assert acc is not None
-        if self.pk.objective == "life":
-            self.pk.rounds_left = {i: self._left(self.idx.names[i]) for i in self.pk.job_group}
+        self._rounds_left()
         acc.moving = lambda k, i: move_s(self.trace_jobs[self.idx.names[i]], self.idx.configs[k])
         try:
             adm = move_member(self.pk, j)
