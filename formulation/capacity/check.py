@@ -68,8 +68,9 @@ def check_fleet(inst: CapacityInstance, plan: CapacityPlan, add) -> dict[str, in
             add("fleet", f"type={t}", f"total {f.total} is not owned {f.owned} + new {f.new} (new >= 0)")
         if f.total > inst.limit(t):
             add("fleet", f"type={t}", f"{f.total} nodes but at most {inst.limit(t)} are available")
-        if f.limit != inst.limit(t):
-            add("fleet", f"type={t}", f"reports the limit {f.limit} but the instance's is {inst.limit(t)}")
+        if f.limit != inst.reported_limit(t):
+            add("fleet", f"type={t}", f"reports the limit {f.limit} but the instance's is {inst.reported_limit(t)} "
+                "(null: bought without limit)")
         if not _close(f.cost_per_hour, f.total * inst.node_price(t)):
             add("cost", f"type={t}", f"reports {f.cost_per_hour:.6g} $/h but {f.total} nodes cost {f.total * inst.node_price(t):.6g} $/h")
     cost = inst.fleet_cost(fleet)

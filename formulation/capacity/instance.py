@@ -60,6 +60,9 @@ class CapacityInstance(_Strict):
     budget_per_hour: Optional[PositiveFloat] = Field(None, description="most $/h the whole fleet may cost, owned nodes included")
     colocated: dict[str, dict[str, dict[PositiveInt, ColocatedTimes]]] = Field(
         default_factory=dict, description="job -> GPU type -> nodes -> phase seconds when rollout and training share the nodes")
+    unlimited: list[str] = Field(
+        default_factory=list, description="GPU types bought without an availability limit (no max_nodes): their "
+        "placement.pool_types[T].count is only a bound on what the forecast could use, not a limit a plan reports")
 
     @model_validator(mode="after")
     def _refs(self):
@@ -72,6 +75,9 @@ class CapacityInstance(_Strict):
             if n > pools[t].count:
                 raise ValueError(f"owned.{t}: {n} nodes owned but placement.pool_types.{t}.count (the availability) is "
                                  f"{pools[t].count}; the availability counts the owned nodes too, raise it to at least {n}")
+        for t in self.unlimited:
+            if t not in pools:
+                raise ValueError(f"unlimited: GPU type '{t}' is not under placement.pool_types ({', '.join(sorted(pools))})")
         names = {j.name for j in self.placement.jobs}
         for job, row in self.colocated.items():
             if job not in names:
@@ -92,6 +98,11 @@ class CapacityInstance(_Strict):
     def limit(self, t: str) -> int:
         """Most nodes of ``t`` the fleet may have (owned + the most that can be bought)."""
         return int(self.placement.pool_types[t].count)
+
+    def reported_limit(self, t: str) -> Optional[int]:
+        """The availability limit a plan reports for ``t``: None for a type bought without limit
+        (``unlimited``), whose :meth:`limit` is only the compiler's bound on what the forecast could use."""
+        return None if t in self.unlimited else self.limit(t)
 
     def node_price(self, t: str) -> float:
         """$/h of one node of ``t``."""
@@ -128,4 +139,6 @@ class CapacityInstance(_Strict):
             names = names[:n] + [f"{t.lower()}-new-{i}" for i in range(len(names), n)]
             pools[t] = p.model_copy(update={"count": n, "node_names": names})
         owned = {t: min(n, pools[t].count) for t, n in self.owned.items()}
-        return self.model_copy(update={"placement": self.placement.model_copy(update={"pool_types": pools}), "owned": owned})
+        unlimited = [t for t in self.unlimited if t not in limits]  # (a type given a limit here has one)
+        return self.model_copy(update={"placement": self.placement.model_copy(update={"pool_types": pools}), "owned": owned,
+                                       "unlimited": unlimited})

@@ -31,7 +31,8 @@ class FleetLine(_Body):
     owned: int = Field(description="nodes that exist today (always in the fleet, paid for used or idle)")
     new: int = Field(description="nodes to buy or rent")
     total: int = Field(description="owned + new")
-    limit: int = Field(description="most nodes of this type the fleet may have (owned + the most that can be bought)")
+    limit: Optional[int] = Field(description="most nodes of this type the fleet may have (owned + the most that can be "
+                                 "bought); null: no availability limit (the scenario sets no max_nodes for the type)")
     used: int = Field(description="nodes that serve jobs")
     cost_per_hour: float = Field(description="$/h of the type's nodes in the fleet")
     busy: float = Field(description="share of the type's GPU-time in the fleet that runs a phase (idle nodes count as 0)")
@@ -131,7 +132,7 @@ def fleet_lines(inst: CapacityInstance, fleet: dict[str, int], used: dict[str, i
         if total == 0 and inst.limit(t) == 0:
             continue
         out.append(FleetLine(gpu_type=t, gpus_per_node=p.gpus_per_node, price_per_gpu_hour=p.price_per_gpu_hour,
-                             owned=inst.owned_nodes(t), new=total - inst.owned_nodes(t), total=total, limit=inst.limit(t),
+                             owned=inst.owned_nodes(t), new=total - inst.owned_nodes(t), total=total, limit=inst.reported_limit(t),
                              used=int(used.get(t, 0)), cost_per_hour=total * inst.node_price(t),
                              busy=busy.get(t, 0.0) / total if total else 0.0))
     return out

@@ -164,9 +164,7 @@ def _single(args, sc, styles, mode, time_limit, gap, command) -> int:
     assert res.record is not None
     record = res.record.as_dict()
     record["wall_time_s"] = time.perf_counter() - t0
-    from planner.instances.capacity import unlimited_types
-
-    lines = report.answer_lines(plan, record, plan.styles, unlimited_types(sc))
+    lines = report.answer_lines(plan, record, plan.styles)
     if args.json:
         from planner import plandoc
 
@@ -250,8 +248,11 @@ def _sweep(args, sc, sweeps, styles, mode, time_limit, gap, types, command) -> i
     info = report.machine()
     pts = sw.points(sweeps)
     keys = [s.key for s in sweeps]
+    from planner.instances.capacity import unlimited_types
+
+    swept = {s.key.split(".", 1)[1] for s in sweeps if s.key.startswith("max_nodes.")}
     ctx = runner.Context(scenario=sw.compile_limits(sc, sweeps), mode=mode, styles=styles, time_limit_s=time_limit,
-                         mip_gap=gap, threads=1)
+                         mip_gap=gap, threads=1, unlimited=tuple(sorted(unlimited_types(sc) - swept)))
     workers = args.workers or os.cpu_count() or 1
     err = Console(stderr=True)
     import time

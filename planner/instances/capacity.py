@@ -103,4 +103,5 @@ def compile_capacity(sc: Scenario, mode: str | None = None) -> CapacityInstance:
         if rows:
             colocated[job.name] = rows
     owned = {t: o for t, (o, _) in limits.items() if o}
-    return CapacityInstance(name=sc.name, placement=placement, owned=owned, budget_per_hour=sc.budget_per_hour, colocated=colocated)
+    return CapacityInstance(name=sc.name, placement=placement, owned=owned, budget_per_hour=sc.budget_per_hour, colocated=colocated,
+                            unlimited=sorted(unlimited_types(sc)))

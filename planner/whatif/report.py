@@ -22,9 +22,9 @@ def fleet_text(fleet: dict[str, int]) -> str:
     return " + ".join(parts) if parts else "no nodes"
 
 
-def answer_lines(plan: CapacityPlan, record: dict, styles=None, unlimited: frozenset[str] | set[str] = frozenset()) -> list[str]:
+def answer_lines(plan: CapacityPlan, record: dict, styles=None) -> list[str]:
     """The answer a buyer reads: the fleet, its cost, how busy it is, what binds, the minimums.
-    ``unlimited``: the types with no ``max_nodes`` (said to have no limit, not the compiler's bound)."""
+    A type bought without limit (no ``max_nodes``) reads "no limit", not the compiler's bound."""
     lines = []
     gap = record.get("gap")
     bound = plan.lower_bound_per_hour
@@ -39,7 +39,7 @@ def answer_lines(plan: CapacityPlan, record: dict, styles=None, unlimited: froze
         lines.append(f"  budget: {plan.budget_per_hour:.2f} $/h ({plan.budget_per_hour - plan.cost_per_hour:.2f} $/h left)")
     for f in plan.fleet:
         if f.total or f.owned:
-            limit = "no limit" if f.gpu_type in unlimited else f"limit {f.limit}"
+            limit = "no limit" if f.limit is None else f"limit {f.limit}"
             lines.append(f"  {f.gpu_type}: {f.total} node(s) ({f.owned} owned + {f.new} new, {limit}), {f.total * f.gpus_per_node} GPUs, "
                          f"{f.cost_per_hour:.2f} $/h, {f.used} in use, GPUs busy {100 * f.busy:.0f}% of the time")
     if plan.placement is not None:

@@ -42,6 +42,9 @@ class Context:
     threads: int = 1
     first_factor: float = 2.0  # a chain's first point starts cold: this many times the time limit
     polish_radius: int = 10  # after the chains, each point tries the groups of the points this close on both sides
+    #: the types the user's scenario buys without limit (no max_nodes, none swept): ``scenario`` holds a
+    #: bound for the largest job mix on them (:func:`planner.whatif.sweep.compile_limits`), no limit to report
+    unlimited: tuple[str, ...] = ()
 
 
 @dataclass
@@ -93,7 +96,10 @@ def _instance(ctx: Context, values: dict[str, float]):
     t0 = time.perf_counter()
     base = _COMPILED.get(key)
     if base is None:
-        base = _COMPILED[key] = compile_capacity(sc, ctx.mode)
+        base = compile_capacity(sc, ctx.mode)
+        if ctx.unlimited:
+            base = base.model_copy(update={"unlimited": sorted(set(base.unlimited) | (set(ctx.unlimited) & set(base.types)))})
+        _COMPILED[key] = base
         if len(_COMPILED) > 8:
             _COMPILED.pop(next(iter(_COMPILED)))
     return instance_for(base, values), time.perf_counter() - t0

@@ -152,7 +152,9 @@ def test_a_green_field_question_with_no_max_nodes_buys_without_limit(tmp_path):
     assert "buy or rent: 2 H20 + 1 H800 (32.00 $/h)" in r.stdout and "proven optimal" in r.stdout
     doc = plandoc.read(out / "capacity-plan.yaml", expect_kind="CapacityPlan")
     assert doc.body["cost_per_hour"] == 32 and doc.body["owned_cost_per_hour"] == 0
-    assert {f["gpu_type"]: f["limit"] for f in doc.body["fleet"]} == {"H20": 16, "H800": 16}  # fleet_limits' bound: 16 a job
+    # no availability limit to report (the compiled instance holds only fleet_limits' bound, 16 a job)
+    assert {f["gpu_type"]: f["limit"] for f in doc.body["fleet"]} == {"H20": None, "H800": None}
+    assert "no limit" in r.stdout and "limit 16" not in r.stdout
     for command in ("plan", "validate"):
         r = run_cli(command, str(p))
         assert r.returncode == 2 and "Traceback" not in r.stderr, (command, r.stderr)
@@ -201,3 +203,23 @@ def test_a_sweep_point_whose_owned_nodes_exceed_the_budget_serves_nothing(tmp_pa
         assert within["status"] == "optimal" and float(within["cost_per_hour"]) == 24.0
     over = plandoc.read(out / "points" / "point-000.yaml", expect_kind="CapacityPlan")  # as any point no fleet serves
     assert over.solver.status == "infeasible" and "the owned nodes alone cost 24.00 $/h" in (over.solver.message or "")
+
+
+def test_a_jobs_sweep_reports_no_limit_for_types_bought_without_one(tmp_path):
+    """A ``jobs`` sweep compiles the types without max_nodes with a bound for the largest mix
+    (:func:`planner.whatif.sweep.compile_limits`); the points' plans report no limit for them, and a
+    type whose max_nodes is swept reports the point's limit."""
+    p = tmp_path / "green.yaml"
+    p.write_text(yaml.safe_dump(GREEN_FIELD))
+    out = tmp_path / "sweep"
+    r = run_cli("whatif", str(p), "--sweep", "jobs=1:2:2", "--workers", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    for point in sorted((out / "points").glob("point-*.yaml")):
+        doc = plandoc.read(point, expect_kind="CapacityPlan")
+        assert doc.body["fleet"] and all(f["limit"] is None for f in doc.body["fleet"]), (point, doc.body["fleet"])
+    out2 = tmp_path / "sweep2"
+    r = run_cli("whatif", str(p), "--sweep", "max_nodes.H800=2:3:2", "--workers", "1", "--out", str(out2))
+    assert r.returncode == 0, r.stderr
+    limits = [{f["gpu_type"]: f["limit"] for f in plandoc.read(q, expect_kind="CapacityPlan").body["fleet"]}
+              for q in sorted((out2 / "points").glob("point-*.yaml"))]
+    assert [x.get("H800") for x in limits] == [2, 3] and all(x.get("H20") is None for x in limits), limits

@@ -86,6 +86,14 @@ def test_checker_names_what_a_tampered_plan_breaks():
     over = plan.model_copy(deep=True)
     over.fleet[0].total = over.fleet[0].limit + 1
     assert "fleet" in rules(over)
+    # a type bought without limit reports none; a plan that reports the compiler's bound, or none for a
+    # type with a limit, is refused
+    t = plan.fleet[0].gpu_type
+    free = inst.model_copy(update={"unlimited": [t]})
+    assert "fleet" in {v.rule for v in check(free, plan)}
+    unlimited = plan.model_copy(deep=True)
+    unlimited.fleet[0].limit = None
+    assert check(free, unlimited) == [] and "fleet" in rules(unlimited)
     poor = inst.model_copy(update={"budget_per_hour": plan.cost_per_hour - 1})
     assert "budget" in {v.rule for v in check(poor, plan)}
     solo = plan.model_copy(deep=True, update={"style": "solo-disaggregated"})
