@@ -230,7 +230,7 @@ def binding(inst: CapacityInstance, res: StyleResult, plan: CapacityPlan) -> lis
         if inst.limit(t) > 0 and res.fleet.get(t, 0) >= inst.limit(t) and res.used.get(t, 0) >= inst.limit(t):
             price = f"; the LP relaxation values one more node at {mu[i]:.2f} $/h" if mu is not None and mu[i] > 1e-6 else ""
             what = (f"{t} is bought without limit, but the plan uses all {inst.limit(t)} nodes the planner considers "
-                    f"for it (16 per job); set gpu_types.{t}.max_nodes to consider more" if t in inst.unlimited
+                    f"for it (what the jobs could use); set gpu_types.{t}.max_nodes to consider more" if t in inst.unlimited
                     else f"every available {t} node is used ({inst.limit(t)})")
             out.append(Binding(kind="availability", where=f"type={t}", message=what + price))
     if inst.budget_per_hour is not None:
