@@ -50,7 +50,7 @@ from planner import __version__
 from planner.daemon.guard import LOCKED_RETRY_S
 from planner.daemon.lifecycle import JobState
 from planner.daemon.sqlitedb import busy_timeout_s, is_locked
-from planner.daemon.store import NotFound, StoreError
+from planner.daemon.store import NotFound, StateFileError, StoreError
 from estimators.errors import MAX_FIELD, MAX_MESSAGE, MAX_PROBLEMS, safe_text
 from planner.errors import Problem, UserError
 from planner.schema.scenario import JobSpec
@@ -469,6 +469,16 @@ def create_app(service) -> FastAPI:
     @app.exception_handler(StoreError)
     async def on_store(request: Request, exc: StoreError):
         return _err(exc.status, exc.message, [Problem(exc.where, exc.message, exc.fix)])
+
+    @app.exception_handler(StateFileError)
+    async def on_state_file(request: Request, exc: StateFileError):
+        # a value edited into the state file while the daemon runs: said to the operator in the log (the
+        # file's path and the fix), to the client as the service's fault, without the server's paths
+        log.error("%s %s: %s; %s", request.method, request.url.path, exc, exc.fix)
+        text = str(exc)
+        what = text[text.find("its kv value"):] if "its kv value" in text else "a value in it"
+        return _err(503, "the daemon's state file holds a value it cannot use",
+                    [Problem("", what[:200], "ask the daemon's operator: its log names the file and how to fix it")])
 
     @app.exception_handler(UserError)
     async def on_user(request: Request, exc: UserError):

@@ -657,6 +657,9 @@ class Daemon:
         except LeaseLost as exc:
             self.exit_message = self.exit_message or str(exc)  # (the heartbeat's step-down says why the lease was let go)
             rc = 1
+        except StateFileError as exc:  # (a value edited in since the file was opened, met when the loop reads it)
+            self.exit_message = f"--state: {exc}; {exc.fix or 'restore the state file from a copy'}"
+            rc = 2
         finally:
             self._shutdown()
         if self.exit_message:

@@ -186,6 +186,11 @@ class StateFileError(Exception):
 _KV_SHAPES: dict[str, tuple[Any, str]] = {}
 
 
+def _no_constant(name: str) -> Any:
+    """``json.loads``' hook for NaN and Infinity, which the daemon never writes (strict JSON)."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def _kv_shapes() -> dict[str, tuple[Any, str]]:
     """key -> (a pydantic TypeAdapter, the type in words) of each kv value the daemon reads back
     (what :meth:`planner.daemon.cycle.Loop` and the API write; numbers strict: no text, no booleans)."""
@@ -454,8 +459,23 @@ class Store(SQLiteFile):
         c.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, _dumps(value)))
 
     def get_kv(self, key: str, default: Any = None, c: sqlite3.Connection | None = None) -> Any:
+        """The value under ``key`` (``default`` when there is none), checked as :meth:`check_contents`
+        checks it at open: the file may be edited while the daemon runs, or a standby takes over a file
+        another daemon wrote since it opened it (StateFileError naming the key and the fix, not a
+        TypeError in the loop or a 500 from the API)."""
         row = (c or self.conn()).execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
-        return json.loads(row["value"]) if row else default
+        if row is None:
+            return default
+        try:
+            value = json.loads(row["value"], parse_constant=_no_constant)
+        except (TypeError, ValueError):
+            import shlex
+
+            raise StateFileError(f"{self.path}: its kv value '{key}' is not valid JSON",
+                                 f"restore the state file from a copy, or delete that value (sqlite3 {shlex.quote(str(self.path))} "
+                                 f"\"DELETE FROM kv WHERE key='{key}'\"; the daemon then starts it afresh)") from None
+        self._check_kv(key, value)
+        return value
 
     def set_kv(self, c: sqlite3.Connection, key: str, value: Any) -> None:
         c.execute("INSERT INTO kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, _dumps(value)))
