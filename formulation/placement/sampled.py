@@ -170,7 +170,8 @@ class RingState:
 
 
 def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, start_s: float, rounds: int, reps: int = 16,
-                 seed: int = 0, counted_from: Optional[float] = None) -> tuple[np.ndarray, float]:
+                 seed: int = 0, counted_from: Optional[float] = None,
+                 stop_above: Optional[tuple[Sequence[float], float]] = None) -> tuple[np.ndarray, float]:
     """Members on rollout nodes of their own sharing one training ring, run forward from ``now`` with
     durations drawn from their samples (a phase under way: at least what has elapsed), the newcomer
     starting its first rollout at ``start_s`` and taking the training ring's turn when that rollout is
@@ -180,8 +181,18 @@ def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, sta
     iteration over ``rounds`` rounds and ``reps`` runs (the one under way included, from its last
     end) and the newcomer's slowest (its first from ``start_s``, or from ``counted_from`` where it
     counts from earlier: a member moved from another group, from the end of its last iteration there;
-    ``inf`` if it got no turn)."""
+    ``inf`` if it got no turn).
+
+    ``stop_above``: (each ring member's limit, the newcomer's limit): the run stops at the first
+    iteration above its limit and returns what it has then (some value above its limit: the caller's
+    check fails as it would have on the whole run; the draws before it are the same, so a run that
+    stays within every limit returns exactly what it returns without ``stop_above``). A refused join
+    tries every start of a period (:meth:`planner.instances.sampled_admission.SampledAcceptance.timed_join`),
+    each a whole run without it."""
     rng = np.random.default_rng(seed)
+    lim = [float("inf")] * (len(ring) + 1)
+    if stop_above is not None:
+        lim = [float(x) for x in stop_above[0]] + [float(stop_above[1])]
     m = len(ring)
     worst = np.zeros(m)
     worst_new = 0.0
@@ -200,6 +211,8 @@ def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, sta
             if r.training_start is not None:  # the owner: its training ends after what has elapsed
                 end = max(now, r.training_start + draw(r.train_s) + r.sync_s)
                 worst[i] = max(worst[i], end - last[i])
+                if worst[i] > lim[i]:
+                    return worst, worst_new
                 last[i], free = end, end
                 ready[i] = end + draw(r.rollout_s)
             elif r.rollout_start is not None:
@@ -218,6 +231,8 @@ def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, sta
                     # the node was loading member i's state: the newcomer's whole switch comes after its claim
                     end = max(free, ready[m]) + sw[m] + draw(newcomer.train_s) + newcomer.sync_s
                     worst_new = max(worst_new, end - last[m])
+                    if worst_new > lim[m]:
+                        return worst, worst_new
                     last[m], free = end, end
                     ready[m] = end + draw(newcomer.rollout_s)
                 seq.append(i)
@@ -228,9 +243,13 @@ def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, sta
                     worst_new = max(worst_new, end - last[i])
                 else:
                     worst[i] = max(worst[i], end - last[i])
+                if (worst_new if i == m else worst[i]) > lim[i]:
+                    return worst, worst_new
                 last[i], free = end, end
                 ready[i] = end + draw(r.rollout_s)
             order = seq
         if not inserted:
             worst_new = float("inf")
+            if stop_above is not None:
+                return worst, worst_new
     return worst, worst_new

@@ -167,11 +167,13 @@ class SampledAcceptance:
         period = float(self.slowest(k, old).max())
         rounds = 3 * (len(ring) + 1) + 4
         tol = 1 + REL_TOL
+        slo = np.array([r.slo_s for r in ring])
+        # (each run stops at its first iteration above its SLO: the same answer, most starts of a refused join cut short)
+        limits = (slo * tol, mine.slo_s * tol)
         for step in range(self.starts + 1):
             start = earliest + period * step / self.starts
             worst, worst_new = join_forward(ring, mine, now, start, rounds, self.reps, self.seed,
-                                            counted_from=now if self.moving is not None else None)
-            slo = np.array([r.slo_s for r in ring])
+                                            counted_from=now if self.moving is not None else None, stop_above=limits)
             if np.all(worst <= slo * tol) and worst_new <= mine.slo_s * tol:
                 self.start_at[(g, k, j)] = start
                 return True

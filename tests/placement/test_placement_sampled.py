@@ -184,3 +184,40 @@ def test_a_new_group_opens_on_the_cheapest_configuration_its_alone_test_passes()
     nothing = Packer(idx)
     nothing.accept_alone = lambda k, j: False
     assert idx.cost[nothing.admit(0).config] == 8 + 16  # nothing passes, nothing to join: the cheapest that fits
+
+
+def test_a_run_stopped_at_its_first_iteration_above_a_limit_gives_the_whole_runs_answer():
+    """``join_forward(stop_above=...)`` (the timed join's early stop): on random rings, sampled phases
+    and limits around the runs' own iterations, the stopped run fails the limits exactly when the whole
+    run does, and where the whole run passes it returns the same iterations (the same draws)."""
+    from formulation.placement.sampled import RingState, join_forward
+
+    rng = np.random.default_rng(7)
+    seen = {True: 0, False: 0}
+    for case in range(120):
+        m = int(rng.integers(1, 5))
+        now = 100.0
+
+        def samples(lo, hi):
+            return tuple(float(x) for x in rng.uniform(lo, hi, size=int(rng.integers(1, 6))))
+
+        ring = []
+        for i in range(m):
+            phase = rng.integers(0, 3)
+            ring.append(RingState(f"m{i}", samples(20, 60), samples(5, 20), 0.5, 1.0, 1e9, now - float(rng.uniform(0, 50)),
+                                  rollout_start=now - float(rng.uniform(0, 30)) if phase == 1 else None,
+                                  training_start=now - float(rng.uniform(0, 5)) if phase == 2 and i == 0 else None))
+        mine = RingState("n", samples(20, 60), samples(5, 20), 0.5, 1.0, 1e9, now)
+        start, rounds = now + float(rng.uniform(0, 40)), 3 * (m + 1) + 4
+        worst, worst_new = join_forward(ring, mine, now, start, rounds, reps=4, seed=case)
+        # limits between 0.8x and 1.3x of what the whole run gives: some pass, some fail
+        lim = worst * rng.uniform(0.8, 1.3, size=m)
+        lim_new = worst_new * float(rng.uniform(0.8, 1.3))
+        whole = bool(np.all(worst <= lim) and worst_new <= lim_new)
+        w2, n2 = join_forward(ring, mine, now, start, rounds, reps=4, seed=case, stop_above=(lim, lim_new))
+        stopped = bool(np.all(w2 <= lim) and n2 <= lim_new)
+        assert stopped == whole, (case, worst, w2, lim, worst_new, n2, lim_new)
+        if whole:
+            assert np.array_equal(w2, worst) and n2 == worst_new
+        seen[whole] += 1
+    assert seen[True] >= 10 and seen[False] >= 10, seen  # (both answers were exercised)
