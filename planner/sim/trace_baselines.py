@@ -49,7 +49,7 @@ POLICIES = (("solo-d", "-"), ("verl", "-"), ("verl", "simulator"), ("gavel", "-"
 EXTRA = (("solo-d", "simulator", "weave"), ("groups", "simulator", "join-aware"), ("groups", "simulator", "re-pack"),
          ("groups", "simulator-max", "weave"), ("groups", "simulator-max", "join-aware"),
          ("groups", "simulator", "sampled-steady"), ("groups", "simulator", "sampled"), ("groups", "simulator", "timed"),
-         ("groups", "simulator", "lifetime"))
+         ("groups", "simulator", "lifetime"), ("groups", "simulator", "draining"))
 #: ``sampled-steady``: a join must keep every member's slowest iteration of the event graph with phase times drawn
 #: from its measured samples within its SLO (:mod:`formulation.placement.sampled`); ``sampled``: the same and the
 #: join's own iteration on the slowest samples (:mod:`planner.instances.sampled_admission`); ``timed``: ``sampled`` with
@@ -219,7 +219,7 @@ def policy_task(scenario: str, policy: str, tables: str, admission: str = "weave
                 prices: Optional[dict] = None) -> dict:
     """The reproduction's task: one trace under one policy, summarised (plain data); ``admission``
     (``groups``): ``weave`` (the three moves), ``join-aware`` (joins keep the iteration they delay within the SLOs),
-    ``re-pack``, ``sampled-steady``, ``sampled`` or ``timed`` (:data:`EXTRA`); ``seed``: the trace's;
+    ``re-pack``, ``sampled-steady``, ``sampled``, ``timed``, ``lifetime`` or ``draining`` (:data:`EXTRA`); ``seed``: the trace's;
     ``unseen``: the trace draws phase times from samples the policy never saw (:func:`run_policy`)."""
     if admission not in ADMISSIONS:
         raise ValueError(f"unknown admission {admission!r}")
@@ -365,6 +365,12 @@ def report(args, cmd, R):
               f"{100 * lt['jobs_meeting_slo']:.0f}% ({tm['cost'] / lt['cost']:.3f}x cheaper than `timed`; H20 "
               f"{lt['gpu_hours'].get('H20', 0):,.0f} against {tm['gpu_hours'].get('H20', 0):,.0f} GPU-h, H800 "
               f"{lt['gpu_hours'].get('H800', 0):,.0f} against {tm['gpu_hours'].get('H800', 0):,.0f}).", ""]
+        dr = got[("groups", "simulator", "draining")]
+        L += [f"`lifetime` that also drains groups at departures (`draining`: a group whose members would all join other groups "
+              f"for less $/h is closed to joins, each member moving at an iteration boundary by a timed join, starting once its "
+              f"state is loaded on the new pools; `formulation/placement/drain.py`): {solo / dr['cost']:.2f}x cheaper than "
+              f"Solo-D and {verl_of['simulator'] / dr['cost']:.2f}x than veRL at {100 * dr['jobs_meeting_slo']:.0f}%, "
+              f"{dr.get('migrations', 0)} members moved ({lt['cost'] / dr['cost']:.3f}x cheaper than `lifetime`).", ""]
     L += held_out(R)
     L += miss_table(R)
     L += ceiling_table(R)
