@@ -157,3 +157,20 @@ def test_a_sweep_interrupted_while_plotting_leaves_the_previous_sweep_whole(tmp_
     assert rc == 130, output[-2000:]
     after = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     assert after == before, f"the folder changed: {sorted(set(after) ^ set(before)) or 'contents'}"
+
+
+def test_a_subnormal_price_is_refused_by_the_scenario_init_and_a_sweep(tmp_path):
+    """``price_per_gpu_hour: 1e-320`` (> 0, within every bound) was planned with numpy's "overflow
+    encountered in divide" from the column generation's cost ratios on the terminal (bound / cost = inf)."""
+    d = copy.deepcopy(corpus.BASE_SCENARIO)
+    d["gpu_types"]["H20"]["price_per_gpu_hour"] = 1e-320
+    s = tmp_path / "s.yaml"
+    s.write_text(yaml.safe_dump(d, sort_keys=False))
+    rc, output, _cpu, rss = run_inprocess(["plan", str(s), "-o", str(tmp_path / "p.yaml")])
+    _refused(rc, output, rss, "gpu_types.H20.price_per_gpu_hour", "1e-06")
+    rc, output, _cpu, rss = run_inprocess(["whatif", str(SCENARIO), "--sweep", "price.H20=1e-320:1:2", "--out", str(tmp_path / "w")])
+    _refused(rc, output, rss, "--sweep", "1e-06")
+    verl = corpus.ROOT / "examples" / "onramp" / "verl-grpo-qwen2.5-7b.yaml"
+    rc, output, _cpu, rss = run_inprocess(["init", "--from", "verl", str(verl), "--price", "1e-320", "-o", str(tmp_path / "i.yaml")])
+    _refused(rc, output, rss, "--price", "1e-06")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
