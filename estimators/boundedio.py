@@ -90,12 +90,15 @@ def lines(path: str | Path, *, max_bytes: int, max_decompressed: int, max_line: 
             buf = parts.pop()
             for raw in parts:
                 no += 1
-                yield no, _decode(raw, p, no, max_line, what)
+                yield no, _decode(raw[3:] if no == 1 and raw.startswith(BOM) else raw, p, no, max_line, what)
             if len(buf) > max_line:
                 raise BoundedReadError(f"{p}:{no + 1}: a line longer than {max_line:,} bytes", f"a {what} holds short lines (one row each)")
         if buf:
             no += 1
-            yield no, _decode(buf, p, no, max_line, what)
+            yield no, _decode(buf[3:] if no == 1 and buf.startswith(BOM) else buf, p, no, max_line, what)
+
+
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark (spreadsheets write one before a CSV's header): skipped, as planner.safeload skips it
 
 
 def _decode(raw: bytes, p: Path, no: int, max_line: int, what: str) -> str:
@@ -153,7 +156,7 @@ def json_file(path: str | Path, *, max_bytes: int, max_depth: int = 64, what: st
     if len(data) > max_bytes:
         raise BoundedReadError(f"{what} {p} has more than {max_bytes:,} bytes", "pass the file the calibration wrote")
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8").removeprefix("\ufeff")  # a UTF-8 BOM is skipped, as safeload skips it
     except UnicodeDecodeError:
         raise BoundedReadError(f"{what} {p} is not UTF-8 text", "save it as UTF-8") from None
     return loads(text, str(p), max_depth)

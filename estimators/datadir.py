@@ -51,7 +51,11 @@ def check_folder(path: str | Path) -> Path:
     """``path`` as a folder holding at least one calibration file, each of which reads (bounded) and
     has the shape and values the estimators need; ValueError naming the file and field otherwise."""
     p = Path(path)
-    if not p.is_dir():
+    try:
+        folder = p.is_dir()
+    except OSError as exc:  # a name longer than the file system holds (ENAMETOOLONG), a loop of links...
+        raise ValueError(f"calibration folder {p} cannot be opened: {exc.strerror or type(exc).__name__}") from None
+    if not folder:
         raise ValueError(f"calibration folder {p} not found")
     if not any((p / f).is_file() for f in FILES):
         raise ValueError(f"calibration folder {p} holds none of {', '.join(FILES)}")
@@ -93,7 +97,8 @@ def _shipped(name: str) -> dict:
 def _number(v, where: str, path: Path, *, positive: bool = False, hi: float = MAX_VALUE, lo: float = 0.0) -> float:
     import math
 
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    # (an int is compared exactly: math.isfinite of a 400-digit integer raises OverflowError)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
         raise ValueError(f"calibration file {path}: {where} must be a finite number")
     if (v <= 0 if positive else v < 0) or v > hi or v < lo:
         low = f">= {lo:g}" if lo > 0 else ("> 0" if positive else ">= 0")
@@ -167,7 +172,7 @@ def check_lengths(doc: dict, path: Path) -> None:
         _quantiles(mix[k], f"mixture.{k}", path)
     for cid, c in _mapping(doc.get("clients", {}), "clients", path).items():
         c = _mapping(c, f"clients.{cid}", path)
-        if not str(cid).isdigit():
+        if not (str(cid).isascii() and str(cid).isdigit()):  # '²' is a digit to isdigit() but not to int()
             raise ValueError(f"calibration file {path}: clients.{cid}: client ids are numbers")
         if "output_quantiles" not in c:
             raise ValueError(f"calibration file {path}: clients.{cid}.output_quantiles is missing")

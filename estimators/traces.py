@@ -51,8 +51,13 @@ def _kind(path: Path) -> str:
 
 
 def _number(raw, path: Path, line: int, column: str) -> float:
+    if isinstance(raw, bool):  # JSON's true/false: float() would read them as 1 and 0
+        raise TraceError(f"{path}:{line}: column '{column}' holds a boolean (true/false), not a number",
+                         "every row of the column must be a number (remove or fix that row)")
     try:
         v = float(raw)
+    except OverflowError:  # an integer past any float (a 400-digit JSON integer)
+        v = math.inf
     except (TypeError, ValueError):
         raise TraceError(f"{path}:{line}: column '{column}' holds something that is not a number",
                          "every row of the column must be a number (remove or fix that row)") from None
@@ -74,7 +79,12 @@ def read_column(path: str | Path, column: str) -> np.ndarray:
     """The numeric values of ``column`` in a CSV or JSONL trace file (empty cells are skipped; a CSV
     row with fewer fields than the header is refused, naming its line and the missing fields)."""
     p = Path(path)
-    if not p.is_file():  # also refuses directories, devices and FIFOs (/dev/zero)
+    try:
+        regular = p.is_file()  # also refuses directories, devices and FIFOs (/dev/zero)
+    except OSError as exc:  # a name longer than the file system holds (ENAMETOOLONG), a loop of links...
+        raise TraceError(f"trace file {p} cannot be opened: {exc.strerror or type(exc).__name__}",
+                         "check the path (a relative path is relative to the scenario file)") from None
+    if not regular:
         raise TraceError(f"trace file {p} not found or not a regular file",
                          "check the path (a relative path is relative to the scenario file)")
     size = p.stat().st_size
@@ -101,6 +111,9 @@ def _read_column_cached(path: str, column: str, _mtime_ns: int) -> np.ndarray:
             if column not in header:
                 raise TraceError(f"{p}: no column '{column}' in the header row ({len(header)} column(s))",
                                  "name one of the header's columns in 'column'")
+            if header.count(column) > 1:  # which of them would be read?
+                raise TraceError(f"{p}: the header row names the column '{column}' {header.count(column)} times",
+                                 "give each header column a distinct name")
             at = header.index(column)
             for row in reader:
                 i = reader.line_num  # the file's line (a quoted field may span lines)

@@ -40,6 +40,7 @@ class _Strict(BaseModel):
 
 
 MAX_PRICE = 1e4  # $ per GPU-hour: far above any real price; 1e308 would overflow the bounds' arithmetic
+MIN_PRICE = 1e-6  # $ per GPU-hour: a subnormal price (1e-320) overflows cost ratios (bound / cost) to inf
 #: the scenario schema's bounds (``planner.schema.scenario``), for numbers-only instances: 1e308 s or
 #: GB overflowed the cycle arithmetic (an SLO of 1e308 was planned and written back as 1e+308)
 MAX_SECONDS = 1e8  # about 3 years: SLOs, phase times, arrivals
@@ -62,7 +63,7 @@ class PoolType(_Strict):
     """Nodes of one GPU type that groups may use as a rollout or a training pool."""
 
     gpus_per_node: PositiveInt = 8
-    price_per_gpu_hour: PositiveFloat = Field(le=MAX_PRICE, description="$ per GPU-hour (at most the scenario schema's 10,000)")
+    price_per_gpu_hour: PositiveFloat = Field(ge=MIN_PRICE, le=MAX_PRICE, description="$ per GPU-hour (the scenario schema's 1e-6 to 10,000)")
     dram_gb: PositiveFloat = Field(le=MAX_GB, description="host DRAM per node")
     count: int = Field(ge=0, le=MAX_INSTANCE_NODES, description="nodes of this type available")
     node_names: Optional[list[str]] = Field(None, description="names of the nodes; default <type lowercased>-0 ... -<count-1>")

@@ -62,7 +62,32 @@ def path(text: str) -> str:
 
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is empty, not a path: give a path, or leave the option out (its default)")
+    problem = name_too_long(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{problem}: give a shorter path")
     return text
+
+
+NAME_MAX = 255    # bytes in one file name (every Linux file system)
+PATH_MAX = 4095   # bytes in a path the kernel takes
+
+
+def name_too_long(text: str) -> Optional[str]:
+    """Why no file system holds ``text`` as a path (a name over NAME_MAX bytes, the whole over
+    PATH_MAX), else None: every call on such a path raises ENAMETOOLONG (``-o`` with a 300-character
+    name ended in an internal error)."""
+    import os
+
+    try:
+        raw = os.fsencode(text)
+    except UnicodeError:
+        return None  # (the OS call names that)
+    if len(raw) > PATH_MAX:
+        return f"the path is {len(raw):,} bytes long; a path has at most {PATH_MAX:,}"
+    longest = max(raw.split(b"/"), key=len)
+    if len(longest) > NAME_MAX:
+        return f"a name in the path is {len(longest):,} bytes long; a file or folder name has at most {NAME_MAX}"
+    return None
 
 
 def file_path(text: str) -> Path:

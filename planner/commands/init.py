@@ -63,8 +63,8 @@ def run(args) -> int:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.name):
             raise UserError(Problem("--name", f"'{args.name}' is not a job name", "use letters, digits, '.', '_' and '-'"))
     check_gpu_type(args.gpu_type)
-    if args.price is not None and not (0 < args.price <= 1e4):
-        raise UserError(Problem("--price", f"{args.price:g} $/GPU-hour is out of range", "give a price in (0, 10000]"))
+    if args.price is not None and not (1e-6 <= args.price <= 1e4):  # the scenario schema's MIN_PRICE and MAX_PRICE
+        raise UserError(Problem("--price", f"{args.price:g} $/GPU-hour is out of range", "give a price in [1e-06, 10000]"))
     command = "planner init " + " ".join(shlex.quote(a) for a in ["--from", args.framework, args.config]
                                          + (["--gpu-type", args.gpu_type] if args.gpu_type != "H100" else [])
                                          + (["--price", f"{args.price:g}"] if args.price is not None else []))

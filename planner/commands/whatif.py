@@ -204,6 +204,9 @@ def _check_targets(d, names: list[str]) -> None:
 
 
 def _write_single(out, sc, plan, record, lines, types, command, info) -> None:
+    """Every file to a temporary name first, then all moved in place (an interruption or a failed
+    plot leaves the previous answer whole, not some of its files replaced)."""
+    import contextlib
     from pathlib import Path
 
     from planner import plandoc
@@ -213,27 +216,29 @@ def _write_single(out, sc, plan, record, lines, types, command, info) -> None:
     d = Path(out)
     _check_targets(d, ["capacity-plan.yaml", "answer.md", "fleet.png"] + (["styles.csv"] if plan.styles else []))
     d.mkdir(exist_ok=True)
-    doc = plandoc.PlanDocument(kind="CapacityPlan", scenario=sc.name, scenario_digest=plandoc.scenario_digest(sc),
-                               solver=plandoc.SolverRecord(**{k: v for k, v in record.items()}), body=plan.model_dump(mode="json"))
-    plandoc.write(doc, d / "capacity-plan.yaml")
-    md = report.header(command, info) + "\n```\n" + "\n".join(lines) + "\n```\n"
-    report.write_atomic(d / "answer.md", md)
-    if plan.styles:
-        head = ["style", "status", "cost_per_hour", "lower_bound_per_hour", "gpus", "busy"] + [f"nodes_{t}" for t in types] + ["note"]
-        rows = [",".join(head)]
-        for s in plan.styles:
-            vals = [s.style, s.status, "" if s.cost_per_hour is None else f"{s.cost_per_hour:.6g}",
-                    "" if s.lower_bound_per_hour is None else f"{s.lower_bound_per_hour:.6g}", str(s.gpus),
-                    "" if s.busy is None else f"{s.busy:.4f}"] + [str(s.fleet.get(t, 0)) for t in types] + ['"' + s.note.replace('"', "'") + '"']
-            rows.append(",".join(vals))
-        report.write_atomic(d / "styles.csv", "\n".join(rows) + "\n")
-        labels = [s.style for s in plan.styles]
-        fleets = [s.fleet if s.cost_per_hour is not None else {} for s in plan.styles]
-        with replacing(d / "fleet.png", where="--out", suffix=".png") as tmp:
-            report.plot_fleet(labels, fleets, types, tmp, f"{sc.name}: fleet by deployment style", "style")
-    else:
-        with replacing(d / "fleet.png", where="--out", suffix=".png") as tmp:
-            report.plot_fleet([plan.style], [{f.gpu_type: f.total for f in plan.fleet}], types, tmp, f"{sc.name}: fleet", "style")
+    with contextlib.ExitStack() as stack:
+        def tmp(name: str) -> Path:
+            return stack.enter_context(replacing(d / name, where="--out", suffix=Path(name).suffix))
+
+        doc = plandoc.PlanDocument(kind="CapacityPlan", scenario=sc.name, scenario_digest=plandoc.scenario_digest(sc),
+                                   solver=plandoc.SolverRecord(**{k: v for k, v in record.items()}), body=plan.model_dump(mode="json"))
+        plandoc.write(doc, tmp("capacity-plan.yaml"))
+        md = report.header(command, info) + "\n```\n" + "\n".join(lines) + "\n```\n"
+        report.write_atomic(tmp("answer.md"), md)
+        if plan.styles:
+            head = ["style", "status", "cost_per_hour", "lower_bound_per_hour", "gpus", "busy"] + [f"nodes_{t}" for t in types] + ["note"]
+            rows = [",".join(head)]
+            for s in plan.styles:
+                vals = [s.style, s.status, "" if s.cost_per_hour is None else f"{s.cost_per_hour:.6g}",
+                        "" if s.lower_bound_per_hour is None else f"{s.lower_bound_per_hour:.6g}", str(s.gpus),
+                        "" if s.busy is None else f"{s.busy:.4f}"] + [str(s.fleet.get(t, 0)) for t in types] + ['"' + s.note.replace('"', "'") + '"']
+                rows.append(",".join(vals))
+            report.write_atomic(tmp("styles.csv"), "\n".join(rows) + "\n")
+            labels = [s.style for s in plan.styles]
+            fleets = [s.fleet if s.cost_per_hour is not None else {} for s in plan.styles]
+            report.plot_fleet(labels, fleets, types, tmp("fleet.png"), f"{sc.name}: fleet by deployment style", "style")
+        else:
+            report.plot_fleet([plan.style], [{f.gpu_type: f.total for f in plan.fleet}], types, tmp("fleet.png"), f"{sc.name}: fleet", "style")
 
 
 def _sweep(args, sc, sweeps, styles, mode, time_limit, gap, types, command) -> int:
@@ -305,6 +310,10 @@ def _sweep(args, sc, sweeps, styles, mode, time_limit, gap, types, command) -> i
 
 
 def _write_sweep(out, sc, results, keys, styles, types, head, body, command, info, where) -> None:
+    """Every file (the points too) to a temporary name first, then all moved in place, and only
+    then the previous sweep's other points removed: an interruption (Ctrl-C, SIGTERM) or a failed
+    plot left the new table beside the previous sweep's plots, its points already deleted."""
+    import contextlib
     from pathlib import Path
 
     from planner import plandoc
@@ -316,20 +325,26 @@ def _write_sweep(out, sc, results, keys, styles, types, head, body, command, inf
     d.mkdir(exist_ok=True)
     pts = d / "points"
     pts.mkdir(exist_ok=True)
-    for old in pts.glob("point-*.yaml"):  # a previous sweep's points
-        old.unlink()
-    for r in results:
-        if not r.plan:
-            continue
-        doc = plandoc.PlanDocument(kind="CapacityPlan", scenario=sc.name, scenario_digest=plandoc.scenario_digest(sc),
-                                   solver=plandoc.SolverRecord(**r.record), body=r.plan)
-        plandoc.write(doc, pts / f"point-{r.index:03d}.yaml")
-    report.write_atomic(d / "sweep.csv", report.csv_text(results, keys, types))
-    md = report.header(command, info, extra=where) + "\n" + report.markdown(head, body)
-    report.write_atomic(d / "sweep.md", md)
-    with replacing(d / "cost.png", where="--out", suffix=".png") as tmp:
-        report.plot_cost(results, keys, styles, tmp)
-    labels = [", ".join(f"{r.values[k]:.3g}" for k in keys) for r in results]
-    fleets = [r.style("co-execution").fleet if r.style("co-execution").served else {} for r in results]
-    with replacing(d / "fleet.png", where="--out", suffix=".png") as tmp:
-        report.plot_fleet(labels, fleets, types, tmp, f"{sc.name}: co-execution fleet", ", ".join(report.axis_label(k) for k in keys))
+    names = set()
+    with contextlib.ExitStack() as stack:
+        def tmp(path: Path) -> Path:
+            return stack.enter_context(replacing(path, where="--out", suffix=path.suffix))
+
+        for r in results:
+            if not r.plan:
+                continue
+            doc = plandoc.PlanDocument(kind="CapacityPlan", scenario=sc.name, scenario_digest=plandoc.scenario_digest(sc),
+                                       solver=plandoc.SolverRecord(**r.record), body=r.plan)
+            names.add(f"point-{r.index:03d}.yaml")
+            plandoc.write(doc, tmp(pts / f"point-{r.index:03d}.yaml"))
+        report.write_atomic(tmp(d / "sweep.csv"), report.csv_text(results, keys, types))
+        md = report.header(command, info, extra=where) + "\n" + report.markdown(head, body)
+        report.write_atomic(tmp(d / "sweep.md"), md)
+        report.plot_cost(results, keys, styles, tmp(d / "cost.png"))
+        labels = [", ".join(f"{r.values[k]:.3g}" for k in keys) for r in results]
+        fleets = [r.style("co-execution").fleet if r.style("co-execution").served else {} for r in results]
+        report.plot_fleet(labels, fleets, types, tmp(d / "fleet.png"), f"{sc.name}: co-execution fleet",
+                          ", ".join(report.axis_label(k) for k in keys))
+    for old in pts.glob("point-*.yaml"):  # a previous sweep's points that this one does not have
+        if old.name not in names:
+            old.unlink()

@@ -57,7 +57,11 @@ def _inside(field: str, path: str, data_dir: Optional[Path], send: str) -> Path:
                                 "name the file relative to the data folder, e.g. traces/lengths.csv"))
     root = Path(os.path.realpath(data_dir))
     full = Path(os.path.realpath(root / rel))
-    if root not in full.parents or not (full.is_file() or full.is_dir()):
+    try:
+        there = full.is_file() or full.is_dir()
+    except OSError:  # a name longer than the file system holds (ENAMETOOLONG): a 500 before
+        there = False
+    if root not in full.parents or not there:
         raise UserError(Problem(field, "no such file inside the daemon's data folder",
                                 "name a file the operator put in the data folder (links that lead outside it are refused)"))
     return full

@@ -59,6 +59,7 @@ MAX_THREADS = 256
 MAX_SECONDS = 1e8           # about 3 years: times, durations, SLOs, arrivals
 MAX_TIME_LIMIT_S = 86400.0  # one day of solver time
 MAX_PRICE = 1e4             # $ per GPU-hour (and per job moved)
+MIN_PRICE = 1e-6            # $ per GPU-hour: a subnormal price (1e-320) overflowed the solver's cost ratios to inf
 MAX_BUDGET = 1e9            # $ per hour
 MAX_SEED = 2**31 - 1        # solvers take 32-bit seeds
 
@@ -78,7 +79,7 @@ class GPUTypeSpec(Strict):
 
     base: Optional[str] = Field(None, max_length=MAX_NAME,
                                 description="catalogue type this one derives from (for new names); default: the name itself")
-    price_per_gpu_hour: Optional[Real] = Field(None, gt=0.0, le=MAX_PRICE, description="rental or amortised price, $ per GPU-hour")
+    price_per_gpu_hour: Optional[Real] = Field(None, ge=MIN_PRICE, le=MAX_PRICE, description="rental or amortised price, $ per GPU-hour")
     hbm_gb: Optional[Real] = Field(None, ge=1.0, le=1e5, description="GPU memory (HBM) per GPU, GB; default: the catalogue's")
     hbm_bw_tb_per_s: Optional[Real] = Field(None, ge=0.01, le=1e3, description="HBM bandwidth per GPU, TB/s; default: the catalogue's")
     bf16_tflops: Optional[Real] = Field(None, ge=0.1, le=1e6, description="dense BF16 peak per GPU, TFLOP/s; default: the catalogue's")
