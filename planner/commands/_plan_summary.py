@@ -126,7 +126,7 @@ def _sure(plan, record: dict) -> str:
     if bound is not None and gap is not None:
         # gap = (objective - bound) / objective (the solvers' convention); above the bound that is gap / (1 - gap)
         above = f"at most {100 * gap / (1 - gap):.1f}% above" if gap < 1 else "above"
-        parts.append("proven cheapest" if gap <= 1e-6 else f"{above} the cheapest possible ({bound:.2f} $/h; gap {100 * gap:.1f}%)")
+        parts.append("proven cheapest" if gap <= 1e-6 else f"{above} the cheapest possible (certified lower bound {bound:.2f} $/h; gap {100 * gap:.1f}%)")
     if plan.greedy_cost_per_hour is not None:
         parts.append(f"Weave's greedy admission would pay {plan.greedy_cost_per_hour:.2f} $/h")
     return "; ".join(parts)
