@@ -163,7 +163,7 @@ def minimum_for(inst: CapacityInstance, t: str, options: SolveOptions, others: d
     if n is None:
         return None
     if n == 0:
-        return Minimum(gpu_type=t, min_nodes=0, proven=proven, fewer_nodes=0, message=f"the forecast needs no {t} node")
+        return Minimum(gpu_type=t, min_nodes=0, proven=proven, fewer_nodes=0, message=f"no {t} node")  # read after "... meeting every SLO needs "
     fewer = n - 1 if short_of is None or short_of >= n else short_of
     limits = {u: q.limit(u) for u in q.types}
     limits[t] = fewer

@@ -126,10 +126,17 @@ def _sure(plan, record: dict) -> str:
     if bound is not None and gap is not None:
         # gap = (objective - bound) / objective (the solvers' convention); above the bound that is gap / (1 - gap)
         above = f"at most {100 * gap / (1 - gap):.1f}% above" if gap < 1 else "above"
-        parts.append("proven cheapest" if gap <= 1e-6 else f"{above} the cheapest possible ({bound:.2f} $/h; gap {100 * gap:.1f}%)")
+        parts.append("proven cheapest" if gap <= 1e-6 else f"{above} the cheapest possible (certified lower bound {bound:.2f} $/h; gap {100 * gap:.1f}%)")
     if plan.greedy_cost_per_hour is not None:
         parts.append(f"Weave's greedy admission would pay {plan.greedy_cost_per_hour:.2f} $/h")
     return "; ".join(parts)
+
+
+def _pct(ratio: float) -> str:
+    """A percentage with two significant digits below 10% ("0.21", not "0": a 900,000-token limit's
+    plan against its expectation read "cycles 0-0% of the planned ones")."""
+    v = 100 * ratio
+    return f"{v:.0f}" if v >= 9.5 else f"{v:.2g}"
 
 
 def summary(plan, record: dict, name: str, where: str, expected: Optional[dict[str, float]] = None) -> str:
@@ -153,7 +160,7 @@ def summary(plan, record: dict, name: str, where: str, expected: Optional[dict[s
         ratios = [expected[g.id] / g.cycle_time_s for g in plan.groups if g.id in expected and g.cycle_time_s > 0]
         if ratios:
             shown = min(len(plan.groups), TABLE_GROUPS)
-            lines.append(f"  simulated expectation: cycles {100 * min(ratios):.0f}-{100 * max(ratios):.0f}% of the planned ones "
+            lines.append(f"  simulated expectation: cycles {_pct(min(ratios))}-{_pct(max(ratios))}% of the planned ones "
                          "(each member's expected phase times on its pools"
                          + (f"; {len(ratios)} of the {shown} groups shown, within the time limit" if len(ratios) < shown else "") + ")")
     members = [m for g in plan.groups for m in g.members]

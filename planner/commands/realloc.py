@@ -259,7 +259,7 @@ def _print(dec, doc, args) -> None:
             for c in st["candidates"]:
                 if c["chosen"]:
                     t.add_row(st["name"], c["name"], ", ".join(f"{k}: {v}" for k, v in c["gpus_by_type"].items()),
-                              _thr(c["predicted_throughput"], unit), c["migration_kind"])
+                              _thr(c["predicted_throughput"], unit) if st["pipeline"] else "done", c["migration_kind"])
         con.print(t)
     for st in body["stages"] if verbose else []:
         t = Table(title=f"{st['name']} ({st['kind']}, {'dynamic' if st['dynamic'] else 'static'}"
@@ -270,7 +270,7 @@ def _print(dec, doc, args) -> None:
             t.add_column(col, overflow="fold")
         for c in st["candidates"]:
             t.add_row("→" if c["chosen"] else "", c["name"], ", ".join(f"{k}: {v}" for k, v in c["gpus_by_type"].items()),
-                      _thr(c["predicted_throughput"], unit), c["migration_kind"], f"{c['migration_s']:.1f}",
+                      _thr(c["predicted_throughput"], unit) if st["pipeline"] else "done", c["migration_kind"], f"{c['migration_s']:.1f}",
                       _gb(c["migration_bytes"]), f"{c['migration_cost'] / max(1e-300, body['current_throughput']):.2%}")
         con.print(t)
     what = "slowest component finishes in" if unit == "1/s" else "pipeline throughput"
@@ -282,8 +282,10 @@ def _print(dec, doc, args) -> None:
         for col in ("component", "migration", "from", "to", "finishes in" if unit == "1/s" else "predicted"):
             t.add_column(col, overflow="fold")
         where = _workers if verbose else _workers_by_type
+        done = {st["name"] for st in body["stages"] if not st["pipeline"]}  # finished: no time to finish ("never" was false)
         for a in body["allocation"]:
             t.add_row(a["component"], a["migration_kind"], where(a["from_workers"]), where(a["to_workers"]),
+                      "done" if a["component"] in done else
                       f"{_thr(a['predicted_throughput_before'], unit)} → {_thr(a['predicted_throughput_after'], unit)}")
         con.print(t)
     if body["steps"] and not verbose:

@@ -21,6 +21,9 @@ verl field                                      scenario field
                                                 disaggregated recipes), if given
 ==============================================  =============================================
 
+``actor_rollout_ref.rollout.multi_turn`` is not read: with ``enable: true`` the header says so (the job
+is written single-turn; ``turns`` and ``tools`` are set by hand).
+
 Hydra interpolations of other fields (``${data.max_response_length}``) are resolved; any other
 ``${...}`` (resolvers such as ``oc.env``) is refused naming the field.
 """
@@ -126,6 +129,11 @@ def read(cfg: dict, where: str, name: str = "") -> JobShape:
         colocated = True
     if strategy != "megatron":
         notes.append(f"actor strategy {strategy}: trainer tp/pp are 1 (FSDP shards over data parallelism).")
+    if get(cfg, "actor_rollout_ref.rollout.multi_turn.enable") is True:  # read nowhere else: say so, never drop it silently
+        most = get(cfg, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns")
+        notes.append("actor_rollout_ref.rollout.multi_turn.enable is true but multi-turn settings are not read: the job below "
+                     "is single-turn. Set rollout.turns" + (f" (max_assistant_turns: {most})" if most is not None else "")
+                     + " and rollout.tools (tool latency, observation tokens) by hand (docs/workloads.md).")
     return JobShape(
         framework=fw, config_path=where, name=name or _name(cfg, where), model=model_value(path, "actor_rollout_ref.model.path", where),
         algorithm=algo, batch_prompts=Value(batch, "data.train_batch_size"),

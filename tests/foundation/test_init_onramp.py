@@ -289,3 +289,18 @@ def test_control_characters_in_a_config_exit_2_naming_the_field(tmp_path):
         assert r["rc"] == 2, (f, r)
         assert "control character" in r["stderr"] or "escape" in r["stderr"].lower(), (f, r["stderr"])
         assert "\x1b" not in r["stderr"] and not (tmp_path / f"out-{f}").exists()
+
+
+def test_a_multi_turn_verl_config_says_its_turns_are_not_read():
+    """verl's multi_turn block was dropped without a word: an agentic job came out single-turn."""
+    from planner.onramp.shape import scenario_text
+    from planner.onramp.verl import read
+
+    cfg = yaml.safe_load(VERL.read_text())
+    assert not any("multi_turn" in n for n in read(cfg, str(VERL)).notes)
+    cfg["actor_rollout_ref"]["rollout"]["multi_turn"] = {"enable": True, "max_assistant_turns": 5}
+    job = read(cfg, str(VERL))
+    [note] = [n for n in job.notes if "multi_turn" in n]
+    assert "not read" in note and "single-turn" in note and "max_assistant_turns: 5" in note and "rollout.turns" in note
+    text = scenario_text(job, gpu_type="H100", price=None, command="planner init --from verl x.yaml")
+    assert f"# {note}" in text

@@ -58,3 +58,22 @@ def test_a_single_turn_plan_gets_no_warning(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert _expected_pct(proc.stderr) <= 100
     assert "warning: on the simulated expectation" not in proc.stderr
+
+
+def test_an_expectation_far_below_the_planned_cycle_is_not_printed_as_zero(tmp_path):
+    """A 400,000-token limit over responses of a few hundred tokens: the expectation is about 0.1% of the
+    conservative cycle, and the summary said "cycles 0-0% of the planned ones"."""
+    doc = {"name": "tinyratio", "gpu_types": {"H100": {"price_per_gpu_hour": 2.5}},
+           "cluster": {"node_groups": [{"name": "h100", "gpu_type": "H100", "count": 2, "gpus_per_node": 8}]},
+           "jobs": [{"name": "long-limit", "model": "qwen2.5-1.5b",
+                     "rollout": {"batch_prompts": 8, "group_size": 4, "max_response_tokens": 400000,
+                                 "response_lengths": {"source": "lognormal", "median_tokens": 300, "sigma": 0.5}},
+                     "slo": {"ratio_to_solo": 2.0}}],
+           "solver": {"time_limit_s": 20}}
+    sc = tmp_path / "tiny.yaml"
+    sc.write_text(yaml.safe_dump(doc))
+    proc = run_cli("plan", str(sc), "-o", str(tmp_path / "tiny.plan.yaml"), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    pct = _expected_pct(proc.stderr)
+    assert 0 < pct < 1, proc.stderr
+    assert "cycles 0-0%" not in proc.stderr

@@ -65,6 +65,21 @@ def test_a_finished_rollout_without_a_curve_holds_its_gpus(tmp_path, capsys):
     assert json.loads(out)["body"]["reason"].startswith("nothing to reallocate")
 
 
+def test_a_finished_component_is_shown_done_not_never(tmp_path, capsys):
+    """Rollout finished, trainer still working (a stream's last snapshot at an iteration's end): the tables said
+    the rollout "finishes in never" beside "slowest component finishes in: now 10.0 s"."""
+    snap = _snapshot({"progress": 1.0, "remaining_tokens": 0}, {"progress": 0.4, "remaining_tokens": 1000},
+                     [_worker(f"r{i}", "rollout", tps=0.0) for i in range(6)] + [_worker("t0", "actor", gpus=2, reqs=1)],
+                     job="j")
+    for extra in ([], ["--verbose"]):
+        rc, out, err = _run(tmp_path, capsys, snap, "--force", *extra)
+        assert rc == 0, err
+        assert "never" not in out, out
+        rows = [line for line in out.splitlines() if "keep" in line]
+        assert any("rollout" in r and "done" in r for r in rows) or "rollout (rollout, dynamic, done" in out, out
+        assert "slowest component finishes in: now 10.0 s" in " ".join(out.split())
+
+
 def test_no_curve_message_says_what_the_workers_reported(tmp_path, capsys):
     snap = _snapshot({"progress": 0.5}, {"progress": 0.4, "remaining_tokens": 1000},
                      [_worker("r0", "rollout", tps=0.0, reqs=3), _worker("r1", "rollout", tps=50.0, reqs=0),

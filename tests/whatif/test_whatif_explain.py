@@ -123,3 +123,16 @@ def test_owned_nodes_over_the_budget_serve_nothing_in_every_style(style, n_jobs)
     if n_jobs == 0:  # a budget of exactly the owned nodes' cost holds them
         ok = solve(inst.model_copy(update={"budget_per_hour": inst.owned_cost()}), OPTS, style)
         assert ok.served and ok.status.value == "optimal" and ok.cost_per_hour == inst.owned_cost()
+
+
+def test_a_type_the_other_nodes_can_do_without_reads_as_one_sentence():
+    """An owned type the fleet uses but need not (its minimum beside the fleet's other nodes is 0):
+    the line read "meeting every SLO needs the forecast needs no A node"."""
+    from formulation.capacity.explain import minimums
+
+    inst = capacity_instance(1, 2, limits=(6, 6), owned=(6, 6), both_types=True)
+    res = solve(inst, OPTS)
+    zero = [m for m in minimums(inst, res, OPTS) if m.min_nodes == 0]
+    assert zero, "the case needs a used type whose minimum beside the fleet's other nodes is 0"
+    for m in zero:
+        assert m.message == f"with the fleet's other nodes, meeting every SLO needs no {m.gpu_type} node"
