@@ -27,7 +27,7 @@ of those gaps over ``reps`` independent runs of ``iterations`` meta-iterations a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
@@ -171,7 +171,7 @@ class RingState:
 
 def join_forward(ring: Sequence[RingState], newcomer: RingState, now: float, start_s: float, rounds: int, reps: int = 16,
                  seed: int = 0, counted_from: Optional[float] = None,
-                 stop_above: Optional[tuple[Sequence[float], float]] = None) -> tuple[np.ndarray, float]:
+                 stop_above: Optional[tuple[Union[Sequence[float], np.ndarray], float]] = None) -> tuple[np.ndarray, float]:
     """Members on rollout nodes of their own sharing one training ring, run forward from ``now`` with
     durations drawn from their samples (a phase under way: at least what has elapsed), the newcomer
     starting its first rollout at ``start_s`` and taking the training ring's turn when that rollout is
