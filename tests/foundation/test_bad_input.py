@@ -64,7 +64,7 @@ CASES = [
     ("empty-node-groups", _set("cluster.node_groups", []), "cluster.node_groups", "at least 1"),
     ("unknown-gpu-type", _set("cluster.node_groups[0].gpu_type", "H2O"), "cluster.node_groups[0].gpu_type", "H20"),
     ("unknown-gpu-override", _set("gpu_types.A100", {"price_per_gpu_hour": 1.0}), "gpu_types.A100", "unknown GPU type"),
-    ("negative-price", _set("gpu_types.H20.price_per_gpu_hour", -1), "gpu_types.H20.price_per_gpu_hour", "greater than 0"),
+    ("negative-price", _set("gpu_types.H20.price_per_gpu_hour", -1), "gpu_types.H20.price_per_gpu_hour", "greater than or equal to 0.000001"),
     ("missing-price", _del("gpu_types.H800.price_per_gpu_hour"), "gpu_types.H800.price_per_gpu_hour", "no price"),
     ("undefined-fabric", _set("cluster.node_groups[0].cluster", "c"), "cluster.node_groups[0].cluster", "not defined"),
     ("duplicate-job-name", _set("jobs[1].name", "small-a"), "jobs[1].name", "duplicate"),
