@@ -55,15 +55,13 @@ def _int(v: Any, lo: int, hi: int) -> bool:
 
 def check_nodes(nodes: dict) -> None:
     """A loaded world's nodes: names, types and sizes as a target's nodes have them (executor.target.NodeIn)."""
-    import math
-
     from executor.target import MAX_NODES
 
     if len(nodes) > MAX_NODES:
         raise safestate.BadState(f"it holds {len(nodes):,} nodes, more than {MAX_NODES:,}")
     for key, n in nodes.items():
         ok = (isinstance(key, str) and n.name == key and isinstance(n.gpu_type, str) and 0 < len(n.gpu_type) <= 200
-              and _int(n.gpus, 0, 64) and type(n.dram_gb) in (int, float) and math.isfinite(n.dram_gb) and 0 < n.dram_gb <= 1e6
+              and _int(n.gpus, 0, 64) and _num(n.dram_gb, 0.0, 1e6) and n.dram_gb > 0
               and type(n.alive) is bool)
         if not ok:
             raise safestate.BadState(f"node {str(key)[:80]!r} is malformed (name, gpu_type, gpus 0-64, dram_gb > 0, alive)")
@@ -111,7 +109,8 @@ def _str_map(v: Any, ok: Callable[[Any], bool]) -> bool:
 def _num(v: Any, lo: float, hi: float) -> bool:
     import math
 
-    return type(v) in (int, float) and math.isfinite(v) and lo <= v <= hi
+    # (an int is compared exactly: math.isfinite of a 400-digit integer raises OverflowError)
+    return type(v) in (int, float) and (type(v) is int or math.isfinite(v)) and lo <= v <= hi
 
 
 def _registry_record_problem(wid: str, r: Any) -> str:

@@ -174,3 +174,20 @@ def test_a_subnormal_price_is_refused_by_the_scenario_init_and_a_sweep(tmp_path)
     rc, output, _cpu, rss = run_inprocess(["init", "--from", "verl", str(verl), "--price", "1e-320", "-o", str(tmp_path / "i.yaml")])
     _refused(rc, output, rss, "--price", "1e-06")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_a_sim_state_node_with_an_integer_past_any_float_is_malformed_not_an_overflow():
+    """A hand-made sim-state (its checksum right) whose node holds a 400-digit ``dram_gb`` or ``gpus``:
+    refused as a malformed node (BadState, which the commands turn into exit 2), not an OverflowError
+    from ``math.isfinite``."""
+    from types import SimpleNamespace
+
+    from executor import safestate
+    from executor.backends.sim import check_nodes
+
+    big = 10 ** 400
+    good = dict(name="n0", gpu_type="H100", gpus=8, dram_gb=1024, alive=True)
+    check_nodes({"n0": SimpleNamespace(**good)})
+    for field in ("dram_gb", "gpus"):
+        with pytest.raises(safestate.BadState, match="malformed"):
+            check_nodes({"n0": SimpleNamespace(**{**good, field: big})})
