@@ -173,6 +173,14 @@ class Service:
 
     # ---- API side
     def now(self) -> float:
+        """The daemon's time. A standby's virtual clock does not tick (its loop waits for the lease): the
+        applier's loop saves its clock with every cycle, so the standby reads it from the store, and a job
+        submitted through it arrives (and ``/v1/health`` says it is) at the applier's time, not at the time
+        the standby started."""
+        if self.role == "standby" and self.clock.kind == "virtual":
+            t = self.store.get_kv("clock_s")
+            if t is not None:
+                self.clock.advance_to(t)
         return self.clock.now()
 
     def submit(self, job: JobSpec, *, arrives_at: float | None = None, by: str | None = None) -> JobRecord:
@@ -220,7 +228,7 @@ class Service:
         p = self.store.current_plan()
         status = "stopping" if self.stopping else ("degraded" if problems else "ok")
         return {"status": status, "version": __version__, "role": self.role, "backend": self.opts.backend, "placer": self.placer_name,
-                "clock": self.clock.kind, "clock_s": self.clock.now(), "period_s": self.cfg.period_s,
+                "clock": self.clock.kind, "clock_s": self.now(), "period_s": self.cfg.period_s,
                 "cycle": self.loop.cycle_no if self.loop else int(self.store.get_kv("cycle", 0)), "last_cycle_wall": self.last_cycle_wall,
                 "loop_lag_s": lag, "lease": holder.as_dict() if holder else None,
                 "lease_holder": holder.describe() if holder else "nobody", "plan_id": p.id if p else None,

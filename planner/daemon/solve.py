@@ -196,10 +196,18 @@ def admissions(ctx: PlanningContext, placer: PlacementPlanner, target: Placement
         adm = placer.admit(ctx, out.target, r.name)
         if adm.placement is not None:
             before = out.target.cost_per_hour
+            reasons = [f"{r.name}: {adm.move}: {adm.reason}"]
+            # a mandatory change, made whatever it costs; but an admission that grows or moves a running
+            # member's nodes (extend-rollout-pool) costs that member a migration: logged, as the apply counts it
+            placed = set(out.target.jobs()) & set(adm.placement.jobs())
+            mig, moved, _ = gate.migration_usd(ctx, out.target, adm.placement) if all(j in ctx.jobs for j in placed) else (0.0, {}, {})
+            if moved:
+                reasons.append(f"migration {mig:.2f} $ for {len(moved)} job(s) whose nodes change: "
+                               + ", ".join(f"{j} ({k})" for j, k in sorted(moved.items())))
             out.target = adm.placement
             out.moves.append(Move(r.name, JobState.ADMITTED, f"admitted ({adm.move}): {adm.reason}"))
-            out.decisions.append(Decision("admit", ["arrival"], "changes-plan", [r.name], [f"{r.name}: {adm.move}: {adm.reason}"],
-                                          before, out.target.cost_per_hour))
+            out.decisions.append(Decision("admit", ["arrival"], "changes-plan", [r.name], reasons,
+                                          before, out.target.cost_per_hour, None, mig if moved else None))
         elif adm.permanent:
             out.moves.append(Move(r.name, JobState.REJECTED, f"rejected: {adm.reason}"))
             out.decisions.append(Decision("reject", ["arrival"], "rejected", [r.name], [f"{r.name}: {adm.reason}"]))
