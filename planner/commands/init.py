@@ -68,14 +68,21 @@ def run(args) -> int:
     command = "planner init " + " ".join(shlex.quote(a) for a in ["--from", args.framework, args.config]
                                          + (["--gpu-type", args.gpu_type] if args.gpu_type != "H100" else [])
                                          + (["--price", f"{args.price:g}"] if args.price is not None else []))
-    text_out = shape.scenario_text(job, gpu_type=args.gpu_type, price=args.price, command=command)
     import yaml
 
+    def written(j) -> str:
+        out = shape.scenario_text(j, gpu_type=args.gpu_type, price=args.price, command=command)
+        load_scenario_data(yaml.safe_load(out), filename=f"the scenario written from {where}")
+        return out
+
     try:
-        load_scenario_data(yaml.safe_load(text_out), filename=f"the scenario written from {where}")
+        text_out = written(job)
     except UserError as exc:
-        raise UserError(exc.problems, title=f"{where}: the scenario written from it is not valid (nothing written); the "
-                                            f"fields below come from the {args.framework} config as the comments say") from None
+        sharded = _fully_sharded_fallback(job, exc, written)
+        if sharded is None:
+            raise UserError(exc.problems, title=f"{where}: the scenario written from it is not valid (nothing written); the "
+                                                f"fields below come from the {args.framework} config as the comments say") from None
+        job, text_out = sharded
     if args.out == "-":
         sys.stdout.write(text_out)
     else:
@@ -85,6 +92,44 @@ def run(args) -> int:
         print(f"wrote {args.out}: scenario '{job.name}' from the {args.framework} config {where} "
               f"({job.rollout_nodes.value} rollout + {job.trainer_nodes.value} training node(s) of {args.gpu_type})")
     return 0
+
+
+#: the message of the scenario check's training-memory problem (``planner.schema.checks``)
+_STATE_TOO_BIG = "the training state does not fit any allowed trainer GPU"
+
+
+def _fully_sharded_fallback(job, exc, written):
+    """A trainer that shards its whole state over data parallelism (FSDP: the config names no tensor or
+    pipeline parallelism) whose state does not fit one GPU in the planner's memory model, which shards
+    only the optimizer state (ZeRO-1): ``(job, text)`` with ``trainer.tp`` the least power of two within
+    a node at which it fits and the header saying so (per-GPU memory then modelled on the safe side,
+    training time as tensor parallelism over the same GPUs); None where that does not apply or no
+    ``tp`` helps. A standard FSDP config of a 14B model was refused naming fields of a scenario the
+    user did not have yet."""
+    import dataclasses
+
+    from planner.errors import UserError
+    from planner.onramp.shape import Value
+
+    if job.trainer_tp.source or job.trainer_pp.source or job.trainer_tp.value != 1 or job.trainer_pp.value != 1:
+        return None  # (Megatron: the config's own model parallelism stands)
+    if not any(p.message.startswith(_STATE_TOO_BIG) for p in exc.problems):
+        return None
+    tp = 2
+    while tp <= int(job.gpus_per_node.value):
+        note = (f"the training state does not fit one GPU at tp=1 in the planner's memory model, which shards only the "
+                f"optimizer state over data parallelism (ZeRO-1) where FSDP shards weights and gradients too: trainer.tp "
+                f"is set to {tp}, the least that fits (memory per GPU on the safe side; the training time is modelled as "
+                f"tensor parallelism over the same GPUs). Edit it if your job differs.")
+        trial = dataclasses.replace(job, trainer_tp=Value(tp, "", f"FSDP stand-in: {tp}-way, see the header"),
+                                    notes=list(job.notes) + [note])
+        try:
+            return trial, written(trial)
+        except UserError as again:
+            if not any(p.message.startswith(_STATE_TOO_BIG) for p in again.problems):
+                return None  # (fits now, but something else is wrong: the original problems are the ones to show)
+        tp *= 2
+    return None
 
 
 def check_gpu_type(gpu_type: str) -> None:

@@ -128,7 +128,7 @@ def read(cfg: dict, where: str, name: str = "") -> JobShape:
         notes.append(note)
         colocated = True
     if strategy != "megatron":
-        notes.append(f"actor strategy {strategy}: trainer tp/pp are 1 (FSDP shards over data parallelism).")
+        notes.append(f"actor strategy {strategy}: no tensor or pipeline parallelism in the config (FSDP shards over data parallelism).")
     if get(cfg, "actor_rollout_ref.rollout.multi_turn.enable") is True:  # read nowhere else: say so, never drop it silently
         most = get(cfg, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns")
         notes.append("actor_rollout_ref.rollout.multi_turn.enable is true but multi-turn settings are not read: the job below "

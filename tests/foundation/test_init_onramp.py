@@ -304,3 +304,28 @@ def test_a_multi_turn_verl_config_says_its_turns_are_not_read():
     assert "not read" in note and "single-turn" in note and "max_assistant_turns: 5" in note and "rollout.turns" in note
     text = scenario_text(job, gpu_type="H100", price=None, command="planner init --from verl x.yaml")
     assert f"# {note}" in text
+
+
+def test_an_fsdp_config_whose_state_needs_sharding_gets_the_least_tp_that_fits(tmp_path):
+    """verl's FSDP shards weights, gradients and optimizer state over data parallelism; the planner's
+    memory model shards only the optimizer state. A standard FSDP config of a 14B model on 3 colocated
+    nodes of 8 H100s was refused ("the training state does not fit ... raise trainer.tp/pp", fields of a
+    scenario the user did not have yet); it is written with trainer.tp 2, the least that fits, and the
+    header says why. The 7B job and a Megatron config keep tp 1 / the config's own."""
+    cfg = yaml.safe_load(VERL.read_text())
+    cfg["actor_rollout_ref"]["actor"]["strategy"] = "fsdp"
+    cfg["actor_rollout_ref"]["actor"].pop("megatron", None)
+    cfg["actor_rollout_ref"]["model"]["path"] = "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B"
+    cfg["trainer"]["nnodes"] = 3
+    (tmp_path / "c14.yaml").write_text(yaml.safe_dump(cfg))
+    cfg["actor_rollout_ref"]["model"]["path"] = "Qwen/Qwen2.5-7B-Instruct"
+    (tmp_path / "c7.yaml").write_text(yaml.safe_dump(cfg))
+    r14, r7, v14 = _run([["init", "--from", "verl", str(tmp_path / "c14.yaml"), "-o", str(tmp_path / "s14.yaml")],
+                         ["init", "--from", "verl", str(tmp_path / "c7.yaml"), "-o", str(tmp_path / "s7.yaml")],
+                         ["validate", str(tmp_path / "s14.yaml")]])
+    assert r14["rc"] == 0 and r7["rc"] == 0, (r14["stderr"], r7["stderr"])
+    assert v14["rc"] == 0, v14["stderr"]
+    text = (tmp_path / "s14.yaml").read_text()
+    assert yaml.safe_load(text)["jobs"][0]["trainer"]["tp"] == 2
+    assert "trainer.tp is set to 2, the least that fits" in text and "ZeRO-1" in text
+    assert yaml.safe_load((tmp_path / "s7.yaml").read_text())["jobs"][0]["trainer"]["tp"] == 1
