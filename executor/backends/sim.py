@@ -472,6 +472,12 @@ class SimBackend:
                  ("coordinator", safestate.dumps(self.coordinator)), ("creates", safestate.dumps(self.creates))]
         c.execute("BEGIN IMMEDIATE")
         try:
+            row = c.execute("SELECT blob FROM world WHERE key='stamp'").fetchone()
+            if (bytes(row[0]) if row else None) != self._stamp:  # saved by another process since we read it
+                from executor.journal import Fenced
+
+                raise Fenced(f"the simulated cluster {self.state_path} was changed by another apply (one with another "
+                             "journal, or another daemon) since this one read it: this one stops without writing over it")
             c.executemany("INSERT OR REPLACE INTO world(key, blob) VALUES (?, ?)", world)
             c.executemany("DELETE FROM workers WHERE id=?", [(wid,) for wid, b in rows if b is None])
             c.executemany("INSERT OR REPLACE INTO workers(id, blob) VALUES (?, ?)", [r for r in rows if r[1] is not None])

@@ -102,3 +102,36 @@ def test_an_apply_planned_before_another_apply_changed_the_cluster_is_refused(tm
     now = SimBackend([], state_path=st, ticks_per_call=1)
     assert not diff(observe(now), target(migration_body("workload"))).steps
     assert sorted(r["id"] for r in now.coord("records")) == sorted(now.workers)
+
+
+def test_a_controller_whose_cluster_another_journal_s_apply_changed_stops_without_writing(tmp_path):
+    """Two applies on one simulated cluster with different journals (the journal's lock does not
+    see the other): B runs while A is between steps. A then saved its old view over B's work (in the
+    CLI: A said 'applied' with steps of its plan left undone and workers declared dead). Now A's next
+    save finds the file changed since A read it and A stops (Fenced) without writing."""
+    import pytest
+
+    pytest.importorskip("torch")
+    from executor.backends.base import observe
+    from executor.backends.sim import SimBackend
+    from executor.controller import Executor
+    from executor.diff import diff
+    from executor.faultlib import NODES, base_body, migration_body, target
+    from executor.journal import Fenced, Journal
+
+    st = tmp_path / "sim.sqlite"
+    a = SimBackend(NODES, state_path=st, ticks_per_call=1)
+    assert Executor(a, Journal(tmp_path / "a.db")).apply(diff(observe(a), target(base_body())).steps, "base").status == "done"
+    ran = []
+
+    def b_runs_now(step, status, *rest):
+        if status == "done" and not ran:
+            ran.append(step.id)
+            b = SimBackend([], state_path=st, ticks_per_call=1)
+            Executor(b, Journal(tmp_path / "b.db")).apply(diff(observe(b), target(migration_body("workload"))).steps, "w")
+
+    with pytest.raises(Fenced, match="changed by another apply"):
+        Executor(a, Journal(tmp_path / "a.db"), on_step=b_runs_now).apply(diff(observe(a), target(migration_body("workload"))).steps, "w")
+    assert ran
+    now = SimBackend([], state_path=st, ticks_per_call=1)
+    assert sorted(r["id"] for r in now.coord("records")) == sorted(now.workers)  # as B left it: nothing of A's old view
