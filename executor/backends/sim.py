@@ -378,6 +378,16 @@ class SimBackend:
 
     def _load(self) -> None:
         c = self._db()
+        # One read transaction: the rows and the stamp are those of one save, whatever another process
+        # (an apply with another journal, another daemon) commits meanwhile (autocommit reads were torn).
+        c.execute("BEGIN")
+        try:
+            self._load_rows(c)
+        finally:
+            c.execute("COMMIT")
+
+    def _load_rows(self, c: sqlite3.Connection) -> None:
+        stamp = self._file_stamp()
         try:
             for table in ("world", "workers"):  # sizes before anything is read into memory
                 big = c.execute(f"SELECT max(length(blob)) FROM {table}").fetchone()[0] or 0
@@ -411,7 +421,7 @@ class SimBackend:
             raise self._refuse(f"not a simulated cluster's state file ({exc})") from None
         self._nodes = nodes if not self._nodes else self._nodes
         self.coordinator = coordinator
-        self._stamp = self._file_stamp()
+        self._stamp = stamp
         self.creates = world.get("creates", {})
         for wid, (args, obj, alive) in workers:
             obj._coord = self._coord_fn()

@@ -135,3 +135,41 @@ def test_a_controller_whose_cluster_another_journal_s_apply_changed_stops_withou
     assert ran
     now = SimBackend([], state_path=st, ticks_per_call=1)
     assert sorted(r["id"] for r in now.coord("records")) == sorted(now.workers)  # as B left it: nothing of A's old view
+
+
+def test_a_load_reads_one_save_while_another_process_saves(tmp_path, monkeypatch):
+    """SimBackend._load read the world, the workers and the stamp in separate autocommit reads: a
+    save by another process in between gave a torn copy (the world of one save, the stamp of the
+    next), which then passed for current and was written back over the newer save. The load is
+    one read transaction now: content and stamp of the same save."""
+    import pytest
+
+    pytest.importorskip("torch")
+    import executor.backends.sim as sim
+    from executor.backends.base import observe
+    from executor.controller import Executor
+    from executor.diff import diff
+    from executor.faultlib import NODES, base_body, migration_body, target
+    from executor.journal import Journal
+
+    st = tmp_path / "sim.sqlite"
+    a = sim.SimBackend(NODES, state_path=st, ticks_per_call=1)
+    assert Executor(a, Journal(tmp_path / "a.db")).apply(diff(observe(a), target(base_body())).steps, "base").status == "done"
+    old_records = sorted(r["id"] for r in a.coord("records"))
+    real = sim.check_worker
+    saved = []
+
+    def another_process_saves_now(*args, **kw):
+        if not saved:
+            saved.append(1)
+            o = sim.SimBackend([], state_path=st, ticks_per_call=1)
+            Executor(o, Journal(tmp_path / "o.db")).apply(diff(observe(o), target(migration_body("workload"))).steps, "w")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(sim, "check_worker", another_process_saves_now)
+    b = sim.SimBackend([], state_path=st, ticks_per_call=1)
+    monkeypatch.setattr(sim, "check_worker", real)
+    assert saved
+    assert sorted(r["id"] for r in b.coord("records")) == old_records  # the save it started reading
+    assert b.refresh()  # its stamp is that save's: the newer one is seen, and loaded
+    assert sorted(r["id"] for r in b.coord("records")) == sorted(b.workers) != old_records
