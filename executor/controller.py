@@ -109,6 +109,7 @@ class Executor:
         self._fenced()
         self.journal.acquire(f"apply {name}", fence_epoch)
         try:
+            self._unchanged_since_read()
             ensure_saved = getattr(self.backend, "ensure_saved", None)
             if ensure_saved is not None:  # the cluster's file exists before the journal names an apply on it
                 self._fenced()
@@ -118,6 +119,18 @@ class Executor:
             return self._run(aid, steps, resumed)
         finally:
             self.journal.release()
+
+    def _unchanged_since_read(self) -> None:
+        """Right after the lock is taken: the cluster is still the one this controller read (and planned
+        its steps, or read the journal's unfinished apply, against). Another apply that held the lock
+        meanwhile and saved the simulated cluster makes them stale: applying them would write the old
+        view over what that apply did. Refused before anything is done; applying again plans anew."""
+        refresh = getattr(self.backend, "refresh", None)
+        if refresh is not None and refresh():
+            raise UserError(Problem("cluster", "the simulated cluster changed after this apply read it (another apply changed it "
+                                               "meanwhile): the steps were planned against a cluster that is no longer there; "
+                                               "nothing was done",
+                                    "check 'planner status', then run the command again (it plans against the cluster as it is now)"))
 
     def _claim(self, aid: int, resumed: bool) -> None:
         """Mark the cluster as this apply's; an interrupted apply whose cluster another apply has changed
@@ -143,6 +156,7 @@ class Executor:
         self._fenced()
         self.journal.acquire("rollback", fence_epoch)
         try:
+            self._unchanged_since_read()
             self._claim(cur["id"], True)
             self.backend.coord("claim_writer", self._writer)
             status = self.journal.status_of(cur["id"])

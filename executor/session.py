@@ -89,12 +89,13 @@ def open_backend(kind: str, *, address: Optional[str] = None, sim_state: Optiona
             raise UserError(Problem("--sim-state", f"no simulated cluster at {path}, and neither the plan nor --scenario names nodes",
                                     "apply a PlacementPlan with --scenario SCENARIO (its nodes make the cluster) or an "
                                     "ExecutorTarget with a 'nodes' list first, or pass --sim-state of an existing cluster"))
-        b = SimBackend(nodes or [], state_path=path, deadlines=deadlines, ticks_per_call=1, observe_only=observe_only)
+        b = SimBackend([], state_path=path, deadlines=deadlines, ticks_per_call=1, observe_only=observe_only)
         if nodes:
-            known = b.nodes()
-            for n in nodes:
-                known[n.name] = n
-            b._nodes = known
+            saved = b.nodes()
+            if not saved:  # a fresh simulated cluster: the plan's (or scenario's) nodes make it
+                b._nodes = {n.name: n for n in nodes}
+            else:  # a saved cluster's nodes are what it has: a plan may not add, resize or revive one
+                check_plan_nodes(saved, nodes, path)
         return b
     if kind == "ray":
         from executor.backends.ray import RayBackend
@@ -110,6 +111,25 @@ def open_backend(kind: str, *, address: Optional[str] = None, sim_state: Optiona
             raise UserError(Problem("--address", f"cannot connect to a Ray cluster at {address or 'auto'}: {exc}",
                                     "start one with 'ray start --head' or pass --address HOST:PORT")) from None
     raise UserError(Problem("--backend", f"unknown backend {kind!r}", "use ray or sim"))
+
+
+def check_plan_nodes(saved: dict[str, Node], nodes: list[Node], path: Path) -> None:
+    """Refuse a plan whose nodes are not the saved simulated cluster's: a node it lacks, or one of
+    another GPU type, GPU count or host DRAM (the plan was made for another cluster). Nodes of the
+    cluster the plan does not name stay, as do the cluster's dead nodes."""
+    bad = []
+    for n in nodes:
+        have = saved.get(n.name)
+        if have is None:
+            bad.append(f"{n.name} ({n.gpu_type} x{n.gpus}, {n.dram_gb:g} GB): not in the cluster")
+        elif (have.gpu_type, have.gpus, float(have.dram_gb)) != (n.gpu_type, n.gpus, float(n.dram_gb)):
+            bad.append(f"{n.name}: the plan has {n.gpu_type} x{n.gpus}, {n.dram_gb:g} GB; the cluster has "
+                       f"{have.gpu_type} x{have.gpus}, {have.dram_gb:g} GB")
+    if bad:
+        shown = "; ".join(bad[:10]) + (f" (and {len(bad) - 10} more)" if len(bad) > 10 else "")
+        raise UserError(Problem("nodes", f"the plan's nodes are not those of the simulated cluster at {path}: {shown}",
+                                "apply a plan made for this cluster's nodes (the scenario it was planned from), or pass "
+                                "--sim-state of a new file to simulate the plan's cluster"))
 
 
 def crash_hook_from_env():

@@ -378,6 +378,16 @@ class SimBackend:
 
     def _load(self) -> None:
         c = self._db()
+        # One read transaction: the rows and the stamp are those of one save, whatever another process
+        # (an apply with another journal, another daemon) commits meanwhile (autocommit reads were torn).
+        c.execute("BEGIN")
+        try:
+            self._load_rows(c)
+        finally:
+            c.execute("COMMIT")
+
+    def _load_rows(self, c: sqlite3.Connection) -> None:
+        stamp = self._file_stamp()
         try:
             for table in ("world", "workers"):  # sizes before anything is read into memory
                 big = c.execute(f"SELECT max(length(blob)) FROM {table}").fetchone()[0] or 0
@@ -411,7 +421,7 @@ class SimBackend:
             raise self._refuse(f"not a simulated cluster's state file ({exc})") from None
         self._nodes = nodes if not self._nodes else self._nodes
         self.coordinator = coordinator
-        self._stamp = self._file_stamp()
+        self._stamp = stamp
         self.creates = world.get("creates", {})
         for wid, (args, obj, alive) in workers:
             obj._coord = self._coord_fn()
@@ -472,6 +482,12 @@ class SimBackend:
                  ("coordinator", safestate.dumps(self.coordinator)), ("creates", safestate.dumps(self.creates))]
         c.execute("BEGIN IMMEDIATE")
         try:
+            row = c.execute("SELECT blob FROM world WHERE key='stamp'").fetchone()
+            if (bytes(row[0]) if row else None) != self._stamp:  # saved by another process since we read it
+                from executor.journal import Fenced
+
+                raise Fenced(f"the simulated cluster {self.state_path} was changed by another apply (one with another "
+                             "journal, or another daemon) since this one read it: this one stops without writing over it")
             c.executemany("INSERT OR REPLACE INTO world(key, blob) VALUES (?, ?)", world)
             c.executemany("DELETE FROM workers WHERE id=?", [(wid,) for wid, b in rows if b is None])
             c.executemany("INSERT OR REPLACE INTO workers(id, blob) VALUES (?, ?)", [r for r in rows if r[1] is not None])

@@ -45,6 +45,18 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import sys
 
+    from executor.journal import Fenced
+
+    try:
+        return _run(args)
+    except Fenced as exc:  # another controller changed the cluster meanwhile: this one stopped without writing
+        print(f"error: {exc}. Fix: check 'planner status'; the apply that changed it holds the cluster now", file=sys.stderr)
+        return 1
+
+
+def _run(args) -> int:
+    import sys
+
     from planner.errors import Problem, UserError
 
     from executor.backends.base import Deadlines, observe
