@@ -222,3 +222,14 @@ def test_an_apply_killed_before_its_first_step_was_saved_resumes(tmp_path):
     a, p2 = _p2_killed_at(tmp_path, "drain:before")
     r = run_cli("apply", str(p2), *a)
     assert r.returncode == 0 and "(resumed)" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+def test_rollback_before_any_cluster_exists_says_nothing_to_roll_back(tmp_path):
+    """A first apply killed before its cluster's file was written leaves nothing to undo (the journal never
+    names an apply before that file exists): ``apply --rollback`` says so and exits 0, where it exited 2
+    with "no simulated cluster ... apply a plan first"."""
+    state = tmp_path / "never.sqlite"
+    r = run_cli("apply", "--rollback", "--backend", "sim", "--sim-state", str(state))
+    assert r.returncode == 0, r.stderr
+    assert "nothing to roll back" in r.stdout and str(state) in r.stdout, r.stdout
+    assert not state.exists()
