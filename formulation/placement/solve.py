@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
-from formulation.placement.evaluate import Config, Group, Index, Solution, plan_cost_unit
+from formulation.placement.evaluate import MODELLED, Config, Group, Index, Solution, plan_cost_unit
 from formulation.placement.explain import explain, placeable_alone
 from formulation.placement.greedy import Packer, best_greedy, greedy
 from formulation.placement.instance import PlacementInstance
@@ -606,6 +606,12 @@ def gap_of(obj: float, lb: float) -> float:
     return abs(obj - lb) / max(abs(obj), 1e-9)
 
 
+#: what an optimal status and a bound cover, said in the record of every optimal plan (a valid plan outside the
+#: modelled configurations may cost less: :data:`formulation.placement.evaluate.MODELLED`)
+SCOPE_NOTE = (f"; optimal among the configurations the optimisers build ({MODELLED}); valid plans outside them (more "
+              "nodes per pinned member, members with different rollout node counts) are not covered")
+
+
 def certify(idx: Index, obj: float, lb: Optional[float], status: SolveStatus, left_out: bool,
             mip_gap: float) -> tuple[Optional[float], SolveStatus, str]:
     """The bound rounded up to the cost unit and capped at ``obj``, and a status that agrees with
@@ -620,7 +626,7 @@ def certify(idx: Index, obj: float, lb: Optional[float], status: SolveStatus, le
     tol = max(mip_gap, 1e-9)
     within_gap = lb is not None and gap_of(obj, lb) <= tol
     if within_gap and not left_out:
-        return lb, SolveStatus.OPTIMAL, ""
+        return lb, SolveStatus.OPTIMAL, SCOPE_NOTE
     if status is SolveStatus.OPTIMAL and not within_gap:
         gap = "no bound" if lb is None else f"gap {100 * gap_of(obj, lb):.4g}%"
         return lb, SolveStatus.FEASIBLE, (f"; the solver's optimality (with the penalty for the jobs left out) is not "

@@ -126,7 +126,10 @@ def _sure(plan, record: dict) -> str:
     if bound is not None and gap is not None:
         # gap = (objective - bound) / objective (the solvers' convention); above the bound that is gap / (1 - gap)
         above = f"at most {100 * gap / (1 - gap):.1f}% above" if gap < 1 else "above"
-        parts.append("proven cheapest" if gap <= 1e-6 else f"{above} the cheapest possible (certified lower bound {bound:.2f} $/h; gap {100 * gap:.1f}%)")
+        # (both over the group shapes the optimisers build: docs/placement.md, "The model"; a valid plan of
+        # another shape, e.g. a pinned member on 3 rollout nodes of its own, may cost less)
+        parts.append("proven cheapest of the modelled group shapes" if gap <= 1e-6 else
+                     f"{above} the cheapest plan of the modelled group shapes (certified lower bound {bound:.2f} $/h; gap {100 * gap:.1f}%)")
     if plan.greedy_cost_per_hour is not None:
         parts.append(f"Weave's greedy admission would pay {plan.greedy_cost_per_hour:.2f} $/h")
     return "; ".join(parts)
