@@ -73,6 +73,7 @@ def _run(args) -> int:
     deadlines = Deadlines(start_s=args.start_timeout, call_s=args.call_timeout)
     if args.rollback:
         jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
+        _check_writable(args, jp)
         if args.backend == "sim":
             from executor.session import sim_state_path
 
@@ -80,7 +81,6 @@ def _run(args) -> int:
             if not where.exists():  # (the journal never names an apply before its cluster's file exists: ensure_saved)
                 print(f"nothing to roll back: no simulated cluster at {where} yet")
                 return 0
-        _check_writable(args, jp)
         backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, deadlines=deadlines)
         res = Executor(backend, Journal(jp)).rollback_unfinished()
         if res is None:  # no journaled apply: what the cluster itself says about an interrupted one
