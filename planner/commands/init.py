@@ -63,8 +63,10 @@ def run(args) -> int:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.name):
             raise UserError(Problem("--name", f"'{args.name}' is not a job name", "use letters, digits, '.', '_' and '-'"))
     check_gpu_type(args.gpu_type)
-    if args.price is not None and not (1e-6 <= args.price <= 1e4):  # the scenario schema's MIN_PRICE and MAX_PRICE
-        raise UserError(Problem("--price", f"{args.price:g} $/GPU-hour is out of range", "give a price in [1e-06, 10000]"))
+    from planner.schema.scenario import MAX_PRICE, MIN_PRICE
+
+    if args.price is not None and not (MIN_PRICE <= args.price <= MAX_PRICE):
+        raise UserError(Problem("--price", f"{args.price:g} $/GPU-hour is out of range", f"give a price in [{MIN_PRICE:g}, {MAX_PRICE:g}]"))
     command = "planner init " + " ".join(shlex.quote(a) for a in ["--from", args.framework, args.config]
                                          + (["--gpu-type", args.gpu_type] if args.gpu_type != "H100" else [])
                                          + (["--price", f"{args.price:g}"] if args.price is not None else []))

@@ -429,11 +429,16 @@ class Store(SQLiteFile):
         except sqlite3.DatabaseError as exc:
             raise StateFileError(f"{self.path} is not a usable SQLite state file ({exc})") from None
 
+    def _kv_fix(self, key: Any) -> str:
+        """How to get past a kv value the daemon cannot use."""
+        import shlex
+
+        return (f"restore the state file from a copy, or delete that value (sqlite3 {shlex.quote(str(self.path))} "
+                f"\"DELETE FROM kv WHERE key='{key}'\"; the daemon then starts it afresh)")
+
     def _check_kv(self, key: Any, value: Any) -> None:
         """A kv value the loop reads back is of the JSON type it wrote (``cycle: "abc"`` was an internal
         error in the first cycle); keys it does not know are left alone."""
-        import shlex
-
         from pydantic import ValidationError
 
         shape = _kv_shapes().get(key) if isinstance(key, str) else None
@@ -446,9 +451,7 @@ class Store(SQLiteFile):
             first = exc.errors()[0]
             where = ".".join(str(x) for x in first["loc"])
             raise StateFileError(f"{self.path}: its kv value '{key}' is not {expected}"
-                                 f" ({where + ': ' if where else ''}{first['msg'][:160]})",
-                                 f"restore the state file from a copy, or delete that value (sqlite3 {shlex.quote(str(self.path))} "
-                                 f"\"DELETE FROM kv WHERE key='{key}'\"; the daemon then starts it afresh)") from None
+                                 f" ({where + ': ' if where else ''}{first['msg'][:160]})", self._kv_fix(key)) from None
 
     # ------------------------------------------------------------------ meta / kv
     def get_meta(self, key: str, default: Any = None) -> Any:
@@ -469,11 +472,7 @@ class Store(SQLiteFile):
         try:
             value = json.loads(row["value"], parse_constant=_no_constant)
         except (TypeError, ValueError):
-            import shlex
-
-            raise StateFileError(f"{self.path}: its kv value '{key}' is not valid JSON",
-                                 f"restore the state file from a copy, or delete that value (sqlite3 {shlex.quote(str(self.path))} "
-                                 f"\"DELETE FROM kv WHERE key='{key}'\"; the daemon then starts it afresh)") from None
+            raise StateFileError(f"{self.path}: its kv value '{key}' is not valid JSON", self._kv_fix(key)) from None
         self._check_kv(key, value)
         return value
 

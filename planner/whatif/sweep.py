@@ -33,7 +33,7 @@ import numpy as np
 
 from formulation.capacity.instance import CapacityInstance
 from planner.errors import Problem, UserError
-from planner.schema.scenario import FixedLengths, GPUTypeSpec, LognormalLengths, Scenario, ServegenLengths
+from planner.schema.scenario import MIN_PRICE, FixedLengths, GPUTypeSpec, LognormalLengths, Scenario, ServegenLengths
 
 SCALARS = ("budget", "slo", "jobs", "response")
 PER_TYPE = ("price", "max_nodes")
@@ -102,8 +102,8 @@ def parse(spec: str, types: list[str]) -> Sweep:
     if kind != "max_nodes" and any(v <= 0 for v in values):
         raise UserError(Problem("--sweep", f"'{spec}': {key} must be positive, the range reaches {min(values):g}",
                                 "sweep over positive values"))
-    if kind == "price" and min(values) < 1e-6:  # the scenario schema's MIN_PRICE: a subnormal price overflows the solver's ratios
-        raise UserError(Problem("--sweep", f"'{spec}': {key} may be no less than 1e-06, the range reaches {min(values):g}",
+    if kind == "price" and min(values) < MIN_PRICE:  # a subnormal price overflows the solver's ratios
+        raise UserError(Problem("--sweep", f"'{spec}': {key} may be no less than {MIN_PRICE:g}, the range reaches {min(values):g}",
                                 "sweep over a larger range"))
     return Sweep(key, values)
 
