@@ -11,6 +11,16 @@ matplotlib's ``savefig`` fills) share one rule for the target:
   node would replace it with a regular file when run as root);
 * a symbolic link to anything else, a directory, a block device or a socket: refused
   (:class:`UserError`, exit 2), nothing written.
+
+The temporary file is removed however the write ends: an exception, Ctrl-C, or SIGTERM. SIGTERM's
+default action ends the process at once, without a ``finally``, and left ``.NAME.*.tmp`` files
+behind (``planner whatif --out`` killed while writing its folder). So while a temporary file of
+:func:`replacing` exists, a SIGTERM that would have ended the process (its action the default,
+in the main thread) raises :class:`Terminated` instead: the ``finally`` blocks between it and the
+outermost write remove their temporary files, and then SIGTERM is delivered again with its
+default action, so the process still ends by SIGTERM (status 143), as it would have. The handler
+only sets a flag and raises; a second SIGTERM while the files are being removed waits for that.
+A process that handles SIGTERM itself (the daemon) or ignores it keeps its handler.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Any, Iterator, Union
 
 from planner.errors import Problem, UserError
 
@@ -86,42 +96,117 @@ def _stream(p: Path, data: bytes, where: str) -> None:
         os.close(fd)
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived while :func:`replacing` had a temporary file (see the module's notes). A
+    ``BaseException``, like ``KeyboardInterrupt``: ``except Exception`` does not swallow it."""
+
+
+class _TermState:
+    """The SIGTERM handler's state (main thread only: where signal handlers are set and run)."""
+
+    depth = 0  # nested writes inside the outermost, which installed the handler
+    previous: Any = None  # the action before it
+    pending = False  # a SIGTERM came: delivered again once the outermost write is left
+
+
+_term = _TermState()
+
+
+def _on_sigterm(signum, frame) -> None:
+    if not _term.pending:  # the first one raises; another, while the temporary files are removed, waits for it
+        _term.pending = True
+        raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While inside: SIGTERM raises :class:`Terminated` when its action was the default (the
+    outermost of nested writes installs the handler and, on leaving, restores the previous one and
+    delivers a SIGTERM that came). Elsewhere than the main thread, or when SIGTERM has a handler or
+    is ignored: nothing changes."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if _term.depth == 0:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            yield
+            return
+        _term.previous, _term.pending = signal.signal(signal.SIGTERM, _on_sigterm), False
+    _term.depth += 1
+    try:
+        yield
+    finally:
+        _term.depth -= 1
+        if _term.depth == 0:
+            signal.signal(signal.SIGTERM, _term.previous if _term.previous is not None else signal.SIG_DFL)
+            if _term.pending:  # every temporary file is gone: end as SIGTERM would have
+                _term.pending = False
+                os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGTERM and SIGINT held back (blocked in this thread) for a few system calls: one that comes
+    is delivered when they are done."""
+    import signal
+
+    held = {signal.SIGTERM, signal.SIGINT}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 @contextlib.contextmanager
 def replacing(path: Union[str, Path], *, private: bool = False, where: str = "", suffix: str = "") -> Iterator[Path]:
     """A temporary path to fill; on a clean exit it becomes ``path`` (see the module's rules)."""
     p = Path(path)
     kind = target_kind(path, where)  # (the text as given: Path drops a trailing slash)
     folder = p.parent if kind == "replace" else None
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=f".tmp{suffix}", dir=folder)
-    except OSError as exc:
-        raise UserError(Problem(where, f"cannot write into {p.parent}: {exc.strerror or exc}", "give a folder you can write to")) from None
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        if kind == "stream":
-            _stream(p, tmp.read_bytes(), where)
-            return
+    tmp: Path | None = None
+    with _sigterm_raises():
         try:
-            old = os.stat(p).st_mode & 0o7777
-        except FileNotFoundError:
-            old = None
-        if private:
-            mode = 0o600
-        elif old is not None:
-            mode = old
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+            with _signals_held():  # a signal now would leave the file before the `finally` knows it
+                try:
+                    fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=f".tmp{suffix}", dir=folder)
+                except OSError as exc:
+                    raise UserError(Problem(where, f"cannot write into {p.parent}: {exc.strerror or exc}",
+                                            "give a folder you can write to")) from None
+                tmp = Path(name)
+                os.close(fd)
+            yield tmp
+            _finish(p, tmp, kind, private, where)
+        finally:
+            if tmp is not None:
+                with _signals_held(), contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+
+
+def _finish(p: Path, tmp: Path, kind: str, private: bool, where: str) -> None:
+    """The filled temporary file ``tmp`` made ``p``: renamed over it, or streamed into a device or FIFO."""
+    if kind == "stream":
+        _stream(p, tmp.read_bytes(), where)
+        return
+    try:
+        old = os.stat(p).st_mode & 0o7777
+    except FileNotFoundError:
+        old = None
+    if private:
+        mode = 0o600
+    elif old is not None:
+        mode = old
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    os.chmod(tmp, mode)
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, p)
 
 
 def write_atomic(path: Union[str, Path], data: Union[str, bytes], *, private: bool = False, where: str = "") -> None:
@@ -182,4 +267,4 @@ def check_sqlite_writable(path: Path, where: str, what: str, *, who: str, make_f
                                 "transactions"))
 
 
-__all__ = ["can_write", "check_sqlite_writable", "replacing", "target_kind", "write_atomic"]
+__all__ = ["Terminated", "can_write", "check_sqlite_writable", "replacing", "target_kind", "write_atomic"]

@@ -19,6 +19,7 @@ from typing import Optional
 
 import numpy as np
 
+from formulation.placement.dramfit import dram_short
 from formulation.placement.evaluate import Index
 from formulation.placement.plan import Unplaced
 
@@ -36,18 +37,17 @@ def explain(idx: Index, j: int, free: Optional[dict[str, int]] = None) -> Unplac
         side = "rollout" if not job.rollout_s else "training"
         return Unplaced(job=job.name, reason="no-pool", message=f"no GPU type can run its {side} (its {side} table is empty)",
                         fix=f"allow a GPU type with more memory for its {side}, or raise its tensor/pipeline parallelism")
-    r_types = [t for t in job.rollout_s if t in inst.pool_types]
-    if all(job.dram_rollout_node_gb > inst.pool_types[t].dram_gb for t in r_types):
-        most = max(inst.pool_types[t].dram_gb for t in r_types)
+    pools = inst.pool_types
+    unfit = dram_short(job.dram_rollout_node_gb, job.train_state_gb, job.rollout_s, job.train_s,
+                        {t: p.dram_gb for t, p in pools.items()}, {t: p.count for t, p in pools.items()})
+    if unfit is not None and unfit.side == "rollout":
         return Unplaced(job=job.name, reason="dram",
-                        message=f"needs {job.dram_rollout_node_gb:.1f} GB of host DRAM on each rollout node but the largest "
-                                f"rollout node has {most:.1f} GB", fix="use rollout nodes with more host DRAM or a smaller model")
-    t_opts = [(t, n) for t, row in job.train_s.items() for n in row if n <= inst.pool_types[t].count]
-    if t_opts and all(job.train_state_gb / n > inst.pool_types[t].dram_gb for t, n in t_opts):
-        t, n = min(t_opts, key=lambda tn: job.train_state_gb / tn[1] - inst.pool_types[tn[0]].dram_gb)
+                        message=f"needs {unfit.need_gb:.1f} GB of host DRAM on each rollout node but the largest "
+                                f"rollout node has {unfit.have_gb:.1f} GB", fix="use rollout nodes with more host DRAM or a smaller model")
+    if unfit is not None:
         return Unplaced(job=job.name, reason="dram",
-                        message=f"its training state ({job.train_state_gb:.1f} GB) needs {job.train_state_gb / n:.1f} GB of host DRAM "
-                                f"per node even on {n} {t} node(s), which have {inst.pool_types[t].dram_gb:.1f} GB",
+                        message=f"its training state ({unfit.state_gb:.1f} GB) needs {unfit.need_gb:.1f} GB of host DRAM "
+                                f"per node even on {unfit.nodes} {unfit.gpu_type} node(s), which have {unfit.have_gb:.1f} GB",
                         fix="allow a larger training pool, nodes with more host DRAM, or a smaller model")
     # best solo cycle over every configuration its tables allow, ignoring the fleet's size
     best = None

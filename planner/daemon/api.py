@@ -24,6 +24,7 @@ GET     /metrics                  Prometheus text format
 
 Every refusal is a JSON ``{"error": ..., "problems": [{"field", "message", "fix"}]}`` whose
 ``field`` is the path inside the request (``rollout.max_response_tokens``), never a traceback.
+No answer names a file of the daemon's data folder by its server path (:class:`PublicPaths`).
 Requests over 1 MiB get 413 (:class:`BodyLimit`), except a reallocation context (the rollout's
 unfinished requests one by one), which may have up to ``--max-context-bytes`` (16 MiB). Nothing reaches the state before it validated.
 In front of it all, :class:`planner.daemon.guard.Guard`: Host allow-list, bearer token, rate,
@@ -385,6 +386,63 @@ def _strict_pairs(pairs: list) -> dict:
 CONTEXT_PATH = r"/v1/jobs/[^/]+/realloc-context"
 
 
+class PublicPaths:
+    """Pure ASGI: no JSON answer names a file of the daemon's data folder by its server path.
+
+    A job names its trace files by their resolved paths inside ``--data-dir`` (what the daemon reads);
+    they reached clients in the echoed spec, in a 422 on a trace that does not read, in a failed job's
+    reason and in the decision log. Every JSON answer that holds the folder's path (its bytes as JSON
+    writes them) is read and written again with :func:`planner.daemon.datafiles.public` applied: a
+    path inside the folder relative to it (as the client named it), the folder as ``<data folder>``.
+    Answers that name no such path (nearly all) pass through untouched; other content types too."""
+
+    def __init__(self, app, data_dir) -> None:
+        from planner.daemon.datafiles import public_root
+
+        self.app = app
+        self.root = public_root(data_dir)
+        if self.root is not None:
+            self.needles = {self.root.encode(), json.dumps(self.root)[1:-1].encode(), json.dumps(self.root, ensure_ascii=False)[1:-1].encode()}
+
+    def scrub(self, body: bytes) -> bytes:
+        from planner.daemon.datafiles import public, public_text
+
+        assert self.root is not None
+        if not any(n in body for n in self.needles):
+            return body
+        try:
+            data = json.loads(body)
+        except ValueError:  # (not JSON after all) the text itself
+            return public_text(body.decode("utf-8", "replace"), self.root).encode()
+        return json.dumps(public(data, self.root), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or self.root is None:
+            return await self.app(scope, receive, send)
+        start: Optional[dict] = None
+        chunks: list[bytes] = []
+
+        async def filtered(msg):
+            nonlocal start
+            if msg["type"] == "http.response.start":
+                ctype = dict(msg.get("headers") or []).get(b"content-type", b"")
+                if b"json" in ctype.lower():
+                    start = msg  # held until the whole body is in
+                    return
+            elif msg["type"] == "http.response.body" and start is not None:
+                chunks.append(msg.get("body", b""))
+                if msg.get("more_body", False):
+                    return
+                body = self.scrub(b"".join(chunks))
+                headers = [(k, v) for k, v in start.get("headers") or [] if k.lower() != b"content-length"]
+                await send(dict(start, headers=headers + [(b"content-length", str(len(body)).encode())]))
+                start = None
+                return await send({"type": "http.response.body", "body": body, "more_body": False})
+            await send(msg)
+
+        return await self.app(scope, receive, filtered)
+
+
 class TelemetryRefusals:
     """Pure ASGI: count the telemetry posts refused before the ingest sees them, by the answer's status
     (``planner_telemetry_rejected_total``: 422 ``invalid``, 413 ``too-large``; the ingest counts its own
@@ -411,7 +469,8 @@ class TelemetryRefusals:
 def asgi_app(service, *, max_body_bytes: int = 1 << 20, max_context_bytes: int = 16 << 20, guard: Optional[dict] = None):
     """What the server runs: the app behind the body limit (``max_context_bytes`` for a reallocation context), behind
     the gate (:class:`planner.daemon.guard.Guard`: Host, token, rate, scope, audit) when ``guard`` gives its arguments."""
-    app = TelemetryRefusals(BodyLimit(create_app(service), max_body_bytes, routes=((CONTEXT_PATH, max_context_bytes),)), service.metrics)
+    inner = PublicPaths(create_app(service), getattr(getattr(service, "opts", None), "data_dir", None))
+    app = TelemetryRefusals(BodyLimit(inner, max_body_bytes, routes=((CONTEXT_PATH, max_context_bytes),)), service.metrics)
     if guard is None:
         return app
     from planner.daemon.guard import Guard

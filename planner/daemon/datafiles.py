@@ -25,13 +25,21 @@ models were kept as their dimensions may still name a config.json): each cycle t
 live job's files once per process (:func:`unreadable`), and again after an apply of a plan holding it
 failed (the executor's target reads them: a file gone meanwhile fails that apply), and fails that job
 alone, with the field, when they no longer read (``planner.daemon.cycle``).
+
+Inside the daemon a job names its files by their resolved absolute paths (what it reads); a client
+never sees them so: every JSON answer of the API goes through :func:`public` (the ASGI layer
+:class:`planner.daemon.api.PublicPaths`), which writes a path inside the data folder relative to it,
+as the client named it (``traces/lengths.csv``), and the folder itself as ``<data folder>``. That
+covers the stored spec echoed back, a 422 naming a file that does not read, and a failed job's
+reason or a decision's reasons naming one.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path, PurePosixPath
-from typing import Optional
+from typing import Any, Optional
 
 from planner.errors import Problem, UserError
 from planner.schema.scenario import JobSpec
@@ -151,3 +159,35 @@ def check_data_dir(path: Optional[Path]) -> Optional[Path]:
     if not Path(path).is_dir():
         raise UserError(Problem("--data-dir", f"{path} is not a folder", "pass the folder of trace files jobs may name"))
     return Path(os.path.realpath(path))
+
+
+DATA_FOLDER = "<data folder>"  # the data folder itself, in an answer to a client
+
+
+def public_text(text: str, root: str) -> str:
+    """``text`` with every path inside the folder ``root`` (resolved, absolute) written relative to it,
+    and ``root`` itself as ``<data folder>``: what an API answer may say of a server file."""
+    if root not in text:
+        return text
+    text = text.replace(root + os.sep, "")
+    return re.sub(re.escape(root) + r"(?![\w.-])", DATA_FOLDER, text)
+
+
+def public(value: Any, root: str) -> Any:
+    """A JSON value (dicts, lists, strings, numbers) with :func:`public_text` applied to every string, keys included."""
+    if isinstance(value, str):
+        return public_text(value, root)
+    if isinstance(value, dict):
+        return {public_text(k, root) if isinstance(k, str) else k: public(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [public(v, root) for v in value]
+    return value
+
+
+def public_root(data_dir: Optional[Path]) -> Optional[str]:
+    """The data folder as :func:`public` matches it (resolved), or None when there is none to hide (no
+    data folder; or ``/``, every path lying inside it: the answers then hold paths as they are)."""
+    if data_dir is None:
+        return None
+    root = os.path.realpath(data_dir)
+    return None if root == os.sep else root

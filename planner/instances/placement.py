@@ -27,8 +27,9 @@ from __future__ import annotations
 from typing import Any
 
 from estimators.phases import fits_training
+from formulation.placement.dramfit import DramShort, dram_short
 from formulation.placement.instance import MAX_SECONDS, PlacementInstance, PlacementJob, PoolType
-from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
+from planner.instances.common import ClusterView, JobEstimate, estimate_job, resolve_gpu_types
 from planner.schema.scenario import JobSpec, Scenario
 from simulator.phasetimes import rollout_s, switch_s, sync_s, train_s  # the one phase-time model (the simulator's)
 
@@ -55,6 +56,33 @@ def _bounded(job: JobSpec, what: str, v: float) -> None:
                                 "(gpu_types) and the calibration the scenario uses"))
 
 
+def train_pool_sizes(job: JobSpec, view: ClusterView, est: JobEstimate) -> dict[str, list[int]]:
+    """By training type, the pool sizes the placement model offers the job: from ``trainer.nodes``
+    up to the type's nodes (exactly ``trainer.nodes`` when it fixes ``trainer.dp``), where
+    ``tp x pp`` divides the pool's GPUs and the training state fits. Types with none are left out."""
+    mp = job.trainer.tp * job.trainer.pp
+    out: dict[str, list[int]] = {}
+    for t in est.train_types:
+        most = job.trainer.nodes if job.trainer.dp is not None else view.nodes_of(t)
+        sizes = [n for n in _sizes(job.trainer.nodes, most) if view.pool(t, n).gpus % mp == 0 and fits_training(est.profile, view.pool(t, n))]
+        if sizes:
+            out[t] = sizes
+    return out
+
+
+def train_state_gb(job: JobSpec, est: JobEstimate) -> float:
+    """The whole training state a job keeps in host DRAM, spread over its training pool's nodes."""
+    return est.dram_train_node_gb * job.trainer.nodes
+
+
+def dram_short_of(job: JobSpec, view: ClusterView, est: JobEstimate) -> DramShort | None:
+    """Where the job's host DRAM fits no node it may use (:func:`formulation.placement.dramfit.dram_short`),
+    on the tables :func:`compile_job` would build; no phase time is estimated."""
+    types = view.types()
+    return dram_short(est.dram_rollout_node_gb, train_state_gb(job, est), est.rollout_types, train_pool_sizes(job, view, est),
+                      {t: view.dram_gb(t) for t in types}, {t: view.nodes_of(t) for t in types})
+
+
 def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0) -> PlacementJob:
     """``margin``: an explicit fraction added on top of every rollout and training time (the SLO
     stays on the unmargined solo time), for planning with headroom on the same model."""
@@ -63,17 +91,8 @@ def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0)
     r_tab: dict[str, dict[int, float]] = {}
     for t in est.rollout_types:
         r_tab[t] = {n: rollout_s(prof, view.pool(t, n), mode, margin=margin) for n in _sizes(job.rollout.nodes, view.nodes_of(t))}
-    t_tab: dict[str, dict[int, float]] = {}
-    mp = job.trainer.tp * job.trainer.pp
-    for t in est.train_types:
-        most = job.trainer.nodes if job.trainer.dp is not None else view.nodes_of(t)
-        row = {}
-        for n in _sizes(job.trainer.nodes, most):
-            pool = view.pool(t, n)
-            if pool.gpus % mp == 0 and fits_training(prof, pool):
-                row[n] = train_s(prof, pool, mode, margin=margin)
-        if row:
-            t_tab[t] = row
+    t_tab = {t: {n: train_s(prof, view.pool(t, n), mode, margin=margin) for n in sizes}
+             for t, sizes in train_pool_sizes(job, view, est).items()}
     s_tab: dict[str, dict[str, float]] = {}
     for a in r_tab:
         for b in t_tab:
@@ -89,7 +108,7 @@ def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0)
             sr_tab[t] = {n: switch_s(prof, view.pool(t, n), view.pool(q0, job.trainer.nodes))[0] for n in row}
         for t, row in t_tab.items():
             st_tab[t] = {n: switch_s(prof, view.pool(p0, job.rollout.nodes), view.pool(t, n))[1] for n in row}
-    state_gb = est.dram_train_node_gb * job.trainer.nodes
+    state_gb = train_state_gb(job, est)
     _bounded(job, "SLO", est.slo_s if est.slo_s != float("inf") else 0.0)
     tables: tuple[tuple[str, dict[str, dict[Any, float]]], ...] = (("rollout phase", r_tab), ("training phase", t_tab),
                                                                    ("weight sync", s_tab))

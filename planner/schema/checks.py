@@ -10,6 +10,9 @@
   states a capacity question, with ``max_nodes`` or ``budget_per_hour``: ``planner plan`` then
   names the shortfall itself);
 * SLOs: an ``iteration_s`` below the job's solo iteration time on its best pool pair (by how much).
+
+:func:`placeable_problems` (``planner validate`` only): a job whose host DRAM fits no node it may
+use, which ``planner plan --allow-unplaced`` and ``planner simulate`` accept and leave unplaced.
 """
 
 from __future__ import annotations
@@ -152,6 +155,45 @@ def check_scenario(sc: Scenario, doc: Document | None = None, *, buys_nodes: boo
                 f"raise slo.iteration_s to at least {math.ceil(est.solo_iteration_s)}, or use slo.ratio_to_solo")
     if problems:
         raise UserError(problems, title=f"{doc.filename}: invalid scenario" if doc else "invalid scenario")
+
+
+def placeable_problems(sc: Scenario, doc: Document | None = None) -> list[Problem]:
+    """What no plan can get round, knowable without solving: a job whose host DRAM fits no node it
+    may use, per rollout node (its parked weights) or per training node (its training state over the
+    largest training pool the fleet can form; not checked when the scenario buys nodes, with
+    ``max_nodes`` or ``budget_per_hour``). ``planner plan`` refuses such a job unless
+    ``--allow-unplaced`` (the same rule, :func:`formulation.placement.dramfit.dram_short`, names it
+    there); ``planner validate`` reports it first. Assumes :func:`check_scenario` passed."""
+    from planner.instances.common import ClusterView, estimate_job, resolve_gpu_types
+    from planner.instances.placement import dram_short_of
+    from planner.safeload import fmt_path as _fmt
+
+    view = ClusterView(sc, resolve_gpu_types(sc))
+    fleet_fixed = sc.budget_per_hour is None and not _capacity_planning(sc)
+    problems: list[Problem] = []
+    for j, job in enumerate(sc.jobs):
+        short = dram_short_of(job, view, estimate_job(job, view, phase_times=False))
+        if short is None or (short.side == "training" and not fleet_fixed):
+            continue
+        k, group = min(((k, g) for k, g in enumerate(sc.cluster.node_groups) if g.gpu_type == short.gpu_type),
+                       key=lambda kg: kg[1].host_dram_gb)
+        limit = f"{short.have_gb:g} GB (host_dram_gb of node group '{group.name}', cluster.node_groups[{k}])"
+        if short.side == "rollout":
+            path: tuple = ("jobs", j, "rollout")
+            msg = (f"job '{job.name}' cannot be placed by any plan: its rollout keeps {short.need_gb:.1f} GB of host DRAM on each "
+                   f"rollout node, more than any rollout node it may use has: the most is {limit}")
+            fix = (f"raise that host_dram_gb to at least {math.ceil(short.need_gb)}, allow rollout nodes with more host DRAM "
+                   "(rollout.gpu_types), or use a smaller model")
+        else:
+            path = ("jobs", j, "trainer")
+            msg = (f"job '{job.name}' cannot be placed by any plan: its training state ({short.state_gb:.1f} GB) needs "
+                   f"{short.need_gb:.1f} GB of host DRAM per node even on {short.nodes} {short.gpu_type} node(s), its closest fit "
+                   f"of the training pools it may use; each has {limit}")
+            fix = (f"raise that host_dram_gb to at least {math.ceil(short.need_gb)}, add {short.gpu_type} nodes, allow training "
+                   "nodes with more host DRAM (trainer.gpu_types), or use a smaller model")
+        fix += "; or, to plan the other jobs without it, --allow-unplaced (here and with planner plan)"
+        problems.append(Problem(_fmt(path), msg, fix, source=doc.where(path) if doc else ""))
+    return problems
 
 
 def _capacity_planning(sc: Scenario) -> bool:

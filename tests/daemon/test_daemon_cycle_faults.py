@@ -74,6 +74,9 @@ def test_a_job_whose_trace_file_is_deleted_or_damaged_fails_alone_and_the_restar
         for name in ("gone", "bad"):
             reason = c.get(f"/v1/jobs/{name}").json()["reason"]
             assert "rollout.response_lengths.path" in reason and "SECRET" not in reason, reason
+            assert f"{name}.csv" in reason and f"/{name}.csv" not in reason, reason  # the client's path, not the server's
+        decisions = c.get("/v1/decisions", params={"limit": 1000}).text
+        assert "gone.csv" in decisions and str(data.resolve()) not in decisions, decisions[:2000]
         assert _state(c, "ok") == "running"
         assert c.post("/v1/jobs", json=job("late")).status_code == 201
         assert c.delete("/v1/jobs/ok").status_code == 202
