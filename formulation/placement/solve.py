@@ -610,8 +610,8 @@ def gap_of(obj: float, lb: float) -> float:
 
 #: what an optimal status and a bound cover, said in the record of every optimal plan (a valid plan outside the
 #: modelled configurations may cost less: :data:`formulation.placement.evaluate.MODELLED`)
-SCOPE_NOTE = (f"; optimal among the configurations the optimisers build ({MODELLED}); valid plans outside them (more "
-              "nodes per pinned member, members with different rollout node counts) are not covered")
+SCOPE_NOTE = (f"; optimal among the configurations the optimisers build ({MODELLED}); valid plans outside them "
+              "(a member on more rollout nodes than its own count, or on part of a training pool) are not covered")
 
 
 def certify(idx: Index, obj: float, lb: Optional[float], status: SolveStatus, left_out: bool,
