@@ -60,6 +60,7 @@ def dominance(idx: Index, reps: np.ndarray) -> np.ndarray:
         d = (a <= a[k]).all(axis=1) & (bs <= bs[k]).all(axis=1)
         d &= (idx.dram_cap_r >= idx.dram_cap_r[k]) & (idx.dram_cap_t >= idx.dram_cap_t[k])
         d &= (idx.pinned_m > 0) == (idx.pinned_m[k] > 0)  # the rollout row is DRAM on one, members on the other
+        d &= (idx.own == idx.own[k]) & (~idx.own | (idx.k_own == idx.k_own[k]))  # or the same own counts
         d[k] = False
         dom[:, k] = d
     return dom

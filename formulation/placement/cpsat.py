@@ -84,6 +84,10 @@ def define_dram(m, x, z, sl, idx):
               <= sum((big if idx.pinned_m[k] else _down(idx.dram_cap_r[k], DRAM_SCALE)) * z[s, k] for k in sl.configs[s]))
         m.Add(sum(x[j, s] for j in sl.members[s])
               <= sum(int(idx.pinned_m[k] or len(sl.members[s])) * z[s, k] for k in sl.configs[s]))
+        for k in sl.configs[s]:  # own-sized: the members' own node counts fill the rollout pool
+            if idx.own[k]:
+                mem = [j for j in sl.members[s] if idx.ok[k, j]]
+                m.Add(sum(int(idx.WO[idx.k_own[k], j]) * x[j, s] for j in mem) <= int(idx.rollout_cap[k])).OnlyEnforceIf(z[s, k])
         m.Add(sum(_up(idx.state_t[j], DRAM_SCALE) * x[j, s] for j in sl.members[s])
               <= sum(_down(idx.dram_cap_t[k], DRAM_SCALE) * z[s, k] for k in sl.configs[s]))
 

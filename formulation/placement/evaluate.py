@@ -35,6 +35,19 @@ of a pinned configuration counts members instead: weight 1 per member (:meth:`In
 against ``rollout_cap[k] = m``. A whole-pool group of one member and a pinned group of one member are
 the same plan; ``m = 1`` configurations exist so that admission can extend a lone member's group
 by giving the next member nodes of its own (Weave's pinning).
+
+Members on rollout nodes of their own, each its own count (``Config.own``)
+---------------------------------------------------------------------------
+An *own-sized* configuration ``k = (p, R, q, n_T)`` has a rollout pool of ``R`` nodes of type ``p``
+that its members share out: member ``j`` holds ``r_j(q, n_T)`` nodes of its own, the fewest of its
+table's counts with ``rollout_j(p, r) + train_j(q, n_T) + sync_j <= slo_j`` (the arrays ``WO`` and
+``RO`` hold that count and its rollout seconds; ``tot[k, j]`` is the job's cycle on them). As on the
+pinned configurations no rollout node is shared, so ``a[k, j] = 0`` and the period is
+``max(sum_S bs, max_S tot)``; the rollout-side knapsack row counts nodes: weight ``r_j`` against
+``rollout_cap[k] = R`` (each count is at least 1, so at most ``R`` members). ``c_k`` is the price of
+the ``R + n_T`` nodes; the cheapest ``k`` for a set of members is the one whose ``R`` is the sum of
+their counts. A member never takes more than its own count here (a partner with a tighter SLO
+does not make it grow): the equal-count configurations above keep that case for counts of 1-2.
 """
 
 from __future__ import annotations
@@ -55,11 +68,16 @@ REL_TOL = 1e-9
 #: made 5,184 configurations against 576 whole-pool ones (the index took 16 s instead of 1)
 PINNED_MAX_ROLLOUT_NODES = 2
 PINNED_MAX_TRAIN_NODES = 2
+#: own-sized configurations (``Config.own``): rollout pools of up to this many nodes, training pools up to this size
+OWN_MAX_ROLLOUT_NODES = 8
+OWN_MAX_TRAIN_NODES = 8
 #: what every optimiser's "optimal" and every bound cover (docs/placement.md, "The model"): the plan space the
 #: checker accepts is wider (an outside check, session 49: 168 $/h valid where every backend proved 240 with a
 #: member on 3 rollout nodes of its own; 160 where they proved 200 with members on 1, 1 and 2 nodes)
-MODELLED = (f"whole pools, and pinned members on the same 1-{PINNED_MAX_ROLLOUT_NODES} rollout nodes of their own each, "
-            f"sharing 1-{PINNED_MAX_TRAIN_NODES} training nodes")
+MODELLED = (f"whole pools, pinned members on the same 1-{PINNED_MAX_ROLLOUT_NODES} rollout nodes of their own each "
+            f"sharing 1-{PINNED_MAX_TRAIN_NODES} training nodes, and pinned members each on the fewest rollout nodes of "
+            f"its own that meet its SLO (pools of up to {OWN_MAX_ROLLOUT_NODES} rollout and {OWN_MAX_TRAIN_NODES} "
+            f"training nodes)")
 
 
 def pinned_member_counts(most: int) -> tuple[int, ...]:
@@ -84,6 +102,7 @@ class Config(NamedTuple):
     train_type: str
     train_nodes: int
     members: int = 0  # 0: every member on the whole pools; m >= 1: up to m members, each on rollout nodes of its own
+    own: bool = False  # pinned, each member on the fewest rollout nodes of its own that meet its SLO (the pool: rollout_nodes)
 
     @property
     def pinned(self) -> bool:
@@ -91,17 +110,20 @@ class Config(NamedTuple):
 
     @property
     def rollout_pool_nodes(self) -> int:
-        """Nodes of the rollout pool: ``rollout_nodes``, or ``members x rollout_nodes`` when pinned."""
-        return self.rollout_nodes * max(1, self.members)
+        """Nodes of the rollout pool: ``rollout_nodes``, or ``members x rollout_nodes`` when pinned
+        with equal counts (own-sized: ``rollout_nodes``, shared out by the members' own counts)."""
+        return self.rollout_nodes if self.own else self.rollout_nodes * max(1, self.members)
 
     def label(self) -> str:
+        if self.own:
+            return f"{self.rollout_nodes}x{self.rollout_type}(own sizes)+{self.train_nodes}x{self.train_type}"
         if self.members:
             return f"{self.members}x({self.rollout_nodes}x{self.rollout_type})+{self.train_nodes}x{self.train_type}"
         return f"{self.rollout_nodes}x{self.rollout_type}+{self.train_nodes}x{self.train_type}"
 
     def whole(self) -> "Config":
         """The same pools as a whole-pool configuration (phase-time tables are keyed by it)."""
-        return self._replace(members=0) if self.members else self
+        return self._replace(members=0, own=False) if self.members else self
 
 
 @dataclass(frozen=True)
@@ -152,12 +174,29 @@ class Index:
                             if m * nr + (nt if p == q else 0) > self.capacity[p] or (p != q and nt > self.capacity[q]):
                                 break
                             configs.append(Config(p, nr, q, nt, m))
+        # own-sized configurations: a rollout pool of R nodes shared out among the members by their own
+        # counts (each the fewest that meet its SLO; module docstring); the pools of R <= 2 nodes on
+        # training pools of the sizes above are the equal-count configurations' already
+        if inst.pinned_members_max >= 1:
+            top = min(inst.pinned_members_max, OWN_MAX_ROLLOUT_NODES)
+            for p in self.types:
+                if not any(n <= OWN_MAX_ROLLOUT_NODES for n in r_sizes[p]):
+                    continue
+                for q in self.types:
+                    for nt in sorted(n for n in t_sizes[q] if n <= OWN_MAX_TRAIN_NODES):
+                        for big in range(1, top + 1):
+                            if big + (nt if p == q else 0) > self.capacity[p] or (p != q and nt > self.capacity[q]):
+                                break
+                            if big <= PINNED_MAX_ROLLOUT_NODES and nt <= PINNED_MAX_TRAIN_NODES:
+                                continue
+                            configs.append(Config(p, big, q, nt, big, True))
         self.configs: list[Config] = configs
         self.pinned_m = np.array([c.members for c in configs], dtype=int)
         self.cost = np.array([self.config_cost(c) for c in configs], dtype=float)
         # per (type, size) rows of rollout / training seconds and per (type, type) rows of sync
         # seconds, filled once per job; the per-configuration arrays are gathered from them
-        r_keys = sorted({(c.rollout_type, c.rollout_nodes) for c in configs})
+        r_keys = sorted({(c.rollout_type, c.rollout_nodes) for c in configs if not c.own}
+                        | {(c.rollout_type, n) for c in configs if c.own for n in r_sizes[c.rollout_type] if n <= OWN_MAX_ROLLOUT_NODES})
         t_keys = sorted({(c.train_type, c.train_nodes) for c in configs})
         r_row = {key: i for i, key in enumerate(r_keys)}
         t_row = {key: i for i, key in enumerate(t_keys)}
@@ -191,7 +230,34 @@ class Index:
             for p, sync_row in j.sync_s.items():
                 for q, sv in sync_row.items():
                     S[pair_row[(p, q)], i] = sv
-        ri = np.array([r_row[(c.rollout_type, c.rollout_nodes)] for c in configs], dtype=int)
+        # own-sized rows, one per (rollout type, training type, training size): a job's rollout
+        # seconds on its own count ``RO`` and that count ``WO`` (inf where no count meets its SLO)
+        own_keys = sorted({(c.rollout_type, c.train_type, c.train_nodes) for c in configs if c.own})
+        own_row = {key: i for i, key in enumerate(own_keys)}
+        RO = np.full((len(own_keys), self.n), np.inf)
+        WO = np.full((len(own_keys), self.n), np.inf)
+        slo_lim = self.slo * (1 + REL_TOL) + 1e-12
+        with np.errstate(invalid="ignore"):
+            for (p, q, nt), i in own_row.items():
+                rest = T[t_row[(q, nt)]] + S[pair_row[(p, q)]]
+                for nr in sorted((n for (t, n) in r_keys if t == p and n <= OWN_MAX_ROLLOUT_NODES), reverse=True):
+                    fits = R[r_row[(p, nr)]] + rest <= slo_lim  # the fewest nodes: smaller counts overwrite
+                    RO[i] = np.where(fits, R[r_row[(p, nr)]], RO[i])
+                    WO[i] = np.where(fits, float(nr), WO[i])
+        # the (type, size) row of each own count (for the switch rows; the type's first row where none)
+        OR = np.zeros((len(own_keys), self.n), dtype=np.intp)
+        for (p, _q, _nt), i in own_row.items():
+            for (t, nr), r_i in r_row.items():
+                if t == p:
+                    OR[i] = np.where(WO[i] == nr, r_i, OR[i])
+        self.own_keys, self.RO, self.WO, self.OR = own_keys, RO, WO, OR
+        self.own = np.array([c.own for c in configs], dtype=bool)
+        self.k_own = np.array([own_row[(c.rollout_type, c.train_type, c.train_nodes)] if c.own else 0 for c in configs], dtype=int)
+        # (``k_r`` of an own-sized configuration: the type's smallest row, never read for its times)
+        first_r: dict[str, int] = {}
+        for (t, n) in r_keys:
+            first_r.setdefault(t, r_row[(t, n)])
+        ri = np.array([first_r[c.rollout_type] if c.own else r_row[(c.rollout_type, c.rollout_nodes)] for c in configs], dtype=int)
         ti = np.array([t_row[(c.train_type, c.train_nodes)] for c in configs], dtype=int)
         si = np.array([pair_row[(c.rollout_type, c.train_type)] for c in configs], dtype=int)
         # kept for the fast path (:mod:`formulation.placement.fast`): rows and the gathers into them
@@ -238,16 +304,19 @@ class Index:
         dram_r_lim = self.node_dram_r * (1 + REL_TOL)
         state_lim = self.dram_cap_t * (1 + REL_TOL)
         R, T, S, ri, ti, si = self.R, self.T, self.S, self.k_r, self.k_t, self.k_pair
+        own, ko = self.own, self.k_own
         tot_k = np.empty(n)
         with np.errstate(invalid="ignore"):
             for k in range(K):  # ``ok`` from tot (the ring weights do not enter it)
                 np.add(T[ti[k]], S[si[k]], out=tot_k)
-                tot_k += R[ri[k]]
+                tot_k += self.RO[ko[k]] if own[k] else R[ri[k]]
                 ok_k = ok[k]
                 np.less_equal(tot_k, slo_lim, out=ok_k)  # false where inf
                 ok_k &= np.isfinite(tot_k)
                 ok_k &= self.dram_r <= dram_r_lim[k]
                 ok_k &= self.state_t <= state_lim[k]
+                if own[k]:  # its own count fits the pool
+                    ok_k &= self.WO[ko[k]] <= self.pinned_m[k]
         return None, None, None, ok
 
     def phase_rows(self, jobs: Optional[np.ndarray] = None, out=None):
@@ -259,10 +328,11 @@ class Index:
         the job has no time; pinned rows have no rollout ring (``a`` = 0). The rows are buffers
         reused from one configuration to the next (copy what you keep), or the rows of the
         matrices ``out = (a, bs, tot)``."""
-        R, T, S, SR, ST = self.R, self.T, self.S, self.SR, self.ST
+        R, T, S, SR, ST, RO = self.R, self.T, self.S, self.SR, self.ST, self.RO
         if jobs is not None:
-            R, T, S, SR, ST = (x[:, jobs] for x in (R, T, S, SR, ST))
+            R, T, S, SR, ST, RO = (x[:, jobs] for x in (R, T, S, SR, ST, RO))
         ri, ti, si, pin = self.k_r, self.k_t, self.k_pair, self.pinned_m > 0
+        own, ko = self.own, self.k_own
         K, n = len(ri), R.shape[1]
         if out is None:
             bufs = (np.empty(n), np.empty(n), np.empty(n))
@@ -271,7 +341,7 @@ class Index:
         with np.errstate(invalid="ignore"):
             for k in range(K):
                 a_k, bs_k, tot_k = (o[k] for o in out) if out is not None else bufs
-                np.copyto(a_k, R[ri[k]])
+                np.copyto(a_k, RO[ko[k]] if own[k] else R[ri[k]])
                 np.add(T[ti[k]], S[si[k]], out=bs_k)
                 np.add(a_k, bs_k, out=tot_k)
                 fin = np.isfinite(tot_k)
@@ -299,6 +369,8 @@ class Index:
         pin = self.pinned_m[k] > 0
         with np.errstate(invalid="ignore"):
             a = self.R[ri, j]
+            if len(self.RO):
+                a = np.where(self.own[k], self.RO[self.k_own[k], j], a)
             bs = self.T[ti, j] + self.S[self.k_pair[k], j]
             tot = a + bs
             fin = np.isfinite(tot)
@@ -331,7 +403,7 @@ class Index:
         a, bs, tot = self.phases_at(K, J)
         period = np.maximum(np.maximum(segment_sums(a, starts, lens), segment_sums(bs, starts, lens)), np.maximum.reduceat(tot, starts))
         lim = np.minimum.reduceat(self.slo[J], starts)
-        w = segment_sums(np.where(self.pinned_m[K] > 0, 1.0, self.dram_r[J]), starts, lens)
+        w = segment_sums(self.rollout_w(K, J), starts, lens)
         s = segment_sums(self.state_t[J], starts, lens)
         tol = 1 + REL_TOL
         out[live] = (np.logical_and.reduceat(self.ok[K, J], starts) & (period <= lim * tol + 1e-12)
@@ -347,14 +419,14 @@ class Index:
         new.inst, new.n, new.names = inst, len(keep), [self.names[j] for j in keep]
         for name in ("slo", "dram_r", "state_t"):
             setattr(new, name, getattr(self, name)[keep])
-        for name in ("R", "T", "S", "SR", "ST", "ok"):
+        for name in ("R", "T", "S", "SR", "ST", "RO", "WO", "OR", "ok"):
             setattr(new, name, getattr(self, name)[:, keep])
         for name in Index._LAZY:  # built from the rows above on first use: the same numbers as slices
             new.__dict__.pop(name, None)
         return new
 
     #: per-configuration arrays (first axis: configurations) that :meth:`restrict_configs` slices
-    _PER_CONFIG = ("pinned_m", "cost", "k_r", "k_t", "k_pair", "node_dram_r", "dram_cap_r", "rollout_cap", "dram_cap_t", "ok")
+    _PER_CONFIG = ("pinned_m", "own", "k_own", "cost", "k_r", "k_t", "k_pair", "node_dram_r", "dram_cap_r", "rollout_cap", "dram_cap_t", "ok")
 
     def restrict_configs(self, keep: Sequence[int] | np.ndarray) -> "Index":
         """The same instance with only the configurations ``keep`` (in that order; configuration
@@ -375,10 +447,29 @@ class Index:
 
     def rollout_w(self, k, j):
         """Weight of job(s) ``j`` in configuration(s) ``k``'s rollout-side row (broadcast like numpy):
-        its rollout-node DRAM on whole pools, 1 (a member slot) on pinned configurations; the row's
-        capacity is ``dram_cap_r[k]`` (node DRAM, or the member count ``m``)."""
-        k = np.asarray(k)
-        return np.where(self.pinned_m[k] > 0, 1.0, self.dram_r[np.asarray(j)])
+        its rollout-node DRAM on whole pools, 1 (a member slot) on pinned configurations, its own
+        node count on own-sized ones; the row's capacity is ``dram_cap_r[k]`` (node DRAM, the member
+        count ``m``, or the pool's nodes)."""
+        k, j = np.asarray(k), np.asarray(j)
+        w = np.where(self.pinned_m[k] > 0, 1.0, self.dram_r[j])
+        if len(self.WO):
+            w = np.where(self.own[k], self.WO[self.k_own[k], j], w)
+        return w
+
+    def rollout_row(self, k, j):
+        """The per-(type, size) row (of ``R``, ``SR``) of job(s) ``j``'s rollout on configuration(s) ``k``
+        (broadcast like numpy): the configuration's, or on an own-sized one the job's own count's."""
+        k, j = np.asarray(k), np.asarray(j)
+        row = self.k_r[k]
+        if len(self.OR):
+            row = np.where(self.own[k], self.OR[self.k_own[k], j], row)
+        return row
+
+    def own_nodes(self, k: int, j: int) -> int:
+        """Rollout nodes member ``j`` holds on configuration ``k``: its own count (own-sized), the
+        configuration's count (pinned), or the whole pool."""
+        c = self.configs[k]
+        return int(self.WO[self.k_own[k], j]) if c.own else c.rollout_nodes
 
     @property
     def penalty(self) -> float:

@@ -71,7 +71,10 @@ def cheap_value_bounds(idx: Index, reps: np.ndarray, demand: np.ndarray, pi: np.
         from formulation.placement.pricing_kernel import cheap_bounds
 
         f64 = lambda x: np.ascontiguousarray(x, dtype=np.float64)  # noqa: E731
-        return cheap_bounds(np.ascontiguousarray(idx.ok, dtype=np.bool_), f64(idx.a), f64(idx.bs), np.ascontiguousarray(idx.pinned_m > 0), f64(idx.dram_cap_r),
+        own_k = np.where(idx.own, idx.k_own, -1).astype(np.int64)
+        own_w = f64(idx.WO) if len(idx.WO) else np.zeros((1, idx.n))
+        return cheap_bounds(np.ascontiguousarray(idx.ok, dtype=np.bool_), f64(idx.a), f64(idx.bs), np.ascontiguousarray(idx.pinned_m > 0),
+                            own_k, own_w, f64(idx.dram_cap_r),
                             f64(idx.dram_cap_t), np.ascontiguousarray(r, dtype=np.int64), f64(slo), f64(idx.dram_r),
                             f64(idx.state_t), f64(v), f64(d))
     for k in range(K):

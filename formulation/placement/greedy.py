@@ -153,6 +153,8 @@ class Packer:
         self.slots: list[list[tuple[int, int]]] = []  # (family, row) of each group, in each family holding its configuration
         fam_key: dict[tuple, list[int]] = {}
         for k, c in enumerate(idx.configs):
+            if c.own:  # own-sized pools come from the exact models and the local search, not from joins
+                continue
             key = (c.rollout_type, c.train_type, c.train_nodes, c.rollout_nodes if c.pinned else 0)
             fam_key.setdefault(key, []).append(k)
         cap = max(1, min(idx.n, 16))  # rows per family; doubled when full (add_group): most families hold few groups
@@ -165,7 +167,7 @@ class Packer:
             for r, k in enumerate(ks):
                 self.fam_of.setdefault(k, []).append((f, r))
         for k, c in enumerate(idx.configs):  # a whole-pool group of one member is the pinned one of one member
-            if c.members == 1:
+            if c.members == 1 and not c.own:
                 kw = idx.config_id.get(c.whole())
                 if kw is not None:
                     self.fam_of[kw] = self.fam_of.get(kw, []) + self.fam_of[k]
@@ -300,7 +302,7 @@ class Packer:
         """Rows for group ``g`` (configuration ``k``) in the families that hold ``k`` (of ``only``, if given)."""
         slots = []
         keep = None if only is None else set(only)
-        for f, r in self.fam_of[k]:
+        for f, r in self.fam_of.get(k, []):
             if keep is not None and f not in keep:
                 continue
             fam = self.families[f]

@@ -123,6 +123,9 @@ class GroupState:
         del buf
         self.DR[:, :G] = np.add.reduceat(self.idx.dram_r[order], starts)[None, :]
         self.DR[self.pinned, :G] = lens[None, :]
+        own = np.flatnonzero(self.idx.own)
+        if len(own):  # own-sized: the members' own node counts (inf where one has none: not OK there)
+            self.DR[own, :G] = np.add.reduceat(self.idx.WO[self.idx.k_own[own]][:, order], starts, axis=1)
         self.OK[:, :G] = np.logical_and.reduceat(self.idx.ok[:, order], starts, axis=1)
         self.ST[:G] = np.add.reduceat(self.idx.state_t[order], starts)
         self.LIM[:G] = np.minimum.reduceat(self.idx.slo[order], starts)
@@ -162,7 +165,11 @@ class GroupState:
 
     def _w_sum(self, members: list[int]) -> np.ndarray:
         """The rollout-row sum of ``members`` on every configuration."""
-        return np.where(self.pinned, float(len(members)), float(self.idx.dram_r[members].sum()))
+        w = np.where(self.pinned, float(len(members)), float(self.idx.dram_r[members].sum()))
+        own = np.flatnonzero(self.idx.own)
+        if len(own) and members:
+            w[own] = self.idx.WO[self.idx.k_own[own]][:, members].sum(axis=1)
+        return w
 
     def _snapshot(self, g: int):
         return (list(self.members[g]), int(self.conf[g]), self.SA[:, g].copy(), self.SB[:, g].copy(),

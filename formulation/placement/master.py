@@ -16,10 +16,11 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import highspy
 import numpy as np
+from highspy import cb as _cb
 
 
 def set_time_left(h: highspy.Highs, seconds: float) -> None:
@@ -63,18 +64,27 @@ class Column:
 SUBMIP_MAX_COLUMNS = 20000
 
 
+MIP_EVENT = _cb.HighsCallbackType.kCallbackMipInterrupt
+
+
 class Watchdog:
     """Stop a HiGHS run at a wall-clock deadline, whatever phase it is in.
 
     A thread marks the deadline; HiGHS's interrupt callbacks (simplex, IPM, MIP) then interrupt
     the run. (``Highs.cancelSolve`` alone does nothing unless ``HandleUserInterrupt`` is on, and
-    its flag is never reset by ``run``: a MIP under a 2 s watchdog ran its own 30 s limit.)"""
+    its flag is never reset by ``run``: a MIP under a 2 s watchdog ran its own 30 s limit.)
+
+    Every event writes the interrupt flag, set or clear: HiGHS keeps it from one run to the next,
+    so a run after an interrupted one stopped at its first event (session 50: a ladder's second
+    integer master ended at once with no bound). ``stop(event)``: a further reason to stop (the
+    caller's target reached)."""
 
     KINDS = ("cbSimplexInterrupt", "cbIpmInterrupt", "cbMipInterrupt")
 
-    def __init__(self, h: highspy.Highs, deadline: float):
+    def __init__(self, h: highspy.Highs, deadline: float, stop: Optional[Callable[[Any], bool]] = None):
         self.h = h
         self.deadline = deadline
+        self.stop = stop
         self.fired = False
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._watch, daemon=True)
@@ -88,8 +98,7 @@ class Watchdog:
                 return
 
     def _interrupt(self, event) -> None:
-        if self.fired:
-            event.interrupt()
+        event.interrupt(bool(self.fired or (self.stop is not None and self.stop(event))))
 
     def __enter__(self):
         for kind in self.KINDS:
@@ -183,6 +192,15 @@ class Master:
         big = n > SUBMIP_MAX_COLUMNS
         for name in ("mip_heuristic_run_rens", "mip_heuristic_run_rins", "mip_heuristic_run_root_reduced_cost"):
             self.h.setOptionValue(name, not big)
+        # a sub-MIP's events reach the interrupt callback with the sub-MIP's own bounds: HiGHS
+        # completes the last LP solution (kept as a user solution) by a sub-MIP with most columns
+        # fixed, whose dual bound (120 $/h where the master's optimum was 104) stopped the whole
+        # solve, which then had no bound at all (session 50). A stop at a bound starts without that
+        # solution; the LP basis is put back afterwards.
+        basis = None
+        if stop_at_bound is not None and fresh_start is None:
+            basis = self.h.getBasis()
+            self.h.clearSolver()
         set_time_left(self.h, deadline - time.perf_counter())
         # ``start`` is not handed to HiGHS: with a MIP start set on this master after its LP
         # solves, HiGHS 1.16 reported "Optimal" with an objective that did not match the returned
@@ -197,19 +215,12 @@ class Master:
         lo = np.inf if stop_at_bound is None else stop_at_bound
         hi = -np.inf if stop_at_objective is None else stop_at_objective
 
-        def enough(event) -> None:
-            if event.data_out.mip_dual_bound >= lo or event.data_out.mip_primal_bound <= hi:
-                event.interrupt()
+        def enough(event) -> bool:  # (the MIP's events only: an LP's carry no MIP bounds)
+            return event.callback_type == MIP_EVENT and (event.data_out.mip_dual_bound >= lo or event.data_out.mip_primal_bound <= hi)
 
         stops = stop_at_bound is not None or stop_at_objective is not None
-        if stops:
-            self.h.cbMipInterrupt.subscribe(enough)
-        try:
-            with Watchdog(self.h, deadline) as wd:
-                self.h.run()
-        finally:
-            if stops:
-                self.h.cbMipInterrupt.unsubscribe(enough)
+        with Watchdog(self.h, deadline, enough if stops else None) as wd:
+            self.h.run()
         status = self.h.modelStatusToString(self.h.getModelStatus())
         if status == "Interrupted by user":  # HiGHS's word for any interrupt callback: say whose
             status = "stopped by the watchdog" if wd.fired else "stopped at its target (bound or plan reached)"
@@ -218,4 +229,6 @@ class Master:
         self.last_mip_bound = float(info.mip_dual_bound) if np.isfinite(info.mip_dual_bound) else -np.inf
         has = info.primal_solution_status == 2  # kSolutionStatusFeasible
         x = np.asarray(self.h.getSolution().col_value) if has else None
+        if basis is not None and basis.valid:
+            self.h.setBasis(basis)
         return x, status, wd.fired

@@ -86,6 +86,14 @@ def define_dram(m, pe, sl, idx):
                                           for k in sl.configs[s]))
     m.pinned_members = pe.Constraint(m.S, rule=lambda m, s: sum(m.x[j, s] for j in sl.members[s])
                                      <= sum(float(idx.pinned_m[k] or len(sl.members[s])) * m.z[s, k] for k in sl.configs[s]))
+    # own-sized: the members' own node counts fill the rollout pool (enforced when the slot takes k)
+    own = [(s, k) for (s, k) in m.SK if idx.own[k]]
+
+    def own_rule(m, s, k):
+        mem = [j for j in sl.members[s] if idx.ok[k, j]]
+        w = {j: float(idx.WO[idx.k_own[k], j]) for j in mem}
+        return sum(w[j] * m.x[j, s] for j in mem) <= float(idx.rollout_cap[k]) + sum(w.values()) * (1 - m.z[s, k])
+    m.own_nodes = pe.Constraint(own, rule=own_rule)
     m.dram_train = pe.Constraint(m.S, rule=lambda m, s: sum(float(idx.state_t[j]) * m.x[j, s] for j in sl.members[s])
                                  <= sum(float(idx.dram_cap_t[k]) * m.z[s, k] for k in sl.configs[s]))
 

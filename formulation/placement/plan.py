@@ -127,7 +127,9 @@ def config_of(group: GroupPlan) -> Config:
     """The configuration a plan group is on, read from its pins: every member on the whole pools
     (``members = 0``), or members on disjoint rollout nodes of equal count ``r`` of their own
     (pinned: ``members = pool nodes / r``). Other pin patterns (valid plans, which the checker and
-    the simulator accept) are on no configuration the optimisers build: ``members = -1``."""
+    the simulator accept) are on no configuration the optimisers build: ``members = -1``. Disjoint
+    pins of unequal counts are on the own-sized configuration of the pool (:func:`own_config`);
+    whether each count is the member's own is the index's to say."""
     rp, tp = group.rollout_pool, group.train_pool
     whole = Config(rp.gpu_type, rp.size, tp.gpu_type, tp.size)
     pool_r, pool_t = set(rp.nodes), set(tp.nodes)
@@ -137,20 +139,32 @@ def config_of(group: GroupPlan) -> Config:
         return whole
     pins = [frozenset(m.rollout_nodes) for m in group.members]
     r = len(pins[0]) if pins else 0
-    if r == 0 or any(len(p) != r for p in pins) or len(frozenset().union(*pins)) != r * len(pins) \
-            or not frozenset().union(*pins) <= pool_r or rp.size % r:
+    if any(len(p) == 0 for p in pins) or len(frozenset().union(*pins)) != sum(len(p) for p in pins) \
+            or not frozenset().union(*pins) <= pool_r:
         return whole._replace(members=-1)
+    if any(len(p) != r for p in pins) or rp.size % r:
+        return own_config(rp.gpu_type, rp.size, tp.gpu_type, tp.size)
     return Config(rp.gpu_type, r, tp.gpu_type, tp.size, rp.size // r)
 
 
+def own_config(rollout_type: str, pool: int, train_type: str, train_nodes: int) -> Config:
+    """The own-sized configuration of a rollout pool of ``pool`` nodes (members on counts of their own)."""
+    return Config(rollout_type, pool, train_type, train_nodes, pool, True)
+
+
 def same_config(a: Config, b: Config) -> bool:
-    """The same plan space point: equal, or one member's pools as a whole-pool and a pinned configuration."""
-    return a == b or (a.whole() == b.whole() and {a.members, b.members} == {0, 1})
+    """The same plan space point: equal, one member's pools as a whole-pool and a pinned configuration,
+    or the same pools with members on nodes of their own, one of them own-sized (whether each
+    member holds its own count is checked member by member)."""
+    return a == b or (a.whole() == b.whole() and {a.members, b.members} == {0, 1}) \
+        or ((a.own or b.own) and a.pinned and b.pinned and a.rollout_pool_nodes == b.rollout_pool_nodes
+            and (a.rollout_type, a.train_type, a.train_nodes) == (b.rollout_type, b.train_type, b.train_nodes))
 
 
 def member_pins(c: Config, r_nodes: list[str], n_members: int, names: Optional[Sequence[str]] = None,
-                stored: Optional[dict[str, list[str]]] = None) -> list[list[str]]:
-    """Rollout nodes of each member in order: the whole pool, or (pinned) ``c.rollout_nodes`` of its own.
+                stored: Optional[dict[str, list[str]]] = None, sizes: Optional[Sequence[int]] = None) -> list[list[str]]:
+    """Rollout nodes of each member in order: the whole pool, or (pinned) ``c.rollout_nodes`` of its
+    own, or (own-sized) ``sizes[i]`` of its own.
 
     ``stored`` (job name -> the rollout nodes it holds now, ``names`` the members' names in order)
     keeps a running member on its own nodes where they are still in ``r_nodes`` (an admission
@@ -158,19 +172,25 @@ def member_pins(c: Config, r_nodes: list[str], n_members: int, names: Optional[S
     take the pool's remaining nodes in order."""
     if not c.pinned:
         return [r_nodes] * n_members
-    r = c.rollout_nodes
+    if c.own:
+        if sizes is None or len(sizes) < n_members:
+            raise ValueError("an own-sized configuration's members need their node counts")
+        want = [int(x) for x in sizes[:n_members]]
+    else:
+        want = [c.rollout_nodes] * n_members
     if not stored or names is None:
-        return [r_nodes[i * r:(i + 1) * r] for i in range(n_members)]
+        starts = [sum(want[:i]) for i in range(n_members)]
+        return [r_nodes[s:s + r] for s, r in zip(starts, want)]
     pool = set(r_nodes)
     out: list[Optional[list[str]]] = [None] * n_members
     used: set[str] = set()
     for i, name in enumerate(names[:n_members]):
         mine = list(stored.get(name) or [])
-        if len(mine) == r and set(mine) <= pool and not (set(mine) & used):
+        if len(mine) == want[i] and set(mine) <= pool and not (set(mine) & used):
             out[i] = mine
             used.update(mine)
     rest = iter([n for n in r_nodes if n not in used])
-    return [mine if mine is not None else [next(rest) for _ in range(r)] for mine in out]
+    return [mine if mine is not None else [next(rest) for _ in range(r)] for mine, r in zip(out, want)]
 
 
 def reusable(idx: Index, group: GroupPlan, config: int, members: tuple[int, ...], node_names: dict[str, set[str]],
@@ -209,7 +229,8 @@ def reusable_groups(idx: Index, cands: Sequence[tuple[GroupPlan, int, Sequence[i
         if ok:
             r_nodes, t_nodes = group.rollout_pool.nodes, group.train_pool.nodes
             for m, j in zip(group.members, members):
-                if m.job != jobs[j].name or m.moved or m.train_nodes != t_nodes or (not c.pinned and m.rollout_nodes != r_nodes):
+                if m.job != jobs[j].name or m.moved or m.train_nodes != t_nodes or (not c.pinned and m.rollout_nodes != r_nodes) \
+                        or (c.own and len(m.rollout_nodes) != idx.own_nodes(config, j)):
                     ok = False
                     break
         out.append(ok)
@@ -221,7 +242,7 @@ def reusable_groups(idx: Index, cands: Sequence[tuple[GroupPlan, int, Sequence[i
                 owner.append(i)
     if ks:
         kk, jj = np.array(ks), np.array(js)
-        r, t = idx.k_r[kk], idx.k_t[kk]
+        r, t = idx.rollout_row(kk, jj), idx.k_t[kk]
         want = np.stack([idx.R[r, jj], idx.T[t, jj], idx.S[idx.k_pair[kk], jj], idx.SR[r, jj], idx.ST[t, jj], idx.slo[jj]], axis=1)
         bad = (np.abs(want - np.array(have, dtype=float)) > rel * np.maximum(1.0, np.abs(want))).any(axis=1)
         for i in np.unique(np.array(owner)[bad]).tolist():
@@ -293,13 +314,15 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
         r_nodes, t_nodes = sorted(r_nodes, key=lambda n: r_pos[n]), sorted(t_nodes, key=lambda n: t_pos[n])
         mems = []
         stored = current_nodes.get(grp.anchor or "", {}).get("members") if grp.anchor else None
-        pins = member_pins(c, r_nodes, len(grp.members), [inst.jobs[j].name for j in grp.members], stored)
+        sizes = [idx.own_nodes(k, j) for j in grp.members] if c.own else None
+        pins = member_pins(c, r_nodes, len(grp.members), [inst.jobs[j].name for j in grp.members], stored, sizes)
         for j, mine in zip(grp.members, pins):
             job = inst.jobs[j]
-            a = job.rollout_s[c.rollout_type][c.rollout_nodes]
+            nr = len(mine) if c.pinned else c.rollout_nodes
+            a = job.rollout_s[c.rollout_type][nr]
             b = job.train_s[c.train_type][c.train_nodes]
             s = job.sync(c.rollout_type, c.train_type)
-            sw_r, sw_t = job.switches(c.rollout_type, c.rollout_nodes, c.train_type, c.train_nodes)
+            sw_r, sw_t = job.switches(c.rollout_type, nr, c.train_type, c.train_nodes)
             mems.append(Member(job.name, a, b, s, frozenset(mine), frozenset(t_nodes), sw_r, sw_t))
         # pinned members: Howard on the pins (their rollout nodes are rings of one, no switch there)
         res = cycle_times(mems) if c.pinned else whole_pool_cycle_times(mems)
@@ -322,7 +345,7 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
                 for m, j, mine in zip(mems, grp.members, pins)],
             cycle_time_s=float(period),
             critical=list(res.critical),
-            rollout_busy=(float(sum(m.rollout_s for m in mems) / (period * max(1, c.members))) if c.pinned
+            rollout_busy=(float(sum(m.rollout_s * len(m.rollout_nodes) for m in mems) / (period * c.rollout_pool_nodes)) if c.pinned
                           else float(sum(m.rollout_ring_s if len(mems) > 1 else m.rollout_s for m in mems) / period)) if period else 0.0,
             train_busy=float(sum(m.train_ring_s if len(mems) > 1 else m.train_s + m.sync_s for m in mems) / period) if period else 0.0,
             cost_per_hour=float(idx.cost[k]),

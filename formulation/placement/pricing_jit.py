@@ -92,7 +92,8 @@ def kernel() -> Callable:
         # :func:`formulation.placement.farley.cheap_value_bounds` runs compiled once the search is
         # loaded: compiled (or loaded from the cache) here, with the search, on a tiny input of its types
         f, i = np.zeros((1, 1)), np.zeros(1, dtype=np.int64)
-        cheap_bounds(np.ones((1, 1), dtype=np.bool_), f, f, np.zeros(1, dtype=np.bool_), np.ones(1), np.ones(1), i,
+        cheap_bounds(np.ones((1, 1), dtype=np.bool_), f, f, np.zeros(1, dtype=np.bool_), np.full(1, -1, dtype=np.int64), f,
+                     np.ones(1), np.ones(1), i,
                      np.ones(1), np.zeros(1), np.zeros(1), np.ones(1), np.ones(1))
         _KERNEL = search
     return _KERNEL

@@ -427,13 +427,14 @@ def _knapsack_one(items, m, v, d, w, best, taken, rest):
 
 
 @njit(cache=True, nogil=True)
-def cheap_bounds(ok, a, bs, pinned, dram_cap_r, dram_cap_t, reps, slo, dram_r, state_t, v, d):
+def cheap_bounds(ok, a, bs, pinned, own_k, own_w, dram_cap_r, dram_cap_t, reps, slo, dram_r, state_t, v, d):
     """:func:`formulation.placement.farley.cheap_value_bounds` for every configuration ``k``: the
     smallest of four fractional knapsacks of capacity 1 over the classes (a job ``reps[c]`` each,
     value ``v[c]``, copies ``d[c]``) feasible on ``k`` (``ok[k, job]``), whose sizes are the job's
     share of the SLO on either side (``a[k, job] / slo[c]``, ``bs[k, job] / slo[c]``) and of either
     side's DRAM (``dram_r[job] / dram_cap_r[k]``, a member slot ``1 / dram_cap_r[k]`` where
-    ``pinned[k]``, and ``state_t[job] / dram_cap_t[k]``); 0 where no class is feasible."""
+    ``pinned[k]``, its own node count ``own_w[own_k[k], job] / dram_cap_r[k]`` where ``own_k[k] >= 0``,
+    and ``state_t[job] / dram_cap_t[k]``); 0 where no class is feasible."""
     K = ok.shape[0]
     n = len(reps)
     out = np.zeros(K)
@@ -459,7 +460,10 @@ def cheap_bounds(ok, a, bs, pinned, dram_cap_r, dram_cap_t, reps, slo, dram_r, s
                 elif r == 1:
                     w[c] = bs[k, j] / slo[c]
                 elif r == 2:
-                    w[c] = (1.0 if pinned[k] else dram_r[j]) / dram_cap_r[k]
+                    if own_k[k] >= 0:
+                        w[c] = own_w[own_k[k], j] / dram_cap_r[k]
+                    else:
+                        w[c] = (1.0 if pinned[k] else dram_r[j]) / dram_cap_r[k]
                 else:
                     w[c] = state_t[j] / dram_cap_t[k]
             best = min(best, _knapsack_one(items, m, v, d, w, best, taken, rest))

@@ -26,7 +26,7 @@ from formulation.placement.evaluate import MODELLED, Config, Group, Index, Solut
 from formulation.placement.explain import explain, placeable_alone
 from formulation.placement.greedy import Packer, best_greedy, greedy
 from formulation.placement.instance import PlacementInstance
-from formulation.placement.plan import PlacementPlan, build_plan, config_of
+from formulation.placement.plan import PlacementPlan, build_plan, config_of, own_config
 
 BACKENDS = ("auto", "fast", "colgen", "highs", "cpsat", "greedy")
 # auto: the fast path alone under a short limit (beyond 30 job classes) or with many distinct jobs; else the fast path as
@@ -139,6 +139,8 @@ def read_current(idx: Index, plan: PlacementPlan) -> Current:
             continue
         c = configs[g.id] = config_of(g)
         k = idx.config_id.get(c)
+        if k is None and c.pinned and not c.own:  # equal counts the equal-count configurations do not hold
+            k = idx.config_id.get(own_config(c.rollout_type, c.rollout_pool_nodes, c.train_type, c.train_nodes))
         cand.append((-1 if k is None else k, js, g.id))
     feas = idx.feasible_groups([max(k, 0) for k, _, _ in cand], [js for _, js, _ in cand])
     groups = []
@@ -608,8 +610,8 @@ def gap_of(obj: float, lb: float) -> float:
 
 #: what an optimal status and a bound cover, said in the record of every optimal plan (a valid plan outside the
 #: modelled configurations may cost less: :data:`formulation.placement.evaluate.MODELLED`)
-SCOPE_NOTE = (f"; optimal among the configurations the optimisers build ({MODELLED}); valid plans outside them (more "
-              "nodes per pinned member, members with different rollout node counts) are not covered")
+SCOPE_NOTE = (f"; optimal among the configurations the optimisers build ({MODELLED}); valid plans outside them "
+              "(a member on more rollout nodes than its own count, or on part of a training pool) are not covered")
 
 
 def certify(idx: Index, obj: float, lb: Optional[float], status: SolveStatus, left_out: bool,
@@ -691,7 +693,7 @@ def _round_up_to_cost_unit(idx: Index, lb: float) -> float:
     import math
 
     unit = plan_cost_unit(idx)
-    if unit is None:
+    if unit is None or not math.isfinite(lb):
         return lb
     # the tolerance keeps a bound a rounding error above a multiple (an LP optimum that is one) from
     # jumping to the next multiple

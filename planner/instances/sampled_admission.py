@@ -71,15 +71,16 @@ class SampledAcceptance:
         """The group's members on configuration ``k`` with their pins: pinned configurations give
         each member rollout nodes of its own, whole pools share every node."""
         c: Config = self.idx.configs[k]
-        w = c.whole()
         out = []
         tn = frozenset(f"t{i}" for i in range(c.train_nodes))
         for pos, j in enumerate(js):
             job = self.jobs[self.idx.names[j]]
+            r = self.idx.own_nodes(k, j) if c.own else c.rollout_nodes  # own-sized: the member's own count
+            w = Config(c.rollout_type, r, c.train_type, c.train_nodes) if c.own else c.whole()
             prof = job.profile(w)
             sw_r, sw_t = job.switch_s(w)
-            rn = (frozenset(f"r{pos}.{i}" for i in range(c.rollout_nodes)) if c.pinned
-                  else frozenset(f"r{i}" for i in range(c.rollout_nodes)))
+            rn = (frozenset(f"r{pos}.{i}" for i in range(r)) if c.pinned
+                  else frozenset(f"r{i}" for i in range(r)))
             ra, tb = tuple(prof.rollout_s), tuple(prof.train_s)
             if self.upper_end:
                 ra, tb = with_upper_end(ra), with_upper_end(tb)

@@ -11,6 +11,7 @@ its own sharing the training pool, with host DRAM checked per node on the pins.
 from __future__ import annotations
 
 import itertools
+from typing import Optional
 from functools import lru_cache
 
 import numpy as np
@@ -57,12 +58,14 @@ def small_instance(seed: int, n_jobs: int, capacity=(3, 3), dram_gb=(512.0, 512.
 
 
 def configs_of(inst: PlacementInstance):
-    """Every (rollout type, nodes per member, training type, nodes, m) the jobs' tables name and the
-    fleet can hold: m = 0 whole pools, m >= 1 up to m members on rollout nodes of their own."""
+    """Every (rollout type, nodes per member, training type, nodes, m, own) the jobs' tables name and
+    the fleet can hold: m = 0 whole pools, m >= 1 up to m members on rollout nodes of their own;
+    own: a rollout pool of ``nodes`` nodes whose members each hold their own count (:func:`own_count`)."""
     cap = {t: p.count for t, p in inst.pool_types.items()}
     r = sorted({(t, n) for j in inst.jobs for t, row in j.rollout_s.items() for n in row if n <= cap[t]})
     tr = sorted({(t, n) for j in inst.jobs for t, row in j.train_s.items() for n in row if n <= cap[t]})
-    from formulation.placement.evaluate import PINNED_MAX_ROLLOUT_NODES, PINNED_MAX_TRAIN_NODES, pinned_member_counts
+    from formulation.placement.evaluate import (OWN_MAX_ROLLOUT_NODES, OWN_MAX_TRAIN_NODES, PINNED_MAX_ROLLOUT_NODES,
+                                                PINNED_MAX_TRAIN_NODES, pinned_member_counts)
 
     out = []
     for (p, nr), (q, nt) in itertools.product(r, tr):
@@ -71,36 +74,75 @@ def configs_of(inst: PlacementInstance):
             pool = nr * max(1, m)
             if (p == q and pool + nt > cap[p]) or pool > cap[p]:
                 continue
-            out.append((p, nr, q, nt, m))
+            out.append((p, nr, q, nt, m, False))
+    if inst.pinned_members_max >= 1:
+        for p in sorted({t for t, n in r if n <= OWN_MAX_ROLLOUT_NODES}):
+            for (q, nt) in tr:
+                if nt > OWN_MAX_TRAIN_NODES:
+                    continue
+                for pool in range(1, min(inst.pinned_members_max, OWN_MAX_ROLLOUT_NODES) + 1):
+                    if pool <= PINNED_MAX_ROLLOUT_NODES and nt <= PINNED_MAX_TRAIN_NODES:
+                        continue
+                    if (p == q and pool + nt > cap[p]) or pool > cap[p] or nt > cap[q]:
+                        continue
+                    out.append((p, pool, q, nt, pool, True))
     return out
 
 
+def _six(c) -> tuple:
+    return tuple(c) if len(c) == 6 else (*c, False)
+
+
+def own_count(inst: PlacementInstance, i: int, c) -> Optional[int]:
+    """Job ``i``'s own rollout nodes on an own-sized configuration ``c``: the fewest of its table's
+    counts (up to evaluate.OWN_MAX_ROLLOUT_NODES) on which its solo iteration meets its SLO."""
+    from formulation.placement.evaluate import OWN_MAX_ROLLOUT_NODES
+
+    p, _pool, q, nt, _m, _own = _six(c)
+    j = inst.jobs[i]
+    b = j.train_s.get(q, {}).get(nt)
+    if b is None:
+        return None
+    for n in sorted(j.rollout_s.get(p, {})):
+        if n <= OWN_MAX_ROLLOUT_NODES and j.rollout_s[p][n] + b + j.sync(p, q) <= j.slo_s * (1 + 1e-9) + 1e-12:
+            return n
+    return None
+
+
 def config_cost(inst: PlacementInstance, c) -> float:
-    p, nr, q, nt, m = c
+    p, nr, q, nt, m, own = _six(c)
     pr, pt = inst.pool_types[p], inst.pool_types[q]
-    return nr * max(1, m) * pr.gpus_per_node * pr.price_per_gpu_hour + nt * pt.gpus_per_node * pt.price_per_gpu_hour
+    return (nr if own else nr * max(1, m)) * pr.gpus_per_node * pr.price_per_gpu_hour + nt * pt.gpus_per_node * pt.price_per_gpu_hour
 
 
-def pins(c, k: int) -> tuple[frozenset, frozenset]:
-    """Node pins of the ``k``-th member on configuration ``c``."""
-    p, nr, q, nt, m = c
-    own = range(k * nr, (k + 1) * nr) if m else range(nr)
-    return frozenset(f"r{i}" for i in own), frozenset(f"t{i}" for i in range(nt))
+def pins(c, k: int, start: Optional[int] = None, count: Optional[int] = None) -> tuple[frozenset, frozenset]:
+    """Node pins of the ``k``-th member on configuration ``c`` (own-sized: ``count`` nodes from ``start``)."""
+    p, nr, q, nt, m, own = _six(c)
+    mine = range(start, start + count) if own and start is not None and count is not None else \
+        range(k * nr, (k + 1) * nr) if m else range(nr)
+    return frozenset(f"r{i}" for i in mine), frozenset(f"t{i}" for i in range(nt))
 
 
 def group_feasible(inst: PlacementInstance, members: tuple, c) -> bool:
-    p, nr, q, nt, m = c
+    p, nr, q, nt, m, own = _six(c)
     if m and len(members) > m:
         return False
     mem = []
+    start = 0
     for k, i in enumerate(members):
         j = inst.jobs[i]
-        a = j.rollout_s.get(p, {}).get(nr)
+        count = own_count(inst, i, c) if own else nr
+        if count is None:
+            return False
+        a = j.rollout_s.get(p, {}).get(count)
         b = j.train_s.get(q, {}).get(nt)
         if a is None or b is None:
             return False
-        sr, st = j.rollout_switch_s.get(p, {}).get(nr, 0.0), j.train_switch_s.get(q, {}).get(nt, 0.0)
-        mem.append(Member(j.name, a, b, j.sync(p, q), *pins(c, k), sr, st))
+        sr, st = j.rollout_switch_s.get(p, {}).get(count, 0.0), j.train_switch_s.get(q, {}).get(nt, 0.0)
+        mem.append(Member(j.name, a, b, j.sync(p, q), *pins(c, k, start, count), sr, st))
+        start += count
+    if own and start > nr:  # the members' own counts overflow the pool
+        return False
     res = cycle_times(mem)
     if any(res.of(inst.jobs[i].name) > inst.jobs[i].slo_s * (1 + 1e-9) for i in members):
         return False
@@ -114,10 +156,10 @@ def group_feasible(inst: PlacementInstance, members: tuple, c) -> bool:
 
 
 def config_use(inst: PlacementInstance, c) -> tuple:
-    p, nr, q, nt, m = c
+    p, nr, q, nt, m, own = _six(c)
     types = sorted(inst.pool_types)
     use = [0] * len(types)
-    use[types.index(p)] += nr * max(1, m)
+    use[types.index(p)] += nr if own else nr * max(1, m)
     use[types.index(q)] += nt
     return tuple(use)
 
@@ -168,9 +210,15 @@ def distinct_oracle(inst: PlacementInstance) -> tuple[float, int]:
     jobs = inst.jobs
 
     def necessary(members, c) -> bool:
-        p, nr, q, nt, m = c
+        p, nr, q, nt, m, own = _six(c)
         lim = min(jobs[i].slo_s for i in members) * (1 + 1e-9)
-        ra = [jobs[i].rollout_s.get(p, {}).get(nr) for i in members]
+        if own:  # the members' own counts: each a rollout of its own, the training ring shared
+            counts = [own_count(inst, i, c) for i in members]
+            if any(x is None for x in counts) or sum(counts) > nr:  # type: ignore[misc]
+                return False
+            ra = [jobs[i].rollout_s.get(p, {}).get(x) for i, x in zip(members, counts)]
+        else:
+            ra = [jobs[i].rollout_s.get(p, {}).get(nr) for i in members]
         tb = [jobs[i].train_s.get(q, {}).get(nt) for i in members]
         if any(x is None for x in ra + tb) or (m and len(members) > m):
             return False

@@ -213,11 +213,18 @@ def test_admit_rebuilds_only_the_groups_it_changes_and_writes_what_a_full_rebuil
     assert check(inst, body) == []
     idx = Index(inst)
     names = {n: i for i, n in enumerate(idx.names)}
-    from formulation.placement.evaluate import Config, Group
+    from formulation.placement.evaluate import Group
 
-    groups = [Group(idx.config_id[Config(g.rollout_pool.gpu_type, g.rollout_pool.size, g.train_pool.gpu_type, g.train_pool.size)],
-                    tuple(names[m.job] for m in g.members), g.id) for g in body.groups]
-    nodes = {g.id: {"rollout": g.rollout_pool.nodes, "train": g.train_pool.nodes} for g in body.groups}
+    from formulation.placement.plan import config_of
+
+    def config(g):  # whole pools, or members on nodes of their own (equal counts, or their own counts)
+        c = config_of(g)
+        return idx.config_id.get(c, idx.config_id.get(c._replace(members=0, own=False) if len(g.members) == 1 else c))
+
+    assert all(config(g) is not None for g in body.groups)
+    groups = [Group(config(g), tuple(names[m.job] for m in g.members), g.id) for g in body.groups]
+    nodes = {g.id: {"rollout": g.rollout_pool.nodes, "train": g.train_pool.nodes,
+                    "members": {m.job: m.rollout_nodes for m in g.members}} for g in body.groups}
     rebuilt = build_plan(idx, Solution(groups), [], nodes)
     from planner.plandoc import _round  # what the document holds: 9 significant digits
 

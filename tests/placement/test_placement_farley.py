@@ -15,7 +15,7 @@ from formulation.placement.explain import placeable_alone
 from formulation.placement.farley import cheap_value_bounds, farley_bound, items_for, stabilised_bound
 from benchmarks.placement.generate import generate_distinct
 from formulation.placement.pricing import price
-from tests.placement.placement_helpers import config_cost, configs_of, distinct_oracle, group_feasible, penalty
+from tests.placement.placement_helpers import config_cost, configs_of, distinct_oracle, group_feasible, own_count, penalty
 
 CASES = [(8, 11, 3), (10, 12, 4)]  # (jobs, seed, nodes per type)
 
@@ -32,9 +32,12 @@ def _groups(inst):
     jobs, confs, out = inst.jobs, configs_of(inst), []
 
     def necessary(members, c) -> bool:
-        p, nr, q, nt, m = c  # m >= 1: members on rollout nodes of their own (no rollout ring), at most m
+        p, nr, q, nt, m, own = c  # m >= 1: members on rollout nodes of their own (no rollout ring), at most m
         lim = min(jobs[i].slo_s for i in members) * (1 + 1e-9)
-        ra = [jobs[i].rollout_s.get(p, {}).get(nr) for i in members]
+        counts = [own_count(inst, i, c) if own else nr for i in members]  # own: each member's own count
+        if any(x is None for x in counts) or (own and sum(counts) > nr):  # type: ignore[misc]
+            return False
+        ra = [jobs[i].rollout_s.get(p, {}).get(x) for i, x in zip(members, counts)]
         tb = [jobs[i].train_s.get(q, {}).get(nt) for i in members]
         if any(x is None for x in ra + tb) or (m and len(members) > m):
             return False
@@ -169,7 +172,11 @@ def test_compiled_cheap_bounds_are_the_fractional_knapsacks():
         reps = rng.choice(n_jobs, 200, replace=False)
         slo = rng.uniform(100, 400, len(reps))
         v, d = rng.uniform(0.1, 20, len(reps)), rng.integers(1, 4, len(reps)).astype(float)
-        got = cheap_bounds(ok, a, bs, pinned, cap_r, cap_t, reps.astype(np.int64), slo, dram_r, state_t, v, d)
+        own_k = np.array([-1, -1, 0, -1, 1, -1][:K], dtype=np.int64)  # two own-sized rows (pinned ones)
+        pinned |= own_k >= 0
+        own_w = rng.integers(1, 4, (2, n_jobs)).astype(float)
+        cap_r = np.where(own_k >= 0, rng.integers(2, 40, K), cap_r).astype(float)
+        got = cheap_bounds(ok, a, bs, pinned, own_k, own_w, cap_r, cap_t, reps.astype(np.int64), slo, dram_r, state_t, v, d)
         for k in range(K):
             sel = ok[k, reps]
             if not sel.any():
@@ -177,6 +184,7 @@ def test_compiled_cheap_bounds_are_the_fractional_knapsacks():
                 continue
             r = reps[sel]
             sizes = (a[k, r] / slo[sel], bs[k, r] / slo[sel],
-                     (np.ones(len(r)) if pinned[k] else dram_r[r]) / cap_r[k], state_t[r] / cap_t[k])
+                     (own_w[own_k[k], r] if own_k[k] >= 0 else np.ones(len(r)) if pinned[k] else dram_r[r]) / cap_r[k],
+                     state_t[r] / cap_t[k])
             want = min(float(fractional_fills(v[sel], z, d[sel][None, :], np.ones(1))[0]) for z in sizes)
             assert got[k] == pytest.approx(want, rel=1e-9, abs=1e-9), (trial, k)

@@ -77,6 +77,7 @@ class WeavePlacer:
     def _groups(self, idx, placement: Placement):
         """The placement as the planner's anchored groups, and their nodes."""
         from formulation.placement.evaluate import Config, Group as PGroup
+        from formulation.placement.plan import own_config
 
         pos = {n: i for i, n in enumerate(idx.names)}
         groups, nodes = [], {}
@@ -84,10 +85,12 @@ class WeavePlacer:
             if g.pinned:  # members on rollout nodes of their own: (p, r, q, n_T, m) with m = pool nodes / r
                 r = len(g.member_rollout[0])
                 c = Config(g.rollout_type, r, g.train_type, len(g.train_nodes), len(g.rollout_nodes) // r)
-                if any(len(x) != r for x in g.member_rollout) or len(g.rollout_nodes) % r \
-                        or len({n for x in g.member_rollout for n in x}) != r * len(g.members):
+                if len({n for x in g.member_rollout for n in x}) != sum(len(x) for x in g.member_rollout) \
+                        or not all(g.member_rollout):
                     raise ValueError(f"group {g.id}: its members' own rollout nodes {[list(x) for x in g.member_rollout]} are not "
-                                     "disjoint blocks of one size; re-plan the group")
+                                     "disjoint; re-plan the group")
+                if any(len(x) != r for x in g.member_rollout) or len(g.rollout_nodes) % r or idx.config_id.get(c) is None:
+                    c = own_config(g.rollout_type, len(g.rollout_nodes), g.train_type, len(g.train_nodes))  # counts of their own
             else:
                 c = Config(g.rollout_type, len(g.rollout_nodes), g.train_type, len(g.train_nodes))
             k = idx.config_id.get(c)
