@@ -13,9 +13,31 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Any, Callable, Optional
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
+
+#: a caller's wall-clock deadline for the runs of this process (:func:`watching`): ``stop()`` is asked
+#: every STOP_EVERY events of :meth:`EventLoop.run` (a long rollout simulation runs for seconds), and
+#: true raises :class:`PastDeadline`
+STOP_EVERY = 2048
+_watch: Optional[Callable[[], bool]] = None
+
+
+class PastDeadline(Exception):
+    """A simulation (or an estimate of several) stopped because the caller's deadline passed."""
+
+
+@contextmanager
+def watching(stop: Optional[Callable[[], bool]]) -> Iterator[None]:
+    """Runs inside the block stop with :class:`PastDeadline` once ``stop()`` is true (None: never)."""
+    global _watch
+    before, _watch = _watch, stop
+    try:
+        yield
+    finally:
+        _watch = before
 
 
 class Handle:
@@ -64,6 +86,7 @@ class EventLoop:
         self._stopped = False
         heap = self._heap
         n = 0
+        watch = _watch
         while heap and not self._stopped:
             t, _, h = heap[0]
             if until is not None and t > until:
@@ -75,6 +98,9 @@ class EventLoop:
             self.now = t
             h.fn(*h.args)
             n += 1
+            if watch is not None and n % STOP_EVERY == 0 and watch():
+                self.events_run += n
+                raise PastDeadline(f"stopped at t={t:.3f}s of the simulation: the caller's deadline passed")
             if max_events is not None and n >= max_events:
                 raise RuntimeError(f"event limit {max_events} reached at t={t:.3f}s: the model is not converging")
         self.events_run += n

@@ -47,9 +47,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from functools import lru_cache
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
+
+from simulator.core import PastDeadline, watching  # PastDeadline: what rollout_s and train_s raise past a caller's deadline
 
 PLAN_SEEDS = 4  # fewest iterations the planner's expected phase time averages
 PLAN_SEEDS_MAX = 12  # most: more only while the standard error of the mean is above PLAN_REL_SE
@@ -197,21 +199,31 @@ def _train_sample(setup, seed: int) -> float:
     return _train_from_work(setup, w0, w1)
 
 
-def _mean(sample, job, mode: str, seeds: Optional[int]) -> float:
+def _mean(sample, job, mode: str, seeds: Optional[int], stop: Optional[Callable[[], bool]] = None) -> float:
     """Mean of ``sample(seed)`` over the job's seeds: one (conservative), ``seeds`` when given, else
-    ``PLAN_SEEDS`` and more until the standard error is within ``PLAN_REL_SE`` (at most ``PLAN_SEEDS_MAX``)."""
+    ``PLAN_SEEDS`` and more until the standard error is within ``PLAN_REL_SE`` (at most ``PLAN_SEEDS_MAX``).
+    ``stop()`` is asked before each draw and during its simulation (:func:`simulator.core.watching`):
+    true raises :class:`PastDeadline` (the draws done before it stay memoised)."""
+    def draw(seed: int) -> float:
+        if stop is None:
+            return sample(seed)
+        if stop():
+            raise PastDeadline("the caller's deadline passed")
+        with watching(stop):
+            return sample(seed)
+
     base = int(job.seed)
     if mode in QUANTILES:
-        return float(np.quantile([sample(base + k) for k in range(QUANTILE_SEEDS)], QUANTILES[mode]))
+        return float(np.quantile([draw(base + k) for k in range(QUANTILE_SEEDS)], QUANTILES[mode]))
     if mode != "sampled":
-        return float(sample(base))
+        return float(draw(base))
     n = PLAN_SEEDS if seeds is None else seeds
-    xs = [sample(base + k) for k in range(n)]
+    xs = [draw(base + k) for k in range(n)]
     while seeds is None and len(xs) < PLAN_SEEDS_MAX:
         m = float(np.mean(xs))
         if not math.isfinite(m) or m <= 0 or float(np.std(xs, ddof=1)) / math.sqrt(len(xs)) <= PLAN_REL_SE * m:
             break
-        xs.append(sample(base + len(xs)))
+        xs.append(draw(base + len(xs)))
     return float(np.mean(xs))
 
 
@@ -221,20 +233,24 @@ def _check_mode(mode: str) -> None:
 
 
 # --------------------------------------------------------------------- the planners' interface
-def rollout_s(job, pool, mode: str = "conservative", *, margin: float = 0.0, seeds: Optional[int] = None) -> float:
+def rollout_s(job, pool, mode: str = "conservative", *, margin: float = 0.0, seeds: Optional[int] = None,
+              stop: Optional[Callable[[], bool]] = None) -> float:
     """Rollout seconds of one iteration of ``job`` (:class:`estimators.phases.JobProfile`) on
-    ``pool`` (:class:`estimators.phases.PoolShape`): the mean makespan of the request-level rollout."""
+    ``pool`` (:class:`estimators.phases.PoolShape`): the mean makespan of the request-level rollout.
+    ``stop``: asked before and during each simulated iteration, true raises :class:`PastDeadline`."""
     _check_mode(mode)
     setup = setup_for(job, pool, conservative=is_bound(mode))
-    t = _mean(lambda s: _rollout_sample(setup, s), job, mode, seeds)
+    t = _mean(lambda s: _rollout_sample(setup, s), job, mode, seeds, stop)
     return t * (1.0 + margin)
 
 
-def train_s(job, pool, mode: str = "conservative", *, margin: float = 0.0, seeds: Optional[int] = None) -> float:
-    """Training-pool seconds of one iteration on ``pool`` (log-probs, update(s), optimizer step)."""
+def train_s(job, pool, mode: str = "conservative", *, margin: float = 0.0, seeds: Optional[int] = None,
+            stop: Optional[Callable[[], bool]] = None) -> float:
+    """Training-pool seconds of one iteration on ``pool`` (log-probs, update(s), optimizer step);
+    ``stop`` as for :func:`rollout_s`."""
     _check_mode(mode)
     setup = setup_for(job, pool, pool, conservative=is_bound(mode))
-    t = _mean(lambda s: _train_sample(setup, s), job, mode, seeds)
+    t = _mean(lambda s: _train_sample(setup, s), job, mode, seeds, stop)
     return t * (1.0 + margin)
 
 

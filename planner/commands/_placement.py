@@ -37,11 +37,14 @@ def plan_and_estimate(path: str, command: str, mode: Optional[str] = None):
 
 
 def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, command: str = "plan", progress=None,
-               recorded_margin: float = 0.0, asked_mode: Optional[str] = None):
+               recorded_margin: float = 0.0, asked_mode: Optional[str] = None, deadline=None):
     """(instance, name, digest, scenario or None) from a scenario YAML or a numbers-only instance file;
     ``progress``: a :class:`planner.statusline.Status` told which job's phase times are being estimated;
     ``recorded_margin``: a plan's margin, for a scenario only (an instance file holds its phase times);
-    ``asked_mode``: the ``--mode`` the user gave, refused for an instance file (it was ignored there)."""
+    ``asked_mode``: the ``--mode`` the user gave, refused for an instance file (it was ignored there);
+    ``deadline``: a function of the scenario giving the :func:`planner.instances.placement.clock`
+    value by which its phase-time estimates must be done, else
+    :class:`planner.instances.placement.CompileCut` (what it estimated is cached)."""
     from planner.instances.placement_files import instance_data, load_instance, read_doc
 
     if not Path(path).exists():
@@ -81,8 +84,12 @@ def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, comma
 
     digest = scenario_digest(sc)
     est_mode = mode or sc.solver.phase_time_estimate
-    key = f"{digest}-{cache.referenced_digest(sc)}" if cache.enabled() else digest
-    inst = cache.instance(key, est_mode, margin, lambda: compile_scenario(sc, mode, margin, on_job=on_job, parallel=True))
+    ref = cache.referenced_digest(sc) if cache.enabled() else ""
+    key = f"{digest}-{ref}" if cache.enabled() else digest
+    until = deadline(sc) if deadline is not None else None
+    inst = cache.instance(key, est_mode, margin, lambda: cache.jobs(
+        sc, ref, est_mode, margin,
+        lambda known: compile_scenario(sc, mode, margin, on_job=on_job, parallel=True, deadline=until, known=known)))
     return inst, sc.name, digest, sc
 
 

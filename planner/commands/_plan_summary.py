@@ -87,24 +87,25 @@ def abbreviate(names: list[str], width: int) -> dict[str, str]:
     return out
 
 
-def expected_cycles(sc, plan, deadline: Optional[float] = None) -> dict[str, float]:
+def expected_cycles(sc, plan, deadline: Optional[float] = None, clock=None) -> dict[str, float]:
     """Each shown group's cycle (the first :data:`TABLE_GROUPS`) with its members' expected
-    (sampled) phase times on their own pools; groups not reached by ``deadline`` (a
-    ``time.perf_counter`` value: the command's time limit) are left out (``-`` in the table)."""
+    (sampled) phase times on their own pools; groups not done by ``deadline`` (a
+    ``clock()`` value, ``time.perf_counter`` by default: the command's time limit; checked before each
+    simulated iteration) are left out (``-`` in the table)."""
     import time
     from dataclasses import replace
 
     from formulation.placement.cycle import cycle_times
     from formulation.placement.plan import members_of
     from planner.instances.common import ClusterView, job_profile, resolve_gpu_types
-    from simulator.phasetimes import PLAN_SEEDS, rollout_s, train_s
+    from simulator.phasetimes import PLAN_SEEDS, PastDeadline, rollout_s, train_s
 
     view = ClusterView(sc, resolve_gpu_types(sc))
     jobs = {j.name: j for j in sc.jobs}
-    out = {}
+    out: dict[str, float] = {}
+    now = clock or time.perf_counter
+    stop = None if deadline is None else (lambda: now() > deadline)
     for g in plan.groups[:TABLE_GROUPS]:
-        if deadline is not None and time.perf_counter() > deadline:
-            break
         pins = {m.job: m for m in g.members}
         members = []
         for m in members_of(g):
@@ -114,8 +115,11 @@ def expected_cycles(sc, plan, deadline: Optional[float] = None) -> dict[str, flo
             prof = job_profile(job)
             r_pool = view.pool(g.rollout_pool.gpu_type, max(1, len(pins[m.name].rollout_nodes)))
             t_pool = view.pool(g.train_pool.gpu_type, max(1, len(pins[m.name].train_nodes)))
-            members.append(replace(m, rollout_s=rollout_s(prof, r_pool, "sampled", seeds=PLAN_SEEDS),
-                                   train_s=train_s(prof, t_pool, "sampled", seeds=PLAN_SEEDS)))
+            try:
+                members.append(replace(m, rollout_s=rollout_s(prof, r_pool, "sampled", seeds=PLAN_SEEDS, stop=stop),
+                                       train_s=train_s(prof, t_pool, "sampled", seeds=PLAN_SEEDS, stop=stop)))
+            except PastDeadline:
+                return out
         out[g.id] = cycle_times(members).period
     return out
 

@@ -25,7 +25,12 @@ each job it moves costs the move price ($/h per moved job; the scenario's
 solver.move_price_per_job or --move-price). Jobs that cannot be placed are explained (SLO below
 the solo time on every pool, no node with enough DRAM, fleet short by N nodes of a type) and the
 command exits 2 without writing a plan, unless --allow-unplaced; jobs that fit nowhere alone are
-refused before any solve."""
+refused before any solve.
+
+--time-limit covers the whole command. A scenario's phase times are estimated by simulation first
+(seconds a job; kept in a cache, per job, for later runs): they stop at the limit's deadline, and
+when they cannot finish in it the command exits 2 with no plan, naming the least --time-limit that
+would do; the solver gets what they leave."""
 
 
 def add_arguments(p) -> None:
@@ -35,8 +40,9 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", choices=["auto", "fast", "colgen", "highs", "cpsat", "greedy"], default=None,
                    help="solver (default: the scenario's solver.backend, else auto)")
     p.add_argument("--time-limit", type=_args.number(hi=_args.TIME_LIMIT_S), default=None, metavar="S",
-                   help="wall-clock limit in seconds for the whole command, loading and writing included (default: the "
-                        "scenario's solver.time_limit_s, else 60)")
+                   help="wall-clock limit in seconds for the whole command, loading, a scenario's phase-time estimates "
+                        "and writing included: estimates that cannot finish in it are refused (exit 2) naming the least "
+                        "limit that would do (default: the scenario's solver.time_limit_s, else 60)")
     p.add_argument("--mip-gap", type=_args.number(hi=1.0), default=None, help="relative gap at which a solve may stop (default 1e-4)")
     p.add_argument("--threads", type=_args.number(1, _args.MAX_THREADS, kind=int), default=None, help="solver threads (default: the scenario's, else 1)")
     p.add_argument("--current", type=_args.path, metavar="CURRENT_PLAN",
@@ -78,6 +84,14 @@ def _check_args(args) -> None:
 
 
 MIN_SOLVE_S = 0.05  # what the solver gets when loading took the whole limit (a plan is always written)
+#: of the limit, kept from a scenario's phase-time estimates for what follows them (the index, the solve
+#: and its summary; writing the plan is kept besides, :func:`_write_s`): estimates that cannot finish
+#: before the rest of the limit are refused (:func:`_compile_refusal`)
+AFTER_COMPILE_SHARE = 0.1
+#: what a refusal's minimum --time-limit allows for the index, a short solve and the summary after the
+#: estimates (the fast path's first plan of 60 jobs: 0.1-0.3 s), and the margin on the estimates' projected time
+AFTER_COMPILE_S = 1.0
+PROJECTION_MARGIN = 1.25
 
 
 def _clock() -> float:
@@ -94,13 +108,55 @@ def solver_share(limit: float, loaded_s: float, n_jobs: int, json_out: bool) -> 
     idle machine, text and file: 2,000 jobs as JSON in 0.03-0.05 s, as YAML in 0.07-0.08 s
     (planner.yamlemit; 0.42 s with PyYAML's libyaml emitter), 10,000 jobs in 0.2-0.32 s and
     0.37 s) come off it. Returns (seconds, what was cut short or "")."""
-    write_s = (min(3e-5 * n_jobs + 0.03, 0.3 * limit) if json_out
-               else min(max(3e-5 * n_jobs + 0.04, 4.5e-5 * n_jobs - 0.01), 0.4 * limit))
-    left = limit - loaded_s - write_s
+    left = limit - loaded_s - _write_s(limit, n_jobs, json_out)
     if left >= MIN_SOLVE_S:
         return left, ""
     return MIN_SOLVE_S, (f"loading the input took {loaded_s:.2f} s of the {limit:g} s limit: the solver had "
                          f"{MIN_SOLVE_S:g} s (its fastest plan)")
+
+
+def _write_s(limit: float, n_jobs: int, json_out: bool) -> float:
+    """The estimate of writing the plan :func:`solver_share` keeps from the limit."""
+    return (min(3e-5 * n_jobs + 0.03, 0.3 * limit) if json_out
+            else min(max(3e-5 * n_jobs + 0.04, 4.5e-5 * n_jobs - 0.01), 0.4 * limit))
+
+
+def compile_deadline(t_start: float, limit: float, n_jobs: int, json_out: bool) -> float:
+    """When a scenario's phase-time estimates must be done (a :func:`_clock` value): what the limit
+    leaves after writing the plan, the fastest solve and :data:`AFTER_COMPILE_SHARE` of the limit."""
+    return t_start + limit - _write_s(limit, n_jobs, json_out) - MIN_SOLVE_S - AFTER_COMPILE_SHARE * limit
+
+
+def _compile_refusal(cut, limit: float, from_option: bool, spent_s: float, json_out: bool):
+    """The UserError (exit 2) for phase-time estimates that cannot finish in the limit
+    (:class:`planner.instances.placement.CompileCut`): what was done, and the least --time-limit that
+    would finish them and plan (the time before them, the rest projected with
+    :data:`PROJECTION_MARGIN`, :data:`AFTER_COMPILE_S` and writing)."""
+    import math
+
+    from planner.errors import Problem, UserError
+    from planner.instances import cache
+
+    before_s = max(0.0, spent_s - cut.elapsed_s)  # start-up and reading the scenario
+    kept = cache.enabled()
+    compile_s = cut.rest_s if kept or cut.before else cut.elapsed_s + cut.rest_s  # (without the cache: all again)
+    need = before_s + PROJECTION_MARGIN * compile_s + AFTER_COMPILE_S + _write_s(1e9, cut.total, json_out)
+    least = max(math.ceil(need), math.floor(limit) + 1)
+    given = f"--time-limit {limit:g}" if from_option else f"the scenario's solver.time_limit_s ({limit:g} s)"
+    if cut.before:
+        what = (f"estimating the phase times of its {cut.total} job(s) by simulation needs about {cut.rest_s:.1f} s on "
+                f"this machine (projected from the jobs' sizes), more than the {max(0.0, limit - before_s):.1f} s "
+                f"{given} leaves for it after start-up; nothing was estimated")
+    else:
+        what = (f"estimating the phase times of its {cut.total} job(s) by simulation did not finish in the "
+                f"{cut.elapsed_s:.1f} s {given} left for it: {cut.total - cut.missing} estimated"
+                + (" (kept in the cache: the next run estimates only the others)" if kept and cut.total > cut.missing else "")
+                + f", {cut.missing} not; they need about {cut.rest_s:.1f} s more "
+                + ("at the pace measured" if cut.measured else "(projected from the jobs' sizes)"))
+    fix = (f"pass --time-limit {least} or more (the plan then gets what the estimates leave of it)"
+           + ("; once estimated, a scenario's phase times are read from the cache" if kept else ""))
+    return UserError(Problem("--time-limit", what, fix), title="the time limit is too short to estimate this scenario's "
+                                                              "phase times; nothing solved, no plan written")
 
 
 def _refuse_jobs_alone_nowhere(idx, name: str) -> None:
@@ -130,20 +186,36 @@ def run(args) -> int:
     from planner.commands._placement import default_out, load_input, read_plan, same_fleet, unplaced_error, write_plan
     from planner.commands._plan_summary import expected_cycles, summary
     from planner.errors import Problem, UserError
+    from planner.instances.placement import CompileCut
     from planner.statusline import status
 
     _check_args(args)
+    json_out = str(args.out or "").endswith(".json")
+
+    def limit_of(scenario) -> float:
+        return args.time_limit or (scenario.solver.time_limit_s if scenario is not None else 60.0)
+
+    asked: list[float] = []  # the limit a scenario's estimates were given
+
+    def until(scenario) -> float:  # the scenario's phase-time estimates count against the limit
+        asked.append(limit_of(scenario))
+        return compile_deadline(t_start, asked[-1], len(scenario.jobs), json_out)
+
     with status("plan: reading the input and estimating every job's phase times") as st:
-        inst, name, digest, sc = load_input(args.input, args.mode, args.margin, progress=st, asked_mode=args.mode)
+        try:
+            inst, name, digest, sc = load_input(args.input, args.mode, args.margin, progress=st, asked_mode=args.mode,
+                                                deadline=until)
+        except CompileCut as cut:
+            raise _compile_refusal(cut, asked[-1], bool(args.time_limit), _clock() - t_start, json_out) from None
     if args.move_price is not None:
         inst = inst.model_copy(update={"move_price_per_job": args.move_price})
     solver = sc.solver if sc is not None else None
-    limit = args.time_limit or (solver.time_limit_s if solver else 60.0)
+    limit = limit_of(sc)
     from formulation.placement.evaluate import Index
 
     idx = Index(inst)  # (before the solver's share is set: its time is the command's, like loading)
     # the limit is for the whole command: loading and writing come off the solver's share
-    solve_limit, load_cut = solver_share(limit, _clock() - t_start, len(inst.jobs), str(args.out or "").endswith(".json"))
+    solve_limit, load_cut = solver_share(limit, _clock() - t_start, len(inst.jobs), json_out)
     opts = SolveOptions(
         time_limit_s=solve_limit,
         mip_gap=args.mip_gap if args.mip_gap is not None else (solver.mip_gap if solver else 1e-4),
@@ -207,7 +279,7 @@ def run(args) -> int:
     expected = None
     if sc is not None and record["phase_time_estimate"] in ("conservative", "max", "p90", "p99") and res.plan.groups:
         with status("plan: simulating each group's expected cycle (sampled phase times)"):
-            expected = expected_cycles(sc, res.plan, deadline=t_start + 0.9 * limit)  # within the command's limit
+            expected = expected_cycles(sc, res.plan, deadline=t_start + 0.9 * limit, clock=_clock)  # within the limit
     out = args.out or default_out(name)
     if out != "-":  # the file first: a closed stderr (a pager quit early) must not lose the plan
         write_plan(res.plan, record, name, digest, out)

@@ -14,6 +14,12 @@ code of the model, so `planner plan` / `admit` / `validate-plan` keep it on disk
   ``planner/instances/`` and ``planner/schema/``, and the shipped calibration data): any change
   to the code or data makes a new key, so a stale entry is never read.
 
+Below the whole instance, each job's phase tables are kept on their own (:func:`jobs`), keyed by
+the job's spec, the rest of the scenario but its name and description (cluster, GPU types,
+calibration, solver), the referenced files' digest, the estimate, the margin and the code digest:
+a `planner plan` cut short by its time limit keeps the jobs it estimated, and the next run
+estimates only the others.
+
 Where: ``$RL_PLANNER_CACHE_DIR``, else ``$XDG_CACHE_HOME/rl-planner``, else
 ``~/.cache/rl-planner``. ``RL_PLANNER_CACHE=0`` turns it off (the test suite does: tests patch
 the model at run time, which no source digest sees). An unreadable or corrupt entry is ignored
@@ -90,6 +96,51 @@ def instance(digest: str, mode: str, margin: float, compute: Callable[[], object
         return cached
     inst = compute()
     _write(path, inst.model_dump_json())  # type: ignore[attr-defined]
+    return inst
+
+
+def job_keys(scenario, ref: str, mode: str, margin: float) -> list[str]:
+    """The cache key of each job's phase tables (see the module docstring); ``ref``: :func:`referenced_digest`."""
+    import json
+
+    rest = scenario.model_dump(mode="json")
+    for k in ("name", "description", "jobs"):
+        rest.pop(k, None)
+    base = hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
+    base.update(f"|{ref}|{mode}|{margin:g}|{code_digest()}|".encode())
+    out = []
+    for j in scenario.jobs:
+        h = base.copy()
+        h.update(json.dumps(j.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode())
+        out.append(h.hexdigest()[:24])
+    return out
+
+
+def jobs(scenario, ref: str, mode: str, margin: float, compute: Callable[[dict], object]):
+    """``compute(known)``, ``known`` the jobs whose phase tables the cache holds (index -> job); the
+    jobs it compiles are stored, also those of a compile cut short
+    (:class:`planner.instances.placement.CompileCut`, raised on)."""
+    from formulation.placement.instance import PlacementJob
+    from planner.instances.placement import CompileCut
+
+    if not enabled():
+        return compute({})
+    where = folder() / "jobs"
+    keys = job_keys(scenario, ref, mode, margin)
+    known = {}
+    for k, key in enumerate(keys):
+        got = _read(where / f"{key}.json", PlacementJob)
+        if got is not None and getattr(got, "name", None) == scenario.jobs[k].name:
+            known[k] = got
+    try:
+        inst = compute(known)
+    except CompileCut as cut:
+        for k, job in cut.compiled.items():
+            _write(where / f"{keys[k]}.json", job.model_dump_json())
+        raise
+    for k, job in enumerate(inst.jobs):  # type: ignore[attr-defined]
+        if k not in known:
+            _write(where / f"{keys[k]}.json", job.model_dump_json())
     return inst
 
 

@@ -168,9 +168,10 @@ class JobEstimate:
 
 
 def estimate_job(job: JobSpec, view: ClusterView, mode: str = "conservative", seed: int = 0,
-                 phase_times: bool = True) -> JobEstimate:
+                 phase_times: bool = True, stop=None) -> JobEstimate:
     """``phase_times=False``: only what fits where (types, host DRAM); the phase times, solo time
-    and SLO stay empty/infinite (they run the request-level model, seconds for a large batch)."""
+    and SLO stay empty/infinite (they run the request-level model, seconds for a large batch).
+    ``stop``: asked before each simulated iteration (:class:`simulator.phasetimes.PastDeadline` when true)."""
     prof = job_profile(job, seed)
     r_nodes, t_nodes = job.rollout.nodes, job.trainer.nodes
     allowed_r = job.rollout.gpu_types or view.types()
@@ -180,8 +181,8 @@ def estimate_job(job: JobSpec, view: ClusterView, mode: str = "conservative", se
     if not phase_times:
         d_r, d_t = host_dram_gb(prof, t_nodes)
         return JobEstimate(job.name, prof, r_nodes, t_nodes, {}, {}, {}, d_r, d_t, rollout_types, train_types)
-    r_s = {t: rollout_s(prof, view.pool(t, r_nodes), mode) for t in rollout_types}
-    t_s = {t: train_s(prof, view.pool(t, t_nodes), mode) for t in train_types}
+    r_s = {t: rollout_s(prof, view.pool(t, r_nodes), mode, stop=stop) for t in rollout_types}
+    t_s = {t: train_s(prof, view.pool(t, t_nodes), mode, stop=stop) for t in train_types}
     s_s = {(a, b): sync_s(prof, view.pool(a, r_nodes), view.pool(b, t_nodes), view.inter_cluster_bw(a, b))
            for a in rollout_types for b in train_types}
     d_r, d_t = host_dram_gb(prof, t_nodes)
@@ -197,6 +198,7 @@ def estimate_job(job: JobSpec, view: ClusterView, mode: str = "conservative", se
         if mode in QUANTILES and job.slo.iteration_s is None:
             # a quantile plans with headroom on the same SLO: ratio x the expected (mean) solo iteration
             a, b = best[1], best[2]
-            solo_mean = rollout_s(prof, view.pool(a, r_nodes), "sampled") + train_s(prof, view.pool(b, t_nodes), "sampled") + s_s[(a, b)]
+            solo_mean = (rollout_s(prof, view.pool(a, r_nodes), "sampled", stop=stop)
+                         + train_s(prof, view.pool(b, t_nodes), "sampled", stop=stop) + s_s[(a, b)])
             est.slo_s = job.slo.target_s(solo_mean)
     return est

@@ -83,15 +83,16 @@ def dram_short_of(job: JobSpec, view: ClusterView, est: JobEstimate) -> DramShor
                       {t: view.dram_gb(t) for t in types}, {t: view.nodes_of(t) for t in types})
 
 
-def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0) -> PlacementJob:
+def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0, stop=None) -> PlacementJob:
     """``margin``: an explicit fraction added on top of every rollout and training time (the SLO
-    stays on the unmargined solo time), for planning with headroom on the same model."""
-    est = estimate_job(job, view, mode)
+    stays on the unmargined solo time), for planning with headroom on the same model; ``stop``:
+    asked before each simulated iteration, true raises :class:`simulator.phasetimes.PastDeadline`."""
+    est = estimate_job(job, view, mode, stop=stop)
     prof = est.profile
     r_tab: dict[str, dict[int, float]] = {}
     for t in est.rollout_types:
-        r_tab[t] = {n: rollout_s(prof, view.pool(t, n), mode, margin=margin) for n in _sizes(job.rollout.nodes, view.nodes_of(t))}
-    t_tab = {t: {n: train_s(prof, view.pool(t, n), mode, margin=margin) for n in sizes}
+        r_tab[t] = {n: rollout_s(prof, view.pool(t, n), mode, margin=margin, stop=stop) for n in _sizes(job.rollout.nodes, view.nodes_of(t))}
+    t_tab = {t: {n: train_s(prof, view.pool(t, n), mode, margin=margin, stop=stop) for n in sizes}
              for t, sizes in train_pool_sizes(job, view, est).items()}
     s_tab: dict[str, dict[str, float]] = {}
     for a in r_tab:
@@ -121,11 +122,108 @@ def compile_job(job: JobSpec, view: ClusterView, mode: str, margin: float = 0.0)
                         train_state_gb=state_gb, arrival_s=job.arrival_s)
 
 
+#: seconds of one simulated request-iteration (a work unit of :func:`work_units`) in one process,
+#: measured 2027-01 on the 2-core development machine at load average ~3.4 on the first job of each
+#: distinct spec (its samples not yet memoised) of weave-like-60, weave-like-200-2w, weave-trace-60,
+#: weave-micro and procurement-50 (72 specs): 13-95 us, median 24 us. FAST_S_PER_UNIT, under the
+#: fastest, decides a refusal before any estimate runs (only estimates that could not fit on a faster
+#: machine than that are refused unmeasured); TYPICAL_S_PER_UNIT, above the median, names the time
+#: such a refusal asks for. Once estimates have run, their own pace is used instead.
+FAST_S_PER_UNIT = 8e-6
+TYPICAL_S_PER_UNIT = 4e-5
+
+
+def clock() -> float:
+    """The compile's clock (``time.perf_counter``, one clock across the forked workers on Linux);
+    tests replace it to check the deadline."""
+    import time
+
+    return time.perf_counter()
+
+
+class CompileCut(Exception):
+    """The phase-time estimates did not (or could not) finish by the deadline.
+
+    ``compiled``: the jobs estimated before it (by index into the scenario's jobs, for the cache);
+    ``missing``: how many were not; ``rest_s``: about how long the rest would take on this machine
+    (from the pace of those estimated, else from :data:`TYPICAL_S_PER_UNIT`); ``measured``: whether
+    that pace was measured; ``before``: true when refused before any estimate ran."""
+
+    def __init__(self, compiled: dict[int, PlacementJob], total: int, missing: int, rest_s: float, measured: bool,
+                 before: bool, elapsed_s: float):
+        super().__init__(f"phase-time estimates cut short: {missing} of {total} job(s) not estimated")
+        self.compiled, self.total, self.missing = compiled, total, missing
+        self.rest_s, self.measured, self.before, self.elapsed_s = rest_s, measured, before, elapsed_s
+
+
+def _seeds(mode: str) -> int:
+    from simulator.phasetimes import PLAN_SEEDS, QUANTILE_SEEDS, QUANTILES
+
+    return QUANTILE_SEEDS if mode in QUANTILES else PLAN_SEEDS if mode == "sampled" else 1
+
+
+def _draws(job: JobSpec, view: ClusterView) -> tuple[int, int]:
+    """(rollout, training) phase-time calls :func:`compile_job` makes for ``job`` (without simulating)."""
+    est = estimate_job(job, view, phase_times=False)
+    r = sum(len(_sizes(job.rollout.nodes, view.nodes_of(t))) for t in est.rollout_types)
+    t = sum(len(_sizes(job.trainer.nodes, job.trainer.nodes if job.trainer.dp is not None else view.nodes_of(t)))
+            for t in est.train_types)
+    return r, t
+
+
+def work_units(job: JobSpec, view: ClusterView, mode: str) -> float:
+    """The simulation work of ``job``'s phase tables, in simulated request-iterations: rollout
+    pools x iterations the estimate draws x requests of an iteration (prompts x group size x turns).
+    A proxy (the seconds per unit vary 3-6x between jobs), for projecting the compile's time."""
+    r, _ = _draws(job, view)
+    ro = job.rollout
+    return float(r * _seeds(mode) * ro.batch_prompts * ro.group_size * max(1, ro.turns))
+
+
+def _spec_key(job: JobSpec) -> str:
+    """Jobs alike but for name, arrival, duration and SLO share every simulated iteration (memoised
+    per process): the compile runs them in one process. A scheduling hint only: the tables are each
+    job's own."""
+    import json
+
+    d = job.model_dump(mode="json")
+    for k in ("name", "arrival_s", "duration_s", "slo"):
+        d.pop(k, None)
+    return json.dumps(d, sort_keys=True)
+
+
+class _Stop:
+    """``stop()`` for the estimates: past ``deadline`` (on :func:`clock`); counts the simulated
+    iterations it let start (asked before each, and during one every few thousand events)."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline, self.draws = deadline, 0
+
+    def __call__(self) -> bool:
+        from simulator import core
+
+        if clock() > self.deadline:
+            return True
+        if core._watch is not self:  # before an iteration, not during one (simulator.core.watching)
+            self.draws += 1
+        return False
+
+
 def compile_scenario(sc: Scenario, mode: str | None = None, margin: float = 0.0, on_job=None,
-                     parallel: bool = False) -> PlacementInstance:
+                     parallel: bool = False, deadline: float | None = None,
+                     known: dict[int, PlacementJob] | None = None) -> PlacementInstance:
     """``on_job(k, n, name)``: called before each job's phase times are estimated (status lines);
     ``parallel``: the jobs estimated side by side in forked processes where that is safe
-    (:mod:`planner.instances.fanout`; the same numbers), ``on_job`` then called as each is in."""
+    (:mod:`planner.instances.fanout`; the same numbers), jobs of the same spec in one process (they
+    share their simulated iterations), ``on_job`` then called as each is in.
+
+    ``deadline`` (a :func:`clock` value): no simulated iteration starts after it; when the estimates
+    cannot finish by then, :class:`CompileCut` -- before any estimate when they could not finish in
+    time even at :data:`FAST_S_PER_UNIT`, else at the deadline, with the jobs estimated so far.
+    ``known``: jobs already compiled (by index into ``sc.jobs``, from the cache), not estimated again."""
+    from simulator.phasetimes import PastDeadline
+
+    t0 = clock()
     view = ClusterView(sc, resolve_gpu_types(sc))
     mode = mode or sc.solver.phase_time_estimate
     pools = {}
@@ -134,18 +232,74 @@ def compile_scenario(sc: Scenario, mode: str | None = None, margin: float = 0.0,
         price = spec.price_per_gpu_hour if spec and spec.price_per_gpu_hour else view.gpu_types[t].price_per_gpu_hour
         pools[t] = PoolType(gpus_per_node=view.gpus_per_node(t), price_per_gpu_hour=price, dram_gb=view.dram_gb(t),
                             count=view.nodes_of(t), node_names=view.node_names(t))
+    known = dict(known or {})
+    n = len(sc.jobs)
+    by_spec: dict[str, list[int]] = {}
+    for k, j in enumerate(sc.jobs):
+        if k not in known:
+            by_spec.setdefault(_spec_key(j), []).append(k)
+    groups = list(by_spec.values())
+    from planner.instances.fanout import planned_workers
+
+    workers = planned_workers(len(groups)) if parallel else 1
+    weight: list[float] = []
+    if deadline is not None:  # the work of each group: its first job's (the others reuse its iterations)
+        weight = [work_units(sc.jobs[g[0]], view, mode) for g in groups]
+        fast = max(sum(weight) * FAST_S_PER_UNIT / workers, max(weight, default=0.0) * FAST_S_PER_UNIT)
+        if groups and clock() + fast > deadline:
+            rest = max(sum(weight) / workers, max(weight)) * TYPICAL_S_PER_UNIT
+            raise CompileCut({}, n, sum(len(g) for g in groups), rest, False, True, clock() - t0)
+
+    count = [len(known)]  # jobs reported to on_job
+
+    def run_group(g: list[int]) -> tuple[list, float]:
+        """The group's jobs compiled (None past the deadline) and the share of its first job's draws made."""
+        out: list = []
+        share = 1.0
+        for k in g:
+            stop = _Stop(deadline) if deadline is not None else None
+            if on_job is not None and not parallel:
+                on_job(count[0], n, sc.jobs[k].name)
+                count[0] += 1
+            try:
+                out.append(compile_job(sc.jobs[k], view, mode, margin, stop=stop))
+            except PastDeadline:
+                if not out and stop is not None:
+                    r, t = _draws(sc.jobs[k], view)
+                    share = min(0.9, stop.draws / max(1, (r + t + 2) * _seeds(mode)))
+                out.extend([None] * (len(g) - len(out)))
+                break
+        return out, share
+
     if parallel:
         from planner.instances.fanout import map_jobs
 
-        done = None if on_job is None else (lambda k, d: on_job(d - 1, len(sc.jobs), sc.jobs[k].name))
-        jobs = map_jobs(lambda j: compile_job(j, view, mode, margin), sc.jobs, on_done=done)
+        def done(i: int, _d: int) -> None:
+            for k in groups[i]:
+                count[0] += 1
+                if on_job is not None:
+                    on_job(count[0] - 1, n, sc.jobs[k].name)
+
+        results = map_jobs(run_group, groups, on_done=done)
     else:
-        jobs = []
-        for k, j in enumerate(sc.jobs):
-            if on_job is not None:
-                on_job(k, len(sc.jobs), j.name)
-            jobs.append(compile_job(j, view, mode, margin))
-    return PlacementInstance(name=sc.name, pool_types=pools, jobs=jobs, move_price_per_job=sc.solver.move_price_per_job)
+        results = [run_group(g) for g in groups]
+    jobs: dict[int, PlacementJob] = dict(known)
+    for g, (out, _share) in zip(groups, results):
+        for k, pj in zip(g, out):
+            if pj is not None:
+                jobs[k] = pj
+    if len(jobs) < n:
+        # the pace: the work done (a group's first job, in part where it was cut) in the time taken; the
+        # rest: every group with a job not done (what a run that reads the done jobs from the cache does)
+        elapsed = clock() - t0
+        done_w = sum(w * (1.0 if out[0] is not None else share) for w, (out, share) in zip(weight, results))
+        rest_w = [w for w, (out, _share) in zip(weight, results) if None in out]
+        measured = done_w > 0 and elapsed > 0
+        rest = (sum(rest_w) * elapsed / done_w if measured
+                else max(sum(rest_w) / workers, max(rest_w)) * TYPICAL_S_PER_UNIT)
+        raise CompileCut({k: j for k, j in jobs.items() if k not in known}, n, n - len(jobs), rest, measured, False, elapsed)
+    return PlacementInstance(name=sc.name, pool_types=pools, jobs=[jobs[k] for k in range(n)],
+                             move_price_per_job=sc.solver.move_price_per_job)
 
 
 # instance files live in planner.instances.placement_files (no estimator imports); re-exported here

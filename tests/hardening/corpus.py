@@ -569,7 +569,8 @@ def smaller_cases() -> list[Case]:
         Case("whatif-out-dangling", ["whatif", TINY, "--out", "{d}/dl"], {"dl": _link_to("/nonexistent-session45/out")}, "dangling"),
         Case("tokens-per-iteration", scen["validate"], {"x.yaml": _scenario_with(lambda d: d["jobs"][0]["rollout"].update(
             batch_prompts=4096, group_size=64, max_response_tokens=524288))}, "max_response_tokens"),
-        Case("gpu-figures-at-floor", scen["plan"], {"x.yaml": _scenario_with(lambda d: [v.update(
+        # (with a limit its estimates fit in: under the scenario's 5 s they are refused first, naming --time-limit)
+        Case("gpu-figures-at-floor", scen["plan"] + ["--time-limit", "600"], {"x.yaml": _scenario_with(lambda d: [v.update(
             bf16_tflops=0.1, hbm_bw_tb_per_s=0.01, nvlink_gb_per_s=0.1, pcie_gb_per_s=0.01, inter_node_bw_gb_per_s=0.01)
             for v in d["gpu_types"].values()] + [d["jobs"][0]["slo"].update(ratio_to_solo=10.0),
                                                   d["jobs"][0]["rollout"].update(batch_prompts=512, group_size=16,
