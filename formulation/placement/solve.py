@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
-from formulation.placement.evaluate import MODELLED, Config, Group, Index, Solution, plan_cost_unit
+from formulation.placement.evaluate import MODELLED, OWN_MAX_ROLLOUT_NODES, Config, Group, Index, Solution, plan_cost_unit
 from formulation.placement.explain import explain, placeable_alone
 from formulation.placement.greedy import Packer, best_greedy, greedy
 from formulation.placement.instance import PlacementInstance
@@ -614,6 +614,19 @@ SCOPE_NOTE = (f"; optimal among the configurations the optimisers build ({MODELL
               "(a member on more rollout nodes than its own count, or on part of a training pool) are not covered")
 
 
+def scope_cap_note(pinned_members_max: int) -> str:
+    """What the instance's ``pinned_members_max`` takes out of :data:`SCOPE_NOTE`: the own-sized pools hold at most
+    that many rollout nodes (each member at least one), so a group of that many members or fewer on more rollout
+    nodes of their own (valid: the cap counts members) is outside the claim; 0: no pinned member at all."""
+    if pinned_members_max >= OWN_MAX_ROLLOUT_NODES:
+        return ""
+    if pinned_members_max == 0:
+        return "; this instance's pinned_members_max 0 leaves out every pinned configuration"
+    return (f"; this instance's pinned_members_max {pinned_members_max} caps those pools at {pinned_members_max} "
+            f"rollout node(s): groups of up to {pinned_members_max} pinned members on more rollout nodes than that "
+            "are not covered")
+
+
 def certify(idx: Index, obj: float, lb: Optional[float], status: SolveStatus, left_out: bool,
             mip_gap: float) -> tuple[Optional[float], SolveStatus, str]:
     """The bound rounded up to the cost unit and capped at ``obj``, and a status that agrees with
@@ -628,7 +641,7 @@ def certify(idx: Index, obj: float, lb: Optional[float], status: SolveStatus, le
     tol = max(mip_gap, 1e-9)
     within_gap = lb is not None and gap_of(obj, lb) <= tol
     if within_gap and not left_out:
-        return lb, SolveStatus.OPTIMAL, SCOPE_NOTE
+        return lb, SolveStatus.OPTIMAL, SCOPE_NOTE + scope_cap_note(idx.inst.pinned_members_max)
     if status is SolveStatus.OPTIMAL and not within_gap:
         gap = "no bound" if lb is None else f"gap {100 * gap_of(obj, lb):.4g}%"
         return lb, SolveStatus.FEASIBLE, (f"; the solver's optimality (with the penalty for the jobs left out) is not "

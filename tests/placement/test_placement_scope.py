@@ -65,3 +65,34 @@ def test_the_cheaper_plans_use_members_on_rollout_counts_of_their_own(tmp_path):
         if len(pins) > 1 and any(p != set(g["rollout_pool"]["nodes"]) for p in pins):
             assert sum(len(p) for p in pins) == len(set().union(*pins))
             assert set().union(*pins) <= set(g["rollout_pool"]["nodes"])
+
+
+PMAX2 = """kind: PlacementInstance
+name: pmax2
+pinned_members_max: 2
+pool_types:
+  R: {gpus_per_node: 8, price_per_gpu_hour: 1.0, dram_gb: 2048, count: 8}
+  T: {gpus_per_node: 8, price_per_gpu_hour: 3.0, dram_gb: 2048, count: 4}
+jobs:
+- {name: a, slo_s: 110.0, rollout_s: {R: {1: 50.0}}, train_s: {T: {1: 50.0}}}
+- {name: b, slo_s: 110.0, rollout_s: {R: {3: 50.0}}, train_s: {T: {1: 50.0}}}
+"""
+
+
+def test_an_optimal_claim_under_a_small_pinned_members_max_says_the_pools_it_leaves_out(tmp_path):
+    """pinned_members_max counts members, but the own-sized pools are capped at that many rollout *nodes*: with 2,
+    members a (1 node of its own) and b (3) sharing one training node (56 $/h, 2 pinned members) are outside every
+    optimiser's space, which proves 80. The claim must say so (an outside probe, session 50)."""
+    inst = tmp_path / "pmax2.yaml"
+    inst.write_text(PMAX2)
+    for pmax, cost in ((8, 56.0), (2, 80.0)):
+        inst.write_text(PMAX2.replace("pinned_members_max: 2", f"pinned_members_max: {pmax}"))
+        out = tmp_path / f"p{pmax}.yaml"
+        r = run_cli("plan", str(inst), "--backend", "colgen", "--time-limit", "30", "--out", str(out))
+        assert r.returncode == 0, r.stderr[-2000:]
+        doc = yaml.safe_load(out.read_text())
+        assert doc["body"]["cost_per_hour"] == cost and doc["solver"]["status"] == "optimal", doc["solver"]
+        v = run_cli("validate-plan", str(inst), str(tmp_path / "p8.yaml"), "--force")  # 2 pinned members: valid under 2 too
+        assert v.returncode == 0 and "56.00 $/h" in v.stdout, (v.stdout, v.stderr)
+        capped = "pinned_members_max 2 caps those pools at 2 rollout node(s)" in doc["solver"]["message"]
+        assert capped == (pmax == 2), doc["solver"]["message"]
