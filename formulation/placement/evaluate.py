@@ -71,13 +71,18 @@ PINNED_MAX_TRAIN_NODES = 2
 #: own-sized configurations (``Config.own``): rollout pools of up to this many nodes, training pools up to this size
 OWN_MAX_ROLLOUT_NODES = 8
 OWN_MAX_TRAIN_NODES = 8
+#: ... on instances of at most this many jobs. More configurations slow column generation: measured side by side
+#: (results/placement/own-sized.md) plans under a short limit were the same up to 24 jobs and up to 3-13% dearer on
+#: some instances of 40-200 jobs (distinct 200 under 10 s: 3,956 against 3,496 $/h; the same under 30 s), and at
+#: 2,000 jobs the fast path made 20-30% fewer moves. Beyond it the claim says they are left out
+OWN_MAX_JOBS = 30
 #: what every optimiser's "optimal" and every bound cover (docs/placement.md, "The model"): the plan space the
 #: checker accepts is wider (an outside check, session 49: 168 $/h valid where every backend proved 240 with a
 #: member on 3 rollout nodes of its own; 160 where they proved 200 with members on 1, 1 and 2 nodes)
 MODELLED = (f"whole pools, pinned members on the same 1-{PINNED_MAX_ROLLOUT_NODES} rollout nodes of their own each "
             f"sharing 1-{PINNED_MAX_TRAIN_NODES} training nodes, and pinned members each on the fewest rollout nodes of "
             f"its own that meet its SLO (pools of up to {OWN_MAX_ROLLOUT_NODES} rollout and {OWN_MAX_TRAIN_NODES} "
-            f"training nodes)")
+            f"training nodes, on instances of up to {OWN_MAX_JOBS} jobs)")
 
 
 def pinned_member_counts(most: int) -> tuple[int, ...]:
@@ -177,7 +182,8 @@ class Index:
         # own-sized configurations: a rollout pool of R nodes shared out among the members by their own
         # counts (each the fewest that meet its SLO; module docstring); the pools of R <= 2 nodes on
         # training pools of the sizes above are the equal-count configurations' already
-        if inst.pinned_members_max >= 1:
+        self.own_left_out = self.n if inst.pinned_members_max >= 1 and self.n > OWN_MAX_JOBS else 0  # (jobs: the claim says so)
+        if inst.pinned_members_max >= 1 and not self.own_left_out:
             top = min(inst.pinned_members_max, OWN_MAX_ROLLOUT_NODES)
             for p in self.types:
                 if not any(n <= OWN_MAX_ROLLOUT_NODES for n in r_sizes[p]):

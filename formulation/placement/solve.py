@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 from formulation.common import SolveOptions, SolveRecord, SolveStatus
-from formulation.placement.evaluate import MODELLED, OWN_MAX_ROLLOUT_NODES, Config, Group, Index, Solution, plan_cost_unit
+from formulation.placement.evaluate import MODELLED, OWN_MAX_JOBS, OWN_MAX_ROLLOUT_NODES, Config, Group, Index, Solution, plan_cost_unit
 from formulation.placement.explain import explain, placeable_alone
 from formulation.placement.greedy import Packer, best_greedy, greedy
 from formulation.placement.instance import PlacementInstance
@@ -614,6 +614,15 @@ SCOPE_NOTE = (f"; optimal among the configurations the optimisers build ({MODELL
               "(a member on more rollout nodes than its own count, or on part of a training pool) are not covered")
 
 
+def scope_size_note(n_jobs: int) -> str:
+    """What the instance's size takes out of :data:`SCOPE_NOTE`: beyond ``evaluate.OWN_MAX_JOBS`` jobs the
+    own-sized configurations are not built (``n_jobs``: ``Index.own_left_out``, 0 when they are)."""
+    if not n_jobs:
+        return ""
+    return (f"; at {n_jobs} jobs (over {OWN_MAX_JOBS}) the own-sized configurations are left out: members on "
+            "different rollout counts of their own are not covered")
+
+
 def scope_cap_note(pinned_members_max: int) -> str:
     """What the instance's ``pinned_members_max`` takes out of :data:`SCOPE_NOTE`: the own-sized pools hold at most
     that many rollout nodes (each member at least one), so a group of that many members or fewer on more rollout
@@ -641,7 +650,7 @@ def certify(idx: Index, obj: float, lb: Optional[float], status: SolveStatus, le
     tol = max(mip_gap, 1e-9)
     within_gap = lb is not None and gap_of(obj, lb) <= tol
     if within_gap and not left_out:
-        return lb, SolveStatus.OPTIMAL, SCOPE_NOTE + scope_cap_note(idx.inst.pinned_members_max)
+        return lb, SolveStatus.OPTIMAL, SCOPE_NOTE + scope_cap_note(idx.inst.pinned_members_max) + scope_size_note(idx.own_left_out)
     if status is SolveStatus.OPTIMAL and not within_gap:
         gap = "no bound" if lb is None else f"gap {100 * gap_of(obj, lb):.4g}%"
         return lb, SolveStatus.FEASIBLE, (f"; the solver's optimality (with the penalty for the jobs left out) is not "

@@ -96,3 +96,23 @@ def test_an_optimal_claim_under_a_small_pinned_members_max_says_the_pools_it_lea
         assert v.returncode == 0 and "56.00 $/h" in v.stdout, (v.stdout, v.stderr)
         capped = "pinned_members_max 2 caps those pools at 2 rollout node(s)" in doc["solver"]["message"]
         assert capped == (pmax == 2), doc["solver"]["message"]
+
+
+def test_beyond_own_max_jobs_the_index_builds_no_own_sized_configuration_and_the_claim_says_so():
+    """The own-sized configurations are built on instances of up to evaluate.OWN_MAX_JOBS jobs (fleet scale keeps the
+    equal-count ones: results/placement/own-sized.md); an optimal claim beyond that names what it leaves out."""
+    from formulation.common import SolveStatus
+    from formulation.placement.evaluate import OWN_MAX_JOBS, Index
+    from formulation.placement.solve import certify
+    from benchmarks.placement.generate import generate_distinct
+
+    small, big = generate_distinct(OWN_MAX_JOBS, 3), generate_distinct(OWN_MAX_JOBS + 1, 3)
+    i_small, i_big = Index(small), Index(big)
+    assert i_small.own.any() and i_small.own_left_out == 0
+    assert not i_big.own.any() and i_big.own_left_out == OWN_MAX_JOBS + 1
+    restricted = i_big.restrict(big.model_copy(update={"jobs": big.jobs[:10]}), list(range(10)))
+    assert restricted.own_left_out == OWN_MAX_JOBS + 1  # (the jobs the configurations were built for)
+    _, status, note = certify(restricted, 100.0, 100.0, SolveStatus.OPTIMAL, False, 1e-4)
+    assert status is SolveStatus.OPTIMAL and f"at {OWN_MAX_JOBS + 1} jobs" in note and "own-sized configurations are left out" in note
+    _, _, note = certify(i_small, 100.0, 100.0, SolveStatus.OPTIMAL, False, 1e-4)
+    assert "left out" not in note
