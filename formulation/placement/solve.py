@@ -143,13 +143,32 @@ def read_current(idx: Index, plan: PlacementPlan) -> Current:
             k = idx.config_id.get(own_config(c.rollout_type, c.rollout_pool_nodes, c.train_type, c.train_nodes))
         cand.append((-1 if k is None else k, js, g.id))
     feas = idx.feasible_groups([max(k, 0) for k, _, _ in cand], [js for _, js, _ in cand])
+    left = {g.id for g in plan.groups if len(members.get(g.id, ())) < len(g.members)}  # a member departed
     groups = []
     for (k, js, gid), ok in zip(cand, feas):
         if k < 0 or not ok:
             dropped.append(gid)
             continue
+        if gid in left and idx.configs[k].pinned:
+            k = _released(idx, k, js, {m.job: m.rollout_nodes for g in plan.groups if g.id == gid for m in g.members})
         groups.append(Group(k, tuple(js), gid))
     return Current(groups, nodes, members, placed, dropped, configs)
+
+
+def _released(idx: Index, k: int, js: list[int], pins: dict) -> int:
+    """A pinned group a member left: the cheapest configuration of the same pool types, on no more nodes, on which
+    the staying members are feasible each on as many rollout nodes of its own as it holds (so none of them moves),
+    else ``k`` (an outside probe, session 50: the leaver's nodes stayed paid for, 200 $/h where 160 held)."""
+    c0, nodes = idx.configs[k], idx.node_matrix[k]
+    held = [len(pins.get(idx.names[j], ())) for j in js]
+    best = k
+    for k2, c in enumerate(idx.configs):
+        if (not c.pinned or (c.rollout_type, c.train_type, c.train_nodes) != (c0.rollout_type, c0.train_type, c0.train_nodes)
+                or idx.cost[k2] >= idx.cost[best] - 1e-9 or not (idx.node_matrix[k2] <= nodes).all()):
+            continue
+        if [idx.own_nodes(k2, j) for j in js] == held and idx.feasible(k2, js):
+            best = k2
+    return best
 
 
 def moved_jobs(sol: Solution, cur: Optional[Current]) -> list[int]:

@@ -116,3 +116,30 @@ def test_beyond_own_max_jobs_the_index_builds_no_own_sized_configuration_and_the
     assert status is SolveStatus.OPTIMAL and f"at {OWN_MAX_JOBS + 1} jobs" in note and "own-sized configurations are left out" in note
     _, _, note = certify(i_small, 100.0, 100.0, SolveStatus.OPTIMAL, False, 1e-4)
     assert "left out" not in note
+
+
+@pytest.mark.parametrize("backend", ["fast", "greedy"])
+def test_a_departure_from_an_own_sized_group_gives_back_the_nodes_it_held(tmp_path, backend):
+    """An outside probe (session 50): after a member of an own-sized group left, re-planning with --current kept the
+    group's whole rollout pool (200 $/h where 160 holds the same groups). The group now shrinks to the cheapest
+    configuration of its pool types on no more nodes, and the staying members keep their own rollout nodes."""
+    inst = DATA / "mixed-twins-0.yaml"
+    plan = tmp_path / "p.yaml"
+    assert run_cli("plan", str(inst), "--backend", "colgen", "--time-limit", "30", "--out", str(plan)).returncode == 0
+    body = yaml.safe_load(plan.read_text())["body"]
+    (own,) = [g for g in body["groups"] if len({len(m["rollout_nodes"]) for m in g["members"]}) > 1]
+    leaver = max(own["members"], key=lambda m: len(m["rollout_nodes"]))["job"]
+    staying = {m["job"]: m["rollout_nodes"] for m in own["members"] if m["job"] != leaver}
+    d = yaml.safe_load(inst.read_text())
+    d["jobs"] = [j for j in d["jobs"] if j["name"] != leaver]
+    left = tmp_path / "left.yaml"
+    left.write_text(yaml.safe_dump(d, sort_keys=False))
+    out = tmp_path / "q.yaml"
+    r = run_cli("plan", str(left), "--backend", backend, "--current", str(plan), "--time-limit", "30", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert run_cli("validate-plan", str(left), str(out)).returncode == 0
+    after = yaml.safe_load(out.read_text())["body"]
+    (g,) = [g for g in after["groups"] if g["id"] == own["id"]]
+    assert {m["job"]: m["rollout_nodes"] for m in g["members"]} == staying
+    assert g["rollout_pool"]["size"] == sum(len(v) for v in staying.values()) < own["rollout_pool"]["size"]
+    assert after["cost_per_hour"] < body["cost_per_hour"]
