@@ -171,6 +171,33 @@ def _released(idx: Index, k: int, js: list[int], pins: dict) -> int:
     return best
 
 
+def reanchor(idx: Index, sol: Solution, cur: Optional[Current]) -> Solution:
+    """Each group of ``sol`` that no current group anchors takes the id and nodes of a current group that no group of
+    ``sol`` anchors, on the same pool types and training pool and both pinned or both whole (the one sharing the most
+    members with it, at least one): its members who were there keep their nodes and do not move. A solver indifferent
+    to moves (move price 0) returned such groups unanchored, and the plan said "moving 3 job(s)" where one had moved,
+    the staying two put on other nodes (an outside probe, session 50)."""
+    if cur is None:
+        return sol
+
+    def key(k: int) -> tuple:
+        c = idx.configs[k]
+        return c.rollout_type, c.train_type, c.train_nodes, c.pinned
+
+    used = {g.anchor for g in sol.groups if g.anchor}
+    free = {g.anchor: g for g in cur.groups if g.anchor and g.anchor not in used}
+    out = []
+    for g in sol.groups:
+        if g.anchor is None and free:
+            best = max(((len(set(g.members) & set(c.members)), gid) for gid, c in free.items() if key(c.config) == key(g.config)),
+                       default=(0, ""))
+            if best[0] > 0:
+                g = Group(g.config, g.members, best[1])
+                del free[best[1]]
+        out.append(g)
+    return replace(sol, groups=out)
+
+
 def moved_jobs(sol: Solution, cur: Optional[Current]) -> list[int]:
     if cur is None:
         return []
@@ -578,6 +605,7 @@ def _solve(inst: PlacementInstance, options: SolveOptions, backend: str, current
         # the three moves while the solver's time lasts, less what opening groups and explaining the
         # jobs then left out take (reserved by the fast path too)
         sol = place_leftovers(idx, sol, _real(deadline - LEFTOVER_S_PER_JOB * len(sol.unplaced)))
+    sol = reanchor(idx, sol, cur)
     sol.moved = moved_jobs(sol, cur)
     free = dict(idx.capacity)
     for t, n in idx.nodes_used(sol.groups).items():

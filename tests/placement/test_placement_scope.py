@@ -143,3 +143,34 @@ def test_a_departure_from_an_own_sized_group_gives_back_the_nodes_it_held(tmp_pa
     assert {m["job"]: m["rollout_nodes"] for m in g["members"]} == staying
     assert g["rollout_pool"]["size"] == sum(len(v) for v in staying.values()) < own["rollout_pool"]["size"]
     assert after["cost_per_hour"] < body["cost_per_hour"]
+
+
+@pytest.mark.parametrize("backend", ["colgen", "highs"])
+def test_a_re_plan_indifferent_to_moves_keeps_the_staying_members_on_their_group_and_nodes(tmp_path, backend):
+    """With move price 0 the exact backends returned the re-planned group unanchored: the plan said "moving 3 job(s)"
+    and put the two staying members on other nodes, where only the joining job moved (an outside probe, session 50).
+    A group on the same pool types as a current group it shares members with now keeps that group's id and nodes."""
+    inst = DATA / "mixed-twins-0.yaml"
+    plan = tmp_path / "p.yaml"
+    assert run_cli("plan", str(inst), "--backend", "colgen", "--time-limit", "30", "--out", str(plan)).returncode == 0
+    body = yaml.safe_load(plan.read_text())["body"]
+    (own,) = [g for g in body["groups"] if len({len(m["rollout_nodes"]) for m in g["members"]}) > 1]
+    leaver = max(own["members"], key=lambda m: len(m["rollout_nodes"]))["job"]
+    d = yaml.safe_load(inst.read_text())
+    d["jobs"] = [j for j in d["jobs"] if j["name"] != leaver]
+    left = tmp_path / "left.yaml"
+    left.write_text(yaml.safe_dump(d, sort_keys=False))
+    out = tmp_path / "q.yaml"
+    r = run_cli("plan", str(left), "--backend", backend, "--current", str(plan), "--time-limit", "30", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert run_cli("validate-plan", str(left), str(out)).returncode == 0
+    after = yaml.safe_load(out.read_text())["body"]
+    home = {m["job"]: (g["id"], m["rollout_nodes"]) for g in body["groups"] for m in g["members"]}
+    now = {m["job"]: (g["id"], m["rollout_nodes"], m["moved"]) for g in after["groups"] for m in g["members"]}
+    for job, (gid, nodes, moved) in now.items():
+        assert moved == (gid != home[job][0]), (job, gid, home[job])
+        if gid == home[job][0] and job in {m["job"] for m in own["members"]}:
+            assert nodes == home[job][1], job  # a staying member of the pinned group keeps its own nodes
+    assert sorted(after["moved_jobs"]) == sorted(j for j, (gid, _, _) in now.items() if gid != home[j][0])
+    staying = [m["job"] for m in own["members"] if m["job"] != leaver]
+    assert any(now[j][0] == own["id"] and now[j][1] == home[j][1] for j in staying), (now, own["id"])
