@@ -173,8 +173,9 @@ def _released(idx: Index, k: int, js: list[int], pins: dict) -> int:
 
 def reanchor(idx: Index, sol: Solution, cur: Optional[Current]) -> Solution:
     """Each group of ``sol`` that no current group anchors takes the id and nodes of a current group that no group of
-    ``sol`` anchors, on the same pool types and training pool and both pinned or both whole (the one sharing the most
-    members with it, at least one): its members who were there keep their nodes and do not move. A solver indifferent
+    ``sol`` anchors, on the same pool types and training pool and both pinned or both whole, where every member of
+    both keeps at least the rollout nodes it holds (the one sharing the most members with it, at least one): its
+    members who were there keep their nodes and do not move. A solver indifferent
     to moves (move price 0) returned such groups unanchored, and the plan said "moving 3 job(s)" where one had moved,
     the staying two put on other nodes (an outside probe, session 50)."""
     if cur is None:
@@ -184,13 +185,21 @@ def reanchor(idx: Index, sol: Solution, cur: Optional[Current]) -> Solution:
         c = idx.configs[k]
         return c.rollout_type, c.train_type, c.train_nodes, c.pinned
 
+    def keeps(g: Group, gid: str, c: Group) -> bool:
+        """Every member of both holds at least the rollout nodes it holds now (a pool no smaller; its own count)."""
+        new = idx.configs[g.config]
+        if not new.pinned:
+            return new.rollout_nodes >= len(cur.nodes[gid]["rollout"])
+        held = cur.nodes[gid].get("members", {})
+        return all(idx.own_nodes(g.config, j) == len(held.get(idx.names[j], ())) for j in set(g.members) & set(c.members))
+
     used = {g.anchor for g in sol.groups if g.anchor}
     free = {g.anchor: g for g in cur.groups if g.anchor and g.anchor not in used}
     out = []
     for g in sol.groups:
         if g.anchor is None and free:
-            best = max(((len(set(g.members) & set(c.members)), gid) for gid, c in free.items() if key(c.config) == key(g.config)),
-                       default=(0, ""))
+            best = max(((len(set(g.members) & set(c.members)), gid) for gid, c in free.items()
+                        if key(c.config) == key(g.config) and keeps(g, gid, c)), default=(0, ""))
             if best[0] > 0:
                 g = Group(g.config, g.members, best[1])
                 del free[best[1]]

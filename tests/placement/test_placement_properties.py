@@ -191,14 +191,16 @@ def test_reoptimisation_keeps_unmoved_jobs_on_their_nodes(backend):
     res = solve(later, SolveOptions(time_limit_s=20), backend, current=cur)
     assert check(later, res.plan) == []
     assert res.record.warm_start == "previous-plan"
-    old = {m.job: (g.id, tuple(g.rollout_pool.nodes), tuple(g.train_pool.nodes)) for g in cur.groups for m in g.members}
+    # each member's own pins (the whole pools, or rollout nodes of its own: a pinned group a member left gives that
+    # member's nodes back, solve._released, and the others keep theirs)
+    old = {m.job: (g.id, tuple(m.rollout_nodes), tuple(m.train_nodes)) for g in cur.groups for m in g.members}
     moved = set(res.plan.moved_jobs)
     for g in res.plan.groups:
         for m in g.members:
             assert m.moved == (m.job in moved)
-            if m.job in old and m.job not in moved:  # kept: same group id, its nodes still in the pools
+            if m.job in old and m.job not in moved:  # kept: same group id, its nodes still its own
                 gid, r, t = old[m.job]
-                assert g.id == gid and set(r) <= set(g.rollout_pool.nodes) and set(t) <= set(g.train_pool.nodes)
+                assert g.id == gid and set(r) <= set(m.rollout_nodes) and set(t) <= set(m.train_nodes)
     assert moved <= set(old)  # only jobs of the current plan can move
     assert res.plan.move_cost_per_hour == pytest.approx(0.5 * len(moved))
     # the objective the solvers minimise: never worse than keeping everyone and admitting the newcomers
