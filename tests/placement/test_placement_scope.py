@@ -57,7 +57,7 @@ def test_every_exact_backend_reaches_a_valid_plan_found_outside_and_bounds_below
     for backend in ("highs", "cpsat"):
         res = solve(numbers, SolveOptions(time_limit_s=30, mip_gap=0.0), backend)
         assert check(numbers, res.plan) == [], backend
-        plans.append((backend, res.plan.model_dump(mode="json"), res.record.model_dump(mode="json")))
+        plans.append((backend, res.plan.model_dump(mode="json"), {"status": res.record.status.value, "message": res.record.message}))
     for backend, body, rec in plans:
         assert not body["unplaced"], backend
         assert body["cost_per_hour"] <= witness_cost + 1e-6, (backend, body["cost_per_hour"], witness_cost)
