@@ -136,18 +136,15 @@ def test_beyond_own_max_jobs_the_index_builds_no_own_sized_configuration_and_the
     assert "left out" not in note
 
 
-@pytest.mark.parametrize("backend", ["fast", "greedy"])
-def test_a_departure_from_an_own_sized_group_gives_back_the_nodes_it_held(tmp_path, backend):
-    """An outside probe (session 50): after a member of an own-sized group left, re-planning with --current kept the
-    group's whole rollout pool (200 $/h where 160 holds the same groups). The group now shrinks to the cheapest
-    configuration of its pool types on no more nodes, and the staying members keep their own rollout nodes."""
+def _departure(tmp_path, backend):
+    """mixed-twins-0 planned by colgen, then re-planned by ``backend`` with --current after the own-sized group's member
+    on the most rollout nodes left: (the first plan's body, its own-sized group, the leaver, the re-plan's body)."""
     inst = DATA / "mixed-twins-0.yaml"
     plan = tmp_path / "p.yaml"
     assert run_cli("plan", str(inst), "--backend", "colgen", "--time-limit", "30", "--out", str(plan)).returncode == 0
     body = yaml.safe_load(plan.read_text())["body"]
     (own,) = [g for g in body["groups"] if len({len(m["rollout_nodes"]) for m in g["members"]}) > 1]
     leaver = max(own["members"], key=lambda m: len(m["rollout_nodes"]))["job"]
-    staying = {m["job"]: m["rollout_nodes"] for m in own["members"] if m["job"] != leaver}
     d = yaml.safe_load(inst.read_text())
     d["jobs"] = [j for j in d["jobs"] if j["name"] != leaver]
     left = tmp_path / "left.yaml"
@@ -157,6 +154,16 @@ def test_a_departure_from_an_own_sized_group_gives_back_the_nodes_it_held(tmp_pa
     assert r.returncode == 0, r.stderr[-2000:]
     assert run_cli("validate-plan", str(left), str(out)).returncode == 0
     after = yaml.safe_load(out.read_text())["body"]
+    return body, own, leaver, after
+
+
+@pytest.mark.parametrize("backend", ["fast", "greedy"])
+def test_a_departure_from_an_own_sized_group_gives_back_the_nodes_it_held(tmp_path, backend):
+    """An outside probe (session 50): after a member of an own-sized group left, re-planning with --current kept the
+    group's whole rollout pool (200 $/h where 160 holds the same groups). The group now shrinks to the cheapest
+    configuration of its pool types on no more nodes, and the staying members keep their own rollout nodes."""
+    body, own, leaver, after = _departure(tmp_path, backend)
+    staying = {m["job"]: m["rollout_nodes"] for m in own["members"] if m["job"] != leaver}
     (g,) = [g for g in after["groups"] if g["id"] == own["id"]]
     assert {m["job"]: m["rollout_nodes"] for m in g["members"]} == staying
     assert g["rollout_pool"]["size"] == sum(len(v) for v in staying.values()) < own["rollout_pool"]["size"]
@@ -168,21 +175,7 @@ def test_a_re_plan_indifferent_to_moves_keeps_the_staying_members_on_their_group
     """With move price 0 the exact backends returned the re-planned group unanchored: the plan said "moving 3 job(s)"
     and put the two staying members on other nodes, where only the joining job moved (an outside probe, session 50).
     A group on the same pool types as a current group it shares members with now keeps that group's id and nodes."""
-    inst = DATA / "mixed-twins-0.yaml"
-    plan = tmp_path / "p.yaml"
-    assert run_cli("plan", str(inst), "--backend", "colgen", "--time-limit", "30", "--out", str(plan)).returncode == 0
-    body = yaml.safe_load(plan.read_text())["body"]
-    (own,) = [g for g in body["groups"] if len({len(m["rollout_nodes"]) for m in g["members"]}) > 1]
-    leaver = max(own["members"], key=lambda m: len(m["rollout_nodes"]))["job"]
-    d = yaml.safe_load(inst.read_text())
-    d["jobs"] = [j for j in d["jobs"] if j["name"] != leaver]
-    left = tmp_path / "left.yaml"
-    left.write_text(yaml.safe_dump(d, sort_keys=False))
-    out = tmp_path / "q.yaml"
-    r = run_cli("plan", str(left), "--backend", backend, "--current", str(plan), "--time-limit", "30", "--out", str(out))
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert run_cli("validate-plan", str(left), str(out)).returncode == 0
-    after = yaml.safe_load(out.read_text())["body"]
+    body, own, leaver, after = _departure(tmp_path, backend)
     home = {m["job"]: (g["id"], m["rollout_nodes"]) for g in body["groups"] for m in g["members"]}
     now = {m["job"]: (g["id"], m["rollout_nodes"], m["moved"]) for g in after["groups"] for m in g["members"]}
     for job, (gid, nodes, moved) in now.items():
