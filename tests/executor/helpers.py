@@ -49,3 +49,12 @@ def create_before_destroy(steps: list[Step]) -> list[str]:
         if last_create > first_stop:
             bad.append(f"{u}: a create comes after a stop")
     return bad
+
+
+def write_target(path, body: dict):
+    """``body`` as an ExecutorTarget document at ``path`` (a hand-made target, as ``planner apply`` reads one)."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({"kind": "ExecutorTarget", "version": 1, "solver": {"backend": "manual", "status": "feasible"},
+                                    "body": body}))
+    return path

@@ -9,6 +9,7 @@ import sqlite3
 import yaml
 
 from planner.cli import main
+from tests.executor.helpers import write_target
 from tests.conftest import run_cli
 
 
@@ -20,10 +21,7 @@ def _plan(tmp_path, name, rollout, trainer_layout, trainer_place, extra=None):
                             "placement": trainer_place, "model": {"hidden": 16, "ffn": 32, "layers": 2, "vocab": 32}}]}
     if extra:
         body["components"].append(extra)
-    p = tmp_path / name
-    p.write_text(yaml.safe_dump({"kind": "ExecutorTarget", "version": 1, "solver": {"backend": "manual", "status": "feasible"},
-                                 "body": body}))
-    return p
+    return write_target(tmp_path / name, body)
 
 
 def _args(tmp_path):

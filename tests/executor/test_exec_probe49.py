@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 
-import yaml
 
+from tests.executor.helpers import write_target
 from tests.conftest import run_cli
 
 
@@ -19,10 +19,7 @@ def _target(tmp_path, name, nodes, placement):
     body = {"nodes": nodes,
             "components": [{"name": "job/rollout", "role": "rollout", "gpu_type": "H100", "placement": placement,
                             "dram_gb_per_worker": 4}]}
-    p = tmp_path / name
-    p.write_text(yaml.safe_dump({"kind": "ExecutorTarget", "version": 1, "solver": {"backend": "manual", "status": "feasible"},
-                                 "body": body}))
-    return p
+    return write_target(tmp_path / name, body)
 
 
 def _args(tmp_path):

@@ -28,6 +28,7 @@ from executor.faultlib import NODES, ROLLOUT, TRAINER, full_state, same_state, t
 from executor.journal import Journal
 from executor.workers.engine import expected_output
 from tests.executor.conftest import FROZEN_DEADLINES, short_deadlines
+from tests.executor.helpers import write_target
 
 pytestmark = pytest.mark.ray
 # The sglang worker test's server command (the SGLang stand-in), for the local cluster's workers
@@ -288,7 +289,6 @@ def test_coordinator_death_mid_apply_loses_nothing(ray_backend, case):
 def test_controller_process_killed_mid_p2p_then_resumed_by_address(ray_backend, tmp_path):
     """The real thing: `planner apply --backend ray --address ADDR` dies (exit 137) right after the
     reshard; the detached actors live on; a second apply of the same plan resumes from the journal."""
-    import yaml
 
     from tests.conftest import run_cli
 
@@ -297,9 +297,7 @@ def test_controller_process_killed_mid_p2p_then_resumed_by_address(ray_backend, 
     addr = b._cluster.address
     plans = {}
     for name, body in (("base", faultlib.base_body()), ("p2p", faultlib.migration_body("p2p"))):
-        plans[name] = tmp_path / f"{name}.yaml"
-        plans[name].write_text(yaml.safe_dump({"kind": "ExecutorTarget", "version": 1,
-                                               "solver": {"backend": "manual", "status": "feasible"}, "body": body}))
+        plans[name] = write_target(tmp_path / f"{name}.yaml", body)
     common = ["--backend", "ray", "--address", addr, "--journal", str(tmp_path / "j.db"), "--call-timeout", "120", "--start-timeout", "180"]
     r = run_cli("apply", str(plans["base"]), *common, timeout=600)
     assert r.returncode == 0, r.stderr

@@ -26,6 +26,7 @@ from executor.recover import settle  # noqa: E402
 from executor.workers.engine import expected_output  # noqa: E402
 
 import os  # noqa: E402
+from tests.executor.helpers import write_target  # noqa: E402
 
 POINTS = ("before", "mid", "after")
 # Every step of the P2P unit; by default one point per step, rotating (each point hit), all three with RL_PLANNER_FULL_FAULTS=1.
@@ -139,17 +140,13 @@ def test_the_journal_lock_takes_a_zombie_holder_as_dead(tmp_path):
 
 # ------------------------------------------------------------------------------------- the CLI
 def _plan(tmp_path, name, layout, place):
-    import yaml
 
     body = {"nodes": [{"name": "h20-0", "gpu_type": "H20", "gpus": 8, "dram_gb": 512},
                       {"name": "h100-0", "gpu_type": "H100", "gpus": 8, "dram_gb": 1024}],
             "components": [{"name": "job/rollout", "role": "rollout", "gpu_type": "H20", "placement": {"h20-0": 2}, "dram_gb_per_worker": 20},
                            {"name": "job/trainer", "role": "trainer", "gpu_type": "H100", "layout": layout, "placement": place,
                             "model": {"hidden": 16, "ffn": 32, "layers": 2, "vocab": 32}}]}
-    p = tmp_path / name
-    p.write_text(yaml.safe_dump({"kind": "ExecutorTarget", "version": 1, "solver": {"backend": "manual", "status": "feasible"},
-                                 "body": body}))
-    return p
+    return write_target(tmp_path / name, body)
 
 
 def test_cli_journal_beside_the_cluster_a_lost_one_is_settled_and_a_lost_cluster_is_refused(tmp_path, monkeypatch, capsys):

@@ -9,9 +9,9 @@ import sqlite3
 import struct
 
 import pytest
-import yaml
 
 from executor import safestate
+from tests.executor.helpers import write_target
 from tests.conftest import run_cli
 
 
@@ -31,10 +31,7 @@ def _plan(tmp_path):
             "components": [{"name": "job/rollout", "role": "rollout", "gpu_type": "H20", "placement": {"h20-0": 2}, "dram_gb_per_worker": 20},
                            {"name": "job/trainer", "role": "trainer", "gpu_type": "H100", "layout": {"tp": 2}, "placement": {"h100-0": 2},
                             "model": {"hidden": 16, "ffn": 32, "layers": 2, "vocab": 32}}]}
-    p = tmp_path / "p.yaml"
-    p.write_text(yaml.safe_dump({"kind": "ExecutorTarget", "version": 1, "solver": {"backend": "manual", "status": "feasible"},
-                                 "body": body}))
-    return p
+    return write_target(tmp_path / "p.yaml", body)
 
 
 def _old_format(path, payload: bytes) -> None:
