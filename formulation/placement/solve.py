@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Optional, cast
 
 import numpy as np
 
@@ -150,7 +150,7 @@ def read_current(idx: Index, plan: PlacementPlan) -> Current:
             dropped.append(gid)
             continue
         if gid in left and idx.configs[k].pinned:
-            k = _released(idx, k, js, {m.job: m.rollout_nodes for g in plan.groups if g.id == gid for m in g.members})
+            k = _released(idx, k, js, cast(dict, nodes[gid]["members"]))
         groups.append(Group(k, tuple(js), gid))
     return Current(groups, nodes, members, placed, dropped, configs)
 
