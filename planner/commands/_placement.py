@@ -68,7 +68,6 @@ def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, comma
                                     "drop --mode (it picks how a scenario's phase times are estimated)"))
         inst = load_instance(path, data, doc)
         return inst, inst.name, instance_digest(inst), None
-    from planner.instances.placement import compile_scenario
     from planner.plandoc import scenario_digest
     from planner.schema import load_scenario
 
@@ -83,13 +82,7 @@ def load_input(path: str, mode: Optional[str] = None, margin: float = 0.0, comma
     from planner.instances import cache
 
     digest = scenario_digest(sc)
-    est_mode = mode or sc.solver.phase_time_estimate
-    ref = cache.referenced_digest(sc) if cache.enabled() else ""
-    key = f"{digest}-{ref}" if cache.enabled() else digest
-    until = deadline(sc) if deadline is not None else None
-    inst = cache.instance(key, est_mode, margin, lambda: cache.jobs(
-        sc, ref, est_mode, margin,
-        lambda known: compile_scenario(sc, mode, margin, on_job=on_job, parallel=True, deadline=until, known=known)))
+    inst = cache.compiled(sc, mode, margin, on_job=on_job, deadline=deadline(sc) if deadline is not None else None)
     return inst, sc.name, digest, sc
 
 

@@ -59,7 +59,9 @@ def add_arguments(p) -> None:
                    help="also write the numbers-only instance the plan was computed from (with the plan; a refused command writes neither)")
     p.add_argument("--allow-unplaced", action="store_true", help="write the plan even when some jobs cannot be placed (exit 0)")
     p.add_argument("--slo-curve", action="store_true", help="scenarios: also plan on each phase-time estimate (sampled, p90, p99, "
-                   "max), simulate each plan and print its $/h against its simulated SLO attainment (recorded in the plan)")
+                   "max), simulate each plan and print its $/h against its simulated SLO attainment (recorded in the plan); "
+                   "within --time-limit: the plan gets a fifth of the solver's time, the points share the rest (a point that "
+                   "cannot finish says so)")
     p.add_argument("--slo-curve-plot", type=_args.path, metavar="PNG", help="with --slo-curve: draw the curve")
 
 
@@ -84,6 +86,11 @@ def _check_args(args) -> None:
 
 
 MIN_SOLVE_S = 0.05  # what the solver gets when loading took the whole limit (a plan is always written)
+#: with ``--slo-curve``, the plan's share of the solver's time: the curve's points (each estimated, planned and
+#: simulated, :func:`planner.sim.slo_curve.curve`) share the rest of the command's limit
+PLAN_SHARE_WITH_CURVE = 0.2
+#: kept from the curve's time for drawing it (``--slo-curve-plot``; matplotlib's first figure: ~0.5-1 s)
+CURVE_PLOT_S = 1.5
 #: of the limit, kept from a scenario's phase-time estimates for what follows them (the index, the solve
 #: and its summary; writing the plan is kept besides, :func:`_write_s`): estimates that cannot finish
 #: before the rest of the limit are refused (:func:`_compile_refusal`)
@@ -216,6 +223,9 @@ def run(args) -> int:
     idx = Index(inst)  # (before the solver's share is set: its time is the command's, like loading)
     # the limit is for the whole command: loading and writing come off the solver's share
     solve_limit, load_cut = solver_share(limit, _clock() - t_start, len(inst.jobs), json_out)
+    curve = bool(getattr(args, "slo_curve", False) and sc is not None)
+    if curve:  # the cost-SLO curve's points come out of the same limit (:data:`PLAN_SHARE_WITH_CURVE`)
+        solve_limit = max(MIN_SOLVE_S, PLAN_SHARE_WITH_CURVE * solve_limit)
     opts = SolveOptions(
         time_limit_s=solve_limit,
         mip_gap=args.mip_gap if args.mip_gap is not None else (solver.mip_gap if solver else 1e-4),
@@ -247,10 +257,19 @@ def run(args) -> int:
     if sc is not None:
         record["phase_time_estimate"] = args.mode or sc.solver.phase_time_estimate
         record["margin"] = args.margin or None
-    if getattr(args, "slo_curve", False) and sc is not None:
+    if curve:
         from planner.commands._slo_curve import curve_record
 
-        record["slo_curve"] = curve_record(sc, args.slo_curve_plot)
+        from planner.sim.slo_curve import same_estimate
+
+        own = same_estimate(args.mode or sc.solver.phase_time_estimate, sc.solver.phase_time_estimate) and not args.margin
+        curve_until = t_start + limit - _write_s(limit, len(inst.jobs), json_out) - (CURVE_PLOT_S if args.slo_curve_plot else 0.0)
+        record["slo_curve"] = curve_record(sc, args.slo_curve_plot, deadline=curve_until, given=(inst, res.plan) if own else None)
+        lacking = [p["estimate"] for p in record["slo_curve"] if "time limit" in (p.get("note") or "")]
+        if lacking:
+            record["message"] = (record.get("message") or "") + (
+                f"; the cost-SLO curve's {', '.join(lacking)} point(s) did not finish in the time limit (a longer --time-limit "
+                "computes them; phase times estimated are kept in the cache)")
     if load_cut:
         record["message"] = (record.get("message") or "") + "; cut short by the time limit: " + load_cut
     if res.plan.unplaced and not args.allow_unplaced:

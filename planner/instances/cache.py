@@ -99,6 +99,24 @@ def instance(digest: str, mode: str, margin: float, compute: Callable[[], object
     return inst
 
 
+def compiled(scenario, mode: Optional[str] = None, margin: float = 0.0, on_job=None, deadline: Optional[float] = None):
+    """``scenario`` compiled (:func:`planner.instances.placement.compile_scenario`, jobs estimated side
+    by side) on estimate ``mode`` (default: its ``solver.phase_time_estimate``) and ``margin``, through
+    the cache: the whole instance when kept, else each job kept, the others estimated (and kept).
+    ``deadline``: a :func:`planner.instances.placement.clock` value, else
+    :class:`planner.instances.placement.CompileCut` (the jobs estimated before it are kept)."""
+    from planner.instances.placement import compile_scenario
+    from planner.plandoc import scenario_digest
+
+    est = mode or scenario.solver.phase_time_estimate
+    ref = referenced_digest(scenario) if enabled() else ""
+    digest = scenario_digest(scenario)
+    key = f"{digest}-{ref}" if enabled() else digest
+    return instance(key, est, margin, lambda: jobs(
+        scenario, ref, est, margin,
+        lambda known: compile_scenario(scenario, mode, margin, on_job=on_job, parallel=True, deadline=deadline, known=known)))
+
+
 def job_keys(scenario, ref: str, mode: str, margin: float) -> list[str]:
     """The cache key of each job's phase tables (see the module docstring); ``ref``: :func:`referenced_digest`."""
     import json

@@ -34,42 +34,121 @@ class CurvePoint:
     iterations_within_slo: float  # mean over placed jobs of the share of iterations within the SLO
     planned_cycle_s: float  # mean over groups
     simulated_cycle_s: float
+    #: why the point is missing or partial (a time limit: "not estimated in the time limit", ...); "" when whole
+    note: str = ""
+
+
+def same_estimate(a: str, b: str) -> bool:
+    """Whether estimates ``a`` and ``b`` give the same phase times (``max`` is the conservative bound's quantile name)."""
+    return a == b or {a, b} == {"conservative", "max"}
+
+
+#: of a point's equal share of the time left, what its solve may take (the estimates and the simulation get the rest)
+SOLVE_SHARE = 0.25
+#: a group's simulation before one was timed (weave-micro's 3 groups, 24 meta-iterations x 6 samples: 0.5-0.75 s in all,
+#: 2026-12-07, 2-CPU VM), and the margin on the pace measured
+SIM_S_PER_GROUP = 0.5
+PACE_MARGIN = 1.5
 
 
 def curve(sc, estimates=ESTIMATES, time_limit_s: float = 10.0, backend: Optional[str] = None, iterations: int = 24,
-          samples: int = 6) -> list[CurvePoint]:
+          samples: int = 6, deadline: Optional[float] = None, given: Optional[tuple] = None) -> list[CurvePoint]:
+    """The curve's points, one per estimate of ``estimates`` (module docstring).
+
+    ``deadline`` (a ``time.perf_counter`` value, the clock of the phase-time estimates): the points
+    in turn, each estimate stopping at it (what was estimated is cached: the next run goes on
+    from there), each solve getting at most :data:`SOLVE_SHARE` of an equal share of the time left
+    (and at most ``time_limit_s``), and a plan simulated only when the time left holds its groups
+    at the pace measured so far (:data:`SIM_S_PER_GROUP` before any): a point that cannot finish is
+    kept with NaN figures and a ``note`` saying what the limit cut. ``given``: ``(instance,
+    plan)`` already planned on the scenario's own estimate (the SLOs' estimate, no margin), reused
+    as that estimate's point."""
+    import math
+    import time
+
     from formulation.common import SolveOptions
     from formulation.placement.solve import solve
-    from planner.instances.placement import compile_scenario
+    from planner.instances import cache
+    from planner.instances.placement import CompileCut
     from planner.sim.planrun import simulate_plan
 
-    base = compile_scenario(sc, parallel=True)
-    slo = {j.name: j.slo_s for j in base.jobs}
-    out = []
-    for e in estimates:
-        inst = base if e == sc.solver.phase_time_estimate else compile_scenario(sc, e, parallel=True)
+    nan = float("nan")
+    own = sc.solver.phase_time_estimate
+
+    def missing(e: str, note: str) -> CurvePoint:
+        return CurvePoint(estimate=e, cost_per_hour=nan, placed=0, unplaced=0, jobs_meeting_slo=nan, iterations_within_slo=nan,
+                          planned_cycle_s=nan, simulated_cycle_s=nan, note=note)
+
+    def share(k: int) -> float:  # point k's equal share of the time left
+        return math.inf if deadline is None else max(0.0, deadline - time.perf_counter()) / (len(estimates) - k)
+
+    pace = SIM_S_PER_GROUP  # seconds a group's simulation takes (measured once one ran)
+
+    def estimated_by() -> Optional[float]:  # the estimates' deadline: time kept to simulate the plan (a group a job at most)
+        if deadline is None:
+            return None
+        return deadline - min(0.3 * max(0.0, deadline - time.perf_counter()), PACE_MARGIN * pace * len(sc.jobs))
+
+    done: dict[str, CurvePoint] = {}
+    base = given[0] if given is not None else None
+    # the point the caller planned first (no estimate, no solve: it needs only its simulation)
+    order = sorted(estimates, key=lambda e: not (given is not None and same_estimate(e, own)))
+    for k, e in enumerate(order):
+        try:
+            if base is None:  # the SLOs: the scenario's own estimate's (module docstring)
+                base = cache.compiled(sc, own, deadline=estimated_by())
+            inst = base if same_estimate(e, own) else cache.compiled(sc, e, deadline=estimated_by())
+        except CompileCut as cut:
+            done[e] = missing(e, f"not estimated in the time limit ({cut.total - cut.missing} of {cut.total} job(s) "
+                                 "estimated, kept in the cache when it is on)")
+            continue
+        slo = {j.name: j.slo_s for j in base.jobs}
         inst = inst.model_copy(update={"jobs": [j.model_copy(update={"slo_s": slo[j.name]}) for j in inst.jobs]})
-        res = solve(inst, SolveOptions(time_limit_s=time_limit_s, mip_gap=sc.solver.mip_gap, threads=1, seed=sc.solver.seed),
-                    backend or sc.solver.backend)
-        plan = res.plan
-        sim = simulate_plan(sc, plan, iterations=iterations, samples=samples) if plan.groups else None
-        jobs = sim.jobs if sim is not None else []
-        out.append(CurvePoint(
-            estimate=e, cost_per_hour=plan.cost_per_hour, placed=sum(len(g.members) for g in plan.groups), unplaced=len(plan.unplaced),
-            jobs_meeting_slo=(sum(1 for j in jobs if j.slo_attainment >= 1.0 - 1e-9) / len(jobs)) if jobs else float("nan"),
-            iterations_within_slo=(sum(j.slo_attainment for j in jobs) / len(jobs)) if jobs else float("nan"),
-            planned_cycle_s=(sum(g.planned_cycle_s for g in sim.groups) / len(sim.groups)) if sim and sim.groups else float("nan"),
-            simulated_cycle_s=(sum(g.simulated_cycle_s for g in sim.groups) / len(sim.groups)) if sim and sim.groups else float("nan")))
-    return out
+        if given is not None and same_estimate(e, own):
+            plan = given[1]
+        else:
+            left = share(k)
+            if left <= 0:
+                done[e] = missing(e, "not planned in the time limit")
+                continue
+            limit = min(time_limit_s, max(SOLVE_SHARE * left, 0.05))
+            res = solve(inst, SolveOptions(time_limit_s=limit, mip_gap=sc.solver.mip_gap, threads=1, seed=sc.solver.seed),
+                        backend or sc.solver.backend)
+            plan = res.plan
+        placed = sum(len(g.members) for g in plan.groups)
+        point = missing(e, "")
+        point.cost_per_hour, point.placed, point.unplaced = plan.cost_per_hour, placed, len(plan.unplaced)
+        if plan.groups and deadline is not None and time.perf_counter() + PACE_MARGIN * pace * len(plan.groups) > deadline:
+            point.note = "not simulated in the time limit"
+        elif plan.groups:
+            t = time.perf_counter()
+            sim = simulate_plan(sc, plan, iterations=iterations, samples=samples)
+            pace = (time.perf_counter() - t) / len(plan.groups)
+            jobs = sim.jobs
+            point.jobs_meeting_slo = (sum(1 for j in jobs if j.slo_attainment >= 1.0 - 1e-9) / len(jobs)) if jobs else nan
+            point.iterations_within_slo = (sum(j.slo_attainment for j in jobs) / len(jobs)) if jobs else nan
+            point.planned_cycle_s = (sum(g.planned_cycle_s for g in sim.groups) / len(sim.groups)) if sim.groups else nan
+            point.simulated_cycle_s = (sum(g.simulated_cycle_s for g in sim.groups) / len(sim.groups)) if sim.groups else nan
+        done[e] = point
+    return [done[e] for e in estimates]
 
 
 def table(points: list[CurvePoint]) -> list[str]:
-    """The curve as Markdown rows (the CLI prints the same)."""
-    L = ["| estimate | $/h | jobs placed | jobs meeting SLO (simulated) | iterations within SLO | planned cycle (s) | simulated cycle (s) |",
-         "|---|---:|---:|---:|---:|---:|---:|"]
+    """The curve as Markdown rows (the CLI prints the same); a figure a point lacks is "-", its note last."""
+    import math
+
+    def f(x: float, spec: str, scale: float = 1.0, unit: str = "") -> str:
+        return f"{scale * x:{spec}}{unit}" if math.isfinite(x) else "-"
+
+    notes = any(p.note for p in points)
+    L = ["| estimate | $/h | jobs placed | jobs meeting SLO (simulated) | iterations within SLO | planned cycle (s) | simulated cycle (s) |"
+         + (" note |" if notes else ""),
+         "|---|---:|---:|---:|---:|---:|---:|" + ("---|" if notes else "")]
     for p in points:
-        L.append(f"| {p.estimate} | {p.cost_per_hour:,.1f} | {p.placed} ({p.unplaced} unplaced) | {100 * p.jobs_meeting_slo:.0f}% | "
-                 f"{100 * p.iterations_within_slo:.1f}% | {p.planned_cycle_s:.1f} | {p.simulated_cycle_s:.1f} |")
+        placed = f"{p.placed} ({p.unplaced} unplaced)" if math.isfinite(p.cost_per_hour) else "-"
+        L.append(f"| {p.estimate} | {f(p.cost_per_hour, ',.1f')} | {placed} | {f(p.jobs_meeting_slo, '.0f', 100, '%')} | "
+                 f"{f(p.iterations_within_slo, '.1f', 100, '%')} | {f(p.planned_cycle_s, '.1f')} | {f(p.simulated_cycle_s, '.1f')} |"
+                 + (f" {p.note} |" if notes else ""))
     return L
 
 
@@ -79,6 +158,9 @@ def plot(points: list[CurvePoint], path: str, title: str = "") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    import math
+
+    points = [p for p in points if math.isfinite(p.cost_per_hour) and math.isfinite(p.jobs_meeting_slo)]
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = [p.cost_per_hour for p in points]
     ys = [100 * p.jobs_meeting_slo for p in points]

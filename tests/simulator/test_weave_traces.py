@@ -106,7 +106,9 @@ def test_plan_records_its_estimate_and_the_slo_curve(tmp_path):
     bad = run_cli("plan", sc, "--slo-curve-plot", str(tmp_path / "c.png"))
     assert bad.returncode == 2 and "--slo-curve" in bad.stderr and "Traceback" not in bad.stderr
     out = tmp_path / "plan.yaml"
-    r = run_cli("plan", sc, "--mode", "p90", "--slo-curve", "--slo-curve-plot", str(tmp_path / "c.png"), "--out", str(out))
+    # (a limit that holds the four points on a busy machine; the curve is within the command's limit)
+    r = run_cli("plan", sc, "--mode", "p90", "--slo-curve", "--slo-curve-plot", str(tmp_path / "c.png"), "--out", str(out),
+                "--time-limit", "300")
     assert r.returncode == 0, r.stderr
     solver = yaml.safe_load(out.read_text())["solver"]
     assert solver["phase_time_estimate"] == "p90"
@@ -114,6 +116,38 @@ def test_plan_records_its_estimate_and_the_slo_curve(tmp_path):
     for p in solver["slo_curve"]:
         assert p["cost_per_hour"] > 0 and 0.0 <= p["jobs_meeting_slo"] <= 1.0 and p["simulated_cycle_s"] > 0
     assert (tmp_path / "c.png").stat().st_size > 0 and "cost-SLO curve" in r.stderr
+
+
+def test_the_slo_curve_stops_at_the_command_deadline_and_says_which_points_it_lacks():
+    """`plan --slo-curve` took 56 s under `--time-limit 5` on weave-micro (each estimate simulated, planned for
+    10 s and simulated, after the limit): the curve now ends at the command's deadline. With none left, the
+    plan's own point is kept unsimulated and the other estimates are not run; the record holds no NaN."""
+    import json
+    import time
+
+    from formulation.common import SolveOptions
+    from formulation.placement.solve import solve
+    from planner.commands._slo_curve import curve_record
+    from planner.instances.placement import compile_scenario
+    from planner.schema import load_scenario
+    from planner.sim import slo_curve
+
+    sc = load_scenario(ROOT / "scenarios" / "ci" / "tiny-2jobs.yaml")
+    inst = compile_scenario(sc)  # (the scenario's own estimate: the bound, no simulation)
+    plan = solve(inst, SolveOptions(time_limit_s=5)).plan
+    t0 = time.perf_counter()
+    rows = curve_record(sc, deadline=t0, given=(inst, plan))
+    assert time.perf_counter() - t0 < 60, "a curve past its deadline estimated or simulated anyway"
+    by = {r["estimate"]: r for r in rows}
+    assert list(by) == list(slo_curve.ESTIMATES)
+    own = next(e for e in by if slo_curve.same_estimate(e, sc.solver.phase_time_estimate))
+    assert by[own]["cost_per_hour"] == plan.cost_per_hour and by[own]["note"] == "not simulated in the time limit"
+    for e, r in by.items():
+        if e != own:
+            assert r["cost_per_hour"] is None and r["note"].startswith("not estimated in the time limit"), r
+    json.dumps(rows, allow_nan=False)  # finite numbers or None
+    lines = slo_curve.table(slo_curve.curve(sc, deadline=time.perf_counter(), given=(inst, plan)))
+    assert all("nan" not in line for line in lines) and "note" in lines[0] and f"| {plan.cost_per_hour:,.1f} |" in "".join(lines)
 
 
 def test_the_instant_optimum_is_at_most_what_the_online_groups_and_solo_d_hold(monkeypatch):
