@@ -20,6 +20,8 @@ pins                a member is pinned to a non-empty subset of each of its grou
                     whole pools, rollout nodes of its own, shared training nodes, any mix: the
                     plan space, "The plan space" in docs/placement.md), and the group's order
                     lists exactly its members
+pinned-max          at most the instance's ``pinned_members_max`` members of a group are pinned to
+                    part of its rollout pool (0: every member on the whole pool)
 job-pool            the member's tables have the pool type and pinned node count
 phase-times         the plan's phase and warm-switch seconds match the instance's tables
 slo                 each member's cycle time within its SLO
@@ -143,6 +145,12 @@ def check(inst: PlacementInstance, plan: PlacementPlan, record: Optional[Any] = 
             continue
         members: list[Member] = []
         by = {m.job: m for m in g.members}
+        pool = set(g.rollout_pool.nodes)
+        part = [m.job for m in g.members if m.rollout_nodes and set(m.rollout_nodes) != pool]
+        if len(part) > inst.pinned_members_max:
+            add("pinned-max", f"group={g.id}", f"{len(part)} members are pinned to part of the rollout pool "
+                f"({', '.join(part[:4])}{' ...' if len(part) > 4 else ''}) but the instance's pinned_members_max is "
+                f"{inst.pinned_members_max} (re-plan, or raise pinned_members_max if the fleet runs such groups)")
         ok = True
         for name in g.order:
             m = by[name]

@@ -116,6 +116,22 @@ def test_an_optimal_claim_under_a_small_pinned_members_max_says_the_pools_it_lea
         assert capped == (pmax == 2), doc["solver"]["message"]
 
 
+def test_the_checker_holds_a_plan_to_the_instances_pinned_members_max(tmp_path):
+    """A plan whose group pins 2 members to rollout nodes of their own (56 $/h on PMAX2) passed validate-plan
+    against an instance allowing 1 or 0 such members (session 50 left it alone): rule pinned-max."""
+    inst = tmp_path / "pmax.yaml"
+    inst.write_text(PMAX2.replace("pinned_members_max: 2", "pinned_members_max: 8"))
+    out = tmp_path / "p8.yaml"
+    r = run_cli("plan", str(inst), "--backend", "colgen", "--time-limit", "30", "--out", str(out))
+    assert r.returncode == 0 and yaml.safe_load(out.read_text())["body"]["cost_per_hour"] == 56.0, r.stderr[-2000:]
+    for pmax, ok in ((2, True), (1, False), (0, False)):
+        inst.write_text(PMAX2.replace("pinned_members_max: 2", f"pinned_members_max: {pmax}"))
+        v = run_cli("validate-plan", str(inst), str(out), "--force")
+        assert (v.returncode == 0) == ok and "Traceback" not in v.stderr, (pmax, v.stdout, v.stderr)
+        if not ok:
+            assert v.returncode == 2 and "pinned-max" in v.stdout + v.stderr and f"pinned_members_max is {pmax}" in v.stdout + v.stderr
+
+
 def test_beyond_own_max_jobs_the_index_builds_no_own_sized_configuration_and_the_claim_says_so():
     """The own-sized configurations are built on instances of up to evaluate.OWN_MAX_JOBS jobs (fleet scale keeps the
     equal-count ones: results/placement/own-sized.md); an optimal claim beyond that names what it leaves out."""
