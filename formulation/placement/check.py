@@ -145,8 +145,8 @@ def check(inst: PlacementInstance, plan: PlacementPlan, record: Optional[Any] = 
             continue
         members: list[Member] = []
         by = {m.job: m for m in g.members}
-        pool = set(g.rollout_pool.nodes)
-        part = [m.job for m in g.members if m.rollout_nodes and set(m.rollout_nodes) != pool]
+        whole = set(g.rollout_pool.nodes)
+        part = [m.job for m in g.members if m.rollout_nodes and set(m.rollout_nodes) != whole]
         if len(part) > inst.pinned_members_max:
             add("pinned-max", f"group={g.id}", f"{len(part)} members are pinned to part of the rollout pool "
                 f"({', '.join(part[:4])}{' ...' if len(part) > 4 else ''}) but the instance's pinned_members_max is "

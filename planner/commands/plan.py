@@ -214,6 +214,10 @@ def run(args) -> int:
                                                 deadline=until)
         except CompileCut as cut:
             raise _compile_refusal(cut, asked[-1], bool(args.time_limit), _clock() - t_start, json_out) from None
+    if args.slo_curve and sc is None:
+        raise UserError(Problem("--slo-curve", f"{args.input} is a numbers-only instance file: its phase times are written in it, "
+                                               "so there are no estimates to plan and simulate side by side",
+                                "plan the scenario it was made from with --slo-curve, or drop --slo-curve"))
     if args.move_price is not None:
         inst = inst.model_copy(update={"move_price_per_job": args.move_price})
     solver = sc.solver if sc is not None else None

@@ -105,6 +105,11 @@ def test_plan_records_its_estimate_and_the_slo_curve(tmp_path):
     sc = str(ROOT / "scenarios" / "ci" / "tiny-2jobs.yaml")
     bad = run_cli("plan", sc, "--slo-curve-plot", str(tmp_path / "c.png"))
     assert bad.returncode == 2 and "--slo-curve" in bad.stderr and "Traceback" not in bad.stderr
+    # an instance file has no estimates: --slo-curve was ignored there (slo_curve: null, exit 0)
+    inst = ROOT / "scenarios" / "instances" / "placement-small.yaml"
+    bad = run_cli("plan", str(inst), "--slo-curve", "--out", str(tmp_path / "i.yaml"))
+    assert bad.returncode == 2 and "--slo-curve" in bad.stderr and "numbers-only" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "i.yaml").exists()
     out = tmp_path / "plan.yaml"
     # (a limit that holds the four points on a busy machine; the curve is within the command's limit)
     r = run_cli("plan", sc, "--mode", "p90", "--slo-curve", "--slo-curve-plot", str(tmp_path / "c.png"), "--out", str(out),
