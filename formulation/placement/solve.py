@@ -753,7 +753,7 @@ def place_leftovers(idx: Index, sol: Solution, deadline: float = float("inf")) -
     nothing. (The three moves cost ~0.7 ms a job at 2,000 jobs and ~0.8 ms at 10,000, and placed 12
     of 182 and 6 of 736 jobs a tight fleet's fast path left out (2026-12-06): after the deadline
     they took the whole command past its limit.)"""
-    pk = Packer(idx)
+    pk = Packer(idx, own_joins=True)
     pk.add_groups(sol.groups)
     for j in sol.unplaced:
         if time.perf_counter() < deadline:

@@ -72,7 +72,7 @@ def run(args) -> int:
         if names[n] in todo:  # (was admitted once, then reported as not fitting the fleet)
             raise UserError(Problem("--job", f"job '{n}' is named twice", "name each job once"))
         todo.append(names[n])
-    pk = Packer(idx, per_pair=True)  # phases for the current groups' pairs only: no configurations x jobs matrices
+    pk = Packer(idx, per_pair=True, own_joins=True)  # phases for the current groups' pairs only: no configurations x jobs matrices
     pk.add_groups(cur.groups)
     lines = []
     gone = sorted({m.job for g in current.groups for m in g.members} - set(names))
