@@ -26,6 +26,18 @@ in one family closes the group's row in a family that does not hold its new conf
 member that leaves a pinned group takes its rollout nodes with it (the group shrinks to the
 pinned configuration of the members left).
 
+**Own-sized groups** (``Packer(own_joins=True)``: ``planner admit``, the daemon's admission,
+:func:`formulation.placement.solve.place_leftovers`): the families hold equal counts only, so a group
+whose members each hold their own rollout count (``Config.own``; or a pinned group, or a lone member
+on a whole pool, whose every member's count is its own, :meth:`Packer.own_shape`) is also offered to
+the job on ``r_j`` rollout nodes of its own (``Index.WO``: the fewest that meet its SLO with the
+group's training pool), the pool growing to the smallest own-sized configuration that holds every
+member's count (``extend-rollout-pool``; ``fill-bubble`` into spare nodes of an own-sized pool). The
+tests are the families' (every member within its SLO by ``max(sum bs, max tot)``, training DRAM,
+the added nodes free, ``join_delay``, ``accept``) and so is the cost; the move competes with the others
+on it, ties to the fuller group. A member leaving an own-sized group leaves its nodes in the pool
+(spare nodes a later join fills). Off by default: the trace simulators run equal-count pins only.
+
 **Joins that keep every iteration within the SLO** (``Packer(join_delay=True)``, what the trace's
 online admission uses): a job joining a *running* group is fitted into the rings at their current
 turn (:meth:`simulator.groups.GroupRun.add_member`), which the steady-state check above does not
