@@ -26,6 +26,18 @@ in one family closes the group's row in a family that does not hold its new conf
 member that leaves a pinned group takes its rollout nodes with it (the group shrinks to the
 pinned configuration of the members left).
 
+**Own-sized groups** (``Packer(own_joins=True)``: ``planner admit``, the daemon's admission,
+:func:`formulation.placement.solve.place_leftovers`): the families hold equal counts only, so a group
+whose members each hold their own rollout count (``Config.own``; or a pinned group, or a lone member
+on a whole pool, whose every member's count is its own, :meth:`Packer.own_shape`) is also offered to
+the job on ``r_j`` rollout nodes of its own (``Index.WO``: the fewest that meet its SLO with the
+group's training pool), the pool growing to the smallest own-sized configuration that holds every
+member's count (``extend-rollout-pool``; ``fill-bubble`` into spare nodes of an own-sized pool). The
+tests are the families' (every member within its SLO by ``max(sum bs, max tot)``, training DRAM,
+the added nodes free, ``join_delay``, ``accept``) and so is the cost; the move competes with the others
+on it, ties to the fuller group. A member leaving an own-sized group leaves its nodes in the pool
+(spare nodes a later join fills). Off by default: the trace simulators run equal-count pins only.
+
 **Joins that keep every iteration within the SLO** (``Packer(join_delay=True)``, what the trace's
 online admission uses): a job joining a *running* group is fitted into the rings at their current
 turn (:meth:`simulator.groups.GroupRun.add_member`), which the steady-state check above does not
@@ -67,7 +79,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
-from formulation.placement.evaluate import REL_TOL, Group, Index, Solution, segment_sums
+from formulation.placement.evaluate import OWN_MAX_ROLLOUT_NODES, REL_TOL, Config, Group, Index, Solution, segment_sums
 
 MOVES = ("fill-bubble", "extend-rollout-pool", "new-group")
 OBJECTIVES = ("rate", "round", "life")
@@ -123,7 +135,7 @@ class Packer:
 
     def __init__(self, idx: Index, capacity: Optional[dict[str, int]] = None, join_delay: bool = False,
                  accept: Optional[Callable[[int, int, int], bool]] = None, per_pair: bool = False,
-                 objective: str = "rate"):
+                 objective: str = "rate", own_joins: bool = False):
         """``objective``: what a move costs, ``rate``, ``round`` or ``life`` (module docstring).
         ``join_delay``: a join must also keep the one longer iteration it causes (the running
         members' and the newcomer's first) within the SLOs (module docstring). ``accept(group,
@@ -133,9 +145,15 @@ class Packer:
         computed for the (configuration, job) pairs the packer reads (:meth:`Index.phases_at`)
         unless the index has its matrices already, and no closing test from the quickest job (it
         reads every job's phases): for a few moves against many groups (``planner admit``), the
-        same moves as without it."""
+        same moves as without it. ``own_joins``: a job may also join a group whose members each
+        hold their own rollout count (own-sized, module docstring) on nodes of its own count
+        (``planner admit``, the daemon's admission, :func:`formulation.placement.solve.place_leftovers`;
+        off for the trace simulators, which run equal-count pins only)."""
         self.idx = idx
         self.per_pair = per_pair
+        self.own_joins = own_joins
+        # the own-count rows (``Index.WO``) by (rollout type, training type, training nodes)
+        self._own_row = {key: i for i, key in enumerate(idx.own_keys)} if bool(idx.own.any()) else {}
         self.join_delay = join_delay
         self.accept = accept
         if objective not in OBJECTIVES:
@@ -488,6 +506,8 @@ class Packer:
                 best = Admission(j, "fill-bubble" if r == rpos[row] else "extend-rollout-pool", int(fam.gid[rows[row]]), ks[r], float(m))
                 best_fill = fbest
                 break
+        if self.own_joins and self._own_row:
+            best, best_fill = self._best_own_join(j, best, best_fill)
         # open a new group: the cheapest configuration the fleet still has the nodes for
         alone = idx.job_configs[j] if "job_configs" in idx.__dict__ or not self.per_pair else np.flatnonzero(idx.ok[:, j])
         if len(alone):
@@ -514,6 +534,113 @@ class Packer:
             if costs[i] < best.marginal_cost - 1e-9:
                 best = Admission(j, "new-group", None, int(alone[i]), float(costs[i]))
         return best
+
+    def own_shape(self, g: int) -> Optional[tuple[int, int, float]]:
+        """``(own row, rollout pool nodes, nodes its members hold)`` of group ``g`` when each of its
+        members holds exactly its own rollout count (``Index.WO``) on nodes of its own: an own-sized
+        group, a pinned group whose every member's own count is the configuration's, or a lone
+        member on a whole rollout pool of its own count (the same plan as the own-sized one). None
+        for other groups (members sharing a rollout pool, a member on more nodes than its own count:
+        joining as own-sized would move it), empty or closed ones."""
+        members = self.groups[g]
+        if not members or g in self.closed:
+            return None
+        idx = self.idx
+        c = idx.configs[self.group_config[g]]
+        o = self._own_row.get((c.rollout_type, c.train_type, c.train_nodes))
+        if o is None:
+            return None
+        w = idx.WO[o, members]
+        if not c.own and ((c.pinned and not (w == c.rollout_nodes).all())
+                          or (not c.pinned and (len(members) != 1 or w[0] != c.rollout_nodes))):
+            return None
+        return o, c.rollout_pool_nodes, float(w.sum())
+
+    def _best_own_join(self, j: int, best: Admission, best_fill: float) -> tuple[Admission, float]:
+        """The families' joins for own-sized groups (``own_joins``; the move and its tests mirror the
+        pinned families'): ``j`` joins a group of :meth:`own_shape` on ``r_j`` rollout nodes of its
+        own (``Index.WO``: the fewest that meet its SLO with the group's training pool), the rollout
+        pool growing to the smallest own-sized configuration that holds every member's count
+        (``extend-rollout-pool``; ``fill-bubble`` when an own-sized pool has the nodes spare), the
+        training pool shared. Every member within its SLO by the closed form (``max(sum bs, max
+        tot)``: no rollout node is shared), training DRAM within the pool, the added rollout nodes
+        free; ``join_delay``, ``accept`` and the objective as for the other joins. Returns the
+        better of ``best`` and the cheapest such join (ties to the fuller group), and its fill."""
+        idx = self.idx
+        tol = 1 + REL_TOL
+        for g in range(len(self.groups)):
+            shape = self.own_shape(g)
+            if shape is None:
+                continue
+            o, pool, held = shape
+            w_j = float(idx.WO[o, j])
+            if not np.isfinite(w_j):
+                continue
+            k_old = self.group_config[g]
+            c = idx.configs[k_old]
+            k_new = None
+            for size in range(max(pool, int(round(held + w_j))), OWN_MAX_ROLLOUT_NODES + 1):
+                k_new = idx.config_id.get(Config(c.rollout_type, size, c.train_type, c.train_nodes, size, True))
+                if k_new is not None:
+                    break
+            if k_new is None or idx.configs[k_new].rollout_nodes - pool > self.free.get(c.rollout_type, 0):
+                continue
+            members = np.asarray(self.groups[g])
+            if not idx.ok[k_new, j] or not idx.ok[k_new, members].all():
+                continue
+            a, bs, tot = idx.phases_at(k_new, members)
+            a_j, bs_j, tot_j = (float(x) for x in idx.phases_at(k_new, j))
+            lim = min(float(idx.slo[members].min()), float(idx.slo[j])) * tol
+            A, BS, TOT = float(a.sum()) + a_j, float(bs.sum()) + bs_j, max(float(tot.max()), tot_j)
+            if not (A <= lim and BS <= lim and TOT <= lim):
+                continue
+            if not (held + w_j <= idx.dram_cap_r[k_new] * tol and float(idx.state_t[members].sum()) + idx.state_t[j] <= idx.dram_cap_t[k_new] * tol):
+                continue
+            if self.join_delay:  # as _join_ok: the running members' one longer iteration, the newcomer's first
+                period = max(float(a.sum()), float(bs.sum()), float(tot.max()))
+                sw = float(idx.ST[idx.k_t[k_new], j])  # (no rollout switch: no rollout node is shared)
+                if not (period + max(a_j, bs_j) <= float(idx.slo[members].min()) * tol
+                        and tot_j + sw + float(a.max()) + float(bs.max()) <= idx.slo[j] * tol):
+                    continue
+            if self.objective == "rate":
+                m = float(idx.cost[k_new] - idx.cost[k_old])
+            else:
+                a0, bs0, tot0 = idx.phases_at(k_old, members)
+                p_old = max(float(a0.sum()), float(bs0.sum()), float(tot0.max()))
+                p_new = max(A, BS, TOT)
+                if self.objective == "round":
+                    m = float(idx.cost[k_new]) * p_new - float(idx.cost[k_old]) * p_old
+                else:
+                    m = self._life(k_new, [*self.groups[g], j], p_new) - self._life(k_old, list(self.groups[g]), p_old)
+            fill = max(A, BS) / lim
+            if not (m < best.marginal_cost - 1e-9 or (m <= best.marginal_cost + 1e-9 and fill > best_fill)):
+                continue
+            if self.accept is not None and not self.accept(g, k_new, j):
+                continue
+            best = Admission(j, "fill-bubble" if k_new == k_old else "extend-rollout-pool", g, k_new, m)
+            best_fill = fill
+        return best, best_fill
+
+    def _life(self, k: int, members: list[int], period: float) -> float:
+        """``life``'s cost of a group on ``k`` with ``members`` at ``period`` (module docstring): each
+        member's own rollout nodes (pinned: the configuration's count; own-sized: its own count) held
+        for its iterations left, the rest of the configuration's $/h until the last is done (as
+        :meth:`_split_cost`)."""
+        idx = self.idx
+        c = idx.configs[k]
+        pr = idx.inst.pool_types[c.rollout_type]
+        unit = pr.gpus_per_node * pr.price_per_gpu_hour
+        n = np.array([self.rounds_left.get(i, 1.0) for i in members])
+        if c.own:
+            u = idx.WO[idx.k_own[k], members] * unit
+            shared = float(idx.cost[k]) - c.rollout_nodes * unit
+        elif c.pinned:
+            u = np.full(len(members), c.rollout_nodes * unit)
+            shared = float(idx.cost[k]) - c.members * c.rollout_nodes * unit
+        else:
+            u = np.zeros(len(members))
+            shared = float(idx.cost[k])
+        return period * (float((u * n).sum()) + shared * float(n.max()))
 
     def _split_cost(self, fam: _Family) -> tuple[np.ndarray, np.ndarray]:
         """Per column of ``fam``: the $/h of one member's own rollout nodes (pinned configurations; 0 on
@@ -640,8 +767,9 @@ class Packer:
         return Solution(groups, [j for j in range(self.idx.n) if j not in placed])
 
     @classmethod
-    def from_groups(cls, idx: Index, groups: Iterable[Group]) -> "Packer":
-        pk = cls(idx)
+    def from_groups(cls, idx: Index, groups: Iterable[Group], **options) -> "Packer":
+        """A packer holding ``groups`` (``options``: the constructor's keyword arguments)."""
+        pk = cls(idx, **options)
         for g in groups:
             pk.add_group(g.config, list(g.members), g.anchor)
         return pk

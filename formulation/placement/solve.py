@@ -747,13 +747,13 @@ def _cheapest_construction(idx: Index, warm: Solution, warm_name: str, deadline:
 
 def place_leftovers(idx: Index, sol: Solution, deadline: float = float("inf")) -> Solution:
     """Try every job a solver left out in what its plan leaves: the three admission moves against
-    its groups and the free nodes, until ``deadline`` (``time.perf_counter``); past it only the
+    its groups and the free nodes (joins into own-sized groups too: ``Packer(own_joins=True)``), until ``deadline`` (``time.perf_counter``); past it only the
     third, a new group on the free nodes, so a job that fits alone in the free nodes is always
     placed. Only then are the jobs still left out explained, so no explanation is a shortage of
     nothing. (The three moves cost ~0.7 ms a job at 2,000 jobs and ~0.8 ms at 10,000, and placed 12
     of 182 and 6 of 736 jobs a tight fleet's fast path left out (2026-12-06): after the deadline
     they took the whole command past its limit.)"""
-    pk = Packer(idx)
+    pk = Packer(idx, own_joins=True)
     pk.add_groups(sol.groups)
     for j in sol.unplaced:
         if time.perf_counter() < deadline:

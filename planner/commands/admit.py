@@ -9,7 +9,9 @@ HELP = "place arriving job(s) against the current plan with Weave's three moves 
 DESCRIPTION = """Online admission: each named job (in the order given) takes the cheapest of
 three moves against the current plan's groups, which are not reshuffled: fill an existing
 bubble (join a group on its pools, +0 $/h), extend only a group's rollout pool (+ the added
-nodes), or open a new group. Every member keeps its SLO and every node its DRAM. Prints the move,
+nodes), or open a new group. A group whose members each hold rollout nodes of their own count
+(own-sized) is joined on the job's own count, its rollout pool growing by that many nodes
+(extend-rollout-pool). Every member keeps its SLO and every node its DRAM. Prints the move,
 the marginal $/h and the time it took, and writes the new plan. A job no move can place is
 explained and the command exits 2 without writing anything. For a global re-optimisation use
 `planner plan INPUT --current PLAN`."""
@@ -72,7 +74,7 @@ def run(args) -> int:
         if names[n] in todo:  # (was admitted once, then reported as not fitting the fleet)
             raise UserError(Problem("--job", f"job '{n}' is named twice", "name each job once"))
         todo.append(names[n])
-    pk = Packer(idx, per_pair=True)  # phases for the current groups' pairs only: no configurations x jobs matrices
+    pk = Packer(idx, per_pair=True, own_joins=True)  # phases for the current groups' pairs only: no configurations x jobs matrices
     pk.add_groups(cur.groups)
     lines = []
     gone = sorted({m.job for g in current.groups for m in g.members} - set(names))

@@ -129,7 +129,7 @@ class WeavePlacer:
 
         idx = Index(self._instance(ctx, current.jobs() + [job]))
         groups, nodes = self._groups(idx, current)
-        pk = Packer.from_groups(idx, groups)
+        pk = Packer.from_groups(idx, groups, own_joins=True)
         j = idx.n - 1
         adm = pk.best_move(j)
         if adm.move is None:
