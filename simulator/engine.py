@@ -46,6 +46,7 @@ from simulator.core import EventLoop, Handle
 from simulator.workload import Request
 
 EPS = 1e-6
+FINISH_TOL = 1e-6  # steps: a running request this close to its finish is done
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,14 @@ class RolloutEngine:
         k_kv = room / self.b if room > 0 else 0.0
         k = min(k_fin, max(k_kv, 1.0))
         start = max(now, self.busy_until)
-        self._handle = self.loop.at(start + self._steps_time_ms(k) / 1e3, self._on_event)
+        t = start + self._steps_time_ms(k) / 1e3
+        if t <= now and k_fin > FINISH_TOL:
+            # the steps left to the next finish take less than half the clock's resolution at this time (late
+            # in a long simulated span, e.g. hours-long tool calls), yet more than _on_event's tolerance: wait
+            # one tick, so that sync moves S on. An event at ``now`` left S as it was and finished nothing, and
+            # the engine rescheduled itself at ``now`` forever (an outside audit)
+            t = math.nextafter(now, math.inf)
+        self._handle = self.loop.at(t, self._on_event)
 
     def _on_event(self) -> None:
         now = self.loop.now
@@ -278,7 +286,7 @@ class RolloutEngine:
             if ent is None or ent[4] != seq:
                 heapq.heappop(self._fin)
                 continue
-            if end > self.S + 1e-6:
+            if end > self.S + FINISH_TOL:
                 break
             heapq.heappop(self._fin)
             done.append(self._remove_running(rid))

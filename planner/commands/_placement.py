@@ -182,7 +182,19 @@ def unplaced_error(unplaced: list, title: str) -> UserError:
 
 def same_fleet(plan_path: str, input_path: str, current, inst) -> None:
     """The current plan's nodes are the input's: a plan made for another cluster (its node groups named
-    otherwise) had its pins renamed onto this one's in silence (an outside audit, session 45)."""
+    otherwise) had its pins renamed onto this one's in silence (an outside audit, session 45).
+
+    Its group ids are distinct: the plans `plan --current` and `admit --current` write keep the current
+    groups' ids, so a current plan with two groups ``g0`` gave a new plan with two groups ``g0``,
+    written with exit 0, that `validate-plan` and `apply` refuse (rule group-id; an outside audit)."""
+    from collections import Counter
+
+    dup = sorted(g for g, k in Counter(g.id for g in current.groups).items() if k > 1)
+    if dup:
+        shown = ", ".join(dup[:5]) + (f" and {len(dup) - 5} more" if len(dup) > 5 else "")
+        raise UserError(Problem(f"{plan_path}: body.groups", f"the current plan lists group id(s) {shown} more than once "
+                                "(`planner validate-plan` refuses it: rule group-id)",
+                                "give each group its own id, or re-plan with `planner plan INPUT` (without --current)"))
     have = {n for t in inst.pool_types for n in inst.node_names(t)}
     pinned = {n for g in current.groups for n in (*g.rollout_pool.nodes, *g.train_pool.nodes)}
     missing = sorted(pinned - have)

@@ -127,16 +127,22 @@ def check_job(cluster: Scenario, job: JobSpec) -> float:
     from planner.schema.checks import check_scenario
 
     from estimators.traces import TraceError
-    from planner.schema.workload import TraceColumn, table_of
+    from planner.schema.workload import QuantileTable, TraceColumn, default_prompt_tokens, table_of
 
     r = job.rollout
     for where, spec in (("rollout.response_lengths", r.response_lengths), ("rollout.prompt_lengths", r.prompt_lengths),
                         ("rollout.tools.latency", r.tools.latency if r.tools is not None else None)):
-        if isinstance(spec, TraceColumn):  # read (bounded) here, so that a bad file is a 422 naming the field
-            try:
-                table_of(spec)
-            except TraceError as exc:
-                raise UserError(Problem(where, exc.message, exc.fix), title=f"job '{job.name}' cannot run on this cluster") from None
+        if not isinstance(spec, (TraceColumn, QuantileTable)):
+            continue
+        try:  # a trace is read (bounded) here, so that a bad file is a 422 naming the field
+            table = table_of(spec)
+        except TraceError as exc:
+            raise UserError(Problem(where, exc.message, exc.fix), title=f"job '{job.name}' cannot run on this cluster") from None
+        # prompt_tokens defaults to the prompts' mean as in a scenario file (resolve_workloads): before, a
+        # submitted job kept 512 and was checked and estimated at that length (an outside audit)
+        bad = default_prompt_tokens(r, table) if spec is r.prompt_lengths else None
+        if bad is not None:
+            raise UserError(Problem(where, *bad), title=f"job '{job.name}' cannot run on this cluster")
     sc = cluster.model_copy(update={"jobs": [job]})
     try:
         check_scenario(sc)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Annotated, Final, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from estimators.fields import Int, Real  # numbers that refuse booleans (true/false), shared
 
@@ -169,6 +169,14 @@ class FixedLengths(Strict):
 ResponseLengths = Annotated[Union[ServegenLengths, LognormalLengths, FixedLengths, TraceColumn, QuantileTable], Field(discriminator="source")]
 
 
+def _some_types(v):
+    """``gpu_types: []`` allows no type: it was read as every type of the cluster, in silence (an outside audit)."""
+    if v is not None and len(v) == 0:
+        raise ValueError("an empty list allows no GPU type; leave gpu_types out to allow every type in the cluster, "
+                         "or list the allowed types")
+    return v
+
+
 class ToolSpec(Strict):
     """Tools of an agentic job: one call between consecutive turns."""
 
@@ -192,6 +200,7 @@ class RolloutSpec(Strict):
     nodes: Int = Field(1, gt=0, le=MAX_NODES, description="rollout nodes the job needs (the group's rollout pool may be larger)")
     gpu_types: Optional[list[Annotated[str, Field(max_length=MAX_NAME)]]] = Field(
         None, max_length=MAX_GPU_TYPES, description="allowed rollout GPU types; default: every type in the cluster")
+    _gpu_types = field_validator("gpu_types")(_some_types)
 
     @model_validator(mode="after")
     def _sizes(self):
@@ -220,6 +229,7 @@ class TrainerSpec(Strict):
     mfu: Real = Field(0.35, ge=0.001, le=1.0, description="model FLOPs utilisation of training")
     gpu_types: Optional[list[Annotated[str, Field(max_length=MAX_NAME)]]] = Field(
         None, max_length=MAX_GPU_TYPES, description="allowed training GPU types; default: every type in the cluster")
+    _gpu_types = field_validator("gpu_types")(_some_types)
 
 
 class SLOSpec(Strict):

@@ -108,13 +108,32 @@ def table_of(spec: UserDistribution) -> tuple[float, ...]:
     return tuple(v * spec.scale for v in t) if spec.scale != 1.0 else t
 
 
+def default_prompt_tokens(rollout, table) -> tuple[str, str] | None:
+    """Set ``rollout.prompt_tokens`` to the mean of its ``prompt_lengths`` inverse CDF ``table`` where the
+    job does not give ``prompt_tokens`` (scenario files and the daemon's ``POST /v1/jobs`` alike).
+    A mean above the most tokens a prompt may have is ``(message, fix)`` and sets nothing: before, the
+    assignment's validation error ended ``planner validate`` with an internal error (exit 1), and the
+    daemon, which never set the default, checked and estimated the job at 512-token prompts."""
+    from estimators.traces import table_mean
+    from planner.schema.scenario import MAX_TOKENS
+
+    if "prompt_tokens" in rollout.model_fields_set:
+        return None
+    mean = table_mean(table)
+    if not mean <= MAX_TOKENS:
+        return (f"the prompts' mean length, which prompt_tokens defaults to, is {mean:,.0f} tokens; a prompt may have at "
+                f"most {MAX_TOKENS:,}", "lower the distribution's values (or its scale), or give rollout.prompt_tokens")
+    rollout.prompt_tokens = max(1, round(mean))
+    return None
+
+
 def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) -> None:
     """Make the scenario's trace paths and calibration folder absolute (relative to ``base_dir``),
     check that every trace reads, set ``prompt_tokens`` from ``prompt_lengths`` where it was not
     given, and select the calibration folder. Raises :class:`planner.errors.UserError` listing
     every problem."""
     from estimators import datadir
-    from estimators.traces import TraceError, table_mean
+    from estimators.traces import TraceError
     from planner.errors import Problem, UserError
     from planner.safeload import fmt_path as _fmt
 
@@ -146,8 +165,10 @@ def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) ->
             except TraceError as exc:
                 problems.append(Problem(_fmt(path), exc.message, exc.fix, source=where(path)))
                 continue
-            if attr == "prompt_lengths" and "prompt_tokens" not in r.model_fields_set:
-                r.prompt_tokens = max(1, round(table_mean(table)))
+            if attr == "prompt_lengths":
+                bad = default_prompt_tokens(r, table)
+                if bad is not None:
+                    problems.append(Problem(_fmt(path), *bad, source=where(path)))
     cal = getattr(scenario, "calibration", None)
     try:
         if cal is not None:

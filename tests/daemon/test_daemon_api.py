@@ -88,6 +88,30 @@ def test_bad_jobs_get_422_naming_the_field_and_never_reach_the_state(http, daemo
     assert query(daemon.state, "SELECT COUNT(*) AS n FROM jobs")[0]["n"] == before
 
 
+def test_a_submitted_jobs_prompt_tokens_default_to_its_prompt_lengths_mean(http, daemon):
+    """As in a scenario file (resolve_workloads): before, a job posted with prompt_lengths kept 512-token
+    prompts, so the daemon accepted (and estimated at 512 tokens) a job `planner validate` refuses, and
+    its loop then spent minutes estimating it."""
+    r = http.post("/v1/jobs", json=job("prompts-table", rollout={"prompt_lengths": {"source": "quantiles",
+                                                                                     "quantiles": {"0": 1000, "1": 3000}}}))
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["rollout"]["prompt_tokens"] == 2000
+    given = job("prompts-given", rollout={"prompt_tokens": 700, "prompt_lengths": {"source": "quantiles", "quantiles": {"0": 1000, "1": 3000}}})
+    r = http.post("/v1/jobs", json=given)
+    assert r.status_code == 201 and r.json()["spec"]["rollout"]["prompt_tokens"] == 700, r.text
+    before = query(daemon.state, "SELECT COUNT(*) AS n FROM jobs")[0]["n"]
+    huge = {"source": "quantiles", "quantiles": {"0": 1, "1": 8_000_000}}  # a 4M-token mean: the model fits no GPU
+    r = http.post("/v1/jobs", json=job("prompts-huge", rollout={"prompt_lengths": huge}))
+    assert r.status_code == 422 and fields(r) == ["model"] and "4002048-token" in r.text, r.text
+    past = {"source": "quantiles", "quantiles": {"0": 1, "1": 10_000_000}}  # a mean past the most a prompt may have
+    r = http.post("/v1/jobs", json=job("prompts-past", rollout={"prompt_lengths": past}))
+    assert r.status_code == 422 and fields(r) == ["rollout.prompt_lengths"] and "at most 4,194,304" in r.text, r.text
+    assert query(daemon.state, "SELECT COUNT(*) AS n FROM jobs")[0]["n"] == before
+    for name in ("prompts-table", "prompts-given"):  # (their nodes back for the tests after this one)
+        assert http.delete(f"/v1/jobs/{name}").status_code == 202
+        wait_for(lambda n=name: http.get(f"/v1/jobs/{n}").json()["state"] == "cancelled", what=f"{name} cancelled")
+
+
 def test_duplicates_unknowns_and_limits(http, daemon):
     assert http.post("/v1/jobs", json=job("dup", trainer={"nodes": 1})).status_code == 201
     r = http.post("/v1/jobs", json=job("dup"))

@@ -88,6 +88,9 @@ CASES = [
      "jobs[1].model", "training state does not fit"),
     ("too-many-nodes", _set("jobs[0].rollout.nodes", 5), "jobs[0].rollout.nodes", "needs 5 nodes"),
     ("unknown-allowed-type", _set("jobs[0].rollout.gpu_types", ["H100"]), "jobs[0].rollout.gpu_types[0]", "no nodes"),
+    # an empty allow-list was read as every type, in silence (an outside audit)
+    ("empty-rollout-types", _set("jobs[0].rollout.gpu_types", []), "jobs[0].rollout.gpu_types", "allows no GPU type"),
+    ("empty-trainer-types", _set("jobs[1].trainer.gpu_types", []), "jobs[1].trainer.gpu_types", "leave gpu_types out"),
     ("bad-length-source", _set("jobs[0].rollout.response_lengths", {"source": "zipf"}), "jobs[0].rollout.response_lengths", "servegen"),
     ("lognormal-missing-median", _set("jobs[0].rollout.response_lengths", {"source": "lognormal"}),
      "jobs[0].rollout.response_lengths.median_tokens", "missing"),

@@ -130,6 +130,10 @@ def test_own_trace_drives_plan_and_simulate(tmp_path):
     (lambda s: s.replace("{0: 20, ", "{"), "span 0 to 1"),
     (lambda s: s + "calibration: no-such-folder\n", "calibration folder"),
     (lambda s: s.replace("latency: {source: trace,", "latency: {source: trcae,"), "needs source: trace or source: quantiles"),
+    # prompts whose mean (prompt_tokens' default) is past the most a prompt may have: was an internal error (exit 1)
+    (lambda s: s.replace("prompt_lengths: {source: trace, path: traces/own-trace.csv, column: prompt_tokens}",
+                         "prompt_lengths: {source: quantiles, quantiles: {0: 1, 1: 10000000}}"),
+     "rollout.prompt_lengths: the prompts' mean length, which prompt_tokens defaults to, is 5,000,000 tokens"),
 ])
 def test_bad_workload_exit_2_naming_the_field(tmp_path, edit, needle):
     sc = _copy_scenario(tmp_path, edit)

@@ -133,3 +133,32 @@ def test_drain_moves_requests_once_and_keeps_progress():
     assert stage.reprefill_tokens() > 0
     assert stage.stats.migrated > 0
     assert all(b >= 0 for b in moved_before)
+
+
+def test_a_finish_closer_than_the_clocks_resolution_still_comes():
+    """Late in a long simulated span (1e9 s: hours-long tool calls, a 1e8-second tool latency table) a
+    decode step fraction can take less than half the clock's resolution there. Twenty requests start at
+    t0, a twenty-first one tick later (about 5e-6 steps behind); when the twenty finish, the last one's
+    4.6e-6 steps at b = 1 take 2.7e-8 s, which ``t0 + ...`` rounds away. Before, the engine rescheduled
+    itself at ``now`` forever: `planner estimate` and `simulate` hung (an outside audit)."""
+    import math
+
+    from formulation.realloc.priority import QueuedRequest
+
+    m = tiny_engine_model(kv=1e9, max_running=64, a=5.0, b=1.0)
+    loop = EventLoop(0)
+    done = {}
+    e = RolloutEngine(0, loop, m, on_turn_done=lambda eng, r: done.__setitem__(r.rid, loop.now))
+
+    def push(rids, now):
+        for i in rids:
+            e.queue.push(QueuedRequest(str(i), now, payload=_req(i, 100)))
+        e.kick(now)
+
+    t0 = 1e9
+    t1 = math.nextafter(t0, math.inf)
+    loop.at(t0, push, range(20), t0)
+    loop.at(t1, push, [20], t1)
+    loop.run(max_events=1_000)  # (RuntimeError "not converging" before)
+    assert set(done) == set(range(21))
+    assert done[20] >= max(done[i] for i in range(20)) and done[20] - t0 == pytest.approx(100 * 0.026, rel=0.2)
