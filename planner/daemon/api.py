@@ -587,10 +587,24 @@ def create_app(service) -> FastAPI:
         return JobView(**rec.as_dict())
 
     # ---- telemetry
+    nodes: list[dict] = []  # the cluster's nodes by name (planner.instances.realloc.node_index), built at the first post
+
     @app.post("/v1/telemetry", status_code=202, response_model=Accepted, responses=_resp(404, 409, 413, 422), tags=["telemetry"],
               summary="Post a telemetry snapshot of a placed job")
     async def post_telemetry(snapshot: TelemetrySnapshot, request: Request) -> Accepted:
         request.scope["rlp.job"] = snapshot.job
+        from planner.instances.realloc import node_index, scenario_node_problems
+
+        # its nodes must be the cluster's (names, GPU type, at most the GPUs a node has): the reallocation
+        # planner builds its pools from them, so a node the cluster lacks would get GPUs allocated
+        if not nodes:
+            nodes.append(node_index(service.cluster))
+        bad = scenario_node_problems(snapshot, service.cluster, index=nodes[0], where="this daemon's cluster",
+                                     fix="or post the telemetry to the daemon whose cluster runs the job")
+        if bad:
+            for p in bad:
+                p.source = ""
+            raise UserError(bad, title="telemetry of nodes this daemon's cluster does not have")
         return Accepted(id=await service.ingest.submit(snapshot), job=snapshot.job)
 
     # ---- reallocation context

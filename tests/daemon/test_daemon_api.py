@@ -137,12 +137,22 @@ def test_bad_telemetry_gets_422_and_is_not_stored(http, daemon):
     bad_worker["workers"][0]["kv_used_tokens"] = 5000  # above capacity: utilisation > 1
     unknown_component = snapshot("tel")
     unknown_component["workers"][1]["component"] = "actr"
+    # nodes the daemon's cluster (h20-0..3, h800-0..3, 8 GPUs each) lacks or overfills: the reallocation planner
+    # made pools of them and allocated GPUs there
+    no_such_node = snapshot("tel")
+    no_such_node["workers"][0]["node"] = "h20-9"
+    overfull = snapshot("tel")
+    overfull["workers"][1]["gpus"] = 16
+    declared_64 = snapshot("tel", nodes=[{"node": "h20-0", "gpu_type": "H20", "gpus": 64}, {"node": "h800-0", "gpu_type": "H800", "gpus": 8}])
     cases = [
         (snapshot("tel", time_s=-1), "time_s"),
         (bad_worker, "workers[0]"),
         (snapshot("tel", components=[]), "components"),
         (unknown_component, ""),
         (snapshot("tel", extra=1), "extra"),
+        (no_such_node, "workers[0].node"),
+        (overfull, "workers[1].gpus"),
+        (declared_64, "nodes[0].gpus"),
     ]
     refused0 = rejected(http)
     for snap, field in cases:
@@ -151,6 +161,10 @@ def test_bad_telemetry_gets_422_and_is_not_stored(http, daemon):
         assert any(f == field or f.startswith(field) for f in fields(r)), (field, r.json())
     r = http.post("/v1/telemetry", json=unknown_component)
     assert "Did you mean 'actor'" in r.text
+    r = http.post("/v1/telemetry", json=no_such_node)
+    assert "node 'h20-9' is not among the nodes of this daemon's cluster (they are h20-0 .. h20-3, h800-0 .. h800-3)" in r.text, r.text
+    r = http.post("/v1/telemetry", json=declared_64)
+    assert "64 GPUs on node 'h20-0'" in r.text and "gives it 8" in r.text, r.text
     r = http.post("/v1/telemetry", content=b'{"job": "tel", "job": "tel"}', headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text  # refused by the strict JSON reader, before the schema
     r = http.post("/v1/telemetry", json=snapshot("ghost"))
@@ -160,7 +174,7 @@ def test_bad_telemetry_gets_422_and_is_not_stored(http, daemon):
     # every refusal is counted under a reason docs/daemon.md's metrics list names (422s as invalid)
     refused = rejected(http)
     assert {k: refused.get(k, 0) - refused0.get(k, 0) for k in refused} == \
-        {"invalid": len(cases) + 2, "unknown-job": 1, "too-large": 1, "not-placed": 0}, (refused0, refused)
+        {"invalid": len(cases) + 4, "unknown-job": 1, "too-large": 1, "not-placed": 0}, (refused0, refused)
     assert query(daemon.state, "SELECT COUNT(*) AS n FROM telemetry WHERE job='tel'")[0]["n"] == before
     # Every stored snapshot validates: nothing malformed reached the state.
     for row in query(daemon.state, "SELECT body FROM telemetry"):
