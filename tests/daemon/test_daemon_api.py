@@ -129,6 +129,28 @@ def test_duplicates_unknowns_and_limits(http, daemon):
     assert any(j["name"] == "dup" for j in listing["jobs"]) and set(listing["counts"]) >= {"pending", "running", "completed"}
 
 
+def test_unknown_filter_values_are_refused_not_answered_empty(http, daemon):
+    """GET /v1/decisions?kind=bogus was 200 with no decisions and GET /v1/cluster?job=nosuch 200 with no components,
+    while GET /v1/jobs/nosuch is 404: a typo read as "nothing happened". Now a kind not among the decision kinds is a
+    422 naming the parameter and the kinds, an unknown job a 404; a known value that matches nothing stays 200."""
+    r = http.get("/v1/decisions", params={"kind": "bogus"})
+    assert r.status_code == 422 and fields(r) == ["kind"], r.text
+    msg = r.json()["problems"][0]["message"]
+    for k in ("admit", "reject", "wait", "departure", "drift", "repair", "reoptimise", "realloc"):
+        assert f"'{k}'" in msg, msg
+    assert "'bogus'" in msg and r.json()["problems"][0]["fix"], r.text
+    r = http.get("/v1/decisions", params={"kind": "Realloc"})
+    assert r.status_code == 422 and fields(r) == ["kind"], r.text
+    assert http.get("/v1/decisions", params={"kind": "departure", "since_id": 2**62}).json()["decisions"] == []  # known: 200
+    r = http.get("/v1/cluster", params={"job": "nosuch"})
+    assert r.status_code == 404 and fields(r) == ["job"] and "no job named 'nosuch'" in r.text, r.text
+    assert http.get("/v1/jobs/nosuch").status_code == 404  # as the job's own resource says
+    assert http.post("/v1/jobs", json=job("filtered", trainer={"nodes": 1})).status_code == 201
+    wait_for(lambda: http.get("/v1/cluster").status_code == 200, what="the executor's first report")
+    r = http.get("/v1/cluster", params={"job": "filtered"})  # known (pending, placed or running): 200
+    assert r.status_code == 200 and all(c["job"] == "filtered" for c in r.json()["components"]), r.text
+
+
 def test_bad_telemetry_gets_422_and_is_not_stored(http, daemon):
     assert http.post("/v1/jobs", json=job("tel", trainer={"nodes": 1})).status_code == 201
     wait_for(lambda: http.get("/v1/jobs/tel").json()["state"] in ("admitted", "running"), what="tel placed")
