@@ -76,6 +76,9 @@ def test_bad_jobs_get_422_naming_the_field_and_never_reach_the_state(http, daemo
         (job("bad-7", rollout={"gpu_types": ["H100"]}), "rollout.gpu_types[0]"),
         (job("bad-8", trainer={"nodes": 9}), "trainer.nodes"),
         ({k: v for k, v in job("bad-9").items() if k != "rollout"}, "rollout"),
+        # tool calls past fixed_latency_s's bound (86,400 s): the job's SLO came out near 2e9 s
+        (job("bad-10", rollout={"turns": 2, "tools": {"latency": {"source": "quantiles", "quantiles": {"0": 1, "1": 1e9}}}}),
+         "rollout.tools.latency"),
     ]
     for spec, field in cases:
         r = http.post("/v1/jobs", json=spec)
