@@ -85,7 +85,7 @@ def run(args) -> int:
     from formulation.realloc.donors import DonorDetector
     from planner import plandoc
     from planner.errors import Problem, UserError
-    from planner.instances.realloc import build_context, load_snapshots
+    from planner.instances.realloc import build_context, check_against_scenario, load_snapshots
 
     from planner.commands._args import check_outputs
     from planner.dockind import SCENARIO, SNAPSHOT, expect
@@ -114,6 +114,8 @@ def run(args) -> int:
     for s in snaps[:-1]:
         det.observe(s)
     last = snaps[-1]
+    if scenario is not None and any(j.name == last.job for j in scenario.jobs):  # (another job's scenario: build_context says so)
+        check_against_scenario(snaps, scenario, source=str(args.snapshot))  # the scenario's nodes, not the snapshot's word for them
     ctx = build_context(last, scenario, horizon_s=args.horizon_s)
     if opts.backend == "dp" and len(ctx.pools) != 1:
         raise UserError(Problem("--backend", f"the dp backend solves the single-pool case; this snapshot has {len(ctx.pools)} nodes",

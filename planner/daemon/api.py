@@ -15,7 +15,9 @@ POST    /v1/jobs/{name}/          the job's reallocation context (``planner.inst
 GET     /v1/plan                  the plan in force (placement and plan document): 200, 404
 GET     /v1/cluster               what the executor runs (per component its workers, per node its
                                   use, the request ledger), as of the loop's last cycle: 200, 404
+                                  (also for a ``job`` filter naming no job of this daemon)
 GET     /v1/decisions             the decision log with reasons, ``since_id``/``limit``/``kind``
+                                  (a kind not in ``DecisionKind``: 422)
 GET     /v1/audit                 every mutating call: who, from where, what, status (admin scope)
 GET     /v1/health                role, lease holder, loop progress, job counts
 GET     /healthz, /readyz         liveness; readiness (503 while the loop is stalled)
@@ -37,7 +39,7 @@ import json
 import logging
 import re
 import sqlite3
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args
 
 from fastapi import Body, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -51,7 +53,7 @@ from planner import __version__
 from planner.daemon.guard import LOCKED_RETRY_S
 from planner.daemon.lifecycle import JobState
 from planner.daemon.sqlitedb import busy_timeout_s, is_locked
-from planner.daemon.store import NotFound, StateFileError, StoreError
+from planner.daemon.store import DecisionKind, NotFound, StateFileError, StoreError
 from estimators.errors import MAX_FIELD, MAX_MESSAGE, MAX_PROBLEMS, safe_text
 from planner.errors import Problem, UserError
 from planner.schema.scenario import JobSpec
@@ -492,6 +494,9 @@ def locked_response() -> JSONResponse:
 
 
 # ------------------------------------------------------------------------------------- app
+KIND_HELP = "only decisions of this kind (422 for any other): " + ", ".join(get_args(DecisionKind))
+
+
 def create_app(service) -> FastAPI:
     """The app around a :class:`planner.daemon.service.Service` (its store, metrics and status)."""
     app = FastAPI(title="rl-planner daemon", version=__version__, docs_url=None, redoc_url=None,  # /docs: docs_ui (no CDN)
@@ -587,10 +592,24 @@ def create_app(service) -> FastAPI:
         return JobView(**rec.as_dict())
 
     # ---- telemetry
+    nodes: list[dict] = []  # the cluster's nodes by name (planner.instances.realloc.node_index), built at the first post
+
     @app.post("/v1/telemetry", status_code=202, response_model=Accepted, responses=_resp(404, 409, 413, 422), tags=["telemetry"],
               summary="Post a telemetry snapshot of a placed job")
     async def post_telemetry(snapshot: TelemetrySnapshot, request: Request) -> Accepted:
         request.scope["rlp.job"] = snapshot.job
+        from planner.instances.realloc import node_index, scenario_node_problems
+
+        # its nodes must be the cluster's (names, GPU type, at most the GPUs a node has): the reallocation
+        # planner builds its pools from them, so a node the cluster lacks would get GPUs allocated
+        if not nodes:
+            nodes.append(node_index(service.cluster))
+        bad = scenario_node_problems(snapshot, service.cluster, index=nodes[0], where="this daemon's cluster",
+                                     fix="or post the telemetry to the daemon whose cluster runs the job")
+        if bad:
+            for p in bad:
+                p.source = ""
+            raise UserError(bad, title="telemetry of nodes this daemon's cluster does not have")
         return Accepted(id=await service.ingest.submit(snapshot), job=snapshot.job)
 
     # ---- reallocation context
@@ -632,7 +651,10 @@ def create_app(service) -> FastAPI:
     @app.get("/v1/cluster", response_model=ClusterView, responses=_resp(404, 422), tags=["plan"],
              summary="What the executor runs, as of the last cycle")
     def get_cluster(job: Optional[str] = Query(None, pattern=NAME_PATTERN, max_length=200,
-                                               description="only this job's components")) -> ClusterView:
+                                               description="only this job's components (404 for a job this daemon does not know, "
+                                                           "as GET /v1/jobs/{name})")) -> ClusterView:
+        if job is not None and store.job_state(job) is None:  # (a known job with nothing running: 200, no components)
+            raise NotFound(f"no job named '{job}'", "job", "list jobs with GET /v1/jobs, or leave job out for every component")
         c = store.get_kv("cluster")
         if c is None:
             raise NotFound("the executor has reported nothing yet", "", "wait for the loop's next cycle (or run with an executor)")
@@ -642,7 +664,7 @@ def create_app(service) -> FastAPI:
 
     @app.get("/v1/decisions", response_model=DecisionList, responses=_resp(422), tags=["plan"], summary="The decision log")
     def decisions(since_id: int = Query(0, ge=0, le=2**62), limit: int = Query(100, ge=1, le=1000),
-                  kind: Optional[str] = Query(None, max_length=40, pattern=r"^[a-z-]+$")) -> DecisionList:
+                  kind: Optional[DecisionKind] = Query(None, description=KIND_HELP)) -> DecisionList:
         rows = store.decisions(since_id, limit, kind)
         return DecisionList(decisions=[DecisionView(**r) for r in rows], next_since_id=rows[-1]["id"] if rows else since_id)
 

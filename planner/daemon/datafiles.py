@@ -41,7 +41,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
-from planner.errors import Problem, UserError
+from planner.errors import Problem, UserError, did_you_mean
 from planner.schema.scenario import JobSpec
 from planner.schema.workload import TraceColumn
 
@@ -90,7 +90,26 @@ def _model(job: JobSpec, data_dir: Optional[Path]) -> None:
         pass
     send = (f"use a preset ({', '.join(preset_names())}) or give the dimensions as a mapping (hidden_size, num_layers, "
             "num_heads, num_kv_heads, intermediate_size, vocab_size)")
-    full = _inside("model", job.model, data_dir, send)
+    name = job.model
+    shown = name if len(name) <= 100 else name[:100] + "..."
+    path_like = "/" in name or "\\" in name or name.endswith(".json") or name.startswith((".", "~"))
+    not_preset = f"'{shown}' is not a known model preset (nor a Hugging Face hub id of one)"
+    try:
+        full = _inside("model", name, data_dir, send)
+    except UserError:
+        # a name is first a preset's: say that it is none, and which there are, not only that no file is read
+        if path_like and data_dir is not None:  # a path, and this daemon reads files: the data folder's refusal says why
+            raise
+        fix = (f"name a preset ({', '.join(preset_names())}), or give the dimensions as a mapping (hidden_size, num_layers, "
+               "num_heads, num_kv_heads, intermediate_size, vocab_size)")
+        if data_dir is not None:  # a bare name, neither a preset nor inside the data folder
+            also, fix = ", nor a file or folder inside the daemon's data folder", fix + ", or name a model folder inside it"
+        elif path_like:
+            also = "; and this daemon reads no model file named in a request (it runs without --data-dir)"
+            fix += ", or ask the operator to start the daemon with --data-dir DIR and name a config.json inside DIR"
+        else:
+            also = ""
+        raise UserError(Problem("model", f"{not_preset}{also}.{did_you_mean(name, preset_names())}", fix)) from None
     if full.is_dir():
         full = full / "config.json"
         if not full.is_file():

@@ -127,7 +127,7 @@ def check_job(cluster: Scenario, job: JobSpec) -> float:
     from planner.schema.checks import check_scenario
 
     from estimators.traces import TraceError
-    from planner.schema.workload import QuantileTable, TraceColumn, default_prompt_tokens, table_of
+    from planner.schema.workload import QuantileTable, TraceColumn, default_prompt_tokens, table_of, tool_latency_too_long
 
     r = job.rollout
     for where, spec in (("rollout.response_lengths", r.response_lengths), ("rollout.prompt_lengths", r.prompt_lengths),
@@ -140,7 +140,8 @@ def check_job(cluster: Scenario, job: JobSpec) -> float:
             raise UserError(Problem(where, exc.message, exc.fix), title=f"job '{job.name}' cannot run on this cluster") from None
         # prompt_tokens defaults to the prompts' mean as in a scenario file (resolve_workloads): before, a
         # submitted job kept 512 and was checked and estimated at that length (an outside audit)
-        bad = default_prompt_tokens(r, table) if spec is r.prompt_lengths else None
+        bad = default_prompt_tokens(r, table) if spec is r.prompt_lengths else \
+            tool_latency_too_long(table) if where == "rollout.tools.latency" else None  # (as resolve_workloads)
         if bad is not None:
             raise UserError(Problem(where, *bad), title=f"job '{job.name}' cannot run on this cluster")
     sc = cluster.model_copy(update={"jobs": [job]})

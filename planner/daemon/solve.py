@@ -26,7 +26,7 @@ from planner.daemon.estimates import Drift
 from planner.daemon.lifecycle import JobState
 from planner.daemon.ports import Observation, Placement, PlacementPlanner, PlanningContext
 from planner.daemon.ratelimit import TokenBucket
-from planner.daemon.store import DecisionRow, JobRecord
+from planner.daemon.store import DecisionKind, DecisionRow, JobRecord
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Move:
 
 @dataclass
 class Decision:
-    kind: str  # departure | repair | drift | admit | reject | wait | reoptimise | realloc
+    kind: DecisionKind  # departure | repair | drift | admit | reject | wait | reoptimise | realloc
     triggers: list[str]
     outcome: str  # changes-plan | kept-current | rejected | waiting | rate-limited | infeasible | not-committed | ...
     jobs: list[str]

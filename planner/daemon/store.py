@@ -36,7 +36,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, TypedDict
+from typing import Any, Literal, Optional, TypedDict
 
 from planner.daemon import lifecycle
 from planner.daemon.lifecycle import JobState
@@ -308,10 +308,14 @@ class PlanRecord:
                    json.loads(r["placement"]), json.loads(r["doc"]))
 
 
+DecisionKind = Literal["admit", "reject", "wait", "departure", "drift", "repair", "reoptimise", "realloc"]
+"""What a decision is about (the ``kind`` of its row; ``GET /v1/decisions?kind=`` takes these only)."""
+
+
 class _DecisionKeys(TypedDict):
     cycle: int
     at: float
-    kind: str
+    kind: DecisionKind
     outcome: str
 
 

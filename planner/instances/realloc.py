@@ -661,6 +661,71 @@ def gated_trainer_s(snap: TelemetrySnapshot, scenario, ctx: ReallocContext, *, i
     return arr.remaining_s(g * specs[workers[0].gpu_type].bf16_tflops * 1e12 * facts.mfu)
 
 
+def node_index(scenario) -> dict:
+    """The scenario's nodes by name (``<node group>-<i>``, as
+    :meth:`planner.instances.common.ClusterView.node_names` names them): each one's node group."""
+    return {f"{g.name}-{i}": g for g in scenario.cluster.node_groups for i in range(g.count)}
+
+
+SCENARIO_FIX = "or pass the scenario of the cluster the job runs on"
+
+
+def scenario_node_problems(snap: TelemetrySnapshot, scenario, *, prefix: str = "", source: str = "",
+                           index: Optional[dict] = None, where: str = "", fix: str = SCENARIO_FIX) -> list[Problem]:
+    """With a scenario, the snapshot's nodes must be the scenario's: each node (declared under
+    ``nodes``, else each node workers sit on) one the scenario's node groups hold (:func:`node_index`),
+    with the group's GPU type and at most its ``gpus_per_node`` GPUs. The problems found, fields
+    prefixed by ``prefix``; ``where`` names the cluster in messages, ``fix`` ends each fix.
+
+    Without the check a snapshot declaring 64 GPUs on an 8-GPU node, or a node the cluster lacks,
+    would have GPUs allocated there.
+    """
+    groups = scenario.cluster.node_groups
+    known = index if index is not None else node_index(scenario)
+    shown = ", ".join(f"{g.name}-0 .. {g.name}-{g.count - 1}" if g.count > 1 else f"{g.name}-0"
+                      for g in groups[:8] if g.count > 0) + (", ..." if len(groups) > 8 else "")
+    where = where or (f"the scenario '{scenario.name}'" if getattr(scenario, "name", "") else "the scenario")
+    out: list[Problem] = []
+
+    def check(at: str, node: str, gpu_type: str, gpus: int, what: str) -> None:
+        g = known.get(node)
+        if g is None:
+            hint = did_you_mean(node, list(known)) if len(out) < 5 else ""  # (difflib over every node: the first few only)
+            out.append(Problem(f"{prefix}{at}.node", f"node '{node}' is not among the nodes of {where} (they are {shown or 'none'})"
+                               f"{hint}", f"name nodes as the cluster does (<node group>-<i>), {fix}", source=source))
+            return
+        if gpu_type != g.gpu_type:
+            out.append(Problem(f"{prefix}{at}.gpu_type", f"node '{node}' has GPU type {gpu_type} in the snapshot, {g.gpu_type} in {where} "
+                               f"(node group {g.name})", f"report {g.gpu_type} for it, {fix}", source=source))
+        if gpus > g.gpus_per_node:
+            out.append(Problem(f"{prefix}{at}.gpus", f"{what} {gpus} GPUs on node '{node}'; {where} gives it {g.gpus_per_node} "
+                               f"(node group {g.name}, gpus_per_node)", f"report at most {g.gpus_per_node} GPUs on it, {fix}",
+                               source=source))
+
+    if snap.nodes is not None:  # (the snapshot itself checks its workers against its declared nodes)
+        for j, n in enumerate(snap.nodes):
+            check(f"nodes[{j}]", n.node, n.gpu_type, n.gpus, "the snapshot declares")
+    else:
+        first: dict[str, int] = {}
+        held: dict[str, int] = {}
+        for i, w in enumerate(snap.workers):
+            first.setdefault(w.node, i)
+            held[w.node] = held.get(w.node, 0) + w.gpus
+        for node, i in first.items():
+            check(f"workers[{i}]", node, snap.workers[i].gpu_type, held[node], "workers hold")
+    return out
+
+
+def check_against_scenario(snaps: list[TelemetrySnapshot], scenario, *, source: str = "") -> None:
+    """Refuse snapshots whose nodes are not the scenario's (:func:`scenario_node_problems`), naming each."""
+    out: list[Problem] = []
+    index = node_index(scenario)
+    for k, s in enumerate(snaps):
+        out += scenario_node_problems(s, scenario, prefix=f"snapshots[{k}]." if len(snaps) > 1 else "", source=source, index=index)
+    if out:
+        raise UserError(out)
+
+
 def load_snapshots(path) -> list[TelemetrySnapshot]:
     """A snapshot file: one snapshot (YAML or JSON), a list of them, ``{snapshots: [...]}``, or JSON lines."""
     from pathlib import Path
@@ -732,4 +797,4 @@ def _fix_for(err: ErrorDetails) -> str:
     return "correct the value"
 
 
-__all__ = ["build_context", "load_snapshots"]
+__all__ = ["build_context", "check_against_scenario", "load_snapshots", "node_index", "scenario_node_problems"]

@@ -58,6 +58,7 @@ MAX_DP = 65536
 MAX_THREADS = 256
 MAX_SECONDS = 1e8           # about 3 years: times, durations, SLOs, arrivals
 MAX_TIME_LIMIT_S = 86400.0  # one day of solver time
+MAX_TOOL_LATENCY_S = 86400.0  # one tool call: a day (fixed_latency_s, and every value of a latency table or trace)
 MAX_PRICE = 1e4             # $ per GPU-hour (and per job moved)
 MIN_PRICE = 1e-6            # $ per GPU-hour: a subnormal price (1e-320) overflowed the solver's cost ratios to inf
 MAX_BUDGET = 1e9            # $ per hour
@@ -182,7 +183,7 @@ class ToolSpec(Strict):
 
     latency: ToolLatency = Field(
         "rollpacker", description="measured RollPacker tool latencies, fixed_latency_s, or the user's own (trace column or quantile table)")
-    fixed_latency_s: Real = Field(1.0, gt=0.0, le=86400.0, description="seconds per tool call when latency is 'fixed'")
+    fixed_latency_s: Real = Field(1.0, gt=0.0, le=MAX_TOOL_LATENCY_S, description="seconds per tool call when latency is 'fixed'")
     observation_tokens: Int = Field(256, ge=0, le=MAX_TOKENS, description="tokens the tool result appends to the context")
 
 

@@ -127,6 +127,21 @@ def default_prompt_tokens(rollout, table) -> tuple[str, str] | None:
     return None
 
 
+def tool_latency_too_long(table) -> tuple[str, str] | None:
+    """``(message, fix)`` when the tool latency inverse CDF ``table`` (``scale`` applied) reaches past
+    :data:`planner.schema.scenario.MAX_TOOL_LATENCY_S`, the bound of ``fixed_latency_s``; else None.
+    Before, a quantile table or trace could give 1e9-second tool calls (SLOs of 2e9 s, past the 1e8 s
+    every time of a scenario is bounded by)."""
+    from planner.schema.scenario import MAX_TOOL_LATENCY_S
+
+    top = max(table, default=0.0)
+    if top <= MAX_TOOL_LATENCY_S:
+        return None
+    return (f"the longest tool call it gives is {top:,.1f} s (scale applied); a tool call may take at most "
+            f"{MAX_TOOL_LATENCY_S:,.0f} s, as fixed_latency_s",
+            f"give latencies in seconds, at most {MAX_TOOL_LATENCY_S:,.0f} (lower the values or the scale)")
+
+
 def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) -> None:
     """Make the scenario's trace paths and calibration folder absolute (relative to ``base_dir``),
     check that every trace reads, set ``prompt_tokens`` from ``prompt_lengths`` where it was not
@@ -165,10 +180,10 @@ def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) ->
             except TraceError as exc:
                 problems.append(Problem(_fmt(path), exc.message, exc.fix, source=where(path)))
                 continue
-            if attr == "prompt_lengths":
-                bad = default_prompt_tokens(r, table)
-                if bad is not None:
-                    problems.append(Problem(_fmt(path), *bad, source=where(path)))
+            bad = default_prompt_tokens(r, table) if attr == "prompt_lengths" else \
+                tool_latency_too_long(table) if attr == "latency" else None
+            if bad is not None:
+                problems.append(Problem(_fmt(path), *bad, source=where(path)))
     cal = getattr(scenario, "calibration", None)
     try:
         if cal is not None:

@@ -76,6 +76,9 @@ def test_bad_jobs_get_422_naming_the_field_and_never_reach_the_state(http, daemo
         (job("bad-7", rollout={"gpu_types": ["H100"]}), "rollout.gpu_types[0]"),
         (job("bad-8", trainer={"nodes": 9}), "trainer.nodes"),
         ({k: v for k, v in job("bad-9").items() if k != "rollout"}, "rollout"),
+        # tool calls past fixed_latency_s's bound (86,400 s): the job's SLO came out near 2e9 s
+        (job("bad-10", rollout={"turns": 2, "tools": {"latency": {"source": "quantiles", "quantiles": {"0": 1, "1": 1e9}}}}),
+         "rollout.tools.latency"),
     ]
     for spec, field in cases:
         r = http.post("/v1/jobs", json=spec)
@@ -129,6 +132,28 @@ def test_duplicates_unknowns_and_limits(http, daemon):
     assert any(j["name"] == "dup" for j in listing["jobs"]) and set(listing["counts"]) >= {"pending", "running", "completed"}
 
 
+def test_unknown_filter_values_are_refused_not_answered_empty(http, daemon):
+    """GET /v1/decisions?kind=bogus was 200 with no decisions and GET /v1/cluster?job=nosuch 200 with no components,
+    while GET /v1/jobs/nosuch is 404: a typo read as "nothing happened". Now a kind not among the decision kinds is a
+    422 naming the parameter and the kinds, an unknown job a 404; a known value that matches nothing stays 200."""
+    r = http.get("/v1/decisions", params={"kind": "bogus"})
+    assert r.status_code == 422 and fields(r) == ["kind"], r.text
+    msg = r.json()["problems"][0]["message"]
+    for k in ("admit", "reject", "wait", "departure", "drift", "repair", "reoptimise", "realloc"):
+        assert f"'{k}'" in msg, msg
+    assert "'bogus'" in msg and r.json()["problems"][0]["fix"], r.text
+    r = http.get("/v1/decisions", params={"kind": "Realloc"})
+    assert r.status_code == 422 and fields(r) == ["kind"], r.text
+    assert http.get("/v1/decisions", params={"kind": "departure", "since_id": 2**62}).json()["decisions"] == []  # known: 200
+    r = http.get("/v1/cluster", params={"job": "nosuch"})
+    assert r.status_code == 404 and fields(r) == ["job"] and "no job named 'nosuch'" in r.text, r.text
+    assert http.get("/v1/jobs/nosuch").status_code == 404  # as the job's own resource says
+    assert http.post("/v1/jobs", json=job("filtered", trainer={"nodes": 1})).status_code == 201
+    wait_for(lambda: http.get("/v1/cluster").status_code == 200, what="the executor's first report")
+    r = http.get("/v1/cluster", params={"job": "filtered"})  # known (pending, placed or running): 200
+    assert r.status_code == 200 and all(c["job"] == "filtered" for c in r.json()["components"]), r.text
+
+
 def test_bad_telemetry_gets_422_and_is_not_stored(http, daemon):
     assert http.post("/v1/jobs", json=job("tel", trainer={"nodes": 1})).status_code == 201
     wait_for(lambda: http.get("/v1/jobs/tel").json()["state"] in ("admitted", "running"), what="tel placed")
@@ -137,12 +162,22 @@ def test_bad_telemetry_gets_422_and_is_not_stored(http, daemon):
     bad_worker["workers"][0]["kv_used_tokens"] = 5000  # above capacity: utilisation > 1
     unknown_component = snapshot("tel")
     unknown_component["workers"][1]["component"] = "actr"
+    # nodes the daemon's cluster (h20-0..3, h800-0..3, 8 GPUs each) lacks or overfills: the reallocation planner
+    # made pools of them and allocated GPUs there
+    no_such_node = snapshot("tel")
+    no_such_node["workers"][0]["node"] = "h20-9"
+    overfull = snapshot("tel")
+    overfull["workers"][1]["gpus"] = 16
+    declared_64 = snapshot("tel", nodes=[{"node": "h20-0", "gpu_type": "H20", "gpus": 64}, {"node": "h800-0", "gpu_type": "H800", "gpus": 8}])
     cases = [
         (snapshot("tel", time_s=-1), "time_s"),
         (bad_worker, "workers[0]"),
         (snapshot("tel", components=[]), "components"),
         (unknown_component, ""),
         (snapshot("tel", extra=1), "extra"),
+        (no_such_node, "workers[0].node"),
+        (overfull, "workers[1].gpus"),
+        (declared_64, "nodes[0].gpus"),
     ]
     refused0 = rejected(http)
     for snap, field in cases:
@@ -151,6 +186,10 @@ def test_bad_telemetry_gets_422_and_is_not_stored(http, daemon):
         assert any(f == field or f.startswith(field) for f in fields(r)), (field, r.json())
     r = http.post("/v1/telemetry", json=unknown_component)
     assert "Did you mean 'actor'" in r.text
+    r = http.post("/v1/telemetry", json=no_such_node)
+    assert "node 'h20-9' is not among the nodes of this daemon's cluster (they are h20-0 .. h20-3, h800-0 .. h800-3)" in r.text, r.text
+    r = http.post("/v1/telemetry", json=declared_64)
+    assert "64 GPUs on node 'h20-0'" in r.text and "gives it 8" in r.text, r.text
     r = http.post("/v1/telemetry", content=b'{"job": "tel", "job": "tel"}', headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text  # refused by the strict JSON reader, before the schema
     r = http.post("/v1/telemetry", json=snapshot("ghost"))
@@ -160,7 +199,7 @@ def test_bad_telemetry_gets_422_and_is_not_stored(http, daemon):
     # every refusal is counted under a reason docs/daemon.md's metrics list names (422s as invalid)
     refused = rejected(http)
     assert {k: refused.get(k, 0) - refused0.get(k, 0) for k in refused} == \
-        {"invalid": len(cases) + 2, "unknown-job": 1, "too-large": 1, "not-placed": 0}, (refused0, refused)
+        {"invalid": len(cases) + 4, "unknown-job": 1, "too-large": 1, "not-placed": 0}, (refused0, refused)
     assert query(daemon.state, "SELECT COUNT(*) AS n FROM telemetry WHERE job='tel'")[0]["n"] == before
     # Every stored snapshot validates: nothing malformed reached the state.
     for row in query(daemon.state, "SELECT body FROM telemetry"):

@@ -134,6 +134,14 @@ def test_own_trace_drives_plan_and_simulate(tmp_path):
     (lambda s: s.replace("prompt_lengths: {source: trace, path: traces/own-trace.csv, column: prompt_tokens}",
                          "prompt_lengths: {source: quantiles, quantiles: {0: 1, 1: 10000000}}"),
      "rollout.prompt_lengths: the prompts' mean length, which prompt_tokens defaults to, is 5,000,000 tokens"),
+    # tool calls past fixed_latency_s's bound (a day): a table reached 1e9 s, the SLO 2e9 s (past the 1e8 s bound of times)
+    (lambda s: s.replace("latency: {source: trace, path: traces/own-trace.csv, column: tool_s}",
+                         "latency: {source: quantiles, quantiles: {0: 1, 0.5: 10, 1: 1000000000}}"),
+     "rollout.tools.latency: the longest tool call it gives is 1,000,000,000.0 s (scale applied); a tool call may take at "
+     "most 86,400 s, as fixed_latency_s"),
+    (lambda s: s.replace("latency: {source: trace, path: traces/own-trace.csv, column: tool_s}",
+                         "latency: {source: quantiles, quantiles: {0: 1, 1: 100}, scale: 1000}"),
+     "rollout.tools.latency: the longest tool call it gives is 100,000.0 s (scale applied)"),
 ])
 def test_bad_workload_exit_2_naming_the_field(tmp_path, edit, needle):
     sc = _copy_scenario(tmp_path, edit)
@@ -143,6 +151,21 @@ def test_bad_workload_exit_2_naming_the_field(tmp_path, edit, needle):
     assert needle in r.stderr and "Traceback" not in r.stderr
     assert "jobs[" in r.stderr or "calibration" in r.stderr
     assert not out.exists()
+
+
+def test_tool_latencies_of_a_trace_are_bounded_like_fixed_latency_s(tmp_path):
+    """A trace's tool latencies past 86,400 s (fixed_latency_s's bound) are refused naming the field; up to it they plan."""
+    def edit(s):
+        return s.replace("traces/own-trace.csv, column: tool_s", "traces/slow.csv, column: tool_s")
+
+    sc = _copy_scenario(tmp_path, edit)
+    (tmp_path / "traces" / "slow.csv").write_text("tool_s\n0.5\n2\n200000\n")
+    r = run_cli("validate", str(sc))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "].rollout.tools.latency: the longest tool call it gives is 200,000.0 s" in r.stderr and "Fix:" in r.stderr, r.stderr
+    (tmp_path / "traces" / "slow.csv").write_text("tool_s\n0.5\n2\n86400\n")
+    r = run_cli("validate", str(sc))
+    assert r.returncode == 0, r.stderr
 
 
 def test_bad_trace_row_names_file_and_line(tmp_path):

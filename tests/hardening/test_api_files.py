@@ -137,6 +137,27 @@ def test_a_model_path_reads_no_server_file_without_a_data_dir(make_client, tmp_p
     assert c.post("/v1/jobs", json=_model_job("p", "qwen2.5-7b")).status_code == 201  # a preset is no file
 
 
+def test_an_unknown_model_name_is_said_to_be_no_preset_with_the_presets(make_client, tmp_path):
+    """POST /v1/jobs with model: llama-9000 was refused with "this daemon reads no file named in a request": true,
+    but the name was meant as a preset. The message now says it is no preset, the fix lists the presets."""
+    c = make_client()
+    r = c.post("/v1/jobs", json=_model_job("a", "llama-9000"))
+    _refused(r, "model")
+    (p,) = r.json()["problems"]
+    assert p["field"] == "model" and p["message"].startswith("'llama-9000' is not a known model preset"), p
+    assert "reads no" not in p["message"] and "qwen2.5-7b" in p["fix"] and "llama3.1-8b" in p["fix"] and "hidden_size" in p["fix"], p
+    p = c.post("/v1/jobs", json=_model_job("a", "qwen2.5-7")).json()["problems"][0]
+    assert "Did you mean 'qwen2.5-7b'?" in p["message"], p
+    p = c.post("/v1/jobs", json=_model_job("a", "acme/Foo-7B")).json()["problems"][0]  # a hub id of no preset (or a path)
+    assert "'acme/Foo-7B' is not a known model preset" in p["message"] and "reads no model file" in p["message"], p
+    assert "qwen2.5-7b" in p["fix"] and "--data-dir" in p["fix"], p
+    (tmp_path / "data").mkdir()
+    c = make_client(data_dir=tmp_path / "data")
+    p = c.post("/v1/jobs", json=_model_job("a", "llama-9000")).json()["problems"][0]
+    assert "'llama-9000' is not a known model preset" in p["message"] and "nor a file or folder inside" in p["message"], p
+    assert "qwen2.5-7b" in p["fix"], p
+
+
 def test_a_model_file_inside_the_data_dir_is_read_once_and_kept_as_its_dimensions(make_client, tmp_path):
     data = tmp_path / "data"
     (data / "m7b").mkdir(parents=True)
@@ -158,6 +179,7 @@ def test_a_model_file_inside_the_data_dir_is_read_once_and_kept_as_its_dimension
 
 
 def test_a_pattern_error_names_the_pattern_it_breaks(make_client):
-    """``GET /v1/decisions?kind=../x`` advised names' letters, digits, '.', '_' and '-', which the kind refuses."""
+    """``GET /v1/decisions?kind=../x`` advised names' letters, digits, '.', '_' and '-', which the kind refuses:
+    the kind is now one of the decision kinds, and the answer lists them."""
     r = make_client().get("/v1/decisions", params={"kind": "../x"})
-    assert r.status_code == 422 and "kind" in r.text and "lowercase letters" in r.text, r.text[:400]
+    assert r.status_code == 422 and "kind" in r.text and "'reoptimise' or 'realloc'" in r.text, r.text[:400]

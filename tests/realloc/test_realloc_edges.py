@@ -1,6 +1,7 @@
 """planner realloc at the edges an outside audit found: a snapshot whose every component has finished, a rollout
 whose workers give no curve, a scenario that does not run the snapshot's job, a node fuller than any node, numbers
-written as strings, and the options it shares with ``planner simulate``."""
+written as strings, the options it shares with ``planner simulate``, and snapshot nodes the scenario lacks or
+overfills."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ def _run(tmp_path, capsys, snap: dict, *args: str) -> tuple[int, str, str]:
     return rc, cap.out, cap.err
 
 
-ALL_DONE = _snapshot({"progress": 1.0}, {"progress": 1.0},
-                     [_worker(f"r{i}", "rollout", reqs=1) for i in range(6)] + [_worker("t0", "actor", gpus=2)])
+ALL_DONE = dict(_snapshot({"progress": 1.0}, {"progress": 1.0}, [_worker(f"r{i}", "rollout", reqs=1, node="h100-0") for i in range(6)]
+                          + [_worker("t0", "actor", gpus=2, node="h100-0")], nodes=False),
+                nodes=[{"node": "h100-0", "gpu_type": "H100", "gpus": 8}])  # a node of math-7b-128gpu.yaml (passed with --scenario)
 
 
 @pytest.mark.parametrize("args", [[], ["--force"], ["--hold-s", "0"],
@@ -185,3 +187,46 @@ def test_freed_gpus_reach_the_bottleneck(tmp_path, capsys, finished_rollout):
         for p, g in c["gpus"].items():
             per_node[p] = per_node.get(p, 0) + g
     assert set(per_node.values()) == {8}, "the grows share the freed nodes' GPUs, none twice"
+
+
+HETERO = ROOT / "scenarios" / "realloc" / "hetero-h20-h100.json"  # on scenarios/realloc/hetero.yaml: h20-0..3 and h100-0..1, 8 GPUs each
+
+
+def _declared(snap: dict, i: int, **over) -> dict:
+    snap["nodes"][i].update(over)
+    return snap
+
+
+def _undeclared(snap: dict, on: str, **over) -> dict:
+    del snap["nodes"]
+    for w in snap["workers"]:
+        if w["node"] == on:
+            w.update(over)
+    return snap
+
+
+@pytest.mark.parametrize("mutate,field,said", [
+    (lambda s: _declared(s, 0, gpus=64), "nodes[0].gpus", "the snapshot declares 64 GPUs on node 'h20-0'; the scenario 'realloc-hetero' gives it 8"),
+    (lambda s: dict(s, nodes=s["nodes"] + [{"node": "ghost-0", "gpu_type": "H20", "gpus": 8}]), "nodes[6].node",
+     "node 'ghost-0' is not among the nodes of the scenario 'realloc-hetero' (they are h20-0 .. h20-3, h100-0 .. h100-1)"),
+    (lambda s: _undeclared(s, "h100-0", node="h20-3"), "workers[24].gpu_type", "node 'h20-3' has GPU type H100 in the snapshot, H20"),
+    (lambda s: _undeclared(s, "h100-1", node="h100-7"), "workers[28].node", "node 'h100-7' is not among the nodes of the scenario"),
+    (lambda s: _undeclared(s, "h100-1", gpus=5), "workers[28].gpus", "workers hold 10 GPUs on node 'h100-1'; the scenario 'realloc-hetero' gives it 8"),
+], ids=["declared-64-gpus", "declared-unknown-node", "worker-node-of-another-type", "worker-unknown-node", "workers-overfill-a-node"])
+def test_a_snapshot_node_the_scenario_lacks_or_overfills_is_refused(tmp_path, capsys, mutate, field, said):
+    """With --scenario the snapshot's nodes were trusted over the scenario: 64 GPUs declared on an 8-GPU node, or a
+    node the cluster lacks, became pools the planner allocated GPUs on. Now exit 2 naming the snapshot's field."""
+    snap = mutate(json.loads(HETERO.read_text())["snapshots"][-1])
+    out = tmp_path / "plan.json"
+    rc, stdout, err = _run(tmp_path, capsys, snap, "--scenario", str(ROOT / "scenarios" / "realloc" / "hetero.yaml"), "--force",
+                           "--out", str(out))
+    assert rc == 2 and stdout == "" and not out.exists(), err
+    assert f"{field}: {said}" in err, err
+    assert "Fix:" in err and "Traceback" not in err
+
+
+def test_snapshots_on_the_scenarios_nodes_are_planned(tmp_path, capsys):
+    snap = json.loads(HETERO.read_text())["snapshots"][-1]
+    del snap["nodes"]  # the nodes its workers sit on, each within the scenario's 8 GPUs
+    rc, _, err = _run(tmp_path, capsys, snap, "--scenario", str(ROOT / "scenarios" / "realloc" / "hetero.yaml"), "--force", "--json")
+    assert rc == 0, err
