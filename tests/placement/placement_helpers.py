@@ -169,8 +169,22 @@ def penalty(inst: PlacementInstance) -> float:
     return 10.0 * max(config_cost(inst, c) for c in configs_of(inst)) + 1.0
 
 
+#: :func:`feasible_groups` by instance (its JSON), in this process: the brute force (Howard's cycle times on
+#: every subset of jobs on every configuration) is what the oracles cost, and several tests of a module ask
+#: it of one instance (a pure function of the instance: nothing here patches what it calls)
+_FEASIBLE: dict[str, list] = {}
+
+
 def feasible_groups(inst: PlacementInstance):
-    """Every feasible group by brute force: (members, configuration, $/h, nodes per sorted type)."""
+    """Every feasible group by brute force: (members, configuration, $/h, nodes per sorted type); a list
+    of the caller's own (computed once per instance, :data:`_FEASIBLE`)."""
+    key = inst.model_dump_json()
+    if key not in _FEASIBLE:
+        _FEASIBLE[key] = _feasible_groups(inst)
+    return list(_FEASIBLE[key])
+
+
+def _feasible_groups(inst: PlacementInstance) -> list:
     n = len(inst.jobs)
     out = []
     for size in range(1, n + 1):

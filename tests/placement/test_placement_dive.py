@@ -7,7 +7,9 @@ fleet, and the cost is compared with the exhaustive optimum (:func:`distinct_ora
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -20,6 +22,39 @@ from tests.placement.placement_helpers import config_cost, config_use, distinct_
 from tests.placement.test_placement_farley import _inst
 
 CASES = [(8, 11, 3), (10, 12, 8), (10, 12, 2), (9, 21, 3)]  # (jobs, seed, nodes per type): roomy and tight fleets
+
+
+@functools.lru_cache(maxsize=None)
+def _rounds(case) -> Optional[tuple]:
+    """The box rounds' groups (``fleet_bound``'s columns, as tuples) of a case's instance; None when it
+    finds none. Computed once per case in a test run: two tests dive over the rounds of each of the
+    fleets of 8 nodes per type, whose rounds take 2-3 s each (deterministic: no deadline)."""
+    inst = _inst(*case)
+    idx = Index(inst)
+    cl = job_classes(idx)
+    _lb, res = fleet_bound(idx, cl.rep, cl.demand, cl.of_job, [], float("inf"))
+    return None if res is None else tuple((int(k), tuple(counts.items())) for k, counts in res.columns)
+
+
+def _setup(case):
+    """(instance, index, job classes, the box rounds' groups or None) of a case; fresh objects on every call
+    (the groups as the list of (configuration, {class: copies}) that ``fleet_bound`` gives), only the
+    rounds' result is shared (:func:`_rounds`)."""
+    inst = _inst(*case)
+    idx = Index(inst)
+    cols = _rounds(case)
+    return inst, idx, job_classes(idx), None if cols is None else [(k, dict(counts)) for k, counts in cols]
+
+
+_OPTIMA: dict[str, tuple[float, int]] = {}
+
+
+def _optimum(inst) -> tuple[float, int]:
+    """:func:`distinct_oracle` once per instance (by its content) in a test run: a test may judge two plans of one."""
+    key = inst.model_dump_json()
+    if key not in _OPTIMA:
+        _OPTIMA[key] = distinct_oracle(inst)
+    return _OPTIMA[key]
 
 
 def _judge(inst, idx, sol) -> float:
@@ -45,7 +80,7 @@ def judge_against_optimum(inst, idx, sol) -> None:
     exhaustive optimum, costs no less than it; it leaves out no fewer."""
     assert sol is not None
     cost = _judge(inst, idx, sol)
-    opt, opt_unplaced = distinct_oracle(inst)
+    opt, opt_unplaced = _optimum(inst)
     assert len(sol.unplaced) >= opt_unplaced
     if len(sol.unplaced) == opt_unplaced:
         assert cost + idx.penalty * len(sol.unplaced) >= opt - 1e-6
@@ -53,12 +88,9 @@ def judge_against_optimum(inst, idx, sol) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[f"n{c[0]}-seed{c[1]}-cap{c[2]}" for c in CASES])
 def test_the_dive_gives_a_valid_plan_never_below_the_optimum(case):
-    inst = _inst(*case)
-    idx = Index(inst)
-    cl = job_classes(idx)
-    _lb, res = fleet_bound(idx, cl.rep, cl.demand, cl.of_job, [], float("inf"))
-    assert res is not None and res.columns, "the box rounds found no groups to dive over"
-    judge_against_optimum(inst, idx, dive(idx, cl, res.columns, [], float("inf")))
+    inst, idx, cl, columns = _setup(case)
+    assert columns, "the box rounds found no groups to dive over"
+    judge_against_optimum(inst, idx, dive(idx, cl, columns, [], float("inf")))
 
 
 def test_a_dive_past_its_deadline_returns_nothing():
@@ -81,12 +113,9 @@ def test_a_dive_cut_short_after_fixing_groups_keeps_them_and_admits_the_rest(cas
 
     import formulation.placement.dive as dive_module
 
-    inst = _inst(*case)
-    idx = Index(inst)
-    cl = job_classes(idx)
-    _lb, res = fleet_bound(idx, cl.rep, cl.demand, cl.of_job, [], float("inf"))
-    assert res is not None and res.columns, "the box rounds found no groups to dive over"
-    whole = dive(idx, cl, res.columns, [], float("inf"))
+    inst, idx, cl, columns = _setup(case)
+    assert columns, "the box rounds found no groups to dive over"
+    whole = dive(idx, cl, columns, [], float("inf"))
     assert whole is not None
 
     class JumpingClock:
@@ -98,11 +127,11 @@ def test_a_dive_cut_short_after_fixing_groups_keeps_them_and_admits_the_rest(cas
 
     clock = JumpingClock()
     monkeypatch.setattr(dive_module, "time", clock)
-    cut = dive(idx, cl, res.columns, [], real_time.perf_counter() + 600.0, finish_by=float("inf"))
+    cut = dive(idx, cl, columns, [], real_time.perf_counter() + 600.0, finish_by=float("inf"))
     assert clock.reads > 2, "the first LP was integral: the case no longer tests a dive cut short"
     assert cut is not None, "a dive cut short after fixing groups gave no plan"
     _judge(inst, idx, cut)
-    priced = {(int(k), tuple(sorted(c.items()))) for k, c in res.columns}
+    priced = {(int(k), tuple(sorted(c.items()))) for k, c in columns}
     held = [g for g in cut.groups
             if (int(g.config), tuple(sorted(Counter(int(cl.of_job[j]) for j in g.members).items()))) in priced]
     assert held, "none of the rounds' groups the dive fixed is in its plan"
@@ -112,13 +141,10 @@ def test_a_dive_cut_short_after_fixing_groups_keeps_them_and_admits_the_rest(cas
 def test_the_dive_without_shrunk_copies_is_valid_too(case):
     """``shrink=False`` (the groups sharing a class with a fixed one only dropped) still gives a
     valid plan never below the exhaustive optimum."""
-    inst = _inst(*case)
-    idx = Index(inst)
-    cl = job_classes(idx)
-    _lb, res = fleet_bound(idx, cl.rep, cl.demand, cl.of_job, [], float("inf"))
-    assert res is not None and res.columns
-    judge_against_optimum(inst, idx, dive(idx, cl, res.columns, [], float("inf"), shrink=False))
-    judge_against_optimum(inst, idx, dive(idx, cl, res.columns, [], float("inf"), shrink=True))
+    inst, idx, cl, columns = _setup(case)
+    assert columns
+    judge_against_optimum(inst, idx, dive(idx, cl, columns, [], float("inf"), shrink=False))
+    judge_against_optimum(inst, idx, dive(idx, cl, columns, [], float("inf"), shrink=True))
 
 
 def test_a_fixed_group_leaves_shrunk_copies_of_the_groups_it_overlaps():
@@ -128,12 +154,9 @@ def test_a_fixed_group_leaves_shrunk_copies_of_the_groups_it_overlaps():
     from formulation.placement.dive import _shrunk_copies
     from formulation.placement.master import Column
 
-    inst = _inst(10, 12, 8)
-    idx = Index(inst)
-    cl = job_classes(idx)
-    _lb, res = fleet_bound(idx, cl.rep, cl.demand, cl.of_job, [], float("inf"))
-    assert res is not None
-    multi = [(int(k), c) for k, c in res.columns if len(c) >= 2]
+    inst, idx, cl, columns = _setup((10, 12, 8))
+    assert columns is not None
+    multi = [(int(k), c) for k, c in columns if len(c) >= 2]
     pairs = [(a, b) for a in multi for b in multi if a is not b and set(a[1]) & set(b[1]) and set(b[1]) - set(a[1])]
     assert pairs, "no two priced groups share a class: the case no longer tests the copies"
     (ka, ca), (kb, cb) = pairs[0]

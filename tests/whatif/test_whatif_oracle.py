@@ -34,11 +34,24 @@ def instances():
             for case in CASES}
 
 
+@pytest.fixture(scope="module")
+def coexec(instances):
+    """case -> the co-execution solve of its instance (time limit 20 s, gap 0), solved on first use and kept for
+    the module: three tests read it (against the oracle, against the solo style, the cases' variety)."""
+    solved: dict = {}
+
+    def get(case):
+        if case not in solved:
+            solved[case] = solve(instances[case], SolveOptions(time_limit_s=20, mip_gap=0.0), "co-execution")
+        return solved[case]
+    return get
+
+
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_coexecution_fleet_matches_the_exhaustive_search(instances, case):
+def test_coexecution_fleet_matches_the_exhaustive_search(instances, coexec, case):
     inst = instances[case]
     best = cheapest_fleet(inst)
-    res = solve(inst, SolveOptions(time_limit_s=20, mip_gap=0.0), "co-execution")
+    res = coexec(case)
     plan = build_capacity_plan(inst, res)
     assert check(inst, plan) == []
     if best is None:
@@ -53,7 +66,7 @@ def test_coexecution_fleet_matches_the_exhaustive_search(instances, case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_solo_disaggregated_matches_the_exhaustive_search(instances, case):
+def test_solo_disaggregated_matches_the_exhaustive_search(instances, coexec, case):
     inst = instances[case]
     best = cheapest_fleet(inst, solo=True)
     res = solve(inst, SolveOptions(time_limit_s=20, mip_gap=0.0), "solo-disaggregated")
@@ -63,7 +76,7 @@ def test_solo_disaggregated_matches_the_exhaustive_search(instances, case):
         return
     assert res.cost_per_hour == pytest.approx(best[0])
     # co-execution groups generalise one job per pool pair: never dearer
-    co = solve(inst, SolveOptions(time_limit_s=20, mip_gap=0.0), "co-execution")
+    co = coexec(case)
     assert co.cost_per_hour <= res.cost_per_hour + 1e-6
 
 
@@ -79,11 +92,11 @@ def test_colocated_matches_brute_force(instances, case):
     assert res.cost_per_hour == pytest.approx(best[0])
 
 
-def test_cases_are_not_trivial(instances):
+def test_cases_are_not_trivial(instances, coexec):
     # some optima share groups, some are limited by availability or budget, some own nodes idle
     shared = limited = 0
-    for _case, inst in instances.items():
-        res = solve(inst, SolveOptions(time_limit_s=20, mip_gap=0.0), "co-execution")
+    for case, inst in instances.items():
+        res = coexec(case)
         shared += any(len(g.members) > 1 for g in res.solution.groups)
         limited += any(res.fleet[t] == inst.limit(t) for t in inst.types) or inst.budget_per_hour is not None
     assert shared >= 4 and limited >= 2

@@ -38,8 +38,21 @@ def capacity_instance(seed: int, n_jobs: int, limits=(4, 4), owned=(0, 0), budge
     return CapacityInstance(name=f"cap-{seed}", placement=pinst, owned=own, budget_per_hour=budget, colocated=colocated)
 
 
+#: :func:`feasible_groups` by (instance JSON, solo), in this process: the brute force is what the oracles
+#: cost, and several tests (and oracle calls within a test) ask it of one instance
+_FEASIBLE: dict[tuple[str, bool], list] = {}
+
+
 def feasible_groups(inst: CapacityInstance, solo: bool = False):
-    """(mask, nodes per type) of every feasible group on the largest fleet."""
+    """(mask, nodes per type) of every feasible group on the largest fleet; a list of the caller's own
+    (computed once per instance, :data:`_FEASIBLE`)."""
+    key = (inst.model_dump_json(), solo)
+    if key not in _FEASIBLE:
+        _FEASIBLE[key] = _feasible_groups(inst, solo)
+    return list(_FEASIBLE[key])
+
+
+def _feasible_groups(inst: CapacityInstance, solo: bool) -> list:
     p = inst.placement
     types = inst.types
     out = []
