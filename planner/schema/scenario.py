@@ -30,7 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from estimators.fields import Int, Real  # numbers that refuse booleans (true/false), shared
 
-from planner.schema.workload import QuantileTable, ToolLatency, TraceColumn, UserDistribution  # users' own workloads
+from planner.schema.workload import (  # users' own workloads; the bounds they share with the scenario
+    MAX_TOKENS, MAX_TOOL_LATENCY_S, QuantileTable, ToolLatency, TraceColumn, UserDistribution)
 
 SCHEMA_VERSION: Final = 1
 
@@ -50,7 +51,6 @@ MAX_REQUESTS = 1 << 18      # batch_prompts x group_size: requests of one iterat
 MAX_TURNS = 256
 MAX_REQUEST_TURNS = 1 << 21  # requests x turns of one job
 MAX_SAMPLED_REQUEST_TURNS = 1 << 17  # phase_time_estimate 'sampled': requests x turns of all jobs (each is simulated)
-MAX_TOKENS = 1 << 22        # prompt / response / observation tokens of one request
 MAX_ITERATION_TOKENS = 1 << 33  # requests x max_response_tokens: e.g. 262,144 responses of 32K (more took minutes to estimate)
 MAX_PARALLEL = 64           # tp, and GPUs one tensor-parallel group spans
 MAX_PP = 256
@@ -58,7 +58,6 @@ MAX_DP = 65536
 MAX_THREADS = 256
 MAX_SECONDS = 1e8           # about 3 years: times, durations, SLOs, arrivals
 MAX_TIME_LIMIT_S = 86400.0  # one day of solver time
-MAX_TOOL_LATENCY_S = 86400.0  # one tool call: a day (fixed_latency_s, and every value of a latency table or trace)
 MAX_PRICE = 1e4             # $ per GPU-hour (and per job moved)
 MIN_PRICE = 1e-6            # $ per GPU-hour: a subnormal price (1e-320) overflowed the solver's cost ratios to inf
 MAX_BUDGET = 1e9            # $ per hour

@@ -25,6 +25,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveFloat, field_validator
 
+# bounds the scenario schema shares (``planner.schema.scenario`` imports them from here: no import cycle)
+MAX_TOKENS = 1 << 22        # prompt / response / observation tokens of one request
+MAX_TOOL_LATENCY_S = 86400.0  # one tool call: a day (fixed_latency_s, and every value of a latency table or trace)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False)
@@ -115,7 +119,6 @@ def default_prompt_tokens(rollout, table) -> tuple[str, str] | None:
     assignment's validation error ended ``planner validate`` with an internal error (exit 1), and the
     daemon, which never set the default, checked and estimated the job at 512-token prompts."""
     from estimators.traces import table_mean
-    from planner.schema.scenario import MAX_TOKENS
 
     if "prompt_tokens" in rollout.model_fields_set:
         return None
@@ -132,7 +135,6 @@ def tool_latency_too_long(table) -> tuple[str, str] | None:
     :data:`planner.schema.scenario.MAX_TOOL_LATENCY_S`, the bound of ``fixed_latency_s``; else None.
     Before, a quantile table or trace could give 1e9-second tool calls (SLOs of 2e9 s, past the 1e8 s
     every time of a scenario is bounded by)."""
-    from planner.schema.scenario import MAX_TOOL_LATENCY_S
 
     top = max(table, default=0.0)
     if top <= MAX_TOOL_LATENCY_S:
