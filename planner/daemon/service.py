@@ -141,7 +141,8 @@ def check_job(cluster: Scenario, job: JobSpec) -> float:
         # prompt_tokens defaults to the prompts' mean as in a scenario file (resolve_workloads): before, a
         # submitted job kept 512 and was checked and estimated at that length (an outside audit)
         bad = default_prompt_tokens(r, table) if spec is r.prompt_lengths else \
-            tool_latency_too_long(table) if where == "rollout.tools.latency" else None  # (as resolve_workloads)
+            tool_latency_too_long(table, quote=isinstance(spec, QuantileTable)) if where == "rollout.tools.latency" else None
+        # (as resolve_workloads; a trace file's value is not quoted, planner.daemon.datafiles)
         if bad is not None:
             raise UserError(Problem(where, *bad), title=f"job '{job.name}' cannot run on this cluster")
     sc = cluster.model_copy(update={"jobs": [job]})
