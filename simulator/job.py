@@ -123,6 +123,21 @@ def setup_from_profile(profile, rollout_pool, train_pool, *, inter_cluster_gb_pe
         algorithm="ppo" if profile.has_critic else "grpo")
 
 
+def job_nodes(setup: JobSetup, colocated: bool = False) -> dict[str, str]:
+    """The job's nodes as :class:`JobSim` names them (and its snapshots declare them), each with its GPU
+    type: ``<GPU type, lowercased>-<i>``, numbered per type from 0. Colocated (veRL: everything on one
+    pool) and one-type jobs: the training type, all the job's nodes; else the rollout nodes, then the
+    training nodes. A scenario's nodes are ``<node group>-<i>``: the same names only when its node
+    groups are named after their GPU types (lowercased)."""
+    s = setup
+    if colocated or s.same_type:
+        t = s.train_gpu.name
+        return {f"{t.lower()}-{i}": t for i in range(s.rollout_nodes + s.train_nodes)}
+    out = {f"{s.rollout_gpu.name.lower()}-{i}": s.rollout_gpu.name for i in range(s.rollout_nodes)}
+    out.update({f"{s.train_gpu.name.lower()}-{i}": s.train_gpu.name for i in range(s.train_nodes)})
+    return out
+
+
 def intake_of(setup: JobSetup, policy: Policy) -> str:
     """The trainer intake a run uses: the policy's, or by default ``group`` for GRPO with groups."""
     if policy.intake is not None:
@@ -287,16 +302,12 @@ class JobSim:
         s = setup
         g = s.gpus_per_node
         self.colocated = policy.name == "colocated"
+        nodes = {n: g for n in job_nodes(s, self.colocated)}
         if self.colocated:
-            # veRL colocates everything on one pool: the training type, all the job's nodes
-            nodes = {f"{s.train_gpu.name.lower()}-{i}": g for i in range(s.rollout_nodes + s.train_nodes)}
             self.r_gpu = self.t_gpu = s.train_gpu
         elif s.same_type:
-            nodes = {f"{s.rollout_gpu.name.lower()}-{i}": g for i in range(s.rollout_nodes + s.train_nodes)}
             self.r_gpu = self.t_gpu = s.rollout_gpu
         else:
-            nodes = {f"{s.rollout_gpu.name.lower()}-{i}": g for i in range(s.rollout_nodes)}
-            nodes.update({f"{s.train_gpu.name.lower()}-{i}": g for i in range(s.train_nodes)})
             self.r_gpu, self.t_gpu = s.rollout_gpu, s.train_gpu
         self.cluster_gpus: dict[str, int] = {}
         for n, c in nodes.items():

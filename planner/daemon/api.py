@@ -20,7 +20,8 @@ GET     /v1/decisions             the decision log with reasons, ``since_id``/``
                                   (a kind not in ``DecisionKind``: 422)
 GET     /v1/audit                 every mutating call: who, from where, what, status (admin scope)
 GET     /v1/health                role, lease holder, loop progress, job counts
-GET     /healthz, /readyz         liveness; readiness (503 while the loop is stalled)
+GET     /healthz, /readyz         liveness; readiness (503 while the loop is stalled, stopping or has a problem;
+                                  a loop slower than its period is degraded in /v1/health but ready)
 GET     /metrics                  Prometheus text format
 ======  ========================  =============================================================
 
@@ -227,6 +228,8 @@ class Health(BaseModel):
     plan_cost_per_hour: float
     jobs: dict[str, int]
     problems: list[str]
+    ready: bool = Field(True, description="what /readyz answers (200): false while the loop is stalled, stopping or holds "
+                                          "another problem; a loop slower than its period is degraded but ready")
 
 
 def _err(status: int, error: str, problems: list[Problem]) -> JSONResponse:
@@ -687,7 +690,7 @@ def create_app(service) -> FastAPI:
              responses={503: {"model": ErrorBody, "description": "the loop is stalled or stopping"}})
     def readyz():
         st = service.status()
-        if st["status"] != "ok":
+        if not st["ready"]:  # (a loop slower than its period is degraded, not unready: it makes progress)
             return _err(503, "not ready", [Problem("", p) for p in st["problems"]])
         return {"status": "ok"}
 

@@ -151,16 +151,18 @@ def confine(job: JobSpec, data_dir: Optional[Path]) -> JobSpec:
 
 def unreadable(job: JobSpec) -> Optional[str]:
     """Why a file ``job`` names (a trace column, a model's local config.json) cannot be read now: the
-    field and the file, never a value of the file; None when every one reads (or it names none)."""
+    field and the file, never a value of the file; None when every one reads (or it names none).
+    A trace is held to the bounds it met at submission (:func:`planner.daemon.service.check_job`): the
+    bounded reader's (finite numbers, at most 1e9) and, for a tool latency trace, MAX_TOOL_LATENCY_S."""
     from estimators import hfconfig
     from estimators.traces import TraceError
-    from planner.schema.workload import table_of
+    from planner.schema.workload import table_of, tool_latency_table
 
     for where, owner, attr in _fields(job):
         spec = getattr(owner, attr)
         if isinstance(spec, TraceColumn):
-            try:
-                table_of(spec)
+            try:  # bounded as at submission (planner.daemon.service.check_job): a file edited since may hold values past them
+                tool_latency_table(spec) if attr == "latency" else table_of(spec)
             except TraceError as exc:  # its message names the file, line and column, never a value
                 return f"{where}.path: {exc.message}"
     if isinstance(job.model, str):

@@ -22,6 +22,7 @@ import sqlite3
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -141,7 +142,8 @@ def check_job(cluster: Scenario, job: JobSpec) -> float:
         # prompt_tokens defaults to the prompts' mean as in a scenario file (resolve_workloads): before, a
         # submitted job kept 512 and was checked and estimated at that length (an outside audit)
         bad = default_prompt_tokens(r, table) if spec is r.prompt_lengths else \
-            tool_latency_too_long(table) if where == "rollout.tools.latency" else None  # (as resolve_workloads)
+            tool_latency_too_long(table, quote=isinstance(spec, QuantileTable)) if where == "rollout.tools.latency" else None
+        # (as resolve_workloads; a trace file's value is not quoted, planner.daemon.datafiles)
         if bad is not None:
             raise UserError(Problem(where, *bad), title=f"job '{job.name}' cannot run on this cluster")
     sc = cluster.model_copy(update={"jobs": [job]})
@@ -175,6 +177,7 @@ class Service:
 
         self.ingest = TelemetryIngest(store, metrics)
         self.lateness_max = 0.0
+        self.cycle_walls: deque[float] = deque(maxlen=SLOW_CYCLES)  # the last cycles' wall seconds (wall clock; note_cycle)
         self.last_error: Optional[str] = None
         self.heartbeat_error: Optional[str] = None  # the heartbeat's last renewal failed (a locked state file): why
 
@@ -232,6 +235,10 @@ class Service:
             problems.append(self.last_error)
         if self.loop is not None and self.role in ("applier", "dry-run"):
             problems += self.loop.problems()  # a stuck apply; jobs failed for files that no longer read
+        ready = not problems and not self.stopping  # /readyz: a slow loop still makes progress, so it stays ready
+        slow = self.slow_problem(lag, stall)
+        if slow is not None:
+            problems.append(slow)
         p = self.store.current_plan()
         status = "stopping" if self.stopping else ("degraded" if problems else "ok")
         return {"status": status, "version": __version__, "role": self.role, "backend": self.opts.backend, "placer": self.placer_name,
@@ -239,7 +246,28 @@ class Service:
                 "cycle": self.loop.cycle_no if self.loop else int(self.store.get_kv("cycle", 0)), "last_cycle_wall": self.last_cycle_wall,
                 "loop_lag_s": lag, "lease": holder.as_dict() if holder else None,
                 "lease_holder": holder.describe() if holder else "nobody", "plan_id": p.id if p else None,
-                "plan_cost_per_hour": p.cost_per_hour if p else 0.0, "jobs": self.store.count_jobs(), "problems": problems}
+                "plan_cost_per_hour": p.cost_per_hour if p else 0.0, "jobs": self.store.count_jobs(), "problems": problems,
+                "ready": ready}
+
+    def note_cycle(self, wall_s: float) -> None:
+        """A cycle of the loop ended after ``wall_s`` seconds (its :attr:`CycleReport.wall_s`)."""
+        self.cycle_walls.append(float(wall_s))
+
+    def slow_problem(self, lag: Optional[float], stall: float) -> Optional[str]:
+        """The problem of a loop that cannot keep its period (wall clock): each of its last
+        :data:`SLOW_CYCLES` cycles took longer than ``--period-s`` (short of the stall limit, which
+        :meth:`status` reports on its own). One slow cycle (a placement solved on an arrival) is none.
+        Not a readiness problem: the loop makes progress, later than its period says."""
+        walls = list(self.cycle_walls)
+        period = self.cfg.period_s
+        if (self.clock.kind != "wall" or self.role not in ("applier", "dry-run") or len(walls) < SLOW_CYCLES
+                or min(walls) <= period):
+            return None
+        took = ", ".join(f"{w:.2f}" for w in walls)
+        behind = f"; loop lag {lag:.1f} s" if lag is not None else ""
+        return (f"the loop falls behind its period: each of its last {len(walls)} cycles took longer than the period of "
+                f"{period:g} s ({took} s), the last {walls[-1] - period:.2f} s over{behind} (stalled after {stall:.0f} s "
+                "without progress); raise --period-s or lower --reoptimise-time-limit-s")
 
     def refresh_metrics(self) -> None:
         """The gauges that describe the shared state, set from the store (what /v1/health and /v1/plan read):
@@ -255,6 +283,7 @@ class Service:
 
 
 STALL_FLOOR_S = 30.0
+SLOW_CYCLES = 3  # /v1/health is degraded when this many cycles in a row each took longer than the period (wall clock)
 
 
 def stall_floor_s() -> float:
@@ -785,6 +814,7 @@ class Daemon:
             cycles += 1
             self._progress()
             self.service.last_cycle_wall = time.time()
+            self.service.note_cycle(rep.wall_s)
             if rep.decisions or rep.apply:
                 log.info("cycle %d at %.0f: %s; %d decision(s), apply %s, %.3f s", rep.cycle, rep.at, ", ".join(rep.triggers) or "-",
                          rep.decisions, rep.apply or "-", rep.wall_s)

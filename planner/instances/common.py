@@ -63,11 +63,14 @@ def length_distribution(job: JobSpec) -> LengthDistribution:
     return LengthDistribution("table", table=table_of(rl))  # the user's trace column or quantile table
 
 
-def _user_table(spec):
-    """The inverse-CDF grid of a user's trace column or quantile table; None for anything else."""
-    from planner.schema.workload import QuantileTable, TraceColumn, table_of
+def _user_table(spec, latency: bool = False):
+    """The inverse-CDF grid of a user's trace column or quantile table; None for anything else. ``latency``: a
+    tool latency table, refused past MAX_TOOL_LATENCY_S (:func:`planner.schema.workload.tool_latency_table`)."""
+    from planner.schema.workload import QuantileTable, TraceColumn, table_of, tool_latency_table
 
-    return table_of(spec) if isinstance(spec, (TraceColumn, QuantileTable)) else None
+    if not isinstance(spec, (TraceColumn, QuantileTable)):
+        return None
+    return tool_latency_table(spec) if latency else table_of(spec)
 
 
 def job_profile(job: JobSpec, seed: int = 0) -> JobProfile:
@@ -83,7 +86,7 @@ def job_profile(job: JobSpec, seed: int = 0) -> JobProfile:
         lengths=length_distribution(job),
         turns=r.turns,
         tool_latency_fixed_s=(tools.fixed_latency_s if tools and tools.latency == "fixed" else None),
-        tool_latency_table=_user_table(tools.latency if tools else None),
+        tool_latency_table=_user_table(tools.latency if tools else None, latency=True),
         prompt_table=_user_table(r.prompt_lengths),
         observation_tokens=(tools.observation_tokens if tools else 0),
         rollout_tp=r.tp,

@@ -667,61 +667,147 @@ def node_index(scenario) -> dict:
     return {f"{g.name}-{i}": g for g in scenario.cluster.node_groups for i in range(g.count)}
 
 
+@dataclass(frozen=True)
+class SimulatorNodes:
+    """Nodes of one GPU type as the simulator names them (:func:`simulator.job.job_nodes`)."""
+
+    gpu_type: str
+    gpus_per_node: int
+    cluster: Optional[str] = None  # the simulator writes no fabric (its snapshots say 'default'): not compared
+
+    @property
+    def label(self) -> str:
+        return f"the simulator's {self.gpu_type} nodes"
+
+
+def simulator_node_index(scenario, setup=None) -> dict:
+    """The nodes as the simulator names them (``<GPU type, lowercased>-<i>``, numbered per type): with
+    ``setup`` (a :class:`simulator.job.JobSetup` of the scenario's job), that job's nodes exactly;
+    else every node of the scenario's cluster, numbered per GPU type."""
+    if setup is not None:
+        from simulator.job import job_nodes
+
+        names = job_nodes(setup)
+        of = {t: SimulatorNodes(t, setup.gpus_per_node) for t in names.values()}  # (one per type: _shown groups by identity)
+        return {n: of[t] for n, t in names.items()}
+    count: dict[str, int] = {}
+    spec: dict[str, SimulatorNodes] = {}
+    for g in scenario.cluster.node_groups:
+        count[g.gpu_type] = count.get(g.gpu_type, 0) + g.count
+        spec.setdefault(g.gpu_type, SimulatorNodes(g.gpu_type, g.gpus_per_node))  # as ClusterView.gpus_per_node: the first group's
+    return {f"{t.lower()}-{i}": spec[t] for t, n in count.items() for i in range(n)}
+
+
+def _label(g) -> str:
+    return g.label if isinstance(g, SimulatorNodes) else f"node group {g.name}"
+
+
+def _shown(index: dict) -> str:
+    """``h20-0 .. h20-3, h100-0 .. h100-1``: the index's names, runs of one group or type together."""
+    runs: list[list] = []
+    for name, g in index.items():
+        if runs and runs[-1][0] is g:
+            runs[-1][2] = name
+            runs[-1][3] += 1
+        else:
+            runs.append([g, name, name, 1])
+    parts = [f"{a} .. {b}" if n > 1 else a for _, a, b, n in runs[:8]]
+    return ", ".join(parts) + (", ..." if len(runs) > 8 else "")
+
+
 SCENARIO_FIX = "or pass the scenario of the cluster the job runs on"
 
 
 def scenario_node_problems(snap: TelemetrySnapshot, scenario, *, prefix: str = "", source: str = "",
-                           index: Optional[dict] = None, where: str = "", fix: str = SCENARIO_FIX) -> list[Problem]:
+                           index: Optional[dict] = None, where: str = "", fix: str = SCENARIO_FIX,
+                           sim_index: Optional[dict] = None, clusters: bool = True) -> list[Problem]:
     """With a scenario, the snapshot's nodes must be the scenario's: each node (declared under
     ``nodes``, else each node workers sit on) one the scenario's node groups hold (:func:`node_index`),
-    with the group's GPU type and at most its ``gpus_per_node`` GPUs. The problems found, fields
-    prefixed by ``prefix``; ``where`` names the cluster in messages, ``fix`` ends each fix.
+    with the group's GPU type, at most its ``gpus_per_node`` GPUs and (declared) the group's
+    ``cluster`` (``clusters``: compared where the snapshot's fabrics are read, as the
+    reallocation planner's migration costs do). The problems found, fields prefixed by ``prefix``; ``where`` names the cluster in
+    messages, ``fix`` ends each fix.
+
+    ``sim_index`` (:func:`simulator_node_index`): the simulator's names for the same nodes are taken
+    too, for snapshots it recorded (whose nodes are named after the GPU type whatever the node
+    groups' names). A snapshot is checked against one naming, never a mix (its nodes would count
+    twice): the one with no problem, else the one that knows more of its nodes (the scenario's on a tie).
 
     Without the check a snapshot declaring 64 GPUs on an 8-GPU node, or a node the cluster lacks,
     would have GPUs allocated there.
     """
-    groups = scenario.cluster.node_groups
     known = index if index is not None else node_index(scenario)
-    shown = ", ".join(f"{g.name}-0 .. {g.name}-{g.count - 1}" if g.count > 1 else f"{g.name}-0"
-                      for g in groups[:8] if g.count > 0) + (", ..." if len(groups) > 8 else "")
     where = where or (f"the scenario '{scenario.name}'" if getattr(scenario, "name", "") else "the scenario")
-    out: list[Problem] = []
-
-    def check(at: str, node: str, gpu_type: str, gpus: int, what: str) -> None:
-        g = known.get(node)
-        if g is None:
-            hint = did_you_mean(node, list(known)) if len(out) < 5 else ""  # (difflib over every node: the first few only)
-            out.append(Problem(f"{prefix}{at}.node", f"node '{node}' is not among the nodes of {where} (they are {shown or 'none'})"
-                               f"{hint}", f"name nodes as the cluster does (<node group>-<i>), {fix}", source=source))
-            return
-        if gpu_type != g.gpu_type:
-            out.append(Problem(f"{prefix}{at}.gpu_type", f"node '{node}' has GPU type {gpu_type} in the snapshot, {g.gpu_type} in {where} "
-                               f"(node group {g.name})", f"report {g.gpu_type} for it, {fix}", source=source))
-        if gpus > g.gpus_per_node:
-            out.append(Problem(f"{prefix}{at}.gpus", f"{what} {gpus} GPUs on node '{node}'; {where} gives it {g.gpus_per_node} "
-                               f"(node group {g.name}, gpus_per_node)", f"report at most {g.gpus_per_node} GPUs on it, {fix}",
-                               source=source))
-
     if snap.nodes is not None:  # (the snapshot itself checks its workers against its declared nodes)
-        for j, n in enumerate(snap.nodes):
-            check(f"nodes[{j}]", n.node, n.gpu_type, n.gpus, "the snapshot declares")
+        seen = [(f"nodes[{j}]", n.node, n.gpu_type, n.gpus, "the snapshot declares", n if clusters else None)
+                for j, n in enumerate(snap.nodes)]
     else:
         first: dict[str, int] = {}
         held: dict[str, int] = {}
         for i, w in enumerate(snap.workers):
             first.setdefault(w.node, i)
             held[w.node] = held.get(w.node, 0) + w.gpus
-        for node, i in first.items():
-            check(f"workers[{i}]", node, snap.workers[i].gpu_type, held[node], "workers hold")
+        seen = [(f"workers[{i}]", node, snap.workers[i].gpu_type, held[node], "workers hold", None) for node, i in first.items()]
+    shown = _shown(known) or "none"
+    if sim_index is None or sim_index.keys() == known.keys():  # (node groups named after their GPU types: one naming)
+        return _node_problems(seen, known, None, shown, where, f"name nodes as the cluster does (<node group>-<i>), {fix}",
+                              fix, prefix, source)
+    shown += f"; or as the simulator names them, {_shown(sim_index) or 'none'}"
+    names = f"name nodes as the cluster does (<node group>-<i>) or all as the simulator does (<GPU type, lowercased>-<i>), {fix}"
+    out = _node_problems(seen, known, (sim_index, SIM_NAMING, SCENARIO_NAMING), shown, where, names, fix, prefix, source)
+    if out:
+        alt = _node_problems(seen, sim_index, (known, SCENARIO_NAMING, SIM_NAMING), shown, where, names, fix, prefix, source)
+        if not alt or sum(s[1] in sim_index for s in seen) > sum(s[1] in known for s in seen):
+            return alt
     return out
 
 
-def check_against_scenario(snaps: list[TelemetrySnapshot], scenario, *, source: str = "") -> None:
-    """Refuse snapshots whose nodes are not the scenario's (:func:`scenario_node_problems`), naming each."""
+SCENARIO_NAMING = "as the scenario names nodes (<node group>-<i>)"
+SIM_NAMING = "as the simulator names them (<GPU type, lowercased>-<i>)"
+
+
+def _node_problems(seen: list, known: dict, other: Optional[tuple], shown: str, where: str, names: str, fix: str,
+                   prefix: str, source: str) -> list[Problem]:
+    """The problems of the nodes ``seen`` against one naming, ``known``; ``other``: (the other naming's
+    index, what its names are, what ``known``'s are), to say so of a node named the other way."""
+    out: list[Problem] = []
+    for at, node, gpu_type, gpus, what, declared in seen:
+        g = known.get(node)
+        if g is None:
+            if other is not None and node in other[0]:
+                out.append(Problem(f"{prefix}{at}.node", f"node '{node}' is named {other[1]}, the snapshot's other nodes {other[2]}: "
+                                   "a snapshot names every node one way (else a node could count twice)", f"name every node one way ({shown})", source=source))
+                continue
+            hint = did_you_mean(node, list(known)) if len(out) < 5 else ""  # (difflib over every node: the first few only)
+            out.append(Problem(f"{prefix}{at}.node", f"node '{node}' is not among the nodes of {where} (they are {shown})"
+                               f"{hint}", names, source=source))
+            continue
+        if gpu_type != g.gpu_type:
+            out.append(Problem(f"{prefix}{at}.gpu_type", f"node '{node}' has GPU type {gpu_type} in the snapshot, {g.gpu_type} in {where} "
+                               f"({_label(g)})", f"report {g.gpu_type} for it, {fix}", source=source))
+        if gpus > g.gpus_per_node:
+            out.append(Problem(f"{prefix}{at}.gpus", f"{what} {gpus} GPUs on node '{node}'; {where} gives it {g.gpus_per_node} "
+                               f"({_label(g)}, gpus_per_node)", f"report at most {g.gpus_per_node} GPUs on it, {fix}",
+                               source=source))
+        if declared is not None and g.cluster is not None and declared.cluster != g.cluster:
+            said = "" if "cluster" in declared.model_fields_set else " (the default when the field is omitted)"
+            out.append(Problem(f"{prefix}{at}.cluster", f"the snapshot puts node '{node}' in cluster '{declared.cluster}'{said}; "
+                               f"{where} puts it in '{g.cluster}' ({_label(g)}, cluster)",
+                               f"report cluster: {g.cluster} for it (migrations between fabrics are costed by it), {fix}",
+                               source=source))
+    return out
+
+
+def check_against_scenario(snaps: list[TelemetrySnapshot], scenario, *, source: str = "", setup=None, clusters: bool = True) -> None:
+    """Refuse snapshots whose nodes are not the scenario's (:func:`scenario_node_problems`), naming each; the
+    simulator's names for them (:func:`simulator_node_index`, of ``setup``'s job when given) are taken too.
+    ``clusters``: compare declared nodes' ``cluster`` with their node groups' (where it is read)."""
     out: list[Problem] = []
     index = node_index(scenario)
+    sim = simulator_node_index(scenario, setup)
     for k, s in enumerate(snaps):
-        out += scenario_node_problems(s, scenario, prefix=f"snapshots[{k}]." if len(snaps) > 1 else "", source=source, index=index)
+        out += scenario_node_problems(s, scenario, prefix=f"snapshots[{k}]." if len(snaps) > 1 else "", source=source, index=index,
+                                      sim_index=sim, clusters=clusters)
     if out:
         raise UserError(out)
 
@@ -797,4 +883,5 @@ def _fix_for(err: ErrorDetails) -> str:
     return "correct the value"
 
 
-__all__ = ["build_context", "check_against_scenario", "load_snapshots", "node_index", "scenario_node_problems"]
+__all__ = ["SimulatorNodes", "build_context", "check_against_scenario", "load_snapshots", "node_index", "scenario_node_problems",
+           "simulator_node_index"]

@@ -130,18 +130,36 @@ def default_prompt_tokens(rollout, table) -> tuple[str, str] | None:
     return None
 
 
-def tool_latency_too_long(table) -> tuple[str, str] | None:
+def tool_latency_too_long(table, *, quote: bool = True) -> tuple[str, str] | None:
     """``(message, fix)`` when the tool latency inverse CDF ``table`` (``scale`` applied) reaches past
     :data:`planner.schema.scenario.MAX_TOOL_LATENCY_S`, the bound of ``fixed_latency_s``; else None.
     Before, a quantile table or trace could give 1e9-second tool calls (SLOs of 2e9 s, past the 1e8 s
-    every time of a scenario is bounded by)."""
+    every time of a scenario is bounded by). ``quote=False``: the message says no value of the table
+    (the daemon's answers never quote a value of a server file, :mod:`planner.daemon.datafiles`)."""
 
     top = max(table, default=0.0)
-    if top <= MAX_TOOL_LATENCY_S:
+    if top <= MAX_TOOL_LATENCY_S:  # (NaN is not: a table of one is refused too)
         return None
-    return (f"the longest tool call it gives is {top:,.1f} s (scale applied); a tool call may take at most "
-            f"{MAX_TOOL_LATENCY_S:,.0f} s, as fixed_latency_s",
-            f"give latencies in seconds, at most {MAX_TOOL_LATENCY_S:,.0f} (lower the values or the scale)")
+    if quote:
+        msg = (f"the longest tool call it gives is {top:,.1f} s (scale applied); a tool call may take at most "
+               f"{MAX_TOOL_LATENCY_S:,.0f} s, as fixed_latency_s")
+    else:
+        msg = (f"it gives tool calls longer than {MAX_TOOL_LATENCY_S:,.0f} s (scale applied), the most one may take "
+               "(as fixed_latency_s)")
+    return msg, f"give latencies in seconds, at most {MAX_TOOL_LATENCY_S:,.0f} (lower the values or the scale)"
+
+
+def tool_latency_table(spec) -> tuple[float, ...]:
+    """:func:`table_of` a tool latency trace or quantile table, refused (:class:`estimators.traces.TraceError`,
+    no value quoted) past :data:`MAX_TOOL_LATENCY_S`: what the estimators and the simulator read, so that a
+    trace file edited after it was checked (a daemon's job) cannot hand them longer tool calls."""
+    from estimators.traces import TraceError
+
+    table = table_of(spec)
+    bad = tool_latency_too_long(table, quote=False)
+    if bad is not None:
+        raise TraceError(*bad)
+    return table
 
 
 def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
-from daemonproc import job, query, serve, wait_for
+from daemonproc import healthy, job, query, serve, wait_for
 
 from formulation.realloc.telemetry import TelemetrySnapshot
 
@@ -217,7 +218,7 @@ def rejected(http) -> dict:
 
 def test_health_metrics_and_openapi(http, daemon):
     h = http.get("/v1/health").json()
-    assert h["status"] == "ok" and h["role"] == "applier" and h["cycle"] > 0 and "pid" in h["lease_holder"]
+    assert healthy(h) and h["role"] == "applier" and h["cycle"] > 0 and "pid" in h["lease_holder"], h
     assert http.get("/healthz").json() == {"status": "ok"} and http.get("/readyz").status_code == 200
     m = http.get("/metrics")
     assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
@@ -302,3 +303,66 @@ def test_hostile_bodies_get_bounded_escaped_422s(http, daemon):
     r = http.get("/v1/jobs", params={"limit": 0})
     assert r.status_code == 422 and r.json()["problems"][0]["fix"], r.text
     assert query(daemon.state, "SELECT COUNT(*) AS n FROM jobs")[0]["n"] == before + 1
+
+
+def test_health_is_degraded_while_each_cycle_overruns_the_period_and_readyz_stays_200(tmp_path):
+    """/v1/health said ok while every cycle took longer than the period (short of the stall limit): decisions came
+    later than --period-s says and nothing told. Now three cycles in a row over the period make it degraded with a
+    problem naming the period and the lag; /readyz stays 200 (the loop makes progress); one cycle within the period
+    clears it. In process, the cycles' wall times given (no test waits on the machine's speed)."""
+    import warnings
+
+    from daemonproc import write_cluster
+
+    from planner.daemon.api import asgi_app
+    from planner.daemon.clock import WallClock
+    from planner.daemon.config import DaemonConfig
+    from planner.daemon.lease import Lease
+    from planner.daemon.metrics import DaemonMetrics
+    from planner.daemon.service import Options, Service, load_cluster
+    from planner.daemon.store import Store
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    store = Store(tmp_path / "s.sqlite")
+    try:
+        cluster, _ = load_cluster(store, write_cluster(tmp_path))
+        lease = Lease(store, 3600.0)
+        assert lease.try_acquire()[0]
+        svc = Service(Options(state=tmp_path / "s.sqlite", cfg=DaemonConfig(period_s=2.0)), store, cluster, WallClock(), DaemonMetrics(),
+                      lease)
+        svc.role = "applier"
+        with TestClient(asgi_app(svc), raise_server_exceptions=False) as c:
+            def health() -> dict:
+                r = c.get("/v1/health")
+                assert r.status_code == 200, r.text
+                return r.json()
+
+            assert health()["status"] == "ok" and health()["ready"] is True
+            for w in (0.5, 9.0, 2.5):  # one cycle within the period among them: not behind
+                svc.note_cycle(w)
+            assert health()["status"] == "ok" and health()["problems"] == []
+            for w in (2.5, 3.0, 3.25):  # SLOW_CYCLES in a row
+                svc.note_cycle(w)
+            svc.last_cycle_wall = time.time() - 3.5
+            h = health()
+            assert h["status"] == "degraded" and h["ready"] is True and len(h["problems"]) == 1, h
+            said = h["problems"][0]
+            assert said.startswith("the loop falls behind its period: each of its last 3 cycles took longer than the period of 2 s "
+                                   "(2.50, 3.00, 3.25 s), the last 1.25 s over; loop lag 3."), said
+            assert "raise --period-s" in said
+            r = c.get("/readyz")
+            assert r.status_code == 200 and r.json() == {"status": "ok"}, r.text
+            svc.note_cycle(0.1)
+            h = health()
+            assert h["status"] == "ok" and h["problems"] == [] and c.get("/readyz").status_code == 200, h
+            for w in (5.0, 5.0, 5.0):
+                svc.note_cycle(w)
+            svc.last_error = "cycle 9 failed: RuntimeError: boom"  # another problem: not ready, as before
+            r = c.get("/readyz")
+            assert r.status_code == 503 and "boom" in r.text and "falls behind" in r.text, r.text
+            assert health()["ready"] is False
+    finally:
+        store.close()

@@ -3,6 +3,8 @@ the gain-versus-migration gate, rate limits, dry-run, failed and interrupted app
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from daemonproc import job, write_cluster
 
@@ -21,6 +23,7 @@ from planner.daemon.ports import ApplyResult, Group, IterationSample, Placement,
 from planner.daemon.ratelimit import TokenBucket
 from planner.daemon.service import check_job
 from planner.daemon.store import Store
+from planner.errors import UserError
 from planner.schema import load_scenario
 from planner.schema.scenario import JobSpec
 
@@ -544,6 +547,46 @@ def test_a_job_whose_trace_file_is_deleted_or_damaged_fails_alone_naming_the_fie
     w.store.request_cancel("ok", w.clock.now())
     w.cycle(120.0)
     assert w.state("ok") is JobState.CANCELLED, "cancels still work"
+
+
+@pytest.mark.parametrize("edit,said", [
+    ("s\n10\n90000\n", "it gives tool calls longer than 86,400 s (scale applied), the most one may take"),
+    ("s\n10\ninf\n", "tools.csv:3: column 's' holds a value that is not finite"),
+    ("s\n10\nnan\n", "tools.csv:3: column 's' holds a value that is not finite"),
+], ids=["past-max-tool-latency", "infinite", "nan"])
+def test_a_tool_latency_trace_edited_past_its_bounds_fails_its_job_alone(tmp_path, edit, said):
+    """A tool latency trace is bounded at submission (at most MAX_TOOL_LATENCY_S a call, finite numbers), but the
+    daemon's re-read of a live job's files only asked whether they read: a file edited afterwards to hold a 90,000 s
+    call was taken (the estimators' tool calls past the bound every time of a scenario obeys). Now the job fails
+    alone at the re-read, its reason naming the field and no value of the file; the loop and the other jobs go on."""
+    w = World(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    trace = data / "tools.csv"
+    trace.write_text("s\n" + "\n".join(str(1 + i) for i in range(20)) + "\n")
+    spec = JobSpec.model_validate(job("tools", rollout={"turns": 2, "tools": {"latency": {"source": "trace", "path": str(trace),
+                                                                                         "column": "s"}}}))
+    w.store.submit_job("tools", spec.model_dump(mode="json"), w.clock.now(), 0.0, check_job(w.cluster, spec))
+    w.submit("ok")
+    w.cycle(0.0)
+    assert w.state("tools") is JobState.RUNNING and w.state("ok") is JobState.RUNNING
+    was = trace.stat().st_mtime_ns
+    trace.write_text(edit)
+    os.utime(trace, ns=(was + 10**9, was + 10**9))  # a new mtime however coarse the file system's clock (reads are cached by it)
+    with pytest.raises(UserError) as exc:  # (submitted now, it is refused: the bound the re-read applies)
+        check_job(w.cluster, spec)
+    assert exc.value.problems[0].where == "rollout.tools.latency"
+    assert "90,000" not in exc.value.render(), "no value of the file is quoted"
+    _restart(w)
+    rep = w.cycle(60.0)
+    assert rep.apply == "ok", rep
+    r = w.store.get_job("tools")
+    assert r.state is JobState.FAILED and "rollout.tools.latency.path" in r.reason and said in r.reason, r.reason
+    assert "90000" not in r.reason and "90,000" not in r.reason
+    assert w.state("ok") is JobState.RUNNING, "the other job goes on"
+    assert set(Placement.from_dict(w.store.current_plan().placement).jobs()) == {"ok"}
+    w.cycle(120.0)
+    assert w.state("ok") is JobState.RUNNING
 
 
 def test_an_unreadable_pending_job_fails_and_one_being_cancelled_is_cancelled(tmp_path):

@@ -9,6 +9,7 @@ a scenario's ``calibration`` folder is what the estimators then read.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -253,3 +254,24 @@ def test_simulator_calibrate_takes_model_gpu_and_lengths(tmp_path):
     assert calibrate.main(["--lengths", "bogus", "--out", str(tmp_path / "o")]) == 2
     assert calibrate.main(["--model", "qwen2.5-1.5b"]) == 2  # another set-up needs --out
     assert not (tmp_path / "o").exists()
+
+
+def test_the_estimators_refuse_a_tool_latency_trace_edited_past_its_bound_after_it_was_checked(tmp_path):
+    """A scenario (or a daemon's job) is checked when loaded; the estimators and the simulator read its trace again
+    through job_profile, which took whatever the file then held: a file edited to a 200,000 s call reached them. Now
+    they refuse it (TraceError, a ValueError: what a file damaged meanwhile raises), quoting no value of the file."""
+    from estimators.traces import TraceError
+    from planner.instances.common import job_profile
+    from planner.schema import load_scenario
+
+    sc = _copy_scenario(tmp_path, lambda s: s.replace("traces/own-trace.csv, column: tool_s", "traces/slow.csv, column: tool_s"))
+    slow = tmp_path / "traces" / "slow.csv"
+    slow.write_text("tool_s\n0.5\n2\n86400\n")
+    job = next(j for j in load_scenario(sc).jobs if j.rollout.tools is not None)
+    assert max(job_profile(job).tool_latency_table) == pytest.approx(86400.0)
+    was = slow.stat().st_mtime_ns
+    slow.write_text("tool_s\n0.5\n2\n200000\n")
+    os.utime(slow, ns=(was + 10**9, was + 10**9))  # a new mtime however coarse the file system's clock (reads are cached by it)
+    with pytest.raises(TraceError) as exc:
+        job_profile(job)
+    assert "longer than 86,400 s" in exc.value.message and "200" not in exc.value.message

@@ -167,6 +167,80 @@ def test_planner_realloc_completion_needs_its_context(fired, tmp_path, capsys):
     assert "components.reference.pending" in capsys.readouterr().err
 
 
+def _completion(fired, tmp_path, capsys, snaps: list, scenario=None) -> tuple[int, str, str]:
+    f = tmp_path / "snaps.jsonl"
+    f.write_text("".join(json.dumps(s) + "\n" for s in snaps))
+    ctx = tmp_path / "ctx.json"
+    ctx.write_text(json.dumps(context_to_data(fired["ctx"])))
+    out = tmp_path / "decision.json"
+    out.unlink(missing_ok=True)
+    capsys.readouterr()
+    rc = cli_main(["realloc", str(f), "--decision", "completion", "--scenario", str(scenario or fired["scenario"]), "--context", str(ctx),
+                   "--hold-s", "4", "--json", "--out", str(out)])
+    cap = capsys.readouterr()
+    assert rc != 0 or out.exists()
+    assert rc == 0 or not out.exists(), "nothing written on a refusal"
+    return rc, cap.out, cap.err
+
+
+def _renamed(snap: dict, old: str, new: str) -> dict:
+    for n in snap["nodes"]:
+        if n["node"] == old:
+            n["node"] = new
+    for w in snap["workers"]:
+        if w["node"] == old:
+            w["node"] = new
+    return snap
+
+
+def _nodes_gpus(snap: dict, gpus: int) -> dict:
+    snap["nodes"][0]["gpus"] = gpus
+    return snap
+
+
+@pytest.mark.parametrize("mutate,field,said", [
+    (lambda s: _nodes_gpus(s, 64), "nodes[0].gpus", "the snapshot declares 64 GPUs on node 'h100-0'; the scenario 'paths' gives it 8"),
+    (lambda s: _renamed(s, "h100-3", "h100-9"), "nodes[3].node", "node 'h100-9' is not among the nodes of the scenario 'paths'"),
+    (lambda s: _renamed(s, "h100-3", "a100-0"), "nodes[3].node", "node 'a100-0' is not among the nodes"),
+], ids=["declared-64-gpus", "node-the-scenario-lacks", "node-of-another-cluster"])
+def test_completion_refuses_snapshot_nodes_the_scenario_lacks(fired, tmp_path, capsys, mutate, field, said):
+    """``--decision completion`` read no node of the snapshot: a snapshot of another cluster (a node the scenario lacks, 64
+    GPUs on an 8-GPU node) was decided on. Now exit 2 naming the field, as ``planner realloc --scenario`` does."""
+    snaps = [s.model_dump(mode="json") for s in fired["snaps"]]
+    snaps[-1] = mutate(snaps[-1])
+    rc, out, err = _completion(fired, tmp_path, capsys, snaps)
+    assert rc == 2 and out == "", err
+    prefix = f"snapshots[{len(snaps) - 1}]." if len(snaps) > 1 else ""
+    assert f"{prefix}{field}: {said}" in err, err
+    assert "Fix:" in err and "Traceback" not in err
+
+
+def test_completion_takes_the_simulators_node_names_and_the_scenarios(fired, tmp_path, capsys):
+    """The simulator names a job's nodes after the GPU type (h100-0 ..), the scenario after the node group: the same names
+    only when the group is named after its type. Under a group named 'pool' both the simulator's snapshots and ones named
+    pool-0 .. pool-3 are decided on, the same decision; a snapshot naming nodes both ways is refused."""
+    snaps = [s.model_dump(mode="json") for s in fired["snaps"]]
+    rc, want, err = _completion(fired, tmp_path, capsys, snaps)
+    assert rc == 0, err
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(SCENARIO.replace("{name: h100,", "{name: pool,"))
+    rc, out, err = _completion(fired, tmp_path, capsys, snaps, pool)
+    assert rc == 0, err
+    assert json.loads(out) == json.loads(want)
+    named = [s.model_dump(mode="json") for s in fired["snaps"]]
+    for s in named:
+        for i in range(4):
+            _renamed(s, f"h100-{i}", f"pool-{i}")
+    rc, out, err = _completion(fired, tmp_path, capsys, named, pool)
+    assert rc == 0, err
+    assert json.loads(out) == json.loads(want)
+    snaps[-1] = _renamed(snaps[-1], "h100-3", "pool-3")
+    rc, out, err = _completion(fired, tmp_path, capsys, snaps, pool)
+    assert rc == 2 and out == "", err
+    assert (f"snapshots[{len(snaps) - 1}].nodes[3].node: node 'pool-3' is named as the scenario names nodes (<node group>-<i>), "
+            "the snapshot's other nodes as the simulator names them") in " ".join(err.split()), err
+
+
 def test_a_trainer_the_nodes_could_not_hold_is_not_asked_for_again(fired):
     """After a move asked for more trainer GPUs than it got, the rest of the iteration keeps the trainer at most
     where it is (the 32B-64 oscillation: the next solve asked again, the extra went to log-prob inference again)."""

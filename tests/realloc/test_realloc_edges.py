@@ -230,3 +230,72 @@ def test_snapshots_on_the_scenarios_nodes_are_planned(tmp_path, capsys):
     del snap["nodes"]  # the nodes its workers sit on, each within the scenario's 8 GPUs
     rc, _, err = _run(tmp_path, capsys, snap, "--scenario", str(ROOT / "scenarios" / "realloc" / "hetero.yaml"), "--force", "--json")
     assert rc == 0, err
+
+
+def _hetero_scenario(tmp_path, *, groups=("h20", "h100"), fabrics=None) -> str:
+    """hetero.yaml with its node groups renamed, and in fabrics ``fabrics`` (h20's, h100's) when given."""
+    text = (ROOT / "scenarios" / "realloc" / "hetero.yaml").read_text()
+    text = text.replace("{name: h20,", f"{{name: {groups[0]},").replace("{name: h100,", f"{{name: {groups[1]},")
+    if fabrics is not None:
+        text = text.replace("  node_groups:", f"  clusters: [{{name: {fabrics[0]}}}, {{name: {fabrics[1]}, inter_cluster_bw_gb_per_s: 25}}]\n"
+                                              "  node_groups:")
+        text = text.replace("gpu_type: H20,", f"gpu_type: H20, cluster: {fabrics[0]},")
+        text = text.replace("gpu_type: H100,", f"gpu_type: H100, cluster: {fabrics[1]},")
+    f = tmp_path / "scenario.yaml"
+    f.write_text(text)
+    return str(f)
+
+
+def _renamed_nodes(snap: dict, names: dict) -> dict:
+    for n in snap.get("nodes") or []:
+        n["node"] = names.get(n["node"], n["node"])
+    for w in snap["workers"]:
+        w["node"] = names.get(w["node"], w["node"])
+    return snap
+
+
+def test_the_simulators_node_names_are_taken_under_any_group_name(tmp_path, capsys):
+    """The simulator names nodes after the GPU type (h20-0, h100-0: hetero-h20-h100.json's); the scenario after the node
+    group. Groups named 'east' and 'west' refused every node of the simulator's snapshot; now it is planned as under
+    groups named h20 and h100, and so is one named after the groups. One naming per snapshot: a mix is refused."""
+    snap = json.loads(HETERO.read_text())["snapshots"][-1]
+    rc, want, err = _run(tmp_path, capsys, snap, "--scenario", _hetero_scenario(tmp_path), "--force", "--json")
+    assert rc == 0, err
+    scen = _hetero_scenario(tmp_path, groups=("east", "west"))
+    rc, out, err = _run(tmp_path, capsys, snap, "--scenario", scen, "--force", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["body"]["allocation"] == json.loads(want)["body"]["allocation"]
+    names = {f"h20-{i}": f"east-{i}" for i in range(4)} | {f"h100-{i}": f"west-{i}" for i in range(2)}
+    rc, _, err = _run(tmp_path, capsys, _renamed_nodes(json.loads(json.dumps(snap)), names), "--scenario", scen, "--force", "--json")
+    assert rc == 0, err
+    rc, out, err = _run(tmp_path, capsys, _renamed_nodes(snap, {"h100-1": "west-1"}), "--scenario", scen, "--force", "--json")
+    assert rc == 2 and out == "", err
+    assert ("nodes[5].node: node 'west-1' is named as the scenario names nodes (<node group>-<i>), the snapshot's other nodes as "
+            "the simulator names them") in " ".join(err.split()), err
+
+
+def test_a_snapshot_node_in_another_fabric_than_the_scenarios_is_refused(tmp_path, capsys):
+    """A node's cluster (network fabric) was taken from the snapshot whatever the scenario said: the planner costed
+    moves between the scenario's two fabrics as within one. Now exit 2 naming nodes[i].cluster; matching fabrics plan."""
+    scen = _hetero_scenario(tmp_path, fabrics=("east", "west"))
+    snap = json.loads(HETERO.read_text())["snapshots"][-1]
+    for n in snap["nodes"]:
+        n["cluster"] = "east" if n["gpu_type"] == "H20" else "west"
+    rc, _, err = _run(tmp_path, capsys, snap, "--scenario", scen, "--force", "--json")
+    assert rc == 0, err
+    snap["nodes"][4]["cluster"] = "east"
+    out = tmp_path / "plan.json"
+    rc, stdout, err = _run(tmp_path, capsys, snap, "--scenario", scen, "--force", "--out", str(out))
+    assert rc == 2 and stdout == "" and not out.exists(), err
+    said = " ".join(err.split())
+    assert ("nodes[4].cluster: the snapshot puts node 'h100-0' in cluster 'east'; the scenario 'realloc-hetero' puts it in "
+            "'west' (node group h100, cluster)") in said, err
+    assert "Fix: report cluster: west for it" in said and "Traceback" not in err
+    for n in snap["nodes"]:
+        del n["cluster"]  # omitted: 'default', not the scenario's fabric
+    rc, _, err = _run(tmp_path, capsys, snap, "--scenario", scen, "--force", "--json")
+    assert rc == 2 and "nodes[0].cluster: the snapshot puts node 'h20-0' in cluster 'default' (the default when the field is " \
+        "omitted); the scenario 'realloc-hetero' puts it in 'east'" in " ".join(err.split()), err
+    del snap["nodes"]  # no fabric in the snapshot: each node's type's (the scenario's) is taken
+    rc, _, err = _run(tmp_path, capsys, snap, "--scenario", scen, "--force", "--json")
+    assert rc == 0, err
