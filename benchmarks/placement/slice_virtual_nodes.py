@@ -1,6 +1,7 @@
 """Rollout slices as virtual nodes: groups on half H20 nodes against Solo-D and veRL on whole ones (issue 22).
 
-    python -m benchmarks.placement.slice_virtual_nodes [--admissions lifetime draining] [--verl-half] [--out FILE]
+    python -m benchmarks.placement.slice_virtual_nodes [--admissions lifetime draining ...] [--verl-half] [--all-halves]
+        [--pinned-scale 2] [--instant MOMENTS] [--skip-whole] [--out FILE.json] [--md FILE.md]
 
 A measured experiment, never part of the test run. ``results/placement/half-node-rollouts.md`` bounds
 what members on GPU *slices* of a rollout node could save (2.05x -> 2.47x against Solo-D on the
@@ -20,7 +21,10 @@ What the product does with such a cluster (what this module works around, each i
 * the tables offer a job rollout pools from its own ``rollout.nodes`` up (``compile_scenario``'s
   ``_sizes``, ``simulated_instance``'s {own, 2 x own}): a job specified on two half nodes is never
   offered one, and a job specified on one half node gets its SLO (``ratio_to_solo``) and iteration
-  count from a half-node solo run.
+  count from a half-node solo run;
+* the Packer's pinned-configuration limits count nodes (``formulation.placement.evaluate.PINNED_MAX_ROLLOUT_NODES``
+  / ``PINNED_MAX_TRAIN_NODES``, 2 / 2): on half nodes the 32B jobs (4 + 4 virtual nodes) would lose every
+  pinned configuration; ``--pinned-scale 2`` (the default) doubles them while the half-node packer is built.
 
 So the experiment splits *both* GPU types into 4-GPU virtual nodes (loaded without the scenario
 checks), doubles every job's ``rollout.nodes`` and ``trainer.nodes`` (the same GPUs as its Solo-D
@@ -33,7 +37,9 @@ side this cluster is the whole-node one. The SLOs are the whole-node trace's ``s
 
 Solo-D and veRL run on the whole-node scenario as the paper sizes them (``planner.sim.trace_baselines``);
 ``--verl-half`` also runs veRL on the half-node cluster (its colocated H800 pool sized in 4-GPU steps,
-each size a multiple of the trainer's TP).
+each size a multiple of the trainer's TP). ``--instant N``: at N moments of the whole-node ``lifetime``
+trace, the offline optimum of the jobs present on the whole-node and on the half-node tables. Results:
+``results/placement/slice-virtual-nodes.md``.
 """
 
 from __future__ import annotations
