@@ -242,6 +242,7 @@ class TraceSim:
         self.provisioned: list = []
         self._level: dict = {}
         self.pending: set[str] = set()  # members admitted into a running group whose first rollout starts later
+        self.joined: set[str] = set()  # members that have run in a group (a later timed join is a move, not an admission)
         for j in sorted(jobs, key=lambda j: (j.arrival_s, j.name)):
             self.loop.at(j.arrival_s, self._arrive, j.name)
         if hasattr(placer, "bind"):  # a placer that times joins on the running groups' state
@@ -418,6 +419,7 @@ class TraceSim:
                 self.spans[gid] = [now, None, c]
                 for m in members:
                     self.records[m].group = gid
+                self.joined.update(members)
                 continue
             old = self.configs[gid]
             if c != old:  # the rollout pool was extended: new nodes join the rings, phase times shrink
@@ -431,6 +433,7 @@ class TraceSim:
                         continue
                     run.add_member(self._member(m, c, gid))
                     self.records[m].group = gid
+                    self.joined.add(m)
 
     def _start_of(self, name: str) -> Optional[float]:
         start_s = getattr(self.placer, "start_s", None)
@@ -438,11 +441,13 @@ class TraceSim:
 
     def _late_join(self, gid: str, name: str) -> None:
         """A member whose first rollout the placer timed joins its group's run now (its wait for that
-        moment counts as waiting for admission)."""
+        moment counts as waiting for admission; a member that ran before, moved here by the placer, keeps
+        its admission time: its time moving is no wait)."""
         if name not in self.pending:  # it started with a fresh run of its group meanwhile
             return
         self.pending.discard(name)
-        self.records[name].admitted_s = self.loop.now
+        if name not in self.joined:
+            self.records[name].admitted_s = self.loop.now
         run = self.runs.get(gid)
         placed = self.placer.groups().get(gid)
         if run is None or not run.active() or placed is None or name not in placed[1] or self.records[name].done_s is not None:
@@ -451,6 +456,7 @@ class TraceSim:
         if name not in run.members and name not in run.finished:
             run.add_member(self._member(name, placed[0], gid))
             self.records[name].group = gid
+            self.joined.add(name)
 
     def _extend(self, gid: str, run: GroupRun, old: PoolConfig, new: PoolConfig) -> None:
         for t, g in self._pool_gpus(old).items():

@@ -185,3 +185,34 @@ def test_a_member_moved_at_its_boundary_starts_in_its_new_group_once_its_state_i
     a = res.jobs["a"]
     assert sum(a.iteration_s) == pytest.approx(a.done_s - a.admitted_s)  # the move's wait is counted, in iteration 3
     assert a.iteration_s[2] >= 30.0 + 100.0 + 40.0
+
+
+class TimedBoundaryPlacer(BoundaryPlacer):
+    """As :class:`BoundaryPlacer`, and it times the moved member's first rollout in g1 (what the
+    ``draining`` admission's timed join does): 10 s after its state is loaded there."""
+
+    sim: TraceSim
+
+    def start_s(self, job):
+        if job == "a" and self.seen >= 2 and "a" in self.sim.ready_at:
+            return self.sim.ready_at["a"] + 10.0
+        return None
+
+
+def test_a_member_moved_by_a_timed_join_keeps_its_admission_time():
+    """A move through a timed join reset the member's admission time to its first rollout in the new
+    group: the trace's wait column counted a running member as waiting since its arrival (191,458 s
+    for a member of the draining reproduction that had run 580 iterations)."""
+    jobs = [_job("a", 5), _job("b", 5)]
+    placer = TimedBoundaryPlacer()
+    sim = TraceSim(jobs, placer, {"H20": 1.0, "H800": 2.0}, policy="groups")
+    placer.sim = sim
+    res = sim.run()
+    assert res.migrations == 1
+    a = res.jobs["a"]
+    assert len(a.iteration_s) == 5 and a.done_s is not None
+    assert a.admitted_s == pytest.approx(0.0)  # admitted on arrival; the move is no admission
+    first = res.groups["g1"]._all_members()["a"].rollout_starts[0]
+    left = res.groups["g0"].finished["a"]
+    assert first >= left.last_end + move_s(jobs[0], PoolConfig("H20", 1, "H800", 1, 2)) + 10.0 - 1e-9  # the timed start held
+    assert res.summary()["mean_wait_s"] == pytest.approx(0.0)
