@@ -195,6 +195,27 @@ def same_fleet(plan_path: str, input_path: str, current, inst) -> None:
         raise UserError(Problem(f"{plan_path}: body.groups", f"the current plan lists group id(s) {shown} more than once "
                                 "(`planner validate-plan` refuses it: rule group-id)",
                                 "give each group its own id, or re-plan with `planner plan INPUT` (without --current)"))
+    # a job is a member of one group once: admit read a job listed twice as "group(s) g1 of the current plan
+    # no longer fit this input (pools or SLOs changed)" (an outside audit)
+    twice = sorted(j for j, k in Counter(m.job for g in current.groups for m in g.members).items() if k > 1)
+    if twice:
+        shown = ", ".join(twice[:5]) + (f" and {len(twice) - 5} more" if len(twice) > 5 else "")
+        raise UserError(Problem(f"{plan_path}: body.groups", f"the current plan lists job(s) {shown} as a member more than once "
+                                "(`planner validate-plan` refuses it: rule placed-once)",
+                                "keep each job in one group's members (and order), or re-plan with `planner plan INPUT` "
+                                "(without --current)"))
+    # a pool's size is the count of its nodes: the group's configuration is read from the size, so a pool
+    # edited to size 5 over 3 listed nodes was admitted into as 5 nodes (two paid for and idle, the
+    # summary's "+0.00 $/h" beside "cost 56.00 -> 72.00"; an outside audit)
+    for i, g in enumerate(current.groups):
+        for side in ("rollout_pool", "train_pool"):
+            pool = getattr(g, side)
+            if len(set(pool.nodes)) != pool.size or len(pool.nodes) != pool.size:
+                raise UserError(Problem(f"{plan_path}: body.groups.{i}.{side}", f"group {g.id}'s {side.replace('_', ' ')} has "
+                                        f"size {pool.size} but lists {len(set(pool.nodes))} distinct node(s) "
+                                        f"(`planner validate-plan` refuses it: rule pool-nodes)",
+                                        "list each of the pool's nodes once and set size to their count, or re-plan with "
+                                        "`planner plan INPUT` (without --current)"))
     have = {n for t in inst.pool_types for n in inst.node_names(t)}
     pinned = {n for g in current.groups for n in (*g.rollout_pool.nodes, *g.train_pool.nodes)}
     missing = sorted(pinned - have)

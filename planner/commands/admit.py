@@ -133,7 +133,14 @@ def run(args) -> int:
         write_plan(plan, record, name, digest, out)
     for ln in lines:
         print(ln, file=sys.stderr)
-    print(f"cost {current.cost_per_hour:.2f} -> {plan.cost_per_hour:.2f} $/h", file=sys.stderr)
+    # from the current plan's pools, as the moves' marginal $/h are: a hand-edited plan's recorded cost
+    # ("cost 56.00 -> 96.00" beside "+32.00 $/h" where its pools cost 64; an outside audit) is said beside it
+    pt = inst.pool_types
+    was = sum(len(p.nodes) * pt[p.gpu_type].gpus_per_node * pt[p.gpu_type].price_per_gpu_hour
+              for g in current.groups for p in (g.rollout_pool, g.train_pool) if p.gpu_type in pt)
+    recorded = "" if abs(was - current.cost_per_hour) <= 1e-6 * max(1.0, was) else \
+        f" (the current plan records {current.cost_per_hour:.2f} $/h; its pools cost {was:.2f})"
+    print(f"cost {was:.2f} -> {plan.cost_per_hour:.2f} $/h{recorded}", file=sys.stderr)
     print(summary(plan, record, name, out), file=sys.stderr)
     sys.stderr.flush()
     if out == "-" or args.json:  # on stdout after the summary

@@ -44,17 +44,21 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     import sys
+    from contextlib import ExitStack
 
     from executor.journal import Fenced
 
-    try:
-        return _run(args)
-    except Fenced as exc:  # another controller changed the cluster meanwhile: this one stopped without writing
-        print(f"error: {exc}. Fix: check 'planner status'; the apply that changed it holds the cluster now", file=sys.stderr)
-        return 1
+    # Every journal and the simulated cluster's connection opened by the command is closed when it
+    # ends, also on an error (run in process, planner.cli.main left them open until a collection).
+    with ExitStack() as held:
+        try:
+            return _run(args, held)
+        except Fenced as exc:  # another controller changed the cluster meanwhile: this one stopped without writing
+            print(f"error: {exc}. Fix: check 'planner status'; the apply that changed it holds the cluster now", file=sys.stderr)
+            return 1
 
 
-def _run(args) -> int:
+def _run(args, held) -> int:
     import sys
 
     from planner.errors import Problem, UserError
@@ -62,10 +66,21 @@ def _run(args) -> int:
     from executor.backends.base import Deadlines, observe
     from executor.controller import Executor, reap
     from executor.diff import diff
+    from executor import session
     from executor.journal import Journal
     from executor.progress import Progress, print_plan
-    from executor.session import crash_hook_from_env, journal_path, open_backend
+    from executor.session import crash_hook_from_env, journal_path
     from planner.apply.documents import check_kind, plan_digest, read_target
+
+    def open_journal(path) -> Journal:  # each one made is closed when the command ends
+        j = Journal(path)
+        held.callback(j.close)
+        return j
+
+    def open_backend(*a, **k):
+        b = session.open_backend(*a, **k)
+        held.callback(close_backend, b)
+        return b
 
     for name in ("start_timeout", "call_timeout"):
         if getattr(args, name) <= 0:
@@ -82,7 +97,7 @@ def _run(args) -> int:
                 print(f"nothing to roll back: no simulated cluster at {where} yet")
                 return 0
         backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, deadlines=deadlines)
-        res = Executor(backend, Journal(jp)).rollback_unfinished()
+        res = Executor(backend, open_journal(jp)).rollback_unfinished()
         if res is None:  # no journaled apply: what the cluster itself says about an interrupted one
             from executor.recover import settle
 
@@ -128,7 +143,7 @@ def _run(args) -> int:
     jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
     if not args.dry_run:
         _check_writable(args, jp)
-    unfinished = Journal(jp).unfinished() if jp.exists() else None
+    unfinished = open_journal(jp).unfinished() if jp.exists() else None
     if unfinished and args.backend == "sim":
         from executor.session import sim_state_path
 
@@ -140,7 +155,7 @@ def _run(args) -> int:
                                     "the interrupted apply and everything that ran"))
     if unfinished and unfinished["plan_digest"] != plan_digest(doc) and not args.dry_run:
         # Refused before touching the cluster: another plan's apply is half done.
-        Journal(jp).open_apply(plan_digest(doc), args.plan, args.backend, [])
+        open_journal(jp).open_apply(plan_digest(doc), args.plan, args.backend, [])
     backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, nodes=nodes, deadlines=deadlines,
                            observe_only=args.dry_run)
     target, name, digest = read_target(args.plan, lambda: observe(backend), args.scenario)
@@ -177,7 +192,7 @@ def _run(args) -> int:
         else:
             print("nothing to do: the cluster already matches the plan")
         return 0
-    journal = Journal(jp)
+    journal = open_journal(jp)
     with Progress(plan.steps, verbose=args.verbose) as prog:
         ex = Executor(backend, journal, faults=crash_hook_from_env(), on_step=prog.update, on_event=prog.event)
         res = ex.apply(plan.steps, name, digest)
@@ -223,3 +238,11 @@ def _check_writable(args, journal) -> None:
     check_sqlite_writable(Path(journal), "--journal", "apply journal", who=who, make_folder=True)
     if args.backend == "sim":
         check_sqlite_writable(sim_state_path(args.sim_state), "--sim-state", "simulated cluster's state", who=who, make_folder=True)
+
+
+def close_backend(backend) -> None:
+    """The simulated cluster's connection is closed (without another save: a completed apply saved
+    it, a failed command must not write). A Ray backend is left as it is: a cluster the user gave
+    by --address is never shut down, and one started by --address local ends with the process."""
+    if getattr(backend, "name", None) == "sim":
+        backend.close(save=False)

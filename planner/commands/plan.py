@@ -268,7 +268,8 @@ def run(args) -> int:
 
         own = same_estimate(args.mode or sc.solver.phase_time_estimate, sc.solver.phase_time_estimate) and not args.margin
         curve_until = t_start + limit - _write_s(limit, len(inst.jobs), json_out) - (CURVE_PLOT_S if args.slo_curve_plot else 0.0)
-        record["slo_curve"] = curve_record(sc, args.slo_curve_plot, deadline=curve_until, given=(inst, res.plan) if own else None)
+        # (drawn below, once the plan is known to be written: a refused plan leaves no --slo-curve-plot file either)
+        record["slo_curve"] = curve_record(sc, None, deadline=curve_until, given=(inst, res.plan) if own else None)
         lacking = [p["estimate"] for p in record["slo_curve"] if "time limit" in (p.get("note") or "")]
         if lacking:
             record["message"] = (record.get("message") or "") + (
@@ -299,6 +300,10 @@ def run(args) -> int:
         from planner.placement_plot import plot_plan
 
         plot_plan(res.plan, args.plot)
+    if curve and args.slo_curve_plot:
+        from planner.commands._slo_curve import plot_record
+
+        plot_record(record["slo_curve"], args.slo_curve_plot, sc.name)
     expected = None
     if sc is not None and record["phase_time_estimate"] in ("conservative", "max", "p90", "p99") and res.plan.groups:
         with status("plan: simulating each group's expected cycle (sampled phase times)"):
@@ -309,6 +314,8 @@ def run(args) -> int:
     print(summary(res.plan, record, name, out, expected), file=sys.stderr)
     if args.plot:
         print(f"timeline written to {args.plot}", file=sys.stderr)
+    if curve and args.slo_curve_plot:
+        print(f"cost-SLO curve drawn to {args.slo_curve_plot}", file=sys.stderr)
     sys.stderr.flush()
     if out == "-" or args.json:  # on stdout after the summary
         write_plan(res.plan, record, name, digest, "-", args.json)

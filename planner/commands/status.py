@@ -46,11 +46,22 @@ def run(args) -> int:
         if path.is_file() and path.stat().st_size == 0:
             raise UserError(Problem("--sim-state", f"{path} is empty: no simulated cluster was saved in it",
                                     "pass --sim-state of an existing cluster (status reads it and never writes it)"))
+    from planner.commands.apply import close_backend
+
     backend = open_backend(args.backend, address=args.address, sim_state=args.sim_state, observe_only=True)
-    st = observe(backend)
-    ledger = backend.coord("ledger_summary")
-    jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
-    history = Journal(jp, readonly=True).history(5) if jp.exists() else []
+    try:  # the saved cluster's and the journal's connections are closed when the command ends (run in process too)
+        st = observe(backend)
+        ledger = backend.coord("ledger_summary")
+        jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
+        history = []
+        if jp.exists():
+            journal = Journal(jp, readonly=True)
+            try:
+                history = journal.history(5)
+            finally:
+                journal.close()
+    finally:
+        close_backend(backend)
     if args.json:
         print(json.dumps({"state": st.to_dict(), "nodes": st.table(), "ledger": ledger, "applies": history}, indent=2, default=str))
         return 0

@@ -263,10 +263,13 @@ class Service:
         if (self.clock.kind != "wall" or self.role not in ("applier", "dry-run") or len(walls) < SLOW_CYCLES
                 or min(walls) <= period):
             return None
-        took = ", ".join(f"{w:.2f}" for w in walls)
+        def s(x: float) -> str:  # (two decimals hid cycles of milliseconds: "0.00 s took longer than the period of 0.001 s")
+            return f"{x:.2f}" if x >= 0.1 else f"{x:.2g}"
+
+        took = ", ".join(s(w) for w in walls)
         behind = f"; loop lag {lag:.1f} s" if lag is not None else ""
         return (f"the loop falls behind its period: each of its last {len(walls)} cycles took longer than the period of "
-                f"{period:g} s ({took} s), the last {walls[-1] - period:.2f} s over{behind} (stalled after {stall:.0f} s "
+                f"{period:g} s ({took} s), the last {s(walls[-1] - period)} s over{behind} (stalled after {stall:.0f} s "
                 "without progress); raise --period-s or lower --reoptimise-time-limit-s")
 
     def refresh_metrics(self) -> None:

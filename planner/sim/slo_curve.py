@@ -172,8 +172,15 @@ def plot(points: list[CurvePoint], path: str, title: str = "") -> None:
     ax.set_title(title or "cost-SLO curve over phase-time estimates")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from pathlib import Path
+
+    from planner.safewrite import replacing
+
+    try:  # (a temporary file renamed into place: an unwritable path is exit 2 naming the option, never half a file)
+        with replacing(Path(path), where="--slo-curve-plot", suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=120, format="png")
+    finally:
+        plt.close(fig)
 
 
 # ------------------------------------------------------------------------------ the reproduction

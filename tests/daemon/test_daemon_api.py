@@ -364,5 +364,13 @@ def test_health_is_degraded_while_each_cycle_overruns_the_period_and_readyz_stay
             r = c.get("/readyz")
             assert r.status_code == 503 and "boom" in r.text and "falls behind" in r.text, r.text
             assert health()["ready"] is False
+            svc.last_error = None
+            import dataclasses
+
+            svc.cfg = dataclasses.replace(svc.cfg, period_s=0.001)  # cycles of milliseconds: figures that show them over it
+            for w in (0.0042, 0.0061, 0.0035):
+                svc.note_cycle(w)
+            said = health()["problems"][0]
+            assert "the period of 0.001 s (0.0042, 0.0061, 0.0035 s), the last 0.0025 s over" in said, said
     finally:
         store.close()

@@ -93,7 +93,11 @@ class ExecutorApplier:
 
         inventory = [Node(n["name"], n["gpu_type"], n["gpus"], n["dram_gb"]) for n in scenario_nodes(cluster)]
         if kind == "sim" and sim_state is not None and not Path(sim_state).exists() and Path(journal_path).exists():
-            running = Journal(journal_path).unfinished()
+            journal = Journal(journal_path)
+            try:
+                running = journal.unfinished()
+            finally:
+                journal.close()
             if running is not None:
                 from planner.errors import Problem, UserError
 
