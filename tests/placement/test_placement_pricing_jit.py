@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("numba")
+pytestmark = pytest.mark.jit  # (tests/conftest.py: one xdist group compiles the kernel once)
 
 from formulation.placement import pricing_jit  # noqa: E402
 from formulation.placement.pricing import PricingItems, PricingResult, price  # noqa: E402
