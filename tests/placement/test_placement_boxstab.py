@@ -22,6 +22,8 @@ from formulation.placement.pricing import PricingItems, PricingResult, fractiona
 from tests.placement.placement_helpers import config_cost, distinct_oracle, penalty
 from tests.placement.test_placement_farley import CASES, _groups, _inst
 
+pytestmark = pytest.mark.jit  # (tests/conftest.py: one xdist group compiles the kernel once)
+
 
 # ------------------------------------------------------------------------------------ pricing
 def _items(rng, n: int, shared_slo: bool) -> PricingItems:

@@ -21,6 +21,8 @@ from formulation.placement.evaluate import Index
 from tests.placement.placement_helpers import config_cost, config_use, distinct_oracle, group_feasible
 from tests.placement.test_placement_farley import _inst
 
+pytestmark = pytest.mark.jit  # (tests/conftest.py: one xdist group compiles the kernel once)
+
 CASES = [(8, 11, 3), (10, 12, 8), (10, 12, 2), (9, 21, 3)]  # (jobs, seed, nodes per type): roomy and tight fleets
 
 

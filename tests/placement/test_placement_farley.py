@@ -17,6 +17,8 @@ from benchmarks.placement.generate import generate_distinct
 from formulation.placement.pricing import price
 from tests.placement.placement_helpers import config_cost, configs_of, distinct_oracle, group_feasible, own_count, penalty
 
+pytestmark = pytest.mark.jit  # (tests/conftest.py: one xdist group compiles the kernel once)
+
 CASES = [(8, 11, 3), (10, 12, 4)]  # (jobs, seed, nodes per type)
 
 
