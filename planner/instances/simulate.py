@@ -199,14 +199,15 @@ def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = Fa
                      sampled: Optional[float] = None, sampled_join: bool = True, timed: bool = False,
                      upper_end: bool = False, objective: str = "rate", drain: bool = False, repacking: bool = False,
                      repack_period_s: Optional[float] = None, repack_solve_s: float = 3.0,
-                     repack_move_price: float = 0.0, repack_max_tables: bool = False):
+                     repack_move_price: float = 0.0, repack_max_tables: bool = False, repack_sampled_only: bool = False,
+                     repack_open: bool = True):
     """The placement planner's online admission as a :class:`simulator.trace.Placer` (``join_delay``:
     joins keep the iteration they delay within the SLOs; ``repack``: the fourth move, re-pack the joined
     group; :class:`formulation.placement.greedy.Packer`)."""
     return PlannerPlacer(sc, jobs, tables, join_delay=join_delay, repack=repack, sampled=sampled, sampled_join=sampled_join, timed=timed,
                          upper_end=upper_end, objective=objective, drain=drain, repacking=repacking,
                          repack_period_s=repack_period_s, repack_solve_s=repack_solve_s, repack_move_price=repack_move_price,
-                         repack_max_tables=repack_max_tables)
+                         repack_max_tables=repack_max_tables, repack_sampled_only=repack_sampled_only, repack_open=repack_open)
 
 
 class PlannerPlacer:
@@ -223,7 +224,8 @@ class PlannerPlacer:
                  sampled: Optional[float] = None, sampled_join: bool = True, timed: bool = False,
                  upper_end: bool = False, objective: str = "rate", drain: bool = False, repacking: bool = False,
                  repack_period_s: Optional[float] = None, repack_solve_s: float = 3.0,
-                 repack_move_price: float = 0.0, repack_max_tables: bool = False) -> None:
+                 repack_move_price: float = 0.0, repack_max_tables: bool = False,
+                 repack_sampled_only: bool = False, repack_open: bool = True) -> None:
         """``tables``: ``estimators`` (the planner's own compilation on the scenario's estimate), an
         estimate (``sampled``, ``p90``, ``p99``, ``max``: the same compilation on that estimate, the
         SLOs on the scenario's terms for the quantiles), ``simulator`` (:func:`simulated_instance`:
@@ -247,7 +249,9 @@ class PlannerPlacer:
         read at iteration boundaries) the jobs present are placed offline (``repack_solve_s`` seconds of
         :func:`formulation.placement.solve.solve`, warm-started from the running groups, every job it
         moves charged ``repack_move_price`` $/h; on the slowest sample's tables with
-        ``repack_max_tables``, what the sampled acceptance of its moves judges on) and, where that pays for its moves, members move
+        ``repack_max_tables``, what the sampled acceptance of its moves judges on; with
+        ``repack_sampled_only`` only into target groups whose members' slowest sampled iterations keep
+        their SLOs; without ``repack_open`` a member only joins a running group, never opens one) and, where that pays for its moves, members move
         toward it by timed joins at their iteration boundaries (:mod:`planner.instances.repack`)."""
         from formulation.placement.evaluate import Index
         from formulation.placement.greedy import Packer
@@ -294,7 +298,7 @@ class PlannerPlacer:
         if repacking and not (timed and self.acceptance is not None):
             raise ValueError("re-packing needs timed admission (its moves are timed joins)")
         self.repacking, self.repack_period_s, self.repack_solve_s = repacking, repack_period_s, repack_solve_s
-        self.repack_move_price = repack_move_price
+        self.repack_move_price, self.repack_sampled_only, self.repack_open = repack_move_price, repack_sampled_only, repack_open
         self.repack_inst = simulated_instance(sc, jobs, quantile=1.0) if repacking and repack_max_tables else self.inst
         self.target = None  # the re-pack being carried out (planner.instances.repack.Target)
         self._last_repack = -float("inf")
@@ -421,7 +425,10 @@ class PlannerPlacer:
         from simulator.trace import move_s
 
         if self.repacking:
-            return self._repack_move(job)
+            if self._repack_move(job):
+                return True
+            if not self.drain:
+                return False
         j = self.j_of[job]
         g = self.pk.job_group.get(j)
         if g is None or g not in self.draining:
@@ -484,6 +491,12 @@ class PlannerPlacer:
         groups, cost = got
         host = rp.assign_hosts(self.idx, groups, self.pk.groups, self.pk.group_config)
         movers = rp.movers(groups, host, self.pk.job_group)
+        if self.repack_sampled_only:  # a target group whose members' slowest sampled iterations miss an SLO moves nobody
+            acc = self.acceptance
+            assert acc is not None
+            bad = {t for t, (k, ms) in enumerate(groups)
+                   if len(ms) > 1 and bool(np.any(acc.slowest(k, ms) > self.idx.slo[ms] * (1 + 1e-9)))}
+            movers = {j for j in movers if not any(j in groups[t][1] for t in bad)}
         group_of = {j: t for t, (_, ms) in enumerate(groups) for j in ms}
         move_cost = sum(self._move_s(groups[group_of[j]][0], j) * float(self.idx.cost[groups[group_of[j]][0]]) / 3600.0
                         for j in movers)
@@ -561,6 +574,9 @@ class PlannerPlacer:
         if h is not None and not self.pk.groups[h]:  # its host emptied meanwhile: open the group anew
             del T.host[t]
             h = None
+        if h is None and not self.repack_open:  # only joins: it stays
+            T.movers.discard(j)
+            return False
         acc = self.acceptance
         assert acc is not None
         self._rounds_left()

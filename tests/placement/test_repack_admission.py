@@ -91,6 +91,7 @@ def _placer(iterations: int, ok: bool = True) -> PlannerPlacer:
     pl.trace_jobs = {n: _trace_job(n, iterations) for n in idx.names}
     pl.trace = _Trace(idx.names)
     pl.repacking, pl.repack_period_s, pl.repack_solve_s, pl.repack_move_price = True, None, 2.0, 0.0
+    pl.repack_sampled_only, pl.repack_open = False, True
     pl.target, pl._last_repack, pl.repacks, pl.solve_s = None, -float("inf"), [], []
     pl.repack_stats = {"tries": 0, "joined": 0, "opened": 0, "refused": 0, "stayed": 0}
     pl.moves, pl.starts, pl._version = [], {}, 0
