@@ -346,7 +346,7 @@ class TraceSim:
                 self.moved_from[name] = last
             placed = {m: c for c, ms in self.placer.groups().values() for m in ms}
             delay = move_s(self.jobs[name], placed[name]) if name in placed else 0.0
-            ahead = getattr(self.placer, "move_delay", None)  # the placer copied its state ahead (or None: it did not)
+            ahead = getattr(self.placer, "move_delay", None)  # the placer launched its processes ahead (None: it did not)
             got = ahead(name) if ahead is not None else None
             delay = delay if got is None else float(got)
             self.ready_at[name] = now + delay

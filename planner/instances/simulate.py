@@ -200,7 +200,7 @@ def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = Fa
                      upper_end: bool = False, objective: str = "rate", drain: bool = False, repacking: bool = False,
                      repack_period_s: Optional[float] = None, repack_solve_s: float = 3.0,
                      repack_move_price: float = 0.0, repack_max_tables: bool = False, repack_sampled_only: bool = False,
-                     repack_open: bool = True, repack_precopy: bool = False):
+                     repack_open: bool = True, repack_prelaunch: bool = False):
     """The placement planner's online admission as a :class:`simulator.trace.Placer` (``join_delay``:
     joins keep the iteration they delay within the SLOs; ``repack``: the fourth move, re-pack the joined
     group; :class:`formulation.placement.greedy.Packer`)."""
@@ -208,7 +208,7 @@ def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = Fa
                          upper_end=upper_end, objective=objective, drain=drain, repacking=repacking,
                          repack_period_s=repack_period_s, repack_solve_s=repack_solve_s, repack_move_price=repack_move_price,
                          repack_max_tables=repack_max_tables, repack_sampled_only=repack_sampled_only, repack_open=repack_open,
-                         repack_precopy=repack_precopy)
+                         repack_prelaunch=repack_prelaunch)
 
 
 class PlannerPlacer:
@@ -226,7 +226,7 @@ class PlannerPlacer:
                  upper_end: bool = False, objective: str = "rate", drain: bool = False, repacking: bool = False,
                  repack_period_s: Optional[float] = None, repack_solve_s: float = 3.0,
                  repack_move_price: float = 0.0, repack_max_tables: bool = False,
-                 repack_sampled_only: bool = False, repack_open: bool = True, repack_precopy: bool = False) -> None:
+                 repack_sampled_only: bool = False, repack_open: bool = True, repack_prelaunch: bool = False) -> None:
         """``tables``: ``estimators`` (the planner's own compilation on the scenario's estimate), an
         estimate (``sampled``, ``p90``, ``p99``, ``max``: the same compilation on that estimate, the
         SLOs on the scenario's terms for the quantiles), ``simulator`` (:func:`simulated_instance`:
@@ -253,8 +253,8 @@ class PlannerPlacer:
         ``repack_max_tables``, what the sampled acceptance of its moves judges on; with
         ``repack_sampled_only`` only into target groups whose members' slowest sampled iterations keep
         their SLOs; without ``repack_open`` a member only joins a running group, never opens one; with
-        ``repack_precopy`` a member's state is copied to its host's nodes while it runs on in its group, and
-        it moves at its first boundary after that, starting with no load) and, where that pays for its moves, members move
+        ``repack_prelaunch`` a member's processes are launched on its host's nodes while it runs on in its
+        group (``COLD_INIT_S``), and it moves at its first boundary after that, paying only its state's load) and, where that pays for its moves, members move
         toward it by timed joins at their iteration boundaries (:mod:`planner.instances.repack`)."""
         from formulation.placement.evaluate import Index
         from formulation.placement.greedy import Packer
@@ -302,9 +302,9 @@ class PlannerPlacer:
             raise ValueError("re-packing needs timed admission (its moves are timed joins)")
         self.repacking, self.repack_period_s, self.repack_solve_s = repacking, repack_period_s, repack_solve_s
         self.repack_move_price, self.repack_sampled_only, self.repack_open = repack_move_price, repack_sampled_only, repack_open
-        self.repack_precopy = repack_precopy
-        self.staged: dict = {}  # job -> (host group, when its state is on the host's nodes): a pre-copied move
-        self.precopied: set = set()  # moved members whose state was on their new group's nodes already
+        self.repack_prelaunch = repack_prelaunch
+        self.staged: dict = {}  # job -> (host group, when its processes there are up): a pre-launched move
+        self.prelaunched: dict = {}  # moved member -> its state's load (its processes launched on the new nodes ahead)
         self.repack_inst = simulated_instance(sc, jobs, quantile=1.0) if repacking and repack_max_tables else self.inst
         self.target = None  # the re-pack being carried out (planner.instances.repack.Target)
         self._last_repack = -float("inf")
@@ -562,6 +562,7 @@ class PlannerPlacer:
     def _repack_move(self, job: str) -> bool:
         """``job`` ended an iteration: re-pack first where the period is up; where the target moves
         it, join its host by a timed join (or open its target group); True: the placement changed."""
+        from estimators.comm import COLD_INIT_S
         from planner.instances.repack import TRIES
 
         tr = self.trace
@@ -585,19 +586,18 @@ class PlannerPlacer:
             return False
         acc = self.acceptance
         assert acc is not None
-        precopied = False
-        if self.repack_precopy and h is not None:  # its state is copied to the host's nodes while it runs on
+        launched = False
+        if self.repack_prelaunch and h is not None:  # its processes start on the host's nodes while it runs on
             now = tr.loop.now if tr is not None else 0.0
             staged = self.staged.get(j)
             if staged is None or staged[0] != h:
-                k_h = self.pk.group_config[h]
-                self.staged[j] = (h, now + self._move_s(k_h, j))
+                self.staged[j] = (h, now + COLD_INIT_S)
                 return False
             if now < staged[1]:
                 return False
-            precopied = True
+            launched = True
         self._rounds_left()
-        acc.moving = (lambda k, i: 0.0) if precopied else self._move_s
+        acc.moving = self._load_s if launched else self._move_s
         try:
             adm = self._join_into(j, h) if h is not None else self._open_target(j, T.config[t])
         finally:
@@ -612,8 +612,8 @@ class PlannerPlacer:
             return False
         self.repack_stats["joined" if h is not None else "opened"] += 1
         self.staged.pop(j, None)
-        if precopied:
-            self.precopied.add(job)
+        if launched:
+            self.prelaunched[job] = self._load_s(adm.config if adm.config is not None else self.pk.group_config[adm.group], j)
         if h is None:
             T.host[t] = adm.group
         T.movers.discard(j)
@@ -627,13 +627,18 @@ class PlannerPlacer:
         self.moves.append((job, "repack", self.idx.configs[k].label() if k is not None else "", adm.marginal_cost))
         return True
 
+    def _load_s(self, k: int, i: int) -> float:
+        """A move's state load once its processes run on the new pools already: the cold start less
+        its process launch and framework init (:data:`estimators.comm.COLD_INIT_S`)."""
+        from estimators.comm import COLD_INIT_S
+
+        return max(0.0, self._move_s(k, i) - COLD_INIT_S)
+
     def move_delay(self, job: str) -> Optional[float]:
-        """Seconds before a member the placer moved can start in its new group: 0 where its state was
-        copied there while it ran on (``repack_precopy``), else None (the trace's ``move_s``)."""
-        if job in self.precopied:
-            self.precopied.discard(job)
-            return 0.0
-        return None
+        """Seconds before a member the placer moved can start in its new group: its state's load where
+        its processes were launched there while it ran on (``repack_prelaunch``), else None (the trace's
+        ``move_s``, the whole cold start)."""
+        return self.prelaunched.pop(job, None)
 
     def groups(self) -> dict:
         out = {}

@@ -151,7 +151,7 @@ def run_policy(scenario: str, policy: str, tables: str = "estimators", consolida
                prices: Optional[dict] = None, drain: bool = False, repacking: bool = False,
                repack_period_s: Optional[float] = None, repack_solve_s: float = 3.0, repack_move_price: float = 0.0,
                repack_max_tables: bool = False, repack_sampled_only: bool = False, repack_open: bool = True,
-               repack_precopy: bool = False):
+               repack_prelaunch: bool = False):
     """One trace under one policy: the :class:`simulator.trace.TraceResult` (``moves`` set); ``join_delay``
     (``groups``): admission keeps the iteration a join delays within the SLOs; ``repack``: it may re-pack the joined
     group; ``sampled``: joins keep the members' slowest sampled iteration within the SLOs (and the join's own with
@@ -161,8 +161,8 @@ def run_policy(scenario: str, policy: str, tables: str = "estimators", consolida
     ``repacking`` (with ``timed``): re-packed toward the offline placement of the jobs present at departures (and every
     ``repack_period_s``; ``repack_solve_s`` per solve, ``repack_move_price`` $/h per job moved in its objective,
     ``repack_max_tables``: solved on the slowest sample's tables, ``repack_sampled_only``: only into target groups that
-    keep the SLOs on the sampled iterations; ``repack_open``: a mover may open its target group; ``repack_precopy``: a
-    join's state copied ahead) where that pays (:mod:`planner.instances.repack`);
+    keep the SLOs on the sampled iterations; ``repack_open``: a mover may open its target group; ``repack_prelaunch``: a
+    join's processes launched ahead, only the state loaded at the move) where that pays (:mod:`planner.instances.repack`);
     ``unseen``: the trace draws its phase times from samples on rollout seeds the policy never saw
     (:data:`UNSEEN_FIRST_SEED` on), the policy plans on the usual ones (tables, SLOs, samples); ``prices``:
     GPU type -> $ per GPU-hour replacing the scenario's (for planning and for the bill alike)."""
@@ -182,7 +182,7 @@ def run_policy(scenario: str, policy: str, tables: str = "estimators", consolida
                                        repack_period_s=repack_period_s, repack_solve_s=repack_solve_s,
                                        repack_move_price=repack_move_price, repack_max_tables=repack_max_tables,
                                        repack_sampled_only=repack_sampled_only, repack_open=repack_open,
-                                       repack_precopy=repack_precopy)
+                                       repack_prelaunch=repack_prelaunch)
         if tables in ("simulator", "simulator-max"):  # the SLOs of the simulator tables (p90 solo iteration)
             run_jobs = inst.with_simulated_slos(run_jobs, placer.inst)  # type: ignore[attr-defined]
     elif policy == "gavel":

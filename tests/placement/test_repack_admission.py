@@ -91,7 +91,7 @@ def _placer(iterations: int, ok: bool = True) -> PlannerPlacer:
     pl.trace_jobs = {n: _trace_job(n, iterations) for n in idx.names}
     pl.trace = _Trace(idx.names)
     pl.repacking, pl.repack_period_s, pl.repack_solve_s, pl.repack_move_price = True, None, 2.0, 0.0
-    pl.repack_sampled_only, pl.repack_open, pl.repack_precopy, pl.staged, pl.precopied = False, True, False, {}, set()
+    pl.repack_sampled_only, pl.repack_open, pl.repack_prelaunch, pl.staged, pl.prelaunched = False, True, False, {}, {}
     pl.target, pl._last_repack, pl.repacks, pl.solve_s = None, -float("inf"), [], []
     pl.repack_stats = {"tries": 0, "joined": 0, "opened": 0, "refused": 0, "stayed": 0}
     pl.moves, pl.starts, pl._version = [], {}, 0
@@ -207,17 +207,21 @@ def test_a_member_moved_back_into_a_run_it_left_rejoins_it_on_a_free_slot():
     assert set(members["a"].spec.rollout_nodes).isdisjoint(members["c"].spec.rollout_nodes)
 
 
-def test_a_precopied_move_waits_for_the_copy_then_starts_without_a_load():
+def test_a_prelaunched_move_waits_for_the_launch_then_pays_only_the_state_load():
+    from estimators.comm import COLD_INIT_S
+
     pl = _placer(iterations=1000)
-    pl.repack_precopy = True
+    pl.trace_jobs = {n: TraceJob(n, 0.0, 1000, 100.0, _prof, lambda c: (1.0, 2.0), PoolConfig("A", 1, "B", 1),
+                                 cold_switch_s=lambda c: (5.0, COLD_INIT_S + 15.0)) for n in pl.idx.names}
+    pl.repack_prelaunch = True
     pl._plan_repack()
     (mover,) = pl.target.movers
     name = pl.idx.names[mover]
     snap = _state(pl.pk)
-    assert pl._repack_move(name) is False and _state(pl.pk) == snap  # the copy starts: it runs on where it is
-    pl.trace.loop.now = 1000.0 + 30.0
-    assert pl._repack_move(name) is False and _state(pl.pk) == snap  # 60 s of copy not done yet
-    pl.trace.loop.now = 1000.0 + 61.0
+    assert pl._repack_move(name) is False and _state(pl.pk) == snap  # the launch starts: it runs on where it is
+    pl.trace.loop.now = 1000.0 + COLD_INIT_S / 2
+    assert pl._repack_move(name) is False and _state(pl.pk) == snap  # not up yet
+    pl.trace.loop.now = 1000.0 + COLD_INIT_S + 1.0
     assert pl._repack_move(name) is True
     assert _rate(pl) == pytest.approx(32.0)
-    assert pl.move_delay(name) == 0.0 and pl.move_delay(name) is None  # no load in the trace, once
+    assert pl.move_delay(name) == pytest.approx(15.0) and pl.move_delay(name) is None  # only the state's load, once
