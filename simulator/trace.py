@@ -266,8 +266,11 @@ class TraceSim:
         """The member's slot in a pinned group (its own rollout nodes): kept while it stays; a
         newcomer takes the lowest slot no running member holds."""
         slots = self.slots.setdefault(gid, {})
+        run = self.runs.get(gid)
+        if (name in slots and run is not None and run.active() and name not in run.members
+                and any(slots.get(m) == slots[name] for m in run.members)):  # placed back into a run it left: its slot was taken
+            del slots[name]
         if name not in slots:
-            run = self.runs.get(gid)
             fresh = run is None or not run.active()  # a run being built: every slot given so far is held
             held = {slots[m] for m in slots if fresh or (run is not None and m in run.members)}
             slots[name] = min(i for i in range(len(slots) + 1) if i not in held)
@@ -343,6 +346,9 @@ class TraceSim:
                 self.moved_from[name] = last
             placed = {m: c for c, ms in self.placer.groups().values() for m in ms}
             delay = move_s(self.jobs[name], placed[name]) if name in placed else 0.0
+            ahead = getattr(self.placer, "move_delay", None)  # the placer launched its processes ahead (None: it did not)
+            got = ahead(name) if ahead is not None else None
+            delay = delay if got is None else float(got)
             self.ready_at[name] = now + delay
             self.loop.after(delay, self._reconcile)
             return
@@ -425,7 +431,7 @@ class TraceSim:
             if c != old:  # the rollout pool was extended: new nodes join the rings, phase times shrink
                 self._extend(gid, run, old, c)
             for m in members:
-                if m not in run.members and m not in run.finished and m not in self.pending:
+                if m not in run.members and m not in self.pending:  # (one that left this run and is placed back rejoins it)
                     start = self._start_of(m)
                     if start is not None and start > now + 1e-9:  # the placer timed its first rollout
                         self.pending.add(m)
@@ -453,7 +459,7 @@ class TraceSim:
         if run is None or not run.active() or placed is None or name not in placed[1] or self.records[name].done_s is not None:
             self._reconcile()
             return
-        if name not in run.members and name not in run.finished:
+        if name not in run.members:
             run.add_member(self._member(name, placed[0], gid))
             self.records[name].group = gid
             self.joined.add(name)

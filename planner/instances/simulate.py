@@ -197,12 +197,18 @@ def with_simulated_slos(jobs, inst):
 
 def placement_placer(sc, jobs, tables: str = "estimators", join_delay: bool = False, repack: bool = False,
                      sampled: Optional[float] = None, sampled_join: bool = True, timed: bool = False,
-                     upper_end: bool = False, objective: str = "rate", drain: bool = False):
+                     upper_end: bool = False, objective: str = "rate", drain: bool = False, repacking: bool = False,
+                     repack_period_s: Optional[float] = None, repack_solve_s: float = 3.0,
+                     repack_move_price: float = 0.0, repack_max_tables: bool = False, repack_sampled_only: bool = False,
+                     repack_open: bool = True, repack_prelaunch: bool = False):
     """The placement planner's online admission as a :class:`simulator.trace.Placer` (``join_delay``:
     joins keep the iteration they delay within the SLOs; ``repack``: the fourth move, re-pack the joined
     group; :class:`formulation.placement.greedy.Packer`)."""
     return PlannerPlacer(sc, jobs, tables, join_delay=join_delay, repack=repack, sampled=sampled, sampled_join=sampled_join, timed=timed,
-                         upper_end=upper_end, objective=objective, drain=drain)
+                         upper_end=upper_end, objective=objective, drain=drain, repacking=repacking,
+                         repack_period_s=repack_period_s, repack_solve_s=repack_solve_s, repack_move_price=repack_move_price,
+                         repack_max_tables=repack_max_tables, repack_sampled_only=repack_sampled_only, repack_open=repack_open,
+                         repack_prelaunch=repack_prelaunch)
 
 
 class PlannerPlacer:
@@ -217,7 +223,10 @@ class PlannerPlacer:
 
     def __init__(self, sc, jobs=None, tables: str = "estimators", join_delay: bool = False, repack: bool = False,
                  sampled: Optional[float] = None, sampled_join: bool = True, timed: bool = False,
-                 upper_end: bool = False, objective: str = "rate", drain: bool = False) -> None:
+                 upper_end: bool = False, objective: str = "rate", drain: bool = False, repacking: bool = False,
+                 repack_period_s: Optional[float] = None, repack_solve_s: float = 3.0,
+                 repack_move_price: float = 0.0, repack_max_tables: bool = False,
+                 repack_sampled_only: bool = False, repack_open: bool = True, repack_prelaunch: bool = False) -> None:
         """``tables``: ``estimators`` (the planner's own compilation on the scenario's estimate), an
         estimate (``sampled``, ``p90``, ``p99``, ``max``: the same compilation on that estimate, the
         SLOs on the scenario's terms for the quantiles), ``simulator`` (:func:`simulated_instance`:
@@ -236,7 +245,17 @@ class PlannerPlacer:
         ``drain`` (with ``timed``): at each departure, groups whose members would all join other
         groups for less $/h (on their slowest sampled iterations) are drained, each member moving at
         one of its iteration boundaries by a timed join that starts it once its state is loaded
-        there (:mod:`formulation.placement.drain`, :func:`simulator.trace.move_s`)."""
+        there (:mod:`formulation.placement.drain`, :func:`simulator.trace.move_s`).
+        ``repacking`` (with ``timed``): at departures (and every ``repack_period_s`` simulated seconds,
+        read at iteration boundaries) the jobs present are placed offline (``repack_solve_s`` seconds of
+        :func:`formulation.placement.solve.solve`, warm-started from the running groups, every job it
+        moves charged ``repack_move_price`` $/h; on the slowest sample's tables with
+        ``repack_max_tables``, what the sampled acceptance of its moves judges on; with
+        ``repack_sampled_only`` only into target groups whose members' slowest sampled iterations keep
+        their SLOs; without ``repack_open`` a member only joins a running group, never opens one; with
+        ``repack_prelaunch`` a member's processes are launched on its host's nodes while it runs on in its
+        group (``COLD_INIT_S``), and it moves at its first boundary after that, paying only its state's load) and, where that pays for its moves, members move
+        toward it by timed joins at their iteration boundaries (:mod:`planner.instances.repack`)."""
         from formulation.placement.evaluate import Index
         from formulation.placement.greedy import Packer
         from planner.instances.placement import compile_scenario
@@ -279,6 +298,19 @@ class PlannerPlacer:
         self.drain = drain
         self.draining: dict[int, int] = {}  # group being drained -> its members' boundaries that moved nobody
         self.trace_jobs = {j.name: j for j in jobs} if jobs is not None else {}
+        if repacking and not (timed and self.acceptance is not None):
+            raise ValueError("re-packing needs timed admission (its moves are timed joins)")
+        self.repacking, self.repack_period_s, self.repack_solve_s = repacking, repack_period_s, repack_solve_s
+        self.repack_move_price, self.repack_sampled_only, self.repack_open = repack_move_price, repack_sampled_only, repack_open
+        self.repack_prelaunch = repack_prelaunch
+        self.staged: dict = {}  # job -> (host group, when its processes there are up): a pre-launched move
+        self.prelaunched: dict = {}  # moved member -> its state's load (its processes launched on the new nodes ahead)
+        self.repack_inst = simulated_instance(sc, jobs, quantile=1.0) if repacking and repack_max_tables else self.inst
+        self.target = None  # the re-pack being carried out (planner.instances.repack.Target)
+        self._last_repack = -float("inf")
+        self.repacks: list = []  # (t, $/h now, target $/h, members to move, taken)
+        self.solve_s: list = []  # wall seconds of each re-pack solve
+        self.repack_stats = {"tries": 0, "joined": 0, "opened": 0, "refused": 0, "stayed": 0}
 
     def admit(self, job: str) -> bool:
         if self._memo and self._refused.get(job) == self._version:
@@ -350,6 +382,8 @@ class PlannerPlacer:
             self._version += 1
         if self.drain:
             self._plan_drains()
+        if self.repacking:
+            self._plan_repack()
 
     def _running(self, g: int) -> bool:
         """Every member of group ``g`` is running in the bound trace (none waiting for a timed start or moving)."""
@@ -396,6 +430,11 @@ class PlannerPlacer:
         from formulation.placement.drain import move_member
         from simulator.trace import move_s
 
+        if self.repacking:
+            if self._repack_move(job):
+                return True
+            if not self.drain:
+                return False
         j = self.j_of[job]
         g = self.pk.job_group.get(j)
         if g is None or g not in self.draining:
@@ -425,6 +464,181 @@ class PlannerPlacer:
             del self.draining[g]
             self.pk.set_closed(g, False)
         return True
+
+    # ------------------------------------------------------------------ re-packing (planner.instances.repack)
+    def _move_s(self, k: int, i: int) -> float:
+        from simulator.trace import move_s
+
+        return move_s(self.trace_jobs[self.idx.names[i]], self.idx.configs[k])
+
+    def _plan_repack(self) -> None:
+        """Solve the placement of the jobs present; take it as the target where it pays for its moves."""
+        import time
+
+        from formulation.placement.drain import rate
+        from planner.instances import repack as rp
+
+        tr = self.trace
+        if tr is None:
+            return
+        now = tr.loop.now
+        self._last_repack = now
+        present = sorted(self.pk.job_group)
+        if len(present) < 2:
+            self.target = None
+            return
+        t0 = time.perf_counter()
+        current = [(self.pk.group_config[g], list(ms)) for g, ms in enumerate(self.pk.groups) if ms]
+        got = rp.solve_target(self.idx, self.repack_inst, present, self.repack_solve_s, current=current,
+                              move_price=self.repack_move_price)
+        self.solve_s.append(time.perf_counter() - t0)
+        if got is None:
+            return
+        groups, cost = got
+        host = rp.assign_hosts(self.idx, groups, self.pk.groups, self.pk.group_config)
+        movers = rp.movers(groups, host, self.pk.job_group)
+        if self.repack_sampled_only:  # a target group whose members' slowest sampled iterations miss an SLO moves nobody
+            acc = self.acceptance
+            assert acc is not None
+            bad = {t for t, (k, ms) in enumerate(groups)
+                   if len(ms) > 1 and bool(np.any(acc.slowest(k, ms) > self.idx.slo[ms] * (1 + 1e-9)))}
+            movers = {j for j in movers if not any(j in groups[t][1] for t in bad)}
+        group_of = {j: t for t, (_, ms) in enumerate(groups) for j in ms}
+        move_cost = sum(self._move_s(groups[group_of[j]][0], j) * float(self.idx.cost[groups[group_of[j]][0]]) / 3600.0
+                        for j in movers)
+        left = {j: self._left(self.idx.names[j]) for j in present}
+        hours = rp.hours_left(left, {j: float(self.idx.slo[j]) for j in present})
+        now_rate = rate(self.pk)
+        taken = bool(movers) and rp.pays(now_rate, cost, hours, move_cost)
+        self.repacks.append((now, now_rate, cost, len(movers), taken))
+        self.target = rp.Target(group_of, [k for k, _ in groups], host, cost, movers) if taken else None
+
+    def _join_into(self, j: int, h: int):
+        """Move ``j`` out of its group into group ``h`` (the cheapest join there the packer's ``accept``
+        takes), or leave everything as it was and return None."""
+        pk = self.pk
+        g = pk.job_group[j]
+        k0, members, fams = pk.group_config[g], list(pk.groups[g]), pk.families_of(g)
+        pk.remove_job(j)
+        shut = [x for x, ms in enumerate(pk.groups) if x != h and ms and x not in pk.closed]
+        for x in shut:
+            pk.set_closed(x, True)
+        alone, pk.accept_alone = pk.accept_alone, (lambda k, i: False)  # a join or nothing
+        try:
+            adm = pk.best_move(j)
+        finally:
+            pk.accept_alone = alone
+            for x in shut:
+                pk.set_closed(x, False)
+        if adm.move is None or adm.move == "new-group" or adm.group != h:
+            pk.restore_group(g, k0, members, fams)
+            return None
+        pk.apply(adm)
+        return adm
+
+    def _open_target(self, j: int, k: int):
+        """Move ``j`` out of its group into a new group of its target's configuration family, alone:
+        where its slowest sampled iteration there plus the load of its state stays within its SLO."""
+        from formulation.placement.evaluate import REL_TOL
+        from formulation.placement.greedy import Admission
+
+        idx, pk, acc = self.idx, self.pk, self.acceptance
+        assert acc is not None
+        c = idx.configs[k]
+        k1 = idx.config_id.get(c._replace(members=1)) if c.pinned else k
+        if k1 is None or not idx.ok[k1, j]:
+            return None
+        if float(acc.slowest(k1, [j])[0]) + self._move_s(k1, j) > float(idx.slo[j]) * (1 + REL_TOL):
+            return None
+        g = pk.job_group[j]
+        k0, members, fams = pk.group_config[g], list(pk.groups[g]), pk.families_of(g)
+        pk.remove_job(j)
+        if any(pk.free.get(t, 0) < n for t, n in idx.config_nodes(k1).items()):
+            pk.restore_group(g, k0, members, fams)
+            return None
+        h = pk.add_group(k1, [j])
+        return Admission(j, "new-group", h, k1, float(idx.cost[k1]))
+
+    def _repack_move(self, job: str) -> bool:
+        """``job`` ended an iteration: re-pack first where the period is up; where the target moves
+        it, join its host by a timed join (or open its target group); True: the placement changed."""
+        from estimators.comm import COLD_INIT_S
+        from planner.instances.repack import TRIES
+
+        tr = self.trace
+        if (self.repack_period_s is not None and tr is not None
+                and tr.loop.now - self._last_repack >= self.repack_period_s):
+            self._plan_repack()
+        T = self.target
+        j = self.j_of[job]
+        if T is None or j not in T.movers:
+            return False
+        t, g = T.group_of[j], self.pk.job_group.get(j)
+        h = T.host.get(t)
+        if g is None or h == g:
+            T.movers.discard(j)
+            return False
+        if h is not None and not self.pk.groups[h]:  # its host emptied meanwhile: open the group anew
+            del T.host[t]
+            h = None
+        if h is None and not self.repack_open:  # only joins: it stays
+            T.movers.discard(j)
+            return False
+        acc = self.acceptance
+        assert acc is not None
+        launched = False
+        if self.repack_prelaunch and h is not None:  # its processes start on the host's nodes while it runs on
+            now = tr.loop.now if tr is not None else 0.0
+            staged = self.staged.get(j)
+            if staged is None or staged[0] != h:
+                self.staged[j] = (h, now + COLD_INIT_S)
+                return False
+            if now < staged[1]:
+                return False
+            launched = True
+        self._rounds_left()
+        acc.moving = self._load_s if launched else self._move_s
+        try:
+            adm = self._join_into(j, h) if h is not None else self._open_target(j, T.config[t])
+        finally:
+            acc.moving = None
+        self.repack_stats["tries"] += 1
+        if adm is None:
+            self.repack_stats["refused"] += 1
+            T.tries[j] = T.tries.get(j, 0) + 1
+            if T.tries[j] >= TRIES:  # it stays
+                T.movers.discard(j)
+                self.repack_stats["stayed"] += 1
+            return False
+        self.repack_stats["joined" if h is not None else "opened"] += 1
+        self.staged.pop(j, None)
+        if launched:
+            self.prelaunched[job] = self._load_s(adm.config if adm.config is not None else self.pk.group_config[adm.group], j)
+        if h is None:
+            T.host[t] = adm.group
+        T.movers.discard(j)
+        self._version += 1
+        st = acc.start_at.get((adm.group, adm.config, j))
+        if st is not None and adm.move != "new-group":
+            self.starts[job] = st
+        else:
+            self.starts.pop(job, None)
+        k = adm.config
+        self.moves.append((job, "repack", self.idx.configs[k].label() if k is not None else "", adm.marginal_cost))
+        return True
+
+    def _load_s(self, k: int, i: int) -> float:
+        """A move's state load once its processes run on the new pools already: the cold start less
+        its process launch and framework init (:data:`estimators.comm.COLD_INIT_S`)."""
+        from estimators.comm import COLD_INIT_S
+
+        return max(0.0, self._move_s(k, i) - COLD_INIT_S)
+
+    def move_delay(self, job: str) -> Optional[float]:
+        """Seconds before a member the placer moved can start in its new group: its state's load where
+        its processes were launched there while it ran on (``repack_prelaunch``), else None (the trace's
+        ``move_s``, the whole cold start)."""
+        return self.prelaunched.pop(job, None)
 
     def groups(self) -> dict:
         out = {}

@@ -58,9 +58,12 @@ EXTRA = (("solo-d", "simulator", "weave"), ("groups", "simulator", "join-aware")
 #: are done, their iterations left read from the trace (``Packer(objective="life")``), not by the $/h it adds;
 #: ``draining``: ``lifetime`` that also drains groups at departures (:mod:`formulation.placement.drain`: members
 #: move by timed joins at their iteration boundaries, each after its state is loaded on the new pools)
-ADMISSIONS = ("weave", "join-aware", "re-pack", "sampled-steady", "sampled", "timed", "lifetime", "draining")
+#: ``repacking``: ``lifetime`` that also re-packs toward the offline placement of the jobs present at departures, where
+#: that pays for its moves (:mod:`planner.instances.repack`; measured in ``results/placement/repack-admission.md``, not a
+#: row of the reproduction)
+ADMISSIONS = ("weave", "join-aware", "re-pack", "sampled-steady", "sampled", "timed", "lifetime", "draining", "repacking")
 #: the admissions whose moves are timed joins on the running groups (``timed``), judged on a lifetime's $ (``life``)
-TIMED, LIFE = ("timed", "lifetime", "draining"), ("lifetime", "draining")
+TIMED, LIFE = ("timed", "lifetime", "draining", "repacking"), ("lifetime", "draining", "repacking")
 #: admissions whose strict misses are broken down by what happened around them (:mod:`planner.sim.trace_analysis`)
 MISS_ADMISSIONS = ("weave", "sampled-steady", "timed")
 #: what happened around a missed iteration (:func:`planner.sim.trace_analysis.misses_task`), in the table's order
@@ -145,13 +148,21 @@ class GavelPlacer:
 def run_policy(scenario: str, policy: str, tables: str = "estimators", consolidate: bool = False, seed: int = 0,
                join_delay: bool = False, repack: bool = False, sampled: bool = False, sampled_join: bool = True,
                timed: bool = False, unseen: bool = False, upper_end: bool = False, objective: str = "rate",
-               prices: Optional[dict] = None, drain: bool = False):
+               prices: Optional[dict] = None, drain: bool = False, repacking: bool = False,
+               repack_period_s: Optional[float] = None, repack_solve_s: float = 3.0, repack_move_price: float = 0.0,
+               repack_max_tables: bool = False, repack_sampled_only: bool = False, repack_open: bool = True,
+               repack_prelaunch: bool = False):
     """One trace under one policy: the :class:`simulator.trace.TraceResult` (``moves`` set); ``join_delay``
     (``groups``): admission keeps the iteration a join delays within the SLOs; ``repack``: it may re-pack the joined
     group; ``sampled``: joins keep the members' slowest sampled iteration within the SLOs (and the join's own with
     ``sampled_join``); ``timed``: joins into running pinned groups judged on their state, first rollouts timed;
     ``objective``: what an admission move costs (``rate``, ``round`` or ``life``: :class:`formulation.placement.greedy.Packer`);
     ``drain`` (with ``timed``): groups are drained at departures (:mod:`formulation.placement.drain`);
+    ``repacking`` (with ``timed``): re-packed toward the offline placement of the jobs present at departures (and every
+    ``repack_period_s``; ``repack_solve_s`` per solve, ``repack_move_price`` $/h per job moved in its objective,
+    ``repack_max_tables``: solved on the slowest sample's tables, ``repack_sampled_only``: only into target groups that
+    keep the SLOs on the sampled iterations; ``repack_open``: a mover may open its target group; ``repack_prelaunch``: a
+    join's processes launched ahead, only the state loaded at the move) where that pays (:mod:`planner.instances.repack`);
     ``unseen``: the trace draws its phase times from samples on rollout seeds the policy never saw
     (:data:`UNSEEN_FIRST_SEED` on), the policy plans on the usual ones (tables, SLOs, samples); ``prices``:
     GPU type -> $ per GPU-hour replacing the scenario's (for planning and for the bill alike)."""
@@ -167,7 +178,11 @@ def run_policy(scenario: str, policy: str, tables: str = "estimators", consolida
     if policy == "groups":
         placer = inst.placement_placer(sc, jobs, tables, join_delay=join_delay, repack=repack,
                                        sampled=1.0 if sampled else None, sampled_join=sampled_join, timed=timed,
-                                       upper_end=upper_end, objective=objective, drain=drain)
+                                       upper_end=upper_end, objective=objective, drain=drain, repacking=repacking,
+                                       repack_period_s=repack_period_s, repack_solve_s=repack_solve_s,
+                                       repack_move_price=repack_move_price, repack_max_tables=repack_max_tables,
+                                       repack_sampled_only=repack_sampled_only, repack_open=repack_open,
+                                       repack_prelaunch=repack_prelaunch)
         if tables in ("simulator", "simulator-max"):  # the SLOs of the simulator tables (p90 solo iteration)
             run_jobs = inst.with_simulated_slos(run_jobs, placer.inst)  # type: ignore[attr-defined]
     elif policy == "gavel":
@@ -190,6 +205,9 @@ def run_policy(scenario: str, policy: str, tables: str = "estimators", consolida
     res = TraceSim(run_jobs, placer, inst.prices(sc), inst.gpus_per_node(sc), consolidate=consolidate, seed=seed,
                    policy=sim_policy, node_dram_gb=inst.node_dram_gb(sc)).run()
     res.placer_acceptance = getattr(placer, "acceptance", None)  # type: ignore[attr-defined]
+    res.repacks = getattr(placer, "repacks", [])  # type: ignore[attr-defined]  # (t, $/h, target $/h, movers, taken)
+    res.repack_solve_s = getattr(placer, "solve_s", [])  # type: ignore[attr-defined]
+    res.repack_stats = getattr(placer, "repack_stats", {})  # type: ignore[attr-defined]
     res.moves = {}
     for _, move, _, _ in getattr(placer, "moves", []):
         res.moves[move] = res.moves.get(move, 0) + 1
@@ -212,7 +230,7 @@ def admission_options(admission: str) -> dict:
     timed = admission in TIMED
     return {"sampled": admission in ("sampled-steady", "sampled") or timed, "sampled_join": admission == "sampled" or timed,
             "timed": timed, "upper_end": timed, "objective": "life" if admission in LIFE else "rate",
-            "drain": admission == "draining"}
+            "drain": admission == "draining", "repacking": admission == "repacking"}
 
 
 def policy_task(scenario: str, policy: str, tables: str, admission: str = "weave", seed: int = 0, unseen: bool = False,
