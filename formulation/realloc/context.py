@@ -70,11 +70,13 @@ class ReallocContext:
 def pools_from_snapshot(snap, gpus_per_node: Optional[dict] = None, clusters: Optional[dict] = None) -> list[Pool]:
     """One pool per node: the snapshot's declared nodes, else the nodes its workers sit on.
 
-    Without declared nodes a node's capacity is ``gpus_per_node[type]`` when given (free GPUs
+    A declared node without a ``cluster`` field is in ``clusters[type]`` where given (the scenario's
+    fabric for its GPU type). Without declared nodes a node's capacity is ``gpus_per_node[type]`` when given (free GPUs
     become visible), else the GPUs its workers hold (no free GPUs known).
     """
-    if snap.nodes is not None:
-        return [Pool(n.node, n.gpu_type, n.gpus, n.cluster) for n in sorted(snap.nodes, key=lambda n: n.node)]
+    if snap.nodes is not None:  # a node that states no cluster is in its GPU type's (``clusters``), else 'default'
+        return [Pool(n.node, n.gpu_type, n.gpus, n.cluster if "cluster" in n.model_fields_set else (clusters or {}).get(n.gpu_type, n.cluster))
+                for n in sorted(snap.nodes, key=lambda n: n.node)]
     used: dict[str, int] = {}
     types: dict[str, str] = {}
     for w in snap.workers:

@@ -789,8 +789,8 @@ def _node_problems(seen: list, known: dict, other: Optional[tuple], shown: str, 
             out.append(Problem(f"{prefix}{at}.gpus", f"{what} {gpus} GPUs on node '{node}'; {where} gives it {g.gpus_per_node} "
                                f"({_label(g)}, gpus_per_node)", f"report at most {g.gpus_per_node} GPUs on it, {fix}",
                                source=source))
-        if declared is not None and g.cluster is not None and declared.cluster != g.cluster:
-            said = "" if "cluster" in declared.model_fields_set else " (the default when the field is omitted)"
+        if declared is not None and g.cluster is not None and "cluster" in declared.model_fields_set and declared.cluster != g.cluster:
+            said = ""  # (a node that states no cluster is taken to be in the scenario's: formulation.realloc.context.pools_from_snapshot)
             out.append(Problem(f"{prefix}{at}.cluster", f"the snapshot puts node '{node}' in cluster '{declared.cluster}'{said}; "
                                f"{where} puts it in '{g.cluster}' ({_label(g)}, cluster)",
                                f"report cluster: {g.cluster} for it (migrations between fabrics are costed by it), {fix}",

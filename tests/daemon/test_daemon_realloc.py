@@ -81,7 +81,8 @@ def run(tmp_path_factory):
         out["before"] = before
         out["snaps"] = snapshots(state_of(before))
         for s in out["snaps"]:
-            assert http.post("/v1/telemetry", json=s).status_code == 202
+            r = http.post("/v1/telemetry", json=s)
+            assert r.status_code == 202, r.text
 
         def applied():
             ds = http.get("/v1/decisions", params={"kind": "realloc", "limit": 1000}).json()["decisions"]
