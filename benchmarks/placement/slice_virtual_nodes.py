@@ -256,26 +256,13 @@ def verl_half_jobs(sc, jobs) -> list:
     Solo-D training nodes, each size a multiple of its trainer's TP x PP) whose p90 iteration meets its SLO, as
     :func:`planner.sim.trace_baselines.verl_jobs` sizes it on whole nodes."""
     from planner.instances import simulate as inst
-    from planner.sim.trace_baselines import VERL_QUANTILE
-    from simulator.trace import PoolConfig
+    from planner.sim.trace_baselines import verl_pool
 
     train_tp = {j.name: j.trainer.tp * (j.trainer.pp or 1) for j in sc.jobs}
     gpn = inst.gpus_per_node(sc)
     out = []
-    for j in jobs:
-        most, t = j.colocated, j.colocated.train_type
-        pick = most
-        for n in range(max(1, j.solo.train_nodes // 2), most.train_nodes + 1):
-            if (n * gpn) % train_tp[j.name]:
-                continue  # a trainer TP group inside one physical node
-            c = PoolConfig(t, n, t, n)
-            prof = j.profile(c)
-            sw_r, sw_t = j.switch_s(c)
-            it = float(np.quantile(prof.rollout_s, VERL_QUANTILE) + np.quantile(prof.train_s, VERL_QUANTILE)) + prof.sync_s + sw_r + sw_t
-            if it <= j.slo_s:
-                pick = c
-                break
-        out.append(replace(j, colocated=pick))
+    for j in jobs:  # (a trainer TP group inside one physical node)
+        out.append(replace(j, colocated=verl_pool(j, max(1, j.solo.train_nodes // 2), lambda n, j=j: (n * gpn) % train_tp[j.name] == 0)))
     return out
 
 

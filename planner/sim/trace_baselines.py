@@ -92,23 +92,26 @@ UNSEEN_FIRST_SEED = 3  # the held-out rows draw phase times from rollouts on see
 
 def verl_jobs(jobs, sc):
     """The trace jobs with their colocated pool sized as :mod:`this module <planner.sim.trace_baselines>` says."""
+    return [replace(j, colocated=verl_pool(j, max(1, j.solo.train_nodes))) for j in jobs]
+
+
+def verl_pool(j, first: int, fits=lambda n: True):
+    """The fewest nodes, from ``first`` up to the job's most colocated nodes and those ``fits`` takes, whose p90
+    iteration colocated (rollout plus training plus the switches) meets the job's SLO; the most when none does."""
     from simulator.trace import PoolConfig
 
-    out = []
-    for j in jobs:
-        most = j.colocated
-        t = most.train_type
-        pick = most
-        for n in range(max(1, j.solo.train_nodes), most.train_nodes + 1):
-            c = PoolConfig(t, n, t, n)
-            prof = j.profile(c)
-            sw_r, sw_t = j.switch_s(c)
-            it = float(np.quantile(prof.rollout_s, VERL_QUANTILE) + np.quantile(prof.train_s, VERL_QUANTILE)) + prof.sync_s + sw_r + sw_t
-            if it <= j.slo_s:
-                pick = c
-                break
-        out.append(replace(j, colocated=pick))
-    return out
+    most = j.colocated
+    t = most.train_type
+    for n in range(first, most.train_nodes + 1):
+        if not fits(n):
+            continue
+        c = PoolConfig(t, n, t, n)
+        prof = j.profile(c)
+        sw_r, sw_t = j.switch_s(c)
+        it = float(np.quantile(prof.rollout_s, VERL_QUANTILE) + np.quantile(prof.train_s, VERL_QUANTILE)) + prof.sync_s + sw_r + sw_t
+        if it <= j.slo_s:
+            return c
+    return most
 
 
 class GavelPlacer:
