@@ -70,7 +70,12 @@ How the adapter uses them:
 * **Async client.** Requests are coroutines on one event loop thread (``httpx.AsyncClient``), not
   a thread each; every control call has a timeout (``timeout_s``), and a ``/generate`` has its
   own (``generate_timeout_s``), after which the request is aborted on the server and kept as
-  aborted here, with its partial output, so it can be resumed.
+  aborted here, with its partial output, so it can be resumed. A ``/generate`` whose connection
+  fails without an answer (a kept-alive connection the server closes, at its keep-alive timeout,
+  just as the call reuses it) is sent again (``connection_retries`` times, each with a new wire
+  rid, after aborting the failed one on the server): only a drain resumes a request kept as
+  aborted, so on an engine that is not draining it would otherwise never end. Idle connections
+  are dropped after ``KEEPALIVE_EXPIRY_S``, before uvicorn's default keep-alive timeout (5 s).
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ from typing import Any, Callable, Optional, Union
 import httpx
 
 PAUSE_MODES = ("abort", "retract", "in_place")
+KEEPALIVE_EXPIRY_S = 2.0
 
 
 class SGLangError(RuntimeError):
@@ -140,8 +146,9 @@ class SGLangEngine:
     def __init__(self, base_url: str, *, timeout_s: float = 30.0, generate_timeout_s: float = 600.0,
                  on_finish: Optional[Callable[[str, list[int]], None]] = None, return_logprob: bool = True,
                  weight_sync_backend: str = "nccl", drain_grace_s: float = 5.0, abort_confirm_s: float = 30.0,
-                 rid_salt: str = "") -> None:
+                 rid_salt: str = "", connection_retries: int = 3) -> None:
         self.url = base_url.rstrip("/")
+        self.connection_retries = connection_retries  # a /generate whose connection fails is sent again this often
         self.timeout_s, self.generate_timeout_s = timeout_s, generate_timeout_s
         self.drain_grace_s, self.abort_confirm_s = drain_grace_s, abort_confirm_s
         self.rid_salt = f"{rid_salt or base_url}|{time.time_ns()}"  # a new client never reuses an old one's rids
@@ -159,8 +166,10 @@ class SGLangEngine:
         self.http = self._sync(self._client())
 
     async def _client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), limits=httpx.Limits(max_connections=None,
-                                                                                              max_keepalive_connections=64))
+        # idle connections are dropped here before the server's keep-alive timeout (uvicorn's, 5 s by default)
+        # closes them, so a call seldom goes out on a connection the server is closing
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), limits=httpx.Limits(
+            max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_EXPIRY_S))
 
     def _sync(self, coro, timeout: Optional[float] = None) -> Any:
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -229,22 +238,39 @@ class SGLangEngine:
         if t.max_new_tokens - len(t.output) <= 0 or t.finish.get("type") == "stop":
             await asyncio.to_thread(self._finish, t)
             return
-        t.attempt += 1
-        t.wire = wire_rid(self.rid_salt, t.rid, t.attempt)
-        body = {"input_ids": t.prompt + t.output, "sampling_params": resumed_sampling(t.sampling, len(t.output)),
-                "rid": t.wire, "return_logprob": t.return_logprob}
-        try:
-            r = await self.http.post(self.url + "/generate", json=body, timeout=self.generate_timeout_s)
-        except httpx.TimeoutException:
-            try:  # the server would go on: abort it there; the partial output is lost with the answer
-                await self._apost("/abort_request", {"rid": t.wire})
-            except SGLangError:
-                pass
-            self._abort(t, f"no answer within {self.generate_timeout_s:g} s")
-            return
-        except httpx.HTTPError as exc:
-            self._abort(t, str(exc))
-            return
+        for retry in range(self.connection_retries + 1):
+            t.attempt += 1
+            t.wire = wire_rid(self.rid_salt, t.rid, t.attempt)
+            body = {"input_ids": t.prompt + t.output, "sampling_params": resumed_sampling(t.sampling, len(t.output)),
+                    "rid": t.wire, "return_logprob": t.return_logprob}
+            try:
+                r = await self.http.post(self.url + "/generate", json=body, timeout=self.generate_timeout_s)
+                break
+            except httpx.TimeoutException:
+                try:  # the server would go on: abort it there; the partial output is lost with the answer
+                    await self._apost("/abort_request", {"rid": t.wire})
+                except SGLangError:
+                    pass
+                self._abort(t, f"no answer within {self.generate_timeout_s:g} s")
+                return
+            except httpx.TransportError as exc:
+                # The connection failed without an answer: typically a kept-alive connection that the server
+                # closed (its keep-alive timeout) just as this call reused it. Nothing but a drain resumes an
+                # aborted request, so on an engine that is not draining the request would wait forever: send
+                # it again (a new wire rid, from the output it had), after aborting the call on the server in
+                # case it got there. A drain hands it over instead.
+                if retry < self.connection_retries and self.paused != "abort" and not self._closed and t.state == "running":
+                    try:
+                        await self._apost("/abort_request", {"rid": t.wire})
+                    except SGLangError:
+                        pass
+                    await asyncio.sleep(0.05 * 2 ** retry)
+                    continue
+                self._abort(t, f"{type(exc).__name__}: {exc}")
+                return
+            except httpx.HTTPError as exc:
+                self._abort(t, f"{type(exc).__name__}: {exc}")
+                return
         if r.status_code != 200:
             self._abort(t, r.text[:200])
             return
