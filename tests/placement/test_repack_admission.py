@@ -26,6 +26,7 @@ from planner.instances.simulate import PlannerPlacer
 from simulator.groups import TailProfile
 from simulator.profiles import PhaseProfile
 from simulator.trace import JobRecord, PoolConfig, TraceJob, TraceSim
+from tests.placement.test_placement_drain import BoundaryPlacer
 
 
 def _two_lone_members() -> PlacementInstance:
@@ -163,20 +164,13 @@ def test_a_move_that_would_break_an_slo_is_not_made():
 
 
 # ------------------------------------------------------------------ the trace: back into a run it left
-class OutAndBack:
+class OutAndBack(BoundaryPlacer):
     """``a`` and ``c`` in g0 (each on a rollout node of its own), ``b`` alone in g1; ``a`` moves to
-    g1 at its second boundary and back to g0 at its fourth."""
-
-    def __init__(self) -> None:
-        self.where: dict = {}
-        self.seen = 0
+    g1 at its second boundary and back to g0 at its fourth (``where`` and ``remove`` as the drain test's placer)."""
 
     def admit(self, job):
         self.where[job] = "g1" if job == "b" else "g0"
         return True
-
-    def remove(self, job):
-        self.where.pop(job, None)
 
     def at_boundary(self, job):
         if job != "a":
