@@ -40,8 +40,8 @@ def fsync(fd):
         with open(marker + ".part", "w") as f:
             f.write(str(os.getpid()))
         os.rename(marker + ".part", marker)  # whole when it appears
-        while True:  # mid-write until a signal ends it
-            time.sleep(3600)
+        while True:  # mid-write until a signal ends it; short sleeps: a signal whose handler ran after the loop's
+            time.sleep(0.05)  # last check but before the sleep's system call began would not end a long one (CI hung)
     return real(fd)
 
 
