@@ -242,9 +242,6 @@ def run(args) -> int:
         same_fleet(args.current, args.input, current, inst)
         cur_jobs = {m.job for g in current.groups for m in g.members}
         gone = sorted(cur_jobs - {j.name for j in inst.jobs})
-        if cur_jobs and len(gone) == len(cur_jobs):
-            raise UserError(Problem(args.current, f"the current plan places none of {args.input}'s jobs (a plan made for another "
-                                    "input?)", "pass the plan made for this input, or leave --current out"))
         if gone:
             print(f"note: the current plan's job(s) {', '.join(gone[:5])}{' ...' if len(gone) > 5 else ''} are not in "
                   f"{args.input}: their groups are re-planned without them", file=sys.stderr)
