@@ -105,3 +105,15 @@ def test_init_refuses_an_empty_name(tmp_path):
     rc, output, _cpu, rss = run_inprocess(["init", "--from", "verl", str(VERL), "--name", "", "-o", str(out)])
     _refused(rc, output, rss, "--name")
     assert not out.exists()
+
+
+def test_a_time_limit_under_a_tenth_of_a_second_is_refused_without_a_contradiction():
+    """`plan --time-limit 0.001` on an unestimated scenario said the estimates need "about 0.0 s ...,
+    more than the 0.0 s" the limit leaves: both rounded to one decimal (the refusal built directly,
+    no clock)."""
+    from planner.commands.plan import _compile_refusal
+    from planner.instances.placement import CompileCut
+
+    cut = CompileCut({}, total=2, missing=2, rest_s=0.02, measured=False, before=True, elapsed_s=0.0)
+    text = _compile_refusal(cut, 0.001, True, 0.3, False).render()
+    assert "needs about 0.02 s" in text and "more than the 0.0 s" in text, text
