@@ -77,7 +77,8 @@ MAX_TRACE_VALUE = 1e9        # tokens or seconds
 
 def read_column(path: str | Path, column: str) -> np.ndarray:
     """The numeric values of ``column`` in a CSV or JSONL trace file (empty cells are skipped; a CSV
-    row with fewer fields than the header is refused, naming its line and the missing fields)."""
+    row with fewer fields than the header is refused, naming its line and the missing fields, and
+    one with more that are not empty, naming its line)."""
     p = Path(path)
     try:
         regular = p.is_file()  # also refuses directories, devices and FIFOs (/dev/zero)
@@ -125,6 +126,12 @@ def _read_column_cached(path: str, column: str, _mtime_ns: int) -> np.ndarray:
                                      + ", ".join(f"'{m}'" for m in missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""),
                                      "give every row a field for each header column (an empty field between the separators "
                                      "is skipped), or remove that row")
+                if len(row) > len(header) and any(f.strip() for f in row[len(header):]):
+                    # (a field holding an unquoted separator: the fields after it, the column's among them, are shifted)
+                    raise TraceError(f"{p}:{i}: the row has {len(row)} fields, the header {len(header)}: its fields do not "
+                                     "line up with the header's columns",
+                                     "quote a field that holds the separator, give the extra columns a header name, or "
+                                     "remove that row")
                 raw = row[at].strip()
                 if raw:
                     vals.append(_number(raw, p, i, column))

@@ -216,6 +216,26 @@ def write_atomic(path: Union[str, Path], data: Union[str, bytes], *, private: bo
         tmp.write_bytes(raw)
 
 
+def probe_folder(path: Union[str, Path], where: str) -> None:
+    """Before any work, that an output folder (``simulate --out DIR``, ``whatif --out DIR``) takes
+    files: an existing one gets a temporary file created and removed in it, a missing one is
+    created and removed again (its parent exists: the caller checked). Permission bits alone do
+    not say it (root passes ``os.access`` on ``/proc`` and ``/sys``, where ``mkdir`` fails): the
+    folder was made only after minutes of simulation or search, and failed as an internal error."""
+    p = Path(path)
+    try:
+        if p.is_dir():
+            fd, name = tempfile.mkstemp(prefix=".probe.", suffix=".tmp", dir=p)
+            os.close(fd)
+            os.unlink(name)
+        else:
+            os.mkdir(p)
+            os.rmdir(p)
+    except OSError as exc:
+        what = f"cannot write into the folder {p}" if p.is_dir() else f"cannot create the folder {p}"
+        raise UserError(Problem(where, f"{what}: {exc.strerror or exc}", "give a folder you can write to")) from None
+
+
 # ------------------------------------------------------------------ SQLite files a command will write
 def can_write(path: Union[str, Path], folder: bool = False) -> bool:
     """Can this process write ``path`` (and search it, a folder; read it, a file)? Its effective ids

@@ -224,3 +224,10 @@ def same_fleet(plan_path: str, input_path: str, current, inst) -> None:
         raise UserError(Problem(plan_path, f"the current plan pins node(s) {shown} that {input_path}'s cluster does not have "
                                 f"(a plan made for another cluster?)", "pass the plan made for this input's cluster, or "
                                 "re-plan with `planner plan INPUT`"))
+    # a plan made for another scenario on a cluster named alike: `plan --current` refused it, `admit --current`
+    # wrote a plan with every one of its jobs "left out, their nodes freed" and exit 0 (an outside audit)
+    cur_jobs = {m.job for g in current.groups for m in g.members}
+    if cur_jobs and not cur_jobs & {j.name for j in inst.jobs}:
+        raise UserError(Problem(plan_path, f"the current plan places none of {input_path}'s jobs (a plan made for another "
+                                "input?)", "pass the plan made for this input, or plan it afresh with `planner plan INPUT` "
+                                "(without --current)"))

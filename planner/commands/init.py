@@ -28,7 +28,7 @@ def add_arguments(p) -> None:
     p.add_argument("--out", "-o", type=_args.path, default="-", help="where to write the scenario (default: standard output)")
     p.add_argument("--gpu-type", default="H100", help="the GPU type of the nodes (a catalogue type; default H100)")
     p.add_argument("--price", type=float, default=None, help="$ per GPU-hour (default: 1, a placeholder)")
-    p.add_argument("--name", default="", help="the scenario's and the job's name (default: the experiment's)")
+    p.add_argument("--name", default=None, help="the scenario's and the job's name (default: the experiment's)")
 
 
 def run(args) -> int:
@@ -52,12 +52,12 @@ def run(args) -> int:
 
         doc = parse(text, args.config)
         check_text(doc)  # no control characters (ESC, NUL) in what the scenario's comments will echo
-        job = verl.read(doc.data, where, args.name)
+        job = verl.read(doc.data, where, args.name or "")
     else:
         from planner.onramp import slime
 
-        job = slime.read(slime.load_args(text, where), where, args.name)
-    if args.name:
+        job = slime.read(slime.load_args(text, where), where, args.name or "")
+    if args.name is not None:  # ('' took the experiment's name in silence)
         import re
 
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.name):

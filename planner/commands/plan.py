@@ -150,9 +150,13 @@ def _compile_refusal(cut, limit: float, from_option: bool, spent_s: float, json_
     need = before_s + PROJECTION_MARGIN * compile_s + AFTER_COMPILE_S + _write_s(1e9, cut.total, json_out)
     least = max(math.ceil(need), math.floor(limit) + 1)
     given = f"--time-limit {limit:g}" if from_option else f"the scenario's solver.time_limit_s ({limit:g} s)"
+
+    def secs(x: float) -> str:  # (under 0.1 s: "needs about 0.0 s ..., more than the 0.0 s" read as a contradiction)
+        return f"{x:.1f}" if x >= 0.1 or x <= 0 else f"{x:.2g}"
+
     if cut.before:
-        what = (f"estimating the phase times of its {cut.total} job(s) by simulation needs about {cut.rest_s:.1f} s on "
-                f"this machine (projected from the jobs' sizes), more than the {max(0.0, limit - before_s):.1f} s "
+        what = (f"estimating the phase times of its {cut.total} job(s) by simulation needs about {secs(cut.rest_s)} s on "
+                f"this machine (projected from the jobs' sizes), more than the {secs(max(0.0, limit - before_s))} s "
                 f"{given} leaves for it after start-up; nothing was estimated")
     else:
         what = (f"estimating the phase times of its {cut.total} job(s) by simulation did not finish in the "
@@ -242,9 +246,6 @@ def run(args) -> int:
         same_fleet(args.current, args.input, current, inst)
         cur_jobs = {m.job for g in current.groups for m in g.members}
         gone = sorted(cur_jobs - {j.name for j in inst.jobs})
-        if cur_jobs and len(gone) == len(cur_jobs):
-            raise UserError(Problem(args.current, f"the current plan places none of {args.input}'s jobs (a plan made for another "
-                                    "input?)", "pass the plan made for this input, or leave --current out"))
         if gone:
             print(f"note: the current plan's job(s) {', '.join(gone[:5])}{' ...' if len(gone) > 5 else ''} are not in "
                   f"{args.input}: their groups are re-planned without them", file=sys.stderr)

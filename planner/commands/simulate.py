@@ -183,6 +183,9 @@ def _check_args(args) -> None:
                         "duration_s)")
     else:
         _refuse_ignored(args, JOB_IGNORES, f"with --policy {args.policy} (one job, request by request)")
+        if args.snapshots and args.out is None:  # (they are a file in --out: without it the run wrote nothing, exit 0)
+            raise UserError(Problem("--snapshots", "writes snapshots.jsonl into the --out folder, and no --out is given",
+                                    "add --out DIR, or drop --snapshots"))
     if args.horizon_s is not None and args.horizon_s <= 0:
         raise UserError(Problem("--horizon-s", f"must be positive, got {args.horizon_s:g}", "e.g. --horizon-s 86400"))
     _fill_defaults(args)
@@ -203,6 +206,9 @@ def _prepare_out(path):
 
     if not (parent.exists() and os.access(parent, os.W_OK)):
         raise UserError(Problem("--out", f"cannot write into {parent}", "give a directory you can write to"))
+    from planner.safewrite import probe_folder
+
+    probe_folder(out, "--out")  # (/proc/x passes the checks above; its mkdir failed after the whole run)
     return out
 
 

@@ -56,6 +56,11 @@ def _check_args(args) -> None:
     check_solver_args(args)
     if args.workers is not None and args.workers < 1:
         raise UserError(Problem("--workers", f"must be at least 1, got {args.workers}", "pass e.g. --workers 2"))
+    if not args.sweep:  # (they run a sweep's points: without --sweep they were ignored in silence, exit 0)
+        for opt, given in (("--workers", args.workers is not None), ("--ray-address", bool(args.ray_address))):
+            if given:
+                raise UserError(Problem(opt, "does nothing without --sweep (it runs the sweep's points; one question is one solve here)",
+                                        f"drop {opt}, or add --sweep KEY=START:STOP:STEPS"))
     if args.out:
         out = Path(args.out)
         if out.is_symlink() and not out.exists():  # (its mkdir failed with FileExistsError after the whole search)
@@ -64,6 +69,9 @@ def _check_args(args) -> None:
             raise UserError(Problem("--out", f"{out} exists and is not a folder", "pass a folder (it is created if missing)"))
         if not out.exists() and not out.resolve().parent.is_dir():
             raise UserError(Problem("--out", f"the folder above {out} does not exist", "create it or pick another path"))
+        from planner.safewrite import probe_folder
+
+        probe_folder(out, "--out")  # (/proc/x passed the checks above; its mkdir failed after the whole search)
 
 
 def run(args) -> int:

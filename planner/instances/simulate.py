@@ -23,6 +23,9 @@ def cluster_view(sc) -> ClusterView:
 
 def pick_job(sc, name: str | None):
     names = [j.name for j in sc.jobs]
+    if not names:  # ("pick one with --job (one of: )")
+        raise UserError(Problem("jobs", "the scenario has no jobs; the request-level model simulates one",
+                                "add a job under jobs: in the scenario"))
     if name is None:
         if len(sc.jobs) != 1:
             raise UserError(Problem("--job", f"the scenario has {len(sc.jobs)} jobs; the request-level model simulates one",
