@@ -26,8 +26,10 @@ realloc_ctx    per job, the latest reallocation context a running system posted 
                ``planner.instances.completion_io`` JSON text; one row per job, replaced by each post)
 =============  =======================================================================
 
-``jobs.submitted_by`` (the token that submitted a job through the API), ``audit`` and
-``realloc_ctx`` were added without a version change: opening an older file adds them.
+``jobs.submitted_by`` (the token that submitted a job through the API), ``jobs.telemetry_iteration``
+and ``jobs.telemetry_time_s`` (the newest telemetry instant accepted for the job: later posts may not go
+back before it, :mod:`planner.daemon.ingest`), ``audit`` and ``realloc_ctx`` were added without a
+version change: opening an older file adds them.
 """
 
 from __future__ import annotations
@@ -369,8 +371,10 @@ class Store(SQLiteFile):
     def _init_schema(self) -> None:
         with self.tx() as c:
             self.run_ddl(c, DDL)
-            if "submitted_by" not in {r[1] for r in c.execute("PRAGMA table_info(jobs)")}:
-                c.execute("ALTER TABLE jobs ADD COLUMN submitted_by TEXT")
+            have = {r[1] for r in c.execute("PRAGMA table_info(jobs)")}
+            for column, kind in (("submitted_by", "TEXT"), ("telemetry_iteration", "INTEGER"), ("telemetry_time_s", "REAL")):
+                if column not in have:
+                    c.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
             row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 c.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (_dumps(SCHEMA_VERSION),))
