@@ -53,7 +53,7 @@ from planner.apply.precheck import blocking
 from planner.daemon import gate, solve
 from planner.daemon.clock import Clock
 from planner.daemon.config import DaemonConfig
-from planner.daemon.datafiles import unreadable
+from planner.daemon.datafiles import job_spec, unreadable
 from planner.daemon.estimates import Drift, Estimates
 from planner.daemon.lease import Lease
 from planner.daemon.lifecycle import JobState
@@ -165,7 +165,7 @@ class Loop:
     def spec(self, r: JobRecord) -> JobSpec:
         key = (r.name, r.seq)
         if key not in self._specs:
-            self._specs[key] = JobSpec.model_validate(r.spec)
+            self._specs[key] = job_spec(r)
         return self._specs[key]
 
     def context(self, jobs: dict[str, JobRecord], now: float) -> PlanningContext:
@@ -336,7 +336,7 @@ class Loop:
         for name, r in list(cy.jobs.items()):
             if (name, r.seq) in self._inputs_read:
                 continue
-            why = unreadable(self.spec(r))
+            why = unreadable(self.spec(r), prompt_tokens_from_trace=r.prompt_tokens_from_trace)
             if why is None:
                 self._inputs_read.add((name, r.seq))
                 continue
