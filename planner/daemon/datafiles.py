@@ -173,6 +173,23 @@ def job_spec(rec) -> JobSpec:
     return spec
 
 
+def trace_stamp(rec) -> Optional[tuple[int, int]]:
+    """(modification time in ns, size) of the prompt_lengths trace file a stored job's prompt_tokens
+    defaults to (``rec.prompt_tokens_from_trace``), None where it does not or the file is gone: a
+    cache of :func:`job_spec` keyed on it reads the file again once it changes."""
+    if not getattr(rec, "prompt_tokens_from_trace", False):
+        return None
+    spec = (rec.spec.get("rollout") or {}).get("prompt_lengths")
+    path = spec.get("path") if isinstance(spec, dict) else None
+    if not isinstance(path, str):
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def unreadable(job: JobSpec, *, prompt_tokens_from_trace: bool = False) -> Optional[str]:
     """Why a file ``job`` names (a trace column, a model's local config.json) cannot be read now: the
     field and the file, never a value of the file; None when every one reads (or it names none).

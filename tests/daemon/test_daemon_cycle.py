@@ -700,7 +700,9 @@ def test_prompt_tokens_defaulted_from_a_trace_follow_the_file_as_it_reads_now(tm
         w.store.submit_job(name, spec.model_dump(mode="json"), 0.0, 0.0, slo, prompt_tokens_from_trace=from_trace)
     assert w.store.get_job("from-trace").spec["rollout"]["prompt_tokens"] == 250  # the stored (and echoed) figure of submission
     assert [job_spec(w.store.get_job(n)).rollout.prompt_tokens for n in ("from-trace", "given")] == [250, 700]
+    assert w.loop.spec(w.store.get_job("from-trace")).rollout.prompt_tokens == 250  # (the loop's cached spec, read again below)
     trace.write_text("n\n1000\n2000\n3000\n4000\n")
+    os.utime(trace, ns=(trace.stat().st_atime_ns, trace.stat().st_mtime_ns + 10**9))  # (a coarse clock: the edit's time differs)
     assert [job_spec(w.store.get_job(n)).rollout.prompt_tokens for n in ("from-trace", "given")] == [2500, 700]
     assert w.loop.spec(w.store.get_job("from-trace")).rollout.prompt_tokens == 2500
     trace.write_text("n\n" + "5000000\n" * 4)  # each value within the reader's bounds, the mean past a prompt's
