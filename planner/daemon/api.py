@@ -451,7 +451,7 @@ class PublicPaths:
 class TelemetryRefusals:
     """Pure ASGI: count the telemetry posts refused before the ingest sees them, by the answer's status
     (``planner_telemetry_rejected_total``: 422 ``invalid``, 413 ``too-large``; the ingest counts its own
-    404 ``unknown-job`` and 409 ``not-placed``). Whichever layer refuses (the body limit, the strict
+    404 ``unknown-job``, 409 ``not-placed`` and ``out-of-order``). Whichever layer refuses (the body limit, the strict
     JSON reader, the schema), the count follows the status the client got."""
 
     REASONS = {422: "invalid", 413: "too-large"}

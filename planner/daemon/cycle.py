@@ -53,7 +53,7 @@ from planner.apply.precheck import blocking
 from planner.daemon import gate, solve
 from planner.daemon.clock import Clock
 from planner.daemon.config import DaemonConfig
-from planner.daemon.datafiles import unreadable
+from planner.daemon.datafiles import job_spec, trace_stamp, unreadable
 from planner.daemon.estimates import Drift, Estimates
 from planner.daemon.lease import Lease
 from planner.daemon.lifecycle import JobState
@@ -144,7 +144,7 @@ class Loop:
         self._input_problems: dict[str, str] = {}  # job failed for unreadable files -> the line health shows until it has left the plan
         self._realloc_errors: dict[str, str] = {}
         self._described: Optional[dict] = None  # what the executor ran when last recorded
-        self._specs: dict[tuple[str, int], JobSpec] = {}
+        self._specs: dict[tuple[str, int, Optional[tuple[int, int]]], JobSpec] = {}
         kv = store.get_kv
         self.cycle_no: int = kv("cycle", 0)
         self.cursor: int = kv("telemetry_cursor", 0)
@@ -163,9 +163,10 @@ class Loop:
 
     # ------------------------------------------------------------------ helpers
     def spec(self, r: JobRecord) -> JobSpec:
-        key = (r.name, r.seq)
+        key = (r.name, r.seq, trace_stamp(r))  # (a prompt_tokens defaulted from a trace follows the file's edits)
         if key not in self._specs:
-            self._specs[key] = JobSpec.model_validate(r.spec)
+            self._specs = {k: v for k, v in self._specs.items() if k[:2] != key[:2]}
+            self._specs[key] = job_spec(r)
         return self._specs[key]
 
     def context(self, jobs: dict[str, JobRecord], now: float) -> PlanningContext:
@@ -336,7 +337,7 @@ class Loop:
         for name, r in list(cy.jobs.items()):
             if (name, r.seq) in self._inputs_read:
                 continue
-            why = unreadable(self.spec(r))
+            why = unreadable(self.spec(r), prompt_tokens_from_trace=r.prompt_tokens_from_trace)
             if why is None:
                 self._inputs_read.add((name, r.seq))
                 continue

@@ -149,22 +149,69 @@ def confine(job: JobSpec, data_dir: Optional[Path]) -> JobSpec:
     return job
 
 
-def unreadable(job: JobSpec) -> Optional[str]:
+def job_spec(rec) -> JobSpec:
+    """The spec of a stored job (a :class:`planner.daemon.store.JobRecord`) as the loop plans it. Its
+    ``prompt_tokens``, when the client left it to default to the mean of a ``prompt_lengths`` trace file
+    (``rec.prompt_tokens_from_trace``), is that mean as the file reads now, as the estimators and the
+    simulated cluster read the file's prompt lengths: before, it stayed the figure of submission for good
+    (restarts included) after the file was edited. A file that no longer reads, or whose mean is past the
+    most a prompt may have, keeps the stored figure: :func:`unreadable` fails the job."""
+    from estimators.traces import TraceError, table_mean
+    from planner.schema.scenario import MAX_TOKENS
+
+    spec = JobSpec.model_validate(rec.spec)
+    r = spec.rollout
+    if getattr(rec, "prompt_tokens_from_trace", False) and isinstance(r.prompt_lengths, TraceColumn):
+        from planner.schema.workload import table_of
+
+        try:
+            mean = table_mean(table_of(r.prompt_lengths))
+        except TraceError:
+            return spec
+        if mean <= MAX_TOKENS:
+            r.prompt_tokens = max(1, round(mean))
+    return spec
+
+
+def trace_stamp(rec) -> Optional[tuple[int, int]]:
+    """(modification time in ns, size) of the prompt_lengths trace file a stored job's prompt_tokens
+    defaults to (``rec.prompt_tokens_from_trace``), None where it does not or the file is gone: a
+    cache of :func:`job_spec` keyed on it reads the file again once it changes."""
+    if not getattr(rec, "prompt_tokens_from_trace", False):
+        return None
+    spec = (rec.spec.get("rollout") or {}).get("prompt_lengths")
+    path = spec.get("path") if isinstance(spec, dict) else None
+    if not isinstance(path, str):
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def unreadable(job: JobSpec, *, prompt_tokens_from_trace: bool = False) -> Optional[str]:
     """Why a file ``job`` names (a trace column, a model's local config.json) cannot be read now: the
     field and the file, never a value of the file; None when every one reads (or it names none).
     A trace is held to the bounds it met at submission (:func:`planner.daemon.service.check_job`): the
-    bounded reader's (finite numbers, at most 1e9) and, for a tool latency trace, MAX_TOOL_LATENCY_S."""
+    bounded reader's (finite numbers, at most 1e9), for a tool latency trace MAX_TOOL_LATENCY_S, and for a
+    prompt_lengths trace whose mean is the job's prompt_tokens (``prompt_tokens_from_trace``) a mean a
+    prompt may have (as :func:`planner.schema.workload.default_prompt_tokens`)."""
     from estimators import hfconfig
-    from estimators.traces import TraceError
+    from estimators.traces import TraceError, table_mean
+    from planner.schema.scenario import MAX_TOKENS
     from planner.schema.workload import table_of, tool_latency_table
 
     for where, owner, attr in _fields(job):
         spec = getattr(owner, attr)
         if isinstance(spec, TraceColumn):
             try:  # bounded as at submission (planner.daemon.service.check_job): a file edited since may hold values past them
-                tool_latency_table(spec) if attr == "latency" else table_of(spec)
+                table = tool_latency_table(spec) if attr == "latency" else table_of(spec)
             except TraceError as exc:  # its message names the file, line and column, never a value
                 return f"{where}.path: {exc.message}"
+            if attr == "prompt_lengths" and prompt_tokens_from_trace and not table_mean(table) <= MAX_TOKENS:
+                return (f"{where}.path: trace file {spec.path}: the prompts' mean length, which prompt_tokens defaults to, is past "
+                        f"the {MAX_TOKENS:,} tokens a prompt may have")
     if isinstance(job.model, str):
         try:
             hfconfig.resolve(job.model)  # a preset: a lookup; a local path: its config.json, read bounded

@@ -26,7 +26,8 @@ planner_jobs{state}                        jobs per lifecycle state
                                            (these three from the state file at every scrape: a standby's agree with the API too)
 planner_telemetry_received_total           telemetry snapshots accepted
 planner_telemetry_rejected_total{reason}   telemetry snapshots refused: invalid (422), too-large (413), unknown-job (404),
-                                           not-placed (409: the job is not admitted or running)
+                                           not-placed (409: the job is not admitted or running), out-of-order (409:
+                                           before the job's newest accepted snapshot, planner.daemon.ingest)
 planner_applies_total{result}              executor applies (ok, failed, interrupted)
 planner_lease_held                         1 while this daemon holds the applier lease
 =========================================  ==========================================================

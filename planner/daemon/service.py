@@ -199,12 +199,17 @@ class Service:
         from planner.daemon.datafiles import confine
 
         job = confine(job, self.opts.data_dir)
+        from planner.schema.workload import TraceColumn
+
+        # prompt_tokens the trace's mean (set by check_job): read again from the file with it (datafiles.job_spec)
+        from_trace = isinstance(job.rollout.prompt_lengths, TraceColumn) and "prompt_tokens" not in job.rollout.model_fields_set
         slo = check_job(self.cluster, job)
         now = self.now()
         if arrives_at is None:
             arrives_at = max(job.arrival_s, now) if self.clock.kind != "wall" else now
         return self.store.submit_job(job.name, job.model_dump(mode="json"), now, arrives_at, slo, by=by,
-                                     max_live=self.opts.limits.max_jobs_per_token if by is not None else None)
+                                     max_live=self.opts.limits.max_jobs_per_token if by is not None else None,
+                                  prompt_tokens_from_trace=from_trace)
 
     def group_of(self, name: str) -> Optional[dict]:
         p = self.store.current_plan()
@@ -327,8 +332,10 @@ def _executor(opts: Options, cluster: Scenario, store: Store) -> Executor:
     from planner.daemon.adapters.simcluster import SimCluster, Truth
 
     def spec_of(name: str) -> Optional[JobSpec]:
+        from planner.daemon.datafiles import job_spec
+
         try:
-            return JobSpec.model_validate(store.get_job(name).spec)
+            return job_spec(store.get_job(name))
         except NotFound:
             return None
 

@@ -26,8 +26,12 @@ realloc_ctx    per job, the latest reallocation context a running system posted 
                ``planner.instances.completion_io`` JSON text; one row per job, replaced by each post)
 =============  =======================================================================
 
-``jobs.submitted_by`` (the token that submitted a job through the API), ``audit`` and
-``realloc_ctx`` were added without a version change: opening an older file adds them.
+``jobs.submitted_by`` (the token that submitted a job through the API), ``jobs.telemetry_iteration``
+and ``jobs.telemetry_time_s`` (the newest telemetry instant accepted for the job: later posts may not go
+back before it, :mod:`planner.daemon.ingest`), ``jobs.prompt_tokens_from_trace`` (the spec's
+``prompt_tokens`` is the mean of its ``prompt_lengths`` trace file, not the client's: read again from the
+file, :func:`planner.daemon.datafiles.job_spec`), ``audit`` and ``realloc_ctx`` were added without a
+version change: opening an older file adds them.
 """
 
 from __future__ import annotations
@@ -276,12 +280,13 @@ class JobRecord:
     iterations: int = 0
     last_iteration_s: Optional[float] = None
     slo_misses: int = 0
+    prompt_tokens_from_trace: bool = False  # spec.rollout.prompt_tokens is its prompt_lengths trace's mean (datafiles.job_spec)
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> "JobRecord":
         return cls(r["name"], json.loads(r["spec"]), JobState(r["state"]), r["submitted_at"], r["arrives_at"], r["admitted_at"],
                    r["started_at"], r["ended_at"], r["slo_s"], r["reason"], r["cancel_requested_at"], r["seq"], r["iterations"],
-                   r["last_iteration_s"], r["slo_misses"])
+                   r["last_iteration_s"], r["slo_misses"], bool(r["prompt_tokens_from_trace"]))
 
     def as_dict(self) -> dict:
         return {"name": self.name, "state": self.state.value, "submitted_at": self.submitted_at, "arrives_at": self.arrives_at,
@@ -369,8 +374,11 @@ class Store(SQLiteFile):
     def _init_schema(self) -> None:
         with self.tx() as c:
             self.run_ddl(c, DDL)
-            if "submitted_by" not in {r[1] for r in c.execute("PRAGMA table_info(jobs)")}:
-                c.execute("ALTER TABLE jobs ADD COLUMN submitted_by TEXT")
+            have = {r[1] for r in c.execute("PRAGMA table_info(jobs)")}
+            for column, kind in (("submitted_by", "TEXT"), ("telemetry_iteration", "INTEGER"), ("telemetry_time_s", "REAL"),
+                                 ("prompt_tokens_from_trace", "INTEGER NOT NULL DEFAULT 0")):
+                if column not in have:
+                    c.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
             row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 c.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (_dumps(SCHEMA_VERSION),))
@@ -485,8 +493,9 @@ class Store(SQLiteFile):
 
     # ------------------------------------------------------------------ jobs
     def submit_job(self, name: str, spec: dict, now: float, arrives_at: float, slo_s: float | None, *,
-                   by: str | None = None, max_live: int | None = None) -> JobRecord:
-        """Insert a pending job; ``by`` (a token's name) may have at most ``max_live`` live jobs (429 beyond)."""
+                   by: str | None = None, max_live: int | None = None, prompt_tokens_from_trace: bool = False) -> JobRecord:
+        """Insert a pending job; ``by`` (a token's name) may have at most ``max_live`` live jobs (429 beyond);
+        ``prompt_tokens_from_trace``: the spec's prompt_tokens is the mean of its prompt_lengths trace file."""
         with self.tx() as c:
             row = c.execute("SELECT state FROM jobs WHERE name=?", (name,)).fetchone()
             if row is not None:
@@ -500,9 +509,10 @@ class Store(SQLiteFile):
                     raise TooMany(f"token '{by}' has {n} live jobs; the limit is {max_live}", "name",
                                   "wait for some to end or cancel them, or raise the daemon's --max-jobs-per-token")
             seq = c.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
-            c.execute("INSERT INTO jobs(name, spec, state, submitted_at, arrives_at, slo_s, reason, seq, submitted_by) "
-                      "VALUES (?,?,?,?,?,?,?,?,?)",
-                      (name, _dumps(spec), JobState.PENDING.value, now, arrives_at, slo_s, "submitted", seq, by))
+            c.execute("INSERT INTO jobs(name, spec, state, submitted_at, arrives_at, slo_s, reason, seq, submitted_by, "
+                      "prompt_tokens_from_trace) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                      (name, _dumps(spec), JobState.PENDING.value, now, arrives_at, slo_s, "submitted", seq, by,
+                       int(prompt_tokens_from_trace)))
             c.execute("INSERT INTO job_events(job, at, from_state, to_state, reason) VALUES (?,?,?,?,?)",
                       (name, now, None, JobState.PENDING.value, "submitted"))
         return self.get_job(name)

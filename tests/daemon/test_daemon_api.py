@@ -200,16 +200,45 @@ def test_bad_telemetry_gets_422_and_is_not_stored(http, daemon):
     # every refusal is counted under a reason docs/daemon.md's metrics list names (422s as invalid)
     refused = rejected(http)
     assert {k: refused.get(k, 0) - refused0.get(k, 0) for k in refused} == \
-        {"invalid": len(cases) + 4, "unknown-job": 1, "too-large": 1, "not-placed": 0}, (refused0, refused)
+        {"invalid": len(cases) + 4, "unknown-job": 1, "too-large": 1, "not-placed": 0, "out-of-order": 0}, (refused0, refused)
     assert query(daemon.state, "SELECT COUNT(*) AS n FROM telemetry WHERE job='tel'")[0]["n"] == before
     # Every stored snapshot validates: nothing malformed reached the state.
     for row in query(daemon.state, "SELECT body FROM telemetry"):
         TelemetrySnapshot.model_validate(json.loads(row["body"]))
 
 
+def test_telemetry_that_goes_back_in_time_is_refused_409_naming_the_job_and_both_instants(http, daemon):
+    """A job's snapshots go forward: (iteration, time_s), time_s counting from the iteration's start. Before,
+    an older snapshot (a delayed or replayed post) was answered 202 and stored; the loop's donor detector
+    then skipped it with a warning in the log, and its phase timer started the older iteration over."""
+    assert http.post("/v1/jobs", json=job("tel-order", trainer={"nodes": 1})).status_code == 201
+    wait_for(lambda: http.get("/v1/jobs/tel-order").json()["state"] in ("admitted", "running"), what="tel-order placed")
+    refused0 = rejected(http)
+    assert http.post("/v1/telemetry", json=snapshot("tel-order", iteration=3, time_s=50.0)).status_code == 202
+    r = http.post("/v1/telemetry", json=snapshot("tel-order", iteration=3, time_s=10.0))
+    assert r.status_code == 409 and fields(r) == ["time_s"], r.text
+    msg = r.json()["problems"][0]
+    assert "'tel-order'" in msg["message"] and "iteration 3 at time_s 10" in msg["message"] and \
+        "(iteration 3 at time_s 50)" in msg["message"] and "time order" in msg["fix"], r.text
+    r = http.post("/v1/telemetry", json=snapshot("tel-order", iteration=2, time_s=90.0))  # a later time_s of an earlier iteration
+    assert r.status_code == 409 and fields(r) == ["iteration"] and "iteration 2 at time_s 90" in r.text, r.text
+    assert http.post("/v1/telemetry", json=snapshot("tel-order", iteration=3, time_s=50.0)).status_code == 202  # a retried post
+    assert http.post("/v1/telemetry", json=snapshot("tel-order", iteration=4, time_s=1.0)).status_code == 202  # a new iteration
+    r = http.post("/v1/telemetry", json=snapshot("tel-order", iteration=3, time_s=60.0))
+    assert r.status_code == 409 and "(iteration 4 at time_s 1)" in r.text, r.text
+    rows = query(daemon.state, "SELECT iteration, time_s FROM telemetry WHERE job='tel-order' ORDER BY id")
+    assert [(x["iteration"], x["time_s"]) for x in rows] == [(3, 50.0), (3, 50.0), (4, 1.0)], rows  # nothing of the refused ones
+    assert query(daemon.state, "SELECT telemetry_iteration AS i, telemetry_time_s AS t FROM jobs WHERE name='tel-order'") == \
+        [{"i": 4, "t": 1.0}]
+    refused = rejected(http)
+    assert refused["out-of-order"] - refused0["out-of-order"] == 3 and refused["invalid"] == refused0["invalid"], (refused0, refused)
+    assert http.delete("/v1/jobs/tel-order").status_code == 202
+    wait_for(lambda: http.get("/v1/jobs/tel-order").json()["state"] == "cancelled", what="tel-order cancelled")
+
+
 def rejected(http) -> dict:
     """planner_telemetry_rejected_total by reason, as /metrics says."""
-    out = {"invalid": 0.0, "unknown-job": 0.0, "too-large": 0.0, "not-placed": 0.0}
+    out = {"invalid": 0.0, "unknown-job": 0.0, "too-large": 0.0, "not-placed": 0.0, "out-of-order": 0.0}
     for line in http.get("/metrics").text.splitlines():
         if line.startswith("planner_telemetry_rejected_total{"):
             out[line.split('reason="', 1)[1].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])

@@ -678,3 +678,35 @@ def test_a_plan_whose_apply_raised_is_resumed_first_and_blocks_new_plans_until_i
     assert all(d["outcome"] == "applied" for d in w.decisions() if d["plan_id"] == stuck.id)
     assert w.loop.problems() == [] and w.state("b") is JobState.RUNNING
     assert w.state("c") is JobState.RUNNING, "new plans again once it finished"
+
+
+def test_prompt_tokens_defaulted_from_a_trace_follow_the_file_as_it_reads_now(tmp_path):
+    """A job whose prompt_tokens defaults to its prompt_lengths trace's mean: the loop (and the simulated
+    cluster) plan it at the file's mean as it reads now, as the estimators read the file's prompt lengths.
+    Before, the figure of submission stayed in the stored spec for good, restarts included, after the file
+    was edited; a given prompt_tokens stays the client's, and a mean past the most a prompt may have fails
+    the job naming the field."""
+    from planner.daemon.datafiles import job_spec, unreadable
+    from planner.schema.workload import TraceColumn
+
+    w = World(tmp_path)
+    trace = tmp_path / "prompts.csv"
+    trace.write_text("n\n100\n200\n300\n400\n")
+    for name, over in (("from-trace", {}), ("given", {"prompt_tokens": 700})):
+        spec = JobSpec.model_validate(job(name, rollout={"prompt_lengths": {"source": "trace", "path": str(trace), "column": "n"},
+                                                         **over}))
+        from_trace = isinstance(spec.rollout.prompt_lengths, TraceColumn) and "prompt_tokens" not in spec.rollout.model_fields_set
+        slo = check_job(w.cluster, spec)  # (sets the default, as Service.submit)
+        w.store.submit_job(name, spec.model_dump(mode="json"), 0.0, 0.0, slo, prompt_tokens_from_trace=from_trace)
+    assert w.store.get_job("from-trace").spec["rollout"]["prompt_tokens"] == 250  # the stored (and echoed) figure of submission
+    assert [job_spec(w.store.get_job(n)).rollout.prompt_tokens for n in ("from-trace", "given")] == [250, 700]
+    assert w.loop.spec(w.store.get_job("from-trace")).rollout.prompt_tokens == 250  # (the loop's cached spec, read again below)
+    trace.write_text("n\n1000\n2000\n3000\n4000\n")
+    os.utime(trace, ns=(trace.stat().st_atime_ns, trace.stat().st_mtime_ns + 10**9))  # (a coarse clock: the edit's time differs)
+    assert [job_spec(w.store.get_job(n)).rollout.prompt_tokens for n in ("from-trace", "given")] == [2500, 700]
+    assert w.loop.spec(w.store.get_job("from-trace")).rollout.prompt_tokens == 2500
+    trace.write_text("n\n" + "5000000\n" * 4)  # each value within the reader's bounds, the mean past a prompt's
+    rec = w.store.get_job("from-trace")
+    why = unreadable(job_spec(rec), prompt_tokens_from_trace=rec.prompt_tokens_from_trace)
+    assert why is not None and why.startswith("rollout.prompt_lengths.path: ") and "5000000" not in why, why
+    assert unreadable(job_spec(w.store.get_job("given")), prompt_tokens_from_trace=False) is None
