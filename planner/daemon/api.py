@@ -518,7 +518,12 @@ def create_app(service) -> FastAPI:
                 and any(e["loc"][:1] == ("body",) for e in exc.errors()):
             return _err(422, "invalid request", [Problem("", f"the body was sent as {ctype[:80]!r}; the API reads JSON bodies only",
                                                          "send it with the header Content-Type: application/json")])
-        return _err(422, "invalid request", _problems(list(exc.errors()), getattr(exc, "body", None), root))
+        body = getattr(exc, "body", None)
+        if request.method in ("POST", "PUT", "PATCH") and not ctype and isinstance(body, (bytes, str)) and body \
+                and any(e["loc"][:1] == ("body",) for e in exc.errors()):  # (FastAPI parses JSON only under a JSON type)
+            return _err(422, "invalid request", [Problem("", "the body was sent without a Content-Type header, so it was not "
+                                                             "read as JSON", "send it with the header Content-Type: application/json")])
+        return _err(422, "invalid request", _problems(list(exc.errors()), body, root))
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException):

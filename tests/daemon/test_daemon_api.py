@@ -329,6 +329,10 @@ def test_hostile_bodies_get_bounded_escaped_422s(http, daemon):
     assert r.status_code == 422 and all("constrained" not in f for f in fields(r)), r.text
     r = http.post("/v1/jobs", content=json.dumps(job("hostile-7")).encode(), headers={"content-type": "text/plain"})
     assert r.status_code == 422 and "Content-Type: application/json" in r.json()["problems"][0]["fix"], r.text
+    r = http.post("/v1/jobs", content=json.dumps(job("hostile-8")).encode())  # no Content-Type at all ("a valid dictionary")
+    assert "content-type" not in {k.lower() for k in r.request.headers}
+    assert r.status_code == 422 and "without a Content-Type" in r.json()["problems"][0]["message"], r.text
+    assert "Content-Type: application/json" in r.json()["problems"][0]["fix"], r.text
     r = http.get("/v1/jobs", params={"limit": 0})
     assert r.status_code == 422 and r.json()["problems"][0]["fix"], r.text
     assert query(daemon.state, "SELECT COUNT(*) AS n FROM jobs")[0]["n"] == before + 1
