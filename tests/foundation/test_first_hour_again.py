@@ -59,3 +59,15 @@ def test_plan_current_names_a_plan_file_not_a_scenario(capsys):
     with contextlib.suppress(SystemExit):
         main(["plan", "--help"])
     assert "--current CURRENT_PLAN" in capsys.readouterr().out
+
+
+def test_the_expected_cycles_of_one_group_read_as_one_share_not_a_range(tmp_path, capsys):
+    """tiny-2jobs plans one group: its summary read "cycles 85-85% of the planned ones"."""
+    import re
+
+    from planner.cli import main
+
+    assert main(["plan", str(TINY), "--out", str(tmp_path / "p.yaml")]) == 0
+    err = capsys.readouterr().err
+    m = re.search(r"simulated expectation: cycles (\S+)% of the planned ones", err)
+    assert m and "-" not in m.group(1), err
