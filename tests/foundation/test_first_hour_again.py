@@ -71,3 +71,21 @@ def test_the_expected_cycles_of_one_group_read_as_one_share_not_a_range(tmp_path
     err = capsys.readouterr().err
     m = re.search(r"simulated expectation: cycles (\S+)% of the planned ones", err)
     assert m and "-" not in m.group(1), err
+
+
+def test_progress_forced_on_shows_the_status_line_where_stderr_is_no_terminal():
+    """RL_PLANNER_PROGRESS=1 "forces it" (first-hour.md, item 4), but rich draws a status only on a
+    terminal: piped, the forced line was empty."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = "import time\nfrom planner.statusline import status\nwith status('plan: forced line'):\n    time.sleep(0.2)\n"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RL_PLANNER_PROGRESS="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "plan: forced line" in r.stderr, r.stderr
+    env["RL_PLANNER_PROGRESS"] = "0"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
