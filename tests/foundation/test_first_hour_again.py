@@ -89,3 +89,20 @@ def test_progress_forced_on_shows_the_status_line_where_stderr_is_no_terminal():
     env["RL_PLANNER_PROGRESS"] = "0"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_progress_forced_on_shows_the_solvers_line_too(tmp_path):
+    """`planner plan`'s solver line (phase, plan, bound, gap: after 2 s) looked at isatty() alone, so
+    RL_PLANNER_PROGRESS=1 did not show it."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, SCENARIOS
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RL_PLANNER_PROGRESS="1")
+    r = subprocess.run([sys.executable, "-m", "planner", "plan", str(SCENARIOS / "instances" / "weave-trace-60.yaml"),
+                        "--time-limit", "5", "-o", str(tmp_path / "p.yaml")], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.replace("\r", "\n").splitlines() if ln.startswith("[") and " s] " in ln]
+    assert lines and "bound" in lines[-1], r.stderr[-2000:]
