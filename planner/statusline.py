@@ -52,7 +52,10 @@ def status(message: str) -> Iterator[Status]:
 
     st = Status()
     st.message = message
-    with Console(stderr=True).status(st):
+    # forced on (RL_PLANNER_PROGRESS=1), it shows where stderr is no terminal too: rich alone draws
+    # nothing there, so the variable forced nothing where it was needed (a pipe, a log, a test)
+    forced = os.environ.get("RL_PLANNER_PROGRESS") == "1"
+    with Console(stderr=True, force_terminal=True if forced else None).status(st):
         yield st
 
 

@@ -190,7 +190,10 @@ class FleetPatternModel(PatternModel):
         tol = 1 + 1e-9
         good = (present & ~ok).sum(axis=1) == 0
         good &= period <= slo * tol + 1e-12
-        good &= (M * idx.rollout_w(np.asarray(ks)[:, None], rep[None, :])).sum(axis=1) <= idx.dram_cap_r[ks] * tol + 1e-12
+        # an absent class weighs nothing: its weight may be inf (an own-sized configuration's count
+        # for a job that no count serves), and 0 x inf is NaN, which failed every such pattern
+        w = np.where(present, idx.rollout_w(np.asarray(ks)[:, None], rep[None, :]), 0.0)
+        good &= (M * w).sum(axis=1) <= idx.dram_cap_r[ks] * tol + 1e-12
         good &= M @ idx.state_t[rep] <= idx.dram_cap_t[ks] * tol + 1e-12
         good &= (M <= self.cl.demand[None, :]).all(axis=1) & present.any(axis=1)
         return good

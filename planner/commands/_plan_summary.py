@@ -167,7 +167,8 @@ def summary(plan, record: dict, name: str, where: str, expected: Optional[dict[s
         ratios = [expected[g.id] / g.cycle_time_s for g in plan.groups if g.id in expected and g.cycle_time_s > 0]
         if ratios:
             shown = min(len(plan.groups), TABLE_GROUPS)
-            lines.append(f"  simulated expectation: cycles {_pct(min(ratios))}-{_pct(max(ratios))}% of the planned ones "
+            lo, hi = _pct(min(ratios)), _pct(max(ratios))
+            lines.append(f"  simulated expectation: cycles {lo if lo == hi else f'{lo}-{hi}'}% of the planned ones "
                          "(each member's expected phase times on its pools"
                          + (f"; {len(ratios)} of the {shown} groups shown, within the time limit" if len(ratios) < shown else "") + ")")
     members = [m for g in plan.groups for m in g.members]

@@ -253,7 +253,9 @@ def run(args) -> int:
     # its whole limit, 60 s by default, before the same refusal), unless --allow-unplaced
     if not args.allow_unplaced:
         _refuse_jobs_alone_nowhere(idx, name)
-    progress = _status_line() if sys.stderr.isatty() else None
+    from planner.statusline import enabled as status_enabled
+
+    progress = _status_line() if status_enabled() else None  # a terminal, or RL_PLANNER_PROGRESS=1
     res = solve(inst, opts, backend, current, progress=progress, idx=idx)
     if progress:
         progress.done()
@@ -325,7 +327,7 @@ def run(args) -> int:
 
 class _status_line:
     """A live status line on a terminal for solves longer than ~2 s: phase, incumbent, bound, gap.
-    Quiet when stderr is not a terminal (the caller does not create one then)."""
+    Quiet when stderr is not a terminal, unless RL_PLANNER_PROGRESS=1 (the caller does not create one then)."""
 
     AFTER_S = 2.0
 

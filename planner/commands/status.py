@@ -42,7 +42,7 @@ def run(args) -> int:
                                     "apply a plan first (planner apply PLAN --scenario SCENARIO --backend sim"
                                     + ("; a real apply needs the executor extra: pip install 'rl-planner[executor]'"
                                        if missing_modules("sim") else "")
-                                    + "), or pass --sim-state of an existing cluster"))
+                                    + "), or pass --sim-state of an existing cluster" + _daemon_hint(args.sim_state)))
         if path.is_file() and path.stat().st_size == 0:
             raise UserError(Problem("--sim-state", f"{path} is empty: no simulated cluster was saved in it",
                                     "pass --sim-state of an existing cluster (status reads it and never writes it)"))
@@ -79,3 +79,20 @@ def run(args) -> int:
     for h in history:
         con.print(f"apply #{h['id']} {h['plan']} [{h['backend']}]: {h['status']} {h['message']}")
     return 0
+
+
+def _daemon_hint(sim_state) -> str:
+    """A ``planner daemon --backend sim`` keeps the cluster it applies to in ``STATE.executor-sim`` and
+    its journal in ``STATE.journal`` (not beside the cluster, where status looks by default): say so,
+    naming the daemon's files when they are in the working folder."""
+    if sim_state is not None:
+        return ""
+    import shlex
+    from pathlib import Path
+
+    found = sorted(p.name for p in Path(".").glob("*.executor-sim") if p.is_file())
+    if not found:
+        return "; a planner daemon's cluster: --sim-state STATE.executor-sim --journal STATE.journal"
+    state = found[0][: -len(".executor-sim")]
+    return (f"; the planner daemon's here (--state {shlex.quote(state)}): planner status --sim-state "
+            f"{shlex.quote(state + '.executor-sim')} --journal {shlex.quote(state + '.journal')}")

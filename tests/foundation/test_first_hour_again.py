@@ -59,3 +59,50 @@ def test_plan_current_names_a_plan_file_not_a_scenario(capsys):
     with contextlib.suppress(SystemExit):
         main(["plan", "--help"])
     assert "--current CURRENT_PLAN" in capsys.readouterr().out
+
+
+def test_the_expected_cycles_of_one_group_read_as_one_share_not_a_range(tmp_path, capsys):
+    """tiny-2jobs plans one group: its summary read "cycles 85-85% of the planned ones"."""
+    import re
+
+    from planner.cli import main
+
+    assert main(["plan", str(TINY), "--out", str(tmp_path / "p.yaml")]) == 0
+    err = capsys.readouterr().err
+    m = re.search(r"simulated expectation: cycles (\S+)% of the planned ones", err)
+    assert m and "-" not in m.group(1), err
+
+
+def test_progress_forced_on_shows_the_status_line_where_stderr_is_no_terminal():
+    """RL_PLANNER_PROGRESS=1 "forces it" (first-hour.md, item 4), but rich draws a status only on a
+    terminal: piped, the forced line was empty."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = "import time\nfrom planner.statusline import status\nwith status('plan: forced line'):\n    time.sleep(0.2)\n"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RL_PLANNER_PROGRESS="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "plan: forced line" in r.stderr, r.stderr
+    env["RL_PLANNER_PROGRESS"] = "0"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_progress_forced_on_shows_the_solvers_line_too(tmp_path):
+    """`planner plan`'s solver line (phase, plan, bound, gap: after 2 s) looked at isatty() alone, so
+    RL_PLANNER_PROGRESS=1 did not show it."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, SCENARIOS
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RL_PLANNER_PROGRESS="1")
+    r = subprocess.run([sys.executable, "-m", "planner", "plan", str(SCENARIOS / "instances" / "weave-trace-60.yaml"),
+                        "--time-limit", "5", "-o", str(tmp_path / "p.yaml")], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.replace("\r", "\n").splitlines() if ln.startswith("[") and " s] " in ln]
+    assert lines and "bound" in lines[-1], r.stderr[-2000:]

@@ -57,6 +57,15 @@ def test_the_walkthrough_runs_as_written(tmp_path):
     reserved = {(c["reserves"], w["node"]) for c in state["components"] if c["reserves"] for w in c["workers"]}
     want = {(g["id"], n) for g in groups for n in g["rollout_pool"]["nodes"] + g["train_pool"]["nodes"]}
     assert reserved == want, (sorted(reserved ^ want))
+    # the figures the page quotes are what the commands print (they had drifted: 46 steps quoted against
+    # 174 printed, and other nodes named free after step 7)
+    text = (ROOT / "docs" / "walkthrough.md").read_text()
+    quoted = re.search(r"the first diff below: `(totals: [^`]+)`", text)
+    assert quoted and first_diff.strip().splitlines()[-1] == quoted.group(1), first_diff.strip().splitlines()[-1]
+    named = re.search(r"# 7\. Apply it, and look again: (.+) are free now\.", text)
+    assert named, "step 7 names the nodes the second apply frees"
+    free = {n["name"] for n in state["nodes"]} - {w["node"] for c in state["components"] for w in c["workers"]}
+    assert set(re.split(r", | and ", named.group(1))) == free, sorted(free)
 
 
 def test_shipped_targets_apply_and_status_says_when_nothing_was_applied(tmp_path):
