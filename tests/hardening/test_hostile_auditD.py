@@ -90,3 +90,42 @@ def test_a_one_job_simulation_picks_a_gpu_type_pair_the_cluster_can_hold():
     setup = job_setup(sc, 0, sc.jobs[0], view)
     assert (setup.rollout_gpu.name, setup.train_gpu.name) == ("H20", "H100")
     check_job_fits_cluster(setup, 0, sc.jobs[0], view)  # does not raise
+
+
+def _completion_inputs(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """A simulation's snapshots up to the completion decision's first solve, its scenario and its context (JSON)."""
+    from planner.instances.completion_io import context_to_data
+    from tests.realloc.test_completion_paths import first_solve_in
+
+    fired = first_solve_in(tmp_path)
+    snaps = tmp_path / "snaps.jsonl"
+    snaps.write_text("".join(json.dumps(s.model_dump(mode="json")) + "\n" for s in fired["snaps"]))
+    return snaps, fired["scenario"], context_to_data(fired["ctx"])
+
+
+def test_a_context_past_the_jobs_limits_is_refused_naming_the_field(tmp_path):
+    """--decision completion: a request that had generated 1e9 tokens (the job's max_response_tokens is 8,192) was
+    decided on and refused only afterwards as "the decision's completion_keep_s is 60160417325.5, not a finite number
+    of seconds", naming no field; a trainer with 1,000 samples to come of a 384-request iteration was decided on."""
+    import copy
+
+    snaps, scenario, ctx = _completion_inputs(tmp_path)
+    reqs = ctx["components"]["rollout"]["requests"]
+    bad_generated = copy.deepcopy(ctx)
+    bad_generated["components"]["rollout"]["requests"]["generated"] = [1e9] * len(reqs["generated"])
+    bad_pending = copy.deepcopy(ctx)
+    bad_pending["components"]["trainer"]["pending"] = 1000
+    for data, words in ((bad_generated, ("components.rollout.requests.generated[0]", "max_response_tokens (8192)")),
+                        (bad_pending, ("components.trainer.pending", "384 requests"))):
+        f = tmp_path / "ctx.json"
+        f.write_text(json.dumps(data))
+        out = tmp_path / "decision.json"
+        rc, output, _cpu, rss = run_inprocess(["realloc", str(snaps), "--decision", "completion", "--scenario", str(scenario),
+                                               "--context", str(f), "--hold-s", "4", "--out", str(out)])
+        _refused(rc, output, rss, "--context", *words)
+        assert not out.exists()
+    f = tmp_path / "ctx.json"
+    f.write_text(json.dumps(ctx))  # the context as the simulator took it is decided on
+    rc, output, _cpu, _rss = run_inprocess(["realloc", str(snaps), "--decision", "completion", "--scenario", str(scenario),
+                                            "--context", str(f), "--hold-s", "4", "--json"])
+    assert rc == 0, output[-2000:]
