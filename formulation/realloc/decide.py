@@ -155,6 +155,15 @@ def decide(snapshot: TelemetrySnapshot | dict, context: ReallocContext, options:
                         0.0, thr, False, FINISHED_REASON, [], timings)
     if opts.require_donor and not donors:
         inst = build_instance(graph, context, [], max_candidates=1, margin=opts.margin, generator=opts.generator)
+        waiting = [e for e in evidence if e.donor]  # donors by their evidence, none at an interruptible point
+        if waiting:
+            names = ", ".join(e.component for e in waiting)
+            why = "; ".join(f"{e.component}: {e.cause}" for e in waiting)
+            rec = SolveRecord("none", SolveStatus.NOT_SOLVED, None, None, 0.0, None, None,
+                              "no trigger: no donor at an interruptible point")
+            return _keep(graph, evidence, inst, rec, f"no donor can give now: {names} {'is a donor' if len(waiting) == 1 else 'are donors'} "
+                         f"({why}) but not at an interruptible point (interruptible: false); a migration waits for one",
+                         t0, timings)
         why = "; ".join(e.cause for e in evidence) or "no component of a judged kind"
         rec = SolveRecord("none", SolveStatus.NOT_SOLVED, None, None, 0.0, None, None, "no trigger: no donor detected")
         return _keep(graph, evidence, inst, rec, f"no donor detected: {why}", t0, timings)

@@ -147,7 +147,7 @@ def _run_completion(args) -> int:
     from planner.instances.completion_io import (ContextError, check_against_setup, check_against_snapshot, check_record,
                                                  context_from_data, decide_stream, make_decision)
     from planner.instances.realloc import check_against_scenario, load_snapshots
-    from planner.instances.simulate import cluster_view, job_setup
+    from planner.instances.simulate import check_job_fits_cluster, cluster_view, job_setup
     from planner.schema import load_scenario
 
     if not args.scenario:
@@ -172,7 +172,9 @@ def _run_completion(args) -> int:
         data = json.loads(text)  # NaN / Infinity read as floats: context_from_data refuses them, naming the field
     except (json.JSONDecodeError, ValueError, RecursionError) as exc:  # ValueError: an integer of over 4,300 digits
         raise UserError(Problem("--context", f"not JSON: {str(exc)[:200]}", "write the context as JSON")) from None
-    setup = job_setup(sc, idx, sc.jobs[idx], cluster_view(sc))
+    view = cluster_view(sc)
+    setup = job_setup(sc, idx, sc.jobs[idx], view)
+    check_job_fits_cluster(setup, idx, sc.jobs[idx], view)  # (the decision plans on the simulator's pools)
     # the snapshots' nodes must be the scenario's (or the simulator's names for this job's nodes, as its snapshots have
     # them); their fabrics (cluster) are not compared: the completion decision reads none, and the simulator writes 'default'
     check_against_scenario(snaps, sc, source=str(args.snapshot), setup=setup, clusters=False)

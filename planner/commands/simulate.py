@@ -250,7 +250,7 @@ DEFAULT_JOB_ITERATIONS = 2  # --iterations of a one-job policy when not given
 
 def run_job(args, sc):
     from planner.errors import Problem, UserError
-    from planner.instances.simulate import cluster_view, job_setup, pick_job
+    from planner.instances.simulate import check_job_fits_cluster, cluster_view, job_setup, pick_job
     from simulator.job import JobSim
     from simulator.policies import Policy
 
@@ -265,6 +265,7 @@ def run_job(args, sc):
                                                 f"more than {MAX_SIMULATED_REQUEST_TURNS:,}", "run fewer --iterations"))
     view = cluster_view(sc)
     setup = job_setup(sc, idx, job, view, args.seed)
+    check_job_fits_cluster(setup, idx, job, view)
     name = {"static-batch": "static", "consolidate": "static", "rlhfuse": "dynamic"}.get(args.policy, args.policy)
     cons = args.consolidate_at if args.consolidate_at is not None else (0.8 if args.policy == "consolidate" else None)
     decision = None

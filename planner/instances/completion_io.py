@@ -322,6 +322,27 @@ def check_against_setup(ctx, setup, where: str = "context") -> None:
         if g is not None and g % unit:
             raise ContextError(f"{where}.initial.{name}", f"{g} is not a multiple of the job's {what} ({unit})",
                                f"write the GPUs the {name} started the iteration on: whole multiples of {unit}")
+    # the job's own limits: an iteration's requests (batch_prompts x group_size) and a response's tokens
+    # (max_response_tokens); past them the decision predicted an iteration of another job (1e9 tokens generated:
+    # refused only afterwards as "completion_keep_s is 6e10, not a finite number of seconds", no field named)
+    wl = getattr(setup, "workload", None)  # (a set-up of GPUs and units only: nothing more to compare)
+    if wl is None:
+        return
+    for name, info in ctx.components.items():
+        if info.pending > wl.n_requests:
+            raise ContextError(f"{where}.components.{name}.pending", f"{info.pending}, more than the {wl.n_requests} requests an "
+                                                                     f"iteration of the scenario's job has (batch_prompts x "
+                                                                     f"group_size = {wl.n_prompts} x {wl.group_size})",
+                               "give the context of this scenario's job")
+    reqs = ctx.components["rollout"].requests or {}
+    cap = float(wl.max_response_tokens) * max(1, wl.turns)  # (turns: each turn's share rounds up to a token)
+    for k in ("generated", "done_length", "pend_length"):
+        a = reqs.get(k)
+        if a is not None and a.size and float(a.max()) > cap + max(1, wl.turns):
+            i = int(np.argmax(a))
+            raise ContextError(f"{where}.components.rollout.requests.{k}[{i}]",
+                               f"{float(a[i]):g} tokens, more than the job's max_response_tokens ({wl.max_response_tokens})",
+                               f"write each response's tokens, at most {wl.max_response_tokens}, or give the scenario the job runs in")
 
 
 def check_against_snapshot(ctx, snap, where: str = "context") -> None:

@@ -516,6 +516,29 @@ def _horizon(snap: TelemetrySnapshot) -> float:
     return float(min(MAX_HORIZON_S, max(MIN_HORIZON_S, snap.time_s * (1.0 - p) / p)))
 
 
+def _check_request_counts(snap: TelemetrySnapshot, batch_prompts: int, group_size: int) -> None:
+    """A rollout (or tool agent) cannot have more requests running or queued than its iteration has
+    (the scenario's ``batch_prompts x group_size``): the request-level model draws a length for each
+    one, so a count the schema allows (up to 2^30 a worker) would take gigabytes, and is a
+    snapshot of another job or a counter gone wrong in any case."""
+    n_requests = batch_prompts * group_size
+    for i, comp in enumerate(snap.components):
+        if comp.kind not in DYNAMIC_KINDS:
+            continue
+        workers = [(k, w) for k, w in enumerate(snap.workers) if w.component == comp.name]
+        total = sum(w.requests_in_flight + w.queue_depth for _, w in workers)
+        if total > n_requests:
+            k, w = max(workers, key=lambda kw: kw[1].requests_in_flight + kw[1].queue_depth)
+            field = "queue_depth" if w.queue_depth >= w.requests_in_flight else "requests_in_flight"
+            raise UserError(Problem(f"components[{i}] ({comp.name})",
+                                    f"its workers report {total:,} requests running or queued (workers[{k}] ({w.worker_id}) "
+                                    f"{w.requests_in_flight:,} in flight, {w.queue_depth:,} queued), more than the {n_requests:,} "
+                                    f"an iteration of job '{snap.job}' has (the scenario's batch_prompts x group_size = "
+                                    f"{batch_prompts} x {group_size})",
+                                    f"report each worker's requests_in_flight and queue_depth for this iteration (workers[{k}].{field}), "
+                                    "or pass the scenario the job runs in"))
+
+
 def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, horizon_s: Optional[float] = None) -> ReallocContext:
     """The numbers a reallocation decision needs for ``snap`` (see the module docstring)."""
     specs = _gpu_specs(snap, scenario)
@@ -524,6 +547,7 @@ def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, hor
     if facts is not None:
         job = next(j for j in scenario.jobs if j.name == snap.job)  # (_job_facts refused any other)
         n_requests = job.rollout.batch_prompts * job.rollout.group_size
+        _check_request_counts(snap, job.rollout.batch_prompts, job.rollout.group_size)
     gpus_per_node, cluster_of = {}, {}
     if scenario is not None:
         from planner.instances.common import ClusterView

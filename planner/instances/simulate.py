@@ -52,7 +52,10 @@ def job_setup(sc, index: int, job, view: ClusterView | None = None, seed: int = 
     est = estimate_job(job, view, "conservative", seed) if len(pairs) > 1 else None  # the phase times only pick a pair
     if est is not None:
         assert est.best is not None  # est has the same type pairs as fit, and ``pairs`` is not empty
-        rt, tt = est.best
+        # the fastest pair whose pools fit the cluster side by side (a job may take H100 for both on 2 H100
+        # nodes when it asks for 3 + 2): est.best itself when it fits; none fits: check_job_fits_cluster says so
+        fitting = [p for p in pairs if not _pools_overflow(job, view, *p)] or pairs
+        rt, tt = min(fitting, key=lambda p: est.rollout_s[p[0]] + est.train_s[p[1]] + est.sync_s[p])
     else:
         rt, tt = pairs[0]
     if job.slo.iteration_s is not None:
@@ -64,6 +67,30 @@ def job_setup(sc, index: int, job, view: ClusterView | None = None, seed: int = 
     prof = job_profile(job, seed)
     return setup_from_profile(prof, view.pool(rt, job.rollout.nodes), view.pool(tt, job.trainer.nodes),
                               inter_cluster_gb_per_s=view.inter_cluster_bw(rt, tt), slo_s=slo)
+
+
+def _pools_overflow(job, view: ClusterView, rollout_type: str, train_type: str) -> dict[str, tuple[int, int]]:
+    """The GPU types whose nodes the job's rollout and training pools (on these types) need more of than
+    the cluster has: type -> (needed, there)."""
+    need = {rollout_type: job.rollout.nodes}
+    need[train_type] = need.get(train_type, 0) + job.trainer.nodes
+    return {t: (n, view.nodes_of(t)) for t, n in need.items() if n > view.nodes_of(t)}
+
+
+def check_job_fits_cluster(setup, index: int, job, view: ClusterView) -> None:
+    """A one-job simulation runs the job alone on its own pools, ``rollout.nodes`` nodes of its rollout
+    GPU type and ``trainer.nodes`` of its training type; refuse a job whose pools together need more
+    nodes of a type than the cluster has (the scenario checks each pool alone: 2 + 2 nodes on a 2-node
+    cluster validate), else the simulation reports a cluster twice the size of the real one."""
+    for t, (n, have) in _pools_overflow(job, view, setup.rollout_gpu.name, setup.train_gpu.name).items():
+        both = setup.rollout_gpu.name == setup.train_gpu.name
+        field = "rollout.nodes" if t == setup.rollout_gpu.name else "trainer.nodes"
+        what = (f"rollout.nodes + trainer.nodes = {job.rollout.nodes} + {job.trainer.nodes} = {n} {t} nodes" if both
+                else f"{field} = {n} {t} nodes")
+        raise UserError(Problem(f"jobs[{index}] ({job.name}).{field}",
+                                f"{what}, and the cluster has {have} {t} node(s): the one-job simulation gives the rollout and "
+                                "the trainer nodes of their own",
+                                f"lower rollout.nodes or trainer.nodes to need at most {have} {t} nodes, or add nodes to the cluster"))
 
 
 # ---------------------------------------------------------------------------------------- traces
