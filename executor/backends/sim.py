@@ -380,11 +380,21 @@ class SimBackend:
         c = self._db()
         # One read transaction: the rows and the stamp are those of one save, whatever another process
         # (an apply with another journal, another daemon) commits meanwhile (autocommit reads were torn).
-        c.execute("BEGIN")
         try:
-            self._load_rows(c)
-        finally:
+            c.execute("BEGIN")
+            try:
+                self._load_rows(c)
+            except BaseException:
+                # Ending the read fails too on a damaged file (SQLite reports it again): never in
+                # place of the refusal _load_rows raised.
+                try:
+                    c.execute("ROLLBACK")
+                except sqlite3.DatabaseError:
+                    pass
+                raise
             c.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise self._refuse(f"not a simulated cluster's state file ({exc})") from None
 
     def _load_rows(self, c: sqlite3.Connection) -> None:
         stamp = self._file_stamp()

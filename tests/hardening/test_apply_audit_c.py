@@ -1,0 +1,45 @@
+"""Outside audit C of ``planner apply`` / ``planner status`` on the simulated backend: state files
+damaged in ways the earlier rounds did not cover, each refused with exit 2 naming the file's flag."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.hardening.test_hostile_inputs import run_inprocess
+
+
+ROOT = Path(__file__).resolve().parents[2]
+TWO_JOBS = ROOT / "scenarios" / "executor" / "two-jobs-target.yaml"  # a trainer: rows that span many pages
+
+
+@pytest.fixture
+def applied(tmp_path) -> tuple[Path, Path]:
+    """A real sim state and its journal after one apply of the shipped two-jobs target."""
+    (tmp_path / "p.yaml").write_bytes(TWO_JOBS.read_bytes())
+    rc, out, _, _ = run_inprocess(["apply", str(tmp_path / "p.yaml"), "--sim-state", str(tmp_path / "s.db")])
+    assert rc == 0, out
+    return tmp_path / "s.db", tmp_path / "s.db.journal"
+
+
+@pytest.mark.parametrize("cmd", ["status", "apply", "rollback"])
+def test_a_sim_state_cut_short_at_its_end_is_exit_2(applied, cmd):
+    """A file cut short inside its last pages (a copy that did not finish, a full disk): SQLite opens
+    it and starts the read, and reports the damage both on the rows and again when the read ends.
+    The second report replaced the refusal: 'internal error: DatabaseError: database disk image is
+    malformed', exit 1."""
+    sim, _ = applied
+    c = sqlite3.connect(sim)
+    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    c.close()
+    with open(sim, "r+b") as f:
+        f.truncate(sim.stat().st_size - 100)
+    before = sim.read_bytes()
+    argv = {"status": ["status", "--sim-state", str(sim)],
+            "apply": ["apply", str(sim.parent / "p.yaml"), "--sim-state", str(sim)],
+            "rollback": ["apply", "--rollback", "--sim-state", str(sim)]}[cmd]
+    rc, out, _, _ = run_inprocess(argv)
+    assert rc == 2 and "--sim-state" in out and "malformed" in out and "internal error" not in out, out[-1500:]
+    assert sim.read_bytes() == before, "the damaged file is left as it was"
