@@ -43,3 +43,25 @@ def test_a_sim_state_cut_short_at_its_end_is_exit_2(applied, cmd):
     rc, out, _, _ = run_inprocess(argv)
     assert rc == 2 and "--sim-state" in out and "malformed" in out and "internal error" not in out, out[-1500:]
     assert sim.read_bytes() == before, "the damaged file is left as it was"
+
+
+@pytest.mark.parametrize("which", ["--sim-state", "--journal"])
+def test_a_state_file_made_through_a_link_to_nothing_is_private(tmp_path, which):
+    """A --sim-state or --journal that is a link to a file not there yet (a state file moved away,
+    its link kept): the file SQLite makes at the link's target was 0644 under the usual umask,
+    while the docs promise 0600 (the cluster's state, the journal)."""
+    import os
+
+    (tmp_path / "p.yaml").write_bytes(TWO_JOBS.read_bytes())
+    link, target = tmp_path / "link.db", tmp_path / "target.db"
+    link.symlink_to(target.name)
+    argv = ["apply", str(tmp_path / "p.yaml"), "--sim-state", str(tmp_path / "s.db")]
+    argv += ["--sim-state", str(link)] if which == "--sim-state" else ["--journal", str(link)]
+    old = os.umask(0o022)
+    try:
+        rc, out, _, _ = run_inprocess(argv)
+    finally:
+        os.umask(old)
+    assert rc == 0, out[-1500:]
+    assert link.is_symlink() and target.is_file(), "the link is left a link, its target made"
+    assert target.stat().st_mode & 0o777 == 0o600, oct(target.stat().st_mode)
