@@ -353,7 +353,7 @@ class SimBackend:
 
             try:
                 c = sqlite3.connect(self.state_path, isolation_level=None, timeout=30)
-                verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY)
+                verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY, what="simulated cluster's state file")
                 c.execute("PRAGMA journal_mode=WAL")
                 c.execute("PRAGMA synchronous=NORMAL")
                 c.execute("CREATE TABLE IF NOT EXISTS world (key TEXT PRIMARY KEY, blob BLOB NOT NULL)")
@@ -372,7 +372,7 @@ class SimBackend:
             c = sqlite3.connect(f"file:{quote(str(self.state_path.resolve()))}?mode=ro", uri=True, isolation_level=None, timeout=30)
         except sqlite3.DatabaseError as exc:
             raise self._refuse(f"not a simulated cluster's state file ({exc})") from None
-        verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY)
+        verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY, what="simulated cluster's state file")
         self._conn = c
         return c
 

@@ -65,3 +65,28 @@ def test_a_state_file_made_through_a_link_to_nothing_is_private(tmp_path, which)
     assert rc == 0, out[-1500:]
     assert link.is_symlink() and target.is_file(), "the link is left a link, its target made"
     assert target.stat().st_mode & 0o777 == 0o600, oct(target.stat().st_mode)
+
+
+@pytest.mark.parametrize("swap", ["journal-as-sim-state", "sim-state-as-journal"])
+@pytest.mark.parametrize("cmd", ["status", "apply", "rollback"])
+def test_the_journal_and_the_sim_state_swapped_are_named_as_what_they_are(applied, swap, cmd):
+    """The two files an apply writes, each passed as the other: the refusal called the journal 'a table
+    'applies' that rl-planner did not create' with the fix 'move the file away (the simulated cluster it
+    held is lost)', the way to throw the only record of an interrupted apply away. It says now what
+    the file is and which flag takes it; neither file changes."""
+    sim, journal = applied
+    for p in (sim, journal):  # (each file whole, with no -wal beside it)
+        c = sqlite3.connect(p)
+        c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        c.close()
+    if swap == "journal-as-sim-state":
+        flags, expect = ["--sim-state", str(journal)], ("--sim-state", "is an apply journal", "pass it as --journal")
+    else:
+        flags, expect = ["--sim-state", str(sim), "--journal", str(sim)], ("journal", "is a simulated cluster's state file",
+                                                                           "pass it as --sim-state")
+    argv = {"status": ["status"], "apply": ["apply", str(sim.parent / "p.yaml")], "rollback": ["apply", "--rollback"]}[cmd] + flags
+    before = {p.name: p.read_bytes() for p in (sim, journal)}
+    rc, out, _, _ = run_inprocess(argv)
+    assert rc == 2 and all(e in out for e in expect), out[-1500:]
+    assert "is lost" not in out and "did not create" not in out, out[-1500:]
+    assert {p.name: p.read_bytes() for p in (sim, journal)} == before
