@@ -90,3 +90,20 @@ def test_the_journal_and_the_sim_state_swapped_are_named_as_what_they_are(applie
     assert rc == 2 and all(e in out for e in expect), out[-1500:]
     assert "is lost" not in out and "did not create" not in out, out[-1500:]
     assert {p.name: p.read_bytes() for p in (sim, journal)} == before
+
+
+@pytest.mark.parametrize("flag", ["--sim-state", "--journal"])
+def test_a_path_inside_a_file_is_refused_as_not_a_folder(applied, flag):
+    """``--journal s.db.journal/x.db`` (a path under a file): the refusal said the folder was 'not
+    writable' and its fix was 'chmod u+rwx' on the file; for --sim-state it named --journal (the
+    default journal, made from the sim state's path, was checked first)."""
+    sim, journal = applied
+    inside = (journal if flag == "--journal" else sim) / "x.db"
+    argv = ["apply", str(sim.parent / "p.yaml"), "--sim-state", str(sim)]
+    argv += ["--journal", str(inside)] if flag == "--journal" else []
+    if flag == "--sim-state":
+        argv[argv.index(str(sim))] = str(inside)
+    before = {p.name: p.read_bytes() for p in sim.parent.iterdir()}
+    rc, out, _, _ = run_inprocess(argv)
+    assert rc == 2 and f"error: {flag}:" in out and "is not a folder" in out and "chmod" not in out, out[-1500:]
+    assert {p.name: p.read_bytes() for p in sim.parent.iterdir()} == before
