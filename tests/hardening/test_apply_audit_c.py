@@ -107,3 +107,14 @@ def test_a_path_inside_a_file_is_refused_as_not_a_folder(applied, flag):
     rc, out, _, _ = run_inprocess(argv)
     assert rc == 2 and f"error: {flag}:" in out and "is not a folder" in out and "chmod" not in out, out[-1500:]
     assert {p.name: p.read_bytes() for p in sim.parent.iterdir()} == before
+
+
+def test_status_with_an_empty_journal_file_lists_no_applies(applied):
+    """An empty --journal file (made by 'touch', as apply accepts it and writes its tables in it): status
+    called it damaged ('OperationalError: no such table: applies') and told to move it aside."""
+    sim, _ = applied
+    empty = sim.parent / "empty.db"
+    empty.touch()
+    rc, out, _, _ = run_inprocess(["status", "--sim-state", str(sim), "--journal", str(empty)])
+    assert rc == 0 and "damaged" not in out and "apply #" not in out, out[-1500:]
+    assert empty.stat().st_size == 0 and not empty.with_name("empty.db-wal").exists(), "status wrote nothing"
