@@ -33,10 +33,13 @@ def pid_gone(pid: int) -> bool:
 
 
 def create_private(path: str | Path) -> None:
-    """Create ``path`` empty with mode 0600 unless something is there already (then leave it)."""
-    if str(path) == ":memory:" or os.path.lexists(path):
+    """Create ``path`` empty with mode 0600 unless something is there already (then leave it). A
+    link to nothing (a state file moved away, its link kept) makes its target 0600 too: SQLite
+    follows the link and would create the target with the umask's mode (0644)."""
+    if str(path) == ":memory:" or os.path.exists(path):
         return
+    dangling = os.path.islink(path)
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | (0 if dangling else os.O_EXCL), 0o600))
     except FileExistsError:
         pass

@@ -16,12 +16,24 @@ from pathlib import Path
 from estimators.errors import Problem, UserError
 
 
+# The files ``planner apply`` writes, by their tables: one passed where the other is expected (the
+# journal as --sim-state, or the other way round) is named as what it is, not as a foreign file to move away.
+KNOWN = ((frozenset({"applies", "steps", "lock"}), "an apply journal", "--journal"),
+         (frozenset({"world", "workers"}), "a simulated cluster's state file", "--sim-state"))
+
+
 def verify(conn: sqlite3.Connection, path: str | Path, expected: dict[str, str], field: str, fix: str, what: str = "SQLite file") -> None:
     """``expected``: name -> 'table' | 'index'. SQLite's own objects (``sqlite_*``) are allowed."""
     try:
         rows = conn.execute("SELECT type, name FROM sqlite_master").fetchall()
     except sqlite3.DatabaseError as exc:
         raise UserError(Problem(field, f"{path} is not a usable {what} ({exc})", fix)) from None
+    tables = {name for kind, name in rows if kind == "table" and isinstance(name, str) and not name.startswith("sqlite_")}
+    for names, desc, flag in KNOWN:
+        if tables == names and names != set(expected) and all(kind in ("table", "index") for kind, _ in rows):
+            raise UserError(Problem(field, f"{path} is {desc} (what 'planner apply {flag}' takes), not the {what} expected "
+                                           "here; it was not opened",
+                                    f"pass it as {flag}, and give the {what} a path of its own (this file was left as it was)"))
     for kind, name in rows:
         if isinstance(name, str) and name.startswith("sqlite_"):
             continue

@@ -271,6 +271,9 @@ def check_sqlite_writable(path: Path, where: str, what: str, *, who: str, make_f
                                     f"make it writable by {who} (chmod u+rwx {above}), create {folder} yourself, or pass a "
                                     f"{where} path in another folder"))
         return
+    if not folder.is_dir():  # (a file: 'not writable' and its chmod would be the wrong way out)
+        raise UserError(Problem(where, f"{folder} is not a folder, so the {what} file {path} cannot be in it",
+                                f"pass a {where} path in a folder (did you mean {folder} itself?)"))
     if not can_write(folder, folder=True):
         raise UserError(Problem(where, f"{what} folder not writable: {os.path.abspath(folder)}; check its permissions (SQLite "
                                 f"creates {path.name}-wal and {path.name}-shm beside the {what} file)",

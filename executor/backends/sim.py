@@ -353,7 +353,7 @@ class SimBackend:
 
             try:
                 c = sqlite3.connect(self.state_path, isolation_level=None, timeout=30)
-                verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY)
+                verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY, what="simulated cluster's state file")
                 c.execute("PRAGMA journal_mode=WAL")
                 c.execute("PRAGMA synchronous=NORMAL")
                 c.execute("CREATE TABLE IF NOT EXISTS world (key TEXT PRIMARY KEY, blob BLOB NOT NULL)")
@@ -372,7 +372,7 @@ class SimBackend:
             c = sqlite3.connect(f"file:{quote(str(self.state_path.resolve()))}?mode=ro", uri=True, isolation_level=None, timeout=30)
         except sqlite3.DatabaseError as exc:
             raise self._refuse(f"not a simulated cluster's state file ({exc})") from None
-        verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY)
+        verify(c, self.state_path, TABLES, "--sim-state", MOVE_AWAY, what="simulated cluster's state file")
         self._conn = c
         return c
 
@@ -380,11 +380,21 @@ class SimBackend:
         c = self._db()
         # One read transaction: the rows and the stamp are those of one save, whatever another process
         # (an apply with another journal, another daemon) commits meanwhile (autocommit reads were torn).
-        c.execute("BEGIN")
         try:
-            self._load_rows(c)
-        finally:
+            c.execute("BEGIN")
+            try:
+                self._load_rows(c)
+            except BaseException:
+                # Ending the read fails too on a damaged file (SQLite reports it again): never in
+                # place of the refusal _load_rows raised.
+                try:
+                    c.execute("ROLLBACK")
+                except sqlite3.DatabaseError:
+                    pass
+                raise
             c.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise self._refuse(f"not a simulated cluster's state file ({exc})") from None
 
     def _load_rows(self, c: sqlite3.Connection) -> None:
         stamp = self._file_stamp()

@@ -235,9 +235,12 @@ def _check_writable(args, journal) -> None:
     from planner.safewrite import check_sqlite_writable
 
     who = "the user running planner apply"
-    check_sqlite_writable(Path(journal), "--journal", "apply journal", who=who, make_folder=True)
-    if args.backend == "sim":
-        check_sqlite_writable(sim_state_path(args.sim_state), "--sim-state", "simulated cluster's state", who=who, make_folder=True)
+    checks = [(Path(journal), "--journal", "apply journal")]
+    if args.backend == "sim":  # (first when the journal's path is made from it: the refusal names the option given)
+        sim = (sim_state_path(args.sim_state), "--sim-state", "simulated cluster's state")
+        checks = [sim] + checks if args.journal is None else checks + [sim]
+    for path, where, what in checks:
+        check_sqlite_writable(path, where, what, who=who, make_folder=True)
 
 
 def close_backend(backend) -> None:

@@ -54,7 +54,8 @@ def run(args) -> int:
         ledger = backend.coord("ledger_summary")
         jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
         history = []
-        if jp.exists():
+        wal = jp.with_name(jp.name + "-wal")
+        if jp.exists() and not (jp.is_file() and jp.stat().st_size == 0 and not wal.exists()):  # (an empty file: no applies yet)
             journal = Journal(jp, readonly=True)
             try:
                 history = journal.history(5)
