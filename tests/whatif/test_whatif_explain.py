@@ -146,3 +146,11 @@ def test_the_solve_record_of_an_optimum_proven_by_the_lp_bound_reads_as_such():
     msg = res.record.message
     assert "None" not in msg and not msg.endswith(": ")
     assert "optimality proven by the LP bound" in msg
+
+
+def test_colocated_names_a_type_none_can_be_had_of_as_such():
+    """A type with max_nodes 0 and none owned was said to have jobs "miss their SLO colocated on it"."""
+    inst = capacity_instance(1, 3, limits=(0, 6))
+    res = solve(inst, OPTS, "colocated")
+    assert "A: none owned and none can be bought (max_nodes 0)" in res.note
+    assert "A: 3 job(s) miss their SLO" not in res.note
