@@ -83,8 +83,10 @@ def solve_coexec(inst: CapacityInstance, options: SolveOptions, warm: Optional[W
     lp_txt = f"LP {st.lp_value:.6g}" if st.lp_value is not None else "no LP solved in time"
     message = (f"column generation: {st.rounds} rounds, {st.columns} columns, {int(model.active.sum())} of "
                f"{len(idx.configs)} configurations priced, {lp_txt}{' (converged)' if st.lp_converged else ''}"
-               + (f"; optimality proven over {st.enumerated} enumerated patterns" if st.proven else "")
-               + f"; integer master: {st.mip_status}" + (f"; {carried} columns from the neighbouring point" if warm is not None else ""))
+               + (f"; optimality proven over {st.enumerated} enumerated patterns" if st.proven and st.enumerated is not None
+                  else "; optimality proven by the LP bound" if st.proven else "")
+               + (f"; integer master: {st.mip_status}" if st.mip_status else "")
+               + (f"; {carried} columns from the neighbouring point" if warm is not None else ""))
     res = group_result(inst, "co-execution", idx, sol, lb_new, st.proven, options, message, warm_name)
     if res.unplaced and lb_new is not None and lb_new >= model.penalty * (1 - 1e-9):
         res.note = "proven: every plan within the limits leaves a job out"

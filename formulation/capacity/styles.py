@@ -82,6 +82,9 @@ def solve_colocated(inst: CapacityInstance, options: SolveOptions) -> StyleResul
     best: Optional[tuple[float, str, dict[str, int], list[int]]] = None
     why = []
     for t in inst.types:
+        if inst.limit(t) <= 0:  # not "jobs miss their SLO on it": there is none of it to run on
+            why.append(f"{t}: none owned and none can be bought (max_nodes 0)")
+            continue
         maybe = colocated_sizes(inst, t)
         missing = [inst.placement.jobs[j].name for j, n in enumerate(maybe) if n is None]
         if missing:

@@ -21,7 +21,7 @@ from formulation.capacity.instance import CapacityInstance
 from formulation.capacity.plan import default_unplaced
 from formulation.capacity.result import budget_new
 from formulation.capacity.solve import StyleResult, solve
-from formulation.common import SolveOptions
+from formulation.common import SolveOptions, SolveStatus
 from planner.errors import Problem
 from planner.schema.scenario import Scenario
 
@@ -91,7 +91,32 @@ def availability(sc: Scenario, inst: CapacityInstance, options: SolveOptions, mo
         m = minimum_for(lifted, t, options, others=others, short_of=inst.limit(t))
         if m is None or m.min_nodes <= inst.limit(t):
             continue
+        fix = f"raise gpu_types.{t}.max_nodes to at least {m.min_nodes - inst.owned_nodes(t)}"
+        over = over_budget_too(lifted, others, options)
+        if over is not None:  # the budget blocks as well: raising the limit alone leaves no fleet
+            least, fleet = over
+            nodes = " + ".join(f"{n} {u}" for u, n in fleet.items() if n)
+            m.message += (f"; and the cheapest fleet that does ({nodes}) costs {least:.2f} $/h, over the budget of "
+                          f"{inst.budget_per_hour:.2f} $/h")
+            fix += (f" and budget_per_hour to at least {least:.2f} (max_nodes {fleet.get(t, 0) - inst.owned_nodes(t)} "
+                    f"and budget_per_hour {least:.2f} buy that fleet)")
         out.append(Problem(f"gpu_types.{t}.max_nodes", "with the other types up to their limits, meeting every SLO needs " + m.message,
-                           f"raise gpu_types.{t}.max_nodes to at least {m.min_nodes - inst.owned_nodes(t)}"
-                           + (", or relax the SLOs of the jobs named" if m.misses else "")))
+                           fix + (", or relax the SLOs of the jobs named" if m.misses else "")))
     return out
+
+
+def over_budget_too(lifted: CapacityInstance, others: dict[str, int],
+                    options: SolveOptions) -> tuple[float, dict[str, int]] | None:
+    """With one type's limit lifted (``lifted``) and the others at ``others``: when the cheapest
+    fleet that serves every job is over the budget, its $/h and nodes per type (the $/h the
+    solve's bound where it is not proven optimal); else None."""
+    budget = lifted.budget_per_hour
+    if budget is None:
+        return None
+    free = solve(lifted.with_limits(others).model_copy(update={"budget_per_hour": None}), options, "co-execution")
+    if not free.served:
+        return None
+    least = free.cost_per_hour if free.status == SolveStatus.OPTIMAL else free.lower_bound
+    if least is None or least <= budget * (1 + 1e-9):
+        return None
+    return float(least), dict(free.fleet)

@@ -96,6 +96,17 @@ def test_infeasible_availability_is_explained_with_exit_2(tmp_path):
     assert not out.exists()
 
 
+def test_availability_and_budget_both_blocking_name_both(tmp_path):
+    """With the availability short and the budget too low for any fleet that meets every SLO, the
+    message named only max_nodes: its fix (2 H800) still left no fleet within the 40 $/h budget."""
+    r = run_cli("whatif", str(scenario(tmp_path, max_nodes={"H800": 1, "H100": 0}, budget_per_hour=40.0)))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "meeting every SLO needs at least 2 H800 node(s), but at most 1 can be had" in r.stderr
+    assert "and the cheapest fleet that does (2 H20 + 2 H800) costs 48.00 $/h, over the budget of 40.00 $/h" in r.stderr
+    assert ("Fix: raise gpu_types.H800.max_nodes to at least 2 and budget_per_hour to at least 48.00 "
+            "(max_nodes 2 and budget_per_hour 48.00 buy that fleet)") in r.stderr
+
+
 def test_infeasible_budget_is_explained_with_exit_2(tmp_path):
     r = run_cli("whatif", str(scenario(tmp_path, budget_per_hour=40.0)))
     assert r.returncode == 2 and "Traceback" not in r.stderr

@@ -8,7 +8,7 @@ from formulation.capacity.check import check
 from formulation.capacity.explain import binding, least_overshoot, minimum_for, minimum_nodes, relaxed
 from formulation.capacity.plan import build_capacity_plan
 from formulation.capacity.solve import solve
-from formulation.common import SolveOptions
+from formulation.common import SolveOptions, SolveStatus
 from formulation.placement.check import check as check_placement
 from tests.whatif.whatif_helpers import capacity_instance, feasible_groups, fewest_nodes, serves
 
@@ -136,3 +136,21 @@ def test_a_type_the_other_nodes_can_do_without_reads_as_one_sentence():
     assert zero, "the case needs a used type whose minimum beside the fleet's other nodes is 0"
     for m in zero:
         assert m.message == f"with the fleet's other nodes, meeting every SLO needs no {m.gpu_type} node"
+
+
+def test_the_solve_record_of_an_optimum_proven_by_the_lp_bound_reads_as_such():
+    """Proven by the LP bound alone (no ladder), the record read "optimality proven over None
+    enumerated patterns; integer master: " (capacity-plan.yaml's solver.message)."""
+    res = solve(capacity_instance(1, 4), OPTS, "co-execution")
+    assert res.record is not None and res.record.status == SolveStatus.OPTIMAL
+    msg = res.record.message
+    assert "None" not in msg and not msg.endswith(": ")
+    assert "optimality proven by the LP bound" in msg
+
+
+def test_colocated_names_a_type_none_can_be_had_of_as_such():
+    """A type with max_nodes 0 and none owned was said to have jobs "miss their SLO colocated on it"."""
+    inst = capacity_instance(1, 3, limits=(0, 6))
+    res = solve(inst, OPTS, "colocated")
+    assert "A: none owned and none can be bought (max_nodes 0)" in res.note
+    assert "A: 3 job(s) miss their SLO" not in res.note
