@@ -95,6 +95,16 @@ class Admission:
     marginal_cost: float
 
 
+def ring_bs(bs: np.ndarray, axis: int = 0) -> np.ndarray:
+    """A member's training-ring load in a family: the largest finite ``bs`` over the family's rollout pools (``axis``).
+    The ring does not depend on the rollout pool beyond the warm-switch cap ``min(sigma_t, a)``, largest at the smallest
+    pool the member has a time at; reading it at the family's smallest pool gave inf for a member whose table has no
+    time there, which closed its group to every join. inf where the member has no time at any of them."""
+    with np.errstate(invalid="ignore"):
+        m = np.where(np.isfinite(bs), bs, -np.inf).max(axis=axis)
+    return np.where(np.isneginf(m), np.inf, m)
+
+
 class _Family:
     def __init__(self, configs: list[int], cap: int, idx: Index, quickest: bool = True):
         self.configs = configs  # configuration ids, rollout pool sizes ascending
@@ -127,7 +137,7 @@ class _Family:
         ok = idx.ok[configs]
         self.min_a = np.array([float(idx.a[k, ok[r]].min()) if ok[r].any() else np.inf for r, k in enumerate(configs)])
         ok_any = ok.any(axis=0)
-        self.min_bs = float(idx.bs[configs[0], ok_any].min()) if ok_any.any() else np.inf
+        self.min_bs = float(ring_bs(np.where(ok, idx.bs[configs], np.inf))[ok_any].min()) if ok_any.any() else np.inf
 
 
 class Packer:
@@ -226,13 +236,14 @@ class Packer:
         if m:
             if self.per_pair:
                 a, bs_all, tot = idx.phases_at(np.asarray(ks)[:, None], np.asarray(m)[None, :])
-                bs = bs_all[0]
+                bs = ring_bs(bs_all)
             else:
                 sub = np.ix_(ks, m)
                 a, tot = idx.a[sub], idx.tot[sub]
-                # training ring at the smallest rollout pool: its cap min(sigma_t, a) is the largest there,
-                # so the sum is at least the one of any larger rollout pool (equal unless a cap binds)
-                bs = idx.bs[ks[0], m]
+                # training ring at the smallest rollout pool each member has a time at: its cap min(sigma_t, a)
+                # is the largest there, so the sum is at least the one of any larger rollout pool (equal unless a
+                # cap binds)
+                bs = ring_bs(idx.bs[sub])
             fam.sum_a[row] = a.sum(axis=1)
             fam.max_tot[row] = tot.max(axis=1)
             fam.sum_bs[row] = bs.sum()
@@ -282,10 +293,11 @@ class Packer:
         max_a = np.maximum.reduceat(a, sc_start)
         max_tot = np.maximum.reduceat(tot, sc_start)
         sum_w = segment_sums(np.where(idx.pinned_m[sc_k[e_sc]] > 0, 1.0, idx.dram_r[e_j]), sc_start, sc_len)
-        # per row: the training ring at the family's smallest rollout pool (its first column), SLO, state
-        first = sc_start[col_start]
-        e_first = (np.repeat(first, n_mem) + np.arange(len(J)) - np.repeat(mem_start, n_mem))
-        bs = bs_all[e_first]
+        # per row: the training ring (each member's largest finite load over the family's columns: ring_bs), SLO, state
+        e_mem = mem_start[sc_slot[e_sc]] + np.arange(len(e_sc)) - sc_start[e_sc]  # the member's position in J
+        bs = np.full(len(J), -np.inf)
+        np.maximum.at(bs, e_mem, np.where(np.isfinite(bs_all), bs_all, -np.inf))
+        bs = np.where(np.isneginf(bs), np.inf, bs)
         sum_bs = segment_sums(bs, mem_start, n_mem)
         max_bs = np.maximum.reduceat(bs, mem_start)
         min_slo = np.minimum.reduceat(idx.slo[J], mem_start)
@@ -456,7 +468,7 @@ class Packer:
             lim = np.minimum(fam.min_slo[rows], lim_j)[:, None] * tol
             A = fam.sum_a[rows] + a_j[ks][None, :]
             TOT = np.maximum(fam.max_tot[rows], tot_j[ks][None, :])
-            bs = bs_j[ks[0]]
+            bs = float(ring_bs(bs_j[ks]))
             BS = (fam.sum_bs[rows] + bs)[:, None]
             k0 = ks[0]
             dram_ok = ((fam.sum_w[rows] + idx.rollout_w(ks, j)[None, :] <= fam.cap_w[None, :] * tol)
