@@ -161,13 +161,17 @@ class BoundaryPlacer:
             return True
         return False
 
-    def groups(self):
+    def members(self) -> dict:
+        """Group -> its members in name order, from ``where``."""
         out: dict = {}
         for j, g in sorted(self.where.items()):
             out.setdefault(g, []).append(j)
+        return out
+
+    def groups(self):
         # g1 pinned from the move on (one member's rollout node per member, as the packer keeps it)
         return {g: (PoolConfig("H20", 1, "H800", 1, len(ms)) if g == "g1" and self.seen >= 2 else PoolConfig("H20", 1, "H800", 1), ms)
-                for g, ms in out.items()}
+                for g, ms in self.members().items()}
 
 
 def test_a_member_moved_at_its_boundary_starts_in_its_new_group_once_its_state_is_loaded():

@@ -166,7 +166,7 @@ def test_a_move_that_would_break_an_slo_is_not_made():
 # ------------------------------------------------------------------ the trace: back into a run it left
 class OutAndBack(BoundaryPlacer):
     """``a`` and ``c`` in g0 (each on a rollout node of its own), ``b`` alone in g1; ``a`` moves to
-    g1 at its second boundary and back to g0 at its fourth (``where`` and ``remove`` as the drain test's placer)."""
+    g1 at its second boundary and back to g0 at its fourth (``where``, ``remove`` and ``members`` as the drain test's placer)."""
 
     def admit(self, job):
         self.where[job] = "g1" if job == "b" else "g0"
@@ -182,10 +182,7 @@ class OutAndBack(BoundaryPlacer):
         return False
 
     def groups(self):
-        out: dict = {}
-        for j, g in sorted(self.where.items()):
-            out.setdefault(g, []).append(j)
-        return {g: (PoolConfig("A", 1, "B", 1, len(ms)), ms) for g, ms in out.items()}
+        return {g: (PoolConfig("A", 1, "B", 1, len(ms)), ms) for g, ms in self.members().items()}
 
 
 def test_a_member_moved_back_into_a_run_it_left_rejoins_it_on_a_free_slot():
