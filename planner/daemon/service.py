@@ -209,7 +209,7 @@ class Service:
             arrives_at = max(job.arrival_s, now) if self.clock.kind != "wall" else now
         return self.store.submit_job(job.name, job.model_dump(mode="json"), now, arrives_at, slo, by=by,
                                      max_live=self.opts.limits.max_jobs_per_token if by is not None else None,
-                                  prompt_tokens_from_trace=from_trace)
+                                     prompt_tokens_from_trace=from_trace)
 
     def group_of(self, name: str) -> Optional[dict]:
         p = self.store.current_plan()
