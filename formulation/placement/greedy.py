@@ -710,13 +710,14 @@ class Packer:
         self.apply(adm)
         return adm
 
-    def best_repack(self, j: int, bar: float, max_jobs: int = 7) -> Optional[tuple[int, float, list]]:
+    def best_repack(self, j: int, bar: float, max_jobs: int = 7, anchored: bool = False) -> Optional[tuple[int, float, list]]:
         """Re-pack (the fourth move, off by default): the group ``g`` whose members together with
         ``j`` re-partition exactly (:func:`formulation.placement.fast.repartition`: every subset on
         its cheapest configuration, then the cheapest partition, within the free nodes) for the
         least added $/h, when that is below ``bar`` (the best of the three moves' marginal cost):
         ``(g, added $/h, [(configuration, members)])``, or None. Groups of more than
-        ``max_jobs - 1`` members are not re-packed (the subsets grow as ``2^n``)."""
+        ``max_jobs - 1`` members are not re-packed (the subsets grow as ``2^n``), nor groups anchored to a
+        current plan's group unless ``anchored`` (their members then move: ``planner admit --repack``)."""
         from formulation.placement.fast import repartition
 
         idx = self.idx
@@ -726,7 +727,7 @@ class Packer:
         free = np.array([self.free.get(t, 0) for t in idx.types], dtype=float)
         best: Optional[tuple[int, float, list]] = None
         for g, members in enumerate(self.groups):
-            if not members or len(members) >= max_jobs or self.group_anchor[g] is not None:
+            if not members or len(members) >= max_jobs or (self.group_anchor[g] is not None and not anchored):
                 continue
             c = idx.configs[self.group_config[g]]
             if not {c.rollout_type, c.train_type} & types:
@@ -739,12 +740,12 @@ class Packer:
                 best = (g, added, res[1])
         return best
 
-    def admit_repack(self, j: int, max_jobs: int = 7) -> Admission:
+    def admit_repack(self, j: int, max_jobs: int = 7, anchored: bool = False) -> Admission:
         """The three moves, or re-pack the group the job joins (:meth:`best_repack`) when that adds
         less $/h: the group's members and ``j`` go to the groups of the exact re-partition (new
         group positions; the old group is left empty). The admission's ``move`` is ``re-pack``."""
         adm = self.best_move(j)
-        rp = self.best_repack(j, adm.marginal_cost, max_jobs)
+        rp = self.best_repack(j, adm.marginal_cost, max_jobs, anchored)
         if rp is None:
             self.apply(adm)
             return adm

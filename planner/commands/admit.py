@@ -13,8 +13,10 @@ nodes), or open a new group. A group whose members each hold rollout nodes of th
 (own-sized) is joined on the job's own count, its rollout pool growing by that many nodes
 (extend-rollout-pool). Every member keeps its SLO and every node its DRAM. Prints the move,
 the marginal $/h and the time it took, and writes the new plan. A job no move can place is
-explained and the command exits 2 without writing anything. For a global re-optimisation use
-`planner plan INPUT --current PLAN`."""
+explained and the command exits 2 without writing anything. With --repack a fourth move is
+considered: the group the job would join is re-partitioned exactly with it (its members may move
+to other groups, which `planner apply` migrates); it is taken only when it adds less $/h than the
+three moves. For a global re-optimisation use `planner plan INPUT --current PLAN`."""
 
 
 def add_arguments(p) -> None:
@@ -25,6 +27,10 @@ def add_arguments(p) -> None:
     p.add_argument("--job", action="append", required=True, metavar="NAME", help="job to admit (repeatable, in arrival order)")
     p.add_argument("--mode", choices=["conservative", "sampled", "p90", "p99", "max"], default=None,
                    help="phase-time estimate (scenarios only; default: the one the current plan records, with its margin)")
+    p.add_argument("--repack", action="store_true",
+                   help="also consider re-partitioning the joined group exactly with the job (groups of up to 6 members; "
+                        "its members may move): taken only where it adds less $/h than the three moves; slower at "
+                        "thousands of jobs (each job's phases on every configuration)")
     p.add_argument("--json", action="store_true", help="print the new plan document as JSON on stdout (also with --out)")
     p.add_argument("--out", "-o", type=_args.path, metavar="FILE", help="write the new plan here (.json: JSON, else YAML); default: "
                                                        "NAME.admitted.yaml in the current folder (named in the summary); '-': stdout only")
@@ -41,9 +47,9 @@ def run(args) -> int:
     from formulation.common import SolveRecord, SolveStatus
     from formulation.placement.evaluate import Index, Solution
     from formulation.placement.explain import explain, placeable_alone
-    from formulation.placement.greedy import Packer
+    from formulation.placement.greedy import REPACK, Packer
     from formulation.placement.plan import Unplaced, build_plan, reusable_groups
-    from formulation.placement.solve import read_current
+    from formulation.placement.solve import moved_jobs, read_current, reanchor
     from planner.commands._placement import default_out, load_input, plan_and_estimate, same_fleet, unplaced_error, write_plan
     from planner.commands._plan_summary import summary
     from planner.errors import Problem, UserError, did_you_mean
@@ -84,8 +90,12 @@ def run(args) -> int:
     t_admit = 0.0
     for j in todo:
         t1 = time.perf_counter()
-        adm = pk.best_move(j)
-        pk.apply(adm)
+        before = dict(pk.job_group)
+        if args.repack:
+            adm = pk.admit_repack(j, anchored=True)  # (applied there)
+        else:
+            adm = pk.best_move(j)
+            pk.apply(adm)
         dt = time.perf_counter() - t1
         t_admit += dt
         if adm.move is None:
@@ -93,10 +103,20 @@ def run(args) -> int:
             u = explain(idx, j, free)
             raise UserError(Problem(f"job {u.job}", f"cannot be admitted ({u.reason}): {u.message}", u.fix),
                             title="no admission move places the job; nothing written") from None
-        assert adm.config is not None  # a move was found
-        c = idx.configs[adm.config]
-        lines.append(f"admitted {idx.names[j]}: {adm.move} ({c.label()}), +{adm.marginal_cost:.2f} $/h, decided in {1e3 * dt:.2f} ms")
+        if adm.move == REPACK:
+            assert adm.group is not None
+            shifted = sorted(idx.names[m] for m, g in before.items() if pk.job_group.get(m) != g)
+            how = f"re-partitioned with {', '.join(shifted)}; {idx.configs[pk.group_config[adm.group]].label()}"
+        else:
+            assert adm.config is not None  # a move was found
+            how = idx.configs[adm.config].label()
+        lines.append(f"admitted {idx.names[j]}: {adm.move} ({how}), +{adm.marginal_cost:.2f} $/h, decided in {1e3 * dt:.2f} ms")
     sol = pk.solution()
+    if args.repack:  # a re-packed group's part on its old pools keeps its id and nodes: its members there do not move
+        sol = reanchor(idx, sol, cur)
+        moved = [idx.names[m] for m in moved_jobs(sol, cur)]
+        if moved:
+            lines.append(f"moving {len(moved)} running job(s) to other groups: {', '.join(moved)} (`planner apply` migrates them)")
     todo_set = set(todo)
     # the other jobs outside the plan: "pending" only when they fit the fleet alone (admitting them
     # can work); a job that fits nowhere keeps its reason and fix (admitting it would fail)
