@@ -112,11 +112,13 @@ def run(args) -> int:
             how = idx.configs[adm.config].label()
         lines.append(f"admitted {idx.names[j]}: {adm.move} ({how}), +{adm.marginal_cost:.2f} $/h, decided in {1e3 * dt:.2f} ms")
     sol = pk.solution()
+    moved: list[int] = []
     if args.repack:  # a re-packed group's part on its old pools keeps its id and nodes: its members there do not move
         sol = reanchor(idx, sol, cur)
-        moved = [idx.names[m] for m in moved_jobs(sol, cur)]
+        moved = moved_jobs(sol, cur)
         if moved:
-            lines.append(f"moving {len(moved)} running job(s) to other groups: {', '.join(moved)} (`planner apply` migrates them)")
+            lines.append(f"moving {len(moved)} running job(s) to other groups: {', '.join(idx.names[m] for m in moved)} "
+                         "(`planner apply` migrates them)")
     todo_set = set(todo)
     # the other jobs outside the plan: "pending" only when they fit the fleet alone (admitting them
     # can work); a job that fits nowhere keeps its reason and fix (admitting it would fail)
@@ -139,7 +141,7 @@ def run(args) -> int:
     same = reusable_groups(idx, [(by_id[g.anchor], g.config, g.members) for _, g in cands], node_names,
                            configs=[cur.configs.get(g.anchor or "") for _, g in cands])
     keep = {i: by_id[g.anchor] for (i, g), ok in zip(cands, same) if ok}
-    plan = build_plan(idx, sol, others + [explain(idx, j) for j in sol.unplaced], cur.nodes, keep=keep)
+    plan = build_plan(idx, sol, others + [explain(idx, j) for j in sol.unplaced], cur.nodes, moved=moved, keep=keep)
     if sol.unplaced:
         raise unplaced_error(plan.unplaced, "some jobs cannot be admitted")
     record = SolveRecord(backend="greedy-admit", status=SolveStatus.FEASIBLE, objective=plan.cost_per_hour,

@@ -53,6 +53,8 @@ def test_repack_admits_for_less_and_moves_only_the_jobs_it_names(tmp_path):
     changed = sorted(j for j in old if new[j] != old[j])
     line = next(ln for ln in r.stderr.splitlines() if ln.startswith("moving "))
     assert changed and line.startswith(f"moving {len(changed)} running job(s) to other groups: {', '.join(changed)} ")
+    assert after.moved_jobs == changed and without.moved_jobs == []  # recorded in the plan, as `plan --current` does
+    assert sorted(m.job for g in after.groups for m in g.members if m.moved) == changed
     # a current group none of whose members moved is taken over as it is: id, pools, members
     kept = [g for g in before.groups if not {m.job for m in g.members} & set(changed)]
     assert kept
