@@ -101,7 +101,10 @@ def run(args) -> int:
         if adm.move is None:
             free = dict(pk.free)
             u = explain(idx, j, free)
-            raise UserError(Problem(f"job {u.job}", f"cannot be admitted ({u.reason}): {u.message}", u.fix),
+            fix = u.fix
+            if u.reason == "capacity" and not args.repack:  # (the fourth move may free the nodes: it re-partitions a group)
+                fix += "; or admit with --repack (may move running jobs), or re-optimise with `planner plan INPUT --current PLAN`"
+            raise UserError(Problem(f"job {u.job}", f"cannot be admitted ({u.reason}): {u.message}", fix),
                             title="no admission move places the job; nothing written") from None
         if adm.move == REPACK:
             assert adm.group is not None

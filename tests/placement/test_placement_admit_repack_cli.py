@@ -85,3 +85,27 @@ def test_repack_leaves_the_plan_alone_where_the_three_moves_are_cheapest(tmp_pat
     assert _plan(b).cost_per_hour <= _plan(a).cost_per_hour + 1e-6
     if "re-pack" not in r.stderr:  # the same move: the same plan
         assert _where(_plan(b)) == _where(_plan(a))
+
+
+def test_repack_admits_where_the_three_moves_find_no_free_nodes(tmp_path):
+    """A tight fleet (``generate_distinct(8, 102, fleet_per_job=1.0, unplaceable=0.0)``; a plan of the first five,
+    the last three admitted): plain admission fails for capacity, exit 2, nothing written, and its fix names
+    ``--repack``; with it, re-partitioning a current group frees the nodes and every job is placed, the plan valid."""
+    path = Path(__file__).parent / "data" / "distinct8-seed102-tight.yaml"
+    inst = load_instance(path)
+    first = inst.model_copy(deep=True)
+    first.jobs = inst.jobs[:5]
+    five = tmp_path / "five.yaml"
+    five.write_text(dump_instance(first))
+    base = tmp_path / "base.yaml"
+    assert run_cli("plan", str(five), "--out", str(base)).returncode == 0
+    arriving = [a for j in inst.jobs[5:] for a in ("--job", j.name)]
+    out = tmp_path / "out.yaml"
+    p = run_cli("admit", str(path), "--current", str(base), *arriving, "--out", str(out))
+    assert p.returncode == 2 and "(capacity)" in p.stderr and "admit with --repack" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not out.exists()
+    r = run_cli("admit", str(path), "--current", str(base), *arriving, "--repack", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    plan = _plan(out)
+    assert check(inst, plan) == [] and not plan.unplaced
+    assert sorted(_where(plan)) == sorted(j.name for j in inst.jobs)
