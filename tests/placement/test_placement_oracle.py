@@ -10,6 +10,10 @@ from formulation.placement.evaluate import Index
 from formulation.placement.solve import solve
 from tests.placement.placement_helpers import oracle, penalty, small_instance
 
+#: a limit the exact backends reach only on a very busy machine (they stop once optimality is proven: highs took 12 s
+#: of wall on seed 7 at load 4.6, and ran past 30 s in a run beside three other test processes, returning "feasible")
+LIMIT_S = 600
+
 CASES = [
     # (seed, jobs, capacity, dram, both types)
     (1, 6, (3, 3), (512.0, 512.0), False),
@@ -36,7 +40,7 @@ def solved():
 @pytest.mark.parametrize("case", CASES, ids=[f"seed{c[0]}-n{c[1]}" for c in CASES])
 def test_solver_matches_the_exhaustive_optimum(solved, case, backend):
     inst, (best, unplaced) = solved[case]
-    res = solve(inst, SolveOptions(time_limit_s=30, mip_gap=0.0), backend)
+    res = solve(inst, SolveOptions(time_limit_s=LIMIT_S, mip_gap=0.0), backend)
     assert check(inst, res.plan) == [], backend
     got = res.plan.cost_per_hour + penalty(inst) * len(res.plan.unplaced)
     assert len(res.plan.unplaced) == unplaced
@@ -62,7 +66,7 @@ def solved_switches():
 @pytest.mark.parametrize("seed", [c[0] for c in SWITCH_CASES])
 def test_solver_matches_the_exhaustive_optimum_with_warm_switches(solved_switches, seed, backend):
     inst, (best, unplaced) = solved_switches[seed]
-    res = solve(inst, SolveOptions(time_limit_s=30, mip_gap=0.0), backend)
+    res = solve(inst, SolveOptions(time_limit_s=LIMIT_S, mip_gap=0.0), backend)
     assert check(inst, res.plan) == [], backend
     got = res.plan.cost_per_hour + penalty(inst) * len(res.plan.unplaced)
     assert len(res.plan.unplaced) == unplaced
