@@ -101,8 +101,9 @@ def validate_target(observed: ClusterState, target: ClusterState) -> list[Proble
                 probs.append(Problem(f"{where}.placement.{node}", f"unknown node {node!r}.{did_you_mean(node, nodes)}",
                                      "use a node name the cluster reports (planner status)"))
                 continue
-            if not n.alive:
+            if not n.alive:  # (what a dead node had is not known, nor needed: nothing may be placed there)
                 probs.append(Problem(f"{where}.placement.{node}", f"node {node} is dead", "re-plan without that node"))
+                continue
             if c.gpu_type and n.gpu_type != c.gpu_type:
                 probs.append(Problem(f"{where}.placement.{node}", f"node {node} has {n.gpu_type} GPUs, the component wants {c.gpu_type}",
                                      f"place it on {c.gpu_type} nodes or change its gpu_type"))
