@@ -415,8 +415,21 @@ class SGLangEngine:
         if data.get("success") is False:
             raise SGLangError(f"{self.url}: weight-sync group {group_name} not initialised: {data.get('message')}")
 
+    def check_update(self, flush_cache: bool) -> None:
+        """SGLang flushes the cache after a weight update and *asserts* that the flush worked; a paused
+        engine takes the update at once (no wait for its requests), so with requests held in its running
+        batch (``pause(mode=in_place)``) the flush fails and the assertion takes the server down. Refused
+        here instead, with the way out."""
+        held = self.in_flight() if self.paused == "in_place" else []
+        if flush_cache and held:
+            raise SGLangError(f"{self.url}: a weight update with flush_cache while {len(held)} request(s) are held by a "
+                              f"pause with mode=in_place (e.g. {held[0]}) would fail SGLang's 'Cache flush failed after "
+                              "updating weights' assertion and take the server down. Fix: pass flush_cache=False (the "
+                              "held requests keep the KV cache of the old weights), or pause with mode=retract or drain first")
+
     def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
                                         group_name: str, version: str = "", flush_cache: bool = True) -> dict:
+        self.check_update(flush_cache)
         r = self._post("/update_weights_from_distributed", {"names": names, "dtypes": dtypes, "shapes": shapes,
                                                             "group_name": group_name, "flush_cache": flush_cache,
                                                             "weight_version": version}, timeout=max(self.timeout_s, 120.0))
@@ -453,6 +466,7 @@ class SGLangEngine:
     def update_weights_from_tensor(self, serialized_per_rank: list[str], version: str = "", flush_cache: bool = True,
                                    load_format: Optional[str] = None) -> dict:
         """Colocated engines: the named tensors, serialised once per TP rank."""
+        self.check_update(flush_cache)
         r = self._post("/update_weights_from_tensor", {"serialized_named_tensors": serialized_per_rank,
                                                        "load_format": load_format, "flush_cache": flush_cache,
                                                        "weight_version": version}, timeout=max(self.timeout_s, 120.0))

@@ -27,6 +27,11 @@ included (each rule names what it mimics in SGLang, ``sglang.srt``):
   server down: the call answers 500, every request in flight ends with an error, and from then
   on every endpoint (``/health`` too) answers 503. Requests retracted by a paused engine may wait
   (``ignore_retracted``); while released, ``/generate`` fails;
+* a weight update (``/update_weights_from_tensor`` or ``_from_distributed``) with ``flush_cache``
+  (the default) on an engine paused with requests held in its running batch (``in_place``) fails
+  the scheduler's ``assert flush_cache_success, "Cache flush failed after updating weights"``
+  (``scheduler_update_weights_mixin``; paused, the update does not wait for the requests), which
+  takes the server down as above;
 * ``/destroy_weights_update_group`` ``{group_name}``; ``/update_weights_from_tensor``
   ``{serialized_named_tensors, load_format, flush_cache, weight_version}`` (colocated engines;
   SGLang's ``MultiprocessingSerializer`` shares CUDA IPC handles, this stand-in reads the CPU
@@ -266,9 +271,21 @@ def make_app(tick_s: float = 0.002, *, version: str = VERSION, launch: dict | No
             return {"success": False, "message": f"no group {name}"}
         return {"success": True, "message": "destroyed"}
 
+    def flush_after_update_fails(body: dict):
+        """The scheduler flushes the cache after a weight update (``flush_cache``, default true) and
+        asserts the flush worked; a paused engine takes the update without waiting for its requests
+        (the tokenizer manager skips the model-update lock while paused), so requests held in the
+        running batch (``in_place``) fail the assertion and the server goes down."""
+        if body.get("flush_cache", True) and st["paused"] is not None and in_batch():
+            st["dead"] = True
+            return JSONResponse({"error": "AssertionError: Cache flush failed after updating weights"}, status_code=500)
+        return None
+
     @app.post("/update_weights_from_distributed")
     async def update(req: Request):
         body = await req.json()
+        if (died := flush_after_update_fails(body)) is not None:
+            return died
         pg = st["groups"].get(body["group_name"])
         if pg is None:
             return {"success": False, "message": f"no group {body['group_name']}"}
@@ -295,6 +312,8 @@ def make_app(tick_s: float = 0.002, *, version: str = VERSION, launch: dict | No
         import torch
 
         body = await req.json()
+        if (died := flush_after_update_fails(body)) is not None:
+            return died
         parts = body["serialized_named_tensors"]
         if not isinstance(parts, list) or not parts:
             return JSONResponse({"error": "serialized_named_tensors: one entry per TP rank"}, status_code=400)
