@@ -158,6 +158,7 @@ class SGLangEngine:
         self.weight_sync_backend = weight_sync_backend
         self.requests: dict[str, Tracked] = {}
         self.paused: Optional[str] = None  # the pause mode in force, if any
+        self.released: Optional[set[str]] = None  # memory tags this client released (None: unknown, none released by it)
         self._closed = False
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -446,6 +447,7 @@ class SGLangEngine:
                               f"(e.g. {running[0]}); SGLang releases only when idle. Fix: drain the engine, or "
                               f"pause it with mode=retract, first")
         self._post("/release_memory_occupation", {"tags": list(tags)})
+        self.released = (self.released or set()) | set(tags)
 
     def server_info(self) -> dict:
         """``/get_server_info``: the version and the server's arguments."""
@@ -476,7 +478,17 @@ class SGLangEngine:
         return data
 
     def resume_memory(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
+        """Take back memory released with these tags. SGLang's scheduler removes each tag from the
+        released ones (``offload_tags.remove``): a tag that is not released raises there and takes the
+        server down, so one this client knows it did not release (or resumed already) is refused."""
+        if self.released is not None and not set(tags) <= self.released:
+            missing = sorted(set(tags) - self.released)
+            raise SGLangError(f"{self.url}: cannot resume memory tag(s) {', '.join(missing)}: not released (released: "
+                              f"{', '.join(sorted(self.released)) or 'none'}); SGLang's scheduler fails on a tag it did not "
+                              "release and the server goes down. Fix: resume only the tags release_memory was given")
         self._post("/resume_memory_occupation", {"tags": list(tags)})
+        if self.released is not None:
+            self.released -= set(tags)
 
 
 def hand_off(src: SGLangEngine, dst: SGLangEngine) -> list[str]:

@@ -32,6 +32,10 @@ included (each rule names what it mimics in SGLang, ``sglang.srt``):
   the scheduler's ``assert flush_cache_success, "Cache flush failed after updating weights"``
   (``scheduler_update_weights_mixin``; paused, the update does not wait for the requests), which
   takes the server down as above;
+* ``/release_memory_occupation`` / ``/resume_memory_occupation`` ``{tags}`` (none: all of
+  ``weights, kv_cache, cuda_graph``): the scheduler adds each released tag to its ``offload_tags``
+  and a resume removes each (``offload_tags.remove``): resuming a tag that is not released raises
+  ``KeyError`` in the scheduler, which takes the server down as above;
 * ``/destroy_weights_update_group`` ``{group_name}``; ``/update_weights_from_tensor``
   ``{serialized_named_tensors, load_format, flush_cache, weight_version}`` (colocated engines;
   SGLang's ``MultiprocessingSerializer`` shares CUDA IPC handles, this stand-in reads the CPU
@@ -64,6 +68,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 VOCAB = 32000
+ALL_TAGS = ("weights", "kv_cache", "cuda_graph")  # sglang.srt.constants.GPU_MEMORY_ALL_TYPES (no tags: all of them)
 
 
 def _h(prefix: list[int]) -> int:
@@ -108,7 +113,8 @@ def make_app(tick_s: float = 0.002, *, version: str = VERSION, launch: dict | No
     app = FastAPI()
     st = {"paused": None, "abort_all": False, "aborted": set(), "running": {}, "released": False, "weights": {},
           "groups": {}, "version": "", "known": set(), "prefill_tokens": 0, "generate_calls": 0,
-          "hold": None, "at_gate": 0, "registered": set(), "dead": False, "duplicates": 0, "aborts": []}
+          "hold": None, "at_gate": 0, "registered": set(), "dead": False, "duplicates": 0, "aborts": [],
+          "offload_tags": set()}
 
     def in_batch() -> int:  # requests holding KV in the running batch
         return sum(1 for r in st["running"].values() if not r["retracted"])
@@ -233,12 +239,19 @@ def make_app(tick_s: float = 0.002, *, version: str = VERSION, launch: dict | No
             st["dead"] = True  # the scheduler's assertion fails and the server goes down with it
             return JSONResponse({"error": "AssertionError: release_memory_occupation should be called only when server "
                                           "is idle."}, status_code=500)
+        tags = (await req.json()).get("tags") or list(ALL_TAGS)
+        st["offload_tags"].update(tags)
         st["released"] = True
         return {}
 
     @app.post("/resume_memory_occupation")
     async def resume(req: Request):
-        st["released"] = False
+        tags = (await req.json()).get("tags") or list(ALL_TAGS)
+        if not set(tags) <= st["offload_tags"]:  # the scheduler's offload_tags.remove(tag): KeyError, the scheduler dies
+            st["dead"] = True
+            return JSONResponse({"error": f"KeyError: {sorted(set(tags) - st['offload_tags'])[0]!r}"}, status_code=500)
+        st["offload_tags"] -= set(tags)
+        st["released"] = bool(st["offload_tags"] & {"weights", "kv_cache"})
         return {}
 
     @app.post("/init_weights_update_group")

@@ -409,3 +409,36 @@ def test_a_broadcast_to_an_engine_holding_requests_in_place_is_refused_before_an
         assert e.requests["held"].output == reference([1], 500) and not a.stats()["dead"]
     finally:
         g.close()
+
+
+def test_resuming_memory_that_is_not_released_takes_the_server_down(two, engines):
+    """SGLang's scheduler removes each resumed tag from the released ones (``offload_tags.remove``):
+    a tag that is not released raises there and the scheduler dies. The stand-in answered 200."""
+    a, _ = two
+    e = engines(a.url)
+    e._post("/release_memory_occupation", {"tags": ["kv_cache"]})
+    e._post("/resume_memory_occupation", {"tags": ["kv_cache"]})
+    with pytest.raises(SGLangError, match="500.*KeyError"):
+        e._post("/resume_memory_occupation", {"tags": ["kv_cache"]})  # twice (bypassing the adapter's check)
+    assert not e.healthy() and a.stats()["dead"]
+
+
+def test_the_adapter_resumes_only_the_memory_it_released(two, engines):
+    """Releasing the KV cache and then resuming with the default tags (weights too) took a real
+    server down; the adapter refuses it, naming the tags, and resumes exactly what was released."""
+    a, _ = two
+    e = engines(a.url)
+    e.release_memory(("kv_cache",))
+    with pytest.raises(SGLangError, match="cannot resume memory tag.*weights: not released.*Fix: resume only"):
+        e.resume_memory()  # the defaults: weights and kv_cache
+    assert e.healthy()
+    e.resume_memory(("kv_cache",))
+    with pytest.raises(SGLangError, match="kv_cache: not released"):
+        e.resume_memory(("kv_cache",))  # twice
+    e.submit("x", [1], 3)
+    e.wait()
+    assert e.requests["x"].output == reference([1], 3) and not a.stats()["dead"]
+    e.release_memory()
+    fresh = engines(a.url)  # a new client (a restarted worker) does not know what an earlier one released: not refused
+    fresh.resume_memory()
+    assert fresh.healthy() and not a.stats()["dead"]
