@@ -1,4 +1,5 @@
-"""The Ray cluster's nodes as the executor reads them (``ray.nodes()`` stubbed: no cluster).
+"""The Ray cluster's nodes as the executor reads them, and the addresses it connects to (Ray's
+calls stubbed: no cluster).
 
 Ray reports a dead node with ``Resources: {}``: its planner name survives only in its ``rlp-node``
 label. It was dropped (an *unknown* node), so trainer ranks on a node that died were not seen to
@@ -72,3 +73,24 @@ def test_a_target_on_a_node_that_died_is_refused_as_dead_not_unknown(nodes):
     text = str(err.value)
     assert "node h100-2 is dead" in text and "unknown node" not in text
     assert "GPUs of workers on a node" not in text  # (nothing about a dead node's capacity, which is not known)
+
+
+@pytest.mark.parametrize("address, says", [("ray://127.0.0.1:1", "Ray refused the address: Ray Client requires"),
+                                           ("nonsense", "'nonsense' is not HOST:PORT")])
+def test_an_address_ray_refuses_is_bad_input_in_one_line(monkeypatch, address, says):
+    """A ``ray://`` address (Ray Client, without its package) was 'internal error: ValueError ... This
+    is a bug in rl-planner' (exit 1); an address without a port said 'invalid literal for int()'."""
+    import ray
+
+    from estimators.errors import UserError
+    from executor import session
+
+    def init(**kw):
+        raise ValueError("Ray Client requires pip package `ray[client]`.")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    with pytest.raises(UserError) as err:
+        session.open_backend("ray", address=address)
+    text = str(err.value)
+    assert text.startswith("--address: cannot connect") and says in text and "\n" not in text

@@ -82,9 +82,14 @@ def connect(address: Optional[str], timeout_s: float = 5.0) -> None:
         try:
             with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
                 pass
-        except (OSError, ValueError) as exc:
+        except ValueError:
+            raise ConnectionError(f"{address!r} is not HOST:PORT (the port a number)") from None
+        except OSError as exc:
             raise ConnectionError(f"nothing answers at {address} ({exc})") from None
-    ray.init(address=address or "auto", namespace=NAMESPACE, log_to_driver=False)
+    try:
+        ray.init(address=address or "auto", namespace=NAMESPACE, log_to_driver=False)
+    except ValueError as exc:  # e.g. a ray:// address without the Ray Client package: one line, not an internal error
+        raise ConnectionError(f"Ray refused the address: {exc}") from None
 
 
 def ray_nodes() -> dict[str, Node]:
