@@ -60,7 +60,7 @@ def test_p2p_from_ranks_on_a_node_that_died_is_refused_with_the_way_out(nodes):
     with pytest.raises(Unreachable) as err:
         diff(obs, tgt)
     text = str(err.value)
-    assert "sit on dead node(s)" in text and "reboot" in text
+    assert "sit on dead node(s)" in text and "leave the component out of the plan" in text
 
 
 def test_a_target_on_a_node_that_died_is_refused_as_dead_not_unknown(nodes):
