@@ -65,9 +65,14 @@ class CoordinatorStore:
             raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
         self.dir = Path(directory)
         self.ckpt_dir = self.dir / "checkpoints"
-        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "coordinator.sqlite"
-        self.db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+        try:
+            self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as exc:
+            raise DamagedState(f"the coordinator's state folder {self.dir} cannot be used ({type(exc).__name__}: {exc})",
+                               "set RL_PLANNER_RAY_STATE_DIR (or RayBackend's state_dir) to a folder the coordinator's "
+                               "node can create and write (on a real cluster, one every node reaches)") from None
         try:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute(f"PRAGMA synchronous={synchronous}")

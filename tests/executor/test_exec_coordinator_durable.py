@@ -189,3 +189,14 @@ def test_ray_backend_refuses_a_damaged_coordinator_state_as_bad_input(monkeypatc
         b._start_coordinator()
     text = str(err.value)
     assert "kv record 'leases' is damaged" in text and "Fix: restore the folder" in text
+
+
+def test_a_state_folder_that_cannot_be_made_is_refused_with_the_setting_to_change(tmp_path):
+    """A file where the folder should be (or one the coordinator may not write) was an OSError out of
+    the actor's constructor (on Ray: a dead actor, 'a bug in rl-planner')."""
+    from executor.workers.coordinator_store import DamagedState
+
+    (tmp_path / "taken").write_text("a file, not a folder")
+    with pytest.raises(DamagedState) as err:
+        Coordinator(state_dir=str(tmp_path / "taken" / "cluster-x"))
+    assert "cannot be used" in err.value.what and "RL_PLANNER_RAY_STATE_DIR" in err.value.fix
