@@ -94,3 +94,21 @@ def test_an_address_ray_refuses_is_bad_input_in_one_line(monkeypatch, address, s
         session.open_backend("ray", address=address)
     text = str(err.value)
     assert text.startswith("--address: cannot connect") and says in text and "\n" not in text
+
+
+def test_status_shows_a_dead_nodes_unknown_capacity_as_unknown():
+    """Its workers still pin what they held; the node's GPUs read '2/0' (an over-full node), now '2/?'."""
+    import io
+
+    from rich.console import Console
+
+    from executor.progress import state_table
+
+    rows = [{"node": "h100-2", "gpu_type": "", "alive": False, "gpus_used": 2, "gpus": 0, "dram_used_gb": 0.0, "dram_gb": 0.0,
+             "workers": "j/trainerx2"},
+            {"node": "h100-1", "gpu_type": "H100", "alive": True, "gpus_used": 0, "gpus": 8, "dram_used_gb": 0.0,
+             "dram_gb": 2048.0, "workers": ""}]
+    out = io.StringIO()
+    Console(file=out, width=200).print(state_table(rows, "ray cluster"))
+    text = out.getvalue()
+    assert "2/?" in text and "2/0" not in text and "0/8" in text and "DEAD" in text
