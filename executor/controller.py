@@ -140,6 +140,14 @@ class Executor:
         tag = self.journal.writer_tag(aid)
         if resumed:
             last = self.backend.coord("last_writer")
+            acted = any(st in ("done", "compensated") for st, _ in self.journal.status_of(aid).values())
+            if not last and acted:  # (a step marks the cluster before it acts, and the mark is saved before it is done)
+                raise UserError(Problem("--journal", f"apply #{aid} in {self.journal.path} was interrupted after some of its steps "
+                                        "were done, but this cluster bears no mark of any apply: it is not the cluster those "
+                                        "steps changed (a Ray cluster started anew, or --address local, which starts a new one "
+                                        "on every run); resuming would skip work that is not there",
+                                        f"check 'planner status'; then move this journal aside (mv {self.journal.path} "
+                                        f"{self.journal.path}.stale) and apply the plan again"))
             if last and last != tag and not self.journal.earlier_own(last, aid):  # (its first step may not have been saved)
                 raise UserError(Problem("--journal", f"apply #{aid} in {self.journal.path} was interrupted, and another apply "
                                         f"({last}) has changed the cluster since: its journaled steps no longer fit it",

@@ -101,8 +101,9 @@ def validate_target(observed: ClusterState, target: ClusterState) -> list[Proble
                 probs.append(Problem(f"{where}.placement.{node}", f"unknown node {node!r}.{did_you_mean(node, nodes)}",
                                      "use a node name the cluster reports (planner status)"))
                 continue
-            if not n.alive:
+            if not n.alive:  # (what a dead node had is not known, nor needed: nothing may be placed there)
                 probs.append(Problem(f"{where}.placement.{node}", f"node {node} is dead", "re-plan without that node"))
+                continue
             if c.gpu_type and n.gpu_type != c.gpu_type:
                 probs.append(Problem(f"{where}.placement.{node}", f"node {node} has {n.gpu_type} GPUs, the component wants {c.gpu_type}",
                                      f"place it on {c.gpu_type} nodes or change its gpu_type"))
@@ -125,8 +126,19 @@ def validate_target(observed: ClusterState, target: ClusterState) -> list[Proble
         if dead and t is not None and t.migration == "p2p":
             probs.append(Problem(f"components[{c.name}].migration",
                                  f"rank(s) {', '.join(w.id for w in dead)} sit on dead node(s): their shards are lost, a P2P copy has no source",
-                                 "use migration 'reboot' for this component (it restarts from the last saved state)"))
+                                 "use migration 'reboot' for this component (it restarts from the last saved state)"
+                                 if c.role != "trainer" else LOST_FIX))
+        elif dead and t is not None and t.migration == "reboot" and c.role == "trainer":
+            # (a reboot saves the live ranks' shards first: those on a dead node have none to give, so the save
+            # failed and the unit rolled back, exit 1, after the refusal above had recommended it)
+            probs.append(Problem(f"components[{c.name}].migration",
+                                 f"rank(s) {', '.join(w.id for w in dead)} sit on dead node(s): their shards are lost, and a "
+                                 "reboot saves every rank's shards before it stops them, so it has no source either", LOST_FIX))
     return probs
+
+
+LOST_FIX = ("the trainer's state went with the node: leave the component out of the plan (its workers are reaped), "
+            "then add it back, from its initial state or your framework's own checkpoint")
 
 
 # ----------------------------------------------------------------------------- units

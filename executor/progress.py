@@ -50,8 +50,10 @@ def state_table(rows: list[dict], title: str) -> Table:
     for col in ("node", "gpu_type", "alive", "GPUs", "DRAM GB", "workers"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["node"], r["gpu_type"], "yes" if r["alive"] else "DEAD", f"{r['gpus_used']}/{r['gpus']}",
-                  f"{r['dram_used_gb']:.1f}/{r['dram_gb']:g}", r["workers"])  # GB to 0.1: --json has the exact figure
+        known = r["alive"] or bool(r["gpu_type"])  # (Ray reports a dead node without its resources: '?', not '/0')
+        t.add_row(r["node"], r["gpu_type"] or "?", "yes" if r["alive"] else "DEAD", f"{r['gpus_used']}/{r['gpus'] if known else '?'}",
+                  f"{r['dram_used_gb']:.1f}/{r['dram_gb']:g}" if known else f"{r['dram_used_gb']:.1f}/?",
+                  r["workers"])  # GB to 0.1: --json has the exact figure
     return t
 
 

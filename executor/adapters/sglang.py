@@ -158,6 +158,7 @@ class SGLangEngine:
         self.weight_sync_backend = weight_sync_backend
         self.requests: dict[str, Tracked] = {}
         self.paused: Optional[str] = None  # the pause mode in force, if any
+        self.released: Optional[set[str]] = None  # memory tags this client released (None: unknown, none released by it)
         self._closed = False
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -415,8 +416,21 @@ class SGLangEngine:
         if data.get("success") is False:
             raise SGLangError(f"{self.url}: weight-sync group {group_name} not initialised: {data.get('message')}")
 
+    def check_update(self, flush_cache: bool) -> None:
+        """SGLang flushes the cache after a weight update and *asserts* that the flush worked; a paused
+        engine takes the update at once (no wait for its requests), so with requests held in its running
+        batch (``pause(mode=in_place)``) the flush fails and the assertion takes the server down. Refused
+        here instead, with the way out."""
+        held = self.in_flight() if self.paused == "in_place" else []
+        if flush_cache and held:
+            raise SGLangError(f"{self.url}: a weight update with flush_cache while {len(held)} request(s) are held by a "
+                              f"pause with mode=in_place (e.g. {held[0]}) would fail SGLang's 'Cache flush failed after "
+                              "updating weights' assertion and take the server down. Fix: pass flush_cache=False (the "
+                              "held requests keep the KV cache of the old weights), or pause with mode=retract or drain first")
+
     def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
                                         group_name: str, version: str = "", flush_cache: bool = True) -> dict:
+        self.check_update(flush_cache)
         r = self._post("/update_weights_from_distributed", {"names": names, "dtypes": dtypes, "shapes": shapes,
                                                             "group_name": group_name, "flush_cache": flush_cache,
                                                             "weight_version": version}, timeout=max(self.timeout_s, 120.0))
@@ -433,6 +447,7 @@ class SGLangEngine:
                               f"(e.g. {running[0]}); SGLang releases only when idle. Fix: drain the engine, or "
                               f"pause it with mode=retract, first")
         self._post("/release_memory_occupation", {"tags": list(tags)})
+        self.released = (self.released or set()) | set(tags)
 
     def server_info(self) -> dict:
         """``/get_server_info``: the version and the server's arguments."""
@@ -453,6 +468,7 @@ class SGLangEngine:
     def update_weights_from_tensor(self, serialized_per_rank: list[str], version: str = "", flush_cache: bool = True,
                                    load_format: Optional[str] = None) -> dict:
         """Colocated engines: the named tensors, serialised once per TP rank."""
+        self.check_update(flush_cache)
         r = self._post("/update_weights_from_tensor", {"serialized_named_tensors": serialized_per_rank,
                                                        "load_format": load_format, "flush_cache": flush_cache,
                                                        "weight_version": version}, timeout=max(self.timeout_s, 120.0))
@@ -462,7 +478,17 @@ class SGLangEngine:
         return data
 
     def resume_memory(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
+        """Take back memory released with these tags. SGLang's scheduler removes each tag from the
+        released ones (``offload_tags.remove``): a tag that is not released raises there and takes the
+        server down, so one this client knows it did not release (or resumed already) is refused."""
+        if self.released is not None and not set(tags) <= self.released:
+            missing = sorted(set(tags) - self.released)
+            raise SGLangError(f"{self.url}: cannot resume memory tag(s) {', '.join(missing)}: not released (released: "
+                              f"{', '.join(sorted(self.released)) or 'none'}); SGLang's scheduler fails on a tag it did not "
+                              "release and the server goes down. Fix: resume only the tags release_memory was given")
         self._post("/resume_memory_occupation", {"tags": list(tags)})
+        if self.released is not None:
+            self.released -= set(tags)
 
 
 def hand_off(src: SGLangEngine, dst: SGLangEngine) -> list[str]:

@@ -59,22 +59,44 @@ class Coordinator:
 
     # ------------------------------------------------------------------ durability
     def _open(self, state_dir: str) -> None:
-        from executor.workers.coordinator_store import CoordinatorStore
+        """Load the saved state, whole or not at all: a damaged record (of the wrong type, or an event
+        missing a field) raises ``DamagedState`` naming it, here and not in the middle of an apply."""
+        from executor.workers.coordinator_store import CoordinatorStore, DamagedState
 
-        store = self._store = CoordinatorStore(state_dir)
-        saved = store.load()
-        kv = saved["kv"]
+        store = CoordinatorStore(state_dir)
+        try:
+            saved = store.load()
+            kv = saved["kv"]
+            for name in KV:
+                if name in kv:
+                    want = type(getattr(self, name))
+                    if not isinstance(kv[name], want) or isinstance(kv[name], bool):
+                        raise DamagedState(f"the coordinator's state {store.path}: kv record {name!r} holds a "
+                                           f"{type(kv[name]).__name__}, not a {want.__name__}")
+            ev = saved["events"]
+            try:
+                illegal = [str(e["text"]) for e in ev.get("illegal", [])]
+                commits: dict[str, list[dict]] = {}
+                for c in ev.get("commit", []):
+                    commits.setdefault(c["component"], []).append({k: c[k] for k in ("worker", "epoch", "step")})
+                restarts = int(kv.get("restarts", -1)) + 1
+            except (KeyError, TypeError, ValueError) as exc:
+                raise DamagedState(f"the coordinator's state {store.path}: an event or restart record is damaged "
+                                   f"({type(exc).__name__}: {exc})") from None
+            checkpoints = store.load_checkpoints()
+        except BaseException:
+            store.close()
+            raise
+        self._store = store
         for name in KV:
             if name in kv:
                 setattr(self, name, kv[name])
         self.requests = saved["requests"]
-        ev = saved["events"]
         self.rejected = ev.get("rejected", [])
-        self.illegal = [e["text"] for e in ev.get("illegal", [])]
-        for c in ev.get("commit", []):
-            self.commits.setdefault(c["component"], []).append({k: c[k] for k in ("worker", "epoch", "step")})
-        self.checkpoints = store.load_checkpoints()
-        self.restarts = int(kv.get("restarts", -1)) + 1
+        self.illegal = illegal
+        self.commits.update(commits)
+        self.checkpoints = checkpoints
+        self.restarts = restarts
         store.write(kv={"restarts": self.restarts})
 
     def _save(self, *names: str, requests: tuple = (), events: tuple = ()) -> None:

@@ -43,6 +43,20 @@ CREATE TABLE IF NOT EXISTS events(seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TE
 """
 MARKER = "COMMITTED"
 PAYLOAD = "blob.rlps"
+FIX = ("restore the folder from a copy, or move it aside (a coordinator then starts empty and adopts none of the running "
+       "workers: stop them with 'ray stop' and apply again)")
+
+
+class DamagedState(ValueError):
+    """The saved state cannot be read (not a SQLite file, a damaged record): refused whole, never
+    half-loaded. ``what`` names the file and the record, ``fix`` the way out."""
+
+    def __init__(self, what: str, fix: str = FIX) -> None:
+        super().__init__(f"{what}. Fix: {fix}")
+        self.what, self.fix = what, fix
+
+    def __reduce__(self):  # (crosses process boundaries: Ray pickles it with its two fields)
+        return (DamagedState, (self.what, self.fix))
 
 
 class CoordinatorStore:
@@ -51,12 +65,21 @@ class CoordinatorStore:
             raise ValueError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
         self.dir = Path(directory)
         self.ckpt_dir = self.dir / "checkpoints"
-        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(self.dir / "coordinator.sqlite"), timeout=30, isolation_level=None,
-                                  check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute(f"PRAGMA synchronous={synchronous}")
-        self.db.executescript(SCHEMA)
+        self.path = self.dir / "coordinator.sqlite"
+        try:
+            self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as exc:
+            raise DamagedState(f"the coordinator's state folder {self.dir} cannot be used ({type(exc).__name__}: {exc})",
+                               "set RL_PLANNER_RAY_STATE_DIR (or RayBackend's state_dir) to a folder the coordinator's "
+                               "node can create and write (on a real cluster, one every node reaches)") from None
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute(f"PRAGMA synchronous={synchronous}")
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            raise DamagedState(f"the coordinator's state {self.path} is not a usable SQLite file ({exc})") from None
 
     def close(self) -> None:
         self.db.close()
@@ -64,12 +87,27 @@ class CoordinatorStore:
     # ------------------------------------------------------------------ tables
     def load(self) -> dict:
         """Everything saved: ``{"kv": {name: value}, "requests": {id: record}, "events": {kind: [records]}}``."""
-        kv = {n: json.loads(j) for n, j in self.db.execute("SELECT name, json FROM kv")}
-        reqs = {i: json.loads(j) for i, j in self.db.execute("SELECT id, json FROM requests ORDER BY rowid")}
-        events: dict[str, list] = {}
-        for kind, j in self.db.execute("SELECT kind, json FROM events ORDER BY seq"):
-            events.setdefault(kind, []).append(json.loads(j))
+        try:
+            kv = {n: self._json("kv", n, j) for n, j in self.db.execute("SELECT name, json FROM kv")}
+            reqs = {i: self._json("requests", i, j, dict) for i, j in self.db.execute("SELECT id, json FROM requests ORDER BY rowid")}
+            events: dict[str, list] = {}
+            for seq, kind, j in self.db.execute("SELECT seq, kind, json FROM events ORDER BY seq"):
+                events.setdefault(kind, []).append(self._json("events", seq, j, dict))
+        except sqlite3.DatabaseError as exc:
+            raise DamagedState(f"the coordinator's state {self.path} cannot be read ({exc})") from None
         return {"kv": kv, "requests": reqs, "events": events}
+
+    def _json(self, table: str, key: Any, text: Any, kind: type = object) -> Any:
+        """One record's value; a damaged one (not JSON, or not the kind of value the table holds) is
+        refused with the table and key that hold it."""
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise DamagedState(f"the coordinator's state {self.path}: {table} record {key!r} is damaged ({exc})") from None
+        if not isinstance(value, kind):
+            raise DamagedState(f"the coordinator's state {self.path}: {table} record {key!r} holds a {type(value).__name__}, "
+                               f"not a {kind.__name__}")
+        return value
 
     def write(self, kv: dict[str, Any] | None = None, requests: Iterable[dict] = (),
               events: Iterable[tuple[str, Any]] = ()) -> None:

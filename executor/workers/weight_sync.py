@@ -137,6 +137,8 @@ class WeightSyncGroup:
         dtypes = [str(t.dtype).removeprefix("torch.") for t in tensors]
         shapes = [list(t.shape) for t in tensors]
         errors: list[str] = []
+        for e, _ in self.engines:  # an engine that refuses the update refuses it before anything is sent (the
+            e.check_update(True)  # broadcast would otherwise wait for its ranks until the group's timeout)
 
         def post(e: SGLangEngine) -> None:
             try:

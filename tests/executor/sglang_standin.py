@@ -27,6 +27,15 @@ included (each rule names what it mimics in SGLang, ``sglang.srt``):
   server down: the call answers 500, every request in flight ends with an error, and from then
   on every endpoint (``/health`` too) answers 503. Requests retracted by a paused engine may wait
   (``ignore_retracted``); while released, ``/generate`` fails;
+* a weight update (``/update_weights_from_tensor`` or ``_from_distributed``) with ``flush_cache``
+  (the default) on an engine paused with requests held in its running batch (``in_place``) fails
+  the scheduler's ``assert flush_cache_success, "Cache flush failed after updating weights"``
+  (``scheduler_update_weights_mixin``; paused, the update does not wait for the requests), which
+  takes the server down as above;
+* ``/release_memory_occupation`` / ``/resume_memory_occupation`` ``{tags}`` (none: all of
+  ``weights, kv_cache, cuda_graph``): the scheduler adds each released tag to its ``offload_tags``
+  and a resume removes each (``offload_tags.remove``): resuming a tag that is not released raises
+  ``KeyError`` in the scheduler, which takes the server down as above;
 * ``/destroy_weights_update_group`` ``{group_name}``; ``/update_weights_from_tensor``
   ``{serialized_named_tensors, load_format, flush_cache, weight_version}`` (colocated engines;
   SGLang's ``MultiprocessingSerializer`` shares CUDA IPC handles, this stand-in reads the CPU
@@ -59,6 +68,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 VOCAB = 32000
+ALL_TAGS = ("weights", "kv_cache", "cuda_graph")  # sglang.srt.constants.GPU_MEMORY_ALL_TYPES (no tags: all of them)
 
 
 def _h(prefix: list[int]) -> int:
@@ -103,7 +113,8 @@ def make_app(tick_s: float = 0.002, *, version: str = VERSION, launch: dict | No
     app = FastAPI()
     st = {"paused": None, "abort_all": False, "aborted": set(), "running": {}, "released": False, "weights": {},
           "groups": {}, "version": "", "known": set(), "prefill_tokens": 0, "generate_calls": 0,
-          "hold": None, "at_gate": 0, "registered": set(), "dead": False, "duplicates": 0, "aborts": []}
+          "hold": None, "at_gate": 0, "registered": set(), "dead": False, "duplicates": 0, "aborts": [],
+          "offload_tags": set()}
 
     def in_batch() -> int:  # requests holding KV in the running batch
         return sum(1 for r in st["running"].values() if not r["retracted"])
@@ -228,12 +239,19 @@ def make_app(tick_s: float = 0.002, *, version: str = VERSION, launch: dict | No
             st["dead"] = True  # the scheduler's assertion fails and the server goes down with it
             return JSONResponse({"error": "AssertionError: release_memory_occupation should be called only when server "
                                           "is idle."}, status_code=500)
+        tags = (await req.json()).get("tags") or list(ALL_TAGS)
+        st["offload_tags"].update(tags)
         st["released"] = True
         return {}
 
     @app.post("/resume_memory_occupation")
     async def resume(req: Request):
-        st["released"] = False
+        tags = (await req.json()).get("tags") or list(ALL_TAGS)
+        if not set(tags) <= st["offload_tags"]:  # the scheduler's offload_tags.remove(tag): KeyError, the scheduler dies
+            st["dead"] = True
+            return JSONResponse({"error": f"KeyError: {sorted(set(tags) - st['offload_tags'])[0]!r}"}, status_code=500)
+        st["offload_tags"] -= set(tags)
+        st["released"] = bool(st["offload_tags"] & {"weights", "kv_cache"})
         return {}
 
     @app.post("/init_weights_update_group")
@@ -266,9 +284,21 @@ def make_app(tick_s: float = 0.002, *, version: str = VERSION, launch: dict | No
             return {"success": False, "message": f"no group {name}"}
         return {"success": True, "message": "destroyed"}
 
+    def flush_after_update_fails(body: dict):
+        """The scheduler flushes the cache after a weight update (``flush_cache``, default true) and
+        asserts the flush worked; a paused engine takes the update without waiting for its requests
+        (the tokenizer manager skips the model-update lock while paused), so requests held in the
+        running batch (``in_place``) fail the assertion and the server goes down."""
+        if body.get("flush_cache", True) and st["paused"] is not None and in_batch():
+            st["dead"] = True
+            return JSONResponse({"error": "AssertionError: Cache flush failed after updating weights"}, status_code=500)
+        return None
+
     @app.post("/update_weights_from_distributed")
     async def update(req: Request):
         body = await req.json()
+        if (died := flush_after_update_fails(body)) is not None:
+            return died
         pg = st["groups"].get(body["group_name"])
         if pg is None:
             return {"success": False, "message": f"no group {body['group_name']}"}
@@ -295,6 +325,8 @@ def make_app(tick_s: float = 0.002, *, version: str = VERSION, launch: dict | No
         import torch
 
         body = await req.json()
+        if (died := flush_after_update_fails(body)) is not None:
+            return died
         parts = body["serialized_named_tensors"]
         if not isinstance(parts, list) or not parts:
             return JSONResponse({"error": "serialized_named_tensors: one entry per TP rank"}, status_code=400)

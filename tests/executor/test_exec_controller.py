@@ -112,3 +112,30 @@ def test_the_sim_state_file_never_lags_the_journal(tmp_path):
     res = Executor(b, j, on_step=check).apply(diff(observe(b), target(body)).steps)
     assert res.status == "done" and "stop" in seen
     b.close()
+
+
+def test_an_interrupted_apply_is_not_resumed_on_a_cluster_started_anew(tmp_path):
+    """The journal of a cluster by address (or of --address local, a new cluster on every run) names an
+    interrupted apply with steps done; the cluster it now meets was started anew and has none of
+    them. Resuming skipped the 'done' creates and failed at the switch (exit 1, 'not running at the
+    switch'), or ran on over work that is not there; a rollback compensated workers that never
+    existed. Both are refused before anything is done, with the way out."""
+    import pytest
+
+    from estimators.errors import UserError
+
+    j = Journal(tmp_path / "j.db")
+    first = SimBackend(NODES, ticks_per_call=1)
+    steps = diff(observe(first), target(faultlib.base_body())).steps
+    with pytest.raises(ControllerCrash):
+        Executor(first, j, faults=FaultPlan([Fault("create", "after", "crash", nth=1)])).apply(steps, "base")
+    assert j.unfinished() is not None
+    anew = SimBackend(NODES, ticks_per_call=1)  # the same nodes, nothing of the first cluster
+    for attempt in (lambda: Executor(anew, j).apply(steps, "base"), lambda: Executor(anew, j).rollback_unfinished()):
+        with pytest.raises(UserError) as err:
+            attempt()
+        text = str(err.value)
+        assert "bears no mark of any apply" in text and f"mv {j.path} {j.path}.stale" in text
+    assert anew.coord("records") == [] and j.unfinished() is not None  # nothing done, the journal kept as it was
+    res = Executor(first, j).apply(steps, "base")  # the cluster the journal describes still resumes
+    assert res.status == "done" and res.resumed

@@ -91,3 +91,112 @@ def test_store_refuses_an_unknown_sync_mode(tmp_path, bad):
 
     with pytest.raises(ValueError, match="FULL or NORMAL"):
         CoordinatorStore(tmp_path, synchronous=bad)
+
+
+def _sql(d, statement: str) -> None:
+    import sqlite3
+
+    db = sqlite3.connect(str(d / "coordinator.sqlite"))
+    db.execute(statement)
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize("statement, names", [
+    ("UPDATE kv SET json = '{broken' WHERE name = 'leases'", "kv record 'leases' is damaged"),
+    ("UPDATE kv SET json = '[1, 2]' WHERE name = 'registry'", "kv record 'registry' holds a list, not a dict"),
+    ("UPDATE kv SET json = '\"seven\"' WHERE name = 'next_epoch'", "kv record 'next_epoch' holds a str, not a int"),
+    ("UPDATE requests SET json = 'null' WHERE id = 'r0'", "requests record 'r0' holds a NoneType, not a dict"),
+    ("INSERT INTO events(kind, json) VALUES ('commit', '{\"component\": \"j/t\"}')", "an event or restart record is damaged"),
+])
+def test_damaged_saved_state_is_refused_whole_naming_the_record(tmp_path, statement, names):
+    """A damaged record was a JSONDecodeError (or a KeyError later, mid-apply) out of the coordinator
+    actor's constructor: on Ray a dead actor, retried calls and a traceback. It is refused at load,
+    naming the file and the record, and the store is left closed (the file not held)."""
+    from executor.workers.coordinator_store import DamagedState
+
+    _busy(tmp_path)
+    _sql(tmp_path, statement)
+    with pytest.raises(DamagedState) as err:
+        Coordinator(state_dir=str(tmp_path))
+    assert names in err.value.what and str(tmp_path / "coordinator.sqlite") in err.value.what
+    assert "restore the folder" in err.value.fix
+    assert "Fix: restore" in str(err.value)
+
+
+def test_a_state_file_that_is_not_sqlite_is_refused(tmp_path):
+    from executor.workers.coordinator_store import DamagedState
+
+    (tmp_path / "coordinator.sqlite").write_bytes(b"not a database at all, " * 100)
+    with pytest.raises(DamagedState, match="not a usable SQLite file"):
+        Coordinator(state_dir=str(tmp_path))
+
+
+def test_the_coordinator_actor_answers_damage_and_recovers_once_the_folder_is_restored(tmp_path):
+    """On Ray: the actor is not failed at creation; each call reads the state again until it loads."""
+    import pickle
+
+    pytest.importorskip("ray")
+    from executor.backends.ray.actors import CoordinatorActor
+    from executor.workers.coordinator_store import DamagedState
+
+    _busy(tmp_path)
+    _sql(tmp_path, "UPDATE kv SET json = '{broken' WHERE name = 'leases'")
+    actor = CoordinatorActor.__new__(CoordinatorActor)  # (its constructor names the Ray cluster's folder)
+    actor._dir, actor.c = str(tmp_path), None
+    assert isinstance(actor._load(), DamagedState)
+    with pytest.raises(DamagedState) as err:
+        actor.invoke("ping")
+    again = pickle.loads(pickle.dumps(err.value))  # what Ray does with it: both fields survive
+    assert (again.what, again.fix) == (err.value.what, err.value.fix)
+    _sql(tmp_path, "UPDATE kv SET json = '{\"w0\": 1, \"w1\": 2}' WHERE name = 'leases'")
+    actor.invoke("ping")
+    assert actor.invoke("durable")["restarts"] == 1
+
+
+def test_ray_backend_refuses_a_damaged_coordinator_state_as_bad_input(monkeypatch):
+    """The driver's side: the coordinator's answer to its first call becomes a one-line UserError
+    (exit status 2), not 'a bug in rl-planner' with Ray's traceback."""
+    pytest.importorskip("ray")
+    from estimators.errors import UserError
+    from executor.backends.base import Deadlines
+    from executor.backends.ray import backend as rb
+    from executor.workers.coordinator_store import DamagedState
+
+    class Handle:
+        class invoke:
+            @staticmethod
+            def remote(*a):
+                return "ref"
+
+    class Cls:
+        @staticmethod
+        def options(**k):
+            return Cls
+
+        @staticmethod
+        def remote(*a):
+            return Handle()
+
+    def get(ref, timeout=None):
+        raise DamagedState("the coordinator's state /x/coordinator.sqlite: kv record 'leases' is damaged (bad)")
+
+    monkeypatch.setattr(rb, "CoordinatorActorClass", Cls)
+    monkeypatch.setattr(rb.ray, "get", get)
+    b = rb.RayBackend.__new__(rb.RayBackend)
+    b.deadlines, b.namespace, b.state_dir = Deadlines(), "rl-planner", "/x"
+    with pytest.raises(UserError) as err:
+        b._start_coordinator()
+    text = str(err.value)
+    assert "kv record 'leases' is damaged" in text and "Fix: restore the folder" in text
+
+
+def test_a_state_folder_that_cannot_be_made_is_refused_with_the_setting_to_change(tmp_path):
+    """A file where the folder should be (or one the coordinator may not write) was an OSError out of
+    the actor's constructor (on Ray: a dead actor, 'a bug in rl-planner')."""
+    from executor.workers.coordinator_store import DamagedState
+
+    (tmp_path / "taken").write_text("a file, not a folder")
+    with pytest.raises(DamagedState) as err:
+        Coordinator(state_dir=str(tmp_path / "taken" / "cluster-x"))
+    assert "cannot be used" in err.value.what and "RL_PLANNER_RAY_STATE_DIR" in err.value.fix

@@ -188,3 +188,35 @@ def test_every_order_is_capacity_safe_and_every_refusal_is_real(inst):
         want = tgt.components[name].placement_counts() if name in tgt.components else {}
         got = {n: k for n, k in counts.get(name, {}).items() if k}
         assert got == want, name
+
+
+def test_a_trainer_on_a_dead_node_is_refused_for_reboot_and_p2p_with_a_fix_that_works():
+    """A P2P from ranks on a dead node was refused with 'use migration reboot (it restarts from the last
+    saved state)'; the reboot it recommended was then planned, its save failed on the dead ranks and it
+    rolled back (exit 1): there is no saved state. Both are refused, and the fix given (leave the
+    component out, then add it back) applies, on the sim backend, end to end."""
+    from executor import faultlib
+    from executor.backends.base import observe
+    from executor.backends.sim import SimBackend
+    from executor.controller import Executor
+    from executor.faultlib import NODES, TRAINER, target
+    from executor.journal import Journal
+
+    b = SimBackend(NODES, ticks_per_call=1)
+    j = Journal(":memory:")
+    assert Executor(b, j).apply(diff(observe(b), target(faultlib.base_body())).steps, "base").status == "done"
+    for r in b.coord("records"):
+        if r["component"] == TRAINER:
+            b.kill(r["id"])
+    b.coord("mark_node_dead", "t", "no answer")
+    for kind in ("reboot", "p2p"):
+        with pytest.raises(Unreachable) as err:
+            diff(observe(b), target(faultlib.migration_body(kind)))
+        text = str(err.value)
+        assert "sit on dead node(s)" in text and "leave the component out of the plan" in text
+        assert "last saved state" not in text
+    body = faultlib.base_body()
+    body["components"] = [c for c in body["components"] if c["name"] != TRAINER]
+    assert Executor(b, j).apply(diff(observe(b), target(body)).steps, "drop").status == "done"
+    res = Executor(b, j).apply(diff(observe(b), target(faultlib.migration_body("reboot"))).steps, "add")
+    assert res.status == "done" and all(b.train_step(TRAINER, 0))

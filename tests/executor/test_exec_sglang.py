@@ -295,6 +295,49 @@ def test_memory_is_released_only_when_idle(two, engines):
     assert e.requests["y"].output == reference([1], 3)
 
 
+def _named_payload() -> list[str]:
+    from executor.workers.weight_sync import serialize_named
+
+    return [serialize_named({"w": torch.arange(4.0)})]
+
+
+def test_a_weight_update_that_must_flush_while_requests_are_held_in_place_takes_the_server_down(two, engines):
+    """SGLang (``scheduler_update_weights_mixin``) flushes the cache after a weight update and asserts
+    the flush worked; paused, the update does not wait for the requests, so ones held in place fail
+    it and the scheduler dies. The stand-in let the update through, hiding that the adapter sent it."""
+    a, _ = two
+    e = engines(a.url)
+    e.submit("held", [1], 500)
+    _wait_for(lambda: a.stats()["in_batch"] == 1, "the request to run")
+    e.pause("in_place")
+    with pytest.raises(SGLangError, match="500.*Cache flush failed after updating weights"):
+        e._post("/update_weights_from_tensor", {"serialized_named_tensors": _named_payload(), "flush_cache": True})
+    assert not e.healthy() and a.stats()["dead"]
+
+
+def test_the_adapter_refuses_a_flushing_weight_update_while_requests_are_held_in_place(two, engines):
+    """The adapter refuses it first, with the way out; without the flush, after a retract pause, or
+    with nothing held, the update goes through and the held request ends exactly."""
+    a, _ = two
+    e = engines(a.url)
+    e.submit("held", [1], 500)
+    _wait_for(lambda: a.stats()["in_batch"] == 1, "the request to run")
+    e.pause("in_place")
+    for call in (lambda: e.update_weights_from_tensor(_named_payload(), "v1"),
+                 lambda: e.update_weights_from_distributed(["w"], ["float32"], [[4]], "nogroup", "v1")):
+        with pytest.raises(SGLangError, match="held by a pause with mode=in_place.*Fix: pass flush_cache=False"):
+            call()
+    assert e.healthy()  # the server was never asked
+    e.update_weights_from_tensor(_named_payload(), "v2", flush_cache=False)
+    e.pause("retract")
+    e.update_weights_from_tensor(_named_payload(), "v3")
+    e.resume()
+    e.wait(timeout_s=300)
+    assert e.requests["held"].output == reference([1], 500) and e.healthy()
+    e.update_weights_from_tensor(_named_payload(), "v4")  # idle
+    assert a.stats()["dead"] is False
+
+
 def test_generate_timeout_aborts_on_the_server_and_keeps_the_request_resumable(two, engines):
     a, _ = two
     e = engines(a.url, generate_timeout_s=0.3)
@@ -341,3 +384,61 @@ def test_unknown_pause_mode_is_refused_with_the_choices(two, engines):
     a, _ = two
     with pytest.raises(SGLangError, match="abort, retract, in_place"):
         engines(a.url).pause("sleep")
+
+
+def test_a_broadcast_to_an_engine_holding_requests_in_place_is_refused_before_anything_is_sent(two, engines):
+    """The trainer-side group checks every engine first: an engine that would refuse the update makes
+    the broadcast fail at once (the root would otherwise wait in the broadcast for ranks that never
+    receive, until the group's timeout), and the group stays usable once the engine is free."""
+    from executor.workers.weight_sync import WeightSyncGroup
+
+    a, _ = two
+    e = engines(a.url, weight_sync_backend="gloo")
+    g = WeightSyncGroup(backend="gloo", timeout_s=120.0)
+    try:
+        g.ensure([(e, 1)], 0)
+        e.submit("held", [1], 500)
+        _wait_for(lambda: a.stats()["in_batch"] == 1, "the request to run")
+        e.pause("in_place")
+        with pytest.raises(SGLangError, match="held by a pause with mode=in_place"):
+            g.broadcast({"w": torch.arange(4.0)}, "v1")
+        assert e.healthy()
+        e.resume()
+        e.wait(timeout_s=300)
+        g.broadcast({"w": torch.arange(4.0)}, "v2")  # the same group, nothing left half-sent
+        assert e.requests["held"].output == reference([1], 500) and not a.stats()["dead"]
+    finally:
+        g.close()
+
+
+def test_resuming_memory_that_is_not_released_takes_the_server_down(two, engines):
+    """SGLang's scheduler removes each resumed tag from the released ones (``offload_tags.remove``):
+    a tag that is not released raises there and the scheduler dies. The stand-in answered 200."""
+    a, _ = two
+    e = engines(a.url)
+    e._post("/release_memory_occupation", {"tags": ["kv_cache"]})
+    e._post("/resume_memory_occupation", {"tags": ["kv_cache"]})
+    with pytest.raises(SGLangError, match="500.*KeyError"):
+        e._post("/resume_memory_occupation", {"tags": ["kv_cache"]})  # twice (bypassing the adapter's check)
+    assert not e.healthy() and a.stats()["dead"]
+
+
+def test_the_adapter_resumes_only_the_memory_it_released(two, engines):
+    """Releasing the KV cache and then resuming with the default tags (weights too) took a real
+    server down; the adapter refuses it, naming the tags, and resumes exactly what was released."""
+    a, _ = two
+    e = engines(a.url)
+    e.release_memory(("kv_cache",))
+    with pytest.raises(SGLangError, match="cannot resume memory tag.*weights: not released.*Fix: resume only"):
+        e.resume_memory()  # the defaults: weights and kv_cache
+    assert e.healthy()
+    e.resume_memory(("kv_cache",))
+    with pytest.raises(SGLangError, match="kv_cache: not released"):
+        e.resume_memory(("kv_cache",))  # twice
+    e.submit("x", [1], 3)
+    e.wait()
+    assert e.requests["x"].output == reference([1], 3) and not a.stats()["dead"]
+    e.release_memory()
+    fresh = engines(a.url)  # a new client (a restarted worker) does not know what an earlier one released: not refused
+    fresh.resume_memory()
+    assert fresh.healthy() and not a.stats()["dead"]

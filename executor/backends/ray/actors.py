@@ -38,12 +38,31 @@ def cluster_state_dir(state_dir: str) -> str:
 
 
 class CoordinatorActor:
-    def __init__(self, state_dir: Optional[str] = None) -> None:
-        from executor.workers.coordinator import Coordinator
+    """The coordinator in its own process. Saved state that cannot be read (``DamagedState``) does not
+    fail the actor's creation (Ray would report a dead actor and retry the calls made to it): the
+    actor lives on and answers every call with that error, reading the state again first, so once
+    the folder is restored the next call finds it."""
 
-        self.c = Coordinator(state_dir=cluster_state_dir(state_dir) if state_dir else None)
+    def __init__(self, state_dir: Optional[str] = None) -> None:
+        self._dir = cluster_state_dir(state_dir) if state_dir else None
+        self.c: Any = None
+        self._load()
+
+    def _load(self) -> Optional[BaseException]:
+        from executor.workers.coordinator import Coordinator
+        from executor.workers.coordinator_store import DamagedState
+
+        try:
+            self.c = Coordinator(state_dir=self._dir)
+        except DamagedState as exc:
+            return exc
+        return None
 
     def invoke(self, method: str, *args: Any) -> Any:
+        if self.c is None:
+            damaged = self._load()
+            if damaged is not None:
+                raise damaged
         return getattr(self.c, method)(*args)
 
     def pid(self) -> int:

@@ -47,9 +47,11 @@ from typing import Any, Optional
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from estimators.errors import Problem, UserError
 from executor.backends.base import Deadlines, StartFailed, WorkerLost
 from executor.backends.ray import cluster as rc
 from executor.backends.ray.actors import COORDINATOR, CoordinatorActorClass, WorkerActorClass
+from executor.workers.coordinator_store import DamagedState
 from executor.migrations import reshard as rs
 from executor.state import Layout, Node
 from executor.workers.model import ModelSpec
@@ -99,7 +101,10 @@ class RayBackend:
     def _start_coordinator(self):
         h = CoordinatorActorClass.options(name=COORDINATOR, namespace=self.namespace, lifetime="detached", get_if_exists=True,
                                           max_restarts=-1, max_task_retries=-1).remote(self.state_dir)
-        ray.get(h.invoke.remote("ping"), timeout=self.deadlines.start_s)
+        try:
+            ray.get(h.invoke.remote("ping"), timeout=self.deadlines.start_s)
+        except DamagedState as exc:  # (Ray's error for the call is also an instance of its cause)
+            raise UserError(Problem("coordinator state", exc.what, exc.fix)) from None
         return h
 
     # ------------------------------------------------------------------ basics

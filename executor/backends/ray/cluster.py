@@ -82,24 +82,36 @@ def connect(address: Optional[str], timeout_s: float = 5.0) -> None:
         try:
             with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
                 pass
-        except (OSError, ValueError) as exc:
+        except ValueError:
+            raise ConnectionError(f"{address!r} is not HOST:PORT (the port a number)") from None
+        except OSError as exc:
             raise ConnectionError(f"nothing answers at {address} ({exc})") from None
-    ray.init(address=address or "auto", namespace=NAMESPACE, log_to_driver=False)
+    try:
+        ray.init(address=address or "auto", namespace=NAMESPACE, log_to_driver=False)
+    except ValueError as exc:  # e.g. a ray:// address without the Ray Client package: one line, not an internal error
+        raise ConnectionError(f"Ray refused the address: {exc}") from None
 
 
 def ray_nodes() -> dict[str, Node]:
-    """Planner nodes as the Ray cluster reports them (dead Ray nodes are kept, marked dead)."""
+    """Planner nodes as the Ray cluster reports them (dead Ray nodes are kept, marked dead).
+
+    Ray reports a dead node with no resources at all: its name then comes from its ``rlp-node``
+    label (which it keeps), so a node that died is *dead* here, not unknown; without that, ranks on
+    it were not seen to sit on a dead node and a P2P copy from them was planned (and failed)
+    instead of refused. Its GPUs and DRAM are unknown once it is dead (0)."""
     import ray
 
     out: dict[str, Node] = {}
     for rn in ray.nodes():
         res = rn.get("Resources") or {}
+        alive = bool(rn.get("Alive"))
         names = [k[len(NODE_PREFIX):] for k in res if k.startswith(NODE_PREFIX)]
+        if not names and not alive and (rn.get("Labels") or {}).get(NODE_LABEL):
+            names = [str(rn["Labels"][NODE_LABEL])]
         if not names:
             continue
-        gpu_type, gpus = gpu_type_of(res)
+        gpu_type, gpus = gpu_type_of(res) if res else ("", 0)
         name = names[0]
-        alive = bool(rn.get("Alive"))
         if name in out and out[name].alive and not alive:
             continue  # a restarted node: keep the live one
         out[name] = Node(name, gpu_type, gpus, float(res.get(DRAM, 0.0)), alive)
