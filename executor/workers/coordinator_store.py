@@ -19,9 +19,13 @@ writes every change here before the call that made it returns, and a restarted c
 * ``checkpoints/<key>/``: one directory per checkpoint key. The payload (``blob.rlps``: the
   object as typed JSON with every tensor as raw bytes, :mod:`executor.safestate`, so it loads bit
   for bit and a crafted file can never run code) is written and fsynced first; the commit marker ``COMMITTED`` (the payload's SHA-256) is
-  written last, by an atomic rename. A directory without a valid marker is a write that a crash
+  written last, by an atomic rename. A directory without a marker is a write that a crash
   interrupted: it is ignored and removed on load, so a checkpoint is either wholly there or
-  absent. On a real cluster ``state_dir`` is a shared directory (NFS, a mounted bucket) that the
+  absent. A directory *with* its marker whose payload is missing, does not match the marker's
+  SHA-256 or does not load was committed whole and damaged since (the disk, a hand edit): it may be
+  a parked component's only copy, so it is never removed; the load is refused (``DamagedState``
+  naming the directory, exit 2 in the commands) until it is restored or moved aside (before, it was
+  deleted in silence and the component's state was gone). On a real cluster ``state_dir`` is a shared directory (NFS, a mounted bucket) that the
   node the coordinator restarts on can read.
 """
 
@@ -153,21 +157,27 @@ class CoordinatorStore:
         _fsync_dir(d)
 
     def load_checkpoints(self) -> dict[str, Any]:
-        """Every committed checkpoint; an uncommitted or corrupt directory is removed."""
+        """Every committed checkpoint; an uncommitted directory (no marker: an interrupted write) is
+        removed, a committed one that no longer loads refused (module docstring)."""
         from executor import safestate
 
         out = {}
         for d in sorted(self.ckpt_dir.iterdir()) if self.ckpt_dir.exists() else []:
             marker = d / MARKER
+            if not marker.is_file():
+                shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
+                continue
             try:
                 meta = json.loads(marker.read_text())
                 data = (d / PAYLOAD).read_bytes()
-                if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-                    raise ValueError("payload does not match its commit marker")
+                if not isinstance(meta, dict) or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+                    raise ValueError("its payload does not match its commit marker")
                 blob = safestate.loads(data)
-            except (OSError, ValueError, KeyError, safestate.BadState):
-                shutil.rmtree(d, ignore_errors=True)
-                continue
+            except (OSError, ValueError, KeyError, safestate.BadState) as exc:
+                raise DamagedState(f"the coordinator's checkpoint {d} ({unquote(d.name)!r}) was committed and is damaged "
+                                   f"({type(exc).__name__}: {exc})",
+                                   f"restore that folder from a copy; or, to give up that saved state, move it out of "
+                                   f"{self.ckpt_dir}") from None
             out[unquote(d.name)] = blob
         return out
 

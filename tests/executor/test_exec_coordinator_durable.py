@@ -67,13 +67,34 @@ def test_a_checkpoint_is_there_only_once_its_commit_marker_is(tmp_path):
     assert c.put_checkpoint("w", e, "ck/b", {"x": torch.zeros(3)})
     d = tmp_path / "checkpoints"
     (d / "ck%2Fb" / MARKER).unlink()  # a crash after the payload, before the marker
-    with open(d / "ck%2Fa" / PAYLOAD, "r+b") as f:  # and a payload torn after its marker was written
-        f.seek(0, os.SEEK_END)
-        f.write(b"torn")
     os.makedirs(d / "ck%2Fc")  # a crash before anything was written
     new = Coordinator(state_dir=str(tmp_path))
-    assert new.checkpoint_keys() == []
-    assert sorted(os.listdir(d)) == []  # the incomplete writes are cleaned up
+    assert new.checkpoint_keys() == ["ck/a"]
+    assert sorted(os.listdir(d)) == ["ck%2Fa"]  # the incomplete writes are cleaned up
+
+
+def test_a_committed_checkpoint_damaged_since_is_refused_and_kept(tmp_path):
+    """A payload changed after its marker was written (the marker comes last, so no crash does that: the disk or a
+    hand edit) may be a parked component's only copy: the load is refused naming it, and nothing is removed; moved
+    out of the folder, the rest loads (before, it was deleted in silence)."""
+    from executor.workers.coordinator_store import DamagedState
+
+    c = Coordinator(state_dir=str(tmp_path))
+    e = c.grant("w")
+    assert c.put_checkpoint("w", e, "ck/a", {"x": torch.ones(3)})
+    assert c.put_checkpoint("w", e, "ck/b", {"x": torch.zeros(3)})
+    d = tmp_path / "checkpoints"
+    with open(d / "ck%2Fa" / PAYLOAD, "r+b") as f:
+        f.seek(0, os.SEEK_END)
+        f.write(b"torn")
+    before = (d / "ck%2Fa" / PAYLOAD).read_bytes()
+    with pytest.raises(DamagedState) as err:
+        Coordinator(state_dir=str(tmp_path))
+    assert "ck%2Fa" in str(err.value) and "'ck/a'" in str(err.value) and "does not match" in str(err.value)
+    assert "restore that folder" in str(err.value)
+    assert (d / "ck%2Fa" / PAYLOAD).read_bytes() == before and (d / "ck%2Fa" / MARKER).exists()
+    os.rename(d / "ck%2Fa", tmp_path / "aside")
+    assert Coordinator(state_dir=str(tmp_path)).checkpoint_keys() == ["ck/b"]
 
 
 def test_dropped_checkpoints_stay_dropped(tmp_path):
