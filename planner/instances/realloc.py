@@ -876,6 +876,19 @@ def load_snapshots(path) -> list[TelemetrySnapshot]:
     return out
 
 
+def check_time_order(snaps: list[TelemetrySnapshot], source: str = "") -> None:
+    """A stream of one job's snapshots must run in time order (by iteration, then ``time_s``): else a
+    :class:`UserError` naming the first snapshot that goes back and the one before it."""
+    for k in range(1, len(snaps)):
+        a, b = snaps[k - 1], snaps[k]
+        if (b.iteration, b.time_s) < (a.iteration, a.time_s):
+            field = "iteration" if b.iteration < a.iteration else "time_s"
+            raise UserError(Problem(f"snapshots[{k}].{field}",
+                                    f"snapshots are not in time order: snapshots[{k}] (iteration {b.iteration}, time_s {b.time_s:g}) "
+                                    f"comes after snapshots[{k - 1}] (iteration {a.iteration}, time_s {a.time_s:g})",
+                                    "list them by iteration, then time_s", source=source))
+
+
 def _fix_for(err: ErrorDetails) -> str:
     t = err["type"]
     loc = [str(x) for x in err["loc"]]
