@@ -85,7 +85,7 @@ def run(args) -> int:
     from formulation.realloc.donors import DonorDetector
     from planner import plandoc
     from planner.errors import Problem, UserError
-    from planner.instances.realloc import build_context, check_against_scenario, load_snapshots
+    from planner.instances.realloc import build_context, check_against_scenario, check_time_order, load_snapshots
 
     from planner.commands._args import check_outputs
     from planner.dockind import SCENARIO, SNAPSHOT, expect
@@ -104,9 +104,7 @@ def run(args) -> int:
 
         found = expect(args.scenario, [SCENARIO], "--scenario", "realloc")
         scenario = load_scenario(args.scenario, parsed=found.doc)
-    snaps_sorted = sorted(snaps, key=lambda s: (s.iteration, s.time_s))
-    if [id(s) for s in snaps_sorted] != [id(s) for s in snaps]:
-        raise UserError(Problem("SNAPSHOT", "snapshots are not in time order", "list them by iteration, then time_s"))
+    check_time_order(snaps, str(args.snapshot))
     jobs = sorted({s.job for s in snaps})
     if len(jobs) > 1:
         raise UserError(Problem("SNAPSHOT", f"snapshots of several jobs ({', '.join(jobs)})", "pass one job's snapshots per call"))
@@ -146,7 +144,7 @@ def _run_completion(args) -> int:
     from planner.errors import Problem, UserError
     from planner.instances.completion_io import (ContextError, check_against_setup, check_against_snapshot, check_record,
                                                  context_from_data, decide_stream, make_decision)
-    from planner.instances.realloc import check_against_scenario, load_snapshots
+    from planner.instances.realloc import check_against_scenario, check_time_order, load_snapshots
     from planner.instances.simulate import check_job_fits_cluster, cluster_view, job_setup
     from planner.schema import load_scenario
 
@@ -156,8 +154,7 @@ def _run_completion(args) -> int:
         raise UserError(Problem("--context", "missing", "--decision completion needs the job's context at the last snapshot"))
     expect(args.snapshot, [SNAPSHOT], "SNAPSHOT", "realloc")
     snaps = load_snapshots(args.snapshot)
-    if sorted(snaps, key=lambda s: (s.iteration, s.time_s)) != snaps:
-        raise UserError(Problem("SNAPSHOT", "snapshots are not in time order", "list them by iteration, then time_s"))
+    check_time_order(snaps, str(args.snapshot))
     found = expect(args.scenario, [SCENARIO], "--scenario", "realloc")
     sc = load_scenario(args.scenario, parsed=found.doc)
     names = sorted({s.job for s in snaps})

@@ -335,6 +335,7 @@ def check_against_setup(ctx, setup, where: str = "context") -> None:
                                                                      f"group_size = {wl.n_prompts} x {wl.group_size})",
                                "give the context of this scenario's job")
     reqs = ctx.components["rollout"].requests or {}
+    _check_request_counts(reqs, ctx.components["rollout"].pending, wl, where)
     cap = float(wl.max_response_tokens) * max(1, wl.turns)  # (turns: each turn's share rounds up to a token)
     for k in ("generated", "done_length", "pend_length"):
         a = reqs.get(k)
@@ -343,6 +344,36 @@ def check_against_setup(ctx, setup, where: str = "context") -> None:
             raise ContextError(f"{where}.components.rollout.requests.{k}[{i}]",
                                f"{float(a[i]):g} tokens, more than the job's max_response_tokens ({wl.max_response_tokens})",
                                f"write each response's tokens, at most {wl.max_response_tokens}, or give the scenario the job runs in")
+
+
+def _check_request_counts(reqs: dict, pending: int, wl, where: str) -> None:
+    """The rollout's requests fit one iteration of the job: no more unfinished ones than its ``pending`` (every
+    unfinished request of the iteration), no GRPO group with more samples open and finished than ``group_size``, and
+    no more samples in all (open, finished in open groups, finished on their way to training) than the iteration's
+    requests. Past them the decision predicted the end of another, larger iteration (2,280 open requests of a
+    384-request job: the keep prediction 26x longer, and the move committed)."""
+    path = f"{where}.components.rollout.requests"
+    group = reqs.get("group")
+    n_open = 0 if group is None else int(group.size)
+    if n_open > pending:
+        raise ContextError(f"{path}.group", f"{n_open} unfinished requests, more than the rollout's pending ({pending})",
+                           "list each unfinished request once, as many as the rollout's pending")
+    done = reqs.get("done_group")
+    ids = np.concatenate([a for a in (group, done) if a is not None and a.size] or [np.zeros(0, dtype=int)]).astype(int)
+    if ids.size:
+        gid, count = np.unique(ids, return_counts=True)
+        if int(count.max()) > wl.group_size:
+            k = int(np.argmax(count))
+            field = "done_group" if done is not None and done.size else "group"
+            raise ContextError(f"{path}.{field}", f"group {int(gid[k])} has {int(count[k])} samples open or finished, more than "
+                                                  f"the job's group_size ({wl.group_size})",
+                               "list each sample of a group once (its open request, or its finished length)")
+    total = n_open + sum(int(reqs[k].size) for k in ("done_length", "pend_length") if reqs.get(k) is not None)
+    if total > wl.n_requests:
+        raise ContextError(f"{path}.pend_length", f"{total} samples open or finished, more than the {wl.n_requests} requests "
+                                                  f"an iteration of the scenario's job has (batch_prompts x group_size = "
+                                                  f"{wl.n_prompts} x {wl.group_size})",
+                           "give this iteration's samples only, or the scenario the job runs in")
 
 
 def check_against_snapshot(ctx, snap, where: str = "context") -> None:

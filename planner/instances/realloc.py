@@ -506,6 +506,31 @@ def _unit(kind: str, facts: Optional[_JobFacts], workers) -> int:
     return min(w.gpus for w in workers)
 
 
+def _check_units(snap: TelemetrySnapshot, comp, facts: Optional[_JobFacts], workers) -> None:
+    """With a scenario, an engine (rollout, tool agent: the rollout TP) or a trainer replica (trainer, critic: TP x PP)
+    is a whole unit inside one node: a component of those kinds holding another count on a node contradicts the
+    scenario, and planning on it would grow or shrink it by parts of a unit. Log-prob inference (reference, reward)
+    runs on any count (the simulator and the daemon give it what fragmentation leaves) and is not checked."""
+    if facts is None or comp.kind not in STATEFUL_KINDS and comp.kind not in ("rollout", "tool_agent"):
+        return
+    want = facts.trainer_unit if comp.kind in STATEFUL_KINDS else facts.rollout_tp
+    if want <= 1:
+        return
+    per_node: dict[str, int] = {}
+    for w in workers:
+        per_node[w.node] = per_node.get(w.node, 0) + w.gpus
+    bad = next((n for n, g in per_node.items() if g % want), None)
+    if bad is None:
+        return
+    k, w = next((k, w) for k, w in enumerate(snap.workers) if w.component == comp.name and w.node == bad)
+    what = ("a trainer replica is TP x PP = " if comp.kind in STATEFUL_KINDS else "an engine is the rollout TP = ") + f"{want} GPUs"
+    raise UserError(Problem(f"workers[{k}] ({w.worker_id})",
+                            f"component '{comp.name}' ({comp.kind}) holds {per_node[bad]} GPU(s) on node {bad}, not a whole "
+                            f"number of its units: in job '{snap.job}' of the scenario {what} inside one node",
+                            "report each worker's GPUs as the job runs them (whole engines / replicas on each node), or pass "
+                            "the scenario whose TP and PP the job runs with"))
+
+
 def _horizon(snap: TelemetrySnapshot) -> float:
     dyn = [c.progress for c in snap.components if c.kind in DYNAMIC_KINDS and c.progress < 1.0]
     if not dyn or snap.time_s <= 0:
@@ -610,6 +635,7 @@ def build_context(snap: TelemetrySnapshot, scenario=None, predictor=None, *, hor
             curves = {t: Curve(cv.gpus, tuple(y / divide for y in cv.throughput), cv.extrapolate) for t, cv in curves.items()}
         model = facts.model if facts is not None else None
         params = float(model.num_params) if model is not None else 0.0
+        _check_units(snap, comp, facts, workers)
         components[comp.name] = ComponentContext(
             curves=curves, unit_gpus=_unit(comp.kind, facts, workers), allowed_types=tuple(types),
             weight_bytes=2.0 * params, sharded_state_bytes=12.0 * params if comp.kind in STATEFUL_KINDS else 0.0,
@@ -874,6 +900,19 @@ def load_snapshots(path) -> list[TelemetrySnapshot]:
     if not out:
         raise UserError(Problem("", "the file holds no snapshot", "write at least one snapshot", source=str(p)))
     return out
+
+
+def check_time_order(snaps: list[TelemetrySnapshot], source: str = "") -> None:
+    """A stream of one job's snapshots must run in time order (by iteration, then ``time_s``): else a
+    :class:`UserError` naming the first snapshot that goes back and the one before it."""
+    for k in range(1, len(snaps)):
+        a, b = snaps[k - 1], snaps[k]
+        if (b.iteration, b.time_s) < (a.iteration, a.time_s):
+            field = "iteration" if b.iteration < a.iteration else "time_s"
+            raise UserError(Problem(f"snapshots[{k}].{field}",
+                                    f"snapshots are not in time order: snapshots[{k}] (iteration {b.iteration}, time_s {b.time_s:g}) "
+                                    f"comes after snapshots[{k - 1}] (iteration {a.iteration}, time_s {a.time_s:g})",
+                                    "list them by iteration, then time_s", source=source))
 
 
 def _fix_for(err: ErrorDetails) -> str:

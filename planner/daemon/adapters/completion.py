@@ -136,7 +136,15 @@ def plan_body(snapshot, scenario: Optional[Scenario], target: dict, *, reason: s
     names = _roles(graph)
     want = {names[r]: int(target[r]) for r in ROLES}
     rctx = build_context(snapshot, scenario, predictor)
-    shrinking = [n for n in want if want[n] < sum(graph.nodes[n].gpus_by_node().values())]
+    held = {n: sum(graph.nodes[n].gpus_by_node().values()) for n in want}
+    stuck = [n for n in want if want[n] != held[n] and not graph.nodes[n].interruptible]
+    if stuck:
+        # the target was chosen with every component moving: moving the others alone would drain GPUs for a
+        # component that cannot take them yet (or take GPUs one cannot give), leaving them owned by no one
+        return None, {r: held[names[r]] for r in ROLES}, (
+            f"{', '.join(stuck)} {'is' if len(stuck) == 1 else 'are'} not at an interruptible point (interruptible: false); "
+            "the move waits for one")
+    shrinking = [n for n in want if want[n] < held[n]]
     base = build_instance(graph, rctx, shrinking, max_candidates=1, margin=margin)  # every stage's current allocation, curves
     new = joint_allocation(graph, rctx, want)
     pools = {p.name: p for p in rctx.pools}
