@@ -42,7 +42,7 @@ def run(args) -> int:
 
     from planner.commands._args import check_outputs
 
-    check_outputs(args, "out")
+    check_outputs(args, "out", inputs=[("INPUT", args.input)])
 
     from formulation.common import SolveRecord, SolveStatus
     from formulation.placement.evaluate import Index, Solution

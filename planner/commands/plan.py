@@ -70,7 +70,7 @@ def _check_args(args) -> None:
     from planner.errors import Problem, UserError
 
     check_solver_args(args)
-    check_outputs(args, "out", "plot", "save_instance", "slo_curve_plot")
+    check_outputs(args, "out", "plot", "save_instance", "slo_curve_plot", inputs=[("INPUT", args.input)])
     if args.slo_curve_plot and not args.slo_curve:
         raise UserError(Problem("--slo-curve-plot", "draws the curve --slo-curve computes", "add --slo-curve"))
     if args.move_price is not None and args.move_price < 0:
