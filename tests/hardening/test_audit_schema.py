@@ -79,3 +79,67 @@ def test_plan_may_still_write_over_its_current_plan(tmp_path):
     rc, output, _cpu, _rss = run_inprocess(["plan", str(TINY_2), "--current", str(plan), "-o", str(plan)])
     assert rc == 0, output[-2000:]
     assert yaml.safe_load(plan.read_text())["kind"] == "PlacementPlan"
+
+
+def _two_types(tmp_path) -> tuple[Path, Path]:
+    """tiny-2jobs with small-b on H100 nodes of its own (so admitting it opens a new group and leaves
+    small-a's group as it was), and the same scenario without small-b."""
+    d = yaml.safe_load(TINY_2.read_text())
+    d["gpu_types"]["H100"] = {"price_per_gpu_hour": 2.0}
+    d["cluster"]["node_groups"].append({"name": "h100", "gpu_type": "H100", "count": 2, "gpus_per_node": 8,
+                                        "host_dram_gb": 512, "cluster": "b"})
+    d["jobs"][1]["rollout"]["gpu_types"] = ["H100"]
+    d["jobs"][1]["trainer"]["gpu_types"] = ["H100"]
+    both, one = tmp_path / "both.yaml", tmp_path / "one.yaml"
+    both.write_text(yaml.safe_dump(d, sort_keys=False))
+    d["jobs"] = d["jobs"][:1]
+    one.write_text(yaml.safe_dump(d, sort_keys=False))
+    return both, one
+
+
+def _edit_cycle(g):
+    g["cycle_time_s"] = 1.0
+
+
+def _edit_member_cycle(g):
+    g["members"][0]["cycle_time_s"] = 1.0
+
+
+def _edit_slack(g):
+    g["members"][0]["slack_s"] = 0.5
+
+
+def _edit_critical(g):
+    g["critical"] = ["X:nothing"]
+
+
+def _edit_busy(g):
+    g["rollout_busy"] = 0.01
+
+
+@pytest.mark.parametrize("edit", [_edit_cycle, _edit_member_cycle, _edit_slack, _edit_critical, _edit_busy],
+                         ids=["cycle", "member-cycle", "slack", "critical", "busy"])
+def test_admit_does_not_carry_a_hand_edited_schedule_into_its_plan(tmp_path, edit):
+    """admit takes the groups it does not touch over from the current plan as they are: a current plan
+    whose group recorded a wrong cycle_time_s (or slack, critical cycle, busy share) gave an admitted
+    plan, written with exit 0, that `validate-plan` refuses (cycle-time, slo-claim, critical). The
+    group is rebuilt from its members' phase times instead, as `plan --current` does."""
+    both, one = _two_types(tmp_path)
+    current = tmp_path / "current.yaml"
+    rc, output, _cpu, _rss = run_inprocess(["plan", str(one), "-o", str(current)])
+    assert rc == 0, output[-2000:]
+    doc = yaml.safe_load(current.read_text())
+    assert [m["job"] for m in doc["body"]["groups"][0]["members"]] == ["small-a"]
+    was = dict(doc["body"]["groups"][0])
+    edit(doc["body"]["groups"][0])
+    current.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = tmp_path / "admitted.yaml"
+    rc, output, _cpu, _rss = run_inprocess(["admit", str(both), "--current", str(current), "--job", "small-b", "-o", str(out)])
+    assert rc == 0, output[-2000:]
+    admitted = yaml.safe_load(out.read_text())
+    assert len(admitted["body"]["groups"]) == 2  # small-b in a group of its own: small-a's group untouched by the move
+    g = next(g for g in admitted["body"]["groups"] if g["order"] == ["small-a"])
+    for key in ("cycle_time_s", "rollout_busy", "train_busy"):  # (validate-plan does not judge the busy shares)
+        assert g[key] == pytest.approx(was[key], rel=1e-6), key
+    rc, output, _cpu, _rss = run_inprocess(["validate-plan", str(both), str(out)])
+    assert rc == 0, output[-2000:]
