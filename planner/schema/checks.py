@@ -25,7 +25,7 @@ from estimators import hfconfig
 from estimators import models as model_presets
 from planner.errors import Problem, UserError, did_you_mean
 from planner.safeload import Document
-from planner.schema.scenario import Scenario, ServegenLengths
+from planner.schema.scenario import NodeGroupSpec, Scenario, ServegenLengths
 
 
 def check_scenario(sc: Scenario, doc: Document | None = None, *, buys_nodes: bool = False) -> None:
@@ -65,7 +65,8 @@ def check_scenario(sc: Scenario, doc: Document | None = None, *, buys_nodes: boo
             used_types.append(g.gpu_type)
         if g.cluster not in fabrics:
             add(p + ("cluster",), f"cluster '{g.cluster}' is not defined.{did_you_mean(g.cluster, fabrics)}",
-                f"add it under cluster.clusters or use one of {', '.join(fabrics)}")
+                f"add it under cluster.clusters or use one of {', '.join(dict.fromkeys(fabrics))}")
+    _same_type_groups_alike(sc, add)
     for t in sorted(set(used_types)):
         priced = sc.gpu_types.get(t)
         if priced is None or priced.price_per_gpu_hour is None:
@@ -194,6 +195,28 @@ def placeable_problems(sc: Scenario, doc: Document | None = None) -> list[Proble
         fix += "; or, to plan the other jobs without it, --allow-unplaced (here and with planner plan)"
         problems.append(Problem(_fmt(path), msg, fix, source=doc.where(path) if doc else ""))
     return problems
+
+
+def _same_type_groups_alike(sc: Scenario, add) -> None:
+    """Node groups of one GPU type hold alike nodes: the planner plans a type's nodes as one pool
+    kind, with the first group's GPUs per node and fabric (and the smallest host DRAM). A second
+    H20 group of 1-GPU nodes was planned as 8-GPU nodes: a tp=8 rollout pinned to a 1-GPU node,
+    16 GPUs priced where 9 exist, with `validate` and `validate-plan` passing (an outside audit)."""
+    first: dict[str, tuple[int, NodeGroupSpec]] = {}
+    for i, g in enumerate(sc.cluster.node_groups):
+        k, ref = first.setdefault(g.gpu_type, (i, g))
+        if k == i:
+            continue
+        for field in ("gpus_per_node", "host_dram_gb", "cluster"):
+            mine, theirs = getattr(g, field), getattr(ref, field)
+            if mine != theirs:
+                shown = (lambda v: f"'{v}'") if field == "cluster" else (lambda v: f"{v:g}")
+                add(("cluster", "node_groups", i, field),
+                    f"node group '{g.name}' has {field} {shown(mine)} but '{ref.name}' "
+                    f"(cluster.node_groups[{k}]), of the same GPU type {g.gpu_type}, has {shown(theirs)}: the planner treats "
+                    "every node of a GPU type alike",
+                    f"give both the same {field}, or make one a GPU type of its own (gpu_types: {{{g.gpu_type}-{g.name}: "
+                    f"{{base: {g.gpu_type}, price_per_gpu_hour: ...}}}} and gpu_type: {g.gpu_type}-{g.name} in this group)")
 
 
 def _capacity_planning(sc: Scenario) -> bool:

@@ -115,7 +115,9 @@ class ClusterSpec(Strict):
 
     clusters: list[FabricSpec] = Field(default_factory=lambda: [FabricSpec(name="default")], min_length=1, max_length=MAX_FABRICS,
                                        description="network fabrics; default: one named 'default'")
-    node_groups: list[NodeGroupSpec] = Field(min_length=1, max_length=MAX_NODE_GROUPS, description="groups of identical nodes")
+    node_groups: list[NodeGroupSpec] = Field(min_length=1, max_length=MAX_NODE_GROUPS, description=(
+        "groups of identical nodes; the groups of one GPU type agree on gpus_per_node, host_dram_gb and cluster "
+        "(a different node: a GPU type of its own, with base:)"))
 
     @model_validator(mode="after")
     def _total(self):

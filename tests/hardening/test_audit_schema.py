@@ -143,3 +143,37 @@ def test_admit_does_not_carry_a_hand_edited_schedule_into_its_plan(tmp_path, edi
         assert g[key] == pytest.approx(was[key], rel=1e-6), key
     rc, output, _cpu, _rss = run_inprocess(["validate-plan", str(both), str(out)])
     assert rc == 0, output[-2000:]
+
+
+@pytest.mark.parametrize("field,value", [("gpus_per_node", 1), ("host_dram_gb", 64), ("cluster", "a")])
+def test_node_groups_of_one_gpu_type_must_hold_alike_nodes(tmp_path, field, value):
+    """The planner plans a GPU type's nodes as one kind (the first group's GPUs per node and fabric, the
+    smallest host DRAM): with an H20 group of one 8-GPU node and one of 1-GPU nodes, `plan` pinned a tp=8
+    rollout to an 8-GPU and a 1-GPU node, priced as 16 GPUs where 9 exist (validate and validate-plan
+    passing). Refused, naming the group and the fix."""
+    d = yaml.safe_load(TINY_2.read_text())
+    extra = {"name": "h800-odd", "gpu_type": "H800", "count": 2, "gpus_per_node": 8, "host_dram_gb": 512, "cluster": "b"}
+    extra[field] = value
+    d["cluster"]["node_groups"].append(extra)
+    s = tmp_path / "s.yaml"
+    s.write_text(yaml.safe_dump(d, sort_keys=False))
+    for argv in (["validate", str(s)], ["plan", str(s), "-o", str(tmp_path / "p.yaml")]):
+        rc, output, _cpu, rss = run_inprocess(argv)
+        _refused(rc, output, rss, f"cluster.node_groups[2].{field}", "h800-odd", "same GPU type H800", "base: H800")
+    assert not (tmp_path / "p.yaml").exists()
+    # the fix the message gives: a GPU type of its own, derived from H800
+    d["gpu_types"]["H800-h800-odd"] = {"base": "H800", "price_per_gpu_hour": 2.0}
+    d["cluster"]["node_groups"][2]["gpu_type"] = "H800-h800-odd"
+    s.write_text(yaml.safe_dump(d, sort_keys=False))
+    rc, output, _cpu, _rss = run_inprocess(["validate", str(s)])
+    assert rc == 0, output[-2000:]
+
+
+def test_an_undefined_fabric_lists_each_defined_one_once(tmp_path):
+    d = yaml.safe_load(TINY_2.read_text())
+    d["cluster"]["clusters"] = [{"name": "a"}, {"name": "a"}]
+    s = tmp_path / "s.yaml"
+    s.write_text(yaml.safe_dump(d, sort_keys=False))
+    rc, output, _cpu, rss = run_inprocess(["validate", str(s)])
+    _refused(rc, output, rss, "cluster names must be unique", "cluster 'b' is not defined")
+    assert "use one of a\n" in output or output.rstrip().endswith("use one of a"), output
