@@ -177,3 +177,33 @@ def test_an_undefined_fabric_lists_each_defined_one_once(tmp_path):
     rc, output, _cpu, rss = run_inprocess(["validate", str(s)])
     _refused(rc, output, rss, "cluster names must be unique", "cluster 'b' is not defined")
     assert "use one of a\n" in output or output.rstrip().endswith("use one of a"), output
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json-escaped", "json-raw"])
+@pytest.mark.parametrize("char", ["\u202e", "\u2067"])
+def test_a_name_with_a_bidirectional_override_is_refused(tmp_path, fmt, char):
+    """A scenario named "tiny<U+202E>2jobs" validated and was echoed as it was: the terminal shows the
+    text after it reversed (Trojan Source). Refused as the other control characters are, naming the field."""
+    import json
+
+    d = yaml.safe_load(TINY_2.read_text())
+    d["name"] = f"tiny{char}2jobs"
+    s = tmp_path / ("s.yaml" if fmt == "yaml" else "s.json")
+    if fmt == "yaml":
+        s.write_text(yaml.safe_dump(d, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    else:
+        s.write_text(json.dumps(d, ensure_ascii=fmt == "json-escaped"), encoding="utf-8")
+    rc, output, _cpu, rss = run_inprocess(["validate", str(s)])
+    _refused(rc, output, rss, "name:", "control characters")
+    assert char not in output
+
+
+def test_a_bidirectional_override_read_from_a_plan_is_escaped_when_printed(tmp_path):
+    """A plan's member named "small<U+202E>a" was printed raw in validate-plan's list of violations."""
+    plan = tmp_path / "p.yaml"
+    rc, output, _cpu, _rss = run_inprocess(["plan", str(TINY_2), "-o", str(plan)])
+    assert rc == 0, output[-2000:]
+    plan.write_text(plan.read_text().replace("small-a", "small\u202ea"), encoding="utf-8")
+    rc, output, _cpu, rss = run_inprocess(["validate-plan", str(TINY_2), str(plan)])
+    _refused(rc, output, rss, "unknown-job", "small\\u202ea")
+    assert "\u202e" not in output
