@@ -207,3 +207,26 @@ def test_a_bidirectional_override_read_from_a_plan_is_escaped_when_printed(tmp_p
     rc, output, _cpu, rss = run_inprocess(["validate-plan", str(TINY_2), str(plan)])
     _refused(rc, output, rss, "unknown-job", "small\\u202ea")
     assert "\u202e" not in output
+
+
+@pytest.mark.parametrize("field,old,new", [("margin", "margin: 1\n", "margin: true\n"),
+                                           ("objective", "objective: ", "objective: '{}'"),
+                                           ("wall_time_s", "wall_time_s: ", "wall_time_s: true #")],
+                         ids=["margin-true", "objective-text", "wall-time-true"])
+def test_a_plans_solve_record_takes_numbers_not_booleans_or_text(tmp_path, field, old, new):
+    """The plan body's numbers were strict, its solve record's were not: `margin: true` was read as a
+    margin of 1 (the plan checked with every phase time doubled) and `objective: '32'` as 32, both
+    passing validate-plan."""
+    plan = tmp_path / "p.yaml"
+    rc, output, _cpu, _rss = run_inprocess(["plan", str(TINY_2), "--margin", "1", "-o", str(plan)])
+    assert rc == 0, output[-2000:]
+    text = plan.read_text()
+    assert old in text
+    if field == "objective":
+        value = yaml.safe_load(text)["solver"]["objective"]
+        text = text.replace(f"objective: {value}\n", new.format(value) + "\n")
+    else:
+        text = text.replace(old, new, 1)
+    plan.write_text(text)
+    rc, output, _cpu, rss = run_inprocess(["validate-plan", str(TINY_2), str(plan)])
+    _refused(rc, output, rss, f"solver.{field}", "must be a number")
