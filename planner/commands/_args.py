@@ -157,6 +157,11 @@ def check_outputs(args, *names: str, inputs: Sequence[tuple[str, Optional[str]]]
             seen.append((opt, path, key))
 
 
+def same_file(a: str, b: str) -> bool:
+    """Whether the paths ``a`` and ``b`` name one file (another spelling or a link of it included)."""
+    return _file_key(a) == _file_key(b)
+
+
 def _file_key(path: str) -> tuple:
     """What identifies the file ``path`` names: its device and inode when it exists (a link or
     another spelling of the same file compares equal), else its absolute, resolved path."""

@@ -194,7 +194,7 @@ def run(args) -> int:
 
     from formulation.common import SolveOptions
     from formulation.placement.solve import solve
-    from planner.commands._placement import default_out, load_input, read_plan, same_fleet, unplaced_error, write_plan
+    from planner.commands._placement import default_out_for, load_input, read_plan, same_fleet, unplaced_error, write_plan
     from planner.commands._plan_summary import expected_cycles, summary
     from planner.errors import Problem, UserError
     from planner.instances.placement import CompileCut
@@ -218,6 +218,7 @@ def run(args) -> int:
                                                 deadline=until)
         except CompileCut as cut:
             raise _compile_refusal(cut, asked[-1], bool(args.time_limit), _clock() - t_start, json_out) from None
+    out = args.out or default_out_for(name, args.input)  # (refused before any solve when it is the input)
     if args.slo_curve and sc is None:
         raise UserError(Problem("--slo-curve", f"{args.input} is a numbers-only instance file: its phase times are written in it, "
                                                "so there are no estimates to plan and simulate side by side",
@@ -311,7 +312,6 @@ def run(args) -> int:
     if sc is not None and record["phase_time_estimate"] in ("conservative", "max", "p90", "p99") and res.plan.groups:
         with status("plan: simulating each group's expected cycle (sampled phase times)"):
             expected = expected_cycles(sc, res.plan, deadline=t_start + 0.9 * limit, clock=_clock)  # within the limit
-    out = args.out or default_out(name)
     if out != "-":  # the file first: a closed stderr (a pager quit early) must not lose the plan
         write_plan(res.plan, record, name, digest, out)
     print(summary(res.plan, record, name, out, expected), file=sys.stderr)

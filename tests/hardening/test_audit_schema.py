@@ -230,3 +230,18 @@ def test_a_plans_solve_record_takes_numbers_not_booleans_or_text(tmp_path, field
     plan.write_text(text)
     rc, output, _cpu, rss = run_inprocess(["validate-plan", str(TINY_2), str(plan)])
     _refused(rc, output, rss, f"solver.{field}", "must be a number")
+
+
+def test_plan_refuses_a_default_output_that_is_its_input(tmp_path, monkeypatch):
+    """Without --out the plan goes to NAME.plan.yaml in the current folder: beside a scenario file so
+    named, `planner plan tiny-2jobs.plan.yaml` replaced the scenario by its plan, exit 0."""
+    monkeypatch.chdir(tmp_path)
+    s = tmp_path / "tiny-2jobs.plan.yaml"
+    shutil.copy(TINY_2, s)
+    before = s.read_bytes()
+    rc, output, _cpu, rss = run_inprocess(["plan", s.name])
+    _refused(rc, output, rss, "--out", "default output tiny-2jobs.plan.yaml", "give --out")
+    assert s.read_bytes() == before
+    rc, output, _cpu, _rss = run_inprocess(["plan", s.name, "--out", "p.yaml"])
+    assert rc == 0, output[-2000:]
+    assert s.read_bytes() == before
