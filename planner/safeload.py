@@ -70,13 +70,20 @@ class Document:
         #: what the depth check of a JSON text saw of its numbers in the same walk (None: not
         #: known): (every float finite, some boolean); :func:`check_numbers` need not walk again
         self.numbers: Optional[tuple[bool, bool]] = None
+        #: ``file:line`` of the paths whose values came from another file (a scenario's ``include:``)
+        self.origins: dict[PathKey, str] = {}
 
     def where(self, path: PathKey) -> str:
-        """``file:line`` of the deepest known prefix of ``path``."""
+        """``file:line`` of the deepest known prefix of ``path`` (in this file, or in the file it was
+        merged in from)."""
         for n in range(len(path), -1, -1):
-            line = self.lines.get(tuple(path[:n]))
+            key = tuple(path[:n])
+            line = self.lines.get(key)
             if line is not None:
                 return f"{self.filename}:{line}"
+            origin = self.origins.get(key)
+            if origin is not None:
+                return origin
         return self.filename
 
 

@@ -245,3 +245,24 @@ def test_plan_refuses_a_default_output_that_is_its_input(tmp_path, monkeypatch):
     rc, output, _cpu, _rss = run_inprocess(["plan", s.name, "--out", "p.yaml"])
     assert rc == 0, output[-2000:]
     assert s.read_bytes() == before
+
+
+def test_an_error_in_an_included_file_names_that_file_and_line(tmp_path):
+    """`include: base.yaml` and a bad value in base.yaml: the error named the including file's
+    `include:` line, not base.yaml's line. A value the including file replaces keeps its own line."""
+    base = TINY_2.read_text().replace("rollout: {batch_prompts: 32, group_size: 4, max_response_tokens: 2048, gpu_types: [H20]}",
+                                      "rollout: {batch_prompts: 32, group_size: 4, max_response_tokens: 2048, gpu_types: [H20], tp: 3}")
+    assert "tp: 3" in base
+    (tmp_path / "base.yaml").write_text(base)
+    bad_lines = [i + 1 for i, ln in enumerate(base.splitlines()) if "tp: 3" in ln]
+    top = tmp_path / "top.yaml"
+    top.write_text("# an overlay\n\ninclude: base.yaml\nname: overlay\n")
+    rc, output, _cpu, rss = run_inprocess(["validate", str(top)])
+    _refused(rc, output, rss, f"base.yaml:{bad_lines[0]}: jobs[0].rollout.tp", f"base.yaml:{bad_lines[1]}: jobs[1].rollout.tp")
+    assert "top.yaml:3" not in output
+    # the overlay replaces the jobs (a list replaces): its own line is named
+    top.write_text("include: base.yaml\nname: overlay\njobs:\n  - name: j\n    model: qwen2.5-1.5b\n"
+                   "    rollout: {batch_prompts: 32, max_response_tokens: 2048, tp: 5}\n")
+    rc, output, _cpu, rss = run_inprocess(["validate", str(top)])
+    _refused(rc, output, rss, "top.yaml:6: jobs[0].rollout.tp")
+    assert "base.yaml" not in output
