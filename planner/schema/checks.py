@@ -143,11 +143,13 @@ def check_scenario(sc: Scenario, doc: Document | None = None, *, buys_nodes: boo
         est = estimate_job(job, view, sc.solver.phase_time_estimate, phase_times=job.slo.iteration_s is not None)
         if not est.rollout_types:
             add(p + ("model",), f"the model does not fit any allowed rollout GPU at tp={job.rollout.tp} "
-                f"with a {job.rollout.prompt_tokens + job.rollout.max_response_tokens}-token sequence",
+                f"with a {job.rollout.prompt_tokens + job.rollout.max_response_tokens}-token sequence"
+                + _memory_note(est, view, job.rollout.gpu_types or view.types(), "rollout"),
                 "raise rollout.tp, lower rollout.max_response_tokens, or allow a GPU with more memory")
         if not est.train_types:
             add(p + ("model",), f"the training state does not fit any allowed trainer GPU at tp={job.trainer.tp}, pp={job.trainer.pp} "
-                f"on {job.trainer.nodes} node(s)", "raise trainer.tp/pp or trainer.nodes, or allow a GPU with more memory")
+                f"on {job.trainer.nodes} node(s)" + _memory_note(est, view, job.trainer.gpu_types or view.types(), "trainer"),
+                "raise trainer.tp/pp or trainer.nodes, or allow a GPU with more memory")
         if est.best and job.slo.iteration_s is not None and job.slo.iteration_s < est.solo_iteration_s:
             a, b = est.best
             add(p + ("slo", "iteration_s"),
@@ -217,6 +219,31 @@ def _same_type_groups_alike(sc: Scenario, add) -> None:
                     "every node of a GPU type alike",
                     f"give both the same {field}, or make one a GPU type of its own (gpu_types: {{{g.gpu_type}-{g.name}: "
                     f"{{base: {g.gpu_type}, price_per_gpu_hour: ...}}}} and gpu_type: {g.gpu_type}-{g.name} in this group)")
+
+
+def _memory_note(est, view, types: list[str], side: str) -> str:
+    """How far the job is from fitting the largest allowed GPU: a refusal said "does not fit" and no
+    more, so the fix (how much tp, or which GPU) was guesswork (an outside audit)."""
+    from estimators import memory
+
+    have = [t for t in types if t in view.gpu_types and t in view.groups_by_type]
+    if not have:
+        return ""
+    t = max(have, key=lambda t: view.gpu_types[t].hbm_gb)
+    hbm = view.gpu_types[t].hbm_gb
+    prof = est.profile
+    m = prof.model
+    if side == "rollout":
+        weights = memory.inference_weight_bytes_per_gpu(m, prof.rollout_tp) / memory.GB
+        tokens = memory.kv_capacity_tokens(m, hbm, prof.rollout_tp)
+        return (f" (on a {t}, {hbm:g} GB: the weights take {weights:.1f} GB a GPU, leaving KV-cache room for "
+                f"{tokens:,.0f} tokens)")
+    from estimators.phases import trainer_dp
+
+    need = memory.training_bytes_per_gpu(m, prof.trainer_tp, prof.trainer_pp, trainer_dp(prof, view.pool(t, est.train_nodes)))
+    kept = (memory.fits_training.__kwdefaults__ or {}).get("activation_fraction", 0.25)
+    return (f" (on a {t}: {need / memory.GB:.1f} GB of model state a GPU, plus {memory.RUNTIME_OVERHEAD_GB_PER_GPU:g} GB of "
+            f"runtime, against {(1 - kept) * hbm:.1f} GB: its {hbm:g} GB less {kept:.0%} kept for activations)")
 
 
 def _capacity_planning(sc: Scenario) -> bool:

@@ -266,3 +266,16 @@ def test_an_error_in_an_included_file_names_that_file_and_line(tmp_path):
     rc, output, _cpu, rss = run_inprocess(["validate", str(top)])
     _refused(rc, output, rss, "top.yaml:6: jobs[0].rollout.tp")
     assert "base.yaml" not in output
+
+
+def test_a_model_that_fits_no_gpu_says_by_how_much(tmp_path):
+    """"the training state does not fit any allowed trainer GPU" said no more: how much memory the job
+    needs against what the GPU offers is what tells a tp from a GPU type as the fix."""
+    d = yaml.safe_load(TINY_2.read_text())
+    d["jobs"][1]["model"] = "qwen2.5-72b"
+    s = tmp_path / "s.yaml"
+    s.write_text(yaml.safe_dump(d, sort_keys=False))
+    rc, output, _cpu, rss = run_inprocess(["validate", str(s)])
+    _refused(rc, output, rss, "jobs[1].model", "does not fit any allowed rollout GPU", "on a H20, 96 GB: the weights take",
+             "KV-cache room for 0 tokens", "does not fit any allowed trainer GPU", "on a H800:", "GB of model state a GPU",
+             "less 25% kept for activations")
