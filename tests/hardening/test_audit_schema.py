@@ -279,3 +279,17 @@ def test_a_model_that_fits_no_gpu_says_by_how_much(tmp_path):
     _refused(rc, output, rss, "jobs[1].model", "does not fit any allowed rollout GPU", "on a H20, 96 GB: the weights take",
              "KV-cache room for 0 tokens", "does not fit any allowed trainer GPU", "on a H800:", "GB of model state a GPU",
              "less 25% kept for activations")
+
+
+@pytest.mark.parametrize("components,words", [([], ["has no rollout and no trainer"]), (["trainer"], ["has no rollout"]),
+                                              (["rollout", "rollout", "trainer"], ["lists rollout more than once"])],
+                         ids=["empty", "no-rollout", "twice"])
+def test_a_jobs_components_hold_a_rollout_and_a_trainer_once(tmp_path, components, words):
+    """`components: []` (or without a rollout) validated, and the job was planned with a rollout and a
+    trainer all the same; a component listed twice passed too."""
+    d = yaml.safe_load(TINY_2.read_text())
+    d["jobs"][0]["components"] = components
+    s = tmp_path / "s.yaml"
+    s.write_text(yaml.safe_dump(d, sort_keys=False))
+    rc, output, _cpu, rss = run_inprocess(["validate", str(s)])
+    _refused(rc, output, rss, "jobs[0].components", *words)
