@@ -293,3 +293,17 @@ def test_a_jobs_components_hold_a_rollout_and_a_trainer_once(tmp_path, component
     s.write_text(yaml.safe_dump(d, sort_keys=False))
     rc, output, _cpu, rss = run_inprocess(["validate", str(s)])
     _refused(rc, output, rss, "jobs[0].components", *words)
+
+
+def test_a_bad_number_in_an_instance_file_names_its_line_and_the_fix(tmp_path):
+    """A numbers-only instance's errors read "neg.yaml: jobs.0.rollout_s.H20.1: Input should be greater
+    than 0 (got -220.1). Fix: see docs/placement.md for the instance format": no line, no fix."""
+    src = (ROOT / "scenarios" / "instances" / "placement-small.yaml").read_text()
+    old = "rollout_s: {H20: {1: 220.1,"
+    assert old in src
+    line = next(i + 1 for i, ln in enumerate(src.splitlines()) if old in ln)
+    f = tmp_path / "neg.yaml"
+    f.write_text(src.replace(old, "rollout_s: {H20: {1: -220.1,", 1))
+    rc, output, _cpu, rss = run_inprocess(["plan", str(f), "-o", str(tmp_path / "p.yaml")])
+    _refused(rc, output, rss, f"neg.yaml:{line}: jobs.0.rollout_s.H20.1", "got -220.1", "Fix: use a value above 0")
+    assert not (tmp_path / "p.yaml").exists()
