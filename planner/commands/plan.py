@@ -71,6 +71,11 @@ def _check_args(args) -> None:
 
     check_solver_args(args)
     check_outputs(args, "out", "plot", "save_instance", "slo_curve_plot", inputs=[("INPUT", args.input)])
+    if args.current:  # --out may replace the current plan (a re-optimisation in place); the other outputs may not
+        from argparse import Namespace
+
+        check_outputs(Namespace(plot=args.plot, save_instance=args.save_instance, slo_curve_plot=args.slo_curve_plot),
+                      "plot", "save_instance", "slo_curve_plot", inputs=[("--current", args.current)])
     if args.slo_curve_plot and not args.slo_curve:
         raise UserError(Problem("--slo-curve-plot", "draws the curve --slo-curve computes", "add --slo-curve"))
     if args.move_price is not None and args.move_price < 0:

@@ -71,6 +71,18 @@ def test_plan_refuses_two_outputs_on_one_file(tmp_path, other):
     assert not out.exists()
 
 
+def test_plan_refuses_a_plot_over_its_current_plan(tmp_path):
+    """`plan --current P --plot P` drew the timeline over the current plan, exit 0."""
+    plan = tmp_path / "p.yaml"
+    rc, output, _cpu, _rss = run_inprocess(["plan", str(TINY_2), "-o", str(plan)])
+    assert rc == 0, output[-2000:]
+    before = plan.read_bytes()
+    rc, output, _cpu, rss = run_inprocess(["plan", str(TINY_2), "--current", str(plan), "-o", str(tmp_path / "new.yaml"),
+                                           "--plot", str(plan)])
+    _refused(rc, output, rss, "--plot", "--current")
+    assert plan.read_bytes() == before and not (tmp_path / "new.yaml").exists()
+
+
 def test_plan_may_still_write_over_its_current_plan(tmp_path):
     """Re-optimising a plan in place (`--current P -o P`) is not an input replaced by something else: allowed."""
     plan = tmp_path / "p.yaml"
