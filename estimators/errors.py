@@ -43,12 +43,13 @@ MAX_FIELD = 500  # characters of a field path, a source or a fix
 
 def _unsafe(c: str) -> bool:
     o = ord(c)
-    return o < 0x20 or 0x7F <= o <= 0x9F or 0xD800 <= o <= 0xDFFF
+    return o < 0x20 or 0x7F <= o <= 0x9F or 0xD800 <= o <= 0xDFFF or 0x202A <= o <= 0x202E or 0x2066 <= o <= 0x2069
 
 
 def safe_text(s: object, limit: int = MAX_FIELD) -> str:
-    """Text for a terminal, a log or a JSON answer: control characters (ESC, newlines, C1 codes)
-    escaped, so a name from an input file cannot move the cursor or forge lines, and lone surrogates
+    """Text for a terminal, a log or a JSON answer: control characters (ESC, newlines, C1 codes,
+    Unicode's bidirectional overrides and isolates) escaped, so a name from an input file cannot move
+    the cursor, forge lines or show text reversed, and lone surrogates
     (``"\\ud800"`` in a JSON key), which no UTF-8 output can encode, escaped too; cut at ``limit``
     characters."""
     t = str(s)

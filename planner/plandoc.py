@@ -31,10 +31,10 @@ import json
 import math
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError
 from pydantic_core import to_jsonable_python
 
 from planner import __version__, safeload, yamlemit
@@ -71,22 +71,33 @@ def register_body(kind: str, target: str) -> None:
     BODY_MODELS[kind] = target
 
 
+def _a_number(v: Any) -> Any:
+    """A solve record's number is a number: ``margin: true`` was read as a margin of 1 (every phase
+    time doubled when the plan was checked) and ``objective: '32'`` as 32 (an outside audit)."""
+    if isinstance(v, (bool, str, bytes)):
+        raise ValueError(f"must be a number, not {'a boolean' if isinstance(v, bool) else 'text'}")
+    return v
+
+
+Number = Annotated[float, BeforeValidator(_a_number)]
+
+
 class SolverRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: str = Field(max_length=MAX_TEXT_NAME)
     status: str = Field(max_length=MAX_TEXT_NAME)
-    objective: Optional[float] = None
-    best_bound: Optional[float] = None
-    gap: Optional[float] = Field(None, ge=0.0, description="relative gap |objective - best_bound| / |objective| "
+    objective: Optional[Number] = None
+    best_bound: Optional[Number] = None
+    gap: Optional[Number] = Field(None, ge=0.0, description="relative gap |objective - best_bound| / |objective| "
                                  "(formulation.common.SolveRecord.gap): never negative")
-    wall_time_s: float = Field(0.0, ge=0.0)
-    time_limit_s: Optional[float] = Field(None, ge=0.0)
+    wall_time_s: Number = Field(0.0, ge=0.0)
+    time_limit_s: Optional[Number] = Field(None, ge=0.0)
     warm_start: Optional[str] = Field(None, max_length=MAX_TEXT_NAME)
     message: str = Field("", max_length=MAX_SOLVER_MESSAGE)
     phase_time_estimate: Optional[str] = Field(None, description="the phase-time estimate the plan was made on (scenarios): "
                                                "conservative/max, sampled (the mean), p90 or p99; None: an instance file's own times")
-    margin: Optional[float] = Field(None, ge=0.0, le=1.0, description="explicit headroom on every phase time (a fraction), when given")
+    margin: Optional[Number] = Field(None, ge=0.0, le=1.0, description="explicit headroom on every phase time (a fraction), when given")
     slo_curve: Optional[list[dict]] = Field(None, description="with --slo-curve: $/h and simulated SLO attainment of the plan "
                                             "made on each estimate (planner.sim.slo_curve)")
 

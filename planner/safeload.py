@@ -70,13 +70,20 @@ class Document:
         #: what the depth check of a JSON text saw of its numbers in the same walk (None: not
         #: known): (every float finite, some boolean); :func:`check_numbers` need not walk again
         self.numbers: Optional[tuple[bool, bool]] = None
+        #: ``file:line`` of the paths whose values came from another file (a scenario's ``include:``)
+        self.origins: dict[PathKey, str] = {}
 
     def where(self, path: PathKey) -> str:
-        """``file:line`` of the deepest known prefix of ``path``."""
+        """``file:line`` of the deepest known prefix of ``path`` (in this file, or in the file it was
+        merged in from)."""
         for n in range(len(path), -1, -1):
-            line = self.lines.get(tuple(path[:n]))
+            key = tuple(path[:n])
+            line = self.lines.get(key)
             if line is not None:
                 return f"{self.filename}:{line}"
+            origin = self.origins.get(key)
+            if origin is not None:
+                return origin
         return self.filename
 
 
@@ -506,7 +513,11 @@ def _numbers_clean(data: Any, bools: bool) -> bool:
 
 
 # --------------------------------------------------------------------------------- together
-_CONTROL = frozenset(chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]) - {"\t", "\n", "\r"}
+# Unicode's bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) count
+# as control characters: printed, a name holding U+202E showed its text reversed ('Trojan Source';
+# a scenario named "weave<U+202E>micro" was validated and echoed as it was: an outside audit)
+BIDI_CONTROLS = frozenset(chr(c) for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+_CONTROL = (frozenset(chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]) - {"\t", "\n", "\r"}) | BIDI_CONTROLS
 _LINE_BREAKS = frozenset("\n\r\t")
 
 
@@ -538,8 +549,9 @@ def check_text(doc: Document) -> None:
 # what a JSON text must hold for some string parsed from it to hold a control character, a line
 # break or a tab: the character itself (strict JSON refuses raw ones below 0x20 inside strings, so
 # only DEL and the C1 codes can be raw there) or an escape (\b \f \n \r \t, or \u00XX for XX
-# below 0x20 or from 0x7F to 0x9F). A text with none of them needs no walk; one with some (or an
-# escaped backslash before such a letter) is walked by :func:`check_text`, which names the path.
+# below 0x20 or from 0x7F to 0x9F), or a bidirectional control (raw, or \u202A-\u202E and
+# \u2066-\u2069). A text with none of them needs no walk; one with some (or an escaped backslash
+# before such a letter) is walked by :func:`check_text`, which names the path.
 _JSON_RAW = None
 _JSON_ESCAPE = None
 
@@ -551,15 +563,15 @@ def json_text_clean(text: str) -> bool:
 
     global _JSON_RAW, _JSON_ESCAPE
     if _JSON_RAW is None:
-        _JSON_RAW = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-        _JSON_ESCAPE = re.compile(r"\\(?:[bfnrt]|u00(?:[01][0-9a-fA-F]|7[fF]|[89][0-9a-fA-F]))")
+        _JSON_RAW = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+        _JSON_ESCAPE = re.compile(r"\\(?:[bfnrt]|u00(?:[01][0-9a-fA-F]|7[fF]|[89][0-9a-fA-F])|u20(?:2[a-eA-E]|6[6-9]))")
     if _JSON_RAW.search(text):
         return False
     return "\\" not in text or _JSON_ESCAPE.search(text) is None
 
 
 def _text_error(doc: Document, path: PathKey, what: str) -> None:
-    raise _bad(f"{what} holds control characters (ESC, NUL, line breaks in a name...)",
+    raise _bad(f"{what} holds control characters (ESC, NUL, line breaks in a name, bidirectional overrides...)",
                "remove them: names are plain printable text", doc.where(path), fmt_path(path))
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from formulation.placement.cycle import Member, cycle_times, whole_pool_cycle_times
+from formulation.placement.cycle import CycleResult, Member, cycle_times, whole_pool_cycle_times
 from formulation.placement.evaluate import Config, Index, Solution
 from formulation.placement.instance import MAX_INSTANCE_NODES, MAX_NAME
 
@@ -193,13 +193,43 @@ def member_pins(c: Config, r_nodes: list[str], n_members: int, names: Optional[S
     return [mine if mine is not None else [next(rest) for _ in range(r)] for mine, r in zip(out, want)]
 
 
+def _schedule(c: Config, mems: Sequence[Member]) -> tuple[CycleResult, tuple[float, float]]:
+    """The cycle times of a group's members on ``c`` (pinned members: Howard on the pins, their
+    rollout nodes rings of one, no switch there; else the closed form) and its pools' busy shares."""
+    res = cycle_times(mems) if c.pinned else whole_pool_cycle_times(mems)
+    period = res.period
+    if not period:
+        return res, (0.0, 0.0)
+    r_busy = (sum(m.rollout_s * len(m.rollout_nodes) for m in mems) / (period * c.rollout_pool_nodes) if c.pinned
+              else sum(m.rollout_ring_s if len(mems) > 1 else m.rollout_s for m in mems) / period)
+    t_busy = sum(m.train_ring_s if len(mems) > 1 else m.train_s + m.sync_s for m in mems) / period
+    return res, (float(r_busy), float(t_busy))
+
+
+def _same_schedule(group: GroupPlan, c: Config, rel: float) -> bool:
+    """Whether the cycle times, slacks, critical cycle and busy shares ``group`` records are what
+    :func:`build_plan` computes from its members' (checked) phase times: an admission took a
+    current group over as it was, so a hand-edited cycle_time_s (or slack, or critical) went into
+    the new plan, written with exit 0, that `validate-plan` refuses (an outside audit)."""
+    res, busy = _schedule(c, members_of(group))
+
+    def near(x: float, y: float, scale: float = 1.0) -> bool:
+        return abs(x - y) <= rel * max(1.0, scale, abs(x), abs(y))
+
+    return (near(group.cycle_time_s, res.period) and group.critical == res.critical
+            and near(group.rollout_busy, busy[0]) and near(group.train_busy, busy[1])
+            and all(near(m.cycle_time_s, res.of(m.job)) and near(m.slack_s, m.slo_s - m.cycle_time_s, m.slo_s)
+                    for m in group.members))
+
+
 def reusable(idx: Index, group: GroupPlan, config: int, members: tuple[int, ...], node_names: dict[str, set[str]],
              rel: float = 1e-8) -> bool:
     """Whether a current plan's ``group`` is what :func:`build_plan` would write for ``members`` on
     ``config`` now: the same pools (on nodes the instance has; ``node_names`` by type), prices and
     member order, every member pinned as the configuration pins it (the whole pools, or rollout
-    nodes of its own) and not marked as moved, and every member's phase seconds, warm switches and
-    SLO those of the instance (to the 9 digits a plan keeps)."""
+    nodes of its own) and not marked as moved, every member's phase seconds, warm switches and
+    SLO those of the instance (to the 9 digits a plan keeps), and the cycle times, slacks, critical
+    cycle and busy shares those they give."""
     return reusable_groups(idx, [(group, config, members)], node_names, rel)[0]
 
 
@@ -246,6 +276,9 @@ def reusable_groups(idx: Index, cands: Sequence[tuple[GroupPlan, int, Sequence[i
         want = np.stack([idx.R[r, jj], idx.T[t, jj], idx.S[idx.k_pair[kk], jj], idx.SR[r, jj], idx.ST[t, jj], idx.slo[jj]], axis=1)
         bad = (np.abs(want - np.array(have, dtype=float)) > rel * np.maximum(1.0, np.abs(want))).any(axis=1)
         for i in np.unique(np.array(owner)[bad]).tolist():
+            out[i] = False
+    for i, (group, config, _members) in enumerate(cands):
+        if out[i] and not _same_schedule(group, idx.configs[config], rel):
             out[i] = False
     return out
 
@@ -325,7 +358,7 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
             sw_r, sw_t = job.switches(c.rollout_type, nr, c.train_type, c.train_nodes)
             mems.append(Member(job.name, a, b, s, frozenset(mine), frozenset(t_nodes), sw_r, sw_t))
         # pinned members: Howard on the pins (their rollout nodes are rings of one, no switch there)
-        res = cycle_times(mems) if c.pinned else whole_pool_cycle_times(mems)
+        res, busy = _schedule(c, mems)
         pr, pt = inst.pool_types[c.rollout_type], inst.pool_types[c.train_type]
         period = res.period
         # built from checked numbers without validating each part again (37,000 validations at
@@ -345,9 +378,8 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
                 for m, j, mine in zip(mems, grp.members, pins)],
             cycle_time_s=float(period),
             critical=list(res.critical),
-            rollout_busy=(float(sum(m.rollout_s * len(m.rollout_nodes) for m in mems) / (period * c.rollout_pool_nodes)) if c.pinned
-                          else float(sum(m.rollout_ring_s if len(mems) > 1 else m.rollout_s for m in mems) / period)) if period else 0.0,
-            train_busy=float(sum(m.train_ring_s if len(mems) > 1 else m.train_s + m.sync_s for m in mems) / period) if period else 0.0,
+            rollout_busy=busy[0],
+            train_busy=busy[1],
             cost_per_hour=float(idx.cost[k]),
         ))
     groups.sort(key=lambda gp: (len(gp.id), gp.id))

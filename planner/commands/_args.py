@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Optional, overload
+from typing import Any, Callable, Optional, Sequence, overload
 
 SECONDS = 1e8           # about 3 years: the most any duration/horizon option takes
 TIME_LIMIT_S = 86400.0  # one day: the most a solver or a call may be given
@@ -129,12 +129,46 @@ def command_argv(args, name: str) -> list[str]:
     return [args.scenario, "--policy", args.policy]
 
 
-def check_outputs(args, *names: str) -> None:
+def check_outputs(args, *names: str, inputs: Sequence[tuple[str, Optional[str]]] = ()) -> None:
     """Refuse, before any work, an output option (``args.<name>``) that names a directory, a
-    symbolic link or a folder that does not exist (:func:`planner.safewrite.target_kind`)."""
+    symbolic link or a folder that does not exist (:func:`planner.safewrite.target_kind`), one that
+    names the same file as another output (one would overwrite the other in silence), and one that
+    names an input file (``inputs``: its label and path): ``planner plan S.yaml -o S.yaml`` replaced
+    the scenario by its plan, exit 0 (an outside audit)."""
+    from planner.errors import Problem, UserError
     from planner.safewrite import target_kind
 
+    seen: list[tuple[str, str, tuple]] = []
     for name in names:
         path = getattr(args, name, None)
-        if path:
-            target_kind(path, f"--{name.replace('_', '-')}")
+        if path and path != "-":
+            opt = f"--{name.replace('_', '-')}"
+            if target_kind(path, opt) != "replace":
+                continue  # a device or a pipe (/dev/null, /dev/stdout): written in place, as a redirection would
+            key = _file_key(path)
+            for label, ipath in inputs:
+                if ipath and ipath != "-" and _file_key(ipath) == key:
+                    raise UserError(Problem(opt, f"{path} is the command's input ({label}): writing there would replace it",
+                                            f"give {opt} another file"))
+            for other, opath, okey in seen:
+                if okey == key:
+                    raise UserError(Problem(opt, f"{path} is the file {other} writes too ({opath}): one would overwrite the other",
+                                            f"give {opt} and {other} different files"))
+            seen.append((opt, path, key))
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether the paths ``a`` and ``b`` name one file (another spelling or a link of it included)."""
+    return _file_key(a) == _file_key(b)
+
+
+def _file_key(path: str) -> tuple:
+    """What identifies the file ``path`` names: its device and inode when it exists (a link or
+    another spelling of the same file compares equal), else its absolute, resolved path."""
+    import os
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("path", os.path.realpath(path))
+    return ("inode", st.st_dev, st.st_ino)

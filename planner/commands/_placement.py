@@ -162,6 +162,18 @@ def default_out(name: str, suffix: str = "plan") -> str:
     return (re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-") or "plan") + f".{suffix}.yaml"
 
 
+def default_out_for(name: str, input_path: str, suffix: str = "plan") -> str:
+    """:func:`default_out`, refused (exit 2) when it is the input file itself: `planner plan
+    NAME.plan.yaml`, run beside a scenario so named, replaced the scenario by its plan (an outside audit)."""
+    from planner.commands._args import same_file
+
+    out = default_out(name, suffix)
+    if same_file(out, input_path):
+        raise UserError(Problem("--out", f"the default output {out} (the input's name '{name}' + .{suffix}.yaml) is the input "
+                                f"{input_path} itself: writing there would replace it", "give --out FILE (another file)"))
+    return out
+
+
 def write_plan(body, record: dict, name: str, digest: str, out: Optional[str], as_json: bool = False) -> str:
     """Write the plan document to ``out`` (``-``: YAML on stdout only); ``as_json``: also print it
     as JSON on stdout (with ``-``: JSON instead of YAML)."""

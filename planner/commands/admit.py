@@ -42,7 +42,7 @@ def run(args) -> int:
 
     from planner.commands._args import check_outputs
 
-    check_outputs(args, "out")
+    check_outputs(args, "out", inputs=[("INPUT", args.input)])
 
     from formulation.common import SolveRecord, SolveStatus
     from formulation.placement.evaluate import Index, Solution
@@ -50,7 +50,7 @@ def run(args) -> int:
     from formulation.placement.greedy import REPACK, Packer
     from formulation.placement.plan import Unplaced, build_plan, reusable_groups
     from formulation.placement.solve import moved_jobs, read_current, reanchor
-    from planner.commands._placement import default_out, load_input, plan_and_estimate, same_fleet, unplaced_error, write_plan
+    from planner.commands._placement import default_out_for, load_input, plan_and_estimate, same_fleet, unplaced_error, write_plan
     from planner.commands._plan_summary import summary
     from planner.errors import Problem, UserError, did_you_mean
 
@@ -64,6 +64,7 @@ def run(args) -> int:
     if plan_error is not None:
         raise plan_error
     assert current is not None
+    out = args.out or default_out_for(name, args.input, "admitted")  # (refused before any move when it is the input)
     idx = Index(inst)
     same_fleet(args.current, args.input, current, inst)
     cur = read_current(idx, current)
@@ -153,7 +154,6 @@ def run(args) -> int:
     if sc is not None:
         record["phase_time_estimate"] = mode or sc.solver.phase_time_estimate
         record["margin"] = margin or None
-    out = args.out or default_out(name, "admitted")
     if out != "-":
         write_plan(plan, record, name, digest, out)
     for ln in lines:

@@ -43,7 +43,7 @@ def run(args) -> int:
     if args.out != "-":  # an output it cannot write is refused before the config is read
         from planner.commands._args import check_outputs
 
-        check_outputs(args, "out")
+        check_outputs(args, "out", inputs=[("CONFIG", args.config)])
     where = args.config
     text = read_text(args.config, what="job config", where="CONFIG")
     if args.framework == "verl":

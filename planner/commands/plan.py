@@ -70,7 +70,12 @@ def _check_args(args) -> None:
     from planner.errors import Problem, UserError
 
     check_solver_args(args)
-    check_outputs(args, "out", "plot", "save_instance", "slo_curve_plot")
+    check_outputs(args, "out", "plot", "save_instance", "slo_curve_plot", inputs=[("INPUT", args.input)])
+    if args.current:  # --out may replace the current plan (a re-optimisation in place); the other outputs may not
+        from argparse import Namespace
+
+        check_outputs(Namespace(plot=args.plot, save_instance=args.save_instance, slo_curve_plot=args.slo_curve_plot),
+                      "plot", "save_instance", "slo_curve_plot", inputs=[("--current", args.current)])
     if args.slo_curve_plot and not args.slo_curve:
         raise UserError(Problem("--slo-curve-plot", "draws the curve --slo-curve computes", "add --slo-curve"))
     if args.move_price is not None and args.move_price < 0:
@@ -194,7 +199,7 @@ def run(args) -> int:
 
     from formulation.common import SolveOptions
     from formulation.placement.solve import solve
-    from planner.commands._placement import default_out, load_input, read_plan, same_fleet, unplaced_error, write_plan
+    from planner.commands._placement import default_out_for, load_input, read_plan, same_fleet, unplaced_error, write_plan
     from planner.commands._plan_summary import expected_cycles, summary
     from planner.errors import Problem, UserError
     from planner.instances.placement import CompileCut
@@ -218,6 +223,7 @@ def run(args) -> int:
                                                 deadline=until)
         except CompileCut as cut:
             raise _compile_refusal(cut, asked[-1], bool(args.time_limit), _clock() - t_start, json_out) from None
+    out = args.out or default_out_for(name, args.input)  # (refused before any solve when it is the input)
     if args.slo_curve and sc is None:
         raise UserError(Problem("--slo-curve", f"{args.input} is a numbers-only instance file: its phase times are written in it, "
                                                "so there are no estimates to plan and simulate side by side",
@@ -311,7 +317,6 @@ def run(args) -> int:
     if sc is not None and record["phase_time_estimate"] in ("conservative", "max", "p90", "p99") and res.plan.groups:
         with status("plan: simulating each group's expected cycle (sampled phase times)"):
             expected = expected_cycles(sc, res.plan, deadline=t_start + 0.9 * limit, clock=_clock)  # within the limit
-    out = args.out or default_out(name)
     if out != "-":  # the file first: a closed stderr (a pager quit early) must not lose the plan
         write_plan(res.plan, record, name, digest, out)
     print(summary(res.plan, record, name, out, expected), file=sys.stderr)

@@ -91,7 +91,8 @@ def run(args) -> int:
     from planner.dockind import SCENARIO, SNAPSHOT, expect
 
     donor_cfg, opts = _options(args)
-    check_outputs(args, "out")
+    check_outputs(args, "out", inputs=[("SNAPSHOT", args.snapshot), ("--scenario", args.scenario),
+                                    ("--context", getattr(args, "context", None))])
     if getattr(args, "decision", "planner") == "completion":
         return _run_completion(args)
     if getattr(args, "context", None):

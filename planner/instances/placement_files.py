@@ -71,12 +71,19 @@ def load_instance(path: str | Path, data: Optional[dict] = None, doc=None) -> Pl
     try:
         inst = PlacementInstance.model_validate(data)
     except ValidationError as exc:
+        from planner.schema.errors import fix_for
+
         problems = []
         for err in exc.errors(include_url=False)[:10]:
-            loc = ".".join(str(x) for x in err["loc"])
+            # the field, its file:line and the fix the error's kind has ("neg.yaml: jobs.0.rollout_s.H20.1: ...
+            # Fix: see docs/placement.md for the instance format" named neither line nor fix: an outside audit)
+            loc = tuple(x for x in err["loc"] if x != "[key]")
             bad = err.get("input")
             shown = f" (got {bad!r})" if not isinstance(bad, (dict, list)) and bad is not None else ""
-            problems.append(Problem(loc, f"{err['msg']}{shown}", "see docs/placement.md for the instance format", source=str(p)))
+            fix = fix_for(err["type"], err.get("ctx") or {}) or "see docs/placement.md for the instance format"
+            source = doc.where(loc) if doc is not None and loc else str(p)
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(Problem(".".join(str(x) for x in err["loc"]), f"{msg}{shown}", fix, source=source))
         raise UserError(problems, title=f"{p}: invalid placement instance") from None
     _check_sizes(inst, str(p))
     return inst

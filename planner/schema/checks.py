@@ -25,7 +25,7 @@ from estimators import hfconfig
 from estimators import models as model_presets
 from planner.errors import Problem, UserError, did_you_mean
 from planner.safeload import Document
-from planner.schema.scenario import Scenario, ServegenLengths
+from planner.schema.scenario import NodeGroupSpec, Scenario, ServegenLengths
 
 
 def check_scenario(sc: Scenario, doc: Document | None = None, *, buys_nodes: bool = False) -> None:
@@ -65,7 +65,8 @@ def check_scenario(sc: Scenario, doc: Document | None = None, *, buys_nodes: boo
             used_types.append(g.gpu_type)
         if g.cluster not in fabrics:
             add(p + ("cluster",), f"cluster '{g.cluster}' is not defined.{did_you_mean(g.cluster, fabrics)}",
-                f"add it under cluster.clusters or use one of {', '.join(fabrics)}")
+                f"add it under cluster.clusters or use one of {', '.join(dict.fromkeys(fabrics))}")
+    _same_type_groups_alike(sc, add)
     for t in sorted(set(used_types)):
         priced = sc.gpu_types.get(t)
         if priced is None or priced.price_per_gpu_hour is None:
@@ -142,11 +143,13 @@ def check_scenario(sc: Scenario, doc: Document | None = None, *, buys_nodes: boo
         est = estimate_job(job, view, sc.solver.phase_time_estimate, phase_times=job.slo.iteration_s is not None)
         if not est.rollout_types:
             add(p + ("model",), f"the model does not fit any allowed rollout GPU at tp={job.rollout.tp} "
-                f"with a {job.rollout.prompt_tokens + job.rollout.max_response_tokens}-token sequence",
+                f"with a {job.rollout.prompt_tokens + job.rollout.max_response_tokens}-token sequence"
+                + _memory_note(est, view, job.rollout.gpu_types or view.types(), "rollout"),
                 "raise rollout.tp, lower rollout.max_response_tokens, or allow a GPU with more memory")
         if not est.train_types:
             add(p + ("model",), f"the training state does not fit any allowed trainer GPU at tp={job.trainer.tp}, pp={job.trainer.pp} "
-                f"on {job.trainer.nodes} node(s)", "raise trainer.tp/pp or trainer.nodes, or allow a GPU with more memory")
+                f"on {job.trainer.nodes} node(s)" + _memory_note(est, view, job.trainer.gpu_types or view.types(), "trainer"),
+                "raise trainer.tp/pp or trainer.nodes, or allow a GPU with more memory")
         if est.best and job.slo.iteration_s is not None and job.slo.iteration_s < est.solo_iteration_s:
             a, b = est.best
             add(p + ("slo", "iteration_s"),
@@ -194,6 +197,53 @@ def placeable_problems(sc: Scenario, doc: Document | None = None) -> list[Proble
         fix += "; or, to plan the other jobs without it, --allow-unplaced (here and with planner plan)"
         problems.append(Problem(_fmt(path), msg, fix, source=doc.where(path) if doc else ""))
     return problems
+
+
+def _same_type_groups_alike(sc: Scenario, add) -> None:
+    """Node groups of one GPU type hold alike nodes: the planner plans a type's nodes as one pool
+    kind, with the first group's GPUs per node and fabric (and the smallest host DRAM). A second
+    H20 group of 1-GPU nodes was planned as 8-GPU nodes: a tp=8 rollout pinned to a 1-GPU node,
+    16 GPUs priced where 9 exist, with `validate` and `validate-plan` passing (an outside audit)."""
+    first: dict[str, tuple[int, NodeGroupSpec]] = {}
+    for i, g in enumerate(sc.cluster.node_groups):
+        k, ref = first.setdefault(g.gpu_type, (i, g))
+        if k == i:
+            continue
+        for field in ("gpus_per_node", "host_dram_gb", "cluster"):
+            mine, theirs = getattr(g, field), getattr(ref, field)
+            if mine != theirs:
+                shown = (lambda v: f"'{v}'") if field == "cluster" else (lambda v: f"{v:g}")
+                add(("cluster", "node_groups", i, field),
+                    f"node group '{g.name}' has {field} {shown(mine)} but '{ref.name}' "
+                    f"(cluster.node_groups[{k}]), of the same GPU type {g.gpu_type}, has {shown(theirs)}: the planner treats "
+                    "every node of a GPU type alike",
+                    f"give both the same {field}, or make one a GPU type of its own (gpu_types: {{{g.gpu_type}-{g.name}: "
+                    f"{{base: {g.gpu_type}, price_per_gpu_hour: ...}}}} and gpu_type: {g.gpu_type}-{g.name} in this group)")
+
+
+def _memory_note(est, view, types: list[str], side: str) -> str:
+    """How far the job is from fitting the largest allowed GPU: a refusal said "does not fit" and no
+    more, so the fix (how much tp, or which GPU) was guesswork (an outside audit)."""
+    from estimators import memory
+
+    have = [t for t in types if t in view.gpu_types and t in view.groups_by_type]
+    if not have:
+        return ""
+    t = max(have, key=lambda t: view.gpu_types[t].hbm_gb)
+    hbm = view.gpu_types[t].hbm_gb
+    prof = est.profile
+    m = prof.model
+    if side == "rollout":
+        weights = memory.inference_weight_bytes_per_gpu(m, prof.rollout_tp) / memory.GB
+        tokens = memory.kv_capacity_tokens(m, hbm, prof.rollout_tp)
+        return (f" (on a {t}, {hbm:g} GB: the weights take {weights:.1f} GB a GPU, leaving KV-cache room for "
+                f"{tokens:,.0f} tokens)")
+    from estimators.phases import trainer_dp
+
+    need = memory.training_bytes_per_gpu(m, prof.trainer_tp, prof.trainer_pp, trainer_dp(prof, view.pool(t, est.train_nodes)))
+    kept = (memory.fits_training.__kwdefaults__ or {}).get("activation_fraction", 0.25)
+    return (f" (on a {t}: {need / memory.GB:.1f} GB of model state a GPU, plus {memory.RUNTIME_OVERHEAD_GB_PER_GPU:g} GB of "
+            f"runtime, against {(1 - kept) * hbm:.1f} GB: its {hbm:g} GB less {kept:.0%} kept for activations)")
 
 
 def _capacity_planning(sc: Scenario) -> bool:

@@ -72,6 +72,7 @@ def read_document(path: str | Path, _seen: tuple = (), _count: list | None = Non
     if not isinstance(includes, list) or not all(isinstance(i, str) and i for i in includes):
         raise UserError(Problem("include", "must be a file name or a list of file names", source=doc.where(("include",))))
     merged: Any = {}
+    origins: dict = {}
     for inc in includes:
         ip = _include_path(doc, p, inc)
         if ip in _seen or ip == p.resolve():
@@ -81,9 +82,28 @@ def read_document(path: str | Path, _seen: tuple = (), _count: list | None = Non
         if count[0] > MAX_INCLUDES:
             raise UserError(Problem("include", f"more than {MAX_INCLUDES} included files in all",
                                     "include fewer files (each file is read once per include)", source=doc.where(("include",))))
-        merged = deep_merge(merged, read_document(ip, _seen + (p.resolve(),), count).data)
+        inc_doc = read_document(ip, _seen + (p.resolve(),), count)
+        merged = deep_merge(merged, inc_doc.data)
+        origins.update(inc_doc.origins)  # (a later include's lines replace an earlier one's, as its values do)
+        origins.update({k: f"{inc_doc.filename}:{n}" for k, n in inc_doc.lines.items()})
+    # an error in a value that came from an included file names that file and line: it named the
+    # including file's `include:` line (an outside audit); a path this file replaces keeps its own line
+    doc.origins = {k: v for k, v in origins.items() if k and not _overridden(doc.data, k)}
     doc.data = deep_merge(merged, doc.data)
     return doc
+
+
+def _overridden(data: Any, path: tuple) -> bool:
+    """Whether the overlay ``data`` sets ``path`` itself or replaces one of its prefixes (with a value
+    that is not a mapping: lists and scalars replace, mappings merge key by key)."""
+    node = data
+    for i, key in enumerate(path):
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+        if i == len(path) - 1 or not isinstance(node, dict):
+            return True
+    return False
 
 
 def load_scenario(path: str | Path, *, check: bool = True, parsed: Document | None = None, buys_nodes: bool = False):

@@ -115,7 +115,9 @@ class ClusterSpec(Strict):
 
     clusters: list[FabricSpec] = Field(default_factory=lambda: [FabricSpec(name="default")], min_length=1, max_length=MAX_FABRICS,
                                        description="network fabrics; default: one named 'default'")
-    node_groups: list[NodeGroupSpec] = Field(min_length=1, max_length=MAX_NODE_GROUPS, description="groups of identical nodes")
+    node_groups: list[NodeGroupSpec] = Field(min_length=1, max_length=MAX_NODE_GROUPS, description=(
+        "groups of identical nodes; the groups of one GPU type agree on gpus_per_node, host_dram_gb and cluster "
+        "(a different node: a GPU type of its own, with base:)"))
 
     @model_validator(mode="after")
     def _total(self):
@@ -271,6 +273,23 @@ class JobSpec(Strict):
     arrival_s: Real = Field(0.0, ge=0.0, le=MAX_SECONDS, description="arrival time in a trace")
     duration_s: Optional[Real] = Field(None, gt=0.0, le=MAX_SECONDS, description="how long the job runs once admitted (traces)")
     weight_sync: Literal["flat", "scatter_broadcast"] = Field("scatter_broadcast", description="how new weights reach the rollout engines")
+
+    @field_validator("components")
+    @classmethod
+    def _components_given(cls, v):
+        """A job always runs a rollout and a trainer (they are planned and applied whatever the list
+        says), each component once: ``components: []`` or ``[trainer]`` was accepted and the job
+        planned with both (an outside audit)."""
+        if v is None:
+            return v
+        twice = sorted({c for c in v if v.count(c) > 1})
+        if twice:
+            raise ValueError(f"lists {', '.join(twice)} more than once; name each component once")
+        missing = [c for c in ("rollout", "trainer") if c not in v]
+        if missing:
+            raise ValueError(f"has no {' and no '.join(missing)}: every job runs a rollout and a trainer; add "
+                             f"{' and '.join(missing)}, or leave components out for the algorithm's default")
+        return v
 
     @model_validator(mode="after")
     def _components(self):
