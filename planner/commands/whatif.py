@@ -72,6 +72,16 @@ def _check_args(args) -> None:
         from planner.safewrite import probe_folder
 
         probe_folder(out, "--out")  # (/proc/x passed the checks above; its mkdir failed after the whole search)
+        from planner.commands._args import same_file
+
+        # the files the answer is written to (a single question's or a sweep's): one of them the scenario itself would
+        # be replaced by the answer (`whatif DIR/answer.md --out DIR`; an outside audit)
+        names = (["sweep.csv", "sweep.md", "cost.png", "fleet.png"] if args.sweep
+                 else ["capacity-plan.yaml", "answer.md", "fleet.png", "styles.csv"])
+        for name in names:
+            if (out / name).exists() and same_file(str(out / name), args.scenario):
+                raise UserError(Problem("--out", f"{out / name} is the scenario given ({args.scenario}): the answer's "
+                                                 f"{name} would replace it", "pass another --out folder, or move the scenario"))
 
 
 def run(args) -> int:

@@ -319,3 +319,17 @@ def test_a_bad_number_in_an_instance_file_names_its_line_and_the_fix(tmp_path):
     rc, output, _cpu, rss = run_inprocess(["plan", str(f), "-o", str(tmp_path / "p.yaml")])
     _refused(rc, output, rss, f"neg.yaml:{line}: jobs.0.rollout_s.H20.1", "got -220.1", "Fix: use a value above 0")
     assert not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize("name,sweep", [("capacity-plan.yaml", []), ("answer.md", []), ("sweep.md", ["--sweep", "price.H800=1.5:2.5:2"])])
+def test_whatif_refuses_an_out_folder_whose_answer_would_replace_the_scenario(tmp_path, name, sweep):
+    """`planner whatif DIR/capacity-plan.yaml --out DIR` would have written the answer over the scenario after the
+    whole search: refused before any solve, the scenario untouched."""
+    d = tmp_path / "out"
+    d.mkdir()
+    s = d / name
+    shutil.copy(ROOT / "scenarios" / "procurement.yaml", s)
+    before = s.read_bytes()
+    rc, output, _cpu, rss = run_inprocess(["whatif", str(s), *sweep, "--out", str(d)])
+    _refused(rc, output, rss, "--out", "is the scenario given", "another --out folder")
+    assert s.read_bytes() == before and sorted(p.name for p in d.iterdir()) == [name]
