@@ -36,6 +36,10 @@ pool-gpus           a pool's gpus_per_node is its GPU type's, and gpus = size x 
 totals              nodes_used and gpus_used per GPU type are what the groups' pools hold
 slo-claim           (``slo_claims``: a plan document) a member's slo_s is its job's SLO, and
                     slack_s = slo_s - cycle_time_s
+busy                (``slo_claims``) a group's ``rollout_busy`` / ``train_busy`` are the shares of its
+                    cycle its pools are busy on the recomputed schedule (rollout: each member's
+                    rollout seconds on its pinned nodes over the pool's node-cycles, or its ring
+                    seconds on a whole pool shared by two or more; training: the ring seconds)
 moved               ``moved_jobs`` lists, once each, exactly the members whose ``moved`` is true
 bound               the lower bound is not above the plan's cost (+ move cost)
 solver              (with the solve record) the gap lies in [0, 1] and is |objective -
@@ -58,6 +62,20 @@ TOL = 1e-6
 
 def _close(x: float, y: float) -> bool:
     return abs(x - y) <= TOL * max(1.0, abs(x), abs(y))
+
+
+def _rollout_busy(g, members: list[Member], period: float) -> float:
+    """The share of the cycle the rollout pool's nodes are busy: members pinned to nodes of their own (some member
+    not on the whole pool) each busy on its nodes for its rollout seconds; on a whole pool shared by two or more,
+    the members' ring seconds (the warm switches in) over the cycle; a lone member its rollout seconds."""
+    pool = set(g.rollout_pool.nodes)
+    if any(m.rollout_nodes != frozenset(pool) for m in members):
+        return sum(m.rollout_s * len(m.rollout_nodes) for m in members) / (period * max(1, len(pool)))
+    return sum(m.rollout_ring_s if len(members) > 1 else m.rollout_s for m in members) / period
+
+
+def _train_busy(members: list[Member], period: float) -> float:
+    return sum(m.train_ring_s if len(members) > 1 else m.train_s + m.sync_s for m in members) / period
 
 
 def check(inst: PlacementInstance, plan: PlacementPlan, record: Optional[Any] = None, slo_claims: bool = False) -> list[Violation]:
@@ -202,6 +220,11 @@ def check(inst: PlacementInstance, plan: PlacementPlan, record: Optional[Any] = 
         bad = None if g.critical == res.critical else _critical_problem(g.critical, members, res.period, res.critical)
         if bad:  # (the checker's own critical cycle needs no second look at the event graph)
             add("critical", f"group={g.id}", bad)
+        if slo_claims and res.period > 0:
+            for side, have, want in (("rollout_busy", g.rollout_busy, _rollout_busy(g, members, res.period)),
+                                     ("train_busy", g.train_busy, _train_busy(members, res.period))):
+                if not _close(have, want):
+                    add("busy", f"group={g.id}", f"{side} is {have:.6g} but the schedule gives {want:.6g} (re-plan, or set it to {want:.9g})")
         # DRAM per node
         load: dict[str, float] = {}
         for name in g.order:

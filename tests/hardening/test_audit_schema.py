@@ -151,7 +151,7 @@ def test_admit_does_not_carry_a_hand_edited_schedule_into_its_plan(tmp_path, edi
     admitted = yaml.safe_load(out.read_text())
     assert len(admitted["body"]["groups"]) == 2  # small-b in a group of its own: small-a's group untouched by the move
     g = next(g for g in admitted["body"]["groups"] if g["order"] == ["small-a"])
-    for key in ("cycle_time_s", "rollout_busy", "train_busy"):  # (validate-plan does not judge the busy shares)
+    for key in ("cycle_time_s", "rollout_busy", "train_busy"):
         assert g[key] == pytest.approx(was[key], rel=1e-6), key
     rc, output, _cpu, _rss = run_inprocess(["validate-plan", str(both), str(out)])
     assert rc == 0, output[-2000:]
@@ -333,3 +333,21 @@ def test_whatif_refuses_an_out_folder_whose_answer_would_replace_the_scenario(tm
     rc, output, _cpu, rss = run_inprocess(["whatif", str(s), *sweep, "--out", str(d)])
     _refused(rc, output, rss, "--out", "is the scenario given", "another --out folder")
     assert s.read_bytes() == before and sorted(p.name for p in d.iterdir()) == [name]
+
+
+@pytest.mark.parametrize("side", ["rollout_busy", "train_busy"])
+def test_validate_plan_judges_the_busy_shares(tmp_path, side):
+    """A plan whose group records a busy share its schedule does not give passed `validate-plan` (and its summary
+    printed it): now the rule `busy` names the group, the share recorded and the one the schedule gives."""
+    both, one = _two_types(tmp_path)
+    plan = tmp_path / "plan.yaml"
+    rc, output, _cpu, _rss = run_inprocess(["plan", str(one), "-o", str(plan)])
+    assert rc == 0, output[-2000:]
+    rc, output, _cpu, _rss = run_inprocess(["validate-plan", str(one), str(plan)])
+    assert rc == 0, output[-2000:]
+    doc = yaml.safe_load(plan.read_text())
+    g = doc["body"]["groups"][0]
+    g[side] = 0.123 if abs(g[side] - 0.123) > 0.01 else 0.456
+    plan.write_text(yaml.safe_dump(doc, sort_keys=False))
+    rc, output, _cpu, rss = run_inprocess(["validate-plan", str(one), str(plan)])
+    _refused(rc, output, rss, f"busy[group={g['id']}]", f"{side} is", "the schedule gives")
