@@ -69,8 +69,16 @@ def run(args) -> int:
     same_fleet(args.current, args.input, current, inst)
     cur = read_current(idx, current)
     if cur.dropped:
+        from formulation.placement.check import check
+
+        # why, in the checker's words (a hand-edited pin read as "pools or SLOs changed"; an outside audit)
+        dropped = set(cur.dropped)
+        why = [f"{v.rule}[{v.where}]: {v.message}" for v in check(inst, current)
+               if any(f"group={g}" in v.where.split(",") for g in dropped)]
         raise UserError(Problem(args.current, f"group(s) {', '.join(cur.dropped)} of the current plan no longer fit this input "
-                                              "(pools or SLOs changed)", "re-optimise with `planner plan INPUT --current PLAN`"))
+                                              + (f"({'; '.join(why[:2])}{' ...' if len(why) > 2 else ''})" if why
+                                                 else "(pools or SLOs changed)"),
+                                "re-optimise with `planner plan INPUT --current PLAN`"))
     names = {n: i for i, n in enumerate(idx.names)}
     todo = []
     for n in args.job:

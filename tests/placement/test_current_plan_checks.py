@@ -170,3 +170,18 @@ def test_admit_prints_the_current_cost_of_its_pools(tmp_path):
     added = float(re.search(r"admitted other: new-group \(.*\), \+([0-9.]+) \$/h", r.stderr).group(1))
     assert f"cost 64.00 -> {new:.2f} $/h (the current plan records 56.00 $/h; its pools cost 64.00)" in r.stderr, r.stderr
     assert abs(64.0 + added - new) < 1e-6
+
+
+def test_admit_names_why_a_current_group_no_longer_fits(tmp_path):
+    """The own-sized group's first member pinned to one of the two shared training nodes: the group is not one the
+    planner builds, and admit said only "(pools or SLOs changed)"; it now gives the
+    checker's rule and where (an outside audit, session 54)."""
+    def swap(g):
+        g["members"][0]["train_nodes"] = g["members"][0]["train_nodes"][:1]
+
+    bad, three = _own(tmp_path, swap)
+    out = tmp_path / "new.yaml"
+    r = run_cli("admit", str(three), "--current", str(bad), "--job", "narrow2", "--out", str(out))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "of the current plan no longer fit this input (" in r.stderr and "[job=" in r.stderr, r.stderr
+    assert "(pools or SLOs changed)" not in r.stderr and not out.exists()
