@@ -109,3 +109,27 @@ def test_repack_admits_where_the_three_moves_find_no_free_nodes(tmp_path):
     plan = _plan(out)
     assert check(inst, plan) == [] and not plan.unplaced
     assert sorted(_where(plan)) == sorted(j.name for j in inst.jobs)
+
+
+def test_repack_never_writes_a_plan_dearer_than_the_three_moves(tmp_path):
+    """Each re-pack is the cheapest step at its arrival, not always for the jobs after it: on
+    ``generate_distinct(9, 205, fleet_per_job=2.0, unplaceable=0.0)`` (a plan of the first five, the last four
+    admitted) the re-packing sequence ended at 240 $/h where the three moves alone gave 236. Several jobs admitted
+    with --repack now get the cheaper of the two sequences, and say so when it is the three moves'."""
+    path = Path(__file__).parent / "data" / "distinct9-seed205.yaml"
+    inst = load_instance(path)
+    first = inst.model_copy(deep=True)
+    first.jobs = inst.jobs[:5]
+    five = tmp_path / "five.yaml"
+    five.write_text(dump_instance(first))
+    base = tmp_path / "base.yaml"
+    assert run_cli("plan", str(five), "--out", str(base)).returncode == 0
+    arriving = [a for j in inst.jobs[5:] for a in ("--job", j.name)]
+    plain, packed = tmp_path / "plain.yaml", tmp_path / "packed.yaml"
+    p = run_cli("admit", str(path), "--current", str(base), *arriving, "--out", str(plain))
+    r = run_cli("admit", str(path), "--current", str(base), *arriving, "--repack", "--out", str(packed))
+    assert p.returncode == 0 and r.returncode == 0, p.stderr + r.stderr
+    assert _plan(packed).cost_per_hour <= _plan(plain).cost_per_hour + 1e-6
+    assert check(inst, _plan(packed)) == []
+    if "the three moves alone admit these jobs for less" in r.stderr:
+        assert _where(_plan(packed)) == _where(_plan(plain)) and _plan(packed).moved_jobs == []
