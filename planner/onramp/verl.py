@@ -24,20 +24,58 @@ verl field                                      scenario field
 ``actor_rollout_ref.rollout.multi_turn`` is not read: with ``enable: true`` the header says so (the job
 is written single-turn; ``turns`` and ``tools`` are set by hand).
 
-Hydra interpolations of other fields (``${data.max_response_length}``) are resolved; any other
-``${...}`` (resolvers such as ``oc.env``) is refused naming the field.
+``actor_rollout_ref.rollout.response_length``, where given, is the rollout's own generation limit
+(verl's default is ``${oc.select:data.max_response_length,512}``) and is the one read.
+
+Hydra interpolations of other fields (``${data.max_response_length}``, also of a null field) and
+``${oc.select:field,default}`` are resolved; any other ``${...}`` (``oc.env``, relative ``${.x}``,
+text around a reference) is refused naming the field where a field read above holds it, and left
+as is elsewhere (a composed config, ``--cfg job``, holds dozens in fields this reader never reads).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from planner.errors import Problem, UserError
 from planner.onramp.shape import JobShape, Value, get, model_value, need, positive_int, split_colocated
 
 _REF = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
+_SELECT = re.compile(r"^\$\{oc\.select:\s*([A-Za-z0-9_.]+)\s*(?:,(.*))?\}$", re.S)
+_MISSING = object()
+
+#: the fields :func:`read` reads (an unresolvable ``${...}`` in one of them, or above it, is refused)
+READ = ("actor_rollout_ref.model.path", "algorithm.adv_estimator", "data.train_batch_size", "actor_rollout_ref.rollout.n",
+        "data.max_response_length", "actor_rollout_ref.rollout.response_length", "data.max_prompt_length",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.actor.strategy",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", "trainer.n_gpus_per_node", "trainer.nnodes",
+        "actor_rollout_ref.rollout.nnodes", "actor_rollout_ref.rollout.n_gpus_per_node",
+        "actor_rollout_ref.rollout.multi_turn.enable", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns",
+        "trainer.experiment_name")
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """A ``${...}`` this reader cannot resolve, and the key that holds it: refused only if read."""
+
+    text: str
+    loc: str
+
+
+def _lookup(root: Any, dotted: str) -> Any:
+    """The value at ``dotted`` (``None`` where the field is null), or ``_MISSING``."""
+    cur = root
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return _MISSING
+        cur = cur[part]
+    return cur
 
 
 _MAX_DEPTH = 32  # a chain of references longer than this is refused (real configs use a few)
@@ -62,12 +100,18 @@ def _resolve(cfg: Any, root: dict, where: str, loc: str, stack: tuple[str, ...],
     if not (isinstance(cfg, str) and "${" in cfg):
         return cfg
     title = f"{where}: cannot write a scenario"
-    m = _REF.match(cfg.strip())
-    if not m or get(root, m.group(1)) is None:
-        raise UserError(Problem(loc, f"'{cfg}' is a Hydra interpolation this reader cannot resolve",
-                                "write the value itself in the config (or pass the composed config: "
-                                "python -m verl.trainer.main_ppo --cfg job)"), title=title)
+    m = _REF.match(cfg.strip()) or _SELECT.match(cfg.strip())
+    if not m:
+        return Unresolved(cfg, loc)
     ref = m.group(1)
+    if _lookup(root, ref) in (_MISSING, None) and m.re is _SELECT:  # oc.select's default (YAML, as OmegaConf reads it)
+        try:
+            default = yaml.safe_load(m.group(2)) if m.group(2) and m.group(2).strip() else None
+        except yaml.YAMLError:
+            return Unresolved(cfg, loc)
+        return default if not isinstance(default, str) or "${" not in default else Unresolved(cfg, loc)
+    if _lookup(root, ref) is _MISSING:
+        return Unresolved(cfg, loc)
     if ref in done:
         return done[ref]
     stack = (*stack, loc)
@@ -87,6 +131,7 @@ def read(cfg: dict, where: str, name: str = "") -> JobShape:
         raise UserError(Problem("", "a verl config is a YAML mapping (data, actor_rollout_ref, trainer, ...)"),
                         title=f"{where}: cannot write a scenario")
     cfg = resolve(cfg, cfg, where)
+    _refuse_unresolved(cfg, where)
     fw = "verl"
     path = str(need(cfg, "actor_rollout_ref.model.path", where, fw, "the model's hub id or local directory"))
     est = str(get(cfg, "algorithm.adv_estimator", "gae"))
@@ -94,7 +139,15 @@ def read(cfg: dict, where: str, name: str = "") -> JobShape:
                  f"{est}" if get(cfg, "algorithm.adv_estimator") else "verl's default gae (PPO with a critic)")
     batch = positive_int(need(cfg, "data.train_batch_size", where, fw), "data.train_batch_size", where)
     n = positive_int(get(cfg, "actor_rollout_ref.rollout.n", 1), "actor_rollout_ref.rollout.n", where)
-    resp = positive_int(need(cfg, "data.max_response_length", where, fw), "data.max_response_length", where)
+    data_resp = get(cfg, "data.max_response_length")
+    rollout_resp = get(cfg, "actor_rollout_ref.rollout.response_length")  # what verl's rollout generates up to
+    if rollout_resp is not None and rollout_resp != data_resp:
+        resp_src = "actor_rollout_ref.rollout.response_length"
+        resp = positive_int(rollout_resp, resp_src, where)
+        resp_note = "the rollout's generation limit" + (f" (data.max_response_length is {data_resp})" if data_resp is not None else "")
+    else:
+        resp_src, resp_note = "data.max_response_length", ""
+        resp = positive_int(need(cfg, resp_src, where, fw), resp_src, where)
     prompt = positive_int(get(cfg, "data.max_prompt_length", 512), "data.max_prompt_length", where)
     rtp = positive_int(get(cfg, "actor_rollout_ref.rollout.tensor_model_parallel_size", 2),
                        "actor_rollout_ref.rollout.tensor_model_parallel_size", where)
@@ -139,7 +192,7 @@ def read(cfg: dict, where: str, name: str = "") -> JobShape:
         algorithm=algo, batch_prompts=Value(batch, "data.train_batch_size"),
         group_size=Value(n, "actor_rollout_ref.rollout.n" if get(cfg, "actor_rollout_ref.rollout.n") else "", "" if get(
             cfg, "actor_rollout_ref.rollout.n") else "verl's default 1"),
-        max_response_tokens=Value(resp, "data.max_response_length"),
+        max_response_tokens=Value(resp, resp_src, resp_note),
         prompt_tokens=Value(prompt, "data.max_prompt_length" if get(cfg, "data.max_prompt_length") else "", "" if get(
             cfg, "data.max_prompt_length") else "verl's default 512"),
         rollout_tp=Value(rtp, "actor_rollout_ref.rollout.tensor_model_parallel_size"),
@@ -147,6 +200,25 @@ def read(cfg: dict, where: str, name: str = "") -> JobShape:
         trainer_pp=Value(tpp, tsrc[1], "" if tsrc[1] else f"{strategy}: no pipeline stages"),
         gpus_per_node=Value(gpn, "trainer.n_gpus_per_node"), rollout_nodes=rollout_nodes, trainer_nodes=trainer_nodes,
         colocated=colocated, notes=notes)
+
+
+def _refuse_unresolved(cfg: dict, where: str) -> None:
+    """A UserError naming the first field read that holds (or sits below) a ``${...}`` left unresolved."""
+    for dotted in READ:
+        cur: Any = cfg
+        for part in dotted.split("."):
+            if isinstance(cur, Unresolved):
+                break
+            if not isinstance(cur, dict) or part not in cur:
+                cur = None
+                break
+            cur = cur[part]
+        if isinstance(cur, Unresolved):
+            via = f" (through {cur.loc})" if cur.loc != dotted else ""
+            raise UserError(Problem(dotted, f"'{cur.text}' is a Hydra interpolation this reader cannot resolve{via}",
+                                    "write the value itself in the config (or pass the resolved config: "
+                                    "python -m verl.trainer.main_ppo ... --cfg job --resolve)"),
+                            title=f"{where}: cannot write a scenario")
 
 
 def _name(cfg: dict, where: str) -> str:

@@ -1,0 +1,114 @@
+"""planner init --from verl on a composed verl config (what ``python -m verl.trainer.main_ppo ...
+--cfg job`` prints, and what verl ships as ``_generated_ppo_trainer.yaml``): dozens of fields the
+reader never reads hold ``${oc.select:...}``, relative ``${.x}``, references to null fields and
+text around references. Such a config was refused naming the first of them
+(``actor_rollout_ref.actor.rollout_n: '${oc.select:...}' ... cannot resolve``), with a fix that told
+the user to pass the composed config they had just passed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+from tests.conftest import ROOT
+
+# the layout of verl's composed ppo_trainer config, cut down to a few fields of each kind
+COMPOSED = """\
+data:
+  train_batch_size: 128
+  max_prompt_length: 1024
+  max_response_length: 2048
+actor_rollout_ref:
+  hybrid_engine: true
+  model:
+    path: Qwen/Qwen2.5-7B-Instruct
+    external_lib: null
+  actor:
+    strategy: fsdp
+    rollout_n: ${oc.select:actor_rollout_ref.rollout.n,1}
+    ppo_mini_batch_size: 64
+    checkpoint:
+      save_contents: [model, optimizer]
+      load_contents: ${.save_contents}
+    profiler:
+      ranks: ${oc.select:actor_rollout_ref.actor.profiler.nothing,[]}
+  rollout:
+    name: vllm
+    n: 8
+    tensor_model_parallel_size: 2
+    prompt_length: ${oc.select:data.max_prompt_length,512}
+    response_length: ${oc.select:data.max_response_length,512}
+critic:
+  model:
+    external_lib: ${actor_rollout_ref.model.external_lib}
+  ppo_mini_batch_size: ${oc.select:actor_rollout_ref.actor.ppo_mini_batch_size,256}
+ray_kwargs:
+  ray_init:
+    timeline_json_file: ${oc.env:RAY_TIMELINE,null}
+trainer:
+  project_name: verl_examples
+  experiment_name: gsm8k
+  default_local_dir: checkpoints/${trainer.project_name}/${trainer.experiment_name}
+  n_gpus_per_node: 8
+  nnodes: 2
+"""
+
+
+def _read(text: str):
+    from planner.onramp.verl import read
+
+    return read(yaml.safe_load(text), "composed.yaml")
+
+
+def test_a_composed_config_is_read_and_its_unread_interpolations_left_alone():
+    job = _read(COMPOSED)
+    assert (job.batch_prompts.value, job.group_size.value, job.prompt_tokens.value) == (128, 8, 1024)
+    assert job.max_response_tokens.value == 2048 and job.max_response_tokens.source == "data.max_response_length"
+    assert (job.rollout_tp.value, job.gpus_per_node.value) == (2, 8)
+    assert job.rollout_nodes.value + job.trainer_nodes.value == 2
+
+
+def test_the_rollouts_own_response_length_is_the_one_read():
+    """verl's rollout generates up to actor_rollout_ref.rollout.response_length; an override of it
+    was dropped in silence (the scenario took data.max_response_length)."""
+    job = _read(COMPOSED.replace("response_length: ${oc.select:data.max_response_length,512}", "response_length: 8192"))
+    assert job.max_response_tokens.value == 8192
+    assert job.max_response_tokens.source == "actor_rollout_ref.rollout.response_length"
+    assert "2048" in job.max_response_tokens.note
+    # oc.select's default where the field is absent (verl's 512)
+    job = _read(COMPOSED.replace("  max_response_length: 2048\n", ""))
+    assert job.max_response_tokens.value == 512
+
+
+def test_an_unresolvable_interpolation_in_a_field_read_is_still_refused_naming_it():
+    import pytest
+
+    from planner.errors import UserError
+
+    # an unresolvable mapping above the fields read names the field and where the ${...} sits
+    with pytest.raises(UserError) as exc:
+        _read(COMPOSED.replace("rollout:\n    name: vllm", "rollout: ${oc.env:R}\n  rollout_old:\n    name: vllm"))
+    assert "through actor_rollout_ref.rollout)" in exc.value.problems[0].message
+    for field, text in [("actor_rollout_ref.rollout.n", COMPOSED.replace("n: 8", "n: ${oc.env:N}")),
+                        ("data.train_batch_size", COMPOSED.replace("train_batch_size: 128", "train_batch_size: ${.x}")),
+                        ("actor_rollout_ref.rollout.n",  # a mapping above the fields read
+                         COMPOSED.replace("rollout:\n    name: vllm", "rollout: ${oc.env:R}\n  rollout_old:\n    name: vllm"))]:
+        with pytest.raises(UserError) as exc:
+            _read(text)
+        assert exc.value.problems[0].where == field, (field, exc.value.problems)
+        assert "cannot resolve" in exc.value.problems[0].message
+
+
+def test_the_cli_writes_a_valid_scenario_from_a_composed_config(tmp_path):
+    src, out = tmp_path / "composed.yaml", tmp_path / "s.yaml"
+    src.write_text(COMPOSED)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-m", "planner", "init", "--from", "verl", str(src), "-o", str(out)],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert p.returncode == 0, p.stderr
+    v = subprocess.run([sys.executable, "-m", "planner", "validate", str(out)], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT, env=env)
+    assert v.returncode == 0, v.stderr
+    assert yaml.safe_load(out.read_text())["jobs"][0]["rollout"]["batch_prompts"] == 128
