@@ -8,7 +8,8 @@ verl field                                      scenario field
 ``actor_rollout_ref.model.path``                ``model`` (a hub id names a preset; a local
                                                 directory gives its config.json)
 ``algorithm.adv_estimator``                     ``algorithm`` (``gae``: ppo; else grpo)
-``data.train_batch_size``                       ``rollout.batch_prompts``
+``data.train_batch_size``                       ``rollout.batch_prompts`` (``data.gen_batch_size``,
+                                                the prompts generated per step, where larger)
 ``actor_rollout_ref.rollout.n``                 ``rollout.group_size`` (default 1)
 ``data.max_prompt_length``                      ``rollout.prompt_tokens`` (default 512)
 ``data.max_response_length``                    ``rollout.max_response_tokens``
@@ -50,7 +51,8 @@ _SELECT = re.compile(r"^\$\{oc\.select:\s*([A-Za-z0-9_.]+)\s*(?:,(.*))?\}$", re.
 _MISSING = object()
 
 #: the fields :func:`read` reads (an unresolvable ``${...}`` in one of them, or above it, is refused)
-READ = ("actor_rollout_ref.model.path", "algorithm.adv_estimator", "data.train_batch_size", "actor_rollout_ref.rollout.n",
+READ = ("actor_rollout_ref.model.path", "algorithm.adv_estimator", "data.train_batch_size", "data.gen_batch_size",
+        "actor_rollout_ref.rollout.n",
         "data.max_response_length", "actor_rollout_ref.rollout.response_length", "data.max_prompt_length",
         "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.actor.strategy",
         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
@@ -138,6 +140,11 @@ def read(cfg: dict, where: str, name: str = "") -> JobShape:
     algo = Value("ppo" if est == "gae" else "grpo", "algorithm.adv_estimator" if get(cfg, "algorithm.adv_estimator") else "",
                  f"{est}" if get(cfg, "algorithm.adv_estimator") else "verl's default gae (PPO with a critic)")
     batch = positive_int(need(cfg, "data.train_batch_size", where, fw), "data.train_batch_size", where)
+    batch_v = Value(batch, "data.train_batch_size")
+    gen = get(cfg, "data.gen_batch_size")  # the prompts generated per step (verl's dataloader batch; DAPO's dynamic sampling)
+    if gen is not None and positive_int(gen, "data.gen_batch_size", where) > batch:  # (1: the fully async recipe's streaming)
+        gen = positive_int(gen, "data.gen_batch_size", where)
+        batch_v = Value(gen, "data.gen_batch_size", f"prompts generated per step; data.train_batch_size is {batch}")
     n = positive_int(get(cfg, "actor_rollout_ref.rollout.n", 1), "actor_rollout_ref.rollout.n", where)
     data_resp = get(cfg, "data.max_response_length")
     rollout_resp = get(cfg, "actor_rollout_ref.rollout.response_length")  # what verl's rollout generates up to
@@ -182,6 +189,11 @@ def read(cfg: dict, where: str, name: str = "") -> JobShape:
         colocated = True
     if strategy != "megatron":
         notes.append(f"actor strategy {strategy}: no tensor or pipeline parallelism in the config (FSDP shards over data parallelism).")
+    if batch_v.source == "data.gen_batch_size":
+        notes.append(f"data.gen_batch_size {batch_v.value} prompts are generated per step (verl's dataloader batch) and "
+                     f"data.train_batch_size {batch} train: rollout.batch_prompts is {batch_v.value}, so the training phase "
+                     f"is modelled on all of them (on the safe side); a dynamic-sampling step that needs more than one "
+                     f"generation batch takes longer than planned.")
     if get(cfg, "actor_rollout_ref.rollout.multi_turn.enable") is True:  # read nowhere else: say so, never drop it silently
         most = get(cfg, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns")
         notes.append("actor_rollout_ref.rollout.multi_turn.enable is true but multi-turn settings are not read: the job below "
@@ -189,7 +201,7 @@ def read(cfg: dict, where: str, name: str = "") -> JobShape:
                      + " and rollout.tools (tool latency, observation tokens) by hand (docs/workloads.md).")
     return JobShape(
         framework=fw, config_path=where, name=name or _name(cfg, where), model=model_value(path, "actor_rollout_ref.model.path", where),
-        algorithm=algo, batch_prompts=Value(batch, "data.train_batch_size"),
+        algorithm=algo, batch_prompts=batch_v,
         group_size=Value(n, "actor_rollout_ref.rollout.n" if get(cfg, "actor_rollout_ref.rollout.n") else "", "" if get(
             cfg, "actor_rollout_ref.rollout.n") else "verl's default 1"),
         max_response_tokens=Value(resp, resp_src, resp_note),

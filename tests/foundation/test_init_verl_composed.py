@@ -112,3 +112,16 @@ def test_the_cli_writes_a_valid_scenario_from_a_composed_config(tmp_path):
                        cwd=ROOT, env=env)
     assert v.returncode == 0, v.stderr
     assert yaml.safe_load(out.read_text())["jobs"][0]["rollout"]["batch_prompts"] == 128
+
+
+def test_dapo_gen_batch_size_is_the_rollout_batch():
+    """verl generates data.gen_batch_size prompts per step where it is set (its dataloader batch; DAPO's
+    dynamic sampling sets it to a few times data.train_batch_size): the scenario took train_batch_size,
+    a rollout a third or a quarter of the real one, in silence."""
+    dapo = COMPOSED.replace("  train_batch_size: 128\n", "  train_batch_size: 128\n  gen_batch_size: 384\n")
+    job = _read(dapo)
+    assert job.batch_prompts.value == 384 and job.batch_prompts.source == "data.gen_batch_size"
+    assert any("data.gen_batch_size 384" in n and "data.train_batch_size 128" in n for n in job.notes)
+    # the fully async recipe's gen_batch_size 1 (streaming) leaves the batch alone
+    job = _read(COMPOSED.replace("  train_batch_size: 128\n", "  train_batch_size: 128\n  gen_batch_size: 1\n"))
+    assert job.batch_prompts.value == 128 and job.batch_prompts.source == "data.train_batch_size"
