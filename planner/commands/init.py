@@ -82,8 +82,9 @@ def run(args) -> int:
     except UserError as exc:
         sharded = _fully_sharded_fallback(job, exc, written)
         if sharded is None:
-            raise UserError(exc.problems, title=f"{where}: the scenario written from it is not valid (nothing written); the "
-                                                f"fields below come from the {args.framework} config as the comments say") from None
+            raise UserError(_with_sources(exc.problems, job), title=f"{where}: the scenario written from it is not valid "
+                                                                    f"(nothing written); each field names the {args.framework} "
+                                                                    f"field it came from") from None
         job, text_out = sharded
     if args.out == "-":
         sys.stdout.write(text_out)
@@ -94,6 +95,36 @@ def run(args) -> int:
         print(f"wrote {args.out}: scenario '{job.name}' from the {args.framework} config {where} "
               f"({job.rollout_nodes.value} rollout + {job.trainer_nodes.value} training node(s) of {args.gpu_type})")
     return 0
+
+
+def _with_sources(problems, job) -> list:
+    """``problems`` of the written scenario with the source config's field named beside each scenario
+    field they mention (``jobs[0].rollout.tp (16: actor_rollout_ref.rollout.tensor_model_parallel_size)``;
+    the fix's ``raise rollout.tp`` likewise): nothing is written, so the comments that would say where a
+    value came from are not there to read."""
+    import dataclasses
+    import re
+
+    fields = {"model": job.model, "algorithm": job.algorithm, "rollout.batch_prompts": job.batch_prompts,
+              "rollout.group_size": job.group_size, "rollout.prompt_tokens": job.prompt_tokens,
+              "rollout.max_response_tokens": job.max_response_tokens, "rollout.tp": job.rollout_tp,
+              "rollout.nodes": job.rollout_nodes, "trainer.tp": job.trainer_tp, "trainer.pp": job.trainer_pp,
+              "trainer.nodes": job.trainer_nodes}
+
+    def source(key: str) -> str:
+        v = fields[key]
+        return f"{v.value}: " + "; ".join(x for x in (v.source, v.note) if x) if v.source or v.note else f"{v.value}"
+
+    out = []
+    for p in problems:
+        m = re.fullmatch(r"(.*?jobs\[0\]\.)(model|algorithm|rollout\.\w+|trainer\.\w+)(.*)", p.where)
+        where = f"{p.where} ({source(m.group(2))})" if m and m.group(2) in fields else p.where
+        named = [k for k in re.findall(r"\b(?:rollout|trainer)\.(?:tp/pp|\w+)", p.fix) if k != (m.group(2) if m else "")]
+        keys = [k for n in named for k in ((n.replace("tp/pp", "tp"), n.replace("tp/pp", "pp")) if "tp/pp" in n else (n,))]
+        extra = "; ".join(f"{k} is {source(k)}" for k in dict.fromkeys(keys) if k in fields)
+        fix = f"{p.fix.rstrip('.')} (in the {job.framework} config: {extra})" if extra else p.fix
+        out.append(dataclasses.replace(p, where=where, fix=fix))
+    return out
 
 
 #: the message of the scenario check's training-memory problem (``planner.schema.checks``)

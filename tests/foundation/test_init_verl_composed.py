@@ -125,3 +125,32 @@ def test_dapo_gen_batch_size_is_the_rollout_batch():
     # the fully async recipe's gen_batch_size 1 (streaming) leaves the batch alone
     job = _read(COMPOSED.replace("  train_batch_size: 128\n", "  train_batch_size: 128\n  gen_batch_size: 1\n"))
     assert job.batch_prompts.value == 128 and job.batch_prompts.source == "data.train_batch_size"
+
+
+def test_a_refused_scenario_names_the_source_fields_not_only_the_scenarios(tmp_path):
+    """Nothing is written when the scenario is not valid, so the comments that say where each value
+    came from are not there: the message said "the fields below come from the verl config as the
+    comments say" and named only scenario fields (jobs[0].rollout.tp, 'raise trainer.tp/pp')."""
+    src = tmp_path / "big.yaml"
+    src.write_text(COMPOSED.replace("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-72B-Instruct")
+                   .replace("tensor_model_parallel_size: 2", "tensor_model_parallel_size: 16"))
+    out = tmp_path / "s.yaml"
+    p = subprocess.run([sys.executable, "-m", "planner", "init", "--from", "verl", str(src), "-o", str(out)],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert "as the comments say" not in p.stderr
+    assert "jobs[0].rollout.tp (16: actor_rollout_ref.rollout.tensor_model_parallel_size)" in p.stderr, p.stderr
+    assert not out.exists()
+
+
+def test_fix_texts_name_the_source_field_of_each_scenario_field_they_mention():
+    from planner.commands.init import _with_sources
+    from planner.errors import Problem
+
+    job = _read(COMPOSED)
+    [p] = _with_sources([Problem("the scenario written from x: jobs[0].model", "the training state does not fit",
+                                 "raise trainer.tp/pp or trainer.nodes, or allow a GPU with more memory")], job)
+    assert p.where.startswith("the scenario written from x: jobs[0].model (qwen2.5-7b: actor_rollout_ref.model.path")
+    assert "trainer.nodes is 1: trainer.nnodes" in p.fix and "trainer.tp is 1" in p.fix and "trainer.pp is 1" in p.fix
+    [q] = _with_sources([Problem("cluster.node_groups[0]", "bad", "fix it")], job)  # not a job field: as it was
+    assert (q.where, q.fix) == ("cluster.node_groups[0]", "fix it")
