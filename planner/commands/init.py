@@ -15,7 +15,8 @@ DESCRIPTION = """Write a scenario from an RL framework's own job config.
 Each value of the written scenario carries a comment naming the source field. Neither framework
 names a GPU type or a price: --gpu-type (default H100) and --price (default 1 $/GPU-hour, a
 placeholder: costs then read as GPU-hours). A model path that is a hub id names a preset
-(Qwen/Qwen2.5-7B-Instruct -> qwen2.5-7b); a local model directory is read from its config.json.
+(Qwen/Qwen2.5-7B-Instruct -> qwen2.5-7b); a local model directory is read from its config.json; a
+path this machine does not hold whose name is a preset's (/root/Qwen3-4B) is read as that preset.
 The scenario is validated before it is written (nothing is written on a problem; exit 2 naming
 the field). docs/integration.md has the verl and slime recipes."""
 

@@ -78,10 +78,16 @@ def positive_int(v: Any, field_name: str, where: str) -> int:
 
 def model_value(path: str, source: str, where: str) -> Value:
     """The scenario's ``model:`` for a framework's model path: a local config.json directory as
-    is, a hub id as the preset it names; else a UserError naming the field."""
+    is, a hub id as the preset it names, a local path this machine does not hold whose last part
+    names a preset (``/root/Qwen2.5-7B-Instruct``) as that preset; else a UserError naming the field."""
     from estimators import hfconfig, models
 
     if hfconfig.looks_like_path(path):
+        key = models.preset_key(path.rstrip("/"))
+        if key in models.PRESETS and not _exists(hfconfig.config_path(path)):
+            # (a training cluster's path, /root/Qwen3-4B in slime's scripts, that this machine does not hold)
+            return Value(key, source, f"{path} is not on this machine; its name is preset {key} (if it is another model, "
+                                      f"write the path of a directory holding its config.json here)")
         try:
             hfconfig.load(path)
         except ValueError as exc:
@@ -96,6 +102,13 @@ def model_value(path: str, source: str, where: str) -> Value:
                                 f"or one of the presets: {', '.join(models.preset_names())}"),
                         title=f"{where}: cannot write a scenario")
     return Value(key, source, f"{path} = preset {key}")
+
+
+def _exists(p) -> bool:
+    try:
+        return p.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def models_hint(path: str) -> str:
