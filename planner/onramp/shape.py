@@ -93,7 +93,13 @@ def model_value(path: str, source: str, where: str) -> Value:
         except ValueError as exc:
             raise UserError(Problem(source, str(exc), "point it at a local model directory holding a config.json"),
                             title=f"{where}: cannot write a scenario") from None
-        return Value(path, source, "its config.json gives the dimensions")
+        import os
+
+        # written absolute: a scenario reads a relative model path from the working directory it is run in,
+        # and the written scenario is run from anywhere (the path was found from this one)
+        full = os.path.abspath(os.path.expanduser(path))
+        relative = not os.path.isabs(os.path.expanduser(path))
+        return Value(full, source, "its config.json gives the dimensions" + (f" ({path} from {os.getcwd()})" if relative else ""))
     key = models.preset_key(path)
     if key not in models.PRESETS:
         raise UserError(Problem(source, f"model '{path}' is neither a preset nor a local model directory"

@@ -72,3 +72,20 @@ def test_a_slime_script_with_a_cluster_path_and_a_qwen3_model_gives_a_valid_scen
     out = shape.scenario_text(job, gpu_type="H100", price=None, command="planner init --from slime run.sh")
     sc = load_scenario_data(yaml.safe_load(out), filename="written")
     assert sc.jobs[0].model == "qwen3-4b"
+
+
+def test_a_relative_model_directory_is_written_absolute(tmp_path, monkeypatch):
+    """A scenario reads a relative model path from the directory it is run in: a scenario written
+    from `--hf-checkpoint ./models/q` validated where it was written and failed from anywhere else
+    ('models/q: cannot read it')."""
+    from planner.onramp.shape import model_value
+
+    (tmp_path / "models" / "q").mkdir(parents=True)
+    (tmp_path / "models" / "q" / "config.json").write_text(
+        '{"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8, '
+        '"num_key_value_heads": 8, "intermediate_size": 2048, "vocab_size": 1000}')
+    monkeypatch.chdir(tmp_path)
+    v = model_value("./models/q", "--hf-checkpoint", "run.sh")
+    assert v.value == str(tmp_path / "models" / "q") and "./models/q from" in v.note
+    monkeypatch.chdir("/")
+    assert hfconfig.resolve(v.value).hidden_size == 1024  # read from anywhere
