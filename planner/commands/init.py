@@ -124,6 +124,9 @@ def _with_sources(problems, job) -> list:
         keys = [k for n in named for k in ((n.replace("tp/pp", "tp"), n.replace("tp/pp", "pp")) if "tp/pp" in n else (n,))]
         extra = "; ".join(f"{k} is {source(k)}" for k in dict.fromkeys(keys) if k in fields)
         fix = f"{p.fix.rstrip('.')} (in the {job.framework} config: {extra})" if extra else p.fix
+        if job.offload and p.message.startswith(_STATE_TOO_BIG):
+            fix += (f". The {job.framework} config sets {job.offload}: the job keeps that state in host memory, which "
+                    f"the planner's memory model does not (it counts weights, gradients and Adam's state on the GPUs)")
         out.append(dataclasses.replace(p, where=where, fix=fix))
     return out
 

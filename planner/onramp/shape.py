@@ -41,6 +41,9 @@ class JobShape:
     trainer_nodes: Value
     colocated: bool
     notes: list[str] = field(default_factory=list)
+    #: the source field that moves the optimizer state (or weights) to host memory, if set: the planner's
+    #: memory model keeps them on the GPUs (said beside a training-memory refusal)
+    offload: str = ""
 
 
 def need(cfg: dict, dotted: str, where: str, framework: str, fix: str = "") -> Any:
@@ -161,6 +164,9 @@ def scenario_text(job: JobShape, *, gpu_type: str, price: Optional[float], comma
               + (f", price {price_v:g} $/GPU-hour (--price)." if price is not None
                  else ", price 1 $/GPU-hour: a placeholder (--price): costs are then in GPU-hours."),
               *job.notes]
+    if job.offload:
+        header.append(f"{job.offload} is set: the source keeps that training state in host memory; the planner counts "
+                      f"weights, gradients and Adam's state on the GPUs (memory per GPU on the safe side).")
     lines = [f"# {_comment(h)}" for h in header]
     gt, gpn = _yaml_scalar(gpu_type), _yaml_scalar(job.gpus_per_node.value)
     lines += [f"name: {_yaml_scalar(job.name)}",

@@ -174,7 +174,13 @@ def read(args: dict, where: str, name: str = "") -> JobShape:
         trainer_pp=Value(tpp, *src("pipeline-model-parallel-size", "Megatron's default 1")),
         gpus_per_node=Value(gpn, *src("num-gpus-per-node" if "num-gpus-per-node" in args else "actor-num-gpus-per-node",
                                       "slime's default 8")),
-        rollout_nodes=rollout_nodes, trainer_nodes=trainer_nodes, colocated=colocate, notes=notes)
+        rollout_nodes=rollout_nodes, trainer_nodes=trainer_nodes, colocated=colocate, notes=notes,
+        offload="--optimizer-cpu-offload" if _flag(args, "optimizer-cpu-offload") else "")
+
+
+def _flag(args: dict, key: str) -> bool:
+    v = args.get(key)
+    return v is not None and v is not False and str(v).lower() not in ("false", "0")
 
 
 def _name(args: dict, where: str) -> str:

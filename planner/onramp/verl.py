@@ -50,6 +50,10 @@ _REF = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
 _SELECT = re.compile(r"^\$\{oc\.select:\s*([A-Za-z0-9_.]+)\s*(?:,(.*))?\}$", re.S)
 _MISSING = object()
 
+#: verl's switches that keep the actor's optimizer state or weights in host memory between steps
+OFFLOAD = ("actor_rollout_ref.actor.megatron.optimizer_offload", "actor_rollout_ref.actor.megatron.param_offload",
+           "actor_rollout_ref.actor.fsdp_config.optimizer_offload", "actor_rollout_ref.actor.fsdp_config.param_offload")
+
 #: the fields :func:`read` reads (an unresolvable ``${...}`` in one of them, or above it, is refused)
 READ = ("actor_rollout_ref.model.path", "algorithm.adv_estimator", "data.train_batch_size", "data.gen_batch_size",
         "actor_rollout_ref.rollout.n",
@@ -59,7 +63,7 @@ READ = ("actor_rollout_ref.model.path", "algorithm.adv_estimator", "data.train_b
         "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", "trainer.n_gpus_per_node", "trainer.nnodes",
         "actor_rollout_ref.rollout.nnodes", "actor_rollout_ref.rollout.n_gpus_per_node",
         "actor_rollout_ref.rollout.multi_turn.enable", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns",
-        "trainer.experiment_name")
+        "trainer.experiment_name", *OFFLOAD)
 
 
 @dataclass(frozen=True)
@@ -211,7 +215,8 @@ def read(cfg: dict, where: str, name: str = "") -> JobShape:
         trainer_tp=Value(ttp, tsrc[0], "" if tsrc[0] else f"{strategy}: no tensor parallelism"),
         trainer_pp=Value(tpp, tsrc[1], "" if tsrc[1] else f"{strategy}: no pipeline stages"),
         gpus_per_node=Value(gpn, "trainer.n_gpus_per_node"), rollout_nodes=rollout_nodes, trainer_nodes=trainer_nodes,
-        colocated=colocated, notes=notes)
+        colocated=colocated, notes=notes, offload=next((f for f in OFFLOAD if get(cfg, f) is True), ""))
+
 
 
 def _refuse_unresolved(cfg: dict, where: str) -> None:

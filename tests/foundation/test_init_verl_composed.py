@@ -154,3 +154,26 @@ def test_fix_texts_name_the_source_field_of_each_scenario_field_they_mention():
     assert "trainer.nodes is 1: trainer.nnodes" in p.fix and "trainer.tp is 1" in p.fix and "trainer.pp is 1" in p.fix
     [q] = _with_sources([Problem("cluster.node_groups[0]", "bad", "fix it")], job)  # not a job field: as it was
     assert (q.where, q.fix) == ("cluster.node_groups[0]", "fix it")
+
+
+def test_optimizer_offload_is_named_beside_a_training_memory_refusal_and_in_the_header():
+    """slime's --optimizer-cpu-offload and verl's *_offload keep state in host memory, which the planner's
+    memory model does not: slime's own Qwen3-32B script (8 GPUs, tp 8, the optimizer offloaded) was
+    refused as 'does not fit' without a word about why the job runs upstream."""
+    from planner.commands.init import _with_sources
+    from planner.errors import Problem
+    from planner.onramp import shape, slime
+
+    args = ("--hf-checkpoint Qwen/Qwen2.5-32B-Instruct --rollout-batch-size 8 --rollout-max-response-len 1024 "
+            "--tensor-model-parallel-size 8 --actor-num-nodes 1 --colocate --optimizer-cpu-offload")
+    job = slime.read(slime.load_args(args, "run.sh"), "run.sh")
+    assert job.offload == "--optimizer-cpu-offload"
+    [p] = _with_sources([Problem("jobs[0].model", "the training state does not fit any allowed trainer GPU at tp=8",
+                                 "raise trainer.tp/pp or trainer.nodes")], job)
+    assert "sets --optimizer-cpu-offload" in p.fix and "host memory" in p.fix
+    text = shape.scenario_text(job, gpu_type="H100", price=None, command="planner init")
+    assert "# --optimizer-cpu-offload is set" in text
+    assert slime.read(slime.load_args(args.replace(" --optimizer-cpu-offload", ""), "run.sh"), "run.sh").offload == ""
+    job = _read(COMPOSED.replace("    strategy: fsdp\n", "    strategy: fsdp\n    fsdp_config: {optimizer_offload: true}\n"))
+    assert job.offload == "actor_rollout_ref.actor.fsdp_config.optimizer_offload"
+    assert _read(COMPOSED).offload == ""
