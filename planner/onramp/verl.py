@@ -18,8 +18,10 @@ verl field                                      scenario field
                                                 ``trainer.tp`` / ``trainer.pp`` (Megatron
                                                 strategy; FSDP: 1 / 1)
 ``trainer.n_gpus_per_node``, ``trainer.nnodes``  the nodes (colocated: split between the phases)
-``actor_rollout_ref.rollout.nnodes`` / ``n_gpus_per_node``  a separate rollout pool (verl's
-                                                disaggregated recipes), if given
+``rollout.nnodes`` / ``rollout.n_gpus_per_node``  a separate rollout pool, if given (verl's
+                                                one_step_off_policy and fully_async_policy
+                                                recipes; also read as ``actor_rollout_ref.rollout.
+                                                nnodes`` / ``n_gpus_per_node``)
 ==============================================  =============================================
 
 ``actor_rollout_ref.rollout.multi_turn`` is not read: with ``enable: true`` the header says so (the job
@@ -61,7 +63,7 @@ READ = ("actor_rollout_ref.model.path", "algorithm.adv_estimator", "data.train_b
         "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.actor.strategy",
         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
         "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", "trainer.n_gpus_per_node", "trainer.nnodes",
-        "actor_rollout_ref.rollout.nnodes", "actor_rollout_ref.rollout.n_gpus_per_node",
+        "actor_rollout_ref.rollout.nnodes", "actor_rollout_ref.rollout.n_gpus_per_node", "rollout.nnodes", "rollout.n_gpus_per_node",
         "actor_rollout_ref.rollout.multi_turn.enable", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns",
         "trainer.experiment_name", *OFFLOAD)
 
@@ -175,17 +177,16 @@ def read(cfg: dict, where: str, name: str = "") -> JobShape:
     gpn = positive_int(need(cfg, "trainer.n_gpus_per_node", where, fw), "trainer.n_gpus_per_node", where)
     nnodes = positive_int(need(cfg, "trainer.nnodes", where, fw), "trainer.nnodes", where)
     notes = []
-    rnodes_cfg = get(cfg, "actor_rollout_ref.rollout.nnodes")
-    if rnodes_cfg is not None:  # a separate rollout pool
-        rn = positive_int(rnodes_cfg, "actor_rollout_ref.rollout.nnodes", where)
-        rgpn = positive_int(get(cfg, "actor_rollout_ref.rollout.n_gpus_per_node", gpn), "actor_rollout_ref.rollout.n_gpus_per_node",
-                            where)
+    # a separate rollout pool: top-level rollout.* in verl's one_step_off_policy and fully_async_policy recipes
+    pool = next((p for p in ("rollout", "actor_rollout_ref.rollout") if get(cfg, f"{p}.nnodes") is not None), None)
+    if pool is not None:
+        rn = positive_int(get(cfg, f"{pool}.nnodes"), f"{pool}.nnodes", where)
+        rgpn = positive_int(get(cfg, f"{pool}.n_gpus_per_node", gpn), f"{pool}.n_gpus_per_node", where)
         if rgpn != gpn:
-            raise UserError(Problem("actor_rollout_ref.rollout.n_gpus_per_node", f"{rgpn} GPUs per rollout node but {gpn} per "
+            raise UserError(Problem(f"{pool}.n_gpus_per_node", f"{rgpn} GPUs per rollout node but {gpn} per "
                                     f"training node (trainer.n_gpus_per_node)", "write the scenario's node groups by hand "
                                     "for mixed node shapes"), title=f"{where}: cannot write a scenario")
-        rollout_nodes, trainer_nodes, colocated = (Value(rn, "actor_rollout_ref.rollout.nnodes"), Value(nnodes, "trainer.nnodes"),
-                                                   False)
+        rollout_nodes, trainer_nodes, colocated = (Value(rn, f"{pool}.nnodes"), Value(nnodes, "trainer.nnodes"), False)
     else:
         rollout_nodes, trainer_nodes, note = split_colocated(nnodes, "trainer.nnodes", gpus_per_node=gpn,
                                                              trainer_mp=ttp * tpp, rollout_tp=rtp)

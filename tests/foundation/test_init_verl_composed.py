@@ -177,3 +177,21 @@ def test_optimizer_offload_is_named_beside_a_training_memory_refusal_and_in_the_
     job = _read(COMPOSED.replace("    strategy: fsdp\n", "    strategy: fsdp\n    fsdp_config: {optimizer_offload: true}\n"))
     assert job.offload == "actor_rollout_ref.actor.fsdp_config.optimizer_offload"
     assert _read(COMPOSED).offload == ""
+
+
+def test_the_disaggregated_recipes_rollout_pool_is_read():
+    """verl's one_step_off_policy and fully_async_policy recipes name their rollout pool as top-level
+    rollout.nnodes / rollout.n_gpus_per_node (trainer.nnodes is then the training pool alone); the
+    reader looked only under actor_rollout_ref.rollout, so such a job was written colocated: its
+    training nodes split between the phases and the whole rollout pool dropped, in silence."""
+    async_cfg = COMPOSED + "rollout:\n  nnodes: 3\n  n_gpus_per_node: 8\n  total_rollout_steps: 100\n"
+    job = _read(async_cfg)
+    assert (job.rollout_nodes.value, job.trainer_nodes.value, job.colocated) == (3, 2, False)
+    assert job.rollout_nodes.source == "rollout.nnodes"
+    from planner.errors import UserError
+
+    import pytest
+
+    with pytest.raises(UserError) as exc:
+        _read(async_cfg.replace("  n_gpus_per_node: 8\n  total", "  n_gpus_per_node: 4\n  total"))
+    assert exc.value.problems[0].where == "rollout.n_gpus_per_node"
