@@ -112,12 +112,8 @@ def _resolve(cfg: Any, root: dict, where: str, loc: str, stack: tuple[str, ...],
     if not m:
         return Unresolved(cfg, loc)
     ref = m.group(1)
-    if _lookup(root, ref) in (_MISSING, None) and m.re is _SELECT:  # oc.select's default (YAML, as OmegaConf reads it)
-        try:
-            default = yaml.safe_load(m.group(2)) if m.group(2) and m.group(2).strip() else None
-        except yaml.YAMLError:
-            return Unresolved(cfg, loc)
-        return default if not isinstance(default, str) or "${" not in default else Unresolved(cfg, loc)
+    if _lookup(root, ref) in (_MISSING, None) and m.re is _SELECT:  # oc.select's default
+        return _select_default(m.group(2) or "", cfg, loc)
     if _lookup(root, ref) is _MISSING:
         return Unresolved(cfg, loc)
     if ref in done:
@@ -132,6 +128,24 @@ def _resolve(cfg: Any, root: dict, where: str, loc: str, stack: tuple[str, ...],
                                 f"({stack[0]} -> ... -> {ref})", "write the value itself in the config"), title=title)
     done[ref] = value = _resolve(get(root, ref), root, where, ref, stack, done)
     return value
+
+
+def _select_default(text: str, cfg: str, loc: str) -> Any:
+    """``${oc.select:field,DEFAULT}``'s DEFAULT as OmegaConf reads it, for a scalar (``512``, ``false``,
+    ``null``, ``'~/models/x'``) or an empty ``[]`` / ``{}``; anything else (a collection, which could hold
+    YAML anchors and aliases this bounded reader would not see, or another ``${...}``) is :class:`Unresolved`."""
+    text = text.strip()
+    if text in ("[]", "{}"):
+        return [] if text == "[]" else {}
+    if not text:
+        return None
+    if len(text) > 1000 or text[0] in "[{&*!|>%@`" or "${" in text:
+        return Unresolved(cfg, loc)
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return Unresolved(cfg, loc)
+    return value if value is None or isinstance(value, (str, int, float, bool)) else Unresolved(cfg, loc)
 
 
 def read(cfg: dict, where: str, name: str = "") -> JobShape:

@@ -195,3 +195,23 @@ def test_the_disaggregated_recipes_rollout_pool_is_read():
     with pytest.raises(UserError) as exc:
         _read(async_cfg.replace("  n_gpus_per_node: 8\n  total", "  n_gpus_per_node: 4\n  total"))
     assert exc.value.problems[0].where == "rollout.n_gpus_per_node"
+
+
+def test_oc_select_defaults_are_scalars_only():
+    """An oc.select default is read as YAML; a collection there could hold anchors and aliases (a
+    billion-laughs string for the job's name) outside the bounded reader: only scalars are taken."""
+    from planner.onramp.verl import Unresolved, _select_default
+
+    assert _select_default(" 512", "c", "l") == 512 and _select_default("false", "c", "l") is False
+    assert _select_default("null", "c", "l") is None and _select_default('"~/models/x"', "c", "l") == "~/models/x"
+    assert _select_default("[]", "c", "l") == [] and _select_default("", "c", "l") is None
+    bomb = "[&a [x,x,x,x,x,x,x,x,x], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]]"
+    for text in (bomb, "{a: 1}", "${data.x}", "*a", "x: [1"):
+        assert isinstance(_select_default(text, "c", "l"), Unresolved), text
+    import pytest
+
+    from planner.errors import UserError
+
+    with pytest.raises(UserError) as exc:  # refused naming the field, not expanded
+        _read(COMPOSED.replace("experiment_name: gsm8k", "experiment_name: ${oc.select:nothing," + bomb + "}"))
+    assert exc.value.problems[0].where == "trainer.experiment_name"
