@@ -8,7 +8,8 @@ DESCRIPTION = """Write a scenario from an RL framework's own job config.
 
   --from verl    a verl Hydra YAML config (data.*, actor_rollout_ref.*, trainer.n_gpus_per_node,
                  trainer.nnodes, algorithm.adv_estimator); pass the composed config
-                 (python -m verl.trainer.main_ppo ... --cfg job) or your override file
+                 (python -m verl.trainer.main_ppo ... --cfg job), your override file, or the
+                 launch script itself (its key=value overrides are read, as in verl's examples)
   --from slime   slime's arguments: a shell-style argument file (--rollout-batch-size 32 ...,
                  as in slime's example scripts) or a YAML mapping of them
 
@@ -48,12 +49,15 @@ def run(args) -> int:
     where = args.config
     text = read_text(args.config, what="job config", where="CONFIG")
     if args.framework == "verl":
-        from planner.onramp import verl
+        from planner.onramp import hydra_args, slime, verl
         from planner.safeload import check_text, parse
 
-        doc = parse(text, args.config)
-        check_text(doc)  # no control characters (ESC, NUL) in what the scenario's comments will echo
-        job = verl.read(doc.data, where, args.name or "")
+        if not slime.yaml_mapping(text) and hydra_args.looks_like_overrides(text):  # a launch script: key=value overrides
+            job = verl.read(hydra_args.load(text, where), where, args.name or "")
+        else:
+            doc = parse(text, args.config)
+            check_text(doc)  # no control characters (ESC, NUL) in what the scenario's comments will echo
+            job = verl.read(doc.data, where, args.name or "")
     else:
         from planner.onramp import slime
 

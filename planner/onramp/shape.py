@@ -105,7 +105,7 @@ def model_value(path: str, source: str, where: str) -> Value:
         return Value(full, source, "its config.json gives the dimensions" + (f" ({path} from {os.getcwd()})" if relative else ""))
     key = models.preset_key(path)
     if key not in models.PRESETS:
-        raise UserError(Problem(source, f"model '{path}' is neither a preset nor a local model directory"
+        raise UserError(Problem(source, f"model '{path}' is neither a preset nor a local model directory."
                                         f"{models_hint(path)}",
                                 f"use a local directory holding the model's config.json (nothing is downloaded), "
                                 f"or one of the presets: {', '.join(models.preset_names())}"),

@@ -82,7 +82,7 @@ def load_args(text: str, where: str) -> dict[str, Any]:
     ``rollout_batch_size: 32``), read by :mod:`planner.safeload` (an alias bomb, a duplicate key or
     another limit is refused, exit 2), or else (text that is not YAML, or YAML but not a mapping)
     the shell-style argument format. Two keys that name one argument are refused naming both."""
-    if not _yaml_mapping(text):
+    if not yaml_mapping(text):
         return parse_args_text(text, where)
     doc = parse_yaml(text, where)
     check_text(doc)  # no control characters (ESC, NUL) in what the scenario's comments will echo
@@ -97,7 +97,7 @@ def load_args(text: str, where: str) -> dict[str, Any]:
     return out
 
 
-def _yaml_mapping(text: str) -> bool:
+def yaml_mapping(text: str) -> bool:
     """Whether ``text`` is YAML whose document is a mapping. Only the syntax is read (libyaml's
     events: no value is built and no alias expanded, so this is linear in the text's length)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

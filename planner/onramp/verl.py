@@ -74,6 +74,7 @@ class Unresolved:
 
     text: str
     loc: str
+    shell: bool = False  # a shell variable of a launch script (planner.onramp.hydra_args), not a ${...} of Hydra's
 
 
 def _lookup(root: Any, dotted: str) -> Any:
@@ -247,6 +248,9 @@ def _refuse_unresolved(cfg: dict, where: str) -> None:
             cur = cur[part]
         if isinstance(cur, Unresolved):
             via = f" (through {cur.loc})" if cur.loc != dotted else ""
+            if cur.shell:
+                raise UserError(Problem(dotted, f"'{cur.text}' is a shell variable this reader cannot expand",
+                                        f"write the value of {dotted} itself in {where}"), title=f"{where}: cannot write a scenario")
             raise UserError(Problem(dotted, f"'{cur.text}' is a Hydra interpolation this reader cannot resolve{via}",
                                     "write the value itself in the config (or pass the resolved config: "
                                     "python -m verl.trainer.main_ppo ... --cfg job --resolve)"),
