@@ -89,3 +89,12 @@ def test_the_cli_reads_a_script_and_still_reads_yaml(tmp_path):
                          str(ROOT / "examples" / "onramp" / "verl-grpo-qwen2.5-7b.yaml")],
                         capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert ex.returncode == 0 and "batch_prompts: 256" in ex.stdout, ex.stderr
+
+
+def test_hydras_own_overrides_yaml_is_read():
+    """A Hydra run writes its command line's overrides to .hydra/overrides.yaml, a YAML list of 'key=value'."""
+    text = ("- algorithm.adv_estimator=grpo\n- data.train_batch_size=64\n- data.max_response_length=2048\n"
+            "- actor_rollout_ref.model.path=Qwen/Qwen3-8B\n- actor_rollout_ref.rollout.n=16\n"
+            "- trainer.n_gpus_per_node=8\n- trainer.nnodes=2\n- trainer.experiment_name=q3\n")
+    job = _job(text)
+    assert (job.model.value, job.batch_prompts.value, job.group_size.value, job.name) == ("qwen3-8b", 64, 16, "q3")
