@@ -11,7 +11,8 @@ slime argument                      scenario field
 ``--hf-checkpoint``                 ``model`` (a local directory gives its config.json; a hub id
                                     names a preset)
 ``--advantage-estimator``           ``algorithm`` (``ppo``: ppo; grpo, gspo, reinforce_plus_plus: grpo)
-``--rollout-batch-size``            ``rollout.batch_prompts``
+``--rollout-batch-size``            ``rollout.batch_prompts`` (``--over-sampling-batch-size``, the
+                                    prompts sampled per round, where larger)
 ``--n-samples-per-prompt``          ``rollout.group_size`` (default 1)
 ``--rollout-max-prompt-len``        ``rollout.prompt_tokens`` (default 512)
 ``--rollout-max-response-len``      ``rollout.max_response_tokens``
@@ -147,6 +148,13 @@ def read(args: dict, where: str, name: str = "") -> JobShape:
     anodes, agpn = num("actor-num-nodes", 1), num("actor-num-gpus-per-node", 8)
     gpn = num("num-gpus-per-node", agpn)
     notes = []
+    batch_v = Value(batch, "--rollout-batch-size")
+    over = num("over-sampling-batch-size", batch)  # slime samples prompts in rounds of this many (its default: the batch)
+    if over > batch:
+        batch_v = Value(over, "--over-sampling-batch-size", f"prompts sampled per round; --rollout-batch-size is {batch}")
+        notes.append(f"--over-sampling-batch-size {over}: slime generates prompts in rounds of {over} until "
+                     f"--rollout-batch-size {batch} pass its filters: rollout.batch_prompts is {over} (one round), so the "
+                     f"training phase is modelled on all of them (on the safe side); a step that needs more rounds takes longer.")
     colocate = bool(args.get("colocate")) and str(args.get("colocate")).lower() not in ("false", "0")
     if colocate:
         rollout_nodes, trainer_nodes, note = split_colocated(anodes, "--actor-num-nodes", gpus_per_node=gpn,
@@ -165,7 +173,7 @@ def read(args: dict, where: str, name: str = "") -> JobShape:
                         title=f"{where}: cannot write a scenario")
     return JobShape(
         framework=fw, config_path=where, name=name or _name(args, where), model=model_value(path, "--hf-checkpoint", where),
-        algorithm=algo, batch_prompts=Value(batch, "--rollout-batch-size"),
+        algorithm=algo, batch_prompts=batch_v,
         group_size=Value(n, *src("n-samples-per-prompt", "slime's default 1")),
         max_response_tokens=Value(resp, "--rollout-max-response-len"),
         prompt_tokens=Value(prompt, *src("rollout-max-prompt-len", "not in the arguments: 512")),

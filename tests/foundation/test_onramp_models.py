@@ -89,3 +89,17 @@ def test_a_relative_model_directory_is_written_absolute(tmp_path, monkeypatch):
     assert v.value == str(tmp_path / "models" / "q") and "./models/q from" in v.note
     monkeypatch.chdir("/")
     assert hfconfig.resolve(v.value).hidden_size == 1024  # read from anywhere
+
+
+def test_slime_over_sampling_batch_is_the_rollout_batch():
+    """slime samples prompts in rounds of --over-sampling-batch-size (DAPO-style dynamic sampling) until
+    --rollout-batch-size pass its filter: the scenario took the smaller batch in silence."""
+    from planner.onramp import slime
+
+    text = ("--hf-checkpoint Qwen/Qwen3-4B --rollout-batch-size 32 --over-sampling-batch-size 64 "
+            "--rollout-max-response-len 1024 --rollout-num-gpus 8")
+    job = slime.read(slime.load_args(text, "run.sh"), "run.sh")
+    assert job.batch_prompts.value == 64 and job.batch_prompts.source == "--over-sampling-batch-size"
+    assert any("--over-sampling-batch-size 64" in n for n in job.notes)
+    same = slime.read(slime.load_args(text.replace("64", "32"), "run.sh"), "run.sh")
+    assert same.batch_prompts.value == 32 and same.batch_prompts.source == "--rollout-batch-size"
