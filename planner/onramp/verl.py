@@ -151,7 +151,10 @@ def _select_default(text: str, cfg: str, loc: str) -> Any:
 
 def read(cfg: dict, where: str, name: str = "") -> JobShape:
     if not isinstance(cfg, dict):
-        raise UserError(Problem("", "a verl config is a YAML mapping (data, actor_rollout_ref, trainer, ...)"),
+        raise UserError(Problem("", "a verl config is a YAML mapping (data, actor_rollout_ref, trainer, ...) or a launch "
+                                    "script of key=value overrides (data.train_batch_size=256 ...), and this is neither",
+                                "pass the YAML config, the composed one (python -m verl.trainer.main_ppo ... --cfg job) "
+                                "or the launch script"),
                         title=f"{where}: cannot write a scenario")
     cfg = resolve(cfg, cfg, where)
     _refuse_unresolved(cfg, where)

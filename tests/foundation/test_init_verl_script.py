@@ -98,3 +98,12 @@ def test_hydras_own_overrides_yaml_is_read():
             "- trainer.n_gpus_per_node=8\n- trainer.nnodes=2\n- trainer.experiment_name=q3\n")
     job = _job(text)
     assert (job.model.value, job.batch_prompts.value, job.group_size.value, job.name) == ("qwen3-8b", 64, 16, "q3")
+
+
+def test_a_file_that_is_neither_says_what_to_pass(tmp_path):
+    src = tmp_path / "notes.txt"
+    src.write_text("hello world\n")
+    p = subprocess.run([sys.executable, "-m", "planner", "init", "--from", "verl", str(src)], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "launch script" in p.stderr and "Fix:" in p.stderr
