@@ -4,7 +4,9 @@ Preset dimensions are copied from each model's published Hugging Face ``config.j
 (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``,
 ``intermediate_size``, ``vocab_size``, ``tie_word_embeddings``). All are dense decoder-only
 transformers with SwiGLU MLPs (three ``h x I`` matrices), RMSNorm and, for Qwen2.5, a bias on the
-q/k/v projections. DeepSeek-R1-Distill-Qwen-1.5B (the DynaRL 1.5B math model) has the
+q/k/v projections. Qwen3 (dense) has no q/k/v bias and a ``head_dim`` of 128 that is not
+``hidden_size / num_attention_heads``; its per-head q/k RMSNorm weights (2 x 128 a layer) are not
+counted. DeepSeek-R1-Distill-Qwen-1.5B (the DynaRL 1.5B math model) has the
 Qwen2.5-Math-1.5B architecture, i.e. the Qwen2.5-1.5B dimensions.
 """
 
@@ -77,6 +79,12 @@ PRESETS: dict[str, ModelDims] = {
     "qwen2.5-14b": ModelDims("qwen2.5-14b", 5120, 48, 40, 8, 13824, 152064),
     "qwen2.5-32b": ModelDims("qwen2.5-32b", 5120, 64, 40, 8, 27648, 152064),
     "qwen2.5-72b": ModelDims("qwen2.5-72b", 8192, 80, 64, 8, 29568, 152064),
+    "qwen3-0.6b": ModelDims("qwen3-0.6b", 1024, 28, 16, 8, 3072, 151936, head_dim=128, tie_embeddings=True, qkv_bias=False),
+    "qwen3-1.7b": ModelDims("qwen3-1.7b", 2048, 28, 16, 8, 6144, 151936, head_dim=128, tie_embeddings=True, qkv_bias=False),
+    "qwen3-4b": ModelDims("qwen3-4b", 2560, 36, 32, 8, 9728, 151936, head_dim=128, tie_embeddings=True, qkv_bias=False),
+    "qwen3-8b": ModelDims("qwen3-8b", 4096, 36, 32, 8, 12288, 151936, head_dim=128, qkv_bias=False),
+    "qwen3-14b": ModelDims("qwen3-14b", 5120, 40, 40, 8, 17408, 151936, head_dim=128, qkv_bias=False),
+    "qwen3-32b": ModelDims("qwen3-32b", 5120, 64, 64, 8, 25600, 151936, head_dim=128, qkv_bias=False),
     "llama3.1-8b": ModelDims("llama3.1-8b", 4096, 32, 32, 8, 14336, 128256, qkv_bias=False),
     "llama3.1-70b": ModelDims("llama3.1-70b", 8192, 80, 64, 8, 28672, 128256, qkv_bias=False),
 }
@@ -97,11 +105,12 @@ def preset_names() -> list[str]:
 def preset_key(name: str) -> str:
     """A preset name from a preset name or a Hugging Face hub id: ``Qwen/Qwen2.5-3B-Instruct`` ->
     ``qwen2.5-3b``, ``meta-llama/Llama-3.1-8B-Instruct`` -> ``llama3.1-8b`` (organisation,
-    ``-Instruct`` / ``-Chat`` / ``-Base`` suffixes dropped: the same dimensions)."""
+    ``-Instruct`` / ``-Chat`` / ``-Base`` / ``-Thinking-2507`` suffixes dropped: the same dimensions)."""
     key = name.strip().lower()
     if key in PRESETS or key in ALIASES:
         return ALIASES.get(key, key)
     key = key.rsplit("/", 1)[-1]
+    key = re.sub(r"-(instruct|thinking)-2507$", "", key)  # (Qwen3's July 2025 releases: the same dimensions)
     key = re.sub(r"-(instruct|chat|base|it)$", "", key)
     key = re.sub(r"^meta-", "", key)
     key = re.sub(r"^llama-(\d)", r"llama\1", key)

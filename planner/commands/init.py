@@ -8,14 +8,16 @@ DESCRIPTION = """Write a scenario from an RL framework's own job config.
 
   --from verl    a verl Hydra YAML config (data.*, actor_rollout_ref.*, trainer.n_gpus_per_node,
                  trainer.nnodes, algorithm.adv_estimator); pass the composed config
-                 (python -m verl.trainer.main_ppo ... --cfg job) or your override file
+                 (python -m verl.trainer.main_ppo ... --cfg job), your override file, or the
+                 launch script itself (its key=value overrides are read, as in verl's examples)
   --from slime   slime's arguments: a shell-style argument file (--rollout-batch-size 32 ...,
                  as in slime's example scripts) or a YAML mapping of them
 
 Each value of the written scenario carries a comment naming the source field. Neither framework
 names a GPU type or a price: --gpu-type (default H100) and --price (default 1 $/GPU-hour, a
 placeholder: costs then read as GPU-hours). A model path that is a hub id names a preset
-(Qwen/Qwen2.5-7B-Instruct -> qwen2.5-7b); a local model directory is read from its config.json.
+(Qwen/Qwen2.5-7B-Instruct -> qwen2.5-7b); a local model directory is read from its config.json; a
+path this machine does not hold whose name is a preset's (/root/Qwen3-4B) is read as that preset.
 The scenario is validated before it is written (nothing is written on a problem; exit 2 naming
 the field). docs/integration.md has the verl and slime recipes."""
 
@@ -47,12 +49,15 @@ def run(args) -> int:
     where = args.config
     text = read_text(args.config, what="job config", where="CONFIG")
     if args.framework == "verl":
-        from planner.onramp import verl
+        from planner.onramp import hydra_args, slime, verl
         from planner.safeload import check_text, parse
 
-        doc = parse(text, args.config)
-        check_text(doc)  # no control characters (ESC, NUL) in what the scenario's comments will echo
-        job = verl.read(doc.data, where, args.name or "")
+        if not slime.yaml_mapping(text) and hydra_args.looks_like_overrides(text):  # a launch script: key=value overrides
+            job = verl.read(hydra_args.load(text, where), where, args.name or "")
+        else:
+            doc = parse(text, args.config)
+            check_text(doc)  # no control characters (ESC, NUL) in what the scenario's comments will echo
+            job = verl.read(doc.data, where, args.name or "")
     else:
         from planner.onramp import slime
 
@@ -82,8 +87,9 @@ def run(args) -> int:
     except UserError as exc:
         sharded = _fully_sharded_fallback(job, exc, written)
         if sharded is None:
-            raise UserError(exc.problems, title=f"{where}: the scenario written from it is not valid (nothing written); the "
-                                                f"fields below come from the {args.framework} config as the comments say") from None
+            raise UserError(_with_sources(exc.problems, job), title=f"{where}: the scenario written from it is not valid "
+                                                                    f"(nothing written); each field names the {args.framework} "
+                                                                    f"field it came from") from None
         job, text_out = sharded
     if args.out == "-":
         sys.stdout.write(text_out)
@@ -94,6 +100,39 @@ def run(args) -> int:
         print(f"wrote {args.out}: scenario '{job.name}' from the {args.framework} config {where} "
               f"({job.rollout_nodes.value} rollout + {job.trainer_nodes.value} training node(s) of {args.gpu_type})")
     return 0
+
+
+def _with_sources(problems, job) -> list:
+    """``problems`` of the written scenario with the source config's field named beside each scenario
+    field they mention (``jobs[0].rollout.tp (16: actor_rollout_ref.rollout.tensor_model_parallel_size)``;
+    the fix's ``raise rollout.tp`` likewise): nothing is written, so the comments that would say where a
+    value came from are not there to read."""
+    import dataclasses
+    import re
+
+    fields = {"model": job.model, "algorithm": job.algorithm, "rollout.batch_prompts": job.batch_prompts,
+              "rollout.group_size": job.group_size, "rollout.prompt_tokens": job.prompt_tokens,
+              "rollout.max_response_tokens": job.max_response_tokens, "rollout.tp": job.rollout_tp,
+              "rollout.nodes": job.rollout_nodes, "trainer.tp": job.trainer_tp, "trainer.pp": job.trainer_pp,
+              "trainer.nodes": job.trainer_nodes}
+
+    def source(key: str) -> str:
+        v = fields[key]
+        return f"{v.value}: " + "; ".join(x for x in (v.source, v.note) if x) if v.source or v.note else f"{v.value}"
+
+    out = []
+    for p in problems:
+        m = re.fullmatch(r"(.*?jobs\[0\]\.)(model|algorithm|rollout\.\w+|trainer\.\w+)(.*)", p.where)
+        where = f"{p.where} ({source(m.group(2))})" if m and m.group(2) in fields else p.where
+        named = [k for k in re.findall(r"\b(?:rollout|trainer)\.(?:tp/pp|\w+)", p.fix) if k != (m.group(2) if m else "")]
+        keys = [k for n in named for k in ((n.replace("tp/pp", "tp"), n.replace("tp/pp", "pp")) if "tp/pp" in n else (n,))]
+        extra = "; ".join(f"{k} is {source(k)}" for k in dict.fromkeys(keys) if k in fields)
+        fix = f"{p.fix.rstrip('.')} (in the {job.framework} config: {extra})" if extra else p.fix
+        if job.offload and p.message.startswith(_STATE_TOO_BIG):
+            fix += (f". The {job.framework} config sets {job.offload}: the job keeps that state in host memory, which "
+                    f"the planner's memory model does not (it counts weights, gradients and Adam's state on the GPUs)")
+        out.append(dataclasses.replace(p, where=where, fix=fix))
+    return out
 
 
 #: the message of the scenario check's training-memory problem (``planner.schema.checks``)

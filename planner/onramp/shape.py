@@ -41,6 +41,9 @@ class JobShape:
     trainer_nodes: Value
     colocated: bool
     notes: list[str] = field(default_factory=list)
+    #: the source field that moves the optimizer state (or weights) to host memory, if set: the planner's
+    #: memory model keeps them on the GPUs (said beside a training-memory refusal)
+    offload: str = ""
 
 
 def need(cfg: dict, dotted: str, where: str, framework: str, fix: str = "") -> Any:
@@ -78,24 +81,43 @@ def positive_int(v: Any, field_name: str, where: str) -> int:
 
 def model_value(path: str, source: str, where: str) -> Value:
     """The scenario's ``model:`` for a framework's model path: a local config.json directory as
-    is, a hub id as the preset it names; else a UserError naming the field."""
+    is, a hub id as the preset it names, a local path this machine does not hold whose last part
+    names a preset (``/root/Qwen2.5-7B-Instruct``) as that preset; else a UserError naming the field."""
     from estimators import hfconfig, models
 
     if hfconfig.looks_like_path(path):
+        key = models.preset_key(path.rstrip("/"))
+        if key in models.PRESETS and not _exists(hfconfig.config_path(path)):
+            # (a training cluster's path, /root/Qwen3-4B in slime's scripts, that this machine does not hold)
+            return Value(key, source, f"{path} is not on this machine; its name is preset {key} (if it is another model, "
+                                      f"write the path of a directory holding its config.json here)")
         try:
             hfconfig.load(path)
         except ValueError as exc:
             raise UserError(Problem(source, str(exc), "point it at a local model directory holding a config.json"),
                             title=f"{where}: cannot write a scenario") from None
-        return Value(path, source, "its config.json gives the dimensions")
+        import os
+
+        # written absolute: a scenario reads a relative model path from the working directory it is run in,
+        # and the written scenario is run from anywhere (the path was found from this one)
+        full = os.path.abspath(os.path.expanduser(path))
+        relative = not os.path.isabs(os.path.expanduser(path))
+        return Value(full, source, "its config.json gives the dimensions" + (f" ({path} from {os.getcwd()})" if relative else ""))
     key = models.preset_key(path)
     if key not in models.PRESETS:
-        raise UserError(Problem(source, f"model '{path}' is neither a preset nor a local model directory"
+        raise UserError(Problem(source, f"model '{path}' is neither a preset nor a local model directory."
                                         f"{models_hint(path)}",
                                 f"use a local directory holding the model's config.json (nothing is downloaded), "
                                 f"or one of the presets: {', '.join(models.preset_names())}"),
                         title=f"{where}: cannot write a scenario")
     return Value(key, source, f"{path} = preset {key}")
+
+
+def _exists(p) -> bool:
+    try:
+        return p.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def models_hint(path: str) -> str:
@@ -142,6 +164,9 @@ def scenario_text(job: JobShape, *, gpu_type: str, price: Optional[float], comma
               + (f", price {price_v:g} $/GPU-hour (--price)." if price is not None
                  else ", price 1 $/GPU-hour: a placeholder (--price): costs are then in GPU-hours."),
               *job.notes]
+    if job.offload:
+        header.append(f"{job.offload} is set: the source keeps that training state in host memory; the planner counts "
+                      f"weights, gradients and Adam's state on the GPUs (memory per GPU on the safe side).")
     lines = [f"# {_comment(h)}" for h in header]
     gt, gpn = _yaml_scalar(gpu_type), _yaml_scalar(job.gpus_per_node.value)
     lines += [f"name: {_yaml_scalar(job.name)}",

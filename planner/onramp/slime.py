@@ -11,7 +11,8 @@ slime argument                      scenario field
 ``--hf-checkpoint``                 ``model`` (a local directory gives its config.json; a hub id
                                     names a preset)
 ``--advantage-estimator``           ``algorithm`` (``ppo``: ppo; grpo, gspo, reinforce_plus_plus: grpo)
-``--rollout-batch-size``            ``rollout.batch_prompts``
+``--rollout-batch-size``            ``rollout.batch_prompts`` (``--over-sampling-batch-size``, the
+                                    prompts sampled per round, where larger)
 ``--n-samples-per-prompt``          ``rollout.group_size`` (default 1)
 ``--rollout-max-prompt-len``        ``rollout.prompt_tokens`` (default 512)
 ``--rollout-max-response-len``      ``rollout.max_response_tokens``
@@ -82,7 +83,7 @@ def load_args(text: str, where: str) -> dict[str, Any]:
     ``rollout_batch_size: 32``), read by :mod:`planner.safeload` (an alias bomb, a duplicate key or
     another limit is refused, exit 2), or else (text that is not YAML, or YAML but not a mapping)
     the shell-style argument format. Two keys that name one argument are refused naming both."""
-    if not _yaml_mapping(text):
+    if not yaml_mapping(text):
         return parse_args_text(text, where)
     doc = parse_yaml(text, where)
     check_text(doc)  # no control characters (ESC, NUL) in what the scenario's comments will echo
@@ -97,7 +98,7 @@ def load_args(text: str, where: str) -> dict[str, Any]:
     return out
 
 
-def _yaml_mapping(text: str) -> bool:
+def yaml_mapping(text: str) -> bool:
     """Whether ``text`` is YAML whose document is a mapping. Only the syntax is read (libyaml's
     events: no value is built and no alias expanded, so this is linear in the text's length)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -147,6 +148,13 @@ def read(args: dict, where: str, name: str = "") -> JobShape:
     anodes, agpn = num("actor-num-nodes", 1), num("actor-num-gpus-per-node", 8)
     gpn = num("num-gpus-per-node", agpn)
     notes = []
+    batch_v = Value(batch, "--rollout-batch-size")
+    over = num("over-sampling-batch-size", batch)  # slime samples prompts in rounds of this many (its default: the batch)
+    if over > batch:
+        batch_v = Value(over, "--over-sampling-batch-size", f"prompts sampled per round; --rollout-batch-size is {batch}")
+        notes.append(f"--over-sampling-batch-size {over}: slime generates prompts in rounds of {over} until "
+                     f"--rollout-batch-size {batch} pass its filters: rollout.batch_prompts is {over} (one round), so the "
+                     f"training phase is modelled on all of them (on the safe side); a step that needs more rounds takes longer.")
     colocate = bool(args.get("colocate")) and str(args.get("colocate")).lower() not in ("false", "0")
     if colocate:
         rollout_nodes, trainer_nodes, note = split_colocated(anodes, "--actor-num-nodes", gpus_per_node=gpn,
@@ -165,7 +173,7 @@ def read(args: dict, where: str, name: str = "") -> JobShape:
                         title=f"{where}: cannot write a scenario")
     return JobShape(
         framework=fw, config_path=where, name=name or _name(args, where), model=model_value(path, "--hf-checkpoint", where),
-        algorithm=algo, batch_prompts=Value(batch, "--rollout-batch-size"),
+        algorithm=algo, batch_prompts=batch_v,
         group_size=Value(n, *src("n-samples-per-prompt", "slime's default 1")),
         max_response_tokens=Value(resp, "--rollout-max-response-len"),
         prompt_tokens=Value(prompt, *src("rollout-max-prompt-len", "not in the arguments: 512")),
@@ -174,7 +182,13 @@ def read(args: dict, where: str, name: str = "") -> JobShape:
         trainer_pp=Value(tpp, *src("pipeline-model-parallel-size", "Megatron's default 1")),
         gpus_per_node=Value(gpn, *src("num-gpus-per-node" if "num-gpus-per-node" in args else "actor-num-gpus-per-node",
                                       "slime's default 8")),
-        rollout_nodes=rollout_nodes, trainer_nodes=trainer_nodes, colocated=colocate, notes=notes)
+        rollout_nodes=rollout_nodes, trainer_nodes=trainer_nodes, colocated=colocate, notes=notes,
+        offload="--optimizer-cpu-offload" if _flag(args, "optimizer-cpu-offload") else "")
+
+
+def _flag(args: dict, key: str) -> bool:
+    v = args.get(key)
+    return v is not None and v is not False and str(v).lower() not in ("false", "0")
 
 
 def _name(args: dict, where: str) -> str:
