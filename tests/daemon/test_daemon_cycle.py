@@ -8,7 +8,7 @@ import os
 import pytest
 from daemonproc import job, write_cluster
 
-from planner.daemon import gate
+from planner.daemon import gate, solve
 from planner.daemon.adapters.simcluster import SimCluster, Truth
 from planner.daemon.adapters.solo import SoloPlacer
 from planner.daemon.clock import ManualClock
@@ -19,7 +19,7 @@ from planner.daemon.lease import Lease
 from planner.daemon.lifecycle import JobState
 from planner.daemon.metrics import DaemonMetrics
 from planner.daemon.phasetimes import PhaseTimer
-from planner.daemon.ports import ApplyResult, Group, IterationSample, Placement, PlanningContext, moved_jobs
+from planner.daemon.ports import ApplyResult, Group, IterationSample, Placement, PlanningContext, Reoptimisation, moved_jobs
 from planner.daemon.ratelimit import TokenBucket
 from planner.daemon.service import check_job
 from planner.daemon.store import Store
@@ -221,6 +221,40 @@ def test_token_bucket_limits_and_restores():
     assert b.allows(1, 600.0)
     r = TokenBucket.restore(6.0, b.state(), now=600.0)
     assert r.tokens == pytest.approx(b.tokens)
+
+
+def test_a_churn_budget_of_zero_moves_allows_no_move_and_says_so(tmp_path):
+    """--max-moves-per-hour 0 held one token, so an optional re-optimisation moving one job was applied;
+    and a change the bucket can never hold said 'enough in inf s'."""
+    zero = TokenBucket.full(0.0, now=0.0)
+    assert not zero.allows(1, 0.0) and not zero.allows(1, 10 * 3600.0)
+    assert TokenBucket.restore(0.0, {"tokens": 28.0, "updated_at": 0.0}, now=0.0).tokens == 0.0
+    w = World(tmp_path, max_moves_per_hour=0.0)
+    for n in ("a", "b"):
+        w.submit(n)
+    ctx = w.loop.context({r.name: r for r in w.store.live_jobs()}, 0.0)
+    before = Placement((Group("g1", "H20", ("h20-0",), "H800", ("h800-0",), ("a",), 24.0),
+                        Group("g2", "H20", ("h20-1",), "H800", ("h800-1",), ("b",), 24.0)))
+    merged = Placement((Group("g1", "H20", ("h20-0",), "H800", ("h800-0",), ("a", "b"), 24.0),))
+
+    class Merging:
+        def reoptimise(self, ctx, current, time_limit_s):
+            return Reoptimisation(merged, {}, "merged")
+
+        def evaluate(self, ctx, placement):
+            return placement, []
+
+    for rate, bucket in ((0.0, zero), (0.5, TokenBucket.full(0.5, now=0.0))):
+        cfg = DaemonConfig(period_s=60.0, clock="virtual", max_moves_per_hour=rate)
+        if rate:  # one move fits a fractional budget once
+            out = solve.reoptimise(ctx, Merging(), before, cfg, bucket, 0.0, ["periodic"])
+            assert out.target is merged and out.decisions[-1].outcome == "changes-plan"
+            continue
+        out = solve.reoptimise(ctx, Merging(), before, cfg, bucket, 0.0, ["periodic"])
+        d = out.decisions[-1]
+        assert d.outcome == "rate-limited" and out.target is before, d
+        assert "inf s" not in d.reasons[-1] and "never at this budget" in d.reasons[-1]
+        assert "--max-moves-per-hour" in d.reasons[-1]
 
 
 def test_estimates_follow_slowdowns_at_once_and_speedups_only_when_the_window_agrees():
