@@ -114,6 +114,32 @@ def test_no_room_waits_then_admits_when_room_frees_and_timeout_rejects(tmp_path)
     assert r.state is JobState.REJECTED and "waited" in r.reason and "deadline" in r.reason
 
 
+def test_a_trace_job_added_before_a_later_start_arrives_then_not_in_the_past(tmp_path):
+    """A job added to the --scenario file before a restart, its arrival_s behind the virtual clock, was
+    submitted arriving in the past: with no room at once it was rejected at its first cycle as having
+    'waited 2400 s for room (deadline 1800 s)', 300 s after it was submitted."""
+    from planner.daemon.service import Options, Service
+
+    w = World(tmp_path, admission_timeout_s=1800.0)
+    svc = Service(Options(state=tmp_path / "s.sqlite", cfg=w.cfg), w.store, w.cluster, w.clock, w.metrics, w.lease)
+    svc.role = "applier"
+    first = [JobSpec.model_validate(job(f"j{i}", arrival_s=60.0 * i)) for i in range(4)]
+    svc.submit_trace(first)  # the first start: trace time
+    assert [w.store.get_job(f"j{i}").arrives_at for i in range(4)] == [0.0, 60.0, 120.0, 180.0]
+    for t in range(0, 2401, 300):
+        w.cycle(float(t))
+    assert all(w.state(f"j{i}") is JobState.RUNNING for i in range(4))  # the 4 H20 + 4 H800 nodes are taken
+    svc.submit_trace(first + [JobSpec.model_validate(job("late", arrival_s=0.0))])  # a later start, one job added
+    late = w.store.get_job("late")
+    assert late.arrives_at == late.submitted_at == 2400.0
+    w.cycle(2700.0)
+    r = w.store.get_job("late")
+    assert r.state is JobState.PENDING and r.reason.startswith("waiting"), r.reason
+    w.cycle(4200.0)
+    r = w.store.get_job("late")
+    assert r.state is JobState.REJECTED and "waited 1800 s" in r.reason, r.reason
+
+
 def test_a_job_no_pool_can_serve_is_rejected_at_once(tmp_path):
     w = World(tmp_path)
     w.submit("ok")
