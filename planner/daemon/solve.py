@@ -244,7 +244,10 @@ def reoptimise(ctx: PlanningContext, placer: PlacementPlanner, target: Placement
     if bad or set(cand.jobs()) != set(target.jobs()):
         miss = sorted(set(target.jobs()) - set(cand.jobs()))
         why = [v.message for v in bad[:5]] + ([f"it leaves out {', '.join(miss)}"] if miss else [])
-        out.decisions.append(decision("infeasible", [], [r.reason, "kept the current plan: the re-optimised plan is not valid"] + why))
+        d = decision("infeasible", [], [r.reason, "kept the current plan: the re-optimised plan is not valid"] + why)
+        # nothing changes: the cost after is the plan's (the invalid plan's, which leaves jobs out, read as a saving)
+        d.cost_after = target.cost_per_hour
+        out.decisions.append(d)
         return out
     v = gate.judge(ctx, target, cand, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
     reasons = [r.reason] + v.reasons

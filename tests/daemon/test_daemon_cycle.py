@@ -283,6 +283,31 @@ def test_a_churn_budget_of_zero_moves_allows_no_move_and_says_so(tmp_path):
         assert "--max-moves-per-hour" in d.reasons[-1]
 
 
+def test_an_invalid_reoptimisation_records_the_cost_of_the_plan_kept_not_of_the_one_leaving_jobs_out(tmp_path):
+    """A re-optimisation that left jobs out (their SLOs unreachable at the drifted estimates) was logged
+    'infeasible' with the cost of that plan as its cost after (872 -> 368 $/h on a replay): a saving
+    no plan made."""
+    w = World(tmp_path)
+    for n in ("a", "b"):
+        w.submit(n)
+    ctx = w.loop.context({r.name: r for r in w.store.live_jobs()}, 0.0)
+    before = Placement((Group("g1", "H20", ("h20-0",), "H800", ("h800-0",), ("a",), 24.0),
+                        Group("g2", "H20", ("h20-1",), "H800", ("h800-1",), ("b",), 24.0)))
+    only_a = Placement((before.groups[0],))
+
+    class LeavingOut:
+        def reoptimise(self, ctx, current, time_limit_s):
+            return Reoptimisation(only_a, {}, "re-optimised; left out: b (slo)")
+
+        def evaluate(self, ctx, placement):
+            return placement, []
+
+    out = solve.reoptimise(ctx, LeavingOut(), before, w.cfg, TokenBucket.full(30.0, 0.0), 0.0, ["periodic"])
+    d = out.decisions[-1]
+    assert d.outcome == "infeasible" and out.target is before and "it leaves out b" in d.reasons
+    assert d.cost_before == d.cost_after == before.cost_per_hour
+
+
 def test_estimates_follow_slowdowns_at_once_and_speedups_only_when_the_window_agrees():
     e = Estimates(window=4, min_samples=2, threshold=0.1)
     s = lambda k, r: IterationSample("j", k, r, r, 2 * r)  # noqa: E731
