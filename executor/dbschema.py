@@ -22,6 +22,25 @@ KNOWN = ((frozenset({"applies", "steps", "lock"}), "an apply journal", "--journa
          (frozenset({"world", "workers"}), "a simulated cluster's state file", "--sim-state"))
 
 
+# The replanning daemon's own files (``planner daemon --state STATE`` and its simulated cluster
+# ``STATE.sim``), by tables they always hold: one passed to a command that reads the executor's files
+# was called a foreign file to move away (the daemon's state with it); it is named as what it is.
+DAEMON_FILES = ((frozenset({"jobs", "decisions", "plans", "lease"}), "a replanning daemon's state file (planner daemon --state)", ""),
+                (frozenset({"sim_groups", "sim_jobs"}), "a replanning daemon's simulated cluster (its STATE.sim)", ".sim"))
+
+
+def _daemon_file(path: str | Path, tables: set[str], expected: dict[str, str], what: str) -> Problem | None:
+    for names, desc, suffix in DAEMON_FILES:
+        if names <= tables and not names <= set(expected):
+            p = str(path)
+            state = p[: -len(suffix)] if suffix and p.endswith(suffix) else (p if not suffix else "STATE")
+            return Problem("", f"{path} is {desc}, not the {what} expected here; it was not opened (and is left as it was: "
+                               "do not move it)",
+                           f"give {{field}} a file of its own, not one of the daemon's; to see what that daemon's executor runs: "
+                           f"planner status --sim-state {state}.executor-sim --journal {state}.journal")
+    return None
+
+
 def verify(conn: sqlite3.Connection, path: str | Path, expected: dict[str, str], field: str, fix: str, what: str = "SQLite file") -> None:
     """``expected``: name -> 'table' | 'index'. SQLite's own objects (``sqlite_*``) are allowed."""
     try:
@@ -34,6 +53,11 @@ def verify(conn: sqlite3.Connection, path: str | Path, expected: dict[str, str],
             raise UserError(Problem(field, f"{path} is {desc} (what 'planner apply {flag}' takes), not the {what} expected "
                                            "here; it was not opened",
                                     f"pass it as {flag}, and give the {what} a path of its own (this file was left as it was)"))
+    if all(kind in ("table", "index") for kind, _ in rows):
+        daemon = _daemon_file(path, tables, expected, what)
+        if daemon is not None:
+            daemon.where, daemon.fix = field, daemon.fix.replace("{field}", field)
+            raise UserError(daemon)
     for kind, name in rows:
         if isinstance(name, str) and name.startswith("sqlite_"):
             continue

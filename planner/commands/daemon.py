@@ -123,7 +123,9 @@ def add_arguments(p) -> None:
     h = p.add_argument_group("operation")
     h.add_argument("--lease-ttl-s", type=_args.seconds(3600.0), default=15.0, help="applier lease TTL in wall seconds (default 15)")
     h.add_argument("--until-idle", action="store_true", help="exit once every job has ended")
-    h.add_argument("--max-cycles", type=_args.count(1, 10**9), default=None, help="exit after this many cycles")
+    h.add_argument("--max-cycles", type=_args.count(1, 10**9), default=None,
+                   help="exit after this many cycles of this process (a restart counts afresh: to keep a replay's horizon "
+                        "after a crash, give the cycles left, N less /v1/health's cycle)")
     h.add_argument("--ready-file", type=_args.path, help="write the served URL here once listening")
     h.add_argument("--sim-state", type=_args.file_path, help="simulated cluster's own state file (default STATE.sim)")
     h.add_argument("--sim-slowdown", type=_range, default=(1.0, 1.0), metavar="LO:HI",

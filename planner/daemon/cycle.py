@@ -490,7 +490,7 @@ class Loop:
         """7. Reallocations inside iterations, metrics, what the executor runs, housekeeping."""
         if self.reallocator is not None and self.cfg.realloc and not self.stop.is_set():
             self._reallocate(cy.context, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
-        self._export(cy.jobs, cy.per_job)
+        self._export()
         if self._input_problems:  # shown until the plan in force no longer holds the job
             _, in_force = self.current()
             placed = set(in_force.jobs())
@@ -631,7 +631,7 @@ class Loop:
             self.metrics.decisions.labels("realloc", outcome).inc()
 
     # ------------------------------------------------------------------ metrics
-    def _export(self, jobs: dict[str, JobRecord], per_job: dict[str, list[IterationSample]]) -> None:
+    def _export(self) -> None:
         m = self.metrics
         m.export_state(self.store)  # the plan in force (a failed target is not), jobs, cost: saved in this cycle's phase 6
         for phase, err in self.estimates.predictor_error().items():
@@ -640,13 +640,3 @@ class Loop:
             tput_err = self.reallocator.predictor_error()
             if tput_err is not None:
                 m.predictor_error.labels("throughput").set(tput_err)
-        met = total = 0
-        for name, r in jobs.items():
-            if r.state is not JobState.RUNNING or r.slo_s is None:
-                continue
-            last = max(per_job[name], key=lambda s: s.iteration).iteration_s if name in per_job else r.last_iteration_s
-            if last is None:
-                continue
-            total += 1
-            met += last <= r.slo_s * (1 + 1e-9)
-        m.slo_attainment.set(met / total if total else 1.0)

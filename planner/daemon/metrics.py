@@ -75,12 +75,14 @@ class DaemonMetrics:
 
     def export_state(self, store) -> None:
         """The gauges that describe the shared state, from ``store`` (what /v1/health and /v1/plan read): the
-        plan in force and its cost, jobs per state, the cost so far."""
+        plan in force and its cost, jobs per state, the cost so far, the SLO attainment of the running jobs
+        (it was set only at a cycle's end: 0 on a standby, and after a restart until a cycle ended)."""
         p = store.current_plan()
         self.plan_cost.set(p.cost_per_hour if p else 0.0)
         for state, n in store.count_jobs().items():
             self.jobs.labels(state).set(n)
         self.cost_total.set(float(store.get_kv("cost_usd", 0.0)))
+        self.slo_attainment.set(store.slo_attainment())
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

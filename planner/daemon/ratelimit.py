@@ -19,7 +19,9 @@ class TokenBucket:
 
     @classmethod
     def full(cls, rate_per_hour: float, now: float) -> "TokenBucket":
-        cap = max(1.0, rate_per_hour)
+        # a positive rate below one an hour still lets one move through now and then; a rate of 0
+        # is no budget at all (it held one token, so ``--max-moves-per-hour 0`` let a move through)
+        cap = max(1.0, rate_per_hour) if rate_per_hour > 0 else 0.0
         return cls(rate_per_hour, cap, cap, now)
 
     def refill(self, now: float) -> None:
@@ -37,7 +39,7 @@ class TokenBucket:
 
     def wait_s(self, n: float) -> float:
         """Clock seconds until ``n`` tokens are there (inf when n exceeds the capacity)."""
-        if n > self.capacity:
+        if n > self.capacity + 1e-9 or (self.rate_per_hour <= 0 and n > self.tokens + 1e-9):
             return float("inf")
         missing = n - self.tokens
         return 0.0 if missing <= 0 else missing * 3600.0 / max(self.rate_per_hour, 1e-12)

@@ -211,6 +211,19 @@ class Service:
                                      max_live=self.opts.limits.max_jobs_per_token if by is not None else None,
                                      prompt_tokens_from_trace=from_trace)
 
+    def submit_trace(self, trace: list[JobSpec]) -> None:
+        """Submit the ``--scenario`` file's jobs, once: a job that exists (an earlier start, or a daemon
+        started beside this one) is skipped. On a virtual clock a job arrives at its ``arrival_s``, or now
+        when the clock has passed it (a job added to the file before a later start): an arrival in the
+        past counted as time spent waiting, and such a job was rejected at its first cycle as having
+        waited past ``--admission-timeout-s``. On the wall clock it arrives now."""
+        for job in trace:
+            if self.store.job_state(job.name) is None:
+                try:
+                    self.submit(job)
+                except Conflict:  # the other daemon submitted it between the check and the insert
+                    pass
+
     def group_of(self, name: str) -> Optional[dict]:
         p = self.store.current_plan()
         if p is None:
@@ -545,12 +558,7 @@ class Daemon:
         self._threads.append(hb)
         self.metrics.lease_held.set(1 if taken else 0)
         self.service.refresh_metrics()
-        for job in trace:  # submitted once: a job that exists (an earlier start, or a daemon started beside this one) is skipped
-            if self.store.job_state(job.name) is None:
-                try:
-                    self.service.submit(job, arrives_at=job.arrival_s if self.cfg.clock == "virtual" else None)
-                except Conflict:  # the other daemon submitted it between the check and the insert
-                    pass
+        self.service.submit_trace(trace)
         self.placer = _placer(o.placer, self.cluster)
         self.service.placer_name = o.placer = self.placer.name
         # A standby builds its executor (and loads the cluster files) only when it takes the lease: what it

@@ -244,14 +244,20 @@ def reoptimise(ctx: PlanningContext, placer: PlacementPlanner, target: Placement
     if bad or set(cand.jobs()) != set(target.jobs()):
         miss = sorted(set(target.jobs()) - set(cand.jobs()))
         why = [v.message for v in bad[:5]] + ([f"it leaves out {', '.join(miss)}"] if miss else [])
-        out.decisions.append(decision("infeasible", [], [r.reason, "kept the current plan: the re-optimised plan is not valid"] + why))
+        d = decision("infeasible", [], [r.reason, "kept the current plan: the re-optimised plan is not valid"] + why)
+        # nothing changes: the cost after is the plan's (the invalid plan's, which leaves jobs out, read as a saving)
+        d.cost_after = target.cost_per_hour
+        out.decisions.append(d)
         return out
     v = gate.judge(ctx, target, cand, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
     reasons = [r.reason] + v.reasons
     n_moved = sum(1 for k in v.moves.values() if k == "moved")
     if v.keep and not bucket.allows(n_moved, now):
+        wait = bucket.wait_s(n_moved)
+        when = (f"enough in {wait:.0f} s" if wait != float("inf") else
+                f"never at this budget: it holds at most {bucket.capacity:g}; raise --max-moves-per-hour to allow it")
         reasons.append(f"rate-limited: {n_moved} move(s) exceed the churn budget ({bucket.tokens:.1f} of "
-                       f"{cfg.max_moves_per_hour:g} per hour left; enough in {bucket.wait_s(n_moved):.0f} s)")
+                       f"{cfg.max_moves_per_hour:g} per hour left; {when})")
         out.decisions.append(decision("rate-limited", sorted(v.moves), reasons, v.gain_usd, v.migration_usd))
         return out
     if v.keep:

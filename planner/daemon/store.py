@@ -554,6 +554,14 @@ class Store(SQLiteFile):
         live = [s.value for s in JobState if not s.terminal]
         return self.list_jobs(live, limit=10**9, c=c)
 
+    def slo_attainment(self) -> float:
+        """Running jobs whose last measured iteration met their SLO, as a fraction (1.0 when no running job
+        has measured one yet): ``planner_slo_attainment_ratio``, from the state."""
+        r = self.conn().execute("SELECT COUNT(*) AS n, COALESCE(SUM(last_iteration_s <= slo_s * (1 + 1e-9)), 0) AS met FROM jobs "
+                                "WHERE state=? AND slo_s IS NOT NULL AND last_iteration_s IS NOT NULL",
+                                (JobState.RUNNING.value,)).fetchone()
+        return r["met"] / r["n"] if r["n"] else 1.0
+
     def count_jobs(self) -> dict[str, int]:
         out = {s.value: 0 for s in JobState}
         for r in self.conn().execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state"):

@@ -8,7 +8,7 @@ import os
 import pytest
 from daemonproc import job, write_cluster
 
-from planner.daemon import gate
+from planner.daemon import gate, solve
 from planner.daemon.adapters.simcluster import SimCluster, Truth
 from planner.daemon.adapters.solo import SoloPlacer
 from planner.daemon.clock import ManualClock
@@ -19,7 +19,7 @@ from planner.daemon.lease import Lease
 from planner.daemon.lifecycle import JobState
 from planner.daemon.metrics import DaemonMetrics
 from planner.daemon.phasetimes import PhaseTimer
-from planner.daemon.ports import ApplyResult, Group, IterationSample, Placement, PlanningContext, moved_jobs
+from planner.daemon.ports import ApplyResult, Group, IterationSample, Placement, PlanningContext, Reoptimisation, moved_jobs
 from planner.daemon.ratelimit import TokenBucket
 from planner.daemon.service import check_job
 from planner.daemon.store import Store
@@ -112,6 +112,32 @@ def test_no_room_waits_then_admits_when_room_frees_and_timeout_rejects(tmp_path)
     w.cycle(6200.0)
     r = w.store.get_job("j5")
     assert r.state is JobState.REJECTED and "waited" in r.reason and "deadline" in r.reason
+
+
+def test_a_trace_job_added_before_a_later_start_arrives_then_not_in_the_past(tmp_path):
+    """A job added to the --scenario file before a restart, its arrival_s behind the virtual clock, was
+    submitted arriving in the past: with no room at once it was rejected at its first cycle as having
+    'waited 2400 s for room (deadline 1800 s)', 300 s after it was submitted."""
+    from planner.daemon.service import Options, Service
+
+    w = World(tmp_path, admission_timeout_s=1800.0)
+    svc = Service(Options(state=tmp_path / "s.sqlite", cfg=w.cfg), w.store, w.cluster, w.clock, w.metrics, w.lease)
+    svc.role = "applier"
+    first = [JobSpec.model_validate(job(f"j{i}", arrival_s=60.0 * i)) for i in range(4)]
+    svc.submit_trace(first)  # the first start: trace time
+    assert [w.store.get_job(f"j{i}").arrives_at for i in range(4)] == [0.0, 60.0, 120.0, 180.0]
+    for t in range(0, 2401, 300):
+        w.cycle(float(t))
+    assert all(w.state(f"j{i}") is JobState.RUNNING for i in range(4))  # the 4 H20 + 4 H800 nodes are taken
+    svc.submit_trace(first + [JobSpec.model_validate(job("late", arrival_s=0.0))])  # a later start, one job added
+    late = w.store.get_job("late")
+    assert late.arrives_at == late.submitted_at == 2400.0
+    w.cycle(2700.0)
+    r = w.store.get_job("late")
+    assert r.state is JobState.PENDING and r.reason.startswith("waiting"), r.reason
+    w.cycle(4200.0)
+    r = w.store.get_job("late")
+    assert r.state is JobState.REJECTED and "waited 1800 s" in r.reason, r.reason
 
 
 def test_a_job_no_pool_can_serve_is_rejected_at_once(tmp_path):
@@ -221,6 +247,65 @@ def test_token_bucket_limits_and_restores():
     assert b.allows(1, 600.0)
     r = TokenBucket.restore(6.0, b.state(), now=600.0)
     assert r.tokens == pytest.approx(b.tokens)
+
+
+def test_a_churn_budget_of_zero_moves_allows_no_move_and_says_so(tmp_path):
+    """--max-moves-per-hour 0 held one token, so an optional re-optimisation moving one job was applied;
+    and a change the bucket can never hold said 'enough in inf s'."""
+    zero = TokenBucket.full(0.0, now=0.0)
+    assert not zero.allows(1, 0.0) and not zero.allows(1, 10 * 3600.0)
+    assert TokenBucket.restore(0.0, {"tokens": 28.0, "updated_at": 0.0}, now=0.0).tokens == 0.0
+    w = World(tmp_path, max_moves_per_hour=0.0)
+    for n in ("a", "b"):
+        w.submit(n)
+    ctx = w.loop.context({r.name: r for r in w.store.live_jobs()}, 0.0)
+    before = Placement((Group("g1", "H20", ("h20-0",), "H800", ("h800-0",), ("a",), 24.0),
+                        Group("g2", "H20", ("h20-1",), "H800", ("h800-1",), ("b",), 24.0)))
+    merged = Placement((Group("g1", "H20", ("h20-0",), "H800", ("h800-0",), ("a", "b"), 24.0),))
+
+    class Merging:
+        def reoptimise(self, ctx, current, time_limit_s):
+            return Reoptimisation(merged, {}, "merged")
+
+        def evaluate(self, ctx, placement):
+            return placement, []
+
+    for rate, bucket in ((0.0, zero), (0.5, TokenBucket.full(0.5, now=0.0))):
+        cfg = DaemonConfig(period_s=60.0, clock="virtual", max_moves_per_hour=rate)
+        if rate:  # one move fits a fractional budget once
+            out = solve.reoptimise(ctx, Merging(), before, cfg, bucket, 0.0, ["periodic"])
+            assert out.target is merged and out.decisions[-1].outcome == "changes-plan"
+            continue
+        out = solve.reoptimise(ctx, Merging(), before, cfg, bucket, 0.0, ["periodic"])
+        d = out.decisions[-1]
+        assert d.outcome == "rate-limited" and out.target is before, d
+        assert "inf s" not in d.reasons[-1] and "never at this budget" in d.reasons[-1]
+        assert "--max-moves-per-hour" in d.reasons[-1]
+
+
+def test_an_invalid_reoptimisation_records_the_cost_of_the_plan_kept_not_of_the_one_leaving_jobs_out(tmp_path):
+    """A re-optimisation that left jobs out (their SLOs unreachable at the drifted estimates) was logged
+    'infeasible' with the cost of that plan as its cost after (872 -> 368 $/h on a replay): a saving
+    no plan made."""
+    w = World(tmp_path)
+    for n in ("a", "b"):
+        w.submit(n)
+    ctx = w.loop.context({r.name: r for r in w.store.live_jobs()}, 0.0)
+    before = Placement((Group("g1", "H20", ("h20-0",), "H800", ("h800-0",), ("a",), 24.0),
+                        Group("g2", "H20", ("h20-1",), "H800", ("h800-1",), ("b",), 24.0)))
+    only_a = Placement((before.groups[0],))
+
+    class LeavingOut:
+        def reoptimise(self, ctx, current, time_limit_s):
+            return Reoptimisation(only_a, {}, "re-optimised; left out: b (slo)")
+
+        def evaluate(self, ctx, placement):
+            return placement, []
+
+    out = solve.reoptimise(ctx, LeavingOut(), before, w.cfg, TokenBucket.full(30.0, 0.0), 0.0, ["periodic"])
+    d = out.decisions[-1]
+    assert d.outcome == "infeasible" and out.target is before and "it leaves out b" in d.reasons
+    assert d.cost_before == d.cost_after == before.cost_per_hour
 
 
 def test_estimates_follow_slowdowns_at_once_and_speedups_only_when_the_window_agrees():

@@ -41,3 +41,34 @@ def test_a_standby_and_a_daemon_resuming_before_its_first_cycle_report_what_the_
         assert "planner_lease_held 0.0" in c.get("/metrics").text
     assert standby.stop() == 0, standby.output()
     assert again.stop() == 0, again.output()
+
+
+def test_slo_attainment_is_read_from_the_state_on_every_daemon(tmp_path):
+    """planner_slo_attainment_ratio was set only at a cycle's end: a restarted daemon said 0.0 until its
+    first cycle ended (with --period-s 300, five minutes of a false alert) and a standby said 0.0 for
+    ever, while the state held running jobs whose last iterations met their SLOs."""
+    from planner.daemon.lifecycle import JobState
+    from planner.daemon.metrics import DaemonMetrics
+    from tests.daemon.test_daemon_cycle import World
+
+    w = World(tmp_path)
+    for n in "abc":
+        w.submit(n)
+    w.cycle(0.0)
+    assert all(w.state(n) is JobState.RUNNING for n in "abc")
+    with w.store.tx() as c:
+        w.store.record_iterations(c, "a", 1, 0.5 * w.store.get_job("a").slo_s, 0)
+        w.store.record_iterations(c, "b", 1, 2.0 * w.store.get_job("b").slo_s, 1)  # c: no iteration measured yet
+
+    def ratio(m: DaemonMetrics) -> float:
+        line = next(x for x in m.render().decode().splitlines() if x.startswith("planner_slo_attainment_ratio "))
+        return float(line.split()[1])
+
+    fresh = DaemonMetrics()  # a restarted daemon, or a standby: no cycle of its own yet
+    fresh.export_state(w.store)
+    assert 0.49 < ratio(fresh) < 0.51
+    (tmp_path / "empty").mkdir()
+    empty = World(tmp_path / "empty")
+    m = DaemonMetrics()
+    m.export_state(empty.store)
+    assert ratio(m) == 1.0  # no running job has measured an iteration

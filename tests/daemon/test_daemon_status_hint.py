@@ -35,3 +35,39 @@ def test_without_a_daemons_files_here_status_still_says_where_a_daemon_keeps_its
     assert cli_main(["status"]) == 2
     err = capsys.readouterr().err
     assert "nothing was applied" in err and "--sim-state STATE.executor-sim --journal STATE.journal" in err, err
+
+
+def test_a_daemons_own_files_given_to_status_are_named_as_such_not_called_foreign_files_to_move(tmp_path, capsys):
+    """`planner status --sim-state STATE` (or STATE.sim, or --journal STATE) said the file 'holds a table
+    ... that rl-planner did not create' and told the operator to move it away: the daemon's state file."""
+    from daemonproc import write_cluster
+
+    from planner.daemon.adapters.simcluster import SimCluster, Truth
+    from planner.daemon.store import Store
+    from planner.schema import load_scenario
+
+    state = tmp_path / "d.sqlite"
+    Store(state).close()
+    SimCluster(tmp_path / "d.sqlite.sim", load_scenario(write_cluster(tmp_path)), lambda n: None, Truth()).db.close()
+    hint = f"planner status --sim-state {state}.executor-sim --journal {state}.journal"
+    for args in (["--sim-state", str(state)], ["--sim-state", f"{state}.sim"]):
+        files = lambda: {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and not p.name.endswith(("-wal", "-shm"))}  # noqa: E731
+        before = files()
+        assert cli_main(["status", *args]) == 2
+        err = capsys.readouterr().err
+        assert "replanning daemon's" in err and hint in err, err
+        assert "did not create" not in err and "mv " not in err and "Traceback" not in err, err
+        assert files() == before, "the daemon's files are left as they were"
+    import pytest
+
+    from estimators.errors import UserError
+    from executor.journal import Journal
+
+    before = files()
+    for path in (state, tmp_path / "d.sqlite.sim"):  # what status --journal STATE reads (read-only) and what apply writes
+        for ro in (True, False):
+            with pytest.raises(UserError) as e:
+                Journal(path, readonly=ro)
+            msg = str(e.value)
+            assert "replanning daemon's" in msg and hint in msg and "mv " not in msg, msg
+    assert files() == before
