@@ -29,15 +29,21 @@ def _where(plan: PlacementPlan) -> dict[str, tuple[str, tuple[str, ...]]]:
     return {m.job: (g.id, tuple(m.rollout_nodes)) for g in plan.groups for m in g.members}
 
 
-def test_repack_admits_for_less_and_moves_only_the_jobs_it_names(tmp_path):
-    inst = load_instance(DATA)
-    first = inst.model_copy(deep=True)
-    first.jobs = inst.jobs[:-2]
-    five = tmp_path / "five.yaml"
-    five.write_text(dump_instance(first))
+def _current(tmp_path: Path, path: Path, first: int):
+    """The instance at ``path``, the plan of its first ``first`` jobs (`planner plan`), and the --job arguments of the
+    others, in order."""
+    inst = load_instance(path)
+    part = inst.model_copy(deep=True)
+    part.jobs = inst.jobs[:first]
+    head = tmp_path / "first.yaml"
+    head.write_text(dump_instance(part))
     base = tmp_path / "base.yaml"
-    assert run_cli("plan", str(five), "--out", str(base)).returncode == 0
-    arriving = [a for j in inst.jobs[-2:] for a in ("--job", j.name)]
+    assert run_cli("plan", str(head), "--out", str(base)).returncode == 0
+    return inst, base, [a for j in inst.jobs[first:] for a in ("--job", j.name)]
+
+
+def test_repack_admits_for_less_and_moves_only_the_jobs_it_names(tmp_path):
+    inst, base, arriving = _current(tmp_path, DATA, 5)
     plain, packed = tmp_path / "plain.yaml", tmp_path / "packed.yaml"
     p = run_cli("admit", str(DATA), "--current", str(base), *arriving, "--out", str(plain))
     r = run_cli("admit", str(DATA), "--current", str(base), *arriving, "--repack", "--out", str(packed))
@@ -70,16 +76,10 @@ def test_repack_admits_for_less_and_moves_only_the_jobs_it_names(tmp_path):
 
 def test_repack_leaves_the_plan_alone_where_the_three_moves_are_cheapest(tmp_path):
     """A job that fills a bubble (+0 $/h) is never re-packed for: the re-pack is taken only below the best move."""
-    inst = load_instance(DATA)
-    base = tmp_path / "base.yaml"
-    first = inst.model_copy(deep=True)
-    last = first.jobs.pop(-1)
-    six = tmp_path / "six.yaml"
-    six.write_text(dump_instance(first))
-    assert run_cli("plan", str(six), "--out", str(base)).returncode == 0
+    inst, base, arriving = _current(tmp_path, DATA, 6)
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
-    p = run_cli("admit", str(DATA), "--current", str(base), "--job", last.name, "--out", str(a))
-    r = run_cli("admit", str(DATA), "--current", str(base), "--job", last.name, "--repack", "--out", str(b))
+    p = run_cli("admit", str(DATA), "--current", str(base), *arriving, "--out", str(a))
+    r = run_cli("admit", str(DATA), "--current", str(base), *arriving, "--repack", "--out", str(b))
     assert p.returncode == 0 and r.returncode == 0, p.stderr + r.stderr
     assert check(inst, _plan(b)) == []
     assert _plan(b).cost_per_hour <= _plan(a).cost_per_hour + 1e-6
@@ -92,14 +92,7 @@ def test_repack_admits_where_the_three_moves_find_no_free_nodes(tmp_path):
     the last three admitted): plain admission fails for capacity, exit 2, nothing written, and its fix names
     ``--repack``; with it, re-partitioning a current group frees the nodes and every job is placed, the plan valid."""
     path = Path(__file__).parent / "data" / "distinct8-seed102-tight.yaml"
-    inst = load_instance(path)
-    first = inst.model_copy(deep=True)
-    first.jobs = inst.jobs[:5]
-    five = tmp_path / "five.yaml"
-    five.write_text(dump_instance(first))
-    base = tmp_path / "base.yaml"
-    assert run_cli("plan", str(five), "--out", str(base)).returncode == 0
-    arriving = [a for j in inst.jobs[5:] for a in ("--job", j.name)]
+    inst, base, arriving = _current(tmp_path, path, 5)
     out = tmp_path / "out.yaml"
     p = run_cli("admit", str(path), "--current", str(base), *arriving, "--out", str(out))
     assert p.returncode == 2 and "(capacity)" in p.stderr and "admit with --repack" in p.stderr, p.stderr
@@ -117,14 +110,7 @@ def test_repack_never_writes_a_plan_dearer_than_the_three_moves(tmp_path):
     admitted) the re-packing sequence ended at 240 $/h where the three moves alone gave 236. Several jobs admitted
     with --repack now get the cheaper of the two sequences, and say so when it is the three moves'."""
     path = Path(__file__).parent / "data" / "distinct9-seed205.yaml"
-    inst = load_instance(path)
-    first = inst.model_copy(deep=True)
-    first.jobs = inst.jobs[:5]
-    five = tmp_path / "five.yaml"
-    five.write_text(dump_instance(first))
-    base = tmp_path / "base.yaml"
-    assert run_cli("plan", str(five), "--out", str(base)).returncode == 0
-    arriving = [a for j in inst.jobs[5:] for a in ("--job", j.name)]
+    inst, base, arriving = _current(tmp_path, path, 5)
     plain, packed = tmp_path / "plain.yaml", tmp_path / "packed.yaml"
     p = run_cli("admit", str(path), "--current", str(base), *arriving, "--out", str(plain))
     r = run_cli("admit", str(path), "--current", str(base), *arriving, "--repack", "--out", str(packed))
