@@ -7,12 +7,10 @@ the user to pass the composed config they had just passed."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 
 # the layout of verl's composed ppo_trainer config, cut down to a few fields of each kind
 COMPOSED = """\
@@ -104,12 +102,9 @@ def test_an_unresolvable_interpolation_in_a_field_read_is_still_refused_naming_i
 def test_the_cli_writes_a_valid_scenario_from_a_composed_config(tmp_path):
     src, out = tmp_path / "composed.yaml", tmp_path / "s.yaml"
     src.write_text(COMPOSED)
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    p = subprocess.run([sys.executable, "-m", "planner", "init", "--from", "verl", str(src), "-o", str(out)],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    p = run_cli("init", "--from", "verl", str(src), "-o", str(out), cwd=ROOT)
     assert p.returncode == 0, p.stderr
-    v = subprocess.run([sys.executable, "-m", "planner", "validate", str(out)], capture_output=True, text=True, timeout=300,
-                       cwd=ROOT, env=env)
+    v = run_cli("validate", str(out), cwd=ROOT)
     assert v.returncode == 0, v.stderr
     assert yaml.safe_load(out.read_text())["jobs"][0]["rollout"]["batch_prompts"] == 128
 
@@ -135,8 +130,7 @@ def test_a_refused_scenario_names_the_source_fields_not_only_the_scenarios(tmp_p
     src.write_text(COMPOSED.replace("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-72B-Instruct")
                    .replace("tensor_model_parallel_size: 2", "tensor_model_parallel_size: 16"))
     out = tmp_path / "s.yaml"
-    p = subprocess.run([sys.executable, "-m", "planner", "init", "--from", "verl", str(src), "-o", str(out)],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    p = run_cli("init", "--from", "verl", str(src), "-o", str(out), cwd=ROOT)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert "as the comments say" not in p.stderr
     assert "jobs[0].rollout.tp (16: actor_rollout_ref.rollout.tensor_model_parallel_size)" in p.stderr, p.stderr

@@ -4,15 +4,13 @@ YAML file. Such a script was refused as "a verl config is a YAML mapping", with 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 import yaml
 
 from planner.errors import UserError
 from planner.onramp import hydra_args, verl
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 
 SCRIPT = r"""#!/bin/bash
 set -x
@@ -79,15 +77,11 @@ def test_a_key_given_twice_or_a_control_character_is_refused():
 def test_the_cli_reads_a_script_and_still_reads_yaml(tmp_path):
     src, out = tmp_path / "run.sh", tmp_path / "s.yaml"
     src.write_text(SCRIPT)
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    p = subprocess.run([sys.executable, "-m", "planner", "init", "--from", "verl", str(src), "-o", str(out)],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    p = run_cli("init", "--from", "verl", str(src), "-o", str(out), cwd=ROOT)
     assert p.returncode == 0, p.stderr
     job = yaml.safe_load(out.read_text())["jobs"][0]
     assert (job["rollout"]["batch_prompts"], job["trainer"]["tp"], job["trainer"]["pp"]) == (512, 2, 2)
-    ex = subprocess.run([sys.executable, "-m", "planner", "init", "--from", "verl",
-                         str(ROOT / "examples" / "onramp" / "verl-grpo-qwen2.5-7b.yaml")],
-                        capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    ex = run_cli("init", "--from", "verl", str(ROOT / "examples" / "onramp" / "verl-grpo-qwen2.5-7b.yaml"), cwd=ROOT)
     assert ex.returncode == 0 and "batch_prompts: 256" in ex.stdout, ex.stderr
 
 
@@ -103,7 +97,6 @@ def test_hydras_own_overrides_yaml_is_read():
 def test_a_file_that_is_neither_says_what_to_pass(tmp_path):
     src = tmp_path / "notes.txt"
     src.write_text("hello world\n")
-    p = subprocess.run([sys.executable, "-m", "planner", "init", "--from", "verl", str(src)], capture_output=True, text=True,
-                       timeout=300, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    p = run_cli("init", "--from", "verl", str(src), cwd=ROOT)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "launch script" in p.stderr and "Fix:" in p.stderr
