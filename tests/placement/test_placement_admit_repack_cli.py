@@ -42,12 +42,18 @@ def _current(tmp_path: Path, path: Path, first: int):
     return inst, base, [a for j in inst.jobs[first:] for a in ("--job", j.name)]
 
 
+def _admit_both(tmp_path: Path, path: Path, base: Path, arriving: list[str]):
+    """The arriving jobs admitted by the three moves and with --repack: both processes, and both plans' paths."""
+    plain, packed = tmp_path / "plain.yaml", tmp_path / "packed.yaml"
+    p = run_cli("admit", str(path), "--current", str(base), *arriving, "--out", str(plain))
+    r = run_cli("admit", str(path), "--current", str(base), *arriving, "--repack", "--out", str(packed))
+    assert p.returncode == 0 and r.returncode == 0, p.stderr + r.stderr
+    return p, r, plain, packed
+
+
 def test_repack_admits_for_less_and_moves_only_the_jobs_it_names(tmp_path):
     inst, base, arriving = _current(tmp_path, DATA, 5)
-    plain, packed = tmp_path / "plain.yaml", tmp_path / "packed.yaml"
-    p = run_cli("admit", str(DATA), "--current", str(base), *arriving, "--out", str(plain))
-    r = run_cli("admit", str(DATA), "--current", str(base), *arriving, "--repack", "--out", str(packed))
-    assert p.returncode == 0 and r.returncode == 0, p.stderr + r.stderr
+    p, r, plain, packed = _admit_both(tmp_path, DATA, base, arriving)
     assert "re-pack" not in p.stderr and "moving" not in p.stderr
     assert "re-pack (re-partitioned with" in r.stderr
     before, after, without = _plan(base), _plan(packed), _plan(plain)
@@ -77,10 +83,7 @@ def test_repack_admits_for_less_and_moves_only_the_jobs_it_names(tmp_path):
 def test_repack_leaves_the_plan_alone_where_the_three_moves_are_cheapest(tmp_path):
     """A job that fills a bubble (+0 $/h) is never re-packed for: the re-pack is taken only below the best move."""
     inst, base, arriving = _current(tmp_path, DATA, 6)
-    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
-    p = run_cli("admit", str(DATA), "--current", str(base), *arriving, "--out", str(a))
-    r = run_cli("admit", str(DATA), "--current", str(base), *arriving, "--repack", "--out", str(b))
-    assert p.returncode == 0 and r.returncode == 0, p.stderr + r.stderr
+    p, r, a, b = _admit_both(tmp_path, DATA, base, arriving)
     assert check(inst, _plan(b)) == []
     assert _plan(b).cost_per_hour <= _plan(a).cost_per_hour + 1e-6
     if "re-pack" not in r.stderr:  # the same move: the same plan
@@ -111,10 +114,7 @@ def test_repack_never_writes_a_plan_dearer_than_the_three_moves(tmp_path):
     with --repack now get the cheaper of the two sequences, and say so when it is the three moves'."""
     path = Path(__file__).parent / "data" / "distinct9-seed205.yaml"
     inst, base, arriving = _current(tmp_path, path, 5)
-    plain, packed = tmp_path / "plain.yaml", tmp_path / "packed.yaml"
-    p = run_cli("admit", str(path), "--current", str(base), *arriving, "--out", str(plain))
-    r = run_cli("admit", str(path), "--current", str(base), *arriving, "--repack", "--out", str(packed))
-    assert p.returncode == 0 and r.returncode == 0, p.stderr + r.stderr
+    p, r, plain, packed = _admit_both(tmp_path, path, base, arriving)
     assert _plan(packed).cost_per_hour <= _plan(plain).cost_per_hour + 1e-6
     assert check(inst, _plan(packed)) == []
     if "the three moves alone admit these jobs for less" in r.stderr:
