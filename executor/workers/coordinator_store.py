@@ -164,8 +164,11 @@ class CoordinatorStore:
         out = {}
         for d in sorted(self.ckpt_dir.iterdir()) if self.ckpt_dir.exists() else []:
             marker = d / MARKER
-            if not marker.is_file():
-                shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
+            if not marker.is_file():  # an interrupted write
+                if d.is_dir():
+                    shutil.rmtree(d, ignore_errors=True)
+                else:
+                    d.unlink(missing_ok=True)
                 continue
             try:
                 meta = json.loads(marker.read_text())

@@ -47,6 +47,11 @@ def add_arguments(p) -> None:
     p.add_argument("--no-minimums", action="store_true", help="skip the minimum count per type and the one-node-fewer analysis")
 
 
+#: the files --out gets: a single question's answer (and styles.csv with --styles), a sweep's (and its points/ folder)
+ANSWER_FILES = ("capacity-plan.yaml", "answer.md", "fleet.png")
+SWEEP_FILES = ("sweep.csv", "sweep.md", "cost.png", "fleet.png")
+
+
 def _check_args(args) -> None:
     from pathlib import Path
 
@@ -76,9 +81,7 @@ def _check_args(args) -> None:
 
         # the files the answer is written to (a single question's or a sweep's): one of them the scenario itself would
         # be replaced by the answer (`whatif DIR/answer.md --out DIR`; an outside audit)
-        names = (["sweep.csv", "sweep.md", "cost.png", "fleet.png"] if args.sweep
-                 else ["capacity-plan.yaml", "answer.md", "fleet.png", "styles.csv"])
-        for name in names:
+        for name in (SWEEP_FILES if args.sweep else ANSWER_FILES + ("styles.csv",)):
             if (out / name).exists() and same_file(str(out / name), args.scenario):
                 raise UserError(Problem("--out", f"{out / name} is the scenario given ({args.scenario}): the answer's "
                                                  f"{name} would replace it", "pass another --out folder, or move the scenario"))
@@ -232,7 +235,7 @@ def _write_single(out, sc, plan, record, lines, types, command, info) -> None:
     from planner.whatif import report
 
     d = Path(out)
-    _check_targets(d, ["capacity-plan.yaml", "answer.md", "fleet.png"] + (["styles.csv"] if plan.styles else []))
+    _check_targets(d, [*ANSWER_FILES] + (["styles.csv"] if plan.styles else []))
     d.mkdir(exist_ok=True)
     with contextlib.ExitStack() as stack:
         def tmp(name: str) -> Path:
@@ -339,7 +342,7 @@ def _write_sweep(out, sc, results, keys, styles, types, head, body, command, inf
     from planner.whatif import report
 
     d = Path(out)
-    _check_targets(d, ["sweep.csv", "sweep.md", "cost.png", "fleet.png", "points"])
+    _check_targets(d, [*SWEEP_FILES, "points"])
     d.mkdir(exist_ok=True)
     pts = d / "points"
     pts.mkdir(exist_ok=True)
