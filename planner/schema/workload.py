@@ -162,15 +162,34 @@ def tool_latency_table(spec) -> tuple[float, ...]:
     return table
 
 
+def _local_model_path(name: str, base: Path) -> str | None:
+    """A relative ``model:`` that names a local config.json or model folder, as an absolute path from
+    ``base`` (it was read from the working folder: a scenario beside its model's config.json only
+    planned when run from that folder); ``None`` for a preset, a hub id or an absolute path."""
+    try:
+        q = Path(name).expanduser()
+        if q.is_absolute():
+            return None
+        cand = base / q
+        explicit = name.endswith(".json") or name.startswith(("./", "../"))
+        if explicit or (cand.is_dir() and (cand / "config.json").is_file()):
+            return str(cand.resolve())
+    except (OSError, ValueError, RuntimeError):  # a name no file system holds: left for the checks to name
+        return None
+    return None
+
+
 def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) -> None:
-    """Make the scenario's trace paths and calibration folder absolute (relative to ``base_dir``),
-    check that every trace reads, set ``prompt_tokens`` from ``prompt_lengths`` where it was not
+    """Make the scenario's trace paths, local model paths (a Hugging Face ``config.json`` or its
+    folder) and calibration folder absolute (relative to ``base_dir``: the scenario's folder, as an
+    ``include:`` is), check that every trace reads, set ``prompt_tokens`` from ``prompt_lengths`` where it was not
     given, and select the calibration folder. Raises :class:`planner.errors.UserError` listing
     every problem."""
     from estimators import datadir
     from estimators.traces import TraceError
     from planner.errors import Problem, UserError
     from planner.safeload import fmt_path as _fmt
+    from planner.schema.scenario import MAX_NAME
 
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     problems: list[Problem] = []
@@ -183,6 +202,14 @@ def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) ->
         return str(q if q.is_absolute() else (base / q).resolve())
 
     for j, job in enumerate(scenario.jobs):
+        if isinstance(job.model, str) and base_dir is not None:
+            local = _local_model_path(job.model, base)
+            if local is not None and len(local) <= MAX_NAME:
+                job.model = local
+            elif local is not None:
+                problems.append(Problem(_fmt(("jobs", j, "model")), f"the model path from the scenario's folder, {local[:80]}..., is "
+                                        f"longer than {MAX_NAME} characters", "give a shorter path to the model's config.json "
+                                        "(e.g. a link beside the scenario)", source=where(("jobs", j, "model"))))
         r = job.rollout
         items: list[tuple[tuple[str | int, ...], Any, str]] = [(("jobs", j, "rollout", "response_lengths"), r, "response_lengths"),
                  (("jobs", j, "rollout", "prompt_lengths"), r, "prompt_lengths")]

@@ -93,3 +93,23 @@ def test_a_scenario_may_name_a_config_json(tmp_path):
     assert norm[0] == norm[1]  # every figure of the estimate is the preset's
     r = run_cli("validate", str(tmp_path / "b.yaml"))
     assert r.returncode == 2 and "intermediate_size" in r.stdout + r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("spelling", ["./qwen3b/config.json", "qwen3b", "./qwen3b"])
+def test_a_relative_model_path_is_read_from_the_scenarios_folder(tmp_path, spelling):
+    """Like its trace paths and ``include:``s, a scenario's relative ``model:`` path is read from the
+    scenario's folder: it was read from the working folder, so a scenario beside its model's
+    config.json was refused as an unknown preset (or read another file) when run from elsewhere."""
+    sc = yaml.safe_load((SCENARIOS / "ci" / "tiny-2jobs.yaml").read_text())
+    shutil.copytree(HERE / "Qwen2.5-3B-Instruct", tmp_path / "proj" / "qwen3b")
+    sc["jobs"][1]["model"] = spelling
+    (tmp_path / "proj" / "s.yaml").write_text(yaml.safe_dump(sc))
+    (tmp_path / "elsewhere").mkdir()
+    ok = run_cli("estimate", str(tmp_path / "proj" / "s.yaml"), cwd=tmp_path / "elsewhere")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "qwen3b" in ok.stdout or "qwen2.5-3b" in ok.stdout.lower()
+    # ... and a path the scenario's folder does not hold is named as it is, exit 2
+    sc["jobs"][1]["model"] = "./missing/config.json"
+    (tmp_path / "proj" / "m.yaml").write_text(yaml.safe_dump(sc))
+    r = run_cli("validate", str(tmp_path / "proj" / "m.yaml"), cwd=tmp_path / "elsewhere")
+    assert r.returncode == 2 and "missing" in r.stdout + r.stderr and "Traceback" not in r.stderr
