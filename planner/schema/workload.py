@@ -162,6 +162,17 @@ def tool_latency_table(spec) -> tuple[float, ...]:
     return table
 
 
+def no_tokens(table, attr: str) -> tuple[str, str] | None:
+    """(message, fix) when a length table is 0 everywhere: a rollout whose every response (or prompt)
+    is 0 tokens long generates nothing to train on, yet it was planned (the prefill and tool calls
+    still timed) and simulated; ``None`` otherwise."""
+    if len(table) and max(table) <= 0:
+        what = "response" if attr == "response_lengths" else "prompt"
+        return (f"every {what} length is 0 tokens: a rollout of empty {what}s gives nothing to train on",
+                f"give the {what} lengths in tokens (e.g. {{0: 20, 0.5: 700, 1: 4096}}), or the column that holds them")
+    return None
+
+
 def _local_model_path(name: str, base: Path) -> str | None:
     """A relative ``model:`` that names a local config.json or model folder, as an absolute path from
     ``base`` (it was read from the working folder: a scenario beside its model's config.json only
@@ -227,8 +238,9 @@ def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) ->
             except TraceError as exc:
                 problems.append(Problem(_fmt(path), exc.message, exc.fix, source=where(path)))
                 continue
-            bad = default_prompt_tokens(r, table) if attr == "prompt_lengths" else \
-                tool_latency_too_long(table) if attr == "latency" else None
+            bad = no_tokens(table, attr) if attr != "latency" else None
+            bad = bad or (default_prompt_tokens(r, table) if attr == "prompt_lengths" else
+                          tool_latency_too_long(table) if attr == "latency" else None)
             if bad is not None:
                 problems.append(Problem(_fmt(path), *bad, source=where(path)))
     cal = getattr(scenario, "calibration", None)

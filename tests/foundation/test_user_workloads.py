@@ -143,6 +143,12 @@ def test_own_trace_drives_plan_and_simulate(tmp_path):
     (lambda s: s.replace("latency: {source: trace, path: traces/own-trace.csv, column: tool_s}",
                          "latency: {source: quantiles, quantiles: {0: 1, 1: 100}, scale: 1000}"),
      "rollout.tools.latency: the longest tool call it gives is 100,000.0 s (scale applied)"),
+    # every response (or prompt) 0 tokens long: was planned and simulated as a rollout that generates nothing
+    (lambda s: s.replace("quantiles: {0: 20, 0.5: 700, 0.9: 2000, 0.99: 3500, 1: 4096}", "quantiles: {0: 0, 1: 0}"),
+     "rollout.response_lengths: every response length is 0 tokens"),
+    (lambda s: s.replace("prompt_lengths: {source: trace, path: traces/own-trace.csv, column: prompt_tokens}",
+                         "prompt_lengths: {source: quantiles, quantiles: {0: 0, 1: 0}}"),
+     "rollout.prompt_lengths: every prompt length is 0 tokens"),
 ])
 def test_bad_workload_exit_2_naming_the_field(tmp_path, edit, needle):
     sc = _copy_scenario(tmp_path, edit)
