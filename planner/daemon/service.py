@@ -223,6 +223,44 @@ class Service:
                     self.submit(job)
                 except Conflict:  # the other daemon submitted it between the check and the insert
                     pass
+            else:
+                changed = self.changed_fields(job)
+                if changed:
+                    rec = self.store.get_job(job.name)
+                    log.warning("--scenario: job %s differs from the job of that name submitted at %.0f s (%s: %s); the daemon "
+                                "keeps the submitted one (state %s): to run the new one, cancel %s and submit it under "
+                                "another name", job.name, rec.submitted_at, "fields" if len(changed) > 1 else "field",
+                                ", ".join(changed[:6]) + (", ..." if len(changed) > 6 else ""), rec.state.value, job.name)
+
+    def changed_fields(self, job: JobSpec) -> list[str]:
+        """The fields (dotted paths) in which a ``--scenario`` job differs from the stored job of its name,
+        both as a submission stores them (paths confined, a model file read into its dimensions, checked
+        against the cluster; a ``prompt_tokens`` that is its trace's mean left out); ``[]`` when they agree or the file's job
+        cannot be compared (a refusal it would get is the submission's, not this check's)."""
+        from planner.daemon.datafiles import confine
+
+        rec = self.store.get_job(job.name)
+        try:
+            mine = confine(job, self.opts.data_dir)
+            check_job(self.cluster, mine)  # (as a submission: it may set prompt_tokens)
+            new = mine.model_dump(mode="json")
+        except UserError:
+            return []
+        old = dict(rec.spec)
+        if rec.prompt_tokens_from_trace:
+            for d in (new, old):
+                d["rollout"] = {k: v for k, v in (d.get("rollout") or {}).items() if k != "prompt_tokens"}
+        out: list[str] = []
+
+        def walk(a, b, path: str) -> None:
+            if isinstance(a, dict) and isinstance(b, dict):
+                for k in sorted(set(a) | set(b)):
+                    walk(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+            elif a != b:
+                out.append(path or "(the job)")
+
+        walk(old, new, "")
+        return out
 
     def group_of(self, name: str) -> Optional[dict]:
         p = self.store.current_plan()

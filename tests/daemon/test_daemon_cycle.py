@@ -795,3 +795,27 @@ def test_prompt_tokens_defaulted_from_a_trace_follow_the_file_as_it_reads_now(tm
     why = unreadable(job_spec(rec), prompt_tokens_from_trace=rec.prompt_tokens_from_trace)
     assert why is not None and why.startswith("rollout.prompt_lengths.path: ") and "5000000" not in why, why
     assert unreadable(job_spec(w.store.get_job("given")), prompt_tokens_from_trace=False) is None
+
+
+def test_a_changed_scenario_job_of_a_known_name_is_kept_as_submitted_and_a_later_start_says_so(tmp_path, caplog):
+    """A --scenario job edited before a restart (same name) was skipped in silence: the daemon went on
+    with the job as first submitted and nothing said the file's new SLO or batch was not in force."""
+    import logging
+
+    from planner.daemon.service import Options, Service
+
+    w = World(tmp_path)
+    svc = Service(Options(state=tmp_path / "s.sqlite", cfg=w.cfg), w.store, w.cluster, w.clock, w.metrics, w.lease)
+    first = [JobSpec.model_validate(job(f"j{i}", arrival_s=60.0 * i)) for i in range(2)]
+    svc.submit_trace(first)
+    stored = [w.store.get_job(f"j{i}").spec for i in range(2)]
+    with caplog.at_level(logging.WARNING, logger="planner.daemon"):
+        svc.submit_trace(first)  # a restart on the same file: nothing to say
+    assert not [r for r in caplog.records if "--scenario" in r.getMessage()], caplog.text
+    edited = job("j1", arrival_s=60.0)
+    edited["rollout"]["batch_prompts"] = 64
+    with caplog.at_level(logging.WARNING, logger="planner.daemon"):
+        svc.submit_trace([first[0], JobSpec.model_validate(edited)])
+    said = [r.getMessage() for r in caplog.records if "--scenario" in r.getMessage()]
+    assert len(said) == 1 and "j1" in said[0] and "rollout.batch_prompts" in said[0] and "cancel j1" in said[0], said
+    assert [w.store.get_job(f"j{i}").spec for i in range(2)] == stored  # kept as submitted
