@@ -200,7 +200,6 @@ def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) ->
     from estimators.traces import TraceError
     from planner.errors import Problem, UserError
     from planner.safeload import fmt_path as _fmt
-    from planner.schema.scenario import MAX_NAME
 
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     problems: list[Problem] = []
@@ -215,11 +214,12 @@ def resolve_workloads(scenario, doc=None, base_dir: str | Path | None = None) ->
     for j, job in enumerate(scenario.jobs):
         if isinstance(job.model, str) and base_dir is not None:
             local = _local_model_path(job.model, base)
-            if local is not None and len(local) <= MAX_NAME:
-                job.model = local
-            elif local is not None:
-                problems.append(Problem(_fmt(("jobs", j, "model")), f"the model path from the scenario's folder, {local[:80]}..., is "
-                                        f"longer than {MAX_NAME} characters", "give a shorter path to the model's config.json "
+            try:
+                if local is not None:
+                    job.model = local
+            except ValueError:  # (pydantic's ValidationError: the field's length limit)
+                problems.append(Problem(_fmt(("jobs", j, "model")), f"the model path from the scenario's folder, {str(local)[:80]}..., is "
+                                        "longer than a model name may be", "give a shorter path to the model's config.json "
                                         "(e.g. a link beside the scenario)", source=where(("jobs", j, "model"))))
         r = job.rollout
         items: list[tuple[tuple[str | int, ...], Any, str]] = [(("jobs", j, "rollout", "response_lengths"), r, "response_lengths"),
