@@ -68,7 +68,7 @@ def stuck_jobs(target: Placement, cand: Placement, bad: list[Violation]) -> Opti
     violation names no job or group of it."""
     out = set(target.jobs()) - set(cand.jobs())
     groups = {g.id: g for g in cand.groups}
-    placed = set(cand.jobs())
+    placed = set(target.jobs()) | set(cand.jobs())
     for v in bad:
         if v.where in placed:
             out.add(v.where)

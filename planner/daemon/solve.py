@@ -141,12 +141,14 @@ def repair(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, dr
     reasons = why + [v.message for v in bad]
     if cfg.reoptimise and not allow_reoptimise:
         reasons.append("no re-optimisation now: the executor refused a recent plan; evicting and re-admitting instead")
+    left_out: set[str] = set()  # jobs the re-optimisation found no place for: they stay where they are
     if cfg.reoptimise and allow_reoptimise:
         ctx.move_price_per_job = gate.move_price_per_hour(ctx, target, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
         t0 = time.perf_counter()
         r = placer.reoptimise(ctx, target, cfg.reoptimise_time_limit_s)
         out.solve_s["repair"] = time.perf_counter() - t0
         cand, still = placer.evaluate(ctx, r.placement)
+        left_out = set(target.jobs()) - set(cand.jobs())
         if not still and set(cand.jobs()) == set(target.jobs()):
             mig, moves, _ = gate.migration_usd(ctx, target, cand)
             out.target, out.reoptimised = cand, True
@@ -173,21 +175,32 @@ def repair(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, dr
             reasons.append(f"{ar.headline('re-optimising')} " + (
                 "mends nothing: every miss is in the kept group(s)" if ar.valid else
                 "did not give a valid plan either: " + "; ".join(ar.problems[:3])))
-    # Evict the newest members of every broken group, then admit them again elsewhere.
+    # Evict the newest members of every broken group, then admit them again elsewhere; a job the
+    # re-optimisation left out is not evicted (no place was found for it): it stays, its miss with it,
+    # and the members it slows down leave it until the others meet their SLOs.
     broken = {v.where for v in bad}
     groups = target.job_groups()
     evict: list[str] = []
     fixed = target
     for gid in sorted({groups[j].id for j in broken if j in groups}):
         g = next(x for x in fixed.groups if x.id == gid)
-        members = sorted(g.members, key=lambda m: (jobs[m].admitted_at or 0.0, jobs[m].seq) if m in jobs else (0.0, 0))
-        while members:
+        members = [m for m in sorted(g.members, key=lambda m: (jobs[m].admitted_at or 0.0, jobs[m].seq) if m in jobs else (0.0, 0))
+                   if m not in left_out]
+        left = bad  # a group's SLOs depend on its own members only
+        while members and any(v.where in members for v in left):
             victim = members.pop()
             evict.append(victim)
             fixed = fixed.without({victim})
             _, left = placer.evaluate(ctx, fixed)
-            if not any(v.where in members for v in left):
-                break
+    stays = sorted(left_out & broken)
+    stay_note = ([f"{', '.join(stays)} stay{'s' if len(stays) == 1 else ''} where {'it is' if len(stays) == 1 else 'they are'} "
+                  "with the miss: the re-optimisation found no place for them"] if stays else [])
+    if not evict and stays:
+        out.decisions.append(Decision("repair", ["drift"], "infeasible", drift_jobs,
+                                      reasons + [f"cannot repair: the re-optimisation found no place for {', '.join(stays)}, and no "
+                                                 "other member of their groups misses its SLO; the plan is kept and the SLO miss "
+                                                 "stays"], target.cost_per_hour, target.cost_per_hour))
+        return out
     for victim in evict:
         adm = placer.admit(ctx, fixed, victim)
         if adm.placement is None:
@@ -201,7 +214,8 @@ def repair(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, dr
     mig, moves, _ = gate.migration_usd(ctx, target, fixed)
     out.target = fixed
     out.decisions.append(Decision("repair", ["drift"], "changes-plan", sorted(set(drift_jobs) | set(evict)),
-                                  reasons + [f"moved {', '.join(evict)} out of the broken group(s) and admitted them again"],
+                                  reasons + [f"moved {', '.join(evict)} out of the broken group(s) and admitted them again"]
+                                  + stay_note,
                                   target.cost_per_hour, fixed.cost_per_hour, None, mig))
     return out
 

@@ -113,9 +113,9 @@ def test_a_repair_mends_the_other_misses_around_a_stuck_job(setup):
     assert_around(placer, slow, current, out.target)
 
 
-def test_a_repair_whose_only_miss_is_the_stuck_job_s_evicts_as_before(setup):
-    """Around d there is nothing to mend: the repair says so and goes on as it did (d cannot be placed
-    again, so the plan is kept)."""
+def test_a_repair_whose_only_miss_is_the_stuck_job_s_is_not_made(setup):
+    """Around d there is nothing to mend, and d is not evicted (no place was found for it): the
+    repair says so and keeps the plan."""
     cluster, specs, placer, current = setup
     slow = PlanningContext(cluster, specs, {"d": STUCK})
     jobs = {n: JobRecord(n, {}, JobState.RUNNING, 0.0, 0.0, 0.0, 0.0, None, None, "", None, i) for i, n in enumerate(NAMES)}
@@ -123,7 +123,33 @@ def test_a_repair_whose_only_miss_is_the_stuck_job_s_evicts_as_before(setup):
     (d,) = out.decisions
     assert d.outcome == "infeasible" and out.target is current, d.reasons
     assert any("mends nothing: every miss is in the kept group(s)" in x for x in d.reasons), d.reasons
-    assert any(x.startswith("cannot repair: d cannot be placed again") for x in d.reasons), d.reasons
+    assert any(x.startswith("cannot repair: the re-optimisation found no place for d, and no other member") for x in d.reasons), \
+        d.reasons
+
+
+def test_a_repair_moves_the_members_a_stuck_job_slows_down_and_leaves_it_where_it_is(setup):
+    """d (stuck) shares g0 with a, whose SLO d's slowness breaks: re-optimising around g0 mends
+    nothing (both misses are in it), so the repair evicts a alone and admits it elsewhere; d stays
+    on its nodes, its miss with it (it used to evict d as well, fail to place it again, and repair
+    nothing)."""
+    cluster, specs, placer, current = setup
+    ctx = PlanningContext(cluster, specs)
+    shared = Placement((Group("g0", "H20", ("h20-0",), "H800", ("h800-0",), ("d", "a"), 0.0),) + current.groups[2:])
+    shared, bad = placer.evaluate(ctx, shared)
+    assert bad == []
+    slow = PlanningContext(cluster, specs, {"d": STUCK})
+    assert {v.where for v in placer.evaluate(slow, shared)[1]} == {"a", "d"}
+    jobs = {n: JobRecord(n, {}, JobState.RUNNING, 0.0, 0.0, float(i), 0.0, None, None, "", None, i) for i, n in enumerate(NAMES)}
+    out = solve.repair(slow, placer, shared, [Drift("d", "rollout", 1.0, 3.0, 8)], jobs, cfg())
+    (d,) = out.decisions
+    assert d.outcome == "changes-plan", d.reasons
+    assert "moved a out of the broken group(s) and admitted them again" in d.reasons
+    assert "d stays where it is with the miss: the re-optimisation found no place for them" in d.reasons
+    g0 = next(g for g in out.target.groups if g.id == "g0")
+    assert g0.members == ("d",) and (g0.rollout_nodes, g0.train_nodes) == (("h20-0",), ("h800-0",))
+    assert sorted(out.target.jobs()) == sorted(NAMES)
+    after = checker(placer, slow, out.target)
+    assert after and all(v.rule == "slo" and v.where == "job=d,group=g0" for v in after), after
 
 
 def test_a_solved_group_that_took_a_kept_group_s_id_is_renamed():
@@ -213,9 +239,10 @@ def test_nothing_stuck_nothing_tried_again(setup):
 
 def test_a_replay_with_a_stuck_job_makes_the_savings_departures_leave(tmp_path):
     """The loop on the simulated cluster and a manual clock: d runs three times slower than estimated
-    (no pool meets its SLO), e and f leave two half-empty groups behind. Every re-optimisation is
-    made around d's group, none is infeasible, and the one after the departures merges the two
-    halves: the plan gets cheaper while d's group stays exactly as it was."""
+    (no pool meets its SLO), e and f leave two half-empty groups behind. The drift repair moves a out
+    of d's group; every re-optimisation after it is made around d's group, none is infeasible, and the
+    one after the departures merges the others: the plan gets cheaper while d's group stays exactly
+    as it was."""
     from dataclasses import dataclass
 
     from planner.daemon.adapters.simcluster import SimCluster, Truth
@@ -243,13 +270,18 @@ def test_a_replay_with_a_stuck_job_makes_the_savings_departures_leave(tmp_path):
     for n in ("d", "a", "b", "e", "c", "f"):  # admitted in this order: d with a, b with e, c with f
         spec = JobSpec.model_validate(job(n, **({"duration_s": 900.0} if n in "ef" else {})))
         store.submit_job(n, spec.model_dump(mode="json"), 0.0, 0.0, check_job(cluster, spec))
-    clock.set(0.0)
-    loop.run_cycle()
-    first = Placement.from_dict(store.current_plan().placement)
-    home = first.job_groups()["d"]
-    for t in range(1, 40):
+    plans = {}
+    for t in range(40):
         clock.set(60.0 * t)
-        loop.run_cycle()
+        rep = loop.run_cycle()
+        plans[rep.cycle] = Placement.from_dict(store.current_plan().placement)
+    first = plans[min(plans)]
+    # the drift repair moved a, whose SLO d's slowness broke, out of d's group; d stayed on its nodes
+    (repair,) = store.decisions(0, 1000, "repair")
+    assert repair["outcome"] == "applied" and "d stays where it is with the miss: the re-optimisation found no place for them" \
+        in repair["reasons"], repair["reasons"]
+    home = plans[repair["cycle"]].job_groups()["d"]
+    assert home.members == ("d",) and home.pins("d") == first.job_groups()["d"].pins("d")
     reopts = [d for d in store.decisions(0, 1000, "reoptimise") if d["cycle"] > 1]
     assert reopts and not [d for d in reopts if d["outcome"] == "infeasible"], [(d["outcome"], d["reasons"][:2]) for d in reopts]
     assert all(d["reasons"][0].startswith(f"re-optimised around d (its SLO cannot be met by any plan found; its group {home.id} ")
@@ -262,5 +294,5 @@ def test_a_replay_with_a_stuck_job_makes_the_savings_departures_leave(tmp_path):
     assert len(kept) == 1 and shape(kept[0]) == shape(home)
     ctx = loop.context({r.name: r for r in store.live_jobs()}, clock.now())
     bad = checker(placer, ctx, final)
-    assert bad and all(v.rule == "slo" and v.where.endswith(f"group={home.id}") for v in bad), bad
+    assert bad and all(v.rule == "slo" and v.where == f"job=d,group={home.id}" for v in bad), bad
     assert store.get_job("d").slo_misses > 0
