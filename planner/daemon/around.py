@@ -97,7 +97,10 @@ def attempt(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, c
     t0 = time.perf_counter()
     r = placer.reoptimise(ctx, target, time_limit_s, keep_groups=ids)
     solve_s = time.perf_counter() - t0
-    merged, still = placer.evaluate(ctx, r.placement)
+    try:
+        merged, still = placer.evaluate(ctx, r.placement)
+    except ValueError as exc:  # a plan the placer cannot read back is no plan to take (the cycle goes on)
+        return Around(stuck, kept, r, target, problems=[f"it cannot be evaluated: {exc}"], solve_s=solve_s)
     problems = []
     miss = sorted(set(target.jobs()) - set(merged.jobs()))
     if miss:

@@ -296,3 +296,32 @@ def test_a_replay_with_a_stuck_job_makes_the_savings_departures_leave(tmp_path):
     bad = checker(placer, ctx, final)
     assert bad and all(v.rule == "slo" and v.where == f"job=d,group={home.id}" for v in bad), bad
     assert store.get_job("d").slo_misses > 0
+
+
+def test_the_plan_around_stays_in_the_whole_instance_s_plan_space(tmp_path, monkeypatch):
+    """Fewer jobs bring configurations more jobs leave out (own-sized pools, up to OWN_MAX_JOBS jobs):
+    the jobs around a stuck one were solved with them, and the merged plan could not be evaluated
+    ("group g1: 4xH20(own sizes)+1xH800 is not a pool configuration of the placement instance": a
+    ValueError in every cycle of the weave-trace-60 replay with --sim-slowdown 1.3:1.6 until the
+    daemon exited). Here the whole plan's 4 jobs are over the limit and the 3 around d are not; a
+    needs 2 rollout nodes of its own at its drifted estimates, b and c one each."""
+    import formulation.placement.evaluate as ev
+    from daemonproc import CLUSTER_YAML
+
+    six = CLUSTER_YAML.replace("gpu_type: H20, count: 4", "gpu_type: H20, count: 6")
+    assert six != CLUSTER_YAML
+    cluster = load_scenario(write_cluster(tmp_path, six))
+    specs = {n: JobSpec.model_validate(job(n, slo={"ratio_to_solo": 2.0})) for n in NAMES}
+    placer = WeavePlacer(cluster)
+    solo = Placement(tuple(Group(f"g{i}", "H20", (f"h20-{i}",), "H800", (f"h800-{i}",), (n,), 0.0) for i, n in enumerate(NAMES)))
+    current, _ = placer.evaluate(PlanningContext(cluster, specs), solo)
+    monkeypatch.setattr(ev, "OWN_MAX_JOBS", 3)
+    slow = PlanningContext(cluster, specs, {"d": STUCK, "a": PhaseFactors(2.2, 1.0)})
+    assert not any(c.own for c in Index(placer._instance(slow, list(NAMES))).configs)
+    assert any(c.own for c in Index(placer._instance(slow, ["a", "b", "c"])).configs)
+    r = placer.reoptimise(slow, current, time_limit_s=10, keep_groups=frozenset({"g0"}))
+    merged, _ = placer.evaluate(slow, r.placement)  # raised the ValueError above
+    assert_around(placer, slow, current, merged)
+    out = solve.reoptimise(slow, placer, current, cfg(), TokenBucket.full(30.0, 0.0), 0.0, ["periodic"])
+    assert out.decisions[0].outcome == "changes-plan", out.decisions[0].reasons
+    assert_around(placer, slow, current, out.target)

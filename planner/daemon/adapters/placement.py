@@ -164,10 +164,19 @@ class WeavePlacer:
         rest = Placement(tuple(g for g in current.groups if g.id not in keep_groups))
         reserved = frozenset(n for g in kept for n in (*g.rollout_nodes, *g.train_nodes))
         inst = self._instance(ctx, rest.jobs(), reserved=reserved)
-        body = self._body(Index(inst), rest)
+        idx = Index(inst)
+        if kept:
+            # only the configurations the whole plan's instance has, so that the merged plan is one of its plans:
+            # fewer jobs can bring configurations more jobs leave out (own-sized ones, up to evaluate.OWN_MAX_JOBS jobs)
+            whole = Index(self._instance(ctx, current.jobs())).config_id
+            own_out = any(c.own and c not in whole for c in idx.configs)
+            idx = idx.restrict_configs([k for k, c in enumerate(idx.configs) if c in whole])
+            if own_out:  # what the bound's claim says of the plan space
+                idx.own_left_out = idx.n
+        body = self._body(idx, rest)
         sc = self.cluster.solver
         res = solve(inst, SolveOptions(time_limit_s=time_limit_s, mip_gap=sc.mip_gap, threads=1, seed=sc.seed,
-                                       warm_start_name="previous-plan"), self.backend, current=body)
+                                       warm_start_name="previous-plan"), self.backend, current=body, idx=idx)
         rec = res.record.as_dict()
         around = (f" around the kept group(s) {', '.join(g.id for g in kept)} (the other jobs on the "
                   f"{sum(p.count for p in inst.pool_types.values())} node(s) those leave)") if kept else ""
