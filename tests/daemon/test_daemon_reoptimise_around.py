@@ -325,3 +325,23 @@ def test_the_plan_around_stays_in_the_whole_instance_s_plan_space(tmp_path, monk
     out = solve.reoptimise(slow, placer, current, cfg(), TokenBucket.full(30.0, 0.0), 0.0, ["periodic"])
     assert out.decisions[0].outcome == "changes-plan", out.decisions[0].reasons
     assert_around(placer, slow, current, out.target)
+
+
+def test_a_group_of_members_on_rollout_nodes_of_their_own_is_judged_as_it_stands(tmp_path):
+    """A pinned group whose members hold different counts (own-sized: a on 2 rollout nodes, b on 1)
+    was evaluated with each member re-sized to its own count at the current estimates: a shown on 1
+    node of a 3-node pool, and, once b's SLO was out of reach at any count (a stuck job kept where it
+    is), 'OverflowError: cannot convert float infinity to integer' in every cycle (the weave-trace-60
+    replay with --sim-slowdown 1.3:1.6 exited after 5)."""
+    from daemonproc import CLUSTER_YAML
+
+    cluster = load_scenario(write_cluster(tmp_path, CLUSTER_YAML.replace("gpu_type: H20, count: 4", "gpu_type: H20, count: 6")))
+    specs = {n: JobSpec.model_validate(job(n, slo={"ratio_to_solo": 2.0})) for n in "ab"}
+    placer = WeavePlacer(cluster)
+    g = Group("g1", "H20", ("h20-1", "h20-2", "h20-3"), "H800", ("h800-1",), ("a", "b"), 0.0, 0.0, (("h20-1", "h20-2"), ("h20-3",)))
+    for factors in ({}, {"b": STUCK}):
+        ctx = PlanningContext(cluster, specs, factors)
+        got, bad = placer.evaluate(ctx, Placement((g,)))
+        assert [shape(x) for x in got.groups] == [shape(g)]
+        assert {v.where for v in bad} == ({"a", "b"} if factors else set()), bad
+        assert [v.rule for v in checker(placer, ctx, got)] == ["slo"] * len(bad)

@@ -117,7 +117,7 @@ class WeavePlacer:
         from formulation.placement.plan import build_plan
 
         groups, nodes = self._groups(idx, placement)
-        return build_plan(idx, Solution(groups), [], nodes)
+        return build_plan(idx, Solution(groups), [], nodes, as_is=True)
 
     @staticmethod
     def _placement(body) -> Placement:
