@@ -345,3 +345,19 @@ def test_a_group_of_members_on_rollout_nodes_of_their_own_is_judged_as_it_stands
         assert [shape(x) for x in got.groups] == [shape(g)]
         assert {v.where for v in bad} == ({"a", "b"} if factors else set()), bad
         assert [v.rule for v in checker(placer, ctx, got)] == ["slo"] * len(bad)
+
+
+def test_a_job_is_admitted_beside_a_group_that_holds_a_stuck_job(tmp_path):
+    """The repair leaves a stuck job where it is and admits the members it evicted elsewhere; the
+    greedy's own-sized joins read the stuck member's own count, which no count gives ('OverflowError:
+    cannot convert float infinity to integer' in every cycle of the replay)."""
+    from daemonproc import CLUSTER_YAML
+
+    cluster = load_scenario(write_cluster(tmp_path, CLUSTER_YAML.replace("gpu_type: H20, count: 4", "gpu_type: H20, count: 6")))
+    specs = {n: JobSpec.model_validate(job(n, slo={"ratio_to_solo": 2.0})) for n in "abc"}
+    placer = WeavePlacer(cluster)
+    g = Group("g1", "H20", ("h20-1", "h20-2", "h20-3"), "H800", ("h800-1",), ("a", "b"), 0.0, 0.0, (("h20-1", "h20-2"), ("h20-3",)))
+    ctx = PlanningContext(cluster, specs, {"b": STUCK})
+    adm = placer.admit(ctx, Placement((g,)), "c")
+    assert adm.placement is not None and "c" in adm.placement.jobs(), adm.reason
+    assert shape(next(x for x in adm.placement.groups if x.id == "g1")) == shape(g)

@@ -150,7 +150,7 @@ class WeavePlacer:
         assert adm.config is not None  # every move the packer proposes names its configuration
         pk.apply(adm)
         sol = pk.solution()
-        body = build_plan(idx, Solution(sol.groups), [], nodes)
+        body = build_plan(idx, Solution(sol.groups), [], nodes, as_is=True)  # the groups it does not join as they stand
         return Admission(job, self._placement(body), adm.move, float(adm.marginal_cost),
                          f"{idx.configs[adm.config].label()}, +{adm.marginal_cost:.2f} $/h")
 
