@@ -553,7 +553,7 @@ class Packer:
         group, a pinned group whose every member's own count is the configuration's, or a lone
         member on a whole rollout pool of its own count (the same plan as the own-sized one). None
         for other groups (members sharing a rollout pool, a member on more nodes than its own count:
-        joining as own-sized would move it), empty or closed ones."""
+        joining as own-sized would move it; a member no own count serves), empty or closed ones."""
         members = self.groups[g]
         if not members or g in self.closed:
             return None
@@ -563,6 +563,8 @@ class Packer:
         if o is None:
             return None
         w = idx.WO[o, members]
+        if not np.isfinite(w).all():  # a member no own count serves at these estimates (a stuck job kept where it is)
+            return None
         if not c.own and ((c.pinned and not (w == c.rollout_nodes).all())
                           or (not c.pinned and (len(members) != 1 or w[0] != c.rollout_nodes))):
             return None

@@ -285,10 +285,13 @@ def reusable_groups(idx: Index, cands: Sequence[tuple[GroupPlan, int, Sequence[i
 
 def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_nodes: Optional[dict[str, dict]] = None,
                greedy_cost: Optional[float] = None, lower_bound: Optional[float] = None,
-               moved: Optional[list[int]] = None, keep: Optional[dict[int, GroupPlan]] = None) -> PlacementPlan:
+               moved: Optional[list[int]] = None, keep: Optional[dict[int, GroupPlan]] = None, as_is: bool = False) -> PlacementPlan:
     """The plan of ``sol``. ``keep``: solution group position -> a group of the current plan that
     is taken over as it is (same pools, nodes and members: an admission rebuilds only the groups
-    it changes; :func:`reusable` says which may be kept)."""
+    it changes; :func:`reusable` says which may be kept). ``as_is``: the members of an anchored
+    own-sized group keep the rollout node counts ``current_nodes`` gives them, when every member has
+    one and they fill the pool (a plan judged as it stands; else each member's own count at the
+    instance's estimates, which is infinite for a member no count serves)."""
     inst = idx.inst
     current_nodes = current_nodes or {}
     kept = keep or {}
@@ -347,7 +350,10 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
         r_nodes, t_nodes = sorted(r_nodes, key=lambda n: r_pos[n]), sorted(t_nodes, key=lambda n: t_pos[n])
         mems = []
         stored = current_nodes.get(grp.anchor or "", {}).get("members") if grp.anchor else None
-        sizes = [idx.own_nodes(k, j) for j in grp.members] if c.own else None
+        sizes = None
+        if c.own:
+            held = [len((stored or {}).get(inst.jobs[j].name) or ()) for j in grp.members]
+            sizes = held if as_is and all(held) and sum(held) == c.rollout_pool_nodes else [idx.own_nodes(k, j) for j in grp.members]
         pins = member_pins(c, r_nodes, len(grp.members), [inst.jobs[j].name for j in grp.members], stored, sizes)
         for j, mine in zip(grp.members, pins):
             job = inst.jobs[j]

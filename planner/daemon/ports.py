@@ -204,7 +204,13 @@ class PlacementPlanner(Protocol):
 
     def admit(self, ctx: PlanningContext, current: Placement, job: str) -> Admission: ...
 
-    def reoptimise(self, ctx: PlanningContext, current: Placement, time_limit_s: float) -> Reoptimisation: ...
+    def reoptimise(self, ctx: PlanningContext, current: Placement, time_limit_s: float,
+                   keep_groups: frozenset[str] = frozenset()) -> Reoptimisation:
+        """Every job of ``current`` placed again, warm-started from it. ``keep_groups``: ids of current
+        groups taken over exactly as they are (id, pools, nodes, members); the other jobs are placed on
+        the nodes those groups leave, and the placement returned holds the kept groups too (no other
+        group takes a kept group's id or nodes)."""
+        ...
 
     def evaluate(self, ctx: PlanningContext, placement: Placement) -> tuple[Placement, list[Violation]]:
         """The placement with cycle times recomputed at the context's estimates, and what it violates."""

@@ -6,12 +6,17 @@ a. **departures** (mandatory): finished, failed and cancelled jobs leave the pla
 b. **repair** (mandatory): when drift made a group miss a member's SLO, re-optimise (if
    enabled) or, failing that, evict the members admitted last from each broken group and admit
    them again elsewhere; a repair that cannot place everyone is not made (and says so);
+   a re-optimisation that fails on jobs no plan found serves is tried again around them
+   (:mod:`planner.daemon.around`: their groups kept as they are), and made when that mends every
+   other miss;
 c. **admissions** (mandatory): arrived pending jobs, oldest first, by the placer's one-job move;
    one that no placement can ever serve is rejected, one that only lacks room waits (up to the
    admission deadline);
 d. **re-optimisation** (optional, gated): periodically and after departures, warm-started from
    the current placement, kept only if :func:`planner.daemon.gate.judge` says its gain beats its
-   migration cost and the churn budget allows its moves.
+   migration cost and the churn budget allows its moves; one that is not valid is tried again
+   around the jobs it could not place within SLO (:mod:`planner.daemon.around`), and that plan is
+   gated the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from planner.daemon import gate
+from planner.daemon import around, gate
 from planner.daemon.config import DaemonConfig
 from planner.daemon.estimates import Drift
 from planner.daemon.lifecycle import JobState
@@ -136,12 +141,14 @@ def repair(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, dr
     reasons = why + [v.message for v in bad]
     if cfg.reoptimise and not allow_reoptimise:
         reasons.append("no re-optimisation now: the executor refused a recent plan; evicting and re-admitting instead")
+    left_out: set[str] = set()  # jobs the re-optimisation found no place for: they stay where they are
     if cfg.reoptimise and allow_reoptimise:
         ctx.move_price_per_job = gate.move_price_per_hour(ctx, target, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
         t0 = time.perf_counter()
         r = placer.reoptimise(ctx, target, cfg.reoptimise_time_limit_s)
         out.solve_s["repair"] = time.perf_counter() - t0
         cand, still = placer.evaluate(ctx, r.placement)
+        left_out = set(target.jobs()) - set(cand.jobs())
         if not still and set(cand.jobs()) == set(target.jobs()):
             mig, moves, _ = gate.migration_usd(ctx, target, cand)
             out.target, out.reoptimised = cand, True
@@ -152,21 +159,48 @@ def repair(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, dr
             return out
         reasons.append("the re-optimisation did not place every job within its SLO: "
                        + ("; ".join(v.message for v in still[:3]) or "it left jobs out"))
-    # Evict the newest members of every broken group, then admit them again elsewhere.
+        # around the jobs no plan found serves: worth it only when it mends misses outside their groups
+        ar = around.attempt(ctx, placer, target, cand, still, cfg.reoptimise_time_limit_s)
+        if ar is not None:
+            out.solve_s["repair"] += ar.solve_s
+            if ar.valid and ar.outside:
+                mig, moves, _ = gate.migration_usd(ctx, target, ar.placement)
+                out.target, out.reoptimised = ar.placement, True
+                out.decisions.append(Decision("repair", ["drift"], "changes-plan", drift_jobs,
+                                              reasons + [f"{ar.headline()}: every other SLO met again at "
+                                                         f"{ar.placement.cost_per_hour:.2f} $/h, {len(moves)} job(s) move"]
+                                              + ar.stays(), target.cost_per_hour, ar.placement.cost_per_hour, None, mig,
+                                              ar.result.solver))
+                return out
+            reasons.append(f"{ar.headline('re-optimising')} " + (
+                "mends nothing: every miss is in the kept group(s)" if ar.valid else
+                "did not give a valid plan either: " + "; ".join(ar.problems[:3])))
+    # Evict the newest members of every broken group, then admit them again elsewhere; a job the
+    # re-optimisation left out is not evicted (no place was found for it): it stays, its miss with it,
+    # and the members it slows down leave it until the others meet their SLOs.
     broken = {v.where for v in bad}
     groups = target.job_groups()
     evict: list[str] = []
     fixed = target
     for gid in sorted({groups[j].id for j in broken if j in groups}):
         g = next(x for x in fixed.groups if x.id == gid)
-        members = sorted(g.members, key=lambda m: (jobs[m].admitted_at or 0.0, jobs[m].seq) if m in jobs else (0.0, 0))
-        while members:
+        members = [m for m in sorted(g.members, key=lambda m: (jobs[m].admitted_at or 0.0, jobs[m].seq) if m in jobs else (0.0, 0))
+                   if m not in left_out]
+        left = bad  # a group's SLOs depend on its own members only
+        while members and any(v.where in members for v in left):
             victim = members.pop()
             evict.append(victim)
             fixed = fixed.without({victim})
             _, left = placer.evaluate(ctx, fixed)
-            if not any(v.where in members for v in left):
-                break
+    stays = sorted(left_out & broken)
+    stay_note = ([f"{', '.join(stays)} stay{'s' if len(stays) == 1 else ''} where {'it is' if len(stays) == 1 else 'they are'} "
+                  "with the miss: the re-optimisation found no place for them"] if stays else [])
+    if not evict and stays:
+        out.decisions.append(Decision("repair", ["drift"], "infeasible", drift_jobs,
+                                      reasons + [f"cannot repair: the re-optimisation found no place for {', '.join(stays)}, and no "
+                                                 "other member of their groups misses its SLO; the plan is kept and the SLO miss "
+                                                 "stays"], target.cost_per_hour, target.cost_per_hour))
+        return out
     for victim in evict:
         adm = placer.admit(ctx, fixed, victim)
         if adm.placement is None:
@@ -180,7 +214,8 @@ def repair(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, dr
     mig, moves, _ = gate.migration_usd(ctx, target, fixed)
     out.target = fixed
     out.decisions.append(Decision("repair", ["drift"], "changes-plan", sorted(set(drift_jobs) | set(evict)),
-                                  reasons + [f"moved {', '.join(evict)} out of the broken group(s) and admitted them again"],
+                                  reasons + [f"moved {', '.join(evict)} out of the broken group(s) and admitted them again"]
+                                  + stay_note,
                                   target.cost_per_hour, fixed.cost_per_hour, None, mig))
     return out
 
@@ -235,6 +270,7 @@ def reoptimise(ctx: PlanningContext, placer: PlacementPlanner, target: Placement
     out.solve_s["reoptimise"] = time.perf_counter() - t0
     out.reoptimised = True
     cand, bad = placer.evaluate(ctx, r.placement)
+    head: list[str] = []
 
     def decision(outcome: str, jobs: list[str], reasons: list[str], gain_usd: Optional[float] = None,
                  migration_usd: Optional[float] = None) -> Decision:
@@ -244,13 +280,20 @@ def reoptimise(ctx: PlanningContext, placer: PlacementPlanner, target: Placement
     if bad or set(cand.jobs()) != set(target.jobs()):
         miss = sorted(set(target.jobs()) - set(cand.jobs()))
         why = [v.message for v in bad[:5]] + ([f"it leaves out {', '.join(miss)}"] if miss else [])
-        d = decision("infeasible", [], [r.reason, "kept the current plan: the re-optimised plan is not valid"] + why)
-        # nothing changes: the cost after is the plan's (the invalid plan's, which leaves jobs out, read as a saving)
-        d.cost_after = target.cost_per_hour
-        out.decisions.append(d)
-        return out
+        ar = around.attempt(ctx, placer, target, cand, bad, cfg.reoptimise_time_limit_s)
+        if ar is not None:
+            out.solve_s["reoptimise"] += ar.solve_s
+        if ar is None or not ar.valid:
+            tried = [] if ar is None else [f"{ar.headline('re-optimising')} did not give a valid plan either: {ar.result.reason}"] + ar.problems
+            d = decision("infeasible", [], [r.reason, "kept the current plan: the re-optimised plan is not valid"] + why + tried)
+            # nothing changes: the cost after is the plan's (the invalid plan's, which leaves jobs out, read as a saving)
+            d.cost_after = target.cost_per_hour
+            out.decisions.append(d)
+            return out
+        head = [f"{ar.headline()}: the whole re-optimisation was not valid ({'; '.join(why[:3])})"] + ar.stays()
+        r, cand = ar.result, ar.placement
     v = gate.judge(ctx, target, cand, amortise_s=cfg.amortise_s, margin=cfg.gain_margin)
-    reasons = [r.reason] + v.reasons
+    reasons = head + [r.reason] + v.reasons
     n_moved = sum(1 for k in v.moves.values() if k == "moved")
     if v.keep and not bucket.allows(n_moved, now):
         wait = bucket.wait_s(n_moved)

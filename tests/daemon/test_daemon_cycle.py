@@ -264,7 +264,7 @@ def test_a_churn_budget_of_zero_moves_allows_no_move_and_says_so(tmp_path):
     merged = Placement((Group("g1", "H20", ("h20-0",), "H800", ("h800-0",), ("a", "b"), 24.0),))
 
     class Merging:
-        def reoptimise(self, ctx, current, time_limit_s):
+        def reoptimise(self, ctx, current, time_limit_s, keep_groups=frozenset()):
             return Reoptimisation(merged, {}, "merged")
 
         def evaluate(self, ctx, placement):
@@ -296,7 +296,7 @@ def test_an_invalid_reoptimisation_records_the_cost_of_the_plan_kept_not_of_the_
     only_a = Placement((before.groups[0],))
 
     class LeavingOut:
-        def reoptimise(self, ctx, current, time_limit_s):
+        def reoptimise(self, ctx, current, time_limit_s, keep_groups=frozenset()):
             return Reoptimisation(only_a, {}, "re-optimised; left out: b (slo)")
 
         def evaluate(self, ctx, placement):

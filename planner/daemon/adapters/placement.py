@@ -12,7 +12,9 @@ Glue only; every decision is the planner's:
   configuration can ever serve it (``job_configs`` empty: SLO, DRAM or no pool type);
 * **re-optimise**: :func:`formulation.placement.solve.solve` with the current plan as warm start
   (groups still feasible are kept on their nodes; ``move_price_per_job`` charged per moved job),
-  under the daemon's wall-clock limit;
+  under the daemon's wall-clock limit; ``keep_groups`` names current groups taken over exactly as
+  they are: the solve sees neither their members nor their nodes (the pools shrink by those
+  nodes), and its groups are merged with them, any that took the id of a kept group renamed;
 * **evaluate**: the plan body :func:`~formulation.placement.plan.build_plan` makes of the
   placement at the current estimates, judged by the solver-free checker
   :func:`formulation.placement.check.check`.
@@ -20,6 +22,7 @@ Glue only; every decision is the planner's:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 from planner.daemon.ports import Admission, Group, Placement, PlanningContext, Reoptimisation, Violation
@@ -66,12 +69,20 @@ class WeavePlacer:
             "sync_s": {a: {b: v * f.train for b, v in row.items()} for a, row in base.sync_s.items()},
         })
 
-    def _instance(self, ctx: PlanningContext, names: list[str], scaled: bool = True):
+    def _instance(self, ctx: PlanningContext, names: list[str], scaled: bool = True, reserved: frozenset[str] = frozenset()):
+        """The placement instance of these jobs; ``reserved`` nodes are left out of the pools."""
         from formulation.placement.instance import PlacementInstance
 
         price = self.cluster.solver.move_price_per_job if ctx.move_price_per_job is None else ctx.move_price_per_job
+        pools = self.pools
+        if reserved:
+            pools = {}
+            for t, p in self.pools.items():
+                every = p.node_names if p.node_names is not None else [f"{t.lower()}-{i}" for i in range(p.count)]
+                left = [n for n in every if n not in reserved]
+                pools[t] = p.model_copy(update={"count": len(left), "node_names": left})
         # members pinned to rollout nodes of their own (the instance's default member counts), as `planner plan` places them
-        return PlacementInstance(name=self.cluster.name, pool_types=self.pools, jobs=[self._job(ctx, n, scaled) for n in names],
+        return PlacementInstance(name=self.cluster.name, pool_types=pools, jobs=[self._job(ctx, n, scaled) for n in names],
                                  move_price_per_job=price)
 
     def _groups(self, idx, placement: Placement):
@@ -106,7 +117,7 @@ class WeavePlacer:
         from formulation.placement.plan import build_plan
 
         groups, nodes = self._groups(idx, placement)
-        return build_plan(idx, Solution(groups), [], nodes)
+        return build_plan(idx, Solution(groups), [], nodes, as_is=True)
 
     @staticmethod
     def _placement(body) -> Placement:
@@ -139,27 +150,47 @@ class WeavePlacer:
         assert adm.config is not None  # every move the packer proposes names its configuration
         pk.apply(adm)
         sol = pk.solution()
-        body = build_plan(idx, Solution(sol.groups), [], nodes)
+        body = build_plan(idx, Solution(sol.groups), [], nodes, as_is=True)  # the groups it does not join as they stand
         return Admission(job, self._placement(body), adm.move, float(adm.marginal_cost),
                          f"{idx.configs[adm.config].label()}, +{adm.marginal_cost:.2f} $/h")
 
-    def reoptimise(self, ctx: PlanningContext, current: Placement, time_limit_s: float) -> Reoptimisation:
+    def reoptimise(self, ctx: PlanningContext, current: Placement, time_limit_s: float,
+                   keep_groups: frozenset[str] = frozenset()) -> Reoptimisation:
         from formulation.common import SolveOptions
         from formulation.placement.evaluate import Index
         from formulation.placement.solve import solve
 
-        inst = self._instance(ctx, current.jobs())
-        body = self._body(Index(inst), current)
+        kept = tuple(g for g in current.groups if g.id in keep_groups)
+        rest = Placement(tuple(g for g in current.groups if g.id not in keep_groups))
+        reserved = frozenset(n for g in kept for n in (*g.rollout_nodes, *g.train_nodes))
+        inst = self._instance(ctx, rest.jobs(), reserved=reserved)
+        idx = Index(inst)
+        if kept:
+            # only the configurations the whole plan's instance has, so that the merged plan is one of its plans:
+            # fewer jobs can bring configurations more jobs leave out (own-sized ones, up to evaluate.OWN_MAX_JOBS jobs)
+            whole = Index(self._instance(ctx, current.jobs())).config_id
+            own_out = any(c.own and c not in whole for c in idx.configs)
+            idx = idx.restrict_configs([k for k, c in enumerate(idx.configs) if c in whole])
+            if own_out:  # what the bound's claim says of the plan space
+                idx.own_left_out = idx.n
+        body = self._body(idx, rest)
         sc = self.cluster.solver
         res = solve(inst, SolveOptions(time_limit_s=time_limit_s, mip_gap=sc.mip_gap, threads=1, seed=sc.seed,
-                                       warm_start_name="previous-plan"), self.backend, current=body)
+                                       warm_start_name="previous-plan"), self.backend, current=body, idx=idx)
         rec = res.record.as_dict()
+        around = (f" around the kept group(s) {', '.join(g.id for g in kept)} (the other jobs on the "
+                  f"{sum(p.count for p in inst.pool_types.values())} node(s) those leave)") if kept else ""
         why = (f"re-optimised ({rec['backend']}, {rec['status']}, gap {rec['gap'] if rec['gap'] is not None else 'n/a'}) warm-started "
-               f"from the current plan: {res.plan.cost_per_hour:.2f} $/h"
+               f"from the current plan{around}: {res.plan.cost_per_hour:.2f} $/h"
                + (f", bound {res.plan.lower_bound_per_hour:.2f}" if res.plan.lower_bound_per_hour is not None else ""))
         if res.plan.unplaced:
             why += "; left out: " + ", ".join(f"{u.job} ({u.reason})" for u in res.plan.unplaced)
-        return Reoptimisation(self._placement(res.plan), rec, why)
+        placed = self._placement(res.plan)
+        if kept:
+            placed = merge_kept(kept, placed)
+            rec["kept_groups"] = [g.id for g in kept]
+            why += f"; with the kept group(s): {placed.cost_per_hour:.2f} $/h"
+        return Reoptimisation(placed, rec, why)
 
     def evaluate(self, ctx: PlanningContext, placement: Placement) -> tuple[Placement, list[Violation]]:
         from formulation.placement.check import check
@@ -198,6 +229,22 @@ class WeavePlacer:
         doc = PlanDocument(kind="PlacementPlan", scenario=self.cluster.name, scenario_digest=scenario_digest(self.cluster), solver=rec,
                            body=body.model_dump(mode="json"))
         return to_data(doc)
+
+
+def merge_kept(kept: tuple[Group, ...], placed: Placement) -> Placement:
+    """The kept groups as they are, with the groups of a solve that never saw them: a solved group
+    whose id is a kept group's gets the first free ``g<i>`` (a solve names its new groups so)."""
+    used = {g.id for g in kept} | {g.id for g in placed.groups}
+    out = list(kept)
+    i = 0
+    for g in placed.groups:
+        if g.id in {k.id for k in kept}:
+            while f"g{i}" in used:
+                i += 1
+            used.add(f"g{i}")
+            g = replace(g, id=f"g{i}")
+        out.append(g)
+    return Placement(tuple(sorted(out, key=lambda g: (len(g.id), g.id))))
 
 
 def available() -> Optional[str]:

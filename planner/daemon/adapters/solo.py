@@ -93,7 +93,9 @@ class SoloPlacer:
                          f"{len(free_r)} {o.rollout_type} and {len(free_t)} {o.train_type} free")
         return Admission(job, None, None, 0.0, "waiting for room: " + "; ".join(short[:3]), permanent=False)
 
-    def reoptimise(self, ctx: PlanningContext, current: Placement, time_limit_s: float) -> Reoptimisation:
+    def reoptimise(self, ctx: PlanningContext, current: Placement, time_limit_s: float,
+                   keep_groups: frozenset[str] = frozenset()) -> Reoptimisation:
+        # every group stays as it is anyway: the kept ones too
         rec = {"backend": "solo", "status": "optimal", "objective": current.cost_per_hour, "best_bound": None, "gap": None,
                "wall_time_s": 0.0, "warm_start": "previous-plan", "message": "plain disaggregation has nothing to re-optimise"}
         return Reoptimisation(current, rec, "solo placement: every job already sits on its own cheapest feasible pools")
