@@ -110,6 +110,8 @@ def setup_from_profile(profile, rollout_pool, train_pool, *, inter_cluster_gb_pe
                       tool_latency_fixed_s=profile.tool_latency_fixed_s,
                       tool_latency_table=getattr(profile, "tool_latency_table", None),
                       prompt_table=getattr(profile, "prompt_table", None))
+    if getattr(profile.lengths, "kind", None) == "fixed":  # every response the same length: no per-prompt difficulty
+        wl = replace(wl, prompt_spread=0.0)
     if rollout_pool.gpus_per_node != train_pool.gpus_per_node:
         raise ValueError("rollout and training nodes must have the same GPUs per node")
     return JobSetup(

@@ -85,8 +85,9 @@ def setup_for(job, rollout_pool, train_pool=None, inter_cluster_gb_per_s: Option
     if conservative:
         wl = s.workload
         tool = _tool_p99(job) if wl.turns > 1 else wl.tool_latency_fixed_s
+        # prompt_spread 0: the per-prompt difficulty factor would scale half the prompts' responses below the limit
         s = replace(s, workload=replace(wl, lengths=LengthDistribution("fixed", median_tokens=float(wl.max_response_tokens)),
-                                        tool_latency_fixed_s=tool))
+                                        tool_latency_fixed_s=tool, prompt_spread=0.0))
     return s
 
 
