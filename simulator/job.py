@@ -284,6 +284,8 @@ class JobResult:
     completion_times: list  # (time, rid)
     snapshots: list = field(default_factory=list)
     decisions: list = field(default_factory=list)  # (time, target, reason)
+    # one per decision, in the same order: (iteration, seconds into it, fraction of its requests done, at a boundary, fill)
+    decision_points: list = field(default_factory=list)
     cluster_gpus: dict = field(default_factory=dict)  # gpu type -> GPUs the job's cluster has
     events: int = 0
 
@@ -350,6 +352,8 @@ class JobSim:
         self.requests: list[Request] = []
         self.snapshots: list[TelemetrySnapshot] = []
         self.decisions: list = []
+        self.decision_points: list = []
+        self._at_boundary = False
         self._iter_reqs: list[Request] = []
         self._last_lengths: Optional[tuple] = None  # (the last iteration's response lengths, its groups)
         self._collected: list[Request] = []
@@ -514,7 +518,10 @@ class JobSim:
             self._resize_stage(self.trainer, "trainer", self.part["trainer"], self.loop.now, 0.0)
         self._start_iteration()
         if p.decision is not None or p.record_snapshots:
-            self.loop.after(p.telemetry_interval_s, self._tick)
+            # a decision function may set the first tick (the hindsight oracle's replay of an iteration that started
+            # between two ticks of a longer run)
+            first = getattr(p.decision, "first_tick_s", None)
+            self.loop.after(p.telemetry_interval_s if first is None else first, self._tick)
         self.loop.run(max_events=50_000_000)
         end = self.loop.now
         if not self._done:
@@ -532,7 +539,8 @@ class JobSim:
         return JobResult(setup=s, policy=p, seed=self.seed, iterations=self.iterations, end_s=end, ledger=self.ledger,
                          engines=self.rollout.all_engines(), engine_held=self.rollout.held, requests=self.requests,
                          completion_times=self.rollout.stats.completion_times, snapshots=self.snapshots,
-                         decisions=self.decisions, cluster_gpus=self.cluster_gpus, events=self.loop.events_run)
+                         decisions=self.decisions, cluster_gpus=self.cluster_gpus, events=self.loop.events_run,
+                         decision_points=self.decision_points)
 
     def _start_iteration(self) -> None:
         k = len(self.iterations)
@@ -555,7 +563,7 @@ class JobSim:
         self._rollout_tokens0 = sum(e.tokens_out for e in self.rollout.all_engines())
         self._reprefill0 = self.rollout.reprefill_tokens()
         self._preempt0 = sum(e.preemptions for e in self.rollout.all_engines())
-        if self.policy.decision is not None and k > 0:
+        if self.policy.decision is not None and (k > 0 or getattr(self.policy.decision, "decides_at_start", False)):
             # the new batch waits in the engines' queues while the decision function sees it, then is
             # spread over the engines the decision leaves (verl dispatches after a resize)
             self.rollout.start(reqs, kick=False)
@@ -904,7 +912,11 @@ class JobSim:
             self._residuals_cache = None
         dec = decision(snap, ctx)
         if dec is not None:
-            self.apply(dec)
+            self._at_boundary = at_boundary
+            try:
+                self.apply(dec)
+            finally:
+                self._at_boundary = False
 
     def apply(self, dec: Reallocation) -> None:
         """Carry out a reallocation (shrinks first, then growth into the freed GPUs)."""
@@ -922,6 +934,9 @@ class JobSim:
         if tgt == cur:
             return
         self.decisions.append((now, dict(tgt), dec.reason))
+        rec = self.iterations[-1]
+        self.decision_points.append((rec.index, now - rec.start_s, 1.0 - self.rollout.remaining() / max(1, s.workload.n_requests),
+                                     self._at_boundary, dec.fill))
         ready = now
         # shrink: the stages first, so the rollout drain sees every GPU they free
         for comp, st in (("reference", self.ref), ("trainer", self.trainer)):
