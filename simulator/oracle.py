@@ -2,17 +2,24 @@
 work-conservation bound. Both read the iteration's sampled lengths; neither is ever fed to a policy.
 
 **Schedule family** :math:`\\mathcal{F}_{K}` (one iteration, its requests fixed by the seed): a start
-allocation :math:`A_0` and up to ``K`` moves :math:`(p_m, A_m)`, :math:`p_1 < p_2 < \\dots` on the grid
-``{0.05, 0.10, ..., 0.95}`` of the fraction of the iteration's requests done; an allocation is
+allocation :math:`A_0` and up to ``K`` moves :math:`(p_m, A_m)`, :math:`p_1 \\le p_2 \\le \\dots` fractions of the
+iteration's requests done (any fraction in (0, 1); the search's own moves lie on the grid ``{0.05, 0.10, ..., 0.95}``),
+a move optionally "not before" a given second of the iteration; an allocation is
 :math:`A = (r, f, t)` GPUs of rollout, log-prob inference and trainer with :math:`r` a multiple of the
 engine TP, :math:`t` a multiple of the trainer's TP x PP, :math:`f \\ge 1`, :math:`r + f + t = G`.
 A move is carried out by the simulator itself (:meth:`simulator.job.JobSim.apply`: drained engines,
 woken engines, resharded trainer, restarted inference ranks, each with its migration cost) at the
-first telemetry tick at which the fraction done has reached :math:`p_m`, exactly as a policy's
-decision would be. The schedule's value is the iteration time the simulator measures.
+first telemetry tick at which the fraction done has reached :math:`p_m` (and the second its "not before"),
+exactly as a policy's decision would be. The schedule's value is the iteration time the simulator measures.
+A schedule may also say, as a replayed policy's does (:func:`played_schedule`): ``fill`` (GPUs a unit-bound
+receiver cannot take go to log-prob inference), ``prior`` (a later iteration of a longer run: the run starts from
+the allocation held before its boundary and moves to :math:`A_0` at the boundary, with that migration's cost),
+``first_tick_s`` (the longer run's tick phase) and ``observes`` (the telemetry snapshot is taken every tick, as by a
+policy that reads it: taking it advances the engines to the tick, which the times depend on). With these the
+played schedule replayed alone gives the policy's iteration time (``tests/simulator/test_oracle.py``).
 
 **Search** (:func:`best_schedule`; the family is too large to enumerate, about :math:`(19 \\cdot G^2)^3`
-schedules, so the result is the best schedule *found*, an upper bound on the family's optimum):
+schedules even on the grid, so the result is the best schedule *found*, not the family's optimum):
 
 1. start: every rollout size on a coarse grid (``coarse`` points), each with the non-rollout GPUs split
    between log-prob inference and the trainer by work (:func:`simulator.job.partition`'s rule), then finer
@@ -21,13 +28,19 @@ schedules, so the result is the best schedule *found*, an upper bound on the fam
 2. moves, one at a time, greedily: at every 10% of requests done (and 95%) after the last move, every rollout
    size on the coarse grid (shrink and grow, the rest split by work); then the 5% grid points next to the best
    one with finer sizes around the best size, and the trainer / inference split of the best move; a move is
-   kept only if it shortens the iteration;
-3. stop after ``K`` moves or when no move helps.
+   kept only if it shortens the iteration; stop after ``K`` moves or when no move helps;
+3. with a seed (``start_from``: the policy's played schedule of the same iteration): the seed is simulated; from
+   the faster of it and step 2's best, steepest descent over one change at a time (:func:`_neighbours`: the start or
+   a move's allocation one or two engines or one trainer replica off, a move's point 1, 2.5 or 5 points of requests
+   done earlier or later, a move's "not before" dropped, a move left out; at most two steps), then moves added as in
+   step 2 up to ``max(K, the seed's moves + 1)``.
 
+The result is the fastest schedule simulated; with a seed it is therefore never slower than the seed simulated,
+so a policy judged against the oracle seeded with its own schedule is at most as fast as the oracle.
 Each candidate is a whole simulation of the iteration (a deep copy of a paused run cost more than the
 run itself, so prefixes are not shared); a schedule met twice is simulated once.
 Every candidate is simulated on the same requests (same seed, :class:`simulator.job.JobSim` with
-``skip_batches``), and :class:`SearchStats` records how many and how long.
+``skip_batches``), and :class:`SearchStats` records how many and how long, and where the best came from.
 
 **Work-conservation bound** (:func:`work_bound`): no schedule of any family beats it in this model.
 Every decode step of an engine costs ``a + b B + c K`` ms for ``B`` running sequences holding ``K``

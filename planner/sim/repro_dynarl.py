@@ -3,9 +3,11 @@ declared family and the work-conservation bound (:mod:`simulator.oracle`), per s
 set beside every policy of the table; the held-out length distributions; idle GPU-seconds.
 
 Registered in :mod:`planner.sim.reproduce` (task ``oracle``; the rows and tables below are added to
-``dynarl-math.md``). Each oracle task searches one iteration of one seed on the requests that
-iteration samples in every policy's run (the loop's generator feeds nothing but the requests), and
-records how many simulations the search took and its wall time.
+``dynarl-math.md``). Each oracle task runs the table's dynamic policy for one seed (the same run as the pair
+task's), and for each of its iterations replays the schedule the policy played alone (it must give the policy's
+iteration time), searches from it (:func:`simulator.oracle.best_schedule` with ``start_from``) on the requests that
+iteration samples in every policy's run (the loop's generator feeds nothing but the requests), and records how
+many simulations the search took, its wall time and whether the best found came from the policy's schedule.
 """
 
 from __future__ import annotations
