@@ -286,6 +286,9 @@ class JobResult:
     decisions: list = field(default_factory=list)  # (time, target, reason)
     # one per decision, in the same order: (iteration, seconds into it, fraction of its requests done, at a boundary, fill)
     decision_points: list = field(default_factory=list)
+    # per iteration after the first, before its boundary decision: where each component's GPUs are (the hindsight
+    # oracle replays an iteration from there): {component: ((node, GPUs), ...)}, rollout one entry per engine
+    layouts: dict = field(default_factory=dict)
     cluster_gpus: dict = field(default_factory=dict)  # gpu type -> GPUs the job's cluster has
     events: int = 0
 
@@ -353,6 +356,7 @@ class JobSim:
         self.snapshots: list[TelemetrySnapshot] = []
         self.decisions: list = []
         self.decision_points: list = []
+        self.layouts: dict = {}
         self._at_boundary = False
         self._iter_reqs: list[Request] = []
         self._last_lengths: Optional[tuple] = None  # (the last iteration's response lengths, its groups)
@@ -510,7 +514,10 @@ class JobSim:
     # ------------------------------------------------------------------ flow
     def run(self) -> JobResult:
         s, p = self.setup, self.policy
-        if self.colocated:
+        layout = getattr(p.decision, "initial_layout", None)
+        if layout is not None and self.pool is not None and not self.colocated:
+            self._place(dict(layout))
+        elif self.colocated:
             self._add_engines(self.part["rollout"], self.loop.now)
         else:
             self._add_engines(self.part["rollout"], self.loop.now)
@@ -540,10 +547,34 @@ class JobSim:
                          engines=self.rollout.all_engines(), engine_held=self.rollout.held, requests=self.requests,
                          completion_times=self.rollout.stats.completion_times, snapshots=self.snapshots,
                          decisions=self.decisions, cluster_gpus=self.cluster_gpus, events=self.loop.events_run,
-                         decision_points=self.decision_points)
+                         decision_points=self.decision_points, layouts=self.layouts)
+
+    def _layout(self) -> dict:
+        return {"rollout": tuple((e.node, e.gpus) for e in sorted(self.rollout.alive(), key=lambda e: e.eid)),
+                "reference": tuple(self.comp_nodes["reference"]), "trainer": tuple(self.comp_nodes["trainer"])}
+
+    def _place(self, layout: dict) -> None:
+        """The starting GPUs exactly where ``layout`` (:meth:`_layout`'s) puts them, engines in its order."""
+        now = self.loop.now
+        assert self.pool is not None
+        for node, g in layout["rollout"]:
+            self.pool.free[node] -= g
+            e = self.rollout.add_engine(EngineSlot(node, self.r_gpu.name, g), ready_s=now)
+            self.engine_nodes[e.eid] = (node, g)
+        self._hold("rollout", self.rollout.gpus())
+        for comp, st in (("reference", self.ref), ("trainer", self.trainer)):
+            for node, g in layout[comp]:
+                self.pool.free[node] -= g
+            self.comp_nodes[comp] = list(layout[comp])
+            total = sum(g for _, g in layout[comp])
+            self._hold(comp, total)
+            st.set_gpus(total, 0.0)
+        assert min(self.pool.free.values()) >= 0, f"layout over the nodes' GPUs: {layout}"
 
     def _start_iteration(self) -> None:
         k = len(self.iterations)
+        if k > 0:
+            self.layouts[k] = self._layout()
         now = self.loop.now
         s = self.setup
         rec = IterationRecord(index=k, start_s=now)

@@ -82,6 +82,9 @@ class Schedule:
     # take the telemetry snapshot at every tick, as a replayed policy that reads it did: taking it advances the engines
     # to the tick (:meth:`simulator.engine.Engine.sync`, cache evictions included), which the run's times depend on
     observes: bool = False
+    # with ``prior``: where its GPUs are (:attr:`simulator.job.JobResult.layouts`: which engines a later drain picks
+    # depends on the nodes), ((component, ((node, GPUs), ...)), ...)
+    layout: Optional[tuple] = None
 
     def describe(self) -> str:
         s = "" if self.prior is None else f"from {self.prior[0]}+{self.prior[1]}+{self.prior[2]} at the boundary to "
@@ -99,7 +102,9 @@ def played_schedule(res, iteration: int = 0) -> Schedule:
     (:class:`simulator.job.JobResult`): the allocation held when the iteration starts (after a decision at its
     boundary), and each later decision as a move at the fraction of the iteration's requests done when it was taken
     and not before the seconds into the iteration at which it was taken (the fraction may stand still for several
-    ticks, and the policy may have moved at a later one of them); ``fill`` as the decisions asked."""
+    ticks, and the policy may have moved at a later one of them); ``fill`` as the decisions asked. A later iteration
+    starts from where the previous one left the GPUs (``prior`` and ``layout``, the nodes included: a drain picks
+    engines by node), moves to its start at the boundary as the run did, and ticks in the run's phase."""
     comps = ("rollout", "reference", "trainer")
     it = res.iterations[iteration]
     start = tuple(int(round(res.ledger.held_at(c, it.start_s))) for c in comps)
@@ -110,7 +115,6 @@ def played_schedule(res, iteration: int = 0) -> Schedule:
             continue
         a = tuple(int(tgt[c]) for c in comps)
         if boundary:
-            prior = tuple(int(round(res.ledger.held_at(c, math.nextafter(it.start_s, -math.inf)))) for c in comps)
             start, start_fill = a, bool(fill)
         else:
             moves.append((float(done), a, float(t_rel)))
@@ -119,12 +123,17 @@ def played_schedule(res, iteration: int = 0) -> Schedule:
         raise ValueError(f"iteration {iteration}: moves with and without fill, which one schedule cannot replay")
     observes = bool(getattr(res.policy.decision, "reads_snapshot", True) or res.policy.record_snapshots)
     dt = res.policy.telemetry_interval_s
-    first = None
-    if iteration > 0:  # the run's ticks fall every ``dt`` seconds from its start, not from this iteration's
+    first = layout = None
+    if iteration > 0:
+        # a later iteration starts where the previous one left its GPUs, and always with a decision at its boundary
+        lay = res.layouts[iteration]
+        layout = tuple((c, tuple(tuple(x) for x in lay[c])) for c in comps)
+        prior = tuple(sum(g for _, g in lay[c]) for c in comps)
+        # the run's ticks fall every ``dt`` seconds from its start, not from this iteration's
         first = dt * math.ceil(it.start_s / dt + 1e-9) - it.start_s
         first = first if first > 1e-9 else dt
     return Schedule(start, tuple(moves), fill=all(fills) if fills else False, prior=prior, first_tick_s=first,
-                    start_fill=start_fill, observes=observes)
+                    start_fill=start_fill, observes=observes, layout=layout)
 
 
 class ScheduleDecision:
@@ -139,6 +148,7 @@ class ScheduleDecision:
         self.next_move = 0
         self.decides_at_start = schedule.prior is not None  # the move from ``prior`` to ``start``, at the boundary
         self.reads_snapshot = schedule.observes
+        self.initial_layout = schedule.layout
         self.first_tick_s = schedule.first_tick_s
 
     def progress(self, ctx) -> float:

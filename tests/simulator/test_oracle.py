@@ -125,9 +125,9 @@ def test_a_policys_played_schedule_replayed_alone_gives_its_iteration_time():
     for k, it in enumerate(res.iterations):
         sched = played_schedule(res, k)
         if k > 0:
-            assert sched.prior is not None and sched.first_tick_s is not None
+            assert sched.prior is not None and sched.first_tick_s is not None and sched.layout is not None
         replay = JobSim(s, schedule_policy(sched, s.workload.n_requests), seed=3, iterations=1, skip_batches=k).run()
-        assert len(replay.decisions) == len(sched.moves) + (sched.prior is not None)
+        assert len(replay.decisions) == len(sched.moves) + (sched.prior is not None and sched.prior != sched.start)
         assert abs(replay.iterations[0].duration_s - it.duration_s) <= 1e-6 * it.duration_s, (k, sched.describe())
 
 
