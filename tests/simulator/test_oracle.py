@@ -145,3 +145,25 @@ def test_the_search_seeded_with_a_schedule_is_never_slower_than_it():
     assert t == min(x for _, _, x in st.trace)  # the best of every schedule simulated
     again = JobSim(s, schedule_policy(sched, s.workload.n_requests), seed=3, iterations=1, skip_batches=1).run()
     assert abs(again.iterations[0].duration_s - t) <= 1e-6 * t
+
+
+def test_a_later_iterations_replay_starts_from_the_runs_node_layout():
+    """With a trainer replica of 4 GPUs, which engines a drain frees depends on the nodes the previous iteration left
+    them on: the replay places them as the run had them (``layout``), and without that it is off for some seed."""
+    from simulator.decisions import ThresholdDecision
+    from simulator.oracle import played_schedule, schedule_policy
+
+    s = replace(small_setup(n_prompts=16, group=4, rollout_nodes=2, train_nodes=2, gpn=4), train_unit=4)
+    off = []
+    for seed in (2, 3, 5):
+        pol = Policy("dynamic", rollout_gpus=8, reference_gpus=4, trainer_gpus=4, decision=ThresholdDecision(u_low=0.5, window_s=2.0))
+        res = JobSim(s, pol, seed=seed, iterations=2).run()
+        sched = played_schedule(res, 1)
+        want = res.iterations[1].duration_s
+
+        def replay(sc, seed=seed):
+            return JobSim(s, schedule_policy(sc, s.workload.n_requests), seed=seed, iterations=1, skip_batches=1).run().iterations[0].duration_s
+
+        assert abs(replay(sched) - want) <= 1e-6 * want, (seed, sched.describe())
+        off.append(abs(replay(replace(sched, layout=None)) / want - 1.0))
+    assert max(off) > 1e-3
