@@ -284,6 +284,11 @@ class JobResult:
     completion_times: list  # (time, rid)
     snapshots: list = field(default_factory=list)
     decisions: list = field(default_factory=list)  # (time, target, reason)
+    # one per decision, in the same order: (iteration, seconds into it, fraction of its requests done, at a boundary, fill)
+    decision_points: list = field(default_factory=list)
+    # per iteration after the first, before its boundary decision: where each component's GPUs are (the hindsight
+    # oracle replays an iteration from there): {component: ((node, GPUs), ...)}, rollout one entry per engine
+    layouts: dict = field(default_factory=dict)
     cluster_gpus: dict = field(default_factory=dict)  # gpu type -> GPUs the job's cluster has
     events: int = 0
 
@@ -350,6 +355,9 @@ class JobSim:
         self.requests: list[Request] = []
         self.snapshots: list[TelemetrySnapshot] = []
         self.decisions: list = []
+        self.decision_points: list = []
+        self.layouts: dict = {}
+        self._at_boundary = False
         self._iter_reqs: list[Request] = []
         self._last_lengths: Optional[tuple] = None  # (the last iteration's response lengths, its groups)
         self._collected: list[Request] = []
@@ -506,7 +514,10 @@ class JobSim:
     # ------------------------------------------------------------------ flow
     def run(self) -> JobResult:
         s, p = self.setup, self.policy
-        if self.colocated:
+        layout = getattr(p.decision, "initial_layout", None)
+        if layout is not None and self.pool is not None and not self.colocated:
+            self._place(dict(layout))
+        elif self.colocated:
             self._add_engines(self.part["rollout"], self.loop.now)
         else:
             self._add_engines(self.part["rollout"], self.loop.now)
@@ -514,7 +525,10 @@ class JobSim:
             self._resize_stage(self.trainer, "trainer", self.part["trainer"], self.loop.now, 0.0)
         self._start_iteration()
         if p.decision is not None or p.record_snapshots:
-            self.loop.after(p.telemetry_interval_s, self._tick)
+            # a decision function may set the first tick (the hindsight oracle's replay of an iteration that started
+            # between two ticks of a longer run)
+            first = getattr(p.decision, "first_tick_s", None)
+            self.loop.after(p.telemetry_interval_s if first is None else first, self._tick)
         self.loop.run(max_events=50_000_000)
         end = self.loop.now
         if not self._done:
@@ -532,10 +546,35 @@ class JobSim:
         return JobResult(setup=s, policy=p, seed=self.seed, iterations=self.iterations, end_s=end, ledger=self.ledger,
                          engines=self.rollout.all_engines(), engine_held=self.rollout.held, requests=self.requests,
                          completion_times=self.rollout.stats.completion_times, snapshots=self.snapshots,
-                         decisions=self.decisions, cluster_gpus=self.cluster_gpus, events=self.loop.events_run)
+                         decisions=self.decisions, cluster_gpus=self.cluster_gpus, events=self.loop.events_run,
+                         decision_points=self.decision_points, layouts=self.layouts)
+
+    def _layout(self) -> dict:
+        return {"rollout": tuple((e.node, e.gpus) for e in sorted(self.rollout.alive(), key=lambda e: e.eid)),
+                "reference": tuple(self.comp_nodes["reference"]), "trainer": tuple(self.comp_nodes["trainer"])}
+
+    def _place(self, layout: dict) -> None:
+        """The starting GPUs exactly where ``layout`` (:meth:`_layout`'s) puts them, engines in its order."""
+        now = self.loop.now
+        assert self.pool is not None
+        for node, g in layout["rollout"]:
+            self.pool.free[node] -= g
+            e = self.rollout.add_engine(EngineSlot(node, self.r_gpu.name, g), ready_s=now)
+            self.engine_nodes[e.eid] = (node, g)
+        self._hold("rollout", self.rollout.gpus())
+        for comp, st in (("reference", self.ref), ("trainer", self.trainer)):
+            for node, g in layout[comp]:
+                self.pool.free[node] -= g
+            self.comp_nodes[comp] = list(layout[comp])
+            total = sum(g for _, g in layout[comp])
+            self._hold(comp, total)
+            st.set_gpus(total, 0.0)
+        assert min(self.pool.free.values()) >= 0, f"layout over the nodes' GPUs: {layout}"
 
     def _start_iteration(self) -> None:
         k = len(self.iterations)
+        if k > 0:
+            self.layouts[k] = self._layout()
         now = self.loop.now
         s = self.setup
         rec = IterationRecord(index=k, start_s=now)
@@ -555,7 +594,7 @@ class JobSim:
         self._rollout_tokens0 = sum(e.tokens_out for e in self.rollout.all_engines())
         self._reprefill0 = self.rollout.reprefill_tokens()
         self._preempt0 = sum(e.preemptions for e in self.rollout.all_engines())
-        if self.policy.decision is not None and k > 0:
+        if self.policy.decision is not None and (k > 0 or getattr(self.policy.decision, "decides_at_start", False)):
             # the new batch waits in the engines' queues while the decision function sees it, then is
             # spread over the engines the decision leaves (verl dispatches after a resize)
             self.rollout.start(reqs, kick=False)
@@ -904,7 +943,11 @@ class JobSim:
             self._residuals_cache = None
         dec = decision(snap, ctx)
         if dec is not None:
-            self.apply(dec)
+            self._at_boundary = at_boundary
+            try:
+                self.apply(dec)
+            finally:
+                self._at_boundary = False
 
     def apply(self, dec: Reallocation) -> None:
         """Carry out a reallocation (shrinks first, then growth into the freed GPUs)."""
@@ -922,6 +965,9 @@ class JobSim:
         if tgt == cur:
             return
         self.decisions.append((now, dict(tgt), dec.reason))
+        rec = self.iterations[-1]
+        self.decision_points.append((rec.index, now - rec.start_s, 1.0 - self.rollout.remaining() / max(1, s.workload.n_requests),
+                                     self._at_boundary, dec.fill))
         ready = now
         # shrink: the stages first, so the rollout drain sees every GPU they free
         for comp, st in (("reference", self.ref), ("trainer", self.trainer)):

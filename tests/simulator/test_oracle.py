@@ -100,3 +100,70 @@ def test_a_shrink_that_feeds_the_trainer_drains_whole_nodes():
         assert res.ledger.held_at("trainer", t + 1e-6) == 8, (seed, res.decisions[0])
         assert res.ledger.held_at("reference", t + 1e-6) == 4, (seed, res.decisions[0])
         assert "log-prob inference" not in res.decisions[0][2]
+
+
+def _threshold_run(s, iterations=2):
+    """A policy that moves inside an iteration (its trigger reads telemetry) and back at every boundary."""
+    from simulator.decisions import ThresholdDecision
+
+    pol = Policy("dynamic", rollout_gpus=10, reference_gpus=2, trainer_gpus=4, decision=ThresholdDecision(u_low=0.5, window_s=2.0))
+    return JobSim(s, pol, seed=3, iterations=iterations).run()
+
+
+def test_a_policys_played_schedule_replayed_alone_gives_its_iteration_time():
+    """Each iteration of a policy's run, replayed alone as a schedule (the moves at the fraction done and second at
+    which the policy took them; the later iteration from the allocation before its boundary, with the run's tick
+    phase), takes the time the policy's run took. The replay is the same deterministic simulation of the same requests
+    and moves; only its clock starts at zero rather than at the iteration's start, so the durations may differ by
+    float rounding of the absolute times (relative 1e-6 allows that, and nothing a missed tick or migration would give:
+    one second of ticks is over 1e-3 of these iterations)."""
+    from simulator.oracle import played_schedule, schedule_policy
+
+    s = tiny()
+    res = _threshold_run(s)
+    assert any(not b for *_, b, _ in res.decision_points), "the policy never moved inside an iteration"
+    for k, it in enumerate(res.iterations):
+        sched = played_schedule(res, k)
+        if k > 0:
+            assert sched.prior is not None and sched.first_tick_s is not None and sched.layout is not None
+        replay = JobSim(s, schedule_policy(sched, s.workload.n_requests), seed=3, iterations=1, skip_batches=k).run()
+        assert len(replay.decisions) == len(sched.moves) + (sched.prior is not None and sched.prior != sched.start)
+        assert abs(replay.iterations[0].duration_s - it.duration_s) <= 1e-6 * it.duration_s, (k, sched.describe())
+
+
+def test_the_search_seeded_with_a_schedule_is_never_slower_than_it():
+    from simulator.oracle import SearchStats, played_schedule, schedule_policy
+
+    s = tiny()
+    res = _threshold_run(s)
+    seed_sched = played_schedule(res, 1)
+    alone = JobSim(s, schedule_policy(seed_sched, s.workload.n_requests), seed=3, iterations=1, skip_batches=1).run()
+    t_seed = alone.iterations[0].duration_s
+    sched, t, st = best_schedule(s, seed=3, iteration=1, max_moves=1, coarse=4, stats=SearchStats(), start_from=seed_sched)
+    assert t <= t_seed
+    assert abs(st.seeded_s - t_seed) <= 1e-6 * t_seed
+    assert t == min(x for _, _, x in st.trace)  # the best of every schedule simulated
+    again = JobSim(s, schedule_policy(sched, s.workload.n_requests), seed=3, iterations=1, skip_batches=1).run()
+    assert abs(again.iterations[0].duration_s - t) <= 1e-6 * t
+
+
+def test_a_later_iterations_replay_starts_from_the_runs_node_layout():
+    """With a trainer replica of 4 GPUs, which engines a drain frees depends on the nodes the previous iteration left
+    them on: the replay places them as the run had them (``layout``), and without that it is off for some seed."""
+    from simulator.decisions import ThresholdDecision
+    from simulator.oracle import played_schedule, schedule_policy
+
+    s = replace(small_setup(n_prompts=16, group=4, rollout_nodes=2, train_nodes=2, gpn=4), train_unit=4)
+    off = []
+    for seed in (2, 3, 5):
+        pol = Policy("dynamic", rollout_gpus=8, reference_gpus=4, trainer_gpus=4, decision=ThresholdDecision(u_low=0.5, window_s=2.0))
+        res = JobSim(s, pol, seed=seed, iterations=2).run()
+        sched = played_schedule(res, 1)
+        want = res.iterations[1].duration_s
+
+        def replay(sc, seed=seed):
+            return JobSim(s, schedule_policy(sc, s.workload.n_requests), seed=seed, iterations=1, skip_batches=1).run().iterations[0].duration_s
+
+        assert abs(replay(sched) - want) <= 1e-6 * want, (seed, sched.describe())
+        off.append(abs(replay(replace(sched, layout=None)) / want - 1.0))
+    assert max(off) > 1e-3
