@@ -234,17 +234,21 @@ class Service:
 
     def changed_fields(self, job: JobSpec) -> list[str]:
         """The fields (dotted paths) in which a ``--scenario`` job differs from the stored job of its name,
-        both as a submission stores them (paths confined, a model file read into its dimensions, checked
-        against the cluster; a ``prompt_tokens`` that is its trace's mean left out); ``[]`` when they agree or the file's job
-        cannot be compared (a refusal it would get is the submission's, not this check's)."""
+        both as a submission stores them (paths confined, a model file read into its dimensions, a
+        ``prompt_tokens`` not given defaulted to its distribution's mean as :func:`check_job` does, without
+        its estimate; one that is its trace's mean left out); ``[]`` when they agree or the file's job cannot
+        be compared (a refusal it would get is the submission's, not this check's)."""
+        from estimators.traces import TraceError
         from planner.daemon.datafiles import confine
+        from planner.schema.workload import QuantileTable, TraceColumn, default_prompt_tokens, table_of
 
         rec = self.store.get_job(job.name)
         try:
             mine = confine(job, self.opts.data_dir)
-            check_job(self.cluster, mine)  # (as a submission: it may set prompt_tokens)
+            if isinstance(mine.rollout.prompt_lengths, (TraceColumn, QuantileTable)):
+                default_prompt_tokens(mine.rollout, table_of(mine.rollout.prompt_lengths))
             new = mine.model_dump(mode="json")
-        except UserError:
+        except (UserError, TraceError):
             return []
         old = dict(rec.spec)
         if rec.prompt_tokens_from_trace:

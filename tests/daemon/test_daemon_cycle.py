@@ -807,8 +807,11 @@ def test_a_changed_scenario_job_of_a_known_name_is_kept_as_submitted_and_a_later
     w = World(tmp_path)
     svc = Service(Options(state=tmp_path / "s.sqlite", cfg=w.cfg), w.store, w.cluster, w.clock, w.metrics, w.lease)
     first = [JobSpec.model_validate(job(f"j{i}", arrival_s=60.0 * i)) for i in range(2)]
+    # (prompt_tokens not given: the submission sets it to the prompts' mean, the comparison too)
+    first.append(JobSpec.model_validate(job("jq", rollout={"prompt_lengths": {"source": "quantiles", "quantiles": {0: 100, 1: 900}}})))
     svc.submit_trace(first)
     stored = [w.store.get_job(f"j{i}").spec for i in range(2)]
+    assert w.store.get_job("jq").spec["rollout"]["prompt_tokens"] == 500
     with caplog.at_level(logging.WARNING, logger="planner.daemon"):
         svc.submit_trace(first)  # a restart on the same file: nothing to say
     assert not [r for r in caplog.records if "--scenario" in r.getMessage()], caplog.text
