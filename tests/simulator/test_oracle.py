@@ -167,3 +167,21 @@ def test_a_later_iterations_replay_starts_from_the_runs_node_layout():
         assert abs(replay(sched) - want) <= 1e-6 * want, (seed, sched.describe())
         off.append(abs(replay(replace(sched, layout=None)) / want - 1.0))
     assert max(off) > 1e-3
+
+
+def test_simulate_oracle_searches_from_the_dynamic_policys_own_schedule():
+    """``planner simulate --oracle`` (:func:`planner.commands.simulate.hindsight`) seeds each iteration's search with
+    the schedule the dynamic policy played, so its oracle is a hindsight reference: in every iteration at most the
+    policy's own time (before, the search's own family could be slower than the policy it was judging). The policy's
+    times come from its run, the oracle's from separate simulations, so the comparison allows float rounding."""
+    from planner.commands.simulate import hindsight
+
+    s = tiny()
+    res = _threshold_run(s)
+    h = hindsight(res, 3, True)
+    assert h["seeded"] == len(res.iterations) == 2
+    for it, t in zip(res.iterations, h["oracle_s"]):
+        assert t <= it.duration_s * (1 + 1e-6), (t, it.duration_s)
+    assert h["policy_vs_oracle"] <= 1 + 1e-6
+    static = JobSim(s, Policy("static", rollout_gpus=10, reference_gpus=2, trainer_gpus=4), seed=3, iterations=1).run()
+    assert hindsight(static, 3, False).get("seeded") is None  # no oracle asked: nothing searched
