@@ -143,7 +143,10 @@ class Group:
 class Index:
     """Configurations and per-configuration job arrays of one instance."""
 
-    def __init__(self, inst: PlacementInstance):
+    def __init__(self, inst: PlacementInstance, carry: Sequence[Config] = ()):
+        """``carry``: own-sized configurations a plan in force uses, kept in the plan space even on an
+        instance past ``OWN_MAX_JOBS`` jobs (which leaves own-sized ones out): a group made while fewer
+        jobs ran stays representable when more arrive (the claim still says they are left out)."""
         self.inst = inst
         jobs = inst.jobs
         self.n = len(jobs)
@@ -196,6 +199,9 @@ class Index:
                             if big <= PINNED_MAX_ROLLOUT_NODES and nt <= PINNED_MAX_TRAIN_NODES:
                                 continue
                             configs.append(Config(p, big, q, nt, big, True))
+        for c in carry:
+            if c.own and c not in configs and c.rollout_type in self.capacity and c.train_type in self.capacity:
+                configs.append(c)
         self.configs: list[Config] = configs
         self.pinned_m = np.array([c.members for c in configs], dtype=int)
         self.cost = np.array([self.config_cost(c) for c in configs], dtype=float)

@@ -347,6 +347,34 @@ def test_a_group_of_members_on_rollout_nodes_of_their_own_is_judged_as_it_stands
         assert [v.rule for v in checker(placer, ctx, got)] == ["slo"] * len(bad)
 
 
+def test_an_own_sized_group_stays_representable_past_own_max_jobs(tmp_path, monkeypatch):
+    """An instance of more than OWN_MAX_JOBS jobs leaves own-sized configurations out of its plan space,
+    but a group made own-sized while fewer jobs ran is still in force when more arrive: every cycle's
+    admission raised 'group g2: 3xH20(own sizes)+3xH800 is not a pool configuration of the placement
+    instance' (the weave-trace-60 replay with --sim-slowdown 1.3:1.6, once the simulated jobs ran at
+    their estimates times their factors, at its 31st job; the daemon exited after 5). Its configuration
+    is carried into the instance: the admission is the one made under the limit, and the evaluation
+    and the plan document work."""
+    import formulation.placement.evaluate as ev
+    from daemonproc import CLUSTER_YAML
+
+    cluster = load_scenario(write_cluster(tmp_path, CLUSTER_YAML.replace("gpu_type: H20, count: 4", "gpu_type: H20, count: 6")))
+    specs = {n: JobSpec.model_validate(job(n, slo={"ratio_to_solo": 2.0})) for n in "abc"}
+    placer = WeavePlacer(cluster)
+    g = Group("g1", "H20", ("h20-1", "h20-2", "h20-3"), "H800", ("h800-1",), ("a", "b"), 0.0, 0.0, (("h20-1", "h20-2"), ("h20-3",)))
+    ctx = PlanningContext(cluster, specs)
+    under = placer.admit(ctx, Placement((g,)), "c")
+    assert under.placement is not None, under.reason
+    monkeypatch.setattr(ev, "OWN_MAX_JOBS", 2)
+    assert Index(placer._instance(ctx, ["a", "b", "c"])).own_left_out == 3
+    adm = placer.admit(ctx, Placement((g,)), "c")  # raised the ValueError above
+    assert adm.placement is not None, adm.reason
+    assert (adm.move, adm.placement.as_dict()) == (under.move, under.placement.as_dict())
+    got, bad = placer.evaluate(ctx, adm.placement)
+    assert bad == [] and sorted(got.jobs()) == ["a", "b", "c"]
+    assert placer.plan_document(ctx, adm.placement, {})["kind"] == "PlacementPlan"
+
+
 def test_a_job_is_admitted_beside_a_group_that_holds_a_stuck_job(tmp_path):
     """The repair leaves a stuck job where it is and admits the members it evicted elsewhere; the
     greedy's own-sized joins read the stuck member's own count, which no count gives ('OverflowError:

@@ -85,6 +85,18 @@ class WeavePlacer:
         return PlacementInstance(name=self.cluster.name, pool_types=pools, jobs=[self._job(ctx, n, scaled) for n in names],
                                  move_price_per_job=price)
 
+    @staticmethod
+    def _index(inst, *held: Placement):
+        """The instance's index, with the own-sized configurations of the pinned groups in ``held``
+        carried into it (an instance past ``OWN_MAX_JOBS`` jobs leaves own-sized ones out: the groups
+        own-sized when fewer jobs ran must stay representable as more arrive)."""
+        from formulation.placement.evaluate import Index
+        from formulation.placement.plan import own_config
+
+        carry = [own_config(g.rollout_type, len(g.rollout_nodes), g.train_type, len(g.train_nodes))
+                 for p in held for g in p.groups if g.pinned]
+        return Index(inst, carry=carry)
+
     def _groups(self, idx, placement: Placement):
         """The placement as the planner's anchored groups, and their nodes."""
         from formulation.placement.evaluate import Config, Group as PGroup
@@ -133,12 +145,12 @@ class WeavePlacer:
 
     # ------------------------------------------------------------------ the port
     def admit(self, ctx: PlanningContext, current: Placement, job: str) -> Admission:
-        from formulation.placement.evaluate import Index, Solution
+        from formulation.placement.evaluate import Solution
         from formulation.placement.explain import explain
         from formulation.placement.greedy import Packer
         from formulation.placement.plan import build_plan
 
-        idx = Index(self._instance(ctx, current.jobs() + [job]))
+        idx = self._index(self._instance(ctx, current.jobs() + [job]), current)
         groups, nodes = self._groups(idx, current)
         pk = Packer.from_groups(idx, groups, own_joins=True)
         j = idx.n - 1
@@ -157,18 +169,17 @@ class WeavePlacer:
     def reoptimise(self, ctx: PlanningContext, current: Placement, time_limit_s: float,
                    keep_groups: frozenset[str] = frozenset()) -> Reoptimisation:
         from formulation.common import SolveOptions
-        from formulation.placement.evaluate import Index
         from formulation.placement.solve import solve
 
         kept = tuple(g for g in current.groups if g.id in keep_groups)
         rest = Placement(tuple(g for g in current.groups if g.id not in keep_groups))
         reserved = frozenset(n for g in kept for n in (*g.rollout_nodes, *g.train_nodes))
         inst = self._instance(ctx, rest.jobs(), reserved=reserved)
-        idx = Index(inst)
+        idx = self._index(inst, rest)
         if kept:
             # only the configurations the whole plan's instance has, so that the merged plan is one of its plans:
             # fewer jobs can bring configurations more jobs leave out (own-sized ones, up to evaluate.OWN_MAX_JOBS jobs)
-            whole = Index(self._instance(ctx, current.jobs())).config_id
+            whole = self._index(self._instance(ctx, current.jobs()), current).config_id
             own_out = any(c.own and c not in whole for c in idx.configs)
             idx = idx.restrict_configs([k for k, c in enumerate(idx.configs) if c in whole])
             if own_out:  # what the bound's claim says of the plan space
@@ -194,10 +205,9 @@ class WeavePlacer:
 
     def evaluate(self, ctx: PlanningContext, placement: Placement) -> tuple[Placement, list[Violation]]:
         from formulation.placement.check import check
-        from formulation.placement.evaluate import Index
 
         inst = self._instance(ctx, placement.jobs())
-        body = self._body(Index(inst), placement)
+        body = self._body(self._index(inst, placement), placement)
         out = []
         for v in check(inst, body):
             parts = dict(p.split("=", 1) for p in v.where.split(",") if "=" in p)
@@ -218,10 +228,9 @@ class WeavePlacer:
         return out
 
     def plan_document(self, ctx: PlanningContext, placement: Placement, solver: dict) -> dict:
-        from formulation.placement.evaluate import Index
         from planner.plandoc import PlanDocument, SolverRecord, scenario_digest, to_data
 
-        body = self._body(Index(self._instance(ctx, placement.jobs())), placement)
+        body = self._body(self._index(self._instance(ctx, placement.jobs()), placement), placement)
         fields = {k: solver.get(k) for k in ("backend", "status", "objective", "best_bound", "gap", "time_limit_s", "warm_start")
                   if solver.get(k) is not None}
         rec = SolverRecord(**{"backend": "greedy-admit", "status": "feasible", **fields}, wall_time_s=float(solver.get("wall_time_s") or 0.0),

@@ -8,9 +8,17 @@ What it models (enough to close the loop, nothing more):
   change, then start each job that arrives or moved -- each step journaled and carried out in one
   transaction with its journal row, so a daemon killed mid-apply resumes with the remaining steps
   and never repeats one; ``should_stop`` is checked between steps (SIGTERM);
-* **the jobs' real speed**: a job's true phase times are the estimators' (``truth_mode``) on its
-  group's pools times a hidden per-job factor drawn once from ``[slow_lo, slow_hi]`` (seeded by
-  job name), times a per-iteration noise of ``±noise``; members of a group iterate once per
+* **the jobs' real speed**: a job's true phase times are the estimators' on its group's pools
+  times a hidden per-job factor drawn once from ``[slow_lo, slow_hi]`` (seeded by job name), times
+  a per-iteration noise of ``±noise``. "The estimators'" are exactly the figures the daemon predicts
+  a member's phases with (``predict`` of its placer): in the cluster's ``solver.phase_time_estimate``
+  (``Truth.mode`` only overrides it), the rollout on the member's own rollout node count, training
+  on the group's training pool, and the weight sync the planner's table holds for the pool-type
+  pair (at the job's own node counts). So the ratio the daemon measures, measured / predicted, is
+  the job's factor (times the noise) on every pool it is moved to. (The truth was computed in the
+  ``conservative`` mode whatever the cluster's: on the ``sampled`` weave-trace-60 that made the
+  ratio 1.1-1.9x on rollout and ~3.4x on training for one job, depending on the pools, and a job
+  moved to cheaper pools at its factor in force missed there and was moved back.) Members of a group iterate once per
   round-robin cycle, whose period is ``max(Σ rollout, Σ train+sync, max_j rollout_j + train_j)``
   (the cycle time of :doc:`DESIGN.md §4`); ``observe`` reports the last few iterations of each
   job with their measured phase times;
@@ -109,7 +117,7 @@ def check_state_file(path: Path, flag: str = "--sim-state") -> None:
 
 @dataclass(frozen=True)
 class Truth:
-    mode: str = "conservative"
+    mode: Optional[str] = None  # None: the cluster's solver.phase_time_estimate, the mode the daemon's estimates are in
     slow_lo: float = 1.0
     slow_hi: float = 1.0
     noise: float = 0.0
@@ -154,6 +162,7 @@ class SimCluster:
         self.view = ClusterView(cluster, resolve_gpu_types(cluster))
         self.spec_of = spec_of
         self.truth = truth
+        self.mode = truth.mode or cluster.solver.phase_time_estimate
         self._times: dict[tuple, tuple[float, float]] = {}
         self.db = SQLiteFile(self.path)
         from executor.dbschema import verify
@@ -197,8 +206,11 @@ class SimCluster:
                                    "(state files of two different daemons?)")
             prof = job_profile(spec)
             rp, tp = self.view.pool(g.rollout_type, n_r), self.view.pool(g.train_type, len(g.train_nodes))
-            a = phases.rollout_s(prof, rp, self.truth.mode)
-            b = phases.train_s(prof, tp, self.truth.mode) + phases.sync_s(prof, rp, tp, self.view.inter_cluster_bw(g.rollout_type, g.train_type))
+            a = phases.rollout_s(prof, rp, self.mode)
+            # the weight sync as the planner tables it: one figure per pool-type pair, at the job's own node counts
+            sync = phases.sync_s(prof, self.view.pool(g.rollout_type, spec.rollout.nodes), self.view.pool(g.train_type, spec.trainer.nodes),
+                                 self.view.inter_cluster_bw(g.rollout_type, g.train_type))
+            b = phases.train_s(prof, tp, self.mode) + sync
             f = self.truth.factor(job)
             self._times[key] = (a * f, b * f)
         return self._times[key]
