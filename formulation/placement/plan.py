@@ -12,6 +12,7 @@ take free nodes in the instance's node order, so the same solution gives the sam
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Optional, Sequence
 
 import numpy as np
@@ -161,6 +162,35 @@ def same_config(a: Config, b: Config) -> bool:
             and (a.rollout_type, a.train_type, a.train_nodes) == (b.rollout_type, b.train_type, b.train_nodes))
 
 
+def _as_is_sizes(held: Sequence[int], own: Sequence[float], pool: int) -> list[int]:
+    """Rollout node counts of an own-sized group's members judged as it stands (``build_plan(as_is=True)``):
+    the counts they hold (``held``; 0: none yet) when those fill the pool (the group unchanged); else each
+    member's own count at the instance's estimates (``own``) when every one is finite and they fill it (a
+    group a solver re-sized, e.g. for a member that joins); else a member keeps what it holds and one
+    without takes its own count, or an even share of the nodes the others leave when no count serves it,
+    within the pool. A member whose SLO no count meets (a stuck job) has an infinite own count: re-sizing
+    it raised 'OverflowError' where the members' nodes left pool nodes free (the weave-trace-60 replay with
+    --sim-slowdown 1.3:1.6, at its 24th cycle, after an admission grew such a group's pool)."""
+    if all(h > 0 for h in held) and sum(held) == pool:
+        return [int(h) for h in held]
+    if all(math.isfinite(o) for o in own) and sum(int(o) for o in own) == pool:
+        return [int(o) for o in own]
+    sizes = [int(h) if h > 0 else 0 for h in held]
+    left = max(0, pool - sum(sizes))
+    new = [i for i, h in enumerate(held) if h <= 0]
+    for i in new:  # members with an own count first, at most what is left
+        if math.isfinite(own[i]):
+            sizes[i] = min(int(own[i]), left)
+            left -= sizes[i]
+    lost = [i for i in new if not math.isfinite(own[i])]
+    for n, i in enumerate(lost):
+        sizes[i] = left // len(lost) + (1 if n < left % len(lost) else 0)
+    if any(sizes[i] < 1 for i in new) or sum(sizes) > pool:
+        raise ValueError(f"an own-sized group of {pool} rollout node(s) cannot hold its members as they stand "
+                         f"(held {list(held)}): re-plan the group")
+    return sizes
+
+
 def member_pins(c: Config, r_nodes: list[str], n_members: int, names: Optional[Sequence[str]] = None,
                 stored: Optional[dict[str, list[str]]] = None, sizes: Optional[Sequence[int]] = None) -> list[list[str]]:
     """Rollout nodes of each member in order: the whole pool, or (pinned) ``c.rollout_nodes`` of its
@@ -291,7 +321,7 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
     it changes; :func:`reusable` says which may be kept). ``as_is``: the members of an anchored
     own-sized group keep the rollout node counts ``current_nodes`` gives them, when every member has
     one and they fill the pool (a plan judged as it stands; else each member's own count at the
-    instance's estimates, which is infinite for a member no count serves)."""
+    instance's estimates, which is infinite for a member no count serves; :func:`_as_is_sizes`)."""
     inst = idx.inst
     current_nodes = current_nodes or {}
     kept = keep or {}
@@ -353,7 +383,9 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
         sizes = None
         if c.own:
             held = [len((stored or {}).get(inst.jobs[j].name) or ()) for j in grp.members]
-            sizes = held if as_is and all(held) and sum(held) == c.rollout_pool_nodes else [idx.own_nodes(k, j) for j in grp.members]
+            own = [float(idx.WO[idx.k_own[k], j]) for j in grp.members]
+            sizes = (_as_is_sizes(held, own, c.rollout_pool_nodes) if as_is
+                     else [idx.own_nodes(k, j) for j in grp.members])
         pins = member_pins(c, r_nodes, len(grp.members), [inst.jobs[j].name for j in grp.members], stored, sizes)
         for j, mine in zip(grp.members, pins):
             job = inst.jobs[j]

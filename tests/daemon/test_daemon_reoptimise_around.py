@@ -389,3 +389,24 @@ def test_a_job_is_admitted_beside_a_group_that_holds_a_stuck_job(tmp_path):
     adm = placer.admit(ctx, Placement((g,)), "c")
     assert adm.placement is not None and "c" in adm.placement.jobs(), adm.reason
     assert shape(next(x for x in adm.placement.groups if x.id == "g1")) == shape(g)
+
+
+def test_an_own_sized_group_whose_members_leave_pool_nodes_free_is_judged_as_it_stands(tmp_path):
+    """An own-sized group whose members' nodes do not fill its rollout pool (a on 2 nodes, b on 1, in a
+    pool of 4) was judged with every member re-sized to its own count at the current estimates; with b's
+    SLO out of reach at any count (a stuck job), 'OverflowError: cannot convert float infinity to integer'
+    in build_plan (the weave-trace-60 replay with --sim-slowdown 1.3:1.6 exited at its 24th cycle, after an
+    admission grew such a group's pool). Each member now keeps the nodes it holds; the group is judged as it
+    stands, b's miss named."""
+    from daemonproc import CLUSTER_YAML
+
+    cluster = load_scenario(write_cluster(tmp_path, CLUSTER_YAML.replace("gpu_type: H20, count: 4", "gpu_type: H20, count: 6")))
+    specs = {n: JobSpec.model_validate(job(n, slo={"ratio_to_solo": 2.0})) for n in "ab"}
+    placer = WeavePlacer(cluster)
+    g = Group("g1", "H20", ("h20-1", "h20-2", "h20-3", "h20-4"), "H800", ("h800-1",), ("a", "b"), 0.0, 0.0,
+              (("h20-1", "h20-2"), ("h20-4",)))
+    for factors in ({}, {"b": STUCK}):
+        ctx = PlanningContext(cluster, specs, factors)
+        got, bad = placer.evaluate(ctx, Placement((g,)))
+        assert [shape(x) for x in got.groups] == [shape(g)]
+        assert ("b" in {v.where for v in bad}) == bool(factors), bad
