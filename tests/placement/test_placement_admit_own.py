@@ -258,3 +258,26 @@ def test_the_daemons_admission_joins_the_own_sized_group():
     assert [len(x) for x in g.member_rollout] == [1, 2] and g.member_rollout[0] == first.placement.groups[0].rollout_nodes
     inst = placer._instance(ctx, adm.placement.jobs())
     assert check(inst, placer._body(Index(inst), adm.placement)) == []
+
+
+def test_an_own_sized_group_judged_as_it_stands_keeps_what_its_members_hold():
+    """``build_plan(as_is=True)``'s node counts (:func:`formulation.placement.plan._as_is_sizes`): unchanged when
+    the members' nodes fill the pool; the solver's own counts when they are finite and fill it (a group re-sized
+    for a member that joins); else each member keeps what it holds and a newcomer takes its own count within the
+    nodes left. The daemon's replay (weave-trace-60, --sim-slowdown 1.3:1.6, cycle 24) had four members on one
+    node each, one of them stuck (no count meets its SLO: an infinite own count), and a fifth joining on two
+    nodes of a 6-node pool: every member was re-sized and the stuck one raised OverflowError."""
+    import math
+
+    import pytest
+
+    from formulation.placement.plan import _as_is_sizes
+
+    inf = math.inf
+    assert _as_is_sizes([2, 1], [1.0, 1.0], 3) == [2, 1]  # as it stands
+    assert _as_is_sizes([2, 1, 0], [1.0, 1.0, 2.0], 4) == [1, 1, 2]  # re-sized by the solver for the newcomer
+    assert _as_is_sizes([1, 1, 1, 1, 0], [1.0, inf, 1.0, 1.0, 2.0], 6) == [1, 1, 1, 1, 2]  # the replay's group
+    assert _as_is_sizes([2, 1], [1.0, inf], 4) == [2, 1]  # nodes left free: judged as held
+    assert _as_is_sizes([1, 0], [1.0, inf], 3) == [1, 2]  # a newcomer no count serves: the nodes left
+    with pytest.raises(ValueError, match="re-plan the group"):
+        _as_is_sizes([2, 2, 0], [1.0, inf, 1.0], 4)  # no node left for the newcomer
