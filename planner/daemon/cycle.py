@@ -170,7 +170,7 @@ class Loop:
         return self._specs[key]
 
     def context(self, jobs: dict[str, JobRecord], now: float) -> PlanningContext:
-        return PlanningContext(self.cluster, {n: self.spec(r) for n, r in jobs.items()}, self.estimates.factors(jobs), now)
+        return PlanningContext(self.cluster, {n: self.spec(r) for n, r in jobs.items()}, self.estimates.factors(), now)
 
     def current(self) -> tuple[Optional[int], Placement]:
         p = self.store.current_plan()
@@ -368,7 +368,7 @@ class Loop:
         cy.drifts = self.estimates.detect(missed | suspects)
         for d in cy.drifts:
             self.metrics.drifts.labels(d.phase).inc()
-        cy.ctx.factors = self.estimates.factors(cy.jobs)
+        cy.ctx.factors = self.estimates.factors()
 
     def _triggers(self, cy: "_Cycle") -> None:
         """3. What asks for a decision this cycle."""

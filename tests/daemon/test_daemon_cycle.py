@@ -334,37 +334,6 @@ def test_an_slo_miss_moves_the_estimates_by_less_than_the_threshold():
     assert d and e.factors_of("j").rollout == pytest.approx(1.05)
 
 
-def test_a_job_not_yet_measured_is_planned_at_the_bias_every_measured_job_shares():
-    """Every measured job slower than estimated (1.35-1.5x): a newcomer is planned at the least of their
-    factors, not at 1.0, and its own measurements near that are no drift (it keeps it as its own); a
-    newcomer measured well above it drifts from it. Mixed (some faster) or fewer than three measured: 1.0."""
-    e = Estimates(window=4, min_samples=2, threshold=0.1)
-
-    def measure(name, ratio, n=2):
-        for k in range(1, n + 1):
-            e.add(IterationSample(name, k, ratio, ratio, 2 * ratio), 1.0, 1.0)
-
-    for name, r in (("a", 1.5), ("b", 1.35)):
-        measure(name, r)
-    e.detect()
-    assert e.prior().rollout == 1.0 and e.factors_of("new").rollout == 1.0  # two measured: no prior yet
-    measure("c", 1.4)
-    e.detect()
-    assert e.prior() == e.factors_of("new") and e.prior().rollout == pytest.approx(1.35)
-    assert set(e.factors(["new"])) == {"a", "b", "c", "new"}
-    measure("new", 1.38)
-    assert e.detect() == []  # within the threshold of the prior it was planned at
-    assert e.factors_of("new").rollout == pytest.approx(1.35) and "new" in e.factor  # now its own
-    measure("late", 1.9)
-    assert {(d.job, round(d.old, 2)) for d in e.detect()} == {("late", 1.35)}  # drifts from the prior
-    again = Estimates(4, 2, 0.1, state=e.state())
-    assert again.factors_of("other") == e.factors_of("other")  # the prior is the saved factors'
-    measure("fast", 0.8)
-    e.detect()
-    assert e.prior().rollout == 1.0  # one job faster than estimated: no bias every job shares
-    assert Estimates(4, 2, 0.1, state=e.state(), prior_min_jobs=0).factors_of("other").rollout == 1.0
-
-
 def test_phase_timer_derives_iterations_from_telemetry():
     from formulation.realloc.telemetry import TelemetrySnapshot
 
