@@ -383,8 +383,8 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
         sizes = None
         if c.own:
             held = [len((stored or {}).get(inst.jobs[j].name) or ()) for j in grp.members]
-            own = [float(idx.WO[idx.k_own[k], j]) for j in grp.members]
-            sizes = (_as_is_sizes(held, own, c.rollout_pool_nodes) if as_is
+            own_counts = [float(idx.WO[idx.k_own[k], j]) for j in grp.members]
+            sizes = (_as_is_sizes(held, own_counts, c.rollout_pool_nodes) if as_is
                      else [idx.own_nodes(k, j) for j in grp.members])
         pins = member_pins(c, r_nodes, len(grp.members), [inst.jobs[j].name for j in grp.members], stored, sizes)
         for j, mine in zip(grp.members, pins):
