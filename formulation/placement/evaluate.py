@@ -199,9 +199,11 @@ class Index:
                             if big <= PINNED_MAX_ROLLOUT_NODES and nt <= PINNED_MAX_TRAIN_NODES:
                                 continue
                             configs.append(Config(p, big, q, nt, big, True))
+        have = set(configs)
         for c in carry:
-            if c.own and c not in configs and c.rollout_type in self.capacity and c.train_type in self.capacity:
+            if c.own and c not in have and c.rollout_type in self.capacity and c.train_type in self.capacity:
                 configs.append(c)
+                have.add(c)
         self.configs: list[Config] = configs
         self.pinned_m = np.array([c.members for c in configs], dtype=int)
         self.cost = np.array([self.config_cost(c) for c in configs], dtype=float)

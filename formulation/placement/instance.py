@@ -139,8 +139,12 @@ class PlacementInstance(_Strict):
         return self
 
     def node_names(self, gpu_type: str) -> list[str]:
-        p = self.pool_types[gpu_type]
-        return list(p.node_names) if p.node_names is not None else [f"{gpu_type.lower()}-{i}" for i in range(p.count)]
+        return pool_node_names(gpu_type, self.pool_types[gpu_type])
 
     def job_index(self) -> dict[str, int]:
         return {j.name: i for i, j in enumerate(self.jobs)}
+
+
+def pool_node_names(gpu_type: str, pool: PoolType) -> list[str]:
+    """The nodes of a pool type: its ``node_names``, else ``<type>-<i>`` for each of its ``count``."""
+    return list(pool.node_names) if pool.node_names is not None else [f"{gpu_type.lower()}-{i}" for i in range(pool.count)]

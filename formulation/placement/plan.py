@@ -319,9 +319,8 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
     """The plan of ``sol``. ``keep``: solution group position -> a group of the current plan that
     is taken over as it is (same pools, nodes and members: an admission rebuilds only the groups
     it changes; :func:`reusable` says which may be kept). ``as_is``: the members of an anchored
-    own-sized group keep the rollout node counts ``current_nodes`` gives them, when every member has
-    one and they fill the pool (a plan judged as it stands; else each member's own count at the
-    instance's estimates, which is infinite for a member no count serves; :func:`_as_is_sizes`)."""
+    own-sized group keep the rollout node counts ``current_nodes`` gives them, a plan judged as it
+    stands (:func:`_as_is_sizes` says how a group that changed is sized)."""
     inst = idx.inst
     current_nodes = current_nodes or {}
     kept = keep or {}
@@ -381,11 +380,12 @@ def build_plan(idx: Index, sol: Solution, unplaced: list[Unplaced], current_node
         mems = []
         stored = current_nodes.get(grp.anchor or "", {}).get("members") if grp.anchor else None
         sizes = None
-        if c.own:
+        if c.own and as_is:
             held = [len((stored or {}).get(inst.jobs[j].name) or ()) for j in grp.members]
-            own_counts = [float(idx.WO[idx.k_own[k], j]) for j in grp.members]
-            sizes = (_as_is_sizes(held, own_counts, c.rollout_pool_nodes) if as_is
-                     else [idx.own_nodes(k, j) for j in grp.members])
+            own_counts = [float(idx.WO[idx.k_own[k], j]) for j in grp.members]  # (infinite where no count serves: own_nodes raises)
+            sizes = _as_is_sizes(held, own_counts, c.rollout_pool_nodes)
+        elif c.own:
+            sizes = [idx.own_nodes(k, j) for j in grp.members]
         pins = member_pins(c, r_nodes, len(grp.members), [inst.jobs[j].name for j in grp.members], stored, sizes)
         for j, mine in zip(grp.members, pins):
             job = inst.jobs[j]

@@ -71,15 +71,14 @@ class WeavePlacer:
 
     def _instance(self, ctx: PlanningContext, names: list[str], scaled: bool = True, reserved: frozenset[str] = frozenset()):
         """The placement instance of these jobs; ``reserved`` nodes are left out of the pools."""
-        from formulation.placement.instance import PlacementInstance
+        from formulation.placement.instance import PlacementInstance, pool_node_names
 
         price = self.cluster.solver.move_price_per_job if ctx.move_price_per_job is None else ctx.move_price_per_job
         pools = self.pools
         if reserved:
             pools = {}
             for t, p in self.pools.items():
-                every = p.node_names if p.node_names is not None else [f"{t.lower()}-{i}" for i in range(p.count)]
-                left = [n for n in every if n not in reserved]
+                left = [n for n in pool_node_names(t, p) if n not in reserved]
                 pools[t] = p.model_copy(update={"count": len(left), "node_names": left})
         # members pinned to rollout nodes of their own (the instance's default member counts), as `planner plan` places them
         return PlacementInstance(name=self.cluster.name, pool_types=pools, jobs=[self._job(ctx, n, scaled) for n in names],
@@ -243,11 +242,12 @@ class WeavePlacer:
 def merge_kept(kept: tuple[Group, ...], placed: Placement) -> Placement:
     """The kept groups as they are, with the groups of a solve that never saw them: a solved group
     whose id is a kept group's gets the first free ``g<i>`` (a solve names its new groups so)."""
-    used = {g.id for g in kept} | {g.id for g in placed.groups}
+    kept_ids = {g.id for g in kept}
+    used = kept_ids | {g.id for g in placed.groups}
     out = list(kept)
     i = 0
     for g in placed.groups:
-        if g.id in {k.id for k in kept}:
+        if g.id in kept_ids:
             while f"g{i}" in used:
                 i += 1
             used.add(f"g{i}")
