@@ -8,6 +8,10 @@ POST    /v1/jobs                  submit a job (the scenario schema's ``JobSpec`
 GET     /v1/jobs                  list jobs, filter by ``state``, page with ``limit``/``offset``
 GET     /v1/jobs/{name}           one job with its lifecycle events: 200, 404
 DELETE  /v1/jobs/{name}           request a cancel (the loop carries it out): 202, 404, 409
+POST    /v1/jobs/{name}/end       the job's own report that it ended (``{"outcome": "completed" | "failed",
+                                  "message": ...}``, empty body: completed); the loop's next cycle
+                                  moves it to that state and out of the plan, whatever the backend:
+                                  202, 404, 409 (not running, or already ended), 422
 POST    /v1/telemetry             a ``TelemetrySnapshot`` of a placed job: 202, 404, 409, 422
 POST    /v1/jobs/{name}/          the job's reallocation context (``planner.instances.completion_io``
         realloc-context           JSON: what the completion decision reads besides telemetry); the
@@ -47,7 +51,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from formulation.realloc.telemetry import TelemetrySnapshot
 from planner import __version__
@@ -120,6 +124,23 @@ class JobView(BaseModel):
     last_iteration_s: Optional[float] = None
     slo_misses: int
     spec: dict[str, Any]
+    end_reported: Optional[dict[str, Any]] = Field(None, description="the job's own report of its end (outcome, message, at), "
+                                                   "until the loop acts on it; null when none")
+
+
+class EndReport(BaseModel):
+    """A job's report of its own end (``POST /v1/jobs/{name}/end``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    outcome: Literal["completed", "failed"] = Field("completed", description="how the job ended")
+    message: str = Field("", max_length=500, description="why, in a line (shown in the job's reason and events)")
+
+    @field_validator("message")
+    @classmethod
+    def _one_line(cls, v: str) -> str:
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in v):
+            raise ValueError("the message is one line of printable text (no control characters or line breaks)")
+        return v.strip()
 
 
 class JobEvent(BaseModel):
@@ -597,6 +618,16 @@ def create_app(service) -> FastAPI:
                 summary="Cancel a job (the loop removes it from the plan)")
     def cancel_job(name: str = Path(..., pattern=NAME_PATTERN, max_length=200)) -> JobView:
         rec = store.request_cancel(name, service.now())
+        return JobView(**rec.as_dict())
+
+    @app.post("/v1/jobs/{name}/end", status_code=202, response_model=JobView, responses=_resp(404, 409, 413, 422), tags=["jobs"],
+              summary="Report the job's own end (completed or failed); the loop takes it out of the plan")
+    def report_end(request: Request, name: str = Path(..., pattern=NAME_PATTERN, max_length=200),
+                   report: Optional[EndReport] = Body(None)) -> JobView:
+        request.scope["rlp.job"] = name
+        report = report or EndReport()
+        principal = request.scope.get("rlp.principal")
+        rec = store.report_end(name, report.outcome, report.message, service.now(), by=principal.name if principal is not None else None)
         return JobView(**rec.as_dict())
 
     # ---- telemetry

@@ -17,7 +17,8 @@ scope       allows
 read        every ``GET`` (jobs, plan, cluster, decisions, health, metrics, OpenAPI)
 submit      ``POST /v1/jobs`` (at most ``--max-jobs-per-token`` live jobs per token)
 cancel      ``DELETE /v1/jobs/{name}``
-telemetry   ``POST /v1/telemetry`` and ``POST /v1/jobs/{name}/realloc-context`` (they can trigger GPU migrations)
+telemetry   ``POST /v1/telemetry``, ``POST /v1/jobs/{name}/realloc-context`` (they can trigger GPU migrations)
+            and ``POST /v1/jobs/{name}/end`` (the job's own report that it completed or failed)
 admin       all of the above, ``GET /v1/audit``, and anything added later
 ==========  ======================================================================
 
@@ -249,7 +250,7 @@ def required_scope(method: str, path: str) -> Optional[str]:
         return "cancel"
     if method == "POST" and path == "/v1/telemetry":
         return "telemetry"
-    if method == "POST" and path.startswith("/v1/jobs/") and path.endswith("/realloc-context") and path.count("/") == 4:
+    if method == "POST" and path.startswith("/v1/jobs/") and path.endswith(("/realloc-context", "/end")) and path.count("/") == 4:
         return "telemetry"
     return "admin"
 

@@ -319,6 +319,7 @@ class Loop:
         self._set_aside_unreadable(cy)
         _, cy.plan = self.current()
         cy.obs = self.executor.observe(cy.now)
+        self._reported_ends(cy)
         rows = self.store.telemetry_after(self.cursor, self.cfg.telemetry_max_per_cycle)
         cy.cursor = rows[-1][0] if rows else self.cursor
         for _, job, body in rows:
@@ -328,6 +329,18 @@ class Loop:
                 log.warning("skipping a stored telemetry snapshot of %s that no longer validates", job)
         for snap in cy.obs.telemetry:
             cy.snapshots.setdefault(snap.job, []).append(snap)
+
+    def _reported_ends(self, cy: "_Cycle") -> None:
+        """The ends jobs reported themselves (``POST /v1/jobs/{name}/end``) join what the backend
+        observed: phase 4 moves such a job to ``completed`` or ``failed`` and takes it out of the plan,
+        under any backend (``--backend ray`` observes no job's end of its own). What the backend
+        reported itself stands first."""
+        for name, r in cy.jobs.items():
+            end = r.end_report
+            if end is None or r.state not in (JobState.RUNNING, JobState.CANCELLING) or name in cy.obs.finished or name in cy.obs.failed:
+                continue
+            why = "reported by the job" + (f": {end['message']}" if end.get("message") else "")
+            (cy.obs.finished if end["outcome"] == "completed" else cy.obs.failed)[name] = why
 
     def _set_aside_unreadable(self, cy: "_Cycle") -> None:
         """Take out of the snapshot the live jobs whose files (a trace, a model's config.json) can no

@@ -281,18 +281,34 @@ class JobRecord:
     last_iteration_s: Optional[float] = None
     slo_misses: int = 0
     prompt_tokens_from_trace: bool = False  # spec.rollout.prompt_tokens is its prompt_lengths trace's mean (datafiles.job_spec)
+    #: the job's own report of its end (``POST /v1/jobs/{name}/end``): {"outcome": "completed" | "failed",
+    #: "message": str, "at": the daemon's clock, "by": the token's name}; the next cycle acts on it
+    end_report: Optional[dict] = None
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> "JobRecord":
+        end = r["end_report"] if "end_report" in r.keys() else None
         return cls(r["name"], json.loads(r["spec"]), JobState(r["state"]), r["submitted_at"], r["arrives_at"], r["admitted_at"],
                    r["started_at"], r["ended_at"], r["slo_s"], r["reason"], r["cancel_requested_at"], r["seq"], r["iterations"],
-                   r["last_iteration_s"], r["slo_misses"], bool(r["prompt_tokens_from_trace"]))
+                   r["last_iteration_s"], r["slo_misses"], bool(r["prompt_tokens_from_trace"]), _end_report(end))
 
     def as_dict(self) -> dict:
         return {"name": self.name, "state": self.state.value, "submitted_at": self.submitted_at, "arrives_at": self.arrives_at,
                 "admitted_at": self.admitted_at, "started_at": self.started_at, "ended_at": self.ended_at, "slo_s": self.slo_s,
                 "reason": self.reason, "cancel_requested": self.cancel_requested_at is not None, "iterations": self.iterations,
-                "last_iteration_s": self.last_iteration_s, "slo_misses": self.slo_misses, "spec": self.spec}
+                "last_iteration_s": self.last_iteration_s, "slo_misses": self.slo_misses, "spec": self.spec,
+                "end_reported": None if self.end_report is None else {k: self.end_report[k] for k in ("outcome", "message", "at")}}
+
+
+END_OUTCOMES = ("completed", "failed")
+
+
+def _end_report(text: Optional[str]) -> Optional[dict]:
+    """A stored end report (checked when the state file is opened, :meth:`Store.check_contents`)."""
+    if text is None:
+        return None
+    d = json.loads(text)
+    return d if isinstance(d, dict) and d.get("outcome") in END_OUTCOMES else None
 
 
 @dataclass(frozen=True)
@@ -376,7 +392,7 @@ class Store(SQLiteFile):
             self.run_ddl(c, DDL)
             have = {r[1] for r in c.execute("PRAGMA table_info(jobs)")}
             for column, kind in (("submitted_by", "TEXT"), ("telemetry_iteration", "INTEGER"), ("telemetry_time_s", "REAL"),
-                                 ("prompt_tokens_from_trace", "INTEGER NOT NULL DEFAULT 0")):
+                                 ("prompt_tokens_from_trace", "INTEGER NOT NULL DEFAULT 0"), ("end_report", "TEXT")):
                 if column not in have:
                     c.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
             row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -426,9 +442,16 @@ class Store(SQLiteFile):
                         valid(Scenario, value, "its cluster")
                     if table == "kv":
                         self._check_kv(row["key"], value)
-            for row in c.execute("SELECT name, spec, state FROM jobs"):
+            for row in c.execute("SELECT name, spec, state, end_report FROM jobs"):
                 what = f"job '{str(row['name'])[:80]}'"
                 spec = strict(row["spec"], f"the spec of {what}")
+                if row["end_report"] is not None:
+                    end = strict(row["end_report"], f"the end report of {what}")
+                    if not (isinstance(end, dict) and end.get("outcome") in END_OUTCOMES and isinstance(end.get("message"), str)
+                            and isinstance(end.get("at"), (int, float)) and not isinstance(end.get("at"), bool)):
+                        raise StateFileError(f"{self.path}: the end report of {what} is not an object with outcome "
+                                             f"({' or '.join(END_OUTCOMES)}), message and at; restore the file from a copy, or "
+                                             f"clear it (UPDATE jobs SET end_report=NULL WHERE name=...)")
                 try:
                     state = JobState(row["state"])
                 except ValueError:
@@ -527,6 +550,34 @@ class Store(SQLiteFile):
                 raise Conflict(f"job '{name}' is already {state.value}; only pending, admitted or running jobs can be cancelled", "name")
             if row["cancel_requested_at"] is None:
                 c.execute("UPDATE jobs SET cancel_requested_at=? WHERE name=?", (now, name))
+        return self.get_job(name)
+
+    def report_end(self, name: str, outcome: str, message: str, now: float, by: Optional[str] = None) -> JobRecord:
+        """The job's own report that it ended (its launcher or trainer: ``completed`` or ``failed``),
+        kept until the next cycle moves it to that state and takes it out of the plan. Only a running
+        job (or one being cancelled) can end: a pending or admitted one has not been confirmed running.
+        The same report again is accepted (a retried post); another outcome after a first is refused."""
+        if outcome not in END_OUTCOMES:
+            raise Conflict(f"outcome '{outcome}' is not one of {', '.join(END_OUTCOMES)}", "outcome", "send completed or failed")
+        with self.tx() as c:
+            row = c.execute("SELECT state, end_report FROM jobs WHERE name=?", (name,)).fetchone()
+            if row is None:
+                raise NotFound(f"no job named '{name}'", "name", "list jobs with GET /v1/jobs")
+            state = JobState(row["state"])
+            if state.terminal:
+                raise Conflict(f"job '{name}' is already {state.value}", "name", "a job ends once; nothing to report")
+            if state not in (JobState.RUNNING, JobState.CANCELLING):
+                raise Conflict(f"job '{name}' is {state.value}, not running: the executor has not confirmed it runs", "name",
+                               "report its end once GET /v1/jobs/{name} says running; a job that never started is "
+                               "cancelled with DELETE /v1/jobs/{name}".replace("{name}", name))
+            before = _end_report(row["end_report"])
+            if before is not None:
+                if before["outcome"] != outcome:
+                    raise Conflict(f"job '{name}' already reported that it {before['outcome']}", "outcome",
+                                   "a job reports one end; the next cycle acts on the first")
+                return self.get_job(name)
+            c.execute("UPDATE jobs SET end_report=? WHERE name=?",
+                      (_dumps({"outcome": outcome, "message": message, "at": now, "by": by}), name))
         return self.get_job(name)
 
     def get_job(self, name: str) -> JobRecord:

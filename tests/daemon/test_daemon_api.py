@@ -407,3 +407,43 @@ def test_health_is_degraded_while_each_cycle_overruns_the_period_and_readyz_stay
             assert "the period of 0.001 s (0.0042, 0.0061, 0.0035 s), the last 0.0025 s over" in said, said
     finally:
         store.close()
+
+
+def test_a_job_reports_its_own_end_and_the_loop_takes_it_out_of_the_plan(http, daemon):
+    """``POST /v1/jobs/{name}/end``: the job's own report (the only way a job under ``--backend ray``
+    ends other than by a cancel). The next cycle moves it to that state with the job's words in its
+    reason, takes it out of the plan (a departure decision) and refuses a second, different report."""
+    for name, body, state in (("api-end-a", {"outcome": "completed", "message": "all 300 iterations done"}, "completed"),
+                              ("api-end-b", {"outcome": "failed", "message": "loss is NaN at iteration 41"}, "failed"),
+                              ("api-end-c", None, "completed")):  # an empty body: completed
+        assert http.post("/v1/jobs", json=job(name, duration_s=None)).status_code == 201
+        wait_for(lambda name=name: http.get(f"/v1/jobs/{name}").json()["state"] == "running", what=f"{name} running")
+        r = http.post(f"/v1/jobs/{name}/end", **({"json": body} if body is not None else {}))
+        assert r.status_code == 202, r.text
+        assert r.json()["end_reported"]["outcome"] == state and r.json()["state"] == "running"
+        again = http.post(f"/v1/jobs/{name}/end", **({"json": body} if body is not None else {}))
+        assert again.status_code in (202, 409), again.text  # (the same report again: accepted, or the loop acted already)
+        wait_for(lambda name=name, state=state: http.get(f"/v1/jobs/{name}").json()["state"] == state, what=f"{name} {state}")
+        detail = http.get(f"/v1/jobs/{name}").json()
+        assert "reported by the job" in detail["reason"] and (body is None or body["message"] in detail["reason"]), detail["reason"]
+        assert detail["events"][-1]["to_state"] == state
+        wait_for(lambda name=name: all(name not in g["members"] for g in http.get("/v1/plan").json()["placement"]["groups"]),
+                 what=f"a plan without {name}")
+        r = http.post(f"/v1/jobs/{name}/end", json={"outcome": "completed"})
+        assert r.status_code == 409 and fields(r) == ["name"] and state in r.json()["problems"][0]["message"]
+    dec = http.get("/v1/decisions", params={"limit": 1000}).json()["decisions"]
+    assert any(d["kind"] == "departure" and "api-end-b" in d["jobs"] and any("loss is NaN" in x for x in d["reasons"]) for d in dec)
+
+
+def test_an_end_report_that_cannot_be_taken_is_refused_naming_the_field(http, daemon):
+    assert http.post("/v1/jobs/no-such-job/end", json={}).status_code == 404
+    # a job that has not arrived yet is pending: it never ran, so it cannot end (a cancel removes it)
+    assert http.post("/v1/jobs", json=job("api-end-later", arrival_s=10**7)).status_code == 201
+    r = http.post("/v1/jobs/api-end-later/end", json={})
+    assert r.status_code == 409 and fields(r) == ["name"] and "DELETE /v1/jobs/api-end-later" in r.json()["problems"][0]["fix"]
+    for body, field in (({"outcome": "done"}, "outcome"), ({"message": "two\nlines"}, "message"),
+                        ({"message": "x" * 501}, "message"), ({"outcome": "completed", "extra": 1}, "extra")):
+        r = http.post("/v1/jobs/api-end-later/end", json=body)
+        assert r.status_code == 422 and field in fields(r)[0], (body, r.text)
+    assert http.get("/v1/jobs/api-end-later").json()["end_reported"] is None
+    assert http.delete("/v1/jobs/api-end-later").status_code == 202

@@ -98,6 +98,9 @@ def test_scopes_a_read_token_cannot_submit_or_cancel(daemon):
         assert c.delete("/v1/jobs/scoped-a", headers=bearer("reader")).status_code == 403
         assert c.post("/v1/telemetry", json={"job": "scoped-a"}, headers=bearer("reader")).status_code == 403
         assert c.get("/v1/audit", headers=bearer("reader")).status_code == 403, "the audit log is for admins"
+        for who in ("reader", "submitter", "canceller"):  # a job's own end report takes the telemetry scope
+            r = c.post("/v1/jobs/scoped-a/end", json={"outcome": "failed"}, headers=bearer(who))
+            assert r.status_code == 403 and "telemetry" in r.json()["problems"][0]["fix"], (who, r.text)
         assert c.delete("/v1/jobs/scoped-a", headers=bearer("submitter")).status_code == 403
         assert c.get("/v1/jobs", headers=bearer("canceller")).status_code == 403
         assert c.delete("/v1/jobs/scoped-a", headers=bearer("canceller")).status_code == 202

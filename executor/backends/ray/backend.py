@@ -182,7 +182,7 @@ class RayBackend:
             else:  # an older node that names its GPU type as a custom resource
                 resources[gtype] = float(w["gpus"])
         if w["dram_gb"]:
-            resources[rc.DRAM] = float(w["dram_gb"])
+            resources[rc.DRAM] = rc.quantity(w["dram_gb"])
         return resources, gpus, accel
 
     def create_worker(self, args: dict, epoch: int) -> None:
@@ -282,7 +282,7 @@ class RayBackend:
         for a, resources, gpus in rest:
             b = by_node.setdefault(a["worker"]["node"], {})
             for k, v in resources.items():
-                b[k] = round(b.get(k, 0.0) + v, 4)
+                b[k] = round(b.get(k, 0.0) + v, rc.QUANTUM_DIGITS)
             if gpus:
                 b["GPU"] = b.get("GPU", 0.0) + gpus
         nodes = sorted(by_node)

@@ -37,6 +37,16 @@ ACCEL = "accelerator_type:"  # Ray's accelerator resource prefix (ray.util.accel
 NODE_LABEL = "rlp-node"
 KNOWN_GPU_TYPES = ("H100", "H800", "H20", "H200", "A100", "L40S", "B200")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: Ray keeps resource quantities in units of 1e-4 and checks an actor's request against its placement
+#: group bundle as floats: a worker asking 3.087428608 GB of DRAM did not fit the bundle of 3.0874 it
+#: was reserved (the daemon's every job with resident state failed to start under --backend ray)
+QUANTUM_DIGITS = 4
+
+
+def quantity(x: float) -> float:
+    """A resource quantity as Ray holds it (4 decimals, at least one unit): what a worker asks for and
+    what its reservation's bundle sums, so the two compare equal."""
+    return max(round(float(x), QUANTUM_DIGITS), 10.0 ** -QUANTUM_DIGITS)
 
 
 def node_resources(n: Node) -> dict[str, float]:

@@ -1,0 +1,62 @@
+"""The daemon on real Ray (``--backend ray --ray-address local``): a submitted job's workers start on
+the Ray cluster the daemon starts, and its own end report takes them away.
+
+Found by running it (2026-12-07): every job failed to start, re-admitted and displaced every cycle,
+because a worker asked Ray for its resident DRAM to the byte (3.087428608 GB) while its placement
+group's bundle held it rounded to Ray's 4 decimals (3.0874), which Ray refuses as not fitting."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from daemonproc import DEADLINE_S, DaemonProc, job, wait_for, write_cluster
+
+pytest.importorskip("ray")
+
+# one node of each type (a Ray node each, plus the head): the least the test job needs
+SMALL = """\
+name: daemon-ray-cluster
+gpu_types:
+  H20: {price_per_gpu_hour: 1.0}
+  H800: {price_per_gpu_hour: 2.0}
+cluster:
+  clusters: [{name: a, inter_cluster_bw_gb_per_s: 50}]
+  node_groups:
+    - {name: h20, gpu_type: H20, count: 1, gpus_per_node: 8, host_dram_gb: 2048, cluster: a}
+    - {name: h800, gpu_type: H800, count: 1, gpus_per_node: 8, host_dram_gb: 2048, cluster: a}
+solver: {time_limit_s: 5}
+"""
+
+
+def _components(http, name: str) -> dict[str, int]:
+    body = http.get("/v1/cluster").json()
+    return {c["name"]: len(c["workers"]) for c in body.get("components", []) if c["name"].startswith(name + "/")}
+
+
+def test_a_job_runs_on_ray_and_its_end_report_removes_its_workers(tmp_path):
+    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path, SMALL)), "--backend", "ray", "--ray-address", "local",
+                   "--period-s", "0.5", "--insecure")
+    try:
+        with d.client() as http:
+            assert http.post("/v1/jobs", json=job("ray-a", duration_s=None)).status_code == 201
+            wait_for(lambda: http.get("/v1/jobs/ray-a").json()["state"] == "running", what="ray-a running on Ray")
+            events = http.get("/v1/jobs/ray-a").json()["events"]
+            assert [e["to_state"] for e in events] == ["pending", "admitted", "running"], events  # started at once
+            wait_for(lambda: _components(http, "ray-a"), what="ray-a's workers in GET /v1/cluster")
+            comps = _components(http, "ray-a")
+            assert {"ray-a/rollout", "ray-a/trainer", "ray-a/resident-rollout", "ray-a/resident-train"} <= set(comps), comps
+            assert all(n >= 1 for n in comps.values()), comps
+            r = http.post("/v1/jobs/ray-a/end", json={"outcome": "completed", "message": "all iterations done"})
+            assert r.status_code == 202, r.text
+            wait_for(lambda: http.get("/v1/jobs/ray-a").json()["state"] == "completed", what="ray-a completed")
+            assert "reported by the job: all iterations done" in http.get("/v1/jobs/ray-a").json()["reason"]
+            wait_for(lambda: not _components(http, "ray-a"), what="ray-a's workers gone from GET /v1/cluster")
+    finally:
+        if d.running():
+            d.signal(15)
+            deadline = time.monotonic() + DEADLINE_S  # (the local Ray cluster shuts down with the daemon)
+            while d.running() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        d.kill()
+    assert d.proc.returncode == 0, d.output()[-3000:]
