@@ -113,6 +113,8 @@ class _Cycle:
     target: Placement = field(default_factory=Placement)
     moves: list[solve.Move] = field(default_factory=list)
     decisions: list[solve.Decision] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)  # running job -> why the cluster no longer runs it (restored)
+    restore: bool = False  # the plan in force is applied again although it did not change
     report: CycleReport = field(init=False)
 
     def __post_init__(self) -> None:
@@ -140,6 +142,8 @@ class Loop:
         self.stuck: Optional[str] = None  # why a plan is still applying after its resume raised (None: none is)
         self._resume_tries = 0
         self._resume_at: Optional[float] = None  # the clock time of the next retry
+        self._restore_tries = 0  # restores of the plan in force in a row that did not bring every job back
+        self._restore_at: Optional[float] = None  # the clock time before which no restore is tried again
         self._inputs_read: set[tuple[str, int]] = set()  # (job, seq) whose files this process has read
         self._input_problems: dict[str, str] = {}  # job failed for unreadable files -> the line health shows until it has left the plan
         self._realloc_errors: dict[str, str] = {}
@@ -320,6 +324,7 @@ class Loop:
         _, cy.plan = self.current()
         cy.obs = self.executor.observe(cy.now)
         self._reported_ends(cy)
+        self._missing(cy)
         rows = self.store.telemetry_after(self.cursor, self.cfg.telemetry_max_per_cycle)
         cy.cursor = rows[-1][0] if rows else self.cursor
         for _, job, body in rows:
@@ -329,6 +334,23 @@ class Loop:
                 log.warning("skipping a stored telemetry snapshot of %s that no longer validates", job)
         for snap in cy.obs.telemetry:
             cy.snapshots.setdefault(snap.job, []).append(snap)
+
+    def _missing(self, cy: "_Cycle") -> None:
+        """Running jobs of the plan in force that the cluster no longer runs (the executor's own view:
+        no live trainer worker), e.g. a daemon restarted on a fresh local Ray cluster or workers lost
+        with their node. Phase 4 applies the plan in force again for them (a ``restore`` decision: the
+        executor's diff creates what is missing); a restore that does not bring them back is tried
+        again after 1, 2, 4, ... periods."""
+        probe = getattr(self.executor, "missing", None)
+        if probe is None or self.cfg.dry_run or not cy.plan.groups or (self._restore_at is not None and cy.now < self._restore_at):
+            return
+        running = {n for n, r in cy.jobs.items() if r.state is JobState.RUNNING and n not in cy.obs.finished and n not in cy.obs.failed}
+        cy.missing = {j: why for j, why in probe(cy.plan).items() if j in running}
+        if not cy.missing:
+            self._restore_tries, self._restore_at = 0, None
+            return
+        self._restore_tries += 1
+        self._restore_at = cy.now + self.cfg.period_s * min(2 ** (self._restore_tries - 1), RESUME_BACKOFF_MAX_PERIODS)
 
     def _reported_ends(self, cy: "_Cycle") -> None:
         """The ends jobs reported themselves (``POST /v1/jobs/{name}/end``) join what the backend
@@ -394,6 +416,8 @@ class Loop:
             t.append("departure")
         if cy.drifts:
             t.append(f"drift({len(cy.drifts)})")
+        if cy.missing:
+            t.append(f"restore({len(cy.missing)})")
         cy.periodic = self.cfg.reoptimise and (self.last_reopt_at is None or cy.now - self.last_reopt_at >= self.cfg.reoptimise_every_s)
         if cy.periodic and cy.plan.groups:
             t.append("periodic")
@@ -418,6 +442,12 @@ class Loop:
         if reopt_ran or cy.periodic:
             self.last_reopt_at = cy.now
         cy.target = steps[-1].target
+        back = sorted(j for j in cy.missing if j in set(cy.target.jobs()))
+        if back:  # (a changed plan's apply creates them too; an unchanged one is applied again)
+            cy.restore = cy.target.as_dict() == cy.plan.as_dict()
+            cy.decisions.append(solve.Decision("restore", ["restore"], "changes-plan", back,
+                                               [f"{j}: {cy.missing[j]}; the plan in force is applied again" for j in back],
+                                               cy.plan.cost_per_hour, cy.target.cost_per_hour))
         for st in steps:
             cy.moves += st.moves
             cy.decisions += st.decisions
@@ -431,7 +461,7 @@ class Loop:
     def _apply(self, cy: "_Cycle") -> None:
         """6. Write-ahead (decisions, target, transitions, loop state), then the executor, then the outcome."""
         now, jobs, target, plan = cy.now, cy.jobs, cy.target, cy.plan
-        changed = target.as_dict() != plan.as_dict()
+        changed = target.as_dict() != plan.as_dict() or cy.restore
         refused: list = []
         if changed:  # the plan check before an apply (planner.apply.precheck): what the checker refuses is not applied
             target, violations = self.placer.evaluate(cy.context, target)

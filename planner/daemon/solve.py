@@ -43,7 +43,7 @@ class Move:
 
 @dataclass
 class Decision:
-    kind: DecisionKind  # departure | repair | drift | admit | reject | wait | reoptimise | realloc
+    kind: DecisionKind  # departure | repair | drift | admit | reject | wait | reoptimise | realloc | restore
     triggers: list[str]
     outcome: str  # changes-plan | kept-current | rejected | waiting | rate-limited | infeasible | not-committed | ...
     jobs: list[str]

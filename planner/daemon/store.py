@@ -329,7 +329,7 @@ class PlanRecord:
                    json.loads(r["placement"]), json.loads(r["doc"]))
 
 
-DecisionKind = Literal["admit", "reject", "wait", "departure", "drift", "repair", "reoptimise", "realloc"]
+DecisionKind = Literal["admit", "reject", "wait", "departure", "drift", "repair", "reoptimise", "realloc", "restore"]
 """What a decision is about (the ``kind`` of its row; ``GET /v1/decisions?kind=`` takes these only)."""
 
 

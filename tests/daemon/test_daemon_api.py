@@ -140,7 +140,7 @@ def test_unknown_filter_values_are_refused_not_answered_empty(http, daemon):
     r = http.get("/v1/decisions", params={"kind": "bogus"})
     assert r.status_code == 422 and fields(r) == ["kind"], r.text
     msg = r.json()["problems"][0]["message"]
-    for k in ("admit", "reject", "wait", "departure", "drift", "repair", "reoptimise", "realloc"):
+    for k in ("admit", "reject", "wait", "departure", "drift", "repair", "reoptimise", "realloc", "restore"):
         assert f"'{k}'" in msg, msg
     assert "'bogus'" in msg and r.json()["problems"][0]["fix"], r.text
     r = http.get("/v1/decisions", params={"kind": "Realloc"})

@@ -1,5 +1,6 @@
 """The daemon on real Ray (``--backend ray --ray-address local``): a submitted job's workers start on
-the Ray cluster the daemon starts, and its own end report takes them away.
+the Ray cluster the daemon starts, come back when a restarted daemon finds them gone, and its own end
+report takes them away.
 
 Found by running it (2026-12-07): every job failed to start, re-admitted and displaced every cycle,
 because a worker asked Ray for its resident DRAM to the byte (3.087428608 GB) while its placement
@@ -34,29 +35,55 @@ def _components(http, name: str) -> dict[str, int]:
     return {c["name"]: len(c["workers"]) for c in body.get("components", []) if c["name"].startswith(name + "/")}
 
 
-def test_a_job_runs_on_ray_and_its_end_report_removes_its_workers(tmp_path):
-    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path, SMALL)), "--backend", "ray", "--ray-address", "local",
-                   "--period-s", "0.5", "--insecure")
+def _stop(d: DaemonProc) -> int:
+    """SIGTERM, then the daemon's exit (the local Ray cluster shuts down with it), SIGKILL past the deadline."""
+    if d.running():
+        d.signal(15)
+        deadline = time.monotonic() + DEADLINE_S
+        while d.running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    d.kill()
+    return d.proc.returncode
+
+
+def test_a_job_runs_on_ray_is_restored_on_a_fresh_cluster_and_its_end_report_removes_its_workers(tmp_path):
+    """The job starts on the Ray cluster the daemon starts; a daemon restarted with ``--ray-address
+    local`` gets a fresh, empty cluster, sees the running job's workers gone and applies the plan in
+    force again (a ``restore`` decision: before, the job stayed ``running`` with nothing on the
+    cluster); the job's end report then completes it and removes its workers."""
+    args = ("--scenario", str(write_cluster(tmp_path, SMALL)), "--backend", "ray", "--ray-address", "local", "--period-s", "0.5",
+            "--insecure")
+    d = DaemonProc(tmp_path, *args, name="first")
     try:
         with d.client() as http:
             assert http.post("/v1/jobs", json=job("ray-a", duration_s=None)).status_code == 201
             wait_for(lambda: http.get("/v1/jobs/ray-a").json()["state"] == "running", what="ray-a running on Ray")
             events = http.get("/v1/jobs/ray-a").json()["events"]
             assert [e["to_state"] for e in events] == ["pending", "admitted", "running"], events  # started at once
-            wait_for(lambda: _components(http, "ray-a"), what="ray-a's workers in GET /v1/cluster")
-            comps = _components(http, "ray-a")
+            comps = wait_for(lambda: _components(http, "ray-a"), what="ray-a's workers in GET /v1/cluster")
             assert {"ray-a/rollout", "ray-a/trainer", "ray-a/resident-rollout", "ray-a/resident-train"} <= set(comps), comps
-            assert all(n >= 1 for n in comps.values()), comps
+    finally:
+        code = _stop(d)
+    assert code == 0, d.output()[-3000:]
+    d = DaemonProc(tmp_path, *args, name="second")
+    try:
+        with d.client() as http:
+            # (GET /v1/cluster answers what the last cycle described, kept in the state: the old cluster's at first)
+            dec = wait_for(lambda: [x for x in http.get("/v1/decisions", params={"kind": "restore"}).json()["decisions"]
+                                    if x["outcome"] not in ("applying", "changes-plan")], what="a restore decision's outcome")
+            assert dec[0]["jobs"] == ["ray-a"] and dec[0]["outcome"] == "applied", dec
+            cycle = http.get("/v1/health").json()["cycle"]
+            wait_for(lambda: http.get("/v1/health").json()["cycle"] > cycle + 1, what="two cycles after the restore")
+            again = _components(http, "ray-a")
+            assert set(again) == set(comps), (again, comps)
+            assert "no trainer worker" in dec[0]["reasons"][0], dec
+            assert http.get("/v1/jobs/ray-a").json()["state"] == "running"
             r = http.post("/v1/jobs/ray-a/end", json={"outcome": "completed", "message": "all iterations done"})
             assert r.status_code == 202, r.text
             wait_for(lambda: http.get("/v1/jobs/ray-a").json()["state"] == "completed", what="ray-a completed")
             assert "reported by the job: all iterations done" in http.get("/v1/jobs/ray-a").json()["reason"]
             wait_for(lambda: not _components(http, "ray-a"), what="ray-a's workers gone from GET /v1/cluster")
+            assert not http.get("/v1/decisions", params={"kind": "restore"}).json()["decisions"][1:], "restored once"
     finally:
-        if d.running():
-            d.signal(15)
-            deadline = time.monotonic() + DEADLINE_S  # (the local Ray cluster shuts down with the daemon)
-            while d.running() and time.monotonic() < deadline:
-                time.sleep(0.2)
-        d.kill()
-    assert d.proc.returncode == 0, d.output()[-3000:]
+        code = _stop(d)
+    assert code == 0, d.output()[-3000:]

@@ -188,6 +188,20 @@ class ExecutorApplier:
                 obs.running[job] = ""
         return obs
 
+    def missing(self, target: Placement) -> dict[str, str]:
+        """The members of ``target`` (the plan in force) the executor's backend runs no live trainer
+        worker of, and why: the daemon applies the plan again for them. (Its view, not the simulated
+        world's: a job whose workers are gone from the cluster is missing whatever the world says.)"""
+        from executor.backends.base import observe
+
+        st = observe(self.backend)
+        live = set()
+        for name, c in st.components.items():
+            job, _, part = name.partition("/")
+            if part == "trainer" and any(w.status == "running" for w in c.workers):
+                live.add(job)
+        return {j: "the cluster runs no trainer worker of it" for j in sorted(target.jobs()) if j not in live}
+
     def _sim_telemetry(self, obs: Observation, now: float) -> list:
         from executor.backends.base import observe
         from formulation.realloc.telemetry import TelemetrySnapshot
