@@ -144,6 +144,10 @@ class Loop:
         self._resume_at: Optional[float] = None  # the clock time of the next retry
         self._restore_tries = 0  # restores of the plan in force in a row that did not bring every job back
         self._restore_at: Optional[float] = None  # the clock time before which no restore is tried again
+        # job -> (applies that failed with it in a row, the clock time it may be admitted again): a job
+        # displaced by a failed apply waits 1, 2, 4, ... periods (at most RESUME_BACKOFF_MAX_PERIODS)
+        # before its next admission; it was admitted again every cycle (a plan a cycle, each failing)
+        self._displaced: dict[str, tuple[int, float]] = {}
         self._inputs_read: set[tuple[str, int]] = set()  # (job, seq) whose files this process has read
         self._input_problems: dict[str, str] = {}  # job failed for unreadable files -> the line health shows until it has left the plan
         self._realloc_errors: dict[str, str] = {}
@@ -432,7 +436,9 @@ class Loop:
         blocked = self.reopt_blocked_until is not None and cy.now < self.reopt_blocked_until
         steps.append(solve.repair(cy.context, self.placer, steps[-1].target, cy.drifts, cy.jobs, self.cfg, allow_reoptimise=not blocked))
         reopt_ran = steps[-1].reoptimised
-        steps.append(solve.admissions(cy.context, self.placer, steps[-1].target, cy.jobs, cy.now, self.cfg))
+        waiting = {n for n, (_, at) in self._displaced.items() if at > cy.now}
+        steps.append(solve.admissions(cy.context, self.placer, steps[-1].target,
+                                      {n: r for n, r in cy.jobs.items() if n not in waiting}, cy.now, self.cfg))
         since = float("inf") if self.last_reopt_at is None else cy.now - self.last_reopt_at
         freed = departed and since >= self.cfg.reoptimise_min_interval_s
         if self.cfg.reoptimise and not reopt_ran and not blocked and steps[-1].target.groups and (cy.periodic or freed):
@@ -589,6 +595,7 @@ class Loop:
                 for r in self.store.live_jobs(c):
                     if r.state is JobState.ADMITTED and r.name in in_target and r.name in running:
                         self.store.transition(c, r.name, JobState.RUNNING, f"running: plan {plan_id} applied", now)
+                        self._displaced.pop(r.name, None)
                     elif r.state is JobState.CANCELLING and r.name not in in_target:
                         self.store.transition(c, r.name, JobState.CANCELLED, f"cancelled: removed by plan {plan_id}", now)
                 mig, moves, _ = gate.migration_usd(ctx, prev, target) if all(j in ctx.jobs for j in set(prev.jobs()) & set(target.jobs())) \
@@ -616,7 +623,11 @@ class Loop:
                 prev_jobs = set(prev.jobs())
                 for r in self.store.live_jobs(c):
                     if r.state is JobState.ADMITTED and r.name in set(target.jobs()) and r.name not in prev_jobs:
-                        self.store.transition(c, r.name, JobState.PENDING, f"displaced: plan {plan_id} could not be applied ({res.message})", now)
+                        n = self._displaced.get(r.name, (0, now))[0] + 1
+                        wait = self.cfg.period_s * min(2 ** (n - 1), RESUME_BACKOFF_MAX_PERIODS)
+                        self._displaced[r.name] = (n, now + wait)
+                        self.store.transition(c, r.name, JobState.PENDING, f"displaced: plan {plan_id} could not be applied ({res.message}); "
+                                              f"admitted again from clock {now + wait:.0f} ({n} failed apply(s) in a row)", now)
 
     # ------------------------------------------------------------------ reallocation
     def _reallocate(self, ctx: PlanningContext, jobs: dict[str, JobRecord], target: Placement, plan: Placement, snapshots: dict,

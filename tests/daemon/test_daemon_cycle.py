@@ -393,6 +393,25 @@ def test_a_failed_apply_leaves_the_previous_plan_in_force_and_jobs_pending(tmp_p
     assert ex.applies == 2, "admitted again on the next cycle"
 
 
+def test_a_job_displaced_by_failed_applies_waits_longer_each_time(tmp_path):
+    """Under --backend ray a job whose workers could not start was displaced and admitted again every
+    cycle, each time a new plan and a failed apply (126 plans in a minute at --period-s 0.5). Now it waits
+    1, 2, 4, ... periods (at most 16) between admissions, says until when, and the wait ends with a success."""
+    ex = FailingExecutor()
+    w = World(tmp_path, executor=ex)
+    w.submit("a")
+    tried = []
+    for k in range(40):
+        before = ex.applies
+        w.cycle(60.0 * k)
+        if ex.applies > before:
+            tried.append(k)
+    assert tried == [0, 1, 3, 7, 15, 31], tried  # gaps of 1, 2, 4, 8, 16 periods
+    assert len(w.store.plans_with_status("failed")) == len(tried)
+    reason = w.store.get_job("a").reason
+    assert "admitted again from clock 2820" in reason and "6 failed apply(s) in a row" in reason, reason
+
+
 def test_an_interrupted_apply_is_resumed_from_the_journal_without_repeating_steps(tmp_path):
     w = World(tmp_path)
     for n in ("a", "b", "c"):
