@@ -23,8 +23,8 @@ only what changed in the coordinator and the world's records: the ``coord`` tabl
 per key, what changed since the coordinator was last written whole (a registry record, a
 request, a lease, an attribute, the rejected effects, illegal transitions and commits appended
 since; a row with no value deletes its key), read over the ``coordinator`` row at load. Once those
-rows outweigh the coordinator's own (and on close) a save writes it whole again and empties the
-table, so a closed file holds the world as one row per part (files without the table, of earlier
+rows outweigh the coordinator's own (and on close, and at the end of ``planner apply``) a save
+writes it whole again and empties the table, so a closed file holds the world as one row per part (files without the table, of earlier
 releases, are read as they are; an rl-planner that knows no ``coord`` table refuses a file that
 holds one, instead of reading a stale coordinator). Every save is one
 transaction: a kill leaves the old save or the new one, never a mix. WAL with ``synchronous=NORMAL``: a killed process loses nothing
@@ -523,9 +523,10 @@ class SimBackend:
         import os
 
         co, saved = self.coordinator, self._saved
-        if co._changes is None:
-            co._changes = Changes()
-        changes = co._changes.take()
+        with co._lock:  # (a method running on another thread records into the next save's changes)
+            if co._changes is None:
+                co._changes = Changes()
+            changes = co._changes.take()
         try:
             delta = None if saved is None or saved.coord is not co else saved.rows(changes, self.creates)
             if delta is not None and saved is not None:
@@ -548,7 +549,7 @@ class SimBackend:
             self._saved = simsave.Saved(co, self.creates, self._nodes, len(base), 0)
         else:
             assert saved is not None
-            saved.commit(delta, self.creates)
+            saved.commit(delta)
             if any(k == "nodes" for k, _ in world):
                 saved.nodes = dict(self._nodes)
         st = self.save_stats

@@ -2,8 +2,8 @@
 
 :class:`executor.backends.sim.SimBackend` writes its coordinator whole (the ``coordinator`` row of
 its ``world`` table) only now and then; between those saves it writes, to its ``coord`` table, one
-row per thing that changed: a registry record, a request, a lease, a checkpoint, a count of
-creations, a whole small attribute, an item appended to the rejected effects, illegal transitions
+row per thing that changed: a registry record, a request, a lease, a checkpoint, a component's
+active set, a count of creations, a whole small attribute, an item appended to the rejected effects, illegal transitions
 or commits. A load reads the coordinator row and then those rows over it (:func:`apply_rows`), and
 gets what a whole save would have written, down to the order of every mapping:
 
@@ -29,8 +29,8 @@ from typing import Any, Optional
 from executor import safestate
 from executor.workers import rawtensor
 
-KV = ("next_epoch", "active", "generation", "dead_nodes", "parked", "pgs", "writer", "restarts")  # rewritten whole
-MAPS = ("registry", "requests", "leases", "checkpoints", "creates")  # one row per key ("creates": the backend's own record)
+KV = ("next_epoch", "generation", "dead_nodes", "parked", "pgs", "writer", "restarts")  # rewritten whole
+MAPS = ("registry", "requests", "leases", "checkpoints", "active", "creates")  # one row per key ("creates": the backend's own record)
 LISTS = ("rejected", "illegal")  # append-only, one row per item (and "commits": per component)
 MAX_ROWS = 1 << 21
 
@@ -46,6 +46,7 @@ class Saved:
                  seqs: Optional[dict[str, dict[str, Optional[int]]]] = None) -> None:
         self.coord = coord  # the coordinator object those are of (another one is written whole)
         self.leases = dict(coord.leases)
+        self.active = {c: tuple(v) for c, v in coord.active.items()}
         self.creates = dict(creates)
         self.nodes = dict(nodes)  # (executor.state.Node is frozen)
         self.lens = {name: len(getattr(coord, name)) for name in LISTS}
@@ -57,6 +58,8 @@ class Saved:
         self.order = {m: list(d) for m, d in maps.items()}
         self.next_seq = 1 + max((s for d in self.seqs.values() for s in d.values() if s is not None), default=0)
         self._pending: dict[str, tuple[list, dict]] = {}  # what rows() found, for commit()
+        self._next: tuple = ()
+        self._fresh = 0
 
     def _map(self, name: str, creates: dict) -> dict:
         return creates if name == "creates" else getattr(self.coord, name)
@@ -65,15 +68,17 @@ class Saved:
         """The rows that bring the file to the coordinator's and ``creates``'s state, or None when
         only a whole save can. Changes nothing here (:meth:`commit` does, once they are written)."""
         co = self.coord
-        if changes.full or any(n not in KV for n in changes.names):
+        if changes.full or any(n not in KV and n != "active" for n in changes.names):
             return None
         if any(len(getattr(co, n)) < self.lens[n] for n in LISTS) or any(len(co.commits.get(c, ())) < n for c, n in self.commits.items()):
             return None
         rows: list[tuple[str, bytes]] = []
-        for n in sorted(changes.names):
+        for n in sorted(changes.names - {"active"}):
             rows.append((_key("kv", n), safestate.dumps((getattr(co, n),))))
         changed = {"registry": changes.registry, "requests": changes.requests, "checkpoints": changes.checkpoints,
                    "leases": {k for k, _ in co.leases.items() ^ self.leases.items()},
+                   "active": ({c for c in co.active.keys() | self.active.keys() if tuple(co.active.get(c, ())) != self.active.get(c)}
+                              if "active" in changes.names else set()),
                    "creates": {k for k, _ in creates.items() ^ self.creates.items()}}
         self._pending = {}
         for m in MAPS:
@@ -101,13 +106,21 @@ class Saved:
         for n in LISTS:
             items = getattr(co, n)
             rows += [(_key(n, i), safestate.dumps((items[i],))) for i in range(self.lens[n], len(items))]
+        fresh = 0
         for c, items in co.commits.items():
-            rows += [(_key("commits", c, i), safestate.dumps((items[i],))) for i in range(self.commits.get(c, 0), len(items))]
+            first = self.commits.get(c)
+            if first is None:  # a component's first commit: it comes after those the file holds, in this order
+                rows.append((_key("commits", c, 0), safestate.dumps((items[0], self.next_seq + fresh))))
+                fresh, first = fresh + 1, 1
+            rows += [(_key("commits", c, i), safestate.dumps((items[i],))) for i in range(first, len(items))]
+        self._fresh = fresh
+        # what the file holds once these rows are in it (commit() takes it then)
+        self._next = (dict(co.leases), dict(creates), {n: len(getattr(co, n)) for n in LISTS}, {c: len(v) for c, v in co.commits.items()},
+                      {c: tuple(co.active[c]) if c in co.active else None for c in changed["active"]})
         return rows
 
-    def commit(self, rows: list[tuple[str, bytes]], creates: dict) -> None:
+    def commit(self, rows: list[tuple[str, bytes]]) -> None:
         """The rows :meth:`rows` gave are in the file."""
-        co = self.coord
         for m, (order, upd) in self._pending.items():
             seqs = self.seqs[m]
             for k, s in upd.items():
@@ -118,10 +131,13 @@ class Saved:
                     self.next_seq = max(self.next_seq, s + 1)
             self.order[m] = order
         self._pending = {}
-        self.leases = dict(co.leases)
-        self.creates = dict(creates)
-        self.lens = {name: len(getattr(co, name)) for name in LISTS}
-        self.commits = {c: len(v) for c, v in co.commits.items()}
+        self.next_seq += self._fresh
+        self.leases, self.creates, self.lens, self.commits, active = self._next
+        for c, ids in active.items():
+            if ids is None:
+                self.active.pop(c, None)
+            else:
+                self.active[c] = ids
         self.delta_bytes += sum(len(k) + len(b) for k, b in rows)
 
 
@@ -133,6 +149,7 @@ def apply_rows(coord: Any, creates: dict, rows: list[tuple[Any, Any]], lenient: 
     seqs: dict[str, dict[str, Optional[int]]] = {m: dict.fromkeys(creates if m == "creates" else getattr(coord, m)) for m in MAPS}
     moved: dict[str, list[tuple[int, str, Any]]] = {m: [] for m in MAPS}
     appended: dict[tuple, dict[int, Any]] = {}
+    first_seq: dict[str, int] = {}  # a component's first commit: its place among the components
     for key, blob in rows:
         k: Any = None
         try:
@@ -146,7 +163,7 @@ def apply_rows(coord: Any, creates: dict, rows: list[tuple[Any, Any]], lenient: 
         if not ok:
             raise safestate.BadState(f"its coordinator's changes hold a row of key {str(key)[:80]!r}, which no save writes")
         v = safestate.loads(blob, lenient=lenient)
-        want = (0, 1, 2) if part in MAPS else (1,)
+        want = (0, 1, 2) if part in MAPS else (1, 2) if part == "commits" and k[2] == 0 else (1,)
         if not (type(v) is tuple and len(v) in want and (len(v) < 2 or (type(v[1]) is int and v[1] >= 0))):
             raise safestate.BadState(f"its coordinator's change {str(key)[:80]!r} is malformed")
         if part == "kv":
@@ -164,15 +181,19 @@ def apply_rows(coord: Any, creates: dict, rows: list[tuple[Any, Any]], lenient: 
                 moved[part].append((v[1], k[1], val))
         else:
             appended.setdefault(tuple(k[:-1]), {})[k[-1]] = v[0]
+            if len(v) == 2:
+                first_seq[k[1]] = v[1]
     for m, items in moved.items():
         d = creates if m == "creates" else getattr(coord, m)
         for s, name, val in sorted(items, key=lambda t: (t[0], t[1])):
             d.pop(name, None)
             d[name] = val
             seqs[m][name] = s
-    for where, by_index in sorted(appended.items()):
+    for where, by_index in sorted(appended.items(), key=lambda a: (a[0][0], first_seq.get(a[0][1], -1) if a[0][0] == "commits" else 0,
+                                                                  a[0])):
         target = getattr(coord, where[0]) if where[0] != "commits" else coord.commits.setdefault(where[1], [])
         if sorted(by_index) != list(range(len(target), len(target) + len(by_index))):
             raise safestate.BadState(f"its coordinator's changes append to {'/'.join(map(str, where))[:80]!r} out of order")
         target.extend(by_index[i] for i in sorted(by_index))
+    seqs["commits"] = dict(first_seq)  # (only their largest counts: Saved.next_seq)
     return seqs

@@ -135,18 +135,19 @@ class Coordinator:
         self.restarts = restarts
         store.write(kv={"restarts": self.restarts})
 
-    def _save(self, *names: str, requests: tuple = (), events: tuple = (), records: tuple = ()) -> None:
+    def _save(self, *names: str, requests: tuple = (), events: tuple = (), records: Optional[tuple] = None) -> None:
         """Every change goes through here: ``names`` the attributes changed, ``requests`` the request
-        ids, ``records`` the registry ids among them (for the sim backend's incremental saves)."""
+        ids, ``records`` the registry ids changed (for the sim backend's incremental saves; None with
+        "registry" among ``names``: not said, the next save writes the coordinator whole)."""
         ch = self._changes
         if ch is not None:
             for n in names:
                 if n == "registry":
-                    if not records:
-                        ch.full = True  # the registry changed, and which records is not said
+                    if records is None:
+                        ch.full = True
                 elif n != "leases":  # (leases: the backend diffs them)
                     ch.names.add(n)
-            ch.registry.update(records)
+            ch.registry.update(records or ())
             ch.requests.update(requests)
         if self._store is not None:
             self._store.write(kv={n: getattr(self, n) for n in names}, requests=[self.requests[r] for r in requests],
