@@ -22,12 +22,13 @@ ranks; rewriting all of them after every step is what made whole-world pickles t
 only what changed in the coordinator and the world's records: the ``coord`` table holds, one row
 per key, what changed since the coordinator was last written whole (a registry record, a
 request, a lease, an attribute, the rejected effects, illegal transitions and commits appended
-since; a row with no value deletes its key), read over the ``coordinator`` row at load. Once those
-rows outweigh the coordinator's own (and on close, and at the end of ``planner apply``) a save
-writes it whole again and empties the table, so a closed file holds the world as one row per part (files without the table, of earlier
-releases, are read as they are; an rl-planner that knows no ``coord`` table refuses a file that
-holds one, instead of reading a stale coordinator). Every save is one
-transaction: a kill leaves the old save or the new one, never a mix. WAL with ``synchronous=NORMAL``: a killed process loses nothing
+since; a row with no value deletes its key), read over the ``coordinator`` row at load
+(:mod:`executor.backends.simsave`). Once those rows outweigh the coordinator's own, on close,
+and at the end of ``planner apply``, a save writes it whole again and empties the table, so a
+closed file holds the world as one row per part. Files without the table (earlier releases) are
+read as they are; an rl-planner that knows no ``coord`` table refuses a file that holds one,
+instead of reading a stale coordinator. Every save is one transaction: a kill leaves the old
+save or the new one, never a mix. WAL with ``synchronous=NORMAL``: a killed process loses nothing
 that was saved; what a step did before a kill is lost with it, and the journal re-runs the step.
 Every row is a :mod:`executor.safestate` blob (typed JSON plus raw tensor bytes, versioned,
 checksummed: reading a file never runs code it names); the file is created mode 0600. A file of

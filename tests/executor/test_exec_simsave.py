@@ -361,3 +361,23 @@ def test_a_kill_at_any_point_of_many_incremental_saves_leaves_one_whole_save(tmp
 
     got = hashlib.sha256(_world(SimBackend([], state_path=path))).hexdigest()
     assert got in lines[-2:], (got, lines[-3:])
+
+
+def test_a_file_of_the_previous_layout_loads_and_goes_on_saving_incrementally(tmp_path):
+    """What the release before wrote: the world and workers tables only (no coord table)."""
+    path = tmp_path / "sim"
+    b = _cluster(path, 20)
+    b.close()
+    c = sqlite3.connect(path)
+    c.execute("DROP TABLE coord")
+    c.commit()
+    c.close()
+    ro = SimBackend([], state_path=path, observe_only=True)  # status: read as it is, nothing created
+    assert _world(ro) == _world(b) and _coord_rows(path) == 0
+    ro.close(save=False)
+    b2 = SimBackend([], state_path=path)
+    wid = _args(2)["worker"]["id"]
+    b2.coord("set_status", wid, "draining")
+    b2.save()
+    assert _coord_rows(path) > 0 and b2.save_stats["whole"] == 0
+    assert _world(SimBackend([], state_path=path)) == _world(b2)
