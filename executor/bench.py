@@ -301,8 +301,9 @@ def bench_statefile(args) -> None:
     mach["loadavg_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(write("statefile", "Sim state file: code-free safestate vs the pickles it replaced (per object, ms per save / load)", rows,
                 [f"World: faultlib's base cluster, trainer hidden {args.hidden}, {args.layers} layers, {args.requests} requests; "
-                 f"{args.repeat} repeats each, both formats timed side by side in one process. A save writes the coordinator "
-                 "and the workers touched since the last save."], mach))
+                 f"{args.repeat} repeats each, both formats timed side by side in one process. A save writes the workers "
+                 "touched since the last save and what changed in the coordinator; the coordinator whole (timed here) on "
+                 "close and when those changes outweigh it (executor/backends/simsave.py)."], mach))
 
 
 def main(argv=None) -> int:

@@ -19,7 +19,8 @@ from estimators.errors import Problem, UserError
 # The files ``planner apply`` writes, by their tables: one passed where the other is expected (the
 # journal as --sim-state, or the other way round) is named as what it is, not as a foreign file to move away.
 KNOWN = ((frozenset({"applies", "steps", "lock"}), "an apply journal", "--journal"),
-         (frozenset({"world", "workers"}), "a simulated cluster's state file", "--sim-state"))
+         (frozenset({"world", "workers"}), "a simulated cluster's state file", "--sim-state"),
+         (frozenset({"world", "workers", "coord"}), "a simulated cluster's state file", "--sim-state"))
 
 
 # The replanning daemon's own files (``planner daemon --state STATE`` and its simulated cluster
@@ -49,7 +50,7 @@ def verify(conn: sqlite3.Connection, path: str | Path, expected: dict[str, str],
         raise UserError(Problem(field, f"{path} is not a usable {what} ({exc})", fix)) from None
     tables = {name for kind, name in rows if kind == "table" and isinstance(name, str) and not name.startswith("sqlite_")}
     for names, desc, flag in KNOWN:
-        if tables == names and names != set(expected) and all(kind in ("table", "index") for kind, _ in rows):
+        if tables == names and not names <= set(expected) and all(kind in ("table", "index") for kind, _ in rows):
             raise UserError(Problem(field, f"{path} is {desc} (what 'planner apply {flag}' takes), not the {what} expected "
                                            "here; it was not opened",
                                     f"pass it as {flag}, and give the {what} a path of its own (this file was left as it was)"))

@@ -16,10 +16,19 @@ keep progressing while a migration runs. With ``state_path`` the whole world (co
 worker objects, tensors included) is saved after every step the controller runs, before its
 journal records the step done (:meth:`sync`), after a training step, and on close, so separate
 CLI runs (``planner apply --backend sim`` then ``planner status``) see one cluster and the file
-never lags the journal: a SQLite file with one row per worker, where a save writes the
-coordinator and only the workers touched since the last save (a daemon's simulated cluster
-holds hundreds of engines and ranks; rewriting all of them after every step is what made
-whole-world pickles too slow). WAL with ``synchronous=NORMAL``: a killed process loses nothing
+never lags the journal: a SQLite file with one row per worker, where a save writes only the
+workers touched since the last save (a daemon's simulated cluster holds hundreds of engines and
+ranks; rewriting all of them after every step is what made whole-world pickles too slow), and
+only what changed in the coordinator and the world's records: the ``coord`` table holds, one row
+per key, what changed since the coordinator was last written whole (a registry record, a
+request, a lease, an attribute, the rejected effects, illegal transitions and commits appended
+since; a row with no value deletes its key), read over the ``coordinator`` row at load
+(:mod:`executor.backends.simsave`). Once those rows outweigh the coordinator's own, on close,
+and at the end of ``planner apply``, a save writes it whole again and empties the table, so a
+closed file holds the world as one row per part. Files without the table (earlier releases) are
+read as they are; an rl-planner that knows no ``coord`` table refuses a file that holds one,
+instead of reading a stale coordinator. Every save is one transaction: a kill leaves the old
+save or the new one, never a mix. WAL with ``synchronous=NORMAL``: a killed process loses nothing
 that was saved; what a step did before a kill is lost with it, and the journal re-runs the step.
 Every row is a :mod:`executor.safestate` blob (typed JSON plus raw tensor bytes, versioned,
 checksummed: reading a file never runs code it names); the file is created mode 0600. A file of
@@ -36,17 +45,19 @@ from typing import Any, Callable, Optional
 from estimators.errors import Problem, UserError
 from estimators.host import create_private
 from executor import capacity, safestate
+from executor.backends import simsave
 from executor.backends.base import Deadlines, StartFailed, WorkerLost
 from executor.state import Layout, Node
-from executor.workers.coordinator import Coordinator
+from executor.workers.coordinator import Changes, Coordinator
 from executor.workers.factory import make_worker
 
 
-TABLES = {"world": "table", "workers": "table"}
+TABLES = {"world": "table", "workers": "table", "coord": "table"}
 MOVE_AWAY = ("move the file away (the simulated cluster it held is lost) and apply again; if an older rl-planner wrote it, "
              "finish or roll back its apply with that release first")
 MAX_BLOB_BYTES = 1 << 30  # one saved record (a stand-in trainer rank of 2^24 parameters and its Adam state is ~256 MB)
 WORKER_CLASSES = ("RolloutEngine", "TrainerRank", "ServiceWorker", "LMEngine", "LMTrainerRank")
+COMPACT_MIN_BYTES = 1 << 18  # the coord rows (executor.backends.simsave) a save may leave beside a small coordinator
 
 
 def _int(v: Any, lo: int, hi: int) -> bool:
@@ -323,6 +334,8 @@ class SimBackend:
         self._conn: Optional[sqlite3.Connection] = None
         self._dirty: set[str] = set()
         self._stamp: Optional[bytes] = None  # the file's save stamp as of our last load or save
+        self._saved: Optional[simsave.Saved] = None  # what the file holds as of then (None: the next save writes it whole)
+        self.save_stats = {"saves": 0, "whole": 0, "rows": 0, "bytes": 0}  # what saves wrote (bytes: keys and blobs)
         if self.state_path and self.state_path.exists() and not (self.readonly and self.state_path.stat().st_size == 0):
             self._load()
 
@@ -358,6 +371,7 @@ class SimBackend:
                 c.execute("PRAGMA synchronous=NORMAL")
                 c.execute("CREATE TABLE IF NOT EXISTS world (key TEXT PRIMARY KEY, blob BLOB NOT NULL)")
                 c.execute("CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, blob BLOB NOT NULL)")
+                c.execute("CREATE TABLE IF NOT EXISTS coord (key TEXT PRIMARY KEY, blob BLOB NOT NULL)")
             except sqlite3.DatabaseError as exc:
                 raise UserError(Problem("--sim-state", f"{self.state_path} is not a simulated cluster's state file ({exc})",
                                         "pass another --sim-state path (files of older versions cannot be read)")) from None
@@ -399,13 +413,15 @@ class SimBackend:
     def _load_rows(self, c: sqlite3.Connection) -> None:
         stamp = self._file_stamp()
         try:
-            for table in ("world", "workers"):  # sizes before anything is read into memory
+            has_coord = c.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='coord'").fetchone()[0] > 0
+            for table in ("world", "workers") + (("coord",) if has_coord else ()):  # sizes before anything is read into memory
                 big = c.execute(f"SELECT max(length(blob)) FROM {table}").fetchone()[0] or 0
                 if big > MAX_BLOB_BYTES:
                     raise safestate.BadState(f"a record of {big:,} bytes in its {table} table, more than {MAX_BLOB_BYTES:,}")
             rows = list(c.execute("SELECT key, blob FROM world"))
             if not rows:
                 return
+            base_bytes = sum(len(b) for k, b in rows if k == "coordinator")
             world = {k: safestate.loads(b) for k, b in rows if k != "stamp"}
             if world.get("format") != {"version": safestate.VERSION} or not {"nodes", "coordinator"} <= set(world):
                 raise safestate.BadState("it lacks the format record or the world's parts")
@@ -414,7 +430,18 @@ class SimBackend:
                 raise safestate.BadState("its world record holds the wrong types")
             check_nodes(nodes)
             check_coordinator(coordinator)
-            check_creates(world.get("creates", {}))
+            creates = world.get("creates", {})
+            check_creates(creates)
+            seqs, delta_bytes = None, 0
+            if has_coord:  # what changed since the coordinator row was written
+                n_rows = c.execute("SELECT count(*) FROM coord").fetchone()[0]
+                if n_rows > simsave.MAX_ROWS:
+                    raise safestate.BadState(f"it holds {n_rows:,} coordinator changes, more than {simsave.MAX_ROWS:,}")
+                changes = list(c.execute("SELECT key, blob FROM coord"))
+                delta_bytes = sum(len(str(k)) + len(b) for k, b in changes)
+                seqs = simsave.apply_rows(coordinator, creates, changes, lenient=self.observe_only)
+                check_coordinator(coordinator)
+                check_creates(creates)
             workers = []
             from executor.target import MAX_WORKERS
 
@@ -432,7 +459,10 @@ class SimBackend:
         self._nodes = nodes if not self._nodes else self._nodes
         self.coordinator = coordinator
         self._stamp = stamp
-        self.creates = world.get("creates", {})
+        self.creates = creates
+        if not self.observe_only:
+            coordinator._changes = Changes()
+            self._saved = simsave.Saved(coordinator, creates, nodes, base_bytes, delta_bytes, seqs)
         for wid, (args, obj, alive) in workers:
             obj._coord = self._coord_fn()
             w = _W(args, obj)
@@ -449,6 +479,7 @@ class SimBackend:
         if not self.state_path or not self.state_path.exists() or self._file_stamp() == self._stamp:
             return False
         self.workers, self.coordinator, self.creates, self._dirty = {}, Coordinator(), {}, set()
+        self._saved = None
         self._load()
         return True
 
@@ -468,7 +499,12 @@ class SimBackend:
         if self.state_path and self._stamp is None:
             self.save()
 
-    def save(self) -> None:
+    def save(self, whole: bool = False) -> None:
+        """Write what changed since the last save, in one transaction (a kill leaves the old save or
+        this one): the workers touched, and what changed in the coordinator and the world's records
+        as rows of the ``coord`` table; the coordinator whole (and that table emptied) when the file
+        was never saved by this object, when those rows would outweigh it, when only a whole save can
+        say what changed (:meth:`simsave.Saved.rows`), or with ``whole`` (:meth:`close`)."""
         if not self.state_path:
             return
         if self.observe_only:
@@ -487,9 +523,47 @@ class SimBackend:
                 w.obj._coord = self._coord_fn()
         import os
 
-        stamp = os.urandom(16)
-        world = [("stamp", stamp), ("format", safestate.dumps({"version": safestate.VERSION})), ("nodes", safestate.dumps(self._nodes)),
-                 ("coordinator", safestate.dumps(self.coordinator)), ("creates", safestate.dumps(self.creates))]
+        co, saved = self.coordinator, self._saved
+        with co._lock:  # (a method running on another thread records into the next save's changes)
+            if co._changes is None:
+                co._changes = Changes()
+            changes = co._changes.take()
+        try:
+            delta = None if saved is None or saved.coord is not co else saved.rows(changes, self.creates)
+            if delta is not None and saved is not None:
+                total = saved.delta_bytes + sum(len(k) + len(b) for k, b in delta)
+                if total > max(saved.base_bytes, COMPACT_MIN_BYTES) or (whole and total > 0):
+                    delta = None
+            stamp = os.urandom(16)
+            world: list[tuple[str, bytes]] = [("stamp", stamp)]
+            if delta is None:
+                base = safestate.dumps(co)
+                world += [("format", safestate.dumps({"version": safestate.VERSION})), ("nodes", safestate.dumps(self._nodes)),
+                          ("coordinator", base), ("creates", safestate.dumps(self.creates))]
+            elif saved is not None and self._nodes != saved.nodes:
+                world.append(("nodes", safestate.dumps(self._nodes)))
+            self._commit(c, world, rows, delta)
+        except BaseException:
+            co._changes.merge(changes)  # not saved: still to be written
+            raise
+        if delta is None:
+            self._saved = simsave.Saved(co, self.creates, self._nodes, len(base), 0)
+        else:
+            assert saved is not None
+            saved.commit(delta)
+            if any(k == "nodes" for k, _ in world):
+                saved.nodes = dict(self._nodes)
+        st = self.save_stats
+        st["saves"] += 1
+        st["whole"] += delta is None
+        st["rows"] += len(world) + len(rows) + len(delta or ())
+        st["bytes"] += sum(len(k) + len(b) for k, b in world + (delta or [])) + sum(len(k) + len(b or b"") for k, b in rows)
+        self._dirty.clear()
+        self._stamp = stamp
+
+    def _commit(self, c: sqlite3.Connection, world: list[tuple[str, bytes]], rows: list[tuple[str, Optional[bytes]]],
+                delta: Optional[list[tuple[str, bytes]]]) -> None:
+        """One transaction, refused (:class:`Fenced`) when another process saved since we read the file."""
         c.execute("BEGIN IMMEDIATE")
         try:
             row = c.execute("SELECT blob FROM world WHERE key='stamp'").fetchone()
@@ -498,6 +572,10 @@ class SimBackend:
 
                 raise Fenced(f"the simulated cluster {self.state_path} was changed by another apply (one with another "
                              "journal, or another daemon) since this one read it: this one stops without writing over it")
+            if delta is None:
+                c.execute("DELETE FROM coord")
+            elif delta:
+                c.executemany("INSERT OR REPLACE INTO coord(key, blob) VALUES (?, ?)", delta)
             c.executemany("INSERT OR REPLACE INTO world(key, blob) VALUES (?, ?)", world)
             c.executemany("DELETE FROM workers WHERE id=?", [(wid,) for wid, b in rows if b is None])
             c.executemany("INSERT OR REPLACE INTO workers(id, blob) VALUES (?, ?)", [r for r in rows if r[1] is not None])
@@ -505,8 +583,6 @@ class SimBackend:
         except BaseException:
             c.execute("ROLLBACK")
             raise
-        self._dirty.clear()
-        self._stamp = stamp
 
     # ------------------------------------------------------------------ interface
     def nodes(self) -> dict[str, Node]:
@@ -633,7 +709,7 @@ class SimBackend:
     def close(self, save: bool = True) -> None:
         """``save=False``: a process that lost the right to act (a superseded daemon) leaves the file as it is."""
         if save:
-            self.save()
+            self.save(whole=True)  # a closed file holds the world as one row per part
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -35,7 +35,43 @@ if TYPE_CHECKING:
 KV = ("next_epoch", "leases", "active", "registry", "generation", "dead_nodes", "parked", "pgs", "writer")
 
 
+class Changes:
+    """What changed in a coordinator since the sim backend last saved it (its incremental saves,
+    :meth:`executor.backends.sim.SimBackend.save`): whole attributes by name, registry records,
+    requests and checkpoints by key. Leases and the append-only lists (rejected effects, illegal
+    transitions, commits) are found by the backend itself (a diff, their lengths). ``full``: a
+    change this record cannot name (the next save writes the whole coordinator)."""
+
+    __slots__ = ("names", "registry", "requests", "checkpoints", "full")
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.registry: set[str] = set()
+        self.requests: set[str] = set()
+        self.checkpoints: set[str] = set()
+        self.full = False
+
+    def take(self) -> "Changes":
+        """A copy of what is recorded; this one starts empty."""
+        out = Changes()
+        out.names, out.registry, out.requests, out.checkpoints, out.full = (self.names, self.registry, self.requests,
+                                                                           self.checkpoints, self.full)
+        self.names, self.registry, self.requests, self.checkpoints, self.full = set(), set(), set(), set(), False
+        return out
+
+    def merge(self, other: "Changes") -> None:
+        """Record ``other`` again (a save that did not commit)."""
+        self.names |= other.names
+        self.registry |= other.registry
+        self.requests |= other.requests
+        self.checkpoints |= other.checkpoints
+        self.full = self.full or other.full
+
+
 class Coordinator:
+    # The sim backend's record of changes since its last save (an instance attribute it sets; never saved).
+    _changes: Optional[Changes] = None
+
     def __init__(self, first_epoch: int = 1, state_dir: Optional[str] = None) -> None:
         self._lock = threading.RLock()
         self._store: Optional[CoordinatorStore] = None
@@ -99,7 +135,20 @@ class Coordinator:
         self.restarts = restarts
         store.write(kv={"restarts": self.restarts})
 
-    def _save(self, *names: str, requests: tuple = (), events: tuple = ()) -> None:
+    def _save(self, *names: str, requests: tuple = (), events: tuple = (), records: Optional[tuple] = None) -> None:
+        """Every change goes through here: ``names`` the attributes changed, ``requests`` the request
+        ids, ``records`` the registry ids changed (for the sim backend's incremental saves; None with
+        "registry" among ``names``: not said, the next save writes the coordinator whole)."""
+        ch = self._changes
+        if ch is not None:
+            for n in names:
+                if n == "registry":
+                    if records is None:
+                        ch.full = True
+                elif n != "leases":  # (leases: the backend diffs them)
+                    ch.names.add(n)
+            ch.registry.update(records or ())
+            ch.requests.update(requests)
         if self._store is not None:
             self._store.write(kv={n: getattr(self, n) for n in names}, requests=[self.requests[r] for r in requests],
                               events=events)
@@ -123,7 +172,7 @@ class Coordinator:
             rec = self.registry.get(worker_id)
             if rec is not None and why:
                 rec.setdefault("revoked_because", why)
-            self._save("leases", "registry")
+            self._save("leases", "registry", records=(worker_id,))
 
     def lease(self, worker_id: str) -> Optional[int]:
         return self.leases.get(worker_id)
@@ -143,7 +192,7 @@ class Coordinator:
     def register(self, record: dict) -> None:
         with self._lock:
             self.registry[record["id"]] = dict(record)
-            self._save("registry")
+            self._save("registry", records=(record["id"],))
 
     def set_status(self, worker_id: str, status: str) -> None:
         """Move a worker along the lifecycle table (:data:`executor.steps.WORKER_TRANSITIONS`).
@@ -161,7 +210,7 @@ class Coordinator:
                 self.illegal.append(f"{worker_id}: {old} -> {status}")
                 events = (("illegal", {"text": self.illegal[-1]}),)
             rec["status"] = status
-            self._save("registry", events=events)
+            self._save("registry", events=events, records=(worker_id,))
 
     def illegal_transitions(self) -> list[str]:
         return list(self.illegal)
@@ -171,13 +220,13 @@ class Coordinator:
         with self._lock:
             if worker_id in self.registry:
                 self.registry[worker_id].update(fields)
-                self._save("registry")
+                self._save("registry", records=(worker_id,))
 
     def unregister(self, worker_id: str) -> None:
         with self._lock:
             self.registry.pop(worker_id, None)
             self.leases.pop(worker_id, None)
-            self._save("registry", "leases")
+            self._save("registry", "leases", records=(worker_id,))
 
     def records(self) -> list[dict]:
         with self._lock:
@@ -192,7 +241,7 @@ class Coordinator:
                     self.set_status(w, "stopping")
             self.active[component] = list(active)
             self.generation[component] = generation
-            self._save("leases", "registry", "active", "generation")
+            self._save("leases", "registry", "active", "generation", records=tuple(retired))
 
     def active_set(self, component: str) -> list[str]:
         return list(self.active.get(component, []))
@@ -333,6 +382,8 @@ class Coordinator:
             self._store.put_checkpoint(key, blob)
         with self._lock:
             self.checkpoints[key] = blob
+            if self._changes is not None:
+                self._changes.checkpoints.add(key)
             return True
 
     def get_checkpoint(self, key: str) -> Any:
@@ -347,6 +398,8 @@ class Coordinator:
                 if self._store is not None:
                     self._store.drop_checkpoint(k)
                 del self.checkpoints[k]
+                if self._changes is not None:
+                    self._changes.checkpoints.add(k)
 
     def mark_node_dead(self, node: str, why: str) -> None:
         with self._lock:
@@ -410,6 +463,7 @@ class Coordinator:
 
         d = dict(self.__dict__)
         d.pop("_lock", None)
+        d.pop("_changes", None)
         d["_store"] = None  # (the sim backend's coordinator has none)
         cache = d.pop("_encoded", {})  # a checkpoint never changes once put: encoded once, while it is kept
         enc = {k: cache[k][1] if k in cache and cache[k][0] is v else rawtensor.encode(v) for k, v in self.checkpoints.items()}
