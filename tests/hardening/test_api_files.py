@@ -182,4 +182,4 @@ def test_a_pattern_error_names_the_pattern_it_breaks(make_client):
     """``GET /v1/decisions?kind=../x`` advised names' letters, digits, '.', '_' and '-', which the kind refuses:
     the kind is now one of the decision kinds, and the answer lists them."""
     r = make_client().get("/v1/decisions", params={"kind": "../x"})
-    assert r.status_code == 422 and "kind" in r.text and "'reoptimise' or 'realloc'" in r.text, r.text[:400]
+    assert r.status_code == 422 and "kind" in r.text and "'realloc' or 'restore'" in r.text, r.text[:400]
