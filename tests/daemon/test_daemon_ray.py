@@ -14,6 +14,7 @@ import pytest
 from daemonproc import DEADLINE_S, DaemonProc, job, wait_for, write_cluster
 
 pytest.importorskip("ray")
+pytestmark = pytest.mark.ray  # (the suite runs every test that starts a Ray cluster in one worker, one after the other)
 
 # one node of each type (a Ray node each, plus the head): the least the test job needs
 SMALL = """\
