@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from typing import Optional
 
 from planner.errors import Problem, UserError
 from planner.schema.scenario import JobSpec
@@ -110,12 +111,19 @@ def job_components(spec: JobSpec, p: Pools, dram_gb: tuple[float, float]) -> lis
     if "reference" in comps:
         # next to whole replicas if a training node has GPUs to spare, else in one replica slot
         # (when the trainer fills the nodes and keeps one), else in one engine slot of a rollout node
-        spare = dp_t + dp_c < replicas or any(g % unit >= ref_gpus for g in free.values())
-        if spare or (spec.trainer.dp is None and replicas - 1 >= stateful):
-            last = max(reversed(p.train_nodes), key=lambda n: free[n] % unit >= ref_gpus)
-            free[last] -= ref_gpus
-            ref_at = {last: 1}
-            replicas = sum(g // unit for g in free.values())
+        # the training node that keeps the most replicas once it holds the reference (the last such node),
+        # if the trainer keeps what it needs there: a trainer.dp given, else a replica per stateful model
+        # (it took 8 GPUs of the one 8-GPU node a tp-8 trainer needed: dp 0, the target refused by pydantic)
+        need = dp_t + dp_c if spec.trainer.dp is not None else stateful
+        best: Optional[tuple[str, int]] = None
+        for n in reversed(p.train_nodes):
+            left = replicas - free[n] // unit + (free[n] - ref_gpus) // unit
+            if free[n] >= ref_gpus and left >= need and (best is None or left > best[1]):
+                best = (n, left)
+        if best is not None:
+            free[best[0]] -= ref_gpus
+            ref_at = {best[0]: 1}
+            replicas = best[1]
         elif engines[p.rollout_nodes[0]] >= 2:
             engines[p.rollout_nodes[0]] -= 1
             ref_at = {p.rollout_nodes[0]: 1}

@@ -122,3 +122,35 @@ def test_a_job_file_that_vanishes_between_the_plan_and_its_apply_fails_that_job_
     assert {w.state(n) for n in ("gone", "bad", "ok")} == {JobState.RUNNING}
     assert "new" not in Placement.from_dict(w.store.current_plan().placement).jobs()
     assert w.loop.problems() == [], "handled: the plan without it is applied"
+
+
+def test_a_target_the_executor_refuses_fails_its_apply_and_later_plans_proceed(tmp_path, monkeypatch):
+    """A target that fails the executor's schema (a layout with no trainer replica, seen on Ray with a
+    tp-8 trainer, session 57) raised out of the apply: the plan stayed ``applying``, its resume raised
+    again every few periods and nothing else was planned. Now the apply fails with the reason, the jobs
+    in it wait and are admitted again, and a job submitted later is placed and runs."""
+    _needs_executor("executor")
+    w, _ = _trace_world(tmp_path)
+    _wire(w, tmp_path, "executor")
+    import planner.apply.placement as placement
+
+    real = placement.from_placement
+    bad = {"on": True}
+
+    def refusing(body, *a, **k):
+        if bad["on"]:
+            from executor.target import ExecutorTarget
+
+            ExecutorTarget.model_validate({"nodes": [], "components": [{"name": "x/trainer", "layout": {"dp": 0}}]})
+        return real(body, *a, **k)
+
+    monkeypatch.setattr(placement, "from_placement", refusing)
+    raised = _cycles(w, 0.0, 2)
+    assert not raised, raised
+    _not_stuck(w, raised)
+    failed = w.store.plans_with_status("failed")
+    assert failed and "the executor's target is not valid" in str(w.decisions("admit")[0]["reasons"]), w.decisions("admit")[0]
+    bad["on"] = False
+    _cycles(w, 3600.0, 4)
+    _not_stuck(w, [])
+    assert any(w.state(r.name) is JobState.RUNNING for r in w.store.live_jobs()), [(r.name, r.state) for r in w.store.live_jobs()]

@@ -261,11 +261,15 @@ class ExecutorApplier:
                 t0 = time.perf_counter()
                 try:
                     state = self._target_state(target)
-                except ValueError:  # (TraceError, HFConfigError) a file a member's spec names may no longer read
+                except ValueError as exc:  # (TraceError, HFConfigError) a file a member's spec names may no longer read
                     gone = self._unreadable(target)
-                    if not gone:
-                        raise
-                    return ApplyResult(False, 0, 0, "not applied: a file a job's spec names can no longer be read: " + "; ".join(gone))
+                    if gone:
+                        return ApplyResult(False, 0, 0, "not applied: a file a job's spec names can no longer be read: " + "; ".join(gone))
+                    # a target the executor cannot hold (its schema refuses it): a failed apply, whose jobs wait
+                    # and are admitted again, not a raise that leaves the plan applying and every later plan behind it
+                    log.error("the executor's target of plan %s is not valid: %s", plan_id, exc)
+                    first = str(exc).splitlines()
+                    return ApplyResult(False, 0, 0, "not applied: the executor's target is not valid: " + "; ".join(first[:3])[:600])
                 plan = diff(observe(self.backend), state, stage=True)
                 order_ms = (time.perf_counter() - t0) * 1e3
                 steps, units, notes = plan.steps, len(plan.units), plan.notes
