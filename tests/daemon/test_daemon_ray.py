@@ -57,7 +57,7 @@ def test_a_job_runs_on_ray_is_restored_on_a_fresh_cluster_and_its_end_report_rem
     d = DaemonProc(tmp_path, *args, name="first")
     try:
         with d.client() as http:
-            assert http.post("/v1/jobs", json=job("ray-a", duration_s=None)).status_code == 201
+            assert http.post("/v1/jobs", json=job("ray-a", duration_s=None, rollout={"tp": 4}, trainer={"tp": 4})).status_code == 201
             wait_for(lambda: http.get("/v1/jobs/ray-a").json()["state"] == "running", what="ray-a running on Ray")
             events = http.get("/v1/jobs/ray-a").json()["events"]
             assert [e["to_state"] for e in events] == ["pending", "admitted", "running"], events  # started at once
