@@ -154,3 +154,4 @@ def test_a_target_the_executor_refuses_fails_its_apply_and_later_plans_proceed(t
     _cycles(w, 3600.0, 4)
     _not_stuck(w, [])
     assert any(w.state(r.name) is JobState.RUNNING for r in w.store.live_jobs()), [(r.name, r.state) for r in w.store.live_jobs()]
+
