@@ -216,7 +216,7 @@ class Loop:
                 raise
             except Exception as exc:  # noqa: BLE001 - the plan stays applying; retried first by the next cycles
                 self._resume_tries += 1
-                wait = self.cfg.period_s * min(2 ** (self._resume_tries - 1), RESUME_BACKOFF_MAX_PERIODS)
+                wait = self._backoff(self._resume_tries)
                 self._resume_at = now + wait
                 self.stuck = (f"plan {p.id} is stuck applying: its resume failed ({self._resume_tries} attempt(s)), the last with "
                               f"{type(exc).__name__}: {exc}; retried in {wait:g} s of the daemon's clock, and no new plan is made "
@@ -339,6 +339,11 @@ class Loop:
         for snap in cy.obs.telemetry:
             cy.snapshots.setdefault(snap.job, []).append(snap)
 
+    def _backoff(self, tries: int) -> float:
+        """Clock seconds before the next try after ``tries`` failed ones: 1, 2, 4, ... periods, at most
+        RESUME_BACKOFF_MAX_PERIODS (a stuck resume, a restore, a displaced job's next admission)."""
+        return self.cfg.period_s * min(2 ** (tries - 1), RESUME_BACKOFF_MAX_PERIODS)
+
     def _missing(self, cy: "_Cycle") -> None:
         """Running jobs of the plan in force that the cluster no longer runs (the executor's own view:
         no live trainer worker), e.g. a daemon restarted on a fresh local Ray cluster or workers lost
@@ -354,7 +359,7 @@ class Loop:
             self._restore_tries, self._restore_at = 0, None
             return
         self._restore_tries += 1
-        self._restore_at = cy.now + self.cfg.period_s * min(2 ** (self._restore_tries - 1), RESUME_BACKOFF_MAX_PERIODS)
+        self._restore_at = cy.now + self._backoff(self._restore_tries)
 
     def _reported_ends(self, cy: "_Cycle") -> None:
         """The ends jobs reported themselves (``POST /v1/jobs/{name}/end``) join what the backend
@@ -624,7 +629,7 @@ class Loop:
                 for r in self.store.live_jobs(c):
                     if r.state is JobState.ADMITTED and r.name in set(target.jobs()) and r.name not in prev_jobs:
                         n = self._displaced.get(r.name, (0, now))[0] + 1
-                        wait = self.cfg.period_s * min(2 ** (n - 1), RESUME_BACKOFF_MAX_PERIODS)
+                        wait = self._backoff(n)
                         self._displaced[r.name] = (n, now + wait)
                         self.store.transition(c, r.name, JobState.PENDING, f"displaced: plan {plan_id} could not be applied ({res.message}); "
                                               f"admitted again from clock {now + wait:.0f} ({n} failed apply(s) in a row)", now)

@@ -71,6 +71,16 @@ def node_map(cluster: Scenario) -> dict[str, str]:
     return {n: n for n in ours}
 
 
+def _trainers_running(st) -> set[str]:
+    """The jobs whose trainer has a running worker in the executor's observed state ``st``."""
+    out = set()
+    for name, c in st.components.items():
+        job, _, part = name.partition("/")
+        if part == "trainer" and any(w.status == "running" for w in c.workers):
+            out.add(job)
+    return out
+
+
 class ExecutorApplier:
     def __init__(self, kind: str, cluster: Scenario, journal_path: Path, dram_of: Callable[[str], tuple[float, float]], *,
                  sim_state: Optional[Path] = None, address: Optional[str] = None, world=None, step_delay_s: float = 0.0,
@@ -180,12 +190,9 @@ class ExecutorApplier:
             return obs
         from executor.backends.base import observe
 
-        st = observe(self.backend)
         obs = Observation()
-        for name, c in st.components.items():
-            job, _, part = name.partition("/")
-            if part == "trainer" and any(w.status == "running" for w in c.workers):
-                obs.running[job] = ""
+        for job in _trainers_running(observe(self.backend)):
+            obs.running[job] = ""
         return obs
 
     def missing(self, target: Placement) -> dict[str, str]:
@@ -194,12 +201,7 @@ class ExecutorApplier:
         world's: a job whose workers are gone from the cluster is missing whatever the world says.)"""
         from executor.backends.base import observe
 
-        st = observe(self.backend)
-        live = set()
-        for name, c in st.components.items():
-            job, _, part = name.partition("/")
-            if part == "trainer" and any(w.status == "running" for w in c.workers):
-                live.add(job)
+        live = _trainers_running(observe(self.backend))
         return {j: "the cluster runs no trainer worker of it" for j in sorted(target.jobs()) if j not in live}
 
     def _sim_telemetry(self, obs: Observation, now: float) -> list:
