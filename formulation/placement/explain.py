@@ -35,8 +35,12 @@ def explain(idx: Index, j: int, free: Optional[dict[str, int]] = None) -> Unplac
     job = inst.jobs[j]
     if not job.rollout_s or not job.train_s:
         side = "rollout" if not job.rollout_s else "training"
-        return Unplaced(job=job.name, reason="no-pool", message=f"no GPU type can run its {side} (its {side} table is empty)",
-                        fix=f"allow a GPU type with more memory for its {side}, or raise its tensor/pipeline parallelism")
+        what = ("its model" if side == "rollout" else
+                "its model's training state with its trainer replicas (tp x pp x dp) and its reference engine beside them")
+        return Unplaced(job=job.name, reason="no-pool",
+                        message=f"no GPU type can run its {side} (its {side} table is empty: no pool of an allowed type holds {what})",
+                        fix=(f"allow a GPU type with more memory for its {side}, or raise its tensor/pipeline parallelism"
+                             + ("" if side == "rollout" else ", or give it more training nodes (trainer.nodes) or a smaller trainer.dp")))
     pools = inst.pool_types
     unfit = dram_short(job.dram_rollout_node_gb, job.train_state_gb, job.rollout_s, job.train_s,
                         {t: p.dram_gb for t, p in pools.items()}, {t: p.count for t, p in pools.items()})

@@ -162,6 +162,24 @@ def job_components(spec: JobSpec, p: Pools, dram_gb: tuple[float, float]) -> lis
     return out
 
 
+def layout_problem(spec: JobSpec, rollout_type: str, rollout_gpus_per_node: int, train_type: str, train_gpus_per_node: int,
+                   train_nodes: int) -> Optional[str]:
+    """Why the job cannot be laid out as one member on ``train_nodes`` training nodes of ``train_type``
+    with rollout nodes of ``rollout_type`` (the message :func:`job_components` would refuse it with),
+    or None where it can. The placement model offers a job only the training pool sizes where this is
+    None, so that a plan never places a job its apply then refuses (a tp-8 trainer and a tp-8
+    reference on one 8-GPU training node beside one-engine rollout nodes: the planner admitted it and
+    every apply failed). The rollout side only decides whether a rollout engine slot can take the
+    reference, the same on every rollout node, so one rollout node stands for any number."""
+    pools = Pools("g", rollout_type, ("r-0",), rollout_gpus_per_node, train_type,
+                  tuple(f"t-{i}" for i in range(train_nodes)), train_gpus_per_node)
+    try:
+        job_components(spec, pools, (0.0, 0.0))
+    except UserError as e:
+        return e.problems[0].message
+    return None
+
+
 def reservations(group: str, nodes: list[tuple[str, str, int]]) -> list[dict]:
     """The group's reservation of each of its pool nodes: (node, GPU type, GPUs)."""
     return [{"name": f"{group}/pool-{n}", "role": "service", "gpu_type": t, "gpus_per_worker": g, "placement": {n: 1},

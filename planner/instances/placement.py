@@ -14,7 +14,8 @@ size of ``POOL_SIZES`` from the job's own ``rollout.nodes`` up to the nodes of t
 group's rollout pool may be larger than what the job needs, and every member's rollout runs on
 the whole pool); training seconds at every size from ``trainer.nodes`` up (data parallelism
 fills the pool; a job that fixes ``trainer.dp`` trains on exactly ``trainer.nodes``), where the
-training state fits and ``tp x pp`` divides the pool's GPUs; weight sync per (rollout type,
+training state fits, ``tp x pp`` divides the pool's GPUs and the job's components can be laid out
+(its trainer replicas beside its reference engine, :func:`planner.apply.layout.layout_problem`); weight sync per (rollout type,
 training type) at the job's own node counts (the same figure as its solo iteration time, which a
 ratio SLO is relative to; across pool sizes it varies by well under a second); host DRAM per rollout node and
 the whole training state (spread over the training pool's nodes). The SLO is the scenario's
@@ -34,6 +35,8 @@ from planner.schema.scenario import JobSpec, Scenario
 from simulator.phasetimes import rollout_s, switch_s, sync_s, train_s  # the one phase-time model (the simulator's)
 
 POOL_SIZES = (1, 2, 3, 4, 6, 8)
+#: training nodes past ``trainer.nodes`` tried for a job whose components do not fit its own count
+LAYOUT_MORE_NODES = 4
 
 
 def _sizes(least: int, most: int) -> list[int]:
@@ -59,15 +62,31 @@ def _bounded(job: JobSpec, what: str, v: float) -> None:
 def train_pool_sizes(job: JobSpec, view: ClusterView, est: JobEstimate) -> dict[str, list[int]]:
     """By training type, the pool sizes the placement model offers the job: from ``trainer.nodes``
     up to the type's nodes (exactly ``trainer.nodes`` when it fixes ``trainer.dp``), where
-    ``tp x pp`` divides the pool's GPUs and the training state fits. Types with none are left out."""
+    ``tp x pp`` divides the pool's GPUs, the training state fits and ``planner apply`` can lay the
+    job's components out (:func:`_laid_out`; where they do not fit ``trainer.nodes``, from the fewest
+    nodes they fit, so that a fleet too small shows as a shortage of nodes). Types with none are left out."""
     mp = job.trainer.tp * job.trainer.pp
     out: dict[str, list[int]] = {}
     for t in est.train_types:
+        least = job.trainer.nodes
+        if job.trainer.dp is None:  # the fewest nodes its trainer and reference fit (a tp-8 trainer and reference: 2 of 8 GPUs)
+            least = next((n for n in range(least, least + LAYOUT_MORE_NODES + 1) if _laid_out(job, view, est, t, n)), least)
         most = job.trainer.nodes if job.trainer.dp is not None else view.nodes_of(t)
-        sizes = [n for n in _sizes(job.trainer.nodes, most) if view.pool(t, n).gpus % mp == 0 and fits_training(est.profile, view.pool(t, n))]
+        sizes = [n for n in _sizes(least, most) if view.pool(t, n).gpus % mp == 0 and fits_training(est.profile, view.pool(t, n))
+                 and _laid_out(job, view, est, t, n)]
         if sizes:
             out[t] = sizes
     return out
+
+
+def _laid_out(job: JobSpec, view: ClusterView, est: JobEstimate, train_type: str, nodes: int) -> bool:
+    """Whether the job's components fit ``nodes`` training nodes of ``train_type`` beside rollout nodes
+    of every rollout type it may use (:func:`planner.apply.layout.layout_problem`: its trainer
+    replicas, critic and reference engine; what ``planner apply`` will lay out)."""
+    from planner.apply.layout import layout_problem
+
+    return all(layout_problem(job, r, view.gpus_per_node(r), train_type, view.gpus_per_node(train_type), nodes) is None
+               for r in est.rollout_types)
 
 
 def train_state_gb(job: JobSpec, est: JobEstimate) -> float:
