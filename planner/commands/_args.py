@@ -172,3 +172,19 @@ def _file_key(path: str) -> tuple:
     except OSError:
         return ("path", os.path.realpath(path))
     return ("inode", st.st_dev, st.st_ino)
+
+
+def check_backend_flags(args, address_flag: str = "--address") -> None:
+    """Refuse flags of the other backend instead of ignoring them: ``--address local`` with the
+    default ``--backend sim`` applied to the simulated cluster in ``.rl-planner/`` while the user
+    meant a Ray cluster (found by hand, 2026-12-08), and ``--sim-state`` with ``--backend ray``
+    named a file nothing read."""
+    from planner.errors import Problem, UserError
+
+    address = getattr(args, address_flag.lstrip("-").replace("-", "_"), None)
+    if args.backend == "sim" and address:
+        raise UserError(Problem(address_flag, f"'{address}' names a Ray cluster, but the backend is sim (the default), which "
+                                              "never reads it", f"add --backend ray to use that cluster, or drop {address_flag}"))
+    if args.backend != "sim" and getattr(args, "sim_state", None):
+        raise UserError(Problem("--sim-state", f"names a simulated cluster's file, but the backend is {args.backend}, which "
+                                               "never reads it", "drop --sim-state, or use --backend sim"))

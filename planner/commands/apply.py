@@ -82,6 +82,9 @@ def _run(args, held) -> int:
         held.callback(close_backend, b)
         return b
 
+    from planner.commands._args import check_backend_flags
+
+    check_backend_flags(args)
     for name in ("start_timeout", "call_timeout"):
         if getattr(args, name) <= 0:
             raise UserError(Problem(f"--{name.replace('_', '-')}", f"must be > 0, got {getattr(args, name)}", "give seconds, e.g. 30"))

@@ -164,6 +164,9 @@ def run(args) -> int:
                     ("--sim-requests", args.sim_requests)):
         if not v >= 0:
             raise UserError(Problem(flag, f"must be >= 0, got {v}"))
+    from planner.commands._args import check_backend_flags
+
+    check_backend_flags(args, "--ray-address")
     for flag, on in (("--sim-requests", args.sim_requests > 0), ("--sim-telemetry", args.sim_telemetry)):
         if on and args.backend != "sim":
             raise UserError(Problem(flag, f"simulates work on the simulated cluster; the {args.backend} backend runs real work",

@@ -30,7 +30,9 @@ def run(args) -> int:
     from executor.journal import Journal
     from executor.progress import state_table
     from executor.session import journal_path, open_backend
+    from planner.commands._args import check_backend_flags
 
+    check_backend_flags(args)
     if args.backend == "sim":
         from executor.session import missing_modules, sim_state_path
 
