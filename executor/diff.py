@@ -13,7 +13,15 @@ Every component that differs becomes a *unit* of steps, chosen by its migration 
   before it starts; a plan picks it when there is no room for both copies);
 * **add** / **remove**: components new to the plan, or gone from it (a co-execution group's
   reservation of a node is a component of its own, so a pool grows and shrinks node by node);
-* **park** / **restore**: a reboot staged in two units (see below).
+* **park** / **restore**: a reboot staged in two units (see below);
+* **replace**: a component every worker of which is dead (its processes gone, on live nodes):
+  there is nothing to migrate from, so the dead workers are reaped (stopped, unregistered) and
+  new ones created in their place, as an addition would. What the dead workers held is gone: an
+  engine's requests wait in the ledger and go to the new engines, a service starts empty, a
+  trainer restarts from the checkpoint of a staged reboot that parked it, else from its initial
+  state, and only if it never committed an optimizer step (its initial state is then all it
+  had); a trainer that did is refused (:func:`lost_state`): the executor keeps no checkpoint of a
+  running trainer.
 
 Capacity follows :mod:`executor.capacity` (members of a co-execution group share its reserved
 GPUs in time). Units are ordered by :mod:`executor.order` so that at every intermediate state no
@@ -120,6 +128,9 @@ def validate_target(observed: ClusterState, target: ClusterState) -> list[Proble
             probs.append(Problem(f"node {k[3]}", f"the plan itself gives job {k[2]} {v} GPUs inside group {k[1]}'s reservation of "
                                                  f"{slots.get(('res', k[1], k[3]), 0)}",
                                  "a member's workers (all its components together) must fit in what its group reserves on the node"))
+    for name, why in sorted(lost_state(observed).items()):
+        if name in target.components:
+            probs.append(Problem(f"components[{name}]", why, LOST_FIX))
     for c in observed.components.values():
         dead = [w for w in c.live_workers() if w.node in nodes and not nodes[w.node].alive]
         t = target.components.get(c.name)
@@ -137,8 +148,29 @@ def validate_target(observed: ClusterState, target: ClusterState) -> list[Proble
     return probs
 
 
-LOST_FIX = ("the trainer's state went with the node: leave the component out of the plan (its workers are reaped), "
+LOST_FIX = ("the trainer's state went with its ranks: leave the component out of the plan (its workers are reaped), "
             "then add it back, from its initial state or your framework's own checkpoint")
+
+
+def all_dead(o: Component, nodes: dict) -> bool:
+    """Every worker of ``o`` that holds resources is dead (its process gone), and none sits on a dead
+    node (a P2P or reboot from those is refused above: the plan must move the component first)."""
+    ws = o.live_workers()
+    return bool(ws) and all(w.status == "dead" and (w.node not in nodes or nodes[w.node].alive) for w in ws)
+
+
+def lost_state(observed: ClusterState) -> dict[str, str]:
+    """Trainer components whose every rank is dead and whose state nothing holds any more: each
+    committed optimizer steps (so its initial state is not its state) and no staged reboot parked
+    it in a checkpoint. (The executor checkpoints a trainer only during a reboot, until its switch.)"""
+    out = {}
+    for c in observed.components.values():
+        steps = observed.trained.get(c.name, 0)
+        if c.role == "trainer" and all_dead(c, observed.nodes) and steps and c.name not in observed.parked:
+            ids = ", ".join(w.id for w in sorted(c.live_workers(), key=lambda w: w.index))
+            out[c.name] = (f"every rank of {c.name} is dead ({ids}: their processes are gone) and its state with them: it "
+                           f"committed {steps} optimizer step(s), and the executor keeps no checkpoint of a running trainer")
+    return out
 
 
 # ----------------------------------------------------------------------------- units
@@ -364,6 +396,27 @@ def _unit_add(t: Component, generation: int = 1, reserved: Reserved = frozenset(
     return u
 
 
+def _unit_replace(o: Component, t: Component, reserved: Reserved, parked: Optional[dict]) -> Unit:
+    """Every worker of ``o`` is dead: reap them (their resources come back), then create ``t``'s
+    workers anew, restored from the component's parked checkpoint when it has one."""
+    dead = sorted(o.live_workers(), key=lambda w: w.index)
+    if parked is not None:
+        u = _unit_unpark(parked, t, reserved)
+    else:
+        u = _unit_add(t, o.generation + 1, reserved)
+        u.id, u.kind = f"{t.name}/replace", "replace"
+        for s in u.steps:
+            s.unit = u.id
+            s.id = s.id.replace(f"{t.name}/add/", f"{t.name}/replace/", 1)
+        u.steps[-1].args["retired"] = [w.id for w in dead]
+    u.cause = (f"every worker of {t.name} is dead ({', '.join(w.id for w in dead)}): they are reaped and "
+               f"{t.worker_count} new one(s) take their place" + (f" from checkpoint {parked['checkpoint']}" if parked else ""))
+    stops = [_step(u, "stop", w.id, f"{w.id} on {w.node} is dead (its process is gone): reaped, its resources given back",
+                   _wargs(w, o)) for w in dead]
+    u.steps[:0] = stops
+    return u
+
+
 def _unit_remove(o: Component) -> Unit:
     u = Unit(f"{o.name}/remove", o.name, "remove", f"{o.name} is not in the plan")
     ws = sorted(o.live_workers(), key=lambda w: w.index)
@@ -392,6 +445,8 @@ def build_units(observed: ClusterState, target: ClusterState) -> list[Unit]:
                 units.append(_unit_add(t, (o.generation + 1) if o else 1, reserved))
         elif t is None:
             units.append(_unit_remove(o))
+        elif all_dead(o, observed.nodes):  # nothing to migrate from (a trainer whose state is lost was refused)
+            units.append(_unit_replace(o, t, reserved, observed.parked.get(name)))
         elif _needs_change(o, t, reserved):
             units.append({"workload": _unit_workload, "p2p": _unit_p2p, "reboot": _unit_reboot}[t.migration](o, t, reserved))
     return units
@@ -399,6 +454,16 @@ def build_units(observed: ClusterState, target: ClusterState) -> list[Unit]:
 
 def _free_capacity(observed: ClusterState) -> Free:
     return observed.slots(dead_free_zero=True)
+
+
+def _replace_note(u: Unit, observed: ClusterState) -> str:
+    """What a replace unit's new workers start from (the plan's notes say it: the dead ones' state is gone)."""
+    o = observed.components[u.component]
+    start = {"trainer": "their initial state (it never committed an optimizer step)",
+             "rollout": "nothing: the dead engines' unfinished requests wait in the ledger and go to them"}.get(o.role, "an empty state")
+    if u.kind == "restore":
+        start = f"checkpoint {observed.parked[u.component]['checkpoint']} (a staged reboot parked it)"
+    return f"{u.component}: every worker was dead; new ones replace them, from {start}"
 
 
 def diff(observed: ClusterState, target: ClusterState, *, stage: bool = False, budget: int = 50_000) -> StepPlan:
@@ -421,6 +486,7 @@ def diff(observed: ClusterState, target: ClusterState, *, stage: bool = False, b
         return staged(observed.components[u.component], target.components[u.component], reserved, why)
 
     ordered, reasons, notes = order_units(units, _free_capacity(observed), budget=budget, split=split if stage else None)
+    notes = [_replace_note(u, observed) for u in units if u.steps and u.steps[0].kind == "stop" and u.kind in ("replace", "restore")] + notes
     if ordered is None:
         fixes = ("give the components that grow room on other nodes, or choose migration 'reboot' for a component "
                  "whose old and new copies cannot both fit (it stops before it restarts)"

@@ -204,6 +204,17 @@ class ExecutorApplier:
         live = _trainers_running(observe(self.backend))
         return {j: "the cluster runs no trainer worker of it" for j in sorted(target.jobs()) if j not in live}
 
+    def lost(self, target: Placement) -> dict[str, str]:
+        """The members of ``target`` whose training state went with their workers, and why: every
+        trainer rank dead, steps committed, no checkpoint (:func:`executor.diff.lost_state`). A restore
+        cannot bring them back (the executor refuses it): the daemon fails them instead."""
+        from executor.backends.base import observe
+        from executor.diff import lost_state
+
+        jobs = set(target.jobs())
+        return {name.split("/", 1)[0]: why for name, why in sorted(lost_state(observe(self.backend)).items())
+                if name.split("/", 1)[0] in jobs}
+
     def _sim_telemetry(self, obs: Observation, now: float) -> list:
         from executor.backends.base import observe
         from formulation.realloc.telemetry import TelemetrySnapshot
