@@ -14,9 +14,10 @@ Every component that differs becomes a *unit* of steps, chosen by its migration 
 * **add** / **remove**: components new to the plan, or gone from it (a co-execution group's
   reservation of a node is a component of its own, so a pool grows and shrinks node by node);
 * **park** / **restore**: a reboot staged in two units (see below);
-* **replace**: a component every worker of which is dead (its processes gone, on live nodes):
-  there is nothing to migrate from, so the dead workers are reaped (stopped, unregistered) and
-  new ones created in their place, as an addition would. What the dead workers held is gone: an
+* **replace**: a component every worker of which is dead (its processes gone, on live nodes), or
+  a trainer with a dead rank (a P2P copy and a reboot read every rank's shards): there is nothing
+  to migrate from, so its workers are stopped, the dead ones reaped, and new ones created in their
+  place, as an addition would. What the dead workers held is gone: an
   engine's requests wait in the ledger and go to the new engines, a service starts empty, a
   trainer restarts from the checkpoint of a staged reboot that parked it, else from its initial
   state, and only if it never committed an optimizer step (its initial state is then all it
@@ -152,24 +153,32 @@ LOST_FIX = ("the trainer's state went with its ranks: leave the component out of
             "then add it back, from its initial state or your framework's own checkpoint")
 
 
-def all_dead(o: Component, nodes: dict) -> bool:
-    """Every worker of ``o`` that holds resources is dead (its process gone), and none sits on a dead
-    node (a P2P or reboot from those is refused above: the plan must move the component first)."""
+def dead_workers(o: Component, nodes: dict) -> list[Worker]:
+    """The dead workers (their processes gone) of ``o`` when it has nothing to migrate from: every
+    worker dead, or for a trainer any rank (a P2P copy and a reboot read every rank's shards); else
+    []. Also [] when one sits on a dead node (a P2P or reboot from those is refused above, whatever
+    the plan: it must move the component first)."""
     ws = o.live_workers()
-    return bool(ws) and all(w.status == "dead" and (w.node not in nodes or nodes[w.node].alive) for w in ws)
+    dead = [w for w in ws if w.status == "dead"]
+    if not dead or any(w.node in nodes and not nodes[w.node].alive for w in ws):
+        return []
+    return sorted(dead, key=lambda w: w.index) if o.role == "trainer" or len(dead) == len(ws) else []
 
 
 def lost_state(observed: ClusterState) -> dict[str, str]:
-    """Trainer components whose every rank is dead and whose state nothing holds any more: each
-    committed optimizer steps (so its initial state is not its state) and no staged reboot parked
-    it in a checkpoint. (The executor checkpoints a trainer only during a reboot, until its switch.)"""
+    """Trainer components with a dead rank whose state nothing holds any more: each committed
+    optimizer steps (so its initial state is not its state) and no staged reboot parked it in a
+    checkpoint. (The executor checkpoints a trainer only during a reboot, until its switch.)"""
     out = {}
     for c in observed.components.values():
         steps = observed.trained.get(c.name, 0)
-        if c.role == "trainer" and all_dead(c, observed.nodes) and steps and c.name not in observed.parked:
-            ids = ", ".join(w.id for w in sorted(c.live_workers(), key=lambda w: w.index))
-            out[c.name] = (f"every rank of {c.name} is dead ({ids}: their processes are gone) and its state with them: it "
-                           f"committed {steps} optimizer step(s), and the executor keeps no checkpoint of a running trainer")
+        dead = dead_workers(c, observed.nodes) if c.role == "trainer" else []
+        if dead and steps and c.name not in observed.parked:
+            every = len(dead) == len(c.live_workers())
+            out[c.name] = (f"{'every rank' if every else 'rank(s) ' + ', '.join(w.id for w in dead)} of {c.name} "
+                           f"{'is' if every else 'are'} dead ({', '.join(w.id for w in dead) + ': ' if every else ''}their processes "
+                           f"are gone) and {'its state' if every else 'their shards'} with them (a P2P copy and a reboot read every "
+                           f"rank's shards): it committed {steps} optimizer step(s), and the executor keeps no checkpoint of a running trainer")
     return out
 
 
@@ -230,6 +239,11 @@ def _unit_workload(o: Component, t: Component, reserved: Reserved) -> Unit:
              f"engine placement {o.placement_counts()} -> {want}{cause_shape}: workload migration keeps {len(kept)} engine(s), "
              f"adds {len(new)}, releases {len(released)}")
     kept_ids = [w.id for w in kept] + [w.id for w in new]
+    dead = [w for w in released if w.status == "dead"]  # nothing to drain or hand off: reaped first, their room freed
+    released = [w for w in released if w.status != "dead"]
+    for w in dead:
+        u.steps.append(_step(u, "stop", w.id, f"engine {w.id} on {w.node} is dead (its process is gone): reaped before any "
+                                              f"engine is started; its requests go to the engines that stay", _wargs(w, o)))
     for w in new:
         u.steps.append(_step(u, "create", w.id, f"target has {want.get(w.node, 0)} engine(s) of {t.name} on {w.node}; "
                                                f"started before any engine is released (create-before-destroy)",
@@ -243,9 +257,9 @@ def _unit_workload(o: Component, t: Component, reserved: Reserved) -> Unit:
         for w in released:
             u.steps.append(_step(u, "stop", w.id, f"engine {w.id} on {w.node} released after its requests were handed off",
                                  _wargs(w, o)))
-    if not released and new:
+    if not released and (new or dead):
         u.steps.append(_step(u, "switch", "", f"the new engines of {t.name} join the serving set",
-                             {"active": kept_ids, "retired": [], "generation": gen}))
+                             {"active": kept_ids, "retired": [w.id for w in dead], "generation": gen}))
     return u
 
 
@@ -396,10 +410,11 @@ def _unit_add(t: Component, generation: int = 1, reserved: Reserved = frozenset(
     return u
 
 
-def _unit_replace(o: Component, t: Component, reserved: Reserved, parked: Optional[dict]) -> Unit:
-    """Every worker of ``o`` is dead: reap them (their resources come back), then create ``t``'s
-    workers anew, restored from the component's parked checkpoint when it has one."""
-    dead = sorted(o.live_workers(), key=lambda w: w.index)
+def _unit_replace(o: Component, t: Component, reserved: Reserved, parked: Optional[dict], dead: list[Worker]) -> Unit:
+    """``o`` has nothing to migrate from (:func:`dead_workers`): stop its workers, the dead ones
+    reaped (their resources come back), then create ``t``'s workers anew, restored from the
+    component's parked checkpoint when it has one."""
+    old = sorted(o.live_workers(), key=lambda w: w.index)
     if parked is not None:
         u = _unit_unpark(parked, t, reserved)
     else:
@@ -408,11 +423,14 @@ def _unit_replace(o: Component, t: Component, reserved: Reserved, parked: Option
         for s in u.steps:
             s.unit = u.id
             s.id = s.id.replace(f"{t.name}/add/", f"{t.name}/replace/", 1)
-        u.steps[-1].args["retired"] = [w.id for w in dead]
-    u.cause = (f"every worker of {t.name} is dead ({', '.join(w.id for w in dead)}): they are reaped and "
-               f"{t.worker_count} new one(s) take their place" + (f" from checkpoint {parked['checkpoint']}" if parked else ""))
-    stops = [_step(u, "stop", w.id, f"{w.id} on {w.node} is dead (its process is gone): reaped, its resources given back",
-                   _wargs(w, o)) for w in dead]
+        u.steps[-1].args["retired"] = [w.id for w in old]
+    some = "" if len(dead) == len(old) else f" (the other {len(old) - len(dead)} rank(s) hold their initial state only: stopped too)"
+    u.cause = (f"{'every worker' if not some else 'rank(s)'} of {t.name} {'is' if not some else 'are'} dead "
+               f"({', '.join(w.id for w in dead)}){some}: they are reaped and {t.worker_count} new one(s) take their place"
+               + (f" from checkpoint {parked['checkpoint']}" if parked else ""))
+    stops = [_step(u, "stop", w.id, f"{w.id} on {w.node} is dead (its process is gone): reaped, its resources given back"
+                   if w in dead else f"{w.id} on {w.node} is stopped: its component restarts (its other ranks are dead)",
+                   _wargs(w, o)) for w in old]
     u.steps[:0] = stops
     return u
 
@@ -445,8 +463,8 @@ def build_units(observed: ClusterState, target: ClusterState) -> list[Unit]:
                 units.append(_unit_add(t, (o.generation + 1) if o else 1, reserved))
         elif t is None:
             units.append(_unit_remove(o))
-        elif all_dead(o, observed.nodes):  # nothing to migrate from (a trainer whose state is lost was refused)
-            units.append(_unit_replace(o, t, reserved, observed.parked.get(name)))
+        elif dead_workers(o, observed.nodes):  # nothing to migrate from (a trainer whose state is lost was refused)
+            units.append(_unit_replace(o, t, reserved, observed.parked.get(name), dead_workers(o, observed.nodes)))
         elif _needs_change(o, t, reserved):
             units.append({"workload": _unit_workload, "p2p": _unit_p2p, "reboot": _unit_reboot}[t.migration](o, t, reserved))
     return units
@@ -463,7 +481,8 @@ def _replace_note(u: Unit, observed: ClusterState) -> str:
              "rollout": "nothing: the dead engines' unfinished requests wait in the ledger and go to them"}.get(o.role, "an empty state")
     if u.kind == "restore":
         start = f"checkpoint {observed.parked[u.component]['checkpoint']} (a staged reboot parked it)"
-    return f"{u.component}: every worker was dead; new ones replace them, from {start}"
+    every = "every worker was dead" if all(w.status == "dead" for w in o.live_workers()) else "some ranks were dead"
+    return f"{u.component}: {every}; new ones replace them, from {start}"
 
 
 def diff(observed: ClusterState, target: ClusterState, *, stage: bool = False, budget: int = 50_000) -> StepPlan:

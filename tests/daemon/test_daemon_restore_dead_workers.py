@@ -94,3 +94,23 @@ def test_a_running_job_whose_trained_trainer_died_fails_naming_why_and_is_not_re
     assert dep["outcome"] == "applied" and "training state" in " ".join(dep["reasons"]), dep
     assert not _components(w, "a") or all(not c.live_workers() for c in _components(w, "a").values()), "reaped"
     assert w.state("b") is JobState.RUNNING and w.sim.backend.leaks() == []
+
+
+@pytest.mark.parametrize("component, n", [("a/reference", 1), ("a/resident-rollout", 1), ("a/rollout", 2), ("a/trainer", 1)])
+def test_a_running_job_that_lost_some_workers_is_restored_once(tmp_path, component, n):
+    """(A job that still ran a trainer rank was not noticed: its dead reference engine, resident-state
+    holder, engines or rank stayed dead until an apply touched it, and that apply then rolled back.)"""
+    w = _running(tmp_path)
+    killed = sorted(x.id for x in _components(w, "a")[component].workers)[:n]
+    for wid in killed:
+        w.sim.backend.kill(wid)
+    w.sim._save()
+    assert w.cycle(60.0).apply == "ok"
+    (dec,) = _restores(w)
+    assert dec["outcome"] == "applied" and dec["jobs"] == ["a"] and component in " ".join(dec["reasons"]), dec
+    for name, c in _components(w, "a").items():
+        live = c.live_workers()
+        assert live and all(x.status == "running" and x.id not in killed for x in live), (name, live)
+    for t in (120.0, 180.0, 240.0):
+        w.cycle(t)
+    assert len(_restores(w)) == 1 and w.state("a") is JobState.RUNNING and w.sim.backend.leaks() == []

@@ -122,10 +122,48 @@ def test_a_parked_trainer_whose_ranks_are_dead_comes_back_from_its_checkpoint():
     assert any("checkpoint" in n and "parked" in n for n in plan.notes), plan.notes
 
 
-def test_only_some_workers_dead_is_not_a_replace():
-    """(A component that still runs a worker keeps its migration: a trainer with a live rank is not restarted.)"""
-    b, _ = _running()
-    first = next(r["id"] for r in b.coord("records") if r["component"] == TRAINER)
-    b.kill(first)
-    units = {u.component: u.kind for u in diff(observe(b), target(base_body())).units}
-    assert units.get(TRAINER) != "replace"
+def test_a_trainer_with_one_dead_rank_restarts_whole_if_it_never_trained_else_is_refused():
+    """A P2P copy (and a reboot) reads every rank's shards: from a trainer with one dead rank it rolled
+    back (exit 1). Untrained, the trainer restarts whole (its live rank held its initial state only);
+    trained, it is refused naming the dead rank (exit 2) with the way out."""
+    b, j = _running()
+    ranks = sorted(r["id"] for r in b.coord("records") if r["component"] == TRAINER)
+    b.kill(ranks[0])
+    plan = diff(observe(b), target(base_body()))
+    assert [(u.component, u.kind) for u in plan.units] == [(TRAINER, "replace")]
+    assert {s.args["worker"]["id"] for s in plan.steps if s.kind == "stop"} == set(ranks)
+    assert any("some ranks were dead" in n and "initial state" in n for n in plan.notes), plan.notes
+    assert Executor(b, j).apply(plan.steps, "again").status == "done"
+    now = [r for r in b.coord("records") if r["component"] == TRAINER]
+    assert len(now) == 2 and not {r["id"] for r in now} & set(ranks) and b.leaks() == []
+    assert all(b.train_step(TRAINER, 0))
+    b.kill(now[1]["id"])
+    with pytest.raises(Unreachable) as err:
+        diff(observe(b), target(base_body()))
+    text = str(err.value)
+    assert f"rank(s) {now[1]['id']} of {TRAINER} are dead" in text and "committed 1 optimizer step(s)" in text, text
+
+
+def test_some_dead_engines_are_released_by_the_workload_migration_and_no_request_is_lost():
+    """(A rollout that still runs an engine keeps its migration: the live engines stay, the dead are released.)"""
+    b, j = _running()
+    router.submit(b, ROLLOUT, router.make_requests(ROLLOUT, 20, prompts=4, prompt_len=8, seed=1))
+    b.tick(2)
+    engines = sorted(r["id"] for r in b.coord("records") if r["component"] == ROLLOUT)
+    for wid in engines[:2]:
+        b.kill(wid)
+    plan = diff(observe(b), target(base_body()))
+    assert [(u.component, u.kind) for u in plan.units] == [(ROLLOUT, "workload")]
+    kinds = [(s.kind, s.args.get("worker", {}).get("id")) for s in plan.steps]
+    assert kinds[:2] == [("stop", engines[0]), ("stop", engines[1])], "the dead are reaped first: their room is free at once"
+    assert not [s.id for s in plan.steps if s.kind in ("drain", "handoff")], "nothing to drain or hand off from the dead"
+    assert Executor(b, j).apply(plan.steps, "again").status == "done"
+    now = {r["id"] for r in b.coord("records") if r["component"] == ROLLOUT}
+    assert engines[2] in now and not now & set(engines[:2]) and len(now) == 3 and b.leaks() == []
+    for _ in range(200):
+        if all(r["done"] for r in b.coord("request_records")):
+            break
+        b.tick(20)
+    ref = expected("")
+    done = b.coord("request_records")
+    assert len(done) == 20 and all(r["done"] and r["output"] == ref(r)[0] for r in done)
