@@ -337,7 +337,8 @@ def _unit_p2p(o: Component, t: Component, reserved: Reserved) -> Unit:
 
 
 def _save_step(u: Unit, o: Component, ckpt: str, gen: int, park: bool = False) -> Step:
-    workers = [w.id for w in sorted(o.live_workers(), key=lambda w: w.index)]
+    # (a dead engine has nothing to save: its requests wait in the ledger, with the output it last reported)
+    workers = [w.id for w in sorted(o.live_workers(), key=lambda w: w.index) if not (o.role == "rollout" and w.status == "dead")]
     args: dict[str, object] = {"workers": workers, "checkpoint": ckpt, "generation": gen}
     if park:  # where the state waits while the component is stopped (the next diff restores from it)
         args["park"] = {"checkpoint": ckpt, "layout": vars(o.layout) | {}, "count": len(workers), "generation": gen,

@@ -114,3 +114,28 @@ def test_a_running_job_that_lost_some_workers_is_restored_once(tmp_path, compone
     for t in (120.0, 180.0, 240.0):
         w.cycle(t)
     assert len(_restores(w)) == 1 and w.state("a") is JobState.RUNNING and w.sim.backend.leaks() == []
+
+
+def test_a_restore_interrupted_mid_apply_is_resumed_and_the_job_runs_again(tmp_path):
+    """(SIGTERM after a few of the restore's steps, the dead workers of some components reaped: the
+    next start resumes the journaled steps on an executor built again from its files.)"""
+    w = _running(tmp_path)
+    dead = _kill_job(w, "a")
+    calls = {"n": 0}
+    real = w.loop.stop.is_set
+
+    def stop_after_three_steps():
+        calls["n"] += 1
+        return calls["n"] > 3
+
+    w.loop.stop.is_set = stop_after_three_steps
+    assert w.cycle(60.0).apply == "interrupted"
+    w.loop.stop.is_set = real
+    for t in (120.0, 180.0, 240.0):
+        w.cycle(t)
+    w.sim = w.loop.executor  # (the loop built it again from its files)
+    assert [d["outcome"] for d in _restores(w)] == ["applied"], _restores(w)
+    for name, c in _components(w, "a").items():
+        live = c.live_workers()
+        assert live and all(x.status == "running" and x.id not in dead for x in live), (name, live)
+    assert w.sim.backend.leaks() == [] and w.state("a") is JobState.RUNNING

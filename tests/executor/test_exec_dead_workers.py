@@ -167,3 +167,33 @@ def test_some_dead_engines_are_released_by_the_workload_migration_and_no_request
     ref = expected("")
     done = b.coord("request_records")
     assert len(done) == 20 and all(r["done"] and r["output"] == ref(r)[0] for r in done)
+
+
+def test_a_rollout_reboot_with_a_dead_engine_saves_the_live_ones_and_loses_no_request():
+    """A reboot (and a staged park, the same save) drained and exported every engine, the dead one
+    too: WorkerLost, rolled back on every try. The dead engine has nothing to save: its requests wait
+    in the ledger with the output it last reported and finish on the restarted engines."""
+    b = SimBackend(NODES, ticks_per_call=1)
+    j = Journal(":memory:")
+    body = base_body()
+    body["components"][0]["migration"] = "reboot"
+    assert Executor(b, j).apply(diff(observe(b), target(body)).steps, "base").status == "done"
+    router.submit(b, ROLLOUT, router.make_requests(ROLLOUT, 20, prompts=4, prompt_len=8, seed=1))
+    b.tick(2)
+    engines = sorted(r["id"] for r in b.coord("records") if r["component"] == ROLLOUT)
+    b.kill(engines[0])
+    body["components"][0]["placement"] = {"a": 2, "b": 1}
+    plan = diff(observe(b), target(body))
+    assert [(u.component, u.kind) for u in plan.units] == [(ROLLOUT, "reboot")]
+    (save,) = [s for s in plan.steps if s.kind == "save"]
+    assert engines[0] not in save.args["workers"]
+    res = Executor(b, j).apply(plan.steps, "move")
+    assert res.status == "done", res.message
+    assert not {r["id"] for r in b.coord("records")} & set(engines) and b.leaks() == []
+    for _ in range(200):
+        if all(r["done"] for r in b.coord("request_records")):
+            break
+        b.tick(20)
+    ref = expected("")
+    done = b.coord("request_records")
+    assert len(done) == 20 and all(r["done"] and r["output"] == ref(r)[0] for r in done)
