@@ -45,7 +45,7 @@ COMPENSATE: dict[str, Optional[Callable]] = {
 # the old ranks still hold the whole state, so a new rank that dies after the switch is undone.
 # A park commits at its first stop (the state is in its checkpoint from then on: roll forward and
 # restore later); a restore that fails is undone and leaves the component parked.
-COMMIT_AFTER = {"workload": "handoff", "p2p": "stop", "add": "switch", "remove": "switch", "park": "stop"}
+COMMIT_AFTER = {"workload": "handoff", "p2p": "stop", "add": "switch", "remove": "switch", "park": "stop", "replace": "switch"}
 
 
 @dataclass

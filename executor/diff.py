@@ -13,7 +13,16 @@ Every component that differs becomes a *unit* of steps, chosen by its migration 
   before it starts; a plan picks it when there is no room for both copies);
 * **add** / **remove**: components new to the plan, or gone from it (a co-execution group's
   reservation of a node is a component of its own, so a pool grows and shrinks node by node);
-* **park** / **restore**: a reboot staged in two units (see below).
+* **park** / **restore**: a reboot staged in two units (see below);
+* **replace**: a component every worker of which is dead (its processes gone, on live nodes), or
+  a trainer with a dead rank (a P2P copy and a reboot read every rank's shards): there is nothing
+  to migrate from, so its workers are stopped, the dead ones reaped, and new ones created in their
+  place, as an addition would. What the dead workers held is gone: an
+  engine's requests wait in the ledger and go to the new engines, a service starts empty, a
+  trainer restarts from the checkpoint of a staged reboot that parked it, else from its initial
+  state, and only if it never committed an optimizer step (its initial state is then all it
+  had); a trainer that did is refused (:func:`lost_state`): the executor keeps no checkpoint of a
+  running trainer.
 
 Capacity follows :mod:`executor.capacity` (members of a co-execution group share its reserved
 GPUs in time). Units are ordered by :mod:`executor.order` so that at every intermediate state no
@@ -120,6 +129,9 @@ def validate_target(observed: ClusterState, target: ClusterState) -> list[Proble
             probs.append(Problem(f"node {k[3]}", f"the plan itself gives job {k[2]} {v} GPUs inside group {k[1]}'s reservation of "
                                                  f"{slots.get(('res', k[1], k[3]), 0)}",
                                  "a member's workers (all its components together) must fit in what its group reserves on the node"))
+    for name, why in sorted(lost_state(observed).items()):
+        if name in target.components:
+            probs.append(Problem(f"components[{name}]", why, LOST_FIX))
     for c in observed.components.values():
         dead = [w for w in c.live_workers() if w.node in nodes and not nodes[w.node].alive]
         t = target.components.get(c.name)
@@ -137,8 +149,37 @@ def validate_target(observed: ClusterState, target: ClusterState) -> list[Proble
     return probs
 
 
-LOST_FIX = ("the trainer's state went with the node: leave the component out of the plan (its workers are reaped), "
+LOST_FIX = ("the trainer's state went with its ranks: leave the component out of the plan (its workers are reaped), "
             "then add it back, from its initial state or your framework's own checkpoint")
+
+
+def dead_workers(o: Component, nodes: dict) -> list[Worker]:
+    """The dead workers (their processes gone) of ``o`` when it has nothing to migrate from: every
+    worker dead, or for a trainer any rank (a P2P copy and a reboot read every rank's shards); else
+    []. Also [] when one sits on a dead node (a P2P or reboot from those is refused above, whatever
+    the plan: it must move the component first)."""
+    ws = o.live_workers()
+    dead = [w for w in ws if w.status == "dead"]
+    if not dead or any(w.node in nodes and not nodes[w.node].alive for w in ws):
+        return []
+    return sorted(dead, key=lambda w: w.index) if o.role == "trainer" or len(dead) == len(ws) else []
+
+
+def lost_state(observed: ClusterState) -> dict[str, str]:
+    """Trainer components with a dead rank whose state nothing holds any more: each committed
+    optimizer steps (so its initial state is not its state) and no staged reboot parked it in a
+    checkpoint. (The executor checkpoints a trainer only during a reboot, until its switch.)"""
+    out = {}
+    for c in observed.components.values():
+        steps = observed.trained.get(c.name, 0)
+        dead = dead_workers(c, observed.nodes) if c.role == "trainer" else []
+        if dead and steps and c.name not in observed.parked:
+            every = len(dead) == len(c.live_workers())
+            out[c.name] = (f"{'every rank' if every else 'rank(s) ' + ', '.join(w.id for w in dead)} of {c.name} "
+                           f"{'is' if every else 'are'} dead ({', '.join(w.id for w in dead) + ': ' if every else ''}their processes "
+                           f"are gone) and {'its state' if every else 'their shards'} with them (a P2P copy and a reboot read every "
+                           f"rank's shards): it committed {steps} optimizer step(s), and the executor keeps no checkpoint of a running trainer")
+    return out
 
 
 # ----------------------------------------------------------------------------- units
@@ -198,6 +239,11 @@ def _unit_workload(o: Component, t: Component, reserved: Reserved) -> Unit:
              f"engine placement {o.placement_counts()} -> {want}{cause_shape}: workload migration keeps {len(kept)} engine(s), "
              f"adds {len(new)}, releases {len(released)}")
     kept_ids = [w.id for w in kept] + [w.id for w in new]
+    dead = [w for w in released if w.status == "dead"]  # nothing to drain or hand off: reaped first, their room freed
+    released = [w for w in released if w.status != "dead"]
+    for w in dead:
+        u.steps.append(_step(u, "stop", w.id, f"engine {w.id} on {w.node} is dead (its process is gone): reaped before any "
+                                              f"engine is started; its requests go to the engines that stay", _wargs(w, o)))
     for w in new:
         u.steps.append(_step(u, "create", w.id, f"target has {want.get(w.node, 0)} engine(s) of {t.name} on {w.node}; "
                                                f"started before any engine is released (create-before-destroy)",
@@ -211,9 +257,9 @@ def _unit_workload(o: Component, t: Component, reserved: Reserved) -> Unit:
         for w in released:
             u.steps.append(_step(u, "stop", w.id, f"engine {w.id} on {w.node} released after its requests were handed off",
                                  _wargs(w, o)))
-    if not released and new:
+    if not released and (new or dead):
         u.steps.append(_step(u, "switch", "", f"the new engines of {t.name} join the serving set",
-                             {"active": kept_ids, "retired": [], "generation": gen}))
+                             {"active": kept_ids, "retired": [w.id for w in dead], "generation": gen}))
     return u
 
 
@@ -291,7 +337,8 @@ def _unit_p2p(o: Component, t: Component, reserved: Reserved) -> Unit:
 
 
 def _save_step(u: Unit, o: Component, ckpt: str, gen: int, park: bool = False) -> Step:
-    workers = [w.id for w in sorted(o.live_workers(), key=lambda w: w.index)]
+    # (a dead engine has nothing to save: its requests wait in the ledger, with the output it last reported)
+    workers = [w.id for w in sorted(o.live_workers(), key=lambda w: w.index) if not (o.role == "rollout" and w.status == "dead")]
     args: dict[str, object] = {"workers": workers, "checkpoint": ckpt, "generation": gen}
     if park:  # where the state waits while the component is stopped (the next diff restores from it)
         args["park"] = {"checkpoint": ckpt, "layout": vars(o.layout) | {}, "count": len(workers), "generation": gen,
@@ -364,6 +411,31 @@ def _unit_add(t: Component, generation: int = 1, reserved: Reserved = frozenset(
     return u
 
 
+def _unit_replace(o: Component, t: Component, reserved: Reserved, parked: Optional[dict], dead: list[Worker]) -> Unit:
+    """``o`` has nothing to migrate from (:func:`dead_workers`): stop its workers, the dead ones
+    reaped (their resources come back), then create ``t``'s workers anew, restored from the
+    component's parked checkpoint when it has one."""
+    old = sorted(o.live_workers(), key=lambda w: w.index)
+    if parked is not None:
+        u = _unit_unpark(parked, t, reserved)
+    else:
+        u = _unit_add(t, o.generation + 1, reserved)
+        u.id, u.kind = f"{t.name}/replace", "replace"
+        for s in u.steps:
+            s.unit = u.id
+            s.id = s.id.replace(f"{t.name}/add/", f"{t.name}/replace/", 1)
+        u.steps[-1].args["retired"] = [w.id for w in old]
+    some = "" if len(dead) == len(old) else f" (the other {len(old) - len(dead)} rank(s) hold their initial state only: stopped too)"
+    u.cause = (f"{'every worker' if not some else 'rank(s)'} of {t.name} {'is' if not some else 'are'} dead "
+               f"({', '.join(w.id for w in dead)}){some}: they are reaped and {t.worker_count} new one(s) take their place"
+               + (f" from checkpoint {parked['checkpoint']}" if parked else ""))
+    stops = [_step(u, "stop", w.id, f"{w.id} on {w.node} is dead (its process is gone): reaped, its resources given back"
+                   if w in dead else f"{w.id} on {w.node} is stopped: its component restarts (its other ranks are dead)",
+                   _wargs(w, o)) for w in old]
+    u.steps[:0] = stops
+    return u
+
+
 def _unit_remove(o: Component) -> Unit:
     u = Unit(f"{o.name}/remove", o.name, "remove", f"{o.name} is not in the plan")
     ws = sorted(o.live_workers(), key=lambda w: w.index)
@@ -392,6 +464,8 @@ def build_units(observed: ClusterState, target: ClusterState) -> list[Unit]:
                 units.append(_unit_add(t, (o.generation + 1) if o else 1, reserved))
         elif t is None:
             units.append(_unit_remove(o))
+        elif dead_workers(o, observed.nodes):  # nothing to migrate from (a trainer whose state is lost was refused)
+            units.append(_unit_replace(o, t, reserved, observed.parked.get(name), dead_workers(o, observed.nodes)))
         elif _needs_change(o, t, reserved):
             units.append({"workload": _unit_workload, "p2p": _unit_p2p, "reboot": _unit_reboot}[t.migration](o, t, reserved))
     return units
@@ -399,6 +473,17 @@ def build_units(observed: ClusterState, target: ClusterState) -> list[Unit]:
 
 def _free_capacity(observed: ClusterState) -> Free:
     return observed.slots(dead_free_zero=True)
+
+
+def _replace_note(u: Unit, observed: ClusterState) -> str:
+    """What a replace unit's new workers start from (the plan's notes say it: the dead ones' state is gone)."""
+    o = observed.components[u.component]
+    start = {"trainer": "their initial state (it never committed an optimizer step)",
+             "rollout": "nothing: the dead engines' unfinished requests wait in the ledger and go to them"}.get(o.role, "an empty state")
+    if u.kind == "restore":
+        start = f"checkpoint {observed.parked[u.component]['checkpoint']} (a staged reboot parked it)"
+    every = "every worker was dead" if all(w.status == "dead" for w in o.live_workers()) else "some ranks were dead"
+    return f"{u.component}: {every}; new ones replace them, from {start}"
 
 
 def diff(observed: ClusterState, target: ClusterState, *, stage: bool = False, budget: int = 50_000) -> StepPlan:
@@ -421,6 +506,7 @@ def diff(observed: ClusterState, target: ClusterState, *, stage: bool = False, b
         return staged(observed.components[u.component], target.components[u.component], reserved, why)
 
     ordered, reasons, notes = order_units(units, _free_capacity(observed), budget=budget, split=split if stage else None)
+    notes = [_replace_note(u, observed) for u in units if u.steps and u.steps[0].kind == "stop" and u.kind in ("replace", "restore")] + notes
     if ordered is None:
         fixes = ("give the components that grow room on other nodes, or choose migration 'reboot' for a component "
                  "whose old and new copies cannot both fit (it stops before it restarts)"

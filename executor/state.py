@@ -150,6 +150,8 @@ class ClusterState:
     # Observed only: components a staged reboot stopped and has not restored yet, with their checkpoint
     # ({"checkpoint", "layout", "count", "generation"}): the next diff restores them from it.
     parked: dict[str, dict] = field(default_factory=dict)
+    # Observed only: trainer components -> optimizer steps they committed (none: still their initial state).
+    trained: dict[str, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ capacity
     def workers(self) -> Iterable[Worker]:
@@ -198,6 +200,7 @@ class ClusterState:
                 for c in sorted(self.components.values(), key=lambda c: c.name)
             ],
             **({"parked": {k: dict(v) for k, v in sorted(self.parked.items())}} if self.parked else {}),
+            **({"trained": dict(sorted(self.trained.items()))} if self.trained else {}),
         }
 
     @classmethod
@@ -212,6 +215,7 @@ class ClusterState:
             comp = Component(**c, layout=layout, workers=workers)
             st.components[comp.name] = comp
         st.parked = {k: dict(v) for k, v in data.get("parked", {}).items()}
+        st.trained = {k: int(v) for k, v in data.get("trained", {}).items()}
         return st
 
     def to_json(self) -> str:

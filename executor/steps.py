@@ -97,7 +97,7 @@ class Unit:
 
     id: str
     component: str
-    kind: str  # workload | p2p | reboot | add | remove | park | restore
+    kind: str  # workload | p2p | reboot | add | remove | park | restore | replace
     cause: str
     steps: list[Step] = field(default_factory=list)
     after: list[str] = field(default_factory=list)  # units that must be done first (a restore after its park)

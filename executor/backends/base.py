@@ -82,6 +82,7 @@ def observe(backend: Backend) -> ClusterState:
                                 dram_gb=rec["dram_gb"], index=rec["index"], epoch=rec.get("epoch", 0),
                                 generation=rec.get("generation", 0), status=status, share=rec.get("share", "")))
     st.parked = backend.coord("parked_components")
+    st.trained = backend.coord("committed_steps")
     for c in st.components.values():
         c.generation = max([c.generation] + [w.generation for w in c.workers])
         if c.role == "trainer":

@@ -374,6 +374,12 @@ class Coordinator:
             self._save(events=(("commit", dict(rec, component=component)),))
             return True
 
+    def committed_steps(self) -> dict[str, int]:
+        """Per trainer component, how many optimizer steps it committed (any generation): a trainer
+        that committed none still holds its initial state, so new ranks can take its place."""
+        with self._lock:
+            return {c: len({x["step"] for x in v}) for c, v in self.commits.items() if v}
+
     def put_checkpoint(self, worker_id: str, epoch: int, key: str, blob: Any) -> bool:
         with self._lock:
             if not self._fence(worker_id, epoch, f"save checkpoint {key}"):

@@ -349,12 +349,18 @@ class Loop:
         no live trainer worker), e.g. a daemon restarted on a fresh local Ray cluster or workers lost
         with their node. Phase 4 applies the plan in force again for them (a ``restore`` decision: the
         executor's diff creates what is missing); a restore that does not bring them back is tried
-        again after 1, 2, 4, ... periods."""
+        again after 1, 2, 4, ... periods. One whose trainer state is gone with its workers (the
+        executor's ``lost``: it committed steps and nothing holds a checkpoint) fails instead."""
         probe = getattr(self.executor, "missing", None)
         if probe is None or self.cfg.dry_run or not cy.plan.groups or (self._restore_at is not None and cy.now < self._restore_at):
             return
         running = {n for n, r in cy.jobs.items() if r.state is JobState.RUNNING and n not in cy.obs.finished and n not in cy.obs.failed}
         cy.missing = {j: why for j, why in probe(cy.plan).items() if j in running}
+        lost = getattr(self.executor, "lost", None)
+        if cy.missing and lost is not None:  # no restore brings back a trainer whose state is gone: the job fails
+            for j, why in lost(cy.plan).items():
+                if cy.missing.pop(j, None) is not None:
+                    cy.obs.failed[j] = f"its workers are gone and its training state with them: {why}"
         if not cy.missing:
             self._restore_tries, self._restore_at = 0, None
             return

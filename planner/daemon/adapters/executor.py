@@ -197,12 +197,37 @@ class ExecutorApplier:
 
     def missing(self, target: Placement) -> dict[str, str]:
         """The members of ``target`` (the plan in force) the executor's backend runs no live trainer
-        worker of, and why: the daemon applies the plan again for them. (Its view, not the simulated
-        world's: a job whose workers are gone from the cluster is missing whatever the world says.)"""
+        worker of, or that lost workers the executor's diff replaces (a component whose every worker
+        died, a trainer rank, rollout engines: processes gone, on live nodes), and why: the daemon
+        applies the plan again for them. (Its view, not the simulated world's: a job whose workers are
+        gone from the cluster is missing whatever the world says.)"""
         from executor.backends.base import observe
+        from executor.diff import dead_workers
 
-        live = _trainers_running(observe(self.backend))
-        return {j: "the cluster runs no trainer worker of it" for j in sorted(target.jobs()) if j not in live}
+        st = observe(self.backend)
+        jobs = set(target.jobs())
+        live = _trainers_running(st)
+        out = {j: "the cluster runs no trainer worker of it" for j in sorted(jobs) if j not in live}
+        for c in sorted(st.components.values(), key=lambda c: c.name):
+            if c.job not in jobs or c.job in out:
+                continue
+            ws = c.live_workers()
+            dead = dead_workers(c, st.nodes) or ([w for w in ws if w.status == "dead" and st.nodes.get(w.node, None) is not None
+                                                  and st.nodes[w.node].alive] if c.role == "rollout" else [])
+            if dead:
+                out[c.job] = f"{len(dead)} of the {len(ws)} worker(s) of {c.name} are dead ({', '.join(w.id for w in dead)})"
+        return out
+
+    def lost(self, target: Placement) -> dict[str, str]:
+        """The members of ``target`` whose training state went with their workers, and why: every
+        trainer rank dead, steps committed, no checkpoint (:func:`executor.diff.lost_state`). A restore
+        cannot bring them back (the executor refuses it): the daemon fails them instead."""
+        from executor.backends.base import observe
+        from executor.diff import lost_state
+
+        jobs = set(target.jobs())
+        return {name.split("/", 1)[0]: why for name, why in sorted(lost_state(observe(self.backend)).items())
+                if name.split("/", 1)[0] in jobs}
 
     def _sim_telemetry(self, obs: Observation, now: float) -> list:
         from executor.backends.base import observe
