@@ -138,7 +138,10 @@ class RayBackend:
             try:
                 from ray.util.state import list_actors
 
-                acts = list_actors(filters=[("ray_namespace", "=", self.namespace)], limit=100_000, timeout=10,
+                # the address of the cluster this process is connected to: without it the state API
+                # finds "the latest" Ray instance on the machine, another cluster where several run
+                acts = list_actors(address=ray.get_runtime_context().gcs_address,
+                                   filters=[("ray_namespace", "=", self.namespace)], limit=100_000, timeout=10,
                                    raise_on_missing_output=False)
                 self._state_api = True
                 out: dict[str, str] = {}
