@@ -89,7 +89,10 @@ def abbreviate(names: list[str], width: int) -> dict[str, str]:
 
 def expected_cycles(sc, plan, deadline: Optional[float] = None, clock=None) -> dict[str, float]:
     """Each shown group's cycle (the first :data:`TABLE_GROUPS`) with its members' expected
-    (sampled) phase times on their own pools; groups not done by ``deadline`` (a
+    (sampled) phase times on their own pools, drawn on the simulator's check seeds
+    (:data:`simulator.phasetimes.CHECK_SEED_BASE` on, disjoint from the planner's: planned on
+    ``--mode sampled`` the expectation was the planner's own first draws, so a mean its draws got
+    wrong could not show); groups not done by ``deadline`` (a
     ``clock()`` value, ``time.perf_counter`` by default: the command's time limit; checked before each
     simulated iteration) are left out (``-`` in the table)."""
     import time
@@ -98,7 +101,7 @@ def expected_cycles(sc, plan, deadline: Optional[float] = None, clock=None) -> d
     from formulation.placement.cycle import cycle_times
     from formulation.placement.plan import members_of
     from planner.instances.common import ClusterView, job_profile, resolve_gpu_types
-    from simulator.phasetimes import PLAN_SEEDS, PastDeadline, rollout_s, train_s
+    from simulator.phasetimes import CHECK_SEED_BASE, PLAN_SEEDS, PastDeadline, rollout_s, train_s
 
     view = ClusterView(sc, resolve_gpu_types(sc))
     jobs = {j.name: j for j in sc.jobs}
@@ -112,7 +115,7 @@ def expected_cycles(sc, plan, deadline: Optional[float] = None, clock=None) -> d
             job = jobs.get(m.name)
             if job is None:
                 return {}
-            prof = job_profile(job)
+            prof = job_profile(job, seed=CHECK_SEED_BASE)
             r_pool = view.pool(g.rollout_pool.gpu_type, max(1, len(pins[m.name].rollout_nodes)))
             t_pool = view.pool(g.train_pool.gpu_type, max(1, len(pins[m.name].train_nodes)))
             try:

@@ -20,7 +20,7 @@ MULTI_TURN = {
     "jobs": [{"name": "agent", "model": "qwen2.5-1.5b",
               "rollout": {"batch_prompts": 48, "group_size": 4, "max_response_tokens": 1024, "prompt_tokens": 1024,
                           "turns": 3, "gpu_types": ["H20"]},
-              "trainer": {"tp": 2, "gpu_types": ["H800"]}, "slo": {"ratio_to_solo": 1.05}}],
+              "trainer": {"tp": 2, "gpu_types": ["H800"]}, "slo": {"ratio_to_solo": 1.02}}],  # (the expectation: ~103%)
     "solver": {"time_limit_s": 5},
 }
 
