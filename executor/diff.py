@@ -133,6 +133,8 @@ def validate_target(observed: ClusterState, target: ClusterState) -> list[Proble
         if name in target.components:
             probs.append(Problem(f"components[{name}]", why, LOST_FIX))
     for c in observed.components.values():
+        if c.role == "trainer":  # (ranks on a dead node: replaced where it never trained, else lost_state above refused it)
+            continue
         dead = [w for w in c.live_workers() if w.node in nodes and not nodes[w.node].alive]
         t = target.components.get(c.name)
         if dead and t is not None and t.migration == "p2p":
@@ -140,12 +142,6 @@ def validate_target(observed: ClusterState, target: ClusterState) -> list[Proble
                                  f"rank(s) {', '.join(w.id for w in dead)} sit on dead node(s): their shards are lost, a P2P copy has no source",
                                  "use migration 'reboot' for this component (it restarts from the last saved state)"
                                  if c.role != "trainer" else LOST_FIX))
-        elif dead and t is not None and t.migration == "reboot" and c.role == "trainer":
-            # (a reboot saves the live ranks' shards first: those on a dead node have none to give, so the save
-            # failed and the unit rolled back, exit 1, after the refusal above had recommended it)
-            probs.append(Problem(f"components[{c.name}].migration",
-                                 f"rank(s) {', '.join(w.id for w in dead)} sit on dead node(s): their shards are lost, and a "
-                                 "reboot saves every rank's shards before it stops them, so it has no source either", LOST_FIX))
     return probs
 
 
@@ -153,16 +149,22 @@ LOST_FIX = ("the trainer's state went with its ranks: leave the component out of
             "then add it back, from its initial state or your framework's own checkpoint")
 
 
+def gone(w: Worker, nodes: dict) -> bool:
+    """The worker's process is gone, or its node is dead (what it held went with the node)."""
+    return w.status == "dead" or (w.node in nodes and not nodes[w.node].alive)
+
+
 def dead_workers(o: Component, nodes: dict) -> list[Worker]:
-    """The dead workers (their processes gone) of ``o`` when it has nothing to migrate from: every
-    worker dead, or for a trainer any rank (a P2P copy and a reboot read every rank's shards); else
-    []. Also [] when one sits on a dead node (a P2P or reboot from those is refused above, whatever
-    the plan: it must move the component first)."""
+    """The dead workers (:func:`gone`: their processes, or their nodes) of ``o`` when it has nothing
+    to migrate from: every worker dead, or for a trainer any rank (a P2P copy and a reboot read
+    every rank's shards), or for a service any worker (a reboot saves from every worker; a service
+    starts empty anyway); else [] (a rollout that keeps live engines migrates them, its dead ones
+    reaped first)."""
     ws = o.live_workers()
-    dead = [w for w in ws if w.status == "dead"]
-    if not dead or any(w.node in nodes and not nodes[w.node].alive for w in ws):
+    dead = [w for w in ws if gone(w, nodes)]
+    if not dead:
         return []
-    return sorted(dead, key=lambda w: w.index) if o.role == "trainer" or len(dead) == len(ws) else []
+    return sorted(dead, key=lambda w: w.index) if o.role in ("trainer", "service") or len(dead) == len(ws) else []
 
 
 def lost_state(observed: ClusterState) -> dict[str, str]:

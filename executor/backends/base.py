@@ -76,8 +76,9 @@ def observe(backend: Backend) -> ClusterState:
                           impl=rec.get("impl", ""))
             st.components[c.name] = c
         status = rec.get("status", "running")
-        if status == "running" and not backend.worker_alive(rec["id"]):
-            status = "dead"
+        node = st.nodes.get(rec["node"])
+        if status == "running" and (not backend.worker_alive(rec["id"]) or (node is not None and not node.alive)):
+            status = "dead"  # (its process is gone, or its node: what it held went with the node)
         c.workers.append(Worker(id=rec["id"], component=rec["component"], node=rec["node"], gpus=rec["gpus"],
                                 dram_gb=rec["dram_gb"], index=rec["index"], epoch=rec.get("epoch", 0),
                                 generation=rec.get("generation", 0), status=status, share=rec.get("share", "")))

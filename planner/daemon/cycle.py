@@ -399,6 +399,7 @@ class Loop:
     def _estimate(self, cy: "_Cycle") -> None:
         """2. Fold measured iterations (the backend's, else derived from telemetry) into the estimates."""
         cy.ctx = self.context(cy.jobs, cy.now)
+        cy.ctx.unavailable = frozenset(cy.obs.dead_nodes)
         samples: list[IterationSample] = list(cy.obs.samples)
         sampled = {s.job for s in samples}
         for job, snaps in cy.snapshots.items():
@@ -433,6 +434,9 @@ class Loop:
             t.append(f"drift({len(cy.drifts)})")
         if cy.missing:
             t.append(f"restore({len(cy.missing)})")
+        hit = solve.groups_on(cy.plan, set(cy.obs.dead_nodes))
+        if hit:
+            t.append(f"node-lost({len(hit)})")
         cy.periodic = self.cfg.reoptimise and (self.last_reopt_at is None or cy.now - self.last_reopt_at >= self.cfg.reoptimise_every_s)
         if cy.periodic and cy.plan.groups:
             t.append("periodic")
@@ -441,9 +445,11 @@ class Loop:
 
     def _solve(self, cy: "_Cycle") -> None:
         """4-5. Departures, repair, admissions (mandatory); re-optimisation (optional, gated)."""
-        steps = [solve.departures({**cy.jobs, **cy.set_aside}, cy.plan, cy.obs, reprice=lambda p: self.placer.evaluate(cy.context, p)[0],
+        lost = solve.node_loss(cy.context, self.placer, cy.plan, cy.obs, cy.jobs)
+        steps = [solve.departures({**cy.jobs, **cy.set_aside}, lost.target, cy.obs, reprice=lambda p: self.placer.evaluate(cy.context, p)[0],
                                   unreadable=cy.unreadable)]
         departed = bool(steps[0].decisions)
+        steps.insert(0, lost)
         blocked = self.reopt_blocked_until is not None and cy.now < self.reopt_blocked_until
         steps.append(solve.repair(cy.context, self.placer, steps[-1].target, cy.drifts, cy.jobs, self.cfg, allow_reoptimise=not blocked))
         reopt_ran = steps[-1].reoptimised
@@ -459,7 +465,8 @@ class Loop:
         if reopt_ran or cy.periodic:
             self.last_reopt_at = cy.now
         cy.target = steps[-1].target
-        back = sorted(j for j in cy.missing if j in set(cy.target.jobs()))
+        moved = {j for d in lost.decisions for j in d.jobs}  # (their node-lost repair applies the changed plan)
+        back = sorted(j for j in cy.missing if j in set(cy.target.jobs()) and j not in moved)
         if back:  # (a changed plan's apply creates them too; an unchanged one is applied again)
             cy.restore = cy.target.as_dict() == cy.plan.as_dict()
             cy.decisions.append(solve.Decision("restore", ["restore"], "changes-plan", back,

@@ -170,6 +170,7 @@ class PlanningContext:
     factors: dict[str, PhaseFactors] = field(default_factory=dict)
     now: float = 0.0
     move_price_per_job: Optional[float] = None  # $/h a re-optimisation charges per moved job (None: the scenario's)
+    unavailable: frozenset[str] = frozenset()  # nodes the executor reports dead: no placement may use them
 
     def factor(self, job: str) -> PhaseFactors:
         return self.factors.get(job, PhaseFactors())
@@ -271,6 +272,7 @@ class Observation:
     samples: list[IterationSample] = field(default_factory=list)  # the last few measured iterations per job (may repeat)
     iterations: dict[str, int] = field(default_factory=dict)  # job -> iterations completed so far, when the backend counts them
     telemetry: list[Any] = field(default_factory=list)  # TelemetrySnapshot the backend itself emitted
+    dead_nodes: dict[str, str] = field(default_factory=dict)  # node -> why the executor reports it dead (never placed on)
 
 
 @dataclass

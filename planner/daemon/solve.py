@@ -123,6 +123,60 @@ def departures(jobs: dict[str, JobRecord], plan: Placement, obs: Observation,
     return out
 
 
+# ----------------------------------------------------------------------------- a'. node loss
+def groups_on(plan: Placement, dead: set[str]) -> list:
+    """The groups of ``plan`` that hold a node of ``dead``."""
+    return [g for g in plan.groups if dead & {*g.rollout_nodes, *g.train_nodes}] if dead else []
+
+
+def node_loss(ctx: PlanningContext, placer: PlacementPlanner, plan: Placement, obs: Observation,
+              jobs: dict[str, JobRecord]) -> Outcome:
+    """Groups on a node the executor reports dead leave the plan, and their members are admitted
+    again on the live nodes (``ctx.unavailable`` keeps every placement off the dead ones), oldest
+    first, each by the placer's moves against what is placed so far. A member no live node has room
+    for fails, naming the node (a running job cannot wait as pending: resubmit it once nodes are
+    back). Members that already ended or failed this cycle (a trainer whose state went with the
+    node: :meth:`planner.daemon.adapters.executor.ExecutorApplier.lost`) just leave; the departures
+    step records them."""
+    out = Outcome(plan)
+    dead = set(obs.dead_nodes)
+    hit = groups_on(plan, dead)
+    if not hit:
+        return out
+    ended = set(obs.finished) | set(obs.failed)
+    members = sorted({m for g in hit for m in g.members},
+                     key=lambda m: (jobs[m].admitted_at or 0.0, jobs[m].seq) if m in jobs else (0.0, 0))
+    fixed = plan.without(set(members))
+    on = {m: sorted(dead & {*g.rollout_nodes, *g.train_nodes}) for g in hit for m in g.members}
+    reasons = [f"group {g.id} holds dead node(s) {', '.join(sorted(dead & {*g.rollout_nodes, *g.train_nodes}))} "
+               f"({'; '.join(obs.dead_nodes[n] for n in sorted(dead & {*g.rollout_nodes, *g.train_nodes}))}): it leaves the plan"
+               for g in hit]
+    for m in members:
+        if m in ended or m not in jobs or m not in ctx.jobs:
+            continue
+        adm = placer.admit(ctx, fixed, m)
+        if adm.placement is not None:
+            fixed = adm.placement
+            reasons.append(f"{m}: placed again on live nodes ({adm.move}): {adm.reason}")
+        else:
+            why = f"its node(s) {', '.join(on[m])} died and no live node has room for it ({adm.reason})"
+            out.moves.append(Move(m, JobState.FAILED, f"failed: {why}; submit it again once nodes are back"))
+            reasons.append(f"{m} fails: {why}")
+    if fixed.groups:
+        fixed, _ = placer.evaluate(ctx, fixed)
+    mig, moves, _ = gate.migration_usd(ctx, plan.without(dead_members(plan, dead, ended)), fixed) if fixed.groups else (0.0, {}, {})
+    out.target = fixed
+    out.decisions.append(Decision("repair", ["node-lost"], "changes-plan", members, reasons, plan.cost_per_hour, fixed.cost_per_hour,
+                                  None, mig))
+    return out
+
+
+def dead_members(plan: Placement, dead: set[str], ended: set[str]) -> set[str]:
+    """The members of the groups on ``dead`` nodes, and the jobs that ended: what the migration
+    estimate leaves out (their workers are gone, nothing moves them)."""
+    return {m for g in groups_on(plan, dead) for m in g.members} | (ended & set(plan.jobs()))
+
+
 # -------------------------------------------------------------------------------- b. repair
 def repair(ctx: PlanningContext, placer: PlacementPlanner, target: Placement, drifts: list[Drift], jobs: dict[str, JobRecord],
            cfg: DaemonConfig, allow_reoptimise: bool = True) -> Outcome:

@@ -190,11 +190,14 @@ def test_every_order_is_capacity_safe_and_every_refusal_is_real(inst):
         assert got == want, name
 
 
-def test_a_trainer_on_a_dead_node_is_refused_for_reboot_and_p2p_with_a_fix_that_works():
+@pytest.mark.parametrize("trained", [True, False])
+def test_a_trainer_on_a_dead_node_is_refused_for_reboot_and_p2p_with_a_fix_that_works(trained):
     """A P2P from ranks on a dead node was refused with 'use migration reboot (it restarts from the last
     saved state)'; the reboot it recommended was then planned, its save failed on the dead ranks and it
-    rolled back (exit 1): there is no saved state. Both are refused, and the fix given (leave the
-    component out, then add it back) applies, on the sim backend, end to end."""
+    rolled back (exit 1): there is no saved state. A trainer that committed optimizer steps is refused
+    for both, and the fix given (leave the component out, then add it back) applies, on the sim
+    backend, end to end. One that never trained holds its initial state only: its ranks are replaced
+    (session 58: what lets the daemon move a job off a node that died)."""
     from executor import faultlib
     from executor.backends.base import observe
     from executor.backends.sim import SimBackend
@@ -205,15 +208,24 @@ def test_a_trainer_on_a_dead_node_is_refused_for_reboot_and_p2p_with_a_fix_that_
     b = SimBackend(NODES, ticks_per_call=1)
     j = Journal(":memory:")
     assert Executor(b, j).apply(diff(observe(b), target(faultlib.base_body())).steps, "base").status == "done"
+    if trained:
+        assert all(b.train_step(TRAINER, 0))
     for r in b.coord("records"):
         if r["component"] == TRAINER:
             b.kill(r["id"])
     b.coord("mark_node_dead", "t", "no answer")
+    if not trained:
+        for kind in ("reboot", "p2p"):
+            plan = diff(observe(b), target(faultlib.migration_body(kind)))
+            assert [u.kind for u in plan.units if u.component == TRAINER] == ["replace"], plan.units
+        res = Executor(b, j).apply(diff(observe(b), target(faultlib.migration_body("p2p"))).steps, "replace")
+        assert res.status == "done" and all(b.train_step(TRAINER, 0))
+        return
     for kind in ("reboot", "p2p"):
         with pytest.raises(Unreachable) as err:
             diff(observe(b), target(faultlib.migration_body(kind)))
         text = str(err.value)
-        assert "sit on dead node(s)" in text and "leave the component out of the plan" in text
+        assert "committed 1 optimizer step(s)" in text and "leave the component out of the plan" in text
         assert "last saved state" not in text
     body = faultlib.base_body()
     body["components"] = [c for c in body["components"] if c["name"] != TRAINER]

@@ -57,10 +57,14 @@ def test_p2p_from_ranks_on_a_node_that_died_is_refused_with_the_way_out(nodes):
     tgt = observed(ns, [])
     tgt.components["j/trainer"] = Component("j/trainer", "j", "trainer", "H100", Layout(1, 1, 2), placement={"h100-1": 2},
                                             migration="p2p")
+    # never trained: its ranks held their initial state only, new ones take their place
+    assert [u.kind for u in diff(obs, tgt).units] == ["replace"]
+    obs.trained = {"j/trainer": 3}  # trained: its shards went with the node, and no checkpoint holds them
     with pytest.raises(Unreachable) as err:
         diff(obs, tgt)
     text = str(err.value)
-    assert "sit on dead node(s)" in text and "leave the component out of the plan" in text
+    assert "rank(s) j/trainer" in text or "every rank of j/trainer" in text, text
+    assert "committed 3 optimizer step(s)" in text and "leave the component out of the plan" in text
 
 
 def test_a_target_on_a_node_that_died_is_refused_as_dead_not_unknown(nodes):

@@ -71,6 +71,11 @@ def node_map(cluster: Scenario) -> dict[str, str]:
     return {n: n for n in ours}
 
 
+def _dead_nodes(backend, st) -> dict[str, str]:
+    declared = backend.coord("dead_node_list") or {}
+    return {n: str(declared.get(n) or "the backend reports it dead") for n, node in sorted(st.nodes.items()) if not node.alive}
+
+
 def _trainers_running(st) -> set[str]:
     """The jobs whose trainer has a running worker in the executor's observed state ``st``."""
     out = set()
@@ -187,13 +192,23 @@ class ExecutorApplier:
             obs = self.world.observe(now)
             if self.telemetry and obs.running:
                 obs.telemetry += self._sim_telemetry(obs, now)
+            obs.dead_nodes = self.dead_nodes()
             return obs
         from executor.backends.base import observe
 
         obs = Observation()
-        for job in _trainers_running(observe(self.backend)):
+        st = observe(self.backend)
+        for job in _trainers_running(st):
             obs.running[job] = ""
+        obs.dead_nodes = _dead_nodes(self.backend, st)
         return obs
+
+    def dead_nodes(self) -> dict[str, str]:
+        """node -> why, for the nodes the executor's view holds dead (the backend reports it so, e.g.
+        Ray's node table, or the executor declared it: unreachable, frozen). No plan may use them."""
+        from executor.backends.base import observe
+
+        return _dead_nodes(self.backend, observe(self.backend))
 
     def missing(self, target: Placement) -> dict[str, str]:
         """The members of ``target`` (the plan in force) the executor's backend runs no live trainer

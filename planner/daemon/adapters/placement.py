@@ -70,11 +70,13 @@ class WeavePlacer:
         })
 
     def _instance(self, ctx: PlanningContext, names: list[str], scaled: bool = True, reserved: frozenset[str] = frozenset()):
-        """The placement instance of these jobs; ``reserved`` nodes are left out of the pools."""
+        """The placement instance of these jobs; ``reserved`` nodes, and the nodes the executor reports
+        dead (``ctx.unavailable``), are left out of the pools."""
         from formulation.placement.instance import PlacementInstance, pool_node_names
 
         price = self.cluster.solver.move_price_per_job if ctx.move_price_per_job is None else ctx.move_price_per_job
         pools = self.pools
+        reserved = reserved | ctx.unavailable
         if reserved:
             pools = {}
             for t, p in self.pools.items():

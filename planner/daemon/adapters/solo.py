@@ -77,7 +77,7 @@ class SoloPlacer:
             why = (f"no pool pair meets its SLO of {est.slo_s:.1f} s: the fastest alone takes {best:.1f} s per iteration"
                    if opts else "the model fits no pool pair the job may use")
             return Admission(job, None, None, 0.0, why, permanent=True)
-        used = current.nodes_in_use()
+        used = {**current.nodes_in_use(), **{n: "dead" for n in ctx.unavailable}}  # (a dead node is never taken)
         short = []
         for o in ok:
             free_r = [n for n in node_names(self.cluster, o.rollout_type) if n not in used]

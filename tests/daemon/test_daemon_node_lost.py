@@ -1,0 +1,110 @@
+"""A node the executor reports dead: the daemon moves the groups on it to live nodes (session 58).
+
+Before, the daemon planned on its scenario's fleet whatever the cluster said: a job whose node died
+stayed in the plan in force on that node, its restore (the plan applied again) was refused by the
+executor (``node ... is dead``), and it was retried with back-off for ever. Now the dead node is
+taken out of every placement (``PlanningContext.unavailable``), the groups holding it leave the plan
+and their members are admitted again on live nodes (a ``repair`` decision, trigger ``node-lost``),
+and the executor replaces what the node took with it: engines, resident state, a trainer that never
+trained. A trainer that had trained lost its state with the node: its job fails, naming why. In
+process, on the executor's simulated backend and a manual clock, as test_daemon_restore_dead_workers.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.daemon.adapters import executor as ex
+from planner.daemon.lifecycle import JobState
+from tests.daemon.test_daemon_cycle import World
+from tests.daemon.test_daemon_vanished_target import _wire
+
+if ex.available() is not None:
+    pytest.skip(f"the executor cannot apply here: {ex.available()}", allow_module_level=True)
+
+from executor.backends.base import observe  # noqa: E402
+
+
+def _running(tmp_path, placer: str = "solo"):
+    w = World(tmp_path)
+    w.submit("a", duration_s=1200.0)
+    w.submit("b", duration_s=6000.0)
+    _wire(w, tmp_path, "executor")
+    if placer == "weave":  # the daemon's default placer (co-execution groups)
+        from planner.daemon.adapters.placement import WeavePlacer
+
+        w.loop.placer = WeavePlacer(w.cluster)
+    assert w.cycle(0.0).apply == "ok" and w.state("a") is JobState.RUNNING and w.state("b") is JobState.RUNNING
+    return w
+
+
+def _nodes_of(w, job) -> set[str]:
+    g = w.loop.current()[1].job_groups()[job]
+    return {*g.rollout_nodes, *g.train_nodes}
+
+
+def _kill_node(w, node):
+    """The node dies: every worker on it is gone and the executor holds it dead."""
+    b = w.sim.backend
+    for r in b.coord("records"):
+        if r["node"] == node:
+            b.kill(r["id"])
+    b.coord("mark_node_dead", node, "test: the node stopped answering")
+    w.sim._save()
+
+
+def _lost(w):
+    return [d for d in w.store.decisions(0, 1000, "repair") if "node-lost" in d["triggers"]]
+
+
+@pytest.mark.parametrize("side, placer", [("rollout", "solo"), ("train", "solo"), ("rollout", "weave"), ("train", "weave")])
+def test_the_jobs_on_a_dead_node_move_to_live_nodes_and_run_on(tmp_path, side, placer):
+    w = _running(tmp_path, placer)
+    g = w.loop.current()[1].job_groups()["a"]
+    node = (g.rollout_nodes if side == "rollout" else g.train_nodes)[0]
+    on_it = {j for j in ("a", "b") if node in _nodes_of(w, j)}
+    untouched = {j: _nodes_of(w, j) for j in ("a", "b") if j not in on_it}
+    _kill_node(w, node)
+    rep = w.cycle(60.0)
+    assert rep.apply == "ok", rep
+    (dec,) = _lost(w)
+    assert dec["outcome"] == "applied" and set(dec["jobs"]) == on_it, dec
+    assert any(node in r and "dead node" in r for r in dec["reasons"]), dec["reasons"]
+    plan = w.loop.current()[1]
+    assert node not in plan.nodes_in_use(), plan.as_dict()
+    for j in on_it:
+        assert w.state(j) is JobState.RUNNING
+    for j, nodes in untouched.items():
+        assert _nodes_of(w, j) == nodes, "a job off the dead node stays where it is"
+    st = observe(w.sim.backend)
+    for c in st.components.values():
+        if c.job in on_it:
+            live = c.live_workers()
+            assert live and all(x.status == "running" and x.node != node for x in live), (c.name, live)
+    t = 60.0
+    while w.state("a") is JobState.RUNNING and t < 4000.0:
+        t += 60.0
+        assert w.cycle(t).apply in ("ok", "none", None, "nothing"), "later cycles apply"
+        assert node not in w.loop.current()[1].nodes_in_use(), "the dead node is never placed on again"
+    assert w.state("a") is JobState.COMPLETED, w.store.get_job("a").reason
+    assert len(_lost(w)) == 1, "moved once"
+    assert not [d for d in w.store.decisions(0, 1000, "restore") if set(d["jobs"]) & on_it], "moved, not restored in place"
+
+
+def test_a_job_whose_trained_trainer_was_on_the_dead_node_fails_naming_why(tmp_path):
+    w = _running(tmp_path)
+    assert all(w.sim.backend.train_step("a/trainer", 0))  # its ranks hold state no checkpoint keeps
+    w.sim._save()
+    node = w.loop.current()[1].job_groups()["a"].train_nodes[0]
+    b_nodes = _nodes_of(w, "b")
+    _kill_node(w, node)
+    w.cycle(60.0)
+    r = w.store.get_job("a")
+    assert r.state is JobState.FAILED, (r.state, r.reason)
+    assert "training state" in r.reason and "committed 1 optimizer step(s)" in r.reason, r.reason
+    plan = w.loop.current()[1]
+    assert "a" not in plan.jobs() and node not in plan.nodes_in_use()
+    if node not in b_nodes:
+        assert w.state("b") is JobState.RUNNING and _nodes_of(w, "b") == b_nodes
+    for t in (120.0, 180.0):
+        w.cycle(t)
+    assert w.store.get_job("a").state is JobState.FAILED and len(_lost(w)) <= 1
