@@ -131,8 +131,10 @@ def groups_on(plan: Placement, dead: set[str]) -> list:
 
 def node_loss(ctx: PlanningContext, placer: PlacementPlanner, plan: Placement, obs: Observation,
               jobs: dict[str, JobRecord]) -> Outcome:
-    """Groups on a node the executor reports dead leave the plan, and their members are admitted
-    again on the live nodes (``ctx.unavailable`` keeps every placement off the dead ones), oldest
+    """The members on a node the executor reports dead leave the plan (a whole-pool group's members
+    all run on every node of its pools, and a pinned group's share its training nodes, so there the
+    whole group leaves; a pinned member whose own rollout node died leaves alone, the others stay on
+    theirs), and they are admitted again on the live nodes (``ctx.unavailable`` keeps every placement off the dead ones), oldest
     first, each by the placer's moves against what is placed so far. A member no live node has room
     for fails, naming the node (a running job cannot wait as pending: resubmit it once nodes are
     back). Members that already ended or failed this cycle (a trainer whose state went with the
@@ -144,13 +146,17 @@ def node_loss(ctx: PlanningContext, placer: PlacementPlanner, plan: Placement, o
     if not hit:
         return out
     ended = set(obs.finished) | set(obs.failed)
-    members = sorted({m for g in hit for m in g.members},
-                     key=lambda m: (jobs[m].admitted_at or 0.0, jobs[m].seq) if m in jobs else (0.0, 0))
+    on = {m: sorted(dead & {*g.rollout_of(m), *g.train_nodes}) for g in hit for m in g.members}
+    on = {m: ns for m, ns in on.items() if ns}
+    members = sorted(on, key=lambda m: (jobs[m].admitted_at or 0.0, jobs[m].seq) if m in jobs else (0.0, 0))
     fixed = plan.without(set(members))
-    on = {m: sorted(dead & {*g.rollout_nodes, *g.train_nodes}) for g in hit for m in g.members}
-    reasons = [f"group {g.id} holds dead node(s) {', '.join(sorted(dead & {*g.rollout_nodes, *g.train_nodes}))} "
-               f"({'; '.join(obs.dead_nodes[n] for n in sorted(dead & {*g.rollout_nodes, *g.train_nodes}))}): it leaves the plan"
-               for g in hit]
+    reasons = []
+    for g in hit:
+        ns = sorted(dead & {*g.rollout_nodes, *g.train_nodes})
+        leave = [m for m in g.members if m in on]
+        reasons.append(f"group {g.id} holds dead node(s) {', '.join(ns)} ({'; '.join(obs.dead_nodes[n] for n in ns)}): "
+                       + ("it leaves the plan" if len(leave) == len(g.members) else
+                          f"{', '.join(leave)} leave{'s' if len(leave) == 1 else ''} it (pinned there), the others stay"))
     for m in members:
         if m in ended or m not in jobs or m not in ctx.jobs:
             continue
@@ -172,9 +178,10 @@ def node_loss(ctx: PlanningContext, placer: PlacementPlanner, plan: Placement, o
 
 
 def dead_members(plan: Placement, dead: set[str], ended: set[str]) -> set[str]:
-    """The members of the groups on ``dead`` nodes, and the jobs that ended: what the migration
-    estimate leaves out (their workers are gone, nothing moves them)."""
-    return {m for g in groups_on(plan, dead) for m in g.members} | (ended & set(plan.jobs()))
+    """The members that run on ``dead`` nodes, and the jobs that ended: what the migration estimate
+    leaves out (their workers there are gone: they start anew, nothing moves them)."""
+    return {m for g in groups_on(plan, dead) for m in g.members if dead & {*g.rollout_of(m), *g.train_nodes}} \
+        | (ended & set(plan.jobs()))
 
 
 # -------------------------------------------------------------------------------- b. repair

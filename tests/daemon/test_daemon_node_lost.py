@@ -108,3 +108,47 @@ def test_a_job_whose_trained_trainer_was_on_the_dead_node_fails_naming_why(tmp_p
     for t in (120.0, 180.0):
         w.cycle(t)
     assert w.store.get_job("a").state is JobState.FAILED and len(_lost(w)) <= 1
+
+
+class _Placer:
+    """A stand-in placer: each admitted job gets a group of its own on the first live H20 and H800
+    nodes no group holds (what the solo placer does), and every plan meets its SLOs."""
+
+    def admit(self, ctx, current, job):
+        from planner.daemon.ports import Admission, Group, Placement
+
+        used = set(current.nodes_in_use()) | set(ctx.unavailable)
+        r = next(n for n in ("h20-0", "h20-1", "h20-2", "h20-3") if n not in used)
+        t = next(n for n in ("h800-0", "h800-1", "h800-2", "h800-3") if n not in used)
+        return Admission(job, Placement(current.groups + (Group(f"g-{job}", "H20", (r,), "H800", (t,), (job,), 24.0),)),
+                         "new-group", 24.0, f"on {r} and {t}")
+
+    def evaluate(self, ctx, placement):
+        return placement, []
+
+
+@pytest.mark.parametrize("dead, leave", [
+    ("h20-1", {"b"}),             # b's own rollout node: b leaves alone, a and c stay on theirs
+    ("h800-0", {"a", "b", "c"}),  # the shared training node: the whole group
+])
+def test_a_pinned_member_whose_own_rollout_node_died_leaves_alone(dead, leave):
+    from planner.daemon import solve
+    from planner.daemon.ports import Group, Observation, Placement, PlanningContext
+    from types import SimpleNamespace
+
+    g = Group("g0", "H20", ("h20-0", "h20-1", "h20-2"), "H800", ("h800-0",), ("a", "b", "c"), 40.0,
+              member_rollout=(("h20-0",), ("h20-1",), ("h20-2",)))
+    plan = Placement((g,))
+    jobs = {n: SimpleNamespace(admitted_at=float(i), seq=i) for i, n in enumerate("abc")}
+    ctx = PlanningContext(cluster=None, jobs=dict.fromkeys("abc"), unavailable=frozenset({dead}))  # type: ignore[arg-type]
+    out = solve.node_loss(ctx, _Placer(), plan, Observation(dead_nodes={dead: "test"}), jobs)  # type: ignore[arg-type]
+    (dec,) = out.decisions
+    assert set(dec.jobs) == leave and dec.triggers == ["node-lost"]
+    assert dead not in out.target.nodes_in_use()
+    stayed = {m for gg in out.target.groups if gg.id == "g0" for m in gg.members}
+    assert stayed == {"a", "b", "c"} - leave
+    for m in ("a", "b", "c"):
+        assert m in out.target.jobs(), f"{m} is placed (again or still)"
+    if stayed:
+        (g0,) = [gg for gg in out.target.groups if gg.id == "g0"]
+        assert all(g0.rollout_of(m) == g.rollout_of(m) for m in stayed), "the others keep their own nodes"
