@@ -152,3 +152,18 @@ def test_a_pinned_member_whose_own_rollout_node_died_leaves_alone(dead, leave):
     if stayed:
         (g0,) = [gg for gg in out.target.groups if gg.id == "g0"]
         assert all(g0.rollout_of(m) == g.rollout_of(m) for m in stayed), "the others keep their own nodes"
+
+
+def test_a_job_no_live_node_has_room_for_fails_naming_the_node_and_the_others_run_on(tmp_path):
+    w = _running(tmp_path)
+    a_rollout = w.loop.current()[1].job_groups()["a"].rollout_nodes[0]
+    b_nodes = _nodes_of(w, "b")
+    spare = [n for n in ("h20-0", "h20-1", "h20-2", "h20-3") if n != a_rollout and n not in b_nodes]
+    for n in [a_rollout, *spare]:  # every H20 node but b's: no rollout node is left for a
+        _kill_node(w, n)
+    assert w.cycle(60.0).apply == "ok"
+    r = w.store.get_job("a")
+    assert r.state is JobState.FAILED, (r.state, r.reason)
+    assert a_rollout in r.reason and "no live node has room" in r.reason and "submit it again" in r.reason, r.reason
+    assert w.state("b") is JobState.RUNNING and _nodes_of(w, "b") == b_nodes
+    assert "a" not in w.loop.current()[1].jobs()
