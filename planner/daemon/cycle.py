@@ -329,6 +329,11 @@ class Loop:
         cy.obs = self.executor.observe(cy.now)
         self._reported_ends(cy)
         self._missing(cy)
+        if self.cursor and self.store.telemetry_max_id() < self.cursor:
+            # the ids went back (a table emptied by an older release's pruning numbers the next post 1): every row
+            # stored now came after the cursor's, none was read
+            log.warning("telemetry ids restarted below the loop's cursor %d: reading the stored snapshots from the first", self.cursor)
+            self.cursor = 0
         rows = self.store.telemetry_after(self.cursor, self.cfg.telemetry_max_per_cycle)
         cy.cursor = rows[-1][0] if rows else self.cursor
         for _, job, body in rows:

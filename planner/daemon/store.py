@@ -679,7 +679,15 @@ class Store(SQLiteFile):
         return [(r["id"], r["job"], r["body"]) for r in rows]
 
     def prune_telemetry(self, c: sqlite3.Connection, cursor: int, older_than_wall: float) -> int:
-        return c.execute("DELETE FROM telemetry WHERE id <= ? AND received_wall < ?", (cursor, older_than_wall)).rowcount
+        """Delete the consumed snapshots older than ``older_than_wall``, all but the newest row: ids are rowids,
+        which SQLite numbers from the largest one left, so an emptied table would number the next post 1, at or
+        below the loop's cursor, and the loop would skip every post up to it."""
+        return c.execute("DELETE FROM telemetry WHERE id <= ? AND received_wall < ? AND id < (SELECT MAX(id) FROM telemetry)",
+                         (cursor, older_than_wall)).rowcount
+
+    def telemetry_max_id(self) -> int:
+        """The newest snapshot's id (0: none stored)."""
+        return int(self.conn().execute("SELECT COALESCE(MAX(id), 0) FROM telemetry").fetchone()[0])
 
     # ------------------------------------------------------------------ reallocation contexts
     def put_realloc_context(self, job: str, wall: float, time_s: float, iteration: int, body: str) -> None:
