@@ -161,6 +161,9 @@ class Loop:
         self.cost_usd: float = kv("cost_usd", 0.0)
         self.migration_usd: float = kv("migration_usd", 0.0)
         self.realloc_at: dict[str, float] = kv("realloc_at", {})
+        # job -> {"iteration", "decision", "due"}: the layout a reallocation left (for its iteration only); "due" once the
+        # job's telemetry is of a later iteration: the plan in force is applied again for it (a restore)
+        self.standing: dict[str, dict] = kv("realloc_standing", {})
         self.estimates = Estimates(cfg.drift_window, cfg.drift_min_samples, cfg.drift_threshold, kv("estimates"))
         self.timer = PhaseTimer(kv("phase_timer"))
         self.sample_mark: dict[str, int] = kv("sample_mark", {})  # job -> newest iteration already folded in
@@ -328,7 +331,6 @@ class Loop:
         _, cy.plan = self.current()
         cy.obs = self.executor.observe(cy.now)
         self._reported_ends(cy)
-        self._missing(cy)
         if self.cursor and self.store.telemetry_max_id() < self.cursor:
             # the ids went back (a table emptied by an older release's pruning numbers the next post 1): every row
             # stored now came after the cursor's, none was read
@@ -343,6 +345,11 @@ class Loop:
                 log.warning("skipping a stored telemetry snapshot of %s that no longer validates", job)
         for snap in cy.obs.telemetry:
             cy.snapshots.setdefault(snap.job, []).append(snap)
+        for job, snaps in cy.snapshots.items():
+            left = self.standing.get(job)
+            if left is not None and max(s.iteration for s in snaps) > left["iteration"]:
+                left["due"] = True
+        self._missing(cy)
 
     def _backoff(self, tries: int) -> float:
         """Clock seconds before the next try after ``tries`` failed ones: 1, 2, 4, ... periods, at most
@@ -360,6 +367,10 @@ class Loop:
             return
         running = {n for n, r in cy.jobs.items() if r.state is JobState.RUNNING and n not in cy.obs.finished and n not in cy.obs.failed}
         cy.missing = {j: why for j, why in probe(cy.plan).items() if j in running}
+        for j, left in sorted(self.standing.items()):
+            if left.get("due") and j in running and j not in cy.missing and j in set(cy.plan.jobs()):
+                cy.missing[j] = (f"reallocated in iteration {left['iteration']} (decision {left['decision']}) and now in a later "
+                                 "iteration: its planned layout is restored")
         if not cy.missing:
             self._restore_tries, self._restore_at = 0, None
             return
@@ -490,6 +501,7 @@ class Loop:
             self.timer.forget(j)
             self.sample_mark.pop(j, None)
             self.realloc_at.pop(j, None)
+            self.standing.pop(j, None)
         cost_delta = plan.cost_per_hour * max(0.0, now - self.last_at) / 3600.0 if self.last_at is not None else 0.0
         new_plan_id = None
         with self.store.tx() as c:
@@ -548,7 +560,7 @@ class Loop:
     def _record(self, cy: "_Cycle") -> None:
         """7. Reallocations inside iterations, metrics, what the executor runs, housekeeping."""
         if self.reallocator is not None and self.cfg.realloc and not self.stop.is_set():
-            self._reallocate(cy.context, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
+            self._reallocate(cy.context, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle, set(cy.missing))
         self._export()
         if self._input_problems:  # shown until the plan in force no longer holds the job
             _, in_force = self.current()
@@ -579,6 +591,7 @@ class Loop:
         kv(c, "sample_mark", self.sample_mark)
         kv(c, "move_budget", self.bucket.state())
         kv(c, "realloc_at", self.realloc_at)
+        kv(c, "realloc_standing", self.standing)
         kv(c, "reopt_blocked_until", self.reopt_blocked_until)
 
     # ------------------------------------------------------------------ apply outcome
@@ -600,6 +613,9 @@ class Loop:
                 self.store.set_plan_status(c, plan_id, "applied")
                 for i in ids:
                     self.store.update_decision(c, i, outcome="applied", add_reason=note)
+                for j in set(target.jobs()) & set(self.standing):  # (the executor's diff laid them out as planned)
+                    del self.standing[j]
+                self.store.set_kv(c, "realloc_standing", self.standing)
                 running = res.running if res.running else frozenset(target.jobs())
                 in_target = set(target.jobs())
                 for r in self.store.live_jobs(c):
@@ -641,11 +657,12 @@ class Loop:
 
     # ------------------------------------------------------------------ reallocation
     def _reallocate(self, ctx: PlanningContext, jobs: dict[str, JobRecord], target: Placement, plan: Placement, snapshots: dict,
-                    now: float, cycle: int) -> None:
+                    now: float, cycle: int, restored: set[str]) -> None:
+        """``restored``: jobs whose workers this cycle's apply laid out again (their snapshots name the workers before it)."""
         reallocator = self.reallocator
         if reallocator is None:
             return
-        moved = set(moved_jobs(plan, target))
+        moved = set(moved_jobs(plan, target)) | restored
         for job, snaps in sorted(snapshots.items()):
             r = jobs.get(job)
             if r is None or r.state is not JobState.RUNNING or job in moved or not snaps:
@@ -691,6 +708,9 @@ class Loop:
                         raise LeaseLost(f"the applier lease was lost during the reallocation of {job} (decision {did}); "
                                         "its new holder records how it ended")
                     self.store.update_decision(c, did, outcome="applied" if res.ok else "failed", add_reason=f"apply: {res.message}")
+                    # (a failed one may leave units done before it): the next iteration gets the planned layout back
+                    self.standing[job] = {"iteration": snaps[-1].iteration, "decision": did, "due": False}
+                    self.store.set_kv(c, "realloc_standing", self.standing)
                 outcome = "applied" if res.ok else "failed"
             self.metrics.decisions.labels("realloc", outcome).inc()
 

@@ -224,6 +224,11 @@ def _kv_shapes() -> dict[str, tuple[Any, str]]:
         tokens: number = 0.0
         updated_at: number = 0.0
 
+    class Standing(_Obj):
+        iteration: count
+        decision: Optional[count] = None
+        due: Annotated[bool, Field(strict=True)] = False
+
     class Cluster(_Obj):  # (what GET /v1/cluster answers with: planner.daemon.api.ClusterView)
         at: number
         backend: Annotated[str, Field(strict=True)]
@@ -236,6 +241,7 @@ def _kv_shapes() -> dict[str, tuple[Any, str]]:
         "cycle": (count, "a whole number >= 0"), "telemetry_cursor": (count, "a whole number >= 0"),
         "cost_usd": (number, "a number"), "migration_usd": (number, "a number"),
         "realloc_at": (dict[str, number], "an object of job name -> clock seconds"),
+        "realloc_standing": (dict[str, Standing], "an object of job name -> {iteration, decision, due}"),
         "sample_mark": (dict[str, count], "an object of job name -> iteration (a whole number)"),
         "estimates": (Optional[Estimates], "an object of ratios, factor and errors (or null)"),
         "phase_timer": (Optional[dict[str, Track]], "an object of job name -> {iteration, rollout_end, last_time} (or null)"),
