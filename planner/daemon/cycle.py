@@ -708,9 +708,10 @@ class Loop:
                         raise LeaseLost(f"the applier lease was lost during the reallocation of {job} (decision {did}); "
                                         "its new holder records how it ended")
                     self.store.update_decision(c, did, outcome="applied" if res.ok else "failed", add_reason=f"apply: {res.message}")
-                    # (a failed one may leave units done before it): the next iteration gets the planned layout back
-                    self.standing[job] = {"iteration": snaps[-1].iteration, "decision": did, "due": False}
-                    self.store.set_kv(c, "realloc_standing", self.standing)
+                    if res.ok or res.steps_done:  # (a failed one may leave units done before it; a refused one did nothing)
+                        # the next iteration gets the planned layout back
+                        self.standing[job] = {"iteration": snaps[-1].iteration, "decision": did, "due": False}
+                        self.store.set_kv(c, "realloc_standing", self.standing)
                 outcome = "applied" if res.ok else "failed"
             self.metrics.decisions.labels("realloc", outcome).inc()
 

@@ -69,3 +69,27 @@ def test_the_planned_layout_comes_back_at_the_jobs_next_iteration(tmp_path):
     w.cycle(240.0)  # and once only
     assert len(w.decisions("restore")) == 1 and w.state(JOB) is JobState.RUNNING
     w.sim.close()
+
+
+def test_a_refused_reallocation_restores_nothing_at_the_next_iteration(tmp_path):
+    """A reallocation the executor refused (telemetry that names a component the executor does not run) moved
+    nothing: the job's next iteration makes no restore decision."""
+    w = World(tmp_path)
+    w.sim = _executor(Options(state=tmp_path / "s.sqlite"), w.cluster, w.store)
+    w.loop = Loop(w.store, w.cluster, w.placer, w.sim, w.clock, w.cfg, w.lease, w.metrics, reallocator=DynaRLReallocator(w.cluster))
+    js = JobSpec.model_validate(spec())
+    w.store.submit_job(JOB, js.model_dump(mode="json"), 0.0, 0.0, check_job(w.cluster, js))
+    w.cycle(0.0)
+    snaps = snapshots(state_of(w.sim.describe()))
+    for s in snaps:  # the trainer under another name
+        s["components"] = [dict(c, name="actor") if c["name"] == "trainer" else c for c in s["components"]]
+        s["workers"] = [dict(x, component="actor") if x["component"] == "trainer" else x for x in s["workers"]]
+    _post(w, snaps)
+    w.cycle(60.0)
+    (d,) = w.decisions("realloc")
+    assert d["outcome"] == "failed" and "tail/actor does not run on this cluster" in d["reasons"][-1], d
+    nxt = dict(snaps[0], iteration=4, time_s=2.0)
+    _post(w, [nxt])
+    w.cycle(120.0)
+    assert not w.decisions("restore") and w.store.get_kv("realloc_standing", {}) == {}
+    w.sim.close()
