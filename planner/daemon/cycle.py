@@ -128,6 +128,21 @@ class _Cycle:
         return self.ctx
 
 
+def _confined(snaps: list[TelemetrySnapshot], group) -> list[TelemetrySnapshot]:
+    """The snapshots with the nodes they declare cut to the job's nodes in the plan (its group's, and those its
+    workers are on): a reallocation stays inside them. A job that declared other nodes free had its workers
+    started there, outside every reservation of the plan."""
+    if group is None:
+        return snaps
+    out = []
+    for s in snaps:
+        keep = group.nodes_of(s.job) | {w.node for w in s.workers}
+        if s.nodes is not None and any(n.node not in keep for n in s.nodes):
+            s = s.model_copy(update={"nodes": [n for n in s.nodes if n.node in keep]})
+        out.append(s)
+    return out
+
+
 class Loop:
     def __init__(self, store: Store, cluster: Scenario, placer: PlacementPlanner, executor: Executor, clock: Clock, cfg: DaemonConfig,
                  lease: Lease, metrics: DaemonMetrics, reallocator: Optional[Reallocator] = None,
@@ -667,6 +682,7 @@ class Loop:
             r = jobs.get(job)
             if r is None or r.state is not JobState.RUNNING or job in moved or not snaps:
                 continue
+            snaps = _confined(snaps, target.job_groups().get(job))
             t0 = time.perf_counter()
             try:
                 out = reallocator.decide(ctx, job, snaps)
