@@ -179,6 +179,7 @@ class Loop:
         # job -> {"iteration", "decision", "due"}: the layout a reallocation left (for its iteration only); "due" once the
         # job's telemetry is of a later iteration: the plan in force is applied again for it (a restore)
         self.standing: dict[str, dict] = kv("realloc_standing", {})
+        self._relaid: set[str] = set()  # jobs this cycle's placement apply laid out as planned again (their snapshots are stale)
         self.estimates = Estimates(cfg.drift_window, cfg.drift_min_samples, cfg.drift_threshold, kv("estimates"))
         self.timer = PhaseTimer(kv("phase_timer"))
         self.sample_mark: dict[str, int] = kv("sample_mark", {})  # job -> newest iteration already folded in
@@ -575,7 +576,8 @@ class Loop:
     def _record(self, cy: "_Cycle") -> None:
         """7. Reallocations inside iterations, metrics, what the executor runs, housekeeping."""
         if self.reallocator is not None and self.cfg.realloc and not self.stop.is_set():
-            self._reallocate(cy.context, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle, set(cy.missing))
+            self._reallocate(cy.context, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle, set(cy.missing) | self._relaid)
+        self._relaid = set()
         self._export()
         if self._input_problems:  # shown until the plan in force no longer holds the job
             _, in_force = self.current()
@@ -630,6 +632,7 @@ class Loop:
                     self.store.update_decision(c, i, outcome="applied", add_reason=note)
                 for j in set(target.jobs()) & set(self.standing):  # (the executor's diff laid them out as planned)
                     del self.standing[j]
+                    self._relaid.add(j)
                 self.store.set_kv(c, "realloc_standing", self.standing)
                 running = res.running if res.running else frozenset(target.jobs())
                 in_target = set(target.jobs())

@@ -93,3 +93,29 @@ def test_a_refused_reallocation_restores_nothing_at_the_next_iteration(tmp_path)
     w.cycle(120.0)
     assert not w.decisions("restore") and w.store.get_kv("realloc_standing", {}) == {}
     w.sim.close()
+
+
+def test_snapshots_of_the_reallocated_layout_are_not_decided_on_once_an_apply_laid_the_job_out_again(tmp_path):
+    """Another job's admission in the same cycle applies the plan, which lays the reallocated job out as planned
+    again: its snapshots of this cycle name the workers before that apply, and are not decided on (they were: a
+    `not-committed` row reasoned on engines the apply had removed)."""
+    w = World(tmp_path)
+    w.sim = _executor(Options(state=tmp_path / "s.sqlite"), w.cluster, w.store)
+    w.loop = Loop(w.store, w.cluster, w.placer, w.sim, w.clock, w.cfg, w.lease, w.metrics, reallocator=DynaRLReallocator(w.cluster))
+    js = JobSpec.model_validate(spec())
+    w.store.submit_job(JOB, js.model_dump(mode="json"), 0.0, 0.0, check_job(w.cluster, js))
+    w.cycle(0.0)
+    planned = _layout(w)
+    _post(w, snapshots(state_of(w.sim.describe())))
+    w.cycle(60.0)
+    assert [d["outcome"] for d in w.decisions("realloc")] == ["applied"]
+    later = snapshots(state_of(w.sim.describe()))  # the reallocated layout, still iteration 3
+    for s in later:
+        s["time_s"] += 20.0
+    _post(w, later)
+    w.submit("b")  # its admission's apply lays the job out as planned again, in the same cycle
+    w.cycle(120.0)
+    assert [d["jobs"] for d in w.decisions("admit")][-1] == ["b"]
+    assert _layout(w) == planned
+    assert [d["outcome"] for d in w.decisions("realloc")] == ["applied"], w.decisions("realloc")
+    w.sim.close()
