@@ -280,7 +280,7 @@ class Loop:
             note = f"interrupted (the daemon applying it stopped); settled from the executor's journal by the next leader: {s.message}"
             log.warning("reallocation of %s (decision %s) %s", s.job, did if did is not None else "-", note)
             if did is not None:
-                self._end_realloc(did, s.outcome, note)
+                self._end_realloc(did, s.outcome, note, s.job)
             done.append(f"settled the unfinished reallocation of {s.job} (decision {did if did is not None else '-'}): {s.outcome}: "
                         f"{s.message}")
         status_of = getattr(self.executor, "realloc_status", None)
@@ -289,15 +289,20 @@ class Loop:
             outcome = {"done": "applied", "rolled_back": "rolled-back"}.get(st or "", "failed")
             note = ("interrupted (the daemon applying it stopped); the executor's journal " +
                     (f"says its apply ended {st}" if st else "holds no apply of it: it was not applied"))
-            self._end_realloc(d["id"], outcome, note)
+            self._end_realloc(d["id"], outcome, note, d["jobs"][0] if d["jobs"] else None)
             done.append(f"recorded how the reallocation of {', '.join(d['jobs'])} (decision {d['id']}) ended: {outcome}")
         return done
 
-    def _end_realloc(self, decision_id: int, outcome: str, note: str) -> None:
+    def _end_realloc(self, decision_id: int, outcome: str, note: str, job: Optional[str] = None) -> None:
+        """``job``: whose layout a settled apply may have changed (units done stand): the first cycle restores its
+        planned layout (the iteration the reallocation was for is gone)."""
         with self.store.tx() as c:
             if not self.lease.verify(c):
                 raise LeaseLost("the applier lease is held by another daemon now")
             self.store.update_decision(c, decision_id, outcome=outcome, add_reason=note)
+            if job is not None and outcome in ("applied", "rolled-back"):
+                self.standing[job] = {"iteration": 0, "decision": decision_id, "due": True}
+                self.store.set_kv(c, "realloc_standing", self.standing)
         self.metrics.decisions.labels("realloc", outcome).inc()
 
     def _previous_applied(self, plan_id: int) -> Placement:
