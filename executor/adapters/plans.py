@@ -40,7 +40,7 @@ def _need(d: dict, key: str, where: str) -> Any:
 def _check_workers(name: str, workers: list, observed: ClusterState, where: str) -> list[str]:
     """The kept workers' ids, after checking every node and kept worker the plan names exists here."""
     comp = observed.components[name]
-    running = {w.id for w in comp.live_workers() if w.status == "running"}
+    running = {w.id: w for w in comp.live_workers() if w.status == "running"}
     kept = []
     for k, w in enumerate(workers):
         node = _need(w, "node", f"{where}.to_workers[{k}]")
@@ -57,6 +57,12 @@ def _check_workers(name: str, workers: list, observed: ClusterState, where: str)
                                         f"{did_you_mean(wid, running)}",
                                         "re-plan from telemetry that reports the executor's own worker ids ('planner status', "
                                         "GET /v1/cluster), or mark the worker new"))
+            at = running[wid].node
+            if node != at:  # a kept worker stays where it runs: a plan made on another view of the nodes moves other GPUs
+                raise UserError(Problem(f"{where}.to_workers[{k}].node", f"worker {wid!r} of {name} runs on node {at!r}, not "
+                                        f"{node!r}: the plan was made from telemetry that puts it on another node",
+                                        "re-plan from telemetry that reports each worker on the node the executor runs it on "
+                                        "('planner status', GET /v1/cluster)"))
             kept.append(wid)
     return kept
 

@@ -128,6 +128,21 @@ class _Cycle:
         return self.ctx
 
 
+def _confined(snaps: list[TelemetrySnapshot], group) -> list[TelemetrySnapshot]:
+    """The snapshots with the nodes they declare cut to the job's nodes in the plan (its group's, and those its
+    workers are on): a reallocation stays inside them. A job that declared other nodes free had its workers
+    started there, outside every reservation of the plan."""
+    if group is None:
+        return snaps
+    out = []
+    for s in snaps:
+        keep = group.nodes_of(s.job) | {w.node for w in s.workers}
+        if s.nodes is not None and any(n.node not in keep for n in s.nodes):
+            s = s.model_copy(update={"nodes": [n for n in s.nodes if n.node in keep]})
+        out.append(s)
+    return out
+
+
 class Loop:
     def __init__(self, store: Store, cluster: Scenario, placer: PlacementPlanner, executor: Executor, clock: Clock, cfg: DaemonConfig,
                  lease: Lease, metrics: DaemonMetrics, reallocator: Optional[Reallocator] = None,
@@ -161,6 +176,10 @@ class Loop:
         self.cost_usd: float = kv("cost_usd", 0.0)
         self.migration_usd: float = kv("migration_usd", 0.0)
         self.realloc_at: dict[str, float] = kv("realloc_at", {})
+        # job -> {"iteration", "decision", "due"}: the layout a reallocation left (for its iteration only); "due" once the
+        # job's telemetry is of a later iteration: the plan in force is applied again for it (a restore)
+        self.standing: dict[str, dict] = kv("realloc_standing", {})
+        self._relaid: set[str] = set()  # jobs this cycle's placement apply laid out as planned again (their snapshots are stale)
         self.estimates = Estimates(cfg.drift_window, cfg.drift_min_samples, cfg.drift_threshold, kv("estimates"))
         self.timer = PhaseTimer(kv("phase_timer"))
         self.sample_mark: dict[str, int] = kv("sample_mark", {})  # job -> newest iteration already folded in
@@ -261,7 +280,7 @@ class Loop:
             note = f"interrupted (the daemon applying it stopped); settled from the executor's journal by the next leader: {s.message}"
             log.warning("reallocation of %s (decision %s) %s", s.job, did if did is not None else "-", note)
             if did is not None:
-                self._end_realloc(did, s.outcome, note)
+                self._end_realloc(did, s.outcome, note, s.job)
             done.append(f"settled the unfinished reallocation of {s.job} (decision {did if did is not None else '-'}): {s.outcome}: "
                         f"{s.message}")
         status_of = getattr(self.executor, "realloc_status", None)
@@ -270,15 +289,20 @@ class Loop:
             outcome = {"done": "applied", "rolled_back": "rolled-back"}.get(st or "", "failed")
             note = ("interrupted (the daemon applying it stopped); the executor's journal " +
                     (f"says its apply ended {st}" if st else "holds no apply of it: it was not applied"))
-            self._end_realloc(d["id"], outcome, note)
+            self._end_realloc(d["id"], outcome, note, d["jobs"][0] if d["jobs"] else None)
             done.append(f"recorded how the reallocation of {', '.join(d['jobs'])} (decision {d['id']}) ended: {outcome}")
         return done
 
-    def _end_realloc(self, decision_id: int, outcome: str, note: str) -> None:
+    def _end_realloc(self, decision_id: int, outcome: str, note: str, job: Optional[str] = None) -> None:
+        """``job``: whose layout a settled apply may have changed (units done stand): the first cycle restores its
+        planned layout (the iteration the reallocation was for is gone)."""
         with self.store.tx() as c:
             if not self.lease.verify(c):
                 raise LeaseLost("the applier lease is held by another daemon now")
             self.store.update_decision(c, decision_id, outcome=outcome, add_reason=note)
+            if job is not None and outcome in ("applied", "rolled-back"):
+                self.standing[job] = {"iteration": 0, "decision": decision_id, "due": True}
+                self.store.set_kv(c, "realloc_standing", self.standing)
         self.metrics.decisions.labels("realloc", outcome).inc()
 
     def _previous_applied(self, plan_id: int) -> Placement:
@@ -328,7 +352,11 @@ class Loop:
         _, cy.plan = self.current()
         cy.obs = self.executor.observe(cy.now)
         self._reported_ends(cy)
-        self._missing(cy)
+        if self.cursor and self.store.telemetry_max_id() < self.cursor:
+            # the ids went back (a table emptied by an older release's pruning numbers the next post 1): every row
+            # stored now came after the cursor's, none was read
+            log.warning("telemetry ids restarted below the loop's cursor %d: reading the stored snapshots from the first", self.cursor)
+            self.cursor = 0
         rows = self.store.telemetry_after(self.cursor, self.cfg.telemetry_max_per_cycle)
         cy.cursor = rows[-1][0] if rows else self.cursor
         for _, job, body in rows:
@@ -338,6 +366,11 @@ class Loop:
                 log.warning("skipping a stored telemetry snapshot of %s that no longer validates", job)
         for snap in cy.obs.telemetry:
             cy.snapshots.setdefault(snap.job, []).append(snap)
+        for job, snaps in cy.snapshots.items():
+            left = self.standing.get(job)
+            if left is not None and max(s.iteration for s in snaps) > left["iteration"]:
+                left["due"] = True
+        self._missing(cy)
 
     def _backoff(self, tries: int) -> float:
         """Clock seconds before the next try after ``tries`` failed ones: 1, 2, 4, ... periods, at most
@@ -361,6 +394,10 @@ class Loop:
             for j, why in lost(cy.plan).items():
                 if cy.missing.pop(j, None) is not None:
                     cy.obs.failed[j] = f"its workers are gone and its training state with them: {why}"
+        for j, left in sorted(self.standing.items()):
+            if left.get("due") and j in running and j not in cy.missing and j not in cy.obs.failed and j in set(cy.plan.jobs()):
+                cy.missing[j] = (f"reallocated in iteration {left['iteration']} (decision {left['decision']}) and now in a later "
+                                 "iteration: its planned layout is restored")
         if not cy.missing:
             self._restore_tries, self._restore_at = 0, None
             return
@@ -498,6 +535,7 @@ class Loop:
             self.timer.forget(j)
             self.sample_mark.pop(j, None)
             self.realloc_at.pop(j, None)
+            self.standing.pop(j, None)
         cost_delta = plan.cost_per_hour * max(0.0, now - self.last_at) / 3600.0 if self.last_at is not None else 0.0
         new_plan_id = None
         with self.store.tx() as c:
@@ -556,7 +594,8 @@ class Loop:
     def _record(self, cy: "_Cycle") -> None:
         """7. Reallocations inside iterations, metrics, what the executor runs, housekeeping."""
         if self.reallocator is not None and self.cfg.realloc and not self.stop.is_set():
-            self._reallocate(cy.context, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle)
+            self._reallocate(cy.context, cy.jobs, cy.target, cy.plan, cy.snapshots, cy.now, cy.cycle, set(cy.missing) | self._relaid)
+        self._relaid = set()
         self._export()
         if self._input_problems:  # shown until the plan in force no longer holds the job
             _, in_force = self.current()
@@ -587,6 +626,7 @@ class Loop:
         kv(c, "sample_mark", self.sample_mark)
         kv(c, "move_budget", self.bucket.state())
         kv(c, "realloc_at", self.realloc_at)
+        kv(c, "realloc_standing", self.standing)
         kv(c, "reopt_blocked_until", self.reopt_blocked_until)
 
     # ------------------------------------------------------------------ apply outcome
@@ -608,6 +648,10 @@ class Loop:
                 self.store.set_plan_status(c, plan_id, "applied")
                 for i in ids:
                     self.store.update_decision(c, i, outcome="applied", add_reason=note)
+                for j in set(target.jobs()) & set(self.standing):  # (the executor's diff laid them out as planned)
+                    del self.standing[j]
+                    self._relaid.add(j)
+                self.store.set_kv(c, "realloc_standing", self.standing)
                 running = res.running if res.running else frozenset(target.jobs())
                 in_target = set(target.jobs())
                 for r in self.store.live_jobs(c):
@@ -649,15 +693,17 @@ class Loop:
 
     # ------------------------------------------------------------------ reallocation
     def _reallocate(self, ctx: PlanningContext, jobs: dict[str, JobRecord], target: Placement, plan: Placement, snapshots: dict,
-                    now: float, cycle: int) -> None:
+                    now: float, cycle: int, restored: set[str]) -> None:
+        """``restored``: jobs whose workers this cycle's apply laid out again (their snapshots name the workers before it)."""
         reallocator = self.reallocator
         if reallocator is None:
             return
-        moved = set(moved_jobs(plan, target))
+        moved = set(moved_jobs(plan, target)) | restored
         for job, snaps in sorted(snapshots.items()):
             r = jobs.get(job)
             if r is None or r.state is not JobState.RUNNING or job in moved or not snaps:
                 continue
+            snaps = _confined(snaps, target.job_groups().get(job))
             t0 = time.perf_counter()
             try:
                 out = reallocator.decide(ctx, job, snaps)
@@ -699,6 +745,10 @@ class Loop:
                         raise LeaseLost(f"the applier lease was lost during the reallocation of {job} (decision {did}); "
                                         "its new holder records how it ended")
                     self.store.update_decision(c, did, outcome="applied" if res.ok else "failed", add_reason=f"apply: {res.message}")
+                    if res.ok or res.steps_done:  # (a failed one may leave units done before it; a refused one did nothing)
+                        # the next iteration gets the planned layout back
+                        self.standing[job] = {"iteration": snaps[-1].iteration, "decision": did, "due": False}
+                        self.store.set_kv(c, "realloc_standing", self.standing)
                 outcome = "applied" if res.ok else "failed"
             self.metrics.decisions.labels("realloc", outcome).inc()
 

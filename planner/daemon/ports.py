@@ -61,6 +61,10 @@ class Group:
             return self.member_rollout[self.members.index(member)]
         return self.rollout_nodes
 
+    def nodes_of(self, member: str) -> set[str]:
+        """The nodes ``member`` may use: its rollout nodes and the training pool."""
+        return set(self.rollout_of(member)) | set(self.train_nodes)
+
     def as_dict(self) -> dict:
         d = {"id": self.id, "rollout_type": self.rollout_type, "rollout_nodes": list(self.rollout_nodes),
              "train_type": self.train_type, "train_nodes": list(self.train_nodes), "members": list(self.members),

@@ -224,6 +224,11 @@ def _kv_shapes() -> dict[str, tuple[Any, str]]:
         tokens: number = 0.0
         updated_at: number = 0.0
 
+    class Standing(_Obj):
+        iteration: count
+        decision: Optional[count] = None
+        due: Annotated[bool, Field(strict=True)] = False
+
     class Cluster(_Obj):  # (what GET /v1/cluster answers with: planner.daemon.api.ClusterView)
         at: number
         backend: Annotated[str, Field(strict=True)]
@@ -236,6 +241,7 @@ def _kv_shapes() -> dict[str, tuple[Any, str]]:
         "cycle": (count, "a whole number >= 0"), "telemetry_cursor": (count, "a whole number >= 0"),
         "cost_usd": (number, "a number"), "migration_usd": (number, "a number"),
         "realloc_at": (dict[str, number], "an object of job name -> clock seconds"),
+        "realloc_standing": (dict[str, Standing], "an object of job name -> {iteration, decision, due}"),
         "sample_mark": (dict[str, count], "an object of job name -> iteration (a whole number)"),
         "estimates": (Optional[Estimates], "an object of ratios, factor and errors (or null)"),
         "phase_timer": (Optional[dict[str, Track]], "an object of job name -> {iteration, rollout_end, last_time} (or null)"),
@@ -679,7 +685,15 @@ class Store(SQLiteFile):
         return [(r["id"], r["job"], r["body"]) for r in rows]
 
     def prune_telemetry(self, c: sqlite3.Connection, cursor: int, older_than_wall: float) -> int:
-        return c.execute("DELETE FROM telemetry WHERE id <= ? AND received_wall < ?", (cursor, older_than_wall)).rowcount
+        """Delete the consumed snapshots older than ``older_than_wall``, all but the newest row: ids are rowids,
+        which SQLite numbers from the largest one left, so an emptied table would number the next post 1, at or
+        below the loop's cursor, and the loop would skip every post up to it."""
+        return c.execute("DELETE FROM telemetry WHERE id <= ? AND received_wall < ? AND id < (SELECT MAX(id) FROM telemetry)",
+                         (cursor, older_than_wall)).rowcount
+
+    def telemetry_max_id(self) -> int:
+        """The newest snapshot's id (0: none stored)."""
+        return int(self.conn().execute("SELECT COALESCE(MAX(id), 0) FROM telemetry").fetchone()[0])
 
     # ------------------------------------------------------------------ reallocation contexts
     def put_realloc_context(self, job: str, wall: float, time_s: float, iteration: int, body: str) -> None:

@@ -104,6 +104,10 @@ def test_sigkill_mid_reallocation_is_settled_at_restart_and_later_applies_procee
     note = json.loads(d["reasons"])[-1]
     assert "settled from the executor's journal" in note and ("rolled forward" in note) == (way == "forward"), note
     assert not query(first.state, "SELECT id FROM decisions WHERE outcome='applying'")
+    # the iteration it was for is gone: the first cycle lays the job out as planned again (units done before stood)
+    back = [r for r in query(first.state, "SELECT outcome, jobs, reasons FROM decisions WHERE kind='restore'")
+            if f"(decision {pending[0]['id']})" in r["reasons"]]
+    assert back and back[0]["outcome"] == "applied" and json.loads(back[0]["jobs"]) == ["tail"], back
 
     # later applies proceed: the late job is admitted and runs, no plan failed, later reallocations are applied
     assert query(first.state, "SELECT state FROM jobs WHERE name='late'")[0]["state"] == "running"

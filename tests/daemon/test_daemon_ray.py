@@ -1,6 +1,7 @@
 """The daemon on real Ray (``--backend ray --ray-address local``): a submitted job's workers start on
 the Ray cluster the daemon starts, come back when a restarted daemon finds them gone, and its own end
-report takes them away.
+report takes them away; a reallocation inside an iteration moves them on Ray, and the job's next iteration
+gets its planned layout back.
 
 Found by running it (2026-12-07): every job failed to start, re-admitted and displaced every cycle,
 because a worker asked Ray for its resident DRAM to the byte (3.087428608 GB) while its placement
@@ -130,6 +131,55 @@ def test_a_job_on_ray_is_restored_on_a_fresh_cluster_after_a_restart(tmp_path):
             assert http.get("/v1/jobs/ray-a").json()["state"] == "running"
             _end_and_check(http)
             assert not http.get("/v1/decisions", params={"kind": "restore"}).json()["decisions"][1:], "restored once"
+    finally:
+        code = _stop(d)
+    assert code == 0, d.output()[-3000:]
+
+
+# two H800 nodes (a Ray node each, plus the head): the 7B job of test_daemon_realloc.py, rollout on one, trainer on the other
+H800X2 = SMALL.replace("name: daemon-ray-cluster", "name: daemon-ray-realloc").replace(
+    "    - {name: h20, gpu_type: H20, count: 1, gpus_per_node: 8, host_dram_gb: 2048, cluster: a}\n", "").replace(
+    "{name: h800, gpu_type: H800, count: 1,", "{name: h800, gpu_type: H800, count: 2,")
+
+
+def _layout(http, job: str) -> dict[str, dict[str, int]]:
+    return {c["name"]: c["placement"] for c in http.get("/v1/cluster").json().get("components", []) if c["name"].startswith(job + "/")}
+
+
+@pytest.mark.skipif(os.environ.get("RL_PLANNER_SLOW") != "1",
+                    reason="a daemon starting a local Ray cluster and migrating workers on it, 60-150 s: set RL_PLANNER_SLOW=1")
+def test_a_reallocation_is_applied_on_ray_and_the_next_iteration_gets_the_planned_layout_back(tmp_path):
+    """The in-iteration reallocation path on real Ray, driven over HTTP as test_daemon_realloc.py drives it on the
+    simulated backend: the tail telemetry's committed reallocation moves the workers on the Ray cluster; the job's
+    first snapshot of its next iteration restores the planned layout (before, the reallocated one stayed); its end
+    report removes every worker."""
+    from test_daemon_realloc import JOB, snapshots, spec, state_of
+
+    d = DaemonProc(tmp_path, "--scenario", str(write_cluster(tmp_path, H800X2)), "--backend", "ray", "--ray-address", "local",
+                   "--period-s", "0.5", "--insecure", "--realloc-decision", "planner")
+    try:
+        with d.client() as http:
+            assert http.post("/v1/jobs", json=spec()).status_code == 201
+            wait_for(lambda: http.get(f"/v1/jobs/{JOB}").json()["state"] == "running", what="the job running on Ray")
+            planned = wait_for(lambda: (lay := _layout(http, JOB)) and f"{JOB}/trainer" in lay and lay, what="its workers")
+            for s in snapshots(state_of(http.get("/v1/cluster").json())):
+                assert http.post("/v1/telemetry", json=s).status_code == 202
+            dec = wait_for(lambda: [x for x in http.get("/v1/decisions", params={"kind": "realloc"}).json()["decisions"]
+                                    if x["outcome"] in ("applied", "failed")], what="the reallocation's outcome")
+            assert dec[0]["outcome"] == "applied", dec
+            moved = wait_for(lambda: (lay := _layout(http, JOB)) != planned and lay, what="the workers moved")
+            assert sum(moved[f"{JOB}/rollout"].values()) < sum(planned[f"{JOB}/rollout"].values()), (planned, moved)
+            assert sum(moved[f"{JOB}/trainer"].values()) > sum(planned[f"{JOB}/trainer"].values()), (planned, moved)
+            nxt = snapshots(state_of(http.get("/v1/cluster").json()))[0]
+            nxt.update(iteration=nxt["iteration"] + 1, time_s=2.0)
+            assert http.post("/v1/telemetry", json=nxt).status_code == 202
+            back = wait_for(lambda: [x for x in http.get("/v1/decisions", params={"kind": "restore"}).json()["decisions"]
+                                     if x["outcome"] not in ("applying", "changes-plan")], what="the restore's outcome")
+            assert back[0]["outcome"] == "applied" and "its planned layout is restored" in back[0]["reasons"][0], back
+            wait_for(lambda: _layout(http, JOB) == planned, what="the planned layout back")
+            assert http.post(f"/v1/jobs/{JOB}/end", json={}).status_code == 202
+            wait_for(lambda: http.get(f"/v1/jobs/{JOB}").json()["state"] == "completed", what="the job completed")
+            wait_for(lambda: not _layout(http, JOB), what="its workers gone")
     finally:
         code = _stop(d)
     assert code == 0, d.output()[-3000:]

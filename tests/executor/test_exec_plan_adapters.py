@@ -97,3 +97,23 @@ def test_realloc_plans_naming_unknown_nodes_or_workers_are_refused_with_the_fiel
     with pytest.raises(UserError) as e:
         from_realloc(bad, observe(b))
     assert e.value.problems[0].where == "body.allocation[0].to_workers[0].worker_id" and "worker ids" in e.value.problems[0].fix
+
+
+def test_a_realloc_plan_that_puts_a_kept_worker_on_another_node_is_refused():
+    """Found driving the daemon on Ray by hand (2026-12-07): telemetry that named the executor's workers but put the
+    rollout engines on the trainer's node (and the trainer on the engines') was planned on that view and applied: the
+    executor kept the worker ids, moved 6 of 8 trainer ranks across nodes and parked the reference, nothing like the
+    decision it carried out. A kept worker (not ``new``) must be on the node the executor runs it on."""
+    b = _running()
+    bad = _realloc()
+    bad["allocation"][0]["to_workers"][1]["node"] = "h100-1"  # ENGINES[5] runs on h100-0
+    with pytest.raises(UserError) as e:
+        from_realloc(bad, observe(b))
+    p = e.value.problems[0]
+    assert p.where == "body.allocation[0].to_workers[1].node", p
+    assert "'math.rollout.g1.e5' of math/rollout runs on node 'h100-0', not 'h100-1'" in p.message and "GET /v1/cluster" in p.fix
+    bad = _realloc()
+    bad["allocation"][1]["to_workers"][0]["node"] = "h100-0"  # the kept trainer rank runs on h100-1
+    with pytest.raises(UserError, match="'math.actor.g1.r0' of math/actor runs on node 'h100-1', not 'h100-0'"):
+        from_realloc(bad, observe(b))
+    from_realloc(_realloc(), observe(b))  # (the body as the planner writes it still applies)
