@@ -167,3 +167,36 @@ def test_a_job_no_live_node_has_room_for_fails_naming_the_node_and_the_others_ru
     assert a_rollout in r.reason and "no live node has room" in r.reason and "submit it again" in r.reason, r.reason
     assert w.state("b") is JobState.RUNNING and _nodes_of(w, "b") == b_nodes
     assert "a" not in w.loop.current()[1].jobs()
+
+
+def test_a_pinned_group_whose_shared_training_node_died_is_placed_again_whole_and_valid(tmp_path):
+    """Four jobs the Weave placer pins into one group (a rollout node each, one H800 node shared): the
+    shared node dies, all four leave it and are admitted again on live nodes; the new plan passes the
+    placer's own check (every SLO, DRAM, pins), and every job then runs to completion."""
+    from planner.daemon.adapters.placement import WeavePlacer
+
+    w = World(tmp_path)
+    for i in range(4):
+        w.submit(f"j{i}", duration_s=900.0 + 300 * i, slo={"ratio_to_solo": 1.3 + 0.1 * i})
+    _wire(w, tmp_path, "executor")
+    w.loop.placer = WeavePlacer(w.cluster)
+    assert w.cycle(0.0).apply == "ok"
+    plan = w.loop.current()[1]
+    shared = [g for g in plan.groups if len(g.members) > 1]
+    if not shared:
+        pytest.skip(f"the placer made no shared group of these jobs here: {plan.as_dict()}")
+    g = shared[0]
+    node = g.train_nodes[0]
+    _kill_node(w, node)
+    assert w.cycle(60.0).apply == "ok"
+    (dec,) = _lost(w)
+    assert set(dec["jobs"]) == set(g.members) and dec["outcome"] == "applied", dec
+    plan = w.loop.current()[1]
+    assert node not in plan.nodes_in_use() and set(g.members) <= set(plan.jobs())
+    ctx = w.loop.context({r.name: r for r in w.store.live_jobs()}, 60.0)
+    assert w.loop.placer.evaluate(ctx, plan)[1] == []
+    t = 60.0
+    while not w.loop.idle() and t < 6000.0:
+        t += 120.0
+        w.cycle(t)
+    assert all(w.state(f"j{i}") is JobState.COMPLETED for i in range(4)), [(f"j{i}", w.store.get_job(f"j{i}").reason) for i in range(4)]
