@@ -415,6 +415,15 @@ class Coordinator:
     def dead_node_list(self) -> dict[str, str]:
         return dict(self.dead_nodes)
 
+    def revive_node(self, node: str) -> Optional[str]:
+        """Forget that ``node`` was declared dead (an operator repaired it): why it was, or None when
+        it was not. Its fenced workers stay fenced (their leases were revoked): only new ones run there."""
+        with self._lock:
+            why = self.dead_nodes.pop(node, None)
+            if why is not None:
+                self._save("dead_nodes")
+            return why
+
     # ------------------------------------------------------------------ parked components
     def park(self, component: str, info: dict) -> None:
         """A staged reboot saved ``component`` and is stopping it: where its state is until it is restored."""

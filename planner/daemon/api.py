@@ -166,6 +166,13 @@ class Accepted(BaseModel):
     job: str
 
 
+class ReviveAccepted(BaseModel):
+    node: str
+    requested_at: float = Field(description="the daemon's clock when asked; the loop acts at its next cycle")
+    dead_as_of_last_cycle: Optional[bool] = Field(None, description="what the last recorded cluster view said of the node "
+                                                                     "(null: no view recorded yet)")
+
+
 class ContextAccepted(BaseModel):
     job: str
     iteration: int
@@ -629,6 +636,24 @@ def create_app(service) -> FastAPI:
         principal = request.scope.get("rlp.principal")
         rec = store.report_end(name, report.outcome, report.message, service.now(), by=principal.name if principal is not None else None)
         return JobView(**rec.as_dict())
+
+    @app.post("/v1/nodes/{name}/revive", status_code=202, response_model=ReviveAccepted, responses=_resp(404, 422), tags=["plan"],
+              summary="An operator says a node the executor declared dead is repaired: the loop clears that record")
+    def revive_node(name: str = Path(..., pattern=NAME_PATTERN, max_length=200)) -> ReviveAccepted:
+        from planner.daemon.adapters.solo import node_names
+
+        known = [n for t in sorted({g.gpu_type for g in service.cluster.cluster.node_groups}) for n in node_names(service.cluster, t)]
+        if name not in known:
+            raise NotFound(f"this daemon's cluster has no node named '{name}'", "name",
+                           "name a node of the cluster (GET /v1/cluster lists them)")
+        view = store.get_kv("cluster")
+        dead = None
+        if view is not None:
+            row = next((n for n in view.get("nodes", []) if isinstance(n, dict) and n.get("node") == name), None)
+            dead = None if row is None else not bool(row.get("alive", True))
+        now = service.now()
+        store.request_revive(name, now)
+        return ReviveAccepted(node=name, requested_at=now, dead_as_of_last_cycle=dead)
 
     # ---- telemetry
     nodes: list[dict] = []  # the cluster's nodes by name (planner.instances.realloc.node_index), built at the first post

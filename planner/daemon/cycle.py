@@ -350,6 +350,7 @@ class Loop:
         cy.jobs = {r.name: r for r in self.store.live_jobs()}
         self._set_aside_unreadable(cy)
         _, cy.plan = self.current()
+        self._revive(cy)
         cy.obs = self.executor.observe(cy.now)
         self._reported_ends(cy)
         if self.cursor and self.store.telemetry_max_id() < self.cursor:
@@ -371,6 +372,19 @@ class Loop:
             if left is not None and max(s.iteration for s in snaps) > left["iteration"]:
                 left["due"] = True
         self._missing(cy)
+
+    def _revive(self, cy: "_Cycle") -> None:
+        """Operators' requests that a node the executor declared dead is repaired
+        (``POST /v1/nodes/{name}/revive``): the executor forgets its record, before this cycle observes
+        the dead nodes, and the decision log says what was done (a ``repair`` decision, trigger
+        ``node-revived``). A dry run, or an executor without the call, leaves the requests waiting."""
+        revive = getattr(self.executor, "revive_node", None)
+        if revive is None or self.cfg.dry_run:
+            return
+        for node, _at in sorted(self.store.take_revive_requests().items()):
+            said = revive(node)
+            log.info("%s", said)
+            cy.decisions.append(solve.Decision("repair", ["node-revived"], "kept-current", [], [said]))
 
     def _backoff(self, tries: int) -> float:
         """Clock seconds before the next try after ``tries`` failed ones: 1, 2, 4, ... periods, at most

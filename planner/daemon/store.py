@@ -247,6 +247,7 @@ def _kv_shapes() -> dict[str, tuple[Any, str]]:
         "phase_timer": (Optional[dict[str, Track]], "an object of job name -> {iteration, rollout_end, last_time} (or null)"),
         "move_budget": (Optional[Bucket], "an object {tokens, updated_at} (or null)"),
         "cluster": (Cluster, "an object of at, backend, nodes and components"),
+        "revive_nodes": (dict[str, number], "an object of node name -> clock seconds"),
         **{k: (Optional[number], "a number or null") for k in ("last_cycle_at", "last_reopt_at", "clock_s", "reopt_blocked_until")},
     }
     _KV_SHAPES.update({k: (TypeAdapter(tp), words) for k, (tp, words) in shapes.items()})
@@ -545,6 +546,22 @@ class Store(SQLiteFile):
             c.execute("INSERT INTO job_events(job, at, from_state, to_state, reason) VALUES (?,?,?,?,?)",
                       (name, now, None, JobState.PENDING.value, "submitted"))
         return self.get_job(name)
+
+    def request_revive(self, node: str, now: float) -> None:
+        """An operator's request that the loop return ``node`` to service (kv ``revive_nodes``; the loop
+        takes it at its next cycle: :meth:`take_revive_requests`)."""
+        with self.tx() as c:
+            asked = self.get_kv("revive_nodes", {}, c)
+            asked[node] = now
+            self.set_kv(c, "revive_nodes", asked)
+
+    def take_revive_requests(self) -> dict[str, float]:
+        """The revive requests not yet taken (node -> when asked), removed as they are read."""
+        with self.tx() as c:
+            asked = self.get_kv("revive_nodes", {}, c)
+            if asked:
+                c.execute("DELETE FROM kv WHERE key='revive_nodes'")
+        return asked
 
     def request_cancel(self, name: str, now: float) -> JobRecord:
         with self.tx() as c:

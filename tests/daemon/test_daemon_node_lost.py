@@ -200,3 +200,26 @@ def test_a_pinned_group_whose_shared_training_node_died_is_placed_again_whole_an
         t += 120.0
         w.cycle(t)
     assert all(w.state(f"j{i}") is JobState.COMPLETED for i in range(4)), [(f"j{i}", w.store.get_job(f"j{i}").reason) for i in range(4)]
+
+
+def test_a_revived_node_is_cleared_logged_and_placed_on_again(tmp_path):
+    """``POST /v1/nodes/{name}/revive`` (stored as a request; here straight into the store, as the API
+    does): the next cycle clears the executor's record, logs what it did, and the node is free again."""
+    w = _running(tmp_path)
+    node = w.loop.current()[1].job_groups()["a"].rollout_nodes[0]
+    _kill_node(w, node)
+    w.cycle(60.0)
+    assert node in w.sim.dead_nodes() and node not in w.loop.current()[1].nodes_in_use()
+    w.store.request_revive(node, 61.0)
+    w.cycle(120.0)
+    said = [d for d in w.store.decisions(0, 1000, "repair") if "node-revived" in d["triggers"]]
+    assert len(said) == 1 and f"node {node}" in said[0]["reasons"][0] and "is cleared" in said[0]["reasons"][0], said
+    assert node not in w.sim.dead_nodes() and w.store.take_revive_requests() == {}
+    for i in range(3):  # the revived node takes work again: more jobs than the other free nodes hold
+        w.submit(f"n{i}", duration_s=6000.0)
+    w.cycle(180.0)
+    assert node in w.loop.current()[1].nodes_in_use(), w.loop.current()[1].as_dict()
+    w.store.request_revive("h20-3", 181.0)  # a node never declared dead: said so, nothing else
+    w.cycle(240.0)
+    said = [d for d in w.store.decisions(0, 1000, "repair") if "node-revived" in d["triggers"]]
+    assert len(said) == 2 and "had not declared it dead" in said[1]["reasons"][0], said

@@ -101,6 +101,13 @@ def test_scopes_a_read_token_cannot_submit_or_cancel(daemon):
         for who in ("reader", "submitter", "canceller"):  # a job's own end report takes the telemetry scope
             r = c.post("/v1/jobs/scoped-a/end", json={"outcome": "failed"}, headers=bearer(who))
             assert r.status_code == 403 and "telemetry" in r.json()["problems"][0]["fix"], (who, r.text)
+        for who in ("reader", "submitter", "canceller"):  # returning a node to service is an operator's: admin
+            r = c.post("/v1/nodes/h20-0/revive", headers=bearer(who))
+            assert r.status_code == 403 and "admin" in r.json()["problems"][0]["fix"], (who, r.text)
+        r = c.post("/v1/nodes/h20-0/revive", headers=bearer("admin"))
+        assert r.status_code == 202 and r.json()["node"] == "h20-0", r.text
+        r = c.post("/v1/nodes/h20-99/revive", headers=bearer("admin"))
+        assert r.status_code == 404 and r.json()["problems"][0]["field"] == "name", r.text
         assert c.delete("/v1/jobs/scoped-a", headers=bearer("submitter")).status_code == 403
         assert c.get("/v1/jobs", headers=bearer("canceller")).status_code == 403
         assert c.delete("/v1/jobs/scoped-a", headers=bearer("canceller")).status_code == 202

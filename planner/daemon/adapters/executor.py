@@ -203,6 +203,17 @@ class ExecutorApplier:
         obs.dead_nodes = _dead_nodes(self.backend, st)
         return obs
 
+    def revive_node(self, node: str) -> str:
+        """An operator says ``node`` is repaired: the executor's own record of it as dead is cleared
+        (plans may use it again); what Ray reports is Ray's (a node it holds dead stays out until it
+        reports it alive). Returns what was done, in a sentence for the decision log."""
+        why = self.backend.coord("revive_node", node)
+        live = self.backend.nodes().get(node)
+        still = "" if live is None or live.alive else "; the backend still reports it dead: it stays out of plans until that changes"
+        if why is None:
+            return f"node {node}: the executor had not declared it dead, nothing to clear{still}"
+        return f"node {node}: the executor's record of it as dead ({why}) is cleared; plans may use it again{still}"
+
     def dead_nodes(self) -> dict[str, str]:
         """node -> why, for the nodes the executor's view holds dead (the backend reports it so, e.g.
         Ray's node table, or the executor declared it: unreachable, frozen). No plan may use them."""
