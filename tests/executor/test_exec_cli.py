@@ -231,3 +231,22 @@ def test_rollback_before_any_cluster_exists_says_nothing_to_roll_back(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "nothing to roll back" in r.stdout and str(state) in r.stdout, r.stdout
     assert not state.exists()
+
+
+def test_status_says_an_apply_whose_process_was_killed_is_interrupted(tmp_path, capsys):
+    # 'planner status' after a SIGKILLed apply printed "apply #2 p2.yaml : running" (the process long
+    # gone, and the backend's '[sim]' / '[ray]' eaten as rich markup).
+    a = _args(tmp_path)
+    assert run_cli("apply", str(_plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})), *a).returncode == 0
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    assert run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:after"}).returncode == 137
+    assert main(["status", *a]) == 0
+    out = capsys.readouterr().out
+    assert "apply #2 p2.yaml [sim]: interrupted (its process is gone)" in out and "--rollback" in out
+    assert "apply #1 p1.yaml [sim]: done" in out
+    assert main(["status", "--json", *a]) == 0
+    applies = json.loads(capsys.readouterr().out)["applies"]
+    assert [(x["status"], x["interrupted"]) for x in applies] == [("running", True), ("done", False)]
+    assert run_cli("apply", str(p2), *a).returncode == 0
+    assert main(["status", *a]) == 0
+    assert "apply #2 p2.yaml [sim]: done" in capsys.readouterr().out
