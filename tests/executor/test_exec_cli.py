@@ -250,3 +250,19 @@ def test_status_says_an_apply_whose_process_was_killed_is_interrupted(tmp_path, 
     assert run_cli("apply", str(p2), *a).returncode == 0
     assert main(["status", *a]) == 0
     assert "apply #2 p2.yaml [sim]: done" in capsys.readouterr().out
+
+
+def test_a_rollback_says_the_units_done_before_it_stand(tmp_path, capsys):
+    # Seen on Ray: `apply --rollback` of an apply killed mid-P2P said only "unit .../p2p rolled back because
+    # rolled back on request", while the nine units done before it stood: the cluster ran neither plan.
+    a = _args(tmp_path)
+    assert run_cli("apply", str(_plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})), *a).returncode == 0
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    assert run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:before"}).returncode == 137
+    r = run_cli("apply", "--rollback", *a)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "job/trainer/p2p rolled back" in r.stdout and "the 1 unit(s) of apply #2 done before it stand" in r.stdout, r.stdout
+    assert "apply p2.yaml again to finish that plan, or apply the previous plan to go back" in r.stdout
+    assert main(["status", "--json", *a]) == 0
+    comps = {c["name"]: c for c in json.loads(capsys.readouterr().out)["state"]["components"]}
+    assert len(comps["job/rollout"]["workers"]) == 2 and comps["job/trainer"]["layout"] == {"tp": 2, "pp": 1, "dp": 1}
