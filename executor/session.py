@@ -133,13 +133,18 @@ def check_plan_nodes(saved: dict[str, Node], nodes: list[Node], path: Path) -> N
 
 
 def crash_hook_from_env():
-    """``RL_PLANNER_EXECUTOR_CRASH_AT=<step kind>:<point>[:<nth>]`` makes the process die there
-    (``os._exit(137)``, as on SIGKILL): the fault tests kill a real controller with it."""
+    """``RL_PLANNER_EXECUTOR_CRASH_AT=<step kind>:<point>[:<nth>[:term]]`` makes the process die there
+    (``os._exit(137)``, as on SIGKILL), or with ``:term`` sends it SIGTERM there: the fault tests kill
+    or stop a real controller with it."""
     spec = os.environ.get("RL_PLANNER_EXECUTOR_CRASH_AT")
     if not spec:
         return None
+    import signal
+
     from executor.faults import Fault, FaultPlan
 
     parts = spec.split(":")
     kind, point, nth = parts[0], parts[1], int(parts[2]) if len(parts) > 2 else 0
+    if parts[3:] == ["term"]:
+        return FaultPlan([Fault(kind, point, lambda backend, step: os.kill(os.getpid(), signal.SIGTERM), nth=nth)])
     return FaultPlan([Fault(kind, point, lambda backend, step: os._exit(137), nth=nth)])

@@ -266,3 +266,22 @@ def test_a_rollback_says_the_units_done_before_it_stand(tmp_path, capsys):
     assert main(["status", "--json", *a]) == 0
     comps = {c["name"]: c for c in json.loads(capsys.readouterr().out)["state"]["components"]}
     assert len(comps["job/rollout"]["workers"]) == 2 and comps["job/trainer"]["layout"] == {"tp": 2, "pp": 1, "dp": 1}
+
+
+def test_sigterm_stops_the_apply_after_the_step_in_progress(tmp_path, capsys):
+    # SIGTERM killed `planner apply` mid-step (on Ray with the core's crash dump); it now finishes the step,
+    # journals it, says how to go on and exits 143; applying again resumes without redoing it.
+    a = _args(tmp_path)
+    assert run_cli("apply", str(_plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})), *a).returncode == 0
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    r = run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "create:mid:0:term"})
+    assert r.returncode == 143, (r.stdout, r.stderr[-2000:])
+    assert "stopped on SIGTERM after the step in progress" in r.stderr and "Traceback" not in r.stderr
+    db = sqlite3.connect(tmp_path / "j.db")
+    rows = db.execute("SELECT kind, status FROM steps WHERE apply_id = 2 ORDER BY seq").fetchall()
+    assert [k for k, s in rows if s == "done"] == ["drain", "handoff", "stop", "stop", "create"], rows
+    assert {s for _, s in rows[5:]} == {"planned"} and db.execute("SELECT status FROM applies WHERE id = 2").fetchone() == ("running",)
+    assert main(["status", *a]) == 0 and "interrupted (its process is gone)" in capsys.readouterr().out
+    r = run_cli("apply", str(p2), *a)
+    assert r.returncode == 0 and "(resumed)" in r.stdout, r.stderr[-2000:]
+    assert all(n == 1 for (n,) in db.execute("SELECT attempts FROM steps WHERE apply_id = 2"))
