@@ -92,6 +92,8 @@ def _run(args, held) -> int:
         if getattr(args, name) <= 0:
             raise UserError(Problem(f"--{name.replace('_', '-')}", f"must be > 0, got {getattr(args, name)}", "give seconds, e.g. 30"))
     deadlines = Deadlines(start_s=args.start_timeout, call_s=args.call_timeout)
+    if args.backend == "ray" and args.address != "local" and not args.journal:
+        session.connect_ray(args.address)  # the journal is the cluster's, whichever alias --address names it by
     if args.rollback:
         jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
         _check_writable(args, jp)

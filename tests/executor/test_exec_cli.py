@@ -285,3 +285,29 @@ def test_sigterm_stops_the_apply_after_the_step_in_progress(tmp_path, capsys):
     r = run_cli("apply", str(p2), *a)
     assert r.returncode == 0 and "(resumed)" in r.stdout, r.stderr[-2000:]
     assert all(n == 1 for (n,) in db.execute("SELECT attempts FROM steps WHERE apply_id = 2"))
+
+
+def test_the_ray_journal_is_the_clusters_whichever_alias_the_address_names_it_by(tmp_path, monkeypatch):
+    # Seen on a local Ray cluster: an apply killed under --address 192.0.2.2:P was not found by the same
+    # apply under 127.0.0.1:P (another journal), which applied anew and left the first one stale (exit 2
+    # until moved aside); status under one alias showed none of the applies made under the other.
+    import sys
+    import types
+
+    from executor.session import journal_path
+
+    monkeypatch.setenv("RL_PLANNER_HOME", str(tmp_path))
+    d = tmp_path / "journals"
+    assert journal_path(None, "ray", address="127.0.0.1:41249") == d / "ray-127.0.0.1_41249.db"  # not connected: as given
+    ctx = types.SimpleNamespace(gcs_address="192.0.2.2:41249")
+    fake = types.SimpleNamespace(is_initialized=lambda: True, get_runtime_context=lambda: ctx)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    for alias in ("127.0.0.1:41249", "localhost:41249", "192.0.2.2:41249", "auto", None):
+        assert journal_path(None, "ray", address=alias) == d / "ray-192.0.2.2_41249.db", alias
+    assert journal_path(None, "ray", address="local").name == "ray-local.db"
+    assert journal_path(str(tmp_path / "j.db"), "ray", address="localhost:41249") == tmp_path / "j.db"
+    d.mkdir()
+    (d / "ray-localhost_41249.db").write_bytes(b"")  # a journal made under an alias before: still found
+    assert journal_path(None, "ray", address="localhost:41249") == d / "ray-localhost_41249.db"
+    (d / "ray-192.0.2.2_41249.db").write_bytes(b"")
+    assert journal_path(None, "ray", address="localhost:41249") == d / "ray-192.0.2.2_41249.db"
