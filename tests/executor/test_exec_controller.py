@@ -175,3 +175,23 @@ def test_without_the_journal_a_started_worker_left_starting_is_settled_running()
     notes = settle(b)
     assert any(left[0] in n and "never marked running" in n for n in notes), notes
     assert {r["status"] for r in b.coord("records")} == {"running"}
+
+
+def test_a_failure_message_with_brackets_does_not_cut_the_rollback_short():
+    # Seen on Ray: gloo's "[/__w/.../pair.cc:537] Read error ..." failed a P2P reshard; printing it as rich
+    # markup raised MarkupError from the progress callback, the unit was never rolled back and the apply
+    # was left running ('internal error' on the CLI).
+    from executor.progress import Progress
+
+    b, j = _started(requests=10)
+    steps = diff(observe(b), target(faultlib.migration_body("p2p"))).steps
+    assert any(s.kind == "reshard" for s in steps)
+
+    def boom(backend, step):
+        raise RuntimeError("[/__w/pytorch/third_party/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:6041")
+
+    with Progress(steps) as prog:
+        res = Executor(b, j, faults=FaultPlan([Fault("reshard", "mid", boom)]), on_step=prog.update,
+                       on_event=prog.event).apply(steps)
+    assert res.status != "done" and "pair.cc:537" in res.message
+    assert j.unfinished() is None and b.leaks() == []
