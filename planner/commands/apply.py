@@ -210,6 +210,10 @@ def _run(args, held) -> int:
             backend.save(whole=True)
         print(f"stopped on SIGTERM after the step in progress: the apply of {name} is interrupted (journal {jp}). Fix: "
               f"apply {name} again to resume it, or 'planner apply --rollback' to undo its unfinished migration", file=sys.stderr)
+        if args.json:
+            import json
+
+            print(json.dumps({"plan": name, "status": "interrupted", "steps": len(plan.steps), "journal": str(jp)}))
         return 143
     reaped = reap(backend)
     if hasattr(backend, "save"):

@@ -282,6 +282,8 @@ def test_sigterm_stops_the_apply_after_the_step_in_progress(tmp_path, capsys):
     assert [k for k, s in rows if s == "done"] == ["drain", "handoff", "stop", "stop", "create"], rows
     assert {s for _, s in rows[5:]} == {"planned"} and db.execute("SELECT status FROM applies WHERE id = 2").fetchone() == ("running",)
     assert main(["status", *a]) == 0 and "interrupted (its process is gone)" in capsys.readouterr().out
+    r = run_cli("apply", str(p2), *a, "--json", env={"RL_PLANNER_EXECUTOR_CRASH_AT": "create:mid:0:term"})
+    assert r.returncode == 143 and json.loads(r.stdout.strip().splitlines()[-1])["status"] == "interrupted", r.stdout
     r = run_cli("apply", str(p2), *a)
     assert r.returncode == 0 and "(resumed)" in r.stdout, r.stderr[-2000:]
     assert all(n == 1 for (n,) in db.execute("SELECT attempts FROM steps WHERE apply_id = 2"))
