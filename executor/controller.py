@@ -63,6 +63,18 @@ def plan_digest(steps: list[Step]) -> str:
     return hashlib.sha256(json.dumps([s.as_dict() for s in steps], sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _standing(cur: dict, status: dict, unit: list[Step]) -> str:
+    """What a rollback of one unit leaves of the rest of its apply: the units done before it stand (a
+    rollback undoes the unit in flight only), so the cluster may run neither plan's placement."""
+    units = [u for u in _units(cur["steps"]) if u[0].unit != unit[0].unit]
+    done = sum(all(status[s.seq][0] == "done" for s in u) for u in units)
+    if not done:
+        return ""
+    left = sum(all(status[s.seq][0] == "planned" for s in u) for u in units)
+    return (f"; the {done} unit(s) of apply #{cur['id']} done before it stand" + (f" and {left} were not started" if left else "")
+            + f": apply {cur['plan_name']} again to finish that plan, or apply the previous plan to go back")
+
+
 def _units(steps: list[Step]) -> list[list[Step]]:
     out: list[list[Step]] = []
     for s in steps:
@@ -177,9 +189,10 @@ class Executor:
                     # past its commit point the unit cannot be undone (an old rank stopped, a park's
                     # engines stopped into their checkpoint): it rolls forward, as a failed step there does
                     ok, msg = self._roll_forward(cur["id"], unit, status, commit)
+                    msg += _standing(cur, status, unit)
                     self.journal.finish(cur["id"], "rolled_back" if ok else "failed", msg)
                     return ApplyResult(cur["id"], "rolled_back" if ok else "failed", True, msg, events=self.ctx.events)
-                msg = self._rollback(cur["id"], unit, status, "rolled back on request")
+                msg = self._rollback(cur["id"], unit, status, "rolled back on request") + _standing(cur, status, unit)
                 self.journal.finish(cur["id"], "rolled_back", msg)
                 return ApplyResult(cur["id"], "rolled_back", True, msg, events=self.ctx.events)
             self.journal.finish(cur["id"], "rolled_back", "nothing was in flight")

@@ -3,7 +3,8 @@
 Points, in the order the controller passes them for each step: ``before`` (intent journaled,
 nothing done yet), ``mid`` (inside the step, after its first effect: e.g. requests moved in the
 ledger but not yet admitted, new ranks created but not loaded), ``after`` (the step's effect
-is complete, its outcome not yet journaled).
+is complete, its outcome not yet journaled). A ``create`` also passes ``started`` (its worker is
+up but not yet marked running), between ``mid`` and ``after``.
 
 Actions: ``crash`` (the controller dies: :class:`ControllerCrash` propagates through every
 handler, nothing is cleaned up), or a callable ``(backend, step) -> None`` that kills, freezes or

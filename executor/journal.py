@@ -284,7 +284,12 @@ class Journal:
         rows = self.db.execute("SELECT id, plan_name, plan_digest, backend, status, started, ended, message FROM applies "
                                "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         keys = ["id", "plan", "digest", "backend", "status", "started", "ended", "message"]
-        return [dict(zip(keys, r)) for r in rows]
+        out = [dict(zip(keys, r)) for r in rows]
+        lock = self.db.execute("SELECT pid FROM lock WHERE id = 1").fetchone()
+        holder_lives = bool(lock) and isinstance(lock[0], int) and _pid_alive(lock[0])
+        for h in out:  # 'running' with no live holder: its process was killed (resume or roll it back)
+            h["interrupted"] = h["status"] == "running" and not holder_lives
+        return out
 
     def step_rows(self, apply_id: int) -> list[dict]:
         try:

@@ -19,8 +19,11 @@ def run_create(ctx: Ctx, step: Step) -> dict:
         if epoch is None:
             epoch = ctx.coord("grant", wid)
             ctx.call(wid, "set_epoch", epoch)
-        if ctx.record(wid) is None:
+        rec = ctx.record(wid)
+        if rec is None:
             ctx.coord("register", record_of(args, "running"))
+        elif rec.get("status") == "starting":  # killed after the start, before it was marked running
+            ctx.coord("set_status", wid, "running")
         ctx.event("adopted", "the worker was already running (resumed apply)", worker=wid)
         out = {"worker": wid, "epoch": epoch, "adopted": True}
     else:
@@ -39,6 +42,7 @@ def run_create(ctx: Ctx, step: Step) -> dict:
             ctx.coord("set_status", wid, "failed")
             ctx.coord("unregister", wid)
             raise
+        ctx.fault("started")  # up, but not yet marked running (a kill here left it 'starting' for good)
         ctx.coord("set_status", wid, "running")
         out = {"worker": wid, "epoch": epoch, "node": args["worker"]["node"]}
     if args.get("restore"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -78,15 +79,17 @@ class Progress:
 
     def update(self, step, status: str, data: Any = None) -> None:
         if status == "running":
-            self.bar.update(self.task, description=f"{step.kind} {step.id}")
+            self.bar.update(self.task, description=escape(f"{step.kind} {step.id}"))
             return
         if status in ("done", "skipped (done before)"):
             self.bar.advance(self.task)
         extra = f": {data}" if status in ("failed", "compensated") and data else ""
         if not (self.verbose or status in ("failed", "compensated")):
             return
-        self.console.print(f"  {status:<22} {step.id}{extra}", highlight=False)
+        # plain text: a failure's message is not rich markup (gloo's '[/path/pair.cc:537] Read error' was
+        # a MarkupError raised from this callback, which cut the failed unit's rollback short)
+        self.console.print(f"  {status:<22} {step.id}{extra}", highlight=False, markup=False)
 
     def event(self, e: dict) -> None:
         if e["what"] in ("declared dead", "rolled back", "rehomed", "adopted"):
-            self.console.print(f"  ! {e['what']}: {e.get('worker', e.get('unit', ''))} because {e['cause']}", highlight=False)
+            self.console.print(f"  ! {e['what']}: {e.get('worker', e.get('unit', ''))} because {e['cause']}", highlight=False, markup=False)

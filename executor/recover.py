@@ -11,7 +11,9 @@ what runs and, per component:
   If the active set lost a rank, the other generation takes over only if it is a whole layout,
   every rank is alive, loaded (the reshard reached it) and at the same training step; else the
   apply is refused (exit 2) with what is left, never guessed;
-* **workers registered but never started** (a create cut short): their records are dropped;
+* **workers registered but never started** (a create cut short): their records are dropped; a
+  worker that did start, killed before it was marked running, is marked running (left *starting*,
+  every later diff saw its component as not whole and migrated it);
 * **rollout engines left draining** (a workload migration cut short before its handoff): they
   serve again; the next diff drains them again if the plan still moves them.
 
@@ -107,6 +109,10 @@ def settle(backend: Any) -> list[str]:
             backend.coord("revoke", r["id"], "its start was cut short")
             backend.coord("unregister", r["id"])
             notes.append(f"{r['component']}: {r['id']} was registered but never started; dropped")
+        elif r.get("status") == "starting":  # it came up, the kill came before it was marked running
+            backend.coord("set_status", r["id"], "running")
+            notes.append(f"{r['component']}: {r['id']} started but was never marked running; it runs")
+            recs.append({**r, "status": "running"})
         else:
             recs.append(r)
     by_comp: dict[str, list[dict]] = {}

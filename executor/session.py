@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -35,6 +36,34 @@ def ray_address_key(address: Optional[str]) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", a)[:120] or "auto"
 
 
+def _connected_gcs(address: Optional[str]) -> Optional[str]:
+    """The GCS address of the Ray cluster this process joined (what Ray reports, whichever alias of it
+    --address gave: 127.0.0.1, localhost, a host name or its IP), else None. Keyed by the address as
+    given, one cluster had a journal per alias: an apply interrupted under one was not found under
+    another, which applied anew and left the first journal stale."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if address == "local" or ray is None or not ray.is_initialized():
+        return None
+    try:
+        return str(ray.get_runtime_context().gcs_address) or None
+    except Exception:  # noqa: BLE001 - an older Ray without it: the address as given
+        return None
+
+
+def connect_ray(address: Optional[str]) -> None:
+    """Join the Ray cluster at ``address`` (before the journal's path is made, which is keyed by it)."""
+    require("ray")
+    from executor.backends.ray import cluster as rc
+
+    try:
+        rc.connect(address)
+    except ConnectionError as exc:
+        raise UserError(Problem("--address", f"cannot connect to a Ray cluster at {address or 'auto'}: {exc}",
+                                "start one with 'ray start --head' or pass --address HOST:PORT")) from None
+
+
 def journal_path(arg: Optional[str], backend: str = "sim", *, sim_state: Optional[str] = None, address: Optional[str] = None) -> Path:
     """The journal of the cluster the command acts on, wherever it is run from: beside the sim
     state (``SIM_STATE.journal``), or for Ray one per cluster address under ``~/.rl-planner/journals``
@@ -43,7 +72,13 @@ def journal_path(arg: Optional[str], backend: str = "sim", *, sim_state: Optiona
     if arg:
         return Path(arg)
     if backend == "ray":
-        return _home() / "journals" / f"ray-{ray_address_key(address)}.db"
+        d = _home() / "journals"
+        given = d / f"ray-{ray_address_key(address)}.db"
+        gcs = _connected_gcs(address)
+        if gcs is None:
+            return given
+        p = d / f"ray-{re.sub(r'[^A-Za-z0-9._-]+', '_', gcs)[:120]}.db"
+        return given if p != given and given.exists() and not p.exists() else p  # (one made before keys were resolved)
     sp = sim_state_path(sim_state).resolve()
     return sp.with_name(sp.name + ".journal")
 
@@ -133,13 +168,18 @@ def check_plan_nodes(saved: dict[str, Node], nodes: list[Node], path: Path) -> N
 
 
 def crash_hook_from_env():
-    """``RL_PLANNER_EXECUTOR_CRASH_AT=<step kind>:<point>[:<nth>]`` makes the process die there
-    (``os._exit(137)``, as on SIGKILL): the fault tests kill a real controller with it."""
+    """``RL_PLANNER_EXECUTOR_CRASH_AT=<step kind>:<point>[:<nth>[:term]]`` makes the process die there
+    (``os._exit(137)``, as on SIGKILL), or with ``:term`` sends it SIGTERM there: the fault tests kill
+    or stop a real controller with it."""
     spec = os.environ.get("RL_PLANNER_EXECUTOR_CRASH_AT")
     if not spec:
         return None
+    import signal
+
     from executor.faults import Fault, FaultPlan
 
     parts = spec.split(":")
     kind, point, nth = parts[0], parts[1], int(parts[2]) if len(parts) > 2 else 0
+    if parts[3:] == ["term"]:
+        return FaultPlan([Fault(kind, point, lambda backend, step: os.kill(os.getpid(), signal.SIGTERM), nth=nth)])
     return FaultPlan([Fault(kind, point, lambda backend, step: os._exit(137), nth=nth)])

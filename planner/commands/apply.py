@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 NAME = "apply"
 HELP = "apply a plan to a cluster (Ray or the in-process sim): diff to safe steps, journaled"
 DESCRIPTION = """Apply a plan document (ExecutorTarget, ReallocPlan, or PlacementPlan with --scenario).
@@ -13,7 +15,8 @@ failed step rolls its migration back, and an apply interrupted by a crash resume
 plan is applied again (or is undone with --rollback).
 
 Exit status: 0 applied (or nothing to do), 1 the apply failed and was rolled back, 2 bad input
-or a plan that cannot be reached safely (the reason is printed)."""
+or a plan that cannot be reached safely (the reason is printed), 143 stopped by SIGTERM after the
+step in progress (apply the plan again to resume it)."""
 
 
 def add_arguments(p) -> None:
@@ -89,6 +92,8 @@ def _run(args, held) -> int:
         if getattr(args, name) <= 0:
             raise UserError(Problem(f"--{name.replace('_', '-')}", f"must be > 0, got {getattr(args, name)}", "give seconds, e.g. 30"))
     deadlines = Deadlines(start_s=args.start_timeout, call_s=args.call_timeout)
+    if args.backend == "ray" and args.address != "local" and not args.journal:
+        session.connect_ray(args.address)  # the journal is the cluster's, whichever alias --address names it by
     if args.rollback:
         jp = journal_path(args.journal, args.backend, sim_state=args.sim_state, address=args.address)
         _check_writable(args, jp)
@@ -196,9 +201,20 @@ def _run(args, held) -> int:
             print("nothing to do: the cluster already matches the plan")
         return 0
     journal = open_journal(jp)
-    with Progress(plan.steps, verbose=args.verbose) as prog:
-        ex = Executor(backend, journal, faults=crash_hook_from_env(), on_step=prog.update, on_event=prog.event)
-        res = ex.apply(plan.steps, name, digest)
+    try:
+        with Progress(plan.steps, verbose=args.verbose) as prog, _stop_on_sigterm(prog.update) as on_step:
+            ex = Executor(backend, journal, faults=crash_hook_from_env(), on_step=on_step, on_event=prog.event)
+            res = ex.apply(plan.steps, name, digest)
+    except _Stopped:
+        if hasattr(backend, "save"):
+            backend.save(whole=True)
+        print(f"stopped on SIGTERM after the step in progress: the apply of {name} is interrupted (journal {jp}). Fix: "
+              f"apply {name} again to resume it, or 'planner apply --rollback' to undo its unfinished migration", file=sys.stderr)
+        if args.json:
+            import json
+
+            print(json.dumps({"plan": name, "status": "interrupted", "steps": len(plan.steps), "journal": str(jp)}))
+        return 143
     reaped = reap(backend)
     if hasattr(backend, "save"):
         backend.save(whole=True)  # the simulated cluster's file is left with its coordinator in one row
@@ -224,6 +240,43 @@ def _run(args, held) -> int:
         return 0
     print(f"error: apply #{res.apply_id} {res.status}: {res.message}", file=sys.stderr)
     return 1
+
+
+class _Stopped(BaseException):
+    """SIGTERM came: raised from the step callback once the step in progress is journaled done (a
+    BaseException, outside the controller's error handling: nothing is rolled back)."""
+
+
+@contextmanager
+def _stop_on_sigterm(update):
+    """While the apply runs, SIGTERM stops it after the step in progress (a second one kills it at once):
+    it used to die mid-step (on Ray with the core's crash dump), leaving that step to be redone."""
+    import os
+    import signal
+    import sys
+
+    asked: list[int] = []
+
+    def on_term(signum, frame) -> None:
+        if asked:
+            os._exit(143)
+        asked.append(signum)
+        print("SIGTERM: stopping after the step in progress (send it again to stop at once)", file=sys.stderr, flush=True)
+
+    def on_step(step, status, data=None) -> None:
+        update(step, status, data)
+        if asked and status in ("done", "skipped (done before)"):
+            raise _Stopped()
+
+    try:
+        before = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread (planner.cli.main run in a thread): no handler
+        yield update
+        return
+    try:
+        yield on_step
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _check_writable(args, journal) -> None:

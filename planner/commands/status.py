@@ -79,8 +79,10 @@ def run(args) -> int:
     con.print(t)
     con.print(f"requests: {ledger['done']}/{ledger['requests']} finished, {ledger['handoffs']} handoffs, "
               f"{ledger['rejected_effects']} stale or duplicate effects refused")
-    for h in history:
-        con.print(f"apply #{h['id']} {h['plan']} [{h['backend']}]: {h['status']} {h['message']}")
+    for h in history:  # plain text: a plan named with brackets (or the backend's '[ray]') is not rich markup
+        said = ("interrupted (its process is gone): apply the same plan again to resume it, or planner apply "
+                "--rollback to undo its unfinished migration") if h.get("interrupted") else f"{h['status']} {h['message']}"
+        con.print(f"apply #{h['id']} {h['plan']} [{h['backend']}]: {said}", markup=False, highlight=False)
     return 0
 
 

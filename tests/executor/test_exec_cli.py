@@ -231,3 +231,85 @@ def test_rollback_before_any_cluster_exists_says_nothing_to_roll_back(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "nothing to roll back" in r.stdout and str(state) in r.stdout, r.stdout
     assert not state.exists()
+
+
+def test_status_says_an_apply_whose_process_was_killed_is_interrupted(tmp_path, capsys):
+    # 'planner status' after a SIGKILLed apply printed "apply #2 p2.yaml : running" (the process long
+    # gone, and the backend's '[sim]' / '[ray]' eaten as rich markup).
+    a = _args(tmp_path)
+    assert run_cli("apply", str(_plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})), *a).returncode == 0
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    assert run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:after"}).returncode == 137
+    assert main(["status", *a]) == 0
+    out = capsys.readouterr().out
+    assert "apply #2 p2.yaml [sim]: interrupted (its process is gone)" in out and "--rollback" in out
+    assert "apply #1 p1.yaml [sim]: done" in out
+    assert main(["status", "--json", *a]) == 0
+    applies = json.loads(capsys.readouterr().out)["applies"]
+    assert [(x["status"], x["interrupted"]) for x in applies] == [("running", True), ("done", False)]
+    assert run_cli("apply", str(p2), *a).returncode == 0
+    assert main(["status", *a]) == 0
+    assert "apply #2 p2.yaml [sim]: done" in capsys.readouterr().out
+
+
+def test_a_rollback_says_the_units_done_before_it_stand(tmp_path, capsys):
+    # Seen on Ray: `apply --rollback` of an apply killed mid-P2P said only "unit .../p2p rolled back because
+    # rolled back on request", while the nine units done before it stood: the cluster ran neither plan.
+    a = _args(tmp_path)
+    assert run_cli("apply", str(_plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})), *a).returncode == 0
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    assert run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "reshard:before"}).returncode == 137
+    r = run_cli("apply", "--rollback", *a)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "job/trainer/p2p rolled back" in r.stdout and "the 1 unit(s) of apply #2 done before it stand" in r.stdout, r.stdout
+    assert "apply p2.yaml again to finish that plan, or apply the previous plan to go back" in r.stdout
+    assert main(["status", "--json", *a]) == 0
+    comps = {c["name"]: c for c in json.loads(capsys.readouterr().out)["state"]["components"]}
+    assert len(comps["job/rollout"]["workers"]) == 2 and comps["job/trainer"]["layout"] == {"tp": 2, "pp": 1, "dp": 1}
+
+
+def test_sigterm_stops_the_apply_after_the_step_in_progress(tmp_path, capsys):
+    # SIGTERM killed `planner apply` mid-step (on Ray with the core's crash dump); it now finishes the step,
+    # journals it, says how to go on and exits 143; applying again resumes without redoing it.
+    a = _args(tmp_path)
+    assert run_cli("apply", str(_plan(tmp_path, "p1.yaml", {"h20-0": 4}, {"tp": 2}, {"h100-0": 2})), *a).returncode == 0
+    p2 = _plan(tmp_path, "p2.yaml", {"h20-0": 2}, {"tp": 1, "dp": 2}, {"h100-0": 2})
+    r = run_cli("apply", str(p2), *a, env={"RL_PLANNER_EXECUTOR_CRASH_AT": "create:mid:0:term"})
+    assert r.returncode == 143, (r.stdout, r.stderr[-2000:])
+    assert "stopped on SIGTERM after the step in progress" in r.stderr and "Traceback" not in r.stderr
+    db = sqlite3.connect(tmp_path / "j.db")
+    rows = db.execute("SELECT kind, status FROM steps WHERE apply_id = 2 ORDER BY seq").fetchall()
+    assert [k for k, s in rows if s == "done"] == ["drain", "handoff", "stop", "stop", "create"], rows
+    assert {s for _, s in rows[5:]} == {"planned"} and db.execute("SELECT status FROM applies WHERE id = 2").fetchone() == ("running",)
+    assert main(["status", *a]) == 0 and "interrupted (its process is gone)" in capsys.readouterr().out
+    r = run_cli("apply", str(p2), *a, "--json", env={"RL_PLANNER_EXECUTOR_CRASH_AT": "create:mid:0:term"})
+    assert r.returncode == 143 and json.loads(r.stdout.strip().splitlines()[-1])["status"] == "interrupted", r.stdout
+    r = run_cli("apply", str(p2), *a)
+    assert r.returncode == 0 and "(resumed)" in r.stdout, r.stderr[-2000:]
+    assert all(n == 1 for (n,) in db.execute("SELECT attempts FROM steps WHERE apply_id = 2"))
+
+
+def test_the_ray_journal_is_the_clusters_whichever_alias_the_address_names_it_by(tmp_path, monkeypatch):
+    # Seen on a local Ray cluster: an apply killed under --address 192.0.2.2:P was not found by the same
+    # apply under 127.0.0.1:P (another journal), which applied anew and left the first one stale (exit 2
+    # until moved aside); status under one alias showed none of the applies made under the other.
+    import sys
+    import types
+
+    from executor.session import journal_path
+
+    monkeypatch.setenv("RL_PLANNER_HOME", str(tmp_path))
+    d = tmp_path / "journals"
+    assert journal_path(None, "ray", address="127.0.0.1:41249") == d / "ray-127.0.0.1_41249.db"  # not connected: as given
+    ctx = types.SimpleNamespace(gcs_address="192.0.2.2:41249")
+    fake = types.SimpleNamespace(is_initialized=lambda: True, get_runtime_context=lambda: ctx)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    for alias in ("127.0.0.1:41249", "localhost:41249", "192.0.2.2:41249", "auto", None):
+        assert journal_path(None, "ray", address=alias) == d / "ray-192.0.2.2_41249.db", alias
+    assert journal_path(None, "ray", address="local").name == "ray-local.db"
+    assert journal_path(str(tmp_path / "j.db"), "ray", address="localhost:41249") == tmp_path / "j.db"
+    d.mkdir()
+    (d / "ray-localhost_41249.db").write_bytes(b"")  # a journal made under an alias before: still found
+    assert journal_path(None, "ray", address="localhost:41249") == d / "ray-localhost_41249.db"
+    (d / "ray-192.0.2.2_41249.db").write_bytes(b"")
+    assert journal_path(None, "ray", address="localhost:41249") == d / "ray-192.0.2.2_41249.db"

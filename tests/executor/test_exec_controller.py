@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from executor import faultlib, router
 from executor.backends.base import observe
 from executor.backends.sim import SimBackend
@@ -139,3 +141,57 @@ def test_an_interrupted_apply_is_not_resumed_on_a_cluster_started_anew(tmp_path)
     assert anew.coord("records") == [] and j.unfinished() is not None  # nothing done, the journal kept as it was
     res = Executor(first, j).apply(steps, "base")  # the cluster the journal describes still resumes
     assert res.status == "done" and res.resumed
+
+
+def test_a_worker_started_before_the_kill_is_running_after_the_resume():
+    # Seen on Ray: a controller SIGKILLed after a trainer rank's actor came up, before it was marked
+    # running; the resume adopted it ("already running") but status showed it 'starting' for good.
+    b = SimBackend(NODES, ticks_per_call=1)
+    j = Journal(":memory:")
+    steps = diff(observe(b), target(faultlib.base_body())).steps
+    try:
+        Executor(b, j, faults=FaultPlan([Fault("create", "started", "crash", nth=1)])).apply(steps, "base")
+        raise AssertionError("the controller should have died")
+    except ControllerCrash:
+        pass
+    assert "starting" in {r["status"] for r in b.coord("records")}
+    res = Executor(b, j).apply(steps, "base")
+    assert res.status == "done" and res.resumed
+    assert {r["id"]: r["status"] for r in b.coord("records") if r["status"] != "running"} == {}
+    assert b.leaks() == []
+
+
+def test_without_the_journal_a_started_worker_left_starting_is_settled_running():
+    # The cluster left by a kill at create:started (before the fix, also what a resume left): every later
+    # diff saw the component as not whole (a worker not 'running') and migrated it.
+    from executor.recover import settle
+
+    b = SimBackend(NODES, ticks_per_call=1)
+    steps = diff(observe(b), target(faultlib.base_body())).steps
+    with pytest.raises(ControllerCrash):
+        Executor(b, Journal(":memory:"), faults=FaultPlan([Fault("create", "started", "crash", nth=1)])).apply(steps, "base")
+    left = [r["id"] for r in b.coord("records") if r["status"] == "starting"]
+    assert len(left) == 1
+    notes = settle(b)
+    assert any(left[0] in n and "never marked running" in n for n in notes), notes
+    assert {r["status"] for r in b.coord("records")} == {"running"}
+
+
+def test_a_failure_message_with_brackets_does_not_cut_the_rollback_short():
+    # Seen on Ray: gloo's "[/__w/.../pair.cc:537] Read error ..." failed a P2P reshard; printing it as rich
+    # markup raised MarkupError from the progress callback, the unit was never rolled back and the apply
+    # was left running ('internal error' on the CLI).
+    from executor.progress import Progress
+
+    b, j = _started(requests=10)
+    steps = diff(observe(b), target(faultlib.migration_body("p2p"))).steps
+    assert any(s.kind == "reshard" for s in steps)
+
+    def boom(backend, step):
+        raise RuntimeError("[/__w/pytorch/third_party/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:6041")
+
+    with Progress(steps) as prog:
+        res = Executor(b, j, faults=FaultPlan([Fault("reshard", "mid", boom)]), on_step=prog.update,
+                       on_event=prog.event).apply(steps)
+    assert res.status != "done" and "pair.cc:537" in res.message
+    assert j.unfinished() is None and b.leaks() == []
