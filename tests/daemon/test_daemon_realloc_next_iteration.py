@@ -27,6 +27,18 @@ from tests.daemon.test_daemon_realloc import JOB, snapshots, spec, state_of
 pytestmark = pytest.mark.skipif(ex.available() is not None, reason=f"the executor cannot apply here: {ex.available()}")
 
 
+def running_on_executor(tmp_path) -> World:
+    """The tail job submitted to a loop on the executor's simulated backend with the DynaRL reallocator,
+    after its first cycle (admitted and applied)."""
+    w = World(tmp_path)
+    w.sim = _executor(Options(state=tmp_path / "s.sqlite"), w.cluster, w.store)
+    w.loop = Loop(w.store, w.cluster, w.placer, w.sim, w.clock, w.cfg, w.lease, w.metrics, reallocator=DynaRLReallocator(w.cluster))
+    js = JobSpec.model_validate(spec())
+    w.store.submit_job(JOB, js.model_dump(mode="json"), 0.0, 0.0, check_job(w.cluster, js))
+    w.cycle(0.0)
+    return w
+
+
 def _layout(w) -> dict[str, dict[str, int]]:
     return {c["name"]: c["placement"] for c in w.sim.describe()["components"] if c["name"].startswith(JOB + "/")}
 
@@ -37,12 +49,7 @@ def _post(w, snaps: list[dict]) -> None:
 
 
 def test_the_planned_layout_comes_back_at_the_jobs_next_iteration(tmp_path):
-    w = World(tmp_path)
-    w.sim = _executor(Options(state=tmp_path / "s.sqlite"), w.cluster, w.store)
-    w.loop = Loop(w.store, w.cluster, w.placer, w.sim, w.clock, w.cfg, w.lease, w.metrics, reallocator=DynaRLReallocator(w.cluster))
-    js = JobSpec.model_validate(spec())
-    w.store.submit_job(JOB, js.model_dump(mode="json"), 0.0, 0.0, check_job(w.cluster, js))
-    w.cycle(0.0)
+    w = running_on_executor(tmp_path)
     assert w.state(JOB) is JobState.RUNNING
     planned = _layout(w)
 
@@ -74,12 +81,7 @@ def test_the_planned_layout_comes_back_at_the_jobs_next_iteration(tmp_path):
 def test_a_refused_reallocation_restores_nothing_at_the_next_iteration(tmp_path):
     """A reallocation the executor refused (telemetry that names a component the executor does not run) moved
     nothing: the job's next iteration makes no restore decision."""
-    w = World(tmp_path)
-    w.sim = _executor(Options(state=tmp_path / "s.sqlite"), w.cluster, w.store)
-    w.loop = Loop(w.store, w.cluster, w.placer, w.sim, w.clock, w.cfg, w.lease, w.metrics, reallocator=DynaRLReallocator(w.cluster))
-    js = JobSpec.model_validate(spec())
-    w.store.submit_job(JOB, js.model_dump(mode="json"), 0.0, 0.0, check_job(w.cluster, js))
-    w.cycle(0.0)
+    w = running_on_executor(tmp_path)
     snaps = snapshots(state_of(w.sim.describe()))
     for s in snaps:  # the trainer under another name
         s["components"] = [dict(c, name="actor") if c["name"] == "trainer" else c for c in s["components"]]
@@ -99,12 +101,7 @@ def test_snapshots_of_the_reallocated_layout_are_not_decided_on_once_an_apply_la
     """Another job's admission in the same cycle applies the plan, which lays the reallocated job out as planned
     again: its snapshots of this cycle name the workers before that apply, and are not decided on (they were: a
     `not-committed` row reasoned on engines the apply had removed)."""
-    w = World(tmp_path)
-    w.sim = _executor(Options(state=tmp_path / "s.sqlite"), w.cluster, w.store)
-    w.loop = Loop(w.store, w.cluster, w.placer, w.sim, w.clock, w.cfg, w.lease, w.metrics, reallocator=DynaRLReallocator(w.cluster))
-    js = JobSpec.model_validate(spec())
-    w.store.submit_job(JOB, js.model_dump(mode="json"), 0.0, 0.0, check_job(w.cluster, js))
-    w.cycle(0.0)
+    w = running_on_executor(tmp_path)
     planned = _layout(w)
     _post(w, snapshots(state_of(w.sim.describe())))
     w.cycle(60.0)

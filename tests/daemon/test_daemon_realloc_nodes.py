@@ -14,23 +14,14 @@ from __future__ import annotations
 import pytest
 
 from planner.daemon.adapters import executor as ex
-from planner.daemon.adapters.realloc import DynaRLReallocator
-from planner.daemon.cycle import Loop
-from planner.daemon.service import Options, _executor, check_job
-from planner.schema.scenario import JobSpec
-from tests.daemon.test_daemon_cycle import World
-from tests.daemon.test_daemon_realloc import JOB, snapshots, spec, state_of
+from tests.daemon.test_daemon_realloc import JOB, snapshots, state_of
+from tests.daemon.test_daemon_realloc_next_iteration import running_on_executor
 
 pytestmark = pytest.mark.skipif(ex.available() is not None, reason=f"the executor cannot apply here: {ex.available()}")
 
 
 def test_a_reallocation_stays_on_the_jobs_nodes_when_its_telemetry_declares_others_free(tmp_path):
-    w = World(tmp_path)
-    w.sim = _executor(Options(state=tmp_path / "s.sqlite"), w.cluster, w.store)
-    w.loop = Loop(w.store, w.cluster, w.placer, w.sim, w.clock, w.cfg, w.lease, w.metrics, reallocator=DynaRLReallocator(w.cluster))
-    js = JobSpec.model_validate(spec())
-    w.store.submit_job(JOB, js.model_dump(mode="json"), 0.0, 0.0, check_job(w.cluster, js))
-    w.cycle(0.0)
+    w = running_on_executor(tmp_path)
     (group,) = w.store.current_plan().placement["groups"]
     mine = set(group["rollout_nodes"]) | set(group["train_nodes"])
     others = sorted({n["node"] for n in w.sim.describe()["nodes"] if n["gpu_type"] == "H800"} - mine)
