@@ -52,6 +52,11 @@ def _connected_gcs(address: Optional[str]) -> Optional[str]:
         return None
 
 
+def _unreachable(address: Optional[str], exc: Exception) -> UserError:
+    return UserError(Problem("--address", f"cannot connect to a Ray cluster at {address or 'auto'}: {exc}",
+                             "start one with 'ray start --head' or pass --address HOST:PORT"))
+
+
 def connect_ray(address: Optional[str]) -> None:
     """Join the Ray cluster at ``address`` (before the journal's path is made, which is keyed by it)."""
     require("ray")
@@ -60,8 +65,7 @@ def connect_ray(address: Optional[str]) -> None:
     try:
         rc.connect(address)
     except ConnectionError as exc:
-        raise UserError(Problem("--address", f"cannot connect to a Ray cluster at {address or 'auto'}: {exc}",
-                                "start one with 'ray start --head' or pass --address HOST:PORT")) from None
+        raise _unreachable(address, exc) from None
 
 
 def journal_path(arg: Optional[str], backend: str = "sim", *, sim_state: Optional[str] = None, address: Optional[str] = None) -> Path:
@@ -143,8 +147,7 @@ def open_backend(kind: str, *, address: Optional[str] = None, sim_state: Optiona
         try:
             return RayBackend(address=address, deadlines=deadlines)
         except ConnectionError as exc:
-            raise UserError(Problem("--address", f"cannot connect to a Ray cluster at {address or 'auto'}: {exc}",
-                                    "start one with 'ray start --head' or pass --address HOST:PORT")) from None
+            raise _unreachable(address, exc) from None
     raise UserError(Problem("--backend", f"unknown backend {kind!r}", "use ray or sim"))
 
 

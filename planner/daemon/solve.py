@@ -134,8 +134,8 @@ def node_loss(ctx: PlanningContext, placer: PlacementPlanner, plan: Placement, o
     """The members on a node the executor reports dead leave the plan (a whole-pool group's members
     all run on every node of its pools, and a pinned group's share its training nodes, so there the
     whole group leaves; a pinned member whose own rollout node died leaves alone, the others stay on
-    theirs), and they are admitted again on the live nodes (``ctx.unavailable`` keeps every placement off the dead ones), oldest
-    first, each by the placer's moves against what is placed so far. A member no live node has room
+    theirs), and they are admitted again on the live nodes (``ctx.unavailable`` keeps every placement
+    off the dead ones), oldest first, each by the placer's moves against what is placed so far. A member no live node has room
     for fails, naming the node (a running job cannot wait as pending: resubmit it once nodes are
     back). Members that already ended or failed this cycle (a trainer whose state went with the
     node: :meth:`planner.daemon.adapters.executor.ExecutorApplier.lost`) just leave; the departures
@@ -146,8 +146,7 @@ def node_loss(ctx: PlanningContext, placer: PlacementPlanner, plan: Placement, o
     if not hit:
         return out
     ended = set(obs.finished) | set(obs.failed)
-    on = {m: sorted(dead & {*g.rollout_of(m), *g.train_nodes}) for g in hit for m in g.members}
-    on = {m: ns for m, ns in on.items() if ns}
+    on = {m: sorted(dead & g.nodes_of(m)) for g in hit for m in g.members if dead & g.nodes_of(m)}
     members = sorted(on, key=lambda m: (jobs[m].admitted_at or 0.0, jobs[m].seq) if m in jobs else (0.0, 0))
     fixed = plan.without(set(members))
     reasons = []
@@ -170,18 +169,13 @@ def node_loss(ctx: PlanningContext, placer: PlacementPlanner, plan: Placement, o
             reasons.append(f"{m} fails: {why}")
     if fixed.groups:
         fixed, _ = placer.evaluate(ctx, fixed)
-    mig, moves, _ = gate.migration_usd(ctx, plan.without(dead_members(plan, dead, ended)), fixed) if fixed.groups else (0.0, {}, {})
+    # (the migration leaves out the members on dead nodes and the jobs that ended: nothing moves their workers there)
+    mig = gate.migration_usd(ctx, plan.without(set(on) | (ended & set(plan.jobs()))), fixed)[0] if fixed.groups else 0.0
     out.target = fixed
     out.decisions.append(Decision("repair", ["node-lost"], "changes-plan", members, reasons, plan.cost_per_hour, fixed.cost_per_hour,
                                   None, mig))
     return out
 
-
-def dead_members(plan: Placement, dead: set[str], ended: set[str]) -> set[str]:
-    """The members that run on ``dead`` nodes, and the jobs that ended: what the migration estimate
-    leaves out (their workers there are gone: they start anew, nothing moves them)."""
-    return {m for g in groups_on(plan, dead) for m in g.members if dead & {*g.rollout_of(m), *g.train_nodes}} \
-        | (ended & set(plan.jobs()))
 
 
 # -------------------------------------------------------------------------------- b. repair
